@@ -1,0 +1,36 @@
+"""Argument checks shared by the core values: each raises with field and value."""
+
+import math
+
+from pipeplan.core.errors import PipeplanError
+
+
+def check_positive_int(error: type[PipeplanError], field: str, value: object) -> int:
+    """Return value if it is an int >= 1, else raise error naming field and value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{field} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check_nonneg_int(error: type[PipeplanError], field: str, value: object) -> int:
+    """Return value if it is an int >= 0, else raise error naming field and value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise error(f"{field} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def check_nonneg_float(error: type[PipeplanError], field: str, value: object) -> float:
+    """Return value as float if it is a finite number >= 0, else raise naming field and value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error(f"{field} must be a number >= 0, got {value!r}")
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise error(f"{field} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def check_positive_float(error: type[PipeplanError], field: str, value: object) -> float:
+    """Return value as float if it is a finite number > 0, else raise naming field and value."""
+    number = check_nonneg_float(error, field, value)
+    if number <= 0:
+        raise error(f"{field} must be a number > 0, got {value!r}")
+    return number

@@ -1,0 +1,93 @@
+"""Devices and the links between them: any topology, asymmetric allowed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeplan.core.checks import check_nonneg_float, check_nonneg_int, check_positive_float
+from pipeplan.core.errors import ClusterError
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One accelerator: `speed` is throughput relative to the profile's reference device."""
+
+    id: int
+    kind: str
+    memory_bytes: float
+    speed: float = 1.0
+    node: int = 0
+
+    def __post_init__(self) -> None:
+        check_nonneg_int(ClusterError, "device id", self.id)
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ClusterError(f"device {self.id} kind must be a non-empty string, got {self.kind!r}")
+        object.__setattr__(
+            self, "memory_bytes", check_positive_float(ClusterError, f"device {self.id} memory_bytes", self.memory_bytes)
+        )
+        object.__setattr__(self, "speed", check_positive_float(ClusterError, f"device {self.id} speed", self.speed))
+        check_nonneg_int(ClusterError, f"device {self.id} node", self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """Devices with bandwidth (bytes/s) and latency (seconds) for every ordered pair.
+
+    `bandwidth[a][b]` is the rate from a to b (0 = no path; the diagonal is
+    ignored). `nic_bandwidth`, when set, is each node's NIC rate in bytes/s per
+    direction, a resource shared by all transfers leaving or entering the node.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth: tuple[tuple[float, ...], ...]
+    latency: tuple[tuple[float, ...], ...]
+    nic_bandwidth: float | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.devices)
+        if n < 1:
+            raise ClusterError(f"cluster {self.name!r} must have at least one device, got 0")
+        for i, device in enumerate(self.devices):
+            if device.id != i:
+                raise ClusterError(f"cluster {self.name!r} device {i} has id {device.id}; ids must be 0..{n - 1} in order")
+        for field in ("bandwidth", "latency"):
+            matrix = getattr(self, field)
+            if len(matrix) != n or any(len(row) != n for row in matrix):
+                shape = f"{len(matrix)}x{','.join(str(len(r)) for r in matrix)}"
+                raise ClusterError(f"cluster {self.name!r} {field} must be a {n}x{n} matrix, got {shape}")
+            for a, row in enumerate(matrix):
+                for b, value in enumerate(row):
+                    check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}[{a}][{b}]", value)
+        if self.nic_bandwidth is not None:
+            check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth)
+
+    @property
+    def num_devices(self) -> int:
+        """Number of devices."""
+        return len(self.devices)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of distinct nodes."""
+        return len({d.node for d in self.devices})
+
+    def link_bandwidth(self, src: int, dst: int) -> float:
+        """Effective bytes/s from src to dst: the pair rate, capped by NICs between nodes.
+
+        Returns math.inf for src == dst (no transfer).
+        """
+        if src == dst:
+            return math.inf
+        rate = self.bandwidth[src][dst]
+        if self.nic_bandwidth is not None and self.devices[src].node != self.devices[dst].node:
+            rate = min(rate, self.nic_bandwidth)
+        return rate
+
+    def require_link(self, src: int, dst: int) -> float:
+        """Like link_bandwidth, but raise ClusterError when the two devices cannot talk."""
+        rate = self.link_bandwidth(src, dst)
+        if rate <= 0:
+            raise ClusterError(f"cluster {self.name!r} bandwidth[{src}][{dst}] is 0 but devices {src} and {dst} must talk")
+        return rate

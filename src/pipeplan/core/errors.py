@@ -1,0 +1,29 @@
+"""Exceptions of pipeplan: each names the bad field and value."""
+
+
+class PipeplanError(Exception):
+    """Base of every error pipeplan reports to a user as one line."""
+
+
+class ScheduleError(PipeplanError, ValueError):
+    """A schedule is malformed: a missing, duplicated or misordered action."""
+
+
+class DeadlockError(PipeplanError, RuntimeError):
+    """A schedule cannot finish: every unfinished rank waits on another."""
+
+
+class ProfileError(PipeplanError, ValueError):
+    """A model profile is malformed or unreadable."""
+
+
+class ClusterError(PipeplanError, ValueError):
+    """A cluster description is malformed or unreadable."""
+
+
+class PlanError(PipeplanError, ValueError):
+    """No plan satisfies the request, or a plan file is malformed."""
+
+
+class CostError(PipeplanError, ValueError):
+    """Costs given to the simulator are malformed (negative, NaN, wrong length)."""

@@ -1,0 +1,124 @@
+"""A plan: stages with their devices, replication, microbatching and the schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeplan.core.checks import check_nonneg_int, check_positive_int
+from pipeplan.core.errors import PlanError
+from pipeplan.core.schedule import Action
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Layers [first_layer, last_layer] (inclusive) on `devices`.
+
+    `devices` lists the stage's devices in every pipeline replica, replica-major:
+    with rp pipeline replicas and r data-parallel replicas of the stage,
+    devices[t*r:(t+1)*r] serve pipeline replica t (len(devices) = r * rp).
+    """
+
+    first_layer: int
+    last_layer: int
+    devices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_nonneg_int(PlanError, "stage first_layer", self.first_layer)
+        check_nonneg_int(PlanError, "stage last_layer", self.last_layer)
+        if self.last_layer < self.first_layer:
+            raise PlanError(f"stage last_layer {self.last_layer} is before first_layer {self.first_layer}")
+        if not isinstance(self.devices, tuple) or not self.devices:
+            raise PlanError(f"stage {self.first_layer}..{self.last_layer} must have at least one device, got {self.devices!r}")
+        for d in self.devices:
+            check_nonneg_int(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
+        if len(set(self.devices)) != len(self.devices):
+            raise PlanError(f"stage {self.first_layer}..{self.last_layer} lists a device twice: {self.devices}")
+
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything needed to run one synchronous iteration.
+
+    `pipeline_replicas` copies of the whole pipeline each take
+    global_batch / pipeline_replicas samples; see `Stage.devices` for which
+    devices serve which pipeline replica (`replica_devices`).
+    `chunks` is v for interleaved schedules (the stage list then holds p*v
+    chunk-stages). `order` holds the explicit per-rank order for cost-dependent
+    schedules (`list`), else None.
+    """
+
+    stages: tuple[Stage, ...]
+    pipeline_replicas: int
+    microbatches: int
+    microbatch_size: int
+    schedule: str
+    k: int = 1
+    chunks: int = 1
+    order: tuple[tuple[Action, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stages, tuple) or not self.stages:
+            raise PlanError("plan must have at least one stage")
+        check_positive_int(PlanError, "plan pipeline_replicas", self.pipeline_replicas)
+        check_positive_int(PlanError, "plan microbatches", self.microbatches)
+        check_positive_int(PlanError, "plan microbatch_size", self.microbatch_size)
+        check_positive_int(PlanError, "plan k", self.k)
+        check_positive_int(PlanError, "plan chunks", self.chunks)
+        if not isinstance(self.schedule, str) or not self.schedule:
+            raise PlanError(f"plan schedule must be a schedule name, got {self.schedule!r}")
+        expected = 0
+        for i, stage in enumerate(self.stages):
+            if stage.first_layer != expected:
+                raise PlanError(f"stage {i} starts at layer {stage.first_layer}, expected {expected} (stages must be contiguous)")
+            expected = stage.last_layer + 1
+        if self.chunks > 1 and len(self.stages) % self.chunks:
+            raise PlanError(f"plan has {len(self.stages)} stages, not a multiple of chunks={self.chunks}")
+        for i, stage in enumerate(self.stages):
+            if len(stage.devices) % self.pipeline_replicas:
+                raise PlanError(
+                    f"stage {i} has {len(stage.devices)} devices, not a multiple of "
+                    f"pipeline_replicas={self.pipeline_replicas}"
+                )
+            if i >= self.num_ranks and stage.devices != self.stages[i % self.num_ranks].devices:
+                raise PlanError(
+                    f"chunk-stage {i} must run on the devices of stage {i % self.num_ranks} "
+                    f"({self.stages[i % self.num_ranks].devices}), got {stage.devices}"
+                )
+        used = [d for s in self.stages[: self.num_ranks] for d in s.devices]
+        if len(set(used)) != len(used):
+            raise PlanError(f"plan uses a device in two stages: {sorted(used)}")
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers covered by the stages."""
+        return self.stages[-1].last_layer + 1
+
+    @property
+    def num_ranks(self) -> int:
+        """Pipeline ranks: stages / chunks."""
+        return len(self.stages) // self.chunks
+
+    def replicas_of(self, stage: int) -> int:
+        """Data-parallel replicas of `stage` within one pipeline replica."""
+        return len(self.stages[stage].devices) // self.pipeline_replicas
+
+    def replica_devices(self, stage: int, replica: int = 0) -> tuple[int, ...]:
+        """The devices of `stage` that serve pipeline replica `replica`."""
+        r = self.replicas_of(stage)
+        return self.stages[stage].devices[replica * r : (replica + 1) * r]
+
+    @property
+    def devices_per_pipeline(self) -> int:
+        """Devices used by one pipeline replica."""
+        return sum(self.replicas_of(s) for s in range(self.num_ranks))
+
+    @property
+    def all_devices(self) -> tuple[int, ...]:
+        """Every device the plan uses, sorted."""
+        return tuple(sorted(d for s in self.stages[: self.num_ranks] for d in s.devices))
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per iteration over all pipeline replicas."""
+        return self.pipeline_replicas * self.microbatches * self.microbatch_size

@@ -1,0 +1,136 @@
+"""The schedule language: actions such as `2F0`, per-rank action lists, validation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipeplan.core.errors import ScheduleError
+
+OPS = ("F", "B", "I", "W", "U")
+"""F forward, B full backward, I backward for input, W backward for weights, U optimizer step."""
+
+_ACTION_RE = re.compile(r"^(\d+)([FBIWU])(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One unit of compute: stage `stage` runs `op` on microbatch `microbatch`."""
+
+    stage: int
+    op: str
+    microbatch: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stage, bool) or not isinstance(self.stage, int) or self.stage < 0:
+            raise ScheduleError(f"action stage must be an integer >= 0, got {self.stage!r}")
+        if self.op not in OPS:
+            raise ScheduleError(f"action op must be one of {', '.join(OPS)}, got {self.op!r}")
+        mb = self.microbatch
+        if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
+            raise ScheduleError(f"action microbatch must be an integer >= 0, got {mb!r}")
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.op}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        """Parse the text form `{stage}{op}{microbatch}`, e.g. `2F0`.
+
+        Raises:
+            ScheduleError: the text is not an action.
+        """
+        match = _ACTION_RE.match(text.strip())
+        if match is None:
+            raise ScheduleError(f"not an action: {text!r} (expected e.g. '2F0': stage, op in FBIWU, microbatch)")
+        return cls(int(match.group(1)), match.group(2), int(match.group(3)))
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Compute actions per rank, in the order each rank runs them.
+
+    `stage_to_rank[s]` is the rank that runs stage s (several stages per rank
+    for interleaved schedules). `name` is the generator's name, informational.
+    """
+
+    ranks: tuple[tuple[Action, ...], ...]
+    stage_to_rank: tuple[int, ...]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ranks, tuple) or not all(isinstance(r, tuple) for r in self.ranks):
+            raise ScheduleError("schedule ranks must be a tuple of tuples of actions")
+        if len(self.ranks) < 1:
+            raise ScheduleError("schedule must have at least one rank, got 0")
+        if len(self.stage_to_rank) < 1:
+            raise ScheduleError("schedule must have at least one stage, got 0")
+        for stage, rank in enumerate(self.stage_to_rank):
+            if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
+                raise ScheduleError(
+                    f"stage_to_rank[{stage}] must be a rank in 0..{len(self.ranks) - 1}, got {rank!r}"
+                )
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (devices of one pipeline replica)."""
+        return len(self.ranks)
+
+    @property
+    def num_stages(self) -> int:
+        """Number of stages (chunks for interleaved schedules)."""
+        return len(self.stage_to_rank)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Number of microbatches: one more than the largest microbatch index."""
+        return 1 + max((a.microbatch for rank in self.ranks for a in rank), default=-1)
+
+    @property
+    def split_backward(self) -> bool:
+        """True when backward is split into I and W (zero-bubble schedules)."""
+        return any(a.op in "IW" for rank in self.ranks for a in rank)
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        """The stages placed on `rank`, in increasing order."""
+        return tuple(s for s, r in enumerate(self.stage_to_rank) if r == rank)
+
+    def to_text(self) -> list[list[str]]:
+        """Per-rank action lists in text form."""
+        return [[str(a) for a in rank] for rank in self.ranks]
+
+    @classmethod
+    def from_text(
+        cls, ranks: Iterable[Iterable[str | None]], stage_to_rank: tuple[int, ...] | None = None, name: str = ""
+    ) -> Schedule:
+        """Build a schedule from per-rank text actions; None or '' cells are idle and skipped.
+
+        Without `stage_to_rank`, each stage goes to the rank whose list holds it.
+        """
+        parsed = tuple(tuple(Action.parse(c) for c in rank if c is not None and c.strip() != "") for rank in ranks)
+        if stage_to_rank is None:
+            stage_to_rank = infer_stage_to_rank(parsed)
+        return cls(parsed, tuple(stage_to_rank), name)
+
+
+def infer_stage_to_rank(ranks: tuple[tuple[Action, ...], ...]) -> tuple[int, ...]:
+    """Map each stage to the single rank whose action list holds it.
+
+    Raises:
+        ScheduleError: a stage appears on two ranks, or a stage number is skipped.
+    """
+    owner: dict[int, int] = {}
+    for rank, actions in enumerate(ranks):
+        for pos, action in enumerate(actions):
+            seen = owner.setdefault(action.stage, rank)
+            if seen != rank:
+                raise ScheduleError(
+                    f"stage {action.stage} appears on rank {seen} and on rank {rank} (position {pos}, action {action})"
+                )
+    if not owner:
+        raise ScheduleError("schedule has no actions")
+    missing = [s for s in range(max(owner) + 1) if s not in owner]
+    if missing:
+        raise ScheduleError(f"stage {missing[0]} has no actions (stages must be numbered 0..{max(owner)})")
+    return tuple(owner[s] for s in range(max(owner) + 1))

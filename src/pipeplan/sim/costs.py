@@ -1,0 +1,86 @@
+"""What the simulator needs to know: per-stage compute and memory, per-boundary transfers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeplan.core.checks import check_nonneg_float
+from pipeplan.core.errors import CostError
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """One point-to-point piece of a transfer, on one ordered device pair.
+
+    `resources` are the exclusive resources the flow holds while it runs (the
+    ordered pair, and a node's NIC-out / NIC-in when it crosses nodes); flows
+    on a common resource queue first-come first-served. `link` is the ordered
+    pair (src, dst) the bandwidth trace refers to. Duration at nominal rate:
+    latency_ms + work_ms, where work_ms = bytes / rate; under a bandwidth trace
+    the work part stretches by 1/factor while the factor holds.
+    """
+
+    resources: tuple[str, ...]
+    link: tuple[int, int]
+    latency_ms: float
+    work_ms: float
+
+    def __post_init__(self) -> None:
+        check_nonneg_float(CostError, f"flow {self.link} latency_ms", self.latency_ms)
+        check_nonneg_float(CostError, f"flow {self.link} work_ms", self.work_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """Compute time and memory of one stage for one microbatch.
+
+    `bwd_input_ms` + `bwd_weight_ms` split `bwd_ms` for zero-bubble schedules
+    (None: half each). `saved_bytes` is held per in-flight microbatch;
+    `static_bytes` (weights, gradients, optimizer state) always.
+    `allreduce_ms` runs after the stage's last backward, then `optimizer_ms`.
+    """
+
+    fwd_ms: float
+    bwd_ms: float
+    bwd_input_ms: float | None = None
+    bwd_weight_ms: float | None = None
+    saved_bytes: float = 0.0
+    static_bytes: float = 0.0
+    allreduce_ms: float = 0.0
+    optimizer_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for field in ("fwd_ms", "bwd_ms", "saved_bytes", "static_bytes", "allreduce_ms", "optimizer_ms"):
+            check_nonneg_float(CostError, field, getattr(self, field))
+        if self.bwd_input_ms is None and self.bwd_weight_ms is None:
+            object.__setattr__(self, "bwd_input_ms", self.bwd_ms / 2)
+            object.__setattr__(self, "bwd_weight_ms", self.bwd_ms / 2)
+        elif self.bwd_input_ms is None:
+            object.__setattr__(self, "bwd_input_ms", max(0.0, self.bwd_ms - self.bwd_weight_ms))
+        elif self.bwd_weight_ms is None:
+            object.__setattr__(self, "bwd_weight_ms", max(0.0, self.bwd_ms - self.bwd_input_ms))
+        check_nonneg_float(CostError, "bwd_input_ms", self.bwd_input_ms)
+        check_nonneg_float(CostError, "bwd_weight_ms", self.bwd_weight_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Costs:
+    """Costs of every stage and every stage boundary.
+
+    `forward[b]` are the flows of the activation from stage b to b+1,
+    `backward[b]` those of the gradient from stage b+1 to b; an empty tuple
+    means the two stages share a device (no transfer). The transfer ends when
+    its slowest flow ends.
+    """
+
+    stages: tuple[StageCost, ...]
+    forward: tuple[tuple[Flow, ...], ...]
+    backward: tuple[tuple[Flow, ...], ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.stages)
+        if n < 1:
+            raise CostError("costs must cover at least one stage, got 0")
+        for field in ("forward", "backward"):
+            if len(getattr(self, field)) != n - 1:
+                raise CostError(f"costs {field} must have {n - 1} entries (one per stage boundary), got {len(getattr(self, field))}")

@@ -1,0 +1,81 @@
+"""What a simulation returns: times, memory and the full timeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+class ComputeSpan(NamedTuple):
+    """One compute action on a rank: `op` in FBIW, from start_ms to end_ms."""
+
+    rank: int
+    stage: int
+    op: str
+    microbatch: int
+    start_ms: float
+    end_ms: float
+
+
+class TransferSpan(NamedTuple):
+    """One stage-to-stage transfer; `kind` 'act' (forward) or 'grad' (backward)."""
+
+    src_rank: int
+    dst_rank: int
+    src_stage: int
+    dst_stage: int
+    kind: str
+    microbatch: int
+    start_ms: float
+    end_ms: float
+
+
+class RankStats(NamedTuple):
+    """Per-rank totals: compute time, idle time within the iteration, in-flight and memory peaks."""
+
+    busy: float
+    idle: float
+    peak_inflight: int
+    peak_memory_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """The simulated iteration (times in ms, memory in bytes).
+
+    `bubble_fraction` = 1 - sum(busy) / (ranks * iteration_time);
+    `efficiency` = lower_bound / iteration_time.
+    """
+
+    iteration_time: float
+    lower_bound: float
+    bubble_fraction: float
+    per_rank: tuple[RankStats, ...]
+    stage_peak_inflight: tuple[int, ...]
+    compute: tuple[ComputeSpan, ...]
+    transfers: tuple[TransferSpan, ...]
+    schedule_name: str = ""
+
+    @property
+    def efficiency(self) -> float:
+        """lower_bound / iteration_time (1.0 for an empty iteration)."""
+        return self.lower_bound / self.iteration_time if self.iteration_time > 0 else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The `simulate --json` object of the CLI contract."""
+        return {
+            "schedule": self.schedule_name,
+            "iteration_time": self.iteration_time,
+            "lower_bound": self.lower_bound,
+            "efficiency": self.efficiency,
+            "bubble_fraction": self.bubble_fraction,
+            "per_rank": [
+                {
+                    "busy": r.busy,
+                    "idle": r.idle,
+                    "peak_inflight": r.peak_inflight,
+                    "peak_memory_bytes": r.peak_memory_bytes,
+                }
+                for r in self.per_rank
+            ],
+        }
