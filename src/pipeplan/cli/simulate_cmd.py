@@ -1,0 +1,7 @@
+"""The `pipeplan simulate` command."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to app."""
