@@ -1,0 +1,78 @@
+"""What every planner takes and returns, and the registry of planners by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeplan.core.checks import check_positive_float, check_positive_int
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import PlanError
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+from pipeplan.sim.result import SimResult
+
+SCHEDULE_CHOICES = ("auto", "gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """A planning problem: a model, a cluster and a global batch.
+
+    `microbatch_size` None lets the planner choose; `schedule` "auto" lets it
+    choose among all schedules, a name restricts it to that one.
+    `optimizer_factor` is optimizer state per parameter byte (2 = Adam).
+    """
+
+    profile: ModelProfile
+    cluster: Cluster
+    global_batch: int
+    microbatch_size: int | None = None
+    schedule: str = "auto"
+    optimizer_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_positive_int(PlanError, "global_batch", self.global_batch)
+        if self.microbatch_size is not None:
+            check_positive_int(PlanError, "microbatch_size", self.microbatch_size)
+            if self.global_batch % self.microbatch_size:
+                raise PlanError(
+                    f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}"
+                )
+        if self.schedule not in SCHEDULE_CHOICES:
+            raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
+        check_positive_float(PlanError, "optimizer_factor", self.optimizer_factor + 1e-300)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """A planner's answer: the plan, its simulated iteration and how long planning took."""
+
+    plan: Plan
+    planner: str
+    sim: SimResult
+    memory_per_device: tuple[float, ...]
+    planning_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def iteration_time(self) -> float:
+        """Simulated iteration time in ms."""
+        return self.sim.iteration_time
+
+
+Planner = Callable[[PlanRequest], PlanResult]
+
+PLANNERS: dict[str, Planner] = {}
+"""name -> planner; each module registers itself with `register_planner`."""
+
+
+def register_planner(name: str) -> Callable[[Planner], Planner]:
+    """Decorator: add a planner function to PLANNERS under `name`."""
+
+    def wrap(fn: Planner) -> Planner:
+        PLANNERS[name] = fn
+        return fn
+
+    return wrap
