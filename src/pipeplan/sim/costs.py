@@ -82,5 +82,6 @@ class Costs:
         if n < 1:
             raise CostError("costs must cover at least one stage, got 0")
         for field in ("forward", "backward"):
-            if len(getattr(self, field)) != n - 1:
-                raise CostError(f"costs {field} must have {n - 1} entries (one per stage boundary), got {len(getattr(self, field))}")
+            got = len(getattr(self, field))
+            if got != n - 1:
+                raise CostError(f"costs {field} must have {n - 1} entries (one per stage boundary), got {got}")
