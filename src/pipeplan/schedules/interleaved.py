@@ -55,9 +55,7 @@ def interleaved_one_f_one_b(stages: int, microbatches: int, chunks: int = 2) -> 
     """
     check_sizes(stages=stages, microbatches=microbatches, chunks=chunks)
     if microbatches % stages != 0:
-        raise ScheduleError(
-            f"interleaved-1f1b needs microbatches (m) a multiple of stages (p), got m={microbatches}, p={stages}"
-        )
+        raise ScheduleError(f"interleaved-1f1b needs microbatches (m) a multiple of stages (p), got m={microbatches}, p={stages}")
     total = microbatches * chunks
     ranks = []
     for rank in range(stages):

@@ -36,7 +36,5 @@ def kfkb(stages: int, microbatches: int, k: int = 1) -> Schedule:
         ScheduleError: p, m or k below 1.
     """
     check_sizes(stages=stages, microbatches=microbatches, k=k)
-    ranks = tuple(
-        kfkb_order(stage, stages, microbatches, k, min(k * (stages - stage), microbatches)) for stage in range(stages)
-    )
+    ranks = tuple(kfkb_order(stage, stages, microbatches, k, min(k * (stages - stage), microbatches)) for stage in range(stages))
     return Schedule(ranks, tuple(range(stages)), "kfkb")
