@@ -1,0 +1,83 @@
+"""Tests of plan files: round trip, deterministic bytes, errors naming file, field and value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeplan.core.errors import PlanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.schedule import Action
+from pipeplan.io.plan_json import PLAN_FORMAT, plan_dumps, plan_from_json, plan_to_json, read_plan, write_plan
+
+
+def sample_plan(order: bool = False) -> Plan:
+    """Two stages, the first replicated, two pipeline replicas."""
+    stages = (Stage(0, 2, (0, 1, 4, 5)), Stage(3, 5, (2, 6)))
+    if order:
+        ranks = (
+            tuple(Action.parse(a) for a in ("0F0", "0F1", "0B0", "0B1")),
+            tuple(Action.parse(a) for a in ("1F0", "1B0", "1F1", "1B1")),
+        )
+        return Plan(stages, 2, 2, 4, "list", order=ranks)
+    return Plan(stages, 2, 8, 4, "kfkb", k=2)
+
+
+def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    """write_plan then read_plan gives the same Plan and the names."""
+    for plan in (sample_plan(), sample_plan(order=True)):
+        path = tmp_path / "plan.json"
+        write_plan(plan, path, "bert-48", "a100-8x2")
+        back, meta = read_plan(path)
+        assert back == plan
+        assert meta == {"profile": "bert-48", "cluster": "a100-8x2"}
+
+
+def test_output_is_byte_identical_and_sorted(tmp_path: Path) -> None:
+    """Writing the same plan twice gives the same bytes, sorted keys, no timings."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_plan(sample_plan(True), a, "p", "c")
+    write_plan(sample_plan(True), b, "p", "c")
+    assert a.read_bytes() == b.read_bytes()
+    obj = json.loads(a.read_text())
+    assert list(obj) == sorted(obj)
+    assert obj["format"] == PLAN_FORMAT
+    assert obj["order"][1] == ["1F0", "1B0", "1F1", "1B1"]
+    assert not any("time" in key or "seconds" in key for key in obj)
+    assert plan_dumps(sample_plan(), "p", "c").endswith("}\n")
+
+
+def test_missing_field_names_file_and_field() -> None:
+    """A plan without microbatches is a PlanError naming the source and the field."""
+    obj = plan_to_json(sample_plan(), "p", "c")
+    del obj["microbatches"]
+    with pytest.raises(PlanError, match=r"x\.json: missing field 'microbatches'"):
+        plan_from_json(obj, "x.json")
+
+
+def test_bad_values_name_field_and_value() -> None:
+    """Wrong format, negative device, bad action, unknown key and invalid plans are PlanErrors."""
+    base = plan_to_json(sample_plan(), "p", "c")
+    cases = [
+        ({"format": "pipeplan.profile/1"}, r"'format' must be 'pipeplan.plan/1', got 'pipeplan.profile/1'"),
+        ({"microbatch_size": 0}, r"'microbatch_size' must be an integer >= 1, got 0"),
+        ({"stages": [{"first_layer": 0, "last_layer": 5, "devices": [-1]}]}, r"stages\[0\]: devices\[0\] .* got -1"),
+        ({"order": [["0X0"]]}, r"order\[0\]\[0\] is not an action .*'0X0'"),
+        ({"extra": 1}, r"unknown field 'extra'"),
+        ({"pipeline_replicas": 3}, r"f\.json: stage 0 has 4 devices, not a multiple of pipeline_replicas=3"),
+    ]
+    for change, message in cases:
+        with pytest.raises(PlanError, match=message):
+            plan_from_json({**base, **change}, "f.json")
+
+
+def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
+    """A missing file or broken JSON names the file."""
+    with pytest.raises(PlanError, match="cannot read file"):
+        read_plan(tmp_path / "none.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(PlanError, match=r"bad\.json: invalid JSON"):
+        read_plan(bad)
