@@ -13,7 +13,9 @@ class LayerProfile:
     """Costs of one layer for one batch of `ModelProfile.batch_size` samples on the reference device.
 
     `activation_bytes` is the layer's output; `saved_bytes` what autograd keeps
-    for backward (None: same as activation_bytes).
+    for backward (None: same as activation_bytes). `flops` and `bytes_moved`
+    (one batch, forward + backward) are optional counts a profiler may record
+    for roofline projection onto another GPU; None when unknown.
     """
 
     name: str
@@ -22,6 +24,8 @@ class LayerProfile:
     activation_bytes: float
     param_bytes: float
     saved_bytes: float | None = None
+    flops: float | None = None
+    bytes_moved: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -32,6 +36,10 @@ class LayerProfile:
             )
         saved = self.activation_bytes if self.saved_bytes is None else self.saved_bytes
         object.__setattr__(self, "saved_bytes", check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved))
+        for field in ("flops", "bytes_moved"):
+            value = getattr(self, field)
+            if value is not None:
+                object.__setattr__(self, field, check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,231 @@
+"""pipeplan's JSON cluster format, `pipeplan.cluster/1`, in matrix form and in description form.
+
+Files use GB/s (10^9 bytes/s) for bandwidth, microseconds for latency and GiB
+(2**30 bytes) for `memory_gb`; the in-memory Cluster uses bytes/s, seconds
+and bytes.
+
+Note:
+    Matrix form gives every ordered pair (any topology, asymmetric allowed).
+    Description form (nodes x GPUs per node, one intra- and one inter-node
+    rate, a shared per-node NIC, per-pair overrides) builds the same matrices
+    in O(n^2) list operations, so a 1024-GPU cluster loads in well under a
+    second. An override sets the ordered pair a->b only; give [b, a] too for
+    both directions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.errors import ClusterError
+from pipeplan.io.json_fields import Fields, check_number, load_json_file
+from pipeplan.presets.gpus import GENERIC_KIND, GPU_SPECS, canonical_kind
+
+CLUSTER_FORMAT = "pipeplan.cluster/1"
+GIB = 2**30
+GB_PER_S = 1e9
+US = 1e-6
+
+_MATRIX_KEYS = ("format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "notes")
+_DESCRIPTION_KEYS = (
+    "format",
+    "name",
+    "nodes",
+    "gpus_per_node",
+    "device",
+    "intra_node_gb_per_s",
+    "inter_node_gb_per_s",
+    "nic_gb_per_s",
+    "latency_us",
+    "overrides",
+    "notes",
+)
+_DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
+
+
+def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
+    """The cluster in matrix form: GB/s, microseconds, GiB."""
+    result: dict[str, Any] = {
+        "format": CLUSTER_FORMAT,
+        "name": cluster.name,
+        "devices": [
+            {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node}
+            for d in cluster.devices
+        ],
+        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth],
+        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency],
+    }
+    if cluster.nic_bandwidth is not None:
+        result["nic_gb_per_s"] = _clean(cluster.nic_bandwidth / GB_PER_S)
+    return result
+
+
+def cluster_from_json(obj: object, source: str = "<json>") -> Cluster:
+    """Build a Cluster from a parsed `pipeplan.cluster/1` object in either form.
+
+    Raises:
+        ClusterError: naming source, field and value.
+    """
+    top = Fields(obj, source, ClusterError)
+    if "format" in top.obj and top.obj["format"] != CLUSTER_FORMAT:
+        raise ClusterError(f"{source}: field 'format' must be {CLUSTER_FORMAT!r}, got {top.obj['format']!r}")
+    if "devices" in top.obj and "nodes" in top.obj:
+        raise ClusterError(f"{source}: give either 'devices' (matrix form) or 'nodes' (description form), not both")
+    if "devices" in top.obj:
+        return _from_matrix_form(top)
+    if "nodes" in top.obj:
+        return _from_description_form(top)
+    raise ClusterError(f"{source}: missing field 'devices' (matrix form) or 'nodes' (description form)")
+
+
+def read_cluster_json(path: str | os.PathLike[str]) -> Cluster:
+    """Read a `pipeplan.cluster/1` file in either form.
+
+    Raises:
+        ClusterError: unreadable file, invalid JSON, or a bad field (named with its value).
+    """
+    source = os.fspath(path)
+    return cluster_from_json(load_json_file(source, ClusterError), source)
+
+
+def _from_matrix_form(top: Fields) -> Cluster:
+    """Matrix form: devices plus full n x n bandwidth and latency matrices."""
+    top.check_keys(_MATRIX_KEYS)
+    source = top.where
+    name = top.string("name")
+    devices = []
+    for i, item in enumerate(top.array("devices", 1)):
+        kind, memory_bytes, speed, node = _device_fields(item, f"{source}: devices[{i}]", has_node=True)
+        devices.append(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=node))
+    n = len(devices)
+    bandwidth = _matrix(top, "bandwidth_gb_per_s", n, GB_PER_S)
+    raw_latency = top.raw("latency_us")
+    if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
+        # One number: the same latency between every pair of distinct devices.
+        value = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError) * US
+        latency = tuple(tuple(0.0 if a == b else value for b in range(n)) for a in range(n))
+    else:
+        latency = _matrix(top, "latency_us", n, US)
+    nic = top.optional_number("nic_gb_per_s", positive=True)
+    return _cluster(source, name, tuple(devices), bandwidth, latency, None if nic is None else nic * GB_PER_S)
+
+
+def _from_description_form(top: Fields) -> Cluster:
+    """Description form: nodes x gpus_per_node identical devices, two rates, overrides."""
+    top.check_keys(_DESCRIPTION_KEYS)
+    source = top.where
+    name = top.string("name")
+    nodes = top.integer("nodes", 1)
+    per_node = top.integer("gpus_per_node", 1)
+    n = nodes * per_node
+    template = top.raw("device")
+    kind, memory_bytes, speed, _ = _device_fields(template, f"{source}: device", has_node=False)
+    devices = tuple(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node) for i in range(n))
+    intra = top.number("intra_node_gb_per_s") * GB_PER_S if per_node > 1 else 0.0
+    inter = top.number("inter_node_gb_per_s") * GB_PER_S if nodes > 1 else 0.0
+    latency_fields = Fields(top.raw("latency_us"), f"{source}: latency_us", ClusterError)
+    latency_fields.check_keys(("intra", "inter"))
+    intra_lat = latency_fields.number("intra") * US if per_node > 1 else 0.0
+    inter_lat = latency_fields.number("inter") * US if nodes > 1 else 0.0
+    bandwidth = _two_level(n, per_node, intra, inter)
+    latency = _two_level(n, per_node, intra_lat, inter_lat)
+    overrides = top.array("overrides") if top.has("overrides") else []
+    for k, item in enumerate(overrides):
+        _apply_override(item, f"{source}: overrides[{k}]", n, bandwidth, latency)
+    nic = top.optional_number("nic_gb_per_s", positive=True)
+    return _cluster(
+        source,
+        name,
+        devices,
+        tuple(map(tuple, bandwidth)),
+        tuple(map(tuple, latency)),
+        None if nic is None else nic * GB_PER_S,
+    )
+
+
+def _two_level(n: int, per_node: int, intra: float, inter: float) -> list[list[float]]:
+    """n x n rows: intra inside a node's block, inter elsewhere, 0 on the diagonal."""
+    rows = []
+    for a in range(n):
+        start = (a // per_node) * per_node
+        row = [inter] * n
+        row[start : start + per_node] = [intra] * per_node
+        row[a] = 0.0
+        rows.append(row)
+    return rows
+
+
+def _apply_override(item: object, where: str, n: int, bandwidth: list[list[float]], latency: list[list[float]]) -> None:
+    """Set the ordered pair a->b's bandwidth (and latency, when given)."""
+    fields = Fields(item, where, ClusterError)
+    fields.check_keys(("pair", "gb_per_s", "latency_us"))
+    pair = fields.raw("pair")
+    if (
+        not isinstance(pair, list)
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n for v in pair)
+        or pair[0] == pair[1]
+    ):
+        raise ClusterError(f"{where}: field 'pair' must be two different device ids in 0..{n - 1}, got {pair!r}")
+    a, b = pair
+    bandwidth[a][b] = fields.number("gb_per_s") * GB_PER_S
+    if fields.has("latency_us"):
+        latency[a][b] = fields.number("latency_us") * US
+
+
+def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
+    """(kind, memory_bytes, speed, node) of a device object; memory defaults to the kind's spec, speed to 1, node to 0."""
+    fields = Fields(obj, where, ClusterError)
+    fields.check_keys(_DEVICE_KEYS if has_node else ("kind", "memory_gb", "speed"))
+    kind = canonical_kind(fields.raw("kind"), f"{where}: field 'kind'")
+    if kind == GENERIC_KIND:
+        memory_gb = fields.number("memory_gb", positive=True)
+    else:
+        memory_gb = fields.number("memory_gb", positive=True, default=GPU_SPECS[kind].memory_gib)
+    speed = fields.number("speed", positive=True, default=1.0)
+    node = fields.integer("node", 0, default=0) if has_node else 0
+    return kind, memory_gb * GIB, speed, node
+
+
+def _matrix(top: Fields, key: str, n: int, scale: float) -> tuple[tuple[float, ...], ...]:
+    """An n x n matrix of finite numbers >= 0, each multiplied by scale."""
+    rows = top.raw(key)
+    if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, list) and len(r) == n for r in rows):
+        shape = _shape(rows)
+        raise ClusterError(f"{top.where}: field {key!r} must be a {n}x{n} matrix (one row per device), got {shape}")
+    result = []
+    for a, row in enumerate(rows):
+        result.append(tuple(check_number(v, f"{top.where}: {key}[{a}][{b}]", ClusterError) * scale for b, v in enumerate(row)))
+    return tuple(result)
+
+
+def _shape(rows: object) -> str:
+    """A matrix's shape in words, for messages."""
+    if not isinstance(rows, list):
+        return repr(rows)[:60]
+    lengths = sorted({len(r) if isinstance(r, list) else -1 for r in rows})
+    cols = ",".join("non-list" if k < 0 else str(k) for k in lengths)
+    return f"{len(rows)} rows of {cols} entries"
+
+
+def _cluster(
+    source: str,
+    name: str,
+    devices: tuple[Device, ...],
+    bandwidth: tuple[tuple[float, ...], ...],
+    latency: tuple[tuple[float, ...], ...],
+    nic: float | None,
+) -> Cluster:
+    """Build the Cluster; a core check failure is re-raised with the source prepended."""
+    try:
+        return Cluster(name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic)
+    except ClusterError as exc:
+        raise ClusterError(f"{source}: {exc}") from None
+
+
+def _clean(value: float) -> int | float:
+    """Round away float noise from unit conversion; whole numbers as JSON integers."""
+    value = round(value, 9)
+    return int(value) if value.is_integer() and abs(value) < 2**53 else value
