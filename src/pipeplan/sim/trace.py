@@ -1,0 +1,176 @@
+"""Bandwidth traces: piecewise-constant multipliers of each link's nominal rate over time."""
+
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeplan.core.errors import CostError
+
+Link = tuple[int, int]
+"""An ordered device pair (src, dst)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStep:
+    """From `t_ms` on, `link` (an ordered device pair, or None for every link) runs at `factor` x nominal."""
+
+    t_ms: float
+    link: Link | None
+    factor: float
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthTrace:
+    """A list of steps; at time t a link runs at the factor of the latest step at or before t that names it (or "all").
+
+    Steps with equal `t_ms` apply in list order (the later one wins). Before a
+    link's first step its factor is 1.0.
+    """
+
+    steps: tuple[TraceStep, ...]
+
+    def __post_init__(self) -> None:
+        for i, step in enumerate(self.steps):
+            _check_step(i, step.t_ms, step.link, step.factor)
+
+    def affects(self, link: Link) -> bool:
+        """True when some step changes `link` (by name or through "all")."""
+        return any(s.link is None or s.link == link for s in self.steps)
+
+    def segments(self, link: Link) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The factor of `link` as breakpoints: (times, factors), factor[i] holding from times[i] until times[i+1].
+
+        times[0] is 0.0; the factor before any step is 1.0.
+        """
+        times = [0.0]
+        factors = [1.0]
+        for step in sorted((s for s in self.steps if s.link is None or s.link == link), key=lambda s: s.t_ms):
+            if step.t_ms == times[-1]:
+                factors[-1] = step.factor
+            else:
+                times.append(step.t_ms)
+                factors.append(step.factor)
+        return tuple(times), tuple(factors)
+
+    def factor_at(self, link: Link, t_ms: float) -> float:
+        """The multiplier of `link` at time `t_ms`."""
+        times, factors = self.segments(link)
+        return factors[bisect_right(times, t_ms) - 1] if t_ms >= 0 else 1.0
+
+    def max_factor(self, link: Link) -> float:
+        """The largest multiplier `link` ever runs at (for lower bounds)."""
+        return max(self.segments(link)[1])
+
+    def shifted(self, offset_ms: float) -> BandwidthTrace:
+        """The trace as seen from time `offset_ms` (which becomes 0): for simulating a later iteration.
+
+        Steps at or before the offset all move to t=0, keeping their order, so the
+        latest of them still wins.
+        """
+        ordered = sorted(self.steps, key=lambda s: s.t_ms)
+        return BandwidthTrace(tuple(TraceStep(max(0.0, s.t_ms - offset_ms), s.link, s.factor) for s in ordered))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The JSON list form read by `bandwidth_trace_from_json`."""
+        return [
+            {"t_ms": s.t_ms, "link": "all" if s.link is None else [s.link[0], s.link[1]], "factor": s.factor}
+            for s in self.steps
+        ]
+
+
+def finish_time(times: tuple[float, ...], factors: tuple[float, ...], start_ms: float, work_ms: float) -> float:
+    """When `work_ms` of nominal-rate work started at `start_ms` ends under the piecewise factor (exact integral)."""
+    if work_ms <= 0:
+        return start_ms
+    i = bisect_right(times, start_ms) - 1
+    t = start_ms
+    remaining = work_ms
+    last = len(times) - 1
+    while True:
+        factor = factors[i]
+        end_of_segment = times[i + 1] if i < last else math.inf
+        capacity = (end_of_segment - t) * factor
+        if capacity >= remaining:
+            return t + remaining / factor
+        remaining -= capacity
+        t = end_of_segment
+        i += 1
+
+
+def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
+    where = f"bandwidth trace entry {i}"
+    if isinstance(t_ms, bool) or not isinstance(t_ms, (int, float)) or not math.isfinite(t_ms) or t_ms < 0:
+        raise CostError(f"{where}: t_ms must be a finite number >= 0, got {t_ms!r}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+        raise CostError(f"{where}: factor must be a finite number > 0, got {factor!r}")
+    if link is not None:
+        ok = (
+            isinstance(link, tuple)
+            and len(link) == 2
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in link)
+            and link[0] != link[1]
+        )
+        if not ok:
+            raise CostError(f"{where}: link must be \"all\" or two different device ids [a, b], got {link!r}")
+
+
+def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
+    """Build a trace from its JSON form: a list of {"t_ms", "link": [a, b] | "all", "factor"}.
+
+    An object {"steps": [...]} (optionally with "format": "pipeplan.bandwidth_trace/1") is accepted too.
+
+    Raises:
+        CostError: naming the bad entry and value.
+    """
+    if isinstance(obj, dict):
+        unknown = sorted(set(obj) - {"format", "steps"})
+        if unknown:
+            raise CostError(f"bandwidth trace: unknown key {unknown[0]!r} (expected 'steps')")
+        fmt = obj.get("format", "pipeplan.bandwidth_trace/1")
+        if fmt != "pipeplan.bandwidth_trace/1":
+            raise CostError(f"bandwidth trace: format must be 'pipeplan.bandwidth_trace/1', got {fmt!r}")
+        obj = obj.get("steps")
+    if not isinstance(obj, list):
+        raise CostError(f"bandwidth trace must be a JSON list of steps, got {type(obj).__name__}")
+    steps = []
+    for i, entry in enumerate(obj):
+        if not isinstance(entry, dict):
+            raise CostError(f"bandwidth trace entry {i} must be an object with t_ms, link, factor, got {entry!r}")
+        unknown = sorted(set(entry) - {"t_ms", "link", "factor"})
+        if unknown:
+            raise CostError(f"bandwidth trace entry {i}: unknown key {unknown[0]!r} (expected t_ms, link, factor)")
+        missing = [k for k in ("t_ms", "link", "factor") if k not in entry]
+        if missing:
+            raise CostError(f"bandwidth trace entry {i}: missing {missing[0]!r}")
+        raw_link = entry["link"]
+        if raw_link == "all":
+            link: Link | None = None
+        elif isinstance(raw_link, list):
+            link = tuple(raw_link)  # type: ignore[assignment]
+        else:
+            raise CostError(f"bandwidth trace entry {i}: link must be \"all\" or [a, b], got {raw_link!r}")
+        _check_step(i, entry["t_ms"], link, entry["factor"])
+        steps.append(TraceStep(float(entry["t_ms"]), link, float(entry["factor"])))
+    return BandwidthTrace(tuple(steps))
+
+
+def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:
+    """Read a bandwidth trace JSON file.
+
+    Raises:
+        CostError: the file is missing, not JSON, or has a bad entry.
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise CostError(f"cannot read bandwidth trace {str(path)!r}: {err.strerror}") from err
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CostError(f"bandwidth trace {str(path)!r} is not JSON: {err.msg} at line {err.lineno}") from err
+    return bandwidth_trace_from_json(obj)
