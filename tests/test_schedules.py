@@ -1,0 +1,239 @@
+"""Tests of the static schedule generators: validity for all sizes, exact orders, in-flight bounds, bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan.core.errors import ScheduleError
+from pipeplan.core.schedule import Action, Schedule
+from pipeplan.core.validate import validate
+from pipeplan.schedules import (
+    SCHEDULES,
+    gpipe,
+    interleaved_one_f_one_b,
+    kfkb,
+    make_schedule,
+    one_f_one_b,
+    zero_bubble_h1,
+)
+from pipeplan.schedules.interleaved import interleaved_warmup
+
+NAMES = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1")
+
+
+@st.composite
+def schedule_args(draw: st.DrawFn, names: tuple[str, ...] = NAMES) -> tuple[str, int, int, int, int]:
+    """(name, p, m, k, v) with p <= 16, m <= 64, k <= 8, v <= 4; m a multiple of p for interleaved-1f1b."""
+    name = draw(st.sampled_from(names))
+    stages = draw(st.integers(1, 16))
+    k = draw(st.integers(1, 8))
+    chunks = draw(st.integers(1, 4))
+    # interleaved-1f1b needs m = p·j.
+    microbatches = stages * draw(st.integers(1, 64 // stages)) if name == "interleaved-1f1b" else draw(st.integers(1, 64))
+    return name, stages, microbatches, k, chunks
+
+
+def check_generated(schedule: Schedule, name: str, stages: int, microbatches: int, chunks: int) -> None:
+    """The shared validator: validate() passes and the shape matches the request."""
+    assert validate(schedule) is schedule
+    assert schedule.name == name
+    assert schedule.num_ranks == stages
+    num_stages = stages * chunks if name == "interleaved-1f1b" else stages
+    assert schedule.stage_to_rank == tuple(s % stages for s in range(num_stages))
+    assert schedule.num_microbatches == microbatches
+    ops_per_microbatch = 3 if name == "zb-h1" else 2
+    for rank, actions in enumerate(schedule.ranks):
+        assert len(actions) == ops_per_microbatch * microbatches * len(schedule.stages_of(rank))
+
+
+def order_peak_inflight(actions: tuple[Action, ...]) -> int:
+    """Most microbatches a rank holds: count at each F of started forwards minus finished B/W.
+
+    Actions on one rank run one after another, so this is the peak under any durations.
+    """
+    count = peak = 0
+    for action in actions:
+        if action.op == "F":
+            count += 1
+            peak = max(peak, count)
+        elif action.op in "BW":
+            count -= 1
+    return peak
+
+
+def texts(schedule: Schedule) -> list[str]:
+    """Each rank's actions as one space-separated line."""
+    return [" ".join(rank) for rank in schedule.to_text()]
+
+
+@given(schedule_args())
+def test_every_generator_passes_validate(args: tuple[str, int, int, int, int]) -> None:
+    """Every registered generator yields a valid schedule of the requested shape for p<=16, m<=64, k<=8, v<=4."""
+    name, stages, microbatches, k, chunks = args
+    schedule = make_schedule(name, stages, microbatches, k=k, chunks=chunks)
+    check_generated(schedule, name, stages, microbatches, chunks)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_largest_sizes_are_valid(name: str) -> None:
+    """The largest sizes of the range (p=16, m=64, k=8, v=4) give valid schedules."""
+    check_generated(make_schedule(name, 16, 64, k=8, chunks=4), name, 16, 64, 4)
+
+
+def test_registry_holds_every_generator() -> None:
+    """SCHEDULES names exactly the five static generators."""
+    assert tuple(SCHEDULES) == NAMES
+
+
+def test_generators_are_deterministic() -> None:
+    """The same arguments give equal schedules."""
+    for name in NAMES:
+        assert make_schedule(name, 4, 8, k=2, chunks=2) == make_schedule(name, 4, 8, k=2, chunks=2)
+
+
+def test_gpipe_order() -> None:
+    """GPipe runs every forward, then every backward."""
+    assert texts(gpipe(2, 3)) == ["0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"]
+
+
+def test_one_f_one_b_order() -> None:
+    """1F1B stage r warms up with p-r forwards, then alternates B and F, then drains."""
+    assert texts(one_f_one_b(3, 4)) == [
+        "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3",
+        "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3",
+        "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3",
+    ]
+
+
+def test_one_f_one_b_extra_warmup() -> None:
+    """DAPPLE's variant warms stage i up with min(2(p-i)-1, m) forwards."""
+    schedule = one_f_one_b(3, 8, extra_warmup=True)
+    validate(schedule)
+    for stage, actions in enumerate(schedule.ranks):
+        first_b = next(i for i, a in enumerate(actions) if a.op == "B")
+        assert first_b == min(2 * (3 - stage) - 1, 8)
+
+
+def test_kfkb_order() -> None:
+    """kFkB with k=2 alternates groups of two backwards and two forwards after a warm-up of 2(p-r)."""
+    assert texts(kfkb(2, 6, 2)) == [
+        "0F0 0F1 0F2 0F3 0B0 0B1 0F4 0F5 0B2 0B3 0B4 0B5",
+        "1F0 1F1 1B0 1B1 1F2 1F3 1B2 1B3 1F4 1F5 1B4 1B5",
+    ]
+
+
+def test_kfkb_extremes_are_1f1b_and_gpipe() -> None:
+    """kFkB with k=1 is 1F1B and with k>=m is GPipe."""
+    assert kfkb(4, 8, 1).ranks == one_f_one_b(4, 8).ranks
+    assert kfkb(4, 8, 8).ranks == gpipe(4, 8).ranks
+
+
+def test_interleaved_order() -> None:
+    """Megatron's order for p=2, m=4, v=2: rank 0 warms up with (v-1)p + 2(p-1) = 4 forwards, rank 1 with 2."""
+    assert texts(interleaved_one_f_one_b(2, 4, 2)) == [
+        "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3",
+        "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3",
+    ]
+
+
+@given(st.integers(1, 8), st.integers(1, 8), st.integers(2, 4))
+def test_interleaved_warmup_count(stages: int, groups: int, chunks: int) -> None:
+    """Rank r runs min((v-1)p + 2(p-1-r), mv) forwards, plus the first steady-state one, before its first backward."""
+    microbatches = stages * groups
+    schedule = interleaved_one_f_one_b(stages, microbatches, chunks)
+    for rank, actions in enumerate(schedule.ranks):
+        warmup = min((chunks - 1) * stages + 2 * (stages - 1 - rank), microbatches * chunks)
+        assert interleaved_warmup(rank, stages, microbatches, chunks) == warmup
+        first_b = next(i for i, a in enumerate(actions) if a.op == "B")
+        assert first_b == min(warmup + 1, microbatches * chunks)
+
+
+def test_interleaved_places_stage_on_rank_s_mod_p() -> None:
+    """Chunk-stage s runs on rank s mod p, and each rank holds v chunk-stages."""
+    schedule = interleaved_one_f_one_b(3, 6, 4)
+    assert schedule.num_stages == 12
+    assert schedule.stage_to_rank == tuple(s % 3 for s in range(12))
+    for rank, actions in enumerate(schedule.ranks):
+        assert {a.stage for a in actions} == {rank, rank + 3, rank + 6, rank + 9}
+
+
+@given(st.integers(1, 16), st.integers(1, 4))
+def test_interleaved_with_one_chunk_is_1f1b(stages: int, groups: int) -> None:
+    """interleaved-1f1b with v=1 has exactly 1F1B's order."""
+    assert interleaved_one_f_one_b(stages, stages * groups, 1).ranks == one_f_one_b(stages, stages * groups).ranks
+
+
+def test_interleaved_needs_m_multiple_of_p() -> None:
+    """m not a multiple of p is rejected with both values named."""
+    with pytest.raises(ScheduleError, match=r"multiple of stages \(p\), got m=6, p=4"):
+        interleaved_one_f_one_b(4, 6, 2)
+    with pytest.raises(ScheduleError, match="m=6, p=4"):
+        make_schedule("interleaved-1f1b", 4, 6, chunks=2)
+
+
+def test_zb_h1_order() -> None:
+    """ZB-H1 for p=3, m=4: 1F1B's warm-up; rank r holds back r W passes and runs them at the tail."""
+    assert texts(zero_bubble_h1(3, 4)) == [
+        "0F0 0F1 0F2 0I0 0W0 0F3 0I1 0W1 0I2 0W2 0I3 0W3",
+        "1F0 1F1 1I0 1F2 1I1 1W0 1F3 1I2 1W1 1I3 1W2 1W3",
+        "2F0 2I0 2F1 2I1 2F2 2I2 2W0 2F3 2I3 2W1 2W2 2W3",
+    ]
+
+
+def test_zb_h1_splits_every_backward() -> None:
+    """ZB-H1 uses I and W for every microbatch, never a full B."""
+    schedule = zero_bubble_h1(4, 8)
+    assert schedule.split_backward
+    assert not any(a.op == "B" for rank in schedule.ranks for a in rank)
+
+
+@given(schedule_args(("gpipe", "1f1b", "kfkb", "zb-h1")))
+def test_peak_inflight_by_order(args: tuple[str, int, int, int, int]) -> None:
+    """Peak in-flight per rank: gpipe m, 1f1b min(p-r, m), kfkb min(k(p-r), m), zb-h1 min(p, m) on every rank."""
+    name, p, m, k, chunks = args
+    schedule = make_schedule(name, p, m, k=k, chunks=chunks)
+    expected = {
+        "gpipe": [m] * p,
+        "1f1b": [min(p - r, m) for r in range(p)],
+        "kfkb": [min(k * (p - r), m) for r in range(p)],
+        "zb-h1": [min(p, m)] * p,
+    }[name]
+    assert [order_peak_inflight(actions) for actions in schedule.ranks] == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("stages", "microbatches", "k", "chunks", "field"),
+    [(0, 4, 1, 1, "stages"), (2, 0, 1, 1, "microbatches"), (2, 4, 0, 1, "k"), (2, 4, 1, 0, "chunks"), (-1, 4, 1, 1, "stages")],
+)
+def test_bad_sizes_are_rejected(name: str, stages: int, microbatches: int, k: int, chunks: int, field: str) -> None:
+    """p, m, k or v below 1 raise ScheduleError naming the field and the value, for every schedule."""
+    bad = {"stages": stages, "microbatches": microbatches, "k": k, "chunks": chunks}[field]
+    with pytest.raises(ScheduleError, match=rf"^{field} must be an integer >= 1, got {bad}$"):
+        make_schedule(name, stages, microbatches, k=k, chunks=chunks)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: gpipe(2.0, 4),  # type: ignore[arg-type]
+        lambda: one_f_one_b(2, True),  # type: ignore[arg-type]
+        lambda: kfkb(2, 4, "2"),  # type: ignore[arg-type]
+        lambda: interleaved_one_f_one_b(2, 4, 1.5),  # type: ignore[arg-type]
+        lambda: zero_bubble_h1(0, 4),
+    ],
+)
+def test_generators_check_their_own_arguments(call: object) -> None:
+    """Each generator rejects non-integer or non-positive sizes when called directly."""
+    with pytest.raises(ScheduleError, match="must be an integer >= 1"):
+        call()  # type: ignore[operator]
+
+
+def test_unknown_schedule_name() -> None:
+    """An unknown name is rejected with the known names listed."""
+    with pytest.raises(
+        ScheduleError, match=r"unknown schedule 'zb-h9'; choose one of gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1"
+    ):
+        make_schedule("zb-h9", 2, 4)
