@@ -1,0 +1,109 @@
+"""Resolve a profile or cluster argument: a built-in name or a file path."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from functools import cache
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
+from pipeplan.core.profile import ModelProfile
+from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
+from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
+from pipeplan.io.profile_json import read_profile_json
+from pipeplan.presets.clusters import CLUSTER_BUILDERS
+from pipeplan.presets.profiles import REFERENCE_DEVICE, builtin_profile_files, builtin_profile_text
+
+
+def list_profiles() -> tuple[str, ...]:
+    """Names of the built-in profiles, sorted (`dapple/bert-48`, ..., `pipedream/vgg16`)."""
+    return tuple(builtin_profile_files())
+
+
+def list_clusters() -> tuple[str, ...]:
+    """Names of the built-in clusters, in the order they are documented."""
+    return tuple(CLUSTER_BUILDERS)
+
+
+def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfile:
+    """A profile from a built-in name, a `.json` file (pipeplan.profile/1) or a graph.txt file.
+
+    A built-in may be named without its folder when that is unambiguous
+    (`vgg16` is `pipedream/vgg16`). A path that exists wins over a built-in name.
+
+    Args:
+        spec: built-in name or file path.
+        profile_batch_size: the batch the profile was measured with; needed for a
+            graph.txt file without `-pbs-N` in its name, checked against the
+            file's own batch size otherwise.
+
+    Raises:
+        ProfileError: unknown name (with close matches), unreadable or bad file.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ProfileError(f"profile must be a built-in name or a file path, got {spec!r}")
+    if os.path.isfile(spec):
+        if spec.lower().endswith(".json"):
+            profile = read_profile_json(spec)
+            _check_batch(spec, profile, profile_batch_size)
+            return profile
+        return read_graph_txt(spec, profile_batch_size=profile_batch_size)
+    name = _resolve(spec, list_profiles(), "profile", ProfileError)
+    profile = _builtin_profile(name)
+    _check_batch(name, profile, profile_batch_size)
+    return profile
+
+
+def load_cluster(spec: str) -> Cluster:
+    """A cluster from a built-in name or a `.json` file (pipeplan.cluster/1, either form).
+
+    Raises:
+        ClusterError: unknown name (with close matches), unreadable or bad file.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ClusterError(f"cluster must be a built-in name or a file path, got {spec!r}")
+    if os.path.isfile(spec):
+        return read_cluster_json(spec)
+    return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
+
+
+@cache
+def _builtin_profile(name: str) -> ModelProfile:
+    """Parse a built-in profile once per process (profiles are immutable)."""
+    relative, text = builtin_profile_text(name)
+    return parse_graph_txt(text, relative, name=name, reference_device=REFERENCE_DEVICE)
+
+
+@cache
+def _builtin_cluster(name: str) -> Cluster:
+    """Build a built-in cluster once per process (clusters are immutable)."""
+    return cluster_from_json(CLUSTER_BUILDERS[name](), f"built-in cluster {name}")
+
+
+def _resolve(spec: str, names: tuple[str, ...], what: str, error: type[PipeplanError]) -> str:
+    """The built-in name spec refers to: exact, or a unique `folder/spec` match."""
+    if spec in names:
+        return spec
+    suffix = [n for n in names if n.rsplit("/", 1)[-1] == spec]
+    if len(suffix) == 1:
+        return suffix[0]
+    if len(suffix) > 1:
+        raise error(f"{what} {spec!r} is ambiguous: it may be {', '.join(suffix)}")
+    looks_like_path = os.sep in spec or spec.lower().endswith((".json", ".txt"))
+    if looks_like_path:
+        raise error(f"{what} file {spec!r} does not exist")
+    short = {n.rsplit("/", 1)[-1]: n for n in names}
+    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.5)
+    close += [short[s] for s in difflib.get_close_matches(spec, list(short), n=3, cutoff=0.5) if short[s] not in close]
+    hint = f"did you mean {', '.join(close[:3])}? " if close else ""
+    raise error(f"unknown {what} {spec!r} (not a file, not a built-in name); {hint}`pipeplan show {what}s` lists the built-ins")
+
+
+def _check_batch(source: str, profile: ModelProfile, profile_batch_size: int | None) -> None:
+    """A given profile batch size must match the profile's own."""
+    if profile_batch_size is not None and profile_batch_size != profile.batch_size:
+        raise ProfileError(
+            f"{source}: the profile was measured with batch size {profile.batch_size}, "
+            f"but the profile batch size given is {profile_batch_size!r}"
+        )
