@@ -1,7 +1,169 @@
-"""The `pipeplan simulate` command."""
+"""The `pipeplan simulate` command: simulate a named schedule with synthetic costs, or a plan file."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import typer
 
+from pipeplan.cli.common import parse_numbers, print_json
+from pipeplan.core.errors import CostError, PlanError, ScheduleError
+
+if TYPE_CHECKING:
+    from pipeplan.core.schedule import Schedule
+    from pipeplan.sim.result import SimResult
+
+DEFAULTS = {"--fwd": "1", "--bwd": "2", "--comm": "0", "--act-bytes": "0"}
+"""Synthetic costs when a flag is not given: F = 1 ms, B = 2 ms, no transfer time, no activation memory."""
+
+
+def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: bool = False) -> float | list[float] | None:
+    """A cost flag as uniform_costs takes it: one number for every stage, or one per stage (boundary).
+
+    For a schedule with v > 1 chunks per rank (interleaved-1f1b), one number is
+    the cost of a rank's full stage, so each of its v chunk-stages gets 1/v of
+    it; a list gives one value per chunk-stage. `--comm` is never split: an
+    activation crossing a chunk boundary is as large as one crossing a stage boundary.
+
+    Raises:
+        CostError: a bad number, or a list whose length is not the number of stages (boundaries).
+    """
+    values = parse_numbers(flag, text)
+    if values is None:
+        return None
+    if len(values) == 1:
+        chunks = schedule.num_stages // schedule.num_ranks
+        return values[0] if per_boundary else values[0] / chunks
+    want = schedule.num_stages - 1 if per_boundary else schedule.num_stages
+    if len(values) != want:
+        what = "stage boundary" if per_boundary else "stage"
+        if schedule.num_stages > schedule.num_ranks:
+            what += f"; {schedule.num_ranks} ranks x {schedule.num_stages // schedule.num_ranks} chunks"
+        raise CostError(f"{flag} needs one number or {want} (one per {what}), got {len(values)}: {text!r}")
+    return values
+
+
+def simulate_named(
+    name: str,
+    stages: int,
+    microbatches: int,
+    costs_text: dict[str, str | None],
+    k: int,
+    chunks: int,
+    trace: object,
+    record: bool,
+) -> SimResult:
+    """Generate schedule `name` and simulate it with the synthetic costs of the flags in `costs_text`."""
+    from pipeplan.core.validate import validate
+    from pipeplan.schedules import make_schedule
+    from pipeplan.sim import simulate, uniform_costs
+
+    schedule = validate(make_schedule(name, stages, microbatches, k=k, chunks=chunks))
+    text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
+    costs = uniform_costs(
+        schedule,
+        fwd=stage_values("--fwd", text["--fwd"], schedule),
+        bwd=stage_values("--bwd", text["--bwd"], schedule),
+        comm=stage_values("--comm", text["--comm"], schedule, per_boundary=True),
+        act_bytes=stage_values("--act-bytes", text["--act-bytes"], schedule),
+        bwd_input=stage_values("--bwd-input", text["--bwd-input"], schedule),
+        bwd_weight=stage_values("--bwd-weight", text["--bwd-weight"], schedule),
+    )
+    return simulate(schedule, costs, trace=trace, record=record)
+
+
+def simulate_plan_file(plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool) -> SimResult:
+    """Read a plan file with its profile and cluster, and simulate it."""
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.io.plan_json import read_plan
+    from pipeplan.sim.plan_costs import simulate_plan
+
+    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
+    if missing:
+        raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
+    assert profile is not None and cluster is not None
+    return simulate_plan(read_plan(plan_path), load_profile(profile), load_cluster(cluster), trace=trace, record=record)
+
+
+def simulate(
+    name: str | None = typer.Argument(None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 (omit with --plan)."),
+    stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
+    microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
+    fwd: str | None = typer.Option(None, "--fwd", help="Forward ms per microbatch: one number or one per stage [1]."),
+    bwd: str | None = typer.Option(None, "--bwd", help="Backward ms per microbatch: one number or one per stage [2]."),
+    comm: str | None = typer.Option(None, "--comm", help="Transfer ms: one number or one per stage boundary [0]."),
+    act_bytes: str | None = typer.Option(None, "--act-bytes", help="Saved bytes per in-flight microbatch per stage [0]."),
+    bwd_input: str | None = typer.Option(None, "--bwd-input", help="I (backward for input) ms, zero-bubble [bwd/2]."),
+    bwd_weight: str | None = typer.Option(None, "--bwd-weight", help="W (backward for weights) ms, zero-bubble [bwd/2]."),
+    k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
+    chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    trace_out: str | None = typer.Option(None, "--trace", help="Write a Perfetto/Chrome trace JSON here."),
+    png_out: str | None = typer.Option(None, "--png", help="Write a timeline PNG here."),
+    bandwidth_trace: str | None = typer.Option(None, "--bandwidth-trace", help="Bandwidth trace JSON (link factors over time)."),
+    plan: str | None = typer.Option(None, "--plan", help="Simulate this plan file instead of a named schedule."),
+    profile: str | None = typer.Option(None, "--profile", help="Model profile (path or built-in name) for --plan."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster (path or built-in name) for --plan."),
+) -> None:
+    """Simulate one training iteration; print times, bubble and per-rank memory."""
+    costs_text = {
+        "--fwd": fwd,
+        "--bwd": bwd,
+        "--comm": comm,
+        "--act-bytes": act_bytes,
+        "--bwd-input": bwd_input,
+        "--bwd-weight": bwd_weight,
+    }
+    trace = None
+    if bandwidth_trace is not None:
+        from pipeplan.sim.trace import read_bandwidth_trace
+
+        trace = read_bandwidth_trace(bandwidth_trace)
+    record = trace_out is not None or png_out is not None
+    if plan is not None:
+        given = [flag for flag, value in costs_text.items() if value is not None]
+        given += [flag for flag, value in (("--stages", stages), ("--microbatches", microbatches)) if value is not None]
+        given += [flag for flag, value in (("--k", k != 1), ("--chunks", chunks != 1)) if value]
+        if name is not None:
+            raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
+        if given:
+            raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
+        result = simulate_plan_file(plan, profile, cluster, trace, record)
+        title = f"plan {plan}"
+    else:
+        if name is None:
+            raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
+        if profile is not None or cluster is not None:
+            raise PlanError("--profile and --cluster apply only with --plan")
+        for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
+            if value is None:
+                raise ScheduleError(f"simulate {name} needs {flag}")
+        assert stages is not None and microbatches is not None
+        result = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
+        title = f"{name}, p={stages}, m={microbatches}"
+        title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
+    report(result, title, as_json, trace_out, png_out)
+
+
+def report(result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
+    """Print the result (table or JSON) and write the requested trace and PNG."""
+    from pipeplan.viz.gantt import render_gantt
+    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.tables import print_tables, rank_table, summary_table
+
+    if as_json:
+        print_json(result.to_json())
+    else:
+        print_tables(summary_table(result, title), rank_table(result))
+    # With --json, stdout holds exactly the JSON object; file notes go to stderr.
+    if trace_out is not None:
+        write_trace(result, trace_out)
+        typer.echo(f"wrote Perfetto trace {trace_out} (open in ui.perfetto.dev)", err=as_json)
+    if png_out is not None:
+        render_gantt(result, png_out, title=title)
+        typer.echo(f"wrote timeline {png_out}", err=as_json)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to app."""
+    """Add `simulate` to app."""
+    app.command("simulate")(simulate)

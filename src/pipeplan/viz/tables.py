@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -29,9 +30,9 @@ def format_ms(ms: float) -> str:
     return f"{ms:.4g}"
 
 
-def summary_table(result: SimResult) -> Table:
-    """Iteration time, lower bound, efficiency and bubble of one result."""
-    table = Table(title=f"simulate {result.schedule_name}".rstrip(), show_header=False, title_justify="left")
+def summary_table(result: SimResult, title: str = "") -> Table:
+    """Iteration time, lower bound, efficiency and bubble of one result; `title` defaults to the schedule name."""
+    table = Table(title=title or result.schedule_name or None, show_header=False, title_justify="left")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("iteration time (ms)", format_ms(result.iteration_time))
@@ -59,25 +60,50 @@ def rank_table(result: SimResult) -> Table:
     return table
 
 
+def common_unit(sizes: Sequence[float]) -> tuple[str, float]:
+    """The binary unit (name, bytes) that prints the largest of sizes with at most four digits."""
+    largest = max((abs(x) for x in sizes), default=0.0)
+    unit = 0
+    while largest >= 10_000 and unit < len(_UNITS) - 1:
+        largest /= 1024
+        unit += 1
+    return _UNITS[unit], float(1024**unit)
+
+
 def comparison_table(results: Sequence[tuple[str, SimResult]], title: str = "schedules compared") -> Table:
     """One row per (label, result): iteration time, bubble, efficiency, peak in-flight and memory per rank.
 
-    Memory per rank reads rank 0 first, separated by slashes.
+    Memory per rank is in one unit for the whole table, rank 0 first, separated
+    by slashes; past 8 ranks only the largest and smallest are shown.
     """
-    table = Table(title=title, title_justify="left")
-    table.add_column("schedule")
-    for header in ("iteration (ms)", "bubble", "efficiency", "max in-flight"):
-        table.add_column(header, justify="right")
-    table.add_column("peak memory per rank (rank 0 / 1 / ...)")
+    unit_name, unit = common_unit([r.peak_memory_bytes for _, result in results for r in result.per_rank])
+    caption = (
+        "iter: iteration time; eff: lower bound / iteration time; in-flight: most microbatches a rank holds; "
+        "peak memory of rank 0/1/..."
+    )
+    table = Table(
+        title=title, title_justify="left", caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, show_edge=False
+    )
+    rows = []
     for label, result in results:
-        table.add_row(
-            label,
-            format_ms(result.iteration_time),
-            f"{result.bubble_fraction:.1%}",
-            f"{result.efficiency:.1%}",
-            str(max((r.peak_inflight for r in result.per_rank), default=0)),
-            " / ".join(format_bytes(r.peak_memory_bytes) for r in result.per_rank),
+        peaks = [r.peak_memory_bytes / unit for r in result.per_rank]
+        memory = "/".join(f"{x:.4g}" for x in peaks) if len(peaks) <= 8 else f"{max(peaks):.4g} max, {min(peaks):.4g} min"
+        rows.append(
+            (
+                label,
+                format_ms(result.iteration_time),
+                f"{result.bubble_fraction:.1%}",
+                f"{result.efficiency:.1%}",
+                str(max((r.peak_inflight for r in result.per_rank), default=0)),
+                memory,
+            )
         )
+    table.add_column("schedule", no_wrap=True)
+    for header in ("iter ms", "bubble", "eff", "in-flight"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column(f"peak {unit_name}/rank", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
