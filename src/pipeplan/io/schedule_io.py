@@ -148,7 +148,7 @@ def schedule_from_csv(text: str, source: str = "schedule CSV", name: str = "") -
         ScheduleError: naming `source`, the rank (row) and cell, and the bad value.
     """
     try:
-        rows = list(csv.reader(io.StringIO(text, newline="")))
+        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
     except csv.Error as exc:
         raise ScheduleError(f"{source}: not valid CSV: {exc}") from None
     if not rows:
