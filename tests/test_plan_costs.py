@@ -184,3 +184,19 @@ def test_plan_schedule_list_needs_order() -> None:
         plan_schedule(Plan((Stage(0, 3, (0,)),), 1, 1, 1, "list"))
     sched = plan_schedule(Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 3, 1, "1f1b"))
     assert sched.num_ranks == 2 and sched.num_microbatches == 3
+
+
+def test_microbatch_must_split_evenly_over_replicas() -> None:
+    """A stage with 2 replicas cannot take microbatches of 3 samples."""
+    plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 2, 3, "1f1b")
+    with pytest.raises(PlanError, match="stage 0 has 2 replicas but microbatch_size 3 is not a multiple of 2"):
+        plan_costs(plan, profile(), cluster())
+
+
+def test_memory_from_result_matches_order_based() -> None:
+    """The simulated per-rank peak memory equals the order-based computation."""
+    from pipeplan.sim.plan_costs import simulate_plan
+
+    plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 2, (2,)), Stage(3, 3, (3,))), 1, 6, 4, "kfkb", k=2)
+    result = simulate_plan(plan, profile(), cluster())
+    assert memory_per_device(plan, profile(), cluster(), result) == pytest.approx(memory_per_device(plan, profile(), cluster()))

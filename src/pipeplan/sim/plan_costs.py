@@ -15,7 +15,7 @@ GIB = float(1 << 30)
 
 
 def check_plan_matches(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
-    """Raise PlanError when the plan's layers or devices do not exist in the profile or cluster."""
+    """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
     if plan.num_layers != profile.num_layers:
         raise PlanError(
             f"plan covers {plan.num_layers} layers but profile {profile.name!r} has {profile.num_layers}"
@@ -26,6 +26,13 @@ def check_plan_matches(plan: Plan, profile: ModelProfile, cluster: Cluster) -> N
                 raise PlanError(
                     f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
                 )
+    for s in range(len(plan.stages)):
+        r = plan.replicas_of(s)
+        if plan.microbatch_size % r:
+            raise PlanError(
+                f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
+                f"(each microbatch is split evenly over a stage's replicas)"
+            )
 
 
 def scale_of(plan: Plan, profile: ModelProfile) -> float:
@@ -253,26 +260,26 @@ def memory_per_device(
 
     Args:
         result: a simulation of this plan with its full microbatch count; when
-            given, its per-stage peak in-flight counts are used (summed over the
-            chunks of a rank: an upper bound for interleaved plans). When None,
-            the peak is taken from the schedule's order, which is exact.
+            given, its per-rank peak memory is used. When None, the peak is
+            taken from the schedule's order (the same value: a rank runs its
+            actions one at a time, so in-flight counts do not depend on timing).
     """
-    costs = plan_costs(plan, profile, cluster, optimizer_factor)
     p = plan.num_ranks
-    static = [0.0] * p
-    for s, cost in enumerate(costs.stages):
-        static[s % p] += cost.static_bytes
-    if result is None:
-        activation = order_peak_activation(plan_schedule(plan), tuple(c.saved_bytes for c in costs.stages))
+    if result is not None:
+        if len(result.per_rank) != p:
+            raise PlanError(f"simulation result has {len(result.per_rank)} ranks but the plan has {p}")
+        per_rank = tuple(r.peak_memory_bytes for r in result.per_rank)
     else:
-        act = [0.0] * p
+        costs = plan_costs(plan, profile, cluster, optimizer_factor)
+        static = [0.0] * p
         for s, cost in enumerate(costs.stages):
-            act[s % p] += result.stage_peak_inflight[s] * cost.saved_bytes
-        activation = tuple(act)
+            static[s % p] += cost.static_bytes
+        activation = order_peak_activation(plan_schedule(plan), tuple(c.saved_bytes for c in costs.stages))
+        per_rank = tuple(static[r] + activation[r] for r in range(p))
     memory = [0.0] * cluster.num_devices
     for rank in range(p):
         for d in plan.stages[rank].devices:
-            memory[d] = static[rank] + activation[rank]
+            memory[d] = per_rank[rank]
     return tuple(memory)
 
 
