@@ -1,0 +1,289 @@
+"""Per-layer measurement of a chain of torch modules: times, sizes, saved-for-backward bytes, FLOPs.
+
+Method:
+  1. One no-grad pass through the chain records each layer's input (a pipeline
+     stage sees exactly these tensors at its boundary).
+  2. One counting pass per layer under saved-tensor hooks and the FLOP
+     counter gives output bytes, saved bytes, forward and backward FLOPs.
+  3. `warmup + runs` timing rounds. In each round every layer runs its
+     forward on its recorded input (detached, requiring a gradient unless it
+     is layer 0's data) and then its backward with a fixed random gradient of
+     the output's shape; the whole chain is then timed the same way in the
+     same round, so a burst of machine noise hits both alike. Times are the
+     medians over the `runs` rounds after warm-up.
+
+Parameter gradients accumulate across rounds in both the per-layer and the
+whole-chain runs, as they do across microbatches in training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pipeplan.core.checks import check_nonneg_int, check_positive_int
+from pipeplan.core.errors import ProfileError
+from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.profiler.flops import LayerWork, bytes_moved, flop_counter
+from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
+from pipeplan.profiler.specs import ModelSpec, layers_of
+
+SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class LayerSizes:
+    """What one layer holds and does for one batch, independent of timing."""
+
+    name: str
+    activation_bytes: int
+    param_bytes: int
+    saved_bytes: int
+    work: LayerWork
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """Everything measured about a chain: per-layer sizes and median times, and the whole chain's median times."""
+
+    device: str
+    batch_size: int
+    layers: tuple[LayerSizes, ...]
+    fwd_ms: tuple[float, ...]
+    bwd_ms: tuple[float, ...]
+    whole_fwd_ms: float
+    whole_bwd_ms: float
+
+    def to_profile(self, name: str) -> ModelProfile:
+        """The measured ModelProfile: a chain whose cut i carries layer i's output."""
+        layers = tuple(
+            LayerProfile(
+                name=s.name,
+                fwd_ms=f,
+                bwd_ms=b,
+                activation_bytes=s.activation_bytes,
+                param_bytes=s.param_bytes,
+                saved_bytes=s.saved_bytes,
+                flops=s.work.flops,
+                bytes_moved=s.work.bytes_moved,
+            )
+            for s, f, b in zip(self.layers, self.fwd_ms, self.bwd_ms, strict=True)
+        )
+        cuts = tuple(float(s.activation_bytes) for s in self.layers[:-1])
+        return ModelProfile(name, self.batch_size, layers, reference_device=self.device, cut_bytes=cuts, measured=True)
+
+
+def profile_module(
+    model: nn.Module | Sequence[nn.Module] | ModelSpec,
+    sample_input: SampleInput | None,
+    batch_size: int,
+    *,
+    runs: int = 10,
+    warmup: int = 3,
+    name: str | None = None,
+    progress: bool = False,
+) -> ModelProfile:
+    """Measure a model layer by layer and return its ModelProfile (reference_device = where it ran, measured=True).
+
+    Args:
+        model: an nn.Sequential, a module with blocks (see `specs.layers_of`),
+            a sequence of modules composed in order, or a ModelSpec.
+        sample_input: a batch of batch_size samples, or a function of the
+            batch size making one; None takes the ModelSpec's.
+        batch_size: samples per batch (the profile's batch size).
+        runs: timed rounds whose median is kept; warmup: rounds discarded first.
+        name: the profile's name (default: the spec's name, else "model").
+        progress: show a progress bar on stderr.
+
+    Raises:
+        ProfileError: bad arguments, or a layer that does not return one tensor.
+    """
+    measurement = measure_layers(model, sample_input, batch_size, runs=runs, warmup=warmup, progress=progress)
+    default = model.name if isinstance(model, ModelSpec) else "model"
+    return measurement.to_profile(name or default)
+
+
+def measure_layers(
+    model: nn.Module | Sequence[nn.Module] | ModelSpec,
+    sample_input: SampleInput | None,
+    batch_size: int,
+    *,
+    runs: int = 10,
+    warmup: int = 3,
+    whole: bool = True,
+    progress: bool = False,
+) -> Measurement:
+    """Measure every layer (sizes, FLOPs, median forward/backward ms) and, if whole, the chain as one model.
+
+    runs = 0 skips timing (all times 0): sizes and FLOPs only, as a projection needs.
+    """
+    check_positive_int(ProfileError, "batch_size", batch_size)
+    check_nonneg_int(ProfileError, "runs", runs)
+    check_nonneg_int(ProfileError, "warmup", warmup)
+    names, layers, x0 = _chain(model, sample_input, batch_size)
+    device = x0.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else _no_sync
+    rounds = warmup + runs if runs else 0
+    with _progress_bar(progress, len(layers) + rounds) as advance:
+        inputs = _layer_inputs(layers, x0)
+        sizes, grads = [], []
+        for i, (layer_name, layer, x) in enumerate(zip(names, layers, inputs, strict=True)):
+            size, grad = _count_layer(layer_name, layer, x, needs_grad=i > 0)
+            sizes.append(size)
+            grads.append(grad)
+            advance(f"counting {layer_name}")
+        samples_f: list[list[float]] = [[] for _ in layers]
+        samples_b: list[list[float]] = [[] for _ in layers]
+        whole_f: list[float] = []
+        whole_b: list[float] = []
+        for r in range(rounds):
+            for i, (layer, x, grad) in enumerate(zip(layers, inputs, grads, strict=True)):
+                f_ms, b_ms = _time_step(lambda layer=layer, x=x: layer(x), x, grad, sync)
+                if r >= warmup:
+                    samples_f[i].append(f_ms)
+                    samples_b[i].append(b_ms)
+            if whole:
+                f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0), x0, grads[-1], sync)
+                if r >= warmup:
+                    whole_f.append(f_ms)
+                    whole_b.append(b_ms)
+            advance(f"timing round {r + 1}/{rounds}")
+    return Measurement(
+        device=_device_name(device),
+        batch_size=batch_size,
+        layers=tuple(sizes),
+        fwd_ms=tuple(_median(s) for s in samples_f),
+        bwd_ms=tuple(_median(s) for s in samples_b),
+        whole_fwd_ms=_median(whole_f),
+        whole_bwd_ms=_median(whole_b),
+    )
+
+
+def _chain(
+    model: nn.Module | Sequence[nn.Module] | ModelSpec, sample_input: SampleInput | None, batch_size: int
+) -> tuple[list[str], list[nn.Module], torch.Tensor]:
+    """Names, layers and the first input (on the layers' device) of whatever model form was given."""
+    if isinstance(model, ModelSpec):
+        names, layers = list(model.layer_names), list(model.layers)
+        sample_input = model.sample_input if sample_input is None else sample_input
+    elif isinstance(model, nn.Module):
+        pairs = layers_of(model)
+        names, layers = [n for n, _ in pairs], [m for _, m in pairs]
+    else:
+        layers = list(model)
+        if not layers or not all(isinstance(m, nn.Module) for m in layers):
+            raise ProfileError("model must be an nn.Module, a ModelSpec, or a non-empty sequence of nn.Module")
+        names = [f"{i}-{type(m).__name__.lower()}" for i, m in enumerate(layers)]
+    if sample_input is None:
+        raise ProfileError("sample_input is required unless model is a ModelSpec")
+    x0 = sample_input(batch_size) if callable(sample_input) else sample_input
+    if not isinstance(x0, torch.Tensor):
+        raise ProfileError(f"sample_input must be a tensor (or make one), got {type(x0).__name__}")
+    if x0.dim() == 0 or x0.shape[0] != batch_size:
+        raise ProfileError(f"sample_input's first dimension must be the batch size {batch_size}, got shape {tuple(x0.shape)}")
+    params = [p for layer in layers for p in layer.parameters()]
+    device = params[0].device if params else x0.device
+    return names, layers, x0.to(device).detach()
+
+
+def _layer_inputs(layers: Sequence[nn.Module], x0: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's input from one no-grad pass; inputs after layer 0 are leaves that require a gradient."""
+    inputs = [x0]
+    with torch.no_grad():
+        x = x0
+        for i, layer in enumerate(layers[:-1]):
+            x = layer(x)
+            if not isinstance(x, torch.Tensor):
+                raise ProfileError(
+                    f"layer {i} ({type(layer).__name__}) returned {type(x).__name__}; each layer must return one tensor"
+                )
+            inputs.append(x)
+    return [x if i == 0 else x.detach().requires_grad_(x.is_floating_point()) for i, x in enumerate(inputs)]
+
+
+def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool) -> tuple[LayerSizes, torch.Tensor]:
+    """One forward and backward of layer under the saved-tensor meter and FLOP counter.
+
+    Returns the layer's sizes and work, and a fixed random gradient of its output's shape for the timing rounds.
+    """
+    with torch.enable_grad(), flop_counter() as fwd_counter, SavedTensorMeter(exclude=layer.parameters()) as meter:
+        out = layer(x)
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
+    grad = torch.randn(out.shape, dtype=out.dtype, device=out.device)
+    bwd_flops = 0
+    if out.requires_grad:
+        with flop_counter() as bwd_counter:
+            torch.autograd.backward(out, grad)
+        bwd_flops = bwd_counter.get_total_flops()
+        x.grad = None
+    p_bytes, in_bytes, out_bytes = param_bytes(layer), tensor_bytes(x), tensor_bytes(out)
+    saved = meter.saved_bytes
+    fwd_moved, bwd_moved = bytes_moved(p_bytes, in_bytes, out_bytes, saved, input_needs_grad=needs_grad and x.requires_grad)
+    work = LayerWork(name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved)
+    return LayerSizes(name, out_bytes, p_bytes, saved, work), grad
+
+
+def _time_step(
+    forward: Callable[[], torch.Tensor], x: torch.Tensor, grad: torch.Tensor, sync: Callable[[], None]
+) -> tuple[float, float]:
+    """Milliseconds of forward() and of the backward of its output with grad."""
+    sync()
+    t0 = time.perf_counter()
+    out = forward()
+    sync()
+    t1 = time.perf_counter()
+    if out.requires_grad:
+        torch.autograd.backward(out, grad)
+        sync()
+    t2 = time.perf_counter()
+    x.grad = None
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
+def _run_chain(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """Compose layers on x."""
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+def _median(samples: list[float]) -> float:
+    """Median of samples; 0.0 when there are none (timing skipped)."""
+    return statistics.median(samples) if samples else 0.0
+
+
+def _no_sync() -> None:
+    """CPU work is synchronous: nothing to wait for."""
+
+
+def _device_name(device: torch.device) -> str:
+    """'cpu', or the CUDA device's product name."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
+    """Yield advance(description): a rich progress bar on stderr when enabled, else a no-op."""
+    if not enabled:
+        yield lambda _description: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("profiling", total=total)
+
+        def advance(description: str) -> None:
+            bar.update(task, advance=1, description=description)
+
+        yield advance

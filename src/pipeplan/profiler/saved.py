@@ -1,0 +1,92 @@
+"""Bytes a layer keeps for backward, measured with autograd's saved-tensor hooks.
+
+Note:
+    What stays in memory between a layer's forward and its backward is the
+    set of *storages* autograd holds on to. A tensor saved twice (or two views
+    of one buffer, such as q, k and v split from one projection) is one
+    storage and is counted once, at the storage's full size. Storages of the
+    layer's parameters (and views of them, e.g. a transposed weight) are
+    excluded: they stay in memory anyway and are accounted as param_bytes.
+    The layer's input counts when the layer saves it (a Linear does): in a
+    pipeline it is the previous stage's output that this stage keeps alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from pipeplan.core.errors import ProfileError
+
+
+def storage_key(tensor: torch.Tensor) -> int:
+    """An identity for the storage behind tensor (equal for views of one buffer)."""
+    return StorageWeakRef(tensor.untyped_storage()).cdata
+
+
+def tensor_bytes(value: object) -> int:
+    """Bytes of the tensors in value (a tensor, or a tuple/list of them; other items count 0)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
+def param_bytes(layer: nn.Module) -> int:
+    """Bytes of layer's parameters, each shared parameter counted once."""
+    return sum(p.numel() * p.element_size() for p in layer.parameters())
+
+
+class SavedTensorMeter:
+    """Context manager recording the distinct non-parameter storages autograd saves inside it.
+
+    Usage: `with SavedTensorMeter(exclude=layer.parameters()) as meter: out = layer(x)`;
+    then `meter.saved_bytes`. Keep `out` alive until reading the meter: the
+    hooks only see what is packed while the graph is built.
+    """
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._exclude = {storage_key(t) for t in exclude}
+        self._sizes: dict[int, int] = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = storage_key(tensor)
+        if key not in self._exclude:
+            self._sizes[key] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    @staticmethod
+    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def __enter__(self) -> SavedTensorMeter:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    @property
+    def saved_bytes(self) -> int:
+        """Sum of the sizes of the distinct storages saved so far."""
+        return sum(self._sizes.values())
+
+
+def measure_saved_bytes(layer: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Run layer(x) once with grad enabled and return (bytes saved for backward, output).
+
+    Raises:
+        ProfileError: when the layer does not return a single tensor.
+    """
+    with torch.enable_grad(), SavedTensorMeter(exclude=layer.parameters()) as meter:
+        out = layer(x)
+    if not isinstance(out, torch.Tensor):
+        raise ProfileError(
+            f"layer {type(layer).__name__} returned {type(out).__name__}; every pipeline layer must return one tensor"
+        )
+    return meter.saved_bytes, out
