@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from pipeplan.cli import (
     demo_cmd,
@@ -25,8 +26,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-
-
 @app.callback()
 def _root() -> None:
     """Plan, simulate and run pipeline-parallel training of large DNNs."""
@@ -36,16 +35,31 @@ for _module in (schedule_cmd, simulate_cmd, show_cmd, profile_cmd, plan_cmd, tra
     _module.register(app)
 
 
-def main() -> None:
-    """Run the CLI; a bad input prints one line on stderr and exits with code 2."""
+def _fail(message: str) -> None:
+    """Print an error on stderr (first line prefixed) and exit with code 2."""
+    first, *rest = message.splitlines() or [""]
+    print(f"error: {first}", file=sys.stderr)
+    for line in rest:
+        print(line, file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a bad input prints one line on stderr and exits with code 2 (no traceback)."""
+    command = typer.main.get_command(app)
     try:
-        app()
+        command.main(args=argv, prog_name="pipeplan", standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
+        sys.exit(2)
+    except ClickException as exc:  # usage errors: bad or missing flags
+        _fail(exc.format_message() + "  (see pipeplan --help)")
     except PipeplanError as exc:
-        first, *rest = str(exc).splitlines() or [""]
-        print(f"error: {type(exc).__name__}: {first}", file=sys.stderr)
-        for line in rest:
-            print(line, file=sys.stderr)
-        sys.exit(2)
+        _fail(f"{type(exc).__name__}: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(exc))
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(1)
