@@ -73,16 +73,22 @@ def simulate_named(
 
 
 def simulate_plan_file(plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool) -> SimResult:
-    """Read a plan file with its profile and cluster, and simulate it."""
+    """Read a plan file with its profile and cluster, and simulate it.
+
+    Without --profile or --cluster, the names the plan file records are used.
+    """
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import read_plan
     from pipeplan.sim.plan_costs import simulate_plan
 
+    plan, names = read_plan(plan_path)
+    profile = profile or names.get("profile") or None
+    cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    return simulate_plan(read_plan(plan_path), load_profile(profile), load_cluster(cluster), trace=trace, record=record)
+    return simulate_plan(plan, load_profile(profile), load_cluster(cluster), trace=trace, record=record)
 
 
 def simulate(
@@ -129,7 +135,7 @@ def simulate(
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
         result = simulate_plan_file(plan, profile, cluster, trace, record)
-        title = f"plan {plan}"
+        title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
             raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")

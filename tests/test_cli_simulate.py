@@ -1,0 +1,175 @@
+"""Tests of `pipeplan simulate`: JSON equal to the library's, tables, files, --plan, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeplan.cli import app, main
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.io.plan_json import write_plan
+from pipeplan.schedules import make_schedule
+from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
+from pipeplan.sim.plan_costs import simulate_plan
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    """Run `pipeplan simulate ... --json` in-process and parse its stdout."""
+    result = CliRunner().invoke(app, ["simulate", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def library_json(name: str, p: int, m: int, k: int = 1, chunks: int = 1, trace: object = None, **costs: Any) -> dict[str, Any]:
+    """What the library gives for the same schedule and costs, through JSON as the CLI prints it."""
+    schedule = make_schedule(name, p, m, k=k, chunks=chunks)
+    result = simulate(schedule, uniform_costs(schedule, **{"fwd": 1.0, "bwd": 2.0, **costs}), trace=trace)
+    return json.loads(json.dumps(result.to_json()))
+
+
+def test_json_equals_the_library_for_uniform_costs() -> None:
+    """--json prints exactly SimResult.to_json() of the same schedule and costs."""
+    got = run_json("1f1b", "-p", "4", "-m", "8", "--fwd", "1", "--bwd", "2", "--comm", "0.5", "--act-bytes", "100")
+    assert got == library_json("1f1b", 4, 8, comm=0.5, act_bytes=100.0)
+    assert got["per_rank"][0]["peak_memory_bytes"] == 4 * 100.0
+
+
+def test_defaults_are_fwd_1_bwd_2_no_transfer_time() -> None:
+    """Without cost flags, gpipe takes (m + p - 1)(1 + 2) ms."""
+    got = run_json("gpipe", "--stages", "3", "--microbatches", "5")
+    assert got["iteration_time"] == pytest.approx((5 + 3 - 1) * 3.0)
+    assert got["bubble_fraction"] == pytest.approx(2 / 7)
+
+
+def test_lists_give_one_value_per_stage_and_per_boundary() -> None:
+    """Comma lists set each stage's F and B and each boundary's transfer time."""
+    got = run_json("kfkb", "-p", "3", "-m", "6", "--k", "2", "--fwd", "1,2,1", "--bwd", "2,3,2", "--comm", "0.25,0.5")
+    assert got == library_json("kfkb", 3, 6, k=2, fwd=[1.0, 2.0, 1.0], bwd=[2.0, 3.0, 2.0], comm=[0.25, 0.5])
+
+
+def test_interleaved_single_numbers_are_split_over_the_chunks() -> None:
+    """For interleaved-1f1b, one --fwd/--bwd/--act-bytes number is a full stage's: each of v chunks gets 1/v."""
+    got = run_json("interleaved-1f1b", "-p", "4", "-m", "8", "-v", "2", "--fwd", "2", "--bwd", "4", "--act-bytes", "64")
+    assert got == library_json("interleaved-1f1b", 4, 8, chunks=2, fwd=1.0, bwd=2.0, act_bytes=32.0)
+    # Closed form with per-full-stage f = 2, b = 4 and no transfer time: (m + (p - 1) / v)(f + b).
+    assert got["iteration_time"] == pytest.approx((8 + 3 / 2) * 6.0)
+
+
+def test_interleaved_lists_give_one_value_per_chunk_stage() -> None:
+    """A list for interleaved-1f1b has p * v entries, one per chunk-stage."""
+    fwd = [0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0]
+    got = run_json("interleaved-1f1b", "-p", "4", "-m", "4", "-v", "2", "--fwd", ",".join(map(str, fwd)), "--comm", "0.1")
+    assert got == library_json("interleaved-1f1b", 4, 4, chunks=2, fwd=fwd, bwd=1.0, comm=0.1)
+
+
+def test_zero_bubble_takes_the_input_weight_split() -> None:
+    """--bwd-input and --bwd-weight reach the simulator for zb-h1."""
+    got = run_json("zb-h1", "-p", "4", "-m", "8", "--bwd-input", "1.5", "--bwd-weight", "0.5")
+    assert got == library_json("zb-h1", 4, 8, bwd_input=1.5, bwd_weight=0.5)
+
+
+def test_bandwidth_trace_slows_transfers(tmp_path: Path) -> None:
+    """A trace halving every link from t=0 gives the library's result under the same trace, slower than without."""
+    path = tmp_path / "bw.json"
+    path.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 0.5}]))
+    got = run_json("1f1b", "-p", "3", "-m", "4", "--comm", "1", "--bandwidth-trace", str(path))
+    assert got == library_json("1f1b", 3, 4, comm=1.0, trace=read_bandwidth_trace(path))
+    assert got["iteration_time"] > library_json("1f1b", 3, 4, comm=1.0)["iteration_time"]
+
+
+def test_default_output_is_a_table_with_one_row_per_rank() -> None:
+    """Without --json the command prints the summary and per-rank tables."""
+    result = CliRunner().invoke(app, ["simulate", "1f1b", "-p", "4", "-m", "8"])
+    assert result.exit_code == 0
+    assert "1f1b, p=4, m=8" in result.stdout
+    assert "iteration time (ms)" in result.stdout and "33" in result.stdout and "27.3%" in result.stdout
+    assert sum(1 for line in result.stdout.splitlines() if line.startswith("│    ")) == 4
+
+
+def test_png_and_trace_are_written_and_json_stays_clean(tmp_path: Path) -> None:
+    """--png and --trace write their files; with --json stdout holds only the JSON and the notes go to stderr."""
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    args = ["simulate", "zb-h1", "-p", "4", "-m", "8", "--json", "--png", str(png), "--trace", str(trace)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["iteration_time"] > 0
+    assert str(png) in result.stderr and str(trace) in result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(1 for e in events if e["ph"] == "X" and e["tid"] == 0) == 4 * 8 * 3
+
+
+def write_vgg_plan(path: Path) -> Plan:
+    """A 4-stage 1f1b plan of pipedream/vgg16 on v100-8x1 with even layer cuts."""
+    layers = load_profile("pipedream/vgg16").num_layers
+    cuts = [0, layers // 4, layers // 2, 3 * layers // 4, layers]
+    plan = Plan(tuple(Stage(cuts[i], cuts[i + 1] - 1, (i,)) for i in range(4)), 1, 8, 32, "1f1b")
+    write_plan(plan, path, "pipedream/vgg16", "v100-8x1")
+    return plan
+
+
+def test_plan_mode_equals_simulate_plan(tmp_path: Path) -> None:
+    """simulate --plan prints simulate_plan's result; --profile/--cluster default to the names in the file."""
+    path = tmp_path / "plan.json"
+    plan = write_vgg_plan(path)
+    expected = json.loads(json.dumps(simulate_plan(plan, load_profile("pipedream/vgg16"), load_cluster("v100-8x1")).to_json()))
+    assert run_json("--plan", str(path), "--profile", "pipedream/vgg16", "--cluster", "v100-8x1") == expected
+    assert run_json("--plan", str(path)) == expected
+
+
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run pipeplan.cli.main() in-process with argv; return (exit code, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["pipeplan", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    return int(exit_info.value.code or 0), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["1f1b", "-p", "4"], "needs --microbatches"),
+        (["-p", "4", "-m", "4"], "needs a schedule NAME"),
+        (["nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
+        (["1f1b", "-p", "0", "-m", "4"], "stages must be an integer >= 1, got 0"),
+        (["1f1b", "-p", "4", "-m", "4", "--fwd", "-1"], "--fwd values must be finite and >= 0, got '-1'"),
+        (["1f1b", "-p", "4", "-m", "4", "--bwd", "nan"], "--bwd values must be finite"),
+        (["1f1b", "-p", "4", "-m", "4", "--fwd", "1,2"], "--fwd needs one number or 4 (one per stage), got 2"),
+        (["1f1b", "-p", "4", "-m", "4", "--comm", "1,2,3,4"], "--comm needs one number or 3 (one per stage boundary)"),
+        (["interleaved-1f1b", "-p", "4", "-m", "8", "-v", "2", "--bwd", "1,2,3,4"], "4 ranks x 2 chunks"),
+        (["interleaved-1f1b", "-p", "4", "-m", "6", "-v", "2"], "a multiple of stages (p), got m=6, p=4"),
+        (["1f1b", "-p", "4", "-m", "4", "--profile", "x"], "--profile and --cluster apply only with --plan"),
+        (["1f1b", "--plan", "p.json"], "NAME or --plan, not both"),
+        (["--plan", "p.json", "--stages", "4"], "--stages does not apply to --plan"),
+        (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read file"),
+        (["1f1b", "-p", "2", "-m", "2", "--bandwidth-trace", "/no/such/trace.json"], "cannot read bandwidth trace"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """Each bad input exits with code 2 and one line on stderr that names the value."""
+    code, err = run_main(monkeypatch, capsys, "simulate", *args)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and message in err
+
+
+def test_bad_input_in_a_real_process_has_no_traceback() -> None:
+    """The installed command exits 2 on a bad cost list and prints no traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from pipeplan.cli import main; main()", "simulate", "1f1b", "-p", "4", "-m", "4", "--fwd", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: CostError: --fwd must be a number or a comma-separated list of numbers, got 'x'"
