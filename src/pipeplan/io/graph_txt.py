@@ -248,7 +248,7 @@ def _topological_order(nodes: dict[str, _Node], consumers: dict[str, list[str]],
 
 
 def _find_cycle(stuck: set[str], nodes: dict[str, _Node], consumers: dict[str, list[str]]) -> list[str]:
-    """A cycle among the nodes Kahn's algorithm could not order.
+    """A cycle among the nodes Kahn's algorithm could not order, starting at its earliest line.
 
     Every stuck node has a stuck producer, so walking producers backwards from
     any stuck node must revisit a node; the revisited stretch is a cycle.
@@ -265,7 +265,9 @@ def _find_cycle(stuck: set[str], nodes: dict[str, _Node], consumers: dict[str, l
         seen[node_id] = len(walk)
         walk.append(node_id)
         node_id = producers[node_id][0]
-    return list(reversed(walk[seen[node_id] :]))
+    cycle = list(reversed(walk[seen[node_id] :]))
+    first = cycle.index(min(cycle, key=lambda n: nodes[n].line))
+    return cycle[first:] + cycle[:first]
 
 
 def _layer(node: _Node) -> LayerProfile:
