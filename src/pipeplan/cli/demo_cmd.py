@@ -103,9 +103,10 @@ def demo(out: str = typer.Option("out", "--out", help="Directory for the timelin
     ctx = DemoContext(out=out_dir, console=Console())
     for step in STEPS:
         step(ctx)
-    ctx.console.print(f"\nWrote {len(ctx.written)} files (PNG timelines; traces open in https://ui.perfetto.dev):")
+    # Plain echo: rich would wrap long paths, and paths must stay copyable.
+    typer.echo(f"\nWrote {len(ctx.written)} files (PNG timelines; traces open in https://ui.perfetto.dev):")
     for path in ctx.written:
-        ctx.console.print(f"  {path}", highlight=False)
+        typer.echo(f"  {path}")
 
 
 def register(app: typer.Typer) -> None:

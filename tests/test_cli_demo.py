@@ -1,0 +1,65 @@
+"""Tests of `pipeplan demo`: the comparison table and the timeline files it writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from pipeplan.cli import app
+from pipeplan.cli.demo_cmd import CASES, STEPS, DemoSetting, compare_schedules
+from pipeplan.schedules import make_schedule
+from pipeplan.sim import simulate, uniform_costs
+from pipeplan.viz.tables import format_ms
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Result]:
+    """Run `pipeplan demo --out DIR` once for this module (DIR does not exist beforehand)."""
+    out = tmp_path_factory.mktemp("demo") / "out"
+    result = CliRunner().invoke(app, ["demo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result
+
+
+def test_demo_writes_a_png_and_a_trace_per_schedule(demo_run: tuple[Path, Result]) -> None:
+    """demo --out DIR writes <name>.png and <name>.trace.json for the five schedules and prints their paths."""
+    out, result = demo_run
+    names = ["gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1"]
+    assert [c.name for c in CASES] == names
+    for name in names:
+        png, trace = out / f"{name}.png", out / f"{name}.trace.json"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        assert json.loads(trace.read_text())["traceEvents"]
+        assert str(png) in result.stdout and str(trace) in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.png" for n in names] + [f"{n}.trace.json" for n in names])
+
+
+def test_demo_table_shows_the_library_numbers(demo_run: tuple[Path, Result]) -> None:
+    """Each schedule's row carries the iteration time and per-rank peak memory the simulator gives for the setting."""
+    result = demo_run[1]
+    s = DemoSetting()
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
+    for name in ("gpipe", "1f1b", "zb-h1"):
+        schedule = make_schedule(name, s.stages, s.microbatches)
+        costs = uniform_costs(schedule, s.fwd_ms, s.bwd_ms, comm=s.comm_ms, act_bytes=float(s.act_bytes))
+        expected = simulate(schedule, costs)
+        row = rows[name]
+        assert format_ms(expected.iteration_time) in row.split()
+        assert "/".join(f"{r.peak_memory_bytes / 2**20:.4g}" for r in expected.per_rank) in row
+    # 1f1b holds at most p microbatches on rank 0 at 64 MiB each.
+    assert "256/192/128/64" in rows["1f1b"]
+
+
+def test_demo_trace_has_one_event_per_action(demo_run: tuple[Path, Result]) -> None:
+    """The interleaved trace holds one compute event per action of the v=2 schedule."""
+    events = json.loads((demo_run[0] / "interleaved-1f1b.trace.json").read_text())["traceEvents"]
+    actions = sum(len(r) for r in make_schedule("interleaved-1f1b", 4, 8, chunks=2).ranks)
+    assert sum(1 for e in events if e["ph"] == "X" and e["tid"] == 0) == actions
+
+
+def test_demo_is_a_list_of_steps_starting_with_the_schedule_comparison() -> None:
+    """Later features extend the demo by appending to STEPS."""
+    assert STEPS[0] is compare_schedules
