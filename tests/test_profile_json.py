@@ -1,0 +1,156 @@
+"""Tests of the pipeplan.profile/1 JSON format: round trips, defaults, determinism and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeplan.core.errors import ProfileError
+from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.io.load import load_profile
+from pipeplan.io.profile_json import profile_from_json, profile_to_json, read_profile_json, write_profile_json
+
+
+def small() -> dict[str, Any]:
+    """A valid two-layer profile object; the second layer has FLOP and byte counts."""
+    first = {"name": "l0", "fwd_ms": 1.5, "bwd_ms": 3.0, "activation_bytes": 64, "param_bytes": 1024, "saved_bytes": 128}
+    second = {"name": "l1", "fwd_ms": 0.5, "bwd_ms": 1.0, "activation_bytes": 32, "param_bytes": 0, "flops": 2e9}
+    second["bytes_moved"] = 4e6
+    return {
+        "format": "pipeplan.profile/1",
+        "name": "tiny",
+        "batch_size": 4,
+        "reference_device": "A100",
+        "measured": False,
+        "cut_bytes": [96],
+        "layers": [first, second],
+    }
+
+
+def test_reads_every_field() -> None:
+    """Each JSON field lands in the matching ModelProfile/LayerProfile field."""
+    profile = profile_from_json(small(), "tiny.json")
+    assert (profile.name, profile.batch_size, profile.reference_device, profile.measured) == ("tiny", 4, "A100", False)
+    assert profile.cut_bytes == (96.0,)
+    assert profile.layers[0] == LayerProfile("l0", 1.5, 3.0, 64, 1024, 128)
+    assert profile.layers[1].flops == 2e9
+    assert profile.layers[1].bytes_moved == 4e6
+    assert profile.layers[0].flops is None
+
+
+def test_optional_fields_take_their_defaults() -> None:
+    """Without reference_device, measured, cut_bytes and saved_bytes: unknown, true, activations, activation."""
+    obj = small()
+    for key in ("format", "reference_device", "measured", "cut_bytes"):
+        del obj[key]
+    del obj["layers"][0]["saved_bytes"]
+    profile = profile_from_json(obj)
+    assert (profile.reference_device, profile.measured) == ("unknown", True)
+    assert profile.cut_bytes == (64.0,)
+    assert profile.layers[0].saved_bytes == 64.0
+
+
+def test_round_trip_of_a_builtin_profile(tmp_path: Path) -> None:
+    """A graph.txt profile written as JSON and read back is equal to the original."""
+    original = load_profile("pipedream/resnet18")
+    path = tmp_path / "resnet18.json"
+    write_profile_json(original, path)
+    assert read_profile_json(path) == original
+
+
+def test_writing_is_deterministic_with_sorted_keys(tmp_path: Path) -> None:
+    """The same profile gives the same bytes, with keys sorted and whole byte counts as integers."""
+    profile = profile_from_json(small())
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    write_profile_json(profile, first)
+    write_profile_json(profile_from_json(profile_to_json(profile)), second)
+    assert first.read_bytes() == second.read_bytes()
+    text = first.read_text()
+    assert text.index('"batch_size"') < text.index('"cut_bytes"') < text.index('"layers"') < text.index('"name"')
+    assert json.loads(text)["layers"][0]["param_bytes"] == 1024
+    assert isinstance(json.loads(text)["layers"][0]["param_bytes"], int)
+
+
+def test_to_json_lists_every_layer_field() -> None:
+    """Each layer object carries all LayerProfile fields; unknown counts are null."""
+    layer = profile_to_json(profile_from_json(small()))["layers"][0]
+    assert sorted(layer) == ["activation_bytes", "bwd_ms", "bytes_moved", "flops", "fwd_ms", "name", "param_bytes", "saved_bytes"]
+    assert layer["flops"] is None
+
+
+def test_fractional_sizes_survive_a_round_trip() -> None:
+    """A scaled profile's fractional byte counts stay floats and round-trip exactly."""
+    profile = ModelProfile("f", 1, (LayerProfile("a", 0.1, 0.2, 10.5, 0.25), LayerProfile("b", 0.3, 0.4, 1.0, 0.0)))
+    assert profile_from_json(json.loads(json.dumps(profile_to_json(profile)))) == profile
+
+
+def edit(path: str, value: object) -> dict[str, Any]:
+    """small() with the field at a dotted path replaced (or deleted when value is DELETE)."""
+    obj = small()
+    keys = path.split(".")
+    target: Any = obj
+    for key in keys[:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    last: Any = int(keys[-1]) if keys[-1].isdigit() else keys[-1]
+    if value is DELETE:
+        del target[last]
+    else:
+        target[last] = value
+    return obj
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("name", DELETE, r"p\.json: missing field 'name'"),
+        ("layers.1.fwd_ms", DELETE, r"p\.json: layers\[1\]: missing field 'fwd_ms'"),
+        ("layers.0.activation_bytes", -64, r"p\.json: layers\[0\]: field 'activation_bytes' must be .* >= 0, got -64"),
+        ("layers.0.param_bytes", "1 KiB", r"layers\[0\]: field 'param_bytes' must be a finite number >= 0, got \"1 KiB\""),
+        ("layers.0.bwd_ms", True, r"layers\[0\]: field 'bwd_ms' must be a finite number >= 0, got true"),
+        ("layers.1.flops", -1, r"layers\[1\]: field 'flops' must be a finite number >= 0, got -1"),
+        ("layers.0.saved_bytes", -1.5, r"layers\[0\]: field 'saved_bytes' must be a finite number >= 0, got -1.5"),
+        ("layers.0.fwd", 1, r"layers\[0\]: unknown field 'fwd'; known fields: name, fwd_ms"),
+        ("batch_size", 0, r"p\.json: field 'batch_size' must be an integer >= 1, got 0"),
+        ("batch_size", 2.5, r"field 'batch_size' must be an integer >= 1, got 2.5"),
+        ("measured", "yes", r"field 'measured' must be true or false, got \"yes\""),
+        ("format", "pipeplan.cluster/1", r"field 'format' must be 'pipeplan.profile/1', got 'pipeplan.cluster/1'"),
+        ("cut_bytes", [1, 2], r"field 'cut_bytes' must have 1 entries .* got 2"),
+        ("cut_bytes", [-5], r"p\.json: cut_bytes\[0\] must be a finite number >= 0, got -5"),
+        ("layers", [], r"field 'layers' must be an array of at least 1 items, got \[\]"),
+        ("layers.1", "l1", r"layers\[1\] must be a JSON object, got \"l1\""),
+        ("extra", 1, r"p\.json: unknown field 'extra'"),
+    ],
+)
+def test_bad_fields_name_file_field_and_value(path: str, value: object, message: str) -> None:
+    """Each bad or missing field raises ProfileError naming the file, the field and the value."""
+    with pytest.raises(ProfileError, match=message):
+        profile_from_json(edit(path, value), "p.json")
+
+
+def test_not_an_object() -> None:
+    """A top-level array is rejected with its value."""
+    with pytest.raises(ProfileError, match=r"x\.json must be a JSON object, got \[1\]"):
+        profile_from_json([1], "x.json")
+
+
+def test_invalid_json_file_names_file_and_position(tmp_path: Path) -> None:
+    """Broken JSON reports the file, line and column; a missing file reports the file."""
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "name": "x",\n  oops\n}\n')
+    with pytest.raises(ProfileError, match=r"broken\.json: invalid JSON at line 3 column 3"):
+        read_profile_json(path)
+    with pytest.raises(ProfileError, match=r"missing\.json: cannot read file"):
+        read_profile_json(tmp_path / "missing.json")
+
+
+def test_notes_are_allowed_and_ignored() -> None:
+    """A free-form `notes` field is accepted and does not change the profile."""
+    obj = small()
+    obj["notes"] = "measured on a laptop"
+    assert profile_from_json(obj) == profile_from_json(small())
