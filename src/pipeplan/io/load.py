@@ -94,8 +94,11 @@ def _resolve(spec: str, names: tuple[str, ...], what: str, error: type[PipeplanE
     if looks_like_path:
         raise error(f"{what} file {spec!r} does not exist")
     short = {n.rsplit("/", 1)[-1]: n for n in names}
-    close = difflib.get_close_matches(spec, names, n=3, cutoff=0.5)
-    close += [short[s] for s in difflib.get_close_matches(spec, list(short), n=3, cutoff=0.5) if short[s] not in close]
+    # Names that extend what was typed come first, then difflib's nearest spellings.
+    close = [n for n in names if n.startswith(spec) or n.rsplit("/", 1)[-1].startswith(spec)]
+    close += difflib.get_close_matches(spec, names, n=3, cutoff=0.5)
+    close += [short[s] for s in difflib.get_close_matches(spec, list(short), n=3, cutoff=0.5)]
+    close = list(dict.fromkeys(close))
     hint = f"did you mean {', '.join(close[:3])}? " if close else ""
     raise error(f"unknown {what} {spec!r} (not a file, not a built-in name); {hint}`pipeplan show {what}s` lists the built-ins")
 
