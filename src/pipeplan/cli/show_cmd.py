@@ -238,8 +238,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     masked = np.ma.masked_invalid(np.where(gb > 0, gb, np.nan))
     size = min(12.0, max(5.0, 0.55 * n + 2.0))
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#dddddd")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#dddddd")
     positive = gb[np.isfinite(gb) & (gb > 0)]
     low, high = (float(positive.min()), float(positive.max())) if positive.size else (1.0, 1.0)
     norm = LogNorm(vmin=low, vmax=high) if high > low else None
