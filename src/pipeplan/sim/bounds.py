@@ -25,9 +25,7 @@ def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None =
         CostError: costs cover a different number of stages than the schedule.
     """
     if len(costs.stages) != schedule.num_stages:
-        raise CostError(
-            f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages"
-        )
+        raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
     program = compile_schedule(schedule)
     durations = []
     for c in costs.stages:

@@ -2,31 +2,35 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from operator import itemgetter
 
 from pipeplan.core.errors import ScheduleError
-from pipeplan.core.schedule import Action, Schedule
+from pipeplan.core.schedule import Schedule
 
 OP_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
 """Column of an op in the duration table: duration of (stage, op) = durations[stage * 5 + OP_INDEX[op]]."""
 
 ALWAYS_READY = -1
-"""Dependency slot of actions that wait for nothing: the last cell of the ready table, always 0.0."""
+"""Dependency slot of actions that wait for nothing (U): the last cell of the ready table, always 0.0.
+
+Stage 0's F slots are filled with 0.0 before the run (its input is the batch)."""
 
 NO_SLOT = -2
 """`out`, `own` or `consumer` field that is unused."""
 
-Instr = tuple[int, int, int, int, int, int, int, Action]
-"""(duration column, dependency slot, out slot, boundary transfer, consumer rank, own slot, last-backward stage, action).
+Instr = tuple[int, int, int, int, int, int, int, str, int]
+"""(duration column, dependency slot, out slot, boundary transfer, consumer rank, extra, stage, op, microbatch).
 
 Slots index the ready table: 3 * (microbatch * stages + stage) + j with j = 0
 for "F may start" (input delivered), 1 for "B/I may start" (gradient
 delivered, or own F done on the last stage), 2 for "W may start" (own I done).
-`out` is the slot this action's completion fills (after the transfer on
-`boundary transfer`: b for the activation of boundary b, stages-1+b for its
-gradient; -1 none), `consumer` the rank that may wait on it (this rank for the last stage's F); `own` a same-rank slot
-filled at completion; `last-backward stage` is the stage whose last backward
-this is (or -1).
+`out` is the slot this action's completion fills (NO_SLOT: none), after the
+transfer `boundary transfer` (b for the activation of boundary b, stages-1+b
+for its gradient; -1: none); `consumer` is the rank that may wait on `out`.
+`extra` is 0, or for an I: 1 + its W slot (filled at its end), or for the
+last backward (B/W) of a stage s: -(s + 1).
 """
 
 
@@ -59,72 +63,58 @@ def compile_schedule(schedule: Schedule) -> Program:
     stages = schedule.num_stages
     s2r = schedule.stage_to_rank
     last = stages - 1
-    ops = OP_INDEX
     code: list[list[Instr]] = []
     columns: list[dict[int, int]] = []
-    last_backward: dict[int, tuple[int, int]] = {}
-    max_mb = -1
-    stage_count = [0] * stages
-    stage_peak = [0] * stages
     rank_peak: list[int] = []
-    with_u: set[int] = set()
-    split: set[int] = set()
+    max_mb = -1
     for rank, actions in enumerate(schedule.ranks):
         instrs: list[Instr] = []
-        column_counts: dict[int, int] = {}
+        add = instrs.append
         inflight = peak = 0
-        for pos, action in enumerate(actions):
+        for action in actions:
             s = action.stage
             op = action.op
             mb = action.microbatch
             if s > last or s2r[s] != rank:
-                owner = f"belongs to rank {s2r[s]}" if s <= last else f"does not exist (stages 0..{last})"
-                raise ScheduleError(f"rank {rank}, position {pos}, action {action}: stage {s} {owner}")
-            if mb > max_mb:
-                max_mb = mb
+                _misplaced(schedule, rank, len(instrs))
             base = 3 * (mb * stages + s)
-            column = s * 5 + ops[op]
-            column_counts[column] = column_counts.get(column, 0) + 1
-            lb = -1
             if op == "F":
                 inflight += 1
                 if inflight > peak:
                     peak = inflight
-                count = stage_count[s] + 1
-                stage_count[s] = count
-                if count > stage_peak[s]:
-                    stage_peak[s] = count
                 if s < last:
-                    instr = (column, base if s else ALWAYS_READY, base + 3, s, s2r[s + 1], NO_SLOT, lb, action)
+                    add((s * 5, base, base + 3, s, s2r[s + 1], 0, s, op, mb))
                 else:
-                    instr = (column, base if s else ALWAYS_READY, base + 1, -1, rank, NO_SLOT, lb, action)
-            elif op == "B" or op == "I":
-                if op == "B":
-                    inflight -= 1
-                    stage_count[s] -= 1
-                    last_backward[s] = (rank, pos)
+                    add((s * 5, base, base + 1, -1, rank, 0, s, op, mb))
+            elif op == "B":
+                inflight -= 1
+                if s:
+                    add((s * 5 + 1, base + 1, base - 2, last + s - 1, s2r[s - 1], 0, s, op, mb))
                 else:
-                    split.add(s)
-                own = base + 2 if op == "I" else NO_SLOT
-                if s > 0:
-                    instr = (column, base + 1, base - 2, last + s - 1, s2r[s - 1], own, lb, action)
+                    add((s * 5 + 1, base + 1, NO_SLOT, -1, NO_SLOT, 0, s, op, mb))
+            elif op == "I":
+                if s:
+                    add((s * 5 + 2, base + 1, base - 2, last + s - 1, s2r[s - 1], base + 3, s, op, mb))
                 else:
-                    instr = (column, base + 1, NO_SLOT, -1, NO_SLOT, own, lb, action)
+                    add((s * 5 + 2, base + 1, NO_SLOT, -1, NO_SLOT, base + 3, s, op, mb))
             elif op == "W":
                 inflight -= 1
-                stage_count[s] -= 1
-                last_backward[s] = (rank, pos)
-                instr = (column, base + 2, NO_SLOT, -1, NO_SLOT, NO_SLOT, lb, action)
+                add((s * 5 + 3, base + 2, NO_SLOT, -1, NO_SLOT, 0, s, op, mb))
             else:
-                with_u.add(s)
-                instr = (column, ALWAYS_READY, NO_SLOT, -1, NO_SLOT, NO_SLOT, lb, action)
-            instrs.append(instr)
+                add((s * 5 + 4, ALWAYS_READY, NO_SLOT, -1, NO_SLOT, 0, s, op, mb))
         code.append(instrs)
-        columns.append(column_counts)
+        columns.append(dict(Counter(map(itemgetter(0), instrs))))
         rank_peak.append(peak)
-    for s, (rank, pos) in last_backward.items():
-        instr = code[rank][pos]
-        code[rank][pos] = (*instr[:6], s, instr[7])
+        if instrs:
+            max_mb = max(max_mb, max(map(itemgetter(8), instrs)))
+        _mark_last_backwards(instrs)
+    stage_peak = list(rank_peak[r] for r in s2r)
+    for rank, instrs in enumerate(code):
+        if len(schedule.stages_of(rank)) > 1:
+            for s, peak in _stage_peaks(instrs).items():
+                stage_peak[s] = peak
+    used = {divmod(column, 5) for cols in columns for column in cols}
+    op_stages = {op: frozenset(s for s, col in used if col == OP_INDEX[op]) for op in "IU"}
     return Program(
         schedule,
         stages,
@@ -133,9 +123,41 @@ def compile_schedule(schedule: Schedule) -> Program:
         tuple(columns),
         tuple(rank_peak),
         tuple(stage_peak),
-        frozenset(with_u),
-        frozenset(split),
+        op_stages["U"],
+        op_stages["I"],
     )
+
+
+def _mark_last_backwards(instrs: list[Instr]) -> None:
+    """Set `extra` = -(s + 1) on the last B or W of each stage s in one rank's order."""
+    seen: set[int] = set()
+    for pos in range(len(instrs) - 1, -1, -1):
+        instr = instrs[pos]
+        if instr[7] in "BW" and instr[6] not in seen:
+            seen.add(instr[6])
+            instrs[pos] = (*instr[:5], -(instr[6] + 1), *instr[6:])
+
+
+def _misplaced(schedule: Schedule, rank: int, pos: int) -> None:
+    action = schedule.ranks[rank][pos]
+    s = action.stage
+    last = schedule.num_stages - 1
+    owner = f"belongs to rank {schedule.stage_to_rank[s]}" if s <= last else f"does not exist (stages 0..{last})"
+    raise ScheduleError(f"rank {rank}, position {pos}, action {action}: stage {s} {owner}")
+
+
+def _stage_peaks(instrs: list[Instr]) -> dict[int, int]:
+    """Peak in-flight microbatches of each stage in one rank's order."""
+    count: dict[int, int] = {}
+    peak: dict[int, int] = {}
+    for instr in instrs:
+        s, op = instr[6], instr[7]
+        if op == "F":
+            count[s] = count.get(s, 0) + 1
+            peak[s] = max(peak.get(s, 0), count[s])
+        elif op in "BW":
+            count[s] = count.get(s, 0) - 1
+    return peak
 
 
 def peak_saved_bytes(program: Program, rank: int, saved: tuple[float, ...]) -> float:
@@ -145,10 +167,10 @@ def peak_saved_bytes(program: Program, rank: int, saved: tuple[float, ...]) -> f
         return program.peak_inflight[rank] * (saved[stages[0]] if stages else 0.0)
     held = peak = 0.0
     for instr in program.code[rank]:
-        action = instr[7]
-        if action.op == "F":
-            held += saved[action.stage]
+        stage, op = instr[6], instr[7]
+        if op == "F":
+            held += saved[stage]
             peak = max(peak, held)
-        elif action.op in "BW":
-            held -= saved[action.stage]
+        elif op in "BW":
+            held -= saved[stage]
     return peak

@@ -65,9 +65,7 @@ def uniform_costs(
     saved = spread("act_bytes", act_bytes, stages, "stage")
     inputs = spread("bwd_input", bwd_input, stages, "stage") if bwd_input is not None else (None,) * stages
     weights = spread("bwd_weight", bwd_weight, stages, "stage") if bwd_weight is not None else (None,) * stages
-    stage_costs = tuple(
-        StageCost(fwd_ms[s], bwd_ms[s], inputs[s], weights[s], saved_bytes=saved[s]) for s in range(stages)
-    )
+    stage_costs = tuple(StageCost(fwd_ms[s], bwd_ms[s], inputs[s], weights[s], saved_bytes=saved[s]) for s in range(stages))
     ranks = schedule.stage_to_rank
     forward = tuple(_pair_transfer(ranks[b], ranks[b + 1], comm_ms[b]) for b in range(boundaries))
     backward = tuple(_pair_transfer(ranks[b + 1], ranks[b], comm_ms[b]) for b in range(boundaries))

@@ -78,8 +78,7 @@ class BandwidthTrace:
     def to_json(self) -> list[dict[str, Any]]:
         """The JSON list form read by `bandwidth_trace_from_json`."""
         return [
-            {"t_ms": s.t_ms, "link": "all" if s.link is None else [s.link[0], s.link[1]], "factor": s.factor}
-            for s in self.steps
+            {"t_ms": s.t_ms, "link": "all" if s.link is None else [s.link[0], s.link[1]], "factor": s.factor} for s in self.steps
         ]
 
 
@@ -116,7 +115,7 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
             and link[0] != link[1]
         )
         if not ok:
-            raise CostError(f"{where}: link must be \"all\" or two different device ids [a, b], got {link!r}")
+            raise CostError(f'{where}: link must be "all" or two different device ids [a, b], got {link!r}')
 
 
 def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
@@ -153,7 +152,7 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
         elif isinstance(raw_link, list):
             link = tuple(raw_link)  # type: ignore[assignment]
         else:
-            raise CostError(f"bandwidth trace entry {i}: link must be \"all\" or [a, b], got {raw_link!r}")
+            raise CostError(f'bandwidth trace entry {i}: link must be "all" or [a, b], got {raw_link!r}')
         _check_step(i, entry["t_ms"], link, entry["factor"])
         steps.append(TraceStep(float(entry["t_ms"]), link, float(entry["factor"])))
     return BandwidthTrace(tuple(steps))
