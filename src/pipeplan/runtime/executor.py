@@ -1,0 +1,164 @@
+"""The executor: a process walks its own actions of the Schedule and dispatches on the op; it never reorders."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from pipeplan.core.schedule import Action
+from pipeplan.runtime.comm import Comm, TransferRecord
+from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.faults import FaultInjector
+from pipeplan.runtime.replicas import GradSync
+from pipeplan.runtime.stage import LossFn, StageModule
+from pipeplan.runtime.topology import Role, Topology
+from pipeplan.sim.result import ComputeSpan
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What one process measured in one iteration: its loss share and, when recorded, its spans (perf_counter s)."""
+
+    loss: float
+    compute: tuple[ComputeSpan, ...]
+    transfers: tuple[TransferRecord, ...]
+    peak_inflight: int
+
+
+class Executor:
+    """Runs one process's part of each iteration: actions in schedule order, then gradient sync.
+
+    Args:
+        topology: placement of plan and schedule.
+        role: this process's role.
+        layers: the whole model's ordered layers (only this process's stages are kept).
+        loss_fn: `loss_fn(output, target)`, a mean over the samples of its batch.
+        device: where the stages run.
+        timeout_s: bound on every wait for a peer.
+        lookahead: actions ahead whose receives are posted early.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        role: Role,
+        layers: Sequence[nn.Module],
+        loss_fn: LossFn,
+        device: torch.device,
+        timeout_s: float,
+        lookahead: int = 2,
+        faults: FaultInjector | None = None,
+    ) -> None:
+        self.topology = topology
+        self.role = role
+        self.loss_fn = loss_fn
+        self.device = device
+        self.lookahead = lookahead
+        self.faults = faults or FaultInjector.from_env()
+        plan, schedule = topology.plan, topology.schedule
+        self.actions = schedule.ranks[role.sched_rank]
+        split = schedule.split_backward
+        self.stages: dict[int, StageModule] = {}
+        for s in role.stages:
+            first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
+            stage_layers = [layer.to(device) for layer in layers[first : last + 1]]
+            self.stages[s] = StageModule(s, stage_layers, s == 0, s == schedule.num_stages - 1, split)
+        self.comm = Comm(topology, role, device, timeout_s)
+        self.sync = GradSync(topology, role, timeout_s)
+        # the position of each local stage's last backward (B or W): its gradients are final there.
+        self._last_backward: dict[int, int] = {}
+        for i, a in enumerate(self.actions):
+            if a.op in "BW":
+                self._last_backward[a.stage] = i
+        self.step_index = 0
+        self._loss = torch.zeros((), dtype=torch.float64)
+
+    def parameters(self) -> list[nn.Parameter]:
+        """Parameters of this process's stages, stage by stage."""
+        return [p for s in sorted(self.stages) for p in self.stages[s].module.parameters()]
+
+    def modules(self) -> dict[int, nn.Module]:
+        """stage index -> that stage's nn.Sequential."""
+        return {s: st.module for s, st in sorted(self.stages.items())}
+
+    def run(self, inputs: torch.Tensor, targets: torch.Tensor, record: bool = False) -> StepRecord:
+        """One iteration on the global batch (every process holds it; each takes its own rows).
+
+        Leaves the summed gradients in the parameters' .grad; the caller steps the optimizer.
+
+        Raises:
+            RuntimeFault: naming this process, the step and the action that failed.
+        """
+        for p in self.parameters():
+            p.grad = None
+        self.comm.begin_step()
+        self.comm.record = record
+        self._loss = torch.zeros((), dtype=torch.float64)
+        spans: list[ComputeSpan] = []
+        peak = 0
+        action: Action | None = None
+        try:
+            for i, action in enumerate(self.actions):
+                self.faults.check(self.role.process, self.step_index, action)
+                self.comm.prefetch(list(self.actions[i : i + 1 + self.lookahead]))
+                start = self._dispatch(action, inputs, targets)
+                if record:
+                    spans.append(
+                        ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
+                    )
+                peak = max(peak, sum(st.inflight for st in self.stages.values()))
+                if self._last_backward.get(action.stage) == i:
+                    self.sync.start(action.stage, self.stages[action.stage].params)
+            action = None
+            self.comm.finish_step(action)
+            self.sync.finish()
+        except Exception as exc:
+            for st in self.stages.values():
+                st.clear()
+            where = f"action {action}" if action is not None else "the end of the iteration"
+            message = str(exc) if isinstance(exc, RuntimeFault) else f"at {where}: {type(exc).__name__}: {exc}"
+            who = f"rank {self.role.process} (pipeline rank {self.role.sched_rank}), step {self.step_index}"
+            raise RuntimeFault(f"{who}: {message}") from exc
+        self.step_index += 1
+        return StepRecord(float(self._loss), tuple(spans), tuple(self.comm.records), peak)
+
+    def _dispatch(self, action: Action, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """Run one action; return the perf_counter time its compute started (after its inputs arrived)."""
+        stage = self.stages[action.stage]
+        mb = action.microbatch
+        if action.op == "F":
+            lo, hi = self.topology.sample_range(self.role, mb, action.stage)
+            x = inputs[lo:hi].to(self.device, non_blocking=True) if stage.is_first else self._receive(action)
+            start = time.perf_counter()
+            target = targets[lo:hi].to(self.device, non_blocking=True) if stage.is_last else None
+            scale = (hi - lo) / self.topology.plan.global_batch
+            out = stage.forward(mb, x, target, self.loss_fn, scale)
+            if stage.is_last:
+                self._loss += out.detach().to("cpu", torch.float64)
+            else:
+                self.comm.send(action, out)
+            return start
+        if action.op == "W":
+            start = time.perf_counter()
+            stage.backward_weight(mb)
+            return start
+        if action.op not in "BI":
+            raise RuntimeFault(f"op {action.op!r} of action {action} is not supported by the synchronous runtime")
+        grad = None if stage.is_last else self._receive(action)
+        start = time.perf_counter()
+        backward: Callable[[int, torch.Tensor | None], torch.Tensor | None]
+        backward = stage.backward if action.op == "B" else stage.backward_input
+        grad_in = backward(mb, grad)
+        if not stage.is_first:
+            self.comm.send(action, grad_in)
+        return start
+
+    def _receive(self, action: Action) -> torch.Tensor:
+        tensor = self.comm.receive(action)
+        if tensor is None:
+            raise RuntimeFault(f"action {action} has no input")
+        return tensor

@@ -1,0 +1,131 @@
+"""`--local N`: start N processes on this machine over loopback, as torchrun would, with a watchdog.
+
+Note:
+    The launcher hosts the rendezvous store itself on 127.0.0.1 and a port
+    the kernel picks (port 0), so no port is guessed and no other address is
+    used; the workers connect to it as torchrun's workers connect to their
+    agent's store (TORCHELASTIC_USE_AGENT_STORE). When a worker exits
+    non-zero, the others get `grace_s` seconds to notice and report, then
+    they are terminated: the job never hangs on a dead rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+
+from pipeplan.runtime.errors import TrainConfigError
+
+LOOPBACK = "127.0.0.1"
+
+
+def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of local worker `rank`: torchrun's variables, loopback address, one thread unless set."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        GROUP_RANK="0",
+        MASTER_ADDR=LOOPBACK,
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def launch_local(
+    nprocs: int,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    grace_s: float = 10.0,
+    timeout_s: float | None = None,
+    cwd: str | None = None,
+) -> int:
+    """Run `argv` as `nprocs` local workers; return 0 when all succeed, else the first failure's code (non-zero).
+
+    Args:
+        nprocs: number of processes (ranks 0..nprocs-1).
+        argv: the worker command line (the same for every rank).
+        env: base environment (default: this process's).
+        grace_s: after the first failure, how long the others may take to exit on their own.
+        timeout_s: kill everything after this many seconds (None: no limit); returns 124.
+
+    Raises:
+        TrainConfigError: nprocs below 1.
+    """
+    if nprocs < 1:
+        raise TrainConfigError(f"--local must be >= 1, got {nprocs}")
+    from torch.distributed import TCPStore
+
+    store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
+    procs = [
+        subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd) for r in range(nprocs)
+    ]
+    started = time.monotonic()
+    failed: tuple[int, int] | None = None
+    deadline: float | None = None
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                break
+            for rank, code in enumerate(codes):
+                if code not in (None, 0) and failed is None:
+                    failed = (rank, code)
+                    deadline = time.monotonic() + grace_s
+                    print(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks", file=sys.stderr, flush=True)
+            now = time.monotonic()
+            if timeout_s is not None and now - started > timeout_s and failed is None:
+                failed = (-1, 124)
+                deadline = now
+                print(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank", file=sys.stderr, flush=True)
+            if deadline is not None and now >= deadline:
+                _stop(procs)
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        _stop(procs)
+        raise
+    finally:
+        del store
+    codes = [p.wait() for p in procs]
+    if failed is None:
+        bad = [(r, c) for r, c in enumerate(codes) if c != 0]
+        failed = bad[0] if bad else None
+    if failed is None:
+        return 0
+    stopped = [r for r, c in enumerate(codes) if c in (-signal.SIGTERM, -signal.SIGKILL) and r != failed[0]]
+    if stopped:
+        print(f"pipeplan: stopped ranks {', '.join(map(str, stopped))} after the failure", file=sys.stderr, flush=True)
+    code = failed[1]
+    return code if code > 0 else 128 - code
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every running worker, then SIGKILL those still alive after 3 s."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    end = time.monotonic() + 3.0
+    while time.monotonic() < end and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
