@@ -6,8 +6,10 @@ scaled-dot-product attention). Elementwise work — layer norm, softmax, GELU,
 dropout, additions — is *not* counted; it is memory-bound and the bytes term
 of the roofline covers it. Attention is counted over the full S×S score
 matrix (a causal mask does not halve it), forward as two products (QKᵀ and
-scores·V) and backward as five (the kernels recompute the scores, then dV,
-dP, dQ, dK), as torch counts its fused attention kernels.
+scores·V). Backward depends on the kernel that ran: fused (flash) kernels
+recompute the scores and count five products (QKᵀ, dV, dP, dQ, dK), as
+torch counts its CUDA kernels; the math path (on the CPU when attention
+dropout is on) keeps the scores and counts four.
 
 Bytes moved is a documented lower bound — the traffic of a layer run as one
 fused kernel that touches each tensor once:
