@@ -194,4 +194,17 @@ def test_tables_show_times_bubble_and_per_rank_memory() -> None:
     ranks = render(rank_table(result))
     assert "128 B" in ranks and "64 B" in ranks and "60.0%" in ranks
     compare = render(comparison_table([("one", result), ("two", chain_result(2, 2))]))
-    assert "one" in compare and "two" in compare and "128 B / 64 B" in compare
+    assert "one" in compare and "two" in compare and "peak B/rank" in compare and "128/64" in compare
+
+
+def test_comparison_table_uses_one_unit_and_summarizes_many_ranks() -> None:
+    """Memory prints in the unit of the largest peak; past 8 ranks only max and min are shown."""
+    mib = float(2**20)
+    small = dataclasses.replace(two_rank_result(), per_rank=(RankStats(1, 0, 1, 300 * mib), RankStats(1, 0, 1, 512.0)))
+    many = dataclasses.replace(
+        chain_result(10, 1), per_rank=tuple(RankStats(1, 0, 1, (i + 1) * 2048 * mib) for i in range(10))
+    )
+    text = render(comparison_table([("small", small), ("many", many)]))
+    assert "peak GiB/rank" in text
+    assert "0.293/<0.01" in text
+    assert "20 max, 2 min" in text

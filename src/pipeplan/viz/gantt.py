@@ -15,11 +15,13 @@ matplotlib.use("Agg")
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
-from pipeplan.sim.result import ComputeSpan, SimResult
+from pipeplan.sim.result import ComputeSpan, SimResult, TransferSpan
 
 OP_COLORS = {"F": "#0072B2", "B": "#D55E00", "I": "#E69F00", "W": "#009E73", "U": "#CC79A7"}
 """Okabe-Ito colours (readable with every common colour-vision deficiency)."""
@@ -70,8 +72,59 @@ def _rank_chunks(spans: Sequence[ComputeSpan]) -> dict[tuple[int, int], tuple[in
     return out
 
 
-def _box(x0: float, x1: float, y0: float, h: float) -> list[tuple[float, float]]:
-    return [(x0, y0), (x1, y0), (x1, y0 + h), (x0, y0 + h)]
+def _boxes(x0: np.ndarray, x1: np.ndarray, y0: np.ndarray, h: float) -> np.ndarray:
+    """Rectangles as an (n, 4, 2) vertex array, the form PolyCollection builds fastest."""
+    verts = np.empty((len(x0), 4, 2))
+    verts[:, 0, 0] = verts[:, 3, 0] = x0
+    verts[:, 1, 0] = verts[:, 2, 0] = x1
+    verts[:, 0, 1] = verts[:, 1, 1] = y0
+    verts[:, 2, 1] = verts[:, 3, 1] = y0 + h
+    return verts
+
+
+def _draw_compute(ax: Axes, spans: Sequence[ComputeSpan], row_base: np.ndarray, px_per_ms: float) -> bool:
+    """Draw one box per action, coloured by op (shaded by chunk), labelled with its microbatch where it fits.
+
+    Returns whether some rank holds several stages (chunks).
+    """
+    chunks = _rank_chunks(spans)
+    rank = np.fromiter((s.rank for s in spans), dtype=np.int64, count=len(spans))
+    start = np.fromiter((s.start_ms for s in spans), dtype=float, count=len(spans))
+    stop = np.fromiter((s.end_ms for s in spans), dtype=float, count=len(spans))
+    y0 = row_base[rank]
+    width_px = (stop - start) * px_per_ms
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for i, span in enumerate(spans):
+        groups.setdefault((span.op, *chunks[(span.rank, span.stage)]), []).append(i)
+    colors = {key: _shade(OP_COLORS[key[0]], key[1], key[2]) for key in groups}
+    for key in sorted(groups, key=lambda k: ("FBIWU".index(k[0]), k[1], k[2])):
+        idx = np.asarray(groups[key])
+        # A white edge separates neighbouring boxes, but would whiten boxes only a few pixels wide.
+        edges = np.where(width_px[idx] >= 6, 0.6, 0.0)
+        boxes = _boxes(start[idx], stop[idx], y0[idx], _COMPUTE_H)
+        ax.add_collection(PolyCollection(boxes, facecolors=[colors[key]], edgecolors="white", linewidths=edges, zorder=2))
+    digits = np.fromiter((len(str(s.microbatch)) for s in spans), dtype=float, count=len(spans))
+    fits = np.flatnonzero(width_px >= digits * _LABEL_PT * 0.62 * _DPI / 72 + 3)
+    if len(fits) <= _MAX_LABELS:
+        for i in fits:
+            span = spans[i]
+            color = colors[(span.op, *chunks[(span.rank, span.stage)])]
+            x, y = (start[i] + stop[i]) / 2, y0[i] + _COMPUTE_H / 2
+            ax.text(x, y, str(span.microbatch), ha="center", va="center", fontsize=_LABEL_PT, color=_text_color(color), zorder=3)
+    return any(n > 1 for _, n in chunks.values())
+
+
+def _draw_transfers(ax: Axes, transfers: Sequence[TransferSpan], row_base: np.ndarray) -> None:
+    """Draw each transfer in its sender's sub-row: activations in the upper half, gradients in the lower."""
+    for kind, offset in (("act", _TRANSFER_H / 2), ("grad", 0.0)):
+        chosen = [t for t in transfers if t.kind == kind]
+        if not chosen:
+            continue
+        src = np.fromiter((t.src_rank for t in chosen), dtype=np.int64, count=len(chosen))
+        start = np.fromiter((t.start_ms for t in chosen), dtype=float, count=len(chosen))
+        stop = np.fromiter((t.end_ms for t in chosen), dtype=float, count=len(chosen))
+        boxes = _boxes(start, stop, row_base[src] - _TRANSFER_H - 0.04 + offset, _TRANSFER_H / 2)
+        ax.add_collection(PolyCollection(boxes, facecolors=TRANSFER_COLORS[kind], edgecolors="none", zorder=2))
 
 
 def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: bool = True) -> None:
@@ -90,10 +143,8 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
     num_ranks = max(len(result.per_rank), 1 + max((s.rank for s in spans), default=-1), 1)
     transfers = [t for t in result.transfers if t.end_ms > t.start_ms] if show_transfers else []
     pitch = _COMPUTE_H + _GAP + (_TRANSFER_H if transfers else 0.0)
-    per_rank = [0] * num_ranks
-    for span in spans:
-        per_rank[span.rank] += 1
-    width_in, height_in = _figure_size(num_ranks, max(per_rank, default=0), pitch)
+    per_rank = np.bincount(np.fromiter((s.rank for s in spans), dtype=np.int64, count=len(spans)), minlength=num_ranks)
+    width_in, height_in = _figure_size(num_ranks, int(per_rank.max(initial=0)), pitch)
     end = max(result.iteration_time, max((s.end_ms for s in spans), default=0.0))
     end = max(end, max((t.end_ms for t in transfers), default=0.0))
     x_max = end * 1.01 if end > 0 else 1.0
@@ -101,51 +152,18 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
     fig, ax = plt.subplots(figsize=(width_in, height_in), dpi=_DPI)
     left, right = 0.8 / width_in, 1.0 - 0.25 / width_in
     fig.subplots_adjust(left=left, right=right, top=1.0 - 0.75 / height_in, bottom=1.05 / height_in)
-
-    def row_base(rank: int) -> float:
-        """y of the bottom of rank's compute row; rank 0 on top."""
-        return (num_ranks - 1 - rank) * pitch + (_TRANSFER_H if transfers else 0.0)
+    # y of the bottom of each rank's compute row; rank 0 on top.
+    row_base = (num_ranks - 1 - np.arange(num_ranks)) * pitch + (_TRANSFER_H if transfers else 0.0)
 
     # Idle: a grey band under every compute row; boxes cover the busy parts.
-    idle = [_box(0.0, end, row_base(r), _COMPUTE_H) for r in range(num_ranks)]
+    idle = _boxes(np.zeros(num_ranks), np.full(num_ranks, end), row_base, _COMPUTE_H)
     ax.add_collection(PolyCollection(idle, facecolors=IDLE_COLOR, edgecolors="none", zorder=1))
-
-    chunks = _rank_chunks(spans)
-    groups: dict[tuple[float, float, float], list[list[tuple[float, float]]]] = {}
-    edges: dict[tuple[float, float, float], list[float]] = {}
-    labels: list[tuple[float, float, str, str]] = []
-    px_per_ms = width_in * (right - left) * _DPI / x_max
-    for span in spans:
-        chunk, n_chunks = chunks[(span.rank, span.stage)]
-        color = _shade(OP_COLORS[span.op], chunk, n_chunks)
-        y0 = row_base(span.rank)
-        groups.setdefault(color, []).append(_box(span.start_ms, span.end_ms, y0, _COMPUTE_H))
-        width_px = (span.end_ms - span.start_ms) * px_per_ms
-        # A white edge separates neighbouring boxes, but would whiten boxes only a few pixels wide.
-        edges.setdefault(color, []).append(0.6 if width_px >= 6 else 0.0)
-        text = str(span.microbatch)
-        need_px = len(text) * _LABEL_PT * 0.62 * _DPI / 72 + 3
-        if width_px >= need_px:
-            labels.append(((span.start_ms + span.end_ms) / 2, y0 + _COMPUTE_H / 2, text, _text_color(color)))
-    for color in sorted(groups):
-        boxes = PolyCollection(groups[color], facecolors=[color], edgecolors="white", linewidths=edges[color], zorder=2)
-        ax.add_collection(boxes)
-    if len(labels) <= _MAX_LABELS:
-        for x, y, text, text_color in labels:
-            ax.text(x, y, text, ha="center", va="center", fontsize=_LABEL_PT, color=text_color, zorder=3)
-
-    for kind, offset in (("act", _TRANSFER_H / 2), ("grad", 0.0)):
-        boxes = [
-            _box(t.start_ms, t.end_ms, row_base(t.src_rank) - _TRANSFER_H - 0.04 + offset, _TRANSFER_H / 2)
-            for t in transfers
-            if t.kind == kind
-        ]
-        if boxes:
-            ax.add_collection(PolyCollection(boxes, facecolors=TRANSFER_COLORS[kind], edgecolors="none", zorder=2))
+    multi_chunk = _draw_compute(ax, spans, row_base, width_in * (right - left) * _DPI / x_max)
+    _draw_transfers(ax, transfers, row_base)
 
     ax.set_xlim(0.0, x_max)
     ax.set_ylim(-_GAP / 2 - 0.05, num_ranks * pitch - _GAP / 2)
-    ax.set_yticks([row_base(r) + _COMPUTE_H / 2 for r in range(num_ranks)])
+    ax.set_yticks(list(row_base + _COMPUTE_H / 2))
     rank_fontsize = 9 if num_ranks <= 32 else 6
     ax.set_yticklabels([f"rank {r}" for r in range(num_ranks)], fontsize=rank_fontsize)
     ax.tick_params(axis="y", length=0)
@@ -166,7 +184,6 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
     handles.append(Patch(facecolor=IDLE_COLOR, label="idle"))
     kinds = {t.kind for t in transfers}
     handles += [Patch(facecolor=TRANSFER_COLORS[k], label=f"{k} send") for k in ("act", "grad") if k in kinds]
-    multi_chunk = any(n > 1 for _, n in chunks.values())
     fig.legend(
         handles=handles,
         loc="lower center",

@@ -70,6 +70,11 @@ def common_unit(sizes: Sequence[float]) -> tuple[str, float]:
     return _UNITS[unit], float(1024**unit)
 
 
+def _in_unit(x: float) -> str:
+    """A size already divided by its table unit: 4 significant digits, tiny values as <0.01."""
+    return "<0.01" if 0 < x < 0.01 else f"{x:.4g}"
+
+
 def comparison_table(results: Sequence[tuple[str, SimResult]], title: str = "schedules compared") -> Table:
     """One row per (label, result): iteration time, bubble, efficiency, peak in-flight and memory per rank.
 
@@ -87,7 +92,10 @@ def comparison_table(results: Sequence[tuple[str, SimResult]], title: str = "sch
     rows = []
     for label, result in results:
         peaks = [r.peak_memory_bytes / unit for r in result.per_rank]
-        memory = "/".join(f"{x:.4g}" for x in peaks) if len(peaks) <= 8 else f"{max(peaks):.4g} max, {min(peaks):.4g} min"
+        if len(peaks) <= 8:
+            memory = "/".join(_in_unit(x) for x in peaks)
+        else:
+            memory = f"{_in_unit(max(peaks))} max, {_in_unit(min(peaks))} min"
         rows.append(
             (
                 label,
