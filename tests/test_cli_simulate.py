@@ -139,6 +139,8 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["-p", "4", "-m", "4"], "needs a schedule NAME"),
         (["nope", "-p", "4", "-m", "4"], "unknown schedule 'nope'"),
         (["1f1b", "-p", "0", "-m", "4"], "stages must be an integer >= 1, got 0"),
+        (["1f1b", "-p", "abc", "-m", "4"], "Invalid value for '--stages'"),
+        (["1f1b", "-p", "2", "-m", "4", "--bogus"], "No such option: --bogus"),
         (["1f1b", "-p", "4", "-m", "4", "--fwd", "-1"], "--fwd values must be finite and >= 0, got '-1'"),
         (["1f1b", "-p", "4", "-m", "4", "--bwd", "nan"], "--bwd values must be finite"),
         (["1f1b", "-p", "4", "-m", "4", "--fwd", "1,2"], "--fwd needs one number or 4 (one per stage), got 2"),
