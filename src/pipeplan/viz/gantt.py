@@ -52,7 +52,7 @@ def _text_color(rgb: tuple[float, float, float]) -> str:
     return "black" if luminance > 0.5 else "white"
 
 
-def _figure_size(num_ranks: int, max_actions: int, pitch: float) -> tuple[float, float]:
+def figure_size(num_ranks: int, max_actions: int, pitch: float) -> tuple[float, float]:
     """Width grows with the busiest rank's action count, height with the ranks; both capped."""
     width = min(max(_MIN_W_IN, 2.0 + 0.3 * max_actions), _MAX_W_IN)
     height = min(1.6 + 0.5 * num_ranks * pitch, _MAX_H_IN)
@@ -144,7 +144,7 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
     transfers = [t for t in result.transfers if t.end_ms > t.start_ms] if show_transfers else []
     pitch = _COMPUTE_H + _GAP + (_TRANSFER_H if transfers else 0.0)
     per_rank = np.bincount(np.fromiter((s.rank for s in spans), dtype=np.int64, count=len(spans)), minlength=num_ranks)
-    width_in, height_in = _figure_size(num_ranks, int(per_rank.max(initial=0)), pitch)
+    width_in, height_in = figure_size(num_ranks, int(per_rank.max(initial=0)), pitch)
     end = max(result.iteration_time, max((s.end_ms for s in spans), default=0.0))
     end = max(end, max((t.end_ms for t in transfers), default=0.0))
     x_max = end * 1.01 if end > 0 else 1.0
