@@ -1,7 +1,185 @@
-"""The `pipeplan train` command."""
+"""The `pipeplan train` command: run a plan or a schedule with torch.distributed (under torchrun, or --local N)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Annotated, Any
 
 import typer
 
+from pipeplan.core.errors import PipeplanError
+
+WORKER_BOOT = "from pipeplan.cli import main; main()"
+"""How --local starts each worker: this same CLI, without --local, under the launcher's torchrun-like environment."""
+
+
+def _split_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
+    from pipeplan.runtime.errors import TrainConfigError
+
+    if text is None:
+        return None
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise TrainConfigError(f"{flag} must be a comma-separated list of integers, got {text!r}") from None
+    return values
+
+
+def _worker_argv(argv: list[str]) -> list[str]:
+    """This command line without `--local N` (or `--local=N`)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--local":
+            skip = True
+            continue
+        if arg.startswith("--local="):
+            continue
+        out.append(arg)
+    return out
+
+
+def train(
+    plan: str | None = typer.Option(None, "--plan", help="A plan file (pipeplan.plan/1)."),
+    schedule: str | None = typer.Option(
+        None, "--schedule", help="Schedule name (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or a schedule .csv/.json file."
+    ),
+    stages: int = typer.Option(2, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME)."),
+    microbatches: int = typer.Option(4, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME)."),
+    k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
+    chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
+    replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
+    module: str = typer.Option("mlp", "--module", help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory."),
+    options: Annotated[list[str] | None, typer.Option("--opt", help="A MODULE_SPEC option KEY=VALUE (repeatable).")] = None,
+    dataset: str = typer.Option("digits", "--dataset", help="digits (scikit-learn's) or sample (the spec's own samples)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule)."),
+    steps: int = typer.Option(10, "--steps", help="Iterations to run (a resumed run stops at the same total)."),
+    lr: float = typer.Option(1e-3, "--lr", help="Learning rate."),
+    optimizer: str = typer.Option("adam", "--optimizer", help="adam or sgd."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the model weights and the sample order."),
+    checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
+    checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every N iterations (0: never)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --checkpoint-dir."),
+    trace: str | None = typer.Option(None, "--trace", help="Write the last iteration's measured timeline (Perfetto JSON)."),
+    png: str | None = typer.Option(None, "--png", help="Draw the last iteration's measured timeline (PNG)."),
+    predict: bool = typer.Option(True, "--predict/--no-predict", help="Profile and simulate, then compare with the measurement."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds any rank waits for a peer before failing."),
+    threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
+    local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
+    backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
+    save_grads: str | None = typer.Option(None, "--save-grads", help="Save each rank's gradients of the last iteration here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (losses, times, prediction) at the end."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
+) -> None:
+    """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
+    from pipeplan.cli.profile_cmd import parse_options
+    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.job import ScheduleLayout
+
+    if (plan is None) == (schedule is None):
+        raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
+    if backend not in (None, "gloo", "nccl"):
+        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
+    spec_options = parse_options(options or [])
+    layout = plan_obj = None
+    if plan is not None:
+        from pipeplan.io.plan_json import read_plan
+
+        plan_obj, _ = read_plan(plan)
+    else:
+        assert schedule is not None
+        layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
+        layout.schedule()  # a bad name or size fails here, once, before any process starts
+    if local is not None:
+        from pipeplan.runtime.launch import launch_local
+
+        code = launch_local(local, [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])], grace_s=min(timeout, 10.0))
+        raise typer.Exit(code)
+    from pipeplan.runtime.worker import TrainConfig
+
+    config = TrainConfig(
+        plan=plan_obj, layout=layout, module=module, module_options=tuple(sorted(spec_options.items())), dataset=dataset,
+        dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every, resume=resume, timeout_s=timeout, trace=trace is not None or png is not None,
+        threads=threads, save_grads=save_grads, predict=predict, backend=backend,
+    )  # fmt: skip
+    _run_worker(config, trace, png, as_json, quiet)
+
+
+def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:
+    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang)."""
+    import torch.distributed as dist
+
+    from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.worker import train as run_training
+
+    rank = int(os.environ.get("RANK", "0"))
+
+    def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
+        if not quiet and not as_json:
+            times = f"pipeline {pipeline_ms:8.2f} ms  optimizer {optimizer_ms:7.2f} ms"
+            typer.echo(f"step {step + 1:>5}/{config.steps}  loss {loss:.6f}  {times}")
+
+    try:
+        report = run_training(config, on_step)
+    except Exception as exc:
+        code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        prefix = "" if first.startswith("rank ") else f"rank {rank}: "
+        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+    if report is not None:
+        _report(report, trace, png, as_json)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> None:
+    """Process 0's summary: trace files, measured against predicted time, and the JSON object when asked."""
+    if report.timeline is not None and trace:
+        from pipeplan.viz.perfetto import write_trace
+
+        write_trace(report.timeline, trace)
+    if report.timeline is not None and png:
+        from pipeplan.viz.gantt import render_gantt
+
+        render_gantt(report.timeline, png, title=f"measured: {report.schedule.name}")
+    measured = report.measured_ms()
+    predicted = report.predicted.iteration_time if report.predicted is not None else None
+    if as_json:
+        out: dict[str, Any] = {
+            "schedule": report.schedule.name,
+            "start_step": report.start_step,
+            "losses": report.losses,
+            "pipeline_ms": report.pipeline_ms,
+            "optimizer_ms": report.optimizer_ms,
+            "measured_ms": measured,
+            "predicted_ms": predicted,
+            "link": None
+            if report.link is None
+            else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
+        }
+        json.dump(out, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return
+    if measured is not None:
+        typer.echo(f"measured:  {measured:.2f} ms per iteration (forward/backward/all-reduce; median after the first)")
+    if predicted is not None and measured is not None:
+        latency, bandwidth = report.link
+        typer.echo(
+            f"predicted: {predicted:.2f} ms (simulated {report.schedule.name} with a profile of this model on this machine; "
+            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s); measured/predicted = {measured / predicted:.3f}"
+        )
+    if trace:
+        typer.echo(f"trace:     {trace}")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to app."""
+    """Add `train` to app."""
+    app.command("train")(train)

@@ -69,9 +69,7 @@ class Comm:
         self.record = record
         me = role.process
         self._order = {q: topology.send_order(q, me) for q in topology.peers(me) if q != me}
-        self._index = {
-            (m.kind, m.boundary, m.microbatch, q): i for q, msgs in self._order.items() for i, m in enumerate(msgs)
-        }
+        self._index = {(m.kind, m.boundary, m.microbatch, q): i for q, msgs in self._order.items() for i, m in enumerate(msgs)}
         self._out_index: dict[tuple[str, int, int, int], int] = {}
         for q in range(topology.world_size):
             if q != me:

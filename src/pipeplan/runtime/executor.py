@@ -27,6 +27,7 @@ class StepRecord:
     compute: tuple[ComputeSpan, ...]
     transfers: tuple[TransferRecord, ...]
     peak_inflight: int
+    stage_peaks: tuple[tuple[int, int], ...]
 
 
 class Executor:
@@ -100,6 +101,7 @@ class Executor:
         self._loss = torch.zeros((), dtype=torch.float64)
         spans: list[ComputeSpan] = []
         peak = 0
+        stage_peaks = dict.fromkeys(self.stages, 0)
         action: Action | None = None
         try:
             for i, action in enumerate(self.actions):
@@ -111,6 +113,7 @@ class Executor:
                         ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
                     )
                 peak = max(peak, sum(st.inflight for st in self.stages.values()))
+                stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
                 if self._last_backward.get(action.stage) == i:
                     self.sync.start(action.stage, self.stages[action.stage].params)
             action = None
@@ -124,7 +127,7 @@ class Executor:
             who = f"rank {self.role.process} (pipeline rank {self.role.sched_rank}), step {self.step_index}"
             raise RuntimeFault(f"{who}: {message}") from exc
         self.step_index += 1
-        return StepRecord(float(self._loss), tuple(spans), tuple(self.comm.records), peak)
+        return StepRecord(float(self._loss), tuple(spans), tuple(self.comm.records), peak, tuple(sorted(stage_peaks.items())))
 
     def _dispatch(self, action: Action, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """Run one action; return the perf_counter time its compute started (after its inputs arrived)."""

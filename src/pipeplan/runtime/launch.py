@@ -75,9 +75,7 @@ def launch_local(
     from torch.distributed import TCPStore
 
     store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
-    procs = [
-        subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd) for r in range(nprocs)
-    ]
+    procs = [subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd) for r in range(nprocs)]
     started = time.monotonic()
     failed: tuple[int, int] | None = None
     deadline: float | None = None

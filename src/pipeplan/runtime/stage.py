@@ -74,8 +74,9 @@ class StageModule:
         """Microbatches whose forward ran and whose last backward has not."""
         return len(self._saved)
 
-    def forward(self, microbatch: int, inputs: torch.Tensor, target: torch.Tensor | None, loss_fn: LossFn | None,
-                loss_scale: float) -> torch.Tensor:
+    def forward(
+        self, microbatch: int, inputs: torch.Tensor, target: torch.Tensor | None, loss_fn: LossFn | None, loss_scale: float
+    ) -> torch.Tensor:
         """Run the layers on `inputs`; on the last stage return the scaled loss, else the output activation."""
         if not self.is_first and inputs.is_floating_point():
             inputs = inputs.detach().requires_grad_(True)

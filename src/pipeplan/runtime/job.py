@@ -1,0 +1,106 @@
+"""What to run: a Plan and its Schedule, from a plan file or from a schedule name (or file) and sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.schedule import Schedule
+from pipeplan.core.validate import validate
+from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.schedules import make_schedule
+from pipeplan.sim.plan_costs import plan_schedule
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleLayout:
+    """A job given by schedule rather than plan: layers split evenly, `replicas[r]` copies of pipeline rank r.
+
+    `name` is a schedule name, or a schedule file (`.csv` in
+    torch.distributed.pipelining's compute-only format, or `.json`), whose
+    ranks and stages then fix `stages` and `chunks`. Processes beyond one
+    pipeline's devices form further pipeline replicas.
+    """
+
+    name: str
+    stages: int
+    microbatches: int
+    global_batch: int
+    k: int = 1
+    chunks: int = 1
+    replicas: tuple[int, ...] | None = None
+
+    def schedule(self) -> Schedule:
+        """The schedule: generated from the name, or read from the file.
+
+        Raises:
+            ScheduleError: bad sizes or file.
+        """
+        path = Path(self.name)
+        if path.suffix == ".csv":
+            return read_schedule_csv(path)
+        if path.suffix == ".json":
+            return read_schedule_json(path)
+        return validate(make_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks))
+
+    def build(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
+        """The Plan and Schedule for a model of `num_layers` layers on `world_size` processes.
+
+        Raises:
+            TrainConfigError: too few layers, a world size or batch size that does not divide.
+        """
+        schedule = self.schedule()
+        ranks, num_stages = schedule.num_ranks, schedule.num_stages
+        replicas = self.replicas or (1,) * ranks
+        if len(replicas) != ranks or min(replicas) < 1:
+            raise TrainConfigError(f"--replicas needs {ranks} counts >= 1 (one per pipeline rank), got {list(replicas)}")
+        per_pipeline = sum(replicas)
+        if world_size % per_pipeline:
+            raise TrainConfigError(
+                f"{world_size} processes cannot hold whole pipelines of {per_pipeline} devices (replicas {list(replicas)})"
+            )
+        copies = world_size // per_pipeline
+        m = schedule.num_microbatches
+        if self.global_batch % (copies * m):
+            raise TrainConfigError(
+                f"--batch-size {self.global_batch} must be a multiple of pipeline replicas x microbatches = {copies} x {m}"
+            )
+        if num_layers < num_stages:
+            raise TrainConfigError(f"the model has {num_layers} layers, fewer than the {num_stages} stages to fill")
+        devices: list[list[int]] = [[] for _ in range(ranks)]
+        next_device = 0
+        for _ in range(copies):
+            for r in range(ranks):
+                devices[r].extend(range(next_device, next_device + replicas[r]))
+                next_device += replicas[r]
+        bounds = even_split(num_layers, num_stages)
+        stages = tuple(Stage(lo, hi, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
+        kind = schedule.name if schedule.name in ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1") else "list"
+        order = schedule.ranks if kind == "list" else None
+        plan = Plan(stages, copies, m, self.global_batch // (copies * m), kind, k=self.k, chunks=num_stages // ranks, order=order)
+        return plan, schedule
+
+
+def plan_job(plan: Plan, num_layers: int) -> tuple[Plan, Schedule]:
+    """A plan file's job: its schedule generated from its fields (or its `list` order).
+
+    Raises:
+        TrainConfigError: the plan's layers do not match the model.
+        PlanError, ScheduleError: the plan's schedule cannot be made.
+    """
+    if plan.num_layers != num_layers:
+        raise TrainConfigError(f"plan covers {plan.num_layers} layers but the model has {num_layers}")
+    return plan, validate(plan_schedule(plan))
+
+
+def even_split(num_layers: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous inclusive layer ranges, sizes differing by at most one (larger ones first)."""
+    base, extra = divmod(num_layers, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi - 1))
+        lo = hi
+    return out

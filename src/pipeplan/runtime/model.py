@@ -1,0 +1,101 @@
+"""The model a run trains: a MODULE_SPEC's ordered layers, fitted to the dataset, in the run's dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from pipeplan.core.errors import ProfileError
+from pipeplan.profiler.specs import LossFn, ModelSpec, resolve_module_spec
+from pipeplan.runtime.data import Dataset, digits, sample_dataset
+from pipeplan.runtime.errors import TrainConfigError
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Model:
+    """Ordered layers (identical on every process), their names, the loss and the data."""
+
+    layers: tuple[nn.Module, ...]
+    layer_names: tuple[str, ...]
+    loss_fn: LossFn
+    dataset: Dataset
+    spec: ModelSpec
+
+
+def build_model(
+    module: str, options: dict[str, object], dataset: str, dtype: str = "float32", seed: int = 0, sample_size: int = 1024
+) -> Model:
+    """Resolve the MODULE_SPEC and the dataset into a Model.
+
+    With `dataset="digits"` the spec gets `in_features=64` (it must take that
+    option, as `mlp` does) and a linear head to the 10 classes is appended as
+    the last layer, named `head`; the loss is cross-entropy. With
+    `dataset="sample"` the spec's own sample inputs, targets and loss are used.
+    `seed` seeds the spec (when it takes a `seed` option) and the head.
+
+    Raises:
+        TrainConfigError: unknown dataset or dtype, or a spec that does not fit the data.
+        ProfileError: the MODULE_SPEC cannot be resolved.
+    """
+    if dtype not in DTYPES:
+        raise TrainConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    torch_dtype = DTYPES[dtype]
+    opts = dict(options)
+    if dataset == "digits":
+        data = digits()
+        opts.setdefault("in_features", data.features)
+        spec = _resolve(module, opts, seed)
+        out_width = _output_width(spec, data.inputs[:2])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 7919)
+            head = nn.Linear(out_width, 10)
+        layers = (*spec.layers, head)
+        names = (*spec.layer_names, "head")
+        loss_fn: LossFn = functional.cross_entropy
+    elif dataset == "sample":
+        spec = _resolve(module, opts, seed)
+        if spec.loss_fn is None:
+            raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
+        data = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
+        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
+    else:
+        raise TrainConfigError(f"--dataset must be one of digits, sample; got {dataset!r}")
+    for layer in layers:
+        layer.to(torch_dtype)
+    inputs = data.inputs.to(torch_dtype) if data.inputs.is_floating_point() else data.inputs
+    targets = data.targets.to(torch_dtype) if data.targets.is_floating_point() else data.targets
+    data = Dataset(data.name, inputs, targets, data.classes)
+    return Model(tuple(layers), tuple(names), loss_fn, data, spec)
+
+
+def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
+    """resolve_module_spec with `seed` added when the factory takes it."""
+    try:
+        try:
+            return resolve_module_spec(module, **{"seed": seed, **options})
+        except ProfileError as exc:
+            if "no option 'seed'" not in str(exc):
+                raise
+            return resolve_module_spec(module, **options)
+    except ProfileError as exc:
+        if "no option 'in_features'" in str(exc):
+            raise TrainConfigError(
+                f"--dataset digits needs a MODULE_SPEC with an in_features option (such as mlp), got {module!r}"
+            ) from None
+        raise
+
+
+def _output_width(spec: ModelSpec, batch: torch.Tensor) -> int:
+    """Width of the model's output for a real batch (must be (batch, width))."""
+    with torch.no_grad():
+        x = batch
+        for layer in spec.layers:
+            x = layer(x)
+    if x.dim() != 2:
+        raise TrainConfigError(f"--dataset digits needs a model whose output is (batch, width), got shape {tuple(x.shape)}")
+    return int(x.shape[1])

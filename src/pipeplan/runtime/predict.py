@@ -1,0 +1,90 @@
+"""The prediction to hold a run against: profile the same model on this machine, simulate the same schedule.
+
+Note:
+    The cluster is this job's processes as devices of speed 1 (they are the
+    machine the profile was measured on), with the latency and bandwidth of
+    a ping-pong between processes 0 and 1 over the job's own backend. The
+    prediction covers what `Executor.run` does (forwards, backwards,
+    transfers, gradient all-reduce), not the optimizer step, which is
+    reported apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+from pipeplan.core.schedule import Schedule
+from pipeplan.profiler.measure import profile_module
+from pipeplan.sim.engine import simulate
+from pipeplan.sim.plan_costs import plan_costs
+from pipeplan.sim.result import SimResult
+
+
+def measure_link(nbytes: int, device: torch.device, rounds: int = 20) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) between processes 0 and 1 from ping-pongs of 8 bytes and of `nbytes`.
+
+    A collective call: every process must make it; processes other than 0
+    and 1 only wait. With one process returns (0, inf).
+    """
+    if dist.get_world_size() < 2:
+        return 0.0, float("inf")
+    rank = dist.get_rank()
+    results = []
+    for size in (8, max(nbytes, 1024)):
+        buf = torch.zeros(size // 4, dtype=torch.float32, device=device)
+        times = []
+        for _ in range(rounds):
+            if rank == 0:
+                t0 = time.perf_counter()
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+                times.append((time.perf_counter() - t0) / 2)
+            elif rank == 1:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+        results.append(statistics.median(times) if times else 0.0)
+    info = torch.tensor(results, dtype=torch.float64)
+    dist.broadcast(info, 0)
+    small, large = float(info[0]), float(info[1])
+    latency = small
+    bandwidth = max(nbytes, 1024) / max(large - small, 1e-9)
+    return latency, bandwidth
+
+
+def local_cluster(world_size: int, latency_s: float, bandwidth: float) -> Cluster:
+    """This job's processes as `world_size` identical devices joined by one measured link each way."""
+    devices = tuple(Device(i, "local", 1e12, 1.0, 0) for i in range(world_size))
+    bw = tuple(tuple(0.0 if a == b else min(bandwidth, 1e15) for b in range(world_size)) for a in range(world_size))
+    lat = tuple(tuple(0.0 if a == b else latency_s for b in range(world_size)) for a in range(world_size))
+    return Cluster("local", devices, bw, lat)
+
+
+def profile_layers(layers: Sequence[nn.Module], inputs: torch.Tensor, batch_size: int, runs: int = 10) -> ModelProfile:
+    """Per-layer profile of copies of `layers` on `batch_size` rows of `inputs` (the training layers stay untouched)."""
+    copies = [copy.deepcopy(layer) for layer in layers]
+    rows = inputs[torch.arange(batch_size) % len(inputs)]
+    return profile_module(copies, rows, batch_size, runs=runs, warmup=3, name="runtime")
+
+
+def predict(plan: Plan, schedule: Schedule, profile: ModelProfile, cluster: Cluster) -> SimResult:
+    """Simulate `schedule` under the cost model of `plan` with `profile` on `cluster` (no optimizer time)."""
+    return simulate(schedule, plan_costs(plan, profile, cluster, optimizer_factor=2.0))
+
+
+def plan_on_processes(plan: Plan) -> Plan:
+    """The plan with each device id replaced by its process index (the local cluster's device ids)."""
+    from dataclasses import replace
+
+    index = {d: i for i, d in enumerate(plan.all_devices)}
+    stages = tuple(replace(s, devices=tuple(index[d] for d in s.devices)) for s in plan.stages)
+    return replace(plan, stages=stages)

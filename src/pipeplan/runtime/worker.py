@@ -1,0 +1,242 @@
+"""One process of a training job: join the group, build its stages, run the iterations, checkpoint, report."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.runtime import checkpoint
+from pipeplan.runtime.data import batch_indices
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.executor import Executor
+from pipeplan.runtime.job import ScheduleLayout, plan_job
+from pipeplan.runtime.model import Model, build_model
+from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_layers
+from pipeplan.runtime.timeline import build_result, gather_parts, local_part
+from pipeplan.runtime.topology import Topology
+from pipeplan.sim.result import SimResult
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training job needs besides the process group (identical on every process)."""
+
+    plan: Plan | None = None
+    schedule: Schedule | None = None
+    layout: ScheduleLayout | None = None
+    module: str = "mlp"
+    module_options: tuple[tuple[str, object], ...] = ()
+    dataset: str = "digits"
+    dtype: str = "float32"
+    steps: int = 10
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: bool = False
+    timeout_s: float = 300.0
+    lookahead: int = 2
+    trace: bool = False
+    threads: int = 1
+    save_grads: str | None = None
+    predict: bool = False
+    backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (self.layout is None):
+            raise TrainConfigError("give either a plan (--plan) or a schedule (--schedule), not both or neither")
+        if self.steps < 0:
+            raise TrainConfigError(f"--steps must be >= 0, got {self.steps}")
+        if self.optimizer not in OPTIMIZERS:
+            raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.checkpoint_every < 0:
+            raise TrainConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
+            raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+        if self.timeout_s <= 0:
+            raise TrainConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.lookahead < 0:
+            raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
+
+    def resolve(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
+        """The plan and schedule this job runs for a model of `num_layers` layers on `world_size` processes."""
+        if self.layout is not None:
+            return self.layout.build(num_layers, world_size)
+        assert self.plan is not None
+        if self.schedule is not None:
+            if self.plan.num_layers != num_layers:
+                raise TrainConfigError(f"plan covers {self.plan.num_layers} layers but the model has {num_layers}")
+            return self.plan, self.schedule
+        return plan_job(self.plan, num_layers)
+
+    def fingerprint(self, plan: Plan, schedule: Schedule, world_size: int) -> dict[str, Any]:
+        """What must match for a checkpoint to be resumed by this job."""
+        return {
+            "world_size": world_size,
+            "stages": [(s.first_layer, s.last_layer, list(s.devices)) for s in plan.stages],
+            "schedule": [[str(a) for a in rank] for rank in schedule.ranks],
+            "global_batch": plan.global_batch,
+            "module": self.module,
+            "module_options": sorted((k, str(v)) for k, v in self.module_options),
+            "dataset": self.dataset,
+            "dtype": self.dtype,
+            "optimizer": self.optimizer,
+            "seed": self.seed,
+        }
+
+
+@dataclass
+class TrainReport:
+    """What process 0 knows at the end: losses, per-iteration times, the measured timeline."""
+
+    start_step: int
+    losses: list[float] = field(default_factory=list)
+    pipeline_ms: list[float] = field(default_factory=list)
+    optimizer_ms: list[float] = field(default_factory=list)
+    timeline: SimResult | None = None
+    predicted: SimResult | None = None
+    link: tuple[float, float] | None = None
+    model: Model | None = None
+    plan: Plan | None = None
+    schedule: Schedule | None = None
+
+    def measured_ms(self) -> float | None:
+        """Median pipeline time per iteration, leaving out the first iteration (warm-up) when there are more."""
+        times = self.pipeline_ms[1:] if len(self.pipeline_ms) > 1 else self.pipeline_ms
+        return statistics.median(times) if times else None
+
+
+StepCallback = Callable[[int, float, float, float], None]
+"""on_step(step, loss, pipeline_ms, optimizer_ms), called on process 0 after every iteration."""
+
+
+def init_distributed(backend: str | None, timeout_s: float) -> tuple[int, int, torch.device]:
+    """Join the process group torchrun (or --local) set up; return (rank, world size, device).
+
+    Raises:
+        TrainConfigError: not started by torchrun or --local.
+    """
+    if not dist.is_initialized():
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            raise TrainConfigError(f"pipeplan train must run under torchrun or with --local N (missing {', '.join(missing)})")
+        chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if chosen == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(chosen, timeout=timedelta(seconds=timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    return rank, world, device
+
+
+def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainReport | None:
+    """Run the job on this process; return the report on process 0, None elsewhere.
+
+    Raises:
+        RuntimeFault: an action failed here or on a peer (naming rank, step and action).
+        TrainConfigError: inconsistent options.
+    """
+    torch.set_num_threads(config.threads)
+    rank, world, device = init_distributed(config.backend, config.timeout_s)
+    model = build_model(config.module, dict(config.module_options), config.dataset, config.dtype, config.seed)
+    plan, schedule = config.resolve(len(model.layers), world)
+    topology = Topology(plan, schedule, world)
+    role = topology.roles[rank]
+    torch.manual_seed(config.seed * 7919 + rank)
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead)
+    params = executor.parameters()
+    if config.optimizer == "adam":
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=config.lr)
+    else:
+        optimizer = torch.optim.SGD(params, lr=config.lr)
+    root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    fingerprint = config.fingerprint(plan, schedule, world)
+    start = 0
+    if config.resume and root is not None:
+        resumed = checkpoint.load_rank(root, rank, executor.modules(), optimizer, fingerprint)
+        start = resumed.step if resumed is not None else 0
+        executor.step_index = start
+    report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule)
+    data = model.dataset
+    global_batch = plan.global_batch
+    last_part: dict[str, Any] | None = None
+    for step in range(start, config.steps):
+        idx = batch_indices(len(data), global_batch, step, config.seed)
+        inputs, targets = data.inputs[idx], data.targets[idx]
+        record = config.trace and step == config.steps - 1
+        if record:
+            dist.barrier()
+        t0 = time.perf_counter()
+        result = executor.run(inputs, targets, record=record)
+        t1 = time.perf_counter()
+        optimizer.step()
+        t2 = time.perf_counter()
+        if record:
+            last_part = local_part(result, t0, t1)
+        loss = torch.tensor([result.loss], dtype=torch.float64)
+        dist.all_reduce(loss)
+        if rank == 0:
+            report.losses.append(float(loss))
+            report.pipeline_ms.append((t1 - t0) * 1000.0)
+            report.optimizer_ms.append((t2 - t1) * 1000.0)
+            if on_step is not None:
+                on_step(step, float(loss), (t1 - t0) * 1000.0, (t2 - t1) * 1000.0)
+        done = step + 1
+        if root is not None and config.checkpoint_every and done % config.checkpoint_every == 0:
+            checkpoint.save_rank(root, done, rank, executor.modules(), optimizer, done * global_batch, fingerprint)
+            dist.barrier()
+            if rank == 0:
+                checkpoint.mark_latest(root, done)
+    if config.save_grads:
+        _save_grads(Path(config.save_grads), rank, executor, plan)
+    if last_part is not None:
+        parts = gather_parts(last_part)
+        if parts is not None:
+            report.timeline = build_result(parts, topology.num_stages, schedule.name)
+    if config.predict:
+        _predict(report, plan, schedule, model, device, rank, world)
+    return report if rank == 0 else None
+
+
+def _predict(
+    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, rank: int, world: int
+) -> None:
+    """Profile the model on process 0 (the others wait), measure the link, simulate: report.predicted on process 0."""
+    profile = None
+    nbytes = torch.zeros(1, dtype=torch.int64)
+    if rank == 0:
+        profile = profile_layers(model.layers, model.dataset.inputs, plan.microbatch_size)
+        cuts = [profile.cut_bytes[s.last_layer] for s in plan.stages[:-1]] if profile.cut_bytes else []
+        nbytes[0] = int(max(cuts, default=1024))
+    dist.broadcast(nbytes, 0)
+    latency, bandwidth = measure_link(int(nbytes[0]), device)
+    if rank == 0 and profile is not None:
+        report.link = (latency, bandwidth)
+        report.predicted = predict(plan_on_processes(plan), schedule, profile, local_cluster(world, latency, bandwidth))
+    dist.barrier()
+
+
+def _save_grads(root: Path, rank: int, executor: Executor, plan: Plan) -> None:
+    """Write this process's gradients of the last iteration, keyed `{global layer}.{parameter name}`."""
+    root.mkdir(parents=True, exist_ok=True)
+    grads: dict[str, torch.Tensor] = {}
+    for s, module in executor.modules().items():
+        for name, p in module.named_parameters():
+            local, _, rest = name.partition(".")
+            layer = plan.stages[s].first_layer + int(local)
+            grads[f"{layer}.{rest}"] = p.grad.detach().cpu() if p.grad is not None else torch.zeros_like(p).cpu()
+    torch.save(grads, root / f"grads-rank-{rank}.pt")
