@@ -272,3 +272,12 @@ def test_same_inputs_give_identical_results() -> None:
     schedule = make_schedule("kfkb", 4, 12, k=2)
     costs = uniform_costs(schedule, [1.0, 1.5, 1.0, 0.5], 2.0, comm=[0.3, 1.2, 0.1])
     assert simulate(schedule, costs) == simulate(schedule, costs)
+
+
+def test_an_optimizer_step_in_the_schedule_runs_on_the_rank_and_leaves_the_tail() -> None:
+    """A U action takes optimizer_ms on its rank; the stage's tail after its last backward is then the all-reduce only."""
+    costs = Costs((StageCost(1.0, 2.0, allreduce_ms=1.0, optimizer_ms=0.5),), (), ())
+    with_u = simulate(Schedule.from_text([["0F0", "0B0", "0U0"]]), costs)
+    assert with_u.iteration_time == 4.0  # B ends at 3; U [3, 3.5]; all-reduce ends at 4
+    assert with_u.per_rank[0].busy == 3.5
+    assert simulate(Schedule.from_text([["0F0", "0B0"]]), costs).iteration_time == 4.5

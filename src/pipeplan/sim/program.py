@@ -18,7 +18,7 @@ ALWAYS_READY = -1
 Stage 0's F slots are filled with 0.0 before the run (its input is the batch)."""
 
 NO_SLOT = -2
-"""`out`, `own` or `consumer` field that is unused."""
+"""An unused `out` or `consumer` field; also "waiting for nothing" in the loops."""
 
 Instr = tuple[int, int, int, int, int, int, int, str, int]
 """(duration column, dependency slot, out slot, boundary transfer, consumer rank, extra, stage, op, microbatch).
@@ -107,7 +107,7 @@ def compile_schedule(schedule: Schedule) -> Program:
         rank_peak.append(peak)
         if instrs:
             max_mb = max(max_mb, max(map(itemgetter(8), instrs)))
-        _mark_last_backwards(instrs)
+        _mark_last_backwards(instrs, len(schedule.stages_of(rank)))
     stage_peak = list(rank_peak[r] for r in s2r)
     for rank, instrs in enumerate(code):
         if len(schedule.stages_of(rank)) > 1:
@@ -128,14 +128,16 @@ def compile_schedule(schedule: Schedule) -> Program:
     )
 
 
-def _mark_last_backwards(instrs: list[Instr]) -> None:
-    """Set `extra` = -(s + 1) on the last B or W of each stage s in one rank's order."""
+def _mark_last_backwards(instrs: list[Instr], stages_here: int) -> None:
+    """Set `extra` = -(s + 1) on the last B or W of each stage s in one rank's order (scanning back, stopping early)."""
     seen: set[int] = set()
     for pos in range(len(instrs) - 1, -1, -1):
         instr = instrs[pos]
         if instr[7] in "BW" and instr[6] not in seen:
             seen.add(instr[6])
             instrs[pos] = (*instr[:5], -(instr[6] + 1), *instr[6:])
+            if len(seen) == stages_here:
+                return
 
 
 def _misplaced(schedule: Schedule, rank: int, pos: int) -> None:
