@@ -19,7 +19,9 @@ from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.core.profile import LayerProfile, ModelProfile  # noqa: E402
 from pipeplan.io.profile_json import read_profile_json  # noqa: E402
 from pipeplan.presets.gpus import GPU_SPECS  # noqa: E402
-from pipeplan.profiler import LayerWork, measure_layers, project_profile, resolve_gpu, roofline_ms  # noqa: E402
+from pipeplan.profiler import LayerWork, measure_layers, project_profile, resolve_gpu, resolve_module_spec, roofline_ms  # noqa: E402
+
+F32 = 4
 
 
 def two_layer_profile() -> tuple[ModelProfile, list[LayerWork]]:
@@ -165,3 +167,36 @@ def test_cli_bad_spec_in_a_real_process_has_no_traceback(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ProfileError: MODULE_SPEC 'resnet' is neither a built-in (mlp, transformer, gpt2-small")
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), [("mlp", {"hidden": 64, "blocks": 3}), ("gpt2-small", {"layers": 1, "seq_len": 32, "dropout": 0.0})]
+)
+def test_meta_device_counts_what_the_cpu_counts(name: str, options: dict[str, object]) -> None:
+    """Built on the meta device (nothing allocated) a spec has the same sizes and work as on the CPU's fused attention path."""
+    cpu = measure_layers(resolve_module_spec(name, **options), None, 2, runs=0)
+    with torch.device("meta"):
+        spec = resolve_module_spec(name, **options)
+    meta = measure_layers(spec, None, 2, runs=0)
+    assert meta.device == "meta"
+    assert meta.layers == cpu.layers
+
+
+def test_meta_attention_keeps_no_score_matrix() -> None:
+    """With attention dropout on, the CPU keeps S×S scores; a meta projection models the fused kernel and does not."""
+    b, s, h, heads = 2, 64, 768, 12
+    cpu = measure_layers(resolve_module_spec("gpt2-small", layers=1, seq_len=s), None, b, runs=0).layers[1]
+    with torch.device("meta"):
+        spec = resolve_module_spec("gpt2-small", layers=1, seq_len=s)
+    meta = measure_layers(spec, None, b, runs=0).layers[1]
+    scores = b * heads * s * s * F32
+    assert cpu.saved_bytes - meta.saved_bytes >= 2 * scores  # probabilities and the dropped-out copy at least
+    assert meta.work.bwd_flops - cpu.work.bwd_flops == 2 * b * s * s * h  # the recomputed QKᵀ
+
+
+def test_meta_models_cannot_be_timed() -> None:
+    """Timing rounds on the meta device are refused: nothing runs there."""
+    with torch.device("meta"):
+        spec = resolve_module_spec("mlp", hidden=8, blocks=1)
+    with pytest.raises(ProfileError, match="runs must be 0 for a model on the meta device"):
+        measure_layers(spec, None, 2, runs=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -24,7 +25,10 @@ def profile(
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per profiled batch."),
     out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile/1 JSON here."),
     project_to: str | None = typer.Option(
-        None, "--project-to", help="Project times onto this GPU (V100, A100, A100-80GB, H100, H200, L4) instead of measuring."
+        None,
+        "--project-to",
+        help="Project times onto this GPU (V100, A100, A100-80GB, H100, H200, L4) from counted FLOPs and bytes "
+        "instead of measuring; the model is built on the meta device (no memory, no compute).",
     ),
     dtype: str = typer.Option("fp32", "--dtype", help="Model dtype: fp32 or bf16 (sizes follow it; picks the GPU peak)."),
     runs: int = typer.Option(10, "--runs", help="Timed rounds; each layer's median is kept."),
@@ -60,10 +64,12 @@ def profile(
         resolve_gpu(project_to)
         if not 0 < efficiency <= 1:
             raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
-    target = _torch_device(torch, device)
+    # A projection needs shapes only: build on the meta device, so no weights are allocated and nothing is computed.
+    target = torch.device("meta") if project_to is not None else _torch_device(torch, device)
     if threads is not None:
         torch.set_num_threads(threads)
-    spec = resolve_module_spec(module_spec, **spec_options)
+    with target if target.type == "meta" else contextlib.nullcontext():
+        spec = resolve_module_spec(module_spec, **spec_options)
     if dtype == "bf16":
         spec = spec.cast(torch.bfloat16)
     for layer in spec.layers:

@@ -30,6 +30,7 @@ from torch import nn
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.specs import ModelSpec, layers_of
@@ -121,13 +122,17 @@ def measure_layers(
 ) -> Measurement:
     """Measure every layer (sizes, FLOPs, median forward/backward ms) and, if whole, the chain as one model.
 
-    runs = 0 skips timing (all times 0): sizes and FLOPs only, as a projection needs.
+    runs = 0 skips timing (all times 0): sizes and FLOPs only, as a projection needs. A model built on the
+    meta device (`with torch.device("meta"): ...`) is counted without allocating or computing anything, with
+    attention modelled as a GPU's fused kernel (see `attention`); it needs runs = 0.
     """
     check_positive_int(ProfileError, "batch_size", batch_size)
     check_nonneg_int(ProfileError, "runs", runs)
     check_nonneg_int(ProfileError, "warmup", warmup)
     names, layers, x0 = _chain(model, sample_input, batch_size)
     device = x0.device
+    if device.type == "meta" and runs:
+        raise ProfileError(f"runs must be 0 for a model on the meta device (nothing runs there to time), got {runs}")
     sync = torch.cuda.synchronize if device.type == "cuda" else _no_sync
     rounds = warmup + runs if runs else 0
     with _progress_bar(progress, len(layers) + rounds) as advance:
@@ -212,7 +217,8 @@ def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool)
 
     Returns the layer's sizes and work, and a fixed random gradient of its output's shape for the timing rounds.
     """
-    with torch.enable_grad(), flop_counter() as fwd_counter, SavedTensorMeter(exclude=layer.parameters()) as meter:
+    fused = FusedAttentionMode() if x.device.type == "meta" else contextlib.nullcontext()
+    with torch.enable_grad(), fused, flop_counter() as fwd_counter, SavedTensorMeter(exclude=layer.parameters()) as meter:
         out = layer(x)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
