@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pipeplan.core.errors import CostError, DeadlockError, ScheduleError
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import Costs, Flow, StageCost, lower_bound, simulate, uniform_costs
+from pipeplan.sim import Costs, Flow, StageCost, bandwidth_trace_from_json, lower_bound, simulate, uniform_costs
 from pipeplan.sim.engine import simulate_in_time_order
 
 F, B = 1.0, 2.0
@@ -251,7 +251,7 @@ schedules = st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1", "interleaved-1f1b
 def test_dataflow_and_time_order_loops_agree_and_respect_the_lower_bound(
     name: str, p: int, mult: int, k: int, chunks: int, data: st.DataObject
 ) -> None:
-    """On random per-stage costs both event loops give the same result, never below the lower bound."""
+    """On random per-stage costs and traces both event loops give the same result, never below the lower bound."""
     schedule = make_schedule(name, p, p * mult, k=k, chunks=chunks)
     stages = schedule.num_stages
     times = st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 3.0]), min_size=stages, max_size=stages)
@@ -262,8 +262,21 @@ def test_dataflow_and_time_order_loops_agree_and_respect_the_lower_bound(
         comm=data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.75, 2.0]), min_size=stages - 1, max_size=stages - 1)),
         act_bytes=data.draw(times),
     )
-    fast = simulate(schedule, costs)
-    assert fast == simulate_in_time_order(schedule, costs)
+    steps = data.draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "t_ms": st.sampled_from([0.0, 0.5, 2.0, 7.0]),
+                    "link": st.one_of(st.just("all"), st.sampled_from([[0, 1], [1, 0], [1, 2], [2, 1]])),
+                    "factor": st.sampled_from([0.25, 0.5, 2.0]),
+                }
+            ),
+            max_size=3,
+        )
+    )
+    trace = bandwidth_trace_from_json(steps) if steps else None
+    fast = simulate(schedule, costs, trace)
+    assert fast == simulate_in_time_order(schedule, costs, trace)
     assert fast.lower_bound <= fast.iteration_time * (1 + 1e-12)
 
 
