@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
@@ -79,18 +81,42 @@ def flows_time(flows: tuple[Flow, ...]) -> float:
     return max((f.latency_ms + f.work_ms for f in flows), default=0.0)
 
 
+_LINKS: dict[int, tuple[Cluster, np.ndarray, np.ndarray]] = {}
+
+
+def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """(effective bytes/s with NIC caps, latency s) as arrays, cached for the last few clusters."""
+    cached = _LINKS.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1], cached[2]
+    rate = np.array(cluster.bandwidth, dtype=float)
+    if cluster.nic_bandwidth is not None:
+        nodes = np.array([d.node for d in cluster.devices])
+        rate = np.where(nodes[:, None] != nodes[None, :], np.minimum(rate, cluster.nic_bandwidth), rate)
+    latency = np.array(cluster.latency, dtype=float)
+    if len(_LINKS) >= 4:
+        _LINKS.pop(next(iter(_LINKS)))
+    _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
+    return rate, latency
+
+
 def slowest_replica_flows(
     plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float
 ) -> tuple[Flow, ...]:
     """The flows of the pipeline replica whose src->dst transfer is slowest (ties: the lowest replica)."""
-    best: tuple[Flow, ...] = ()
-    best_time = -1.0
-    for t in range(plan.pipeline_replicas):
-        flows = boundary_flows(cluster, plan.replica_devices(src_stage, t), plan.replica_devices(dst_stage, t), nbytes)
-        time = flows_time(flows)
-        if time > best_time:
-            best, best_time = flows, time
-    return best
+    best_replica = 0
+    rp = plan.pipeline_replicas
+    if rp > 1:
+        rate, latency = link_arrays(cluster)
+        src = np.array(plan.stages[src_stage].devices).reshape(rp, -1)
+        dst = np.array(plan.stages[dst_stage].devices).reshape(rp, -1)
+        q = min(src.shape[1], dst.shape[1])
+        src, dst = src[:, :q], dst[:, :q]
+        with np.errstate(divide="ignore"):
+            times = np.where(src == dst, 0.0, latency[src, dst] + (nbytes / q) / rate[src, dst])
+        best_replica = int(np.argmax(times.max(axis=1)))
+    senders = plan.replica_devices(src_stage, best_replica)
+    return boundary_flows(cluster, senders, plan.replica_devices(dst_stage, best_replica), nbytes)
 
 
 def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> float:

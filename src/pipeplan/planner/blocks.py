@@ -1,0 +1,46 @@
+"""Blocks: runs of consecutive layers the partition DP treats as one, so very deep profiles stay fast."""
+
+from __future__ import annotations
+
+import bisect
+from itertools import accumulate
+
+from pipeplan.core.profile import ModelProfile
+
+MAX_BLOCKS = 64
+"""The DP cuts only between blocks; boundary refinement later moves cuts to any layer."""
+
+
+def make_blocks(profile: ModelProfile, max_blocks: int = MAX_BLOCKS) -> tuple[tuple[int, int], ...]:
+    """Split the layers into at most `max_blocks` runs of about equal compute, cut where little data crosses.
+
+    Each block is (first_layer, last_layer). With few layers every layer is a
+    block. Otherwise the cut nearest each compute quantile is moved, within
+    half a block's width, to the layer boundary with the smallest cut_bytes
+    (ties: the nearest), so the DP sees the model's natural cut points.
+    """
+    n = profile.num_layers
+    if n <= max_blocks:
+        return tuple((i, i) for i in range(n))
+    work = [layer.fwd_ms + layer.bwd_ms for layer in profile.layers]
+    prefix = list(accumulate(work))
+    total = prefix[-1]
+    cuts = profile.cut_bytes or ()
+    window = max(1, n // (2 * max_blocks))
+    chosen: list[int] = []  # a cut after layer c
+    for q in range(1, max_blocks):
+        target = total * q / max_blocks if total > 0 else 0.0
+        c = min(bisect.bisect_left(prefix, target), n - 2) if total > 0 else (n * q) // max_blocks - 1
+        low = max(chosen[-1] + 1 if chosen else 0, c - window)
+        high = min(n - 2, c + window)
+        if low > high:
+            continue
+        best = min(range(low, high + 1), key=lambda i: (cuts[i], abs(i - c), i))
+        chosen.append(best)
+    blocks = []
+    first = 0
+    for c in chosen:
+        blocks.append((first, c))
+        first = c + 1
+    blocks.append((first, n - 1))
+    return tuple(blocks)

@@ -1,0 +1,144 @@
+"""Scoring plans by simulation: memoized, fast ranking for huge microbatch counts, exact memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pipeplan.core.errors import PipeplanError
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.planner.base import PlanRequest
+from pipeplan.sim import simulate
+from pipeplan.sim.costs import Costs
+from pipeplan.sim.plan_costs import order_peak_activation, plan_costs, plan_schedule
+from pipeplan.sim.result import SimResult
+
+RANK_MICROBATCHES = 48
+"""Above this many microbatches, rank by simulating fewer and extrapolating the steady state."""
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A plan's (estimated) iteration time in ms and its memory margin.
+
+    `excess_bytes` is the largest amount by which a device's peak memory
+    exceeds its capacity (<= 0: the plan fits); `excess_rank` names that rank.
+    """
+
+    time_ms: float
+    excess_bytes: float
+    excess_rank: int
+
+    @property
+    def fits(self) -> bool:
+        """True when every device has room."""
+        return self.excess_bytes <= 0
+
+
+INVALID = Score(float("inf"), float("inf"), -1)
+
+
+class Evaluator:
+    """Simulates plans for one request, caching costs and scores.
+
+    With m > RANK_MICROBATCHES microbatches, the time is ranked from two
+    shorter simulations (m1 and m2 microbatches) by linear extrapolation of the
+    steady state, T(m) = T(m1) + (m - m1) * (T(m1) - T(m2)) / (m1 - m2); `exact`
+    always simulates the full iteration. Memory uses the full schedule's peak
+    in-flight counts (a microbatch count where they have saturated).
+    """
+
+    def __init__(self, request: PlanRequest) -> None:
+        self.request = request
+        self.profile = request.profile
+        self.cluster = request.cluster
+        self.optimizer_factor = request.optimizer_factor
+        self._costs: dict[tuple[object, ...], Costs] = {}
+        self._scores: dict[Plan, Score] = {}
+        self._schedules: dict[tuple[object, ...], Schedule] = {}
+        self.simulations = 0
+
+    def costs(self, plan: Plan) -> Costs:
+        """plan_costs, cached by what they depend on (stages, replicas, microbatch size)."""
+        key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
+        costs = self._costs.get(key)
+        if costs is None:
+            costs = plan_costs(plan, self.profile, self.cluster, self.optimizer_factor)
+            self._costs[key] = costs
+        return costs
+
+    def schedule(self, plan: Plan) -> Schedule:
+        """plan_schedule, cached by what it depends on."""
+        if plan.order is not None:
+            return plan_schedule(plan)
+        key = (plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = plan_schedule(plan)
+            self._schedules[key] = schedule
+        return schedule
+
+    def _time(self, plan: Plan) -> float:
+        self.simulations += 1
+        return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+
+    def estimate_time(self, plan: Plan) -> float:
+        """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
+        m = plan.microbatches
+        step = plan.num_ranks if plan.schedule == "interleaved-1f1b" else 1
+        m1 = max(step, (RANK_MICROBATCHES // step) * step)
+        if plan.order is not None or m <= m1:
+            return self._time(plan)
+        m2 = max(step, ((m1 // 2) // step) * step)
+        t1 = self._time(dataclasses.replace(plan, microbatches=m1))
+        t2 = self._time(dataclasses.replace(plan, microbatches=m2))
+        return t1 + (m - m1) * (t1 - t2) / (m1 - m2)
+
+    def rank_memory(self, plan: Plan) -> tuple[float, ...]:
+        """Peak bytes per rank at the full microbatch count."""
+        costs = self.costs(plan)
+        p = plan.num_ranks
+        static = [0.0] * p
+        for s, cost in enumerate(costs.stages):
+            static[s % p] += cost.static_bytes
+        saved = tuple(c.saved_bytes for c in costs.stages)
+        if plan.schedule == "gpipe":
+            activation = tuple(plan.microbatches * saved[r] for r in range(p))
+        else:
+            # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
+            saturate = 2 * p * (plan.k * plan.chunks + 1)
+            m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
+            activation = order_peak_activation(self.schedule(dataclasses.replace(plan, microbatches=m)), saved)
+        return tuple(static[r] + activation[r] for r in range(p))
+
+    def memory_excess(self, plan: Plan) -> tuple[float, int]:
+        """(largest bytes over capacity on any device, its rank)."""
+        memory = self.rank_memory(plan)
+        worst, worst_rank = -float("inf"), -1
+        devices = self.cluster.devices
+        for rank in range(plan.num_ranks):
+            cap = min(devices[d].memory_bytes for d in plan.stages[rank].devices)
+            if memory[rank] - cap > worst:
+                worst, worst_rank = memory[rank] - cap, rank
+        return worst, worst_rank
+
+    def score(self, plan: Plan) -> Score:
+        """Cached Score of `plan`; INVALID when the cost model rejects it (e.g. a missing link)."""
+        cached = self._scores.get(plan)
+        if cached is not None:
+            return cached
+        try:
+            excess, rank = self.memory_excess(plan)
+            time = self.estimate_time(plan) if excess <= 0 else float("inf")
+            score = Score(time, excess, rank)
+        except PipeplanError:
+            score = INVALID
+        self._scores[plan] = score
+        return score
+
+    def exact(self, plan: Plan, record: bool = True) -> SimResult:
+        """The full simulation of `plan`."""
+        from pipeplan.sim.plan_costs import simulate_plan
+
+        return simulate_plan(plan, self.profile, self.cluster, record=record, optimizer_factor=self.optimizer_factor)

@@ -1,0 +1,94 @@
+"""Schedule candidates for a partition: gpipe, 1f1b, kfkb (k), interleaved-1f1b (v chunks), zb-h1."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import ModelProfile
+
+GENERATED = ("1f1b", "gpipe", "kfkb", "interleaved-1f1b", "zb-h1")
+KFKB_GROUPS = (2, 3, 4, 8)
+INTERLEAVE_CHUNKS = (2, 3, 4)
+
+
+def chunk_partition(work: list[float], factors: list[float]) -> list[tuple[int, int]] | None:
+    """Split layers into len(factors) contiguous non-empty chunks minimizing max(sum(work) / factor).
+
+    Binary search on the bottleneck with a greedy fill (each chunk takes
+    layers while it stays under the bottleneck times its factor, leaving one
+    layer for every later chunk). None when there are fewer layers than chunks.
+    """
+    n, c = len(work), len(factors)
+    if n < c:
+        return None
+
+    def fill(cap: float) -> list[tuple[int, int]] | None:
+        bounds, i = [], 0
+        for k in range(c):
+            limit = cap * factors[k] * (1 + 1e-12)
+            j, total = i + 1, work[i]
+            while j < n - (c - k - 1) and total + work[j] <= limit:
+                total += work[j]
+                j += 1
+            if total > limit:
+                return None
+            bounds.append((i, j - 1))
+            i = j
+        return bounds if i == n else None
+
+    low, high = 0.0, sum(work) / min(factors) + 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if fill(mid) is None:
+            low = mid
+        else:
+            high = mid
+    return fill(high)
+
+
+def interleave(plan: Plan, profile: ModelProfile, cluster: Cluster, chunks: int) -> Plan | None:
+    """`plan` re-cut into p*chunks chunk-stages, chunk c on rank c mod p, balanced per rank's replicas and speed.
+
+    None when it cannot apply: one rank, m not a multiple of p, or too few layers.
+    """
+    p = plan.num_ranks
+    if p < 2 or plan.chunks != 1 or plan.microbatches % p:
+        return None
+    factors = []
+    for rank in range(p):
+        speed = min(cluster.devices[d].speed for d in plan.stages[rank].devices)
+        factors.append(plan.replicas_of(rank) * speed)
+    work = [layer.fwd_ms + layer.bwd_ms for layer in profile.layers]
+    bounds = chunk_partition(work, [factors[c % p] for c in range(p * chunks)])
+    if bounds is None:
+        return None
+    stages = tuple(Stage(a, b, plan.stages[c % p].devices) for c, (a, b) in enumerate(bounds))
+    return dataclasses.replace(plan, stages=stages, schedule="interleaved-1f1b", k=1, chunks=chunks, order=None)
+
+
+def schedule_variants(plan: Plan, profile: ModelProfile, cluster: Cluster, only: str = "auto") -> list[Plan]:
+    """The plan under every generated schedule that applies (or only `only`), 1f1b first.
+
+    An interleaved plan (chunks > 1) is returned as it is: its chunk-stages do not map back to p stages.
+
+    kfkb uses k in KFKB_GROUPS below m (k >= m is gpipe); interleaved-1f1b
+    uses v in INTERLEAVE_CHUNKS when m is a multiple of p.
+    """
+    if plan.chunks != 1:
+        return [plan] if only in ("auto", plan.schedule) else []
+    base = dataclasses.replace(plan, schedule="1f1b", k=1, chunks=1, order=None)
+    variants: list[Plan] = []
+    names = GENERATED if only == "auto" else (only,)
+    for name in names:
+        if name == "kfkb":
+            variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in KFKB_GROUPS if k < plan.microbatches]
+        elif name == "interleaved-1f1b":
+            for v in INTERLEAVE_CHUNKS:
+                chunked = interleave(base, profile, cluster, v)
+                if chunked is not None:
+                    variants.append(chunked)
+        elif name in GENERATED:
+            variants.append(dataclasses.replace(base, schedule=name))
+    return variants

@@ -1,0 +1,285 @@
+"""The `pipeplan` planner: DP partition and replication, topology-aware mapping, schedule choice, refinement.
+
+Search space (stated, since it is restricted to stay fast):
+- pipeline replicas rp: divisors of the device count that divide the global batch;
+- microbatch size b: the request's, else every divisor of global_batch / rp
+  (smallest first; larger sizes stop once two in a row do not help);
+- per-stage replicas r: divisors of b (a microbatch is split evenly over a
+  stage's replicas), in multiples of a unit of devices that keeps at most 64
+  units per pipeline (unit 1 up to 64 devices per pipeline);
+- at most 32 stages; cuts between blocks of layers (at most 64 blocks) in the
+  DP, then anywhere during boundary refinement;
+- schedules gpipe, 1f1b, kfkb (k = 2, 3, 4, 8), interleaved-1f1b (v = 2, 3, 4),
+  zb-h1 and list.
+Everything is deterministic: no clocks or random numbers steer the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+from pipeplan.core.errors import PlanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
+from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
+from pipeplan.planner.evaluate import Evaluator
+from pipeplan.planner.list_schedule import list_plan, memory_budgets
+from pipeplan.planner.partition_dp import DpInputs, block_sums, partition_dp
+from pipeplan.planner.refine import improve_placement, refine_boundaries
+from pipeplan.planner.schedule_choice import chunk_partition, schedule_variants
+from pipeplan.planner.topology import Layout, device_orders, link_matrices
+from pipeplan.sim.plan_costs import GIB, check_fits, memory_per_device
+
+Progress = Callable[[str, float], None]
+
+MAX_STAGES = 32
+MAX_UNITS = 64
+TOP_CANDIDATES = 6
+REFINED = 2
+STALE_SIZES = 2
+LIST_MAX_ACTIONS = 200_000
+LARGE_CLUSTER = 64
+"""Above this many devices the search narrows: fewer blocks, one device order, shorter local searches."""
+MAX_BLOCKS_LARGE = 32
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+class Search:
+    """One planning run; see the module docstring for the search space."""
+
+    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+        self.request = request
+        self.profile = request.profile
+        self.cluster = request.cluster
+        self.progress = progress or (lambda message, fraction: None)
+        self.evaluator = Evaluator(request)
+        self.bandwidth, self.latency = link_matrices(self.cluster)
+        self.orders = device_orders(self.cluster, self.bandwidth)
+        self.large = self.cluster.num_devices > LARGE_CLUSTER
+        self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
+        self.sums = block_sums(self.profile, self.blocks)
+        self.pool: list[Plan] = []
+        self.best_time = float("inf")
+        self.sample_ms = (self.profile.total_fwd_ms + self.profile.total_bwd_ms) / self.profile.batch_size
+        self.max_speed = max(d.speed for d in self.cluster.devices)
+
+    # ---- candidate generation -------------------------------------------------------------
+    def replica_counts(self) -> list[int]:
+        """Pipeline replica counts rp: divisors of the device count that divide the global batch."""
+        g = self.request.global_batch
+        return [rp for rp in divisors(self.cluster.num_devices) if g % rp == 0]
+
+    def microbatch_sizes(self, rp: int) -> list[int]:
+        """Microbatch sizes b for rp pipeline replicas: the request's or every divisor of the per-replica batch."""
+        per_replica = self.request.global_batch // rp
+        if self.request.microbatch_size is not None:
+            return [self.request.microbatch_size] if per_replica % self.request.microbatch_size == 0 else []
+        return divisors(per_replica)
+
+    def lower_bound(self, rp: int, b: int) -> float:
+        """A quick bound on any plan with rp replicas and microbatch size b: (m-1) t_max + sum t over stages."""
+        n = self.cluster.num_devices // rp
+        m = self.request.global_batch // (rp * b)
+        usable = min(n, min(MAX_STAGES, len(self.blocks)) * b)
+        bottleneck = b * self.sample_ms / (usable * self.max_speed)
+        one_path = b * self.sample_ms / (min(b, n) * self.max_speed)
+        return (m - 1) * bottleneck + one_path
+
+    def add(self, plan: Plan) -> float:
+        """Score a candidate, keep it in the pool, return its time."""
+        score = self.evaluator.score(plan)
+        if score.fits:
+            self.pool.append(plan)
+            self.best_time = min(self.best_time, score.time_ms)
+        return score.time_ms
+
+    def units(self, rp: int, b: int) -> tuple[int, int, tuple[int, ...]]:
+        """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b)."""
+        n = self.cluster.num_devices // rp
+        unit = 1
+        while n // unit > MAX_UNITS:
+            unit *= 2
+        k_units = n // unit
+        return unit, k_units, tuple(rho for rho in range(1, k_units + 1) if b % (rho * unit) == 0)
+
+    def dp_candidates(self, rp: int, b: int) -> float:
+        """Run the DP for every layout at (rp, b); return the best time found."""
+        n = self.cluster.num_devices // rp
+        unit, _, choices = self.units(rp, b)
+        if not choices:
+            return float("inf")
+        m = self.request.global_batch // (rp * b)
+        inputs = DpInputs(
+            self.sums, self.cluster, self.bandwidth, self.latency, b / self.profile.batch_size, m,
+            self.request.optimizer_factor, choices, MAX_STAGES,
+        )  # fmt: skip
+        orders = self.orders[:1] if self.large else self.orders
+        best = float("inf")
+        for order in orders:
+            for replica_major in (True, False) if rp > 1 else (True,):
+                layout = Layout(order, rp, n, unit, replica_major)
+                for solution in partition_dp(inputs, layout, keep=3):
+                    stages = tuple(
+                        Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units))
+                        for st in solution.stages
+                    )
+                    best = min(best, self.add(Plan(stages, rp, m, b, "1f1b")))
+        return best
+
+    def straight(self, order: tuple[int, ...], b: int, by_memory: bool = False) -> Plan | None:
+        """One device per stage along `order`, all devices (or layers), balanced by time (or by memory)."""
+        layers = self.profile.layers
+        count = min(len(layers), len(order))
+        if by_memory:
+            work = [x.param_bytes * (2 + self.request.optimizer_factor) + x.saved_bytes * count for x in layers]
+            factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
+        else:
+            work = [x.fwd_ms + x.bwd_ms for x in layers]
+            factors = [self.cluster.devices[d].speed for d in order[:count]]
+        bounds = chunk_partition(work, factors)
+        if bounds is None:
+            return None
+        stages = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
+        return Plan(stages, 1, self.request.global_batch // b, b, "1f1b")
+
+    def generate(self) -> None:
+        """Fill the pool: straight pipelines, then the DP over every (rp, b) not ruled out by its bound."""
+        for b in self.microbatch_sizes(1)[:3]:
+            for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
+                plan = self.straight(order, b)
+                if plan is not None:
+                    self.add(plan)
+        counts = self.replica_counts()[::-1]
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for index, rp in enumerate(counts):
+            self.progress(f"partition DP: {rp} pipeline replica(s)", index / max(1, len(counts)))
+            best_here, stale = float("inf"), 0
+            widths_here: set[tuple[int, ...]] = set()
+            for b in self.microbatch_sizes(rp):
+                unit, _, choices = self.units(rp, b)
+                # Skip (1) the same stage widths as a smaller b of this rp: bigger microbatches only add fill;
+                # (2) the same microbatch count and devices per stage over all replicas as a larger rp: the same
+                # compute and all-reduce, in a layout close to the larger rp's stage-major one (tried already).
+                key = (self.request.global_batch // (rp * b), tuple(rho * unit * rp for rho in choices))
+                if not choices or choices in widths_here or key in seen:
+                    continue
+                widths_here.add(choices)
+                seen.add(key)
+                if self.lower_bound(rp, b) >= self.best_time:
+                    stale += 1
+                else:
+                    found = self.dp_candidates(rp, b)
+                    stale = 0 if found < best_here * 0.999 else stale + 1
+                    best_here = min(best_here, found)
+                if stale >= STALE_SIZES and best_here < float("inf"):
+                    break
+
+    # ---- selection and refinement ---------------------------------------------------------
+    def ranked(self, plans: list[Plan], count: int) -> list[Plan]:
+        """The `count` fastest distinct fitting plans (stable: earlier candidates win ties)."""
+        unique = list(dict.fromkeys(plans))
+        fitting = [p for p in unique if self.evaluator.score(p).fits]
+        return sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms)[:count]
+
+    def with_list(self, plan: Plan) -> list[Plan]:
+        """List-schedule versions of `plan` under memory budgets (and DAPPLE's 2(p-s)-1 warm-up cap)."""
+        if plan.chunks != 1 or self.request.schedule not in ("auto", "list"):
+            return []
+        if 2 * plan.num_ranks * plan.microbatches > LIST_MAX_ACTIONS:
+            return []
+        base = dataclasses.replace(plan, schedule="1f1b", k=1, chunks=1, order=None)
+        costs = self.evaluator.costs(base)
+        capacity = tuple(min(self.cluster.devices[d].memory_bytes for d in s.devices) for s in base.stages)
+        try:
+            budgets = memory_budgets(base, costs, capacity)
+        except PlanError:
+            return []
+        p = plan.num_ranks
+        options = [budgets, tuple(min(x, max(1, 2 * (p - s) - 1)) for s, x in enumerate(budgets))]
+        return [list_plan(base, costs, b) for b in dict.fromkeys(options)]
+
+    def choose(self) -> Plan:
+        """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
+        only = self.request.schedule
+        generated_only = "auto" if only in ("auto", "list") else only
+        top = self.ranked(self.pool, TOP_CANDIDATES)
+        contenders: list[Plan] = []
+        for i, plan in enumerate(top):
+            self.progress("choosing schedules", i / max(1, len(top)))
+            variants = schedule_variants(plan, self.profile, self.cluster, generated_only)
+            contenders += self.ranked(variants, 1)
+        best = self.ranked(contenders, REFINED)
+        refined = []
+        for i, plan in enumerate(best):
+            self.progress("refining placement and stage boundaries", i / max(1, len(best)))
+            plan = improve_placement(plan, self.evaluator, 40 if self.large else 400)
+            plan = refine_boundaries(plan, self.evaluator, 80 if self.large else 400)
+            refined.append(plan)
+            refined += self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
+        finalists = self.ranked(refined + contenders, 3)
+        if only in ("auto", "list"):
+            for plan in list(finalists):
+                finalists += self.ranked(self.with_list(plan), 1)
+        if only != "auto":
+            finalists = [p for p in finalists if p.schedule == only]
+        if not finalists:
+            raise self.nothing_fits()
+        self.progress("confirming with full simulations", 1.0)
+        exact = [(self.evaluator.exact(p, record=False).iteration_time, i, p) for i, p in enumerate(finalists)]
+        return min(exact, key=lambda x: (x[0], x[1]))[2]
+
+    def nothing_fits(self) -> PlanError:
+        """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
+        sizes = self.microbatch_sizes(1) or [1]
+        b = sizes[0]
+        plan = self.straight(self.orders[0], b, by_memory=True)
+        if self.request.schedule not in ("auto", "1f1b") and plan is not None:
+            plan = dataclasses.replace(plan, schedule=self.request.schedule)
+        remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
+        if plan is None:
+            return PlanError(f"no plan fits: {self.profile.name} has fewer layers than needed; {remedy}")
+        try:
+            check_fits(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor)
+        except PlanError as exc:
+            return PlanError(f"no plan fits in memory: {exc}; {remedy}")
+        need = max(memory_per_device(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor))
+        return PlanError(
+            f"no plan fits with schedule {self.request.schedule!r} (the best straight pipeline needs {need / GIB:.2f} GiB "
+            f"per device); {remedy}, or --schedule auto"
+        )
+
+
+@register_planner("pipeplan")
+def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Plan with pipeplan's search (module docstring): the fastest simulated plan that fits.
+
+    Args:
+        request: profile, cluster, global batch and optional microbatch size / schedule.
+        progress: called with (message, fraction of the current phase) during the search.
+
+    Raises:
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+    """
+    started = time.perf_counter()
+    search = Search(request, progress)
+    search.generate()
+    if not search.pool:
+        raise search.nothing_fits()
+    plan = search.choose()
+    result = search.evaluator.exact(plan)
+    memory = check_fits(plan, request.profile, request.cluster, result, request.optimizer_factor)
+    return PlanResult(
+        plan,
+        "pipeplan",
+        result,
+        memory,
+        time.perf_counter() - started,
+        {"simulations": search.evaluator.simulations, "candidates": len(search.pool)},
+    )

@@ -1,0 +1,96 @@
+"""Device orderings and layouts: where the stages of a pipeline (and its replicas) sit on any bandwidth graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.core.cluster import Cluster
+
+
+def link_matrices(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Effective bandwidth (bytes/s, NIC-capped, inf on the diagonal) and latency (s) as arrays."""
+    n = cluster.num_devices
+    bandwidth = np.array(cluster.bandwidth, dtype=float)
+    if cluster.nic_bandwidth is not None:
+        nodes = np.array([d.node for d in cluster.devices])
+        cross = nodes[:, None] != nodes[None, :]
+        bandwidth = np.where(cross, np.minimum(bandwidth, cluster.nic_bandwidth), bandwidth)
+    bandwidth[np.arange(n), np.arange(n)] = np.inf
+    return bandwidth, np.array(cluster.latency, dtype=float)
+
+
+def chain_order(bandwidth: np.ndarray, start: int, allowed: list[int] | None = None) -> list[int]:
+    """Greedy chain: from `start`, repeatedly go to the unvisited device with the fastest link (ties: lowest id).
+
+    On a two-level cluster this walks node by node; on any graph it keeps
+    consecutive devices (future consecutive stages) on fast pairs.
+    """
+    todo = sorted(allowed) if allowed is not None else list(range(len(bandwidth)))
+    todo.remove(start)
+    order = [start]
+    while todo:
+        last = order[-1]
+        rates = [min(bandwidth[last, d], bandwidth[d, last]) for d in todo]
+        best = max(range(len(todo)), key=lambda i: (rates[i], -todo[i]))
+        order.append(todo.pop(best))
+    return order
+
+
+def device_orders(cluster: Cluster, bandwidth: np.ndarray) -> list[tuple[int, ...]]:
+    """Candidate device orders: the greedy chain from the fastest device, then speed groups chained.
+
+    Returns distinct orders, best-guess first. With devices of several speeds,
+    a second order chains the fastest group first, then the next (so a short
+    pipeline uses only fast devices).
+    """
+    devices = cluster.devices
+    fastest = max(range(len(devices)), key=lambda d: (devices[d].speed, -d))
+    orders = [tuple(chain_order(bandwidth, fastest))]
+    speeds = sorted({d.speed for d in devices}, reverse=True)
+    if len(speeds) > 1:
+        grouped: list[int] = []
+        for speed in speeds:
+            group = [d.id for d in devices if d.speed == speed]
+            start = group[0] if not grouped else max(group, key=lambda d: (bandwidth[grouped[-1], d], -d))
+            grouped += chain_order(bandwidth, start, group)
+        orders.append(tuple(grouped))
+    orders.append(tuple(sorted(range(len(devices)), key=lambda d: (devices[d].node, d))))
+    unique: list[tuple[int, ...]] = []
+    for order in orders:
+        if order not in unique:
+            unique.append(order)
+    return unique
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """How stages and pipeline replicas map onto a device order.
+
+    The per-pipeline positions 0..n-1 are grouped in units of `unit` devices.
+    `replica_major`: pipeline replica t owns order[t*n:(t+1)*n] and a stage at
+    positions [a, a+r) uses order[t*n+a : t*n+a+r] in replica t (stages of one
+    pipeline stay close; the all-reduce spans the blocks). Otherwise
+    (stage-major) a stage at [a, a+r) owns order[a*rp : (a+r)*rp], replica t
+    taking its t-th slice of r devices (the all-reduce stays close).
+    """
+
+    order: tuple[int, ...]
+    replicas: int
+    per_pipeline: int
+    unit: int
+    replica_major: bool
+
+    @property
+    def units(self) -> int:
+        """Number of position units in one pipeline."""
+        return self.per_pipeline // self.unit
+
+    def devices(self, first_unit: int, num_units: int) -> tuple[int, ...]:
+        """The devices of a stage at units [first_unit, first_unit+num_units), replica-major over pipeline replicas."""
+        a, r = first_unit * self.unit, num_units * self.unit
+        if self.replica_major:
+            n = self.per_pipeline
+            return tuple(self.order[t * n + a + i] for t in range(self.replicas) for i in range(r))
+        return tuple(self.order[a * self.replicas : (a + r) * self.replicas])
