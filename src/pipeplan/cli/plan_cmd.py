@@ -1,7 +1,188 @@
-"""The `pipeplan plan` command."""
+"""The `pipeplan plan` command: find the fastest plan that fits, print it, optionally write the plan file."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pipeplan.cli.common import print_json
+from pipeplan.core.errors import PlanError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from pipeplan.core.cluster import Cluster
+    from pipeplan.core.profile import ModelProfile
+    from pipeplan.planner.base import PlanRequest, PlanResult
+
+
+def device_ranges(devices: Sequence[int]) -> str:
+    """Device ids as compact ranges in their order: (0, 1, 2, 3, 8) -> '0-3,8'."""
+    parts: list[str] = []
+    start = prev = None
+    for d in devices:
+        if start is not None and prev is not None and d == prev + 1:
+            prev = d
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = d
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+@contextmanager
+def progress_display(enabled: bool) -> Iterator[Callable[[str, float], None] | None]:
+    """A rich spinner on stderr showing the planner's current phase; yields the callback (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True
+    ) as bar:
+        task = bar.add_task("planning", total=1.0)
+
+        def update(message: str, fraction: float) -> None:
+            bar.update(task, description=message, completed=max(0.0, min(1.0, fraction)))
+
+        yield update
+
+
+def run_planner(name: str, request: PlanRequest, progress: Callable[[str, float], None] | None) -> PlanResult:
+    """Look `name` up in the planner registry and run it (with progress when it accepts a callback).
+
+    Raises:
+        PlanError: unknown planner name.
+    """
+    from pipeplan.planner import load_planners
+
+    planners = load_planners()
+    planner = planners.get(name)
+    if planner is None:
+        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(planners))}")
+    if progress is not None and "progress" in inspect.signature(planner).parameters:
+        return planner(request, progress=progress)  # type: ignore[call-arg]
+    return planner(request)
+
+
+def plan_json(result: PlanResult, profile_name: str, cluster_name: str) -> dict[str, Any]:
+    """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device, planning_seconds."""
+    from pipeplan.io.plan_json import plan_to_json
+
+    obj = plan_to_json(result.plan, profile_name, cluster_name)
+    obj.update(
+        planner=result.planner,
+        iteration_time=result.iteration_time,
+        memory_per_device=list(result.memory_per_device),
+        planning_seconds=result.planning_seconds,
+    )
+    return obj
+
+
+def stage_table(result: PlanResult, profile: ModelProfile, cluster: Cluster, optimizer_factor: float) -> Table:
+    """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B and all-reduce ms, peak memory."""
+    from rich.table import Table
+
+    from pipeplan.sim.plan_costs import plan_costs
+    from pipeplan.viz.tables import format_bytes, format_ms
+
+    plan = result.plan
+    costs = plan_costs(plan, profile, cluster, optimizer_factor)
+    table = Table(title="stages (devices of pipeline replica 0; replicas = per stage x pipelines)", title_justify="left")
+    for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "memory"):
+        table.add_column(header, justify="right")
+    for s, stage in enumerate(plan.stages):
+        rank = s % plan.num_ranks
+        cost = costs.stages[s]
+        memory = max(result.memory_per_device[d] for d in plan.stages[rank].devices)
+        layers = f"{stage.first_layer}-{stage.last_layer}" if stage.last_layer > stage.first_layer else str(stage.first_layer)
+        table.add_row(
+            str(s),
+            str(rank),
+            layers,
+            device_ranges(plan.replica_devices(s, 0)),
+            f"{plan.replicas_of(s)}x{plan.pipeline_replicas}",
+            format_ms(cost.fwd_ms),
+            format_ms(cost.bwd_ms),
+            format_ms(cost.allreduce_ms),
+            format_bytes(memory),
+        )
+    return table
+
+
+def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster) -> Table:
+    """Planner, schedule, batching, memory, iteration time, efficiency and planning time."""
+    from rich.table import Table
+
+    from pipeplan.viz.tables import format_bytes, format_ms
+
+    plan, sim = result.plan, result.sim
+    capacity = min(cluster.devices[d].memory_bytes for d in plan.all_devices)
+    schedule = plan.schedule + (f" (k={plan.k})" if plan.schedule == "kfkb" else "")
+    schedule += f" (v={plan.chunks})" if plan.chunks > 1 else ""
+    table = Table(title=f"plan for {profile.name} on {cluster.name}", show_header=False, title_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("planner", result.planner),
+        ("schedule", schedule),
+        ("pipeline replicas", str(plan.pipeline_replicas)),
+        ("microbatches x size", f"{plan.microbatches} x {plan.microbatch_size} (global batch {plan.global_batch})"),
+        ("devices used", f"{len(plan.all_devices)} of {cluster.num_devices}"),
+        ("peak memory / smallest device", f"{format_bytes(max(result.memory_per_device))} / {format_bytes(capacity)}"),
+        ("iteration time (ms)", format_ms(result.iteration_time)),
+        ("lower bound (ms)", format_ms(sim.lower_bound)),
+        ("efficiency", f"{sim.efficiency:.1%}"),
+        ("bubble fraction", f"{sim.bubble_fraction:.1%}"),
+        ("planning time (s)", f"{result.planning_seconds:.2f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def plan(
+    profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
+    microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [planner's choice]."),
+    planner: str = typer.Option("pipeplan", "--planner", help="Planner: pipeplan, dapple, pipedream, balanced, exact."),
+    schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
+    out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
+) -> None:
+    """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.io.plan_json import write_plan
+    from pipeplan.planner.base import PlanRequest
+    from pipeplan.viz.tables import print_tables
+
+    model = load_profile(profile)
+    machines = load_cluster(cluster)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule)
+    with progress_display(not as_json) as progress:
+        result = run_planner(planner, request, progress)
+    if as_json:
+        print_json(plan_json(result, profile, cluster))
+    else:
+        print_tables(summary(result, model, machines), stage_table(result, model, machines, request.optimizer_factor))
+    if out is not None:
+        write_plan(result.plan, out, profile, cluster)
+        typer.echo(f"wrote plan {out}", err=as_json)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to app."""
+    """Add `plan` to app."""
+    app.command("plan")(plan)
