@@ -134,7 +134,8 @@ def test_gradients_equal_single_process_training_for_every_schedule(world: int, 
             grads = torch.load(tmp_path / str(i) / f"grads-rank-{rank}.pt")
             assert grads, f"case {case}: rank {rank} saved no gradients"
             for key, grad in grads.items():
-                torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-6, msg=lambda m, c=case, k=key: f"{c} {k}: {m}")
+                where = f"case {case}, rank {rank}, {key}"
+                torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-6, msg=lambda m, w=where: f"{w}: {m}")
                 covered.add(key)
         assert covered == set(expected), f"case {case}: parameters without a gradient: {sorted(set(expected) - covered)}"
 
