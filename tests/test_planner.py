@@ -1,0 +1,161 @@
+"""Tests of the `pipeplan` planner: plans fit, beat straight 1F1B pipelines, use fast links, are deterministic."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeplan.cli import app
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.io.plan_json import plan_dumps
+from pipeplan.planner import PLANNERS, load_planners
+from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.search import divisors, plan_pipeplan
+from pipeplan.sim.plan_costs import check_fits, simulate_plan
+
+GIB = 2**30
+
+
+def random_instance(seed: int, layers: int = 6, devices: int = 4) -> tuple[ModelProfile, Cluster]:
+    """Random layer costs and a random non-uniform bandwidth matrix (1-50 GB/s), two devices per node."""
+    rng = random.Random(seed)
+    profile = ModelProfile(
+        f"random-{seed}",
+        8,
+        tuple(
+            LayerProfile(f"l{i}", rng.uniform(0.5, 4), rng.uniform(1, 8), rng.uniform(1e6, 5e7), rng.uniform(1e7, 3e8))
+            for i in range(layers)
+        ),
+    )
+    devs = tuple(Device(i, "gpu", 16 * GIB, rng.choice([1.0, 1.0, 2.0]), i // 2) for i in range(devices))
+    bandwidth = tuple(tuple(0.0 if a == b else rng.uniform(1e9, 50e9) for b in range(devices)) for a in range(devices))
+    latency = tuple(tuple(0.0 if a == b else 5e-6 for b in range(devices)) for a in range(devices))
+    return profile, Cluster("random", devs, bandwidth, latency)
+
+
+def best_straight_1f1b(profile: ModelProfile, cluster: Cluster, global_batch: int) -> float:
+    """Exhaustive: every contiguous partition on devices 0..p-1 (one each), every microbatch size, 1F1B."""
+    best = float("inf")
+    n = profile.num_layers
+    for p in range(1, min(n, cluster.num_devices) + 1):
+        for cuts in itertools.combinations(range(1, n), p - 1):
+            bounds = (0, *cuts, n)
+            stages = tuple(Stage(bounds[i], bounds[i + 1] - 1, (i,)) for i in range(p))
+            for b in divisors(global_batch):
+                plan = Plan(stages, 1, global_batch // b, b, "1f1b")
+                try:
+                    check_fits(plan, profile, cluster)
+                except PipeplanError:
+                    continue
+                best = min(best, simulate_plan(plan, profile, cluster, record=False).iteration_time)
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planner_never_worse_than_best_straight_1f1b(seed: int) -> None:
+    """On random 6-layer, 4-device instances pipeplan is at least as fast as every straight 1F1B pipeline."""
+    profile, cluster = random_instance(seed)
+    result = plan_pipeplan(PlanRequest(profile, cluster, 32))
+    assert result.iteration_time <= best_straight_1f1b(profile, cluster, 32) * (1 + 1e-9)
+
+
+def test_returned_plan_fits_and_matches_its_simulation() -> None:
+    """Every device's peak memory is within its capacity, and the result is the plan's own full simulation."""
+    profile, cluster = random_instance(3)
+    result = plan_pipeplan(PlanRequest(profile, cluster, 64))
+    memory = check_fits(result.plan, profile, cluster)
+    assert memory == pytest.approx(result.memory_per_device)
+    assert all(m <= d.memory_bytes for m, d in zip(result.memory_per_device, cluster.devices, strict=True))
+    again = simulate_plan(result.plan, profile, cluster, record=False)
+    assert again.iteration_time == pytest.approx(result.iteration_time)
+    assert result.plan.global_batch == 64
+    assert result.planning_seconds > 0
+
+
+def test_same_inputs_give_byte_identical_plans() -> None:
+    """Planning twice gives the same plan file bytes."""
+    profile, cluster = random_instance(4, layers=8)
+    first = plan_pipeplan(PlanRequest(profile, cluster, 48)).plan
+    second = plan_pipeplan(PlanRequest(profile, cluster, 48)).plan
+    assert plan_dumps(first, "p", "c") == plan_dumps(second, "p", "c")
+
+
+def test_nothing_fits_names_stage_device_shortfall_and_remedy() -> None:
+    """A 40 GB model on one 16 GiB device: PlanError with the stage, device, need, capacity, excess and a remedy."""
+    layers = tuple(LayerProfile(f"l{i}", 1.0, 2.0, 1e6, 1e10) for i in range(4))
+    profile = ModelProfile("huge", 1, layers)
+    cluster = Cluster("one", (Device(0, "V100", 16 * GIB),), ((0.0,),), ((0.0,),))
+    with pytest.raises(
+        PlanError,
+        match=r"no plan fits in memory: stage 0 needs 149\.0\d GiB on device 0 \(V100, 16\.00 GiB\): 133\.0\d GiB too much"
+        r".*try a smaller --microbatch-size, more devices",
+    ):
+        plan_pipeplan(PlanRequest(profile, cluster, 4))
+
+
+def test_consecutive_stages_land_on_fast_links() -> None:
+    """Only pairs 0-3 and 1-2 are fast (100 vs 1 GB/s) and weights too big to all-reduce: the pipeline uses a fast pair."""
+    layers = (LayerProfile("a", 5.0, 10.0, 1e8, 1e9), LayerProfile("b", 5.0, 10.0, 1e6, 1e9))
+    profile = ModelProfile("two", 1, layers)
+    fast = {(0, 3), (3, 0), (1, 2), (2, 1)}
+    bandwidth = tuple(tuple(0.0 if a == b else (100e9 if (a, b) in fast else 1e9) for b in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 for _ in range(4)) for _ in range(4))
+    cluster = Cluster("pairs", tuple(Device(i, "gpu", 64 * GIB) for i in range(4)), bandwidth, latency)
+    plan = plan_pipeplan(PlanRequest(profile, cluster, 8, microbatch_size=1)).plan
+    assert plan.num_ranks == 2
+    for t in range(plan.pipeline_replicas):
+        a, b = plan.replica_devices(0, t)[0], plan.replica_devices(1, t)[0]
+        assert (a, b) in fast
+
+
+def test_schedule_and_microbatch_size_restrictions_are_kept() -> None:
+    """--schedule 1f1b and --microbatch-size 2 restrict the answer."""
+    profile, cluster = random_instance(5)
+    result = plan_pipeplan(PlanRequest(profile, cluster, 32, microbatch_size=2, schedule="1f1b"))
+    assert result.plan.schedule == "1f1b"
+    assert result.plan.microbatch_size == 2
+    listed = plan_pipeplan(PlanRequest(profile, cluster, 32, schedule="list")).plan
+    assert listed.schedule == "list" and listed.order is not None
+
+
+def test_registry_holds_pipeplan() -> None:
+    """load_planners registers the pipeplan planner under its name."""
+    assert load_planners() is PLANNERS
+    assert PLANNERS["pipeplan"] is plan_pipeplan
+
+
+def test_cli_plan_json_and_out_file(tmp_path: Path) -> None:
+    """`plan --json` prints the plan plus timings; `--out` writes the same bytes twice."""
+    runner = CliRunner()
+    args = ["plan", "--profile", "pipedream/alexnet", "--cluster", "v100-8x1", "--global-batch", "64"]
+    first = runner.invoke(app, [*args, "--json", "--out", str(tmp_path / "a.json")])
+    assert first.exit_code == 0, first.output
+    obj = json.loads(first.stdout)
+    for key in ("stages", "schedule", "planner", "iteration_time", "memory_per_device", "planning_seconds"):
+        assert key in obj
+    assert obj["planner"] == "pipeplan" and obj["profile"] == "pipedream/alexnet" and len(obj["memory_per_device"]) == 8
+    second = runner.invoke(app, [*args, "--out", str(tmp_path / "b.json")])
+    assert second.exit_code == 0, second.output
+    assert "iteration time" in second.stdout
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    simulated = runner.invoke(app, ["simulate", "--plan", str(tmp_path / "a.json"), "--json"])
+    assert json.loads(simulated.stdout)["iteration_time"] == pytest.approx(obj["iteration_time"])
+
+
+def test_cli_unknown_planner_is_a_one_line_error() -> None:
+    """An unknown --planner raises PlanError (exit 2 in main) naming the value and the choices."""
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["plan", "--profile", "pipedream/alexnet", "--cluster", "v100-8x1", "--global-batch", "64", "--planner", "nope"]
+    )
+    assert isinstance(result.exception, PlanError)
+    assert "unknown planner 'nope'; choose one of" in str(result.exception)
+    assert "pipeplan" in str(result.exception)
