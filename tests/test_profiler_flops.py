@@ -46,6 +46,7 @@ def gpt2_block_flops(b: int, s: int, h: int) -> tuple[int, int, int]:
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_gpt2_block_flops_match_the_closed_form(dropout: float) -> None:
     """A GPT-2-small block (h 768) at b 2, s 32 counts exactly the closed form, attention included."""
+    pytest.importorskip("transformers")
     b, s, h = 2, 32, 768
     spec = resolve_module_spec("gpt2-small", layers=1, seq_len=s, dropout=dropout)
     work = measure_layers(spec, None, b, runs=0).layers[1].work
@@ -56,6 +57,7 @@ def test_gpt2_block_flops_match_the_closed_form(dropout: float) -> None:
 
 def test_gpt2_head_flops_are_the_vocabulary_projection() -> None:
     """The head projects b·s tokens from h to the 50257-word vocabulary: 2·b·s·h·V forward."""
+    pytest.importorskip("transformers")
     b, s, h, vocab = 2, 8, 768, 50257
     spec = resolve_module_spec("gpt2-small", layers=1, seq_len=s)
     assert measure_layers(spec, None, b, runs=0).layers[2].work.fwd_flops == 2 * b * s * h * vocab
