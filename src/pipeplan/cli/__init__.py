@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="pipeplan", standalone_mode=False)
+        sys.exit(0)
     except NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
         sys.exit(2)
