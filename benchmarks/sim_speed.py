@@ -20,7 +20,8 @@ import sys
 import time
 
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import engine, simulate, uniform_costs
+from pipeplan.sim import simulate, uniform_costs
+from pipeplan.sim.program import forget_programs, program_for
 
 STAGES = 64
 MICROBATCHES = 1024
@@ -41,9 +42,9 @@ def time_runs(record: bool, repeats: int, cold: bool) -> tuple[float, float, flo
     walls, cpus = [], []
     iteration = 0.0
     for _ in range(repeats):
-        engine._PROGRAMS.clear()
+        forget_programs()
         if not cold:
-            engine.program_for(schedule)
+            program_for(schedule)
         gc.collect()
         wall, cpu = time.perf_counter(), time.process_time()
         result = simulate(schedule, costs, record=record)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.costs import Costs, Flow
-from pipeplan.sim.program import compile_schedule
+from pipeplan.sim.program import program_for
 from pipeplan.sim.trace import BandwidthTrace
 
 
@@ -26,11 +26,11 @@ def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None =
     """
     if len(costs.stages) != schedule.num_stages:
         raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
-    program = compile_schedule(schedule)
+    program = program_for(schedule)
     durations = []
     for c in costs.stages:
         durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]
-    busy = [sum(durations[col] * n for col, n in cols.items()) for cols in program.columns]
+    busy = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
     return bound_from_parts(schedule, costs, busy, program.split_stages, program.stages_with_u, trace)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections import OrderedDict
 from collections.abc import Callable
 
 from pipeplan.core.errors import CostError, DeadlockError
@@ -12,27 +11,10 @@ from pipeplan.core.validate import waiting_grid
 from pipeplan.sim.bounds import bound_from_parts
 from pipeplan.sim.costs import Costs
 from pipeplan.sim.loops import Outcome, run_dataflow, run_events, timeline
-from pipeplan.sim.program import Program, compile_schedule, peak_saved_bytes
+from pipeplan.sim.program import peak_saved_bytes, program_for
 from pipeplan.sim.result import RankStats, SimResult
 from pipeplan.sim.trace import BandwidthTrace
 from pipeplan.sim.transfers import TransferTable
-
-_PROGRAMS: OrderedDict[int, Program] = OrderedDict()
-_PROGRAM_CACHE_SIZE = 4
-
-
-def program_for(schedule: Schedule) -> Program:
-    """The compiled form of `schedule`, reused while the same object is simulated again (planner searches)."""
-    key = id(schedule)
-    program = _PROGRAMS.get(key)
-    if program is not None and program.schedule is schedule:
-        _PROGRAMS.move_to_end(key)
-        return program
-    program = compile_schedule(schedule)
-    _PROGRAMS[key] = program  # holds the schedule, so its id cannot be reused while cached
-    if len(_PROGRAMS) > _PROGRAM_CACHE_SIZE:
-        _PROGRAMS.popitem(last=False)
-    return program
 
 
 def simulate(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None, record: bool = True) -> SimResult:
@@ -103,7 +85,7 @@ def _simulate(
     for s, tail in enumerate(stage_tail):
         if outcome.backward_end[s] >= 0:
             iteration = max(iteration, outcome.backward_end[s] + tail)
-    busy = [sum(durations[col] * n for col, n in cols.items()) for cols in program.columns]
+    busy = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
     saved = tuple(c.saved_bytes for c in costs.stages)
     per_rank = []
     for rank, rank_busy in enumerate(busy):

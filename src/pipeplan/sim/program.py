@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -126,6 +126,29 @@ def compile_schedule(schedule: Schedule) -> Program:
         op_stages["U"],
         op_stages["I"],
     )
+
+
+_PROGRAMS: OrderedDict[int, Program] = OrderedDict()
+_PROGRAM_CACHE_SIZE = 4
+
+
+def program_for(schedule: Schedule) -> Program:
+    """The compiled form of `schedule`, reused while the same object is simulated again (planner searches)."""
+    key = id(schedule)
+    program = _PROGRAMS.get(key)
+    if program is not None and program.schedule is schedule:
+        _PROGRAMS.move_to_end(key)
+        return program
+    program = compile_schedule(schedule)
+    _PROGRAMS[key] = program  # holds the schedule, so its id cannot be reused while cached
+    if len(_PROGRAMS) > _PROGRAM_CACHE_SIZE:
+        _PROGRAMS.popitem(last=False)
+    return program
+
+
+def forget_programs() -> None:
+    """Drop every cached compiled schedule (benchmarks time cold runs with this)."""
+    _PROGRAMS.clear()
 
 
 def _mark_last_backwards(instrs: list[Instr], stages_here: int) -> None:
