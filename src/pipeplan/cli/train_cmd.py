@@ -99,7 +99,7 @@ def train(
         from pipeplan.runtime.launch import launch_local
 
         code = launch_local(local, [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])], grace_s=min(timeout, 10.0))
-        raise typer.Exit(code)
+        sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.worker import TrainConfig
 
     config = TrainConfig(

@@ -30,8 +30,8 @@ from pipeplan.sim.plan_costs import plan_costs
 from pipeplan.sim.result import SimResult
 
 
-def measure_link(nbytes: int, device: torch.device, rounds: int = 20) -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) between processes 0 and 1 from ping-pongs of 8 bytes and of `nbytes`.
+def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 << 22) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) between processes 0 and 1 from ping-pongs of 8 bytes and of `large_bytes`.
 
     A collective call: every process must make it; processes other than 0
     and 1 only wait. With one process returns (0, inf).
@@ -40,7 +40,7 @@ def measure_link(nbytes: int, device: torch.device, rounds: int = 20) -> tuple[f
         return 0.0, float("inf")
     rank = dist.get_rank()
     results = []
-    for size in (8, max(nbytes, 1024)):
+    for size in (8, large_bytes):
         buf = torch.zeros(size // 4, dtype=torch.float32, device=device)
         times = []
         for _ in range(rounds):
@@ -56,9 +56,7 @@ def measure_link(nbytes: int, device: torch.device, rounds: int = 20) -> tuple[f
     info = torch.tensor(results, dtype=torch.float64)
     dist.broadcast(info, 0)
     small, large = float(info[0]), float(info[1])
-    latency = small
-    bandwidth = max(nbytes, 1024) / max(large - small, 1e-9)
-    return latency, bandwidth
+    return small, large_bytes / max(large - small, 1e-9)
 
 
 def local_cluster(world_size: int, latency_s: float, bandwidth: float) -> Cluster:

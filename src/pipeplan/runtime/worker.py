@@ -216,14 +216,8 @@ def _predict(
     report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, rank: int, world: int
 ) -> None:
     """Profile the model on process 0 (the others wait), measure the link, simulate: report.predicted on process 0."""
-    profile = None
-    nbytes = torch.zeros(1, dtype=torch.int64)
-    if rank == 0:
-        profile = profile_layers(model.layers, model.dataset.inputs, plan.microbatch_size)
-        cuts = [profile.cut_bytes[s.last_layer] for s in plan.stages[:-1]] if profile.cut_bytes else []
-        nbytes[0] = int(max(cuts, default=1024))
-    dist.broadcast(nbytes, 0)
-    latency, bandwidth = measure_link(int(nbytes[0]), device)
+    latency, bandwidth = measure_link(device)
+    profile = profile_layers(model.layers, model.dataset.inputs, plan.microbatch_size) if rank == 0 else None
     if rank == 0 and profile is not None:
         report.link = (latency, bandwidth)
         report.predicted = predict(plan_on_processes(plan), schedule, profile, local_cluster(world, latency, bandwidth))
