@@ -44,8 +44,9 @@ class Evaluator:
 
     With m > RANK_MICROBATCHES microbatches, the time is ranked from two
     shorter simulations (m1 and m2 microbatches) by linear extrapolation of the
-    steady state, T(m) = T(m1) + (m - m1) * (T(m1) - T(m2)) / (m1 - m2); `exact`
-    always simulates the full iteration. Memory uses the full schedule's peak
+    steady state, T(m) = T(m1) + (m - m1) * slope with slope the larger of
+    (T(m1) - T(m2)) / (m1 - m2) and the busiest rank's compute per microbatch;
+    `exact` always simulates the full iteration. Memory uses the full schedule's peak
     in-flight counts (a microbatch count where they have saturated).
     """
 
@@ -93,7 +94,17 @@ class Evaluator:
         m2 = max(step, ((m1 // 2) // step) * step)
         t1 = self._time(dataclasses.replace(plan, microbatches=m1))
         t2 = self._time(dataclasses.replace(plan, microbatches=m2))
-        return t1 + (m - m1) * (t1 - t2) / (m1 - m2)
+        # Each extra microbatch costs at least the busiest rank's compute for it: a slope measured while a
+        # constant part (an all-reduce tail) still dominates would underestimate the full iteration.
+        slope = max((t1 - t2) / (m1 - m2), self.busiest_rank_ms(plan))
+        return t1 + (m - m1) * slope
+
+    def busiest_rank_ms(self, plan: Plan) -> float:
+        """The largest compute time one microbatch puts on a rank (F + B of all its chunk-stages)."""
+        per_rank = [0.0] * plan.num_ranks
+        for s, cost in enumerate(self.costs(plan).stages):
+            per_rank[s % plan.num_ranks] += cost.fwd_ms + cost.bwd_ms
+        return max(per_rank)
 
     def rank_memory(self, plan: Plan) -> tuple[float, ...]:
         """Peak bytes per rank at the full microbatch count."""

@@ -17,6 +17,7 @@ Everything is deterministic: no clocks or random numbers steer the search.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ MAX_STAGES = 32
 MAX_UNITS = 64
 TOP_CANDIDATES = 6
 REFINED = 2
+FINALISTS = 4
 STALE_SIZES = 2
 LIST_MAX_ACTIONS = 200_000
 LARGE_CLUSTER = 64
@@ -93,12 +95,15 @@ class Search:
         return (m - 1) * bottleneck + one_path
 
     def add(self, plan: Plan) -> float:
-        """Score a candidate, keep it in the pool, return its time."""
-        score = self.evaluator.score(plan)
-        if score.fits:
-            self.pool.append(plan)
-            self.best_time = min(self.best_time, score.time_ms)
-        return score.time_ms
+        """Score a 1F1B candidate and its 2F2B form (which hides transfers), keep the faster that fits."""
+        best = float("inf")
+        for variant in (plan, dataclasses.replace(plan, schedule="kfkb", k=2)) if plan.microbatches > 2 else (plan,):
+            score = self.evaluator.score(variant)
+            if score.fits:
+                self.pool.append(variant)
+                best = min(best, score.time_ms)
+        self.best_time = min(self.best_time, best)
+        return best
 
     def units(self, rp: int, b: int) -> tuple[int, int, tuple[int, ...]]:
         """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b)."""
@@ -183,10 +188,21 @@ class Search:
 
     # ---- selection and refinement ---------------------------------------------------------
     def ranked(self, plans: list[Plan], count: int) -> list[Plan]:
-        """The `count` fastest distinct fitting plans (stable: earlier candidates win ties)."""
-        unique = list(dict.fromkeys(plans))
-        fitting = [p for p in unique if self.evaluator.score(p).fits]
-        return sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms)[:count]
+        """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties).
+
+        Plans with the same microbatch count, layers and device sets per stage
+        (e.g. 16 pipeline replicas of one device, or one stage on 16 devices)
+        compute and all-reduce alike; keeping one leaves room for real alternatives.
+        """
+        fitting = [p for p in dict.fromkeys(plans) if self.evaluator.score(p).fits]
+        chosen: dict[tuple[object, ...], Plan] = {}
+        for plan in sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms):
+            key = (plan.microbatches, plan.schedule, plan.k, plan.chunks, plan.order is None,
+                   tuple((s.first_layer, s.last_layer, frozenset(s.devices)) for s in plan.stages))  # fmt: skip
+            chosen.setdefault(key, plan)
+            if len(chosen) == count:
+                break
+        return list(chosen.values())
 
     def with_list(self, plan: Plan) -> list[Plan]:
         """List-schedule versions of `plan` under memory budgets (and DAPPLE's 2(p-s)-1 warm-up cap)."""
@@ -204,6 +220,18 @@ class Search:
         p = plan.num_ranks
         options = [budgets, tuple(min(x, max(1, 2 * (p - s) - 1)) for s, x in enumerate(budgets))]
         return [list_plan(base, costs, b) for b in dict.fromkeys(options)]
+
+    def resized(self, plan: Plan) -> list[Plan]:
+        """`plan` with every other microbatch size its replicas allow (a multiple of each stage's replica count)."""
+        if self.request.microbatch_size is not None:
+            return []
+        per_replica = self.request.global_batch // plan.pipeline_replicas
+        step = math.lcm(*(plan.replicas_of(s) for s in range(plan.num_ranks)))
+        return [
+            dataclasses.replace(plan, microbatch_size=b, microbatches=per_replica // b)
+            for b in divisors(per_replica)
+            if b % step == 0 and b != plan.microbatch_size
+        ]
 
     def choose(self) -> Plan:
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
@@ -223,7 +251,9 @@ class Search:
             plan = refine_boundaries(plan, self.evaluator, 80 if self.large else 400)
             refined.append(plan)
             refined += self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
-        finalists = self.ranked(refined + contenders, 3)
+            for other in self.ranked(self.resized(plan), 1):
+                refined += self.ranked([other, *schedule_variants(other, self.profile, self.cluster, generated_only)], 1)
+        finalists = self.ranked(refined + contenders, FINALISTS)
         if only in ("auto", "list"):
             for plan in list(finalists):
                 finalists += self.ranked(self.with_list(plan), 1)
