@@ -59,22 +59,48 @@ def _decode_shape(header: torch.Tensor) -> tuple[torch.dtype, tuple[int, ...]]:
 
 
 class Comm:
-    """The messages of one process: posts receives ahead, sends after compute, waits with a timeout."""
+    """The messages of one process: posts receives ahead, sends after compute, waits with a timeout.
 
-    def __init__(self, topology: Topology, role: Role, device: torch.device, timeout_s: float, record: bool = False) -> None:
-        self.topology = topology
+    `actions` are this process's actions in order; before action i the
+    receives of actions i..i+lookahead are posted (`prefetch(i)`).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        role: Role,
+        actions: tuple[Action, ...],
+        device: torch.device,
+        timeout_s: float,
+        lookahead: int = 2,
+    ) -> None:
         self.role = role
         self.device = device
         self.timeout = timedelta(seconds=timeout_s)
-        self.record = record
+        self.record = False
         me = role.process
         self._order = {q: topology.send_order(q, me) for q in topology.peers(me) if q != me}
-        self._index = {(m.kind, m.boundary, m.microbatch, q): i for q, msgs in self._order.items() for i, m in enumerate(msgs)}
-        self._out_index: dict[tuple[str, int, int, int], int] = {}
+        index = {(m.kind, m.boundary, m.microbatch, q): i for q, msgs in self._order.items() for i, m in enumerate(msgs)}
+        out_index: dict[tuple[str, int, int, int], int] = {}
         for q in range(topology.world_size):
             if q != me:
                 for i, m in enumerate(topology.send_order(me, q)):
-                    self._out_index[(m.kind, m.boundary, m.microbatch, q)] = i
+                    out_index[(m.kind, m.boundary, m.microbatch, q)] = i
+        # per action: the messages it needs (with the peer's index) and those it sends (with their tag).
+        self._needs = {a: [(m, index.get(_key(m))) for m in topology.recvs(role, a)] for a in actions}
+        self._makes = {
+            a: [(m, out_index.get((m.kind, m.boundary, m.microbatch, m.dst))) for m in topology.sends(role, a)] for a in actions
+        }
+        # per position: for each peer, the last index to have posted before running it.
+        self._post_upto: list[list[tuple[int, int]]] = []
+        for i in range(len(actions)):
+            upto: dict[int, int] = {}
+            for a in actions[i : i + 1 + lookahead]:
+                for m, j in self._needs[a]:
+                    if j is not None:
+                        upto[m.src] = max(upto.get(m.src, -1), j)
+            self._post_upto.append(sorted(upto.items()))
+        self._actions = actions
         self._shapes: dict[tuple[str, int, int, int], tuple[torch.dtype, tuple[int, ...]]] = {}
         self._shape_sent: set[tuple[str, int, int, int]] = set()
         self.records: list[TransferRecord] = []
@@ -87,19 +113,21 @@ class Comm:
         self._local: dict[tuple[str, int, int, int], torch.Tensor] = {}
         self._sends: list[tuple[object, torch.Tensor, Message]] = []
 
-    def begin_step(self) -> None:
-        """Forget the previous iteration's bookkeeping (shapes are kept)."""
+    def begin_step(self, record: bool = False) -> None:
+        """Forget the previous iteration's bookkeeping (shapes are kept); record transfer times if asked."""
         self._begin()
+        self.record = record
         self.records = []
 
     # ---- receiving -------------------------------------------------------------------------------------------
-    def prefetch(self, actions: list[Action]) -> None:
-        """Post the receives `actions` need (and those the peers send before them), without blocking."""
-        self._prune_sends()
-        for action in actions:
-            for m in self.topology.recvs(self.role, action):
-                if m.src != self.role.process:
-                    self._advance(m.src, self._index[(m.kind, m.boundary, m.microbatch, m.src)], block=False, action=action)
+    def prefetch(self, position: int) -> None:
+        """Post the receives that the actions from `position` on (lookahead) need, and earlier ones, without blocking."""
+        if len(self._sends) > 8:
+            self._sends = [s for s in self._sends if not s[0].is_completed()]
+        action = self._actions[position]
+        for peer, upto in self._post_upto[position]:
+            if self._cursor[peer] <= upto:
+                self._advance(peer, upto, block=False, action=action)
 
     def _advance(self, peer: int, upto: int, block: bool, action: Action) -> None:
         """Post peer's messages up to index `upto`; a message of unknown shape waits for its shape first."""
@@ -120,22 +148,22 @@ class Comm:
             dtype, shape = self._shapes[m.channel]
             buffer = torch.empty(shape, dtype=dtype, device=self.device)
             work = dist.irecv(buffer, src=peer, tag=i)
-            self._recvs[(m.kind, m.boundary, m.microbatch, peer)] = _Recv(m, buffer, work, time.perf_counter())
+            self._recvs[_key(m)] = _Recv(m, buffer, work, time.perf_counter())
             self._cursor[peer] = i + 1
 
     def receive(self, action: Action) -> torch.Tensor | None:
         """The tensor `action` consumes from other stages (pieces concatenated), waiting for it if needed."""
-        needed = self.topology.recvs(self.role, action)
+        needed = self._needs[action]
         if not needed:
             return None
         pieces = []
-        for m in needed:
-            key = (m.kind, m.boundary, m.microbatch, m.src)
-            if m.src == self.role.process:
+        for m, index in needed:
+            key = _key(m)
+            if index is None:
                 pieces.append(self._local.pop(key))
                 continue
             if key not in self._recvs:
-                self._advance(m.src, self._index[key], block=True, action=action)
+                self._advance(m.src, index, block=True, action=action)
             recv = self._recvs.pop(key)
             self._wait(recv.work, action, m.describe())
             if self.record:
@@ -146,20 +174,19 @@ class Comm:
     # ---- sending ---------------------------------------------------------------------------------------------
     def send(self, action: Action, tensor: torch.Tensor | None) -> None:
         """Post the sends of `action`'s output (activation or input gradient) to the next or previous stage."""
-        messages = self.topology.sends(self.role, action)
+        messages = self._makes[action]
         if not messages:
             return
         if tensor is None:
             raise RuntimeFault(f"action {action} produced no tensor to send")
         tensor = tensor.detach()
         now = time.perf_counter()
-        for m in messages:
+        for m, index in messages:
             piece = tensor[m.src_lo : m.src_hi]
-            if m.dst == self.role.process:
-                self._local[(m.kind, m.boundary, m.microbatch, m.src)] = piece
+            if index is None:
+                self._local[_key(m)] = piece
                 continue
             piece = piece.contiguous()
-            index = self._out_index[(m.kind, m.boundary, m.microbatch, m.dst)]
             if m.channel not in self._shape_sent:
                 header = _encode_shape(piece)
                 self._sends.append((dist.isend(header, dst=m.dst, tag=SHAPE_TAG + index), header, m))
@@ -167,10 +194,6 @@ class Comm:
             self._sends.append((dist.isend(piece, dst=m.dst, tag=index), piece, m))
             if self.record:
                 self.records.append(TransferRecord(m, now, sent=True))
-
-    def _prune_sends(self) -> None:
-        if len(self._sends) > 8:
-            self._sends = [s for s in self._sends if not s[0].is_completed()]
 
     def finish_step(self, action: Action | None) -> None:
         """Wait until every send of the iteration has been delivered."""
@@ -184,3 +207,8 @@ class Comm:
         except RuntimeError as exc:
             where = f"action {action}" if action is not None else "the end of the iteration"
             raise RuntimeFault(f"at {where}: waiting for {what} failed: {str(exc).splitlines()[0]}") from exc
+
+
+def _key(m: Message) -> tuple[str, int, int, int]:
+    """(kind, boundary, microbatch, sender): a message's identity on its receiver."""
+    return (m.kind, m.boundary, m.microbatch, m.src)

@@ -68,7 +68,7 @@ class Executor:
             first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
             stage_layers = [layer.to(device) for layer in layers[first : last + 1]]
             self.stages[s] = StageModule(s, stage_layers, s == 0, s == schedule.num_stages - 1, split)
-        self.comm = Comm(topology, role, device, timeout_s)
+        self.comm = Comm(topology, role, self.actions, device, timeout_s, lookahead)
         self.sync = GradSync(topology, role, timeout_s)
         # the position of each local stage's last backward (B or W): its gradients are final there.
         self._last_backward: dict[int, int] = {}
@@ -96,8 +96,7 @@ class Executor:
         """
         for p in self.parameters():
             p.grad = None
-        self.comm.begin_step()
-        self.comm.record = record
+        self.comm.begin_step(record)
         self._loss = torch.zeros((), dtype=torch.float64)
         spans: list[ComputeSpan] = []
         peak = 0
@@ -106,7 +105,7 @@ class Executor:
         try:
             for i, action in enumerate(self.actions):
                 self.faults.check(self.role.process, self.step_index, action)
-                self.comm.prefetch(list(self.actions[i : i + 1 + self.lookahead]))
+                self.comm.prefetch(i)
                 start = self._dispatch(action, inputs, targets)
                 if record:
                     spans.append(

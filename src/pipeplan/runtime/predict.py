@@ -74,6 +74,53 @@ def profile_layers(layers: Sequence[nn.Module], inputs: torch.Tensor, batch_size
     return profile_module(copies, rows, batch_size, runs=runs, warmup=3, name="runtime")
 
 
+def profile_stages(
+    layers: Sequence[nn.Module], inputs: torch.Tensor, plan: Plan, owned: Sequence[int], runs: int = 10, warmup: int = 3
+) -> ModelProfile | None:
+    """Each process profiles the layers of the stages in `owned` at the same time; process 0 gets the whole profile.
+
+    A collective call. Profiling every stage where it runs, concurrently,
+    measures each layer under the load of a running job (on a shared CPU the
+    others compete for cores as they do in training), as on a cluster each
+    device would profile its own stage. `owned` is empty on processes whose
+    stages another process already profiles (data-parallel copies).
+    """
+    b = plan.microbatch_size
+    rows = inputs[torch.arange(b) % len(inputs)]
+    mine: list[tuple[int, object]] = []
+    for s in owned:
+        first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
+        with torch.no_grad():
+            x = rows
+            for layer in layers[:first]:
+                x = layer(x)
+        part = profile_module([copy.deepcopy(m) for m in layers[first : last + 1]], x.detach(), b, runs=runs, warmup=warmup)
+        mine.extend((first + i, layer) for i, layer in enumerate(part.layers))
+    parts: list[list[tuple[int, object]]] | None = [[] for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    dist.gather_object(mine, parts, dst=0)
+    if parts is None:
+        return None
+    by_index = dict(item for part in parts for item in part)
+    ordered = tuple(by_index[i] for i in range(plan.num_layers))
+    cuts = tuple(float(layer.activation_bytes) for layer in ordered[:-1])
+    return ModelProfile("runtime", b, ordered, reference_device="local", cut_bytes=cuts, measured=True)
+
+
+def median_profile(profiles: Sequence[ModelProfile]) -> ModelProfile:
+    """One profile whose layer times are the medians over `profiles` (the same model measured several times)."""
+    from dataclasses import replace
+
+    layers = tuple(
+        replace(
+            group[0],
+            fwd_ms=statistics.median(layer.fwd_ms for layer in group),
+            bwd_ms=statistics.median(layer.bwd_ms for layer in group),
+        )
+        for group in zip(*(p.layers for p in profiles), strict=True)
+    )
+    return replace(profiles[0], layers=layers)
+
+
 def predict(plan: Plan, schedule: Schedule, profile: ModelProfile, cluster: Cluster) -> SimResult:
     """Simulate `schedule` under the cost model of `plan` with `profile` on `cluster` (no optimizer time)."""
     return simulate(schedule, plan_costs(plan, profile, cluster, optimizer_factor=2.0))

@@ -22,9 +22,9 @@ from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout, plan_job
 from pipeplan.runtime.model import Model, build_model
-from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_layers
+from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_stages
 from pipeplan.runtime.timeline import build_result, gather_parts, local_part
-from pipeplan.runtime.topology import Topology
+from pipeplan.runtime.topology import Role, Topology
 from pipeplan.sim.result import SimResult
 
 OPTIMIZERS = ("adam", "sgd")
@@ -208,17 +208,18 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
         if parts is not None:
             report.timeline = build_result(parts, topology.num_stages, schedule.name)
     if config.predict:
-        _predict(report, plan, schedule, model, device, rank, world)
+        _predict(report, plan, schedule, model, device, role, world)
     return report if rank == 0 else None
 
 
 def _predict(
-    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, rank: int, world: int
+    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, role: Role, world: int
 ) -> None:
-    """Profile the model on process 0 (the others wait), measure the link, simulate: report.predicted on process 0."""
+    """Profile every stage where it runs, measure the link, simulate: report.predicted on process 0."""
     latency, bandwidth = measure_link(device)
-    profile = profile_layers(model.layers, model.dataset.inputs, plan.microbatch_size) if rank == 0 else None
-    if rank == 0 and profile is not None:
+    owned = role.stages if role.replica == 0 and role.pipeline_replica == 0 else ()
+    profile = profile_stages(model.layers, model.dataset.inputs, plan, owned)
+    if profile is not None:
         report.link = (latency, bandwidth)
         report.predicted = predict(plan_on_processes(plan), schedule, profile, local_cluster(world, latency, bandwidth))
     dist.barrier()

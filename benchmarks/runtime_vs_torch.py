@@ -1,0 +1,172 @@
+"""pipeplan's runtime against torch.distributed.pipelining (Schedule1F1B, ScheduleGPipe) and against its own prediction.
+
+Usage: .venv/bin/python benchmarks/runtime_vs_torch.py [--rounds N] [--warmup N] [--check]
+
+Model: 8 MLP blocks (Linear 1024x1024 + ReLU; the built-in `mlp` spec), MSE loss, global batch 32 in
+8 microbatches of 4, float32, split 4 + 4 blocks over 2 processes (gloo, one thread each, started by
+the runtime's --local launcher). Each round runs one iteration (forward + backward of every
+microbatch, gradients left in .grad, no optimizer) of four systems: pipeplan 1F1B, torch Schedule1F1B,
+pipeplan GPipe, torch ScheduleGPipe, in an order that alternates between rounds (ABBA) so that drifts in
+machine load hit both sides alike. An iteration's time is the slowest process's time from a common
+barrier to the end of its last action. The ratio pipeplan / torch is taken per round and schedule.
+
+The prediction profiles the same model on this machine (each stage on its own process, both at once, one
+thread, microbatch 4; one profiling round between the timed rounds, medians per layer), measures the gloo
+link by ping-pong, and simulates each schedule with pipeplan's cost model.
+
+Targets (with --check the script exits 1 when one fails): median pipeplan/torch ratio <= 1.0 for each
+schedule, over >= 10 rounds; |measured pipeplan / predicted - 1| <= 15% for each schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HIDDEN, BLOCKS, BATCH, MICROBATCHES, PROCESSES = 1024, 8, 32, 8, 2
+TARGET_RATIO = 1.0
+TARGET_PREDICTION = 0.15
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def worker(rounds: int, warmup: int, out: str) -> None:
+    """One process of the benchmark: build both runtimes on identical copies of the model, time them alternately."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from pipeplan.runtime.executor import Executor
+    from pipeplan.runtime.job import ScheduleLayout
+    from pipeplan.runtime.model import build_model
+    from pipeplan.runtime.predict import local_cluster, measure_link, median_profile, plan_on_processes, predict, profile_stages
+    from pipeplan.runtime.topology import Topology
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    device = torch.device("cpu")
+
+    def fresh_model() -> object:
+        return build_model("mlp", {"hidden": HIDDEN, "blocks": BLOCKS}, "sample", "float32", seed=0, sample_size=BATCH)
+
+    runners = {}
+    plans = {}
+    for name in SCHEDULES:
+        model = fresh_model()
+        plan, schedule = ScheduleLayout(name, PROCESSES, MICROBATCHES, BATCH).build(len(model.layers), PROCESSES)
+        plans[name] = (plan, schedule, model)
+        topology = Topology(plan, schedule, PROCESSES)
+        executor = Executor(topology, topology.roles[rank], model.layers, model.loss_fn, device, timeout_s=120.0)
+        x, y = model.dataset.inputs, model.dataset.targets
+        runners[f"pipeplan {name}"] = lambda ex=executor, x=x, y=y: ex.run(x, y)
+
+        theirs = fresh_model()
+        first, last = plan.stages[rank].first_layer, plan.stages[rank].last_layer
+        module = torch.nn.Sequential(*theirs.layers[first : last + 1])
+        stage = PipelineStage(module, stage_index=rank, num_stages=PROCESSES, device=device)
+        cls = Schedule1F1B if name == "1f1b" else ScheduleGPipe
+        sched = cls(stage, n_microbatches=MICROBATCHES, loss_fn=theirs.loss_fn)
+
+        def torch_step(sched: object = sched, module: torch.nn.Module = module, x: torch.Tensor = x, y: torch.Tensor = y) -> None:
+            module.zero_grad(set_to_none=True)
+            if rank == 0:
+                sched.step(x)
+            else:
+                sched.step(target=y, losses=[])
+
+        runners[f"torch {name}"] = torch_step
+
+    order = ["pipeplan 1f1b", "torch 1f1b", "pipeplan gpipe", "torch gpipe"]
+    times: dict[str, list[float]] = {k: [] for k in order}
+    # the prediction's profile is measured round by round between the timed iterations, each stage on its own
+    # process and both at once, so that it sees the same machine load as the runs it predicts.
+    plan, _, model = plans[SCHEDULES[0]]
+    profiles = []
+    for r in range(warmup + rounds):
+        profile = profile_stages(model.layers, model.dataset.inputs, plan, (rank,), runs=1, warmup=0)
+        if profile is not None and r >= warmup:
+            profiles.append(profile)
+        for key in order if r % 2 == 0 else list(reversed(order)):
+            dist.barrier()
+            t0 = time.perf_counter()
+            runners[key]()
+            elapsed = torch.tensor([time.perf_counter() - t0])
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            if r >= warmup:
+                times[key].append(float(elapsed) * 1000.0)
+
+    latency, bandwidth = measure_link(device)
+    predicted = {}
+    if rank == 0:
+        profile = median_profile(profiles)
+        cluster = local_cluster(PROCESSES, latency, bandwidth)
+        for name in SCHEDULES:
+            plan, schedule, _ = plans[name]
+            predicted[name] = predict(plan_on_processes(plan), schedule, profile, cluster).iteration_time
+        Path(out).write_text(json.dumps({"times": times, "predicted": predicted, "latency_s": latency, "bandwidth": bandwidth}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def spread(values: list[float]) -> str:
+    """min / quartiles / max of values."""
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return f"{min(values):.3f} / {q[0]:.3f} / {q[2]:.3f} / {max(values):.3f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="measured rounds (>= 10)")
+    parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    parser.add_argument("--worker", nargs=3, metavar=("ROUNDS", "WARMUP", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(int(args.worker[0]), int(args.worker[1]), args.worker[2])
+        return 0
+    if args.rounds < 10:
+        parser.error(f"--rounds must be >= 10, got {args.rounds}")
+    from pipeplan.runtime.launch import launch_local
+
+    out = Path(tempfile.mkdtemp()) / "result.json"
+    code = launch_local(PROCESSES, [sys.executable, __file__, "--worker", str(args.rounds), str(args.warmup), str(out)])
+    if code:
+        print(f"benchmark workers failed with exit code {code}", file=sys.stderr)
+        return 1
+    result = json.loads(out.read_text())
+    times, predicted = result["times"], result["predicted"]
+    model = f"{BLOCKS} MLP blocks x {HIDDEN}, batch {BATCH} in {MICROBATCHES} microbatches"
+    print(f"runtime vs torch.distributed.pipelining: {model},")
+    print(f"{PROCESSES} processes, gloo, 1 thread each; {args.rounds} alternating rounds after {args.warmup} warm-up")
+    print(f"link (ping-pong): latency {result['latency_s'] * 1e6:.0f} us, bandwidth {result['bandwidth'] / 1e9:.2f} GB/s")
+    print()
+    header = f"{'schedule':<8} {'pipeplan ms':>12} {'torch ms':>10} {'ratio median':>13}  {'ratio min / q1 / q3 / max':<30}"
+    print(header + f" {'predicted ms':>13} {'meas/pred':>10}")
+    failures = []
+    for name in SCHEDULES:
+        ours, theirs = times[f"pipeplan {name}"], times[f"torch {name}"]
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        ratio = statistics.median(ratios)
+        measured = statistics.median(ours)
+        pred = predicted[name]
+        error = measured / pred - 1
+        print(
+            f"{name:<8} {measured:>12.2f} {statistics.median(theirs):>10.2f} {ratio:>13.3f}  {spread(ratios):<30}"
+            f" {pred:>13.2f} {measured / pred:>10.3f}"
+        )
+        if ratio > TARGET_RATIO:
+            failures.append(f"{name}: median ratio {ratio:.3f} > {TARGET_RATIO}")
+        if abs(error) > TARGET_PREDICTION:
+            failures.append(f"{name}: measured/predicted {measured / pred:.3f} is off by more than {TARGET_PREDICTION:.0%}")
+    print()
+    print("targets: " + ("all met" if not failures else "; ".join(failures)))
+    return 1 if failures and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
