@@ -91,10 +91,13 @@ def train(
         from pipeplan.io.plan_json import read_plan
 
         plan_obj, _ = read_plan(plan)
+        if local is not None and len(plan_obj.all_devices) != local:
+            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
     else:
         assert schedule is not None
         layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
-        layout.schedule()  # a bad name or size fails here, once, before any process starts
+        if local is not None:
+            layout.check(local)  # a bad name, size or world size fails here, once, before any process starts
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 

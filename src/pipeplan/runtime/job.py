@@ -45,14 +45,15 @@ class ScheduleLayout:
             return read_schedule_json(path)
         return validate(make_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks))
 
-    def build(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
-        """The Plan and Schedule for a model of `num_layers` layers on `world_size` processes.
+    def check(self, world_size: int) -> tuple[Schedule, tuple[int, ...], int]:
+        """The schedule, the replicas per rank and the pipeline copies on `world_size` processes.
 
         Raises:
-            TrainConfigError: too few layers, a world size or batch size that does not divide.
+            ScheduleError: bad schedule name, sizes or file.
+            TrainConfigError: a world size or batch size that does not divide.
         """
         schedule = self.schedule()
-        ranks, num_stages = schedule.num_ranks, schedule.num_stages
+        ranks = schedule.num_ranks
         replicas = self.replicas or (1,) * ranks
         if len(replicas) != ranks or min(replicas) < 1:
             raise TrainConfigError(f"--replicas needs {ranks} counts >= 1 (one per pipeline rank), got {list(replicas)}")
@@ -67,6 +68,16 @@ class ScheduleLayout:
             raise TrainConfigError(
                 f"--batch-size {self.global_batch} must be a multiple of pipeline replicas x microbatches = {copies} x {m}"
             )
+        return schedule, replicas, copies
+
+    def build(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
+        """The Plan and Schedule for a model of `num_layers` layers on `world_size` processes.
+
+        Raises:
+            TrainConfigError: too few layers, a world size or batch size that does not divide.
+        """
+        schedule, replicas, copies = self.check(world_size)
+        ranks, num_stages, m = schedule.num_ranks, schedule.num_stages, schedule.num_microbatches
         if num_layers < num_stages:
             raise TrainConfigError(f"the model has {num_layers} layers, fewer than the {num_stages} stages to fill")
         devices: list[list[int]] = [[] for _ in range(ranks)]
