@@ -75,16 +75,15 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
         raise PlanError(f"list schedule needs one activation budget >= 1 per stage ({p}), got {budgets}")
     prio_f, prio_b = priorities(costs)
     links = _Links()
-    # available[s]: heap of (-priority, microbatch, op) ready on stage s
-    available: list[list[tuple[float, int, str]]] = [[] for _ in range(p)]
+    # ready[s][0]: forwards, ready[s][1]: backwards, each a heap of (-priority, microbatch, op)
+    ready: list[tuple[list[tuple[float, int, str]], list[tuple[float, int, str]]]] = [([], []) for _ in range(p)]
     inflight = [0] * p
-    busy_until = [0.0] * p
     idle = [True] * p
     order: list[list[Action]] = [[] for _ in range(p)]
     events: list[tuple[float, int, int, int, str, int]] = []  # (time, seq, kind 0=deliver 1=finish, stage, op, mb)
     seq = 0
     for mb in range(microbatches):
-        heappush(available[0], (-prio_f[0], mb, "F"))
+        heappush(ready[0][0], (-prio_f[0], mb, "F"))
     now = 0.0
     done = 0
     total = 2 * p * microbatches
@@ -93,7 +92,7 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
         for s in range(p):
             if not idle[s]:
                 continue
-            task = _pick(available[s], inflight[s] < budgets[s])
+            task = _pick(ready[s], inflight[s] < budgets[s])
             if task is None:
                 continue
             _, mb, op = task
@@ -103,17 +102,19 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
                 inflight[s] += 1
             order[s].append(Action(s, op, mb))
             idle[s] = False
-            busy_until[s] = now + duration
             heappush(events, (now + duration, seq, 1, s, op, mb))
             seq += 1
         if not events:
-            waiting = [str(order[s][-1]) if order[s] else "-" for s in range(p)]
-            raise PlanError(f"list schedule stuck at {now:.3f} ms with {total - done} tasks left (last per rank: {waiting})")
+            last = [str(order[s][-1]) if order[s] else "-" for s in range(p)]
+            raise PlanError(f"list schedule stuck at {now:.3f} ms with {total - done} tasks left (last per rank: {last})")
         now = events[0][0]
         while events and events[0][0] == now:
             _, _, kind, s, op, mb = heappop(events)
             if kind == 0:
-                heappush(available[s], (-(prio_f[s] if op == "F" else prio_b[s]), mb, op))
+                if op == "F":
+                    heappush(ready[s][0], (-prio_f[s], mb, op))
+                else:
+                    heappush(ready[s][1], (-prio_b[s], mb, op))
                 continue
             done += 1
             idle[s] = True
@@ -132,23 +133,16 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
     return Schedule(tuple(tuple(r) for r in order), tuple(range(p)), "list")
 
 
-def _pick(queue: list[tuple[float, int, str]], may_forward: bool) -> tuple[float, int, str] | None:
-    """Pop the best ready task, skipping forwards when the budget is full."""
-    if not queue:
-        return None
-    if may_forward or queue[0][2] == "B":
-        return heappop(queue)
-    held = []
-    task = None
-    while queue:
-        item = heappop(queue)
-        if item[2] == "B":
-            task = item
-            break
-        held.append(item)
-    for item in held:
-        heappush(queue, item)
-    return task
+def _pick(
+    ready: tuple[list[tuple[float, int, str]], list[tuple[float, int, str]]], may_forward: bool
+) -> tuple[float, int, str] | None:
+    """Pop the best ready task (highest priority, then lowest microbatch); forwards only while the budget allows."""
+    forwards, backwards = ready
+    if may_forward and forwards and (not backwards or forwards[0] < backwards[0]):
+        return heappop(forwards)
+    if backwards:
+        return heappop(backwards)
+    return None
 
 
 def memory_budgets(plan: Plan, costs: Costs, capacity: tuple[float, ...]) -> tuple[int, ...]:
