@@ -183,6 +183,76 @@ def plan(
         typer.echo(f"wrote plan {out}", err=as_json)
 
 
+def compare(
+    profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
+    cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
+    microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [each planner's choice]."),
+    planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
+    png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
+) -> None:
+    """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
+    from rich.table import Table
+
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.planner.base import PlanRequest, PlanResult
+    from pipeplan.planner.compare import best_baseline, best_row, speedup
+    from pipeplan.planner.compare import compare as compare_planners
+    from pipeplan.viz.tables import format_bytes, format_ms, print_tables
+
+    model = load_profile(profile)
+    machines = load_cluster(cluster)
+    request = PlanRequest(model, machines, global_batch, microbatch_size)
+    names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
+    with progress_display(not as_json) as progress:
+        rows = compare_planners(request, names, progress)
+    baseline = best_baseline(rows)
+    if as_json:
+        print_json(
+            {
+                "results": [
+                    plan_json(r, profile, cluster)
+                    if isinstance(r, PlanResult)
+                    else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
+                    for r in rows
+                ]
+            }
+        )
+    else:
+        table = Table(title=f"{model.name} on {cluster}, global batch {global_batch}", title_justify="left")
+        for header in ("planner", "iteration ms", "vs best baseline", "peak memory", "planning s", "plan"):
+            table.add_column(header, justify="left" if header in ("planner", "plan") else "right")
+        for r in rows:
+            if not isinstance(r, PlanResult):
+                table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", f"no plan: {r.error}")
+                continue
+            p = r.plan
+            ratio = speedup(r, baseline)
+            shape = f"{p.schedule}{f' k={p.k}' if p.schedule == 'kfkb' else ''}, {len(p.stages)} stages, "
+            shape += f"{p.devices_per_pipeline}x{p.pipeline_replicas} devices, {p.microbatches}x{p.microbatch_size}"
+            table.add_row(
+                r.planner,
+                format_ms(r.iteration_time),
+                "-" if ratio is None else f"{ratio:.2f}x",
+                format_bytes(max(r.memory_per_device)),
+                f"{r.planning_seconds:.2f}",
+                shape,
+            )
+        print_tables(table)
+    if png is not None:
+        from pipeplan.sim.plan_costs import simulate_plan
+        from pipeplan.viz.gantt import render_gantt
+
+        best = best_row(rows)
+        if best is None:
+            raise PlanError(f"no planner found a plan for {model.name} on {cluster}; nothing to draw in {png}")
+        timeline = simulate_plan(best.plan, model, machines, record=True, optimizer_factor=request.optimizer_factor)
+        render_gantt(timeline, png, title=f"{best.planner}: {model.name} on {cluster}")
+        typer.echo(f"wrote {png}", err=as_json)
+
+
 def register(app: typer.Typer) -> None:
     """Add `plan` to app."""
     app.command("plan")(plan)
+    app.command("compare")(compare)

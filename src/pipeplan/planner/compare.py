@@ -1,0 +1,99 @@
+"""Run several planners on one request and line their plans up: all are scored by the same simulator."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.planner import load_planners
+from pipeplan.planner.base import PlanRequest, PlanResult
+
+BASELINES = ("dapple", "pipedream", "balanced")
+"""The published planners pipeplan is measured against (exact is a reference, not a baseline)."""
+
+ORDER = ("pipeplan", "dapple", "pipedream", "balanced", "exact")
+"""Row order of a comparison; planners registered under other names follow, sorted."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerFailure:
+    """A planner that returned no plan: its name, its one-line error and how long it tried."""
+
+    planner: str
+    error: str
+    planning_seconds: float
+
+
+Row = PlanResult | PlannerFailure
+
+
+def planner_names(planners: Sequence[str] | None = None) -> list[str]:
+    """The planners to compare, in ORDER; all registered ones when `planners` is None.
+
+    Raises:
+        PlanError: a name that is not registered.
+    """
+    registered = load_planners()
+    if planners is None:
+        return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in ORDER)
+    unknown = [n for n in planners if n not in registered]
+    if unknown:
+        raise PlanError(f"unknown planner {unknown[0]!r}; choose among {', '.join(sorted(registered))}")
+    return list(planners)
+
+
+def compare(
+    request: PlanRequest,
+    planners: Sequence[str] | None = None,
+    progress: Callable[[str, float], None] | None = None,
+) -> list[Row]:
+    """Run each planner on `request`; a planner that fails gives a PlannerFailure row with its message.
+
+    Args:
+        request: the planning problem.
+        planners: names to run (default: every registered planner, pipeplan first).
+        progress: called with (message, fraction done) before each planner.
+
+    Returns:
+        One row per planner, in the order run.
+
+    Raises:
+        PlanError: an unknown planner name.
+    """
+    names = planner_names(planners)
+    registered = load_planners()
+    rows: list[Row] = []
+    for i, name in enumerate(names):
+        if progress is not None:
+            progress(f"planner {name}", i / len(names))
+        planner = registered[name]
+        started = time.perf_counter()
+        try:
+            rows.append(planner(request))
+        except PipeplanError as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            rows.append(PlannerFailure(name, message, time.perf_counter() - started))
+    if progress is not None:
+        progress("done", 1.0)
+    return rows
+
+
+def best_baseline(rows: Sequence[Row]) -> PlanResult | None:
+    """The fastest row among the baselines (dapple, pipedream, balanced) that found a plan."""
+    found = [r for r in rows if isinstance(r, PlanResult) and r.planner in BASELINES]
+    return min(found, key=lambda r: r.iteration_time, default=None)
+
+
+def best_row(rows: Sequence[Row]) -> PlanResult | None:
+    """The fastest row that found a plan (first on ties)."""
+    found = [r for r in rows if isinstance(r, PlanResult)]
+    return min(found, key=lambda r: r.iteration_time, default=None)
+
+
+def speedup(row: Row, baseline: PlanResult | None) -> float | None:
+    """Best baseline's iteration time over this row's (> 1: the row is faster); None without both."""
+    if not isinstance(row, PlanResult) or baseline is None or row.iteration_time <= 0:
+        return None
+    return baseline.iteration_time / row.iteration_time
