@@ -221,16 +221,18 @@ def compare(
         )
     else:
         table = Table(title=f"{model.name} on {cluster}, global batch {global_batch}", title_justify="left")
-        for header in ("planner", "iteration ms", "vs best baseline", "peak memory", "planning s", "plan"):
+        for header in ("planner", "iteration ms", "speed-up", "peak memory", "planning s", "plan"):
             table.add_column(header, justify="left" if header in ("planner", "plan") else "right")
+        failures = []
         for r in rows:
             if not isinstance(r, PlanResult):
-                table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", f"no plan: {r.error}")
+                table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", "no plan (below)")
+                failures.append(f"{r.planner}: {r.error}")
                 continue
             p = r.plan
             ratio = speedup(r, baseline)
-            shape = f"{p.schedule}{f' k={p.k}' if p.schedule == 'kfkb' else ''}, {len(p.stages)} stages, "
-            shape += f"{p.devices_per_pipeline}x{p.pipeline_replicas} devices, {p.microbatches}x{p.microbatch_size}"
+            shape = f"{p.schedule}{f' k={p.k}' if p.schedule == 'kfkb' else ''}{f' v={p.chunks}' if p.chunks > 1 else ''}"
+            shape += f" {p.num_ranks}x{p.pipeline_replicas} m={p.microbatches}x{p.microbatch_size}"
             table.add_row(
                 r.planner,
                 format_ms(r.iteration_time),
@@ -240,6 +242,9 @@ def compare(
                 shape,
             )
         print_tables(table)
+        typer.echo("speed-up: best baseline (dapple, pipedream, balanced) time / this time; plan: ranks x pipelines")
+        for line in failures:
+            typer.echo(line)
     if png is not None:
         from pipeplan.sim.plan_costs import simulate_plan
         from pipeplan.viz.gantt import render_gantt
