@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
+from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.evaluate import Evaluator
@@ -26,9 +27,38 @@ def with_rank_devices(plan: Plan, rank_devices: list[tuple[int, ...]]) -> Plan |
         return None
 
 
-def placement_moves(plan: Plan, num_devices: int) -> Iterator[list[tuple[int, ...]]]:
+def twin_classes(cluster: Cluster) -> tuple[int, ...]:
+    """Per device, the smallest id of its twins: same node, speed and memory, same links to every other device.
+
+    Swapping twins maps a plan onto an isomorphic one with the same time, so the local search skips it.
+    """
+    devices = cluster.devices
+    n = len(devices)
+    classes = list(range(n))
+    for b in range(n):
+        for a in range(b):
+            if classes[a] != a:
+                continue
+            da, db = devices[a], devices[b]
+            if (da.node, da.speed, da.memory_bytes) != (db.node, db.speed, db.memory_bytes):
+                continue
+            others = [z for z in range(n) if z not in (a, b)]
+            same = all(
+                cluster.bandwidth[a][z] == cluster.bandwidth[b][z]
+                and cluster.bandwidth[z][a] == cluster.bandwidth[z][b]
+                and cluster.latency[a][z] == cluster.latency[b][z]
+                and cluster.latency[z][a] == cluster.latency[z][b]
+                for z in others
+            )
+            if same and cluster.bandwidth[a][b] == cluster.bandwidth[b][a]:
+                classes[b] = a
+                break
+    return tuple(classes)
+
+
+def placement_moves(plan: Plan, cluster: Cluster, twins: tuple[int, ...]) -> Iterator[list[tuple[int, ...]]]:
     """Neighbouring placements, in a fixed order: swap two ranks' device sets, then (small plans) swap
-    two devices of different ranks, then replace a used device by an unused one."""
+    two devices of different ranks, then replace a used device by an unused one; swaps of twins are skipped."""
     p = plan.num_ranks
     ranks = [plan.stages[r].devices for r in range(p)]
     for a in range(p):
@@ -42,15 +72,17 @@ def placement_moves(plan: Plan, num_devices: int) -> Iterator[list[tuple[int, ..
         return
     for x, (ra, ia) in enumerate(slots):
         for rb, ib in slots[x + 1 :]:
-            if ra == rb:
+            if ra == rb or twins[ranks[ra][ia]] == twins[ranks[rb][ib]]:
                 continue
             moved = [list(d) for d in ranks]
             moved[ra][ia], moved[rb][ib] = ranks[rb][ib], ranks[ra][ia]
             yield [tuple(d) for d in moved]
     used = {d for devs in ranks for d in devs}
     for ra, ia in slots:
-        for spare in range(num_devices):
-            if spare not in used:
+        seen: set[int] = set()
+        for spare in range(cluster.num_devices):
+            if spare not in used and twins[spare] not in seen and twins[spare] != twins[ranks[ra][ia]]:
+                seen.add(twins[spare])
                 moved = [list(d) for d in ranks]
                 moved[ra][ia] = spare
                 yield [tuple(d) for d in moved]
@@ -59,11 +91,12 @@ def placement_moves(plan: Plan, num_devices: int) -> Iterator[list[tuple[int, ..
 def improve_placement(plan: Plan, evaluator: Evaluator, max_evaluations: int = 400) -> Plan:
     """First-improvement hill climbing over placement_moves, scored by the simulator."""
     best = evaluator.score(plan).time_ms
+    twins = twin_classes(evaluator.cluster) if plan.devices_per_pipeline * plan.pipeline_replicas <= SMALL_PLAN_DEVICES else ()
     evaluations = 0
     improved = True
     while improved and evaluations < max_evaluations:
         improved = False
-        for rank_devices in placement_moves(plan, evaluator.cluster.num_devices):
+        for rank_devices in placement_moves(plan, evaluator.cluster, twins):
             candidate = with_rank_devices(plan, rank_devices)
             if candidate is None:
                 continue
