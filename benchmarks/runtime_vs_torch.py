@@ -11,7 +11,8 @@ machine load hit both sides alike. An iteration's time is the slowest process's 
 barrier to the end of its last action. The ratio pipeplan / torch is taken per round and schedule.
 
 The prediction profiles the same model on this machine (each stage on its own process, both at once, one
-thread, microbatch 4; one profiling round between the timed rounds, medians per layer), measures the gloo
+thread, microbatch 4; one profiling round (after one untimed, so gradients accumulate as in training)
+between the timed rounds, medians per layer), measures the gloo
 link by ping-pong, and simulates each schedule with pipeplan's cost model.
 
 Targets (with --check the script exits 1 when one fails): median pipeplan/torch ratio <= 1.0 for each
@@ -88,7 +89,7 @@ def worker(rounds: int, warmup: int, out: str) -> None:
     plan, _, model = plans[SCHEDULES[0]]
     profiles = []
     for r in range(warmup + rounds):
-        profile = profile_stages(model.layers, model.dataset.inputs, plan, (rank,), runs=1, warmup=0)
+        profile = profile_stages(model.layers, model.dataset.inputs, plan, (rank,), runs=1, warmup=1)
         if profile is not None and r >= warmup:
             profiles.append(profile)
         for key in order if r % 2 == 0 else list(reversed(order)):
