@@ -1,0 +1,173 @@
+"""Tests of the baseline planners: balanced partition, DAPPLE's latency model and placement, PipeDream's DP."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan.core.errors import PlanError
+from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.planner.balanced import balanced_partition, blocks_needed, min_bottleneck, plan_balanced
+from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.baseline_tools import merge_layers, prefix_sums
+from pipeplan.planner.dapple import plan_dapple
+from pipeplan.planner.dapple_model import (
+    APPEND_FIRST,
+    FRESH_FIRST,
+    SCATTER_FIRST,
+    allocate,
+    allocate_replicas,
+    pivot_latency,
+    pivot_stage,
+    ring_allreduce_ms,
+)
+from pipeplan.planner.pipedream import level_dp, levels_of, plan_pipedream, unwind
+from pipeplan.sim.plan_costs import check_fits
+
+
+def brute_bottleneck(costs: list[float], parts: int) -> float:
+    """Smallest largest block sum over every split of costs into exactly `parts` contiguous blocks."""
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, len(costs)), parts - 1):
+        bounds = [0, *cuts, len(costs)]
+        best = min(best, max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds)))
+    return best
+
+
+def test_balanced_partition_hand_case() -> None:
+    """[1, 2, 3, 4, 5] in 3 blocks: the best bottleneck is 6 ([1,2,3] [4] [5]) and bounds cover all layers."""
+    bounds = balanced_partition([1, 2, 3, 4, 5], 3)
+    assert bounds == [0, 3, 4, 5]
+    assert min_bottleneck([1, 2, 3, 4, 5], 3) == 6
+
+
+def test_blocks_needed_counts_greedy_blocks() -> None:
+    """A bound below the largest element is infeasible; a bound of the total needs one block."""
+    prefix = prefix_sums([1, 2, 3, 4, 5])
+    assert blocks_needed(prefix, 15) == 1
+    assert blocks_needed(prefix, 6) == 3
+    assert blocks_needed(prefix, 4) > 5
+
+
+@given(
+    costs=st.lists(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=9),
+    parts=st.integers(min_value=1, max_value=9),
+)
+def test_balanced_partition_matches_brute_force(costs: list[float], parts: int) -> None:
+    """The partition has exactly `parts` non-empty blocks and the brute-force optimal bottleneck."""
+    parts = min(parts, len(costs))
+    bounds = balanced_partition(costs, parts)
+    assert bounds[0] == 0 and bounds[-1] == len(costs) and len(bounds) == parts + 1
+    assert all(b > a for a, b in itertools.pairwise(bounds))
+    worst = max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds))
+    assert worst == pytest.approx(brute_bottleneck(costs, parts), rel=1e-12, abs=1e-12)
+
+
+def test_balanced_partition_rejects_more_parts_than_layers() -> None:
+    """Asking for more stages than layers names both counts."""
+    with pytest.raises(PlanError, match="cannot split 2 layers into 3"):
+        balanced_partition([1.0, 2.0], 3)
+
+
+def test_balanced_planner_uses_devices_in_order_with_enough_microbatches() -> None:
+    """bert-48 on 8 V100s: 8 stages on devices 0..7, 1F1B, m >= 4p, and the plan fits."""
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x1"), 256)
+    result = plan_balanced(request)
+    plan = result.plan
+    assert [s.devices for s in plan.stages] == [(i,) for i in range(8)]
+    assert plan.schedule == "1f1b" and plan.microbatches >= 32 and plan.global_batch == 256
+    check_fits(plan, request.profile, request.cluster)
+
+
+def test_baselines_refuse_other_schedules() -> None:
+    """A baseline asked for gpipe says it runs 1f1b only."""
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x1"), 64, schedule="gpipe")
+    with pytest.raises(PlanError, match="runs 1f1b only"):
+        plan_balanced(request)
+
+
+def test_pivot_latency_uniform_is_the_1f1b_closed_form() -> None:
+    """Equal stages without all-reduce: L = (M + S - 1)(F + B), pivot the last stage."""
+    latency, pivot = pivot_latency([1.0] * 3, [2.0] * 3, [0.0] * 3, 4)
+    assert pivot == 2
+    assert latency == pytest.approx((4 + 3 - 1) * 3.0)
+
+
+def test_pivot_latency_hand_case_with_slow_middle_stage() -> None:
+    """F=[1,3,1], B=[2,6,2], M=4: the middle stage is the pivot, L = 4 + 3*9 + 8; a last-stage all-reduce of 20 ends it."""
+    assert pivot_stage([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], 4) == 1
+    latency, _ = pivot_latency([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], [0.0, 0.0, 0.0], 4)
+    assert latency == pytest.approx(4 + 27 + 8)
+    latency, _ = pivot_latency([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], [0.0, 0.0, 20.0], 4)
+    assert latency == pytest.approx(4 + 27 + 20)
+
+
+def test_ring_allreduce_formula() -> None:
+    """2 W (r-1) / (r B): 1 GB over 4 replicas at 1e6 bytes/ms takes 1500 ms; one replica needs none."""
+    assert ring_allreduce_ms(1e9, 4, 1e6) == pytest.approx(1500.0)
+    assert ring_allreduce_ms(1e9, 1, 1e6) == 0.0
+
+
+def test_placement_policies_on_two_machines() -> None:
+    """Machine 0 half used: Fresh First opens machine 1, Append First fills machine 0, Scatter First alternates."""
+    nodes = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert allocate(nodes, (2, 0), 2, FRESH_FIRST) == ((4, 5), (2, 2))
+    assert allocate(nodes, (2, 0), 2, APPEND_FIRST) == ((2, 3), (4, 0))
+    assert allocate(nodes, (0, 0), 3, SCATTER_FIRST) == ((0, 1, 4), (2, 1))
+    assert allocate(nodes, (4, 3), 2, FRESH_FIRST) is None
+    assert allocate_replicas(nodes, (0, 0), 2, 2, FRESH_FIRST) == ((0, 1, 4, 5), (2, 2))
+
+
+def test_dapple_plan_fits_and_is_deterministic() -> None:
+    """DAPPLE on two DGX-1 over 25 Gb/s: a plan that fits, the same twice, with a 1F1B-family order."""
+    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x2-25g"), 128)
+    first, second = plan_dapple(request), plan_dapple(request)
+    assert first.plan == second.plan
+    assert first.plan.schedule in ("1f1b", "list") and first.plan.global_batch == 128
+    check_fits(first.plan, request.profile, request.cluster)
+
+
+def test_pipedream_level_dp_hand_case() -> None:
+    """Costly replication (big weights, slow link) makes PipeDream split [4 | 1, 1] over 2 units instead of replicating."""
+    compute = np.array([[4.0, 5.0, 6.0], [np.inf, 1.0, 2.0], [np.inf, np.inf, 1.0]])
+    params = np.array([[1e6, 1e6, 1e6], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    cut = np.zeros(3)
+    table = level_dp(compute, params, cut, 2, 1e3, 1, False, np.inf)
+    assert table.time[0, 2, 1] == pytest.approx(4.0)
+    assert unwind(table, 0, 2, 2) == [(0, 0, 1), (1, 2, 1)]
+    cheap = level_dp(compute, np.zeros((3, 3)), cut, 2, 1e3, 1, False, np.inf)
+    assert cheap.time[0, 2, 1] == pytest.approx(3.0)  # one stage on both units: 6 / 2
+    assert unwind(cheap, 0, 2, 2) == [(0, 2, 2)]
+
+
+def test_pipedream_levels_follow_machines() -> None:
+    """Two DGX-1 give two levels of 8 GPUs; one GPU per server gives one flat level."""
+    machines, inside, between = levels_of(load_cluster("v100-8x2-25g"))
+    assert [len(m) for m in machines] == [8, 8] and between is not None and between < inside
+    machines, _, between = levels_of(load_cluster("v100-1x16-25g"))
+    assert len(machines) == 1 and len(machines[0]) == 16 and between is None
+
+
+def test_pipedream_plan_covers_layers_with_disjoint_devices() -> None:
+    """PipeDream on two DGX-1: contiguous stages, each device in at most one stage, 1F1B, fits."""
+    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x2-25g"), 128)
+    plan = plan_pipedream(request).plan
+    used = [d for s in plan.stages for d in s.devices]
+    assert len(used) == len(set(used)) and plan.num_layers == request.profile.num_layers
+    assert plan.schedule == "1f1b" and plan.pipeline_replicas == 1
+    check_fits(plan, request.profile, request.cluster)
+
+
+def test_merge_layers_keeps_totals_and_cuts() -> None:
+    """Merging nasnet into 48 blocks keeps the compute and weight totals; block cuts are the layers' cuts."""
+    profile = load_profile("pipedream/nasnetalarge")
+    blocks = merge_layers(profile, 48)
+    assert blocks.profile.num_layers == 48
+    assert blocks.profile.total_fwd_ms == pytest.approx(profile.total_fwd_ms)
+    assert blocks.profile.total_param_bytes == pytest.approx(profile.total_param_bytes)
+    assert blocks.profile.cut_bytes[0] == profile.cut_bytes[blocks.starts[1] - 1]  # type: ignore[index]
+    assert blocks.layer_range(0, 47) == (0, profile.num_layers - 1)
