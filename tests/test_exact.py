@@ -1,0 +1,124 @@
+"""Tests of the exact planner: equal to brute force, never beaten by another planner, sound bounds, refusals."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.planner import load_planners
+from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exact, search_space
+from pipeplan.planner.instances import random_cluster, random_profile
+from pipeplan.sim.plan_costs import check_fits, simulate_plan
+
+
+def brute_force(request: PlanRequest) -> float:
+    """Simulate every plan of the exact planner's space with no pruning; return the best time."""
+    layers, devices, batch = request.profile.num_layers, request.cluster.num_devices, request.global_batch
+    best = math.inf
+    for stages in range(1, min(layers, devices) + 1):
+        for cuts in itertools.combinations(range(1, layers), stages - 1):
+            bounds = [0, *cuts, layers]
+            for rp in (r for r in range(1, devices + 1) if batch % r == 0):
+                for sizes in itertools.product(range(1, devices // rp + 1), repeat=stages):
+                    for order in itertools.permutations(range(devices), sum(sizes) * rp):
+                        groups, i = [], 0
+                        for size in sizes:
+                            groups.append(order[i : i + size * rp])
+                            i += size * rp
+                        plan_stages = tuple(Stage(bounds[s], bounds[s + 1] - 1, groups[s]) for s in range(stages))
+                        for m in (m for m in range(1, batch // rp + 1) if (batch // rp) % m == 0):
+                            b = batch // rp // m
+                            if any(b % size for size in sizes):
+                                continue
+                            for name, k in SCHEDULES:
+                                if name == "kfkb" and k >= m:
+                                    continue
+                                plan = Plan(plan_stages, rp, m, b, name, k=k)
+                                try:
+                                    check_fits(plan, request.profile, request.cluster)
+                                except PipeplanError:
+                                    continue
+                                result = simulate_plan(plan, request.profile, request.cluster, record=False)
+                                best = min(best, result.iteration_time)
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_equals_brute_force_on_tiny_instances(seed: int) -> None:
+    """4 layers on 3 devices, global batch 4: branch and bound finds the brute-force optimum."""
+    request = PlanRequest(random_profile(seed, 4), random_cluster(seed, 3), 4)
+    assert plan_exact(request).iteration_time == pytest.approx(brute_force(request), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_exact_is_never_beaten_by_another_planner(seed: int) -> None:
+    """8 layers on 4 devices: no registered planner finds a faster plan than exact."""
+    request = PlanRequest(random_profile(seed, 8), random_cluster(seed, 4), 16)
+    best = plan_exact(request)
+    check_fits(best.plan, request.profile, request.cluster)
+    for name, planner in load_planners().items():
+        if name != "exact":
+            assert best.iteration_time <= planner(request).iteration_time * (1 + 1e-9), name
+
+
+def test_schedule_bound_never_exceeds_the_simulation() -> None:
+    """On 150 random plans (any partition, devices, replicas, microbatches, schedule) the bound is <= the simulated time."""
+    rng = random.Random(7)
+    for trial in range(150):
+        layers, devices = rng.randint(2, 6), rng.randint(2, 5)
+        request = PlanRequest(random_profile(trial, layers), random_cluster(trial, devices), 16)
+        search = _Search(request, SCHEDULES)
+        rp = rng.choice([r for r in (1, 2) if r <= devices])
+        stages_count = rng.randint(1, min(layers, devices // rp))
+        cuts = sorted(rng.sample(range(1, layers), stages_count - 1))
+        bounds = [0, *cuts, layers]
+        free = list(range(devices))
+        rng.shuffle(free)
+        m = rng.choice([1, 2, 4, 8])
+        size = 16 // rp // m
+        placed = []
+        for s in range(stages_count):
+            group = tuple(free.pop() for _ in range(rp))
+            placed.append(search.place(bounds[s], bounds[s + 1] - 1, group, rp, size / 8, placed[-1] if placed else None))
+        name, k = rng.choice([sch for sch in SCHEDULES if sch[0] != "kfkb" or sch[1] < m])
+        plan = Plan(tuple(Stage(p.first, p.last, p.devices) for p in placed), rp, m, size, name, k=k)
+        simulated = simulate_plan(plan, request.profile, request.cluster, record=False).iteration_time
+        assert search.schedule_bound(placed, m, name == "zb-h1") <= simulated * (1 + 1e-9)
+        for s, stage in enumerate(placed):
+            assert search.placed_bound(stage, placed[s - 1] if s else None, m) <= simulated * (1 + 1e-9)
+
+
+def test_search_space_counts() -> None:
+    """4 devices give 64 single ordered groups; 8 layers on 4 devices give 3,844 (partition, groups) pairs."""
+    assert ordered_groups(4, 1) == 4 + 12 + 24 + 24
+    assert search_space(8, 4) == 3844
+
+
+def test_exact_refuses_large_instances() -> None:
+    """bert-48 on 16 GPUs is far beyond the exact search: a PlanError points to the pipeplan planner."""
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"), 64)
+    with pytest.raises(PlanError, match=r"handles at most .* use --planner pipeplan"):
+        plan_exact(request)
+
+
+def test_exact_refuses_schedules_it_does_not_cover() -> None:
+    """Interleaved schedules are outside the exact search."""
+    request = PlanRequest(random_profile(0, 4), random_cluster(0, 2), 4, schedule="interleaved-1f1b")
+    with pytest.raises(PlanError, match="covers gpipe, 1f1b, kfkb and zb-h1"):
+        plan_exact(request)
+
+
+def test_exact_honours_a_requested_schedule() -> None:
+    """Asked for gpipe, exact returns the best gpipe plan, no faster than the unrestricted optimum."""
+    base = PlanRequest(random_profile(5, 5), random_cluster(5, 3), 8)
+    free = plan_exact(base)
+    gpipe = plan_exact(PlanRequest(base.profile, base.cluster, 8, schedule="gpipe"))
+    assert gpipe.plan.schedule == "gpipe"
+    assert gpipe.iteration_time >= free.iteration_time * (1 - 1e-12)
