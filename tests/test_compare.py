@@ -1,0 +1,96 @@
+"""Tests of planner comparison: rows per planner, failures as rows, speed-ups, and `pipeplan compare` output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeplan.cli import main
+from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.planner.base import PlanRequest, PlanResult
+from pipeplan.planner.compare import PlannerFailure, best_baseline, best_row, compare, planner_names, speedup
+from pipeplan.planner.instances import random_cluster, random_profile
+
+FAST = "balanced,pipedream,exact"
+
+
+def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run `pipeplan ARGS` in-process through main(); return (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["pipeplan", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_gives_one_row_per_planner_with_failures_as_rows() -> None:
+    """exact refuses a 53-layer model: its row is a PlannerFailure with the message; the others found plans."""
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x1"), 64)
+    rows = compare(request, ["balanced", "pipedream", "exact"])
+    assert [r.planner for r in rows] == ["balanced", "pipedream", "exact"]
+    assert isinstance(rows[0], PlanResult) and isinstance(rows[1], PlanResult)
+    assert isinstance(rows[2], PlannerFailure) and "handles at most" in rows[2].error
+
+
+def test_default_planners_start_with_pipeplan_then_baselines() -> None:
+    """All registered planners run, in the order pipeplan, dapple, pipedream, balanced, exact."""
+    names = planner_names()
+    assert names[:5] == ["pipeplan", "dapple", "pipedream", "balanced", "exact"]
+
+
+def test_speedup_is_best_baseline_over_row() -> None:
+    """On a small random instance: the best baseline is the fastest of dapple/pipedream/balanced; exact's speed-up >= 1."""
+    request = PlanRequest(random_profile(1, 6), random_cluster(1, 4), 16)
+    rows = compare(request, ["dapple", "pipedream", "balanced", "exact"])
+    baseline = best_baseline(rows)
+    assert baseline is not None
+    assert baseline.iteration_time == min(r.iteration_time for r in rows if isinstance(r, PlanResult) and r.planner != "exact")
+    exact = next(r for r in rows if r.planner == "exact")
+    ratio = speedup(exact, baseline)
+    assert ratio is not None and ratio >= 1.0 - 1e-12
+    assert best_row(rows) is exact or best_row(rows).iteration_time == exact.iteration_time  # type: ignore[union-attr]
+
+
+def test_compare_json_shape(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints {"results": [...]}: plan objects with timings, and {planner, error, planning_seconds} for failures."""
+    code, out, _ = run(
+        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+        "--global-batch", "64", "--planners", FAST, "--json",
+    )  # fmt: skip
+    assert code == 0
+    results = json.loads(out)["results"]
+    assert [r["planner"] for r in results] == ["balanced", "pipedream", "exact"]
+    for r in results[:2]:
+        assert {"stages", "schedule", "microbatches", "iteration_time", "memory_per_device", "planning_seconds"} <= set(r)
+        assert r["format"] == "pipeplan.plan/1" and r["iteration_time"] > 0
+    assert set(results[2]) == {"planner", "error", "planning_seconds"}
+
+
+def test_compare_table_and_png(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The table names every planner, lists exact's refusal under it, and --png writes the fastest plan's timeline."""
+    png = tmp_path / "best.png"
+    code, out, _ = run(
+        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+        "--global-batch", "64", "--planners", FAST, "--png", str(png),
+    )  # fmt: skip
+    assert code == 0
+    for name in ("balanced", "pipedream", "exact"):
+        assert name in out
+    assert "exact: planner 'exact' handles at most" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_unknown_planner_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown planner name is a one-line error with exit code 2."""
+    code, _, err = run(
+        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+        "--global-batch", "64", "--planners", "nope",
+    )  # fmt: skip
+    assert code == 2
+    assert "unknown planner 'nope'" in err and "Traceback" not in err
