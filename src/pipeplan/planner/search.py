@@ -28,7 +28,7 @@ from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.evaluate import Evaluator
 from pipeplan.planner.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.partition_dp import DpInputs, block_sums, partition_dp
-from pipeplan.planner.refine import improve_placement, refine_boundaries
+from pipeplan.planner.refine import improve_placement, refine_boundaries, twin_classes
 from pipeplan.planner.schedule_choice import chunk_partition, schedule_variants
 from pipeplan.planner.topology import Layout, device_orders, link_matrices
 from pipeplan.sim.plan_costs import GIB, check_fits, memory_per_device
@@ -39,6 +39,8 @@ MAX_STAGES = 32
 MAX_UNITS = 64
 TOP_CANDIDATES = 6
 REFINED = 2
+SMALL_CLUSTER = 8
+"""Up to this many devices, every step is cheap: twice the candidates get schedules and refinement."""
 FINALISTS = 4
 STALE_SIZES = 2
 LIST_MAX_ACTIONS = 200_000
@@ -63,7 +65,7 @@ class Search:
         self.progress = progress or (lambda message, fraction: None)
         self.evaluator = Evaluator(request)
         self.bandwidth, self.latency = link_matrices(self.cluster)
-        self.orders = device_orders(self.cluster, self.bandwidth)
+        self.orders = device_orders(self.cluster, self.bandwidth, twin_classes(self.cluster))
         self.large = self.cluster.num_devices > LARGE_CLUSTER
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
         self.sums = block_sums(self.profile, self.blocks)
@@ -237,13 +239,14 @@ class Search:
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
         only = self.request.schedule
         generated_only = "auto" if only in ("auto", "list") else only
-        top = self.ranked(self.pool, TOP_CANDIDATES)
+        widen = 2 if self.cluster.num_devices <= SMALL_CLUSTER else 1
+        top = self.ranked(self.pool, TOP_CANDIDATES * widen)
         contenders: list[Plan] = []
         for i, plan in enumerate(top):
             self.progress("choosing schedules", i / max(1, len(top)))
             variants = schedule_variants(plan, self.profile, self.cluster, generated_only)
             contenders += self.ranked(variants, 1)
-        best = self.ranked(contenders, REFINED)
+        best = self.ranked(contenders, REFINED * widen)
         refined = []
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,12 +39,20 @@ def chain_order(bandwidth: np.ndarray, start: int, allowed: list[int] | None = N
     return order
 
 
-def device_orders(cluster: Cluster, bandwidth: np.ndarray) -> list[tuple[int, ...]]:
+EXHAUSTIVE_ORDERS = 5
+"""Clusters with at most this many devices get every device order (up to twins), not only the heuristic ones."""
+
+
+def device_orders(
+    cluster: Cluster, bandwidth: np.ndarray, twins: tuple[int, ...] | None = None
+) -> list[tuple[int, ...]]:
     """Candidate device orders: the greedy chain from the fastest device, then speed groups chained.
 
     Returns distinct orders, best-guess first. With devices of several speeds,
     a second order chains the fastest group first, then the next (so a short
-    pipeline uses only fast devices).
+    pipeline uses only fast devices). Small clusters (EXHAUSTIVE_ORDERS) add
+    every other permutation, one per sequence of twin classes (`twins[d]`:
+    a representative of the devices interchangeable with d).
     """
     devices = cluster.devices
     fastest = max(range(len(devices)), key=lambda d: (devices[d].speed, -d))
@@ -57,11 +66,13 @@ def device_orders(cluster: Cluster, bandwidth: np.ndarray) -> list[tuple[int, ..
             grouped += chain_order(bandwidth, start, group)
         orders.append(tuple(grouped))
     orders.append(tuple(sorted(range(len(devices)), key=lambda d: (devices[d].node, d))))
-    unique: list[tuple[int, ...]] = []
+    if len(devices) <= EXHAUSTIVE_ORDERS:
+        orders += list(itertools.permutations(range(len(devices))))
+    classes = twins if twins is not None else tuple(range(len(devices)))
+    unique: dict[tuple[int, ...], tuple[int, ...]] = {}
     for order in orders:
-        if order not in unique:
-            unique.append(order)
-    return unique
+        unique.setdefault(tuple(classes[d] for d in order), order)
+    return list(unique.values())
 
 
 @dataclass(frozen=True, slots=True)
