@@ -1,16 +1,35 @@
 """The `pipeplan` planner: DP partition and replication, topology-aware mapping, schedule choice, refinement.
 
-Search space (stated, since it is restricted to stay fast):
-- pipeline replicas rp: divisors of the device count that divide the global batch;
-- microbatch size b: the request's, else every divisor of global_batch / rp
-  (smallest first; larger sizes stop once two in a row do not help);
+Steps (all scored by pipeplan's simulator; the final choice is a full simulation):
+1. Candidates: straight pipelines (one device per stage, balanced by time),
+   then, for every (rp, b) below, a DP over (layer suffix, devices used,
+   stages after) per device order and layout (partition_dp.py): each
+   stage's F+B, outgoing transfer and all-reduce on its actual devices,
+   memory under 1F1B in-flight counts. Each DP solution is simulated under
+   1F1B and 2F2B (extrapolated from short runs when m is large).
+2. Schedules: the best distinct candidates under gpipe, 1f1b, kfkb,
+   interleaved-1f1b and zb-h1 (schedule_choice.py).
+3. Refinement of the best: device swaps/moves (refine.py), stage boundaries
+   +-delta layers, other microbatch sizes; then the `list` schedule under
+   memory budgets (list_schedule.py); the finalists are simulated in full.
+
+Search space (restricted to stay fast):
+- pipeline replicas rp: divisors of the device count that divide the global
+  batch, largest first;
+- microbatch size b: the request's, else divisors of global_batch / rp,
+  smallest first; a size whose stage widths (below) repeat a smaller one's,
+  or whose (m, devices per stage over all replicas) a larger rp already
+  covered, is skipped, and sizes stop after two that do not improve;
 - per-stage replicas r: divisors of b (a microbatch is split evenly over a
-  stage's replicas), in multiples of a unit of devices that keeps at most 64
-  units per pipeline (unit 1 up to 64 devices per pipeline);
-- at most 32 stages; cuts between blocks of layers (at most 64 blocks) in the
-  DP, then anywhere during boundary refinement;
-- schedules gpipe, 1f1b, kfkb (k = 2, 3, 4, 8), interleaved-1f1b (v = 2, 3, 4),
-  zb-h1 and list.
+  stage's replicas), in multiples of a unit that keeps at most 64 units per
+  pipeline (unit 1 up to 64 devices per pipeline);
+- device orders: the greedy fastest-link chain, speed groups chained, node
+  order; every order (up to twin devices) on clusters of at most 5 devices;
+  layouts replica-major and stage-major (topology.py);
+- at most 32 stages; DP cuts between blocks of layers (at most 64, 32 on
+  clusters above 64 devices, cut where few bytes cross), refined later to
+  any layer;
+- kfkb k in 2, 3, 4, 8; interleaved-1f1b v in 2, 3, 4; list when 2pm <= 200,000.
 Everything is deterministic: no clocks or random numbers steer the search.
 """
 
