@@ -159,7 +159,16 @@ def test_pipedream_plan_covers_layers_with_disjoint_devices() -> None:
     used = [d for s in plan.stages for d in s.devices]
     assert len(used) == len(set(used)) and plan.num_layers == request.profile.num_layers
     assert plan.schedule == "1f1b" and plan.pipeline_replicas == 1
+    assert all(len(s.devices) & (len(s.devices) - 1) == 0 for s in plan.stages)  # replica counts are powers of two
     check_fits(plan, request.profile, request.cluster)
+
+
+def test_pipedream_level_dp_skips_disallowed_replica_counts() -> None:
+    """With only 1 and 2 replicas allowed, 3 units cannot hold one stage: the 3-unit single stage is infinite."""
+    compute = np.array([[3.0, 6.0], [np.inf, 3.0]])
+    table = level_dp(compute, np.zeros((2, 2)), np.zeros(2), 3, 1e3, 1, False, np.inf, frozenset({1, 2}))
+    assert table.time[0, 0, 2] == np.inf
+    assert unwind(table, 0, 1, 3) in ([(0, 0, 1), (1, 1, 2)], [(0, 0, 2), (1, 1, 1)])
 
 
 def test_merge_layers_keeps_totals_and_cuts() -> None:

@@ -27,7 +27,10 @@ Note:
     else each power of two is simulated and the fastest kept. Machines of
     unequal size, or one GPU per machine, give a single flat level with the
     slowest link as its bandwidth. Profiles over 128 layers are planned over
-    128 blocks of consecutive layers (baseline_tools.merge_layers).
+    128 blocks of consecutive layers (baseline_tools.merge_layers). A stage's
+    replica count at each level is a power of two dividing the global batch
+    (or the requested microbatch size): pipeplan splits each microbatch evenly
+    over a stage's replicas, where PipeDream hands whole minibatches round-robin.
 """
 
 from __future__ import annotations
@@ -41,7 +44,14 @@ from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import Blocks, best_of, merge_layers, microbatch_sizes, require_schedule
+from pipeplan.planner.baseline_tools import (
+    Blocks,
+    best_of,
+    merge_layers,
+    microbatch_sizes,
+    powers_of_two_dividing,
+    require_schedule,
+)
 
 MAX_BLOCKS = 128
 MAX_MICROBATCHES = 512
@@ -69,6 +79,7 @@ def level_dp(
     within: int,
     all_starts: bool,
     param_limit: float,
+    allowed: frozenset[int] | None = None,
 ) -> LevelTable:
     """PipeDream's DP at one level.
 
@@ -81,12 +92,15 @@ def level_dp(
         within: units of the level below inside one unit (1 at level 1).
         all_starts: compute every start i (needed by the level above), else only i = 0.
         param_limit: largest parameter bytes a stage may hold (memory / (2 + optimizer factor)).
+        allowed: the replica counts a stage may have (None: any).
     """
     n = compute.shape[0]
     m_range = np.arange(1, units + 1, dtype=float)  # m + 1 for m = 0..units-1
     heavy = params > param_limit
     base = compute[:, :, None] + 4.0 * (m_range - 1) * params[:, :, None] / (bytes_per_ms * m_range) / within
     time_ = np.where(heavy[:, :, None], np.inf, base / m_range)
+    if allowed is not None:
+        time_[:, :, [m for m in range(units) if m + 1 not in allowed]] = np.inf
     split = np.full(time_.shape, -1, dtype=np.int64)
     units_arr = np.broadcast_to(np.arange(1, units + 1), time_.shape).copy()
     starts = n if all_starts else 1
@@ -102,6 +116,8 @@ def level_dp(
         best_k = np.full(best.shape, -1, dtype=np.int64)
         best_mp = np.full(best.shape, m + 1, dtype=np.int64)
         for mp in range(1, m + 1):
+            if allowed is not None and mp not in allowed:
+                continue
             prev = time_[:starts, :, m - mp]  # [i, k]
             stage = np.full((n, n), np.inf)  # [k, j]: layers k+1..j
             stage[:-1, :] = last[mp][1:, :]
@@ -160,8 +176,14 @@ def levels_of(cluster: Cluster) -> tuple[list[list[int]], float, float | None]:
     return machines, inside / 1000.0, between / 1000.0
 
 
-def pipedream_stages(blocks: Blocks, cluster: Cluster, optimizer_factor: float) -> tuple[Stage, ...]:
-    """PipeDream's partition and replication of `blocks` over `cluster` (one pipeline)."""
+def pipedream_stages(
+    blocks: Blocks, cluster: Cluster, optimizer_factor: float, allowed: frozenset[int] | None = None
+) -> tuple[Stage, ...]:
+    """PipeDream's partition and replication of `blocks` over `cluster` (one pipeline).
+
+    Raises:
+        PlanError: no partition fits (weights too large, or no allowed replica counts add up to the devices).
+    """
     profile = blocks.profile
     n = profile.num_layers
     work = np.concatenate([[0.0], np.cumsum([layer.fwd_ms + layer.bwd_ms for layer in profile.layers])])
@@ -173,15 +195,26 @@ def pipedream_stages(blocks: Blocks, cluster: Cluster, optimizer_factor: float) 
     limit = min(d.memory_bytes for d in cluster.devices) / (2.0 + optimizer_factor)
     machines, inside, between = levels_of(cluster)
     per_machine = len(machines[0])
-    level1 = level_dp(compute, params, cut, per_machine, inside, 1, between is not None, limit)
+    level1 = level_dp(compute, params, cut, per_machine, inside, 1, between is not None, limit, allowed)
     if between is None:
+        if not np.isfinite(level1.time[0, n - 1, -1]):
+            raise PlanError(
+                f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
+                f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
+            )
         flat, start = [], 0
         for first, last, used in unwind(level1, 0, n - 1, per_machine):
             flat.append(Stage(*blocks.layer_range(first, last), tuple(machines[0][start : start + used])))
             start += used
         return tuple(flat)
     # a level-2 stage's memory was checked per level-1 stage inside each machine
-    level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf)
+    level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf, allowed)
+    top = level2 if between is not None else level1
+    if not np.isfinite(top.time[0, n - 1, -1]):
+        raise PlanError(
+            f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
+            f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
+        )
     stages = []
     next_machine = 0
     for first, last, used in unwind(level2, 0, n - 1, len(machines)):
@@ -205,7 +238,9 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     require_schedule(request, "pipedream", "1f1b")
     blocks = merge_layers(request.profile, MAX_BLOCKS)
-    stages = pipedream_stages(blocks, request.cluster, request.optimizer_factor)
+    batch = request.microbatch_size or request.global_batch
+    allowed = frozenset(b for b in powers_of_two_dividing(batch))
+    stages = pipedream_stages(blocks, request.cluster, request.optimizer_factor, allowed)
     replicas = [len(s.devices) for s in stages]
     plans = [
         Plan(stages, 1, request.global_batch // size, size, "1f1b")
