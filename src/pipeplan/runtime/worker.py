@@ -22,12 +22,13 @@ from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout, plan_job
 from pipeplan.runtime.model import Model, build_model
-from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_stages
+from pipeplan.runtime.predict import local_cluster, measure_link, median_profile, plan_on_processes, predict, profile_stages
 from pipeplan.runtime.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.topology import Role, Topology
 from pipeplan.sim.result import SimResult
 
 OPTIMIZERS = ("adam", "sgd")
+PROFILE_REPEATS = 7
 
 
 @dataclass(frozen=True)
@@ -218,8 +219,11 @@ def _predict(
     """Profile every stage where it runs, measure the link, simulate: report.predicted on process 0."""
     latency, bandwidth = measure_link(device)
     owned = role.stages if role.replica == 0 and role.pipeline_replica == 0 else ()
-    profile = profile_stages(model.layers, model.dataset.inputs, plan, owned)
-    if profile is not None:
+    # fresh copies each time (one untimed round so gradients accumulate, one timed), medians over repetitions:
+    # closer to a training iteration than many rounds in a tight loop, whose caches and allocator stay warm.
+    profiles = [profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)]
+    if profiles[0] is not None:
+        profile = median_profile([p for p in profiles if p is not None])
         report.link = (latency, bandwidth)
         report.predicted = predict(plan_on_processes(plan), schedule, profile, local_cluster(world, latency, bandwidth))
     dist.barrier()
