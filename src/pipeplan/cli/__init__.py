@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a bad input prints one line on stderr and exits with code 2 (no traceback)."""
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="pipeplan", standalone_mode=False)
-        sys.exit(0)
+        code = command.main(args=argv, prog_name="pipeplan", standalone_mode=False)
+        # Without standalone mode, click returns typer.Exit's code instead of raising it.
+        sys.exit(code if isinstance(code, int) else 0)
     except NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
         sys.exit(2)
