@@ -40,12 +40,14 @@ class DpSolution:
 
 @dataclass(frozen=True, slots=True)
 class BlockSums:
-    """Per block range [i, j] (i <= j): fwd+bwd ms, param bytes, saved bytes; cut bytes after block j."""
+    """Per block range [i, j] (i <= j): fwd+bwd ms, param bytes, saved bytes; cut bytes after block j;
+    backward ms of all blocks before block i."""
 
     work_ms: np.ndarray
     param_bytes: np.ndarray
     saved_bytes: np.ndarray
     cut_after: np.ndarray
+    bwd_before_ms: np.ndarray
     blocks: tuple[tuple[int, int], ...]
 
 
@@ -58,6 +60,7 @@ def block_sums(profile: ModelProfile, blocks: tuple[tuple[int, int], ...]) -> Bl
     work = per_block([x.fwd_ms + x.bwd_ms for x in layers])
     params = per_block([x.param_bytes for x in layers])
     saved = per_block([x.saved_bytes or 0.0 for x in layers])
+    bwd = per_block([x.bwd_ms for x in layers])
 
     def ranges(v: np.ndarray) -> np.ndarray:
         c = np.concatenate([[0.0], np.cumsum(v)])
@@ -66,7 +69,8 @@ def block_sums(profile: ModelProfile, blocks: tuple[tuple[int, int], ...]) -> Bl
     upper = np.triu(np.ones((len(blocks), len(blocks)), dtype=bool))
     cuts = profile.cut_bytes or ()
     cut_after = np.array([cuts[b] if b < len(cuts) else 0.0 for _, b in blocks], dtype=float)
-    return BlockSums(np.where(upper, ranges(work), INF), ranges(params), ranges(saved), cut_after, blocks)
+    bwd_before = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
+    return BlockSums(np.where(upper, ranges(work), INF), ranges(params), ranges(saved), cut_after, bwd_before, blocks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +140,9 @@ def _pos_to_index(layout: Layout, replica: int, position: int) -> int:
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
     """The `keep` best partitions with replication for this layout, by the DP's estimate.
 
-    Stage estimate: u_s = (m-1) * max(t_s, c_s) + AR_s with t_s the stage's
-    F+B per microbatch, c_s its outgoing transfer and AR_s its all-reduce; a
+    Stage estimate: u_s = (m-1) * max(t_s, c_s) + max(0, AR_s - D_s) with t_s
+    the stage's F+B per microbatch, c_s its outgoing transfer, AR_s its
+    all-reduce and D_s the backward of the earlier layers that can hide it; a
     suffix's value is max_s u_s plus the fill sum_s (t_s + 2 c_s). Memory:
     weights, gradients and optimizer state plus min(stages after, m)
     microbatches of activations must fit the smallest device of the stage.
@@ -161,8 +166,12 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
             c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
         c = np.nan_to_num(c, nan=INF)
         ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
+        # the all-reduce starts after the stage's last backward and hides behind the backwards still to
+        # run on the stages before it (estimated as if they had this stage's replicas and speed)
+        drain = sums.bwd_before_ms[:, None, None] * inp.scale / (r * arr["speed"][None, None, :])
+        exposed = np.maximum(ar - drain, 0.0)
         cycle = np.maximum(t, c)
-        u = (m - 1) * cycle + ar if m > 1 else np.where(np.isfinite(cycle), ar, INF)
+        u = (m - 1) * cycle + exposed if m > 1 else np.where(np.isfinite(cycle), exposed, INF)
         # the most microbatches whose activations fit beside the weights (negative: not even the weights)
         act = sums.saved_bytes[:, :, None] * inp.scale / r
         with np.errstate(divide="ignore", invalid="ignore"):

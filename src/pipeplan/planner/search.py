@@ -1,8 +1,10 @@
 """The `pipeplan` planner: DP partition and replication, topology-aware mapping, schedule choice, refinement.
 
 Steps (all scored by pipeplan's simulator; the final choice is a full simulation):
-1. Candidates: straight pipelines (one device per stage, balanced by time),
-   then, for every (rp, b) below, a DP over (layer suffix, devices used,
+1. Candidates: on clusters up to 64 devices, the plans of the baseline
+   planners dapple, pipedream and balanced (a portfolio safety net, reported
+   in the result's `extra`); straight pipelines (one device per stage,
+   balanced by time); then, for every (rp, b) below, a DP over (layer suffix, devices used,
    stages after) per device order and layout (partition_dp.py): each
    stage's F+B, outgoing transfer and all-reduce on its actual devices,
    memory under 1F1B in-flight counts. Each DP solution is simulated under
@@ -40,7 +42,7 @@ import math
 import time
 from collections.abc import Callable
 
-from pipeplan.core.errors import PlanError
+from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
 from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
@@ -66,6 +68,7 @@ LIST_MAX_ACTIONS = 200_000
 LARGE_CLUSTER = 64
 """Above this many devices the search narrows: fewer blocks, one device order, shorter local searches."""
 MAX_BLOCKS_LARGE = 32
+SEED_PLANNERS = ("dapple", "pipedream", "balanced")
 
 
 def divisors(n: int) -> list[int]:
@@ -89,6 +92,8 @@ class Search:
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
         self.sums = block_sums(self.profile, self.blocks)
         self.pool: list[Plan] = []
+        self.seeds: dict[str, Plan] = {}
+        self.seed_times: dict[str, float] = {}
         self.best_time = float("inf")
         self.sample_ms = (self.profile.total_fwd_ms + self.profile.total_bwd_ms) / self.profile.batch_size
         self.max_speed = max(d.speed for d in self.cluster.devices)
@@ -175,8 +180,40 @@ class Search:
         stages = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
         return Plan(stages, 1, self.request.global_batch // b, b, "1f1b")
 
+    def seed_from_baselines(self) -> None:
+        """Add the plans of the baseline planners (those registered) to the pool, on clusters up to LARGE_CLUSTER.
+
+        Note:
+            A portfolio safety net: refinement then starts from the baselines'
+            plans too, so pipeplan never returns a slower plan than they do.
+            `extra["seeds"]` reports their times and `extra["won_by_seed"]`
+            names the baseline whose plan pipeplan returned unchanged, if any.
+        """
+        if self.large or self.request.schedule != "auto":
+            return
+        from pipeplan.planner import load_planners
+
+        planners = load_planners()
+        for name in SEED_PLANNERS:
+            planner = planners.get(name)
+            if planner is None:
+                continue
+            self.progress(f"seeding from planner {name}", 0.0)
+            try:
+                result = planner(self.request)
+            except PipeplanError:
+                continue
+            self.seeds[name] = result.plan
+            self.seed_times[name] = result.iteration_time
+            if self.evaluator.score(result.plan).fits:
+                self.pool.append(result.plan)
+                self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
+            if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
+                self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
+
     def generate(self) -> None:
-        """Fill the pool: straight pipelines, then the DP over every (rp, b) not ruled out by its bound."""
+        """Fill the pool: baselines' plans, straight pipelines, then the DP over every (rp, b) its bound allows."""
+        self.seed_from_baselines()
         for b in self.microbatch_sizes(1)[:3]:
             for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
                 plan = self.straight(order, b)
@@ -208,19 +245,21 @@ class Search:
                     break
 
     # ---- selection and refinement ---------------------------------------------------------
-    def ranked(self, plans: list[Plan], count: int) -> list[Plan]:
+    def ranked(self, plans: list[Plan], count: int, by_structure: bool = False) -> list[Plan]:
         """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties).
 
         Plans with the same microbatch count, layers and device sets per stage
         (e.g. 16 pipeline replicas of one device, or one stage on 16 devices)
-        compute and all-reduce alike; keeping one leaves room for real alternatives.
+        compute and all-reduce alike; keeping one leaves room for real
+        alternatives. With `by_structure`, plans differing only in schedule
+        are alike too (the schedule is chosen later).
         """
         fitting = [p for p in dict.fromkeys(plans) if self.evaluator.score(p).fits]
         chosen: dict[tuple[object, ...], Plan] = {}
         for plan in sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms):
-            key = (plan.microbatches, plan.schedule, plan.k, plan.chunks, plan.order is None,
-                   tuple((s.first_layer, s.last_layer, frozenset(s.devices)) for s in plan.stages))  # fmt: skip
-            chosen.setdefault(key, plan)
+            stages = tuple((s.first_layer, s.last_layer, frozenset(s.devices)) for s in plan.stages)
+            schedule = () if by_structure else (plan.schedule, plan.k, plan.chunks, plan.order is None)
+            chosen.setdefault((plan.microbatches, stages, schedule), plan)
             if len(chosen) == count:
                 break
         return list(chosen.values())
@@ -259,7 +298,7 @@ class Search:
         only = self.request.schedule
         generated_only = "auto" if only in ("auto", "list") else only
         widen = 2 if self.cluster.num_devices <= SMALL_CLUSTER else 1
-        top = self.ranked(self.pool, TOP_CANDIDATES * widen)
+        top = self.ranked(self.pool, TOP_CANDIDATES * widen, by_structure=True)
         contenders: list[Plan] = []
         for i, plan in enumerate(top):
             self.progress("choosing schedules", i / max(1, len(top)))
@@ -333,5 +372,10 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
         result,
         memory,
         time.perf_counter() - started,
-        {"simulations": search.evaluator.simulations, "candidates": len(search.pool)},
+        {
+            "simulations": search.evaluator.simulations,
+            "candidates": len(search.pool),
+            "seeds": dict(search.seed_times),
+            "won_by_seed": next((name for name, seed in search.seeds.items() if seed == plan), None),
+        },
     )

@@ -50,7 +50,7 @@ def device_orders(
 
     Returns distinct orders, best-guess first. With devices of several speeds,
     a second order chains the fastest group first, then the next (so a short
-    pipeline uses only fast devices). Small clusters (EXHAUSTIVE_ORDERS) add
+    pipeline uses only fast devices); then each of them reversed. Small clusters (EXHAUSTIVE_ORDERS) add
     every other permutation, one per sequence of twin classes (`twins[d]`:
     a representative of the devices interchangeable with d).
     """
@@ -66,6 +66,8 @@ def device_orders(
             grouped += chain_order(bandwidth, start, group)
         orders.append(tuple(grouped))
     orders.append(tuple(sorted(range(len(devices)), key=lambda d: (devices[d].node, d))))
+    # the DP puts the last stage first in the order: the reversed orders start the pipeline at the other end
+    orders += [order[::-1] for order in orders]
     if len(devices) <= EXHAUSTIVE_ORDERS:
         orders += list(itertools.permutations(range(len(devices))))
     classes = twins if twins is not None else tuple(range(len(devices)))
