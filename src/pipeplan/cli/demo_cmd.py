@@ -92,7 +92,33 @@ def compare_schedules(ctx: DemoContext) -> None:
     ctx.console.print(comparison_table(rows, title=""))
 
 
-STEPS: list[Callable[[DemoContext], None]] = [compare_schedules]
+PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH = "dapple/bert-48", "v100-8x2-25g", 256
+"""The real planning problem of the demo: a measured BERT-48 profile on two DGX-1 servers over 25 Gb/s."""
+
+
+def compare_planners(ctx: DemoContext) -> None:
+    """Plan a real profile on a real topology with every fast planner; write the best plan and its timeline."""
+    from pipeplan.cli.plan_cmd import compare
+
+    png = ctx.out / "plan_best.png"
+    ctx.console.print(
+        f"\nPlanners compared on {PLAN_PROFILE} over {PLAN_CLUSTER}, global batch {PLAN_BATCH} "
+        "(all plans scored by the same simulator):",
+        highlight=False,
+    )
+    compare(
+        profile=PLAN_PROFILE,
+        cluster=PLAN_CLUSTER,
+        global_batch=PLAN_BATCH,
+        microbatch_size=None,
+        planners="pipeplan,dapple,pipedream,balanced",
+        as_json=False,
+        png=str(png),
+    )
+    ctx.written.append(png)
+
+
+STEPS: list[Callable[[DemoContext], None]] = [compare_schedules, compare_planners]
 """The demo's steps, run in order."""
 
 
