@@ -34,7 +34,16 @@ def test_demo_writes_a_png_and_a_trace_per_schedule(demo_run: tuple[Path, Result
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert json.loads(trace.read_text())["traceEvents"]
         assert str(png) in result.stdout and str(trace) in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.png" for n in names] + [f"{n}.trace.json" for n in names])
+    expected = [f"{n}.png" for n in names] + [f"{n}.trace.json" for n in names] + ["plan_best.png"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(expected)
+
+
+def test_demo_plans_a_real_profile_with_every_fast_planner(demo_run: tuple[Path, Result]) -> None:
+    """The planning step lists pipeplan and the three baselines for bert-48 and draws the best plan."""
+    out, result = demo_run
+    rows = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.count("│") > 3]
+    assert {"pipeplan", "dapple", "pipedream", "balanced"} <= set(rows)
+    assert (out / "plan_best.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_demo_table_shows_the_library_numbers(demo_run: tuple[Path, Result]) -> None:
