@@ -8,7 +8,9 @@ The search, as in the paper and the authors' planner (`orchestrate.rs`):
    the next layers on the next mp GPUs per replica, picked by a placement
    policy (Fresh First, Append First, Scatter First, from `Device.node`). The
    program minimizes the slowest block (stage compute, or the transfer of 2x
-   the cut activation into the stage), as the authors' code does.
+   the cut activation into the stage), as the authors' code does. A
+   stage's GPU count must divide the pipeline replica's batch (each
+   microbatch is split over them).
 2. Straight plans (one GPU per stage) with g = 2 and g = D, and two-stage
    splits of all D GPUs; g = 1 is plain data parallelism.
 3. Every candidate is ranked by the pivot-stage latency model (see
@@ -79,7 +81,7 @@ def stage_gpu_counts(devices: int, node_size: int, limit: int) -> list[int]:
 def two_stage_first_counts(total: int) -> list[int]:
     """GPUs of the first stage of a two-stage split on a large cluster: 2^i or total - 2^i."""
     powers = {2**i for i in range(total.bit_length())}
-    return sorted(({p for p in powers} | {total - p for p in powers}) - {0, total})
+    return sorted((powers | {total - p for p in powers}) - {0, total})
 
 
 def candidates(search: DappleSearch, global_batch: int) -> list[Candidate]:
@@ -90,12 +92,17 @@ def candidates(search: DappleSearch, global_batch: int) -> list[Candidate]:
     out = [Candidate(((0, last, tuple(range(total))),), total, "data-parallel")]
     divisors = [g for g in range(2, min(total, MAX_GPUS_PER_PIPELINE) + 1) if total % g == 0]
     for g in divisors:
-        found = search.best_pipeline(g, total // g, stage_gpu_counts(total, search.node_size, g), per_replica / (total // g))
+        replica_batch, rest = divmod(global_batch, total // g)
+        if rest:
+            continue
+        # a stage's GPUs split each microbatch, so their count must divide the pipeline replica's batch
+        counts = [c for c in stage_gpu_counts(total, search.node_size, g) if replica_batch % c == 0]
+        found = search.best_pipeline(g, total // g, counts, per_replica / (total // g))
         if found is not None:
             out.append(Candidate(found, total // g, f"hybrid g={g}"))
-    straight = [g for g in ((2,) if total > 2 and total % 2 == 0 else ()) + (total,) if g <= search.num_blocks]
+    straight = ([2] if total > 2 and total % 2 == 0 else []) + [total]  # the authors' 1:1 split and all-straight
     for g in straight:
-        if g <= MAX_GPUS_PER_PIPELINE or g == total:
+        if g <= search.num_blocks:
             found = search.best_pipeline(g, total // g, [1], per_replica / (total // g))
             if found is not None:
                 out.append(Candidate(found, total // g, f"straight g={g}"))

@@ -29,8 +29,10 @@ Note:
     slowest link as its bandwidth. Profiles over 128 layers are planned over
     128 blocks of consecutive layers (baseline_tools.merge_layers). A stage's
     replica count at each level is a power of two dividing the global batch
-    (or the requested microbatch size): pipeplan splits each microbatch evenly
-    over a stage's replicas, where PipeDream hands whole minibatches round-robin.
+    (or the requested microbatch size), and a level-2 stage's machines times
+    the GPUs of a machine divides it too: pipeplan splits each microbatch
+    evenly over a stage's replicas, where PipeDream hands whole minibatches
+    round-robin.
 """
 
 from __future__ import annotations
@@ -208,7 +210,9 @@ def pipedream_stages(
             start += used
         return tuple(flat)
     # a level-2 stage's memory was checked per level-1 stage inside each machine
-    level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf, allowed)
+    # a stage over m2 machines has up to m2 * per_machine replicas: keep that within the allowed counts
+    machine_counts = None if allowed is None else frozenset(c for c in allowed if c * per_machine in allowed)
+    level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf, machine_counts)
     top = level2 if between is not None else level1
     if not np.isfinite(top.time[0, n - 1, -1]):
         raise PlanError(
@@ -239,7 +243,7 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     require_schedule(request, "pipedream", "1f1b")
     blocks = merge_layers(request.profile, MAX_BLOCKS)
     batch = request.microbatch_size or request.global_batch
-    allowed = frozenset(b for b in powers_of_two_dividing(batch))
+    allowed = frozenset(powers_of_two_dividing(batch))
     stages = pipedream_stages(blocks, request.cluster, request.optimizer_factor, allowed)
     replicas = [len(s.devices) for s in stages]
     plans = [
