@@ -86,6 +86,7 @@ class DpInputs:
     optimizer_factor: float
     unit_choices: tuple[int, ...]
     max_stages: int
+    hide_allreduce: bool = False
 
 
 def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.ndarray]:
@@ -140,9 +141,10 @@ def _pos_to_index(layout: Layout, replica: int, position: int) -> int:
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
     """The `keep` best partitions with replication for this layout, by the DP's estimate.
 
-    Stage estimate: u_s = (m-1) * max(t_s, c_s) + max(0, AR_s - D_s) with t_s
-    the stage's F+B per microbatch, c_s its outgoing transfer, AR_s its
-    all-reduce and D_s the backward of the earlier layers that can hide it; a
+    Stage estimate: u_s = (m-1) * max(t_s, c_s) + AR_s with t_s the stage's
+    F+B per microbatch, c_s its outgoing transfer and AR_s its all-reduce
+    (with `hide_allreduce`, max(0, AR_s - D_s) where D_s is the backward of
+    the earlier layers, which can hide it); a
     suffix's value is max_s u_s plus the fill sum_s (t_s + 2 c_s). Memory:
     weights, gradients and optimizer state plus min(stages after, m)
     microbatches of activations must fit the smallest device of the stage.
@@ -169,7 +171,7 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
         # the all-reduce starts after the stage's last backward and hides behind the backwards still to
         # run on the stages before it (estimated as if they had this stage's replicas and speed)
         drain = sums.bwd_before_ms[:, None, None] * inp.scale / (r * arr["speed"][None, None, :])
-        exposed = np.maximum(ar - drain, 0.0)
+        exposed = np.maximum(ar - drain, 0.0) if inp.hide_allreduce else ar
         cycle = np.maximum(t, c)
         u = (m - 1) * cycle + exposed if m > 1 else np.where(np.isfinite(cycle), exposed, INF)
         # the most microbatches whose activations fit beside the weights (negative: not even the weights)

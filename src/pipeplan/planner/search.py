@@ -60,13 +60,12 @@ MAX_STAGES = 32
 MAX_UNITS = 64
 TOP_CANDIDATES = 6
 REFINED = 2
-SMALL_CLUSTER = 8
-"""Up to this many devices, every step is cheap: twice the candidates get schedules and refinement."""
 FINALISTS = 4
 STALE_SIZES = 2
 LIST_MAX_ACTIONS = 200_000
 LARGE_CLUSTER = 64
-"""Above this many devices the search narrows: fewer blocks, one device order, shorter local searches."""
+"""Above this many devices the search narrows: fewer blocks, one device order, one DP estimate, half the
+candidates refined, shorter local searches, no baseline seeds."""
 MAX_BLOCKS_LARGE = 32
 SEED_PLANNERS = ("dapple", "pipedream", "balanced")
 
@@ -152,11 +151,14 @@ class Search:
             self.request.optimizer_factor, choices, MAX_STAGES,
         )  # fmt: skip
         orders = self.orders[:1] if self.large else self.orders
+        # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
+        variants = (inputs,) if self.large else (inputs, dataclasses.replace(inputs, hide_allreduce=True))
         best = float("inf")
         for order in orders:
             for replica_major in (True, False) if rp > 1 else (True,):
                 layout = Layout(order, rp, n, unit, replica_major)
-                for solution in partition_dp(inputs, layout, keep=3):
+                solutions = [sol for variant in variants for sol in partition_dp(variant, layout, keep=3)]
+                for solution in solutions:
                     stages = tuple(
                         Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units))
                         for st in solution.stages
@@ -297,7 +299,7 @@ class Search:
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
         only = self.request.schedule
         generated_only = "auto" if only in ("auto", "list") else only
-        widen = 2 if self.cluster.num_devices <= SMALL_CLUSTER else 1
+        widen = 1 if self.large else 2
         top = self.ranked(self.pool, TOP_CANDIDATES * widen, by_structure=True)
         contenders: list[Plan] = []
         for i, plan in enumerate(top):
