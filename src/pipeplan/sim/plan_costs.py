@@ -116,7 +116,46 @@ def slowest_replica_flows(
             times = np.where(src == dst, 0.0, latency[src, dst] + (nbytes / q) / rate[src, dst])
         best_replica = int(np.argmax(times.max(axis=1)))
     senders = plan.replica_devices(src_stage, best_replica)
-    return boundary_flows(cluster, senders, plan.replica_devices(dst_stage, best_replica), nbytes)
+    flows = boundary_flows(cluster, senders, plan.replica_devices(dst_stage, best_replica), nbytes)
+    if rp > 1 and cluster.nic_bandwidth is not None:
+        flows = share_nics_with_other_replicas(plan, cluster, src_stage, dst_stage, best_replica, flows)
+    return flows
+
+
+def share_nics_with_other_replicas(
+    plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, replica: int, flows: tuple[Flow, ...]
+) -> tuple[Flow, ...]:
+    """Slow the simulated replica's cross-node flows by the NIC share the other pipeline replicas take.
+
+    Note: only one pipeline replica is simulated, but the replicas run in
+    lock-step, so the same boundary's transfers of every replica cross the
+    nodes' NICs at the same time. A NIC carrying k times as many of this
+    boundary's flows as the simulated replica puts on it gives each flow at
+    most nic_bandwidth / k (flows of one replica already queue on the NIC
+    resource). Without this, rp pipelines crossing one NIC would each be
+    predicted to get the whole NIC.
+    """
+    load: dict[str, int] = {}
+    for t in range(plan.pipeline_replicas):
+        senders, receivers = plan.replica_devices(src_stage, t), plan.replica_devices(dst_stage, t)
+        for a, b in pairing(senders, receivers):
+            if a != b and cluster.devices[a].node != cluster.devices[b].node:
+                for nic in (f"nic_out:{cluster.devices[a].node}", f"nic_in:{cluster.devices[b].node}"):
+                    load[nic] = load.get(nic, 0) + 1
+    own: dict[str, int] = {}
+    for flow in flows:
+        for resource in flow.resources[1:]:
+            own[resource] = own.get(resource, 0) + 1
+    shared = []
+    for flow in flows:
+        share = max((load[r] / own[r] for r in flow.resources[1:]), default=1.0)
+        if share > 1.0:
+            a, b = flow.link
+            rate = min(cluster.bandwidth[a][b], cluster.nic_bandwidth / share)  # type: ignore[operator]
+            nbytes = flow.work_ms / 1000.0 * cluster.link_bandwidth(a, b)
+            flow = Flow(flow.resources, flow.link, flow.latency_ms, ms(nbytes / rate))
+        shared.append(flow)
+    return tuple(shared)
 
 
 def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> float:
