@@ -46,12 +46,13 @@ from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
 from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
-from pipeplan.planner.evaluate import Evaluator
+from pipeplan.planner.evaluate import RANK_MICROBATCHES, Evaluator
 from pipeplan.planner.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.partition_dp import DpInputs, block_sums, partition_dp
 from pipeplan.planner.refine import improve_placement, refine_boundaries, twin_classes
 from pipeplan.planner.schedule_choice import chunk_partition, schedule_variants
 from pipeplan.planner.topology import Layout, device_orders, link_matrices
+from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.sim.plan_costs import GIB, check_fits, memory_per_device
 
 Progress = Callable[[str, float], None]
@@ -68,6 +69,8 @@ LARGE_CLUSTER = 64
 candidates refined, shorter local searches, no baseline seeds."""
 MAX_BLOCKS_LARGE = 32
 SEED_PLANNERS = ("dapple", "pipedream", "balanced")
+REFINE_ACTIONS = 400_000
+POOL_GROUPS = (2,)
 
 
 def divisors(n: int) -> list[int]:
@@ -120,9 +123,10 @@ class Search:
         return (m - 1) * bottleneck + one_path
 
     def add(self, plan: Plan) -> float:
-        """Score a 1F1B candidate and its 2F2B form (which hides transfers), keep the faster that fits."""
+        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
         best = float("inf")
-        for variant in (plan, dataclasses.replace(plan, schedule="kfkb", k=2)) if plan.microbatches > 2 else (plan,):
+        variants = [plan] + [dataclasses.replace(plan, schedule="kfkb", k=k) for k in POOL_GROUPS if k < plan.microbatches]
+        for variant in variants:
             score = self.evaluator.score(variant)
             if score.fits:
                 self.pool.append(variant)
@@ -267,7 +271,8 @@ class Search:
         return list(chosen.values())
 
     def with_list(self, plan: Plan) -> list[Plan]:
-        """List-schedule versions of `plan` under memory budgets (and DAPPLE's 2(p-s)-1 warm-up cap)."""
+        """Explicit-order versions of `plan`: list scheduling under memory budgets (also capped at DAPPLE's
+        2(p-s)-1 warm-up), and DAPPLE's early backward with that warm-up (1F1B's extra_warmup order)."""
         if plan.chunks != 1 or self.request.schedule not in ("auto", "list"):
             return []
         if 2 * plan.num_ranks * plan.microbatches > LIST_MAX_ACTIONS:
@@ -281,7 +286,10 @@ class Search:
             return []
         p = plan.num_ranks
         options = [budgets, tuple(min(x, max(1, 2 * (p - s) - 1)) for s, x in enumerate(budgets))]
-        return [list_plan(base, costs, b) for b in dict.fromkeys(options)]
+        early = one_f_one_b(p, plan.microbatches, extra_warmup=True).ranks
+        return [list_plan(base, costs, b) for b in dict.fromkeys(options)] + [
+            dataclasses.replace(base, schedule="list", order=early)
+        ]
 
     def resized(self, plan: Plan) -> list[Plan]:
         """`plan` with every other microbatch size its replicas allow (a multiple of each stage's replica count)."""
@@ -294,6 +302,11 @@ class Search:
             for b in divisors(per_replica)
             if b % step == 0 and b != plan.microbatch_size
         ]
+
+    def refine_budget(self, plan: Plan) -> int:
+        """Simulations allowed per local search: REFINE_ACTIONS simulated actions, between 40 and 400."""
+        per_evaluation = 3 * len(plan.stages) * min(plan.microbatches, RANK_MICROBATCHES)  # two runs: m1 + m1/2
+        return max(40, min(400, REFINE_ACTIONS // per_evaluation))
 
     def choose(self) -> Plan:
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
@@ -310,8 +323,9 @@ class Search:
         refined = []
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
-            plan = improve_placement(plan, self.evaluator, 40 if self.large else 400)
-            plan = refine_boundaries(plan, self.evaluator, 80 if self.large else 400)
+            budget = self.refine_budget(plan)
+            plan = improve_placement(plan, self.evaluator, budget // 2 if self.large else budget)
+            plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
             refined += self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
             for other in self.ranked(self.resized(plan), 1):
@@ -320,6 +334,8 @@ class Search:
         if only in ("auto", "list"):
             for plan in list(finalists):
                 finalists += self.ranked(self.with_list(plan), 1)
+        # the baselines' own plans compete in the final round as they are (seed_from_baselines)
+        finalists += [p for p in self.seeds.values() if self.evaluator.score(p).fits]
         if only != "auto":
             finalists = [p for p in finalists if p.schedule == only]
         if not finalists:
