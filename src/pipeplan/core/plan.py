@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
@@ -87,7 +88,8 @@ class Plan:
                 )
         used = [d for s in self.stages[: self.num_ranks] for d in s.devices]
         if len(set(used)) != len(used):
-            raise PlanError(f"plan uses a device in two stages: {sorted(used)}")
+            twice = sorted(d for d, n in Counter(used).items() if n > 1)
+            raise PlanError(f"plan uses device(s) {twice[:10]} in two stages")
 
     @property
     def num_layers(self) -> int:
