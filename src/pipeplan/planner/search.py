@@ -1,8 +1,9 @@
 """The `pipeplan` planner: DP partition and replication, topology-aware mapping, schedule choice, refinement.
 
 Steps (all scored by pipeplan's simulator; the final choice is a full simulation):
-1. Candidates: on clusters up to 64 devices, the plans of the baseline
-   planners dapple, pipedream and balanced (a portfolio safety net, reported
+1. Candidates: the plans of the baseline planners dapple, pipedream and
+   balanced (above 64 devices only pipedream and balanced, which plan in well
+   under a second there; a portfolio safety net, reported
    in the result's `extra`); straight pipelines (one device per stage,
    balanced by time); then, for every (rp, b) below, a DP over (layer suffix, devices used,
    stages after) per device order and layout (partition_dp.py): each
@@ -66,9 +67,11 @@ STALE_SIZES = 2
 LIST_MAX_ACTIONS = 200_000
 LARGE_CLUSTER = 64
 """Above this many devices the search narrows: fewer blocks, one device order, one DP estimate, half the
-candidates refined, shorter local searches, no baseline seeds."""
+candidates refined, shorter local searches, only the fast baselines as seeds (LARGE_SEED_PLANNERS)."""
 MAX_BLOCKS_LARGE = 32
 SEED_PLANNERS = ("dapple", "pipedream", "balanced")
+LARGE_SEED_PLANNERS = ("pipedream", "balanced")
+"""Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
 REFINE_ACTIONS = 400_000
 POOL_GROUPS = (2,)
 
@@ -187,7 +190,7 @@ class Search:
         return Plan(stages, 1, self.request.global_batch // b, b, "1f1b")
 
     def seed_from_baselines(self) -> None:
-        """Add the plans of the baseline planners (those registered) to the pool, on clusters up to LARGE_CLUSTER.
+        """Add the plans of the baseline planners (those registered) to the pool; above LARGE_CLUSTER, the fast ones.
 
         Note:
             A portfolio safety net: refinement then starts from the baselines'
@@ -195,12 +198,12 @@ class Search:
             `extra["seeds"]` reports their times and `extra["won_by_seed"]`
             names the baseline whose plan pipeplan returned unchanged, if any.
         """
-        if self.large or self.request.schedule != "auto":
+        if self.request.schedule != "auto":
             return
         from pipeplan.planner import load_planners
 
         planners = load_planners()
-        for name in SEED_PLANNERS:
+        for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             planner = planners.get(name)
             if planner is None:
                 continue
