@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,15 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-BOOT = "from pipeplan.cli import main; main()"
-
-
-def run_train(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `pipeplan train ARGS` in a fresh interpreter and capture its output."""
-    full_env = dict(os.environ, **(env or {}))
-    argv = [sys.executable, "-c", BOOT, "train", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env)
-
+from runtime_cli import run_train
 
 JOB = ["--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4", "--opt", "hidden=16", "--opt", "blocks=3",
        "--batch-size", "32", "--lr", "1e-2", "--no-predict", "--seed", "5"]  # fmt: skip

@@ -14,16 +14,7 @@ from pipeplan.core.schedule import Action
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-BOOT = "from pipeplan.cli import main; main()"
-
-
-def run_train(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run `pipeplan train ARGS` in a fresh interpreter and capture its output."""
-    import os
-
-    full_env = dict(os.environ, **(env or {}))
-    argv = [sys.executable, "-c", BOOT, "train", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env)
+from runtime_cli import BOOT, run_train
 
 
 def assert_learns(losses: list[float]) -> None:
