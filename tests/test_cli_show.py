@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from pipeplan.cli import main
+from cli_runner import run
 from pipeplan.io.cluster_json import cluster_to_json
 from pipeplan.io.load import list_clusters, list_profiles, load_cluster, load_profile
 from pipeplan.io.profile_json import profile_to_json
-
-
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run `pipeplan ARGS` in-process through main(); return (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["pipeplan", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_show_profile_json_is_the_profile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from pipeplan.cli import main
+from cli_runner import run
 from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.planner.base import PlanRequest, PlanResult
 from pipeplan.planner.compare import PlannerFailure, best_baseline, best_row, compare, planner_names, speedup
 from pipeplan.planner.instances import random_cluster, random_profile
 
 FAST = "balanced,pipedream,exact"
-
-
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run `pipeplan ARGS` in-process through main(); return (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["pipeplan", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_compare_gives_one_row_per_planner_with_failures_as_rows() -> None:
