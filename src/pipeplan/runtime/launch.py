@@ -78,24 +78,32 @@ def launch_local(
     procs = [subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd) for r in range(nprocs)]
     started = time.monotonic()
     failed: tuple[int, int] | None = None
+    reported: set[tuple[int, int]] = set()
+    signalled: set[int] = set()
     deadline: float | None = None
     try:
         while True:
             codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
-                break
-            for rank, code in enumerate(codes):
-                if code not in (None, 0) and failed is None:
+            # A rank killed by a signal is the cause when its peers fail in the same poll round (they only noticed it).
+            for rank, code in sorted(_failures(codes), key=lambda rc: (rc[1] > 0, rc[0])):
+                if (rank, code) in reported:
+                    continue
+                reported.add((rank, code))
+                if failed is None:
                     failed = (rank, code)
                     deadline = time.monotonic() + grace_s
                     print(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks", file=sys.stderr, flush=True)
+                elif code < 0:
+                    print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
+            if all(c is not None for c in codes):
+                break
             now = time.monotonic()
             if timeout_s is not None and now - started > timeout_s and failed is None:
                 failed = (-1, 124)
                 deadline = now
                 print(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank", file=sys.stderr, flush=True)
             if deadline is not None and now >= deadline:
-                _stop(procs)
+                signalled = _stop(procs)
                 break
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -109,21 +117,30 @@ def launch_local(
         failed = bad[0] if bad else None
     if failed is None:
         return 0
-    stopped = [r for r, c in enumerate(codes) if c in (-signal.SIGTERM, -signal.SIGKILL) and r != failed[0]]
+    for rank, code in _failures(codes):
+        if code < 0 and rank not in signalled and (rank, code) not in reported:
+            print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
+    stopped = sorted(signalled)
     if stopped:
         print(f"pipeplan: stopped ranks {', '.join(map(str, stopped))} after the failure", file=sys.stderr, flush=True)
     code = failed[1]
     return code if code > 0 else 128 - code
 
 
-def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every running worker, then SIGKILL those still alive after 3 s."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
+def _failures(codes: Sequence[int | None]) -> list[tuple[int, int]]:
+    """(rank, exit code) of every worker that has exited non-zero."""
+    return [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+
+
+def _stop(procs: Sequence[subprocess.Popen[bytes]]) -> set[int]:
+    """SIGTERM every running worker, then SIGKILL those still alive after 3 s; return the ranks signalled."""
+    signalled = {rank for rank, p in enumerate(procs) if p.poll() is None}
+    for rank in signalled:
+        procs[rank].terminate()
     end = time.monotonic() + 3.0
     while time.monotonic() < end and any(p.poll() is None for p in procs):
         time.sleep(0.05)
     for p in procs:
         if p.poll() is None:
             p.kill()
+    return signalled
