@@ -26,6 +26,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache

@@ -21,22 +21,28 @@ GB = 1e9
 
 def profile(n: int = 4, batch: int = 8) -> ModelProfile:
     """Layer i: fwd i+1 ms, bwd 2(i+1) ms, output 1e6*(i+1) bytes, params 1e8 bytes, saved 2e6 bytes."""
-    layers = tuple(
-        LayerProfile(f"l{i}", float(i + 1), 2.0 * (i + 1), 1e6 * (i + 1), 1e8, 2e6) for i in range(n)
-    )
+    layers = tuple(LayerProfile(f"l{i}", float(i + 1), 2.0 * (i + 1), 1e6 * (i + 1), 1e8, 2e6) for i in range(n))
     return ModelProfile("toy", batch, layers)
 
 
-def cluster(n: int = 4, gpus_per_node: int = 2, intra: float = 100 * GB, inter: float = 10 * GB,
-            nic: float | None = None, speeds: tuple[float, ...] | None = None, mem: float = 16 * 2**30) -> Cluster:
+def cluster(
+    n: int = 4,
+    gpus_per_node: int = 2,
+    intra: float = 100 * GB,
+    inter: float = 10 * GB,
+    nic: float | None = None,
+    speeds: tuple[float, ...] | None = None,
+    mem: float = 16 * 2**30,
+) -> Cluster:
     """n devices, gpus_per_node per node, intra/inter bandwidth, 1 us intra and 10 us inter latency."""
-    devices = tuple(
-        Device(i, "gpu", mem, speeds[i] if speeds else 1.0, i // gpus_per_node) for i in range(n)
+    devices = tuple(Device(i, "gpu", mem, speeds[i] if speeds else 1.0, i // gpus_per_node) for i in range(n))
+    bw = tuple(
+        tuple(0.0 if a == b else (intra if a // gpus_per_node == b // gpus_per_node else inter) for b in range(n))
+        for a in range(n)
     )
-    bw = tuple(tuple(0.0 if a == b else (intra if a // gpus_per_node == b // gpus_per_node else inter)
-                     for b in range(n)) for a in range(n))
-    lat = tuple(tuple(0.0 if a == b else (1e-6 if a // gpus_per_node == b // gpus_per_node else 1e-5)
-                      for b in range(n)) for a in range(n))
+    lat = tuple(
+        tuple(0.0 if a == b else (1e-6 if a // gpus_per_node == b // gpus_per_node else 1e-5) for b in range(n)) for a in range(n)
+    )
     return Cluster("c", devices, bw, lat, nic)
 
 

@@ -200,9 +200,7 @@ def test_comparison_table_uses_one_unit_and_summarizes_many_ranks() -> None:
     """Memory prints in the unit of the largest peak; past 8 ranks only max and min are shown."""
     mib = float(2**20)
     small = dataclasses.replace(two_rank_result(), per_rank=(RankStats(1, 0, 1, 300 * mib), RankStats(1, 0, 1, 512.0)))
-    many = dataclasses.replace(
-        chain_result(10, 1), per_rank=tuple(RankStats(1, 0, 1, (i + 1) * 2048 * mib) for i in range(10))
-    )
+    many = dataclasses.replace(chain_result(10, 1), per_rank=tuple(RankStats(1, 0, 1, (i + 1) * 2048 * mib) for i in range(10)))
     text = render(comparison_table([("small", small), ("many", many)]))
     assert "peak GiB/rank" in text
     assert "0.293/<0.01" in text

@@ -36,7 +36,6 @@ class Stage:
             raise PlanError(f"stage {self.first_layer}..{self.last_layer} lists a device twice: {self.devices}")
 
 
-
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Everything needed to run one synchronous iteration.
@@ -78,8 +77,7 @@ class Plan:
         for i, stage in enumerate(self.stages):
             if len(stage.devices) % self.pipeline_replicas:
                 raise PlanError(
-                    f"stage {i} has {len(stage.devices)} devices, not a multiple of "
-                    f"pipeline_replicas={self.pipeline_replicas}"
+                    f"stage {i} has {len(stage.devices)} devices, not a multiple of pipeline_replicas={self.pipeline_replicas}"
                 )
             if i >= self.num_ranks and stage.devices != self.stages[i % self.num_ranks].devices:
                 raise PlanError(

@@ -68,9 +68,7 @@ class Schedule:
             raise ScheduleError("schedule must have at least one stage, got 0")
         for stage, rank in enumerate(self.stage_to_rank):
             if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
-                raise ScheduleError(
-                    f"stage_to_rank[{stage}] must be a rank in 0..{len(self.ranks) - 1}, got {rank!r}"
-                )
+                raise ScheduleError(f"stage_to_rank[{stage}] must be a rank in 0..{len(self.ranks) - 1}, got {rank!r}")
 
     @property
     def num_ranks(self) -> int:

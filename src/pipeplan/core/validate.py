@@ -90,9 +90,7 @@ def validate(schedule: Schedule) -> Schedule:
             if action.stage >= num_stages:
                 raise ScheduleError(f"{where}: stage {action.stage} does not exist (stages 0..{num_stages - 1})")
             if schedule.stage_to_rank[action.stage] != rank:
-                raise ScheduleError(
-                    f"{where}: stage {action.stage} belongs to rank {schedule.stage_to_rank[action.stage]}"
-                )
+                raise ScheduleError(f"{where}: stage {action.stage} belongs to rank {schedule.stage_to_rank[action.stage]}")
             key = (action.stage, action.op, action.microbatch)
             if action.op != "U" and seen[key]:
                 raise ScheduleError(f"{where}: duplicate action")

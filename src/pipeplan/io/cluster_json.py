@@ -51,8 +51,7 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         "format": CLUSTER_FORMAT,
         "name": cluster.name,
         "devices": [
-            {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node}
-            for d in cluster.devices
+            {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node} for d in cluster.devices
         ],
         "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth],
         "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency],

@@ -36,9 +36,7 @@ def plan_to_json(plan: Plan, profile_name: str, cluster_name: str) -> dict[str, 
         "format": PLAN_FORMAT,
         "profile": profile_name,
         "cluster": cluster_name,
-        "stages": [
-            {"first_layer": s.first_layer, "last_layer": s.last_layer, "devices": list(s.devices)} for s in plan.stages
-        ],
+        "stages": [{"first_layer": s.first_layer, "last_layer": s.last_layer, "devices": list(s.devices)} for s in plan.stages],
         "pipeline_replicas": plan.pipeline_replicas,
         "microbatches": plan.microbatches,
         "microbatch_size": plan.microbatch_size,

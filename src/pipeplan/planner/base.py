@@ -37,9 +37,7 @@ class PlanRequest:
         if self.microbatch_size is not None:
             check_positive_int(PlanError, "microbatch_size", self.microbatch_size)
             if self.global_batch % self.microbatch_size:
-                raise PlanError(
-                    f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}"
-                )
+                raise PlanError(f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}")
         if self.schedule not in SCHEDULE_CHOICES:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
         check_positive_float(PlanError, "optimizer_factor", self.optimizer_factor + 1e-300)

@@ -33,9 +33,7 @@ def pivot_stage(fwd: Sequence[float], bwd: Sequence[float], microbatches: int) -
     return q
 
 
-def pivot_latency(
-    fwd: Sequence[float], bwd: Sequence[float], allreduce: Sequence[float], microbatches: int
-) -> tuple[float, int]:
+def pivot_latency(fwd: Sequence[float], bwd: Sequence[float], allreduce: Sequence[float], microbatches: int) -> tuple[float, int]:
     """DAPPLE's iteration latency L = T_w + T_s + T_e and its pivot stage Q.
 
     Args:

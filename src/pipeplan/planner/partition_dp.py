@@ -53,6 +53,7 @@ class BlockSums:
 
 def block_sums(profile: ModelProfile, blocks: tuple[tuple[int, int], ...]) -> BlockSums:
     """Range sums over blocks (inf work where j < i, so such ranges are never chosen)."""
+
     def per_block(values: list[float]) -> np.ndarray:
         return np.array([sum(values[a : b + 1]) for a, b in blocks], dtype=float)
 

@@ -107,10 +107,7 @@ def level_dp(
     units_arr = np.broadcast_to(np.arange(1, units + 1), time_.shape).copy()
     starts = n if all_starts else 1
     # last[m'][k+1, j]: a stage of layers k+1..j on m' units; transfers in and out of it.
-    last = {
-        mp: np.where(heavy, np.inf, (compute + 4.0 * (mp - 1) * params / (bytes_per_ms * mp)) / mp)
-        for mp in range(1, units)
-    }
+    last = {mp: np.where(heavy, np.inf, (compute + 4.0 * (mp - 1) * params / (bytes_per_ms * mp)) / mp) for mp in range(1, units)}
     xfer = {mp: 2.0 * cut / (bytes_per_ms * mp) for mp in range(1, units)}
     upper = np.triu(np.ones((n, n), dtype=bool), 1)  # k < j
     for m in range(1, units):

@@ -167,8 +167,7 @@ class Search:
                 solutions = [sol for variant in variants for sol in partition_dp(variant, layout, keep=3)]
                 for solution in solutions:
                     stages = tuple(
-                        Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units))
-                        for st in solution.stages
+                        Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units)) for st in solution.stages
                     )
                     best = min(best, self.add(Plan(stages, rp, m, b, "1f1b")))
         return best

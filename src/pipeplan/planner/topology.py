@@ -43,9 +43,7 @@ EXHAUSTIVE_ORDERS = 5
 """Clusters with at most this many devices get every device order (up to twins), not only the heuristic ones."""
 
 
-def device_orders(
-    cluster: Cluster, bandwidth: np.ndarray, twins: tuple[int, ...] | None = None
-) -> list[tuple[int, ...]]:
+def device_orders(cluster: Cluster, bandwidth: np.ndarray, twins: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
     """Candidate device orders: the greedy chain from the fastest device, then speed groups chained.
 
     Returns distinct orders, best-guess first. With devices of several speeds,

@@ -19,9 +19,7 @@ GIB = float(1 << 30)
 def check_plan_matches(plan: Plan, profile: ModelProfile, cluster: Cluster) -> None:
     """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
     if plan.num_layers != profile.num_layers:
-        raise PlanError(
-            f"plan covers {plan.num_layers} layers but profile {profile.name!r} has {profile.num_layers}"
-        )
+        raise PlanError(f"plan covers {plan.num_layers} layers but profile {profile.name!r} has {profile.num_layers}")
     for s, stage in enumerate(plan.stages):
         for d in stage.devices:
             if d >= cluster.num_devices:
@@ -67,9 +65,7 @@ def pairing(senders: tuple[int, ...], receivers: tuple[int, ...]) -> list[tuple[
     return [(senders[t], receivers[t]) for t in range(q)]
 
 
-def boundary_flows(
-    cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float
-) -> tuple[Flow, ...]:
+def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
     """Flows of one transfer of `nbytes` split over the q pairs; pairs on one device need no flow."""
     pairs = pairing(senders, receivers)
     share = nbytes / len(pairs)
@@ -100,9 +96,7 @@ def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     return rate, latency
 
 
-def slowest_replica_flows(
-    plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float
-) -> tuple[Flow, ...]:
+def slowest_replica_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float) -> tuple[Flow, ...]:
     """The flows of the pipeline replica whose src->dst transfer is slowest (ties: the lowest replica)."""
     best_replica = 0
     rp = plan.pipeline_replicas
