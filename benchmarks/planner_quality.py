@@ -158,6 +158,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--out", default=None, help="write every row as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    parser.add_argument("--clusters", default=None, help="comma-separated cluster presets (default: all, or --quick's)")
+    parser.add_argument("--profiles", default=None, help="comma-separated profile names (default: all, or --quick's)")
+    parser.add_argument("--skip-random", action="store_true", help="skip part 2 (exact gap)")
     args = parser.parse_args()
 
     from pipeplan.io.load import list_clusters, list_profiles
@@ -165,7 +168,9 @@ def main() -> int:
     profiles = list(QUICK_PROFILES) if args.quick else list(list_profiles())
     clusters = list(NON_UNIFORM) if args.quick else list(list_clusters())
     batches = (256,) if args.quick else BATCHES
-    seeds = range(12) if args.quick else range(50)
+    clusters = args.clusters.split(",") if args.clusters else clusters
+    profiles = args.profiles.split(",") if args.profiles else profiles
+    seeds = range(0) if args.skip_random else range(12) if args.quick else range(50)
     jobs = [(p, c, b) for c in clusters for p in profiles for b in batches]
     # the 1024-GPU instances are the slowest: start them first so the pool's tail stays short
     jobs.sort(key=lambda j: (j[1] != "h100-8x128", j[1] != "h100-8x4"))
@@ -187,7 +192,8 @@ def main() -> int:
     non_uniform = [u for c in NON_UNIFORM if c in speedups for u in speedups[c]]
     everything = [u for ups in speedups.values() for u in ups]
     print(f"all presets: geomean {geomean(everything):.3f}, min {min(everything):.3f}, max {max(everything):.3f}")
-    print(f"non-uniform presets ({', '.join(NON_UNIFORM)}): geomean {geomean(non_uniform):.3f}")
+    if non_uniform:
+        print(f"non-uniform presets ({', '.join(NON_UNIFORM)}): geomean {geomean(non_uniform):.3f}")
     failures = [(r, p) for r in rows for p in PLANNERS if "error" in r[p]]
     for r, p in failures:
         print(f"  no plan: {p} for {r['profile']} on {r['cluster']} G={r['batch']}: {r[p]['error']}")
@@ -206,10 +212,11 @@ def main() -> int:
         base = best_baseline(r)
         print(f"| {r['seed']} | {r['exact']['ms']:.2f} | {r['exact']['s']:.2f} | {r['pipeplan']['ms']:.2f} | {gap:+.2%} | "
               f"{base[1] if base else math.nan:.2f} | {r['exact']['plan']} | {r['pipeplan']['plan']} |")  # fmt: skip
-    within = sum(g <= TARGET_EXACT_GAP for g in gaps) / len(gaps)
+    within = sum(g <= TARGET_EXACT_GAP for g in gaps) / len(gaps) if gaps else math.nan
     finite = [g for g in gaps if math.isfinite(g)]
-    print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
-          f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
+    if finite:
+        print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
+              f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
 
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner import load_planners
@@ -226,12 +233,13 @@ def main() -> int:
           f"(median of 3: {', '.join(f'{w:.2f}' for w in walls)})")  # fmt: skip
     print(f"pool wall time {pool_seconds:.0f} s with {args.workers} workers")
 
-    targets = [
-        ("T1 pipeplan never slower than a baseline", not violations, f"{len(violations)} violations"),
-        ("T2 geomean >= 1.15 on non-uniform presets", geomean(non_uniform) >= TARGET_GEOMEAN, f"{geomean(non_uniform):.3f}"),
-        ("T3 within 2% of exact on >= 95%", within >= TARGET_EXACT_SHARE, f"{within:.0%}"),
-        ("T4 bert-48 on 1024 GPUs in <= 10 s", seconds <= TARGET_SECONDS, f"{seconds:.2f} s"),
-    ]
+    targets = [("T1 pipeplan never slower than a baseline", not violations, f"{len(violations)} violations")]
+    if non_uniform:  # a subset without the non-uniform presets or the random instances does not judge T2/T3
+        speedup = geomean(non_uniform)
+        targets.append(("T2 geomean >= 1.15 on non-uniform presets", speedup >= TARGET_GEOMEAN, f"{speedup:.3f}"))
+    if gaps:
+        targets.append(("T3 within 2% of exact on >= 95%", within >= TARGET_EXACT_SHARE, f"{within:.0%}"))
+    targets.append(("T4 bert-48 on 1024 GPUs in <= 10 s", seconds <= TARGET_SECONDS, f"{seconds:.2f} s"))
     print()
     for v in violations:
         print(f"  T1 violation: {v}")

@@ -12,7 +12,7 @@ MAX_BLOCKS = 64
 
 
 def make_blocks(profile: ModelProfile, max_blocks: int = MAX_BLOCKS) -> tuple[tuple[int, int], ...]:
-    """Split the layers into at most `max_blocks` runs of about equal compute, cut where little data crosses.
+    """Split the layers into at most `max_blocks` runs of about equal compute plus weights, cut where little data crosses.
 
     Each block is (first_layer, last_layer). With few layers every layer is a
     block. Otherwise the cut nearest each compute quantile is moved, within
@@ -23,6 +23,12 @@ def make_blocks(profile: ModelProfile, max_blocks: int = MAX_BLOCKS) -> tuple[tu
     if n <= max_blocks:
         return tuple((i, i) for i in range(n))
     work = [layer.fwd_ms + layer.bwd_ms for layer in profile.layers]
+    params = [layer.param_bytes for layer in profile.layers]
+    total_work, total_params = sum(work), sum(params)
+    if total_work > 0 and total_params > 0:
+        # equal shares of compute and of weights: a layer heavy in weights but light in compute (an embedding)
+        # gets a block of its own, so the DP can give its all-reduce a stage of its own
+        work = [w / total_work + q / total_params for w, q in zip(work, params, strict=True)]
     prefix = list(accumulate(work))
     total = prefix[-1]
     cuts = profile.cut_bytes or ()

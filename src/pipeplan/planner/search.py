@@ -73,6 +73,7 @@ SEED_PLANNERS = ("dapple", "pipedream", "balanced")
 LARGE_SEED_PLANNERS = ("pipedream", "balanced")
 """Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
 REFINE_ACTIONS = 400_000
+SEED_REFINE_MARGIN = 1.2
 POOL_GROUPS = (2,)
 
 
@@ -322,6 +323,16 @@ class Search:
             variants = schedule_variants(plan, self.profile, self.cluster, generated_only)
             contenders += self.ranked(variants, 1)
         best = self.ranked(contenders, REFINED * widen)
+        # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
+        # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
+        # when it is within SEED_REFINE_MARGIN of the best, as refining a 1024-device plan costs seconds
+        variants = [v for p in self.seeds.values() for v in schedule_variants(p, self.profile, self.cluster, generated_only)]
+        seed = self.ranked(variants, 1)
+        times = [self.evaluator.score(p).time_ms for p in best]
+        limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.large else math.inf
+        # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
+        if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
+            best.append(seed[0])
         refined = []
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
