@@ -89,9 +89,11 @@ class Evaluator:
         m = plan.microbatches
         step = plan.num_ranks if plan.schedule == "interleaved-1f1b" else 1
         m1 = max(step, (RANK_MICROBATCHES // step) * step)
+        m2 = max(step, ((m1 // 2) // step) * step)
+        if m2 >= m1:  # interleaved with more than RANK_MICROBATCHES / 2 ranks: two runs one step apart
+            m1 = m2 + step
         if plan.order is not None or m <= m1:
             return self._time(plan)
-        m2 = max(step, ((m1 // 2) // step) * step)
         t1 = self._time(dataclasses.replace(plan, microbatches=m1))
         t2 = self._time(dataclasses.replace(plan, microbatches=m2))
         # Each extra microbatch costs at least the busiest rank's compute for it: a slope measured while a
