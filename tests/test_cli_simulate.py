@@ -41,6 +41,13 @@ def test_json_equals_the_library_for_uniform_costs() -> None:
     assert got["per_rank"][0]["peak_memory_bytes"] == 4 * 100.0
 
 
+def test_act_bytes_takes_size_suffixes() -> None:
+    """--act-bytes 64M is 64e6 bytes, 1.5Gi is 1.5 * 2**30; a list may mix them (one per stage)."""
+    got = run_json("1f1b", "-p", "2", "-m", "4", "--act-bytes", "64M,1.5Gi")
+    assert [r["peak_memory_bytes"] for r in got["per_rank"]] == [2 * 64e6, 1 * 1.5 * 2**30]
+    assert got == library_json("1f1b", 2, 4, act_bytes=[64e6, 1.5 * 2**30])
+
+
 def test_defaults_are_fwd_1_bwd_2_no_transfer_time() -> None:
     """Without cost flags, gpipe takes (m + p - 1)(1 + 2) ms."""
     got = run_json("gpipe", "--stages", "3", "--microbatches", "5")
@@ -143,6 +150,8 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["1f1b", "-p", "2", "-m", "4", "--bogus"], "No such option: --bogus"),
         (["1f1b", "-p", "4", "-m", "4", "--fwd", "-1"], "--fwd values must be finite and >= 0, got '-1'"),
         (["1f1b", "-p", "4", "-m", "4", "--bwd", "nan"], "--bwd values must be finite"),
+        (["1f1b", "-p", "4", "-m", "4", "--act-bytes", "64X"], "--act-bytes must be a byte size (e.g. 64M, 1.5GiB)"),
+        (["1f1b", "-p", "4", "-m", "4", "--fwd", "1M"], "--fwd must be a number or a comma-separated list"),
         (["1f1b", "-p", "4", "-m", "4", "--fwd", "1,2"], "--fwd needs one number or 4 (one per stage), got 2"),
         (["1f1b", "-p", "4", "-m", "4", "--comm", "1,2,3,4"], "--comm needs one number or 3 (one per stage boundary)"),
         (["interleaved-1f1b", "-p", "4", "-m", "8", "-v", "2", "--bwd", "1,2,3,4"], "4 ranks x 2 chunks"),

@@ -18,7 +18,8 @@ from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.plan_json import plan_dumps
 from pipeplan.planner import PLANNERS, load_planners
 from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.search import divisors, plan_pipeplan
+from pipeplan.planner.candidates import divisors
+from pipeplan.planner.search import plan_pipeplan
 from pipeplan.sim.plan_costs import check_fits, simulate_plan
 
 GIB = 2**30

@@ -4,14 +4,36 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Any
 
 from pipeplan.core.errors import CostError
 
+SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+}  # fmt: skip
+"""Byte-size suffixes (case-insensitive): k/M/G/T are powers of 1000, Ki/Mi/Gi/Ti powers of 1024."""
 
-def parse_numbers(flag: str, text: str | None) -> list[float] | None:
+
+def parse_size(part: str) -> float:
+    """One byte count, optionally with a suffix of SIZE_UNITS: '64M' = 64e6, '1.5GiB' = 1.5 * 2**30.
+
+    Raises:
+        ValueError: not a number with a known suffix.
+    """
+    match = re.fullmatch(r"\s*([0-9.eE+\-]+?)\s*([A-Za-z]*)\s*", part)
+    if match is None or match.group(2).lower() not in SIZE_UNITS:
+        raise ValueError(part)
+    return float(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
+
+
+def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[float] | None:
     """Parse a flag value: one number or a comma-separated list, each finite and >= 0.
+
+    With `sizes`, each number may carry a byte suffix (SIZE_UNITS: 64M, 1.5GiB).
 
     Raises:
         CostError: naming the flag and the bad value.
@@ -21,9 +43,12 @@ def parse_numbers(flag: str, text: str | None) -> list[float] | None:
     values = []
     for part in text.split(","):
         try:
-            value = float(part)
+            value = parse_size(part) if sizes else float(part)
         except ValueError:
-            raise CostError(f"{flag} must be a number or a comma-separated list of numbers, got {text!r}") from None
+            kind = "a byte size (e.g. 64M, 1.5GiB) or a comma-separated list of sizes"
+            if not sizes:
+                kind = "a number or a comma-separated list of numbers"
+            raise CostError(f"{flag} must be {kind}, got {text!r}") from None
         if math.isnan(value) or math.isinf(value) or value < 0:
             raise CostError(f"{flag} values must be finite and >= 0, got {part.strip()!r}")
         values.append(value)

@@ -28,7 +28,7 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     Raises:
         CostError: a bad number, or a list whose length is not the number of stages (boundaries).
     """
-    values = parse_numbers(flag, text)
+    values = parse_numbers(flag, text, sizes=flag == "--act-bytes")
     if values is None:
         return None
     if len(values) == 1:
@@ -98,7 +98,7 @@ def simulate(
     fwd: str | None = typer.Option(None, "--fwd", help="Forward ms per microbatch: one number or one per stage [1]."),
     bwd: str | None = typer.Option(None, "--bwd", help="Backward ms per microbatch: one number or one per stage [2]."),
     comm: str | None = typer.Option(None, "--comm", help="Transfer ms: one number or one per stage boundary [0]."),
-    act_bytes: str | None = typer.Option(None, "--act-bytes", help="Saved bytes per in-flight microbatch per stage [0]."),
+    act_bytes: str | None = typer.Option(None, "--act-bytes", help="Saved bytes per microbatch per stage, e.g. 64M, 64Mi [0]."),
     bwd_input: str | None = typer.Option(None, "--bwd-input", help="I (backward for input) ms, zero-bubble [bwd/2]."),
     bwd_weight: str | None = typer.Option(None, "--bwd-weight", help="W (backward for weights) ms, zero-bubble [bwd/2]."),
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),

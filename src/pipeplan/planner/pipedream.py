@@ -54,6 +54,7 @@ from pipeplan.planner.baseline_tools import (
     powers_of_two_dividing,
     require_schedule,
 )
+from pipeplan.sim.plan_costs import device_nodes, link_arrays
 
 MAX_BLOCKS = 128
 MAX_MICROBATCHES = 512
@@ -165,13 +166,15 @@ def levels_of(cluster: Cluster) -> tuple[list[list[int]], float, float | None]:
     machines = sorted((sorted(ids) for ids in by_node.values()), key=lambda ids: ids[0])
     sizes = {len(m) for m in machines}
     n = cluster.num_devices
-    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    rate, _ = link_arrays(cluster)  # link_bandwidth of every pair (NIC caps applied)
+    others = ~np.eye(n, dtype=bool)
     if len(machines) == 1 or sizes != {len(machines[0])} or len(machines[0]) == 1:
-        slowest = min((cluster.link_bandwidth(a, b) for a, b in pairs), default=float("inf"))
+        slowest = float(rate[others].min()) if n > 1 else float("inf")
         return [list(range(n))], slowest / 1000.0, None
-    node = [cluster.devices[d].node for d in range(n)]
-    inside = min(cluster.link_bandwidth(a, b) for a, b in pairs if node[a] == node[b])
-    between = min(cluster.link_bandwidth(a, b) for a, b in pairs if node[a] != node[b])
+    node = device_nodes(cluster)
+    same = node[:, None] == node[None, :]
+    inside = float(rate[same & others].min())
+    between = float(rate[~same].min())
     return machines, inside / 1000.0, between / 1000.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float
@@ -26,8 +27,10 @@ class Flow:
     work_ms: float
 
     def __post_init__(self) -> None:
-        check_nonneg_float(CostError, f"flow {self.link} latency_ms", self.latency_ms)
-        check_nonneg_float(CostError, f"flow {self.link} work_ms", self.work_ms)
+        # fast path first: planners build hundreds of thousands of flows, almost all plain finite floats
+        for name, value in (("latency_ms", self.latency_ms), ("work_ms", self.work_ms)):
+            if type(value) is not float or not 0.0 <= value < math.inf:
+                check_nonneg_float(CostError, f"flow {self.link} {name}", value)
 
 
 @dataclass(frozen=True, slots=True)

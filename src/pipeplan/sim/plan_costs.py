@@ -96,6 +96,21 @@ def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     return rate, latency
 
 
+_NODES: dict[int, tuple[Cluster, np.ndarray]] = {}
+
+
+def device_nodes(cluster: Cluster) -> np.ndarray:
+    """Each device's node as an int array, cached for the last few clusters (as link_arrays)."""
+    cached = _NODES.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    if len(_NODES) >= 4:
+        _NODES.pop(next(iter(_NODES)))
+    nodes = np.array([d.node for d in cluster.devices], dtype=np.int64)
+    _NODES[id(cluster)] = (cluster, nodes)
+    return nodes
+
+
 def slowest_replica_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float) -> tuple[Flow, ...]:
     """The flows of the pipeline replica whose src->dst transfer is slowest (ties: the lowest replica)."""
     best_replica = 0
@@ -129,20 +144,25 @@ def share_nics_with_other_replicas(
     resource). Without this, rp pipelines crossing one NIC would each be
     predicted to get the whole NIC.
     """
-    load: dict[str, int] = {}
-    for t in range(plan.pipeline_replicas):
-        senders, receivers = plan.replica_devices(src_stage, t), plan.replica_devices(dst_stage, t)
-        for a, b in pairing(senders, receivers):
-            if a != b and cluster.devices[a].node != cluster.devices[b].node:
-                for nic in (f"nic_out:{cluster.devices[a].node}", f"nic_in:{cluster.devices[b].node}"):
-                    load[nic] = load.get(nic, 0) + 1
-    own: dict[str, int] = {}
-    for flow in flows:
-        for resource in flow.resources[1:]:
-            own[resource] = own.get(resource, 0) + 1
+    src = np.array(plan.stages[src_stage].devices).reshape(plan.pipeline_replicas, -1)
+    dst = np.array(plan.stages[dst_stage].devices).reshape(plan.pipeline_replicas, -1)
+    q = min(src.shape[1], dst.shape[1])  # pairing(): replica t of the smaller side with replica t of the larger
+    nodes = device_nodes(cluster)
+    src_nodes, dst_nodes = nodes[src[:, :q]], nodes[dst[:, :q]]
+    crossing = (src[:, :q] != dst[:, :q]) & (src_nodes != dst_nodes)
+    size = int(nodes.max()) + 1
+    out_load = np.bincount(src_nodes[crossing], minlength=size).tolist()
+    in_load = np.bincount(dst_nodes[crossing], minlength=size).tolist()
+    # this replica's own crossing flows per NIC (they already queue on it)
+    own_out, own_in = [0] * size, [0] * size
+    nodes_of = [(flow, cluster.devices[flow.link[0]].node, cluster.devices[flow.link[1]].node) for flow in flows]
+    for flow, a_node, b_node in nodes_of:
+        if len(flow.resources) > 1:
+            own_out[a_node] += 1
+            own_in[b_node] += 1
     shared = []
-    for flow in flows:
-        share = max((load[r] / own[r] for r in flow.resources[1:]), default=1.0)
+    for flow, a_node, b_node in nodes_of:
+        share = max(out_load[a_node] / own_out[a_node], in_load[b_node] / own_in[b_node]) if len(flow.resources) > 1 else 1.0
         if share > 1.0:
             a, b = flow.link
             rate = min(cluster.bandwidth[a][b], cluster.nic_bandwidth / share)  # type: ignore[operator]
@@ -161,10 +181,15 @@ def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float)
     n = len(devices)
     if n < 2:
         return 0.0
-    ring = [(devices[i], devices[(i + 1) % n]) for i in range(n)]
-    bandwidth = min(cluster.require_link(a, b) for a, b in ring)
-    latency = max(cluster.latency[a][b] for a, b in ring)
-    return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+    rate, latency = link_arrays(cluster)
+    src = np.array(devices)
+    dst = np.roll(src, -1)
+    rates = rate[src, dst]
+    if not (rates > 0).all():
+        bad = int(np.argmin(rates > 0))
+        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
+    bandwidth = float(rates.min())
+    return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * float(latency[src, dst].max()))
 
 
 def stage_layer_sums(profile: ModelProfile, first: int, last: int) -> tuple[float, float, float, float]:

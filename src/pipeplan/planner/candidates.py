@@ -1,0 +1,213 @@
+"""Candidate generation for the `pipeplan` planner: the pool of plans that selection (search.py) starts from.
+
+The pool holds the baseline planners' plans (seeds), straight pipelines, and
+the partition DP's solutions for every (pipeline replicas, microbatch size)
+the lower bound allows, each scored by the simulator under 1F1B and 2F2B.
+The search space is described in search.py's module docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from pipeplan.core.errors import PipeplanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
+from pipeplan.planner.evaluate import Evaluator
+from pipeplan.planner.partition_dp import DpInputs, block_sums, partition_dp
+from pipeplan.planner.refine import twin_classes
+from pipeplan.planner.schedule_choice import chunk_partition
+from pipeplan.planner.topology import Layout, device_orders, link_matrices
+
+Progress = Callable[[str, float], None]
+
+MAX_STAGES = 32
+MAX_UNITS = 64
+STALE_SIZES = 2
+LARGE_CLUSTER = 64
+"""Above this many devices the search narrows: fewer blocks, one device order, one DP estimate, half the
+candidates refined, shorter local searches, only the fast baselines as seeds (LARGE_SEED_PLANNERS)."""
+MAX_BLOCKS_LARGE = 32
+SEED_PLANNERS = ("dapple", "pipedream", "balanced")
+LARGE_SEED_PLANNERS = ("pipedream", "balanced")
+"""Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
+POOL_GROUPS = (2,)
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+class Candidates:
+    """The candidate pool of one planning run (search.py's docstring has the search space)."""
+
+    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+        self.request = request
+        self.profile = request.profile
+        self.cluster = request.cluster
+        self.progress = progress or (lambda message, fraction: None)
+        self.evaluator = Evaluator(request)
+        self.bandwidth, self.latency = link_matrices(self.cluster)
+        self.orders = device_orders(self.cluster, self.bandwidth, twin_classes(self.cluster))
+        self.large = self.cluster.num_devices > LARGE_CLUSTER
+        self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
+        self.sums = block_sums(self.profile, self.blocks)
+        self.pool: list[Plan] = []
+        self.seeds: dict[str, Plan] = {}
+        self.seed_times: dict[str, float] = {}
+        self.best_time = float("inf")
+        self.sample_ms = (self.profile.total_fwd_ms + self.profile.total_bwd_ms) / self.profile.batch_size
+        self.max_speed = max(d.speed for d in self.cluster.devices)
+
+    # ---- candidate generation -------------------------------------------------------------
+    def replica_counts(self) -> list[int]:
+        """Pipeline replica counts rp: divisors of the device count that divide the global batch."""
+        g = self.request.global_batch
+        return [rp for rp in divisors(self.cluster.num_devices) if g % rp == 0]
+
+    def microbatch_sizes(self, rp: int) -> list[int]:
+        """Microbatch sizes b for rp pipeline replicas: the request's or every divisor of the per-replica batch."""
+        per_replica = self.request.global_batch // rp
+        if self.request.microbatch_size is not None:
+            return [self.request.microbatch_size] if per_replica % self.request.microbatch_size == 0 else []
+        return divisors(per_replica)
+
+    def lower_bound(self, rp: int, b: int) -> float:
+        """A quick bound on any plan with rp replicas and microbatch size b: (m-1) t_max + sum t over stages."""
+        n = self.cluster.num_devices // rp
+        m = self.request.global_batch // (rp * b)
+        usable = min(n, min(MAX_STAGES, len(self.blocks)) * b)
+        bottleneck = b * self.sample_ms / (usable * self.max_speed)
+        one_path = b * self.sample_ms / (min(b, n) * self.max_speed)
+        return (m - 1) * bottleneck + one_path
+
+    def add(self, plan: Plan) -> float:
+        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
+        best = float("inf")
+        variants = [plan] + [dataclasses.replace(plan, schedule="kfkb", k=k) for k in POOL_GROUPS if k < plan.microbatches]
+        for variant in variants:
+            score = self.evaluator.score(variant)
+            if score.fits:
+                self.pool.append(variant)
+                best = min(best, score.time_ms)
+        self.best_time = min(self.best_time, best)
+        return best
+
+    def units(self, rp: int, b: int) -> tuple[int, int, tuple[int, ...]]:
+        """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b)."""
+        n = self.cluster.num_devices // rp
+        unit = 1
+        while n // unit > MAX_UNITS:
+            unit *= 2
+        k_units = n // unit
+        return unit, k_units, tuple(rho for rho in range(1, k_units + 1) if b % (rho * unit) == 0)
+
+    def dp_candidates(self, rp: int, b: int) -> float:
+        """Run the DP for every layout at (rp, b); return the best time found."""
+        n = self.cluster.num_devices // rp
+        unit, _, choices = self.units(rp, b)
+        if not choices:
+            return float("inf")
+        m = self.request.global_batch // (rp * b)
+        inputs = DpInputs(
+            self.sums, self.cluster, self.bandwidth, self.latency, b / self.profile.batch_size, m,
+            self.request.optimizer_factor, choices, MAX_STAGES,
+        )  # fmt: skip
+        orders = self.orders[:1] if self.large else self.orders
+        # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
+        variants = (inputs,) if self.large else (inputs, dataclasses.replace(inputs, hide_allreduce=True))
+        best = float("inf")
+        for order in orders:
+            for replica_major in (True, False) if rp > 1 else (True,):
+                layout = Layout(order, rp, n, unit, replica_major)
+                solutions = [sol for variant in variants for sol in partition_dp(variant, layout, keep=3)]
+                for solution in solutions:
+                    stages = tuple(
+                        Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units)) for st in solution.stages
+                    )
+                    best = min(best, self.add(Plan(stages, rp, m, b, "1f1b")))
+        return best
+
+    def straight(self, order: tuple[int, ...], b: int, by_memory: bool = False) -> Plan | None:
+        """One device per stage along `order`, all devices (or layers), balanced by time (or by memory)."""
+        layers = self.profile.layers
+        count = min(len(layers), len(order))
+        if by_memory:
+            work = [x.param_bytes * (2 + self.request.optimizer_factor) + x.saved_bytes * count for x in layers]
+            factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
+        else:
+            work = [x.fwd_ms + x.bwd_ms for x in layers]
+            factors = [self.cluster.devices[d].speed for d in order[:count]]
+        bounds = chunk_partition(work, factors)
+        if bounds is None:
+            return None
+        stages = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
+        return Plan(stages, 1, self.request.global_batch // b, b, "1f1b")
+
+    def seed_from_baselines(self) -> None:
+        """Add the plans of the baseline planners (those registered) to the pool; above LARGE_CLUSTER, the fast ones.
+
+        Note:
+            A portfolio safety net: refinement then starts from the baselines'
+            plans too, so pipeplan never returns a slower plan than they do.
+            `extra["seeds"]` reports their times and `extra["won_by_seed"]`
+            names the baseline whose plan pipeplan returned unchanged, if any.
+        """
+        if self.request.schedule != "auto":
+            return
+        from pipeplan.planner import load_planners
+
+        planners = load_planners()
+        for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
+            planner = planners.get(name)
+            if planner is None:
+                continue
+            self.progress(f"seeding from planner {name}", 0.0)
+            try:
+                result = planner(self.request)
+            except PipeplanError:
+                continue
+            self.seeds[name] = result.plan
+            self.seed_times[name] = result.iteration_time
+            if self.evaluator.score(result.plan).fits:
+                self.pool.append(result.plan)
+                self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
+            if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
+                self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
+
+    def generate(self) -> None:
+        """Fill the pool: baselines' plans, straight pipelines, then the DP over every (rp, b) its bound allows."""
+        self.seed_from_baselines()
+        for b in self.microbatch_sizes(1)[:3]:
+            for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
+                plan = self.straight(order, b)
+                if plan is not None:
+                    self.add(plan)
+        counts = self.replica_counts()[::-1]
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for index, rp in enumerate(counts):
+            self.progress(f"partition DP: {rp} pipeline replica(s)", index / max(1, len(counts)))
+            best_here, stale = float("inf"), 0
+            widths_here: set[tuple[int, ...]] = set()
+            for b in self.microbatch_sizes(rp):
+                unit, _, choices = self.units(rp, b)
+                # Skip (1) the same stage widths as a smaller b of this rp: bigger microbatches only add fill;
+                # (2) the same microbatch count and devices per stage over all replicas as a larger rp: the same
+                # compute and all-reduce, in a layout close to the larger rp's stage-major one (tried already).
+                key = (self.request.global_batch // (rp * b), tuple(rho * unit * rp for rho in choices))
+                if not choices or choices in widths_here or key in seen:
+                    continue
+                widths_here.add(choices)
+                seen.add(key)
+                if self.lower_bound(rp, b) >= self.best_time:
+                    stale += 1
+                else:
+                    found = self.dp_candidates(rp, b)
+                    stale = 0 if found < best_here * 0.999 else stale + 1
+                    best_here = min(best_here, found)
+                if stale >= STALE_SIZES and best_here < float("inf"):
+                    break
