@@ -65,10 +65,34 @@ def run_planners(job: tuple[str, str, int]) -> dict[str, Any]:
         try:
             result = planners[name](request)
             row[name] = {"ms": result.iteration_time, "s": result.planning_seconds, "plan": describe(result.plan)}
+            if name == "pipeplan" and result.plan.schedule == "list":
+                row[name].update(same_plan_times(result.plan, request))
         except Exception as exc:
             row[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                          "s": time.perf_counter() - started}  # fmt: skip
     return row
+
+
+def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
+    """A `list` plan's stages, devices and microbatches under 1F1B, and under the best generated schedule that fits
+    (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1): where the list schedule beats them."""
+    import dataclasses
+
+    from pipeplan.core.errors import PlanError
+    from pipeplan.planner.schedule_choice import schedule_variants
+    from pipeplan.sim.plan_costs import check_fits, simulate_plan
+
+    def ms(variant: Any) -> float:
+        result = simulate_plan(variant, request.profile, request.cluster, optimizer_factor=request.optimizer_factor, record=False)
+        try:
+            check_fits(variant, request.profile, request.cluster, result, request.optimizer_factor)
+        except PlanError:
+            return math.inf
+        return result.iteration_time
+
+    plain = dataclasses.replace(plan, schedule="1f1b", k=1, order=None)
+    generated = min(ms(v) for v in schedule_variants(plain, request.profile, request.cluster))
+    return {"same_plan_1f1b_ms": ms(plain), "same_plan_generated_ms": generated}
 
 
 def run_random(seed: int) -> dict[str, Any]:
@@ -194,6 +218,13 @@ def main() -> int:
     print(f"all presets: geomean {geomean(everything):.3f}, min {min(everything):.3f}, max {max(everything):.3f}")
     if non_uniform:
         print(f"non-uniform presets ({', '.join(NON_UNIFORM)}): geomean {geomean(non_uniform):.3f}")
+    listed = [r["pipeplan"] for r in rows if "same_plan_1f1b_ms" in r["pipeplan"]]
+    if listed:
+        over_1f1b = [x["same_plan_1f1b_ms"] / x["ms"] for x in listed]
+        over_generated = [x["same_plan_generated_ms"] / x["ms"] for x in listed]
+        print(f"pipeplan chose the list schedule on {len(listed)} of {len(rows)} instances; on the same stages, devices")
+        print(f"and microbatches it is {geomean(over_1f1b):.3f}x faster than 1F1B in geomean (max {max(over_1f1b):.3f}x) and")
+        print(f"{geomean(over_generated):.3f}x than the best generated schedule that fits (max {max(over_generated):.3f}x)")
     failures = [(r, p) for r in rows for p in PLANNERS if "error" in r[p]]
     for r, p in failures:
         print(f"  no plan: {p} for {r['profile']} on {r['cluster']} G={r['batch']}: {r[p]['error']}")
