@@ -131,6 +131,16 @@ def test_dapple_plan_fits_and_is_deterministic() -> None:
     check_fits(first.plan, request.profile, request.cluster)
 
 
+def test_dapple_keeps_plain_1f1b_when_asked_for_it() -> None:
+    """alexnet on a DGX-1: DAPPLE's own pick is its early backward with extra warm-up (a list order, transfers are
+    comparable to compute); asked for 1f1b it returns the plain 1F1B order instead."""
+    profile, cluster = load_profile("pipedream/alexnet"), load_cluster("v100-8x1")
+    auto = plan_dapple(PlanRequest(profile, cluster, 256))
+    plain = plan_dapple(PlanRequest(profile, cluster, 256, schedule="1f1b"))
+    assert auto.plan.schedule == "list" and auto.plan.order is not None
+    assert plain.plan.schedule == "1f1b" and plain.plan.order is None
+
+
 def test_pipedream_level_dp_hand_case() -> None:
     """Costly replication (big weights, slow link) makes PipeDream split [4 | 1, 1] over 2 units instead of replicating."""
     compute = np.array([[4.0, 5.0, 6.0], [np.inf, 1.0, 2.0], [np.inf, np.inf, 1.0]])

@@ -18,7 +18,8 @@ The search, as in the paper and the authors' planner (`orchestrate.rs`):
    one that fits in memory wins. The schedule is DAPPLE's early backward
    (1F1B), with K_i = min(2(S-i)-1, M) warm-up forwards when transfers are
    comparable to compute (a boundary's transfer takes at least half the
-   forward time of the stage it feeds), stored as an explicit `list` order.
+   forward time of the stage it feeds), stored as an explicit `list` order;
+   with `--schedule 1f1b` the plain 1F1B order only.
 
 Note:
     Departures, each to keep planning time sane on large clusters: g runs over
@@ -171,7 +172,9 @@ def choose(request: PlanRequest, search: DappleSearch, found: list[Candidate], m
         ranked.append((latency_of(search, candidate, microbatch_size, m), index, candidate, m))
     ranked.sort(key=lambda item: (item[0], item[1]))
     for _, _, candidate, m in ranked:
-        variants = [True, False] if transfers_comparable(search, candidate, microbatch_size) else [False]
+        # the extra warm-up order is a `list` plan: not when the request asks for plain 1f1b
+        extra_ok = request.schedule == "auto" and transfers_comparable(search, candidate, microbatch_size)
+        variants = [True, False] if extra_ok else [False]
         for extra in variants:
             plan = to_plan(search.blocks, candidate, microbatch_size, m, extra)
             try:
