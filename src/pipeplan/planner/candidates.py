@@ -156,11 +156,14 @@ class Candidates:
             plans too, so pipeplan never returns a slower plan than they do.
             `extra["seeds"]` reports their times and `extra["won_by_seed"]`
             names the baseline whose plan pipeplan returned unchanged, if any.
+            With a schedule asked for, the baselines plan as for 1f1b (for `list`,
+            as they would by default): their stages seed the search, and their
+            plans compete unchanged when their schedule is the one asked for.
         """
-        if self.request.schedule != "auto":
-            return
         from pipeplan.planner import load_planners
 
+        wanted = self.request.schedule
+        request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
         planners = load_planners()
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             planner = planners.get(name)
@@ -168,7 +171,7 @@ class Candidates:
                 continue
             self.progress(f"seeding from planner {name}", 0.0)
             try:
-                result = planner(self.request)
+                result = planner(request)
             except PipeplanError:
                 continue
             self.seeds[name] = result.plan
