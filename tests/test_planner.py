@@ -144,6 +144,34 @@ def test_a_restricted_schedule_still_seeds_with_the_baselines_and_never_loses_to
             assert seed_ms == pytest.approx(load_planners()[name](request).iteration_time)
 
 
+SMALL_BATCH_INTERLEAVED = [("dapple/bert-24", "a100-8x2", 4), ("pipedream/resnet50", "v100-8x2-25g", 6)]
+
+
+@pytest.mark.parametrize(("profile", "cluster", "batch"), SMALL_BATCH_INTERLEAVED)
+def test_interleaved_at_a_small_batch_finds_ranks_that_divide_the_microbatches(profile: str, cluster: str, batch: int) -> None:
+    """--schedule interleaved-1f1b with m = 4 or 6: the fastest candidates have 16 ranks (m % p != 0); pipeplan reads
+    down its ranking and adds straight pipelines with p | m instead of failing."""
+    result = plan_pipeplan(PlanRequest(load_profile(profile), load_cluster(cluster), batch, schedule="interleaved-1f1b"))
+    plan = result.plan
+    assert plan.schedule == "interleaved-1f1b" and plan.chunks >= 2
+    assert plan.microbatches % plan.num_ranks == 0
+    check_fits(plan, load_profile(profile), load_cluster(cluster))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "batch", "message"),
+    [
+        ("kfkb", 2, r"no plan can run schedule 'kfkb' .* with global batch 2: it needs .* m >= 3 per pipeline"),
+        ("interleaved-1f1b", 1, r"no plan can run schedule 'interleaved-1f1b' .* with m a multiple of p per pipeline"),
+    ],
+)
+def test_a_schedule_that_cannot_run_says_what_it_needs(schedule: str, batch: int, message: str) -> None:
+    """Memory is not the problem here: the error names the schedule's own need and a remedy (not a GiB shortfall)."""
+    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x1"), batch, schedule=schedule)
+    with pytest.raises(PlanError, match=message + r"; try a larger --global-batch"):
+        plan_pipeplan(request)
+
+
 def test_registry_holds_pipeplan() -> None:
     """load_planners registers the pipeplan planner under its name."""
     assert load_planners() is PLANNERS

@@ -132,10 +132,10 @@ class Candidates:
                     best = min(best, self.add(Plan(stages, rp, m, b, "1f1b")))
         return best
 
-    def straight(self, order: tuple[int, ...], b: int, by_memory: bool = False) -> Plan | None:
-        """One device per stage along `order`, all devices (or layers), balanced by time (or by memory)."""
+    def straight(self, order: tuple[int, ...], b: int, by_memory: bool = False, stages: int | None = None) -> Plan | None:
+        """One device per stage along `order`, all devices (or layers, or `stages`), balanced by time (or by memory)."""
         layers = self.profile.layers
-        count = min(len(layers), len(order))
+        count = min(len(layers), len(order), stages or len(order))
         if by_memory:
             work = [x.param_bytes * (2 + self.request.optimizer_factor) + x.saved_bytes * count for x in layers]
             factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
@@ -145,8 +145,8 @@ class Candidates:
         bounds = chunk_partition(work, factors)
         if bounds is None:
             return None
-        stages = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
-        return Plan(stages, 1, self.request.global_batch // b, b, "1f1b")
+        chain = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
+        return Plan(chain, 1, self.request.global_batch // b, b, "1f1b")
 
     def seed_from_baselines(self) -> None:
         """Add the plans of the baseline planners (those registered) to the pool; above LARGE_CLUSTER, the fast ones.
@@ -190,6 +190,13 @@ class Candidates:
                 plan = self.straight(order, b)
                 if plan is not None:
                     self.add(plan)
+            if self.request.schedule == "interleaved-1f1b":
+                # interleaving needs p | m and two layers per rank: straight pipelines of the three deepest such p
+                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
+                for p in [p for p in divisors(m) if 2 <= p <= n][-3:]:
+                    plan = self.straight(self.orders[0], b, stages=p)
+                    if plan is not None:
+                        self.add(plan)
         counts = self.replica_counts()[::-1]
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for index, rp in enumerate(counts):

@@ -59,6 +59,11 @@ FINALISTS = 4
 LIST_MAX_ACTIONS = 200_000
 REFINE_ACTIONS = 400_000
 SEED_REFINE_MARGIN = 1.2
+SCHEDULE_NEEDS = {
+    "kfkb": "groups of k >= 2 forwards below the microbatch count m, so m >= 3 per pipeline",
+    "interleaved-1f1b": "p >= 2 ranks of 2 or more layers each, with m a multiple of p per pipeline",
+}
+"""What a schedule needs beyond memory, for the error when no candidate can run it."""
 
 
 class Search(Candidates):
@@ -126,12 +131,18 @@ class Search(Candidates):
         only = self.request.schedule
         generated_only = "auto" if only in ("auto", "list") else only
         widen = 1 if self.large else 2
-        top = self.ranked(self.pool, TOP_CANDIDATES * widen, by_structure=True)
+        # the fastest candidates that can run the schedule(s) allowed: with --schedule kfkb or interleaved-1f1b
+        # the fastest ones may not (too few microbatches, m not a multiple of p), so read down the ranking
+        want = TOP_CANDIDATES * widen
         contenders: list[Plan] = []
-        for i, plan in enumerate(top):
-            self.progress("choosing schedules", i / max(1, len(top)))
-            variants = schedule_variants(plan, self.profile, self.cluster, generated_only)
-            contenders += self.ranked(variants, 1)
+        taken = 0
+        for plan in self.ranked(self.pool, len(self.pool), by_structure=True):
+            self.progress("choosing schedules", taken / want)
+            chosen = self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
+            contenders += chosen
+            taken += bool(chosen)
+            if taken == want:
+                break
         best = self.ranked(contenders, REFINED * widen)
         # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
         # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
@@ -177,10 +188,19 @@ class Search(Candidates):
         remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
         if plan is None:
             return PlanError(f"no plan fits: {self.profile.name} has fewer layers than needed; {remedy}")
+        schedule = self.request.schedule
+        if schedule in SCHEDULE_NEEDS:
+            plan = dataclasses.replace(plan, schedule="1f1b")  # memory first; the schedule's own needs below
         try:
             check_fits(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor)
         except PlanError as exc:
             return PlanError(f"no plan fits in memory: {exc}; {remedy}")
+        if schedule in SCHEDULE_NEEDS:
+            return PlanError(
+                f"no plan can run schedule {schedule!r} for {self.profile.name} on {self.cluster.name} with global batch "
+                f"{self.request.global_batch}: it needs {SCHEDULE_NEEDS[schedule]}; try a larger --global-batch, a smaller "
+                "--microbatch-size or --schedule auto"
+            )
         need = max(memory_per_device(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor))
         return PlanError(
             f"no plan fits with schedule {self.request.schedule!r} (the best straight pipeline needs {need / GIB:.2f} GiB "
