@@ -63,8 +63,8 @@ def main() -> int:
         and any(isinstance(t, float) for name, t in r["times"].items() if name != "pipeplan")
     ]
     seconds = [r["seconds"]["pipeplan"] for r in rows]
-    print(f"{len(rows)} requests (seeds {first}:{last}{', large clusters' if args.large else ''}): pipeplan answered {answered}, "
-          f"the others refused with a PipeplanError; {len(broken)} with a broken invariant")  # fmt: skip
+    print(f"{len(rows)} requests (seeds {first}:{last}{', large clusters' if args.large else ''}): pipeplan answered {answered} "
+          f"and refused {len(rows) - answered} with a PipeplanError; {len(broken)} with a broken invariant")  # fmt: skip
     if ratios:
         print(f"best baseline / pipeplan: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
     print(f"pipeplan planning s: median {statistics.median(seconds):.2f}, max {max(seconds):.2f}; "
