@@ -98,9 +98,11 @@ def test_nothing_fits_names_stage_device_shortfall_and_remedy() -> None:
     with pytest.raises(
         PlanError,
         match=r"no plan fits in memory: stage 0 needs 149\.0\d GiB on device 0 \(V100, 16\.00 GiB\): 133\.0\d GiB too much"
-        r".*try a smaller --microbatch-size, more devices",
+        r".*; try more devices or devices with more memory$",  # at microbatch size 1 a smaller one is no remedy
     ):
         plan_pipeplan(PlanRequest(profile, cluster, 4))
+    with pytest.raises(PlanError, match=r"microbatch size 2, .*; try a smaller --microbatch-size, more devices"):
+        plan_pipeplan(PlanRequest(profile, cluster, 4, microbatch_size=2))
 
 
 def test_consecutive_stages_land_on_fast_links() -> None:

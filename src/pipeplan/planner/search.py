@@ -185,7 +185,9 @@ class Search(Candidates):
         plan = self.straight(self.orders[0], b, by_memory=True)
         if self.request.schedule not in ("auto", "1f1b") and plan is not None:
             plan = dataclasses.replace(plan, schedule=self.request.schedule)
-        remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
+        remedy = "try more devices or devices with more memory"
+        if b > 1:  # at microbatch size 1 a smaller one is no remedy
+            remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
         if plan is None:
             return PlanError(f"no plan fits: {self.profile.name} has fewer layers than needed; {remedy}")
         schedule = self.request.schedule
