@@ -52,7 +52,8 @@ class Candidates:
         self.progress = progress or (lambda message, fraction: None)
         self.evaluator = Evaluator(request)
         self.bandwidth, self.latency = link_matrices(self.cluster)
-        self.orders = device_orders(self.cluster, self.bandwidth, twin_classes(self.cluster))
+        self.twins = twin_classes(self.cluster)
+        self.orders = device_orders(self.cluster, self.bandwidth, self.twins)
         self.large = self.cluster.num_devices > LARGE_CLUSTER
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
         self.sums = block_sums(self.profile, self.blocks)

@@ -43,7 +43,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
 from pipeplan.planner.baseline_tools import evaluate, prefix_sums
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.plan_costs import simulate_plan
+from pipeplan.sim.plan_costs import order_peak_activation, simulate_plan
 
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
 MAX_SPACE = 20_000_000
@@ -64,17 +64,7 @@ def search_space(layers: int, devices: int) -> int:
 def peak_inflight(name: str, stages: int, microbatches: int, k: int) -> tuple[int, ...]:
     """Per stage, the most microbatches a schedule holds at once (F opens one, B or W closes it)."""
     schedule = make_schedule(name, stages, microbatches, k=k)
-    peaks = []
-    for actions in schedule.ranks:
-        held = peak = 0
-        for a in actions:
-            if a.op == "F":
-                held += 1
-                peak = max(peak, held)
-            elif a.op in "BW":
-                held -= 1
-        peaks.append(peak)
-    return tuple(peaks)
+    return tuple(int(peak) for peak in order_peak_activation(schedule, (1.0,) * stages))
 
 
 @dataclass(slots=True)

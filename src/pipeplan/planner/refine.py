@@ -88,10 +88,15 @@ def placement_moves(plan: Plan, cluster: Cluster, twins: tuple[int, ...]) -> Ite
                 yield [tuple(d) for d in moved]
 
 
-def improve_placement(plan: Plan, evaluator: Evaluator, max_evaluations: int = 400) -> Plan:
-    """First-improvement hill climbing over placement_moves, scored by the simulator."""
+def improve_placement(plan: Plan, evaluator: Evaluator, max_evaluations: int = 400, twins: tuple[int, ...] | None = None) -> Plan:
+    """First-improvement hill climbing over placement_moves, scored by the simulator.
+
+    `twins`: the cluster's twin_classes when the caller has them (computed here for small plans otherwise).
+    """
     best = evaluator.score(plan).time_ms
-    twins = twin_classes(evaluator.cluster) if plan.devices_per_pipeline * plan.pipeline_replicas <= SMALL_PLAN_DEVICES else ()
+    if twins is None:
+        small = plan.devices_per_pipeline * plan.pipeline_replicas <= SMALL_PLAN_DEVICES
+        twins = twin_classes(evaluator.cluster) if small else ()
     evaluations = 0
     improved = True
     while improved and evaluations < max_evaluations:

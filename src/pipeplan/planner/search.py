@@ -158,7 +158,7 @@ class Search(Candidates):
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
             budget = self.refine_budget(plan)
-            plan = improve_placement(plan, self.evaluator, budget // 2 if self.large else budget)
+            plan = improve_placement(plan, self.evaluator, budget // 2 if self.large else budget, self.twins)
             plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
             refined += self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
