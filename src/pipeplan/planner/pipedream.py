@@ -198,12 +198,13 @@ def pipedream_stages(
     machines, inside, between = levels_of(cluster)
     per_machine = len(machines[0])
     level1 = level_dp(compute, params, cut, per_machine, inside, 1, between is not None, limit, allowed)
+    no_partition = PlanError(
+        f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
+        f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
+    )
     if between is None:
         if not np.isfinite(level1.time[0, n - 1, -1]):
-            raise PlanError(
-                f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
-                f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
-            )
+            raise no_partition
         flat, start = [], 0
         for first, last, used in unwind(level1, 0, n - 1, per_machine):
             flat.append(Stage(*blocks.layer_range(first, last), tuple(machines[0][start : start + used])))
@@ -213,12 +214,8 @@ def pipedream_stages(
     # a stage over m2 machines has up to m2 * per_machine replicas: keep that within the allowed counts
     machine_counts = None if allowed is None else frozenset(c for c in allowed if c * per_machine in allowed)
     level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf, machine_counts)
-    top = level2 if between is not None else level1
-    if not np.isfinite(top.time[0, n - 1, -1]):
-        raise PlanError(
-            f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
-            f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
-        )
+    if not np.isfinite(level2.time[0, n - 1, -1]):
+        raise no_partition
     stages = []
     next_machine = 0
     for first, last, used in unwind(level2, 0, n - 1, len(machines)):

@@ -127,12 +127,12 @@ def slowest_replica_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stag
     senders = plan.replica_devices(src_stage, best_replica)
     flows = boundary_flows(cluster, senders, plan.replica_devices(dst_stage, best_replica), nbytes)
     if rp > 1 and cluster.nic_bandwidth is not None:
-        flows = share_nics_with_other_replicas(plan, cluster, src_stage, dst_stage, best_replica, flows)
+        flows = share_nics_with_other_replicas(plan, cluster, src_stage, dst_stage, flows)
     return flows
 
 
 def share_nics_with_other_replicas(
-    plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, replica: int, flows: tuple[Flow, ...]
+    plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, flows: tuple[Flow, ...]
 ) -> tuple[Flow, ...]:
     """Slow the simulated replica's cross-node flows by the NIC share the other pipeline replicas take.
 
