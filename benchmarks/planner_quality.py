@@ -80,18 +80,19 @@ def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
 
     from pipeplan.core.errors import PlanError
     from pipeplan.planner.schedule_choice import schedule_variants
-    from pipeplan.sim.plan_costs import check_fits, simulate_plan
+    from pipeplan.sim.memory import check_fits
+    from pipeplan.sim.stage_costs import simulate_plan
 
     def ms(variant: Any) -> float:
-        result = simulate_plan(variant, request.profile, request.cluster, optimizer_factor=request.optimizer_factor, record=False)
+        result = simulate_plan(variant, request.model, record=False)
         try:
-            check_fits(variant, request.profile, request.cluster, result, request.optimizer_factor)
+            check_fits(variant, request.model, result)
         except PlanError:
             return math.inf
         return result.iteration_time
 
     plain = dataclasses.replace(plan, schedule="1f1b", k=1, order=None)
-    generated = min(ms(v) for v in schedule_variants(plain, request.profile, request.cluster))
+    generated = min(ms(v) for v in schedule_variants(plain, request.model))
     return {"same_plan_1f1b_ms": ms(plain), "same_plan_generated_ms": generated}
 
 

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from models import default_model, linear_model
 from pipeplan.cli import app, main
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import write_plan
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
-from pipeplan.sim.plan_costs import simulate_plan
+from pipeplan.sim.stage_costs import simulate_plan
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -126,9 +127,13 @@ def test_plan_mode_equals_simulate_plan(tmp_path: Path) -> None:
     """simulate --plan prints simulate_plan's result; --profile/--cluster default to the names in the file."""
     path = tmp_path / "plan.json"
     plan = write_vgg_plan(path)
-    expected = json.loads(json.dumps(simulate_plan(plan, load_profile("pipedream/vgg16"), load_cluster("v100-8x1")).to_json()))
+    profile, cluster = load_profile("pipedream/vgg16"), load_cluster("v100-8x1")
+    expected = json.loads(json.dumps(simulate_plan(plan, default_model(profile, cluster)).to_json()))
     assert run_json("--plan", str(path), "--profile", "pipedream/vgg16", "--cluster", "v100-8x1") == expected
     assert run_json("--plan", str(path)) == expected
+    linear = json.loads(json.dumps(simulate_plan(plan, linear_model(profile, cluster)).to_json()))
+    assert run_json("--plan", str(path), "--batch-scaling", "linear") == linear
+    assert linear["iteration_time"] < expected["iteration_time"]  # the floor adds the fixed costs a plain b/P drops
 
 
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -156,7 +161,7 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["1f1b", "-p", "4", "-m", "4", "--comm", "1,2,3,4"], "--comm needs one number or 3 (one per stage boundary)"),
         (["interleaved-1f1b", "-p", "4", "-m", "8", "-v", "2", "--bwd", "1,2,3,4"], "4 ranks x 2 chunks"),
         (["interleaved-1f1b", "-p", "4", "-m", "6", "-v", "2"], "a multiple of stages (p), got m=6, p=4"),
-        (["1f1b", "-p", "4", "-m", "4", "--profile", "x"], "--profile and --cluster apply only with --plan"),
+        (["1f1b", "-p", "4", "-m", "4", "--profile", "x"], "--profile applies only with --plan"),
         (["1f1b", "--plan", "p.json"], "NAME or --plan, not both"),
         (["--plan", "p.json", "--stages", "4"], "--stages does not apply to --plan"),
         (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read file"),

@@ -185,7 +185,7 @@ def test_bad_matrix_form_names_file_field_and_value(path: str, value: object, me
         ("intra_node_gb_per_s", -1, r"field 'intra_node_gb_per_s' must be a finite number >= 0, got -1"),
         ("inter_node_gb_per_s", DELETE, r"d\.json: missing field 'inter_node_gb_per_s'"),
         ("latency_us.inter", DELETE, r"d\.json: latency_us: missing field 'inter'"),
-        ("latency_us", 5, r"d\.json: latency_us must be a JSON object, got 5"),
+        ("latency_us", "fast", r"d\.json: latency_us must be a JSON object, got \"fast\""),
         ("overrides.0.pair", [0, 8], r"overrides\[0\]: field 'pair' must be two different device ids in 0\.\.7, got \[0, 8\]"),
         ("overrides.0.pair", [3, 3], r"overrides\[0\]: field 'pair' must be two different .* got \[3, 3\]"),
         ("overrides.0.gb_per_s", -2, r"overrides\[0\]: field 'gb_per_s' must be a finite number >= 0, got -2"),

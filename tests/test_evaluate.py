@@ -6,12 +6,13 @@ import dataclasses
 
 import pytest
 
+from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.evaluate import RANK_MICROBATCHES, Evaluator
-from pipeplan.sim.plan_costs import simulate_plan
+from pipeplan.sim.stage_costs import simulate_plan
 
 GIB = 2**30
 
@@ -36,7 +37,7 @@ def test_short_runs_are_simulated_exactly() -> None:
     profile, cluster = setup(4, 4)
     evaluator = Evaluator(PlanRequest(profile, cluster, 16))
     plan = straight(4, 16)
-    exact = simulate_plan(plan, profile, cluster, record=False).iteration_time
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
     assert evaluator.score(plan).time_ms == pytest.approx(exact)
     assert evaluator.score(plan).fits
 
@@ -47,7 +48,7 @@ def test_long_1f1b_runs_extrapolate_to_the_closed_form() -> None:
     m = 4 * RANK_MICROBATCHES
     evaluator = Evaluator(PlanRequest(profile, cluster, m))
     plan = straight(4, m)
-    exact = simulate_plan(plan, profile, cluster, record=False).iteration_time
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
     assert evaluator.score(plan).time_ms == pytest.approx(exact, rel=1e-9)
     assert evaluator.exact(plan, record=False).iteration_time == pytest.approx(exact)
 
@@ -63,7 +64,7 @@ def test_interleaved_with_more_ranks_than_half_the_ranking_count_extrapolates(p:
     m = 4 * p
     evaluator = Evaluator(PlanRequest(profile, cluster, m))
     plan = straight(p, m, "interleaved-1f1b", chunks=2)
-    exact = simulate_plan(plan, profile, cluster, record=False).iteration_time
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
     assert evaluator.score(plan).time_ms == pytest.approx(exact, rel=1e-6)
 
 

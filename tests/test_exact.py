@@ -15,7 +15,8 @@ from pipeplan.planner import load_planners
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exact, search_space
 from pipeplan.planner.instances import random_cluster, random_profile
-from pipeplan.sim.plan_costs import check_fits, simulate_plan
+from pipeplan.sim.memory import check_fits
+from pipeplan.sim.stage_costs import simulate_plan
 
 
 def brute_force(request: PlanRequest) -> float:
@@ -42,10 +43,10 @@ def brute_force(request: PlanRequest) -> float:
                                     continue
                                 plan = Plan(plan_stages, rp, m, b, name, k=k)
                                 try:
-                                    check_fits(plan, request.profile, request.cluster)
+                                    check_fits(plan, request.model)
                                 except PipeplanError:
                                     continue
-                                result = simulate_plan(plan, request.profile, request.cluster, record=False)
+                                result = simulate_plan(plan, request.model, record=False)
                                 best = min(best, result.iteration_time)
     return best
 
@@ -62,7 +63,7 @@ def test_exact_is_never_beaten_by_another_planner(seed: int) -> None:
     """8 layers on 4 devices: no registered planner finds a faster plan than exact."""
     request = PlanRequest(random_profile(seed, 8), random_cluster(seed, 4), 16)
     best = plan_exact(request)
-    check_fits(best.plan, request.profile, request.cluster)
+    check_fits(best.plan, request.model)
     for name, planner in load_planners().items():
         if name != "exact":
             assert best.iteration_time <= planner(request).iteration_time * (1 + 1e-9), name
@@ -89,7 +90,7 @@ def test_schedule_bound_never_exceeds_the_simulation() -> None:
             placed.append(search.place(bounds[s], bounds[s + 1] - 1, group, rp, size / 8, placed[-1] if placed else None))
         name, k = rng.choice([sch for sch in SCHEDULES if sch[0] != "kfkb" or sch[1] < m])
         plan = Plan(tuple(Stage(p.first, p.last, p.devices) for p in placed), rp, m, size, name, k=k)
-        simulated = simulate_plan(plan, request.profile, request.cluster, record=False).iteration_time
+        simulated = simulate_plan(plan, request.model, record=False).iteration_time
         assert search.schedule_bound(placed, m, name == "zb-h1") <= simulated * (1 + 1e-9)
         for s, stage in enumerate(placed):
             assert search.placed_bound(stage, placed[s - 1] if s else None, m) <= simulated * (1 + 1e-9)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
@@ -14,7 +15,7 @@ from pipeplan.core.validate import validate
 from pipeplan.planner.list_schedule import list_order, list_plan, memory_budgets
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.plan_costs import plan_costs, simulate_plan
+from pipeplan.sim.stage_costs import plan_costs, simulate_plan
 
 
 def one_f_one_b_and_list(p: int, m: int, fwd: object, bwd: object, comm: object, budgets: tuple[int, ...]) -> tuple[float, float]:
@@ -94,7 +95,7 @@ def test_memory_budgets_from_free_memory() -> None:
     """Budget = floor((capacity - static) / saved per microbatch), capped at m."""
     profile, cluster = small_setup()
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 8, 1, "1f1b")
-    costs = plan_costs(plan, profile, cluster, optimizer_factor=0.0)
+    costs = plan_costs(plan, linear_model(profile, cluster, optimizer_factor=0.0))
     # static 2 GB * 2 = 4e9 bytes; room 8 GiB - 4e9 = 4.59e9; saved 2e9 per microbatch -> 2
     assert memory_budgets(plan, costs, (8 * 2**30, 8 * 2**30)) == (2, 2)
     with pytest.raises(PlanError, match="stage 0 has room for 0 microbatches"):
@@ -105,9 +106,9 @@ def test_list_plan_round_trips_through_the_simulator() -> None:
     """list_plan stores the order in the Plan; simulating the plan reproduces the order's time."""
     profile, cluster = small_setup()
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 6, 1, "1f1b")
-    costs = plan_costs(plan, profile, cluster, optimizer_factor=0.0)
+    costs = plan_costs(plan, linear_model(profile, cluster, optimizer_factor=0.0))
     listed = list_plan(plan, costs, (3, 3))
     assert listed.schedule == "list" and listed.order is not None
-    result = simulate_plan(listed, profile, cluster, optimizer_factor=0.0)
+    result = simulate_plan(listed, linear_model(profile, cluster, optimizer_factor=0.0))
     assert max(result.stage_peak_inflight) <= 3
-    assert result.iteration_time <= simulate_plan(plan, profile, cluster, optimizer_factor=0.0).iteration_time
+    assert result.iteration_time <= simulate_plan(plan, linear_model(profile, cluster, optimizer_factor=0.0)).iteration_time

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from models import linear_model
 from pipeplan.cli import app
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PipeplanError, PlanError
@@ -21,7 +22,8 @@ from pipeplan.planner import PLANNERS, load_planners
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.candidates import divisors
 from pipeplan.planner.search import plan_pipeplan
-from pipeplan.sim.plan_costs import check_fits, simulate_plan
+from pipeplan.sim.memory import check_fits
+from pipeplan.sim.stage_costs import simulate_plan
 
 GIB = 2**30
 
@@ -54,10 +56,10 @@ def best_straight_1f1b(profile: ModelProfile, cluster: Cluster, global_batch: in
             for b in divisors(global_batch):
                 plan = Plan(stages, 1, global_batch // b, b, "1f1b")
                 try:
-                    check_fits(plan, profile, cluster)
+                    check_fits(plan, linear_model(profile, cluster))
                 except PipeplanError:
                     continue
-                best = min(best, simulate_plan(plan, profile, cluster, record=False).iteration_time)
+                best = min(best, simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time)
     return best
 
 
@@ -73,10 +75,10 @@ def test_returned_plan_fits_and_matches_its_simulation() -> None:
     """Every device's peak memory is within its capacity, and the result is the plan's own full simulation."""
     profile, cluster = random_instance(3)
     result = plan_pipeplan(PlanRequest(profile, cluster, 64))
-    memory = check_fits(result.plan, profile, cluster)
+    memory = check_fits(result.plan, linear_model(profile, cluster))
     assert memory == pytest.approx(result.memory_per_device)
     assert all(m <= d.memory_bytes for m, d in zip(result.memory_per_device, cluster.devices, strict=True))
-    again = simulate_plan(result.plan, profile, cluster, record=False)
+    again = simulate_plan(result.plan, linear_model(profile, cluster), record=False)
     assert again.iteration_time == pytest.approx(result.iteration_time)
     assert result.plan.global_batch == 64
     assert result.planning_seconds > 0
@@ -157,7 +159,7 @@ def test_interleaved_at_a_small_batch_finds_ranks_that_divide_the_microbatches(p
     plan = result.plan
     assert plan.schedule == "interleaved-1f1b" and plan.chunks >= 2
     assert plan.microbatches % plan.num_ranks == 0
-    check_fits(plan, load_profile(profile), load_cluster(cluster))
+    check_fits(plan, linear_model(load_profile(profile), load_cluster(cluster)))
 
 
 @pytest.mark.parametrize(

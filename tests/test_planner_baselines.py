@@ -26,7 +26,7 @@ from pipeplan.planner.dapple_model import (
     ring_allreduce_ms,
 )
 from pipeplan.planner.pipedream import level_dp, levels_of, plan_pipedream, unwind
-from pipeplan.sim.plan_costs import check_fits
+from pipeplan.sim.memory import check_fits
 
 
 def brute_bottleneck(costs: list[float], parts: int) -> float:
@@ -80,7 +80,7 @@ def test_balanced_planner_uses_devices_in_order_with_enough_microbatches() -> No
     plan = result.plan
     assert [s.devices for s in plan.stages] == [(i,) for i in range(8)]
     assert plan.schedule == "1f1b" and plan.microbatches >= 32 and plan.global_batch == 256
-    check_fits(plan, request.profile, request.cluster)
+    check_fits(plan, request.model)
 
 
 def test_baselines_refuse_other_schedules() -> None:
@@ -128,7 +128,7 @@ def test_dapple_plan_fits_and_is_deterministic() -> None:
     first, second = plan_dapple(request), plan_dapple(request)
     assert first.plan == second.plan
     assert first.plan.schedule in ("1f1b", "list") and first.plan.global_batch == 128
-    check_fits(first.plan, request.profile, request.cluster)
+    check_fits(first.plan, request.model)
 
 
 def test_dapple_keeps_plain_1f1b_when_asked_for_it() -> None:
@@ -170,7 +170,7 @@ def test_pipedream_plan_covers_layers_with_disjoint_devices() -> None:
     assert len(used) == len(set(used)) and plan.num_layers == request.profile.num_layers
     assert plan.schedule == "1f1b" and plan.pipeline_replicas == 1
     assert all(len(s.devices) & (len(s.devices) - 1) == 0 for s in plan.stages)  # replica counts are powers of two
-    check_fits(plan, request.profile, request.cluster)
+    check_fits(plan, request.model)
 
 
 def test_pipedream_level_dp_skips_disallowed_replica_counts() -> None:

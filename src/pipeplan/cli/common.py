@@ -17,6 +17,12 @@ SIZE_UNITS = {
 }  # fmt: skip
 """Byte-size suffixes (case-insensitive): k/M/G/T are powers of 1000, Ki/Mi/Gi/Ti powers of 1024."""
 
+SCALING_HELP = (
+    "How layer times follow the microbatch size: auto (measured curves when the profile has several batch sizes, else "
+    "a fixed per-layer floor plus a part that scales), measured, floor, or linear (plain b/P)."
+)
+OPTIMIZER_HELP = "Optimizer whose step ends the iteration and whose state takes memory: adam, sgd or sgd_momentum."
+
 
 def parse_size(part: str) -> float:
     """One byte count, optionally with a suffix of SIZE_UNITS: '64M' = 64e6, '1.5GiB' = 1.5 * 2**30.

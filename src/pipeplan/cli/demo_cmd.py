@@ -112,6 +112,8 @@ def compare_planners(ctx: DemoContext) -> None:
         global_batch=PLAN_BATCH,
         microbatch_size=None,
         planners="pipeplan,dapple,pipedream,balanced",
+        batch_scaling="auto",
+        optimizer="adam",
         as_json=False,
         png=str(png),
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pipeplan.cli.common import print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pipeplan.core.cluster import Cluster
     from pipeplan.core.profile import ModelProfile
     from pipeplan.planner.base import PlanRequest, PlanResult
+    from pipeplan.sim.cost_model import CostModel
 
 
 def device_ranges(devices: Sequence[int]) -> str:
@@ -91,17 +92,17 @@ def plan_json(result: PlanResult, profile_name: str, cluster_name: str) -> dict[
     return obj
 
 
-def stage_table(result: PlanResult, profile: ModelProfile, cluster: Cluster, optimizer_factor: float) -> Table:
-    """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B and all-reduce ms, peak memory."""
+def stage_table(result: PlanResult, model: CostModel) -> Table:
+    """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B, all-reduce and optimizer ms, memory."""
     from rich.table import Table
 
-    from pipeplan.sim.plan_costs import plan_costs
+    from pipeplan.sim.stage_costs import plan_costs
     from pipeplan.viz.tables import format_bytes, format_ms
 
     plan = result.plan
-    costs = plan_costs(plan, profile, cluster, optimizer_factor)
+    costs = plan_costs(plan, model)
     table = Table(title="stages (devices of pipeline replica 0; replicas = per stage x pipelines)", title_justify="left")
-    for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "memory"):
+    for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "opt ms", "memory"):
         table.add_column(header, justify="right")
     for s, stage in enumerate(plan.stages):
         rank = s % plan.num_ranks
@@ -117,12 +118,13 @@ def stage_table(result: PlanResult, profile: ModelProfile, cluster: Cluster, opt
             format_ms(cost.fwd_ms),
             format_ms(cost.bwd_ms),
             format_ms(cost.allreduce_ms),
+            format_ms(cost.optimizer_ms),
             format_bytes(memory),
         )
     return table
 
 
-def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster) -> Table:
+def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: CostModel) -> Table:
     """Planner, schedule, batching, memory, iteration time, efficiency and planning time."""
     from rich.table import Table
 
@@ -142,6 +144,7 @@ def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster) -> Tabl
         ("microbatches x size", f"{plan.microbatches} x {plan.microbatch_size} (global batch {plan.global_batch})"),
         ("devices used", f"{len(plan.all_devices)} of {cluster.num_devices}"),
         ("peak memory / smallest device", f"{format_bytes(max(result.memory_per_device))} / {format_bytes(capacity)}"),
+        ("costs", f"batch scaling {model.layers.mode}, optimizer {model.optimizer}"),
         ("iteration time (ms)", format_ms(result.iteration_time)),
         ("lower bound (ms)", format_ms(sim.lower_bound)),
         ("efficiency", f"{sim.efficiency:.1%}"),
@@ -160,6 +163,8 @@ def plan(
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [planner's choice]."),
     planner: str = typer.Option("pipeplan", "--planner", help="Planner: pipeplan, dapple, pipedream, balanced, exact."),
     schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
+    batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
+    optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
 ) -> None:
@@ -171,13 +176,14 @@ def plan(
 
     model = load_profile(profile)
     machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
+                          batch_scaling=batch_scaling)  # fmt: skip
     with progress_display(not as_json) as progress:
         result = run_planner(planner, request, progress)
     if as_json:
         print_json(plan_json(result, profile, cluster))
     else:
-        print_tables(summary(result, model, machines), stage_table(result, model, machines, request.optimizer_factor))
+        print_tables(summary(result, model, request.cluster, request.model), stage_table(result, request.model))
     if out is not None:
         write_plan(result.plan, out, profile, cluster)
         typer.echo(f"wrote plan {out}", err=as_json)
@@ -189,6 +195,8 @@ def compare(
     global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [each planner's choice]."),
     planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
+    batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
+    optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
 ) -> None:
@@ -203,7 +211,7 @@ def compare(
 
     model = load_profile(profile)
     machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, optimizer=optimizer, batch_scaling=batch_scaling)
     names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
     with progress_display(not as_json) as progress:
         rows = compare_planners(request, names, progress)
@@ -246,13 +254,13 @@ def compare(
         for line in failures:
             typer.echo(line)
     if png is not None:
-        from pipeplan.sim.plan_costs import simulate_plan
+        from pipeplan.sim.stage_costs import simulate_plan
         from pipeplan.viz.gantt import render_gantt
 
         best = best_row(rows)
         if best is None:
             raise PlanError(f"no planner found a plan for {model.name} on {cluster}; nothing to draw in {png}")
-        timeline = simulate_plan(best.plan, model, machines, record=True, optimizer_factor=request.optimizer_factor)
+        timeline = simulate_plan(best.plan, request.model, record=True)
         render_gantt(timeline, png, title=f"{best.planner}: {model.name} on {cluster}")
         typer.echo(f"wrote {png}", err=as_json)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import parse_numbers, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, SCALING_HELP, parse_numbers, print_json
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
@@ -72,14 +72,17 @@ def simulate_named(
     return simulate(schedule, costs, trace=trace, record=record)
 
 
-def simulate_plan_file(plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool) -> SimResult:
-    """Read a plan file with its profile and cluster, and simulate it.
+def simulate_plan_file(
+    plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool, scaling: str, optimizer: str
+) -> SimResult:
+    """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
     Without --profile or --cluster, the names the plan file records are used.
     """
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import read_plan
-    from pipeplan.sim.plan_costs import simulate_plan
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.stage_costs import simulate_plan
 
     plan, names = read_plan(plan_path)
     profile = profile or names.get("profile") or None
@@ -88,7 +91,8 @@ def simulate_plan_file(plan_path: str, profile: str | None, cluster: str | None,
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    return simulate_plan(plan, load_profile(profile), load_cluster(cluster), trace=trace, record=record)
+    model = CostModel.build(load_profile(profile), load_cluster(cluster), scaling, optimizer)
+    return simulate_plan(plan, model, trace=trace, record=record)
 
 
 def simulate(
@@ -110,6 +114,8 @@ def simulate(
     plan: str | None = typer.Option(None, "--plan", help="Simulate this plan file instead of a named schedule."),
     profile: str | None = typer.Option(None, "--profile", help="Model profile (path or built-in name) for --plan."),
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster (path or built-in name) for --plan."),
+    batch_scaling: str | None = typer.Option(None, "--batch-scaling", help=SCALING_HELP + " With --plan; default auto."),
+    optimizer: str | None = typer.Option(None, "--optimizer", help=OPTIMIZER_HELP + " With --plan; default adam."),
 ) -> None:
     """Simulate one training iteration; print times, bubble and per-rank memory."""
     costs_text = {
@@ -134,13 +140,15 @@ def simulate(
             raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
-        result = simulate_plan_file(plan, profile, cluster, trace, record)
+        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam")
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
             raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
-        if profile is not None or cluster is not None:
-            raise PlanError("--profile and --cluster apply only with --plan")
+        for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
+                            ("--optimizer", optimizer)):  # fmt: skip
+            if value is not None:
+                raise PlanError(f"{flag} applies only with --plan")
         for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
             if value is None:
                 raise ScheduleError(f"simulate {name} needs {flag}")

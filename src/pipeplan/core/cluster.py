@@ -37,6 +37,11 @@ class Cluster:
     `bandwidth[a][b]` is the rate from a to b (0 = no path; the diagonal is
     ignored). `nic_bandwidth`, when set, is each node's NIC rate in bytes/s per
     direction, a resource shared by all transfers leaving or entering the node.
+    `speed_reference` is the device kind whose throughput is 1.0 in each
+    device's `speed` (None: speeds are relative to whatever profile is used;
+    see sim.speeds). `allreduce_bandwidth` (bytes/s) and `allreduce_latency`
+    (s), when measured, replace the ring over the links in every all-reduce:
+    bus bandwidth and per-step latency of the real collective.
     """
 
     name: str
@@ -44,6 +49,9 @@ class Cluster:
     bandwidth: tuple[tuple[float, ...], ...]
     latency: tuple[tuple[float, ...], ...]
     nic_bandwidth: float | None = None
+    speed_reference: str | None = None
+    allreduce_bandwidth: float | None = None
+    allreduce_latency: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -66,6 +74,11 @@ class Cluster:
                     check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}[{a}][{b}]", value)
         if self.nic_bandwidth is not None:
             check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth)
+        if self.speed_reference is not None and (not isinstance(self.speed_reference, str) or not self.speed_reference):
+            raise ClusterError(f"cluster {self.name!r} speed_reference must be a device kind, got {self.speed_reference!r}")
+        if self.allreduce_bandwidth is not None:
+            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth)
+        check_nonneg_float(ClusterError, f"cluster {self.name!r} allreduce_latency", self.allreduce_latency)
 
     @property
     def num_devices(self) -> int:

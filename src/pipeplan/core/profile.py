@@ -1,11 +1,71 @@
-"""Per-layer costs of a model: the planner's and simulator's view of a DNN."""
+"""Per-layer costs of a model: the planner's and simulator's view of a DNN.
+
+A profile holds each layer's costs at its `batch_size` and, when it was
+measured at several batch sizes, the same values at every size of
+`batch_sizes` (a `LayerCurve` per layer). How times follow the microbatch
+size between and beyond those sizes is the cost model's business
+(`sim.layer_costs`), not the profile's.
+"""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
+
+CURVE_FIELDS = ("fwd_ms", "bwd_ms", "activation_bytes", "saved_bytes", "bwd_input_ms", "bwd_weight_ms")
+"""The per-layer values that depend on the batch size; a LayerCurve holds each at every measured size."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCurve:
+    """One layer's values at each of its profile's `batch_sizes`, in the same order.
+
+    `bwd_input_ms` / `bwd_weight_ms` (the zero-bubble split of the backward)
+    are None when they were not measured.
+    """
+
+    fwd_ms: tuple[float, ...]
+    bwd_ms: tuple[float, ...]
+    activation_bytes: tuple[float, ...]
+    saved_bytes: tuple[float, ...]
+    bwd_input_ms: tuple[float, ...] | None = None
+    bwd_weight_ms: tuple[float, ...] | None = None
+
+    def check(self, layer: str, sizes: int) -> None:
+        """Raise ProfileError unless every present field has `sizes` finite values >= 0 (naming layer, field, index)."""
+        for field in CURVE_FIELDS:
+            values = getattr(self, field)
+            if values is None and field.startswith("bwd_") and field != "bwd_ms":
+                continue
+            if not isinstance(values, tuple) or len(values) != sizes:
+                got = len(values) if isinstance(values, tuple) else repr(values)
+                raise ProfileError(f"layer {layer!r} {field} must have {sizes} values (one per batch size), got {got}")
+            for i, value in enumerate(values):
+                check_nonneg_float(ProfileError, f"layer {layer!r} {field}[{i}]", value)
+        if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
+            raise ProfileError(f"layer {layer!r} needs both bwd_input_ms and bwd_weight_ms or neither")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSource:
+    """How a measured profile's model was built (`pipeplan profile`), so `pipeplan probe` can build it again."""
+
+    module: str
+    options: tuple[tuple[str, str], ...] = ()
+    dataset: str = "auto"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for field in ("module", "dataset", "dtype"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value:
+                raise ProfileError(f"profile source {field} must be a non-empty string, got {value!r}")
+        for pair in self.options:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(v, str) for v in pair) and pair[0]):
+                raise ProfileError(f"profile source options must be (name, value) strings, got {pair!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +76,12 @@ class LayerProfile:
     for backward (None: same as activation_bytes). `flops` and `bytes_moved`
     (one batch, forward + backward) are optional counts a profiler may record
     for roofline projection onto another GPU; None when unknown.
+    `bwd_input_ms` and `bwd_weight_ms` split the backward as a zero-bubble
+    schedule runs it (I and W; None when not measured). `optimizer_ms` maps
+    an optimizer name (`adam`, `sgd`, `sgd_momentum`) to the time of one step
+    over the layer's parameters; it does not depend on the batch size.
+    `curve` holds the batch-dependent values at every size of the profile's
+    `batch_sizes` (None: measured at `batch_size` only).
     """
 
     name: str
@@ -26,6 +92,10 @@ class LayerProfile:
     saved_bytes: float | None = None
     flops: float | None = None
     bytes_moved: float | None = None
+    bwd_input_ms: float | None = None
+    bwd_weight_ms: float | None = None
+    optimizer_ms: tuple[tuple[str, float], ...] = ()
+    curve: LayerCurve | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -36,10 +106,26 @@ class LayerProfile:
             )
         saved = self.activation_bytes if self.saved_bytes is None else self.saved_bytes
         object.__setattr__(self, "saved_bytes", check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved))
-        for field in ("flops", "bytes_moved"):
+        for field in ("flops", "bytes_moved", "bwd_input_ms", "bwd_weight_ms"):
             value = getattr(self, field)
             if value is not None:
                 object.__setattr__(self, field, check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", value))
+        if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
+            raise ProfileError(f"layer {self.name!r} needs both bwd_input_ms and bwd_weight_ms or neither")
+        steps = []
+        for pair in self.optimizer_ms:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
+                raise ProfileError(f"layer {self.name!r} optimizer_ms must hold (optimizer name, ms) pairs, got {pair!r}")
+            steps.append((pair[0], check_nonneg_float(ProfileError, f"layer {self.name!r} optimizer_ms[{pair[0]!r}]", pair[1])))
+        if len({name for name, _ in steps}) != len(steps):
+            raise ProfileError(f"layer {self.name!r} optimizer_ms names an optimizer twice: {[n for n, _ in steps]}")
+        object.__setattr__(self, "optimizer_ms", tuple(sorted(steps)))
+        if self.curve is not None and not isinstance(self.curve, LayerCurve):
+            raise ProfileError(f"layer {self.name!r} curve must be a LayerCurve, got {type(self.curve).__name__}")
+
+    def optimizer_step_ms(self, optimizer: str) -> float | None:
+        """The measured time of one `optimizer` step over this layer's parameters, or None when not measured."""
+        return dict(self.optimizer_ms).get(optimizer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +134,11 @@ class ModelProfile:
 
     `cut_bytes` has len(layers) - 1 entries (None: each layer's activation_bytes).
     `measured` is False when times were projected onto the reference device.
+    `batch_sizes` lists every size the layers were measured at, strictly
+    increasing and including `batch_size` (None: `batch_size` only); each
+    layer then has a `curve` and `cut_curves[i]` gives cut i at every size.
+    `threads` is the CPU thread count the times were measured with (None:
+    not recorded); `source` how the model was built (None: unknown).
     """
 
     name: str
@@ -56,6 +147,10 @@ class ModelProfile:
     reference_device: str = "unknown"
     cut_bytes: tuple[float, ...] | None = None
     measured: bool = True
+    batch_sizes: tuple[int, ...] | None = None
+    cut_curves: tuple[tuple[float, ...], ...] | None = None
+    threads: int | None = None
+    source: ProfileSource | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -75,6 +170,61 @@ class ModelProfile:
             )
         cuts = tuple(check_nonneg_float(ProfileError, f"profile {self.name!r} cut_bytes[{i}]", c) for i, c in enumerate(cuts))
         object.__setattr__(self, "cut_bytes", cuts)
+        if self.threads is not None:
+            check_positive_int(ProfileError, f"profile {self.name!r} threads", self.threads)
+        if self.source is not None and not isinstance(self.source, ProfileSource):
+            raise ProfileError(f"profile {self.name!r} source must be a ProfileSource, got {type(self.source).__name__}")
+        self._check_curves()
+
+    def _check_curves(self) -> None:
+        """batch_sizes strictly increasing and holding batch_size; every layer's curve (and cut) agrees with it."""
+        sizes = self.batch_sizes
+        if sizes is None:
+            if any(layer.curve is not None for layer in self.layers) or self.cut_curves is not None:
+                raise ProfileError(f"profile {self.name!r} has per-size curves but no batch_sizes")
+            return
+        where = f"profile {self.name!r} batch_sizes"
+        if not isinstance(sizes, tuple) or not sizes:
+            raise ProfileError(f"{where} must be a non-empty list of integers >= 1, got {sizes!r}")
+        for i, b in enumerate(sizes):
+            check_positive_int(ProfileError, f"{where}[{i}]", b)
+        if any(b >= c for b, c in itertools.pairwise(sizes)):
+            raise ProfileError(f"{where} must be strictly increasing (no repeats), got {list(sizes)}")
+        if self.batch_size not in sizes:
+            raise ProfileError(f"{where} {list(sizes)} must include the profile's batch_size {self.batch_size}")
+        at = sizes.index(self.batch_size)
+        for layer in self.layers:
+            if layer.curve is None:
+                raise ProfileError(f"profile {self.name!r} layer {layer.name!r} has no curve for batch_sizes {list(sizes)}")
+            layer.curve.check(layer.name, len(sizes))
+            for field in CURVE_FIELDS:
+                values = getattr(layer.curve, field)
+                scalar = getattr(layer, field)
+                if values is None:
+                    if scalar is not None and field in ("bwd_input_ms", "bwd_weight_ms"):
+                        raise ProfileError(f"profile {self.name!r} layer {layer.name!r} has {field} but no curve of it")
+                    continue
+                if scalar != values[at]:
+                    raise ProfileError(
+                        f"profile {self.name!r} layer {layer.name!r} {field} is {scalar!r} but its curve gives "
+                        f"{values[at]!r} at batch_size {self.batch_size}"
+                    )
+        curves = self.cut_curves
+        if curves is None or len(curves) != len(self.layers) - 1:
+            got = "none" if curves is None else len(curves)
+            raise ProfileError(f"profile {self.name!r} cut_curves must have {len(self.layers) - 1} entries, got {got}")
+        for i, (curve, cut) in enumerate(zip(curves, self.cut_bytes or (), strict=True)):
+            if not isinstance(curve, tuple) or len(curve) != len(sizes):
+                raise ProfileError(f"profile {self.name!r} cut_curves[{i}] must have {len(sizes)} values (one per batch size)")
+            for j, value in enumerate(curve):
+                check_nonneg_float(ProfileError, f"profile {self.name!r} cut_curves[{i}][{j}]", value)
+            if curve[at] != cut:
+                raise ProfileError(f"profile {self.name!r} cut_bytes[{i}] is {cut!r} but cut_curves[{i}] gives {curve[at]!r}")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The batch sizes the layers were measured at (just `batch_size` for a one-size profile)."""
+        return self.batch_sizes or (self.batch_size,)
 
     @property
     def num_layers(self) -> int:

@@ -21,14 +21,14 @@ from typing import Any
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
-from pipeplan.presets.gpus import GENERIC_KIND, GPU_SPECS, canonical_kind
+from pipeplan.presets.gpus import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 
 CLUSTER_FORMAT = "pipeplan.cluster/1"
 GIB = 2**30
 GB_PER_S = 1e9
 US = 1e-6
 
-_MATRIX_KEYS = ("format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "notes")
+_MATRIX_KEYS = ("format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "notes")
 _DESCRIPTION_KEYS = (
     "format",
     "name",
@@ -40,6 +40,7 @@ _DESCRIPTION_KEYS = (
     "nic_gb_per_s",
     "latency_us",
     "overrides",
+    "allreduce",
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
@@ -58,6 +59,11 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
     }
     if cluster.nic_bandwidth is not None:
         result["nic_gb_per_s"] = _clean(cluster.nic_bandwidth / GB_PER_S)
+    if cluster.allreduce_bandwidth is not None:
+        result["allreduce"] = {
+            "gb_per_s": _clean(cluster.allreduce_bandwidth / GB_PER_S),
+            "latency_us": _clean(cluster.allreduce_latency / US),
+        }
     return result
 
 
@@ -108,7 +114,7 @@ def _from_matrix_form(top: Fields) -> Cluster:
     else:
         latency = _matrix(top, "latency_us", n, US)
     nic = top.optional_number("nic_gb_per_s", positive=True)
-    return _cluster(source, name, tuple(devices), bandwidth, latency, None if nic is None else nic * GB_PER_S)
+    return _cluster(top, name, tuple(devices), bandwidth, latency, None if nic is None else nic * GB_PER_S)
 
 
 def _from_description_form(top: Fields) -> Cluster:
@@ -124,10 +130,17 @@ def _from_description_form(top: Fields) -> Cluster:
     devices = tuple(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node) for i in range(n))
     intra = top.number("intra_node_gb_per_s") * GB_PER_S if per_node > 1 else 0.0
     inter = top.number("inter_node_gb_per_s") * GB_PER_S if nodes > 1 else 0.0
-    latency_fields = Fields(top.raw("latency_us"), f"{source}: latency_us", ClusterError)
-    latency_fields.check_keys(("intra", "inter"))
-    intra_lat = latency_fields.number("intra") * US if per_node > 1 else 0.0
-    inter_lat = latency_fields.number("inter") * US if nodes > 1 else 0.0
+    raw_latency = top.raw("latency_us")
+    if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
+        # one number: the same latency inside and between nodes
+        intra_lat = inter_lat = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError) * US
+    else:
+        latency_fields = Fields(raw_latency, f"{source}: latency_us", ClusterError)
+        latency_fields.check_keys(("intra", "inter"))
+        intra_lat = latency_fields.number("intra") * US if per_node > 1 else 0.0
+        inter_lat = latency_fields.number("inter") * US if nodes > 1 else 0.0
+    intra_lat = intra_lat if per_node > 1 else 0.0
+    inter_lat = inter_lat if nodes > 1 else 0.0
     bandwidth = _two_level(n, per_node, intra, inter)
     latency = _two_level(n, per_node, intra_lat, inter_lat)
     overrides = top.array("overrides") if top.has("overrides") else []
@@ -135,7 +148,7 @@ def _from_description_form(top: Fields) -> Cluster:
         _apply_override(item, f"{source}: overrides[{k}]", n, bandwidth, latency)
     nic = top.optional_number("nic_gb_per_s", positive=True)
     return _cluster(
-        source,
+        top,
         name,
         devices,
         tuple(map(tuple, bandwidth)),
@@ -175,15 +188,20 @@ def _apply_override(item: object, where: str, n: int, bandwidth: list[list[float
 
 
 def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
-    """(kind, memory_bytes, speed, node) of a device object; memory defaults to the kind's spec, speed to 1, node to 0."""
+    """(kind, memory_bytes, speed, node) of a device object; memory and speed default to the kind's, node to 0.
+
+    `generic` devices give memory_gb and speed; `cpu` devices give memory_gb (their speed defaults to 1.0,
+    the CPU the profile was measured on).
+    """
     fields = Fields(obj, where, ClusterError)
     fields.check_keys(_DEVICE_KEYS if has_node else ("kind", "memory_gb", "speed"))
     kind = canonical_kind(fields.raw("kind"), f"{where}: field 'kind'")
-    if kind == GENERIC_KIND:
+    spec = device_spec(kind)
+    if kind in (GENERIC_KIND, CPU_KIND) or spec is None:
         memory_gb = fields.number("memory_gb", positive=True)
     else:
-        memory_gb = fields.number("memory_gb", positive=True, default=GPU_SPECS[kind].memory_gib)
-    speed = fields.number("speed", positive=True, default=1.0)
+        memory_gb = fields.number("memory_gb", positive=True, default=spec.memory_gib)
+    speed = fields.number("speed", positive=True, default=None if spec is None else spec.speed)
     node = fields.integer("node", 0, default=0) if has_node else 0
     return kind, memory_gb * GIB, speed, node
 
@@ -210,16 +228,32 @@ def _shape(rows: object) -> str:
 
 
 def _cluster(
-    source: str,
+    top: Fields,
     name: str,
     devices: tuple[Device, ...],
     bandwidth: tuple[tuple[float, ...], ...],
     latency: tuple[tuple[float, ...], ...],
     nic: float | None,
 ) -> Cluster:
-    """Build the Cluster; a core check failure is re-raised with the source prepended."""
+    """Build the Cluster (speed scale from the kinds, measured all-reduce); a core check failure names the source."""
+    source = top.where
+    scales = {speed_scale(d.kind) for d in devices}
+    if len(scales) > 1:
+        raise ClusterError(
+            f"{source}: devices mix kind {CPU_KIND!r} with GPU kinds; their speeds are on different scales "
+            "(a CPU's is relative to the CPU a profile was measured on, a GPU's to a V100): describe them as two clusters"
+        )
+    allreduce_bw, allreduce_lat = None, 0.0
+    if top.has("allreduce"):
+        fields = Fields(top.raw("allreduce"), f"{source}: allreduce", ClusterError)
+        fields.check_keys(("gb_per_s", "latency_us"))
+        allreduce_bw = fields.number("gb_per_s", positive=True) * GB_PER_S
+        allreduce_lat = fields.number("latency_us", default=0.0) * US
     try:
-        return Cluster(name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic)
+        return Cluster(
+            name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic,
+            speed_reference=scales.pop(), allreduce_bandwidth=allreduce_bw, allreduce_latency=allreduce_lat,
+        )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None
 

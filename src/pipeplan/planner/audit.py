@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.planner.base import PlanRequest, PlanResult
-from pipeplan.sim.plan_costs import check_fits, simulate_plan
+from pipeplan.sim.memory import check_fits
+from pipeplan.sim.stage_costs import simulate_plan
 
 BASELINES = ("dapple", "pipedream", "balanced")
 TOLERANCE = 1e-9
@@ -41,13 +42,13 @@ def check_answer(request: PlanRequest, name: str, result: PlanResult) -> list[st
     """The broken invariants of one planner's answer (empty when it is sound)."""
     problems = []
     plan = result.plan
-    simulated = simulate_plan(plan, request.profile, request.cluster, optimizer_factor=request.optimizer_factor, record=False)
+    simulated = simulate_plan(plan, request.model, record=False)
     if abs(simulated.iteration_time - result.iteration_time) > 1e-6 * max(1.0, result.iteration_time):
         problems.append(
             f"{name} reports {result.iteration_time:.6f} ms but its plan simulates to {simulated.iteration_time:.6f} ms"
         )
     try:
-        check_fits(plan, request.profile, request.cluster, simulated, request.optimizer_factor)
+        check_fits(plan, request.model, simulated)
     except PipeplanError as exc:
         problems.append(f"{name} returned a plan that does not fit: {exc}")
     if request.schedule != "auto" and plan.schedule != request.schedule:

@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeplan.core.checks import check_positive_float, check_positive_int
+from pipeplan.core.checks import check_positive_int
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.result import SimResult
 
 SCHEDULE_CHOICES = ("auto", "gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
@@ -22,7 +23,11 @@ class PlanRequest:
 
     `microbatch_size` None lets the planner choose; `schedule` "auto" lets it
     choose among all schedules, a name restricts it to that one.
-    `optimizer_factor` is optimizer state per parameter byte (2 = Adam).
+    `optimizer` is the optimizer whose step is part of the iteration;
+    `optimizer_factor` its state per parameter byte (None: the optimizer's
+    own, 2 for Adam). `batch_scaling` says how layer times follow the
+    microbatch size (sim.layer_costs). `model` is the request's cost model;
+    `cluster` holds the speeds on the profile's scale (sim.speeds).
     """
 
     profile: ModelProfile
@@ -30,7 +35,10 @@ class PlanRequest:
     global_batch: int
     microbatch_size: int | None = None
     schedule: str = "auto"
-    optimizer_factor: float = 2.0
+    optimizer_factor: float | None = None
+    optimizer: str = "adam"
+    batch_scaling: str = "auto"
+    model: CostModel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_positive_int(PlanError, "global_batch", self.global_batch)
@@ -40,7 +48,10 @@ class PlanRequest:
                 raise PlanError(f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}")
         if self.schedule not in SCHEDULE_CHOICES:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
-        check_positive_float(PlanError, "optimizer_factor", self.optimizer_factor + 1e-300)
+        model = CostModel.build(self.profile, self.cluster, self.batch_scaling, self.optimizer, self.optimizer_factor)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "cluster", model.cluster)
+        object.__setattr__(self, "optimizer_factor", model.optimizer_factor)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,9 @@ from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.base import PlanRequest, PlanResult
-from pipeplan.sim.plan_costs import check_fits, simulate_plan
+from pipeplan.sim.memory import check_fits
 from pipeplan.sim.result import SimResult
+from pipeplan.sim.stage_costs import simulate_plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +130,8 @@ def evaluate(request: PlanRequest, plan: Plan, record: bool = False) -> tuple[Si
     Raises:
         PlanError: the plan does not fit in memory (naming stage, device and excess).
     """
-    memory = check_fits(plan, request.profile, request.cluster, optimizer_factor=request.optimizer_factor)
-    result = simulate_plan(plan, request.profile, request.cluster, record=record, optimizer_factor=request.optimizer_factor)
+    memory = check_fits(plan, request.model)
+    result = simulate_plan(plan, request.model, record=record)
     return result, memory
 
 

@@ -11,21 +11,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import numpy as np
+
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.evaluate import Evaluator
-from pipeplan.planner.partition_dp import DpInputs, block_sums, partition_dp
+from pipeplan.planner.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.refine import twin_classes
 from pipeplan.planner.schedule_choice import chunk_partition
-from pipeplan.planner.topology import Layout, device_orders, link_matrices
+from pipeplan.planner.topology import Layout, device_orders
+from pipeplan.sim.links import link_matrices
 
 Progress = Callable[[str, float], None]
 
 MAX_STAGES = 32
 MAX_UNITS = 64
-STALE_SIZES = 2
 LARGE_CLUSTER = 64
 """Above this many devices the search narrows: fewer blocks, one device order, one DP estimate, half the
 candidates refined, shorter local searches, only the fast baselines as seeds (LARGE_SEED_PLANNERS)."""
@@ -56,13 +58,21 @@ class Candidates:
         self.orders = device_orders(self.cluster, self.bandwidth, self.twins)
         self.large = self.cluster.num_devices > LARGE_CLUSTER
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
-        self.sums = block_sums(self.profile, self.blocks)
+        self.layer_costs = request.model.layers
+        self._sums: dict[tuple[float, int], BlockSums] = {}
         self.pool: list[Plan] = []
         self.seeds: dict[str, Plan] = {}
         self.seed_times: dict[str, float] = {}
         self.best_time = float("inf")
-        self.sample_ms = (self.profile.total_fwd_ms + self.profile.total_bwd_ms) / self.profile.batch_size
         self.max_speed = max(d.speed for d in self.cluster.devices)
+
+    def block_sums(self, microbatch_size: int, replicas: int) -> BlockSums:
+        """Block range sums of a stage on `replicas` devices at microbatch size b (b / replicas samples each), cached."""
+        key = (microbatch_size / replicas, microbatch_size)
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = block_sums(self.layer_costs, self.blocks, *key)
+        return sums
 
     # ---- candidate generation -------------------------------------------------------------
     def replica_counts(self) -> list[int]:
@@ -78,13 +88,24 @@ class Candidates:
         return divisors(per_replica)
 
     def lower_bound(self, rp: int, b: int) -> float:
-        """A quick bound on any plan with rp replicas and microbatch size b: (m-1) t_max + sum t over stages."""
+        """A bound no plan with rp pipeline replicas and microbatch size b beats (ms).
+
+        A stage on r devices gives each b / r samples, r dividing b. Per layer,
+        the least compute per sample over those splits, c_i = min_{x | b}
+        (F_i(x) + B_i(x)) / x, bounds the work of one microbatch over all its
+        devices below by b * sum_i c_i; the busiest of the at most `usable`
+        devices of a pipeline does at least 1/usable of it per microbatch, m
+        times. One microbatch also passes every layer once, at no fewer than
+        min_{x | b} (F_i(x) + B_i(x)) each. Both at the fastest device's speed.
+        """
         n = self.cluster.num_devices // rp
         m = self.request.global_batch // (rp * b)
         usable = min(n, min(MAX_STAGES, len(self.blocks)) * b)
-        bottleneck = b * self.sample_ms / (usable * self.max_speed)
-        one_path = b * self.sample_ms / (min(b, n) * self.max_speed)
-        return (m - 1) * bottleneck + one_path
+        splits = [x for x in divisors(b) if b // x <= n]  # samples per device: r = b / x replicas, at most n
+        per_layer = np.array([self.layer_costs.per_layer_ms(x) for x in splits])
+        per_sample = (per_layer / np.array(splits, dtype=float)[:, None]).min(axis=0)
+        busiest = m * b * float(per_sample.sum()) / (usable * self.max_speed)
+        return max(busiest, float(per_layer.min(axis=0).sum()) / self.max_speed)
 
     def add(self, plan: Plan) -> float:
         """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
@@ -114,9 +135,9 @@ class Candidates:
         if not choices:
             return float("inf")
         m = self.request.global_batch // (rp * b)
+        sums = {rho * unit: self.block_sums(b, rho * unit) for rho in choices}
         inputs = DpInputs(
-            self.sums, self.cluster, self.bandwidth, self.latency, b / self.profile.batch_size, m,
-            self.request.optimizer_factor, choices, MAX_STAGES,
+            sums, self.cluster, self.bandwidth, self.latency, m, self.request.model.optimizer_factor, choices, MAX_STAGES,
         )  # fmt: skip
         orders = self.orders[:1] if self.large else self.orders
         # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
@@ -137,11 +158,13 @@ class Candidates:
         """One device per stage along `order`, all devices (or layers, or `stages`), balanced by time (or by memory)."""
         layers = self.profile.layers
         count = min(len(layers), len(order), stages or len(order))
+        arrays = self.layer_costs.arrays(b)
         if by_memory:
-            work = [x.param_bytes * (2 + self.request.optimizer_factor) + x.saved_bytes * count for x in layers]
+            factor = self.request.model.optimizer_factor
+            work = [x.param_bytes * (2 + factor) + saved * count for x, saved in zip(layers, arrays.saved.tolist(), strict=True)]
             factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
         else:
-            work = [x.fwd_ms + x.bwd_ms for x in layers]
+            work = (arrays.fwd + arrays.bwd).tolist()
             factors = [self.cluster.devices[d].speed for d in order[:count]]
         bounds = chunk_partition(work, factors)
         if bounds is None:
@@ -202,23 +225,15 @@ class Candidates:
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for index, rp in enumerate(counts):
             self.progress(f"partition DP: {rp} pipeline replica(s)", index / max(1, len(counts)))
-            best_here, stale = float("inf"), 0
-            widths_here: set[tuple[int, ...]] = set()
+            # every microbatch size that divides the batch: times follow the size (sim.layer_costs), so a
+            # larger microbatch can be faster per sample; only sizes no plan of which can win are skipped
             for b in self.microbatch_sizes(rp):
                 unit, _, choices = self.units(rp, b)
-                # Skip (1) the same stage widths as a smaller b of this rp: bigger microbatches only add fill;
-                # (2) the same microbatch count and devices per stage over all replicas as a larger rp: the same
-                # compute and all-reduce, in a layout close to the larger rp's stage-major one (tried already).
+                # Skip the same (microbatch size, count, devices per stage over all replicas) as a larger rp: the
+                # same compute and all-reduce, in a layout close to the larger rp's stage-major one (tried already).
                 key = (self.request.global_batch // (rp * b), tuple(rho * unit * rp for rho in choices))
-                if not choices or choices in widths_here or key in seen:
+                if not choices or key in seen:
                     continue
-                widths_here.add(choices)
                 seen.add(key)
-                if self.lower_bound(rp, b) >= self.best_time:
-                    stale += 1
-                else:
-                    found = self.dp_candidates(rp, b)
-                    stale = 0 if found < best_here * 0.999 else stale + 1
-                    best_here = min(best_here, found)
-                if stale >= STALE_SIZES and best_here < float("inf"):
-                    break
+                if self.lower_bound(rp, b) < self.best_time:
+                    self.dp_candidates(rp, b)

@@ -14,7 +14,8 @@ The search, as in the paper and the authors' planner (`orchestrate.rs`):
 2. Straight plans (one GPU per stage) with g = 2 and g = D, and two-stage
    splits of all D GPUs; g = 1 is plain data parallelism.
 3. Every candidate is ranked by the pivot-stage latency model (see
-   dapple_model.pivot_latency) with M = GBS / (rp * microbatch size); the best
+   dapple_model.pivot_latency) with M = GBS / (rp * microbatch size), stage
+   times taken at the microbatch size (DAPPLE profiles at it); the best
    one that fits in memory wins. The schedule is DAPPLE's early backward
    (1F1B), with K_i = min(2(S-i)-1, M) warm-up forwards when transfers are
    comparable to compute (a boundary's transfer takes at least half the
@@ -53,7 +54,8 @@ from pipeplan.planner.dapple_model import (
 )
 from pipeplan.planner.dapple_search import DappleSearch
 from pipeplan.schedules.one_f_one_b import one_f_one_b
-from pipeplan.sim.plan_costs import check_fits
+from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.memory import check_fits
 
 MAX_BLOCKS = 48
 MAX_GPUS_PER_PIPELINE = 64
@@ -115,23 +117,35 @@ def candidates(search: DappleSearch, global_batch: int) -> list[Candidate]:
     return out
 
 
-def latency_of(search: DappleSearch, candidate: Candidate, microbatch_size: int, microbatches: int) -> float:
+def stage_times(model: CostModel, search: DappleSearch, first: int, last: int, devices: tuple[int, ...], replicas: int,
+                microbatch_size: int) -> tuple[float, float]:  # fmt: skip
+    """(F, B) ms of blocks first..last per microbatch on their devices: DAPPLE profiles at the microbatch size it
+    plans for, so the times are the cost model's at b / r samples per device (sim.layer_costs)."""
+    lo, hi = search.blocks.layer_range(first, last)
+    work = model.layers.stage(range(lo, hi + 1), microbatch_size, len(devices) // replicas, search.speed(devices))
+    return work.fwd_ms, work.bwd_ms
+
+
+def cut_bytes(model: CostModel, search: DappleSearch, last: int, microbatch_size: int) -> float:
+    """Bytes of one microbatch crossing the cut after block `last`."""
+    return model.layers.cut_bytes(search.blocks.layer_range(last, last)[1], microbatch_size)
+
+
+def latency_of(model: CostModel, search: DappleSearch, candidate: Candidate, microbatch_size: int, microbatches: int) -> float:
     """The pivot model's latency of a candidate at one microbatch size (ms)."""
-    scale = microbatch_size / search.profile.batch_size
     fwd: list[float] = []
     bwd: list[float] = []
     allreduce: list[float] = []
     prev: tuple[int, int, tuple[int, ...]] | None = None
     for first, last, devices in candidate.stages:
         if prev is not None:
-            xfer = search.transfer_ms(prev[2], devices, candidate.replicas, search.cut(prev[1]) * scale)
+            xfer = search.transfer_ms(prev[2], devices, candidate.replicas, cut_bytes(model, search, prev[1], microbatch_size))
             fwd.append(xfer)
             bwd.append(xfer)
             allreduce.append(0.0)
-        per_replica = len(devices) // candidate.replicas
-        speed = search.speed(devices)
-        fwd.append(search.fwd(first, last) * scale / (per_replica * speed))
-        bwd.append(search.bwd(first, last) * scale / (per_replica * speed))
+        f, b = stage_times(model, search, first, last, devices, candidate.replicas, microbatch_size)
+        fwd.append(f)
+        bwd.append(b)
         allreduce.append(ring_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
         prev = (first, last, devices)
     return pivot_latency(fwd, bwd, allreduce, microbatches)[0]
@@ -146,12 +160,11 @@ def to_plan(blocks: Blocks, candidate: Candidate, microbatch_size: int, microbat
     return Plan(stages, candidate.replicas, microbatches, microbatch_size, "list", order=order)
 
 
-def transfers_comparable(search: DappleSearch, candidate: Candidate, microbatch_size: int) -> bool:
+def transfers_comparable(model: CostModel, search: DappleSearch, candidate: Candidate, microbatch_size: int) -> bool:
     """True when some boundary's transfer of one microbatch takes at least half the next stage's forward."""
-    scale = microbatch_size / search.profile.batch_size
     for (_, last, before), (first, end, after) in zip(candidate.stages, candidate.stages[1:], strict=False):
-        xfer = search.transfer_ms(before, after, candidate.replicas, search.cut(last) * scale)
-        fwd = search.fwd(first, end) * scale / (len(after) // candidate.replicas * search.speed(after))
+        xfer = search.transfer_ms(before, after, candidate.replicas, cut_bytes(model, search, last, microbatch_size))
+        fwd, _ = stage_times(model, search, first, end, after, candidate.replicas, microbatch_size)
         if xfer >= 0.5 * fwd:
             return True
     return False
@@ -169,16 +182,16 @@ def choose(request: PlanRequest, search: DappleSearch, found: list[Candidate], m
         m = replica_batch // microbatch_size
         if m > MAX_MICROBATCHES:
             continue
-        ranked.append((latency_of(search, candidate, microbatch_size, m), index, candidate, m))
+        ranked.append((latency_of(request.model, search, candidate, microbatch_size, m), index, candidate, m))
     ranked.sort(key=lambda item: (item[0], item[1]))
     for _, _, candidate, m in ranked:
         # the extra warm-up order is a `list` plan: not when the request asks for plain 1f1b
-        extra_ok = request.schedule == "auto" and transfers_comparable(search, candidate, microbatch_size)
+        extra_ok = request.schedule == "auto" and transfers_comparable(request.model, search, candidate, microbatch_size)
         variants = [True, False] if extra_ok else [False]
         for extra in variants:
             plan = to_plan(search.blocks, candidate, microbatch_size, m, extra)
             try:
-                check_fits(plan, request.profile, request.cluster, optimizer_factor=request.optimizer_factor)
+                check_fits(plan, request.model)
             except PipeplanError:
                 continue
             return plan
@@ -194,7 +207,7 @@ def plan_dapple(request: PlanRequest) -> PlanResult:
     """
     started = time.perf_counter()
     require_schedule(request, "dapple", "1f1b")
-    search = DappleSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, request.optimizer_factor)
+    search = DappleSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, request.model.optimizer_factor)
     found = candidates(search, request.global_batch)
     plans = []
     for size in microbatch_sizes(request, request.global_batch, max_microbatches=request.global_batch):

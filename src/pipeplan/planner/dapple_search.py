@@ -10,6 +10,7 @@ import numpy as np
 from pipeplan.core.cluster import Cluster
 from pipeplan.planner.baseline_tools import Blocks, prefix_sums
 from pipeplan.planner.dapple_model import FRESH_FIRST, POLICIES, allocate_replicas
+from pipeplan.sim.links import link_matrices
 
 Devices = tuple[int, ...]
 StagePlan = tuple[tuple[int, int, Devices], ...]
@@ -41,18 +42,14 @@ class DappleSearch:
         self._static = 2.0 + optimizer_factor
         self._speed = np.asarray([d.speed for d in cluster.devices])
         self._memory = np.asarray([d.memory_bytes for d in cluster.devices])
-        rates = np.asarray(cluster.bandwidth, dtype=float)
-        if cluster.nic_bandwidth is not None:
-            node_of = np.asarray([d.node for d in cluster.devices])
-            rates = np.where(node_of[:, None] != node_of[None, :], np.minimum(rates, cluster.nic_bandwidth), rates)
-        np.fill_diagonal(rates, np.inf)
+        rates, latency = link_matrices(cluster)
         self._machine_of = np.zeros(cluster.num_devices, dtype=int)
         for m, ids in enumerate(self.nodes):
             self._machine_of[ids] = m
         row_min = np.stack([rates[ids].min(axis=0) for ids in self.nodes])  # machine x device
         self._machine_pair_min = np.stack([row_min[:, ids].min(axis=1) for ids in self.nodes], axis=1)
         np.fill_diagonal(self._machine_pair_min, np.inf)
-        self._latency = np.asarray(cluster.latency, dtype=float)
+        self._latency = latency
         self._rates = rates
         self._device_stats: dict[Devices, tuple[float, float]] = {}
         self._terms: dict[tuple[Devices, Devices, int], tuple[tuple[float, float], ...]] = {}

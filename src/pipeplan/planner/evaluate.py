@@ -9,10 +9,12 @@ from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.planner.base import PlanRequest
+from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.costs import Costs
-from pipeplan.sim.plan_costs import order_peak_activation, plan_costs, plan_schedule
+from pipeplan.sim.memory import memory_excess, rank_memory
 from pipeplan.sim.result import SimResult
+from pipeplan.sim.stage_costs import plan_costs, simulate_plan
 
 RANK_MICROBATCHES = 48
 """Above this many microbatches, rank by simulating fewer and extrapolating the steady state."""
@@ -52,9 +54,9 @@ class Evaluator:
 
     def __init__(self, request: PlanRequest) -> None:
         self.request = request
+        self.model = request.model
         self.profile = request.profile
         self.cluster = request.cluster
-        self.optimizer_factor = request.optimizer_factor
         self._costs: dict[tuple[object, ...], Costs] = {}
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
@@ -65,7 +67,7 @@ class Evaluator:
         key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
         costs = self._costs.get(key)
         if costs is None:
-            costs = plan_costs(plan, self.profile, self.cluster, self.optimizer_factor)
+            costs = plan_costs(plan, self.model)
             self._costs[key] = costs
         return costs
 
@@ -102,39 +104,32 @@ class Evaluator:
         return t1 + (m - m1) * slope
 
     def busiest_rank_ms(self, plan: Plan) -> float:
-        """The largest compute time one microbatch puts on a rank (F + B of all its chunk-stages)."""
+        """The largest compute time one microbatch puts on a rank (F + B, or F + I + W, of all its chunk-stages)."""
         per_rank = [0.0] * plan.num_ranks
+        split = plan.schedule == "zb-h1"
         for s, cost in enumerate(self.costs(plan).stages):
-            per_rank[s % plan.num_ranks] += cost.fwd_ms + cost.bwd_ms
+            backward = cost.bwd_input_ms + cost.bwd_weight_ms if split else cost.bwd_ms  # type: ignore[operator]
+            per_rank[s % plan.num_ranks] += cost.fwd_ms + backward
         return max(per_rank)
 
     def rank_memory(self, plan: Plan) -> tuple[float, ...]:
-        """Peak bytes per rank at the full microbatch count."""
-        costs = self.costs(plan)
-        p = plan.num_ranks
-        static = [0.0] * p
-        for s, cost in enumerate(costs.stages):
-            static[s % p] += cost.static_bytes
-        saved = tuple(c.saved_bytes for c in costs.stages)
+        """Peak bytes per rank at the full microbatch count (sim.memory.rank_memory on a short schedule where it can)."""
         if plan.schedule == "gpipe":
-            activation = tuple(plan.microbatches * saved[r] for r in range(p))
-        else:
-            # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
-            saturate = 2 * p * (plan.k * plan.chunks + 1)
-            m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
-            activation = order_peak_activation(self.schedule(dataclasses.replace(plan, microbatches=m)), saved)
-        return tuple(static[r] + activation[r] for r in range(p))
+            costs = self.costs(plan)
+            p = plan.num_ranks
+            static = [0.0] * p
+            for s, cost in enumerate(costs.stages):
+                static[s % p] += cost.static_bytes
+            return tuple(static[r] + plan.microbatches * costs.stages[r].saved_bytes for r in range(p))
+        # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
+        saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
+        m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
+        return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
 
     def memory_excess(self, plan: Plan) -> tuple[float, int]:
         """(largest bytes over capacity on any device, its rank)."""
-        memory = self.rank_memory(plan)
-        worst, worst_rank = -float("inf"), -1
-        devices = self.cluster.devices
-        for rank in range(plan.num_ranks):
-            cap = min(devices[d].memory_bytes for d in plan.stages[rank].devices)
-            if memory[rank] - cap > worst:
-                worst, worst_rank = memory[rank] - cap, rank
-        return worst, worst_rank
+        excess, rank, _ = memory_excess(plan, self.cluster, self.rank_memory(plan))
+        return excess, rank
 
     def score(self, plan: Plan) -> Score:
         """Cached Score of `plan`; INVALID when the cost model rejects it (e.g. a missing link)."""
@@ -152,6 +147,4 @@ class Evaluator:
 
     def exact(self, plan: Plan, record: bool = True) -> SimResult:
         """The full simulation of `plan`."""
-        from pipeplan.sim.plan_costs import simulate_plan
-
-        return simulate_plan(plan, self.profile, self.cluster, record=record, optimizer_factor=self.optimizer_factor)
+        return simulate_plan(plan, self.model, record=record)

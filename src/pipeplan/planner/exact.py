@@ -38,12 +38,17 @@ from dataclasses import dataclass, field
 from functools import cache
 from itertools import permutations
 
+import numpy as np
+
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
 from pipeplan.planner.baseline_tools import evaluate, prefix_sums
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.plan_costs import order_peak_activation, simulate_plan
+from pipeplan.sim.layer_costs import StageWork
+from pipeplan.sim.links import pair_ms, ring_allreduce_ms
+from pipeplan.sim.memory import order_peak_activation
+from pipeplan.sim.stage_costs import simulate_plan
 
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
 MAX_SPACE = 20_000_000
@@ -76,7 +81,9 @@ class _Placed:
     devices: tuple[int, ...]
     fwd: float
     bwd: float
-    allreduce: float
+    inp: float  # I of the zero-bubble split (at most B)
+    wgt: float  # W of the zero-bubble split
+    allreduce: float  # all-reduce, then the optimizer step
     static: float
     act: float
     memory: float
@@ -97,23 +104,29 @@ class _Search:
     best_plan: Plan | None = None
     simulated: int = 0
     nodes: int = 0
-    fwd: list[float] = field(default_factory=list)
-    bwd: list[float] = field(default_factory=list)
-    params: list[float] = field(default_factory=list)
-    saved: list[float] = field(default_factory=list)
+    works: dict[tuple[int, int, int, int, float], StageWork] = field(default_factory=dict)
+    rest_work: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        layers = self.request.profile.layers
-        self.fwd = prefix_sums(layer.fwd_ms for layer in layers)
-        self.bwd = prefix_sums(layer.bwd_ms for layer in layers)
-        self.params = prefix_sums(layer.param_bytes for layer in layers)
-        self.saved = prefix_sums(layer.saved_bytes or 0.0 for layer in layers)
+    # -- costs, from sim's cost model -------------------------------------------------------------------
+    def work(self, first: int, last: int, size: int, r: int, speed: float) -> StageWork:
+        """sim.layer_costs' costs of layers first..last on r replicas of `speed` at microbatch size `size`, cached."""
+        key = (first, last, size, r, speed)
+        got = self.works.get(key)
+        if got is None:
+            got = self.works[key] = self.request.model.layers.stage(range(first, last + 1), size, r, speed)
+        return got
 
-    # -- costs, as sim.plan_costs computes them -----------------------------------------------------
-    def link_ms(self, src: int, dst: int, nbytes: float) -> float:
-        """Unqueued time of nbytes from src to dst."""
-        cluster = self.request.cluster
-        return cluster.latency[src][dst] * 1000.0 + nbytes / cluster.require_link(src, dst) * 1000.0
+    def rest(self, size: int, devices: int) -> list[float]:
+        """Suffix sums over layers of the least compute per sample at microbatch size `size` on at most `devices`
+        replicas: size * rest[i] bounds the device-time of layers i.. per microbatch from below (see lower_bound)."""
+        key = (size, devices)
+        got = self.rest_work.get(key)
+        if got is None:
+            costs = self.request.model.layers
+            splits = [x for x in range(1, size + 1) if size % x == 0 and size // x <= devices]
+            per_sample = np.min([costs.per_layer_ms(x) / x for x in splits], axis=0).tolist()
+            got = self.rest_work[key] = prefix_sums(reversed(per_sample))[::-1]
+        return got
 
     def transfer(self, before: _Placed, after: _Placed, rp: int, nbytes: float, forward: bool) -> float:
         """Slowest pair over all pipeline replicas (each pair carries 1/q of the bytes)."""
@@ -123,47 +136,45 @@ class _Search:
         for t in range(rp):
             for i in range(q):
                 a, b = before.devices[t * r1 + i], after.devices[t * r2 + i]
-                worst = max(worst, self.link_ms(a, b, nbytes / q) if forward else self.link_ms(b, a, nbytes / q))
+                pair = (
+                    pair_ms(self.request.cluster, a, b, nbytes / q)
+                    if forward
+                    else pair_ms(self.request.cluster, b, a, nbytes / q)
+                )
+                worst = max(worst, pair)
         return worst
 
-    def ring_ms(self, devices: tuple[int, ...], nbytes: float) -> float:
-        """Ring all-reduce in the devices' order (sim.plan_costs.ring_allreduce_ms)."""
-        n = len(devices)
-        if n < 2:
-            return 0.0
-        cluster = self.request.cluster
-        ring = [(devices[i], devices[(i + 1) % n]) for i in range(n)]
-        bandwidth = min(cluster.require_link(a, b) for a, b in ring)
-        latency = max(cluster.latency[a][b] for a, b in ring)
-        return (2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency) * 1000.0
-
-    def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, scale: float, prev: _Placed | None) -> _Placed:
-        """Costs of layers first..last on `devices` after `prev`."""
+    def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int, prev: _Placed | None) -> _Placed:
+        """Costs of layers first..last on `devices` after `prev`, at microbatch size `size`."""
         cluster = self.request.cluster
         r = len(devices) // rp
         speed = min(cluster.devices[d].speed for d in devices)
-        params = self.params[last + 1] - self.params[first]
+        work = self.work(first, last, size, r, speed)
+        inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
+        wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
         stage = _Placed(
             first,
             last,
             devices,
-            fwd=(self.fwd[last + 1] - self.fwd[first]) * scale / (r * speed),
-            bwd=(self.bwd[last + 1] - self.bwd[first]) * scale / (r * speed),
-            allreduce=self.ring_ms(devices, params),
-            static=params * (2 + self.request.optimizer_factor),
-            act=(self.saved[last + 1] - self.saved[first]) * scale / r,
+            fwd=work.fwd_ms,
+            bwd=work.bwd_ms,
+            inp=inp,
+            wgt=wgt,
+            allreduce=ring_allreduce_ms(cluster, devices, work.param_bytes) + work.optimizer_ms,
+            static=work.param_bytes * (2 + self.request.model.optimizer_factor),
+            act=work.saved_bytes,
             memory=min(cluster.devices[d].memory_bytes for d in devices),
             arrive=0.0,
         )
         if prev is None:
             stage.chain = stage.chain_split = stage.bwd + stage.allreduce
         else:
-            nbytes = self.request.profile.cut_bytes[prev.last] * scale  # type: ignore[index]
+            nbytes = self.request.model.layers.cut_bytes(prev.last, size)
             stage.fwd_in = self.transfer(prev, stage, rp, nbytes, True)
             stage.bwd_out = self.transfer(prev, stage, rp, nbytes, False)
             stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
             stage.chain = stage.bwd + stage.bwd_out + prev.chain
-            stage.chain_split = stage.bwd / 2 + stage.bwd_out + prev.chain_split
+            stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
         return stage
 
     def placed_bound(self, stage: _Placed, prev: _Placed | None, m: int) -> float:
@@ -173,13 +184,13 @@ class _Search:
         transfers on its slowest link in each direction, each followed by the
         last microbatch's way down to stage 0 and stage 0's all-reduce.
         """
-        bound = stage.arrive + m * (stage.fwd + stage.bwd) + stage.allreduce
+        bound = stage.arrive + m * (stage.fwd + min(stage.bwd, stage.inp + stage.wgt)) + stage.allreduce
         if prev is not None:
-            down = stage.bwd / 2 + prev.chain_split
+            down = stage.inp + prev.chain_split
             bound = max(
                 bound,
                 prev.arrive + prev.fwd + m * stage.fwd_in + stage.fwd + down,
-                stage.arrive + stage.fwd + stage.bwd / 2 + m * stage.bwd_out + prev.chain_split,
+                stage.arrive + stage.fwd + stage.inp + m * stage.bwd_out + prev.chain_split,
             )
         return bound
 
@@ -194,15 +205,15 @@ class _Search:
         """
         last = stages[-1]
         chain = [st.chain_split if split else st.chain for st in stages]
-        part = [st.bwd / 2 if split else st.bwd for st in stages]
-        part[0] = stages[0].bwd  # stage 0 runs I and W of the last microbatch itself
+        part = [st.inp if split else st.bwd for st in stages]
+        part[0] = min(stages[0].bwd, stages[0].inp + stages[0].wgt)  # stage 0 runs I and W of the last microbatch itself
         forward_end = last.arrive + last.fwd
         bound = forward_end + chain[-1]
         first_backward = forward_end  # earliest start of the first backward on stage s (scanned downwards)
         for s in range(len(stages) - 1, -1, -1):
             st = stages[s]
             tail = st.allreduce if split or s == 0 else max(st.allreduce, st.bwd_out + chain[s - 1])
-            bound = max(bound, st.arrive + m * (st.fwd + st.bwd) + tail)
+            bound = max(bound, st.arrive + m * (st.fwd + (st.inp + st.wgt if split else st.bwd)) + tail)
             if s:
                 rest_forward = forward_end - st.arrive  # F on s and every stage after it, with transfers
                 prev = stages[s - 1]
@@ -223,13 +234,12 @@ class _Search:
             if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                 continue
             plan = Plan(plan_stages, rp, m, size, name, k=k)
-            result = simulate_plan(plan, self.request.profile, self.request.cluster, record=False,
-                                   optimizer_factor=self.request.optimizer_factor)  # fmt: skip
+            result = simulate_plan(plan, self.request.model, record=False)
             self.simulated += 1
             if result.iteration_time < self.best_time:
                 self.best_time, self.best_plan = result.iteration_time, plan
 
-    def grow(self, stages: list[_Placed], free: tuple[int, ...], rp: int, m: int, size: int, scale: float) -> None:
+    def grow(self, stages: list[_Placed], free: tuple[int, ...], rp: int, m: int, size: int) -> None:
         """Place the next stage in every way, pruning by the bound, recursing until all layers are placed."""
         self.nodes += 1
         layers = self.request.profile.num_layers
@@ -243,19 +253,20 @@ class _Search:
                 if size % r or (rest_layers and len(free) - group < rp):
                     continue
                 for devices in permutations(free, group):
-                    stage = self.place(start, last, devices, rp, scale, prev)
+                    stage = self.place(start, last, devices, rp, size, prev)
                     if stage.static + stage.act > stage.memory:
                         continue
                     if self.placed_bound(stage, prev, m) >= self.best_time:
                         continue
                     left = tuple(d for d in free if d not in devices)
                     if rest_layers:
-                        work = (self.fwd[layers] - self.fwd[last + 1] + self.bwd[layers] - self.bwd[last + 1]) * scale
+                        # the layers left, on the devices left: at least their least compute per sample, each sample
+                        work = size * self.rest(size, len(left) // rp)[last + 1]
                         fastest = max(speeds[i] for i, d in enumerate(free) if d not in devices)
                         rest = stage.arrive + stage.fwd + m * work / ((len(left) // rp) * fastest)
                         if rest >= self.best_time:
                             continue
-                        self.grow([*stages, stage], left, rp, m, size, scale)
+                        self.grow([*stages, stage], left, rp, m, size)
                     else:
                         self.finish([*stages, stage], rp, m, size)
 
@@ -279,13 +290,12 @@ class _Search:
             bounds = [round(i * layers / depth) for i in range(depth + 1)]
             seed = [(bounds[i], bounds[i + 1] - 1, tuple(t * depth + i for t in range(rp))) for i in range(depth)]
             stages: list[_Placed] = []
-            scale = size / request.profile.batch_size
             for first, last, group in seed:
-                stages.append(self.place(first, last, group, rp, scale, stages[-1] if stages else None))
+                stages.append(self.place(first, last, group, rp, size, stages[-1] if stages else None))
             if all(st.static + st.act <= st.memory for st in stages):
                 self.finish(stages, rp, m, size)
         for rp, m, size in shapes:
-            self.grow([], tuple(range(devices)), rp, m, size, size / request.profile.batch_size)
+            self.grow([], tuple(range(devices)), rp, m, size)
 
 
 @register_planner("exact")

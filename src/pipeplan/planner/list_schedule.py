@@ -3,8 +3,8 @@
 Each rank, whenever it is idle, starts the ready task with the longest
 remaining path to the end of the iteration (ties: lowest microbatch), where
 a forward may start only while the stage holds fewer in-flight microbatches
-than its activation budget. Transfers are timed as in the simulator (flows
-queue first-come first-served on their resources). The order each rank
+than its activation budget. Transfers are timed by the simulator's own
+queue (sim.transfers.TransferTable: flows first-come first-served on their resources). The order each rank
 followed is the schedule; the simulator then times it like any other.
 
 Note:
@@ -24,8 +24,9 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 from pipeplan.core.validate import validate
-from pipeplan.sim.costs import Costs, Flow
-from pipeplan.sim.plan_costs import flows_time
+from pipeplan.sim.costs import Costs
+from pipeplan.sim.links import flows_time
+from pipeplan.sim.transfers import TransferTable
 
 
 def priorities(costs: Costs) -> tuple[list[float], list[float]]:
@@ -40,23 +41,6 @@ def priorities(costs: Costs) -> tuple[list[float], list[float]]:
     for s in range(p - 1, -1, -1):
         fwd_rest[s] = costs.stages[s].fwd_ms + (fwd_rest[s + 1] + fwd_link[s] if s < p - 1 else 0.0)
     return [fwd_rest[s] + back[p - 1] for s in range(p)], back
-
-
-class _Links:
-    """Resource free times; a transfer's flows queue FCFS like in the simulator."""
-
-    def __init__(self) -> None:
-        self.free: dict[str, float] = {}
-
-    def deliver(self, flows: tuple[Flow, ...], request: float) -> float:
-        done = request
-        for flow in flows:
-            start = max([request] + [self.free.get(r, 0.0) for r in flow.resources])
-            end = start + flow.latency_ms + flow.work_ms
-            for r in flow.resources:
-                self.free[r] = end
-            done = max(done, end)
-        return done
 
 
 def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Schedule:
@@ -74,7 +58,7 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
     if len(budgets) != p or min(budgets) < 1:
         raise PlanError(f"list schedule needs one activation budget >= 1 per stage ({p}), got {budgets}")
     prio_f, prio_b = priorities(costs)
-    links = _Links()
+    links = TransferTable(tuple(range(p)), costs, None)  # the simulator's first-come first-served queue
     # ready[s][0]: forwards, ready[s][1]: backwards, each a heap of (-priority, microbatch, op)
     ready: list[tuple[list[tuple[float, int, str]], list[tuple[float, int, str]]]] = [([], []) for _ in range(p)]
     inflight = [0] * p
@@ -120,14 +104,14 @@ def list_order(costs: Costs, microbatches: int, budgets: tuple[int, ...]) -> Sch
             idle[s] = True
             if op == "F":
                 if s < p - 1:
-                    at = links.deliver(costs.forward[s], now)
+                    at = links.run(s, now)[1]
                     heappush(events, (at, seq, 0, s + 1, "F", mb))
                 else:
                     heappush(events, (now, seq, 0, s, "B", mb))
             else:
                 inflight[s] -= 1
                 if s > 0:
-                    at = links.deliver(costs.backward[s - 1], now)
+                    at = links.run(links.gradient(s - 1), now)[1]
                     heappush(events, (at, seq, 0, s - 1, "B", mb))
             seq += 1
     return Schedule(tuple(tuple(r) for r in order), tuple(range(p)), "list")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.profile import ModelProfile
 from pipeplan.planner.topology import Layout
+from pipeplan.sim.layer_costs import LayerCosts
+from pipeplan.sim.links import ring_allreduce_terms
 
 INF = np.inf
 
@@ -40,54 +41,67 @@ class DpSolution:
 
 @dataclass(frozen=True, slots=True)
 class BlockSums:
-    """Per block range [i, j] (i <= j): fwd+bwd ms, param bytes, saved bytes; cut bytes after block j;
-    backward ms of all blocks before block i."""
+    """Per block range [i, j] (i <= j) at one number of samples per device: fwd+bwd ms, param bytes, saved bytes,
+    optimizer-step ms; cut bytes of a whole microbatch after block j; backward ms of all blocks before block i."""
 
     work_ms: np.ndarray
     param_bytes: np.ndarray
     saved_bytes: np.ndarray
+    optimizer_ms: np.ndarray
     cut_after: np.ndarray
     bwd_before_ms: np.ndarray
     blocks: tuple[tuple[int, int], ...]
 
 
-def block_sums(profile: ModelProfile, blocks: tuple[tuple[int, int], ...]) -> BlockSums:
-    """Range sums over blocks (inf work where j < i, so such ranges are never chosen)."""
+def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: float, microbatch_size: int) -> BlockSums:
+    """Range sums over blocks of the layer costs at `samples` samples per device (inf work where j < i).
 
-    def per_block(values: list[float]) -> np.ndarray:
-        return np.array([sum(values[a : b + 1]) for a, b in blocks], dtype=float)
+    Cuts carry a whole microbatch of `microbatch_size` samples (split later over the pairs between two stages).
+    """
+    arrays = costs.arrays(samples)
+    starts = np.array([a for a, _ in blocks], dtype=np.int64)
+    layers = costs.profile.layers
 
-    layers = profile.layers
-    work = per_block([x.fwd_ms + x.bwd_ms for x in layers])
-    params = per_block([x.param_bytes for x in layers])
-    saved = per_block([x.saved_bytes or 0.0 for x in layers])
-    bwd = per_block([x.bwd_ms for x in layers])
+    def per_block(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.asarray(values, dtype=float), starts)
+
+    work = per_block(arrays.fwd + arrays.bwd)
+    params = per_block(np.array([x.param_bytes for x in layers]))
+    saved = per_block(arrays.saved)
+    optimizer = per_block(np.array([costs.optimizer_ms([i]) for i in range(len(layers))]))
+    bwd = per_block(arrays.bwd)
 
     def ranges(v: np.ndarray) -> np.ndarray:
         c = np.concatenate([[0.0], np.cumsum(v)])
         return c[None, 1:] - c[:-1, None]  # [i, j] = sum v[i..j]
 
     upper = np.triu(np.ones((len(blocks), len(blocks)), dtype=bool))
-    cuts = profile.cut_bytes or ()
-    cut_after = np.array([cuts[b] if b < len(cuts) else 0.0 for _, b in blocks], dtype=float)
+    last = len(layers) - 1
+    cut_after = np.array([costs.cut_bytes(b, microbatch_size) if b < last else 0.0 for _, b in blocks], dtype=float)
     bwd_before = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
-    return BlockSums(np.where(upper, ranges(work), INF), ranges(params), ranges(saved), cut_after, bwd_before, blocks)
+    return BlockSums(
+        np.where(upper, ranges(work), INF), ranges(params), ranges(saved), ranges(optimizer), cut_after, bwd_before, blocks
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class DpInputs:
-    """Everything one DP run needs besides the layout."""
+    """Everything one DP run needs besides the layout: block sums per stage replica count r (at b / r samples)."""
 
-    sums: BlockSums
+    sums: dict[int, BlockSums]
     cluster: Cluster
     bandwidth: np.ndarray
     latency: np.ndarray
-    scale: float
     microbatches: int
     optimizer_factor: float
     unit_choices: tuple[int, ...]
     max_stages: int
     hide_allreduce: bool = False
+
+    @property
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """The blocks the DP cuts between."""
+        return next(iter(self.sums.values())).blocks
 
 
 def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.ndarray]:
@@ -105,12 +119,8 @@ def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.n
         devs = layout.devices(a, rho)
         speed[a] = min(devices_all[d].speed for d in devs)
         memory[a] = min(devices_all[d].memory_bytes for d in devs)
-        n = len(devs)
-        if n > 1:
-            ring = np.array(devs)
-            nxt = np.roll(ring, -1)
-            ring_factor[a] = 1000.0 * 2 * (n - 1) / n / inp.bandwidth[ring, nxt].min()
-            ring_fixed[a] = 1000.0 * 2 * (n - 1) * inp.latency[ring, nxt].max()
+        if len(devs) > 1:
+            ring_factor[a], ring_fixed[a] = ring_allreduce_terms(inp.cluster, devs)
         if a > 0:
             # downstream stage assumed to have as many replicas, just below this one in the order
             low = max(0, a * layout.unit - r)
@@ -142,41 +152,43 @@ def _pos_to_index(layout: Layout, replica: int, position: int) -> int:
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
     """The `keep` best partitions with replication for this layout, by the DP's estimate.
 
-    Stage estimate: u_s = (m-1) * max(t_s, c_s) + AR_s with t_s the stage's
-    F+B per microbatch, c_s its outgoing transfer and AR_s its all-reduce
-    (with `hide_allreduce`, max(0, AR_s - D_s) where D_s is the backward of
-    the earlier layers, which can hide it); a
+    Stage estimate: u_s = (m-1) * max(t_s, c_s) + AR_s + O_s with t_s the
+    stage's F+B per microbatch at b / r_s samples per device, c_s its outgoing
+    transfer, AR_s its all-reduce (with `hide_allreduce`, max(0, AR_s - D_s)
+    where D_s is the backward of the earlier layers, which can hide it) and
+    O_s its optimizer step; a
     suffix's value is max_s u_s plus the fill sum_s (t_s + 2 c_s). Memory:
     weights, gradients and optimizer state plus min(stages after, m)
     microbatches of activations must fit the smallest device of the stage.
     """
-    sums = inp.sums
-    nb = len(sums.blocks)
+    nb = len(inp.blocks)
     k_units = layout.units
     m = inp.microbatches
     max_stages = min(inp.max_stages, nb, k_units)
-    static = sums.param_bytes * (2 + inp.optimizer_factor)
     tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for rho in inp.unit_choices:
         if rho > k_units:
             continue
         arr = _placement_arrays(inp, layout, rho)
-        r = rho * layout.unit
-        t = sums.work_ms[:, :, None] * inp.scale / (r * arr["speed"][None, None, :])
+        sums = inp.sums[rho * layout.unit]  # costs at b / r samples per device
+        static = sums.param_bytes * (2 + inp.optimizer_factor)
+        speed = arr["speed"][None, None, :]
+        t = sums.work_ms[:, :, None] / speed
         rate = arr["out_rate"][None, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
-            moved = 1000.0 * sums.cut_after[None, :, None] * inp.scale / rate
+            moved = 1000.0 * sums.cut_after[None, :, None] / rate
             c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
         c = np.nan_to_num(c, nan=INF)
         ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
         # the all-reduce starts after the stage's last backward and hides behind the backwards still to
         # run on the stages before it (estimated as if they had this stage's replicas and speed)
-        drain = sums.bwd_before_ms[:, None, None] * inp.scale / (r * arr["speed"][None, None, :])
+        drain = sums.bwd_before_ms[:, None, None] / speed
         exposed = np.maximum(ar - drain, 0.0) if inp.hide_allreduce else ar
+        exposed = exposed + sums.optimizer_ms[:, :, None] / speed  # the optimizer step follows the all-reduce
         cycle = np.maximum(t, c)
         u = (m - 1) * cycle + exposed if m > 1 else np.where(np.isfinite(cycle), exposed, INF)
         # the most microbatches whose activations fit beside the weights (negative: not even the weights)
-        act = sums.saved_bytes[:, :, None] * inp.scale / r
+        act = sums.saved_bytes[:, :, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             room = (arr["memory"][None, None, :] - static[:, :, None]) / act
         room = np.where(static[:, :, None] > arr["memory"][None, None, :], -1.0, np.nan_to_num(room, nan=INF, posinf=INF))
@@ -222,7 +234,7 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
     flat.sort()
     solutions = []
     for estimate, cnt, k in flat[:keep]:
-        solutions.append(DpSolution(_reconstruct(choice_j, choice_rho, sums.blocks, cnt, k), estimate))
+        solutions.append(DpSolution(_reconstruct(choice_j, choice_rho, inp.blocks, cnt, k), estimate))
     return solutions
 
 

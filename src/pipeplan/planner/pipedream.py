@@ -54,7 +54,7 @@ from pipeplan.planner.baseline_tools import (
     powers_of_two_dividing,
     require_schedule,
 )
-from pipeplan.sim.plan_costs import device_nodes, link_arrays
+from pipeplan.sim.links import device_nodes, link_arrays
 
 MAX_BLOCKS = 128
 MAX_MICROBATCHES = 512
@@ -241,7 +241,7 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     blocks = merge_layers(request.profile, MAX_BLOCKS)
     batch = request.microbatch_size or request.global_batch
     allowed = frozenset(powers_of_two_dividing(batch))
-    stages = pipedream_stages(blocks, request.cluster, request.optimizer_factor, allowed)
+    stages = pipedream_stages(blocks, request.cluster, request.model.optimizer_factor, allowed)
     replicas = [len(s.devices) for s in stages]
     plans = [
         Plan(stages, 1, request.global_batch // size, size, "1f1b")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.core.profile import ModelProfile
+from pipeplan.sim.cost_model import CostModel
 
 GENERATED = ("1f1b", "gpipe", "kfkb", "interleaved-1f1b", "zb-h1")
 KFKB_GROUPS = (2, 3, 4, 8)
@@ -48,7 +47,7 @@ def chunk_partition(work: list[float], factors: list[float]) -> list[tuple[int, 
     return fill(high)
 
 
-def interleave(plan: Plan, profile: ModelProfile, cluster: Cluster, chunks: int) -> Plan | None:
+def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
     """`plan` re-cut into p*chunks chunk-stages, chunk c on rank c mod p, balanced per rank's replicas and speed.
 
     None when it cannot apply: one rank, m not a multiple of p, or too few layers.
@@ -58,9 +57,9 @@ def interleave(plan: Plan, profile: ModelProfile, cluster: Cluster, chunks: int)
         return None
     factors = []
     for rank in range(p):
-        speed = min(cluster.devices[d].speed for d in plan.stages[rank].devices)
+        speed = min(model.cluster.devices[d].speed for d in plan.stages[rank].devices)
         factors.append(plan.replicas_of(rank) * speed)
-    work = [layer.fwd_ms + layer.bwd_ms for layer in profile.layers]
+    work = model.layers.per_layer_ms(plan.microbatch_size).tolist()
     bounds = chunk_partition(work, [factors[c % p] for c in range(p * chunks)])
     if bounds is None:
         return None
@@ -68,7 +67,7 @@ def interleave(plan: Plan, profile: ModelProfile, cluster: Cluster, chunks: int)
     return dataclasses.replace(plan, stages=stages, schedule="interleaved-1f1b", k=1, chunks=chunks, order=None)
 
 
-def schedule_variants(plan: Plan, profile: ModelProfile, cluster: Cluster, only: str = "auto") -> list[Plan]:
+def schedule_variants(plan: Plan, model: CostModel, only: str = "auto") -> list[Plan]:
     """The plan under every generated schedule that applies (or only `only`), 1f1b first.
 
     An interleaved plan (chunks > 1) is returned as it is: its chunk-stages do not map back to p stages.
@@ -86,7 +85,7 @@ def schedule_variants(plan: Plan, profile: ModelProfile, cluster: Cluster, only:
             variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in KFKB_GROUPS if k < plan.microbatches]
         elif name == "interleaved-1f1b":
             for v in INTERLEAVE_CHUNKS:
-                chunked = interleave(base, profile, cluster, v)
+                chunked = interleave(base, model, v)
                 if chunked is not None:
                     variants.append(chunked)
         elif name in GENERATED:

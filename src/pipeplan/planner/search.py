@@ -19,10 +19,11 @@ Steps (all scored by pipeplan's simulator; the final choice is a full simulation
 Search space (restricted to stay fast):
 - pipeline replicas rp: divisors of the device count that divide the global
   batch, largest first;
-- microbatch size b: the request's, else divisors of global_batch / rp,
-  smallest first; a size whose stage widths (below) repeat a smaller one's,
-  or whose (m, devices per stage over all replicas) a larger rp already
-  covered, is skipped, and sizes stop after two that do not improve;
+- microbatch size b: the request's, else every divisor of global_batch / rp
+  (layer times follow b: sim.layer_costs); a size whose (m, devices per
+  stage over all replicas) a larger rp already covered is skipped, and so is
+  one whose lower bound (Candidates.lower_bound) cannot beat the best
+  candidate found so far;
 - per-stage replicas r: divisors of b (a microbatch is split evenly over a
   stage's replicas), in multiples of a unit that keeps at most 64 units per
   pipeline (unit 1 up to 64 devices per pipeline);
@@ -51,7 +52,7 @@ from pipeplan.planner.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.refine import improve_placement, refine_boundaries
 from pipeplan.planner.schedule_choice import schedule_variants
 from pipeplan.schedules.one_f_one_b import one_f_one_b
-from pipeplan.sim.plan_costs import GIB, check_fits, memory_per_device
+from pipeplan.sim.memory import GIB, check_fits, memory_per_device
 
 TOP_CANDIDATES = 6
 REFINED = 2
@@ -138,7 +139,7 @@ class Search(Candidates):
         taken = 0
         for plan in self.ranked(self.pool, len(self.pool), by_structure=True):
             self.progress("choosing schedules", taken / want)
-            chosen = self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
+            chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
             contenders += chosen
             taken += bool(chosen)
             if taken == want:
@@ -147,7 +148,7 @@ class Search(Candidates):
         # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
         # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
         # when it is within SEED_REFINE_MARGIN of the best, as refining a 1024-device plan costs seconds
-        variants = [v for p in self.seeds.values() for v in schedule_variants(p, self.profile, self.cluster, generated_only)]
+        variants = [v for p in self.seeds.values() for v in schedule_variants(p, self.request.model, generated_only)]
         seed = self.ranked(variants, 1)
         times = [self.evaluator.score(p).time_ms for p in best]
         limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.large else math.inf
@@ -161,9 +162,9 @@ class Search(Candidates):
             plan = improve_placement(plan, self.evaluator, budget // 2 if self.large else budget, self.twins)
             plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
-            refined += self.ranked(schedule_variants(plan, self.profile, self.cluster, generated_only), 1)
+            refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
             for other in self.ranked(self.resized(plan), 1):
-                refined += self.ranked([other, *schedule_variants(other, self.profile, self.cluster, generated_only)], 1)
+                refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
         finalists = self.ranked(refined + contenders, FINALISTS)
         if only in ("auto", "list"):
             for plan in list(finalists):
@@ -194,7 +195,7 @@ class Search(Candidates):
         if schedule in SCHEDULE_NEEDS:
             plan = dataclasses.replace(plan, schedule="1f1b")  # memory first; the schedule's own needs below
         try:
-            check_fits(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor)
+            check_fits(plan, self.request.model)
         except PlanError as exc:
             return PlanError(f"no plan fits in memory: {exc}; {remedy}")
         if schedule in SCHEDULE_NEEDS:
@@ -203,7 +204,7 @@ class Search(Candidates):
                 f"{self.request.global_batch}: it needs {SCHEDULE_NEEDS[schedule]}; try a larger --global-batch, a smaller "
                 "--microbatch-size or --schedule auto"
             )
-        need = max(memory_per_device(plan, self.profile, self.cluster, optimizer_factor=self.request.optimizer_factor))
+        need = max(memory_per_device(plan, self.request.model))
         return PlanError(
             f"no plan fits with schedule {self.request.schedule!r} (the best straight pipeline needs {need / GIB:.2f} GiB "
             f"per device); {remedy}, or --schedule auto"
@@ -228,7 +229,7 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
         raise search.nothing_fits()
     plan = search.choose()
     result = search.evaluator.exact(plan)
-    memory = check_fits(plan, request.profile, request.cluster, result, request.optimizer_factor)
+    memory = check_fits(plan, request.model, result)
     return PlanResult(
         plan,
         "pipeplan",

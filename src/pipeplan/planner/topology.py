@@ -10,18 +10,6 @@ import numpy as np
 from pipeplan.core.cluster import Cluster
 
 
-def link_matrices(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """Effective bandwidth (bytes/s, NIC-capped, inf on the diagonal) and latency (s) as arrays."""
-    n = cluster.num_devices
-    bandwidth = np.array(cluster.bandwidth, dtype=float)
-    if cluster.nic_bandwidth is not None:
-        nodes = np.array([d.node for d in cluster.devices])
-        cross = nodes[:, None] != nodes[None, :]
-        bandwidth = np.where(cross, np.minimum(bandwidth, cluster.nic_bandwidth), bandwidth)
-    bandwidth[np.arange(n), np.arange(n)] = np.inf
-    return bandwidth, np.array(cluster.latency, dtype=float)
-
-
 def chain_order(bandwidth: np.ndarray, start: int, allowed: list[int] | None = None) -> list[int]:
     """Greedy chain: from `start`, repeatedly go to the unvisited device with the fastest link (ties: lowest id).
 

@@ -11,7 +11,7 @@ from pipeplan.core.validate import validate
 from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.plan_costs import plan_schedule
+from pipeplan.schedules.plan_schedule import plan_schedule
 
 
 @dataclass(frozen=True, slots=True)

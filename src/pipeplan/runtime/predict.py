@@ -26,9 +26,10 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.profiler.measure import Measurement, measure_layers, profile_module
+from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.engine import simulate
-from pipeplan.sim.plan_costs import plan_costs
 from pipeplan.sim.result import SimResult
+from pipeplan.sim.stage_costs import plan_costs
 
 
 def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 << 22) -> tuple[float, float]:
@@ -142,7 +143,7 @@ def median_profile(profiles: Sequence[ModelProfile]) -> ModelProfile:
 
 def predict(plan: Plan, schedule: Schedule, profile: ModelProfile, cluster: Cluster) -> SimResult:
     """Simulate `schedule` under the cost model of `plan` with `profile` on `cluster` (no optimizer time)."""
-    return simulate(schedule, plan_costs(plan, profile, cluster, optimizer_factor=2.0))
+    return simulate(schedule, plan_costs(plan, CostModel.build(profile, cluster, "linear")))
 
 
 def plan_on_processes(plan: Plan) -> Plan:

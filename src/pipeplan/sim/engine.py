@@ -71,7 +71,7 @@ def _simulate(
     durations: list[float] = []
     for c in costs.stages:
         durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]  # type: ignore[list-item]
-    table = TransferTable(schedule, costs, trace)
+    table = TransferTable(schedule.stage_to_rank, costs, trace)
     run = preferred if table.single_producer else run_events
     outcome = run(program, durations, table)
     stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]

@@ -8,6 +8,7 @@ from operator import itemgetter
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Schedule
+from pipeplan.sim.memory import peak_held
 
 OP_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
 """Column of an op in the duration table: duration of (stage, op) = durations[stage * 5 + OP_INDEX[op]]."""
@@ -190,12 +191,4 @@ def peak_saved_bytes(program: Program, rank: int, saved: tuple[float, ...]) -> f
     stages = program.schedule.stages_of(rank)
     if len({saved[s] for s in stages}) <= 1:
         return program.peak_inflight[rank] * (saved[stages[0]] if stages else 0.0)
-    held = peak = 0.0
-    for instr in program.code[rank]:
-        stage, op = instr[6], instr[7]
-        if op == "F":
-            held += saved[stage]
-            peak = max(peak, held)
-        elif op in "BW":
-            held -= saved[stage]
-    return peak
+    return peak_held(((instr[6], instr[7]) for instr in program.code[rank]), saved)

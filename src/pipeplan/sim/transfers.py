@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from pipeplan.core.schedule import Schedule
 from pipeplan.sim.costs import Costs
 from pipeplan.sim.trace import BandwidthTrace, finish_time
 
@@ -21,6 +20,9 @@ CompiledFlow = tuple[tuple[int, ...], tuple[tuple[float, ...], tuple[float, ...]
 class TransferTable:
     """Per boundary transfer (activations 0..S-2, then gradients S-1..2S-3): a fast form or the list of flows.
 
+    The one first-come first-served queue of transfers on shared resources: the
+    simulator's loops and the planner's list scheduling both deliver through it.
+
     The fast form is one flow on one resource whose link no trace step touches:
     `fast_resource` is that resource's id and `fast_ms` its duration. `free`
     holds each resource's free time; `single_producer` is True when every
@@ -28,8 +30,8 @@ class TransferTable:
     the resource's request order.
     """
 
-    def __init__(self, schedule: Schedule, costs: Costs, trace: BandwidthTrace | None) -> None:
-        s2r = schedule.stage_to_rank
+    def __init__(self, stage_to_rank: tuple[int, ...], costs: Costs, trace: BandwidthTrace | None) -> None:
+        s2r = stage_to_rank
         boundaries = costs.forward + costs.backward
         last = len(costs.forward)
         resource_ids: dict[str, int] = {}
@@ -58,6 +60,10 @@ class TransferTable:
                 self.fast_ms.append(0.0)
         self.free = [0.0] * len(resource_ids)
         self.single_producer = all(len(ranks) == 1 for ranks in producers.values())
+
+    def gradient(self, boundary: int) -> int:
+        """The transfer index of the gradient crossing `boundary` (from stage boundary+1 back to stage boundary)."""
+        return len(self.flows) // 2 + boundary
 
     def run(self, boundary: int, request: float) -> tuple[float, float]:
         """Queue every flow of `boundary` at time `request`; return (first flow start, last flow end).

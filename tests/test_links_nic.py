@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.sim.plan_costs import plan_costs
+from pipeplan.sim.stage_costs import plan_costs
 
 GB = 1e9
 
@@ -33,7 +34,7 @@ def crossing_plan(stage0: tuple[int, ...], stage1: tuple[int, ...]) -> Plan:
 
 def test_two_replicas_crossing_one_nic_each_get_half_of_it() -> None:
     """Both pipelines send node 0 -> node 1 at once, so each flow runs at nic/2: 1e9 B / 0.5 GB/s = 2000 ms."""
-    costs = plan_costs(crossing_plan((0, 1), (2, 3)), two_layers(), two_nodes(nic=1 * GB))
+    costs = plan_costs(crossing_plan((0, 1), (2, 3)), linear_model(two_layers(), two_nodes(nic=1 * GB)))
     (flow,) = costs.forward[0]
     assert flow.work_ms == pytest.approx(2000.0)
     (grad,) = costs.backward[0]
@@ -42,13 +43,13 @@ def test_two_replicas_crossing_one_nic_each_get_half_of_it() -> None:
 
 def test_replicas_on_different_nics_do_not_share() -> None:
     """Replica 0 sends 0 -> 2 (node 0 -> 1), replica 1 sends 3 -> 1 (node 1 -> 0): one flow per NIC, 1000 ms."""
-    costs = plan_costs(crossing_plan((0, 3), (2, 1)), two_layers(), two_nodes(nic=1 * GB))
+    costs = plan_costs(crossing_plan((0, 3), (2, 1)), linear_model(two_layers(), two_nodes(nic=1 * GB)))
     (flow,) = costs.forward[0]
     assert flow.work_ms == pytest.approx(1000.0)
 
 
 def test_without_nic_the_pair_rate_holds() -> None:
     """With no NIC declared, each flow runs at its pair's 10 GB/s: 100 ms."""
-    costs = plan_costs(crossing_plan((0, 1), (2, 3)), two_layers(), two_nodes(nic=None))
+    costs = plan_costs(crossing_plan((0, 1), (2, 3)), linear_model(two_layers(), two_nodes(nic=None)))
     (flow,) = costs.forward[0]
     assert flow.work_ms == pytest.approx(100.0)

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.sim.plan_costs import (
-    check_fits,
-    memory_per_device,
-    plan_costs,
-    plan_schedule,
-    ring_allreduce_ms,
-)
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.links import ring_allreduce_ms
+from pipeplan.sim.memory import check_fits, memory_per_device
+from pipeplan.sim.stage_costs import plan_costs
 
 GB = 1e9
 
@@ -49,7 +47,7 @@ def cluster(
 def test_compute_scales_with_microbatch_replicas_and_speed() -> None:
     """F_s = sum fwd * (b/P) / (r_s * min speed), B likewise."""
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1, 2))), 1, 4, 4, "1f1b")
-    costs = plan_costs(plan, profile(), cluster(speeds=(1.0, 2.0, 0.5, 1.0)))
+    costs = plan_costs(plan, linear_model(profile(), cluster(speeds=(1.0, 2.0, 0.5, 1.0))))
     assert costs.stages[0].fwd_ms == pytest.approx((1 + 2) * 0.5)
     assert costs.stages[0].bwd_ms == pytest.approx((2 + 4) * 0.5)
     # stage 1: layers 2..3 fwd 3+4=7, b/P=0.5, r=2, min speed 0.5 -> 7*0.5/(2*0.5) = 3.5
@@ -61,7 +59,7 @@ def test_compute_scales_with_microbatch_replicas_and_speed() -> None:
 def test_bwd_split_sets_input_and_weight_fractions() -> None:
     """bwd_split=(0.6, 0.4) splits each backward 60/40."""
     plan = Plan((Stage(0, 3, (0,)),), 1, 1, 8, "zb-h1")
-    cost = plan_costs(plan, profile(), cluster(), bwd_split=(0.6, 0.4)).stages[0]
+    cost = plan_costs(plan, linear_model(profile(), cluster(), bwd_split=(0.6, 0.4))).stages[0]
     assert cost.bwd_ms == pytest.approx(20.0)
     assert (cost.bwd_input_ms, cost.bwd_weight_ms) == (pytest.approx(12.0), pytest.approx(8.0))
 
@@ -69,7 +67,7 @@ def test_bwd_split_sets_input_and_weight_fractions() -> None:
 def test_transfer_between_single_devices() -> None:
     """One flow: latency + cut_bytes*(b/P)/bandwidth, on the ordered pair, same size both ways."""
     plan = Plan((Stage(0, 0, (0,)), Stage(1, 3, (1,))), 1, 2, 8, "1f1b")
-    costs = plan_costs(plan, profile(), cluster())
+    costs = plan_costs(plan, linear_model(profile(), cluster()))
     (fwd,) = costs.forward[0]
     assert fwd.resources == ("pair:0->1",)
     assert fwd.link == (0, 1)
@@ -84,11 +82,11 @@ def test_transfer_with_replicas_uses_q_min_pairs() -> None:
     """r=2 -> r=1: q=1 pair (first replica), carrying all bytes; r=2 -> r=2: two pairs of half each."""
     prof = profile()
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 2, 8, "1f1b")
-    flows = plan_costs(plan, prof, cluster()).forward[0]
+    flows = plan_costs(plan, linear_model(prof, cluster())).forward[0]
     assert [f.link for f in flows] == [(0, 2)]
     assert flows[0].work_ms == pytest.approx(2e6 / (10 * GB) * 1000)
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2, 3))), 1, 2, 8, "1f1b")
-    flows = plan_costs(plan, prof, cluster()).forward[0]
+    flows = plan_costs(plan, linear_model(prof, cluster())).forward[0]
     assert [f.link for f in flows] == [(0, 2), (1, 3)]
     assert all(f.work_ms == pytest.approx(1e6 / (10 * GB) * 1000) for f in flows)
 
@@ -96,7 +94,7 @@ def test_transfer_with_replicas_uses_q_min_pairs() -> None:
 def test_nic_resources_and_rate_cap_across_nodes() -> None:
     """Crossing nodes with a NIC: the flow holds nic_out/nic_in and runs at min(pair, NIC)."""
     plan = Plan((Stage(0, 1, (1,)), Stage(2, 3, (2,))), 1, 2, 8, "1f1b")
-    (flow,) = plan_costs(plan, profile(), cluster(nic=5 * GB)).forward[0]
+    (flow,) = plan_costs(plan, linear_model(profile(), cluster(nic=5 * GB))).forward[0]
     assert flow.resources == ("pair:1->2", "nic_out:0", "nic_in:1")
     assert flow.work_ms == pytest.approx(2e6 / (5 * GB) * 1000)
     assert flow.latency_ms == pytest.approx(1e-2)
@@ -105,7 +103,7 @@ def test_nic_resources_and_rate_cap_across_nodes() -> None:
 def test_same_device_boundary_has_no_flows() -> None:
     """Interleaved chunk-stages on one rank (p=1) transfer nothing."""
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (0,))), 1, 2, 8, "interleaved-1f1b", chunks=2)
-    costs = plan_costs(plan, profile(), cluster())
+    costs = plan_costs(plan, linear_model(profile(), cluster()))
     assert costs.forward == ((),) and costs.backward == ((),)
 
 
@@ -117,7 +115,7 @@ def test_zero_bandwidth_link_raises_cluster_error() -> None:
     c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency)
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 2, 8, "1f1b")
     with pytest.raises(ClusterError, match=r"bandwidth\[0\]\[1\] is 0"):
-        plan_costs(plan, profile(), c)
+        plan_costs(plan, linear_model(profile(), c))
 
 
 def test_allreduce_ring_formula() -> None:
@@ -130,7 +128,7 @@ def test_allreduce_ring_formula() -> None:
     assert ring_allreduce_ms(c, (3,), 2e8) == 0.0
     # two pipeline replicas of a one-device stage: the all-reduce spans both.
     plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1, 3))), 2, 2, 4, "1f1b")
-    costs = plan_costs(plan, profile(), c)
+    costs = plan_costs(plan, linear_model(profile(), c))
     assert costs.stages[0].allreduce_ms == pytest.approx((2e8 / (10 * GB) + 2e-5) * 1000)
 
 
@@ -141,14 +139,14 @@ def test_pipeline_replicas_use_slowest_replica_transfer() -> None:
     bw = [list(row) for row in c.bandwidth]
     bw[2][3] = 1 * GB
     c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency)
-    (flow,) = plan_costs(plan, profile(), c).forward[0]
+    (flow,) = plan_costs(plan, linear_model(profile(), c)).forward[0]
     assert flow.link == (2, 3)
 
 
 def test_memory_formula_per_device() -> None:
     """Memory = params*(2+opt) + peak in-flight * saved*(b/P)/r; 1f1b holds p-r microbatches on stage r."""
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 4, "1f1b")
-    mem = memory_per_device(plan, profile(), cluster(), optimizer_factor=2.0)
+    mem = memory_per_device(plan, linear_model(profile(), cluster(), optimizer_factor=2.0))
     # stage 0: params 2e8*4, saved 4e6*0.5/2 = 1e6, in flight 2 -> 8e8 + 2e6
     assert mem[0] == pytest.approx(8e8 + 2e6)
     assert mem[1] == pytest.approx(8e8 + 2e6)
@@ -156,14 +154,14 @@ def test_memory_formula_per_device() -> None:
     assert mem[2] == pytest.approx(8e8 + 2e6)
     assert mem[3] == 0.0
     gpipe = Plan(plan.stages, 1, 4, 4, "gpipe")
-    assert memory_per_device(gpipe, profile(), cluster())[2] == pytest.approx(8e8 + 4 * 2e6)
+    assert memory_per_device(gpipe, linear_model(profile(), cluster()))[2] == pytest.approx(8e8 + 4 * 2e6)
 
 
 def test_interleaved_memory_sums_chunks_on_a_rank() -> None:
     """Each rank holds the weights of all its chunks."""
     stages = (Stage(0, 0, (0,)), Stage(1, 1, (1,)), Stage(2, 2, (0,)), Stage(3, 3, (1,)))
     plan = Plan(stages, 1, 2, 8, "interleaved-1f1b", chunks=2)
-    mem = memory_per_device(plan, profile(), cluster(), optimizer_factor=0.0)
+    mem = memory_per_device(plan, linear_model(profile(), cluster(), optimizer_factor=0.0))
     assert mem[0] >= 2 * 2e8 and mem[0] <= 2 * 2e8 + 4 * 2e6
 
 
@@ -172,16 +170,16 @@ def test_check_fits_names_stage_device_and_excess() -> None:
     plan = Plan((Stage(0, 3, (0,)),), 1, 1, 8, "1f1b")
     small = cluster(mem=1 * 2**30)
     with pytest.raises(PlanError, match=r"stage 0 needs 1\.50 GiB on device 0 .*1\.00 GiB\): 0\.50 GiB too much"):
-        check_fits(plan, profile(), small)
-    assert check_fits(plan, profile(), cluster())[0] == pytest.approx(4e8 * 4 + 8e6)
+        check_fits(plan, linear_model(profile(), small))
+    assert check_fits(plan, linear_model(profile(), cluster()))[0] == pytest.approx(4e8 * 4 + 8e6)
 
 
 def test_plan_must_match_profile_and_cluster() -> None:
     """Wrong layer count or unknown devices are PlanErrors."""
     with pytest.raises(PlanError, match="covers 2 layers but profile 'toy' has 4"):
-        plan_costs(Plan((Stage(0, 1, (0,)),), 1, 1, 1, "1f1b"), profile(), cluster())
+        plan_costs(Plan((Stage(0, 1, (0,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
     with pytest.raises(PlanError, match="uses device 7"):
-        plan_costs(Plan((Stage(0, 3, (7,)),), 1, 1, 1, "1f1b"), profile(), cluster())
+        plan_costs(Plan((Stage(0, 3, (7,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
 
 
 def test_plan_schedule_list_needs_order() -> None:
@@ -196,13 +194,15 @@ def test_microbatch_must_split_evenly_over_replicas() -> None:
     """A stage with 2 replicas cannot take microbatches of 3 samples."""
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 2, 3, "1f1b")
     with pytest.raises(PlanError, match="stage 0 has 2 replicas but microbatch_size 3 is not a multiple of 2"):
-        plan_costs(plan, profile(), cluster())
+        plan_costs(plan, linear_model(profile(), cluster()))
 
 
 def test_memory_from_result_matches_order_based() -> None:
     """The simulated per-rank peak memory equals the order-based computation."""
-    from pipeplan.sim.plan_costs import simulate_plan
+    from pipeplan.sim.stage_costs import simulate_plan
 
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 2, (2,)), Stage(3, 3, (3,))), 1, 6, 4, "kfkb", k=2)
-    result = simulate_plan(plan, profile(), cluster())
-    assert memory_per_device(plan, profile(), cluster(), result) == pytest.approx(memory_per_device(plan, profile(), cluster()))
+    result = simulate_plan(plan, linear_model(profile(), cluster()))
+    assert memory_per_device(plan, linear_model(profile(), cluster()), result) == pytest.approx(
+        memory_per_device(plan, linear_model(profile(), cluster()))
+    )

@@ -1,0 +1,37 @@
+"""The registry of static schedule generators by name, and make_schedule."""
+
+from collections.abc import Callable
+
+from pipeplan.core.errors import ScheduleError
+from pipeplan.core.schedule import Schedule
+from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.gpipe import gpipe
+from pipeplan.schedules.interleaved import interleaved_one_f_one_b
+from pipeplan.schedules.kfkb import kfkb
+from pipeplan.schedules.one_f_one_b import one_f_one_b
+from pipeplan.schedules.zero_bubble import zero_bubble_h1
+
+SCHEDULES: dict[str, Callable[..., Schedule]] = {
+    "gpipe": lambda stages, microbatches, k=1, chunks=1: gpipe(stages, microbatches),
+    "1f1b": lambda stages, microbatches, k=1, chunks=1: one_f_one_b(stages, microbatches),
+    "kfkb": lambda stages, microbatches, k=1, chunks=1: kfkb(stages, microbatches, k),
+    "interleaved-1f1b": lambda stages, microbatches, k=1, chunks=1: interleaved_one_f_one_b(stages, microbatches, chunks),
+    "zb-h1": lambda stages, microbatches, k=1, chunks=1: zero_bubble_h1(stages, microbatches),
+}
+"""name -> generator(stages, microbatches, k, chunks); every generator takes all four."""
+
+
+def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks: int = 1) -> Schedule:
+    """Generate the schedule called `name` for `stages` ranks and `microbatches` microbatches.
+
+    `k` is used by kfkb, `chunks` (v) by interleaved-1f1b; others ignore them.
+
+    Raises:
+        ScheduleError: unknown name or bad sizes.
+    """
+    generator = SCHEDULES.get(name)
+    if generator is None:
+        raise ScheduleError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    # k and chunks are checked even where the generator ignores them, so a bad flag never passes silently.
+    check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
+    return generator(stages, microbatches, k=k, chunks=chunks)

@@ -1,0 +1,96 @@
+"""A plan priced by the cost model: per-stage compute, memory, all-reduce and optimizer, per-boundary flows."""
+
+from __future__ import annotations
+
+from pipeplan.core.errors import PlanError
+from pipeplan.core.plan import Plan
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.costs import Costs, StageCost
+from pipeplan.sim.links import ring_allreduce_ms, slowest_replica_flows
+from pipeplan.sim.result import SimResult
+
+
+def check_plan_matches(plan: Plan, model: CostModel) -> None:
+    """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
+    profile, cluster = model.profile, model.cluster
+    if plan.num_layers != profile.num_layers:
+        raise PlanError(f"plan covers {plan.num_layers} layers but profile {profile.name!r} has {profile.num_layers}")
+    for s, stage in enumerate(plan.stages):
+        for d in stage.devices:
+            if d >= cluster.num_devices:
+                raise PlanError(
+                    f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
+                )
+    for s in range(len(plan.stages)):
+        r = plan.replicas_of(s)
+        if plan.microbatch_size % r:
+            raise PlanError(
+                f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
+                f"(each microbatch is split evenly over a stage's replicas)"
+            )
+
+
+def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
+    """Compute time, memory, all-reduce and optimizer step of stage s for one microbatch.
+
+    Every device of the stage (all its replicas, in every pipeline replica)
+    runs at the slowest one's speed; each holds the stage's whole weights,
+    gradients and optimizer state, and its share of the microbatch's saved bytes.
+    """
+    stage = plan.stages[s]
+    cluster = model.cluster
+    r = plan.replicas_of(s)
+    speed = min(cluster.devices[d].speed for d in stage.devices)
+    work = model.layers.stage(range(stage.first_layer, stage.last_layer + 1), plan.microbatch_size, r, speed)
+    bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
+    if model.bwd_split is not None:
+        bwd_input, bwd_weight = work.bwd_ms * model.bwd_split[0], work.bwd_ms * model.bwd_split[1]
+    return StageCost(
+        fwd_ms=work.fwd_ms,
+        bwd_ms=work.bwd_ms,
+        bwd_input_ms=bwd_input,
+        bwd_weight_ms=bwd_weight,
+        saved_bytes=work.saved_bytes,
+        static_bytes=work.param_bytes * (2 + model.optimizer_factor),
+        allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
+        optimizer_ms=work.optimizer_ms,
+    )
+
+
+def plan_costs(plan: Plan, model: CostModel) -> Costs:
+    """The simulator's costs for one pipeline replica of `plan`.
+
+    Args:
+        plan: the plan; for interleaved plans the stage list holds p*v chunk-stages.
+        model: the cost model (profile, cluster, scaling, optimizer).
+
+    Returns:
+        Costs with per-stage compute, memory, all-reduce and optimizer step,
+        and the flows of every boundary in both directions.
+
+    Raises:
+        PlanError: the plan does not match the profile or cluster.
+        ClusterError: two devices that must talk have zero bandwidth.
+
+    Note:
+        Pipeline replicas are simulated as one: compute runs at the slowest
+        speed among all of a stage's devices, and each boundary uses the flows
+        of the pipeline replica whose transfer is slowest (replica 0 when the
+        replicas are alike), so a plan cannot hide slow links in replica > 0.
+    """
+    check_plan_matches(plan, model)
+    stages = tuple(stage_cost(plan, model, s) for s in range(len(plan.stages)))
+    forward, backward = [], []
+    for s in range(len(plan.stages) - 1):
+        nbytes = model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size)
+        forward.append(slowest_replica_flows(plan, model.cluster, s, s + 1, nbytes))
+        backward.append(slowest_replica_flows(plan, model.cluster, s + 1, s, nbytes))
+    return Costs(stages, tuple(forward), tuple(backward))
+
+
+def simulate_plan(plan: Plan, model: CostModel, trace: object = None, record: bool = True) -> SimResult:
+    """Simulate one iteration of `plan` under `model` (see plan_costs and plan_schedule)."""
+    from pipeplan.sim.engine import simulate
+
+    return simulate(plan_schedule(plan), plan_costs(plan, model), trace=trace, record=record)  # type: ignore[arg-type]
