@@ -119,7 +119,11 @@ DELETE = object()
         ("batch_size", 0, r"p\.json: field 'batch_size' must be an integer >= 1, got 0"),
         ("batch_size", 2.5, r"field 'batch_size' must be an integer >= 1, got 2.5"),
         ("measured", "yes", r"field 'measured' must be true or false, got \"yes\""),
-        ("format", "pipeplan.cluster/1", r"field 'format' must be 'pipeplan.profile/1', got 'pipeplan.cluster/1'"),
+        (
+            "format",
+            "pipeplan.cluster/1",
+            r"field 'format' must be one of 'pipeplan.profile/1', 'pipeplan.profile/2', got \"pipeplan.cluster/1\"",
+        ),
         ("cut_bytes", [1, 2], r"field 'cut_bytes' must have 1 entries .* got 2"),
         ("cut_bytes", [-5], r"p\.json: cut_bytes\[0\] must be a finite number >= 0, got -5"),
         ("layers", [], r"field 'layers' must be an array of at least 1 items, got \[\]"),

@@ -74,14 +74,18 @@ def test_projected_profile_is_marked_and_keeps_sizes() -> None:
 
 
 def test_projection_of_a_measured_mlp_uses_its_counted_work() -> None:
-    """Each projected layer time of a real MLP equals the roofline of its counted FLOPs and bytes."""
+    """Each projected layer time of a real MLP is the roofline of its counted FLOPs, bytes and kernels; layers this
+    small are launch-bound: Linear's forward is one kernel (addmm), its backward two (input and weight gradients; the
+    first layer's input needs none), ReLU one each way."""
     m = measure_layers(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)), torch.randn(32, 64), 32, runs=0)
     works = [s.work for s in m.layers]
     projected = project_profile(m.to_profile("mlp"), works, "V100")
     v100 = GPU_SPECS["V100"]
     for layer, w in zip(projected.layers, works, strict=True):
-        assert layer.fwd_ms == pytest.approx(roofline_ms(w.fwd_flops, w.fwd_bytes, v100))
-        assert layer.bwd_ms == pytest.approx(roofline_ms(w.bwd_flops, w.bwd_bytes, v100))
+        assert layer.fwd_ms == pytest.approx(roofline_ms(w.fwd_flops, w.fwd_bytes, v100, kernels=w.fwd_kernels))
+        assert layer.bwd_ms == pytest.approx(roofline_ms(w.bwd_flops, w.bwd_bytes, v100, kernels=w.bwd_kernels))
+    assert [w.fwd_kernels for w in works] == [1, 1, 1]
+    assert [layer.fwd_ms for layer in projected.layers] == pytest.approx([v100.launch_us / 1e3] * 3)
 
 
 def test_unknown_gpu_dtype_and_efficiency_are_named() -> None:
@@ -98,28 +102,41 @@ def test_unknown_gpu_dtype_and_efficiency_are_named() -> None:
 
 
 def test_cli_profiles_the_mlp_into_a_profile_file(tmp_path: Path) -> None:
-    """`pipeplan profile mlp --batch-size 8 --out x.json` writes a measured CPU profile of 8 blocks."""
+    """`pipeplan profile mlp --batch-size 8` measures the model train builds (8 blocks and the digits head) at sizes
+    1, 2, 4 and 8 with one thread, each layer's I/W split and optimizer steps, and records how the model was built."""
+    from pipeplan.profiler.model import build_model
+
     out = tmp_path / "x.json"
     result = CliRunner().invoke(app, ["profile", "mlp", "--batch-size", "8", "--out", str(out), "--runs", "2", "--warmup", "1"])
     assert result.exit_code == 0, result.output
     profile = read_profile_json(out)
-    assert (profile.name, profile.batch_size, profile.num_layers, profile.reference_device) == ("mlp-8x1024", 8, 8, "cpu")
+    assert (profile.name, profile.batch_size, profile.num_layers, profile.reference_device) == ("mlp-8x1024", 8, 9, "cpu")
+    assert [layer.name for layer in profile.layers] == list(build_model("mlp", {}, "auto").layer_names)
+    assert profile.batch_sizes == (1, 2, 4, 8) and profile.threads == 1
+    assert profile.source is not None and (profile.source.module, profile.source.dataset) == ("mlp", "digits")
     assert profile.measured and profile.total_fwd_ms > 0
+    block = profile.layers[1]
+    assert block.curve is not None and block.curve.saved_bytes[3] == 2 * block.curve.saved_bytes[2]
+    assert block.bwd_input_ms is not None and block.bwd_input_ms > 0 and block.bwd_weight_ms > 0
+    assert {name for name, _ in block.optimizer_ms} == {"adam", "sgd", "sgd_momentum"}
     assert f"wrote {out}" in result.stdout
 
 
 def test_cli_projects_onto_a_gpu_with_options(tmp_path: Path) -> None:
-    """--project-to a100 --dtype bf16 --opt hidden=256 writes projected times and bf16 sizes."""
+    """--project-to a100 --dtype bf16 --opt hidden=256 writes a projected curve at sizes 1, 2, 4: bf16 sizes, and at
+    each size the roofline of the counted work with its kernels (addmm, relu: the launch floor at these sizes)."""
     out = tmp_path / "p.json"
-    args = ["profile", "mlp", "-b", "4", "-o", str(out), "--project-to", "a100", "--dtype", "bf16", "--opt", "hidden=256", "-q"]
+    args = ["profile", "mlp", "-b", "4", "-o", str(out), "--project-to", "a100", "--dtype", "bf16", "--opt", "hidden=256",
+            "--dataset", "sample", "-q"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert (data["reference_device"], data["measured"]) == ("A100", False)
+    assert (data["reference_device"], data["measured"], data["batch_sizes"]) == ("A100", False, [1, 2, 4])
     layer = data["layers"][1]
-    assert layer["activation_bytes"] == 4 * 256 * 2
+    assert layer["activation_bytes"] == [b * 256 * 2 for b in (1, 2, 4)]
+    a100 = GPU_SPECS["A100"]
     assert layer["fwd_ms"] == pytest.approx(
-        roofline_ms(2 * 4 * 256 * 256, (256 * 256 + 256 + 2 * 4 * 256) * 2, GPU_SPECS["A100"], "bf16")
+        [roofline_ms(2 * b * 256 * 256, (256 * 256 + 256 + 2 * b * 256) * 2, a100, "bf16", kernels=2) for b in (1, 2, 4)]
     )
 
 

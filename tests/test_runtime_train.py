@@ -40,7 +40,7 @@ def test_zb_h1_learns_digits_and_writes_the_measured_timeline(tmp_path: Path) ->
     """A zero-bubble run learns, its trace holds every F, I and W of the last iteration, and a prediction is reported."""
     trace = tmp_path / "zb.json"
     args = ["--local", "4", "--schedule", "zb-h1", "-p", "4", "-m", "8", "--opt", "hidden=64", "--opt", "blocks=7",
-            "--steps", "50", "--batch-size", "64", "--lr", "5e-3", "--json", "--trace", str(trace)]  # fmt: skip
+            "--steps", "50", "--batch-size", "64", "--lr", "5e-3", "--json", "--trace", str(trace), "--predict"]  # fmt: skip
     done = run_train(args)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -78,8 +78,8 @@ def test_a_list_plan_file_with_a_replicated_stage_matches_unpipelined_gradients(
 
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
-    from pipeplan.runtime.data import batch_indices
-    from pipeplan.runtime.model import build_model
+    from pipeplan.profiler.datasets import batch_indices
+    from pipeplan.profiler.model import build_model
 
     order = (
         tuple(Action.parse(a) for a in ["0F0", "0F1", "0F2", "0B0", "0B1", "0F3", "0B2", "0B3"]),

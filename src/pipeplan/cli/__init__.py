@@ -10,6 +10,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from pipeplan.cli import (
     demo_cmd,
     plan_cmd,
+    probe_cmd,
     profile_cmd,
     schedule_cmd,
     show_cmd,
@@ -32,7 +33,7 @@ def _root() -> None:
     """Plan, simulate and run pipeline-parallel training of large DNNs."""
 
 
-for _module in (schedule_cmd, simulate_cmd, show_cmd, profile_cmd, plan_cmd, train_cmd, demo_cmd):
+for _module in (schedule_cmd, simulate_cmd, show_cmd, profile_cmd, probe_cmd, plan_cmd, train_cmd, demo_cmd):
     _module.register(app)
 
 

@@ -61,6 +61,20 @@ def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[floa
     return values
 
 
+def parse_int_list(flag: str, text: str | None) -> list[int] | None:
+    """A comma-separated list of integers, or None when the flag was not given.
+
+    Raises:
+        CostError: naming the flag and the value that is not an integer.
+    """
+    if text is None:
+        return None
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise CostError(f"{flag} must be a comma-separated list of integers, got {text!r}") from None
+
+
 def print_json(obj: Any) -> None:
     """Print obj as indented JSON with sorted keys on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from pipeplan.core.errors import ProfileError
+
+if TYPE_CHECKING:
+    from pipeplan.core.profile import ModelProfile
 
 DTYPE_CHOICES = ("fp32", "bf16")
 
@@ -22,15 +24,27 @@ def profile(
         help="Built-in (mlp, transformer, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large) "
         "or package.module:factory.",
     ),
-    batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per profiled batch."),
-    out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile/1 JSON here."),
+    batch_size: int = typer.Option(..., "--batch-size", "-b", help="The largest (reference) batch size measured."),
+    out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile JSON here."),
+    batch_sizes: str | None = typer.Option(
+        None,
+        "--batch-sizes",
+        help="Batch sizes to measure, comma-separated and increasing (default: powers of two from 1 "
+        "up to --batch-size, plus --batch-size; the largest must be --batch-size).",
+    ),
     project_to: str | None = typer.Option(
         None,
         "--project-to",
-        help="Project times onto this GPU (V100, A100, A100-80GB, H100, H200, L4) from counted FLOPs and bytes "
-        "instead of measuring; the model is built on the meta device (no memory, no compute).",
+        help="Project times onto this GPU (V100, A100, A100-80GB, H100, H200, L4) from counted FLOPs, bytes and kernels "
+        "at every batch size instead of measuring; the model is built on the meta device (no memory, no compute).",
     ),
-    dtype: str = typer.Option("fp32", "--dtype", help="Model dtype: fp32 or bf16 (sizes follow it; picks the GPU peak)."),
+    dtype: str = typer.Option("fp32", "--dtype", help="Model dtype: fp32 or bf16 (bf16 with --project-to only)."),
+    dataset: str = typer.Option(
+        "auto",
+        "--dataset",
+        help="The data train runs on, which fixes the model's layers exactly as train builds them: "
+        "digits, sample or auto (digits when the model takes in_features, else sample).",
+    ),
     runs: int = typer.Option(10, "--runs", help="Timed rounds; each layer's median is kept."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed rounds before the timed ones."),
     options: Annotated[
@@ -39,10 +53,13 @@ def profile(
     ] = None,
     efficiency: float = typer.Option(1.0, "--efficiency", help="Fraction of the GPU's compute peak a projection assumes."),
     device: str = typer.Option("cpu", "--device", help="Where to measure: cpu, cuda or cuda:N."),
-    threads: int | None = typer.Option(None, "--threads", help="CPU threads torch may use (default: torch's choice)."),
+    threads: int = typer.Option(1, "--threads", help="CPU threads torch may use; train runs with 1 per process by default."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no table."),
 ) -> None:
-    """Profile MODULE_SPEC: per-layer forward/backward ms, activation, parameter and saved bytes, FLOPs."""
+    """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
+    from pipeplan.cli.common import parse_int_list
+    from pipeplan.cli.outputs import check_writable
+
     if dtype not in DTYPE_CHOICES:
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if batch_size < 1:
@@ -51,35 +68,25 @@ def profile(
         raise ProfileError(f"--runs must be >= 1, got {runs}")
     if warmup < 0:
         raise ProfileError(f"--warmup must be >= 0, got {warmup}")
-    if threads is not None and threads < 1:
+    if threads < 1:
         raise ProfileError(f"--threads must be >= 1, got {threads}")
+    if dtype == "bf16" and project_to is None:
+        raise ProfileError("--dtype bf16 is for --project-to only: train runs float32 (or float64) on this machine")
     spec_options = parse_options(options or [])
+    sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
+    check_writable("--out", out)
     torch = _import_torch()
     from pipeplan.io.profile_json import write_profile_json
-    from pipeplan.profiler.measure import measure_layers
-    from pipeplan.profiler.projection import project_profile, resolve_gpu
-    from pipeplan.profiler.specs import resolve_module_spec
+    from pipeplan.profiler.projection import project_curves, resolve_gpu
 
+    torch.set_num_threads(threads)
     if project_to is not None:
         resolve_gpu(project_to)
         if not 0 < efficiency <= 1:
             raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
-    # A projection needs shapes only: build on the meta device, so no weights are allocated and nothing is computed.
-    target = torch.device("meta") if project_to is not None else _torch_device(torch, device)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    with target if target.type == "meta" else contextlib.nullcontext():
-        spec = resolve_module_spec(module_spec, **spec_options)
-    if dtype == "bf16":
-        spec = spec.cast(torch.bfloat16)
-    for layer in spec.layers:
-        layer.to(target)
-    measurement = measure_layers(
-        spec, None, batch_size, runs=0 if project_to else runs, warmup=warmup, whole=project_to is None, progress=not quiet
-    )
-    result = measurement.to_profile(spec.name)
-    if project_to is not None:
-        result = project_profile(result, [s.work for s in measurement.layers], project_to, dtype, efficiency)
+        result = project_curves(module_spec, spec_options, dataset, sizes, project_to, dtype, efficiency)
+    else:
+        result = _measure(torch, module_spec, spec_options, dataset, sizes, device, runs, warmup, threads, quiet)
     write_profile_json(result, Path(out))
     if quiet:
         return
@@ -88,13 +95,48 @@ def profile(
     console = Console(width=max(Console().width, 120))
     console.print(profile_summary(result))
     console.print(profile_layers_table(result))
-    if project_to is None:
-        layers_ms = result.total_fwd_ms + result.total_bwd_ms
-        whole_ms = measurement.whole_fwd_ms + measurement.whole_bwd_ms
-        console.print(f"whole model forward+backward {whole_ms:.3f} ms; sum of layers {layers_ms:.3f} ms")
-    total_flops = sum(s.work.flops for s in measurement.layers)
-    console.print(f"{total_flops / 1e9:.3f} GFLOP per batch (forward + backward, {dtype})")
+    total_flops = sum(layer.flops or 0.0 for layer in result.layers)
+    console.print(f"{total_flops / 1e9:.3f} GFLOP per batch of {result.batch_size} (forward + backward, {dtype})")
     console.print(f"wrote {out}")
+
+
+def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:
+    """--batch-sizes checked against --batch-size, or the default powers of two."""
+    from pipeplan.profiler.curves import check_batch_sizes, default_batch_sizes
+
+    if given is None:
+        return default_batch_sizes(batch_size)
+    sizes = check_batch_sizes(given)
+    if sizes[-1] != batch_size:
+        raise ProfileError(f"--batch-sizes must end at --batch-size {batch_size} (the reference size), got {list(sizes)}")
+    return sizes
+
+
+def _measure(
+    torch: ModuleType,
+    module_spec: str,
+    options: dict[str, str],
+    dataset: str,
+    sizes: tuple[int, ...],
+    device: str,
+    runs: int,
+    warmup: int,
+    threads: int,
+    quiet: bool,
+) -> ModelProfile:
+    """Build the model as `pipeplan train` does and measure it at every size on its own data."""
+    from pipeplan.core.profile import ProfileSource
+    from pipeplan.profiler.curves import profile_batch_sizes
+    from pipeplan.profiler.model import build_model
+    from pipeplan.profiler.specs import ModelSpec
+
+    target = _torch_device(torch, device)
+    model = build_model(module_spec, dict(options), dataset)
+    for layer in model.layers:
+        layer.to(target)
+    spec = ModelSpec(model.spec.name, model.layers, model.layer_names, sample_input=model.batch)
+    source = ProfileSource(module_spec, tuple(sorted(options.items())), model.dataset.name, "float32")
+    return profile_batch_sizes(spec, sizes, runs=runs, warmup=warmup, threads=threads, source=source, progress=not quiet)
 
 
 def parse_options(pairs: list[str]) -> dict[str, str]:

@@ -55,7 +55,12 @@ def train(
     replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
     module: str = typer.Option("mlp", "--module", help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory."),
     options: Annotated[list[str] | None, typer.Option("--opt", help="A MODULE_SPEC option KEY=VALUE (repeatable).")] = None,
-    dataset: str = typer.Option("digits", "--dataset", help="digits (scikit-learn's) or sample (the spec's own samples)."),
+    dataset: str = typer.Option(
+        "auto",
+        "--dataset",
+        help="digits (scikit-learn's), sample (the spec's own samples) or auto: digits when the model "
+        "takes in_features (mlp), else sample.",
+    ),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule)."),
     steps: int = typer.Option(10, "--steps", help="Iterations to run (a resumed run stops at the same total)."),
@@ -67,7 +72,20 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --checkpoint-dir."),
     trace: str | None = typer.Option(None, "--trace", help="Write the last iteration's measured timeline (Perfetto JSON)."),
     png: str | None = typer.Option(None, "--png", help="Draw the last iteration's measured timeline (PNG)."),
-    predict: bool = typer.Option(True, "--predict/--no-predict", help="Profile and simulate, then compare with the measurement."),
+    predict: bool = typer.Option(
+        False,
+        "--predict/--no-predict",
+        help="After training, profile every stage where it ran and simulate the schedule "
+        "again (the re-profiled prediction), beside the plan's own.",
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", help="With --plan: the profile to predict the step with [the plan's own, resolved beside it]."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="With --plan: the cluster to predict the step with [the plan's own, resolved beside it]."
+    ),
+    batch_scaling: str = typer.Option("auto", "--batch-scaling", help="With --plan: how the prediction scales layer times."),
+    warmup_steps: int = typer.Option(2, "--warmup-steps", help="Steps left out of the measured median (warm-up)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds any rank waits for a peer before failing."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
@@ -87,12 +105,16 @@ def train(
         raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
     spec_options = parse_options(options or [])
     layout = plan_obj = None
+    if plan is None and (profile is not None or cluster is not None):
+        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
     if plan is not None:
         from pipeplan.io.plan_json import read_plan
 
-        plan_obj, _ = read_plan(plan)
+        plan_obj, names = read_plan(plan)
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        profile = profile or names["profile"]
+        cluster = cluster or names["cluster"]
     else:
         assert schedule is not None
         layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
@@ -109,7 +131,8 @@ def train(
         plan=plan_obj, layout=layout, module=module, module_options=tuple(sorted(spec_options.items())), dataset=dataset,
         dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, resume=resume, timeout_s=timeout, trace=trace is not None or png is not None,
-        threads=threads, save_grads=save_grads, predict=predict, backend=backend,
+        threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
+        batch_scaling=batch_scaling, warmup_steps=warmup_steps,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 
@@ -155,6 +178,8 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
         render_gantt(report.timeline, png, title=f"measured: {report.schedule.name}")
     measured = report.measured_ms()
     predicted = report.predicted.iteration_time if report.predicted is not None else None
+    step = report.measured_step_ms()
+    planned = report.plan_prediction
     if as_json:
         out: dict[str, Any] = {
             "schedule": report.schedule.name,
@@ -162,6 +187,10 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             "losses": report.losses,
             "pipeline_ms": report.pipeline_ms,
             "optimizer_ms": report.optimizer_ms,
+            "step_ms": report.step_ms,
+            "measured_step_ms": step,
+            "predicted_step_ms": planned.step_ms if planned is not None else None,
+            "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
             "measured_ms": measured,
             "predicted_ms": predicted,
             "link": None
@@ -171,13 +200,21 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return
-    if measured is not None:
-        typer.echo(f"measured:  {measured:.2f} ms per iteration (forward/backward/all-reduce; median after the first)")
+    if step is not None:
+        skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
+        typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
+                   "all-reduce, optimizer)")  # fmt: skip
+    if planned is not None and step is not None:
+        typer.echo(
+            f"predicted: {planned.step_ms:.2f} ms per step (the plan simulated with {planned.profile} and {planned.cluster}, "
+            f"before running); measured/predicted = {step / planned.step_ms:.3f}"
+        )
     if predicted is not None and measured is not None:
         latency, bandwidth = report.link
         typer.echo(
-            f"predicted: {predicted:.2f} ms (simulated {report.schedule.name} with a profile of this model on this machine; "
-            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s); measured/predicted = {measured / predicted:.3f}"
+            f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
+            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
+            f"ratio {measured / predicted:.3f}"
         )
     if trace:
         typer.echo(f"trace:     {trace}")

@@ -25,5 +25,13 @@ class PlanError(PipeplanError, ValueError):
     """No plan satisfies the request, or a plan file is malformed."""
 
 
+class OutputError(PipeplanError, ValueError):
+    """An output file named on the command line cannot be written."""
+
+
 class CostError(PipeplanError, ValueError):
     """Costs given to the simulator are malformed (negative, NaN, wrong length)."""
+
+
+class TrainConfigError(PipeplanError, ValueError):
+    """Training options are inconsistent (world size, batch size, dataset, checkpoint)."""

@@ -29,7 +29,7 @@ class Fields:
 
     def __init__(self, obj: object, where: str, error: type[PipeplanError]) -> None:
         if not isinstance(obj, dict):
-            raise error(f"{where} must be a JSON object, got {_short(obj)}")
+            raise error(f"{where} must be a JSON object, got {short(obj)}")
         self.obj: dict[str, Any] = obj
         self.where = where
         self.error = error
@@ -56,14 +56,14 @@ class Fields:
             return default
         value = self.raw(key)
         if not isinstance(value, str) or not value:
-            raise self.error(f"{self.where}: field {key!r} must be a non-empty string, got {_short(value)}")
+            raise self.error(f"{self.where}: field {key!r} must be a non-empty string, got {short(value)}")
         return value
 
     def boolean(self, key: str, default: bool) -> bool:
         """A true/false value."""
         value = self.obj.get(key, default)
         if not isinstance(value, bool):
-            raise self.error(f"{self.where}: field {key!r} must be true or false, got {_short(value)}")
+            raise self.error(f"{self.where}: field {key!r} must be true or false, got {short(value)}")
         return value
 
     def integer(self, key: str, minimum: int, default: int | None = None) -> int:
@@ -72,7 +72,7 @@ class Fields:
             return default
         value = self.raw(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(f"{self.where}: field {key!r} must be an integer >= {minimum}, got {_short(value)}")
+            raise self.error(f"{self.where}: field {key!r} must be an integer >= {minimum}, got {short(value)}")
         return value
 
     def number(self, key: str, positive: bool = False, default: float | None = None) -> float:
@@ -91,7 +91,7 @@ class Fields:
         """A JSON array of at least min_length items."""
         value = self.raw(key)
         if not isinstance(value, list) or len(value) < min_length:
-            raise self.error(f"{self.where}: field {key!r} must be an array of at least {min_length} items, got {_short(value)}")
+            raise self.error(f"{self.where}: field {key!r} must be an array of at least {min_length} items, got {short(value)}")
         return value
 
 
@@ -102,11 +102,11 @@ def check_number(value: object, field: str, error: type[PipeplanError], positive
         ok = False
     if not ok:
         bound = "> 0" if positive else ">= 0"
-        raise error(f"{field} must be a finite number {bound}, got {_short(value)}")
+        raise error(f"{field} must be a finite number {bound}, got {short(value)}")
     return float(value)  # type: ignore[arg-type]
 
 
-def _short(value: object) -> str:
+def short(value: object) -> str:
     """repr of a JSON value, cut to 60 characters."""
     try:
         text = json.dumps(value)

@@ -53,9 +53,16 @@ def plan_dumps(plan: Plan, profile_name: str, cluster_name: str) -> str:
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str], profile_name: str, cluster_name: str) -> None:
-    """Write a plan file; the same plan gives the same bytes."""
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(plan_dumps(plan, profile_name, cluster_name))
+    """Write a plan file (whole or not at all); the same plan gives the same bytes.
+
+    A profile or cluster given as a file path is recorded relative to the plan
+    file's folder (read_plan resolves it from there), a built-in name as it is.
+    """
+    from pipeplan.io.atomic import write_text_atomic
+
+    folder = os.path.dirname(os.path.abspath(path))
+    names = [os.path.relpath(os.path.abspath(n), folder) if os.path.isfile(n) else n for n in (profile_name, cluster_name)]
+    write_text_atomic(path, plan_dumps(plan, names[0], names[1]))
 
 
 def _stage(obj: object, where: str) -> Stage:
@@ -126,8 +133,18 @@ def plan_from_json(obj: object, source: str = "<plan>") -> tuple[Plan, dict[str,
 def read_plan(path: str | os.PathLike[str]) -> tuple[Plan, dict[str, str]]:
     """Read a plan file; returns (plan, {"profile": name, "cluster": name}).
 
+    A recorded relative file path is resolved against the plan file's folder
+    (as write_plan records it), else against the working folder (older plan
+    files); anything else is a built-in name, returned as it is.
+
     Raises:
         PlanError: unreadable file, invalid JSON, or a bad field (naming file, field and value).
     """
     source = os.fspath(path)
-    return plan_from_json(load_json_file(source, PlanError), source)
+    plan, meta = plan_from_json(load_json_file(source, PlanError), source)
+    folder = os.path.dirname(os.path.abspath(source))
+    for key, name in meta.items():
+        beside = os.path.join(folder, name)
+        if not os.path.isabs(name) and os.path.isfile(beside):
+            meta[key] = os.path.normpath(beside)
+    return plan, meta

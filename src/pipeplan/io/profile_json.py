@@ -1,4 +1,12 @@
-"""pipeplan's JSON profile format, `pipeplan.profile/1`: a ModelProfile written field by field."""
+"""pipeplan's JSON profile formats: `pipeplan.profile/1` (one batch size) and `/2` (several sizes, I/W, optimizer steps).
+
+Version 2 stores every batch-dependent value (times, activation and saved
+bytes, cut bytes) as an array with one entry per size of `batch_sizes`, and
+adds the zero-bubble split of the backward, per-layer optimizer step times,
+the CPU thread count of the measurement and the model's source. Version 1
+files still read; a profile with nothing version 2 adds is written as
+version 1, byte for byte as before.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +15,54 @@ import os
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError, ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.json_fields import Fields, check_number, load_json_file
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource
+from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
 
 PROFILE_FORMAT = "pipeplan.profile/1"
+PROFILE_FORMAT_2 = "pipeplan.profile/2"
+FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
 _TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes")
+_TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved")
+_LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms")
+_SOURCE_KEYS = ("module", "options", "dataset", "dtype")
+
+
+def needs_version_2(profile: ModelProfile) -> bool:
+    """True when the profile holds anything version 1 cannot: several sizes, I/W, optimizer steps, threads, source."""
+    layers = profile.layers
+    return (
+        profile.batch_sizes is not None
+        or profile.threads is not None
+        or profile.source is not None
+        or any(layer.bwd_input_ms is not None or layer.optimizer_ms for layer in layers)
+    )
 
 
 def profile_to_json(profile: ModelProfile) -> dict[str, Any]:
-    """The profile as a JSON-ready dict (every field; optional layer counts are null when unknown)."""
+    """The profile as a JSON-ready dict: version 1 when it fits, else version 2 (every field; unknowns null)."""
+    if not needs_version_2(profile):
+        return _to_json_1(profile)
+    sizes = profile.sizes
+    cut_curves = profile.cut_curves or tuple((c,) for c in profile.cut_bytes or ())
+    out: dict[str, Any] = {
+        "format": PROFILE_FORMAT_2,
+        "name": profile.name,
+        "batch_size": profile.batch_size,
+        "batch_sizes": list(sizes),
+        "reference_device": profile.reference_device,
+        "measured": profile.measured,
+        "threads": profile.threads,
+        "source": None if profile.source is None else _source_to_json(profile.source),
+        "cut_bytes": [[_whole(c) for c in curve] for curve in cut_curves],
+        "layers": [_layer_to_json_2(layer) for layer in profile.layers],
+    }
+    return out
+
+
+def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
+    """Version 1: one value per field, as pipeplan wrote profiles before they had several sizes."""
     return {
         "format": PROFILE_FORMAT,
         "name": profile.name,
@@ -41,22 +86,58 @@ def profile_to_json(profile: ModelProfile) -> dict[str, Any]:
     }
 
 
-def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
-    """Build a ModelProfile from a parsed `pipeplan.profile/1` object.
+def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
+    """One layer of a version 2 file: arrays over the batch sizes (a one-entry array without a curve)."""
+    curve = layer.curve or LayerCurve(
+        (layer.fwd_ms,),
+        (layer.bwd_ms,),
+        (layer.activation_bytes,),
+        (layer.saved_bytes if layer.saved_bytes is not None else layer.activation_bytes,),
+        None if layer.bwd_input_ms is None else (layer.bwd_input_ms,),
+        None if layer.bwd_weight_ms is None else (layer.bwd_weight_ms,),
+    )
+    return {
+        "name": layer.name,
+        "fwd_ms": list(curve.fwd_ms),
+        "bwd_ms": list(curve.bwd_ms),
+        "bwd_input_ms": None if curve.bwd_input_ms is None else list(curve.bwd_input_ms),
+        "bwd_weight_ms": None if curve.bwd_weight_ms is None else list(curve.bwd_weight_ms),
+        "activation_bytes": [_whole(v) for v in curve.activation_bytes],
+        "saved_bytes": [_whole(v) for v in curve.saved_bytes],
+        "param_bytes": _whole(layer.param_bytes),
+        "optimizer_ms": dict(layer.optimizer_ms),
+        "flops": None if layer.flops is None else _whole(layer.flops),
+        "bytes_moved": None if layer.bytes_moved is None else _whole(layer.bytes_moved),
+    }
 
-    Required: name, batch_size, layers (each with name, fwd_ms, bwd_ms,
-    activation_bytes, param_bytes). Optional: format (must match when given),
-    reference_device ("unknown"), measured (true), cut_bytes (each layer's
-    activation_bytes), per layer saved_bytes (activation_bytes), flops,
-    bytes_moved; notes (ignored).
+
+def _source_to_json(source: ProfileSource) -> dict[str, Any]:
+    return {"module": source.module, "options": dict(source.options), "dataset": source.dataset, "dtype": source.dtype}
+
+
+def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
+    """Build a ModelProfile from a parsed `pipeplan.profile/1` or `/2` object.
+
+    Version 1 — required: name, batch_size, layers (each with name, fwd_ms,
+    bwd_ms, activation_bytes, param_bytes). Optional: format (must match when
+    given), reference_device ("unknown"), measured (true), cut_bytes (each
+    layer's activation_bytes), per layer saved_bytes (activation_bytes),
+    flops, bytes_moved; notes (ignored). Version 2 (format required) adds
+    batch_sizes (required) and makes fwd_ms, bwd_ms, activation_bytes,
+    saved_bytes, bwd_input_ms, bwd_weight_ms and each cut an array with one
+    value per batch size; per layer optimizer_ms ({name: ms}); threads and
+    source ({module, options, dataset, dtype}).
 
     Raises:
         ProfileError: naming source, field and value.
     """
     top = Fields(obj, source, ProfileError)
+    version = top.obj.get("format", PROFILE_FORMAT)
+    if version not in FORMATS:
+        raise ProfileError(f"{source}: field 'format' must be one of {', '.join(map(repr, FORMATS))}, got {short(version)}")
+    if version == PROFILE_FORMAT_2:
+        return _from_json_2(top)
     top.check_keys(_TOP_KEYS)
-    if "format" in top.obj and top.obj["format"] != PROFILE_FORMAT:
-        raise ProfileError(f"{source}: field 'format' must be {PROFILE_FORMAT!r}, got {top.obj['format']!r}")
     name = top.string("name")
     layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(top.array("layers", 1)))
     cut_bytes = None
@@ -68,21 +149,27 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
                 f"got {len(raw_cuts)}"
             )
         cut_bytes = tuple(check_number(c, f"{source}: cut_bytes[{i}]", ProfileError) for i, c in enumerate(raw_cuts))
+    return _profile(
+        source,
+        name=name,
+        batch_size=top.integer("batch_size", 1),
+        layers=layers,
+        reference_device=top.string("reference_device", default="unknown"),
+        cut_bytes=cut_bytes,
+        measured=top.boolean("measured", True),
+    )
+
+
+def _profile(where: str, **fields: Any) -> ModelProfile:
+    """ModelProfile(**fields); a core check failure names the file."""
     try:
-        return ModelProfile(
-            name=name,
-            batch_size=top.integer("batch_size", 1),
-            layers=layers,
-            reference_device=top.string("reference_device", default="unknown"),
-            cut_bytes=cut_bytes,
-            measured=top.boolean("measured", True),
-        )
+        return ModelProfile(**fields)
     except ProfileError as exc:
-        raise ProfileError(f"{source}: {exc}") from None
+        raise ProfileError(f"{where}: {exc}") from None
 
 
 def _layer_from_json(obj: object, where: str) -> LayerProfile:
-    """One layer object; `where` names the file and index."""
+    """One layer object of version 1; `where` names the file and index."""
     fields = Fields(obj, where, ProfileError)
     fields.check_keys(_LAYER_KEYS)
     try:
@@ -102,8 +189,125 @@ def _layer_from_json(obj: object, where: str) -> LayerProfile:
         raise ProfileError(f"{where}: {exc}") from None
 
 
+def _from_json_2(top: Fields) -> ModelProfile:
+    """A version 2 object (see profile_from_json)."""
+    source = top.where
+    top.check_keys(_TOP_KEYS_2)
+    name = top.string("name")
+    raw_sizes = top.array("batch_sizes", 1)
+    sizes = []
+    for i, b in enumerate(raw_sizes):
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ProfileError(f"{source}: batch_sizes[{i}] must be an integer >= 1, got {short(b)}")
+        sizes.append(b)
+    batch_size = top.integer("batch_size", 1)
+    if batch_size not in sizes:
+        raise ProfileError(f"{source}: field 'batch_size' {batch_size} must be one of batch_sizes {sizes}")
+    at = sizes.index(batch_size)
+    layers = tuple(
+        _layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(top.array("layers", 1))
+    )
+    if top.has("cut_bytes"):
+        raw_cuts = top.array("cut_bytes")
+        if len(raw_cuts) != len(layers) - 1:
+            raise ProfileError(
+                f"{source}: field 'cut_bytes' must have {len(layers) - 1} entries (one per cut between layers), "
+                f"got {len(raw_cuts)}"
+            )
+        cut_curves = tuple(_numbers(c, f"{source}: cut_bytes[{i}]", len(sizes)) for i, c in enumerate(raw_cuts))
+    else:
+        cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]
+    threads = top.integer("threads", 1) if top.has("threads") else None
+    return _profile(
+        source,
+        name=name,
+        batch_size=batch_size,
+        layers=layers,
+        reference_device=top.string("reference_device", default="unknown"),
+        cut_bytes=tuple(curve[at] for curve in cut_curves),
+        measured=top.boolean("measured", True),
+        batch_sizes=tuple(sizes),
+        cut_curves=cut_curves,
+        threads=threads,
+        source=_source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
+    )
+
+
+def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerProfile:
+    """One layer object of version 2: arrays over the batch sizes; `at` is batch_size's index."""
+    fields = Fields(obj, where, ProfileError)
+    fields.check_keys(_LAYER_KEYS_2)
+
+    def curve(key: str, required: bool = True) -> tuple[float, ...] | None:
+        if not required and not fields.has(key):
+            return None
+        return _numbers(fields.raw(key), f"{where}: field {key!r}", sizes)
+
+    activation = curve("activation_bytes")
+    assert activation is not None
+    layer_curve = LayerCurve(
+        fwd_ms=curve("fwd_ms"),  # type: ignore[arg-type]
+        bwd_ms=curve("bwd_ms"),  # type: ignore[arg-type]
+        activation_bytes=activation,
+        saved_bytes=curve("saved_bytes", required=False) or activation,
+        bwd_input_ms=curve("bwd_input_ms", required=False),
+        bwd_weight_ms=curve("bwd_weight_ms", required=False),
+    )
+    steps: list[tuple[str, float]] = []
+    if fields.has("optimizer_ms"):
+        table = Fields(fields.raw("optimizer_ms"), f"{where}: optimizer_ms", ProfileError)
+        steps = [(key, table.number(key)) for key in sorted(table.obj)]
+    try:
+        return LayerProfile(
+            name=fields.string("name"),
+            fwd_ms=layer_curve.fwd_ms[at],
+            bwd_ms=layer_curve.bwd_ms[at],
+            activation_bytes=layer_curve.activation_bytes[at],
+            param_bytes=fields.number("param_bytes"),
+            saved_bytes=layer_curve.saved_bytes[at],
+            flops=fields.optional_number("flops"),
+            bytes_moved=fields.optional_number("bytes_moved"),
+            bwd_input_ms=None if layer_curve.bwd_input_ms is None else layer_curve.bwd_input_ms[at],
+            bwd_weight_ms=None if layer_curve.bwd_weight_ms is None else layer_curve.bwd_weight_ms[at],
+            optimizer_ms=tuple(steps),
+            curve=layer_curve,
+        )
+    except PipeplanError as exc:
+        if isinstance(exc, ProfileError) and str(exc).startswith(where):
+            raise
+        raise ProfileError(f"{where}: {exc}") from None
+
+
+def _numbers(value: object, where: str, count: int) -> tuple[float, ...]:
+    """An array of `count` finite numbers >= 0 (one per batch size), else a ProfileError naming where and the value."""
+    if not isinstance(value, list) or len(value) != count:
+        raise ProfileError(f"{where} must be an array of {count} numbers (one per batch size), got {short(value)}")
+    return tuple(check_number(v, f"{where}[{i}]", ProfileError) for i, v in enumerate(value))
+
+
+def _source_from_json(obj: object, where: str) -> ProfileSource:
+    """The model source of a version 2 file."""
+    fields = Fields(obj, where, ProfileError)
+    fields.check_keys(_SOURCE_KEYS)
+    options = Fields(fields.obj.get("options") or {}, f"{where}: options", ProfileError).obj
+    pairs = []
+    for key in sorted(options):
+        if not isinstance(options[key], str):
+            raise ProfileError(f"{where}: options[{key!r}] must be a string, got {short(options[key])}")
+        pairs.append((key, options[key]))
+    try:
+        return ProfileSource(
+            module=fields.string("module"),
+            options=tuple(pairs),
+            dataset=fields.string("dataset", default="auto"),
+            dtype=fields.string("dtype", default="float32"),
+        )
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
+
+
 def read_profile_json(path: str | os.PathLike[str]) -> ModelProfile:
-    """Read a `pipeplan.profile/1` file.
+    """Read a `pipeplan.profile/1` or `/2` file.
 
     Raises:
         ProfileError: unreadable file, invalid JSON, or a bad field (named with its value).
@@ -112,11 +316,16 @@ def read_profile_json(path: str | os.PathLike[str]) -> ModelProfile:
     return profile_from_json(load_json_file(source, ProfileError), source)
 
 
+def profile_dumps(profile: ModelProfile) -> str:
+    """The profile file's text: indented JSON with sorted keys and a final newline (same profile, same bytes)."""
+    return json.dumps(profile_to_json(profile), indent=2, sort_keys=True) + "\n"
+
+
 def write_profile_json(profile: ModelProfile, path: str | os.PathLike[str]) -> None:
-    """Write the profile as indented JSON with sorted keys (same profile, same bytes)."""
-    text = json.dumps(profile_to_json(profile), indent=2, sort_keys=True)
-    with open(os.fspath(path), "w", encoding="utf-8") as handle:
-        handle.write(text + "\n")
+    """Write the profile (profile_dumps) to a temporary file beside `path`, then rename it: never half-written."""
+    from pipeplan.io.atomic import write_text_atomic
+
+    write_text_atomic(path, profile_dumps(profile))
 
 
 def _whole(value: float) -> int | float:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeplan.core.checks import check_nonneg_int
@@ -38,16 +39,18 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True, slots=True)
 class LayerWork:
-    """FLOPs and bytes moved by one layer for one batch, forward and backward separately."""
+    """FLOPs, bytes moved and kernels launched by one layer for one batch, forward and backward separately."""
 
     name: str
     fwd_flops: int
     bwd_flops: int
     fwd_bytes: int
     bwd_bytes: int
+    fwd_kernels: int = 0
+    bwd_kernels: int = 0
 
     def __post_init__(self) -> None:
-        for field in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes"):
+        for field in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "fwd_kernels", "bwd_kernels"):
             check_nonneg_int(ProfileError, f"layer {self.name!r} {field}", getattr(self, field))
 
     @property
@@ -91,6 +94,26 @@ CPU_ATTENTION_FORMULAS: dict[Any, Any] = {
     aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward,
 }
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts the operators that launch a kernel: every aten call whose first result is not a view of an input.
+
+    Views, transposes and detaches only change metadata (no kernel); every
+    other operator launches at least one kernel in eager execution, so the
+    count times a launch floor bounds a layer's time below however small its
+    batch (the projection's kernel floor).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        returns = func._schema.returns
+        if not (returns and returns[0].alias_info is not None):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 def flop_counter() -> FlopCounterMode:

@@ -5,12 +5,18 @@ Method:
      stage sees exactly these tensors at its boundary).
   2. One counting pass per layer under saved-tensor hooks and the FLOP
      counter gives output bytes, saved bytes, forward and backward FLOPs.
-  3. `warmup + runs` timing rounds. In each round every layer runs its
-     forward on its recorded input (detached, requiring a gradient unless it
-     is layer 0's data) and then its backward with a fixed random gradient of
-     the output's shape; the whole chain is then timed the same way in the
-     same round, so a burst of machine noise hits both alike. Times are the
-     medians over the `runs` rounds after warm-up.
+  3. `warmup + runs` timing rounds. Each layer runs as a one-layer stage of
+     the runtime (profiler.stage.StageModule: the code a training run
+     executes), and a round runs them as a pipeline stage does, in chain
+     order: every forward, layer 0 first, then every backward, the last layer
+     first, each on the gradient the layer after it produced (the last layer
+     gets a fixed random gradient of its output's shape). Timing layers in
+     sequence, not each on its own, lets them compete for the caches as they
+     do in training. With `split`, a second pass in the same round times the
+     zero-bubble halves: every forward again, then every I (input gradient),
+     then every W (weight gradient). The whole chain is then timed as one
+     model in the same round, so a burst of machine noise hits all alike.
+     Times are the medians over the `runs` rounds after warm-up.
 
 Parameter gradients accumulate across rounds in both the per-layer and the
 whole-chain runs, as they do across microbatches in training.
@@ -31,9 +37,10 @@ from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.profiler.attention import FusedAttentionMode
-from pipeplan.profiler.flops import LayerWork, bytes_moved, flop_counter
+from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.specs import ModelSpec, layers_of
+from pipeplan.profiler.stage import StageModule
 
 SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
 
@@ -51,7 +58,8 @@ class LayerSizes:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """Everything measured about a chain: per-layer sizes and median times, and the whole chain's median times."""
+    """Everything measured about a chain at one batch size: per-layer sizes and median times (I and W when split),
+    and the whole chain's median times."""
 
     device: str
     batch_size: int
@@ -60,21 +68,26 @@ class Measurement:
     bwd_ms: tuple[float, ...]
     whole_fwd_ms: float
     whole_bwd_ms: float
+    bwd_input_ms: tuple[float, ...] | None = None
+    bwd_weight_ms: tuple[float, ...] | None = None
 
     def to_profile(self, name: str) -> ModelProfile:
-        """The measured ModelProfile: a chain whose cut i carries layer i's output."""
+        """The measured ModelProfile at this one batch size: a chain whose cut i carries layer i's output."""
+        split = self.bwd_input_ms is not None and self.bwd_weight_ms is not None
         layers = tuple(
             LayerProfile(
                 name=s.name,
-                fwd_ms=f,
-                bwd_ms=b,
+                fwd_ms=self.fwd_ms[i],
+                bwd_ms=self.bwd_ms[i],
                 activation_bytes=s.activation_bytes,
                 param_bytes=s.param_bytes,
                 saved_bytes=s.saved_bytes,
                 flops=s.work.flops,
                 bytes_moved=s.work.bytes_moved,
+                bwd_input_ms=self.bwd_input_ms[i] if split else None,  # type: ignore[index]
+                bwd_weight_ms=self.bwd_weight_ms[i] if split else None,  # type: ignore[index]
             )
-            for s, f, b in zip(self.layers, self.fwd_ms, self.bwd_ms, strict=True)
+            for i, s in enumerate(self.layers)
         )
         cuts = tuple(float(s.activation_bytes) for s in self.layers[:-1])
         return ModelProfile(name, self.batch_size, layers, reference_device=self.device, cut_bytes=cuts, measured=True)
@@ -118,9 +131,10 @@ def measure_layers(
     runs: int = 10,
     warmup: int = 3,
     whole: bool = True,
+    split: bool = False,
     progress: bool = False,
 ) -> Measurement:
-    """Measure every layer (sizes, FLOPs, median forward/backward ms) and, if whole, the chain as one model.
+    """Measure every layer (sizes, FLOPs, median forward/backward ms, I/W with split) and, if whole, the chain as one model.
 
     runs = 0 skips timing (all times 0): sizes and FLOPs only, as a projection needs. A model built on the
     meta device (`with torch.device("meta"): ...`) is counted without allocating or computing anything, with
@@ -143,31 +157,86 @@ def measure_layers(
             sizes.append(size)
             grads.append(grad)
             advance(f"counting {layer_name}")
-        samples_f: list[list[float]] = [[] for _ in layers]
-        samples_b: list[list[float]] = [[] for _ in layers]
+        timer = _ChainTimer(layers, inputs[0], grads[-1], sync, split)
         whole_f: list[float] = []
         whole_b: list[float] = []
-        for r in range(rounds):
-            for i, (layer, x, grad) in enumerate(zip(layers, inputs, grads, strict=True)):
-                f_ms, b_ms = _time_step(lambda layer=layer, x=x: layer(x), x, grad, sync)
-                if r >= warmup:
-                    samples_f[i].append(f_ms)
-                    samples_b[i].append(b_ms)
-            if whole:
-                f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0), x0, grads[-1], sync)
-                if r >= warmup:
-                    whole_f.append(f_ms)
-                    whole_b.append(b_ms)
-            advance(f"timing round {r + 1}/{rounds}")
+        try:
+            for r in range(rounds):
+                timer.round(keep=r >= warmup)
+                if whole:
+                    f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0), x0, grads[-1], sync)
+                    if r >= warmup:
+                        whole_f.append(f_ms)
+                        whole_b.append(b_ms)
+                advance(f"timing round {r + 1}/{rounds}")
+        finally:
+            timer.close()
+    medians = {key: tuple(_median(s) for s in samples) for key, samples in timer.samples.items()}
     return Measurement(
         device=_device_name(device),
         batch_size=batch_size,
         layers=tuple(sizes),
-        fwd_ms=tuple(_median(s) for s in samples_f),
-        bwd_ms=tuple(_median(s) for s in samples_b),
+        fwd_ms=medians["F"],
+        bwd_ms=medians["B"],
         whole_fwd_ms=_median(whole_f),
         whole_bwd_ms=_median(whole_b),
+        bwd_input_ms=medians["I"] if split else None,
+        bwd_weight_ms=medians["W"] if split else None,
     )
+
+
+class _ChainTimer:
+    """Times every layer as a one-layer runtime stage, in chain order (module docstring, step 3)."""
+
+    def __init__(
+        self, layers: Sequence[nn.Module], x0: torch.Tensor, last_grad: torch.Tensor, sync: Callable[[], None], split: bool
+    ) -> None:
+        self.x0, self.last_grad, self.sync = x0, last_grad, sync
+        last = len(layers) - 1
+        self.stages = [StageModule(i, [layer], i == 0, False, False) for i, layer in enumerate(layers)]
+        self.split_stages = [StageModule(i, [layer], i == 0, False, True) for i, layer in enumerate(layers)] if split else []
+        self.samples: dict[str, list[list[float]]] = {op: [[] for _ in layers] for op in "FBIW"}
+        self.last = last
+
+    def close(self) -> None:
+        """Remove the split stages' hooks from the layers."""
+        for stage in self.split_stages:
+            stage.close()
+
+    def _forward(self, stages: list[StageModule], keep: bool) -> None:
+        x = self.x0
+        for i, stage in enumerate(stages):
+            self.sync()
+            t0 = time.perf_counter()
+            x = stage.forward(0, x, None, None, 1.0)
+            self.sync()
+            if keep:
+                self.samples["F"][i].append((time.perf_counter() - t0) * 1e3)
+
+    def _backward(self, op: str, keep: bool) -> None:
+        grad: torch.Tensor | None = self.last_grad
+        stages = self.stages if op == "B" else self.split_stages
+        for i in range(self.last, -1, -1):
+            self.sync()
+            t0 = time.perf_counter()
+            if op == "B":
+                grad = stages[i].backward(0, grad)
+            elif op == "I":
+                grad = stages[i].backward_input(0, grad)
+            else:
+                stages[i].backward_weight(0)
+            self.sync()
+            if keep:
+                self.samples[op][i].append((time.perf_counter() - t0) * 1e3)
+
+    def round(self, keep: bool) -> None:
+        """One timing round: F then B over the chain; with split also F, every I, then every W."""
+        self._forward(self.stages, keep)
+        self._backward("B", keep)
+        if self.split_stages:
+            self._forward(self.split_stages, False)
+            self._backward("I", keep)
+            self._backward("W", keep)
 
 
 def _chain(
@@ -218,21 +287,25 @@ def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool)
     Returns the layer's sizes and work, and a fixed random gradient of its output's shape for the timing rounds.
     """
     fused = FusedAttentionMode() if x.device.type == "meta" else contextlib.nullcontext()
-    with torch.enable_grad(), fused, flop_counter() as fwd_counter, SavedTensorMeter(exclude=layer.parameters()) as meter:
+    fwd_kernels, bwd_kernels = KernelCounter(), KernelCounter()
+    meter = SavedTensorMeter(exclude=layer.parameters())
+    with torch.enable_grad(), fused, flop_counter() as fwd_counter, meter, fwd_kernels:
         out = layer(x)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
     grad = torch.randn(out.shape, dtype=out.dtype, device=out.device)
     bwd_flops = 0
     if out.requires_grad:
-        with flop_counter() as bwd_counter:
+        with flop_counter() as bwd_counter, bwd_kernels:
             torch.autograd.backward(out, grad)
         bwd_flops = bwd_counter.get_total_flops()
         x.grad = None
     p_bytes, in_bytes, out_bytes = param_bytes(layer), tensor_bytes(x), tensor_bytes(out)
     saved = meter.saved_bytes
     fwd_moved, bwd_moved = bytes_moved(p_bytes, in_bytes, out_bytes, saved, input_needs_grad=needs_grad and x.requires_grad)
-    work = LayerWork(name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved)
+    work = LayerWork(
+        name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
+    )
     return LayerSizes(name, out_bytes, p_bytes, saved, work), grad
 
 

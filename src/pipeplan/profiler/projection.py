@@ -1,18 +1,22 @@
 """Roofline projection of per-layer work onto a GPU from its spec sheet, so a laptop can plan for an H100 cluster.
 
-For each layer and each direction (forward, backward):
+For each layer, each direction (forward, backward) and each batch size:
 
-    time_ms = 1e3 · max(flops / (peak_flops_per_s · efficiency), bytes_moved / hbm_bytes_per_s)
+    time_ms = max(1e3 · flops / (peak_flops_per_s · efficiency), 1e3 · bytes_moved / hbm_bytes_per_s,
+                  kernels · launch_ms)
 
 with the peak of the chosen dtype (`fp32`: the fp32 rate; `bf16`: the 16-bit
-tensor-core rate) from `pipeplan.presets.gpus.GPU_SPECS`.
+tensor-core rate) from `pipeplan.presets.gpus.GPU_SPECS`. `kernels` counts the
+operators that launch a kernel (flops.KernelCounter), so a layer at a small
+batch costs at least its launches: projected at every batch size, the times
+follow the batch size as a GPU's do, not linearly (`project_curves`).
 
 Note:
     `efficiency` (default 1.0) scales the compute peak only; 1.0 gives the
     roofline's ideal, a lower bound on time. Large matrix products reach
     roughly 0.6–0.8 of the dense peak in practice, so `--efficiency 0.7` is a
-    reasonable planning value. Kernel-launch latency and elementwise FLOPs
-    (see `flops`) are not modelled; their memory traffic is in the bytes term.
+    reasonable planning value. Elementwise FLOPs (see `flops`) are not
+    modelled; their memory traffic is in the bytes term.
 """
 
 from __future__ import annotations
@@ -55,12 +59,15 @@ def peak_flops_per_s(gpu: GpuSpec, dtype: str) -> float:
     raise ProfileError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
-def roofline_ms(flops: float, bytes_moved: float, gpu: GpuSpec, dtype: str = "fp32", efficiency: float = 1.0) -> float:
-    """Milliseconds for work of flops and bytes_moved on gpu: the slower of compute and memory."""
+def roofline_ms(
+    flops: float, bytes_moved: float, gpu: GpuSpec, dtype: str = "fp32", efficiency: float = 1.0, kernels: int = 0
+) -> float:
+    """Milliseconds for work of flops and bytes_moved in `kernels` launches on gpu: the slowest of compute, memory
+    and the launches."""
     _check_efficiency(efficiency)
     compute_s = flops / (peak_flops_per_s(gpu, dtype) * efficiency)
     memory_s = bytes_moved / (gpu.hbm_gb_per_s * 1e9)
-    return max(compute_s, memory_s) * 1e3
+    return max(compute_s * 1e3, memory_s * 1e3, kernels * gpu.launch_us / 1e3)
 
 
 def project_profile(
@@ -85,14 +92,67 @@ def project_profile(
     layers = tuple(
         replace(
             layer,
-            fwd_ms=roofline_ms(w.fwd_flops, w.fwd_bytes, spec, dtype, efficiency),
-            bwd_ms=roofline_ms(w.bwd_flops, w.bwd_bytes, spec, dtype, efficiency),
+            fwd_ms=roofline_ms(w.fwd_flops, w.fwd_bytes, spec, dtype, efficiency, w.fwd_kernels),
+            bwd_ms=roofline_ms(w.bwd_flops, w.bwd_bytes, spec, dtype, efficiency, w.bwd_kernels),
             flops=float(w.flops),
             bytes_moved=float(w.bytes_moved),
         )
         for layer, w in zip(profile.layers, work, strict=True)
     )
     return replace(profile, layers=layers, reference_device=spec.name, measured=False)
+
+
+def project_curves(
+    module: str,
+    options: dict[str, str],
+    dataset: str,
+    batch_sizes: Sequence[int],
+    gpu: str,
+    dtype: str = "fp32",
+    efficiency: float = 1.0,
+) -> ModelProfile:
+    """Build MODULE_SPEC on the meta device as `pipeplan train` would, count its work at every batch size and project
+    each onto `gpu`: a profile with a curve per layer, reference_device = the GPU, measured = False.
+
+    Nothing is allocated or computed (the model lives on the meta device); optimizer steps are left to the cost
+    model's estimate from the GPU's memory bandwidth.
+
+    Raises:
+        ProfileError: unknown GPU, dtype or efficiency, or a model that is not a chain of tensors.
+    """
+    import torch
+
+    from pipeplan.core.profile import ProfileSource
+    from pipeplan.profiler.curves import assemble
+    from pipeplan.profiler.measure import measure_layers
+    from pipeplan.profiler.model import build_model
+    from pipeplan.profiler.specs import ModelSpec
+
+    spec_gpu = resolve_gpu(gpu)
+    peak_flops_per_s(spec_gpu, dtype)
+    _check_efficiency(efficiency)
+    with torch.device("meta"):
+        model = build_model(module, dict(options), dataset)
+    layers = model.layers
+    if dtype == "bf16":
+        for layer in layers:
+            layer.to(torch.bfloat16)
+
+    def sample(b: int) -> torch.Tensor:
+        x = model.batch(b).to("meta")
+        return x.to(torch.bfloat16) if dtype == "bf16" and x.is_floating_point() else x
+
+    chain = ModelSpec(model.spec.name, layers, model.layer_names, sample_input=sample)
+    measured = []
+    for b in batch_sizes:
+        counted = measure_layers(chain, None, b, runs=0, whole=False)
+        work = [size.work for size in counted.layers]
+        fwd = tuple(roofline_ms(w.fwd_flops, w.fwd_bytes, spec_gpu, dtype, efficiency, w.fwd_kernels) for w in work)
+        bwd = tuple(roofline_ms(w.bwd_flops, w.bwd_bytes, spec_gpu, dtype, efficiency, w.bwd_kernels) for w in work)
+        measured.append(replace(counted, device=spec_gpu.name, fwd_ms=fwd, bwd_ms=bwd))
+    source = ProfileSource(module, tuple(sorted(options.items())), model.dataset.name, dtype)
+    profile = assemble(model.spec.name, measured, [{} for _ in layers], None, source)
+    return replace(profile, measured=False)
 
 
 def _check_efficiency(efficiency: float) -> None:

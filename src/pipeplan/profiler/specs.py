@@ -124,6 +124,32 @@ def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
     return spec_from_module(result, name=spec, sample_input=fallback if callable(fallback) else None)
 
 
+def takes_option(spec: str, option: str) -> bool:
+    """Whether the factory a MODULE_SPEC names takes keyword `option`.
+
+    Raises:
+        ProfileError: the spec is neither a built-in nor an importable `package.module:factory`.
+    """
+    from pipeplan.profiler.builtin import BUILTIN_SPECS
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise ProfileError(f"MODULE_SPEC must be a non-empty string, got {spec!r}")
+    name = spec.strip()
+    if name in BUILTIN_SPECS:
+        factory = BUILTIN_SPECS[name]
+    elif ":" in name:
+        factory, _ = _import_factory(name)
+    else:
+        raise ProfileError(
+            f"MODULE_SPEC {spec!r} is neither a built-in ({', '.join(BUILTIN_SPECS)}) nor of the form package.module:factory"
+        )
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 def spec_from_module(module: nn.Module, name: str = "model", sample_input: SampleFn | None = None) -> ModelSpec:
     """Turn a module into a ModelSpec: its blocks (see the module docstring) and a sample-input function.
 

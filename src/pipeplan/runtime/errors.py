@@ -1,11 +1,10 @@
 """Errors of the runtime: a failed rank reports the rank, the step and the action it was running."""
 
-from pipeplan.core.errors import PipeplanError
+from pipeplan.core.errors import PipeplanError, TrainConfigError
 
 
 class RuntimeFault(PipeplanError, RuntimeError):
     """Training on one process failed: a peer died, a wait timed out, or an action raised."""
 
 
-class TrainConfigError(PipeplanError, ValueError):
-    """Training options are inconsistent (world size, batch size, dataset, checkpoint)."""
+__all__ = ["RuntimeFault", "TrainConfigError"]

@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from pipeplan.core.schedule import Action
+from pipeplan.profiler.stage import LossFn, StageModule
 from pipeplan.runtime.comm import Comm, TransferRecord
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.faults import FaultInjector
 from pipeplan.runtime.replicas import GradSync
-from pipeplan.runtime.stage import LossFn, StageModule
 from pipeplan.runtime.topology import Role, Topology
 from pipeplan.sim.result import ComputeSpan
 

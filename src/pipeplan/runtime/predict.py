@@ -1,12 +1,15 @@
-"""The prediction to hold a run against: profile the same model on this machine, simulate the same schedule.
+"""The predictions to hold a run against.
 
-Note:
-    The cluster is this job's processes as devices of speed 1 (they are the
-    machine the profile was measured on), with the latency and bandwidth of
-    a ping-pong between processes 0 and 1 over the job's own backend. The
-    prediction covers what `Executor.run` does (forwards, backwards,
-    transfers, gradient all-reduce), not the optimizer step, which is
-    reported apart.
+- The plan's prediction (`predict_plan`): the plan simulated with the profile
+  and cluster it was made for, before anything runs: what `pipeplan plan`
+  promised. It covers the whole step: forwards, backwards, transfers,
+  all-reduce and the optimizer step; and each process's peak memory.
+- The re-profiled prediction (`train --predict`): every stage profiled where
+  it runs, at the plan's microbatch size, after training; the cluster is
+  this job's processes as devices of speed 1 (they are the machine the
+  profile was measured on), with the latency and bandwidth of a ping-pong
+  between processes 0 and 1 over the job's own backend. It covers what
+  `Executor.run` does, not the optimizer step.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import copy
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -28,8 +31,9 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.profiler.measure import Measurement, measure_layers, profile_module
 from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.engine import simulate
+from pipeplan.sim.memory import memory_per_device
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.stage_costs import plan_costs, simulate_plan
 
 
 def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 << 22) -> tuple[float, float]:
@@ -139,6 +143,39 @@ def median_profile(profiles: Sequence[ModelProfile]) -> ModelProfile:
         for group in zip(*(p.layers for p in profiles), strict=True)
     )
     return replace(profiles[0], layers=layers)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPrediction:
+    """The plan's simulated step (ms, whole step) and each process's predicted peak bytes, process order."""
+
+    result: SimResult
+    memory_bytes: tuple[float, ...]
+    profile: str
+    cluster: str
+
+    @property
+    def step_ms(self) -> float:
+        """The simulated step: forwards, backwards, transfers, all-reduce and optimizer."""
+        return self.result.iteration_time
+
+
+TRAIN_OPTIMIZERS = {"adam": "adam", "sgd": "sgd"}
+"""train's --optimizer -> the cost model's optimizer (whose step time the profile measured)."""
+
+
+def predict_plan(
+    plan: Plan, profile: ModelProfile, cluster: Cluster, optimizer: str, scaling: str, names: tuple[str, str]
+) -> PlanPrediction:
+    """Simulate `plan` with the profile and cluster it was made for (module docstring).
+
+    Raises:
+        PlanError, ProfileError, ClusterError: the plan does not match the profile or cluster, or a bad scaling.
+    """
+    model = CostModel.build(profile, cluster, scaling, TRAIN_OPTIMIZERS.get(optimizer, optimizer))
+    result = simulate_plan(plan, model, record=False)
+    memory = memory_per_device(plan, model, result)
+    return PlanPrediction(result, tuple(memory[d] for d in plan.all_devices), *names)
 
 
 def predict(plan: Plan, schedule: Schedule, profile: ModelProfile, cluster: Cluster) -> SimResult:

@@ -16,13 +16,22 @@ import torch.distributed as dist
 
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.profiler.datasets import batch_indices
+from pipeplan.profiler.model import Model, build_model
 from pipeplan.runtime import checkpoint
-from pipeplan.runtime.data import batch_indices
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout, plan_job
-from pipeplan.runtime.model import Model, build_model
-from pipeplan.runtime.predict import local_cluster, measure_link, median_profile, plan_on_processes, predict, profile_stages
+from pipeplan.runtime.predict import (
+    PlanPrediction,
+    local_cluster,
+    measure_link,
+    median_profile,
+    plan_on_processes,
+    predict,
+    predict_plan,
+    profile_stages,
+)
 from pipeplan.runtime.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.topology import Role, Topology
 from pipeplan.sim.result import SimResult
@@ -40,7 +49,7 @@ class TrainConfig:
     layout: ScheduleLayout | None = None
     module: str = "mlp"
     module_options: tuple[tuple[str, object], ...] = ()
-    dataset: str = "digits"
+    dataset: str = "auto"
     dtype: str = "float32"
     steps: int = 10
     lr: float = 1e-3
@@ -56,6 +65,10 @@ class TrainConfig:
     save_grads: str | None = None
     predict: bool = False
     backend: str | None = None
+    profile: str | None = None
+    cluster: str | None = None
+    batch_scaling: str = "auto"
+    warmup_steps: int = 2
 
     def __post_init__(self) -> None:
         if (self.plan is None) == (self.layout is None):
@@ -108,8 +121,11 @@ class TrainReport:
     losses: list[float] = field(default_factory=list)
     pipeline_ms: list[float] = field(default_factory=list)
     optimizer_ms: list[float] = field(default_factory=list)
+    step_ms: list[float] = field(default_factory=list)
     timeline: SimResult | None = None
     predicted: SimResult | None = None
+    plan_prediction: PlanPrediction | None = None
+    warmup_steps: int = 2
     link: tuple[float, float] | None = None
     model: Model | None = None
     plan: Plan | None = None
@@ -118,6 +134,12 @@ class TrainReport:
     def measured_ms(self) -> float | None:
         """Median pipeline time per iteration, leaving out the first iteration (warm-up) when there are more."""
         times = self.pipeline_ms[1:] if len(self.pipeline_ms) > 1 else self.pipeline_ms
+        return statistics.median(times) if times else None
+
+    def measured_step_ms(self) -> float | None:
+        """Median whole step (pipeline, optimizer, the loss exchange that ends it) after the warm-up steps."""
+        skip = min(self.warmup_steps, max(0, len(self.step_ms) - 1))
+        times = self.step_ms[skip:]
         return statistics.median(times) if times else None
 
 
@@ -171,7 +193,9 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
         resumed = checkpoint.load_rank(root, rank, executor.modules(), optimizer, fingerprint)
         start = resumed.step if resumed is not None else 0
         executor.step_index = start
-    report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule)
+    report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
+    if rank == 0 and config.plan is not None and config.profile is not None and config.cluster is not None:
+        report.plan_prediction = _plan_prediction(config, plan, model)  # made before the first step
     data = model.dataset
     global_batch = plan.global_batch
     last_part: dict[str, Any] | None = None
@@ -190,7 +214,9 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
             last_part = local_part(result, t0, t1)
         loss = torch.tensor([result.loss], dtype=torch.float64)
         dist.all_reduce(loss)
+        t3 = time.perf_counter()
         if rank == 0:
+            report.step_ms.append((t3 - t0) * 1000.0)
             report.losses.append(float(loss))
             report.pipeline_ms.append((t1 - t0) * 1000.0)
             report.optimizer_ms.append((t2 - t1) * 1000.0)
@@ -211,6 +237,25 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
     if config.predict:
         _predict(report, plan, schedule, model, device, role, world)
     return report if rank == 0 else None
+
+
+def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPrediction:
+    """The plan simulated with its profile and cluster (runtime.predict.predict_plan), checked against the model run.
+
+    Raises:
+        TrainConfigError: the profile's layers are not the model's (another MODULE_SPEC, options or dataset).
+    """
+    from pipeplan.io.load import load_cluster, load_profile
+
+    assert config.profile is not None and config.cluster is not None
+    profile = load_profile(config.profile)
+    if profile.num_layers != len(model.layers):
+        raise TrainConfigError(
+            f"profile {config.profile} has {profile.num_layers} layers but --module {config.module} with --dataset "
+            f"{model.dataset.name} builds {len(model.layers)}: the plan was made for another model"
+        )
+    return predict_plan(plan, profile, load_cluster(config.cluster), config.optimizer, config.batch_scaling,
+                        (config.profile, config.cluster))  # fmt: skip
 
 
 def _predict(

@@ -15,10 +15,11 @@ def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None =
     """A time no run of `schedule` under `costs` can beat.
 
     The maximum of (1) per rank: its total compute plus the shortest
-    all-reduce/optimizer tail among its stages (its last action is some stage's
-    last backward, whose tail follows), and (2) per stage s: one microbatch's
-    path through every forward and transfer, the backwards from the last stage
-    down to s (I for split stages, then W of s), and s's tail. Transfers count
+    all-reduce tail among its stages (its last action is some stage's last
+    backward, whose all-reduce follows) plus its optimizer step, and (2) per
+    stage s: one microbatch's path through every forward and transfer, the
+    backwards from the last stage down to s (I for split stages, then W of s),
+    s's all-reduce and its rank's optimizer step. Transfers count
     their unqueued duration, at the fastest rate `trace` ever gives their link.
 
     Raises:
@@ -46,7 +47,8 @@ def bound_from_parts(
     stages = costs.stages
     if not any(busy):
         return 0.0
-    tails = [c.allreduce_ms + (0.0 if s in stages_with_u else c.optimizer_ms) for s, c in enumerate(stages)]
+    optimizer = rank_optimizer_ms(schedule, costs, stages_with_u)
+    tails = [c.allreduce_ms + optimizer[schedule.stage_to_rank[s]] for s, c in enumerate(stages)]
     best = 0.0
     for rank, rank_busy in enumerate(busy):
         own = schedule.stages_of(rank)
@@ -62,6 +64,16 @@ def bound_from_parts(
         if s > 0:
             back += _unqueued(costs.backward[s - 1], trace)
     return best
+
+
+def rank_optimizer_ms(schedule: Schedule, costs: Costs, stages_with_u: frozenset[int]) -> list[float]:
+    """Per rank, its optimizer step: the steps of all its stages, one after the other, after the rank's last action
+    and its stages' all-reduces (stages whose schedule holds U actions step inside it and count 0 here)."""
+    steps = [0.0] * schedule.num_ranks
+    for s, cost in enumerate(costs.stages):
+        if s not in stages_with_u:
+            steps[schedule.stage_to_rank[s]] += cost.optimizer_ms
+    return steps
 
 
 def _unqueued(flows: tuple[Flow, ...], trace: BandwidthTrace | None) -> float:

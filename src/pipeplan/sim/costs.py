@@ -40,7 +40,9 @@ class StageCost:
     `bwd_input_ms` + `bwd_weight_ms` split `bwd_ms` for zero-bubble schedules
     (None: half each). `saved_bytes` is held per in-flight microbatch;
     `static_bytes` (weights, gradients, optimizer state) always.
-    `allreduce_ms` runs after the stage's last backward, then `optimizer_ms`.
+    `allreduce_ms` runs after the stage's last backward; `optimizer_ms` is the stage's
+    part of its rank's optimizer step, which runs once the rank has finished all
+    its actions and all-reduces (the steps of a rank's stages one after another).
     """
 
     fwd_ms: float

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
-from pipeplan.sim.bounds import bound_from_parts
+from pipeplan.sim.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.costs import Costs
 from pipeplan.sim.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.program import peak_saved_bytes, program_for
@@ -80,11 +80,15 @@ def _simulate(
         grid = waiting_grid(schedule, outcome.pos, done)
         raise DeadlockError(f"schedule {schedule.name!r} cannot finish: ranks {stuck} wait forever; blocked ranks:\n{grid}")
 
-    stage_tail = [c.allreduce_ms + (0.0 if s in program.stages_with_u else c.optimizer_ms) for s, c in enumerate(costs.stages)]
-    iteration = max(outcome.free, default=0.0)
-    for s, tail in enumerate(stage_tail):
+    # a rank steps its optimizer once, after its last action and the all-reduces of all its stages (the runtime's
+    # order); asynchronous schedules step inside the schedule instead (U actions)
+    ready = list(outcome.free)
+    for s, c in enumerate(costs.stages):
         if outcome.backward_end[s] >= 0:
-            iteration = max(iteration, outcome.backward_end[s] + tail)
+            rank = schedule.stage_to_rank[s]
+            ready[rank] = max(ready[rank], outcome.backward_end[s] + c.allreduce_ms)
+    optimizer = rank_optimizer_ms(schedule, costs, program.stages_with_u)
+    iteration = max((ready[r] + optimizer[r] for r in range(len(ready))), default=0.0)
     busy = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
     saved = tuple(c.saved_bytes for c in costs.stages)
     per_rank = []

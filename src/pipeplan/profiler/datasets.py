@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.core.errors import TrainConfigError
 
 DATASETS = ("digits", "sample")
 """digits: scikit-learn's 8x8 handwritten digits (1797 samples, 10 classes); sample: the MODULE_SPEC's own samples."""

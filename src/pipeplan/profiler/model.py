@@ -8,17 +8,16 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from pipeplan.core.errors import ProfileError
-from pipeplan.profiler.specs import LossFn, ModelSpec, resolve_module_spec
-from pipeplan.runtime.data import Dataset, digits, sample_dataset
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.core.errors import ProfileError, TrainConfigError
+from pipeplan.profiler.datasets import DATASETS, Dataset, digits, sample_dataset
+from pipeplan.profiler.specs import LossFn, ModelSpec, resolve_module_spec, takes_option
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
 class Model:
-    """Ordered layers (identical on every process), their names, the loss and the data."""
+    """Ordered layers (identical on every process), their names, the loss and the data (`dataset.name` resolved)."""
 
     layers: tuple[nn.Module, ...]
     layer_names: tuple[str, ...]
@@ -26,12 +25,34 @@ class Model:
     dataset: Dataset
     spec: ModelSpec
 
+    def batch(self, samples: int) -> torch.Tensor:
+        """The first `samples` inputs of the dataset (cycled when it holds fewer): what a profile measures on."""
+        inputs = self.dataset.inputs
+        return inputs[torch.arange(samples) % len(inputs)]
+
+
+def resolve_dataset(module: str, dataset: str) -> str:
+    """`auto` is `digits` for a MODULE_SPEC that takes an `in_features` option (mlp), else `sample`; others as given.
+
+    Raises:
+        TrainConfigError: an unknown dataset.
+        ProfileError: the MODULE_SPEC cannot be resolved.
+    """
+    if dataset not in (*DATASETS, "auto"):
+        raise TrainConfigError(f"--dataset must be one of auto, {', '.join(DATASETS)}; got {dataset!r}")
+    if dataset != "auto":
+        return dataset
+    return "digits" if takes_option(module, "in_features") else "sample"
+
 
 def build_model(
     module: str, options: dict[str, object], dataset: str, dtype: str = "float32", seed: int = 0, sample_size: int = 1024
 ) -> Model:
     """Resolve the MODULE_SPEC and the dataset into a Model.
 
+    `dataset` "auto" is resolved by resolve_dataset. `pipeplan profile` and
+    `pipeplan train` both build their model here, so the same MODULE_SPEC,
+    options and dataset give the same layers in both.
     With `dataset="digits"` the spec gets `in_features=64` (it must take that
     option, as `mlp` does) and a linear head to the 10 classes is appended as
     the last layer, named `head`; the loss is cross-entropy. With
@@ -46,6 +67,7 @@ def build_model(
         raise TrainConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
     opts = dict(options)
+    dataset = resolve_dataset(module, dataset)
     if dataset == "digits":
         data = digits()
         opts.setdefault("in_features", data.features)
@@ -63,8 +85,8 @@ def build_model(
             raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
         data = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
         layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
-    else:
-        raise TrainConfigError(f"--dataset must be one of digits, sample; got {dataset!r}")
+    else:  # resolve_dataset leaves only the two
+        raise AssertionError(dataset)
     for layer in layers:
         layer.to(torch_dtype)
     inputs = data.inputs.to(torch_dtype) if data.inputs.is_floating_point() else data.inputs
@@ -91,9 +113,10 @@ def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
 
 
 def _output_width(spec: ModelSpec, batch: torch.Tensor) -> int:
-    """Width of the model's output for a real batch (must be (batch, width))."""
+    """Width of the model's output for a real batch (must be (batch, width)); on the meta device, shapes only."""
+    params = [p for layer in spec.layers for p in layer.parameters()]
     with torch.no_grad():
-        x = batch
+        x = batch.to(params[0].device) if params else batch
         for layer in spec.layers:
             x = layer(x)
     if x.dim() != 2:

@@ -1,5 +1,8 @@
 """One pipeline stage on one process: its layers, and forward / backward / split backward per microbatch.
 
+The runtime runs its stages with this class and the profiler times layers
+through it, so a profile measures exactly the code a training run executes.
+
 Note:
     The zero-bubble split works at the granularity of parameter-holding
     modules. During F, the output of every module with its own parameters is
@@ -50,6 +53,7 @@ class StageModule:
         self._saved: dict[int, _Saved] = {}
         self._capture: list[tuple[nn.Module, torch.Tensor]] | None = None
         self._point_modules: list[nn.Module] = []
+        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         if split_backward:
             self._install_weight_points()
 
@@ -62,8 +66,15 @@ class StageModule:
         for m in self.module.modules():
             own = [p for p in m.parameters(recurse=False) if p.requires_grad]
             if own and all(owners[id(p)] == 1 for p in own):
-                m.register_forward_hook(self._hook)
+                self._hooks.append(m.register_forward_hook(self._hook))
                 self._point_modules.append(m)
+
+    def close(self) -> None:
+        """Remove the weight-point hooks from the modules (the profiler's stages are temporary; a run's are not)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self._point_modules.clear()
 
     def _hook(self, module: nn.Module, args: object, output: object) -> None:
         if self._capture is not None and isinstance(output, torch.Tensor) and output.requires_grad:

@@ -1,0 +1,91 @@
+"""The `pipeplan probe` command: measure the processes a job will run on and write them as a cluster file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import typer
+
+from pipeplan.core.errors import PipeplanError
+
+
+def probe(
+    out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.cluster/1 JSON here (process 0)."),
+    profile: str | None = typer.Option(
+        None, "--profile", help="A profile from `pipeplan profile`: every process times its model, giving its speed."
+    ),
+    local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
+    name: str | None = typer.Option(None, "--name", help="The cluster's name [local-N]."),
+    runs: int = typer.Option(5, "--runs", help="Timed rounds of the speed measurement."),
+    rounds: int = typer.Option(10, "--rounds", help="Ping-pongs per message size and all-reduces per size."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds any process waits for a peer before failing."),
+    threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
+) -> None:
+    """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
+    from pipeplan.cli.outputs import check_writable
+    from pipeplan.runtime.errors import TrainConfigError
+
+    for flag, value, low in (("--runs", runs, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
+        if value < low:
+            raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
+    if not timeout > 0:
+        raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
+    check_writable("--out", out)
+    model_profile = None
+    if profile is not None:
+        from pipeplan.io.load import load_profile
+
+        model_profile = load_profile(profile)
+        if model_profile.source is None:
+            raise TrainConfigError(
+                f"--profile {profile!r} does not record how its model was built; use a profile from `pipeplan profile` "
+                "or leave --profile out (every speed 1.0)"
+            )
+        if model_profile.threads is not None and model_profile.threads != threads:
+            raise TrainConfigError(
+                f"--profile {profile!r} was measured with {model_profile.threads} thread(s) but --threads is {threads}: "
+                "speeds would compare different thread counts"
+            )
+    if local is not None:
+        from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
+        from pipeplan.runtime.launch import launch_local
+
+        if local < 1:
+            raise TrainConfigError(f"--local must be >= 1, got {local}")
+        argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
+        sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
+    _run(out, model_profile, name, runs, rounds, timeout, threads)
+
+
+def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, timeout: float, threads: int) -> None:
+    """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
+    import torch
+    import torch.distributed as dist
+
+    from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.runtime.probe import cluster_json, probe
+
+    torch.set_num_threads(threads)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        result = probe(profile, runs, min(3, runs), rounds, timeout)  # type: ignore[arg-type]
+        if result is not None:
+            text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
+            write_text_atomic(out, text + "\n")
+            speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
+            typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        prefix = "" if first.startswith("rank ") else f"rank {rank}: "
+        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(2 if isinstance(exc, PipeplanError) else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `probe` to app."""
+    app.command("probe")(probe)

@@ -1,0 +1,159 @@
+"""A profile over several batch sizes: every layer measured at each size, and each layer's optimizer steps.
+
+Times follow the microbatch size in no simple way on real hardware (kernel
+launches, weight reads and low occupancy make small batches cost more per
+sample), so `pipeplan profile` measures every layer at several sizes and the
+cost model interpolates between them (sim.layer_costs). Activation and saved
+bytes are measured at every size too, not assumed linear.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from pipeplan.core.checks import check_positive_int
+from pipeplan.core.errors import ProfileError
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource
+from pipeplan.profiler.measure import Measurement, measure_layers
+from pipeplan.profiler.specs import ModelSpec
+
+OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=1e-12),
+    "sgd_momentum": lambda params: torch.optim.SGD(params, lr=1e-12, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-12),
+}
+"""The optimizer steps a profile times per layer, as `pipeplan train` builds them (a learning rate that leaves the
+weights as they are; the work of a step does not depend on it)."""
+
+
+def default_batch_sizes(batch_size: int) -> tuple[int, ...]:
+    """Powers of two from 1 up to batch_size, plus batch_size itself."""
+    check_positive_int(ProfileError, "--batch-size", batch_size)
+    sizes = []
+    b = 1
+    while b < batch_size:
+        sizes.append(b)
+        b *= 2
+    return (*sizes, batch_size)
+
+
+def check_batch_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The sizes as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming them."""
+    if not sizes:
+        raise ProfileError("--batch-sizes must list at least one batch size")
+    for b in sizes:
+        check_positive_int(ProfileError, "--batch-sizes entry", b)
+    if any(b >= c for b, c in itertools.pairwise(sizes)):
+        raise ProfileError(f"--batch-sizes must be strictly increasing (no repeats), got {list(sizes)}")
+    return tuple(sizes)
+
+
+def optimizer_step_ms(layers: Sequence[nn.Module], runs: int = 10, warmup: int = 2) -> list[dict[str, float]]:
+    """Median ms of one step of every optimizer of OPTIMIZERS over each layer's parameters (0 without parameters).
+
+    Gradients a layer does not have yet are zeros (the step's work does not depend on their values).
+    """
+    out: list[dict[str, float]] = []
+    for layer in layers:
+        params = [p for p in layer.parameters() if p.requires_grad]
+        if not params:
+            out.append(dict.fromkeys(OPTIMIZERS, 0.0))
+            continue
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        steps = {}
+        for name, make in OPTIMIZERS.items():
+            optimizer = make(params)
+            samples = []
+            for r in range(warmup + runs):
+                t0 = time.perf_counter()
+                optimizer.step()
+                if r >= warmup:
+                    samples.append((time.perf_counter() - t0) * 1e3)
+            steps[name] = statistics.median(samples)
+        out.append(steps)
+    return out
+
+
+def profile_batch_sizes(
+    spec: ModelSpec,
+    batch_sizes: Sequence[int],
+    *,
+    runs: int = 10,
+    warmup: int = 3,
+    threads: int | None = None,
+    source: ProfileSource | None = None,
+    progress: bool = False,
+) -> ModelProfile:
+    """Measure `spec` at every size of `batch_sizes` (sizes, times, I and W) and time its optimizer steps.
+
+    The profile's `batch_size` is the largest size; its curves hold the
+    medians at every size; `threads` and `source` are recorded as given.
+
+    Raises:
+        ProfileError: bad sizes or a layer that does not return one tensor.
+    """
+    sizes = check_batch_sizes(batch_sizes)
+    measured: list[Measurement] = [
+        measure_layers(spec, None, b, runs=runs, warmup=warmup, whole=False, split=True, progress=progress) for b in sizes
+    ]
+    steps = optimizer_step_ms(spec.layers, runs=runs)
+    return assemble(spec.name, measured, steps, threads, source)
+
+
+def assemble(
+    name: str,
+    measured: Sequence[Measurement],
+    steps: Sequence[dict[str, float]],
+    threads: int | None,
+    source: ProfileSource | None,
+) -> ModelProfile:
+    """The ModelProfile of measurements at increasing batch sizes (the last is the reference) and optimizer steps."""
+    top = measured[-1]
+    layers = []
+    split = all(m.bwd_input_ms is not None and m.bwd_weight_ms is not None for m in measured)
+    for i, size in enumerate(top.layers):
+        curve = LayerCurve(
+            fwd_ms=tuple(m.fwd_ms[i] for m in measured),
+            bwd_ms=tuple(m.bwd_ms[i] for m in measured),
+            activation_bytes=tuple(float(m.layers[i].activation_bytes) for m in measured),
+            saved_bytes=tuple(float(m.layers[i].saved_bytes) for m in measured),
+            bwd_input_ms=tuple(m.bwd_input_ms[i] for m in measured) if split else None,  # type: ignore[index]
+            bwd_weight_ms=tuple(m.bwd_weight_ms[i] for m in measured) if split else None,  # type: ignore[index]
+        )
+        layers.append(
+            LayerProfile(
+                name=size.name,
+                fwd_ms=curve.fwd_ms[-1],
+                bwd_ms=curve.bwd_ms[-1],
+                activation_bytes=curve.activation_bytes[-1],
+                param_bytes=float(size.param_bytes),
+                saved_bytes=curve.saved_bytes[-1],
+                flops=float(size.work.flops),
+                bytes_moved=float(size.work.bytes_moved),
+                bwd_input_ms=None if curve.bwd_input_ms is None else curve.bwd_input_ms[-1],
+                bwd_weight_ms=None if curve.bwd_weight_ms is None else curve.bwd_weight_ms[-1],
+                optimizer_ms=tuple(sorted(steps[i].items())),
+                curve=curve,
+            )
+        )
+    cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]
+    return ModelProfile(
+        name,
+        top.batch_size,
+        tuple(layers),
+        reference_device=top.device,
+        cut_bytes=tuple(c[-1] for c in cut_curves),
+        measured=True,
+        batch_sizes=tuple(m.batch_size for m in measured),
+        cut_curves=cut_curves,
+        threads=threads,
+        source=source,
+    )

@@ -1,0 +1,274 @@
+"""`pipeplan probe`: measure the machine a job will run on, as a cluster: device speeds, links, all-reduce.
+
+Every process of the job (under torchrun, or `--local N`) takes part:
+1. Speed. With a profile that records how its model was built (`pipeplan
+   profile` writes its source), every process builds that model and times
+   its layers exactly as the profile was measured (same method, sizes and
+   thread count), all processes at once, as they run in training. A
+   device's speed is the profile's summed layer time over its own; on a
+   shared CPU this captures the slowdown of processes competing for memory
+   bandwidth. Without a profile every speed is 1.0.
+2. Links. For every pair of processes in turn (the others wait), ping-pongs
+   over the job's backend of several message sizes; a least-squares line
+   through the one-way times gives the pair's latency (intercept) and
+   bandwidth (1 / slope), each direction measured on its own.
+3. All-reduce. The whole group all-reduces tensors of two sizes; the ring
+   formula t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth, solved for
+   the two, gives the collective's bus bandwidth and per-step latency.
+Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
+bounded by the timeout: a peer that never answers is an error naming it.
+
+A cluster written here has CPU devices (kind `cpu`, speeds relative to the
+CPU the profile was measured on) when the backend is gloo, and the GPU kind
+(speed on the GPU scale, V100 = 1) under NCCL.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from pipeplan.core.profile import ModelProfile
+from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
+
+PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
+"""Message sizes of the ping-pongs (8 B gives the latency, the larger ones the bandwidth)."""
+ALLREDUCE_BYTES = (1 << 16, 1 << 23)
+HANG_ENV = "PIPEPLAN_PROBE_HANG"
+"""Test hook: the process whose rank this names joins the group and then never answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """What the probe measured (bytes/s, seconds), as process 0 knows it."""
+
+    speeds: tuple[float, ...]
+    bandwidth: tuple[tuple[float, ...], ...]
+    latency: tuple[tuple[float, ...], ...]
+    allreduce_bandwidth: float | None
+    allreduce_latency: float
+    nodes: tuple[int, ...]
+    memory_bytes: tuple[float, ...]
+    kind: str
+    backend: str
+
+
+def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
+    """(intercept s, slope s/byte) of a least-squares line through (size, time), both >= 0."""
+    slope, intercept = np.polyfit(np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float), 1)
+    return max(float(intercept), 0.0), max(float(slope), 1e-15)
+
+
+def _wait(work: Any, timeout_s: float, what: str) -> None:
+    """Wait for a point-to-point operation; a peer that does not answer in time is a RuntimeFault naming it."""
+    try:
+        done = work.wait(timeout=timedelta(seconds=timeout_s))
+    except RuntimeError as exc:
+        raise RuntimeFault(f"probe: {what} did not complete within {timeout_s:g} s (--timeout): {exc}") from None
+    if done is False:
+        raise RuntimeFault(f"probe: {what} did not complete within {timeout_s:g} s (--timeout)")
+
+
+def ping_pong(peer: int, first: bool, nbytes: int, rounds: int, device: torch.device, timeout_s: float) -> float:
+    """Median one-way seconds of `rounds` ping-pongs of nbytes with `peer` (`first` sends first)."""
+    buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        if first:
+            _wait(dist.isend(buf, peer), timeout_s, f"a send to process {peer}")
+            _wait(dist.irecv(buf, peer), timeout_s, f"the reply of process {peer}")
+        else:
+            _wait(dist.irecv(buf, peer), timeout_s, f"a message from process {peer}")
+            _wait(dist.isend(buf, peer), timeout_s, f"the reply to process {peer}")
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) / 2)
+    return statistics.median(times)
+
+
+def measure_links(device: torch.device, rounds: int, timeout_s: float) -> tuple[list[list[float]], list[list[float]]]:
+    """(bandwidth bytes/s, latency s) for every ordered pair; every process calls it, process 0 gets the matrices.
+
+    Pairs take turns (a barrier between them) so no two pairs share the wire.
+    a -> b is fitted from the ping-pongs that a starts, b -> a from those b starts.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bandwidth = [[0.0] * world for _ in range(world)]
+    latency = [[0.0] * world for _ in range(world)]
+    for a in range(world):
+        for b in range(world):
+            if a == b:
+                continue
+            if rank in (a, b):
+                peer = b if rank == a else a
+                times = [ping_pong(peer, rank == a, n, rounds, device, timeout_s) for n in PING_BYTES]
+                if rank == a:
+                    intercept, slope = fit_line([float(n) for n in PING_BYTES], times)
+                    latency[a][b], bandwidth[a][b] = intercept, 1.0 / slope
+            _barrier(timeout_s, f"the link test of processes {a} and {b}")
+    rows = torch.tensor([bandwidth, latency], dtype=torch.float64)
+    dist.all_reduce(rows)  # each entry was filled on exactly one process
+    return rows[0].tolist(), rows[1].tolist()
+
+
+def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, float]:
+    """(bus bandwidth bytes/s, per-step latency s) of the group's all-reduce; (None, 0) for one process."""
+    world = dist.get_world_size()
+    if world < 2:
+        return None, 0.0
+    times = []
+    for nbytes in ALLREDUCE_BYTES:
+        buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        samples = []
+        for _ in range(rounds):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            samples.append(time.perf_counter() - t0)
+        times.append(statistics.median(samples))
+    result = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(result, op=dist.ReduceOp.MAX)  # the slowest process ends the collective
+    steps = 2 * (world - 1)
+    intercept, slope = fit_line([float(n) for n in ALLREDUCE_BYTES], result.tolist())
+    return steps / world / slope, intercept / steps
+
+
+def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int, warmup: int) -> float:
+    """This process's speed relative to the profile: its layers' summed time over this process's, at the profile's sizes.
+
+    Every process measures at the same time (as a job runs). 1.0 without a profile.
+
+    Raises:
+        TrainConfigError: the profile does not say how its model was built.
+    """
+    if profile is None:
+        return 1.0
+    if profile.source is None:
+        raise TrainConfigError(
+            f"--profile {profile.name!r} does not record its model (source); profile it with `pipeplan profile` "
+            "or leave --profile out (every speed 1.0)"
+        )
+    from pipeplan.profiler.measure import measure_layers
+    from pipeplan.profiler.model import build_model
+    from pipeplan.profiler.specs import ModelSpec
+
+    source = profile.source
+    model = build_model(source.module, dict(source.options), source.dataset, source.dtype)
+    if len(model.layers) != profile.num_layers:
+        raise TrainConfigError(
+            f"--profile {profile.name!r} has {profile.num_layers} layers but its model {source.module!r} now builds "
+            f"{len(model.layers)}; profile it again"
+        )
+    for layer in model.layers:
+        layer.to(device)
+    spec = ModelSpec(model.spec.name, model.layers, model.layer_names, sample_input=model.batch)
+    sizes = sorted({profile.sizes[0], profile.sizes[len(profile.sizes) // 2], profile.batch_size})
+    mine = theirs = 0.0
+    for b in sizes:
+        index = profile.sizes.index(b)
+        measured = measure_layers(spec, None, b, runs=runs, warmup=warmup, whole=False)
+        mine += sum(measured.fwd_ms) + sum(measured.bwd_ms)
+        for layer in profile.layers:
+            curve = layer.curve
+            theirs += (curve.fwd_ms[index] + curve.bwd_ms[index]) if curve is not None else (layer.fwd_ms + layer.bwd_ms)
+    return theirs / mine if mine > 0 else 1.0
+
+
+def _barrier(timeout_s: float, what: str) -> None:
+    """A barrier bounded by the timeout."""
+    work = dist.barrier(async_op=True)
+    _wait(work, timeout_s, what)
+
+
+def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, timeout_s: float) -> ProbeResult | None:
+    """Run the probe on this process (module docstring); process 0 gets the result, the others None."""
+    from pipeplan.runtime.worker import init_distributed
+
+    _, _, device = init_distributed(None, timeout_s)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if os.environ.get(HANG_ENV) == str(rank):
+        while True:  # the test hook: joined, and never answers again
+            time.sleep(3600)
+    _barrier(timeout_s, "the start of the probe")
+    speed = measure_speed(profile, device, runs, warmup)
+    bandwidth, latency = measure_links(device, rounds, timeout_s) if world > 1 else ([[0.0]], [[0.0]])
+    allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
+    mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
+    everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
+    dist.gather_object(mine, everyone, dst=0)
+    if everyone is None:
+        return None
+    hosts = list(dict.fromkeys(p["host"] for p in everyone))
+    per_host = {h: sum(p["host"] == h for p in everyone) for h in hosts}
+    kind = everyone[0]["device"]
+    return ProbeResult(
+        speeds=tuple(p["speed"] for p in everyone),
+        bandwidth=tuple(tuple(row) for row in bandwidth),
+        latency=tuple(tuple(row) for row in latency),
+        allreduce_bandwidth=allreduce_bw,
+        allreduce_latency=allreduce_lat,
+        nodes=tuple(hosts.index(p["host"]) for p in everyone),
+        memory_bytes=tuple(p["memory"] / (per_host[p["host"]] if kind == "cpu" else 1) for p in everyone),
+        kind=kind,
+        backend=dist.get_backend(),
+    )
+
+
+def _memory_bytes(device: torch.device) -> float:
+    """This device's memory: the GPU's, or the machine's RAM (shared by the processes on it)."""
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _device_name(device: torch.device) -> str:
+    """`cpu`, or the CUDA device's product name."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -> dict[str, Any]:
+    """The probe's result as a `pipeplan.cluster/1` object in matrix form (GB/s, microseconds, GiB).
+
+    CPU processes are kind `cpu` with speeds relative to the profile's CPU. GPUs are their kind when pipeplan knows
+    it (else `generic`) with speeds on the GPU scale: the measured ratio times the profile's kind's speed.
+    """
+    from pipeplan.presets.gpus import kind_of_device_name, nominal_speed
+    from pipeplan.sim.speeds import profile_kind
+
+    kind = "cpu" if result.kind == "cpu" else (kind_of_device_name(result.kind) or "generic")
+    scale = 1.0
+    if kind != "cpu" and profile is not None:
+        reference = profile_kind(profile)
+        scale = (nominal_speed(reference) or 1.0) if reference is not None else 1.0
+    devices = [
+        {"kind": kind, "memory_gb": round(memory / 2**30, 3), "speed": round(speed * scale, 4), "node": node}
+        for speed, memory, node in zip(result.speeds, result.memory_bytes, result.nodes, strict=True)
+    ]
+    n = len(devices)
+    out: dict[str, Any] = {
+        "format": "pipeplan.cluster/1",
+        "name": name,
+        "devices": devices,
+        "bandwidth_gb_per_s": [[round(result.bandwidth[a][b] / 1e9, 4) if a != b else 0 for b in range(n)] for a in range(n)],
+        "latency_us": [[round(result.latency[a][b] * 1e6, 2) if a != b else 0 for b in range(n)] for a in range(n)],
+        "notes": f"measured by pipeplan probe over {result.backend}"
+        + (f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"),
+    }
+    if result.allreduce_bandwidth is not None:
+        out["allreduce"] = {
+            "gb_per_s": round(result.allreduce_bandwidth / 1e9, 4),
+            "latency_us": round(result.allreduce_latency * 1e6, 2),
+        }
+    return out
