@@ -216,3 +216,95 @@ def test_nan_and_infinity_are_rejected() -> None:
     for value in (math.nan, math.inf):
         with pytest.raises(ClusterError, match=r"bandwidth_gb_per_s\[0\]\[1\] must be a finite number"):
             cluster_from_json(edit(matrix_form(), "bandwidth_gb_per_s.0.1", value), "c.json")
+
+
+def test_a_cpu_device_needs_memory_gb_and_defaults_to_speed_one() -> None:
+    """A `cpu` device has no memory default (the error names memory_gb) and runs at speed 1.0 unless told."""
+    obj = edit(matrix_form(), "devices", [{"kind": "cpu", "memory_gb": 4}, {"kind": "CPU", "memory_gb": 8, "speed": 2.5},
+                                          {"kind": "cpu", "memory_gb": 2, "node": 1}])  # fmt: skip
+    cluster = cluster_from_json(obj)
+    assert [(d.kind, d.memory_bytes, d.speed) for d in cluster.devices] == [
+        ("cpu", 4 * GIB, 1.0), ("cpu", 8 * GIB, 2.5), ("cpu", 2 * GIB, 1.0),
+    ]  # fmt: skip
+    with pytest.raises(ClusterError, match=r"c\.json: devices\[1\]: missing field 'memory_gb'"):
+        cluster_from_json(edit(obj, "devices.1.memory_gb", DELETE), "c.json")
+    described = edit(description_form(), "device", {"kind": "cpu"})
+    with pytest.raises(ClusterError, match=r"d\.json: device: missing field 'memory_gb'"):
+        cluster_from_json(described, "d.json")
+
+
+NOMINAL = [("A100", 2.0, 40), ("H100", 5.0, 80), ("L4", 0.6, 24), ("V100", 1.0, 16), ("H200", 5.5, 141), ("a100-80gb", 2.0, 80)]
+
+
+@pytest.mark.parametrize(("kind", "speed", "memory_gib"), NOMINAL)
+def test_a_device_speed_defaults_to_its_kind_nominal_speed(kind: str, speed: float, memory_gib: float) -> None:
+    """Without `speed` a GPU runs at its kind's nominal speed on the V100 scale, with its kind's memory."""
+    cluster = cluster_from_json(edit(description_form(), "device", {"kind": kind}))
+    assert {d.speed for d in cluster.devices} == {speed}
+    assert {d.memory_bytes for d in cluster.devices} == {memory_gib * GIB}
+    assert cluster.speed_reference == "V100"
+
+
+def test_a_generic_device_needs_a_speed() -> None:
+    """`generic` has no nominal speed: leaving it out names the field."""
+    with pytest.raises(ClusterError, match=r"c\.json: devices\[2\]: missing field 'speed'"):
+        cluster_from_json(edit(matrix_form(), "devices.2.speed", DELETE), "c.json")
+    with pytest.raises(ClusterError, match=r"d\.json: device: missing field 'speed'"):
+        cluster_from_json(edit(description_form(), "device", {"kind": "generic", "memory_gb": 8}), "d.json")
+
+
+def test_description_form_accepts_one_latency_for_every_pair() -> None:
+    """A scalar `latency_us` sets the same latency inside and between nodes (0 on the diagonal)."""
+    cluster = cluster_from_json(edit(description_form(), "latency_us", 7))
+    assert cluster.latency[0][1] == pytest.approx(7e-6)
+    assert cluster.latency[1][6] == pytest.approx(7e-6)
+    assert cluster.latency[0][5] == pytest.approx(20e-6)  # the override still wins
+    assert cluster.latency[3][3] == 0.0
+    one_node = {"name": "one", "nodes": 1, "gpus_per_node": 2, "device": {"kind": "H100"}, "intra_node_gb_per_s": 450,
+                "latency_us": 3}  # fmt: skip
+    assert cluster_from_json(one_node).latency == ((0.0, pytest.approx(3e-6)), (pytest.approx(3e-6), 0.0))
+    with pytest.raises(ClusterError, match=r"d\.json: field 'latency_us' must be a finite number >= 0, got -1"):
+        cluster_from_json(edit(description_form(), "latency_us", -1), "d.json")
+
+
+@pytest.mark.parametrize("form", [matrix_form, description_form])
+def test_a_measured_allreduce_round_trips_through_to_json(form: Any) -> None:
+    """`allreduce: {gb_per_s, latency_us}` in either form sets the cluster's all-reduce and is written back unchanged."""
+    obj = form()
+    obj["allreduce"] = {"gb_per_s": 150, "latency_us": 12.5}
+    cluster = cluster_from_json(obj)
+    assert cluster.allreduce_bandwidth == 150e9
+    assert cluster.allreduce_latency == pytest.approx(12.5e-6)
+    out = cluster_to_json(cluster)
+    assert out["allreduce"] == {"gb_per_s": 150, "latency_us": 12.5}
+    again = cluster_from_json(json.loads(json.dumps(out)))
+    assert (again.allreduce_bandwidth, again.allreduce_latency) == (cluster.allreduce_bandwidth, pytest.approx(12.5e-6))
+
+
+def test_a_measured_allreduce_latency_defaults_to_zero_and_bandwidth_must_be_positive() -> None:
+    """allreduce.latency_us defaults to 0; a zero rate or an unknown key names the field."""
+    cluster = cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 40}))
+    assert (cluster.allreduce_bandwidth, cluster.allreduce_latency) == (40e9, 0.0)
+    assert "allreduce" not in cluster_to_json(cluster_from_json(matrix_form()))
+    with pytest.raises(ClusterError, match=r"c\.json: allreduce: field 'gb_per_s' must be a finite number > 0, got 0"):
+        cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 0}), "c.json")
+    with pytest.raises(ClusterError, match=r"c\.json: allreduce: missing field 'gb_per_s'"):
+        cluster_from_json(edit(matrix_form(), "allreduce", {"latency_us": 3}), "c.json")
+    with pytest.raises(ClusterError, match=r"c\.json: allreduce: unknown field 'busbw'"):
+        cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 4, "busbw": 3}), "c.json")
+
+
+def test_cpu_and_gpu_kinds_cannot_share_a_cluster() -> None:
+    """Mixing `cpu` with GPU kinds is a ClusterError: their speeds are on different scales."""
+    with pytest.raises(ClusterError, match=r"c\.json: devices mix kind 'cpu' with GPU kinds"):
+        cluster_from_json(edit(matrix_form(), "devices.2", {"kind": "cpu", "memory_gb": 4, "node": 1}), "c.json")
+
+
+def test_speed_reference_follows_the_device_kinds() -> None:
+    """GPU and generic clusters have speeds on the V100 scale; cpu clusters on the profiled CPU's."""
+    assert cluster_from_json(matrix_form()).speed_reference == "V100"
+    assert cluster_from_json(description_form()).speed_reference == "V100"
+    generic = edit(description_form(), "device", {"kind": "generic", "memory_gb": 8, "speed": 3})
+    assert cluster_from_json(generic).speed_reference == "V100"
+    cpus = edit(description_form(), "device", {"kind": "cpu", "memory_gb": 8})
+    assert cluster_from_json(cpus).speed_reference == "cpu"

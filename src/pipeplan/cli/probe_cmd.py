@@ -65,8 +65,10 @@ def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, ti
     import torch.distributed as dist
 
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.profiler.allocator import steady_cpu_allocator
     from pipeplan.runtime.probe import cluster_json, probe
 
+    steady_cpu_allocator()
     torch.set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:

@@ -126,10 +126,12 @@ def _measure(
 ) -> ModelProfile:
     """Build the model as `pipeplan train` does and measure it at every size on its own data."""
     from pipeplan.core.profile import ProfileSource
+    from pipeplan.profiler.allocator import steady_cpu_allocator
     from pipeplan.profiler.curves import profile_batch_sizes
     from pipeplan.profiler.model import build_model
     from pipeplan.profiler.specs import ModelSpec
 
+    steady_cpu_allocator()  # the allocator train runs with (profiler.allocator)
     target = _torch_device(torch, device)
     model = build_model(module_spec, dict(options), dataset)
     for layer in model.layers:

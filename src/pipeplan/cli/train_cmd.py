@@ -191,6 +191,7 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             "measured_step_ms": step,
             "predicted_step_ms": planned.step_ms if planned is not None else None,
             "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
+            "measured_memory_bytes": report.memory_bytes,
             "measured_ms": measured,
             "predicted_ms": predicted,
             "link": None

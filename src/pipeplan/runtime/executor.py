@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pipeplan.profiler.stage import LossFn, StageModule
 from pipeplan.runtime.comm import Comm, TransferRecord
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.faults import FaultInjector
+from pipeplan.runtime.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.replicas import GradSync
 from pipeplan.runtime.topology import Role, Topology
 from pipeplan.sim.result import ComputeSpan
@@ -77,6 +79,8 @@ class Executor:
                 self._last_backward[a.stage] = i
         self.step_index = 0
         self._loss = torch.zeros((), dtype=torch.float64)
+        self._peak = 0  # most microbatches in flight on this process in the current iteration
+        self._current: Action | None = None
 
     def parameters(self) -> list[nn.Parameter]:
         """Parameters of this process's stages, stage by stage."""
@@ -86,10 +90,13 @@ class Executor:
         """stage index -> that stage's nn.Sequential."""
         return {s: st.module for s, st in sorted(self.stages.items())}
 
-    def run(self, inputs: torch.Tensor, targets: torch.Tensor, record: bool = False) -> StepRecord:
+    def run(
+        self, inputs: torch.Tensor, targets: torch.Tensor, record: bool = False, meter: SavedMemoryMeter | None = None
+    ) -> StepRecord:
         """One iteration on the global batch (every process holds it; each takes its own rows).
 
         Leaves the summed gradients in the parameters' .grad; the caller steps the optimizer.
+        With a `meter`, the bytes autograd keeps alive are sampled after every action.
 
         Raises:
             RuntimeFault: naming this process, the step and the action that failed.
@@ -99,34 +106,53 @@ class Executor:
         self.comm.begin_step(record)
         self._loss = torch.zeros((), dtype=torch.float64)
         spans: list[ComputeSpan] = []
-        peak = 0
         stage_peaks = dict.fromkeys(self.stages, 0)
-        action: Action | None = None
+        self._current = None
         try:
-            for i, action in enumerate(self.actions):
-                self.faults.check(self.role.process, self.step_index, action)
-                self.comm.prefetch(i)
-                start = self._dispatch(action, inputs, targets)
-                if record:
-                    spans.append(
-                        ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
-                    )
-                peak = max(peak, sum(st.inflight for st in self.stages.values()))
-                stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
-                if self._last_backward.get(action.stage) == i:
-                    self.sync.start(action.stage, self.stages[action.stage].params)
-            action = None
-            self.comm.finish_step(action)
+            with meter if meter is not None else contextlib.nullcontext():
+                self._walk(inputs, targets, record, spans, stage_peaks, meter)
+            self.comm.finish_step(None)
             self.sync.finish()
         except Exception as exc:
             for st in self.stages.values():
                 st.clear()
+            action = self._current
             where = f"action {action}" if action is not None else "the end of the iteration"
             message = str(exc) if isinstance(exc, RuntimeFault) else f"at {where}: {type(exc).__name__}: {exc}"
             who = f"rank {self.role.process} (pipeline rank {self.role.sched_rank}), step {self.step_index}"
             raise RuntimeFault(f"{who}: {message}") from exc
         self.step_index += 1
-        return StepRecord(float(self._loss), tuple(spans), tuple(self.comm.records), peak, tuple(sorted(stage_peaks.items())))
+        return StepRecord(
+            float(self._loss), tuple(spans), tuple(self.comm.records), self._peak, tuple(sorted(stage_peaks.items()))
+        )
+
+    def _walk(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        record: bool,
+        spans: list[ComputeSpan],
+        stage_peaks: dict[int, int],
+        meter: SavedMemoryMeter | None,
+    ) -> None:
+        """Run this process's actions in order (the body of `run`); `_current` names the action running."""
+        self._peak = 0
+        for i, action in enumerate(self.actions):
+            self._current = action
+            self.faults.check(self.role.process, self.step_index, action)
+            self.comm.prefetch(i)
+            start = self._dispatch(action, inputs, targets)
+            if record:
+                spans.append(
+                    ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
+                )
+            self._peak = max(self._peak, sum(st.inflight for st in self.stages.values()))
+            stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
+            if self._last_backward.get(action.stage) == i:
+                self.sync.start(action.stage, self.stages[action.stage].params)
+            if meter is not None:
+                meter.sample()
+        self._current = None
 
     def _dispatch(self, action: Action, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """Run one action; return the perf_counter time its compute started (after its inputs arrived)."""

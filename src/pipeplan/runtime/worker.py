@@ -16,12 +16,14 @@ import torch.distributed as dist
 
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.profiler.allocator import steady_cpu_allocator
 from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model, build_model
 from pipeplan.runtime import checkpoint
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout, plan_job
+from pipeplan.runtime.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.predict import (
     PlanPrediction,
     local_cluster,
@@ -126,6 +128,7 @@ class TrainReport:
     predicted: SimResult | None = None
     plan_prediction: PlanPrediction | None = None
     warmup_steps: int = 2
+    memory_bytes: list[int] | None = None
     link: tuple[float, float] | None = None
     model: Model | None = None
     plan: Plan | None = None
@@ -173,6 +176,7 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
         RuntimeFault: an action failed here or on a peer (naming rank, step and action).
         TrainConfigError: inconsistent options.
     """
+    steady_cpu_allocator()  # the allocator the profile was measured with (profiler.allocator)
     torch.set_num_threads(config.threads)
     rank, world, device = init_distributed(config.backend, config.timeout_s)
     model = build_model(config.module, dict(config.module_options), config.dataset, config.dtype, config.seed)
@@ -205,11 +209,14 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
         record = config.trace and step == config.steps - 1
         if record:
             dist.barrier()
+        meter = SavedMemoryMeter(exclude=params) if step == start else None  # the first step is warm-up anyway
         t0 = time.perf_counter()
-        result = executor.run(inputs, targets, record=record)
+        result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
         optimizer.step()
         t2 = time.perf_counter()
+        if meter is not None:
+            memory = static_bytes(params, optimizer) + meter.peak_bytes
         if record:
             last_part = local_part(result, t0, t1)
         loss = torch.tensor([result.loss], dtype=torch.float64)
@@ -228,6 +235,10 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
             dist.barrier()
             if rank == 0:
                 checkpoint.mark_latest(root, done)
+    if config.steps > start:
+        everyone: list[int] | None = [0] * world if rank == 0 else None
+        dist.gather_object(memory, everyone, dst=0)
+        report.memory_bytes = everyone
     if config.save_grads:
         _save_grads(Path(config.save_grads), rank, executor, plan)
     if last_part is not None:

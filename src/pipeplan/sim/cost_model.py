@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float
@@ -49,7 +50,7 @@ class CostModel:
         layers = LayerCosts(profile, scaling, optimizer)
         factor = OPTIMIZER_STATE[optimizer] if optimizer_factor is None else optimizer_factor
         check_nonneg_float(PlanError, "optimizer_factor", factor)
-        if bwd_split is not None and (len(bwd_split) != 2 or min(bwd_split) < 0):
+        if bwd_split is not None and (len(bwd_split) != 2 or not all(math.isfinite(f) and f >= 0 for f in bwd_split)):
             raise PlanError(f"bwd_split must be two fractions >= 0 (input, weight), got {bwd_split!r}")
         return cls(profile, on_profile_scale(cluster, profile), layers, float(factor), bwd_split)
 

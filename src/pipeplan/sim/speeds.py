@@ -23,7 +23,8 @@ def on_profile_scale(cluster: Cluster, profile: ModelProfile) -> Cluster:
     brought together: an H100-projected profile on H100s gets speed 1.0 there,
     a V100 profile on the same cluster speed 5.0. When either side is unknown
     (an in-memory cluster, a profile of an unknown device) the speeds are
-    taken as they are: relative to the profile. Idempotent: the result's
+    taken as they are: relative to the profile (a cluster built in code with a
+    `speed_reference` pipeplan has no figures for counts as unknown). Idempotent: the result's
     `speed_reference` is the profile's kind.
 
     Raises:
@@ -31,7 +32,7 @@ def on_profile_scale(cluster: Cluster, profile: ModelProfile) -> Cluster:
     """
     unit = cluster.speed_reference
     kind = profile_kind(profile)
-    if unit is None or kind is None or unit == kind:
+    if unit is None or kind is None or unit == kind or nominal_speed(unit) is None:
         return cluster
     if speed_scale(unit) != speed_scale(kind):
         here = "CPU processes" if speed_scale(unit) == CPU_KIND else f"GPUs ({cluster.devices[0].kind})"

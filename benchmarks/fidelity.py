@@ -1,0 +1,227 @@
+"""Fidelity: do plans hold when they run? Predicted step time and memory against `pipeplan train` on 2 local processes.
+
+Usage: .venv/bin/python benchmarks/fidelity.py [--quick] [--models mlp,transformer] [--steps 12] [--out fidelity.json] [--check]
+
+The whole chain a user runs, on this machine: for each built-in model,
+  1. `pipeplan profile MODEL -b B` (every layer at sizes 1, 2, 4, ..., B; one thread);
+  2. `pipeplan probe --local 2 --profile P` (the two processes as a cluster: speeds, links, all-reduce);
+  3. for each of two global batches G, a grid of plans, each written as a plan file and run with
+     `pipeplan train --local 2 --plan FILE --steps S --json`: gpipe, 1f1b and zb-h1 x microbatch count
+     m in 1, 2, 4, 8, 16 x two stage splits of the layers over the two processes (the planner's: the cut the
+     simulator finds fastest for 1f1b at that m, as pipeplan's boundary refinement does; and the time-balanced
+     one: forward + backward at G/m samples split as evenly as the layers allow; one point when they agree),
+     plus 2-way data parallelism (one stage on both processes) at m = 1 and 4; and the plan `pipeplan plan`
+     chooses (--planner pipeplan, schedule and microbatch size its own).
+Every run prints the plan's predicted step (made by `train` from the profile and cluster before the first step)
+and the measured one (median of the steps after the warm-up); memory: the predicted peak bytes per process
+against those measured in the run (runtime.memory_meter: weights, gradients and optimizer state, plus the peak
+of what autograd keeps for backward).
+
+Targets (issue "Plans that hold when they run"; --check exits 1 when one fails):
+  F1 predicted within 15% of measured for >= 90% of grid points, within 30% for all;
+  F2 Spearman rank correlation of predicted vs measured >= 0.9 for each model and batch;
+  F3 the planner's chosen plan measures <= 1.05x the best measured grid point (each model and batch);
+  F4 predicted peak memory per process within 20% of measured (every run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPEPLAN = [sys.executable, "-c", "from pipeplan.cli import main; main()"]
+MODELS: dict[str, dict[str, Any]] = {
+    "mlp": {"options": [], "batches": (32, 128)},
+    "transformer": {
+        "options": ["--opt", "d_model=128", "--opt", "heads=4", "--opt", "layers=4", "--opt", "seq_len=64", "--opt", "dropout=0"],
+        "batches": (16, 64),
+    },
+}
+SCHEDULES = ("gpipe", "1f1b", "zb-h1")
+MICROBATCHES = (1, 2, 4, 8, 16)
+DATA_PARALLEL_M = (1, 4)
+TARGET_WITHIN, TARGET_SHARE, TARGET_ALL = 0.15, 0.90, 0.30
+TARGET_SPEARMAN, TARGET_PLANNER, TARGET_MEMORY = 0.9, 1.05, 0.20
+
+
+def run(args: list[str], timeout: float = 900) -> str:
+    """Run a pipeplan command; its stdout (raises with its stderr on failure)."""
+    done = subprocess.run([*PIPEPLAN, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"pipeplan {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def stage_plan(cut: int | None, layers: int, m: int, b: int, schedule: str) -> dict[str, Any]:
+    """A plan file object: two stages cut after layer `cut` on processes 0 and 1, or (cut None) one stage on both."""
+    if cut is None:
+        stages = [{"first_layer": 0, "last_layer": layers - 1, "devices": [0, 1]}]
+    else:
+        stages = [
+            {"first_layer": 0, "last_layer": cut, "devices": [0]},
+            {"first_layer": cut + 1, "last_layer": layers - 1, "devices": [1]},
+        ]
+    return {"format": "pipeplan.plan/1", "profile": "profile.json", "cluster": "cluster.json", "stages": stages,
+            "pipeline_replicas": 1, "microbatches": m, "microbatch_size": b, "schedule": schedule, "k": 1, "chunks": 1,
+            "order": None}  # fmt: skip
+
+
+def splits(profile_path: Path, cluster_path: Path, m: int, b: int) -> list[int]:
+    """The planner's cut (fastest simulated 1f1b over every cut) and the time-balanced cut at b samples, deduplicated."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.stage_costs import simulate_plan
+
+    profile = load_profile(str(profile_path))
+    model = CostModel.build(profile, load_cluster(str(cluster_path)))
+    layers = profile.num_layers
+    times = []
+    for cut in range(layers - 1):
+        plan = Plan((Stage(0, cut, (0,)), Stage(cut + 1, layers - 1, (1,))), 1, m, b, "1f1b")
+        times.append((simulate_plan(plan, model, record=False).iteration_time, cut))
+    fastest = min(times)[1]
+    work = model.layers.per_layer_ms(b).tolist()
+    total = sum(work)
+    balanced = min(range(layers - 1), key=lambda c: (abs(2 * sum(work[: c + 1]) - total), c))
+    return list(dict.fromkeys([fastest, balanced]))
+
+
+def train(plan_path: Path, steps: int, warmup: int) -> dict[str, Any]:
+    """Run a plan with `pipeplan train --local 2` and return its JSON report."""
+    out = run(["train", "--local", "2", "--plan", str(plan_path), "--steps", str(steps), "--warmup-steps", str(warmup),
+               "--json", "-q"])  # fmt: skip
+    return json.loads(out)
+
+
+def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
+    """Write `plan` and run it: predicted and measured step ms, memory per process."""
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(plan))
+    report = train(path, steps, warmup)
+    predicted, measured = report["predicted_step_ms"], report["measured_step_ms"]
+    memory = [(p, q) for p, q in zip(report["predicted_memory_bytes"], report["measured_memory_bytes"], strict=True) if q > 0]
+    return {
+        "name": name,
+        "predicted_ms": predicted,
+        "measured_ms": measured,
+        "ratio": measured / predicted,
+        "step_ms": report["step_ms"],
+        "memory": memory,
+        "memory_error": max(abs(p - q) / q for p, q in memory),
+    }
+
+
+def model_study(model: str, steps: int, warmup: int, quick: bool, log: Any) -> dict[str, Any]:
+    """Profile, probe and run the grid of one model (module docstring)."""
+    spec = MODELS[model]
+    batches = spec["batches"][:1] if quick else spec["batches"]
+    work = Path(tempfile.mkdtemp(prefix=f"fidelity-{model}-"))
+    profile_path, cluster_path = work / "profile.json", work / "cluster.json"
+    started = time.perf_counter()
+    run(["profile", model, *spec["options"], "-b", str(max(batches)), "-o", str(profile_path), "-q"])
+    run(["probe", "--local", "2", "--profile", str(profile_path), "--out", str(cluster_path)])
+    print(f"[{model}] profiled and probed in {time.perf_counter() - started:.0f} s", file=log, flush=True)
+    from pipeplan.io.load import load_profile
+
+    layers = load_profile(str(profile_path)).num_layers
+    studies = []
+    for batch in batches:
+        points = []
+        for m in MICROBATCHES[:3] if quick else MICROBATCHES:
+            b = batch // m
+            for cut in splits(profile_path, cluster_path, m, b):
+                for schedule in SCHEDULES:
+                    name = f"{model}-G{batch}-{schedule}-m{m}-cut{cut}"
+                    points.append(point(work, name, stage_plan(cut, layers, m, b, schedule), steps, warmup))
+                    print(f"  {name}: predicted {points[-1]['predicted_ms']:.1f} ms, measured {points[-1]['measured_ms']:.1f}",
+                          file=log, flush=True)  # fmt: skip
+        for m in DATA_PARALLEL_M:
+            name = f"{model}-G{batch}-dp2-m{m}"
+            points.append(point(work, name, stage_plan(None, layers, m, batch // m, "1f1b"), steps, warmup))
+            print(f"  {name}: predicted {points[-1]['predicted_ms']:.1f} ms, measured {points[-1]['measured_ms']:.1f}", file=log)
+        planner_path = work / f"planner-G{batch}.json"
+        run(["plan", "--profile", str(profile_path), "--cluster", str(cluster_path), "--global-batch", str(batch),
+             "--out", str(planner_path), "--json"])  # fmt: skip
+        chosen = json.loads(planner_path.read_text())
+        planner = point(work, f"{model}-G{batch}-planner", chosen, steps, warmup)
+        planner["plan"] = {k: chosen[k] for k in ("schedule", "microbatches", "microbatch_size", "k", "chunks")}
+        print(f"  planner {planner['plan']}: predicted {planner['predicted_ms']:.1f}, measured {planner['measured_ms']:.1f}",
+              file=log, flush=True)  # fmt: skip
+        studies.append({"model": model, "batch": batch, "points": points, "planner": planner, **summarize(points, planner)})
+    return {"model": model, "studies": studies, "seconds": time.perf_counter() - started}
+
+
+def summarize(points: list[dict[str, Any]], planner: dict[str, Any]) -> dict[str, Any]:
+    """Error shares, Spearman correlation, the planner's plan against the best measured point, memory error."""
+    from scipy.stats import spearmanr
+
+    errors = [abs(p["measured_ms"] - p["predicted_ms"]) / p["measured_ms"] for p in points]
+    rho = spearmanr([p["predicted_ms"] for p in points], [p["measured_ms"] for p in points]).statistic
+    best = min(p["measured_ms"] for p in points)
+    return {
+        "within_15": sum(e <= TARGET_WITHIN for e in errors) / len(errors),
+        "max_error": max(errors),
+        "median_error": statistics.median(errors),
+        "spearman": float(rho),
+        "planner_vs_best": planner["measured_ms"] / best,
+        "memory_error": max([p["memory_error"] for p in points] + [planner["memory_error"]]),
+    }
+
+
+def verdict(results: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
+    """The four targets (module docstring) over every study."""
+    studies = [s for r in results for s in r["studies"]]
+    points = [p for s in studies for p in s["points"]]
+    errors = [abs(p["measured_ms"] - p["predicted_ms"]) / p["measured_ms"] for p in points]
+    share = sum(e <= TARGET_WITHIN for e in errors) / len(errors)
+    return [
+        ("F1", share >= TARGET_SHARE and max(errors) <= TARGET_ALL, f"{share:.0%} of {len(errors)} points within 15%, worst {max(errors):.1%}"),
+        ("F2", all(s["spearman"] >= TARGET_SPEARMAN for s in studies), ", ".join(f"{s['model']} G{s['batch']} {s['spearman']:.3f}" for s in studies)),
+        ("F3", all(s["planner_vs_best"] <= TARGET_PLANNER for s in studies), ", ".join(f"{s['model']} G{s['batch']} {s['planner_vs_best']:.3f}x" for s in studies)),
+        ("F4", all(s["memory_error"] <= TARGET_MEMORY for s in studies), f"worst {max(s['memory_error'] for s in studies):.1%}"),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp, transformer")
+    parser.add_argument("--steps", type=int, default=12, help="training steps per run")
+    parser.add_argument("--warmup", type=int, default=3, help="steps left out of each measured median")
+    parser.add_argument("--quick", action="store_true", help="one batch per model, m in 1, 2, 4")
+    parser.add_argument("--out", default=None, help="write every point as JSON here")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    results = [model_study(m.strip(), args.steps, args.warmup, args.quick, sys.stderr) for m in args.models.split(",")]
+    print(f"load average at start {load:.2f}, at end {os.getloadavg()[0]:.2f}")
+    print("| model | global batch | points | within 15% | median error | worst | Spearman | planner / best | memory worst |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        for s in r["studies"]:
+            print(f"| {s['model']} | {s['batch']} | {len(s['points'])} | {s['within_15']:.0%} | {s['median_error']:.1%} | "
+                  f"{s['max_error']:.1%} | {s['spearman']:.3f} | {s['planner_vs_best']:.3f} | {s['memory_error']:.1%} |")  # fmt: skip
+    failed = False
+    for name, ok, text in verdict(results):
+        print(f"{name} {'PASS' if ok else 'FAIL'}: {text}")
+        failed |= not ok
+    if args.out:
+        Path(args.out).write_text(
+            json.dumps(results, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+        )
+    if args.check and failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Tests of sim.links: pair times, stage-boundary transfers and the ring all-reduce in closed form."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.errors import ClusterError
+from pipeplan.sim.links import boundary_flows, pair_ms, pairing, ring_allreduce_ms, ring_allreduce_terms, transfer_ms
+
+GB = 1e9
+
+
+def cluster(nic: float | None = None) -> Cluster:
+    """Four devices, two per node: 100 GB/s and 1 us inside a node, 10 GB/s and 10 us between; 2 -> 3 is 50 GB/s, 3 us."""
+    n = 4
+    bw = [[0.0 if a == b else (100 * GB if a // 2 == b // 2 else 10 * GB) for b in range(n)] for a in range(n)]
+    lat = [[0.0 if a == b else (1e-6 if a // 2 == b // 2 else 1e-5) for b in range(n)] for a in range(n)]
+    bw[2][3], lat[2][3] = 50 * GB, 3e-6
+    devices = tuple(Device(i, "gpu", 16 * 2**30, 1.0, i // 2) for i in range(n))
+    return Cluster("links", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic)
+
+
+def without_link(c: Cluster, src: int, dst: int) -> Cluster:
+    """c with bandwidth[src][dst] set to 0."""
+    bw = [list(row) for row in c.bandwidth]
+    bw[src][dst] = 0.0
+    return dataclasses.replace(c, bandwidth=tuple(map(tuple, bw)))
+
+
+def test_pair_ms_is_latency_plus_bytes_over_rate() -> None:
+    """pair_ms = latency + bytes / bandwidth, in ms, for the ordered pair; 0 on one device."""
+    c = cluster()
+    assert pair_ms(c, 0, 1, 1e9) == pytest.approx(1e-3 + 10.0)
+    assert pair_ms(c, 1, 2, 1e9) == pytest.approx(1e-2 + 100.0)
+    assert pair_ms(c, 2, 3, 1e9) == pytest.approx(3e-3 + 20.0)
+    assert pair_ms(c, 3, 2, 1e9) == pytest.approx(1e-3 + 10.0)  # the reverse direction keeps 100 GB/s
+    assert pair_ms(c, 2, 2, 1e9) == 0.0
+
+
+def test_pair_ms_is_capped_by_the_nic_between_nodes() -> None:
+    """Across nodes the rate is min(pair bandwidth, NIC); inside a node the NIC does not apply."""
+    c = cluster(nic=5 * GB)
+    assert pair_ms(c, 1, 2, 1e9) == pytest.approx(1e-2 + 200.0)
+    assert pair_ms(c, 0, 1, 1e9) == pytest.approx(1e-3 + 10.0)
+
+
+def test_pair_ms_over_a_missing_link_names_the_pair() -> None:
+    """A pair with zero bandwidth raises ClusterError naming it."""
+    with pytest.raises(ClusterError, match=r"cluster 'links' bandwidth\[1\]\[2\] is 0 but devices 1 and 2 must talk"):
+        pair_ms(without_link(cluster(), 1, 2), 1, 2, 1.0)
+
+
+def test_pairing_takes_min_replicas_in_device_order() -> None:
+    """q = min(r1, r2) pairs: replica t of one side with replica t of the other."""
+    assert pairing((0, 1), (2,)) == [(0, 2)]
+    assert pairing((0,), (2, 3)) == [(0, 2)]
+    assert pairing((0, 1), (3, 2)) == [(0, 3), (1, 2)]
+
+
+def test_transfer_ms_is_the_slowest_of_q_pairs_each_carrying_n_over_q() -> None:
+    """Two senders to two receivers split n bytes in halves; the transfer takes its slowest pair."""
+    c = cluster()
+    # pairs 0->2 (10 GB/s, 10 us) and 1->3 (10 GB/s, 10 us), each 0.5 GB
+    assert transfer_ms(c, (0, 1), (2, 3), 1e9) == pytest.approx(1e-2 + 50.0)
+    # pairs 2->3 (50 GB/s) and 0->1 (100 GB/s) stay inside their nodes: the slower is 2->3
+    assert transfer_ms(c, (2, 0), (3, 1), 1e9) == pytest.approx(3e-3 + 10.0)  # 2->3: 3 us + 10 ms; 0->1: 1 us + 5 ms
+    assert transfer_ms(c, (0, 1, 2), (3,), 1e9) == pytest.approx(1e-2 + 100.0)  # q = 1: 0->3 carries it all
+
+
+def test_transfer_on_one_device_costs_nothing() -> None:
+    """Pairs on the same device need no flow: such a transfer takes 0 ms and has no flows."""
+    c = cluster()
+    assert boundary_flows(c, (1,), (1,), 1e9) == ()
+    assert transfer_ms(c, (1,), (1,), 1e9) == 0.0
+    # one of two pairs on one device: the other carries its half
+    assert transfer_ms(c, (0, 1), (0, 3), 1e9) == pytest.approx(1e-2 + 50.0)
+
+
+def test_boundary_flows_hold_the_pair_and_crossed_nics() -> None:
+    """Each flow holds its ordered pair, plus nic_out/nic_in of the nodes when crossing with a NIC."""
+    flows = boundary_flows(cluster(nic=5 * GB), (0, 1), (1, 2), 2e9)
+    assert [f.resources for f in flows] == [("pair:0->1",), ("pair:1->2", "nic_out:0", "nic_in:1")]
+    assert [f.work_ms for f in flows] == pytest.approx([10.0, 200.0])
+    assert [f.latency_ms for f in flows] == pytest.approx([1e-3, 1e-2])
+
+
+def test_ring_allreduce_uses_the_slowest_link_and_largest_latency() -> None:
+    """2(n-1)/n * bytes / min ring bandwidth + 2(n-1) * max ring latency, over the ring in the given order."""
+    c = cluster()
+    # ring 0->1->2->3->0: links 100, 10, 50, 10 GB/s; latencies 1, 10, 3, 10 us
+    assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx((2 * 3 / 4 * 4e9 / (10 * GB) + 6 * 1e-5) * 1000)
+    # ring 2->3->2: 50 GB/s one way, 100 the other, latencies 3 and 1 us
+    assert ring_allreduce_ms(c, (2, 3), 4e9) == pytest.approx((4e9 / (50 * GB) + 2 * 3e-6) * 1000)
+    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx((4e9 / (100 * GB) + 2 * 1e-6) * 1000)
+
+
+def test_ring_allreduce_over_one_device_is_free() -> None:
+    """One device has nothing to reduce: 0 ms, and (0, 0) terms."""
+    assert ring_allreduce_ms(cluster(), (2,), 4e9) == 0.0
+    assert ring_allreduce_terms(cluster(), (2,)) == (0.0, 0.0)
+
+
+def test_ring_allreduce_is_capped_by_the_nic() -> None:
+    """A ring crossing nodes runs at no more than the NIC rate."""
+    c = cluster(nic=5 * GB)
+    assert ring_allreduce_ms(c, (0, 2), 4e9) == pytest.approx((4e9 / (5 * GB) + 2 * 1e-5) * 1000)
+
+
+def test_measured_allreduce_replaces_the_ring_links() -> None:
+    """With allreduce_bandwidth/latency on the cluster, every ring uses them instead of its links."""
+    c = dataclasses.replace(cluster(), allreduce_bandwidth=20 * GB, allreduce_latency=7e-6)
+    expected = (2 * 3 / 4 * 4e9 / (20 * GB) + 6 * 7e-6) * 1000
+    assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx(expected)
+    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx((4e9 / (20 * GB) + 2 * 7e-6) * 1000)
+    assert ring_allreduce_ms(c, (3,), 4e9) == 0.0
+    per_byte, fixed = ring_allreduce_terms(c, (0, 1, 2, 3))
+    assert per_byte == pytest.approx(1000 * 1.5 / (20 * GB))
+    assert fixed == pytest.approx(1000 * 6 * 7e-6)
+
+
+def test_measured_allreduce_latency_defaults_to_zero() -> None:
+    """A cluster with only allreduce_bandwidth has no fixed all-reduce time."""
+    c = dataclasses.replace(cluster(), allreduce_bandwidth=20 * GB)
+    assert ring_allreduce_terms(c, (0, 1))[1] == 0.0
+
+
+@given(st.permutations(range(4)), st.integers(2, 4), st.floats(0.0, 1e10), st.booleans(), st.booleans())
+def test_ring_allreduce_terms_agree_with_ring_allreduce_ms(
+    order: list[int], n: int, nbytes: float, nic: bool, measured: bool
+) -> None:
+    """per_byte * bytes + fixed equals ring_allreduce_ms on any ring, with or without NIC and measured collective."""
+    c = cluster(nic=5 * GB if nic else None)
+    if measured:
+        c = dataclasses.replace(c, allreduce_bandwidth=20 * GB, allreduce_latency=7e-6)
+    ring = tuple(order[:n])
+    per_byte, fixed = ring_allreduce_terms(c, ring)
+    assert per_byte * nbytes + fixed == pytest.approx(ring_allreduce_ms(c, ring, nbytes), rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_zero_bandwidth_between_ring_neighbours_names_the_pair(measured: bool) -> None:
+    """A ring whose neighbours cannot talk raises ClusterError naming the pair, even with a measured all-reduce."""
+    c = without_link(cluster(), 2, 3)
+    if measured:
+        c = dataclasses.replace(c, allreduce_bandwidth=20 * GB)
+    for call in (lambda: ring_allreduce_ms(c, (1, 2, 3), 1e9), lambda: ring_allreduce_terms(c, (1, 2, 3))):
+        with pytest.raises(ClusterError, match=r"bandwidth\[2\]\[3\] is 0 but devices 2 and 3 must talk"):
+            call()
+    # the reverse ring 3->2->1->3 does not use 2->3
+    assert ring_allreduce_ms(c, (3, 2, 1), 1e9) > 0.0
