@@ -214,8 +214,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for s in r["studies"]:
-            cells = [s["model"], s["batch"], len(s["points"]), f"{s['within_15']:.0%}", f"{s['median_error']:.1%}",
-                     f"{s['max_error']:.1%}", f"{s['spearman']:.3f}", f"{s['planner_vs_best']:.3f}", f"{s['memory_error']:.1%}"]  # fmt: skip
+            cells = [s["model"], s["batch"], len(s["points"]), f"{s['within_15']:.0%}", f"{s['median_error']:.1%}"]
+            cells += [f"{s['max_error']:.1%}", f"{s['spearman']:.3f}", f"{s['planner_vs_best']:.3f}", f"{s['memory_error']:.1%}"]
             print("| " + " | ".join(map(str, cells)) + " |")
     failed = False
     for name, ok, text in verdict(results):
