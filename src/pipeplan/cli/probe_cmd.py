@@ -62,10 +62,10 @@ def probe(
 def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, timeout: float, threads: int) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
     import torch
-    import torch.distributed as dist
 
     from pipeplan.io.atomic import write_text_atomic
     from pipeplan.profiler.allocator import steady_cpu_allocator
+    from pipeplan.runtime.launch import finish_worker
     from pipeplan.runtime.probe import cluster_json, probe
 
     steady_cpu_allocator()
@@ -78,14 +78,13 @@ def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, ti
             write_text_atomic(out, text + "\n")
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
-        dist.barrier()
-        dist.destroy_process_group()
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
         print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(2 if isinstance(exc, PipeplanError) else 1)
+    finish_worker()
 
 
 def register(app: typer.Typer) -> None:

@@ -139,9 +139,8 @@ def train(
 
 def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:
     """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang)."""
-    import torch.distributed as dist
-
     from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.launch import finish_worker
     from pipeplan.runtime.worker import train as run_training
 
     rank = int(os.environ.get("RANK", "0"))
@@ -162,8 +161,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         os._exit(code)
     if report is not None:
         _report(report, trace, png, as_json)
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_worker()
 
 
 def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> None:
