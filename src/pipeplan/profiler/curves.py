@@ -57,28 +57,32 @@ def check_batch_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
 def optimizer_step_ms(layers: Sequence[nn.Module], runs: int = 10, warmup: int = 2) -> list[dict[str, float]]:
     """Median ms of one step of every optimizer of OPTIMIZERS over each layer's parameters (0 without parameters).
 
-    Gradients a layer does not have yet are zeros (the step's work does not depend on their values).
+    Each round steps every layer in chain order, one optimizer per layer, as a
+    training step walks the whole model's parameters: a layer's weights and
+    state then come from memory, not from a cache the same step warmed a
+    moment ago. Gradients a layer does not have yet are zeros (the step's work
+    does not depend on their values).
     """
-    out: list[dict[str, float]] = []
-    for layer in layers:
-        params = [p for p in layer.parameters() if p.requires_grad]
-        if not params:
-            out.append(dict.fromkeys(OPTIMIZERS, 0.0))
-            continue
+    owned = [[p for p in layer.parameters() if p.requires_grad] for layer in layers]
+    for params in owned:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        steps = {}
-        for name, make in OPTIMIZERS.items():
-            optimizer = make(params)
-            samples = []
-            for r in range(warmup + runs):
+    out: list[dict[str, float]] = [dict.fromkeys(OPTIMIZERS, 0.0) for _ in layers]
+    for name, make in OPTIMIZERS.items():
+        optimizers = [make(params) if params else None for params in owned]
+        samples: list[list[float]] = [[] for _ in layers]
+        for r in range(warmup + runs):
+            for i, optimizer in enumerate(optimizers):
+                if optimizer is None:
+                    continue
                 t0 = time.perf_counter()
                 optimizer.step()
                 if r >= warmup:
-                    samples.append((time.perf_counter() - t0) * 1e3)
-            steps[name] = statistics.median(samples)
-        out.append(steps)
+                    samples[i].append((time.perf_counter() - t0) * 1e3)
+        for i, times in enumerate(samples):
+            if times:
+                out[i][name] = statistics.median(times)
     return out
 
 
