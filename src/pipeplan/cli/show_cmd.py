@@ -139,10 +139,21 @@ def profile_summary(profile: ModelProfile) -> Table:
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("batch size (samples)", str(profile.batch_size))
+    if profile.batch_sizes is not None and len(profile.batch_sizes) > 1:
+        table.add_row("measured at batch sizes", ", ".join(map(str, profile.batch_sizes)))
     table.add_row("reference device", profile.reference_device + ("" if profile.measured else " (projected)"))
+    if profile.threads is not None:
+        table.add_row("CPU threads", str(profile.threads))
+    if profile.source is not None:
+        options = "".join(f" --opt {k}={v}" for k, v in profile.source.options)
+        table.add_row("model", f"{profile.source.module}{options} (dataset {profile.source.dataset})")
     table.add_row("layers", str(profile.num_layers))
     table.add_row("forward (ms)", f"{profile.total_fwd_ms:.3f}")
     table.add_row("backward (ms)", f"{profile.total_bwd_ms:.3f}")
+    steps = {name for layer in profile.layers for name, _ in layer.optimizer_ms}
+    for name in sorted(steps):
+        total = sum(layer.optimizer_step_ms(name) or 0.0 for layer in profile.layers)
+        table.add_row(f"{name} step (ms)", f"{total:.3f}")
     table.add_row("parameters", fmt_bytes(profile.total_param_bytes))
     table.add_row("largest cut", fmt_bytes(max(profile.cut_bytes or (0.0,))))
     return table

@@ -53,7 +53,10 @@ def train(
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
     chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
     replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
-    module: str = typer.Option("mlp", "--module", help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory."),
+    module: str | None = typer.Option(
+        None, "--module", help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory [with --plan: the "
+        "model its profile was measured on; else mlp]."
+    ),
     options: Annotated[list[str] | None, typer.Option("--opt", help="A MODULE_SPEC option KEY=VALUE (repeatable).")] = None,
     dataset: str = typer.Option(
         "auto",
@@ -115,6 +118,7 @@ def train(
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         profile = profile or names["profile"]
         cluster = cluster or names["cluster"]
+        module, spec_options, dataset = _model_of_profile(profile, module, spec_options, dataset, options is not None)
     else:
         assert schedule is not None
         layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
@@ -128,13 +132,39 @@ def train(
     from pipeplan.runtime.worker import TrainConfig
 
     config = TrainConfig(
-        plan=plan_obj, layout=layout, module=module, module_options=tuple(sorted(spec_options.items())), dataset=dataset,
+        plan=plan_obj, layout=layout, module=module or "mlp", module_options=tuple(sorted(spec_options.items())),
+        dataset=dataset or "auto",
         dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, resume=resume, timeout_s=timeout, trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
+
+
+def _model_of_profile(
+    profile: str | None, module: str | None, options: dict[str, str], dataset: str | None, options_given: bool
+) -> tuple[str | None, dict[str, str], str | None]:
+    """--module, --opt and --dataset, each taken from the plan's profile (its recorded source) when not given.
+
+    A profile that does not exist or records no source leaves them as given (train checks the layers later).
+    """
+    if profile is None or (module is not None and options_given and dataset is not None):
+        return module, options, dataset
+    from pipeplan.io.load import load_profile
+
+    try:
+        source = load_profile(profile).source
+    except PipeplanError:
+        return module, options, dataset
+    if source is None:
+        return module, options, dataset
+    same_model = module is None or module == source.module
+    return (
+        module or source.module,
+        options if options_given or not same_model else dict(source.options),
+        dataset or (source.dataset if same_model else None),
+    )
 
 
 def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:

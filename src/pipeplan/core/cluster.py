@@ -42,6 +42,10 @@ class Cluster:
     see sim.speeds). `allreduce_bandwidth` (bytes/s) and `allreduce_latency`
     (s), when measured, replace the ring over the links in every all-reduce:
     bus bandwidth and per-step latency of the real collective.
+    `message_overhead` (s) is the time a stage-to-stage message costs the
+    action that consumes it beyond the link's latency and bandwidth (the
+    runtime's receive path and the scheduling of its communication threads
+    on a loaded machine, as `pipeplan probe` measures it; 0 when unknown).
     """
 
     name: str
@@ -52,6 +56,7 @@ class Cluster:
     speed_reference: str | None = None
     allreduce_bandwidth: float | None = None
     allreduce_latency: float = 0.0
+    message_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -79,6 +84,7 @@ class Cluster:
         if self.allreduce_bandwidth is not None:
             check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth)
         check_nonneg_float(ClusterError, f"cluster {self.name!r} allreduce_latency", self.allreduce_latency)
+        check_nonneg_float(ClusterError, f"cluster {self.name!r} message_overhead", self.message_overhead)
 
     @property
     def num_devices(self) -> int:

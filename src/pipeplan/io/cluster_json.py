@@ -28,7 +28,9 @@ GIB = 2**30
 GB_PER_S = 1e9
 US = 1e-6
 
-_MATRIX_KEYS = ("format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "notes")
+_MATRIX_KEYS = (
+    "format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "message_overhead_us", "notes",
+)  # fmt: skip
 _DESCRIPTION_KEYS = (
     "format",
     "name",
@@ -41,6 +43,7 @@ _DESCRIPTION_KEYS = (
     "latency_us",
     "overrides",
     "allreduce",
+    "message_overhead_us",
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
@@ -64,6 +67,8 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
             "gb_per_s": _clean(cluster.allreduce_bandwidth / GB_PER_S),
             "latency_us": _clean(cluster.allreduce_latency / US),
         }
+    if cluster.message_overhead > 0:
+        result["message_overhead_us"] = _clean(cluster.message_overhead / US)
     return result
 
 
@@ -249,10 +254,12 @@ def _cluster(
         fields.check_keys(("gb_per_s", "latency_us"))
         allreduce_bw = fields.number("gb_per_s", positive=True) * GB_PER_S
         allreduce_lat = fields.number("latency_us", default=0.0) * US
+    overhead = top.number("message_overhead_us", default=0.0) * US
     try:
         return Cluster(
             name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic,
             speed_reference=scales.pop(), allreduce_bandwidth=allreduce_bw, allreduce_latency=allreduce_lat,
+            message_overhead=overhead,
         )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None

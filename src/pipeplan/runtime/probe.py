@@ -12,9 +12,17 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    over the job's backend of several message sizes; a least-squares line
    through the one-way times gives the pair's latency (intercept) and
    bandwidth (1 / slope), each direction measured on its own.
-3. All-reduce. The whole group all-reduces tensors of two sizes; the ring
-   formula t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth, solved for
-   the two, gives the collective's bus bandwidth and per-step latency.
+3. All-reduce. The whole group sums gradient buckets of two sizes as the
+   runtime does (flatten, all-reduce, copy back); the ring formula
+   t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth, solved for the two,
+   gives the collective's bus bandwidth and per-step latency.
+4. Messages. With a profile, the real executor runs the profiled model on
+   two straight 1F1B pipelines over every process (layers split evenly,
+   m = n and 4n microbatches of the profile's middle batch size); the
+   per-message overhead with which the simulator best predicts both runs
+   is the cluster's `message_overhead_us`. On a loaded CPU a message costs
+   far more than an idle ping-pong shows: the communication threads wait
+   for a core while every core computes.
 Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
 bounded by the timeout: a peer that never answers is an error naming it.
 
@@ -25,6 +33,8 @@ CPU the profile was measured on) when the backend is gloo, and the GPU kind
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import socket
 import statistics
@@ -37,7 +47,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
+from pipeplan.profiler.model import Model
 from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
 
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
@@ -60,6 +72,7 @@ class ProbeResult:
     memory_bytes: tuple[float, ...]
     kind: str
     backend: str
+    message_overhead: float = 0.0
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -122,18 +135,26 @@ def measure_links(device: torch.device, rounds: int, timeout_s: float) -> tuple[
 
 
 def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, float]:
-    """(bus bandwidth bytes/s, per-step latency s) of the group's all-reduce; (None, 0) for one process."""
+    """(bus bandwidth bytes/s, per-step latency s) of the group's all-reduce as the runtime does it; (None, 0) for one process.
+
+    The runtime sums a stage's gradients as one bucket (runtime.replicas: flatten, all-reduce, copy back), so
+    that is what is timed, on four gradient-like tensors: the copies are part of what a plan's all-reduce costs.
+    """
+    from pipeplan.runtime.replicas import flat_bucket, scatter_back
+
     world = dist.get_world_size()
     if world < 2:
         return None, 0.0
     times = []
     for nbytes in ALLREDUCE_BYTES:
-        buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        grads = [torch.ones(nbytes // 16, dtype=torch.float32, device=device) for _ in range(4)]
         samples = []
         for _ in range(rounds):
             dist.barrier()
             t0 = time.perf_counter()
-            dist.all_reduce(buf)
+            bucket = flat_bucket(grads)
+            dist.all_reduce(bucket)
+            scatter_back(bucket, grads)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             samples.append(time.perf_counter() - t0)
@@ -145,16 +166,17 @@ def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, 
     return steps / world / slope, intercept / steps
 
 
-def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int, warmup: int) -> float:
-    """This process's speed relative to the profile: its layers' summed time over this process's, at the profile's sizes.
+def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int, warmup: int) -> tuple[float, Model | None]:
+    """This process's speed relative to the profile (its layers' summed time over this process's, at the profile's
+    sizes) and the model it built; (1.0, None) without a profile.
 
-    Every process measures at the same time (as a job runs). 1.0 without a profile.
+    Every process measures at the same time (as a job runs).
 
     Raises:
         TrainConfigError: the profile does not say how its model was built.
     """
     if profile is None:
-        return 1.0
+        return 1.0, None
     if profile.source is None:
         raise TrainConfigError(
             f"--profile {profile.name!r} does not record its model (source); profile it with `pipeplan profile` "
@@ -183,7 +205,66 @@ def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int,
         for layer in profile.layers:
             curve = layer.curve
             theirs += (curve.fwd_ms[index] + curve.bwd_ms[index]) if curve is not None else (layer.fwd_ms + layer.bwd_ms)
-    return theirs / mine if mine > 0 else 1.0
+    return (theirs / mine if mine > 0 else 1.0), model
+
+
+def calibration_plans(profile: ModelProfile, world: int) -> list[Plan]:
+    """Straight 1F1B pipelines over every process (layers split evenly), m = world and 4 x world microbatches of the
+    profile's middle batch size: the runs that calibrate the cost of a message."""
+    from pipeplan.runtime.job import even_split
+
+    b = profile.sizes[len(profile.sizes) // 2]
+    stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
+    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 4 * world)]
+
+
+def run_plan_ms(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float) -> float:
+    """Median over `steps` iterations (after one) of the slowest process's time to run `plan` with the real executor
+    (forwards, backwards, messages; no optimizer). A collective call."""
+    from pipeplan.runtime.executor import Executor
+    from pipeplan.runtime.topology import Topology
+    from pipeplan.schedules.plan_schedule import plan_schedule
+
+    topology = Topology(plan, plan_schedule(plan), dist.get_world_size())
+    role = topology.roles[dist.get_rank()]
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s)
+    rows = torch.arange(plan.global_batch) % len(model.dataset)
+    inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
+    times = []
+    for _ in range(steps + 1):
+        _barrier(timeout_s, "a calibration step")
+        t0 = time.perf_counter()
+        executor.run(inputs, targets)
+        times.append(time.perf_counter() - t0)
+    slowest = torch.tensor(times[1:], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return statistics.median(slowest.tolist()) * 1000.0
+
+
+def fit_message_overhead(profile: ModelProfile, cluster: Any, plans: list[Plan], measured_ms: list[float]) -> float:
+    """The per-message overhead (s) with which the simulator best predicts the measured runs (least squares of the
+    log ratio, over a grid of 0 to 5 ms in 20 us steps); the optimizer step is left out, as in the runs."""
+    import dataclasses
+
+    from pipeplan.schedules.plan_schedule import plan_schedule
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.engine import simulate
+    from pipeplan.sim.stage_costs import plan_costs
+
+    def predicted(overhead_s: float) -> list[float]:
+        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s))
+        out = []
+        for plan in plans:
+            costs = plan_costs(plan, model)
+            costs = dataclasses.replace(costs, stages=tuple(dataclasses.replace(c, optimizer_ms=0.0) for c in costs.stages))
+            out.append(simulate(plan_schedule(plan), costs, record=False).iteration_time)
+        return out
+
+    def error(overhead_s: float) -> float:
+        return sum(math.log(p / m) ** 2 for p, m in zip(predicted(overhead_s), measured_ms, strict=True))
+
+    grid = [i * 20e-6 for i in range(251)]
+    return min(grid, key=lambda x: (error(x), x))
 
 
 def _barrier(timeout_s: float, what: str) -> None:
@@ -202,9 +283,12 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
         while True:  # the test hook: joined, and never answers again
             time.sleep(3600)
     _barrier(timeout_s, "the start of the probe")
-    speed = measure_speed(profile, device, runs, warmup)
+    speed, model = measure_speed(profile, device, runs, warmup)
     bandwidth, latency = measure_links(device, rounds, timeout_s) if world > 1 else ([[0.0]], [[0.0]])
     allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
+    calibration: list[tuple[Plan, float]] = []
+    if profile is not None and model is not None and world > 1:
+        calibration = [(plan, run_plan_ms(plan, model, device, 8, timeout_s)) for plan in calibration_plans(profile, world)]
     mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
     everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
@@ -213,7 +297,7 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
     hosts = list(dict.fromkeys(p["host"] for p in everyone))
     per_host = {h: sum(p["host"] == h for p in everyone) for h in hosts}
     kind = everyone[0]["device"]
-    return ProbeResult(
+    result = ProbeResult(
         speeds=tuple(p["speed"] for p in everyone),
         bandwidth=tuple(tuple(row) for row in bandwidth),
         latency=tuple(tuple(row) for row in latency),
@@ -224,6 +308,14 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
         kind=kind,
         backend=dist.get_backend(),
     )
+    if calibration:
+        from pipeplan.io.cluster_json import cluster_from_json
+
+        cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
+        plans, measured = zip(*calibration, strict=True)
+        overhead = fit_message_overhead(profile, cluster, list(plans), list(measured))  # type: ignore[arg-type]
+        result = dataclasses.replace(result, message_overhead=overhead)
+    return result
 
 
 def _memory_bytes(device: torch.device) -> float:
@@ -266,6 +358,8 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
         "notes": f"measured by pipeplan probe over {result.backend}"
         + (f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"),
     }
+    if result.message_overhead > 0:
+        out["message_overhead_us"] = round(result.message_overhead * 1e6, 1)
     if result.allreduce_bandwidth is not None:
         out["allreduce"] = {
             "gb_per_s": round(result.allreduce_bandwidth / 1e9, 4),

@@ -13,6 +13,17 @@ from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.topology import Role, Topology
 
 
+def flat_bucket(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One flat tensor holding every gradient (the bucket one all-reduce sums)."""
+    return _flatten_dense_tensors(list(grads))
+
+
+def scatter_back(bucket: torch.Tensor, grads: Sequence[torch.Tensor]) -> None:
+    """Copy the summed bucket back into the gradients it was made from."""
+    for g, summed in zip(grads, _unflatten_dense_tensors(bucket, list(grads)), strict=True):
+        g.copy_(summed)
+
+
 class GradSync:
     """All-reduce (sum) of a process's stage gradients over every copy of its stage.
 
@@ -45,7 +56,7 @@ class GradSync:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         for p, g in zip(params, grads, strict=True):
             p.grad = g
-        bucket = _flatten_dense_tensors(grads)
+        bucket = flat_bucket(grads)
         work = dist.all_reduce(bucket, group=self.group, async_op=True)
         self._pending.append((work, bucket, grads, stage))
 
@@ -58,6 +69,5 @@ class GradSync:
                 first = str(exc).splitlines()[0]
                 what = f"gradient all-reduce of stage {stage} over processes {list(self.members)}"
                 raise RuntimeFault(f"{what} failed: {first}") from exc
-            for g, summed in zip(grads, _unflatten_dense_tensors(bucket, grads), strict=True):
-                g.copy_(summed)
+            scatter_back(bucket, grads)
         self._pending = []

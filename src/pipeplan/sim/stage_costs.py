@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
@@ -80,13 +82,35 @@ def plan_costs(plan: Plan, model: CostModel) -> Costs:
         replicas are alike), so a plan cannot hide slow links in replica > 0.
     """
     check_plan_matches(plan, model)
-    stages = tuple(stage_cost(plan, model, s) for s in range(len(plan.stages)))
+    stages = [stage_cost(plan, model, s) for s in range(len(plan.stages))]
     forward, backward = [], []
     for s in range(len(plan.stages) - 1):
         nbytes = model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size)
         forward.append(slowest_replica_flows(plan, model.cluster, s, s + 1, nbytes))
         backward.append(slowest_replica_flows(plan, model.cluster, s + 1, s, nbytes))
-    return Costs(stages, tuple(forward), tuple(backward))
+    overhead = model.cluster.message_overhead * 1000.0
+    if overhead > 0:
+        charge_messages(stages, forward, backward, overhead)
+    return Costs(tuple(stages), tuple(forward), tuple(backward))
+
+
+def charge_messages(stages: list[StageCost], forward: list[tuple], backward: list[tuple], overhead_ms: float) -> None:
+    """Add the cluster's per-message overhead to every action that consumes a message from another device.
+
+    A stage's forward consumes the activation from the stage before it, its
+    backward (or I) the gradient from the stage after it; chunk-stages on one
+    device exchange nothing and pay nothing.
+    """
+    for s in range(len(stages) - 1):
+        if forward[s]:
+            stages[s + 1] = dataclasses.replace(stages[s + 1], fwd_ms=stages[s + 1].fwd_ms + overhead_ms)
+        if backward[s]:
+            cost = stages[s]
+            stages[s] = dataclasses.replace(
+                cost,
+                bwd_ms=cost.bwd_ms + overhead_ms,
+                bwd_input_ms=cost.bwd_input_ms + overhead_ms,  # type: ignore[operator]
+            )
 
 
 def simulate_plan(plan: Plan, model: CostModel, trace: object = None, record: bool = True) -> SimResult:
