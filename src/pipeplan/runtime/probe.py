@@ -17,8 +17,8 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth, solved for the two,
    gives the collective's bus bandwidth and per-step latency.
 4. Messages. With a profile, the real executor runs the profiled model on
-   two straight 1F1B pipelines over every process (layers split evenly,
-   m = n and 4n microbatches of the profile's middle batch size); the
+   three straight 1F1B pipelines over every process (layers split evenly,
+   m = n, 2n and 4n microbatches of the profile's middle batch size); the
    per-message overhead with which the simulator best predicts both runs
    is the cluster's `message_overhead_us`. On a loaded CPU a message costs
    far more than an idle ping-pong shows: the communication threads wait
@@ -54,7 +54,7 @@ from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
 
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
 """Message sizes of the ping-pongs (8 B gives the latency, the larger ones the bandwidth)."""
-ALLREDUCE_BYTES = (1 << 16, 1 << 23)
+ALLREDUCE_BYTES = (1 << 20, 1 << 23, 1 << 25)
 HANG_ENV = "PIPEPLAN_PROBE_HANG"
 """Test hook: the process whose rank this names joins the group and then never answers."""
 
@@ -137,6 +137,8 @@ def measure_links(device: torch.device, rounds: int, timeout_s: float) -> tuple[
 def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, float]:
     """(bus bandwidth bytes/s, per-step latency s) of the group's all-reduce as the runtime does it; (None, 0) for one process.
 
+    A least-squares line through the medians at 1, 8 and 32 MB.
+
     The runtime sums a stage's gradients as one bucket (runtime.replicas: flatten, all-reduce, copy back), so
     that is what is timed, on four gradient-like tensors: the copies are part of what a plan's all-reduce costs.
     """
@@ -209,13 +211,13 @@ def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int,
 
 
 def calibration_plans(profile: ModelProfile, world: int) -> list[Plan]:
-    """Straight 1F1B pipelines over every process (layers split evenly), m = world and 4 x world microbatches of the
-    profile's middle batch size: the runs that calibrate the cost of a message."""
+    """Straight 1F1B pipelines over every process (layers split evenly), m = world, 2 x world and 4 x world
+    microbatches of the profile's middle batch size: the runs that calibrate the cost of a message."""
     from pipeplan.runtime.job import even_split
 
     b = profile.sizes[len(profile.sizes) // 2]
     stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
-    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 4 * world)]
+    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 2 * world, 4 * world)]
 
 
 def run_plan_ms(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float) -> float:
@@ -288,7 +290,7 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
     allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
     calibration: list[tuple[Plan, float]] = []
     if profile is not None and model is not None and world > 1:
-        calibration = [(plan, run_plan_ms(plan, model, device, 8, timeout_s)) for plan in calibration_plans(profile, world)]
+        calibration = [(plan, run_plan_ms(plan, model, device, 12, timeout_s)) for plan in calibration_plans(profile, world)]
     mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
     everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
