@@ -18,7 +18,7 @@ def probe(
     ),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     name: str | None = typer.Option(None, "--name", help="The cluster's name [local-N]."),
-    runs: int = typer.Option(5, "--runs", help="Timed rounds of the speed measurement."),
+    steps: int = typer.Option(16, "--steps", help="Timed steps of each calibration run (with --profile)."),
     rounds: int = typer.Option(10, "--rounds", help="Ping-pongs per message size and all-reduces per size."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds any process waits for a peer before failing."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
@@ -27,7 +27,7 @@ def probe(
     from pipeplan.cli.outputs import check_writable
     from pipeplan.runtime.errors import TrainConfigError
 
-    for flag, value, low in (("--runs", runs, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
+    for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
     if not timeout > 0:
@@ -56,10 +56,10 @@ def probe(
             raise TrainConfigError(f"--local must be >= 1, got {local}")
         argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
         sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
-    _run(out, model_profile, name, runs, rounds, timeout, threads)
+    _run(out, model_profile, name, steps, rounds, timeout, threads)
 
 
-def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, timeout: float, threads: int) -> None:
+def _run(out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
     import torch
 
@@ -72,7 +72,7 @@ def _run(out: str, profile: object, name: str | None, runs: int, rounds: int, ti
     torch.set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = probe(profile, runs, min(3, runs), rounds, timeout)  # type: ignore[arg-type]
+        result = probe(profile, steps, rounds, timeout)  # type: ignore[arg-type]
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
             write_text_atomic(out, text + "\n")

@@ -54,8 +54,10 @@ def train(
     chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
     replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
     module: str | None = typer.Option(
-        None, "--module", help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory [with --plan: the "
-        "model its profile was measured on; else mlp]."
+        None,
+        "--module",
+        help="MODULE_SPEC: a built-in (mlp, transformer, ...) or pkg.module:factory [with --plan: the "
+        "model its profile was measured on; else mlp].",
     ),
     options: Annotated[list[str] | None, typer.Option("--opt", help="A MODULE_SPEC option KEY=VALUE (repeatable).")] = None,
     dataset: str = typer.Option(

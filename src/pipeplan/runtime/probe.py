@@ -1,28 +1,19 @@
-"""`pipeplan probe`: measure the machine a job will run on, as a cluster: device speeds, links, all-reduce.
+"""`pipeplan probe`: measure the machine a job will run on, as a cluster: device speeds, links, all-reduce, messages.
 
 Every process of the job (under torchrun, or `--local N`) takes part:
-1. Speed. With a profile that records how its model was built (`pipeplan
-   profile` writes its source), every process builds that model and times
-   its layers exactly as the profile was measured (same method, sizes and
-   thread count), all processes at once, as they run in training. A
-   device's speed is the profile's summed layer time over its own; on a
-   shared CPU this captures the slowdown of processes competing for memory
-   bandwidth. Without a profile every speed is 1.0.
-2. Links. For every pair of processes in turn (the others wait), ping-pongs
+1. Links. For every pair of processes in turn (the others wait), ping-pongs
    over the job's backend of several message sizes; a least-squares line
    through the one-way times gives the pair's latency (intercept) and
    bandwidth (1 / slope), each direction measured on its own.
-3. All-reduce. The whole group sums gradient buckets of two sizes as the
-   runtime does (flatten, all-reduce, copy back); the ring formula
-   t = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth, solved for the two,
-   gives the collective's bus bandwidth and per-step latency.
-4. Messages. With a profile, the real executor runs the profiled model on
-   three straight 1F1B pipelines over every process (layers split evenly,
-   m = n, 2n and 4n microbatches of the profile's middle batch size); the
-   per-message overhead with which the simulator best predicts both runs
-   is the cluster's `message_overhead_us`. On a loaded CPU a message costs
-   far more than an idle ping-pong shows: the communication threads wait
-   for a core while every core computes.
+2. With a profile that records how its model was built (`pipeplan profile`
+   writes its source), calibration runs of that model by the real executor
+   (runtime.calibrate): each process's speed (the profile's time of the
+   forwards and backwards it ran over the time they took), the runtime's
+   gradient all-reduce of the whole model, and the overhead of a
+   stage-to-stage message (on a loaded CPU a message costs far more than
+   an idle ping-pong shows: the communication threads wait for a core while
+   every core computes). Without a profile every speed is 1.0 and the
+   all-reduce is timed on gradient-like buckets of 1 to 32 MB.
 Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
 bounded by the timeout: a peer that never answers is an error naming it.
 
@@ -34,7 +25,6 @@ CPU the profile was measured on) when the backend is gloo, and the GPU kind
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import socket
 import statistics
@@ -47,10 +37,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
-from pipeplan.profiler.model import Model
-from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
+from pipeplan.runtime.calibrate import (
+    allreduce_of,
+    build_profiled_model,
+    data_parallel_plans,
+    fit_message_overhead,
+    pipeline_plans,
+    run_plan,
+    speed_of,
+)
+from pipeplan.runtime.errors import RuntimeFault
 
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
 """Message sizes of the ping-pongs (8 B gives the latency, the larger ones the bandwidth)."""
@@ -168,114 +165,13 @@ def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, 
     return steps / world / slope, intercept / steps
 
 
-def measure_speed(profile: ModelProfile | None, device: torch.device, runs: int, warmup: int) -> tuple[float, Model | None]:
-    """This process's speed relative to the profile (its layers' summed time over this process's, at the profile's
-    sizes) and the model it built; (1.0, None) without a profile.
-
-    Every process measures at the same time (as a job runs).
-
-    Raises:
-        TrainConfigError: the profile does not say how its model was built.
-    """
-    if profile is None:
-        return 1.0, None
-    if profile.source is None:
-        raise TrainConfigError(
-            f"--profile {profile.name!r} does not record its model (source); profile it with `pipeplan profile` "
-            "or leave --profile out (every speed 1.0)"
-        )
-    from pipeplan.profiler.measure import measure_layers
-    from pipeplan.profiler.model import build_model
-    from pipeplan.profiler.specs import ModelSpec
-
-    source = profile.source
-    model = build_model(source.module, dict(source.options), source.dataset, source.dtype)
-    if len(model.layers) != profile.num_layers:
-        raise TrainConfigError(
-            f"--profile {profile.name!r} has {profile.num_layers} layers but its model {source.module!r} now builds "
-            f"{len(model.layers)}; profile it again"
-        )
-    for layer in model.layers:
-        layer.to(device)
-    spec = ModelSpec(model.spec.name, model.layers, model.layer_names, sample_input=model.batch)
-    sizes = sorted({profile.sizes[0], profile.sizes[len(profile.sizes) // 2], profile.batch_size})
-    mine = theirs = 0.0
-    for b in sizes:
-        index = profile.sizes.index(b)
-        measured = measure_layers(spec, None, b, runs=runs, warmup=warmup, whole=False)
-        mine += sum(measured.fwd_ms) + sum(measured.bwd_ms)
-        for layer in profile.layers:
-            curve = layer.curve
-            theirs += (curve.fwd_ms[index] + curve.bwd_ms[index]) if curve is not None else (layer.fwd_ms + layer.bwd_ms)
-    return (theirs / mine if mine > 0 else 1.0), model
-
-
-def calibration_plans(profile: ModelProfile, world: int) -> list[Plan]:
-    """Straight 1F1B pipelines over every process (layers split evenly), m = world, 2 x world and 4 x world
-    microbatches of the profile's middle batch size: the runs that calibrate the cost of a message."""
-    from pipeplan.runtime.job import even_split
-
-    b = profile.sizes[len(profile.sizes) // 2]
-    stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
-    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 2 * world, 4 * world)]
-
-
-def run_plan_ms(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float) -> float:
-    """Median over `steps` iterations (after one) of the slowest process's time to run `plan` with the real executor
-    (forwards, backwards, messages; no optimizer). A collective call."""
-    from pipeplan.runtime.executor import Executor
-    from pipeplan.runtime.topology import Topology
-    from pipeplan.schedules.plan_schedule import plan_schedule
-
-    topology = Topology(plan, plan_schedule(plan), dist.get_world_size())
-    role = topology.roles[dist.get_rank()]
-    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s)
-    rows = torch.arange(plan.global_batch) % len(model.dataset)
-    inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
-    times = []
-    for _ in range(steps + 1):
-        _barrier(timeout_s, "a calibration step")
-        t0 = time.perf_counter()
-        executor.run(inputs, targets)
-        times.append(time.perf_counter() - t0)
-    slowest = torch.tensor(times[1:], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return statistics.median(slowest.tolist()) * 1000.0
-
-
-def fit_message_overhead(profile: ModelProfile, cluster: Any, plans: list[Plan], measured_ms: list[float]) -> float:
-    """The per-message overhead (s) with which the simulator best predicts the measured runs (least squares of the
-    log ratio, over a grid of 0 to 5 ms in 20 us steps); the optimizer step is left out, as in the runs."""
-    import dataclasses
-
-    from pipeplan.schedules.plan_schedule import plan_schedule
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.engine import simulate
-    from pipeplan.sim.stage_costs import plan_costs
-
-    def predicted(overhead_s: float) -> list[float]:
-        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s))
-        out = []
-        for plan in plans:
-            costs = plan_costs(plan, model)
-            costs = dataclasses.replace(costs, stages=tuple(dataclasses.replace(c, optimizer_ms=0.0) for c in costs.stages))
-            out.append(simulate(plan_schedule(plan), costs, record=False).iteration_time)
-        return out
-
-    def error(overhead_s: float) -> float:
-        return sum(math.log(p / m) ** 2 for p, m in zip(predicted(overhead_s), measured_ms, strict=True))
-
-    grid = [i * 20e-6 for i in range(251)]
-    return min(grid, key=lambda x: (error(x), x))
-
-
 def _barrier(timeout_s: float, what: str) -> None:
     """A barrier bounded by the timeout."""
     work = dist.barrier(async_op=True)
     _wait(work, timeout_s, what)
 
 
-def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, timeout_s: float) -> ProbeResult | None:
+def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: float) -> ProbeResult | None:
     """Run the probe on this process (module docstring); process 0 gets the result, the others None."""
     from pipeplan.runtime.worker import init_distributed
 
@@ -285,12 +181,18 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
         while True:  # the test hook: joined, and never answers again
             time.sleep(3600)
     _barrier(timeout_s, "the start of the probe")
-    speed, model = measure_speed(profile, device, runs, warmup)
     bandwidth, latency = measure_links(device, rounds, timeout_s) if world > 1 else ([[0.0]], [[0.0]])
-    allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
-    calibration: list[tuple[Plan, float]] = []
-    if profile is not None and model is not None and world > 1:
-        calibration = [(plan, run_plan_ms(plan, model, device, 12, timeout_s)) for plan in calibration_plans(profile, world)]
+    speed, pipeline_runs = 1.0, []
+    if profile is None:
+        allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
+    else:
+        model = build_profiled_model(profile, device)
+        dp_runs = [run_plan(plan, model, device, steps, timeout_s) for plan in data_parallel_plans(profile, world)]
+        speed = speed_of(profile, dp_runs)
+        allreduce_lat = max(max(row) for row in latency)
+        allreduce_bw = allreduce_of(dp_runs, profile.total_param_bytes, world, allreduce_lat) if world > 1 else None
+        if world > 1:
+            pipeline_runs = [run_plan(plan, model, device, steps, timeout_s) for plan in pipeline_plans(profile, world)]
     mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
     everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
@@ -310,13 +212,12 @@ def probe(profile: ModelProfile | None, runs: int, warmup: int, rounds: int, tim
         kind=kind,
         backend=dist.get_backend(),
     )
-    if calibration:
+    if pipeline_runs:
         from pipeplan.io.cluster_json import cluster_from_json
 
+        assert profile is not None
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
-        plans, measured = zip(*calibration, strict=True)
-        overhead = fit_message_overhead(profile, cluster, list(plans), list(measured))  # type: ignore[arg-type]
-        result = dataclasses.replace(result, message_overhead=overhead)
+        result = dataclasses.replace(result, message_overhead=fit_message_overhead(profile, cluster, pipeline_runs))
     return result
 
 

@@ -1,0 +1,170 @@
+"""The probe's calibration runs: the profiled model run by the real executor, to price what the runtime will do.
+
+Three quantities of a cluster are measured this way (runtime.probe):
+- speed: every process runs the whole model as a data-parallel replica, all
+  at once (as a job runs them), at three batch sizes of the profile; a
+  process's speed is the profile's time of the forwards and backwards it
+  ran over the time its executor spent in them (its compute spans);
+- all-reduce: the same runs end with the runtime's gradient all-reduce of
+  the whole model (runtime.replicas: one bucket, flattened, summed, copied
+  back); its time is what a step takes after its last backward;
+- messages: straight 1F1B pipelines over every process; the per-message
+  overhead with which the simulator best predicts those runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import ModelProfile
+from pipeplan.profiler.model import Model, build_model
+from pipeplan.runtime.errors import TrainConfigError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """One calibration plan as run: per step, each process's compute-span ms by op, and the step's tail after its
+    last compute span (the all-reduce, in a data-parallel run); the slowest process's step ms."""
+
+    plan: Plan
+    compute_ms: tuple[dict[str, float], ...]
+    tail_ms: float
+    step_ms: float
+
+
+def build_profiled_model(profile: ModelProfile, device: torch.device) -> Model:
+    """The model the profile was measured on, built as `pipeplan profile` built it, on `device`.
+
+    Raises:
+        TrainConfigError: the profile records no source, or its model now has another number of layers.
+    """
+    if profile.source is None:
+        raise TrainConfigError(
+            f"--profile {profile.name!r} does not record its model (source); profile it with `pipeplan profile` "
+            "or leave --profile out (every speed 1.0)"
+        )
+    source = profile.source
+    model = build_model(source.module, dict(source.options), source.dataset, source.dtype)
+    if len(model.layers) != profile.num_layers:
+        raise TrainConfigError(
+            f"--profile {profile.name!r} has {profile.num_layers} layers but its model {source.module!r} now builds "
+            f"{len(model.layers)}; profile it again"
+        )
+    for layer in model.layers:
+        layer.to(device)
+    return model
+
+
+def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float) -> Run:
+    """Run `plan` with the real executor for one warm-up step and `steps` timed ones (no optimizer). A collective call.
+
+    Returns this process's compute per op and the medians of the tail and of the slowest process's step.
+    """
+    from pipeplan.runtime.executor import Executor
+    from pipeplan.runtime.topology import Topology
+    from pipeplan.schedules.plan_schedule import plan_schedule
+
+    topology = Topology(plan, plan_schedule(plan), dist.get_world_size())
+    role = topology.roles[dist.get_rank()]
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s)
+    rows = torch.arange(plan.global_batch) % len(model.dataset)
+    inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
+    compute: list[dict[str, float]] = []
+    tails, totals = [], []
+    for step in range(steps + 1):
+        dist.barrier()
+        t0 = time.perf_counter()
+        record = executor.run(inputs, targets, record=True)
+        end = time.perf_counter()
+        if step == 0:
+            continue
+        ops: dict[str, float] = {}
+        for span in record.compute:
+            ops[span.op] = ops.get(span.op, 0.0) + (span.end_ms - span.start_ms) * 1000.0
+        compute.append(ops)
+        last = max((span.end_ms for span in record.compute), default=t0)
+        tails.append((end - last) * 1000.0)
+        totals.append((end - t0) * 1000.0)
+    slowest = torch.tensor([statistics.median(tails), statistics.median(totals)], dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return Run(plan, tuple(compute), float(slowest[0]), float(slowest[1]))
+
+
+def data_parallel_plans(profile: ModelProfile, world: int) -> list[Plan]:
+    """The whole model on every process as one data-parallel stage, 2 microbatches, at the profile's smallest,
+    middle and largest batch size per process."""
+    sizes = profile.sizes
+    chosen = sorted({sizes[0], sizes[len(sizes) // 2], sizes[-1]})
+    stage = Stage(0, profile.num_layers - 1, tuple(range(world)))
+    return [Plan((stage,), 1, 2, x * world, "1f1b") for x in chosen]
+
+
+def pipeline_plans(profile: ModelProfile, world: int) -> list[Plan]:
+    """Straight 1F1B pipelines over every process (layers split evenly), m = world, 2 x world and 4 x world
+    microbatches of the profile's middle batch size."""
+    from pipeplan.runtime.job import even_split
+
+    b = profile.sizes[len(profile.sizes) // 2]
+    stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
+    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 2 * world, 4 * world)]
+
+
+def speed_of(profile: ModelProfile, runs: list[Run]) -> float:
+    """This process's speed: the profile's forward and backward time of what it ran over its compute spans' time."""
+    from pipeplan.sim.layer_costs import LayerCosts
+
+    costs = LayerCosts(profile, "auto", "adam")
+    theirs = mine = 0.0
+    for run in runs:
+        plan = run.plan
+        work = costs.stage(range(profile.num_layers), plan.microbatch_size, plan.replicas_of(0))
+        for ops in run.compute_ms:
+            theirs += plan.microbatches * (work.fwd_ms + work.bwd_ms)
+            mine += ops.get("F", 0.0) + ops.get("B", 0.0)
+    return theirs / mine if mine > 0 else 1.0
+
+
+def allreduce_of(runs: list[Run], param_bytes: float, world: int, latency_s: float) -> float:
+    """The all-reduce's bus bandwidth (bytes/s) from the data-parallel runs' tails, the per-step latency given."""
+    tail_s = statistics.median(run.tail_ms for run in runs) / 1000.0
+    steps = 2 * (world - 1)
+    moving = max(tail_s - steps * latency_s, 1e-6)
+    return steps / world * param_bytes / moving
+
+
+def fit_message_overhead(profile: ModelProfile, cluster: Cluster, runs: list[Run]) -> float:
+    """The per-message overhead (s) with which the simulator best predicts the pipeline runs' steps (least squares
+    of the log ratio over a grid of 0 to 5 ms in 20 us steps); the optimizer step is left out, as in the runs."""
+    from pipeplan.schedules.plan_schedule import plan_schedule
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.engine import simulate
+    from pipeplan.sim.stage_costs import plan_costs
+
+    def error(overhead_s: float) -> float:
+        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s))
+        total = 0.0
+        for run in runs:
+            costs = plan_costs(run.plan, model)
+            costs = dataclasses.replace(costs, stages=tuple(dataclasses.replace(c, optimizer_ms=0.0) for c in costs.stages))
+            predicted = simulate(plan_schedule(run.plan), costs, record=False).iteration_time
+            total += math.log(predicted / run.step_ms) ** 2
+        return total
+
+    grid = [i * 20e-6 for i in range(251)]
+    return min(grid, key=lambda x: (error(x), x))
+
+
+def gather(value: Any) -> list[Any] | None:
+    """Every process's `value` on process 0 (None elsewhere)."""
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, out, dst=0)
+    return out
