@@ -21,6 +21,9 @@ def probe(
     steps: int = typer.Option(16, "--steps", help="Timed steps of each calibration run (with --profile)."),
     rounds: int = typer.Option(10, "--rounds", help="Ping-pongs per message size and all-reduces per size."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds any process waits for a peer before failing."),
+    optimizer: str = typer.Option(
+        "adam", "--optimizer", help="The optimizer the calibration steps take: adam or sgd (as train)."
+    ),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
@@ -30,6 +33,8 @@ def probe(
     for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
+    if optimizer not in ("adam", "sgd"):
+        raise TrainConfigError(f"--optimizer must be adam or sgd, got {optimizer!r}")
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     check_writable("--out", out)
@@ -56,10 +61,12 @@ def probe(
             raise TrainConfigError(f"--local must be >= 1, got {local}")
         argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
         sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
-    _run(out, model_profile, name, steps, rounds, timeout, threads)
+    _run(out, model_profile, name, steps, rounds, timeout, threads, optimizer)
 
 
-def _run(out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int) -> None:
+def _run(
+    out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
+) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
     import torch
 
@@ -72,7 +79,7 @@ def _run(out: str, profile: object, name: str | None, steps: int, rounds: int, t
     torch.set_num_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = probe(profile, steps, rounds, timeout)  # type: ignore[arg-type]
+        result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
             write_text_atomic(out, text + "\n")

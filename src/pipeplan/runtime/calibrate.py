@@ -1,6 +1,8 @@
 """The probe's calibration runs: the profiled model run by the real executor, to price what the runtime will do.
 
 Three quantities of a cluster are measured this way (runtime.probe):
+Each run is a few training steps as `pipeplan train` takes them (the
+executor's iteration, the optimizer's step, the loss exchange).
 - speed: every process runs the whole model as a data-parallel replica, all
   at once (as a job runs them), at three batch sizes of the profile; a
   process's speed is the profile's time of the forwards and backwards it
@@ -64,10 +66,13 @@ def build_profiled_model(profile: ModelProfile, device: torch.device) -> Model:
     return model
 
 
-def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float) -> Run:
-    """Run `plan` with the real executor for one warm-up step and `steps` timed ones (no optimizer). A collective call.
+def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float, optimizer: str) -> Run:
+    """Run `plan` as `pipeplan train` runs it, two warm-up steps and `steps` timed ones. A collective call.
 
-    Returns this process's compute per op and the medians of the tail and of the slowest process's step.
+    A step is the executor's iteration, the optimizer's step and the all-reduce of the loss that ends a training
+    step (the optimizer streams every weight and its state through memory, so the next step's compute meets cold
+    caches, as in training). Returns this process's compute per op, and the medians of the tail after the last
+    compute span (before the optimizer) and of the slowest process's whole step.
     """
     from pipeplan.runtime.executor import Executor
     from pipeplan.runtime.topology import Topology
@@ -78,14 +83,19 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
     executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s)
     rows = torch.arange(plan.global_batch) % len(model.dataset)
     inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
+    params = executor.parameters()
+    step_fn = torch.optim.Adam(params, lr=1e-12) if optimizer == "adam" else torch.optim.SGD(params, lr=1e-12)
     compute: list[dict[str, float]] = []
     tails, totals = [], []
-    for step in range(steps + 1):
-        dist.barrier()
+    dist.barrier()
+    for step in range(steps + 2):
         t0 = time.perf_counter()
         record = executor.run(inputs, targets, record=True)
         end = time.perf_counter()
-        if step == 0:
+        step_fn.step()
+        dist.all_reduce(torch.tensor([record.loss], dtype=torch.float64))
+        done = time.perf_counter()
+        if step < 2:
             continue
         ops: dict[str, float] = {}
         for span in record.compute:
@@ -93,7 +103,7 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
         compute.append(ops)
         last = max((span.end_ms for span in record.compute), default=t0)
         tails.append((end - last) * 1000.0)
-        totals.append((end - t0) * 1000.0)
+        totals.append((done - t0) * 1000.0)
     slowest = torch.tensor([statistics.median(tails), statistics.median(totals)], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return Run(plan, tuple(compute), float(slowest[0]), float(slowest[1]))
@@ -141,21 +151,19 @@ def allreduce_of(runs: list[Run], param_bytes: float, world: int, latency_s: flo
     return steps / world * param_bytes / moving
 
 
-def fit_message_overhead(profile: ModelProfile, cluster: Cluster, runs: list[Run]) -> float:
-    """The per-message overhead (s) with which the simulator best predicts the pipeline runs' steps (least squares
-    of the log ratio over a grid of 0 to 5 ms in 20 us steps); the optimizer step is left out, as in the runs."""
+def fit_message_overhead(profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str) -> float:
+    """The per-message overhead (s) with which the simulator best predicts the pipeline runs' whole steps (least
+    squares of the log ratio over a grid of 0 to 5 ms in 20 us steps)."""
     from pipeplan.schedules.plan_schedule import plan_schedule
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.engine import simulate
     from pipeplan.sim.stage_costs import plan_costs
 
     def error(overhead_s: float) -> float:
-        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s))
+        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s), optimizer=optimizer)
         total = 0.0
         for run in runs:
-            costs = plan_costs(run.plan, model)
-            costs = dataclasses.replace(costs, stages=tuple(dataclasses.replace(c, optimizer_ms=0.0) for c in costs.stages))
-            predicted = simulate(plan_schedule(run.plan), costs, record=False).iteration_time
+            predicted = simulate(plan_schedule(run.plan), plan_costs(run.plan, model), record=False).iteration_time
             total += math.log(predicted / run.step_ms) ** 2
         return total
 

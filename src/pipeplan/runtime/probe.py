@@ -171,7 +171,7 @@ def _barrier(timeout_s: float, what: str) -> None:
     _wait(work, timeout_s, what)
 
 
-def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: float) -> ProbeResult | None:
+def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: float, optimizer: str = "adam") -> ProbeResult | None:
     """Run the probe on this process (module docstring); process 0 gets the result, the others None."""
     from pipeplan.runtime.worker import init_distributed
 
@@ -187,12 +187,14 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
         allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
     else:
         model = build_profiled_model(profile, device)
-        dp_runs = [run_plan(plan, model, device, steps, timeout_s) for plan in data_parallel_plans(profile, world)]
+        dp_runs = [run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in data_parallel_plans(profile, world)]
         speed = speed_of(profile, dp_runs)
         allreduce_lat = max(max(row) for row in latency)
         allreduce_bw = allreduce_of(dp_runs, profile.total_param_bytes, world, allreduce_lat) if world > 1 else None
         if world > 1:
-            pipeline_runs = [run_plan(plan, model, device, steps, timeout_s) for plan in pipeline_plans(profile, world)]
+            pipeline_runs = [
+                run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in pipeline_plans(profile, world)
+            ]
     mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
     everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
@@ -217,7 +219,7 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
 
         assert profile is not None
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
-        result = dataclasses.replace(result, message_overhead=fit_message_overhead(profile, cluster, pipeline_runs))
+        result = dataclasses.replace(result, message_overhead=fit_message_overhead(profile, cluster, pipeline_runs, optimizer))
     return result
 
 
