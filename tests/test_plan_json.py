@@ -81,3 +81,23 @@ def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
     bad.write_text("{")
     with pytest.raises(PlanError, match=r"bad\.json: invalid JSON"):
         read_plan(bad)
+
+
+def test_files_are_recorded_beside_the_plan_and_resolved_from_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile or cluster given as a file is recorded relative to the plan file, so the plan reads from any folder;
+    a built-in name is kept as it is; an older plan whose path is relative to the working folder still reads."""
+    work = tmp_path / "work"
+    (work / "out").mkdir(parents=True)
+    (work / "prof.json").write_text("{}")
+    monkeypatch.chdir(work)
+    write_plan(sample_plan(), "out/plan.json", "prof.json", "v100-8x1")
+    recorded = json.loads((work / "out" / "plan.json").read_text())
+    assert (recorded["profile"], recorded["cluster"]) == ("../prof.json", "v100-8x1")
+    monkeypatch.chdir(tmp_path)
+    _, names = read_plan(work / "out" / "plan.json")
+    assert names == {"profile": str(work / "prof.json"), "cluster": "v100-8x1"}
+    older = dict(recorded, profile="prof.json")  # written relative to the working folder `work`
+    (work / "out" / "old.json").write_text(json.dumps(older))
+    monkeypatch.chdir(work)
+    _, names = read_plan("out/old.json")
+    assert names["profile"] == "prof.json"  # nothing beside the plan: kept, and found from the working folder

@@ -158,3 +158,86 @@ def test_notes_are_allowed_and_ignored() -> None:
     obj = small()
     obj["notes"] = "measured on a laptop"
     assert profile_from_json(obj) == profile_from_json(small())
+
+
+def small_v2() -> dict[str, Any]:
+    """A valid two-layer pipeplan.profile/2 object measured at batch sizes 1, 2 and 4 (reference 4)."""
+    first = {
+        "name": "l0", "fwd_ms": [0.5, 0.8, 1.5], "bwd_ms": [1.0, 1.6, 3.0], "bwd_input_ms": [0.4, 0.7, 1.4],
+        "bwd_weight_ms": [0.6, 0.9, 1.6], "activation_bytes": [16, 32, 64], "saved_bytes": [32, 64, 128],
+        "param_bytes": 1024, "optimizer_ms": {"adam": 0.25, "sgd": 0.05},
+    }  # fmt: skip
+    second = {"name": "l1", "fwd_ms": [0.2, 0.3, 0.5], "bwd_ms": [0.4, 0.6, 1.0], "activation_bytes": [8, 16, 32],
+              "param_bytes": 0}  # fmt: skip
+    return {
+        "format": "pipeplan.profile/2", "name": "tiny", "batch_size": 4, "batch_sizes": [1, 2, 4],
+        "reference_device": "cpu", "threads": 1, "cut_bytes": [[16, 32, 64]], "layers": [first, second],
+        "source": {"module": "mlp", "options": {"hidden": "8"}, "dataset": "digits", "dtype": "float32"},
+    }  # fmt: skip
+
+
+def test_version_2_reads_curves_split_optimizer_steps_threads_and_source() -> None:
+    """Every array lands in the layer's curve, the scalars are the values at batch_size, I/W and steps are kept."""
+    profile = profile_from_json(small_v2(), "v2.json")
+    assert profile.batch_sizes == (1, 2, 4) and profile.batch_size == 4 and profile.threads == 1
+    first = profile.layers[0]
+    assert first.curve is not None and first.curve.fwd_ms == (0.5, 0.8, 1.5)
+    assert (first.fwd_ms, first.bwd_ms, first.bwd_input_ms, first.bwd_weight_ms) == (1.5, 3.0, 1.4, 1.6)
+    assert first.optimizer_step_ms("adam") == 0.25 and first.optimizer_step_ms("sgd_momentum") is None
+    assert profile.layers[1].saved_bytes == 32 and profile.layers[1].bwd_input_ms is None
+    assert profile.cut_curves == ((16.0, 32.0, 64.0),) and profile.cut_bytes == (64.0,)
+    assert profile.source is not None and profile.source.options == (("hidden", "8"),)
+
+
+def test_version_2_round_trips_and_a_plain_profile_stays_version_1(tmp_path: Path) -> None:
+    """A several-size profile writes as /2 and reads back equal; one without anything new writes as /1, as before."""
+    profile = profile_from_json(small_v2())
+    assert profile_to_json(profile)["format"] == "pipeplan.profile/2"
+    path = tmp_path / "p.json"
+    write_profile_json(profile, path)
+    assert read_profile_json(path) == profile
+    assert not list(tmp_path.glob(".*.tmp"))  # written through a temporary file, renamed into place
+    assert profile_to_json(load_profile("dapple/bert-48"))["format"] == "pipeplan.profile/1"
+
+
+def edit_v2(path: str, value: object) -> dict[str, Any]:
+    """small_v2() with the field at a dotted path replaced (or deleted when value is DELETE)."""
+    obj = small_v2()
+    keys = path.split(".")
+    target: Any = obj
+    for key in keys[:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    last: Any = int(keys[-1]) if keys[-1].isdigit() else keys[-1]
+    if value is DELETE:
+        del target[last]
+    else:
+        target[last] = value
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("batch_sizes", [1, 2, 2], r"batch_sizes must be strictly increasing \(no repeats\), got \[1, 2, 2\]"),
+        ("batch_sizes", [4, 2, 1], r"batch_sizes must be strictly increasing \(no repeats\), got \[4, 2, 1\]"),
+        ("batch_sizes", [1, 2, "4"], r"batch_sizes\[2\] must be an integer >= 1, got \"4\""),
+        ("batch_sizes", [0, 2, 4], r"batch_sizes\[0\] must be an integer >= 1, got 0"),
+        ("batch_sizes", DELETE, r"missing field 'batch_sizes'"),
+        ("batch_size", 3, r"field 'batch_size' 3 must be one of batch_sizes \[1, 2, 4\]"),
+        ("layers.0.fwd_ms", [0.5, -0.8, 1.5], r"layers\[0\]: field 'fwd_ms'\[1\] must be a finite number >= 0, got -0.8"),
+        ("layers.0.bwd_ms", [1.0, "fast", 3.0], r"layers\[0\]: field 'bwd_ms'\[1\] must be a finite number >= 0, got \"fast\""),
+        ("layers.0.fwd_ms", [0.5, 1.5], r"field 'fwd_ms' must be an array of 3 numbers \(one per batch size\), got \[0.5, 1.5\]"),
+        ("layers.0.fwd_ms", 1.5, r"field 'fwd_ms' must be an array of 3 numbers"),
+        ("layers.0.bwd_weight_ms", DELETE, r"needs both bwd_input_ms and bwd_weight_ms or neither"),
+        ("layers.0.optimizer_ms", {"adam": -1}, r"optimizer_ms: field 'adam' must be a finite number >= 0, got -1"),
+        ("cut_bytes", [[16, 32]], r"cut_bytes\[0\] must be an array of 3 numbers"),
+        ("threads", 0, r"field 'threads' must be an integer >= 1, got 0"),
+        ("source.module", "", r"source: field 'module' must be a non-empty string"),
+        ("source.options", {"hidden": 8}, r"source: options\['hidden'\] must be a string, got 8"),
+        ("layers.0.speed", 1, r"layers\[0\]: unknown field 'speed'"),
+    ],
+)
+def test_bad_version_2_fields_name_file_field_and_value(path: str, value: object, message: str) -> None:
+    """Repeated or unordered batch sizes, non-numeric or negative times, wrong lengths: ProfileError naming them."""
+    with pytest.raises(ProfileError, match=message):
+        profile_from_json(edit_v2(path, value), "v2.json")

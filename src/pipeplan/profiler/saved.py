@@ -58,7 +58,7 @@ class SavedTensorMeter:
         key = storage_key(tensor)
         if key not in self._exclude:
             self._sizes[key] = tensor.untyped_storage().nbytes()
-        return tensor
+        return tensor.detach()  # not the tensor itself: a saved output would hold its own node in a cycle
 
     @staticmethod
     def _unpack(tensor: torch.Tensor) -> torch.Tensor:

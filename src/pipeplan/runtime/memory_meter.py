@@ -37,7 +37,10 @@ class SavedMemoryMeter:
         ref = StorageWeakRef(storage)
         if ref.cdata not in self._exclude:  # weights (and views of them) are static bytes, not activations
             self._storages.setdefault(ref.cdata, (ref, storage.nbytes()))
-        return tensor
+        # a detached alias, not the tensor: an op that saves its own output would otherwise hold its own node
+        # (output -> grad_fn -> saved output), a cycle autograd frees only when the backward frees its buffers,
+        # never after a retain_graph=True backward (the zero-bubble I): the meter must not keep what it measures
+        return tensor.detach()
 
     def sample(self) -> int:
         """Bytes of the recorded storages still alive now; dead ones are forgotten. Updates `peak_bytes`."""

@@ -180,7 +180,7 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
     if os.environ.get(HANG_ENV) == str(rank):
         while True:  # the test hook: joined, and never answers again
             time.sleep(3600)
-    _barrier(timeout_s, "the start of the probe")
+    _barrier(timeout_s, "every process reaching the start of the probe (a peer never answered)")
     bandwidth, latency = measure_links(device, rounds, timeout_s) if world > 1 else ([[0.0]], [[0.0]])
     speed, pipeline_runs = 1.0, []
     if profile is None:
