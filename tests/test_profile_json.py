@@ -220,7 +220,7 @@ def edit_v2(path: str, value: object) -> dict[str, Any]:
     [
         ("batch_sizes", [1, 2, 2], r"batch_sizes must be strictly increasing \(no repeats\), got \[1, 2, 2\]"),
         ("batch_sizes", [4, 2, 1], r"batch_sizes must be strictly increasing \(no repeats\), got \[4, 2, 1\]"),
-        ("batch_sizes", [1, 2, "4"], r"batch_sizes\[2\] must be an integer >= 1, got \"4\""),
+        ("batch_sizes", [1, 2, "4"], r"batch_sizes\[2\] must be an integer >= 1, got '4'"),
         ("batch_sizes", [0, 2, 4], r"batch_sizes\[0\] must be an integer >= 1, got 0"),
         ("batch_sizes", DELETE, r"missing field 'batch_sizes'"),
         ("batch_size", 3, r"field 'batch_size' 3 must be one of batch_sizes \[1, 2, 4\]"),

@@ -118,8 +118,7 @@ def train(
         plan_obj, names = read_plan(plan)
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
-        profile = profile or names["profile"]
-        cluster = cluster or names["cluster"]
+        profile, cluster = _prediction_inputs(profile, cluster, names, say=local is None)
         module, spec_options, dataset = _model_of_profile(profile, module, spec_options, dataset, options is not None)
     else:
         assert schedule is not None
@@ -142,6 +141,28 @@ def train(
         batch_scaling=batch_scaling, warmup_steps=warmup_steps,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
+
+
+def _prediction_inputs(
+    profile: str | None, cluster: str | None, names: dict[str, str], say: bool
+) -> tuple[str | None, str | None]:
+    """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
+    plan's own; a plan whose own files cannot be loaded runs without a prediction, saying why (once: on process 0 of
+    the job, `say`, not in the --local launcher)."""
+    from pipeplan.io.load import load_cluster, load_profile
+
+    for flag, given, loader in (("--profile", profile, load_profile), ("--cluster", cluster, load_cluster)):
+        if given is not None:
+            loader(given)  # a given file or name must load: a PipeplanError ends the command here, exit 2
+    chosen = (profile or names["profile"], cluster or names["cluster"])
+    try:
+        load_profile(chosen[0])
+        load_cluster(chosen[1])
+    except PipeplanError as exc:
+        if say and int(os.environ.get("RANK", "0")) == 0:
+            typer.echo(f"note: no predicted step: {exc}", err=True)
+        return None, None
+    return chosen
 
 
 def _model_of_profile(

@@ -19,6 +19,17 @@ CURVE_FIELDS = ("fwd_ms", "bwd_ms", "activation_bytes", "saved_bytes", "bwd_inpu
 """The per-layer values that depend on the batch size; a LayerCurve holds each at every measured size."""
 
 
+def check_batch_sizes(sizes: object, where: str) -> tuple[int, ...]:
+    """`sizes` as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming `where`."""
+    if not isinstance(sizes, (tuple, list)) or not sizes:
+        raise ProfileError(f"{where} must be a non-empty list of integers >= 1, got {sizes!r}")
+    for i, b in enumerate(sizes):
+        check_positive_int(ProfileError, f"{where}[{i}]", b)
+    if any(b >= c for b, c in itertools.pairwise(sizes)):
+        raise ProfileError(f"{where} must be strictly increasing (no repeats), got {list(sizes)}")
+    return tuple(sizes)
+
+
 @dataclass(frozen=True, slots=True)
 class LayerCurve:
     """One layer's values at each of its profile's `batch_sizes`, in the same order.
@@ -184,12 +195,9 @@ class ModelProfile:
                 raise ProfileError(f"profile {self.name!r} has per-size curves but no batch_sizes")
             return
         where = f"profile {self.name!r} batch_sizes"
-        if not isinstance(sizes, tuple) or not sizes:
+        if not isinstance(sizes, tuple):
             raise ProfileError(f"{where} must be a non-empty list of integers >= 1, got {sizes!r}")
-        for i, b in enumerate(sizes):
-            check_positive_int(ProfileError, f"{where}[{i}]", b)
-        if any(b >= c for b, c in itertools.pairwise(sizes)):
-            raise ProfileError(f"{where} must be strictly increasing (no repeats), got {list(sizes)}")
+        check_batch_sizes(sizes, where)
         if self.batch_size not in sizes:
             raise ProfileError(f"{where} {list(sizes)} must include the profile's batch_size {self.batch_size}")
         at = sizes.index(self.batch_size)

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError, ProfileError
-from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes
 from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
 
 PROFILE_FORMAT = "pipeplan.profile/1"
@@ -194,12 +194,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
     source = top.where
     top.check_keys(_TOP_KEYS_2)
     name = top.string("name")
-    raw_sizes = top.array("batch_sizes", 1)
-    sizes = []
-    for i, b in enumerate(raw_sizes):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ProfileError(f"{source}: batch_sizes[{i}] must be an integer >= 1, got {short(b)}")
-        sizes.append(b)
+    sizes = list(check_batch_sizes(top.array("batch_sizes", 1), f"{source}: batch_sizes"))
     batch_size = top.integer("batch_size", 1)
     if batch_size not in sizes:
         raise ProfileError(f"{source}: field 'batch_size' {batch_size} must be one of batch_sizes {sizes}")

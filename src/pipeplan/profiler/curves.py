@@ -9,7 +9,6 @@ bytes are measured at every size too, not assumed linear.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from torch import nn
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource
+from pipeplan.core.profile import check_batch_sizes as check_sizes
 from pipeplan.profiler.measure import Measurement, measure_layers
 from pipeplan.profiler.specs import ModelSpec
 
@@ -44,14 +44,8 @@ def default_batch_sizes(batch_size: int) -> tuple[int, ...]:
 
 
 def check_batch_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
-    """The sizes as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming them."""
-    if not sizes:
-        raise ProfileError("--batch-sizes must list at least one batch size")
-    for b in sizes:
-        check_positive_int(ProfileError, "--batch-sizes entry", b)
-    if any(b >= c for b, c in itertools.pairwise(sizes)):
-        raise ProfileError(f"--batch-sizes must be strictly increasing (no repeats), got {list(sizes)}")
-    return tuple(sizes)
+    """--batch-sizes as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming them."""
+    return check_sizes(sizes, "--batch-sizes")
 
 
 def optimizer_step_ms(layers: Sequence[nn.Module], runs: int = 10, warmup: int = 2) -> list[dict[str, float]]:
