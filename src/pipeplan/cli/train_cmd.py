@@ -151,7 +151,7 @@ def _prediction_inputs(
     the job, `say`, not in the --local launcher)."""
     from pipeplan.io.load import load_cluster, load_profile
 
-    for flag, given, loader in (("--profile", profile, load_profile), ("--cluster", cluster, load_cluster)):
+    for given, loader in ((profile, load_profile), (cluster, load_cluster)):
         if given is not None:
             loader(given)  # a given file or name must load: a PipeplanError ends the command here, exit 2
     chosen = (profile or names["profile"], cluster or names["cluster"])
