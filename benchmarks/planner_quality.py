@@ -1,6 +1,7 @@
 """Plan quality: pipeplan against DAPPLE, PipeDream and balanced on every built-in profile and cluster, and against exact.
 
 Usage: .venv/bin/python benchmarks/planner_quality.py [--quick] [--workers 2] [--out results.json] [--check]
+       [--batch-scaling auto|linear] [--skip-random]
 
 Part 1, presets: every shared profile x every built-in cluster x global batch 256 and 2048. Each
 planner (pipeplan, dapple, pipedream, balanced) plans the instance; every plan is scored by the same
@@ -50,15 +51,15 @@ TARGET_SECONDS = 10.0
 RANDOM_LAYERS, RANDOM_DEVICES, RANDOM_BATCH = 8, 4, 16
 
 
-def run_planners(job: tuple[str, str, int]) -> dict[str, Any]:
+def run_planners(job: tuple[str, str, int, str]) -> dict[str, Any]:
     """Plan one preset instance with every planner; times in ms, planning in s, errors as text."""
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner import load_planners
     from pipeplan.planner.base import PlanRequest
 
-    profile_name, cluster_name, batch = job
+    profile_name, cluster_name, batch, scaling = job
     planners = load_planners()
-    request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch)
+    request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch, batch_scaling=scaling)
     row: dict[str, Any] = {"profile": profile_name, "cluster": cluster_name, "batch": batch}
     for name in PLANNERS:
         started = time.perf_counter()
@@ -186,6 +187,7 @@ def main() -> int:
     parser.add_argument("--clusters", default=None, help="comma-separated cluster presets (default: all, or --quick's)")
     parser.add_argument("--profiles", default=None, help="comma-separated profile names (default: all, or --quick's)")
     parser.add_argument("--skip-random", action="store_true", help="skip part 2 (exact gap)")
+    parser.add_argument("--batch-scaling", default="auto", help="the cost model's scaling: auto (default) or linear, ...")
     args = parser.parse_args()
 
     from pipeplan.io.load import list_clusters, list_profiles
@@ -196,7 +198,7 @@ def main() -> int:
     clusters = args.clusters.split(",") if args.clusters else clusters
     profiles = args.profiles.split(",") if args.profiles else profiles
     seeds = range(0) if args.skip_random else range(12) if args.quick else range(50)
-    jobs = [(p, c, b) for c in clusters for p in profiles for b in batches]
+    jobs = [(p, c, b, args.batch_scaling) for c in clusters for p in profiles for b in batches]
     # the 1024-GPU instances are the slowest: start them first so the pool's tail stays short
     jobs.sort(key=lambda j: (j[1] != "h100-8x128", j[1] != "h100-8x4"))
     started = time.perf_counter()
@@ -254,7 +256,7 @@ def main() -> int:
     from pipeplan.planner import load_planners
     from pipeplan.planner.base import PlanRequest
 
-    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("h100-8x128"), 2048)
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("h100-8x128"), 2048, batch_scaling=args.batch_scaling)
     walls = []
     for _ in range(3):
         t0 = time.perf_counter()

@@ -104,3 +104,20 @@ def test_bad_files_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
     assert code == 2
     assert "cyc-pbs-1.txt: the graph has a cycle through node n1" in err
     assert "Traceback" not in err
+
+
+def test_show_profile_names_the_sizes_threads_model_and_optimizer_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A several-size profile's table lists its batch sizes, thread count, model source and optimizer step totals."""
+    layer = {"name": "l0", "fwd_ms": [1.0, 1.5], "bwd_ms": [2.0, 3.0], "activation_bytes": [8, 16], "param_bytes": 64,
+             "optimizer_ms": {"adam": 0.5, "sgd": 0.125}}  # fmt: skip
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "pipeplan.profile/2", "name": "two", "batch_size": 4, "batch_sizes": [2, 4],
+                                "threads": 1, "layers": [layer], "source": {"module": "mlp", "options": {"hidden": "8"},
+                                "dataset": "digits", "dtype": "float32"}}))  # fmt: skip
+    code, out, _ = run(monkeypatch, capsys, "show", "profile", str(path))
+    assert code == 0
+    assert "measured at batch sizes" in out and "2, 4" in out and "CPU threads" in out
+    assert "mlp --opt hidden=8 (dataset digits)" in out
+    assert "adam step (ms)" in out and "0.500" in out and "sgd step (ms)" in out and "0.125" in out

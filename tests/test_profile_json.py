@@ -87,9 +87,9 @@ def test_fractional_sizes_survive_a_round_trip() -> None:
     assert profile_from_json(json.loads(json.dumps(profile_to_json(profile)))) == profile
 
 
-def edit(path: str, value: object) -> dict[str, Any]:
-    """small() with the field at a dotted path replaced (or deleted when value is DELETE)."""
-    obj = small()
+def edit(path: str, value: object, base: Any = None) -> dict[str, Any]:
+    """small() (or `base()`) with the field at a dotted path replaced (or deleted when value is DELETE)."""
+    obj = (base or small)()
     keys = path.split(".")
     target: Any = obj
     for key in keys[:-1]:
@@ -200,21 +200,6 @@ def test_version_2_round_trips_and_a_plain_profile_stays_version_1(tmp_path: Pat
     assert profile_to_json(load_profile("dapple/bert-48"))["format"] == "pipeplan.profile/1"
 
 
-def edit_v2(path: str, value: object) -> dict[str, Any]:
-    """small_v2() with the field at a dotted path replaced (or deleted when value is DELETE)."""
-    obj = small_v2()
-    keys = path.split(".")
-    target: Any = obj
-    for key in keys[:-1]:
-        target = target[int(key)] if key.isdigit() else target[key]
-    last: Any = int(keys[-1]) if keys[-1].isdigit() else keys[-1]
-    if value is DELETE:
-        del target[last]
-    else:
-        target[last] = value
-    return obj
-
-
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
@@ -240,4 +225,4 @@ def edit_v2(path: str, value: object) -> dict[str, Any]:
 def test_bad_version_2_fields_name_file_field_and_value(path: str, value: object, message: str) -> None:
     """Repeated or unordered batch sizes, non-numeric or negative times, wrong lengths: ProfileError naming them."""
     with pytest.raises(ProfileError, match=message):
-        profile_from_json(edit_v2(path, value), "v2.json")
+        profile_from_json(edit(path, value, small_v2), "v2.json")

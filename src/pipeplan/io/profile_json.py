@@ -142,12 +142,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(top.array("layers", 1)))
     cut_bytes = None
     if top.has("cut_bytes"):
-        raw_cuts = top.array("cut_bytes")
-        if len(raw_cuts) != len(layers) - 1:
-            raise ProfileError(
-                f"{source}: field 'cut_bytes' must have {len(layers) - 1} entries (one per cut between layers), "
-                f"got {len(raw_cuts)}"
-            )
+        raw_cuts = _cuts(top, len(layers))
         cut_bytes = tuple(check_number(c, f"{source}: cut_bytes[{i}]", ProfileError) for i, c in enumerate(raw_cuts))
     return _profile(
         source,
@@ -158,6 +153,16 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         cut_bytes=cut_bytes,
         measured=top.boolean("measured", True),
     )
+
+
+def _cuts(top: Fields, layers: int) -> list[Any]:
+    """The `cut_bytes` array, checked to hold one entry per cut between layers."""
+    raw = top.array("cut_bytes")
+    if len(raw) != layers - 1:
+        raise ProfileError(
+            f"{top.where}: field 'cut_bytes' must have {layers - 1} entries (one per cut between layers), got {len(raw)}"
+        )
+    return raw
 
 
 def _profile(where: str, **fields: Any) -> ModelProfile:
@@ -203,12 +208,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         _layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(top.array("layers", 1))
     )
     if top.has("cut_bytes"):
-        raw_cuts = top.array("cut_bytes")
-        if len(raw_cuts) != len(layers) - 1:
-            raise ProfileError(
-                f"{source}: field 'cut_bytes' must have {len(layers) - 1} entries (one per cut between layers), "
-                f"got {len(raw_cuts)}"
-            )
+        raw_cuts = _cuts(top, len(layers))
         cut_curves = tuple(_numbers(c, f"{source}: cut_bytes[{i}]", len(sizes)) for i, c in enumerate(raw_cuts))
     else:
         cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]

@@ -229,8 +229,9 @@ class Candidates:
             # larger microbatch can be faster per sample; only sizes no plan of which can win are skipped
             for b in self.microbatch_sizes(rp):
                 unit, _, choices = self.units(rp, b)
-                # Skip the same (microbatch size, count, devices per stage over all replicas) as a larger rp: the
-                # same compute and all-reduce, in a layout close to the larger rp's stage-major one (tried already).
+                # Skip the same microbatch count and devices per stage over all replicas as a larger rp: the same
+                # samples per device, so the same compute and all-reduce, in a layout close to the larger rp's
+                # stage-major one (tried already).
                 key = (self.request.global_batch // (rp * b), tuple(rho * unit * rp for rho in choices))
                 if not choices or key in seen:
                     continue
