@@ -4,7 +4,7 @@ Usage: .venv/bin/python benchmarks/fidelity.py [--quick] [--models mlp,transform
 
 The whole chain a user runs, on this machine: for each built-in model,
   1. `pipeplan profile MODEL -b B` (every layer at sizes 1, 2, 4, ..., B; one thread);
-  2. `pipeplan probe --local 2 --profile P` (the two processes as a cluster: speeds, links, all-reduce);
+  2. `pipeplan probe --local 2 --profile P` (the two processes as a cluster: speeds, links, all-reduce, messages);
   3. for each of two global batches G, a grid of plans, each written as a plan file and run with
      `pipeplan train --local 2 --plan FILE --steps S --json`: gpipe, 1f1b and zb-h1 x microbatch count
      m in 1, 2, 4, 8, 16 x two stage splits of the layers over the two processes (the planner's: the cut the

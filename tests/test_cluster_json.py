@@ -294,6 +294,22 @@ def test_a_measured_allreduce_latency_defaults_to_zero_and_bandwidth_must_be_pos
         cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 4, "busbw": 3}), "c.json")
 
 
+@pytest.mark.parametrize("form", [matrix_form, description_form])
+def test_message_costs_round_trip_and_must_not_be_negative(form: Any) -> None:
+    """`message_overhead_us` and `message_latency_us` (as `pipeplan probe` fits them) load in either form, are
+    written back unchanged, default to 0 (and are then left out), and a negative one names the field."""
+    obj = form()
+    obj["message_overhead_us"], obj["message_latency_us"] = 800, 1750
+    cluster = cluster_from_json(obj)
+    assert (cluster.message_overhead, cluster.message_latency) == (pytest.approx(800e-6), pytest.approx(1750e-6))
+    out = cluster_to_json(cluster)
+    assert (out["message_overhead_us"], out["message_latency_us"]) == (800, 1750)
+    plain = cluster_to_json(cluster_from_json(form()))
+    assert "message_overhead_us" not in plain and "message_latency_us" not in plain
+    with pytest.raises(ClusterError, match=r"c\.json: field 'message_latency_us' must be a finite number >= 0, got -5"):
+        cluster_from_json(edit(form(), "message_latency_us", -5), "c.json")
+
+
 def test_cpu_and_gpu_kinds_cannot_share_a_cluster() -> None:
     """Mixing `cpu` with GPU kinds is a ClusterError: their speeds are on different scales."""
     with pytest.raises(ClusterError, match=r"c\.json: devices mix kind 'cpu' with GPU kinds"):

@@ -153,3 +153,22 @@ def test_zero_bandwidth_between_ring_neighbours_names_the_pair(measured: bool) -
             call()
     # the reverse ring 3->2->1->3 does not use 2->3
     assert ring_allreduce_ms(c, (3, 2, 1), 1e9) > 0.0
+
+
+def test_message_latency_adds_to_every_pair_but_not_to_a_device_itself() -> None:
+    """A cluster's message latency is part of every off-device message: pair_ms, flows and the planners' arrays."""
+    from pipeplan.sim.links import link_arrays
+
+    c = dataclasses.replace(cluster(), message_latency=2e-3)
+    assert c.link_latency(0, 1) == pytest.approx(1e-6 + 2e-3)
+    assert c.link_latency(1, 1) == 0.0
+    assert pair_ms(c, 0, 1, 1e9) == pytest.approx(1e-3 + 2.0 + 10.0)
+    assert pair_ms(c, 2, 2, 1e9) == 0.0
+    (flow,) = boundary_flows(c, (1,), (2,), 1e9)
+    assert flow.latency_ms == pytest.approx(1e-2 + 2.0)
+    _, latency = link_arrays(c)
+    assert latency[2, 3] == pytest.approx(3e-6 + 2e-3)
+    assert latency[3, 3] == 0.0
+    # the ring's latency is a message's too (the cluster measured no all-reduce of its own)
+    base = ring_allreduce_ms(cluster(), (0, 1), 1e9)
+    assert ring_allreduce_ms(c, (0, 1), 1e9) == pytest.approx(base + 2 * 2.0)

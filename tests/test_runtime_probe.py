@@ -89,3 +89,33 @@ def test_bad_probe_options_exit_2_with_one_line(tmp_path: Path, args: list[str],
     done = pipeplan("probe", "--out", str(tmp_path / "c.json"), *args, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"error: TrainConfigError: {message}"]
+
+
+@pytest.mark.parametrize(("overhead_us", "latency_us"), [(0, 0), (750, 2000), (1500, 250), (325, 1175)])
+def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us: int, latency_us: int) -> None:
+    """Steps simulated with a known message overhead and latency (the calibration plans of a two-process probe)
+    fit back to those two values: GPipe and 1F1B runs tell them apart."""
+    import dataclasses
+
+    from pipeplan.core.cluster import Cluster, Device
+    from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
+    from pipeplan.runtime.calibrate import Run, fit_messages, pipeline_plans
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.stage_costs import simulate_plan
+
+    def layer(i: int) -> LayerProfile:  # a fixed cost per action and a part per sample, as on a CPU
+        fwd, bwd = (0.2 + 0.05 * i, 0.4 + 0.2 * i), (0.5 + 0.1 * i, 1.2 + 0.5 * i)
+        curve = LayerCurve(fwd, bwd, (5e4, 2e5), (2.5e4, 1e5))
+        return LayerProfile(f"l{i}", fwd[1], bwd[1], 2e5, 4e5, 1e5, curve=curve)
+
+    layers = tuple(layer(i) for i in range(6))
+    profile = ModelProfile("six", 4, layers, batch_sizes=(1, 4), cut_curves=((5e4, 2e5),) * 5)
+    devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, 0) for i in range(2))
+    base = Cluster("two", devices, ((0.0, 3e9), (3e9, 0.0)), ((0.0, 1e-4), (1e-4, 0.0)))
+    truth = dataclasses.replace(base, message_overhead=overhead_us * 1e-6, message_latency=latency_us * 1e-6)
+    model = CostModel.build(profile, truth, optimizer="sgd")
+    plans = pipeline_plans(profile, 2)
+    assert {p.schedule for p in plans} == {"gpipe", "1f1b"} and {p.microbatch_size for p in plans} == {1, 4}
+    runs = [Run(p, (), 0.0, simulate_plan(p, model, record=False).iteration_time) for p in plans]
+    overhead, latency = fit_messages(profile, base, runs, "sgd")
+    assert (overhead, latency) == (pytest.approx(overhead_us * 1e-6), pytest.approx(latency_us * 1e-6))

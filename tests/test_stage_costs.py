@@ -206,3 +206,25 @@ def test_memory_from_result_matches_order_based() -> None:
     assert memory_per_device(plan, linear_model(profile(), cluster()), result) == pytest.approx(
         memory_per_device(plan, linear_model(profile(), cluster()))
     )
+
+
+def test_message_overhead_is_charged_to_the_consuming_action_and_latency_to_the_flow() -> None:
+    """The cluster's message overhead lengthens stage 1's forward and stage 0's backward (and I) by the same ms;
+    its message latency lengthens both flows; chunk-stages on one device pay neither."""
+    import dataclasses
+
+    plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 4, 4, "zb-h1")
+    base = plan_costs(plan, linear_model(profile(), cluster()))
+    priced = dataclasses.replace(cluster(), message_overhead=0.5e-3, message_latency=2e-3)
+    costs = plan_costs(plan, linear_model(profile(), priced))
+    assert costs.stages[0].fwd_ms == base.stages[0].fwd_ms
+    assert costs.stages[1].fwd_ms == pytest.approx(base.stages[1].fwd_ms + 0.5)
+    assert costs.stages[0].bwd_ms == pytest.approx(base.stages[0].bwd_ms + 0.5)
+    assert costs.stages[0].bwd_input_ms == pytest.approx(base.stages[0].bwd_input_ms + 0.5)
+    assert costs.stages[0].bwd_weight_ms == base.stages[0].bwd_weight_ms
+    assert costs.stages[1].bwd_ms == base.stages[1].bwd_ms
+    assert costs.forward[0][0].latency_ms == pytest.approx(base.forward[0][0].latency_ms + 2.0)
+    assert costs.backward[0][0].latency_ms == pytest.approx(base.backward[0][0].latency_ms + 2.0)
+    same_device = Plan((Stage(0, 1, (0,)), Stage(2, 3, (0,))), 1, 4, 4, "interleaved-1f1b", chunks=2)
+    alone = plan_costs(same_device, linear_model(profile(), priced))
+    assert alone.stages[1].fwd_ms == pytest.approx(base.stages[1].fwd_ms) and alone.forward[0] == ()

@@ -44,8 +44,10 @@ class Cluster:
     bus bandwidth and per-step latency of the real collective.
     `message_overhead` (s) is the time a stage-to-stage message costs the
     action that consumes it beyond the link's latency and bandwidth (the
-    runtime's receive path and the scheduling of its communication threads
-    on a loaded machine, as `pipeplan probe` measures it; 0 when unknown).
+    runtime's receive path on a loaded machine), and `message_latency` (s)
+    what every message between two devices takes beyond the link's measured
+    latency (the scheduling of communication threads while every core
+    computes); both as `pipeplan probe` fits them, 0 when unknown.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Cluster:
     allreduce_bandwidth: float | None = None
     allreduce_latency: float = 0.0
     message_overhead: float = 0.0
+    message_latency: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -85,6 +88,7 @@ class Cluster:
             check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth)
         check_nonneg_float(ClusterError, f"cluster {self.name!r} allreduce_latency", self.allreduce_latency)
         check_nonneg_float(ClusterError, f"cluster {self.name!r} message_overhead", self.message_overhead)
+        check_nonneg_float(ClusterError, f"cluster {self.name!r} message_latency", self.message_latency)
 
     @property
     def num_devices(self) -> int:
@@ -107,6 +111,13 @@ class Cluster:
         if self.nic_bandwidth is not None and self.devices[src].node != self.devices[dst].node:
             rate = min(rate, self.nic_bandwidth)
         return rate
+
+    def link_latency(self, src: int, dst: int) -> float:
+        """Seconds a message from src to dst takes before its bytes move: the pair's latency plus the cluster's
+        message latency (0 for src == dst)."""
+        if src == dst:
+            return 0.0
+        return self.latency[src][dst] + self.message_latency
 
     def require_link(self, src: int, dst: int) -> float:
         """Like link_bandwidth, but raise ClusterError when the two devices cannot talk."""

@@ -29,7 +29,8 @@ GB_PER_S = 1e9
 US = 1e-6
 
 _MATRIX_KEYS = (
-    "format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "message_overhead_us", "notes",
+    "format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "message_overhead_us",
+    "message_latency_us", "notes",
 )  # fmt: skip
 _DESCRIPTION_KEYS = (
     "format",
@@ -44,6 +45,7 @@ _DESCRIPTION_KEYS = (
     "overrides",
     "allreduce",
     "message_overhead_us",
+    "message_latency_us",
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
@@ -69,6 +71,8 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         }
     if cluster.message_overhead > 0:
         result["message_overhead_us"] = _clean(cluster.message_overhead / US)
+    if cluster.message_latency > 0:
+        result["message_latency_us"] = _clean(cluster.message_latency / US)
     return result
 
 
@@ -255,11 +259,12 @@ def _cluster(
         allreduce_bw = fields.number("gb_per_s", positive=True) * GB_PER_S
         allreduce_lat = fields.number("latency_us", default=0.0) * US
     overhead = top.number("message_overhead_us", default=0.0) * US
+    message_latency = top.number("message_latency_us", default=0.0) * US
     try:
         return Cluster(
             name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic,
             speed_reference=scales.pop(), allreduce_bandwidth=allreduce_bw, allreduce_latency=allreduce_lat,
-            message_overhead=overhead,
+            message_overhead=overhead, message_latency=message_latency,
         )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None

@@ -10,8 +10,10 @@ executor's iteration, the optimizer's step, the loss exchange).
 - all-reduce: the same runs end with the runtime's gradient all-reduce of
   the whole model (runtime.replicas: one bucket, flattened, summed, copied
   back); its time is what a step takes after its last backward;
-- messages: straight 1F1B pipelines over every process; the per-message
-  overhead with which the simulator best predicts those runs.
+- messages: straight GPipe and 1F1B pipelines over every process at the
+  profile's smallest and middle batch sizes; the per-message overhead (time
+  the consuming action spends) and latency (time the message takes to
+  arrive) with which the simulator best predicts those runs.
 """
 
 from __future__ import annotations
@@ -119,13 +121,21 @@ def data_parallel_plans(profile: ModelProfile, world: int) -> list[Plan]:
 
 
 def pipeline_plans(profile: ModelProfile, world: int) -> list[Plan]:
-    """Straight 1F1B pipelines over every process (layers split evenly), m = world, 2 x world and 4 x world
-    microbatches of the profile's middle batch size."""
+    """Straight pipelines over every process (layers split evenly), GPipe and 1F1B, m = world and 4 x world
+    microbatches of the profile's smallest and of its middle batch size.
+
+    Note:
+        The two schedules tell the two message costs apart (fit_messages): GPipe sends its microbatches back to
+        back, so a message's latency overlaps the next one's compute and mostly its overhead counts; 1F1B waits
+        for every gradient in its steady state, so both count. The smallest size matters most: there a message is
+        a large share of an action; at larger sizes it hides in the noise of the compute (a transformer calibrated
+        at its middle size alone fitted no overhead and then under-predicted its 1-sample microbatches by a third).
+    """
     from pipeplan.runtime.job import even_split
 
-    b = profile.sizes[len(profile.sizes) // 2]
     stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
-    return [Plan(stages, 1, m, b, "1f1b") for m in (world, 2 * world, 4 * world)]
+    sizes = dict.fromkeys((profile.sizes[0], profile.sizes[len(profile.sizes) // 2]))
+    return [Plan(stages, 1, m, b, schedule) for schedule in ("gpipe", "1f1b") for b in sizes for m in (world, 4 * world)]
 
 
 def speed_of(profile: ModelProfile, runs: list[Run]) -> float:
@@ -151,24 +161,40 @@ def allreduce_of(runs: list[Run], param_bytes: float, world: int, latency_s: flo
     return steps / world * param_bytes / moving
 
 
-def fit_message_overhead(profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str) -> float:
-    """The per-message overhead (s) with which the simulator best predicts the pipeline runs' whole steps (least
-    squares of the log ratio over a grid of 0 to 5 ms in 20 us steps)."""
+MESSAGE_GRID_S = tuple(i * 250e-6 for i in range(21))
+"""The coarse grid of fit_messages (0 to 5 ms in 250 us steps, for each of the two costs); it then refines by 25 us."""
+
+
+def fit_messages(profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str) -> tuple[float, float]:
+    """The (overhead s, latency s) of a stage-to-stage message with which the simulator best predicts the pipeline
+    runs' whole steps: least squares of the log ratio, on a grid and then on a finer one around its best point
+    (ties: the smaller values, so the fit is deterministic)."""
     from pipeplan.schedules.plan_schedule import plan_schedule
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.engine import simulate
     from pipeplan.sim.stage_costs import plan_costs
 
-    def error(overhead_s: float) -> float:
-        model = CostModel.build(profile, dataclasses.replace(cluster, message_overhead=overhead_s), optimizer=optimizer)
+    schedules = [plan_schedule(run.plan) for run in runs]
+
+    def error(point: tuple[float, float]) -> float:
+        overhead, latency = point
+        priced = dataclasses.replace(cluster, message_overhead=overhead, message_latency=latency)
+        model = CostModel.build(profile, priced, optimizer=optimizer)
         total = 0.0
-        for run in runs:
-            predicted = simulate(plan_schedule(run.plan), plan_costs(run.plan, model), record=False).iteration_time
+        for run, schedule in zip(runs, schedules, strict=True):
+            predicted = simulate(schedule, plan_costs(run.plan, model), record=False).iteration_time
             total += math.log(predicted / run.step_ms) ** 2
         return total
 
-    grid = [i * 20e-6 for i in range(251)]
-    return min(grid, key=lambda x: (error(x), x))
+    def best(grid_a: list[float], grid_b: list[float]) -> tuple[float, float]:
+        return min(((a, b) for a in grid_a for b in grid_b), key=lambda point: (error(point), point))
+
+    overhead, latency = best(list(MESSAGE_GRID_S), list(MESSAGE_GRID_S))
+
+    def around(x: float) -> list[float]:
+        return [x + i * 25e-6 for i in range(-10, 11) if x + i * 25e-6 >= 0]
+
+    return best(around(overhead), around(latency))
 
 
 def gather(value: Any) -> list[Any] | None:

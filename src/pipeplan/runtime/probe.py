@@ -9,10 +9,11 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    writes its source), calibration runs of that model by the real executor
    (runtime.calibrate): each process's speed (the profile's time of the
    forwards and backwards it ran over the time they took), the runtime's
-   gradient all-reduce of the whole model, and the overhead of a
-   stage-to-stage message (on a loaded CPU a message costs far more than
-   an idle ping-pong shows: the communication threads wait for a core while
-   every core computes). Without a profile every speed is 1.0 and the
+   gradient all-reduce of the whole model, and the overhead and latency of
+   a stage-to-stage message (GPipe and 1F1B runs at the profile's smallest
+   and middle sizes; on a loaded CPU a message costs far more than an idle
+   ping-pong shows: the communication threads wait for a core while every
+   core computes). Without a profile every speed is 1.0 and the
    all-reduce is timed on gradient-like buckets of 1 to 32 MB.
 Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
 bounded by the timeout: a peer that never answers is an error naming it.
@@ -42,7 +43,7 @@ from pipeplan.runtime.calibrate import (
     allreduce_of,
     build_profiled_model,
     data_parallel_plans,
-    fit_message_overhead,
+    fit_messages,
     pipeline_plans,
     run_plan,
     speed_of,
@@ -70,6 +71,7 @@ class ProbeResult:
     kind: str
     backend: str
     message_overhead: float = 0.0
+    message_latency: float = 0.0
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -219,7 +221,8 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
 
         assert profile is not None
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
-        result = dataclasses.replace(result, message_overhead=fit_message_overhead(profile, cluster, pipeline_runs, optimizer))
+        overhead, latency = fit_messages(profile, cluster, pipeline_runs, optimizer)
+        result = dataclasses.replace(result, message_overhead=overhead, message_latency=latency)
     return result
 
 
@@ -265,6 +268,8 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
     }
     if result.message_overhead > 0:
         out["message_overhead_us"] = round(result.message_overhead * 1e6, 1)
+    if result.message_latency > 0:
+        out["message_latency_us"] = round(result.message_latency * 1e6, 1)
     if result.allreduce_bandwidth is not None:
         out["allreduce"] = {
             "gb_per_s": round(result.allreduce_bandwidth / 1e9, 4),

@@ -32,7 +32,8 @@ _LINKS: dict[int, tuple[Cluster, np.ndarray, np.ndarray]] = {}
 def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     """(effective bytes/s with NIC caps, latency s) as arrays, cached for the last few clusters.
 
-    The diagonal keeps the cluster's own values (unused: a device does not send to itself).
+    Off the diagonal the latency includes the cluster's message latency (Cluster.link_latency); the diagonal keeps
+    the cluster's own values (unused: a device does not send to itself).
     """
     cached = _LINKS.get(id(cluster))
     if cached is not None and cached[0] is cluster:
@@ -42,6 +43,8 @@ def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         nodes = np.array([d.node for d in cluster.devices])
         rate = np.where(nodes[:, None] != nodes[None, :], np.minimum(rate, cluster.nic_bandwidth), rate)
     latency = np.array(cluster.latency, dtype=float)
+    if cluster.message_latency > 0:
+        latency = latency + cluster.message_latency * (1.0 - np.eye(len(latency)))
     if len(_LINKS) >= 4:
         _LINKS.pop(next(iter(_LINKS)))
     _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
@@ -79,7 +82,7 @@ def pair_ms(cluster: Cluster, src: int, dst: int, nbytes: float) -> float:
     """
     if src == dst:
         return 0.0
-    return cluster.latency[src][dst] * 1000.0 + nbytes / cluster.require_link(src, dst) * 1000.0
+    return cluster.link_latency(src, dst) * 1000.0 + nbytes / cluster.require_link(src, dst) * 1000.0
 
 
 def pair_flow(cluster: Cluster, src: int, dst: int, nbytes: float) -> Flow:
@@ -93,7 +96,7 @@ def pair_flow(cluster: Cluster, src: int, dst: int, nbytes: float) -> Flow:
     src_node, dst_node = cluster.devices[src].node, cluster.devices[dst].node
     if cluster.nic_bandwidth is not None and src_node != dst_node:
         resources += [f"nic_out:{src_node}", f"nic_in:{dst_node}"]
-    return Flow(tuple(resources), (src, dst), ms(cluster.latency[src][dst]), ms(nbytes / rate))
+    return Flow(tuple(resources), (src, dst), ms(cluster.link_latency(src, dst)), ms(nbytes / rate))
 
 
 def pairing(senders: tuple[int, ...], receivers: tuple[int, ...]) -> list[tuple[int, int]]:
