@@ -189,3 +189,39 @@ def test_bad_input_in_a_real_process_has_no_traceback() -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: CostError: --fwd must be a number or a comma-separated list of numbers, got 'x'"
+
+
+def test_a_plan_that_does_not_fit_is_an_error_unless_memory_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vgg16 on devices of 0.5 GiB: exit 2 naming the plan, device, need and excess; --ignore-memory simulates it."""
+    from pipeplan.io.cluster_json import cluster_to_json
+
+    path = tmp_path / "plan.json"
+    write_vgg_plan(path)
+    small = cluster_to_json(load_cluster("v100-8x1"))
+    for device in small["devices"]:
+        device["memory_gb"] = 0.5
+    (tmp_path / "small.json").write_text(json.dumps(small))
+    code, err = run_main(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"plan {path} does not fit: stage " in err and "GiB too much" in err and "--ignore-memory" in err
+    code, err = run_main(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"),
+                         "--ignore-memory", "--json")  # fmt: skip
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--png", "timeline.xyz"], "--png 'timeline.xyz' must end with .png"),
+        (["--trace", "/no/such/folder/t.json"], "--trace '/no/such/folder/t.json': folder '/no/such/folder' does not exist"),
+    ],
+)
+def test_outputs_are_checked_before_simulating(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """A bad output path is an error naming the option before any work (and no matplotlib traceback)."""
+    code, err = run_main(monkeypatch, capsys, "simulate", "1f1b", "-p", "2", "-m", "2", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err

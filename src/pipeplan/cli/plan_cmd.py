@@ -169,11 +169,13 @@ def plan(
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
+    from pipeplan.cli.outputs import check_writable
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.base import PlanRequest
     from pipeplan.viz.tables import print_tables
 
+    check_writable("--out", out)
     model = load_profile(profile)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
@@ -203,16 +205,21 @@ def compare(
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from rich.table import Table
 
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner.base import PlanRequest, PlanResult
-    from pipeplan.planner.compare import best_baseline, best_row, speedup
+    from pipeplan.planner.compare import best_baseline, best_row, planner_names, speedup
     from pipeplan.planner.compare import compare as compare_planners
     from pipeplan.viz.tables import format_bytes, format_ms, print_tables
 
+    check_writable("--png", png, IMAGE_SUFFIXES)
+    try:
+        names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
+    except PlanError as exc:
+        raise PlanError(f"--planners {planners!r}: {exc}") from None
     model = load_profile(profile)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, optimizer=optimizer, batch_scaling=batch_scaling)
-    names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
     with progress_display(not as_json) as progress:
         rows = compare_planners(request, names, progress)
     baseline = best_baseline(rows)

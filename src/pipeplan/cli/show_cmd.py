@@ -57,6 +57,9 @@ def show_cluster(
     png: str | None = typer.Option(None, "--png", help="Write the bandwidth matrix as a heat map PNG."),
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+
+    check_writable("--png", png, IMAGE_SUFFIXES)
     cluster = load_cluster(spec)
     if png is not None:
         draw_bandwidth_heatmap(cluster, Path(png))

@@ -73,11 +73,21 @@ def simulate_named(
 
 
 def simulate_plan_file(
-    plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool, scaling: str, optimizer: str
+    plan_path: str,
+    profile: str | None,
+    cluster: str | None,
+    trace: object,
+    record: bool,
+    scaling: str,
+    optimizer: str,
+    check_memory: bool = True,
 ) -> SimResult:
     """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
     Without --profile or --cluster, the names the plan file records are used.
+
+    Raises:
+        PlanError: also when the plan needs more memory than a device has (unless not `check_memory`).
     """
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import read_plan
@@ -91,8 +101,16 @@ def simulate_plan_file(
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
+    from pipeplan.sim.memory import check_fits
+
     model = CostModel.build(load_profile(profile), load_cluster(cluster), scaling, optimizer)
-    return simulate_plan(plan, model, trace=trace, record=record)
+    result = simulate_plan(plan, model, trace=trace, record=record)
+    if check_memory:
+        try:
+            check_fits(plan, model, result)
+        except PlanError as exc:
+            raise PlanError(f"plan {plan_path} does not fit: {exc}; --ignore-memory simulates it anyway") from None
+    return result
 
 
 def simulate(
@@ -116,6 +134,7 @@ def simulate(
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster (path or built-in name) for --plan."),
     batch_scaling: str | None = typer.Option(None, "--batch-scaling", help=SCALING_HELP + " With --plan; default auto."),
     optimizer: str | None = typer.Option(None, "--optimizer", help=OPTIMIZER_HELP + " With --plan; default adam."),
+    ignore_memory: bool = typer.Option(False, "--ignore-memory", help="With --plan: simulate a plan that does not fit too."),
 ) -> None:
     """Simulate one training iteration; print times, bubble and per-rank memory."""
     costs_text = {
@@ -126,6 +145,10 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+
+    check_writable("--trace", trace_out)
+    check_writable("--png", png_out, IMAGE_SUFFIXES)
     trace = None
     if bandwidth_trace is not None:
         from pipeplan.sim.trace import read_bandwidth_trace
@@ -140,13 +163,14 @@ def simulate(
             raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
-        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam")
+        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
+                                    check_memory=not ignore_memory)  # fmt: skip
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
             raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
-                            ("--optimizer", optimizer)):  # fmt: skip
+                            ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None)):  # fmt: skip
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
         for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
@@ -160,20 +184,22 @@ def simulate(
 
 
 def report(result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
-    """Print the result (table or JSON) and write the requested trace and PNG."""
-    from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
-    from pipeplan.viz.tables import print_tables, rank_table, summary_table
-
+    """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
     if as_json:
         print_json(result.to_json())
     else:
+        from pipeplan.viz.tables import print_tables, rank_table, summary_table
+
         print_tables(summary_table(result, title), rank_table(result))
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
     if trace_out is not None:
+        from pipeplan.viz.perfetto import write_trace
+
         write_trace(result, trace_out)
         typer.echo(f"wrote Perfetto trace {trace_out} (open in ui.perfetto.dev)", err=as_json)
     if png_out is not None:
+        from pipeplan.viz.gantt import render_gantt
+
         render_gantt(result, png_out, title=title)
         typer.echo(f"wrote timeline {png_out}", err=as_json)
 

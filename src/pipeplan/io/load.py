@@ -49,7 +49,7 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
             _check_batch(spec, profile, profile_batch_size)
             return profile
         return read_graph_txt(spec, profile_batch_size=profile_batch_size)
-    name = _resolve(spec, list_profiles(), "profile", ProfileError)
+    name = _resolve(_profile_aliases().get(spec, spec), list_profiles(), "profile", ProfileError)
     profile = _builtin_profile(name)
     _check_batch(name, profile, profile_batch_size)
     return profile
@@ -66,6 +66,19 @@ def load_cluster(spec: str) -> Cluster:
     if os.path.isfile(spec):
         return read_cluster_json(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
+
+
+@cache
+def _profile_aliases() -> dict[str, str]:
+    """A built-in's file names as names too: `dapple/bert-24-pbs-6`, `bert-24-pbs-6.txt`, ... -> `dapple/bert-24`."""
+    aliases: dict[str, str] = {}
+    clashes: set[str] = set()
+    for name, relative in builtin_profile_files().items():
+        stem = relative.removeprefix("profiles/")
+        for alias in {stem, stem.removesuffix(".txt"), stem.rsplit("/", 1)[-1], stem.rsplit("/", 1)[-1].removesuffix(".txt")}:
+            if aliases.setdefault(alias, name) != name:
+                clashes.add(alias)
+    return {alias: name for alias, name in aliases.items() if alias not in clashes}
 
 
 @cache
@@ -90,7 +103,9 @@ def _resolve(spec: str, names: tuple[str, ...], what: str, error: type[PipeplanE
         return suffix[0]
     if len(suffix) > 1:
         raise error(f"{what} {spec!r} is ambiguous: it may be {', '.join(suffix)}")
-    looks_like_path = os.sep in spec or spec.lower().endswith((".json", ".txt"))
+    folders = {n.split("/", 1)[0] for n in names if "/" in n}
+    in_folder = "/" in spec and spec.split("/", 1)[0] in folders and spec.count("/") == 1
+    looks_like_path = (os.sep in spec and not in_folder) or spec.lower().endswith((".json", ".txt"))
     if looks_like_path:
         raise error(f"{what} file {spec!r} does not exist")
     short = {n.rsplit("/", 1)[-1]: n for n in names}
