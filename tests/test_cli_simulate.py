@@ -225,3 +225,14 @@ def test_outputs_are_checked_before_simulating(
     code, err = run_main(monkeypatch, capsys, "simulate", "1f1b", "-p", "2", "-m", "2", *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert message in err
+
+
+def test_a_trace_naming_a_device_the_pipeline_lacks_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Link [0, 9] on a 4-rank pipeline: exit 2 naming the step, the link and the device count."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"t_ms": 0, "link": [0, 1], "factor": 0.5}, {"t_ms": 5, "link": [0, 9], "factor": 0.5}]))
+    code, err = run_main(monkeypatch, capsys, "simulate", "1f1b", "-p", "4", "-m", "4", "--bandwidth-trace", str(trace))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "bandwidth trace step 1: link [0, 9] names device 9, but 1f1b with p=4 (one device per rank) has 4 devices" in err

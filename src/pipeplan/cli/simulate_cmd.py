@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, SCALING_HELP, parse_numbers, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
@@ -57,8 +57,11 @@ def simulate_named(
     from pipeplan.core.validate import validate
     from pipeplan.schedules import make_schedule
     from pipeplan.sim import simulate, uniform_costs
+    from pipeplan.sim.trace import BandwidthTrace
 
     schedule = validate(make_schedule(name, stages, microbatches, k=k, chunks=chunks))
+    if isinstance(trace, BandwidthTrace):
+        trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
     costs = uniform_costs(
         schedule,
@@ -81,6 +84,7 @@ def simulate_plan_file(
     scaling: str,
     optimizer: str,
     check_memory: bool = True,
+    profile_batch_size: int | None = None,
 ) -> SimResult:
     """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
@@ -93,6 +97,7 @@ def simulate_plan_file(
     from pipeplan.io.plan_json import read_plan
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = read_plan(plan_path)
     profile = profile or names.get("profile") or None
@@ -103,7 +108,9 @@ def simulate_plan_file(
     assert profile is not None and cluster is not None
     from pipeplan.sim.memory import check_fits
 
-    model = CostModel.build(load_profile(profile), load_cluster(cluster), scaling, optimizer)
+    model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
+    if isinstance(trace, BandwidthTrace):
+        trace.check_devices(model.cluster.num_devices, f"cluster {cluster}")
     result = simulate_plan(plan, model, trace=trace, record=record)
     if check_memory:
         try:
@@ -135,6 +142,7 @@ def simulate(
     batch_scaling: str | None = typer.Option(None, "--batch-scaling", help=SCALING_HELP + " With --plan; default auto."),
     optimizer: str | None = typer.Option(None, "--optimizer", help=OPTIMIZER_HELP + " With --plan; default adam."),
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="With --plan: simulate a plan that does not fit too."),
+    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP + " With --plan."),
 ) -> None:
     """Simulate one training iteration; print times, bubble and per-rank memory."""
     costs_text = {
@@ -164,13 +172,14 @@ def simulate(
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
         result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
-                                    check_memory=not ignore_memory)  # fmt: skip
+                                    check_memory=not ignore_memory, profile_batch_size=profile_batch_size)  # fmt: skip
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
             raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
-                            ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None)):  # fmt: skip
+                            ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
+                            ("--profile-batch-size", profile_batch_size)):  # fmt: skip
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
         for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
@@ -188,9 +197,10 @@ def report(result: SimResult, title: str, as_json: bool, trace_out: str | None, 
     if as_json:
         print_json(result.to_json())
     else:
-        from pipeplan.viz.tables import print_tables, rank_table, summary_table
+        from pipeplan.viz.tables import METRICS_NOTE, print_tables, rank_table, summary_table
 
         print_tables(summary_table(result, title), rank_table(result))
+        typer.echo(METRICS_NOTE)
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
     if trace_out is not None:
         from pipeplan.viz.perfetto import write_trace

@@ -97,7 +97,7 @@ def _simulate(
         memory = static + peak_saved_bytes(program, rank, saved)
         per_rank.append(RankStats(rank_busy, iteration - rank_busy, program.peak_inflight[rank], memory))
     ranks = schedule.num_ranks
-    bubble = 1.0 - sum(busy) / (ranks * iteration) if iteration > 0 else 0.0
+    bubble = max(0.0, 1.0 - sum(busy) / (ranks * iteration)) if iteration > 0 else 0.0  # no -0.0 from rounding
     lower = bound_from_parts(schedule, costs, busy, program.split_stages, program.stages_with_u, trace)
     return SimResult(
         iteration,
