@@ -45,21 +45,21 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
 
 def simulate_named(
     name: str,
-    stages: int,
-    microbatches: int,
+    stages: int | None,
+    microbatches: int | None,
     costs_text: dict[str, str | None],
     k: int,
     chunks: int,
     trace: object,
     record: bool,
-) -> SimResult:
-    """Generate schedule `name` and simulate it with the synthetic costs of the flags in `costs_text`."""
-    from pipeplan.core.validate import validate
-    from pipeplan.schedules import make_schedule
+) -> tuple[SimResult, str]:
+    """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
+    flags in `costs_text`; return the result and its title (name, p, m and k or v when not 1)."""
+    from pipeplan.io.load import load_schedule
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
 
-    schedule = validate(make_schedule(name, stages, microbatches, k=k, chunks=chunks))
+    schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if isinstance(trace, BandwidthTrace):
         trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
@@ -72,7 +72,9 @@ def simulate_named(
         bwd_input=stage_values("--bwd-input", text["--bwd-input"], schedule),
         bwd_weight=stage_values("--bwd-weight", text["--bwd-weight"], schedule),
     )
-    return simulate(schedule, costs, trace=trace, record=record)
+    title = f"{schedule.name or name}, p={schedule.num_ranks}, m={schedule.num_microbatches}"
+    title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
+    return simulate(schedule, costs, trace=trace, record=record), title
 
 
 def simulate_plan_file(
@@ -121,7 +123,9 @@ def simulate_plan_file(
 
 
 def simulate(
-    name: str | None = typer.Argument(None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 (omit with --plan)."),
+    name: str | None = typer.Argument(
+        None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, or a schedule .csv/.json file (omit with --plan)."
+    ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
     fwd: str | None = typer.Option(None, "--fwd", help="Forward ms per microbatch: one number or one per stage [1]."),
@@ -182,13 +186,12 @@ def simulate(
                             ("--profile-batch-size", profile_batch_size)):  # fmt: skip
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
-        for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
-            if value is None:
-                raise ScheduleError(f"simulate {name} needs {flag}")
-        assert stages is not None and microbatches is not None
-        result = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
-        title = f"{name}, p={stages}, m={microbatches}"
-        title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
+        if name.lower().endswith((".csv", ".json")):
+            for flag, value in (("--stages", stages), ("--microbatches", microbatches), ("--k", k != 1 or None),
+                                ("--chunks", chunks != 1 or None)):  # fmt: skip
+                if value is not None:
+                    raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
+        result, title = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
     report(result, title, as_json, trace_out, png_out)
 
 

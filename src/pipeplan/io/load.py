@@ -7,8 +7,9 @@ import os
 from functools import cache
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
+from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError, ScheduleError
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.schedule import Schedule
 from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
 from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
 from pipeplan.io.profile_json import read_profile_json
@@ -53,6 +54,32 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
     profile = _builtin_profile(name)
     _check_batch(name, profile, profile_batch_size)
     return profile
+
+
+def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: int = 1, chunks: int = 1) -> Schedule:
+    """A validated schedule from a generator name (with its sizes) or a schedule file (`.csv`: torch's compute-only
+    format, `.json`: pipeplan.schedule/1), which fixes its own sizes.
+
+    Raises:
+        ScheduleError: an unknown name, missing or bad sizes, a bad or missing file, or sizes given with a file.
+    """
+    from pipeplan.core.validate import validate
+    from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
+    from pipeplan.schedules import make_schedule
+
+    suffix = os.path.splitext(spec)[1].lower()
+    if suffix in (".csv", ".json"):
+        if not os.path.isfile(spec):
+            raise ScheduleError(f"schedule file {spec!r} does not exist")
+        try:
+            return read_schedule_csv(spec) if suffix == ".csv" else read_schedule_json(spec)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScheduleError(f"cannot read schedule file {spec!r}: {exc}") from None
+    for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
+        if value is None:
+            raise ScheduleError(f"schedule {spec} needs {flag}")
+    assert stages is not None and microbatches is not None
+    return validate(make_schedule(spec, stages, microbatches, k=k, chunks=chunks))
 
 
 def load_cluster(spec: str) -> Cluster:
