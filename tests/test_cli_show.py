@@ -121,3 +121,19 @@ def test_show_profile_names_the_sizes_threads_model_and_optimizer_steps(
     assert "measured at batch sizes" in out and "2, 4" in out and "CPU threads" in out
     assert "mlp --opt hidden=8 (dataset digits)" in out
     assert "adam step (ms)" in out and "0.500" in out and "sgd step (ms)" in out and "0.125" in out
+
+
+def test_a_mixed_node_lists_each_kinds_own_devices(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Two nodes of [V100, A100, V100, A100]: the V100 row lists devices 0,2,4,6 and the A100 row 1,3,5,7."""
+    devices = [{"kind": ("V100", "A100")[i % 2], "memory_gb": (16, 40)[i % 2], "node": i // 4} for i in range(8)]
+    bandwidth = [[0 if a == b else 10 for b in range(8)] for a in range(8)]
+    cluster = {"format": "pipeplan.cluster/1", "name": "mixed", "devices": devices, "bandwidth_gb_per_s": bandwidth,
+               "latency_us": [[0 if a == b else 5 for b in range(8)] for a in range(8)]}  # fmt: skip
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(cluster))
+    code, out, _ = run(monkeypatch, capsys, "show", "cluster", str(path))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if "V100" in line or "A100" in line]
+    assert [row[:4] for row in rows] == [["0-1", "1,3,5,7", "2", "A100"], ["0-1", "0,2,4,6", "2", "V100"]]

@@ -166,6 +166,9 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["--plan", "p.json", "--stages", "4"], "--stages does not apply to --plan"),
         (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read file"),
         (["1f1b", "-p", "2", "-m", "2", "--bandwidth-trace", "/no/such/trace.json"], "cannot read bandwidth trace"),
+        (["1f1b", "-p", "4", "-m", "100000000"], "would hold 800,000,000 actions (about 298.0 GiB to simulate); the limit"),
+        (["zb-h1", "-p", "100000", "-m", "100"], "zb-h1 with stages=100000, microbatches=100 would hold 30,000,000"),
+        (["/no/such/schedule.csv"], "schedule file '/no/such/schedule.csv' does not exist"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -189,3 +192,67 @@ def test_bad_input_in_a_real_process_has_no_traceback() -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: CostError: --fwd must be a number or a comma-separated list of numbers, got 'x'"
+
+
+def test_a_plan_that_does_not_fit_is_an_error_unless_memory_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vgg16 on devices of 0.5 GiB: exit 2 naming the plan, device, need and excess; --ignore-memory simulates it."""
+    from pipeplan.io.cluster_json import cluster_to_json
+
+    path = tmp_path / "plan.json"
+    write_vgg_plan(path)
+    small = cluster_to_json(load_cluster("v100-8x1"))
+    for device in small["devices"]:
+        device["memory_gb"] = 0.5
+    (tmp_path / "small.json").write_text(json.dumps(small))
+    code, err = run_main(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"plan {path} does not fit: stage " in err and "GiB too much" in err and "--ignore-memory" in err
+    code, err = run_main(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"),
+                         "--ignore-memory", "--json")  # fmt: skip
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--png", "timeline.xyz"], "--png 'timeline.xyz' must end with .png"),
+        (["--trace", "/no/such/folder/t.json"], "--trace '/no/such/folder/t.json': folder '/no/such/folder' does not exist"),
+    ],
+)
+def test_outputs_are_checked_before_simulating(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """A bad output path is an error naming the option before any work (and no matplotlib traceback)."""
+    code, err = run_main(monkeypatch, capsys, "simulate", "1f1b", "-p", "2", "-m", "2", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err
+
+
+def test_a_trace_naming_a_device_the_pipeline_lacks_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Link [0, 9] on a 4-rank pipeline: exit 2 naming the step, the link and the device count."""
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"t_ms": 0, "link": [0, 1], "factor": 0.5}, {"t_ms": 5, "link": [0, 9], "factor": 0.5}]))
+    code, err = run_main(monkeypatch, capsys, "simulate", "1f1b", "-p", "4", "-m", "4", "--bandwidth-trace", str(trace))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "bandwidth trace step 1: link [0, 9] names device 9, but 1f1b with p=4 (one device per rank) has 4 devices" in err
+
+
+def test_a_schedule_file_simulates_as_its_generator_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A torch-format CSV of 1f1b (p=3, m=5) simulates exactly as `simulate 1f1b -p 3 -m 5`, named by its file; sizes
+    given beside a file are refused."""
+    from pipeplan.io.schedule_io import write_schedule_csv
+
+    path = tmp_path / "mine.csv"
+    write_schedule_csv(make_schedule("1f1b", 3, 5), path)
+    from_file = run_json(str(path), "--fwd", "1,2,1", "--comm", "0.5")
+    generated = run_json("1f1b", "-p", "3", "-m", "5", "--fwd", "1,2,1", "--comm", "0.5")
+    assert from_file["schedule"] == "mine"
+    assert {**from_file, "schedule": "1f1b"} == generated
+    code, err = run_main(monkeypatch, capsys, "simulate", str(path), "-m", "5")
+    assert code == 2 and "--microbatches does not apply to the schedule file" in err

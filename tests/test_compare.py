@@ -81,3 +81,21 @@ def test_compare_unknown_planner_exits_2(monkeypatch: pytest.MonkeyPatch, capsys
     )  # fmt: skip
     assert code == 2
     assert "unknown planner 'nope'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--planners", ","], "--planners ',': no planner named; choose among"),
+        (["--planners", "balanced,nope"], "--planners 'balanced,nope': unknown planner 'nope'"),
+        (["--png", "best.xyz"], "--png 'best.xyz' must end with .png"),
+    ],
+)
+def test_compare_checks_planners_and_outputs_before_planning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """No planner, an unknown one among known ones, or a bad --png: exit 2, one line, before any planner runs."""
+    code, out, err = run(monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+                         "--global-batch", "64", *args)  # fmt: skip
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err

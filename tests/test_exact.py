@@ -100,12 +100,17 @@ def test_search_space_counts() -> None:
     """4 devices give 64 single ordered groups; 8 layers on 4 devices give 3,844 (partition, groups) pairs."""
     assert ordered_groups(4, 1) == 4 + 12 + 24 + 24
     assert search_space(8, 4) == 3844
+    assert search_space(8, 4) == sum(math.comb(7, s - 1) * ordered_groups(4, s) for s in range(1, 5))
+    assert 3844 >= search_space(8, 4, limit=100) > 100  # stops as soon as it passes the limit
+    assert search_space(53, 1024, limit=10**6) < 10**12  # 1024 devices: no number with thousands of digits
 
 
 def test_exact_refuses_large_instances() -> None:
     """bert-48 on 16 GPUs is far beyond the exact search: a PlanError points to the pipeplan planner."""
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"), 64)
-    with pytest.raises(PlanError, match=r"handles at most .* use --planner pipeplan"):
+    with pytest.raises(
+        PlanError, match=r"handles at most 20,000,000 .* 53 layers on 16 devices give more; use --planner pipeplan"
+    ):
         plan_exact(request)
 
 

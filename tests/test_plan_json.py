@@ -49,11 +49,13 @@ def test_output_is_byte_identical_and_sorted(tmp_path: Path) -> None:
     assert plan_dumps(sample_plan(), "p", "c").endswith("}\n")
 
 
-def test_missing_field_names_file_and_field() -> None:
-    """A plan without microbatches is a PlanError naming the source and the field."""
+@pytest.mark.parametrize("field", ["microbatches", "k", "chunks", "order", "schedule", "profile"])
+def test_missing_field_names_file_and_field(field: str) -> None:
+    """A plan without any of its fields (k, chunks and order included: the writer always writes them) is a PlanError
+    naming the source and the field."""
     obj = plan_to_json(sample_plan(), "p", "c")
-    del obj["microbatches"]
-    with pytest.raises(PlanError, match=r"x\.json: missing field 'microbatches'"):
+    del obj[field]
+    with pytest.raises(PlanError, match=rf"x\.json: missing field '{field}'"):
         plan_from_json(obj, "x.json")
 
 

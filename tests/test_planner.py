@@ -177,9 +177,9 @@ def test_a_schedule_that_cannot_run_says_what_it_needs(schedule: str, batch: int
 
 
 def test_registry_holds_pipeplan() -> None:
-    """load_planners registers the pipeplan planner under its name."""
+    """load_planners registers the pipeplan planner under its name (wrapped so that a missing link divides quietly)."""
     assert load_planners() is PLANNERS
-    assert PLANNERS["pipeplan"] is plan_pipeplan
+    assert PLANNERS["pipeplan"].__wrapped__ is plan_pipeplan  # type: ignore[attr-defined]
 
 
 def test_cli_plan_json_and_out_file(tmp_path: Path) -> None:
@@ -260,3 +260,27 @@ def test_an_h100_projection_plans_at_the_h100s_own_speed() -> None:
     result = plan_pipeplan(request)
     total_ms = 256 / 8 * sum(x.fwd_ms + x.bwd_ms for x in layers)  # every sample's work at the reference speed
     assert result.iteration_time >= total_ms / 32 * (1 - 1e-9)
+
+
+def test_a_cluster_whose_devices_cannot_talk_is_refused_before_planning() -> None:
+    """Four devices with every bandwidth 0: one PlanError naming the cluster (no numpy warnings, no -0.0 %)."""
+    devices = tuple(Device(i, "V100", 16 * 2**30) for i in range(4))
+    zero = tuple(tuple(0.0 for _ in range(4)) for _ in range(4))
+    cluster = Cluster("zero", devices, zero, zero)
+    with pytest.raises(PlanError, match="cluster 'zero' has 4 devices and no link between any two"):
+        PlanRequest(load_profile("pipedream/vgg16"), cluster, 32)
+
+
+def test_plan_reads_a_graph_txt_without_pbs_given_the_batch(tmp_path: Path) -> None:
+    """A graph.txt renamed without -pbs-N plans with --profile-batch-size; without it, the error names the option."""
+    from importlib import resources
+
+    text = (resources.files("pipeplan.presets") / "profiles" / "pipedream" / "vgg16-pbs-128.txt").read_text()
+    (tmp_path / "vgg.txt").write_text(text)
+    args = ["plan", "--profile", str(tmp_path / "vgg.txt"), "--cluster", "v100-8x1", "--global-batch", "128", "--json"]
+    runner = CliRunner()
+    missing = runner.invoke(app, args)
+    assert missing.exit_code != 0 and "give --profile-batch-size" in str(missing.exception)
+    given = runner.invoke(app, [*args, "--profile-batch-size", "128"])
+    assert given.exit_code == 0, given.output
+    assert json.loads(given.output)["iteration_time"] > 0

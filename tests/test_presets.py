@@ -45,6 +45,14 @@ def test_unknown_profile_lists_close_matches() -> None:
         load_profile("bert48")
     with pytest.raises(ProfileError, match=r"profile file 'missing/model\.json' does not exist"):
         load_profile("missing/model.json")
+    with pytest.raises(ProfileError, match=r"unknown profile 'dapple/bert48' .* did you mean dapple/bert-48"):
+        load_profile("dapple/bert48")  # a folder of the built-ins: a name, not a path
+
+
+@pytest.mark.parametrize("alias", ["dapple/bert-24-pbs-6", "dapple/bert-24-pbs-6.txt", "bert-24-pbs-6", "bert-24-pbs-6.txt"])
+def test_a_builtin_may_be_named_by_its_file(alias: str) -> None:
+    """The file's own name (as `show profiles` or the PipeDream/DAPPLE repositories spell it) is the built-in."""
+    assert load_profile(alias).name == "dapple/bert-24"
 
 
 def test_profile_batch_size_must_agree_with_a_builtin() -> None:

@@ -119,3 +119,15 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     runs = [Run(p, (), 0.0, simulate_plan(p, model, record=False).iteration_time) for p in plans]
     overhead, latency = fit_messages(profile, base, runs, "sgd")
     assert (overhead, latency) == (pytest.approx(overhead_us * 1e-6), pytest.approx(latency_us * 1e-6))
+
+
+def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> None:
+    """Exact times of 50 us + size / 5 GB/s give both back; when noise makes the 8-byte message slower than the
+    4 MiB one, the bandwidth is capped at 10x what the 4 MiB message alone shows (not 4,194,304 GB/s)."""
+    from pipeplan.runtime.probe import link_fit
+
+    sizes = [8.0, 1e6, 4e6]
+    latency, bandwidth = link_fit(sizes, [50e-6 + n / 5e9 for n in sizes])
+    assert latency == pytest.approx(50e-6) and bandwidth == pytest.approx(5e9)
+    latency, bandwidth = link_fit([8.0, 4 * 2**20], [2.0e-3, 1.9e-3])
+    assert bandwidth == pytest.approx(10 * 4 * 2**20 / 1.9e-3)

@@ -61,6 +61,46 @@ def test_train_rejects_a_world_size_that_does_not_hold_the_pipeline() -> None:
     assert "Traceback" not in done.stderr
 
 
+BASE = ["--schedule", "1f1b", "-p", "2", "-m", "4", "--no-predict"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--local", "0"], "--local must be >= 1, got 0"),
+        (["--local", "2", "--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--local", "2", "--lr", "nan"], "--lr must be a finite number >= 0 (0 trains nothing), got nan"),
+        (["--local", "2", "--lr", "-1"], "--lr must be a finite number >= 0 (0 trains nothing), got -1.0"),
+        (["--local", "2", "--timeout", "inf"], "--timeout must be a finite number of seconds > 0, got inf"),
+        (["--local", "2", "--keep-last", "-1"], "--keep-last must be >= 0, got -1"),
+        (["--local", "2", "--png", "out.xyz"], "--png 'out.xyz' must end with .png"),
+        (["--local", "2", "--trace", "/no/such/folder/t.json"], "--trace '/no/such/folder/t.json': folder '/no/such/folder'"),
+        (["--local", "2", "--resume"], "--checkpoint-every and --resume need --checkpoint-dir"),
+        (["--local", "2", "--optimizer", "lamb"], "--optimizer must be adam or sgd, got 'lamb'"),
+    ],
+)
+def test_train_checks_its_options_once_before_any_process_starts(args: list[str], message: str) -> None:
+    """Each bad option: exit 2, one line naming the flag and the value, printed by the launcher (no rank prefix)."""
+    done = run_train([*BASE, *args], timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0]
+    assert "rank " not in done.stderr
+
+
+def test_train_refuses_to_overwrite_checkpoints_and_says_when_a_resumed_run_is_done(tmp_path: Path) -> None:
+    """A folder holding a checkpoint: without --resume, exit 2 naming it; with --resume at --steps, a note, exit 0."""
+    (tmp_path / "step-000004").mkdir()
+    (tmp_path / "latest.json").write_text(json.dumps({"format": "pipeplan.checkpoint/1", "step": 4}))
+    common = [*BASE, "--local", "2", "--checkpoint-dir", str(tmp_path)]
+    done = run_train([*common, "--checkpoint-every", "2", "--steps", "4"], timeout=120)
+    assert done.returncode == 2
+    assert f"--checkpoint-dir {str(tmp_path)!r} already holds checkpoints (step 4); add --resume" in done.stderr
+    finished = run_train([*common, "--resume", "--steps", "4"], timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert "is at step 4, and --steps is 4: nothing left to run" in finished.stderr
+
+
 def test_train_without_a_launcher_says_how_to_start_it() -> None:
     """Outside torchrun and without --local, train exits 2 and names the missing variables."""
     import os

@@ -260,3 +260,20 @@ def test_cli_schedule_bad_input(
     assert len(err.splitlines()) == 1
     assert err.startswith("error: ScheduleError: ")
     assert message in err
+
+
+def test_cli_schedule_reads_a_file_and_json_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`schedule FILE.csv --json` converts a torch CSV to pipeplan JSON (the same ranks); --json equals --format json;
+    a name without sizes names the missing flag."""
+    path = tmp_path / "torch.csv"
+    write_schedule_csv(one_f_one_b(2, 3), path)
+    code, out, _ = run_cli(["schedule", str(path), "--json"], monkeypatch, capsys)
+    assert code == 0
+    assert schedule_from_json(json.loads(out)).ranks == one_f_one_b(2, 3).ranks
+    code, by_flag, _ = run_cli(["schedule", "1f1b", "-p", "2", "-m", "3", "--json"], monkeypatch, capsys)
+    code_fmt, by_format, _ = run_cli(["schedule", "1f1b", "-p", "2", "-m", "3", "--format", "json"], monkeypatch, capsys)
+    assert code == code_fmt == 0 and by_flag == by_format
+    code, _, err = run_cli(["schedule", "1f1b", "-p", "2"], monkeypatch, capsys)
+    assert code == 2 and "schedule 1f1b needs --microbatches" in err

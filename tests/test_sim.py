@@ -150,7 +150,11 @@ def test_allreduce_and_optimizer_extend_the_iteration() -> None:
     base = (StageCost(1.0, 1.0), StageCost(1.0, 1.0))
     assert simulate(schedule, Costs(base, ((),), ((),))).iteration_time == 6.0
     tail0 = (StageCost(1.0, 1.0, allreduce_ms=2.0, optimizer_ms=1.0), base[1])
-    assert simulate(schedule, Costs(tail0, ((),), ((),))).iteration_time == 9.0
+    stepped = simulate(schedule, Costs(tail0, ((),), ((),)))
+    assert stepped.iteration_time == 9.0
+    # the optimizer step is rank 0's work: busy 4 + 1, and the bubble counts it as work too
+    assert [r.busy for r in stepped.per_rank] == [5.0, 4.0]
+    assert stepped.bubble_fraction == 1.0 - 9.0 / (2 * 9.0)
     tail1 = (base[0], StageCost(1.0, 1.0, allreduce_ms=5.0))
     result = simulate(schedule, Costs(tail1, ((),), ((),)))
     assert result.iteration_time == 10.0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Action, Schedule, infer_stage_to_rank
@@ -170,3 +174,74 @@ def test_find_deadlock_reports_finished_ranks() -> None:
     grid = find_deadlock(schedule)
     assert grid is not None
     assert grid.splitlines()[2] == "  rank 2: finished (0 actions)"
+
+
+def _reference_blocked(schedule: Schedule) -> list[int]:
+    """Positions where each rank stops, by the plain fixed point (sweep every rank until nothing moves)."""
+    positions = [0] * schedule.num_ranks
+    done: set[tuple[int, str, int]] = set()
+    moved = True
+    while moved:
+        moved = False
+        for rank, actions in enumerate(schedule.ranks):
+            while positions[rank] < len(actions):
+                action = actions[positions[rank]]
+                if action.op == "F" and action.stage > 0 and (action.stage - 1, "F", action.microbatch) not in done:
+                    break
+                if action.op in "BI" and action.stage < schedule.num_stages - 1:
+                    nxt = action.stage + 1
+                    if (nxt, "B", action.microbatch) not in done and (nxt, "I", action.microbatch) not in done:
+                        break
+                done.add((action.stage, action.op, action.microbatch))
+                positions[rank] += 1
+                moved = True
+    return positions
+
+
+@given(st.integers(1, 4), st.integers(1, 5), st.randoms(use_true_random=False), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_find_deadlock_agrees_with_the_plain_fixed_point(stages: int, microbatches: int, rng: random.Random, split: bool) -> None:
+    """Random per-rank orders (F before its backward, I before W): the parked search finds a deadlock exactly when
+    sweeping every rank to a fixed point gets stuck, and reports the same blocked positions."""
+    rows: list[list[str]] = []
+    for stage in range(stages):
+        ops = ["F"] + (["I", "W"] if split and stage % 2 else ["B"])
+        queues = [[f"{stage}{op}{mb}" for op in ops] for mb in range(microbatches)]
+        row: list[str] = []
+        while any(queues):
+            queue = rng.choice([q for q in queues if q])
+            row.append(queue.pop(0))
+        rows.append(row)
+    schedule = sched(*(" ".join(row) for row in rows))
+    expected = _reference_blocked(schedule)
+    grid = find_deadlock(schedule)
+    finished = all(pos == len(actions) for pos, actions in zip(expected, schedule.ranks, strict=True))
+    assert (grid is None) == finished
+    if grid is not None:
+        for rank, line in enumerate(grid.splitlines()):
+            if expected[rank] < len(schedule.ranks[rank]):
+                assert line.startswith(f"  rank {rank}: step {expected[rank]} ")
+
+
+def test_find_deadlock_is_linear_in_actions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 32-stage, 256-microbatch 1F1B: each action's dependency is looked up at most twice (once when its rank
+    parks on it, once when woken), so the search is linear in the actions (counted, not timed)."""
+    import importlib
+
+    from pipeplan.schedules import make_schedule
+
+    validate_module = importlib.import_module("pipeplan.core.validate")
+
+    schedule = make_schedule("1f1b", stages=32, microbatches=256)
+    calls = 0
+    real = validate_module.dependency
+
+    def counted(action: Action, num_stages: int) -> tuple[int, str, int] | None:
+        nonlocal calls
+        calls += 1
+        return real(action, num_stages)
+
+    monkeypatch.setattr(validate_module, "dependency", counted)
+    assert find_deadlock(schedule) is None
+    actions = sum(len(row) for row in schedule.ranks)
+    assert actions <= calls <= 2 * actions

@@ -79,3 +79,7 @@ def print_json(obj: Any) -> None:
     """Print obj as indented JSON with sorted keys on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+PBS_HELP = "Batch a graph.txt profile was measured with, when its file name has no -pbs-N."
+"""Help of --profile-batch-size, shared by the commands that read a profile."""

@@ -82,7 +82,7 @@ def compare_schedules(ctx: DemoContext) -> None:
     }
     rows = []
     for case in CASES:
-        result = simulate_named(case.name, s.stages, s.microbatches, costs_text, case.k, case.chunks, None, True)
+        result, _ = simulate_named(case.name, s.stages, s.microbatches, costs_text, case.k, case.chunks, None, True)
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
@@ -114,6 +114,7 @@ def compare_planners(ctx: DemoContext) -> None:
         planners="pipeplan,dapple,pipedream,balanced",
         batch_scaling="auto",
         optimizer="adam",
+        profile_batch_size=None,
         as_json=False,
         png=str(png),
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, SCALING_HELP, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
 
 if TYPE_CHECKING:
@@ -165,16 +165,19 @@ def plan(
     schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
+    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
+    from pipeplan.cli.outputs import check_writable
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.base import PlanRequest
-    from pipeplan.viz.tables import print_tables
+    from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
-    model = load_profile(profile)
+    check_writable("--out", out)
+    model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
                           batch_scaling=batch_scaling)  # fmt: skip
@@ -184,6 +187,7 @@ def plan(
         print_json(plan_json(result, profile, cluster))
     else:
         print_tables(summary(result, model, request.cluster, request.model), stage_table(result, request.model))
+        typer.echo(METRICS_NOTE)
     if out is not None:
         write_plan(result.plan, out, profile, cluster)
         typer.echo(f"wrote plan {out}", err=as_json)
@@ -197,22 +201,28 @@ def compare(
     planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
+    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from rich.table import Table
 
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner.base import PlanRequest, PlanResult
-    from pipeplan.planner.compare import best_baseline, best_row, speedup
+    from pipeplan.planner.compare import best_baseline, best_row, planner_names, speedup
     from pipeplan.planner.compare import compare as compare_planners
     from pipeplan.viz.tables import format_bytes, format_ms, print_tables
 
-    model = load_profile(profile)
+    check_writable("--png", png, IMAGE_SUFFIXES)
+    try:
+        names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
+    except PlanError as exc:
+        raise PlanError(f"--planners {planners!r}: {exc}") from None
+    model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, optimizer=optimizer, batch_scaling=batch_scaling)
-    names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
     with progress_display(not as_json) as progress:
         rows = compare_planners(request, names, progress)
     baseline = best_baseline(rows)

@@ -6,24 +6,29 @@ import typer
 
 from pipeplan.cli.common import print_json
 from pipeplan.core.errors import ScheduleError
-from pipeplan.core.validate import validate
-from pipeplan.schedules import make_schedule
 
 
 def schedule(
-    name: str = typer.Argument(..., help="Schedule name: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1."),
-    stages: int = typer.Option(..., "--stages", "-p", help="Pipeline ranks p."),
-    microbatches: int = typer.Option(..., "--microbatches", "-m", help="Microbatches m per iteration."),
+    name: str = typer.Argument(
+        ..., help="Schedule name: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1; or a schedule .csv/.json file to convert."
+    ),
+    stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with a name)."),
+    microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration (with a name)."),
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
     chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
     fmt: str = typer.Option("text", "--format", help="text, json or csv."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
-    """Generate a schedule and print each rank's actions."""
+    """Generate a schedule (or read a schedule file) and print each rank's actions."""
+    from pipeplan.io.load import load_schedule
     from pipeplan.io.schedule_io import schedule_to_csv, schedule_to_json
 
     if fmt not in ("text", "json", "csv"):
         raise ScheduleError(f"--format must be text, json or csv, got {fmt!r}")
-    sched = validate(make_schedule(name, stages, microbatches, k=k, chunks=chunks))
+    if as_json and fmt not in ("text", "json"):
+        raise ScheduleError(f"--json and --format {fmt} disagree; give one of them")
+    fmt = "json" if as_json else fmt
+    sched = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if fmt == "json":
         print_json(schedule_to_json(sched))
     elif fmt == "csv":

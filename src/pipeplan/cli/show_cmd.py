@@ -57,6 +57,9 @@ def show_cluster(
     png: str | None = typer.Option(None, "--png", help="Write the bandwidth matrix as a heat map PNG."),
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+
+    check_writable("--png", png, IMAGE_SUFFIXES)
     cluster = load_cluster(spec)
     if png is not None:
         draw_bandwidth_heatmap(cluster, Path(png))
@@ -194,10 +197,11 @@ def devices_table(cluster: Cluster) -> Table:
         else:
             groups.append(([node], list(ids), shape))
     for nodes, ids, shape in groups:
-        kinds = sorted({(k, m, s) for k, m, s in shape})
-        for kind, memory, speed in kinds:
-            count = sum(1 for item in shape if item == (kind, memory, speed))
-            table.add_row(_span(nodes), _span(ids), str(count), kind, fmt_bytes(memory), f"{speed:g}")
+        # The group's nodes share `shape`, so the device at position j of ids sits at position j % len(shape) of its node.
+        for key in sorted(set(shape)):
+            mine = [i for j, i in enumerate(ids) if shape[j % len(shape)] == key]
+            kind, memory, speed = key
+            table.add_row(_span(nodes), _span(mine), str(shape.count(key)), kind, fmt_bytes(memory), f"{speed:g}")
     return table
 
 
@@ -288,8 +292,14 @@ def _node_boundaries(cluster: Cluster) -> list[int]:
 
 
 def _span(ids: list[int]) -> str:
-    """`3` or `0-7` for a run of consecutive ids."""
-    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"
+    """Sorted ids as runs: `3`, `0-7`, `0-3,8-11` (every run of consecutive ids as first-last)."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def fmt_bytes(n: float) -> str:

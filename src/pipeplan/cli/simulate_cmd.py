@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, SCALING_HELP, parse_numbers, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
@@ -45,20 +45,23 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
 
 def simulate_named(
     name: str,
-    stages: int,
-    microbatches: int,
+    stages: int | None,
+    microbatches: int | None,
     costs_text: dict[str, str | None],
     k: int,
     chunks: int,
     trace: object,
     record: bool,
-) -> SimResult:
-    """Generate schedule `name` and simulate it with the synthetic costs of the flags in `costs_text`."""
-    from pipeplan.core.validate import validate
-    from pipeplan.schedules import make_schedule
+) -> tuple[SimResult, str]:
+    """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
+    flags in `costs_text`; return the result and its title (name, p, m and k or v when not 1)."""
+    from pipeplan.io.load import load_schedule
     from pipeplan.sim import simulate, uniform_costs
+    from pipeplan.sim.trace import BandwidthTrace
 
-    schedule = validate(make_schedule(name, stages, microbatches, k=k, chunks=chunks))
+    schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
+    if isinstance(trace, BandwidthTrace):
+        trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
     costs = uniform_costs(
         schedule,
@@ -69,20 +72,34 @@ def simulate_named(
         bwd_input=stage_values("--bwd-input", text["--bwd-input"], schedule),
         bwd_weight=stage_values("--bwd-weight", text["--bwd-weight"], schedule),
     )
-    return simulate(schedule, costs, trace=trace, record=record)
+    title = f"{schedule.name or name}, p={schedule.num_ranks}, m={schedule.num_microbatches}"
+    title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
+    return simulate(schedule, costs, trace=trace, record=record), title
 
 
 def simulate_plan_file(
-    plan_path: str, profile: str | None, cluster: str | None, trace: object, record: bool, scaling: str, optimizer: str
+    plan_path: str,
+    profile: str | None,
+    cluster: str | None,
+    trace: object,
+    record: bool,
+    scaling: str,
+    optimizer: str,
+    check_memory: bool = True,
+    profile_batch_size: int | None = None,
 ) -> SimResult:
     """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
     Without --profile or --cluster, the names the plan file records are used.
+
+    Raises:
+        PlanError: also when the plan needs more memory than a device has (unless not `check_memory`).
     """
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import read_plan
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = read_plan(plan_path)
     profile = profile or names.get("profile") or None
@@ -91,12 +108,24 @@ def simulate_plan_file(
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    model = CostModel.build(load_profile(profile), load_cluster(cluster), scaling, optimizer)
-    return simulate_plan(plan, model, trace=trace, record=record)
+    from pipeplan.sim.memory import check_fits
+
+    model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
+    if isinstance(trace, BandwidthTrace):
+        trace.check_devices(model.cluster.num_devices, f"cluster {cluster}")
+    result = simulate_plan(plan, model, trace=trace, record=record)
+    if check_memory:
+        try:
+            check_fits(plan, model, result)
+        except PlanError as exc:
+            raise PlanError(f"plan {plan_path} does not fit: {exc}; --ignore-memory simulates it anyway") from None
+    return result
 
 
 def simulate(
-    name: str | None = typer.Argument(None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 (omit with --plan)."),
+    name: str | None = typer.Argument(
+        None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, or a schedule .csv/.json file (omit with --plan)."
+    ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
     fwd: str | None = typer.Option(None, "--fwd", help="Forward ms per microbatch: one number or one per stage [1]."),
@@ -116,6 +145,8 @@ def simulate(
     cluster: str | None = typer.Option(None, "--cluster", help="Cluster (path or built-in name) for --plan."),
     batch_scaling: str | None = typer.Option(None, "--batch-scaling", help=SCALING_HELP + " With --plan; default auto."),
     optimizer: str | None = typer.Option(None, "--optimizer", help=OPTIMIZER_HELP + " With --plan; default adam."),
+    ignore_memory: bool = typer.Option(False, "--ignore-memory", help="With --plan: simulate a plan that does not fit too."),
+    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP + " With --plan."),
 ) -> None:
     """Simulate one training iteration; print times, bubble and per-rank memory."""
     costs_text = {
@@ -126,6 +157,10 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+
+    check_writable("--trace", trace_out)
+    check_writable("--png", png_out, IMAGE_SUFFIXES)
     trace = None
     if bandwidth_trace is not None:
         from pipeplan.sim.trace import read_bandwidth_trace
@@ -140,40 +175,44 @@ def simulate(
             raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
-        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam")
+        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
+                                    check_memory=not ignore_memory, profile_batch_size=profile_batch_size)  # fmt: skip
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
             raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
-                            ("--optimizer", optimizer)):  # fmt: skip
+                            ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
+                            ("--profile-batch-size", profile_batch_size)):  # fmt: skip
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
-        for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
-            if value is None:
-                raise ScheduleError(f"simulate {name} needs {flag}")
-        assert stages is not None and microbatches is not None
-        result = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
-        title = f"{name}, p={stages}, m={microbatches}"
-        title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
+        if name.lower().endswith((".csv", ".json")):
+            for flag, value in (("--stages", stages), ("--microbatches", microbatches), ("--k", k != 1 or None),
+                                ("--chunks", chunks != 1 or None)):  # fmt: skip
+                if value is not None:
+                    raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
+        result, title = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
     report(result, title, as_json, trace_out, png_out)
 
 
 def report(result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
-    """Print the result (table or JSON) and write the requested trace and PNG."""
-    from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
-    from pipeplan.viz.tables import print_tables, rank_table, summary_table
-
+    """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
     if as_json:
         print_json(result.to_json())
     else:
+        from pipeplan.viz.tables import METRICS_NOTE, print_tables, rank_table, summary_table
+
         print_tables(summary_table(result, title), rank_table(result))
+        typer.echo(METRICS_NOTE)
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
     if trace_out is not None:
+        from pipeplan.viz.perfetto import write_trace
+
         write_trace(result, trace_out)
         typer.echo(f"wrote Perfetto trace {trace_out} (open in ui.perfetto.dev)", err=as_json)
     if png_out is not None:
+        from pipeplan.viz.gantt import render_gantt
+
         render_gantt(result, png_out, title=title)
         typer.echo(f"wrote timeline {png_out}", err=as_json)
 

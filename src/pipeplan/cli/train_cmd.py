@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -74,6 +75,7 @@ def train(
     seed: int = typer.Option(0, "--seed", help="Seed of the model weights and the sample order."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every N iterations (0: never)."),
+    keep_last: int = typer.Option(0, "--keep-last", help="Keep only the newest N checkpoints (0: keep every one)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --checkpoint-dir."),
     trace: str | None = typer.Option(None, "--trace", help="Write the last iteration's measured timeline (Perfetto JSON)."),
     png: str | None = typer.Option(None, "--png", help="Draw the last iteration's measured timeline (PNG)."),
@@ -106,6 +108,18 @@ def train(
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
+    _check_options(local=local, steps=steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
+                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
+                   dtype=dtype, trace=trace, png=png, keep_last=keep_last)  # fmt: skip
+    if checkpoint_dir is not None:
+        from pipeplan.runtime.checkpoint import prepare
+
+        note, finished = prepare(Path(checkpoint_dir), resume, checkpoint_every > 0, steps)
+        # Said once: by the launcher when nothing will start, else by process 0 of the job.
+        if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
+            typer.echo(f"note: {note}", err=True)
+        if finished:
+            sys.exit(0)
     if backend not in (None, "gloo", "nccl"):
         raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
     spec_options = parse_options(options or [])
@@ -124,7 +138,10 @@ def train(
         assert schedule is not None
         layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
         if local is not None:
-            layout.check(local)  # a bad name, size or world size fails here, once, before any process starts
+            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+            if copies > 1:
+                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 
@@ -136,11 +153,56 @@ def train(
         plan=plan_obj, layout=layout, module=module or "mlp", module_options=tuple(sorted(spec_options.items())),
         dataset=dataset or "auto",
         dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every, resume=resume, timeout_s=timeout, trace=trace is not None or png is not None,
+        checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
+        trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
+
+
+def _check_options(
+    *,
+    local: int | None,
+    steps: int,
+    lr: float,
+    threads: int,
+    timeout: float,
+    warmup_steps: int,
+    checkpoint_every: int,
+    checkpoint_dir: str | None,
+    resume: bool,
+    optimizer: str,
+    dtype: str,
+    trace: str | None,
+    png: str | None,
+    keep_last: int,
+) -> None:
+    """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2)."""
+    import math
+
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.runtime.errors import TrainConfigError
+
+    lower = {"--steps": (steps, 1), "--threads": (threads, 1), "--warmup-steps": (warmup_steps, 0),
+             "--checkpoint-every": (checkpoint_every, 0), "--keep-last": (keep_last, 0)}  # fmt: skip
+    if local is not None:
+        lower["--local"] = (local, 1)
+    for flag, (value, least) in lower.items():
+        if value < least:
+            raise TrainConfigError(f"{flag} must be >= {least}, got {value}")
+    if not math.isfinite(lr) or lr < 0:
+        raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {lr}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
+    if optimizer not in ("adam", "sgd"):
+        raise TrainConfigError(f"--optimizer must be adam or sgd, got {optimizer!r}")
+    if dtype not in ("float32", "float64"):
+        raise TrainConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
+    if (checkpoint_every or resume) and not checkpoint_dir:
+        raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+    check_writable("--trace", trace)
+    check_writable("--png", png, IMAGE_SUFFIXES)
 
 
 def _prediction_inputs(
@@ -204,7 +266,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
             typer.echo(f"step {step + 1:>5}/{config.steps}  loss {loss:.6f}  {times}")
 
     try:
-        report = run_training(config, on_step)
+        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line))
     except Exception as exc:
         code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -22,7 +22,7 @@ def dependency(action: Action, num_stages: int) -> tuple[int, str, int] | None:
     return None
 
 
-def waiting_grid(schedule: Schedule, positions: list[int], done: set[tuple[int, str, int]]) -> str:
+def waiting_grid(schedule: Schedule, positions: list[int]) -> str:
     """Describe, one line per rank, the action each rank is blocked on and what it waits for."""
     lines = []
     for rank, actions in enumerate(schedule.ranks):
@@ -41,34 +41,46 @@ def waiting_grid(schedule: Schedule, positions: list[int], done: set[tuple[int, 
     return "\n".join(lines)
 
 
-def _is_done(done: set[tuple[int, str, int]], dep: tuple[int, str, int]) -> bool:
-    stage, ops, mb = dep
-    return any((stage, op, mb) in done for op in ops)
+def _provides(action: Action) -> tuple[int, str, int] | None:
+    """The dependency key an action satisfies once it has run (see `dependency`); None for W and U."""
+    if action.op == "F":
+        return (action.stage, "F", action.microbatch)
+    if action.op in "BI":
+        return (action.stage, "BI", action.microbatch)
+    return None
 
 
 def find_deadlock(schedule: Schedule) -> str | None:
-    """Run the schedule with unit durations; return the waiting grid if it gets stuck, else None."""
-    positions = [0] * schedule.num_ranks
-    done: set[tuple[int, str, int]] = set()
-    remaining = sum(len(r) for r in schedule.ranks)
+    """Run the schedule with unit durations; return the waiting grid if it gets stuck, else None.
+
+    Linear in the number of actions: a rank that blocks parks on the one key it
+    waits for and is woken when an action provides that key, so no rank is
+    visited twice at the same position.
+    """
     num_stages = schedule.num_stages
-    while remaining:
-        progressed = False
-        for rank, actions in enumerate(schedule.ranks):
-            pos = positions[rank]
-            while pos < len(actions):
-                action = actions[pos]
-                dep = dependency(action, num_stages)
-                if dep is not None and not _is_done(done, dep):
-                    break
-                done.add((action.stage, action.op, action.microbatch))
-                pos += 1
-                remaining -= 1
-                progressed = True
-            positions[rank] = pos
-        if not progressed:
-            return waiting_grid(schedule, positions, done)
-    return None
+    positions = [0] * schedule.num_ranks
+    provided: set[tuple[int, str, int]] = set()
+    parked: dict[tuple[int, str, int], list[int]] = {}
+    runnable = list(range(schedule.num_ranks - 1, -1, -1))
+    while runnable:
+        rank = runnable.pop()
+        actions = schedule.ranks[rank]
+        pos = positions[rank]
+        while pos < len(actions):
+            action = actions[pos]
+            dep = dependency(action, num_stages)
+            if dep is not None and dep not in provided:
+                parked.setdefault(dep, []).append(rank)
+                break
+            key = _provides(action)
+            if key is not None and key not in provided:
+                provided.add(key)
+                runnable.extend(parked.pop(key, ()))
+            pos += 1
+        positions[rank] = pos
+    if all(positions[rank] == len(actions) for rank, actions in enumerate(schedule.ranks)):
+        return None
+    return waiting_grid(schedule, positions)
 
 
 def validate(schedule: Schedule) -> Schedule:
@@ -83,22 +95,25 @@ def validate(schedule: Schedule) -> Schedule:
         ScheduleError: naming the first violation (rank, position, action).
     """
     num_stages = schedule.num_stages
+    stage_to_rank = schedule.stage_to_rank
     seen: Counter[tuple[int, str, int]] = Counter()
     for rank, actions in enumerate(schedule.ranks):
         for pos, action in enumerate(actions):
-            where = f"rank {rank}, position {pos}, action {action}"
-            if action.stage >= num_stages:
-                raise ScheduleError(f"{where}: stage {action.stage} does not exist (stages 0..{num_stages - 1})")
-            if schedule.stage_to_rank[action.stage] != rank:
-                raise ScheduleError(f"{where}: stage {action.stage} belongs to rank {schedule.stage_to_rank[action.stage]}")
-            key = (action.stage, action.op, action.microbatch)
-            if action.op != "U" and seen[key]:
-                raise ScheduleError(f"{where}: duplicate action")
-            if action.op in "BI" and not seen[(action.stage, "F", action.microbatch)]:
-                raise ScheduleError(f"{where}: backward before the forward {action.stage}F{action.microbatch}")
-            if action.op == "W" and not seen[(action.stage, "I", action.microbatch)]:
-                raise ScheduleError(f"{where}: weight backward before {action.stage}I{action.microbatch}")
-            seen[key] += 1
+            stage, op, mb = action.stage, action.op, action.microbatch
+            problem = None
+            if stage >= num_stages:
+                problem = f"stage {stage} does not exist (stages 0..{num_stages - 1})"
+            elif stage_to_rank[stage] != rank:
+                problem = f"stage {stage} belongs to rank {stage_to_rank[stage]}"
+            elif op != "U" and (stage, op, mb) in seen:
+                problem = "duplicate action"
+            elif op in "BI" and (stage, "F", mb) not in seen:
+                problem = f"backward before the forward {stage}F{mb}"
+            elif op == "W" and (stage, "I", mb) not in seen:
+                problem = f"weight backward before {stage}I{mb}"
+            if problem is not None:
+                raise ScheduleError(f"rank {rank}, position {pos}, action {action}: {problem}")
+            seen[(stage, op, mb)] += 1
     _check_complete(schedule, seen)
     grid = find_deadlock(schedule)
     if grid is not None:

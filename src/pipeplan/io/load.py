@@ -7,8 +7,9 @@ import os
 from functools import cache
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
+from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError, ScheduleError
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.schedule import Schedule
 from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
 from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
 from pipeplan.io.profile_json import read_profile_json
@@ -49,10 +50,36 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
             _check_batch(spec, profile, profile_batch_size)
             return profile
         return read_graph_txt(spec, profile_batch_size=profile_batch_size)
-    name = _resolve(spec, list_profiles(), "profile", ProfileError)
+    name = _resolve(_profile_aliases().get(spec, spec), list_profiles(), "profile", ProfileError)
     profile = _builtin_profile(name)
     _check_batch(name, profile, profile_batch_size)
     return profile
+
+
+def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: int = 1, chunks: int = 1) -> Schedule:
+    """A validated schedule from a generator name (with its sizes) or a schedule file (`.csv`: torch's compute-only
+    format, `.json`: pipeplan.schedule/1), which fixes its own sizes.
+
+    Raises:
+        ScheduleError: an unknown name, missing or bad sizes, a bad or missing file, or sizes given with a file.
+    """
+    from pipeplan.core.validate import validate
+    from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
+    from pipeplan.schedules import make_schedule
+
+    suffix = os.path.splitext(spec)[1].lower()
+    if suffix in (".csv", ".json"):
+        if not os.path.isfile(spec):
+            raise ScheduleError(f"schedule file {spec!r} does not exist")
+        try:
+            return read_schedule_csv(spec) if suffix == ".csv" else read_schedule_json(spec)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScheduleError(f"cannot read schedule file {spec!r}: {exc}") from None
+    for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
+        if value is None:
+            raise ScheduleError(f"schedule {spec} needs {flag}")
+    assert stages is not None and microbatches is not None
+    return validate(make_schedule(spec, stages, microbatches, k=k, chunks=chunks))
 
 
 def load_cluster(spec: str) -> Cluster:
@@ -66,6 +93,19 @@ def load_cluster(spec: str) -> Cluster:
     if os.path.isfile(spec):
         return read_cluster_json(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
+
+
+@cache
+def _profile_aliases() -> dict[str, str]:
+    """A built-in's file names as names too: `dapple/bert-24-pbs-6`, `bert-24-pbs-6.txt`, ... -> `dapple/bert-24`."""
+    aliases: dict[str, str] = {}
+    clashes: set[str] = set()
+    for name, relative in builtin_profile_files().items():
+        stem = relative.removeprefix("profiles/")
+        for alias in {stem, stem.removesuffix(".txt"), stem.rsplit("/", 1)[-1], stem.rsplit("/", 1)[-1].removesuffix(".txt")}:
+            if aliases.setdefault(alias, name) != name:
+                clashes.add(alias)
+    return {alias: name for alias, name in aliases.items() if alias not in clashes}
 
 
 @cache
@@ -90,7 +130,9 @@ def _resolve(spec: str, names: tuple[str, ...], what: str, error: type[PipeplanE
         return suffix[0]
     if len(suffix) > 1:
         raise error(f"{what} {spec!r} is ambiguous: it may be {', '.join(suffix)}")
-    looks_like_path = os.sep in spec or spec.lower().endswith((".json", ".txt"))
+    folders = {n.split("/", 1)[0] for n in names if "/" in n}
+    in_folder = "/" in spec and spec.split("/", 1)[0] in folders and spec.count("/") == 1
+    looks_like_path = (os.sep in spec and not in_folder) or spec.lower().endswith((".json", ".txt"))
     if looks_like_path:
         raise error(f"{what} file {spec!r} does not exist")
     short = {n.rsplit("/", 1)[-1]: n for n in names}

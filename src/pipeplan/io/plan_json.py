@@ -119,9 +119,9 @@ def plan_from_json(obj: object, source: str = "<plan>") -> tuple[Plan, dict[str,
             microbatches=fields.integer("microbatches", 1),
             microbatch_size=fields.integer("microbatch_size", 1),
             schedule=fields.string("schedule"),
-            k=fields.integer("k", 1, default=1),
-            chunks=fields.integer("chunks", 1, default=1),
-            order=_order(fields.obj.get("order"), source),
+            k=fields.integer("k", 1),
+            chunks=fields.integer("chunks", 1),
+            order=_order(fields.raw("order"), source),
         )
     except PlanError as exc:
         if str(exc).startswith(source):

@@ -173,7 +173,7 @@ def read_schedule_csv(path: str | Path) -> Schedule:
     """
     with open(path, encoding="utf-8", newline="") as handle:
         text = handle.read()
-    return schedule_from_csv(text, source=str(path))
+    return schedule_from_csv(text, source=str(path), name=Path(path).stem)
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path) -> None:

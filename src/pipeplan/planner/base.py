@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.cluster import Cluster
@@ -42,6 +45,14 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         check_positive_int(PlanError, "global_batch", self.global_batch)
+        devices = self.cluster.num_devices
+        if devices > 1 and not any(
+            rate > 0 for a, row in enumerate(self.cluster.bandwidth) for b, rate in enumerate(row) if a != b
+        ):
+            raise PlanError(
+                f"cluster {self.cluster.name!r} has {devices} devices and no link between any two (every bandwidth is 0): "
+                "give the links' bandwidth_gb_per_s"
+            )
         if self.microbatch_size is not None:
             check_positive_int(PlanError, "microbatch_size", self.microbatch_size)
             if self.global_batch % self.microbatch_size:
@@ -78,10 +89,19 @@ PLANNERS: dict[str, Planner] = {}
 
 
 def register_planner(name: str) -> Callable[[Planner], Planner]:
-    """Decorator: add a planner function to PLANNERS under `name`."""
+    """Decorator: add a planner function to PLANNERS under `name`.
+
+    The registered function runs under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
+    without a warning: an infinite transfer time is the cost model's answer for "no path", not a fault.
+    """
 
     def wrap(fn: Planner) -> Planner:
-        PLANNERS[name] = fn
+        @functools.wraps(fn)
+        def quiet(*args: Any, **kwargs: Any) -> PlanResult:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return fn(*args, **kwargs)
+
+        PLANNERS[name] = quiet
         return fn
 
     return wrap

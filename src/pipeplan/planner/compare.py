@@ -33,11 +33,13 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     """The planners to compare, in ORDER; all registered ones when `planners` is None.
 
     Raises:
-        PlanError: a name that is not registered.
+        PlanError: a name that is not registered, or no name at all.
     """
     registered = load_planners()
     if planners is None:
         return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in ORDER)
+    if not planners:
+        raise PlanError(f"no planner named; choose among {', '.join(sorted(registered))}")
     unknown = [n for n in planners if n not in registered]
     if unknown:
         raise PlanError(f"unknown planner {unknown[0]!r}; choose among {', '.join(sorted(registered))}")

@@ -60,9 +60,20 @@ def ordered_groups(devices: int, stages: int) -> int:
     return sum(math.perm(devices, k) * math.comb(k - 1, stages - 1) for k in range(stages, devices + 1))
 
 
-def search_space(layers: int, devices: int) -> int:
-    """(contiguous partition, ordered device groups) pairs: what the exact planner enumerates at most."""
-    return sum(math.comb(layers - 1, s - 1) * ordered_groups(devices, s) for s in range(1, min(layers, devices) + 1))
+def search_space(layers: int, devices: int, limit: int | None = None) -> int:
+    """(contiguous partition, ordered device groups) pairs: what the exact planner enumerates at most.
+
+    With `limit`, the count stops as soon as it passes the limit (every term is positive) and returns that partial
+    count: on 1024 devices the full count has thousands of digits and takes seconds to add up.
+    """
+    total = 0
+    for s in range(1, min(layers, devices) + 1):
+        partitions = math.comb(layers - 1, s - 1)
+        for k in range(s, devices + 1):
+            total += partitions * math.perm(devices, k) * math.comb(k - 1, s - 1)
+            if limit is not None and total > limit:
+                return total
+    return total
 
 
 @cache
@@ -308,11 +319,11 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     """
     started = time.perf_counter()
     layers, devices = request.profile.num_layers, request.cluster.num_devices
-    space = search_space(layers, devices)
+    space = search_space(layers, devices, limit=MAX_SPACE)
     if space > MAX_SPACE:
         raise PlanError(
             f"planner 'exact' handles at most {MAX_SPACE:,} (partition, device groups) pairs; "
-            f"{layers} layers on {devices} devices give {space:,}; use --planner pipeplan"
+            f"{layers} layers on {devices} devices give more; use --planner pipeplan"
         )
     if request.schedule == "auto":
         schedules = SCHEDULES

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import validate
-from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
+from pipeplan.io.load import load_schedule
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.schedules import make_schedule
 from pipeplan.schedules.plan_schedule import plan_schedule
 
 
@@ -38,12 +36,7 @@ class ScheduleLayout:
         Raises:
             ScheduleError: bad sizes or file.
         """
-        path = Path(self.name)
-        if path.suffix == ".csv":
-            return read_schedule_csv(path)
-        if path.suffix == ".json":
-            return read_schedule_json(path)
-        return validate(make_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks))
+        return load_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks)
 
     def check(self, world_size: int) -> tuple[Schedule, tuple[int, ...], int]:
         """The schedule, the replicas per rank and the pipeline copies on `world_size` processes.

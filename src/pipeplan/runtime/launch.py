@@ -6,7 +6,9 @@ Note:
     used; the workers connect to it as torchrun's workers connect to their
     agent's store (TORCHELASTIC_USE_AGENT_STORE). When a worker exits
     non-zero, the others get `grace_s` seconds to notice and report, then
-    they are terminated: the job never hangs on a dead rank.
+    they are terminated: the job never hangs on a dead rank. SIGTERM or
+    SIGINT to the launcher stops every worker (SIGTERM, then SIGKILL after
+    3 s) before it exits with 128 + the signal's number: no orphans.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -39,6 +42,14 @@ def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | 
     )
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
+
+
+class _Stopped(Exception):
+    """The launcher itself received SIGTERM (raised by its handler so the watch loop unwinds and stops the workers)."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
 
 
 def _describe_exit(code: int) -> str:
@@ -75,42 +86,58 @@ def launch_local(
     from torch.distributed import TCPStore
 
     store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
-    procs = [subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd) for r in range(nprocs)]
+    main_thread = threading.current_thread() is threading.main_thread()  # only there may a handler be set
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if main_thread else None
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for r in range(nprocs):
+            procs.append(subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd))
+        return _watch(procs, grace_s, timeout_s)
+    except (KeyboardInterrupt, _Stopped) as exc:
+        signum = exc.args[0] if isinstance(exc, _Stopped) else signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"pipeplan: {name} received; stopping every rank", file=sys.stderr, flush=True)
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        _stop(procs)
+        return 128 + int(signum)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        del store
+
+
+def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: float | None) -> int:
+    """Poll the workers until all exit or a failure's grace runs out; the job's exit code (see launch_local)."""
     started = time.monotonic()
     failed: tuple[int, int] | None = None
     reported: set[tuple[int, int]] = set()
     signalled: set[int] = set()
     deadline: float | None = None
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            # A rank killed by a signal is the cause when its peers fail in the same poll round (they only noticed it).
-            for rank, code in sorted(_failures(codes), key=lambda rc: (rc[1] > 0, rc[0])):
-                if (rank, code) in reported:
-                    continue
-                reported.add((rank, code))
-                if failed is None:
-                    failed = (rank, code)
-                    deadline = time.monotonic() + grace_s
-                    print(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks", file=sys.stderr, flush=True)
-                elif code < 0:
-                    print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
-            if all(c is not None for c in codes):
-                break
-            now = time.monotonic()
-            if timeout_s is not None and now - started > timeout_s and failed is None:
-                failed = (-1, 124)
-                deadline = now
-                print(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank", file=sys.stderr, flush=True)
-            if deadline is not None and now >= deadline:
-                signalled = _stop(procs)
-                break
-            time.sleep(0.05)
-    except KeyboardInterrupt:
-        _stop(procs)
-        raise
-    finally:
-        del store
+    while True:
+        codes = [p.poll() for p in procs]
+        # A rank killed by a signal is the cause when its peers fail in the same poll round (they only noticed it).
+        for rank, code in sorted(_failures(codes), key=lambda rc: (rc[1] > 0, rc[0])):
+            if (rank, code) in reported:
+                continue
+            reported.add((rank, code))
+            if failed is None:
+                failed = (rank, code)
+                deadline = time.monotonic() + grace_s
+                print(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks", file=sys.stderr, flush=True)
+            elif code < 0:
+                print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if timeout_s is not None and now - started > timeout_s and failed is None:
+            failed = (-1, 124)
+            deadline = now
+            print(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank", file=sys.stderr, flush=True)
+        if deadline is not None and now >= deadline:
+            signalled = _stop(procs)
+            break
+        time.sleep(0.05)
     codes = [p.wait() for p in procs]
     if failed is None:
         bad = [(r, c) for r, c in enumerate(codes) if c != 0]

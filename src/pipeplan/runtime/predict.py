@@ -29,6 +29,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.profiler.measure import Measurement, measure_layers, profile_module
+from pipeplan.runtime.probe import link_fit
 from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.engine import simulate
 from pipeplan.sim.memory import memory_per_device
@@ -62,7 +63,7 @@ def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 <<
     info = torch.tensor(results, dtype=torch.float64)
     dist.broadcast(info, 0)
     small, large = float(info[0]), float(info[1])
-    return small, large_bytes / max(large - small, 1e-9)
+    return link_fit([8.0, float(large_bytes)], [small, large])
 
 
 def local_cluster(world_size: int, latency_s: float, bandwidth: float) -> Cluster:

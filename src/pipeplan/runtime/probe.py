@@ -80,6 +80,20 @@ def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
     return max(float(intercept), 0.0), max(float(slope), 1e-15)
 
 
+def link_fit(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of a link from one-way times at several sizes.
+
+    The line's slope is the inverse bandwidth; on a loaded machine the noise in the small messages' latency can
+    exceed the large message's transfer time, and the slope then comes out near 0 (an absurd "4,194,304 GB/s").
+    The bandwidth is capped at 10x what the largest message alone shows (size / its whole time), so the
+    transfer is never predicted as less than a tenth of what was seen at that size.
+    """
+    intercept, slope = fit_line(sizes, seconds)
+    largest = max(range(len(sizes)), key=lambda i: sizes[i])
+    seen = sizes[largest] / max(seconds[largest], 1e-12)
+    return intercept, min(1.0 / slope, 10.0 * seen)
+
+
 def _wait(work: Any, timeout_s: float, what: str) -> None:
     """Wait for a point-to-point operation; a peer that does not answer in time is a RuntimeFault naming it."""
     try:
@@ -125,8 +139,7 @@ def measure_links(device: torch.device, rounds: int, timeout_s: float) -> tuple[
                 peer = b if rank == a else a
                 times = [ping_pong(peer, rank == a, n, rounds, device, timeout_s) for n in PING_BYTES]
                 if rank == a:
-                    intercept, slope = fit_line([float(n) for n in PING_BYTES], times)
-                    latency[a][b], bandwidth[a][b] = intercept, 1.0 / slope
+                    latency[a][b], bandwidth[a][b] = link_fit([float(n) for n in PING_BYTES], times)
             _barrier(timeout_s, f"the link test of processes {a} and {b}")
     rows = torch.tensor([bandwidth, latency], dtype=torch.float64)
     dist.all_reduce(rows)  # each entry was filled on exactly one process

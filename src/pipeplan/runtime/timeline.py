@@ -62,7 +62,7 @@ def build_result(parts: Sequence[dict[str, Any]], num_stages: int, name: str) ->
         for s, peak in p["stage_peaks"].items():
             stage_peaks[s] = max(stage_peaks[s], peak)
     total_busy = sum(r.busy for r in per_rank)
-    bubble = 1.0 - total_busy / (len(parts) * iteration) if iteration > 0 else 0.0
+    bubble = max(0.0, 1.0 - total_busy / (len(parts) * iteration)) if iteration > 0 else 0.0
     return SimResult(
         iteration_time=iteration,
         lower_bound=max(r.busy for r in per_rank),

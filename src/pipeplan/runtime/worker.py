@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -59,6 +60,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
+    keep_last: int = 0
     resume: bool = False
     timeout_s: float = 300.0
     lookahead: int = 2
@@ -75,12 +77,16 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if (self.plan is None) == (self.layout is None):
             raise TrainConfigError("give either a plan (--plan) or a schedule (--schedule), not both or neither")
-        if self.steps < 0:
-            raise TrainConfigError(f"--steps must be >= 0, got {self.steps}")
+        if self.steps < 1:
+            raise TrainConfigError(f"--steps must be >= 1, got {self.steps}")
+        if not math.isfinite(self.lr) or self.lr < 0:
+            raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {self.lr}")
         if self.optimizer not in OPTIMIZERS:
             raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.checkpoint_every < 0:
             raise TrainConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if self.keep_last < 0:
+            raise TrainConfigError(f"--keep-last must be >= 0 (0 keeps every checkpoint), got {self.keep_last}")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
             raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
         if self.timeout_s <= 0:
@@ -169,8 +175,12 @@ def init_distributed(backend: str | None, timeout_s: float) -> tuple[int, int, t
     return rank, world, device
 
 
-def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainReport | None:
+def train(
+    config: TrainConfig, on_step: StepCallback | None = None, on_note: Callable[[str], None] | None = None
+) -> TrainReport | None:
     """Run the job on this process; return the report on process 0, None elsewhere.
+
+    `on_step` and `on_note` (a line for the user, e.g. a checkpoint written) are called on process 0 only.
 
     Raises:
         RuntimeFault: an action failed here or on a peer (naming rank, step and action).
@@ -194,7 +204,7 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
     fingerprint = config.fingerprint(plan, schedule, world)
     start = 0
     if config.resume and root is not None:
-        resumed = checkpoint.load_rank(root, rank, executor.modules(), optimizer, fingerprint)
+        resumed = _collective(lambda: checkpoint.load_rank(root, rank, executor.modules(), optimizer, fingerprint), world)
         start = resumed.step if resumed is not None else 0
         executor.step_index = start
     report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
@@ -234,7 +244,10 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
             checkpoint.save_rank(root, done, rank, executor.modules(), optimizer, done * global_batch, fingerprint)
             dist.barrier()
             if rank == 0:
-                checkpoint.mark_latest(root, done)
+                removed = checkpoint.mark_latest(root, done, config.keep_last)
+                if on_note is not None:
+                    gone = f"; removed {len(removed)} older (--keep-last {config.keep_last})" if removed else ""
+                    on_note(f"wrote checkpoint {checkpoint.step_dir(root, done)}{gone}")
     if config.steps > start:
         everyone: list[int] | None = [0] * world if rank == 0 else None
         dist.gather_object(memory, everyone, dst=0)
@@ -248,6 +261,26 @@ def train(config: TrainConfig, on_step: StepCallback | None = None) -> TrainRepo
     if config.predict:
         _predict(report, plan, schedule, model, device, role, world)
     return report if rank == 0 else None
+
+
+def _collective(load: Callable[[], Any], world: int) -> Any:
+    """Run `load` on every process; when it fails on any, raise the first failure's TrainConfigError on all of them.
+
+    A corrupt checkpoint file on one rank would otherwise end that rank alone and leave its peers with a
+    transport error that does not name the file.
+    """
+    error: str | None = None
+    result = None
+    try:
+        result = load()
+    except TrainConfigError as exc:
+        error = f"rank {dist.get_rank()}: {exc}"
+    errors: list[str | None] = [None] * world
+    dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise TrainConfigError(first)
+    return result
 
 
 def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPrediction:

@@ -20,6 +20,19 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
 }
 """name -> generator(stages, microbatches, k, chunks); every generator takes all four."""
 
+MAX_ACTIONS = 4_000_000
+"""The most actions a generated schedule may hold: 1F1B at p=64, m=1024 has 131,072 and simulates in a second;
+beyond this a request is refused at once instead of ending in a MemoryError minutes later."""
+
+BYTES_PER_ACTION = 400
+"""About what one action costs to generate, validate and simulate (measured: BENCHMARKS.md, scale), for the message."""
+
+
+def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> int:
+    """How many actions schedule `name` holds: F and B (zero-bubble: F, I and W) per stage and microbatch."""
+    per = 3 if name == "zb-h1" else 2
+    return per * stages * (chunks if name == "interleaved-1f1b" else 1) * microbatches
+
 
 def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks: int = 1) -> Schedule:
     """Generate the schedule called `name` for `stages` ranks and `microbatches` microbatches.
@@ -34,4 +47,12 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
         raise ScheduleError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     # k and chunks are checked even where the generator ignores them, so a bad flag never passes silently.
     check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
+    count = action_count(name, stages, microbatches, chunks)
+    if count > MAX_ACTIONS:
+        raise ScheduleError(
+            f"{name} with stages={stages}, microbatches={microbatches}"
+            + (f", chunks={chunks}" if name == "interleaved-1f1b" else "")
+            + f" would hold {count:,} actions (about {count * BYTES_PER_ACTION / 2**30:.1f} GiB to simulate); "
+            f"the limit is {MAX_ACTIONS:,}: use fewer microbatches or stages"
+        )
     return generator(stages, microbatches, k=k, chunks=chunks)

@@ -76,8 +76,7 @@ def _simulate(
     outcome = run(program, durations, table)
     stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]
     if stuck:
-        done = {(a.stage, a.op, a.microbatch) for r, actions in enumerate(schedule.ranks) for a in actions[: outcome.pos[r]]}
-        grid = waiting_grid(schedule, outcome.pos, done)
+        grid = waiting_grid(schedule, outcome.pos)
         raise DeadlockError(f"schedule {schedule.name!r} cannot finish: ranks {stuck} wait forever; blocked ranks:\n{grid}")
 
     # a rank steps its optimizer once, after its last action and the all-reduces of all its stages (the runtime's
@@ -89,7 +88,9 @@ def _simulate(
             ready[rank] = max(ready[rank], outcome.backward_end[s] + c.allreduce_ms)
     optimizer = rank_optimizer_ms(schedule, costs, program.stages_with_u)
     iteration = max((ready[r] + optimizer[r] for r in range(len(ready))), default=0.0)
-    busy = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
+    compute = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
+    # a rank's busy time is its actions and its optimizer step: both are work only it can do
+    busy = [c + optimizer[r] for r, c in enumerate(compute)]
     saved = tuple(c.saved_bytes for c in costs.stages)
     per_rank = []
     for rank, rank_busy in enumerate(busy):
@@ -97,8 +98,8 @@ def _simulate(
         memory = static + peak_saved_bytes(program, rank, saved)
         per_rank.append(RankStats(rank_busy, iteration - rank_busy, program.peak_inflight[rank], memory))
     ranks = schedule.num_ranks
-    bubble = 1.0 - sum(busy) / (ranks * iteration) if iteration > 0 else 0.0
-    lower = bound_from_parts(schedule, costs, busy, program.split_stages, program.stages_with_u, trace)
+    bubble = max(0.0, 1.0 - sum(busy) / (ranks * iteration)) if iteration > 0 else 0.0  # no -0.0 from rounding
+    lower = bound_from_parts(schedule, costs, compute, program.split_stages, program.stages_with_u, trace)
     return SimResult(
         iteration,
         lower,

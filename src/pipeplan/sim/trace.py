@@ -38,6 +38,15 @@ class BandwidthTrace:
         for i, step in enumerate(self.steps):
             _check_step(i, step.t_ms, step.link, step.factor)
 
+    def check_devices(self, count: int, what: str) -> None:
+        """Raise CostError for the first step naming a device beyond `count` devices (`what` says whose, e.g. the cluster)."""
+        for i, step in enumerate(self.steps):
+            if step.link is not None and max(step.link) >= count:
+                raise CostError(
+                    f"bandwidth trace step {i}: link {list(step.link)} names device {max(step.link)}, but {what} has "
+                    f"{count} devices (0..{count - 1})"
+                )
+
     def affects(self, link: Link) -> bool:
         """True when some step changes `link` (by name or through "all")."""
         return any(s.link is None or s.link == link for s in self.steps)

@@ -30,6 +30,12 @@ def format_ms(ms: float) -> str:
     return f"{ms:.4g}"
 
 
+METRICS_NOTE = (
+    "efficiency: lower bound / iteration time; bubble fraction: idle share of all ranks' time (uneven stages add to it)"
+)
+"""How the two summary figures differ, printed under a summary table (docs/architecture.md defines both)."""
+
+
 def summary_table(result: SimResult, title: str = "") -> Table:
     """Iteration time, lower bound, efficiency and bubble of one result; `title` defaults to the schedule name."""
     table = Table(title=title or result.schedule_name or None, show_header=False, title_justify="left")
