@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
@@ -12,6 +14,8 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.evaluate import RANK_MICROBATCHES, Evaluator
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.memory import rank_memory
 from pipeplan.sim.stage_costs import simulate_plan
 
 GIB = 2**30
@@ -76,3 +80,17 @@ def test_a_plan_over_memory_does_not_fit_and_names_its_rank() -> None:
     assert not score.fits
     assert score.time_ms == float("inf")
     assert score.excess_bytes > 0 and score.excess_rank == 0
+
+
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 5), st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1"]))
+@settings(max_examples=120, deadline=None)
+def test_rank_memory_closed_forms_equal_the_generated_orders(p: int, m: int, k: int, schedule: str) -> None:
+    """GPipe, 1F1B and kFkB peaks from their closed forms (and zb-h1 from its short order) equal sim.memory.rank_memory
+    on the full generated schedule, for stages of different sizes."""
+    layers = [LayerProfile(f"l{i}", 1.0, 2.0, 1e6 * (i + 1), 1e6 * (2 + i % 3), 1e6 * (1 + i)) for i in range(p)]
+    profile = ModelProfile("v", 1, tuple(layers))
+    _, cluster = setup(p, p)
+    evaluator = Evaluator(PlanRequest(profile, cluster, m))
+    plan = Plan(tuple(Stage(i, i, (i,)) for i in range(p)), 1, m, 1, schedule, k=k if schedule == "kfkb" else 1)
+    full = rank_memory(plan, evaluator.costs(plan), plan_schedule(plan))
+    assert evaluator.rank_memory(plan) == pytest.approx(full, rel=1e-12)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeplan.core.errors import ScheduleError
 
@@ -12,6 +12,8 @@ OPS = ("F", "B", "I", "W", "U")
 """F forward, B full backward, I backward for input, W backward for weights, U optimizer step."""
 
 _ACTION_RE = re.compile(r"^(\d+)([FBIWU])(\d+)$")
+_new = object.__new__
+_set = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,16 @@ class Action:
 
     def __str__(self) -> str:
         return f"{self.stage}{self.op}{self.microbatch}"
+
+    @classmethod
+    def trusted(cls, stage: int, op: str, microbatch: int) -> Action:
+        """An action built without the checks, for generators whose arguments are valid by construction (a
+        schedule of 64 ranks x 1024 microbatches makes 131,072 of them; the checks were most of their cost)."""
+        action = _new(cls)
+        _set(action, "stage", stage)
+        _set(action, "op", op)
+        _set(action, "microbatch", microbatch)
+        return action
 
     @classmethod
     def parse(cls, text: str) -> Action:
@@ -58,6 +70,7 @@ class Schedule:
     ranks: tuple[tuple[Action, ...], ...]
     stage_to_rank: tuple[int, ...]
     name: str = ""
+    _by_rank: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ranks, tuple) or not all(isinstance(r, tuple) for r in self.ranks):
@@ -69,6 +82,10 @@ class Schedule:
         for stage, rank in enumerate(self.stage_to_rank):
             if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
                 raise ScheduleError(f"stage_to_rank[{stage}] must be a rank in 0..{len(self.ranks) - 1}, got {rank!r}")
+        by_rank: list[list[int]] = [[] for _ in self.ranks]
+        for stage, rank in enumerate(self.stage_to_rank):
+            by_rank[rank].append(stage)
+        object.__setattr__(self, "_by_rank", tuple(tuple(stages) for stages in by_rank))
 
     @property
     def num_ranks(self) -> int:
@@ -92,7 +109,7 @@ class Schedule:
 
     def stages_of(self, rank: int) -> tuple[int, ...]:
         """The stages placed on `rank`, in increasing order."""
-        return tuple(s for s, r in enumerate(self.stage_to_rank) if r == rank)
+        return self._by_rank[rank]
 
     def to_text(self) -> list[list[str]]:
         """Per-rank action lists in text form."""

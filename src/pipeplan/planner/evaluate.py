@@ -114,13 +114,14 @@ class Evaluator:
 
     def rank_memory(self, plan: Plan) -> tuple[float, ...]:
         """Peak bytes per rank at the full microbatch count (sim.memory.rank_memory on a short schedule where it can)."""
-        if plan.schedule == "gpipe":
+        if plan.order is None and plan.chunks == 1 and plan.schedule in ("gpipe", "1f1b", "kfkb"):
+            # closed forms: GPipe holds all m; 1F1B and kFkB hold their warm-up, min(k (p - r), m), on rank r (the
+            # steady state frees k before it opens k), as the generated orders give (tests/test_evaluate.py)
             costs = self.costs(plan)
-            p = plan.num_ranks
-            static = [0.0] * p
-            for s, cost in enumerate(costs.stages):
-                static[s % p] += cost.static_bytes
-            return tuple(static[r] + plan.microbatches * costs.stages[r].saved_bytes for r in range(p))
+            p, m = plan.num_ranks, plan.microbatches
+            k = plan.k if plan.schedule == "kfkb" else 1
+            held = [m if plan.schedule == "gpipe" else min(k * (p - r), m) for r in range(p)]
+            return tuple(costs.stages[r].static_bytes + held[r] * costs.stages[r].saved_bytes for r in range(p))
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
         m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate

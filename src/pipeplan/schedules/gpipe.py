@@ -18,7 +18,7 @@ def gpipe(stages: int, microbatches: int) -> Schedule:
     ranks = []
     for stage in range(stages):
         # phase 1: fill — all forwards; phase 2: drain — all backwards.
-        forwards = [Action(stage, "F", mb) for mb in range(microbatches)]
-        backwards = [Action(stage, "B", mb) for mb in range(microbatches)]
+        forwards = [Action.trusted(stage, "F", mb) for mb in range(microbatches)]
+        backwards = [Action.trusted(stage, "B", mb) for mb in range(microbatches)]
         ranks.append(tuple(forwards + backwards))
     return Schedule(tuple(ranks), tuple(range(stages)), "gpipe")

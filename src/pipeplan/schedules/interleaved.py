@@ -17,7 +17,7 @@ def _chunk_action(rank: int, ranks: int, chunks: int, virtual: int, op: str) -> 
     if op == "B":
         chunk = chunks - 1 - chunk
     microbatch = group * ranks + virtual % ranks
-    return Action(chunk * ranks + rank, op, microbatch)
+    return Action.trusted(chunk * ranks + rank, op, microbatch)
 
 
 def interleaved_warmup(rank: int, ranks: int, microbatches: int, chunks: int) -> int:

@@ -10,21 +10,21 @@ def kfkb_order(stage: int, stages: int, microbatches: int, k: int, warmup: int) 
     next_f = next_b = 0
     # phase 1: warm-up forwards.
     while next_f < warmup:
-        order.append(Action(stage, "F", next_f))
+        order.append(Action.trusted(stage, "F", next_f))
         next_f += 1
     # phase 2: steady state — k backwards, then k forwards.
     while next_f < microbatches:
         for _ in range(k):
             if next_b < next_f:
-                order.append(Action(stage, "B", next_b))
+                order.append(Action.trusted(stage, "B", next_b))
                 next_b += 1
         for _ in range(k):
             if next_f < microbatches:
-                order.append(Action(stage, "F", next_f))
+                order.append(Action.trusted(stage, "F", next_f))
                 next_f += 1
     # phase 3: cool-down — remaining backwards.
     while next_b < microbatches:
-        order.append(Action(stage, "B", next_b))
+        order.append(Action.trusted(stage, "B", next_b))
         next_b += 1
     return tuple(order)
 

@@ -1,6 +1,7 @@
 """The registry of static schedule generators by name, and make_schedule."""
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Schedule
@@ -47,6 +48,14 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
         raise ScheduleError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     # k and chunks are checked even where the generator ignores them, so a bad flag never passes silently.
     check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
+    # a generator ignores the k or chunks it does not use: one cache entry for all of them
+    return _generate(name, stages, microbatches, k if name == "kfkb" else 1, chunks if name == "interleaved-1f1b" else 1)
+
+
+@lru_cache(maxsize=64)
+def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) -> Schedule:
+    """The generator's schedule, remembered: a planner asks for the same (name, p, m) for hundreds of candidates, and
+    a Schedule is an immutable value. Raises ScheduleError when it would be too large (not remembered)."""
     count = action_count(name, stages, microbatches, chunks)
     if count > MAX_ACTIONS:
         raise ScheduleError(
@@ -55,4 +64,4 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
             + f" would hold {count:,} actions (about {count * BYTES_PER_ACTION / 2**30:.1f} GiB to simulate); "
             f"the limit is {MAX_ACTIONS:,}: use fewer microbatches or stages"
         )
-    return generator(stages, microbatches, k=k, chunks=chunks)
+    return SCHEDULES[name](stages, microbatches, k=k, chunks=chunks)

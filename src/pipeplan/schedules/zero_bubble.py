@@ -13,27 +13,27 @@ def zb_h1_order(rank: int, ranks: int, microbatches: int) -> tuple[Action, ...]:
 
     def input_then_weight() -> None:
         nonlocal next_i, next_w
-        order.append(Action(rank, "I", next_i))
+        order.append(Action.trusted(rank, "I", next_i))
         next_i += 1
         # a W runs once more than `deferred` microbatches wait for theirs.
         if next_i - next_w > deferred:
-            order.append(Action(rank, "W", next_w))
+            order.append(Action.trusted(rank, "W", next_w))
             next_w += 1
 
     # phase 1: warm-up — the same p - r forwards as 1F1B.
     while next_f < warmup:
-        order.append(Action(rank, "F", next_f))
+        order.append(Action.trusted(rank, "F", next_f))
         next_f += 1
     # phase 2: steady state — I (and a W once r are held back), then F.
     while next_f < microbatches:
         input_then_weight()
-        order.append(Action(rank, "F", next_f))
+        order.append(Action.trusted(rank, "F", next_f))
         next_f += 1
     # phase 3: cool-down — the remaining I passes, then the held-back W passes fill the tail.
     while next_i < microbatches:
         input_then_weight()
     while next_w < microbatches:
-        order.append(Action(rank, "W", next_w))
+        order.append(Action.trusted(rank, "W", next_w))
         next_w += 1
     return tuple(order)
 
