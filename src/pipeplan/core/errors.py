@@ -9,6 +9,10 @@ class ScheduleError(PipeplanError, ValueError):
     """A schedule is malformed: a missing, duplicated or misordered action."""
 
 
+class ScheduleTooLargeError(ScheduleError):
+    """A schedule would hold more actions than can be generated and simulated (schedules.registry.MAX_ACTIONS)."""
+
+
 class DeadlockError(PipeplanError, RuntimeError):
     """A schedule cannot finish: every unfinished rank waits on another."""
 

@@ -43,7 +43,7 @@ import dataclasses
 import math
 import time
 
-from pipeplan.core.errors import PlanError
+from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
 from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
 from pipeplan.planner.candidates import Candidates, Progress, divisors
@@ -52,6 +52,7 @@ from pipeplan.planner.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.refine import improve_placement, refine_boundaries
 from pipeplan.planner.schedule_choice import schedule_variants
 from pipeplan.schedules.one_f_one_b import one_f_one_b
+from pipeplan.schedules.registry import MAX_ACTIONS
 from pipeplan.sim.memory import GIB, check_fits, memory_per_device
 
 TOP_CANDIDATES = 6
@@ -176,7 +177,17 @@ class Search(Candidates):
         if not finalists:
             raise self.nothing_fits()
         self.progress("confirming with full simulations", 1.0)
-        exact = [(self.evaluator.exact(p, record=False).iteration_time, i, p) for i, p in enumerate(finalists)]
+        exact = []
+        for i, plan in enumerate(finalists):
+            try:
+                exact.append((self.evaluator.exact(plan, record=False).iteration_time, i, plan))
+            except ScheduleTooLargeError:
+                continue  # too many microbatches to simulate in full: not a plan anyone can check
+        if not exact:
+            raise PlanError(
+                f"global batch {self.request.global_batch}: every plan found needs more microbatches than can be "
+                f"simulated (at most {MAX_ACTIONS:,} actions); give a larger --microbatch-size"
+            )
         return min(exact, key=lambda x: (x[0], x[1]))[2]
 
     def nothing_fits(self) -> PlanError:

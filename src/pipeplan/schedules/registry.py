@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from functools import lru_cache
 
-from pipeplan.core.errors import ScheduleError
+from pipeplan.core.errors import ScheduleError, ScheduleTooLargeError
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.common import check_sizes
 from pipeplan.schedules.gpipe import gpipe
@@ -58,7 +58,7 @@ def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) ->
     a Schedule is an immutable value. Raises ScheduleError when it would be too large (not remembered)."""
     count = action_count(name, stages, microbatches, chunks)
     if count > MAX_ACTIONS:
-        raise ScheduleError(
+        raise ScheduleTooLargeError(
             f"{name} with stages={stages}, microbatches={microbatches}"
             + (f", chunks={chunks}" if name == "interleaved-1f1b" else "")
             + f" would hold {count:,} actions (about {count * BYTES_PER_ACTION / 2**30:.1f} GiB to simulate); "

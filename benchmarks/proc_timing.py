@@ -1,0 +1,76 @@
+"""Shared by the whole-process benchmarks (startup.py, scale.py): run a command, report wall seconds and peak memory.
+
+Each run is a fresh process; `os.wait4` gives that process's own peak resident memory (ru_maxrss), so no tool
+beyond Python is needed. Several commands are timed in turn (A B A B ...), so a drift of the machine's speed
+spreads over all of them instead of landing on one.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+PIPEPLAN = [sys.executable, "-c", "from pipeplan.cli import main; main()"]
+
+
+@dataclass
+class Timing:
+    """The runs of one command: wall seconds, peak resident MiB, exit codes."""
+
+    label: str
+    argv: list[str]
+    wall_s: list[float] = field(default_factory=list)
+    peak_mib: list[float] = field(default_factory=list)
+    codes: list[int] = field(default_factory=list)
+    timed_out: bool = False
+
+    def median_wall(self) -> float:
+        """Median wall seconds (inf when no run finished)."""
+        return statistics.median(self.wall_s) if self.wall_s else float("inf")
+
+    def median_peak(self) -> float:
+        """Median peak resident memory in MiB (inf when no run finished)."""
+        return statistics.median(self.peak_mib) if self.peak_mib else float("inf")
+
+
+def run_once(timing: Timing, timeout_s: float) -> None:
+    """Run the command once (output thrown away); add its wall time, peak memory and exit code to `timing`."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(timing.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = start + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            timing.timed_out = True
+            return
+        time.sleep(0.005)
+    timing.wall_s.append(time.perf_counter() - start)
+    timing.peak_mib.append(usage.ru_maxrss / 1024.0)  # Linux reports KiB
+    timing.codes.append(os.waitstatus_to_exitcode(status))
+    proc.returncode = timing.codes[-1]
+
+
+def run_in_turn(timings: list[Timing], runs: int, warmup: int, timeout_s: float) -> None:
+    """`warmup` uncounted runs of each command, then `runs` counted rounds, one run of each command per round."""
+    for timing in timings:
+        for _ in range(warmup):
+            scratch = Timing(timing.label, timing.argv)
+            run_once(scratch, timeout_s)
+    for _ in range(runs):
+        for timing in timings:
+            if not timing.timed_out:
+                run_once(timing, timeout_s)
+
+
+def load_line() -> str:
+    """The machine's load averages, for the record."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}, {os.cpu_count()} CPUs"

@@ -1,0 +1,97 @@
+"""Scale: planning large models and large clusters, whole process (time and peak memory of a fresh `pipeplan`).
+
+Usage: .venv/bin/python benchmarks/scale.py [--runs 3] [--large] [--check]
+
+Cases (targets from the issue "Fast and unbreakable where a user touches it"):
+  C1 `plan --profile pipedream/nasnetalarge --cluster h100-8x128 --global-batch 1024` (1251 layers)  <= 10 s
+  C2 `compare` on the same problem                                                                 <= 20 s
+  C3 `plan --profile dapple/bert-48` on 128 nodes x 8 H100 (description form), global batch 16384  (reported)
+  with --large:
+  C4 the same on 1024 nodes x 8 H100 (8,192 devices)                                              <= 60 s, <= 1 GiB
+  C5 the same on 2048 nodes x 8 H100 (16,384 devices)                                              (reported)
+A case that runs past --timeout seconds is reported as timed out. --check exits 1 when a target fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proc_timing import PIPEPLAN, Timing, load_line, run_in_turn
+
+NASNET = ["--profile", "pipedream/nasnetalarge", "--cluster", "h100-8x128", "--global-batch", "1024"]
+
+
+def h100_nodes(nodes: int, folder: Path) -> str:
+    """A description-form cluster file of `nodes` DGX-H100-like nodes (8 GPUs, NVLink inside, 400 Gb/s per GPU)."""
+    path = folder / f"h100-8x{nodes}.json"
+    cluster = {
+        "format": "pipeplan.cluster/1",
+        "name": f"h100-8x{nodes}-described",
+        "nodes": nodes,
+        "gpus_per_node": 8,
+        "device": {"kind": "H100", "memory_gb": 80},
+        "intra_node_gb_per_s": 450,
+        "inter_node_gb_per_s": 50,
+        "nic_gb_per_s": 400,
+        "latency_us": {"intra": 3, "inter": 10},
+    }
+    path.write_text(json.dumps(cluster))
+    return str(path)
+
+
+def main() -> None:
+    """Time every case in turn; print a table with targets."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="counted rounds")
+    parser.add_argument("--large", action="store_true", help="add 8,192 and 16,384 devices (minutes, GBs)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is stopped")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pipeplan-scale-") as tmp:
+        folder = Path(tmp)
+        bert = ["--profile", "dapple/bert-48", "--global-batch", "16384"]
+        cases: list[tuple[str, str, list[str], float | None, float | None]] = [
+            ("C1", "plan nasnetalarge on h100-8x128", [*PIPEPLAN, "plan", *NASNET], 10.0, None),
+            ("C2", "compare nasnetalarge on h100-8x128", [*PIPEPLAN, "compare", *NASNET], 20.0, None),
+            ("C3", "plan bert-48 on 1,024 H100 (described)",
+             [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(128, folder)], None, None),
+        ]  # fmt: skip
+        if args.large:
+            cases += [
+                ("C4", "plan bert-48 on 8,192 H100 (described)",
+                 [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(1024, folder)], 60.0, 1024.0),
+                ("C5", "plan bert-48 on 16,384 H100 (described)",
+                 [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(2048, folder)], None, None),
+            ]  # fmt: skip
+        timings = [Timing(label, argv) for _, label, argv, _, _ in cases]
+        print(f"before: {load_line()}")
+        run_in_turn(timings, args.runs, warmup=0, timeout_s=args.timeout)
+        print(f"after:  {load_line()}")
+    print("| case | what | wall s (median) | min | max | peak MiB | target |")
+    print("|---|---|---|---|---|---|---|")
+    failed = []
+    for (name, label, _, seconds, mib), timing in zip(cases, timings, strict=True):
+        if timing.timed_out and not timing.wall_s:
+            print(f"| {name} | {label} | > {args.timeout:g} (stopped) | - | - | - | {'FAIL' if seconds else '-'} |")
+            failed += [name] if seconds else []
+            continue
+        ok = set(timing.codes) == {0} and (seconds is None or timing.median_wall() <= seconds)
+        ok = ok and (mib is None or timing.median_peak() <= mib)
+        target = " and ".join(t for t in (f"<= {seconds:g} s" if seconds else "", f"<= {mib:g} MiB" if mib else "") if t)
+        verdict = f"{target} {'PASS' if ok else 'FAIL'}" if target else ("-" if ok else f"exit {timing.codes}")
+        if not ok and (target or set(timing.codes) != {0}):
+            failed.append(name)
+        print(f"| {name} | {label} | {timing.median_wall():.2f} | {min(timing.wall_s):.2f} | {max(timing.wall_s):.2f} | "
+              f"{timing.median_peak():.0f} | {verdict} |")  # fmt: skip
+    if args.check and failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
