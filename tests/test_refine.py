@@ -24,10 +24,13 @@ def reference_twins(cluster: Cluster) -> tuple[int, ...]:
             if classes[a] != a or (da.node, da.speed, da.memory_bytes) != (db.node, db.speed, db.memory_bytes):
                 continue
             others = [z for z in range(n) if z not in (a, b)]
-            if all(
-                bw[a][z] == bw[b][z] and bw[z][a] == bw[z][b] and lat[a][z] == lat[b][z] and lat[z][a] == lat[z][b]
-                for z in others
-            ) and bw[a][b] == bw[b][a]:
+            if (
+                all(
+                    bw[a][z] == bw[b][z] and bw[z][a] == bw[z][b] and lat[a][z] == lat[b][z] and lat[z][a] == lat[z][b]
+                    for z in others
+                )
+                and bw[a][b] == bw[b][a]
+            ):
                 classes[b] = a
                 break
     return tuple(classes)
