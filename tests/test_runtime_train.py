@@ -143,3 +143,17 @@ def test_a_list_plan_file_with_a_replicated_stage_matches_unpipelined_gradients(
         assert sorted({int(k.split(".")[0]) for k in grads}) == list(layers)
         for key, grad in grads.items():
             torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_for_another_model_names_the_plan_module_and_dataset(tmp_path: Path) -> None:
+    """A 2-layer plan run with the mlp (more layers): exit 2 naming the plan file, --module, its options and --dataset."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.plan_json import write_plan
+
+    path = tmp_path / "two.json"
+    write_plan(Plan((Stage(0, 0, (0,)), Stage(1, 1, (1,))), 1, 2, 16, "1f1b"), path, "nowhere.json", "nowhere.json")
+    done = run_train(["--local", "2", "--plan", str(path), "--module", "mlp", "--opt", "blocks=3", "--steps", "1",
+                      "--no-predict"], timeout=180)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"plan {path} covers 2 layers but --module mlp (options blocks=3) with --dataset" in done.stderr
+    assert "the plan was made for another model" in done.stderr and "Traceback" not in done.stderr

@@ -150,8 +150,8 @@ def train(
     from pipeplan.runtime.worker import TrainConfig
 
     config = TrainConfig(
-        plan=plan_obj, layout=layout, module=module or "mlp", module_options=tuple(sorted(spec_options.items())),
-        dataset=dataset or "auto",
+        plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
+        module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
         dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
         trace=trace is not None or png is not None,

@@ -48,6 +48,7 @@ class TrainConfig:
     """Everything one training job needs besides the process group (identical on every process)."""
 
     plan: Plan | None = None
+    plan_path: str | None = None
     schedule: Schedule | None = None
     layout: ScheduleLayout | None = None
     module: str = "mlp"
@@ -99,9 +100,14 @@ class TrainConfig:
         if self.layout is not None:
             return self.layout.build(num_layers, world_size)
         assert self.plan is not None
+        if self.plan.num_layers != num_layers:
+            options = ", ".join(f"{key}={value}" for key, value in self.module_options) or "none"
+            raise TrainConfigError(
+                f"plan {self.plan_path or ''} covers {self.plan.num_layers} layers but --module {self.module} (options "
+                f"{options}) with --dataset {self.dataset} builds {num_layers}: the plan was made for another model; "
+                "give the --module, --opt and --dataset its profile was measured with"
+            )
         if self.schedule is not None:
-            if self.plan.num_layers != num_layers:
-                raise TrainConfigError(f"plan covers {self.plan.num_layers} layers but the model has {num_layers}")
             return self.plan, self.schedule
         return plan_job(self.plan, num_layers)
 
