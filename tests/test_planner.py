@@ -284,3 +284,13 @@ def test_plan_reads_a_graph_txt_without_pbs_given_the_batch(tmp_path: Path) -> N
     given = runner.invoke(app, [*args, "--profile-batch-size", "128"])
     assert given.exit_code == 0, given.output
     assert json.loads(given.output)["iteration_time"] > 0
+
+
+def test_plan_checks_its_output_before_planning(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An --out in a folder that does not exist: exit 2 naming the option and the folder, before any planning."""
+    from cli_runner import run
+
+    code, out, err = run(monkeypatch, capsys, "plan", "--profile", "dapple/bert-48", "--cluster", "h100-8x128",
+                         "--global-batch", "2048", "--out", "/no/such/folder/plan.json")  # fmt: skip
+    assert code == 2 and out == ""
+    assert err.strip() == "error: OutputError: --out '/no/such/folder/plan.json': folder '/no/such/folder' does not exist"
