@@ -26,7 +26,8 @@ MAX_ACTIONS = 4_000_000
 beyond this a request is refused at once instead of ending in a MemoryError minutes later."""
 
 BYTES_PER_ACTION = 400
-"""About what one action costs to generate, validate and simulate (measured: BENCHMARKS.md, scale), for the message."""
+"""About what one action costs to generate and simulate, for the message (measured: `simulate 1f1b -p 2 -m 1000000
+--json`, 4,000,000 actions, peaks at 1.5 GB in 10 s on the 2-core machine: about 370 bytes each)."""
 
 
 def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> int:
