@@ -99,3 +99,21 @@ def test_compare_checks_planners_and_outputs_before_planning(
                          "--global-batch", "64", *args)  # fmt: skip
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_compare_takes_a_schedule_and_an_optimizer_factor(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--schedule gpipe: pipeplan's plan is GPipe and the 1F1B-only baselines say why they have none;
+    --optimizer-factor 6 raises every plan's memory over the default Adam's 2; a negative factor is refused."""
+    common = ["compare", "--profile", "pipedream/vgg16", "--cluster", "v100-8x1", "--global-batch", "64", "--json"]
+    code, out, _ = run(monkeypatch, capsys, *common, "--schedule", "gpipe", "--planners", "pipeplan,balanced")
+    rows = {r["planner"]: r for r in json.loads(out)["results"]}
+    assert code == 0 and rows["pipeplan"]["schedule"] == "gpipe" and "runs 1f1b only" in rows["balanced"]["error"]
+    memory = {}
+    for factor in ("2", "6"):
+        code, out, _ = run(monkeypatch, capsys, *common, "--planners", "balanced", "--optimizer-factor", factor)
+        memory[factor] = max(json.loads(out)["results"][0]["memory_per_device"])
+    assert memory["6"] > memory["2"]
+    code, _, err = run(monkeypatch, capsys, *common, "--optimizer-factor", "-1")
+    assert code == 2 and "--optimizer-factor must be a finite number >= 0" in err

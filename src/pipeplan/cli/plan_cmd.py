@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -156,6 +157,12 @@ def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: 
     return table
 
 
+def _check_factor(factor: float | None) -> None:
+    """--optimizer-factor, when given, is a finite number >= 0."""
+    if factor is not None and not (math.isfinite(factor) and factor >= 0):
+        raise PlanError(f"--optimizer-factor must be a finite number >= 0 (state bytes per parameter byte), got {factor}")
+
+
 def plan(
     profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
     cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
@@ -165,6 +172,9 @@ def plan(
     schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
+    optimizer_factor: float | None = typer.Option(
+        None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
+    ),
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
@@ -177,10 +187,11 @@ def plan(
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_writable("--out", out)
+    _check_factor(optimizer_factor)
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling)  # fmt: skip
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
     with progress_display(not as_json) as progress:
         result = run_planner(planner, request, progress)
     if as_json:
@@ -199,8 +210,12 @@ def compare(
     global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [each planner's choice]."),
     planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
+    schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
+    optimizer_factor: float | None = typer.Option(
+        None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
+    ),
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
@@ -216,13 +231,15 @@ def compare(
     from pipeplan.viz.tables import format_bytes, format_ms, print_tables
 
     check_writable("--png", png, IMAGE_SUFFIXES)
+    _check_factor(optimizer_factor)
     try:
         names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
     except PlanError as exc:
         raise PlanError(f"--planners {planners!r}: {exc}") from None
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size, optimizer=optimizer, batch_scaling=batch_scaling)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
     with progress_display(not as_json) as progress:
         rows = compare_planners(request, names, progress)
     baseline = best_baseline(rows)
