@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def train(plan_path: Path, steps: int, warmup: int) -> dict[str, Any]:
 
 
 def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) -> dict[str, Any]:
-    """Write `plan` and run it: predicted and measured step ms, memory per process."""
+    """Write `plan` and run it: predicted (both message models) and measured step ms, memory per process."""
     path = work / f"{name}.json"
     path.write_text(json.dumps(plan))
     report = train(path, steps, warmup)
@@ -119,6 +120,7 @@ def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) 
     return {
         "name": name,
         "predicted_ms": predicted,
+        "predicted_alone_ms": alone_prediction(path, work / "profile.json", work / "cluster-alone.json"),
         "measured_ms": measured,
         "ratio": measured / predicted,
         "step_ms": report["step_ms"],
@@ -128,19 +130,45 @@ def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) 
 
 
 class Prober:
-    """Runs `pipeplan probe` again when the last probe is older than `every` seconds."""
+    """Runs `pipeplan probe` again when the last probe is older than `every` seconds.
+
+    Beside the cluster file it writes `cluster-alone.json`: the same cluster with the one-cost message model the
+    probe fitted on the same calibration runs (overhead alone, latency 0), so every point is predicted with both.
+    """
 
     def __init__(self, profile: Path, cluster: Path, every: float) -> None:
         self.profile, self.cluster, self.every = profile, cluster, every
+        self.alone = cluster.with_name("cluster-alone.json")
         self.last = -math.inf
         self.count = 0
+        self.fits: list[dict[str, float]] = []
 
     def fresh(self) -> None:
         """Probe now if the cluster file is stale."""
         if time.perf_counter() - self.last >= self.every:
-            run(["probe", "--local", "2", "--profile", str(self.profile), "--out", str(self.cluster)])
+            out = run(["probe", "--local", "2", "--profile", str(self.profile), "--out", str(self.cluster)])
             self.last = time.perf_counter()
             self.count += 1
+            found = re.search(r"overhead (\d+) us \+ latency (\d+) us \(fitted alone, the overhead would be (\d+) us\)", out)
+            cluster = json.loads(self.cluster.read_text())
+            if found is not None:
+                overhead, latency, alone = (float(x) for x in found.groups())
+                self.fits.append({"overhead_us": overhead, "latency_us": latency, "alone_us": alone})
+                cluster["message_overhead_us"] = alone
+                cluster.pop("message_latency_us", None)
+            self.alone.write_text(json.dumps(cluster))
+
+
+def alone_prediction(plan_path: Path, profile: Path, cluster: Path) -> float:
+    """The plan's step simulated as `train` predicts it (auto scaling, Adam), with the given cluster file."""
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.io.plan_json import read_plan
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.stage_costs import simulate_plan
+
+    plan, _ = read_plan(plan_path)
+    model = CostModel.build(load_profile(str(profile)), load_cluster(str(cluster)), "auto", "adam")
+    return simulate_plan(plan, model, record=False).iteration_time
 
 
 def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float, log: Any) -> dict[str, Any]:
@@ -184,7 +212,8 @@ def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float
         print(f"  planner {planner['plan']}: predicted {planner['predicted_ms']:.1f}, measured {planner['measured_ms']:.1f}",
               file=log, flush=True)  # fmt: skip
         studies.append({"model": model, "batch": batch, "points": points, "planner": planner, **summarize(points, planner)})
-    return {"model": model, "studies": studies, "seconds": time.perf_counter() - started, "probes": prober.count}
+    return {"model": model, "studies": studies, "seconds": time.perf_counter() - started, "probes": prober.count,
+            "fits": prober.fits}  # fmt: skip
 
 
 def summarize(points: list[dict[str, Any]], planner: dict[str, Any]) -> dict[str, Any]:
@@ -201,6 +230,21 @@ def summarize(points: list[dict[str, Any]], planner: dict[str, Any]) -> dict[str
         "spearman": float(rho),
         "planner_vs_best": planner["measured_ms"] / best,
         "memory_error": max([p["memory_error"] for p in points] + [planner["memory_error"]]),
+        **alone_summary(points),
+    }
+
+
+def alone_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same figures for the one-cost message model's predictions of the same runs (Prober)."""
+    from scipy.stats import spearmanr
+
+    errors = [abs(p["measured_ms"] - p["predicted_alone_ms"]) / p["measured_ms"] for p in points]
+    rho = spearmanr([p["predicted_alone_ms"] for p in points], [p["measured_ms"] for p in points]).statistic
+    return {
+        "alone_within_15": sum(e <= TARGET_WITHIN for e in errors) / len(errors),
+        "alone_max_error": max(errors),
+        "alone_median_error": statistics.median(errors),
+        "alone_spearman": float(rho),
     }
 
 
@@ -244,6 +288,14 @@ def main() -> None:
         for s in r["studies"]:
             cells = [s["model"], s["batch"], len(s["points"]), f"{s['within_15']:.0%}", f"{s['median_error']:.1%}"]
             cells += [f"{s['max_error']:.1%}", f"{s['spearman']:.3f}", f"{s['planner_vs_best']:.3f}", f"{s['memory_error']:.1%}"]
+            print("| " + " | ".join(map(str, cells)) + " |")
+    print("\nThe same runs predicted with the one-cost message model (overhead alone, fitted on the same probe runs):")
+    print("| model | global batch | within 15% | median error | worst | Spearman |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        for s in r["studies"]:
+            cells = [s["model"], s["batch"], f"{s['alone_within_15']:.0%}", f"{s['alone_median_error']:.1%}"]
+            cells += [f"{s['alone_max_error']:.1%}", f"{s['alone_spearman']:.3f}"]
             print("| " + " | ".join(map(str, cells)) + " |")
     failed = False
     for name, ok, text in verdict(results):

@@ -119,6 +119,10 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     runs = [Run(p, (), 0.0, simulate_plan(p, model, record=False).iteration_time) for p in plans]
     overhead, latency = fit_messages(profile, base, runs, "sgd")
     assert (overhead, latency) == (pytest.approx(overhead_us * 1e-6), pytest.approx(latency_us * 1e-6))
+    alone, none = fit_messages(profile, base, runs, "sgd", with_latency=False)  # the one-cost model, on the same runs
+    assert none == 0.0
+    if latency_us == 0:
+        assert alone == pytest.approx(overhead_us * 1e-6)
 
 
 def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> None:

@@ -85,6 +85,12 @@ def _run(
             write_text_atomic(out, text + "\n")
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
+            if result.message_overhead or result.message_latency or result.overhead_alone:
+                typer.echo(
+                    f"message costs: overhead {result.message_overhead * 1e6:.0f} us + latency "
+                    f"{result.message_latency * 1e6:.0f} us (fitted alone, the overhead would be "
+                    f"{result.overhead_alone * 1e6:.0f} us)"
+                )
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "

@@ -165,10 +165,13 @@ MESSAGE_GRID_S = tuple(i * 250e-6 for i in range(21))
 """The coarse grid of fit_messages (0 to 5 ms in 250 us steps, for each of the two costs); it then refines by 25 us."""
 
 
-def fit_messages(profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str) -> tuple[float, float]:
+def fit_messages(
+    profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str, with_latency: bool = True
+) -> tuple[float, float]:
     """The (overhead s, latency s) of a stage-to-stage message with which the simulator best predicts the pipeline
     runs' whole steps: least squares of the log ratio, on a grid and then on a finer one around its best point
-    (ties: the smaller values, so the fit is deterministic)."""
+    (ties: the smaller values, so the fit is deterministic). Without `with_latency` only the overhead is fitted
+    (latency 0): the one-cost model, kept to compare the two on the same runs."""
     from pipeplan.schedules.plan_schedule import plan_schedule
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.engine import simulate
@@ -189,12 +192,13 @@ def fit_messages(profile: ModelProfile, cluster: Cluster, runs: list[Run], optim
     def best(grid_a: list[float], grid_b: list[float]) -> tuple[float, float]:
         return min(((a, b) for a in grid_a for b in grid_b), key=lambda point: (error(point), point))
 
-    overhead, latency = best(list(MESSAGE_GRID_S), list(MESSAGE_GRID_S))
+    latencies = list(MESSAGE_GRID_S) if with_latency else [0.0]
+    overhead, latency = best(list(MESSAGE_GRID_S), latencies)
 
     def around(x: float) -> list[float]:
         return [x + i * 25e-6 for i in range(-10, 11) if x + i * 25e-6 >= 0]
 
-    return best(around(overhead), around(latency))
+    return best(around(overhead), around(latency) if with_latency else [0.0])
 
 
 def gather(value: Any) -> list[Any] | None:

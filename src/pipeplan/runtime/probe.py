@@ -72,6 +72,7 @@ class ProbeResult:
     backend: str
     message_overhead: float = 0.0
     message_latency: float = 0.0
+    overhead_alone: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -235,7 +236,8 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
         assert profile is not None
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
         overhead, latency = fit_messages(profile, cluster, pipeline_runs, optimizer)
-        result = dataclasses.replace(result, message_overhead=overhead, message_latency=latency)
+        alone, _ = fit_messages(profile, cluster, pipeline_runs, optimizer, with_latency=False)
+        result = dataclasses.replace(result, message_overhead=overhead, message_latency=latency, overhead_alone=alone)
     return result
 
 
