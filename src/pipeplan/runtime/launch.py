@@ -102,7 +102,7 @@ def launch_local(
         _stop(procs)
         return 128 + int(signum)
     finally:
-        if main_thread:
+        if main_thread and previous is not None:  # None: a handler set outside Python, which cannot be put back
             signal.signal(signal.SIGTERM, previous)
         del store
 
