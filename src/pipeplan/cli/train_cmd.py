@@ -178,29 +178,17 @@ def _check_options(
     png: str | None,
     keep_last: int,
 ) -> None:
-    """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2)."""
-    import math
-
+    """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
+    the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
     from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.options import check_train_options
 
-    lower = {"--steps": (steps, 1), "--threads": (threads, 1), "--warmup-steps": (warmup_steps, 0),
-             "--checkpoint-every": (checkpoint_every, 0), "--keep-last": (keep_last, 0)}  # fmt: skip
-    if local is not None:
-        lower["--local"] = (local, 1)
-    for flag, (value, least) in lower.items():
-        if value < least:
-            raise TrainConfigError(f"{flag} must be >= {least}, got {value}")
-    if not math.isfinite(lr) or lr < 0:
-        raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {lr}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
-    if optimizer not in ("adam", "sgd"):
-        raise TrainConfigError(f"--optimizer must be adam or sgd, got {optimizer!r}")
-    if dtype not in ("float32", "float64"):
-        raise TrainConfigError(f"--dtype must be float32 or float64, got {dtype!r}")
-    if (checkpoint_every or resume) and not checkpoint_dir:
-        raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+    if local is not None and local < 1:
+        raise TrainConfigError(f"--local must be >= 1, got {local}")
+    check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
+                        warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
+                        checkpoint_dir=checkpoint_dir, resume=resume)  # fmt: skip
     check_writable("--trace", trace)
     check_writable("--png", png, IMAGE_SUFFIXES)
 
@@ -213,18 +201,20 @@ def _prediction_inputs(
     the job, `say`, not in the --local launcher)."""
     from pipeplan.io.load import load_cluster, load_profile
 
-    for given, loader in ((profile, load_profile), (cluster, load_cluster)):
+    chosen = []
+    for given, own, loader in ((profile, names["profile"], load_profile), (cluster, names["cluster"], load_cluster)):
         if given is not None:
             loader(given)  # a given file or name must load: a PipeplanError ends the command here, exit 2
-    chosen = (profile or names["profile"], cluster or names["cluster"])
-    try:
-        load_profile(chosen[0])
-        load_cluster(chosen[1])
-    except PipeplanError as exc:
-        if say and int(os.environ.get("RANK", "0")) == 0:
-            typer.echo(f"note: no predicted step: {exc}", err=True)
-        return None, None
-    return chosen
+            chosen.append(given)
+            continue
+        try:
+            loader(own)
+        except PipeplanError as exc:
+            if say and int(os.environ.get("RANK", "0")) == 0:
+                typer.echo(f"note: no predicted step: {exc}", err=True)
+            return None, None
+        chosen.append(own)
+    return chosen[0], chosen[1]
 
 
 def _model_of_profile(

@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
-from pipeplan.core.validate import validate
 from pipeplan.io.load import load_schedule
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.schedules.plan_schedule import plan_schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +83,6 @@ class ScheduleLayout:
         order = schedule.ranks if kind == "list" else None
         plan = Plan(stages, copies, m, self.global_batch // (copies * m), kind, k=self.k, chunks=num_stages // ranks, order=order)
         return plan, schedule
-
-
-def plan_job(plan: Plan, num_layers: int) -> tuple[Plan, Schedule]:
-    """A plan file's job: its schedule generated from its fields (or its `list` order).
-
-    Raises:
-        TrainConfigError: the plan's layers do not match the model.
-        PlanError, ScheduleError: the plan's schedule cannot be made.
-    """
-    if plan.num_layers != num_layers:
-        raise TrainConfigError(f"plan covers {plan.num_layers} layers but the model has {num_layers}")
-    return plan, validate(plan_schedule(plan))
 
 
 def even_split(num_layers: int, parts: int) -> list[tuple[int, int]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -17,14 +16,16 @@ import torch.distributed as dist
 
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.core.validate import validate
 from pipeplan.profiler.allocator import steady_cpu_allocator
 from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model, build_model
 from pipeplan.runtime import checkpoint
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.executor import Executor
-from pipeplan.runtime.job import ScheduleLayout, plan_job
+from pipeplan.runtime.job import ScheduleLayout
 from pipeplan.runtime.memory_meter import SavedMemoryMeter, static_bytes
+from pipeplan.runtime.options import check_train_options
 from pipeplan.runtime.predict import (
     PlanPrediction,
     local_cluster,
@@ -37,9 +38,9 @@ from pipeplan.runtime.predict import (
 )
 from pipeplan.runtime.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.topology import Role, Topology
+from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.result import SimResult
 
-OPTIMIZERS = ("adam", "sgd")
 PROFILE_REPEATS = 7
 
 
@@ -78,20 +79,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if (self.plan is None) == (self.layout is None):
             raise TrainConfigError("give either a plan (--plan) or a schedule (--schedule), not both or neither")
-        if self.steps < 1:
-            raise TrainConfigError(f"--steps must be >= 1, got {self.steps}")
-        if not math.isfinite(self.lr) or self.lr < 0:
-            raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {self.lr}")
-        if self.optimizer not in OPTIMIZERS:
-            raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.checkpoint_every < 0:
-            raise TrainConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
-        if self.keep_last < 0:
-            raise TrainConfigError(f"--keep-last must be >= 0 (0 keeps every checkpoint), got {self.keep_last}")
-        if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
-            raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
-        if self.timeout_s <= 0:
-            raise TrainConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        check_train_options(steps=self.steps, lr=self.lr, optimizer=self.optimizer, dtype=self.dtype, threads=self.threads,
+                            timeout_s=self.timeout_s, warmup_steps=self.warmup_steps,
+                            checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
+                            checkpoint_dir=self.checkpoint_dir, resume=self.resume)  # fmt: skip
         if self.lookahead < 0:
             raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
 
@@ -109,7 +100,7 @@ class TrainConfig:
             )
         if self.schedule is not None:
             return self.plan, self.schedule
-        return plan_job(self.plan, num_layers)
+        return self.plan, validate(plan_schedule(self.plan))  # a plan file's schedule: from its fields or its order
 
     def fingerprint(self, plan: Plan, schedule: Schedule, world_size: int) -> dict[str, Any]:
         """What must match for a checkpoint to be resumed by this job."""
