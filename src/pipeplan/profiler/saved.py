@@ -14,6 +14,7 @@ Note:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Self
 
 import torch
 from torch import nn
@@ -41,7 +42,40 @@ def param_bytes(layer: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in layer.parameters())
 
 
-class SavedTensorMeter:
+class SavedTensorHooks:
+    """Saved-tensor hooks that hand every storage autograd saves (but those of `exclude`) to `_record`, as a context
+    manager. The profiler's meter (SavedTensorMeter) and the runtime's (runtime.memory_meter) differ only in what
+    they record."""
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._exclude = {storage_key(t) for t in exclude}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _record(self, key: int, tensor: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = storage_key(tensor)
+        if key not in self._exclude:  # weights (and views of them) are static bytes, not activations
+            self._record(key, tensor)
+        # a detached alias, not the tensor: an op that saves its own output would otherwise hold its own node
+        # (output -> grad_fn -> saved output), a cycle autograd frees only when the backward frees its buffers,
+        # never after a retain_graph=True backward (the zero-bubble I): a meter must not keep what it measures
+        return tensor.detach()
+
+    @staticmethod
+    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def __enter__(self) -> Self:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+
+class SavedTensorMeter(SavedTensorHooks):
     """Context manager recording the distinct non-parameter storages autograd saves inside it.
 
     Usage: `with SavedTensorMeter(exclude=layer.parameters()) as meter: out = layer(x)`;
@@ -50,26 +84,11 @@ class SavedTensorMeter:
     """
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        self._exclude = {storage_key(t) for t in exclude}
+        super().__init__(exclude)
         self._sizes: dict[int, int] = {}
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
-    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        key = storage_key(tensor)
-        if key not in self._exclude:
-            self._sizes[key] = tensor.untyped_storage().nbytes()
-        return tensor.detach()  # not the tensor itself: a saved output would hold its own node in a cycle
-
-    @staticmethod
-    def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def __enter__(self) -> SavedTensorMeter:
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._hooks.__exit__(*exc)
+    def _record(self, key: int, tensor: torch.Tensor) -> None:
+        self._sizes[key] = tensor.untyped_storage().nbytes()
 
     @property
     def saved_bytes(self) -> int:

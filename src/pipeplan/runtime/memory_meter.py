@@ -21,26 +21,21 @@ from collections.abc import Iterable
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from pipeplan.profiler.saved import SavedTensorHooks
 
-class SavedMemoryMeter:
-    """Records the storages autograd saves while it is active (but those of `exclude`, the weights);
-    `sample()` after each action updates the peak."""
+
+class SavedMemoryMeter(SavedTensorHooks):
+    """Records the storages autograd saves while it is active (but those of `exclude`, the weights), by weak
+    reference; `sample()` after each action updates the peak."""
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        self._exclude = {StorageWeakRef(t.untyped_storage()).cdata for t in exclude}
+        super().__init__(exclude)
         self._storages: dict[int, tuple[StorageWeakRef, int]] = {}
         self.peak_bytes = 0
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
-    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _record(self, key: int, tensor: torch.Tensor) -> None:
         storage = tensor.untyped_storage()
-        ref = StorageWeakRef(storage)
-        if ref.cdata not in self._exclude:  # weights (and views of them) are static bytes, not activations
-            self._storages.setdefault(ref.cdata, (ref, storage.nbytes()))
-        # a detached alias, not the tensor: an op that saves its own output would otherwise hold its own node
-        # (output -> grad_fn -> saved output), a cycle autograd frees only when the backward frees its buffers,
-        # never after a retain_graph=True backward (the zero-bubble I): the meter must not keep what it measures
-        return tensor.detach()
+        self._storages.setdefault(key, (StorageWeakRef(storage), storage.nbytes()))
 
     def sample(self) -> int:
         """Bytes of the recorded storages still alive now; dead ones are forgotten. Updates `peak_bytes`."""
@@ -52,13 +47,6 @@ class SavedMemoryMeter:
                 alive += nbytes
         self.peak_bytes = max(self.peak_bytes, alive)
         return alive
-
-    def __enter__(self) -> SavedMemoryMeter:
-        self._hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._hooks.__exit__(*exc)
 
 
 def static_bytes(params: Iterable[torch.Tensor], optimizer: torch.optim.Optimizer) -> int:
