@@ -36,6 +36,19 @@ class Timing:
         """Median peak resident memory in MiB (inf when no run finished)."""
         return statistics.median(self.peak_mib) if self.peak_mib else float("inf")
 
+    def meets(self, seconds: float | None = None, mib: float | None = None) -> bool:
+        """Every run exited 0, and the medians are within the targets given."""
+        return (
+            set(self.codes) == {0}
+            and (seconds is None or self.median_wall() <= seconds)
+            and (mib is None or self.median_peak() <= mib)
+        )
+
+    def cells(self, digits: int) -> str:
+        """The table cells `median | min | max | peak MiB` of the wall seconds and memory."""
+        wall = f"{self.median_wall():.{digits}f} | {min(self.wall_s):.{digits}f} | {max(self.wall_s):.{digits}f}"
+        return f"{wall} | {self.median_peak():.0f}"
+
 
 def run_once(timing: Timing, timeout_s: float) -> None:
     """Run the command once (output thrown away); add its wall time, peak memory and exit code to `timing`."""

@@ -102,11 +102,12 @@ def profile(
 
 def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:
     """--batch-sizes checked against --batch-size, or the default powers of two."""
-    from pipeplan.profiler.curves import check_batch_sizes, default_batch_sizes
+    from pipeplan.core.profile import check_batch_sizes
+    from pipeplan.profiler.curves import default_batch_sizes
 
     if given is None:
         return default_batch_sizes(batch_size)
-    sizes = check_batch_sizes(given)
+    sizes = check_batch_sizes(given, "--batch-sizes")
     if sizes[-1] != batch_size:
         raise ProfileError(f"--batch-sizes must end at --batch-size {batch_size} (the reference size), got {list(sizes)}")
     return sizes

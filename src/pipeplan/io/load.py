@@ -57,11 +57,12 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
 
 
 def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: int = 1, chunks: int = 1) -> Schedule:
-    """A validated schedule from a generator name (with its sizes) or a schedule file (`.csv`: torch's compute-only
-    format, `.json`: pipeplan.schedule/1), which fixes its own sizes.
+    """A valid schedule from a generator name (with its sizes) or a schedule file (`.csv`: torch's compute-only
+    format, `.json`: pipeplan.schedule/1; validated as it is read), which fixes its own sizes (the ones given are
+    then not used: `simulate` refuses them, `train` has defaults for them).
 
     Raises:
-        ScheduleError: an unknown name, missing or bad sizes, a bad or missing file, or sizes given with a file.
+        ScheduleError: an unknown name, missing or bad sizes, a bad or missing file.
     """
     from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
     from pipeplan.schedules import make_schedule

@@ -18,8 +18,7 @@ from torch import nn
 
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource
-from pipeplan.core.profile import check_batch_sizes as check_sizes
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes
 from pipeplan.profiler.measure import Measurement, measure_layers
 from pipeplan.profiler.specs import ModelSpec
 
@@ -41,11 +40,6 @@ def default_batch_sizes(batch_size: int) -> tuple[int, ...]:
         sizes.append(b)
         b *= 2
     return (*sizes, batch_size)
-
-
-def check_batch_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
-    """--batch-sizes as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming them."""
-    return check_sizes(sizes, "--batch-sizes")
 
 
 def optimizer_step_ms(layers: Sequence[nn.Module], runs: int = 10, warmup: int = 2) -> list[dict[str, float]]:
@@ -98,7 +92,7 @@ def profile_batch_sizes(
     Raises:
         ProfileError: bad sizes or a layer that does not return one tensor.
     """
-    sizes = check_batch_sizes(batch_sizes)
+    sizes = check_batch_sizes(batch_sizes, "--batch-sizes")
     measured: list[Measurement] = [
         measure_layers(spec, None, b, runs=runs, warmup=warmup, whole=False, split=True, progress=progress) for b in sizes
     ]

@@ -43,8 +43,10 @@ def link_arrays(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         nodes = np.array([d.node for d in cluster.devices])
         rate = np.where(nodes[:, None] != nodes[None, :], np.minimum(rate, cluster.nic_bandwidth), rate)
     latency = np.array(cluster.latency, dtype=float)
-    if cluster.message_latency > 0:
-        latency = latency + cluster.message_latency * (1.0 - np.eye(len(latency)))
+    if cluster.message_latency > 0:  # off the diagonal only, without an n x n identity beside the matrix
+        diagonal = latency.diagonal().copy()
+        latency += cluster.message_latency
+        np.fill_diagonal(latency, diagonal)
     if len(_LINKS) >= 4:
         _LINKS.pop(next(iter(_LINKS)))
     _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
