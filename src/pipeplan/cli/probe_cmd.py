@@ -29,12 +29,13 @@ def probe(
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.cli.outputs import check_writable
     from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.options import OPTIMIZERS
 
     for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
-    if optimizer not in ("adam", "sgd"):
-        raise TrainConfigError(f"--optimizer must be adam or sgd, got {optimizer!r}")
+    if optimizer not in OPTIMIZERS:
+        raise TrainConfigError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, got {optimizer!r}")
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     check_writable("--out", out)
