@@ -454,3 +454,43 @@ def test_optimizer_step_does_not_depend_on_the_microbatch() -> None:
     steps = {costs.stage(range(3), b, r).optimizer_ms for b, r in ((1, 1), (8, 2), (64, 4))}
     assert len(steps) == 1
     assert math.isclose(steps.pop(), 2 * 7.01)
+
+
+def shared_profile(sizes: tuple[int, ...] = (2, 4)) -> ModelProfile:
+    """Three layers of 100 saved bytes per sample; layers 1 and 2 share 40 per sample with the layer before."""
+    layers = []
+    for i in range(3):
+        saved = tuple(100.0 * b for b in sizes)
+        shared = tuple((40.0 * b if i else 0.0) for b in sizes)
+        curve = LayerCurve((1.0,) * len(sizes), (2.0,) * len(sizes), saved, saved, shared_bytes=shared if i else None)
+        layers.append(LayerProfile(f"l{i}", 1.0, 2.0, saved[-1], 1e3, saved[-1], curve=curve, shared_bytes=shared[-1]))
+    cuts = tuple(tuple(100.0 * b for b in sizes) for _ in range(2))
+    return ModelProfile("shared", sizes[-1], tuple(layers), "cpu", cut_bytes=tuple(c[-1] for c in cuts), batch_sizes=sizes,
+                        cut_curves=cuts)  # fmt: skip
+
+
+@pytest.mark.parametrize("scaling", ["measured", "linear"])
+def test_a_stage_holds_a_storage_two_neighbours_save_once(scaling: str) -> None:
+    """Saved bytes of a stage: the layers' sum less the shared bytes of each layer whose predecessor is in the stage
+    (a ReLU's output and the next Linear's input are one tensor); a layer cut off from its predecessor holds all."""
+    costs = LayerCosts(shared_profile(), scaling=scaling)
+    for b in (2, 4):
+        assert costs.stage(range(3), b).saved_bytes == pytest.approx(300 * b - 80 * b)
+        assert costs.stage([1, 2], b).saved_bytes == pytest.approx(200 * b - 40 * b)
+        assert costs.stage([0, 2], b).saved_bytes == pytest.approx(200 * b)  # not neighbours: nothing shared
+        assert costs.stage([2], b).saved_bytes == pytest.approx(100 * b)
+    assert costs.stage(range(3), 4, replicas=2).saved_bytes == pytest.approx(220 * 2)
+
+
+def test_block_sums_hold_what_the_stage_holds() -> None:
+    """The DP's range sums over blocks agree with LayerCosts.stage on every range of layers (shared bytes included)."""
+    from pipeplan.planner.partition_dp import block_sums
+
+    costs = LayerCosts(shared_profile())
+    blocks = ((0, 0), (1, 1), (2, 2))
+    sums = block_sums(costs, blocks, 4.0, 4)
+    for i, j in itertools.combinations_with_replacement(range(3), 2):
+        assert sums.saved_bytes[i, j] == pytest.approx(costs.stage(range(i, j + 1), 4).saved_bytes)
+    merged = block_sums(costs, ((0, 1), (2, 2)), 4.0, 4)
+    assert merged.saved_bytes[0, 1] == pytest.approx(costs.stage(range(3), 4).saved_bytes)
+    assert merged.saved_bytes[1, 1] == pytest.approx(costs.stage([2], 4).saved_bytes)

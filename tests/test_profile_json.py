@@ -200,6 +200,19 @@ def test_version_2_round_trips_and_a_plain_profile_stays_version_1(tmp_path: Pat
     assert profile_to_json(load_profile("dapple/bert-48"))["format"] == "pipeplan.profile/1"
 
 
+def test_shared_bytes_read_round_trip_and_default_to_zero(tmp_path: Path) -> None:
+    """A layer's shared bytes (what its predecessor saves too) are an optional array; absent, zeros, and not written."""
+    obj = small_v2()
+    obj["layers"][1]["shared_bytes"] = [4, 8, 16]
+    profile = profile_from_json(obj)
+    assert profile.layers[1].shared_bytes == 16 and profile.layers[1].curve.shared_bytes == (4.0, 8.0, 16.0)  # type: ignore[union-attr]
+    assert profile.layers[0].shared_bytes == 0 and profile.layers[0].curve.shared_bytes is None  # type: ignore[union-attr]
+    path = tmp_path / "p.json"
+    write_profile_json(profile, path)
+    assert read_profile_json(path) == profile
+    assert "shared_bytes" not in profile_to_json(profile_from_json(small_v2()))["layers"][1]
+
+
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
@@ -220,6 +233,8 @@ def test_version_2_round_trips_and_a_plain_profile_stays_version_1(tmp_path: Pat
         ("source.module", "", r"source: field 'module' must be a non-empty string"),
         ("source.options", {"hidden": 8}, r"source: options\['hidden'\] must be a string, got 8"),
         ("layers.0.speed", 1, r"layers\[0\]: unknown field 'speed'"),
+        ("layers.1.shared_bytes", [8, 16], r"layers\[1\]: field 'shared_bytes' must be an array of 3 numbers"),
+        ("layers.1.shared_bytes", [8, 16, 64], r"layers\[1\]: layer 'l1' shared_bytes \(64\) exceeds its saved_bytes \(32\)"),
     ],
 )
 def test_bad_version_2_fields_name_file_field_and_value(path: str, value: object, message: str) -> None:

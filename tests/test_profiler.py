@@ -67,6 +67,44 @@ def test_linear_relu_layers_save_the_analytic_bytes() -> None:
     assert [s.param_bytes for s in m.layers] == [(64 * 128 + 128) * F32, 0, (128 * 32 + 32) * F32, 0]
 
 
+def test_the_last_layer_counts_what_the_loss_saves_each_storage_once() -> None:
+    """The last stage holds the loss's saved tensors until its backward: the last layer's saved bytes include them.
+
+    Linear(8→10) at b = 4 saves its input (b·8·4 = 128 B). Cross-entropy keeps its log-probabilities (b·10·4 =
+    160 B) and the int64 targets (b·8 = 32 B), plus a scalar weight; a squared error keeps output and target
+    (160 B each). Behind a ReLU, which saves that same output, the output counts once: 160 + 160.
+    """
+    from torch.nn import functional
+
+    b = 4
+
+    def spec(layers: tuple[nn.Module, ...], loss: object, target: object) -> ModelSpec:
+        names = tuple(f"l{i}" for i in range(len(layers)))
+        return ModelSpec("x", layers, names, sample_input=lambda n: torch.randn(n, 8), sample_target=target, loss_fn=loss)
+
+    linear = nn.Linear(8, 10)
+    classes, zeros = (lambda n: torch.arange(n) % 10), (lambda n: torch.zeros(n, 10))
+    plain = measure_layers(spec((linear,), None, None), None, b, runs=0).layers[-1].saved_bytes
+    entropy = measure_layers(spec((linear,), functional.cross_entropy, classes), None, b, runs=0).layers[-1].saved_bytes
+    squared = measure_layers(spec((linear,), functional.mse_loss, zeros), None, b, runs=0).layers[-1].saved_bytes
+    relu = measure_layers(spec((linear, nn.ReLU()), functional.mse_loss, zeros), None, b, runs=0).layers
+    assert plain == b * 8 * F32
+    assert plain + b * 10 * F32 + b * 8 <= entropy <= plain + b * 10 * F32 + b * 8 + 8
+    assert squared == plain + 2 * b * 10 * F32
+    assert [s.saved_bytes for s in relu] == [b * 8 * F32, 2 * b * 10 * F32]
+
+
+def test_a_layer_that_saves_what_the_layer_before_saved_records_it_as_shared() -> None:
+    """Linear(64→128) → ReLU → Linear(128→32) → ReLU: the second Linear saves its input, which the ReLU before it
+    saves as its output (one storage in a stage): shared b·128·4. No other layer saves its predecessor's output."""
+    b = 16
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32), nn.ReLU())
+    m = measure_layers(model, torch.randn(b, 64), b, runs=0)
+    assert [s.shared_bytes for s in m.layers] == [0, 0, b * 128 * F32, 0]
+    profile = m.to_profile("x")
+    assert [layer.shared_bytes for layer in profile.layers] == [0, 0, b * 128 * F32, 0]
+
+
 def test_a_block_counts_a_storage_saved_by_two_ops_once() -> None:
     """As one block the stack keeps x, ReLU₁'s output (saved by ReLU₁ and Linear₂: one storage) and ReLU₂'s.
 

@@ -60,8 +60,9 @@ def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp
     used = [m for m in report["measured_memory_bytes"] if m > 0]
     assert len(report["predicted_memory_bytes"]) == len(used)
     # the same bytes are predicted and measured: weights, gradients, Adam's two moments and saved activations
+    # (the loss's included); they differ only by the few bytes of scalars autograd keeps
     for predicted, measured in zip(report["predicted_memory_bytes"], used, strict=True):
-        assert abs(predicted - measured) <= 0.2 * measured
+        assert abs(predicted - measured) <= 0.01 * measured
 
 
 def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is_written(tmp_path: Path) -> None:

@@ -130,14 +130,13 @@ def _measure(
     from pipeplan.profiler.allocator import steady_cpu_allocator
     from pipeplan.profiler.curves import profile_batch_sizes
     from pipeplan.profiler.model import build_model
-    from pipeplan.profiler.specs import ModelSpec
 
     steady_cpu_allocator()  # the allocator train runs with (profiler.allocator)
     target = _torch_device(torch, device)
     model = build_model(module_spec, dict(options), dataset)
     for layer in model.layers:
         layer.to(target)
-    spec = ModelSpec(model.spec.name, model.layers, model.layer_names, sample_input=model.batch)
+    spec = model.chain_spec()
     source = ProfileSource(module_spec, tuple(sorted(options.items())), model.dataset.name, "float32")
     return profile_batch_sizes(spec, sizes, runs=runs, warmup=warmup, threads=threads, source=source, progress=not quiet)
 

@@ -35,7 +35,8 @@ class LayerCurve:
     """One layer's values at each of its profile's `batch_sizes`, in the same order.
 
     `bwd_input_ms` / `bwd_weight_ms` (the zero-bubble split of the backward)
-    are None when they were not measured.
+    are None when they were not measured; `shared_bytes` (LayerProfile) is
+    None when nothing is shared (zeros).
     """
 
     fwd_ms: tuple[float, ...]
@@ -44,12 +45,13 @@ class LayerCurve:
     saved_bytes: tuple[float, ...]
     bwd_input_ms: tuple[float, ...] | None = None
     bwd_weight_ms: tuple[float, ...] | None = None
+    shared_bytes: tuple[float, ...] | None = None
 
     def check(self, layer: str, sizes: int) -> None:
         """Raise ProfileError unless every present field has `sizes` finite values >= 0 (naming layer, field, index)."""
-        for field in CURVE_FIELDS:
+        for field in (*CURVE_FIELDS, "shared_bytes"):
             values = getattr(self, field)
-            if values is None and field.startswith("bwd_") and field != "bwd_ms":
+            if values is None and field in ("bwd_input_ms", "bwd_weight_ms", "shared_bytes"):
                 continue
             if not isinstance(values, tuple) or len(values) != sizes:
                 got = len(values) if isinstance(values, tuple) else repr(values)
@@ -58,6 +60,9 @@ class LayerCurve:
                 check_nonneg_float(ProfileError, f"layer {layer!r} {field}[{i}]", value)
         if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
             raise ProfileError(f"layer {layer!r} needs both bwd_input_ms and bwd_weight_ms or neither")
+        for i, (shared, saved) in enumerate(zip(self.shared_bytes or (), self.saved_bytes, strict=False)):
+            if shared > saved:
+                raise ProfileError(f"layer {layer!r} shared_bytes[{i}] ({shared:g}) exceeds saved_bytes[{i}] ({saved:g})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,11 @@ class LayerProfile:
     schedule runs it (I and W; None when not measured). `optimizer_ms` maps
     an optimizer name (`adam`, `sgd`, `sgd_momentum`) to the time of one step
     over the layer's parameters; it does not depend on the batch size.
+    `shared_bytes` is the part of `saved_bytes` that is the layer's input when
+    the layer before saves that same tensor as its output (a ReLU's output that
+    the next Linear saves as its input): one storage, held once when both
+    layers are on one stage, so a stage holds the sum of its layers' saved
+    bytes less the shared bytes of every layer but its first.
     `curve` holds the batch-dependent values at every size of the profile's
     `batch_sizes` (None: measured at `batch_size` only).
     """
@@ -107,6 +117,7 @@ class LayerProfile:
     bwd_weight_ms: float | None = None
     optimizer_ms: tuple[tuple[str, float], ...] = ()
     curve: LayerCurve | None = None
+    shared_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -117,6 +128,10 @@ class LayerProfile:
             )
         saved = self.activation_bytes if self.saved_bytes is None else self.saved_bytes
         object.__setattr__(self, "saved_bytes", check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved))
+        shared = check_nonneg_float(ProfileError, f"layer {self.name!r} shared_bytes", self.shared_bytes)
+        if shared > saved:
+            raise ProfileError(f"layer {self.name!r} shared_bytes ({shared:g}) exceeds its saved_bytes ({saved:g})")
+        object.__setattr__(self, "shared_bytes", shared)
         for field in ("flops", "bytes_moved", "bwd_input_ms", "bwd_weight_ms"):
             value = getattr(self, field)
             if value is not None:
@@ -217,6 +232,12 @@ class ModelProfile:
                         f"profile {self.name!r} layer {layer.name!r} {field} is {scalar!r} but its curve gives "
                         f"{values[at]!r} at batch_size {self.batch_size}"
                     )
+            shared = layer.curve.shared_bytes[at] if layer.curve.shared_bytes is not None else 0.0
+            if layer.shared_bytes != shared:
+                raise ProfileError(
+                    f"profile {self.name!r} layer {layer.name!r} shared_bytes is {layer.shared_bytes!r} but its curve "
+                    f"gives {shared!r} at batch_size {self.batch_size}"
+                )
         curves = self.cut_curves
         if curves is None or len(curves) != len(self.layers) - 1:
             got = "none" if curves is None else len(curves)

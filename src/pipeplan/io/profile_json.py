@@ -25,18 +25,19 @@ FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 _TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes")
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved")
-_LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms")
+_LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype")
 
 
 def needs_version_2(profile: ModelProfile) -> bool:
-    """True when the profile holds anything version 1 cannot: several sizes, I/W, optimizer steps, threads, source."""
+    """True when the profile holds anything version 1 cannot: several sizes, I/W, optimizer steps, shared bytes,
+    threads, source."""
     layers = profile.layers
     return (
         profile.batch_sizes is not None
         or profile.threads is not None
         or profile.source is not None
-        or any(layer.bwd_input_ms is not None or layer.optimizer_ms for layer in layers)
+        or any(layer.bwd_input_ms is not None or layer.optimizer_ms or layer.shared_bytes for layer in layers)
     )
 
 
@@ -95,6 +96,12 @@ def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
         (layer.saved_bytes if layer.saved_bytes is not None else layer.activation_bytes,),
         None if layer.bwd_input_ms is None else (layer.bwd_input_ms,),
         None if layer.bwd_weight_ms is None else (layer.bwd_weight_ms,),
+        (layer.shared_bytes,) if layer.shared_bytes else None,
+    )
+    shared = (
+        {}
+        if curve.shared_bytes is None or not any(curve.shared_bytes)
+        else {"shared_bytes": [_whole(v) for v in curve.shared_bytes]}
     )
     return {
         "name": layer.name,
@@ -108,6 +115,7 @@ def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
         "optimizer_ms": dict(layer.optimizer_ms),
         "flops": None if layer.flops is None else _whole(layer.flops),
         "bytes_moved": None if layer.bytes_moved is None else _whole(layer.bytes_moved),
+        **shared,
     }
 
 
@@ -125,8 +133,9 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     flops, bytes_moved; notes (ignored). Version 2 (format required) adds
     batch_sizes (required) and makes fwd_ms, bwd_ms, activation_bytes,
     saved_bytes, bwd_input_ms, bwd_weight_ms and each cut an array with one
-    value per batch size; per layer optimizer_ms ({name: ms}); threads and
-    source ({module, options, dataset, dtype}).
+    value per batch size; per layer optimizer_ms ({name: ms}) and shared_bytes
+    (an array; zeros when absent); threads and source ({module, options,
+    dataset, dtype}).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -247,6 +256,7 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
         saved_bytes=curve("saved_bytes", required=False) or activation,
         bwd_input_ms=curve("bwd_input_ms", required=False),
         bwd_weight_ms=curve("bwd_weight_ms", required=False),
+        shared_bytes=curve("shared_bytes", required=False),
     )
     steps: list[tuple[str, float]] = []
     if fields.has("optimizer_ms"):
@@ -266,6 +276,7 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
             bwd_weight_ms=None if layer_curve.bwd_weight_ms is None else layer_curve.bwd_weight_ms[at],
             optimizer_ms=tuple(steps),
             curve=layer_curve,
+            shared_bytes=0.0 if layer_curve.shared_bytes is None else layer_curve.shared_bytes[at],
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):

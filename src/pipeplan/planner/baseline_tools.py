@@ -73,7 +73,8 @@ def merge_layers(profile: ModelProfile, max_blocks: int) -> Blocks:
                 bwd_ms=sum(layer.bwd_ms for layer in group),
                 activation_bytes=group[-1].activation_bytes,
                 param_bytes=sum(layer.param_bytes for layer in group),
-                saved_bytes=sum(layer.saved_bytes or 0.0 for layer in group),
+                saved_bytes=sum(layer.saved_bytes or 0.0 for layer in group) - sum(layer.shared_bytes for layer in group[1:]),
+                shared_bytes=group[0].shared_bytes,
             )
         )
     cuts = tuple(profile.cut_bytes[starts[b + 1] - 1] for b in range(len(starts) - 1))  # type: ignore[index]

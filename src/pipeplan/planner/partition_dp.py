@@ -67,7 +67,9 @@ def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: 
 
     work = per_block(arrays.fwd + arrays.bwd)
     params = per_block(np.array([x.param_bytes for x in layers]))
-    saved = per_block(arrays.saved)
+    # a stage of blocks i..j holds their saved bytes less what neighbours share, but for block i's first layer
+    shared_first = arrays.shared[starts]
+    saved = per_block(arrays.saved - arrays.shared)
     optimizer = per_block(np.array([costs.optimizer_ms([i]) for i in range(len(layers))]))
     bwd = per_block(arrays.bwd)
 
@@ -80,7 +82,13 @@ def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: 
     cut_after = np.array([costs.cut_bytes(b, microbatch_size) if b < last else 0.0 for _, b in blocks], dtype=float)
     bwd_before = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
     return BlockSums(
-        np.where(upper, ranges(work), INF), ranges(params), ranges(saved), ranges(optimizer), cut_after, bwd_before, blocks
+        np.where(upper, ranges(work), INF),
+        ranges(params),
+        ranges(saved) + shared_first[:, None],
+        ranges(optimizer),
+        cut_after,
+        bwd_before,
+        blocks,
     )
 
 

@@ -111,6 +111,7 @@ def assemble(
     top = measured[-1]
     layers = []
     split = all(m.bwd_input_ms is not None and m.bwd_weight_ms is not None for m in measured)
+    shared = any(size.shared_bytes for m in measured for size in m.layers)
     for i, size in enumerate(top.layers):
         curve = LayerCurve(
             fwd_ms=tuple(m.fwd_ms[i] for m in measured),
@@ -119,6 +120,7 @@ def assemble(
             saved_bytes=tuple(float(m.layers[i].saved_bytes) for m in measured),
             bwd_input_ms=tuple(m.bwd_input_ms[i] for m in measured) if split else None,  # type: ignore[index]
             bwd_weight_ms=tuple(m.bwd_weight_ms[i] for m in measured) if split else None,  # type: ignore[index]
+            shared_bytes=tuple(float(m.layers[i].shared_bytes) for m in measured) if shared else None,
         )
         layers.append(
             LayerProfile(
@@ -134,6 +136,7 @@ def assemble(
                 bwd_weight_ms=None if curve.bwd_weight_ms is None else curve.bwd_weight_ms[-1],
                 optimizer_ms=tuple(sorted(steps[i].items())),
                 curve=curve,
+                shared_bytes=0.0 if curve.shared_bytes is None else curve.shared_bytes[-1],
             )
         )
     cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -47,13 +47,17 @@ SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
 
 @dataclass(frozen=True, slots=True)
 class LayerSizes:
-    """What one layer holds and does for one batch, independent of timing."""
+    """What one layer holds and does for one batch, independent of timing.
+
+    `shared_bytes`: the part of `saved_bytes` that is the layer's input, saved by the layer before as its output
+    too (core.profile.LayerProfile)."""
 
     name: str
     activation_bytes: int
     param_bytes: int
     saved_bytes: int
     work: LayerWork
+    shared_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class Measurement:
                 bytes_moved=s.work.bytes_moved,
                 bwd_input_ms=self.bwd_input_ms[i] if split else None,  # type: ignore[index]
                 bwd_weight_ms=self.bwd_weight_ms[i] if split else None,  # type: ignore[index]
+                shared_bytes=s.shared_bytes,
             )
             for i, s in enumerate(self.layers)
         )
@@ -152,9 +157,15 @@ def measure_layers(
     with _progress_bar(progress, len(layers) + rounds) as advance:
         inputs = _layer_inputs(layers, x0)
         sizes, grads = [], []
+        loss = _loss_of(model, batch_size, x0.device)
+        last = len(layers) - 1
+        output_saved = 0
         for i, (layer_name, layer, x) in enumerate(zip(names, layers, inputs, strict=True)):
-            size, grad = _count_layer(layer_name, layer, x, needs_grad=i > 0)
-            sizes.append(size)
+            size, grad, (input_saved, out_saved) = _count_layer(
+                layer_name, layer, x, needs_grad=i > 0, loss=loss if i == last else None
+            )
+            sizes.append(replace(size, shared_bytes=min(input_saved, output_saved)) if i > 0 else size)
+            output_saved = out_saved
             grads.append(grad)
             advance(f"counting {layer_name}")
         timer = _ChainTimer(layers, inputs[0], grads[-1], sync, split)
@@ -281,10 +292,26 @@ def _layer_inputs(layers: Sequence[nn.Module], x0: torch.Tensor) -> list[torch.T
     return [x if i == 0 else x.detach().requires_grad_(x.is_floating_point()) for i, x in enumerate(inputs)]
 
 
-def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool) -> tuple[LayerSizes, torch.Tensor]:
+def _loss_of(
+    model: nn.Module | Sequence[nn.Module] | ModelSpec, batch_size: int, device: torch.device
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The spec's loss on a batch of its sample targets, as a function of the last layer's output (None without one)."""
+    if not isinstance(model, ModelSpec) or model.loss_fn is None or model.sample_target is None:
+        return None
+    loss_fn, target = model.loss_fn, model.sample_target(batch_size).to(device)
+    return lambda out: loss_fn(out, target.to(out.dtype) if target.is_floating_point() else target)
+
+
+def _count_layer(
+    name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool, loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> tuple[LayerSizes, torch.Tensor, tuple[int, int]]:
     """One forward and backward of layer under the saved-tensor meter and FLOP counter.
 
-    Returns the layer's sizes and work, and a fixed random gradient of its output's shape for the timing rounds.
+    With `loss` (the last layer), its saved bytes also count what the loss keeps for backward (cross-entropy's
+    log-probabilities, a squared error's difference): the last stage holds them until its backward, as it holds
+    the layer's own. The loss's time and FLOPs are not counted. Returns the layer's sizes and work, a fixed
+    random gradient of its output's shape for the timing rounds, and the bytes of its input's and of its output's
+    storage among those it saves (0 when not saved).
     """
     fused = FusedAttentionMode() if x.device.type == "meta" else contextlib.nullcontext()
     fwd_kernels, bwd_kernels = KernelCounter(), KernelCounter()
@@ -293,6 +320,11 @@ def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool)
         out = layer(x)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
+    ends = (meter.bytes_of(x), meter.bytes_of(out))  # the storages a neighbouring layer may save too
+    loss_value = None
+    if loss is not None and out.requires_grad:
+        with torch.enable_grad(), meter:
+            loss_value = loss(out)  # kept until the meter is read: its storages must not be reused meanwhile
     grad = torch.randn(out.shape, dtype=out.dtype, device=out.device)
     bwd_flops = 0
     if out.requires_grad:
@@ -302,11 +334,12 @@ def _count_layer(name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool)
         x.grad = None
     p_bytes, in_bytes, out_bytes = param_bytes(layer), tensor_bytes(x), tensor_bytes(out)
     saved = meter.saved_bytes
+    del loss_value
     fwd_moved, bwd_moved = bytes_moved(p_bytes, in_bytes, out_bytes, saved, input_needs_grad=needs_grad and x.requires_grad)
     work = LayerWork(
         name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
     )
-    return LayerSizes(name, out_bytes, p_bytes, saved, work), grad
+    return LayerSizes(name, out_bytes, p_bytes, saved, work), grad, ends
 
 
 def _time_step(

@@ -30,6 +30,22 @@ class Model:
         inputs = self.dataset.inputs
         return inputs[torch.arange(samples) % len(inputs)]
 
+    def targets(self, samples: int) -> torch.Tensor:
+        """The targets of `batch(samples)`: what the loss of a profile's last layer is measured on."""
+        targets = self.dataset.targets
+        return targets[torch.arange(samples) % len(targets)]
+
+    def chain_spec(self) -> ModelSpec:
+        """The layers as a ModelSpec whose sample inputs, targets and loss are this model's (what a profile measures)."""
+        return ModelSpec(
+            self.spec.name,
+            self.layers,
+            self.layer_names,
+            sample_input=self.batch,
+            sample_target=self.targets,
+            loss_fn=self.loss_fn,
+        )
+
 
 def resolve_dataset(module: str, dataset: str) -> str:
     """`auto` is `digits` for a MODULE_SPEC that takes an `in_features` option (mlp), else `sample`; others as given.

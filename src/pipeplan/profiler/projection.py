@@ -142,7 +142,12 @@ def project_curves(
         x = model.batch(b).to("meta")
         return x.to(torch.bfloat16) if dtype == "bf16" and x.is_floating_point() else x
 
-    chain = ModelSpec(model.spec.name, layers, model.layer_names, sample_input=sample)
+    def target(b: int) -> torch.Tensor:
+        return model.targets(b).to("meta")
+
+    chain = ModelSpec(
+        model.spec.name, layers, model.layer_names, sample_input=sample, sample_target=target, loss_fn=model.loss_fn
+    )
     measured = []
     for b in batch_sizes:
         counted = measure_layers(chain, None, b, runs=0, whole=False)

@@ -44,12 +44,12 @@ def param_bytes(layer: nn.Module) -> int:
 
 class SavedTensorHooks:
     """Saved-tensor hooks that hand every storage autograd saves (but those of `exclude`) to `_record`, as a context
-    manager. The profiler's meter (SavedTensorMeter) and the runtime's (runtime.memory_meter) differ only in what
-    they record."""
+    manager that may be entered again (what it records adds up). The profiler's meter (SavedTensorMeter) and the
+    runtime's (runtime.memory_meter) differ only in what they record."""
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
         self._exclude = {storage_key(t) for t in exclude}
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks: list[torch.autograd.graph.saved_tensors_hooks] = []
 
     def _record(self, key: int, tensor: torch.Tensor) -> None:
         raise NotImplementedError
@@ -68,11 +68,13 @@ class SavedTensorHooks:
         return tensor
 
     def __enter__(self) -> Self:
-        self._hooks.__enter__()
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        hooks.__enter__()
+        self._hooks.append(hooks)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._hooks.__exit__(*exc)
+        self._hooks.pop().__exit__(*exc)
 
 
 class SavedTensorMeter(SavedTensorHooks):
@@ -94,6 +96,10 @@ class SavedTensorMeter(SavedTensorHooks):
     def saved_bytes(self) -> int:
         """Sum of the sizes of the distinct storages saved so far."""
         return sum(self._sizes.values())
+
+    def bytes_of(self, tensor: torch.Tensor) -> int:
+        """The size of tensor's storage if it was saved, else 0."""
+        return self._sizes.get(storage_key(tensor), 0)
 
 
 def measure_saved_bytes(layer: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:

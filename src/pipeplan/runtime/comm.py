@@ -169,6 +169,8 @@ class Comm:
             if self.record:
                 self.records.append(TransferRecord(m, time.perf_counter(), sent=False))
             pieces.append(recv.buffer)
+            if m.kind == "grad":
+                self._release(m, action)
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
     # ---- sending ---------------------------------------------------------------------------------------------
@@ -194,6 +196,21 @@ class Comm:
             self._sends.append((dist.isend(piece, dst=m.dst, tag=index), piece, m))
             if self.record:
                 self.records.append(TransferRecord(m, now, sent=True))
+
+    def _release(self, grad: Message, action: Action) -> None:
+        """Drop the sends of the activation `grad` was computed from: its receiver used it, so they are delivered.
+
+        A gloo send reports completion only once waited on, so without this every activation sent would stay
+        in memory until the end of the iteration, beyond the backward that frees it (the waits return at once).
+        """
+        done = [
+            s for s in self._sends
+            if s[2].kind == "act" and (s[2].boundary, s[2].microbatch, s[2].dst) == (grad.boundary, grad.microbatch, grad.src)
+        ]  # fmt: skip
+        for work, _, m in done:
+            self._wait(work, action, f"delivery of {m.kind} of microbatch {m.microbatch} to process {m.dst}")
+        if done:
+            self._sends = [s for s in self._sends if s not in done]
 
     def finish_step(self, action: Action | None) -> None:
         """Wait until every send of the iteration has been delivered."""

@@ -160,9 +160,11 @@ class Executor:
         mb = action.microbatch
         if action.op == "F":
             lo, hi = self.topology.sample_range(self.role, mb, action.stage)
-            x = inputs[lo:hi].to(self.device, non_blocking=True) if stage.is_first else self._receive(action)
+            # copies, as a host-to-GPU transfer makes: a view would keep the whole batch's storage alive in what
+            # autograd saves, and the memory meter would count all of it for one microbatch
+            x = inputs[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_first else self._receive(action)
             start = time.perf_counter()
-            target = targets[lo:hi].to(self.device, non_blocking=True) if stage.is_last else None
+            target = targets[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_last else None
             scale = (hi - lo) / self.topology.plan.global_batch
             out = stage.forward(mb, x, target, self.loss_fn, scale)
             if stage.is_last:

@@ -80,7 +80,10 @@ class StageWork:
 
 @dataclass(frozen=True, slots=True)
 class LayerArrays:
-    """Per-layer values at one number of samples: ms and bytes (numpy arrays over the layers)."""
+    """Per-layer values at one number of samples: ms and bytes (numpy arrays over the layers).
+
+    `shared[i]` is the part of `saved[i]` that layer i - 1 saves too (core.profile.LayerProfile.shared_bytes).
+    """
 
     fwd: np.ndarray
     bwd: np.ndarray
@@ -88,6 +91,16 @@ class LayerArrays:
     bwd_weight: np.ndarray | None
     saved: np.ndarray
     activation: np.ndarray
+    shared: np.ndarray
+
+    def saved_of(self, index: np.ndarray) -> float:
+        """Bytes a device holds for one microbatch of the layers `index` (distinct, increasing): their saved bytes,
+        a storage two neighbours both save counted once."""
+        held = float(self.saved[index].sum())
+        if index.size > 1 and self.shared.any():
+            inner = index[1:][np.diff(index) == 1]  # layers whose predecessor is in the set
+            held -= float(self.shared[inner].sum())
+        return held
 
 
 def check_scaling(scaling: str) -> str:
@@ -156,6 +169,7 @@ class LayerCosts:
             "bwd_weight": np.array([layer.bwd_weight_ms for layer in layers], dtype=float) if split else None,
             "saved": np.array([layer.saved_bytes or 0.0 for layer in layers]),
             "activation": np.array([layer.activation_bytes for layer in layers]),
+            "shared": np.array([layer.shared_bytes for layer in layers], dtype=float),
             "params": np.array([layer.param_bytes for layer in layers]),
         }
 
@@ -169,6 +183,8 @@ class LayerCosts:
         split = all(layer.curve is not None and layer.curve.bwd_input_ms is not None for layer in layers)
         out["bwd_input"] = np.array([layer.curve.bwd_input_ms for layer in layers], dtype=float) if split else None
         out["bwd_weight"] = np.array([layer.curve.bwd_weight_ms for layer in layers], dtype=float) if split else None
+        zeros = (0.0,) * len(self.profile.sizes)
+        out["shared"] = np.array([layer.curve.shared_bytes or zeros for layer in layers], dtype=float)  # type: ignore[union-attr]
         out["cuts"] = np.array(self.profile.cut_curves, dtype=float).reshape(len(layers) - 1, len(self.profile.sizes))
         return out
 
@@ -215,11 +231,11 @@ class LayerCosts:
                     times[key] = fixed + (value - fixed) * ratio
                 else:
                     times[key] = value * ratio
-            saved, activation = ref["saved"], ref["activation"]
-            assert saved is not None and activation is not None
+            saved, activation, shared = ref["saved"], ref["activation"], ref["shared"]
+            assert saved is not None and activation is not None and shared is not None
             if samples != self.profile.batch_size:
-                saved, activation = saved * ratio, activation * ratio
-            got = LayerArrays(times["fwd"], times["bwd"], times["bwd_input"], times["bwd_weight"], saved, activation)  # type: ignore[arg-type]
+                saved, activation, shared = saved * ratio, activation * ratio, shared * ratio
+            got = LayerArrays(times["fwd"], times["bwd"], times["bwd_input"], times["bwd_weight"], saved, activation, shared)  # type: ignore[arg-type]
         self._arrays[samples] = got
         return got
 
@@ -237,14 +253,15 @@ class LayerCosts:
             return interpolate(sizes, values, samples, floor)
 
         fwd, bwd, saved, activation = at("fwd", True), at("bwd", True), at("saved", False), at("activation", False)
-        assert fwd is not None and bwd is not None and saved is not None and activation is not None
-        return LayerArrays(fwd, bwd, at("bwd_input", True), at("bwd_weight", True), saved, activation)
+        shared = at("shared", False)
+        assert fwd is not None and bwd is not None and saved is not None and activation is not None and shared is not None
+        return LayerArrays(fwd, bwd, at("bwd_input", True), at("bwd_weight", True), saved, activation, np.minimum(shared, saved))
 
     # ---- the questions the rest of pipeplan asks ------------------------------------------------------
     def stage(self, layers: Sequence[int], microbatch_size: int, replicas: int = 1, speed: float = 1.0) -> StageWork:
         """Costs of `layers` (a range or any set of layer indices) for one microbatch of `microbatch_size` samples,
         split evenly over `replicas` devices of relative `speed`: per device, ms and bytes."""
-        selected = list(layers)
+        selected = sorted(set(layers))
         profile_layers = self.profile.layers
         params = sum(profile_layers[i].param_bytes for i in selected)
         optimizer = self.optimizer_ms(selected, speed)
@@ -254,12 +271,14 @@ class LayerCosts:
             split = all(layer.bwd_input_ms is not None for layer in chosen)
             inp = sum(layer.bwd_input_ms for layer in chosen) * scale / (replicas * speed) if split else None  # type: ignore[misc]
             wgt = sum(layer.bwd_weight_ms for layer in chosen) * scale / (replicas * speed) if split else None  # type: ignore[misc]
+            members = set(selected)
+            shared = sum(profile_layers[i].shared_bytes for i in selected[1:] if i - 1 in members)
             return StageWork(
                 sum(layer.fwd_ms for layer in chosen) * scale / (replicas * speed),
                 sum(layer.bwd_ms for layer in chosen) * scale / (replicas * speed),
                 inp,
                 wgt,
-                sum(layer.saved_bytes or 0.0 for layer in chosen) * scale / replicas,
+                (sum(layer.saved_bytes or 0.0 for layer in chosen) - shared) * scale / replicas,
                 params,
                 optimizer,
             )
@@ -271,9 +290,7 @@ class LayerCosts:
 
         fwd, bwd = total(arrays.fwd), total(arrays.bwd)
         assert fwd is not None and bwd is not None
-        return StageWork(
-            fwd, bwd, total(arrays.bwd_input), total(arrays.bwd_weight), float(arrays.saved[index].sum()), params, optimizer
-        )
+        return StageWork(fwd, bwd, total(arrays.bwd_input), total(arrays.bwd_weight), arrays.saved_of(index), params, optimizer)
 
     def cut_bytes(self, last_layer: int, microbatch_size: int) -> float:
         """Bytes crossing a cut after `last_layer` for one whole microbatch (before any split over replicas)."""
