@@ -65,6 +65,29 @@ def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp
         assert abs(predicted - measured) <= 0.01 * measured
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_two_stages_hold_exactly_the_predicted_memory(tmp_path: Path, schedule: str) -> None:
+    """Split after a ReLU, 4 microbatches: each rank's measured peak (weights, gradients, Adam's moments, saved
+    activations, the loss's included) is the predicted one but for Adam's step counters (4 bytes per parameter
+    tensor): a storage two layers save is counted once, an activation sent on is freed with its backward."""
+    profile, cluster, plan = tmp_path / "profile.json", tmp_path / "cluster.json", tmp_path / "plan.json"
+    done = pipeplan("profile", "mlp", *TINY, "-b", "4", "-o", str(profile), "--runs", "1", "--warmup", "0", "-q")
+    assert done.returncode == 0, done.stderr
+    done = pipeplan("probe", "--local", "2", "--out", str(cluster), "--rounds", "2")
+    assert done.returncode == 0, done.stderr
+    layers = len(json.loads(profile.read_text())["layers"])
+    stages = [{"first_layer": 0, "last_layer": 1, "devices": [0]}, {"first_layer": 2, "last_layer": layers - 1, "devices": [1]}]
+    plan.write_text(json.dumps({"format": "pipeplan.plan/1", "profile": "profile.json", "cluster": "cluster.json",
+                                "stages": stages, "pipeline_replicas": 1, "microbatches": 4, "microbatch_size": 4,
+                                "schedule": schedule, "k": 1, "chunks": 1, "order": None}))  # fmt: skip
+    done = pipeplan("train", "--local", "2", "--plan", str(plan), "--steps", "2", "--json", "-q")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    counters = [2 * 4 * 2, 2 * 4 * (layers - 2)]  # a weight and a bias per layer, one float32 step counter each
+    pairs = zip(report["predicted_memory_bytes"], report["measured_memory_bytes"], strict=True)
+    assert [measured - predicted for predicted, measured in pairs] == counters
+
+
 def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is_written(tmp_path: Path) -> None:
     """With process 1 silent after joining, the probe fails within its --timeout, exit 2, one error line, no file."""
     out = tmp_path / "c.json"
