@@ -256,3 +256,33 @@ def test_a_schedule_file_simulates_as_its_generator_does(
     assert {**from_file, "schedule": "1f1b"} == generated
     code, err = run_main(monkeypatch, capsys, "simulate", str(path), "-m", "5")
     assert code == 2 and "--microbatches does not apply to the schedule file" in err
+
+
+def test_pipemare_reports_its_steady_state_delays_and_weight_copies() -> None:
+    """`simulate pipemare --json`: the usual timings plus utilization over the steady window (1.0 for equal stages),
+    the delays the order gives (ceil((p - s - 1) / m)), and two weight copies per stage against stashing's count."""
+    got = run_json("pipemare", "-p", "4", "-m", "2")
+    assert got["schedule"] == "pipemare" and got["iteration_time"] > 0
+    mare = got["pipemare"]
+    assert mare["utilization"] == pytest.approx(1.0)
+    assert mare["delays"] == [2, 1, 1, 0]
+    assert mare["memory"] == {"weight_copies": [2, 2, 2, 2], "weight_stashing_copies": [3, 2, 2, 1]}
+    longer = run_json("pipemare", "-p", "4", "-m", "2", "--minibatches", "20")
+    assert longer["pipemare"]["delays"] == mare["delays"] and longer["iteration_time"] > got["iteration_time"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["1f1b", "-p", "2", "-m", "2", "--minibatches", "4"], "--minibatches applies only to pipemare"),
+        (["pipemare", "-p", "4", "-m", "2", "--minibatches", "5"], "a steady window needs at least 6"),
+        (["pipemare", "-p", "4", "-m", "2", "--minibatches", "0"], "minibatches must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_pipemare_options_are_one_line_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    """--minibatches on a synchronous schedule, too few for a steady window, or below 1: exit 2, one line."""
+    code, err = run_main(monkeypatch, capsys, "simulate", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err

@@ -103,7 +103,7 @@ def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is
     ("args", "message"),
     [
         (["--steps", "0"], "--steps must be >= 1, got 0"),
-        (["--optimizer", "lion"], "--optimizer must be adam or sgd, got 'lion'"),
+        (["--optimizer", "lion"], "--optimizer must be one of adam, sgd, sgd_momentum, got 'lion'"),
         (["--timeout", "0"], "--timeout must be > 0 seconds, got 0.0"),
         (["--local", "0"], "--local must be >= 1, got 0"),
     ],

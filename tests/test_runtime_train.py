@@ -76,7 +76,7 @@ BASE = ["--schedule", "1f1b", "-p", "2", "-m", "4", "--no-predict"]
         (["--local", "2", "--png", "out.xyz"], "--png 'out.xyz' must end with .png"),
         (["--local", "2", "--trace", "/no/such/folder/t.json"], "--trace '/no/such/folder/t.json': folder '/no/such/folder'"),
         (["--local", "2", "--resume"], "--checkpoint-every and --resume need --checkpoint-dir"),
-        (["--local", "2", "--optimizer", "lamb"], "--optimizer must be adam or sgd, got 'lamb'"),
+        (["--local", "2", "--optimizer", "lamb"], "--optimizer must be one of adam, sgd, sgd_momentum, got 'lamb'"),
     ],
 )
 def test_train_checks_its_options_once_before_any_process_starts(args: list[str], message: str) -> None:

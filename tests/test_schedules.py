@@ -19,6 +19,8 @@ from pipeplan.schedules import (
     zero_bubble_h1,
 )
 from pipeplan.schedules.interleaved import interleaved_warmup
+from pipeplan.schedules.pipemare import pipemare
+from pipeplan.schedules.registry import ASYNCHRONOUS
 
 NAMES = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1")
 
@@ -83,8 +85,49 @@ def test_largest_sizes_are_valid(name: str) -> None:
 
 
 def test_registry_holds_every_generator() -> None:
-    """SCHEDULES names exactly the five static generators."""
-    assert tuple(SCHEDULES) == NAMES
+    """SCHEDULES names the five synchronous generators and the asynchronous pipemare."""
+    assert tuple(SCHEDULES) == (*NAMES, "pipemare")
+    assert {"pipemare"} == ASYNCHRONOUS
+
+
+@st.composite
+def pipemare_args(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(p, m, minibatches n, synchronous minibatches w) with p <= 8, m <= 8, n <= 6, w <= n."""
+    n = draw(st.integers(1, 6))
+    return draw(st.integers(1, 8)), draw(st.integers(1, 8)), n, draw(st.integers(0, n))
+
+
+@given(pipemare_args())
+def test_pipemare_is_valid_and_steps_each_stage_after_each_minibatch(args: tuple[int, int, int, int]) -> None:
+    """Every stage runs F and B of all n·m microbatches and one U per minibatch, right after the B of the
+    minibatch's last microbatch; at most p - s microbatches are in flight on stage s (no flush needed)."""
+    p, m, n, w = args
+    schedule = pipemare(p, m, n, w)
+    assert validate(schedule) is schedule and schedule.name == "pipemare"
+    assert schedule.num_ranks == p and schedule.num_microbatches == n * m
+    for stage, actions in enumerate(schedule.ranks):
+        assert sorted(a.microbatch for a in actions if a.op == "F") == list(range(n * m))
+        assert sorted(a.microbatch for a in actions if a.op == "B") == list(range(n * m))
+        steps = [i for i, a in enumerate(actions) if a.op == "U"]
+        assert [actions[i].microbatch for i in steps] == list(range(n))
+        assert [actions[i - 1] for i in steps] == [Action(stage, "B", (t + 1) * m - 1) for t in range(n)]
+        assert order_peak_inflight(actions) <= p - stage
+
+
+def test_pipemare_order_streams_across_minibatches() -> None:
+    """p = 2, m = 2, two minibatches: stage 0 never drains between them; with one synchronous minibatch it does."""
+    assert texts(pipemare(2, 2, 2)) == ["0F0 0F1 0B0 0F2 0B1 0U0 0F3 0B2 0B3 0U1", "1F0 1B0 1F1 1B1 1U0 1F2 1B2 1F3 1B3 1U1"]
+    assert texts(pipemare(2, 2, 2, 1))[0] == "0F0 0F1 0B0 0B1 0U0 0F2 0F3 0B2 0B3 0U1"
+
+
+def test_pipemare_default_minibatches_leave_a_steady_window() -> None:
+    """make_schedule covers max(8, 4·ceil(p/m) + 4) minibatches; bad sizes name the field."""
+    assert make_schedule("pipemare", 4, 4).num_microbatches == 8 * 4
+    assert make_schedule("pipemare", 8, 2).num_microbatches == 20 * 2
+    with pytest.raises(ScheduleError, match=r"^minibatches must be an integer >= 1, got 0$"):
+        pipemare(2, 2, 0)
+    with pytest.raises(ScheduleError, match=r"sync_minibatches must be an integer in 0..3 \(the minibatches\), got 4"):
+        pipemare(2, 2, 3, 4)
 
 
 def test_generators_are_deterministic() -> None:
@@ -203,7 +246,7 @@ def test_peak_inflight_by_order(args: tuple[str, int, int, int, int]) -> None:
     assert [order_peak_inflight(actions) for actions in schedule.ranks] == expected
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", (*NAMES, "pipemare"))
 @pytest.mark.parametrize(
     ("stages", "microbatches", "k", "chunks", "field"),
     [(0, 4, 1, 1, "stages"), (2, 0, 1, 1, "microbatches"), (2, 4, 0, 1, "k"), (2, 4, 1, 0, "chunks"), (-1, 4, 1, 1, "stages")],
@@ -234,6 +277,6 @@ def test_generators_check_their_own_arguments(call: object) -> None:
 def test_unknown_schedule_name() -> None:
     """An unknown name is rejected with the known names listed."""
     with pytest.raises(
-        ScheduleError, match=r"unknown schedule 'zb-h9'; choose one of gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1"
+        ScheduleError, match=r"unknown schedule 'zb-h9'; choose one of gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare"
     ):
         make_schedule("zb-h9", 2, 4)

@@ -22,7 +22,7 @@ def probe(
     rounds: int = typer.Option(10, "--rounds", help="Ping-pongs per message size and all-reduces per size."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds any process waits for a peer before failing."),
     optimizer: str = typer.Option(
-        "adam", "--optimizer", help="The optimizer the calibration steps take: adam or sgd (as train)."
+        "adam", "--optimizer", help="The optimizer the calibration steps take: adam, sgd or sgd_momentum (as train)."
     ),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
@@ -35,7 +35,7 @@ def probe(
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
     if optimizer not in OPTIMIZERS:
-        raise TrainConfigError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, got {optimizer!r}")
+        raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     check_writable("--out", out)

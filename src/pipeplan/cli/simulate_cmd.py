@@ -12,6 +12,7 @@ from pipeplan.core.errors import CostError, PlanError, ScheduleError
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
     from pipeplan.sim.result import SimResult
+    from pipeplan.sim.steady import SteadyState
 
 DEFAULTS = {"--fwd": "1", "--bwd": "2", "--comm": "0", "--act-bytes": "0"}
 """Synthetic costs when a flag is not given: F = 1 ms, B = 2 ms, no transfer time, no activation memory."""
@@ -52,14 +53,24 @@ def simulate_named(
     chunks: int,
     trace: object,
     record: bool,
-) -> tuple[SimResult, str]:
+    minibatches: int | None = None,
+) -> tuple[SimResult, str, SteadyState | None]:
     """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
-    flags in `costs_text`; return the result and its title (name, p, m and k or v when not 1)."""
+    flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1) and, for pipemare,
+    its steady state."""
     from pipeplan.io.load import load_schedule
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
 
-    schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
+    asynchronous = name == "pipemare"
+    if minibatches is not None and not asynchronous:
+        raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
+    if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
+        from pipeplan.schedules.pipemare import pipemare
+
+        schedule = pipemare(stages, microbatches, minibatches)
+    else:
+        schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if isinstance(trace, BandwidthTrace):
         trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
@@ -72,9 +83,17 @@ def simulate_named(
         bwd_input=stage_values("--bwd-input", text["--bwd-input"], schedule),
         bwd_weight=stage_values("--bwd-weight", text["--bwd-weight"], schedule),
     )
+    if asynchronous:
+        from pipeplan.sim.steady import steady_state
+
+        assert microbatches is not None
+        result = simulate(schedule, costs, trace=trace, record=True)
+        minis = schedule.num_microbatches // microbatches
+        title = f"pipemare, p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
+        return result, title, steady_state(schedule, result, microbatches)
     title = f"{schedule.name or name}, p={schedule.num_ranks}, m={schedule.num_microbatches}"
     title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
-    return simulate(schedule, costs, trace=trace, record=record), title
+    return simulate(schedule, costs, trace=trace, record=record), title, None
 
 
 def simulate_plan_file(
@@ -124,10 +143,15 @@ def simulate_plan_file(
 
 def simulate(
     name: str | None = typer.Argument(
-        None, help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, or a schedule .csv/.json file (omit with --plan)."
+        None,
+        help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare (asynchronous), or a schedule .csv/.json "
+        "file (omit with --plan).",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
+    minibatches: int | None = typer.Option(
+        None, "--minibatches", help="pipemare: minibatches of m microbatches streamed without a flush [max(8, 4 ceil(p/m) + 4)]."
+    ),
     fwd: str | None = typer.Option(None, "--fwd", help="Forward ms per microbatch: one number or one per stage [1]."),
     bwd: str | None = typer.Option(None, "--bwd", help="Backward ms per microbatch: one number or one per stage [2]."),
     comm: str | None = typer.Option(None, "--comm", help="Transfer ms: one number or one per stage boundary [0]."),
@@ -167,6 +191,7 @@ def simulate(
 
         trace = read_bandwidth_trace(bandwidth_trace)
     record = trace_out is not None or png_out is not None
+    steady = None
     if plan is not None:
         given = [flag for flag, value in costs_text.items() if value is not None]
         given += [flag for flag, value in (("--stages", stages), ("--microbatches", microbatches)) if value is not None]
@@ -177,10 +202,14 @@ def simulate(
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
         result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
                                     check_memory=not ignore_memory, profile_batch_size=profile_batch_size)  # fmt: skip
+        if minibatches is not None:
+            raise PlanError("--minibatches does not apply to --plan (it sets pipemare's minibatches)")
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
-            raise ScheduleError("simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or --plan FILE")
+            raise ScheduleError(
+                "simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare) or --plan FILE"
+            )
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
                             ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
                             ("--profile-batch-size", profile_batch_size)):  # fmt: skip
@@ -191,19 +220,27 @@ def simulate(
                                 ("--chunks", chunks != 1 or None)):  # fmt: skip
                 if value is not None:
                     raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
-        result, title = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record)
-    report(result, title, as_json, trace_out, png_out)
+        result, title, steady = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record, minibatches)
+    report(result, title, as_json, trace_out, png_out, steady)
 
 
-def report(result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
+def report(
+    result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None, steady: SteadyState | None = None
+) -> None:
     """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
     if as_json:
-        print_json(result.to_json())
+        print_json(result.to_json() | ({"pipemare": steady.to_json()} if steady is not None else {}))
     else:
         from pipeplan.viz.tables import METRICS_NOTE, print_tables, rank_table, summary_table
 
         print_tables(summary_table(result, title), rank_table(result))
         typer.echo(METRICS_NOTE)
+        if steady is not None:
+            typer.echo(
+                f"pipemare steady state: utilization {steady.utilization:.1%} over {steady.start_ms:.1f}-{steady.end_ms:.1f} ms; "
+                f"delays (optimizer steps, stage 0 first) {list(steady.delays)}; weight copies per stage "
+                f"{list(steady.weight_copies)} (weight stashing would keep {list(steady.stashed_weight_copies)})"
+            )
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
     if trace_out is not None:
         from pipeplan.viz.perfetto import write_trace

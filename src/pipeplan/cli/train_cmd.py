@@ -6,11 +6,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from pipeplan.core.errors import PipeplanError
+
+if TYPE_CHECKING:
+    from pipeplan.runtime.options import AsyncSettings
 
 WORKER_BOOT = "from pipeplan.cli import main; main()"
 """How --local starts each worker: this same CLI, without --local, under the launcher's torchrun-like environment."""
@@ -47,8 +50,17 @@ def _worker_argv(argv: list[str]) -> list[str]:
 def train(
     plan: str | None = typer.Option(None, "--plan", help="A plan file (pipeplan.plan/1)."),
     schedule: str | None = typer.Option(
-        None, "--schedule", help="Schedule name (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1) or a schedule .csv/.json file."
+        None,
+        "--schedule",
+        help="Schedule name (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare: asynchronous) or a schedule .csv/.json file.",
     ),
+    lr_reschedule: int | None = typer.Option(
+        None, "--lr-reschedule", help="pipemare: learning rate α/τ^(1-min(k/K,1)) at asynchronous step k (K >= 1)."
+    ),
+    discrepancy_decay: float | None = typer.Option(
+        None, "--discrepancy-decay", help="pipemare: backward on w - τ·δ, velocity δ with γ = D^(1/τ) (0 <= D < 1)."
+    ),
+    sync_warmup: int = typer.Option(0, "--sync-warmup", help="pipemare: the first W steps synchronous (flushed 1F1B)."),
     stages: int = typer.Option(2, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME)."),
     microbatches: int = typer.Option(4, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME)."),
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
@@ -69,9 +81,15 @@ def train(
     ),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
     batch_size: int = typer.Option(64, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule)."),
-    steps: int = typer.Option(10, "--steps", help="Iterations to run (a resumed run stops at the same total)."),
+    steps: int | None = typer.Option(None, "--steps", help="Iterations to run (a resumed run stops at the same total) [10]."),
+    epochs: int | None = typer.Option(
+        None, "--epochs", help="Instead of --steps: passes over the training split (whole global batches each)."
+    ),
+    evaluate: bool = typer.Option(
+        False, "--eval", help="Held-out accuracy and loss on the dataset's test split after each epoch and at the end."
+    ),
     lr: float = typer.Option(1e-3, "--lr", help="Learning rate."),
-    optimizer: str = typer.Option("adam", "--optimizer", help="adam or sgd."),
+    optimizer: str = typer.Option("adam", "--optimizer", help="adam, sgd or sgd_momentum (momentum 0.9)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model weights and the sample order."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every N iterations (0: never)."),
@@ -108,13 +126,21 @@ def train(
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
-    _check_options(local=local, steps=steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
+    if steps is not None and epochs is not None:
+        raise TrainConfigError("give --steps or --epochs, not both")
+    if epochs is not None and epochs < 1:
+        raise TrainConfigError(f"--epochs must be >= 1, got {epochs}")
+    run_steps = steps if steps is not None else 10
+    asynchronous = _async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, None if epochs else run_steps,
+                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
+                                    "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
+    _check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                    checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
                    dtype=dtype, trace=trace, png=png, keep_last=keep_last)  # fmt: skip
     if checkpoint_dir is not None:
         from pipeplan.runtime.checkpoint import prepare
 
-        note, finished = prepare(Path(checkpoint_dir), resume, checkpoint_every > 0, steps)
+        note, finished = prepare(Path(checkpoint_dir), resume, checkpoint_every > 0, run_steps)
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
         if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
             typer.echo(f"note: {note}", err=True)
@@ -136,7 +162,8 @@ def train(
         module, spec_options, dataset = _model_of_profile(profile, module, spec_options, dataset, options is not None)
     else:
         assert schedule is not None
-        layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas))
+        layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, _split_ints("--replicas", replicas),
+                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
         if local is not None:
             _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
             if copies > 1:
@@ -152,13 +179,40 @@ def train(
     config = TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
         module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
-        dtype=dtype, steps=steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
+        dtype=dtype, steps=run_steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
         trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
-        batch_scaling=batch_scaling, warmup_steps=warmup_steps,
+        batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
+        epochs=epochs or 0,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
+
+
+def _async_settings(
+    schedule: str | None,
+    lr_reschedule: int | None,
+    discrepancy_decay: float | None,
+    sync_warmup: int,
+    steps: int | None,
+    unsupported: dict[str, object],
+) -> AsyncSettings | None:
+    """PipeMare's switches for --schedule pipemare (checked: one line naming the flag), None for other schedules,
+    whose runs refuse the switches; pipemare refuses what it does not support (checkpoints, timelines, predictions)."""
+    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.options import AsyncSettings, check_async_settings
+
+    given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None}
+    if schedule != "pipemare":
+        for flag, value in given.items():
+            if value is not None:
+                raise TrainConfigError(f"{flag} applies only to --schedule pipemare (asynchronous training)")
+        return None
+    for flag, value in unsupported.items():
+        if value is not None:
+            raise TrainConfigError(f"{flag} is not supported with --schedule pipemare (one asynchronous walk, no iterations)")
+    settings = AsyncSettings(lr_reschedule, discrepancy_decay, sync_warmup)
+    return settings if steps is None else check_async_settings(settings, steps)  # with --epochs: checked by each process
 
 
 def _check_options(
@@ -253,7 +307,8 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
     def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
         if not quiet and not as_json:
             times = f"pipeline {pipeline_ms:8.2f} ms  optimizer {optimizer_ms:7.2f} ms"
-            typer.echo(f"step {step + 1:>5}/{config.steps}  loss {loss:.6f}  {times}")
+            of = "" if config.epochs else f"/{config.steps}"
+            typer.echo(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}")
 
     try:
         report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line))
@@ -301,6 +356,11 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             if report.link is None
             else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
         }
+        if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
+            out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
+        if report.evals:
+            out |= {"eval": [e.to_json() for e in report.evals], "test_accuracy": report.evals[-1].test_accuracy,
+                    "test_loss": report.evals[-1].test_loss}  # fmt: skip
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return
@@ -320,6 +380,11 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
             f"ratio {measured / predicted:.3f}"
         )
+    for e in report.evals:
+        typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
+    if report.delays is not None:
+        typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
+                   f"{report.delays}")  # fmt: skip
     if trace:
         typer.echo(f"trace:     {trace}")
 

@@ -15,6 +15,7 @@ from torch.nn import functional
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
+from pipeplan.profiler.charlm import charlm
 from pipeplan.profiler.specs import ModelSpec, seeded_randn
 
 
@@ -92,5 +93,6 @@ BUILTIN_SPECS: dict[str, Callable[..., ModelSpec]] = {
     "mlp": mlp,
     "transformer": transformer,
     **{name: _hf(name) for name in ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large")},
+    "charlm": charlm,
 }
 """Every built-in MODULE_SPEC name and its factory."""

@@ -9,18 +9,23 @@ import torch
 
 from pipeplan.core.errors import TrainConfigError
 
-DATASETS = ("digits", "sample")
-"""digits: scikit-learn's 8x8 handwritten digits (1797 samples, 10 classes); sample: the MODULE_SPEC's own samples."""
+DATASETS = ("digits", "pysource", "sample")
+"""digits: scikit-learn's 8x8 handwritten digits (1797 samples, 10 classes; every fifth held out); pysource: the
+next character of the Python standard library's sources (profiler.text; every tenth file held out); sample: the
+MODULE_SPEC's own samples (no held-out split)."""
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Inputs and targets, row i one sample; `classes` is set for classification data."""
+    """Training inputs and targets, row i one sample; `classes` is set for classification data; the held-out
+    split (`test_inputs`, `test_targets`) is None for data without one."""
 
     name: str
     inputs: torch.Tensor
     targets: torch.Tensor
     classes: int | None = None
+    test_inputs: torch.Tensor | None = None
+    test_targets: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.inputs) != len(self.targets) or len(self.inputs) == 0:
@@ -50,7 +55,16 @@ def digits() -> Dataset:
     bunch = load_digits()
     inputs = torch.as_tensor(bunch.data, dtype=torch.float32) / 16.0
     targets = torch.as_tensor(bunch.target, dtype=torch.int64)
-    return Dataset("digits", inputs, targets, classes=10)
+    held = torch.arange(len(inputs)) % 5 == 4  # every fifth sample: 359 held out, 1438 to train on
+    return Dataset("digits", inputs[~held], targets[~held], 10, inputs[held], targets[held])
+
+
+def pysource(seq_len: int) -> Dataset:
+    """Next-character prediction on the Python standard library's sources, windows of `seq_len` (profiler.text)."""
+    from pipeplan.profiler.text import VOCAB, python_corpus
+
+    (inputs, targets), (test_inputs, test_targets) = python_corpus(seq_len)
+    return Dataset("pysource", inputs, targets, VOCAB, test_inputs, test_targets)
 
 
 def sample_dataset(

@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
-from pipeplan.profiler.datasets import DATASETS, Dataset, digits, sample_dataset
+from pipeplan.profiler.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
 from pipeplan.profiler.specs import LossFn, ModelSpec, resolve_module_spec, takes_option
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -48,7 +48,8 @@ class Model:
 
 
 def resolve_dataset(module: str, dataset: str) -> str:
-    """`auto` is `digits` for a MODULE_SPEC that takes an `in_features` option (mlp), else `sample`; others as given.
+    """`auto` is `digits` for a MODULE_SPEC that takes an `in_features` option (mlp), `pysource` for `charlm`, else
+    `sample`; others as given.
 
     Raises:
         TrainConfigError: an unknown dataset.
@@ -58,6 +59,8 @@ def resolve_dataset(module: str, dataset: str) -> str:
         raise TrainConfigError(f"--dataset must be one of auto, {', '.join(DATASETS)}; got {dataset!r}")
     if dataset != "auto":
         return dataset
+    if module == "charlm":
+        return "pysource"
     return "digits" if takes_option(module, "in_features") else "sample"
 
 
@@ -95,6 +98,15 @@ def build_model(
         layers = (*spec.layers, head)
         names = (*spec.layer_names, "head")
         loss_fn: LossFn = functional.cross_entropy
+    elif dataset == "pysource":
+        spec = _resolve(module, opts, seed)
+        if spec.loss_fn is None or not takes_option(module, "seq_len"):
+            raise TrainConfigError(
+                f"--dataset pysource needs a character model with a seq_len option (such as charlm), got {module!r}"
+            )
+        seq_len = int(spec.sample_input(1).shape[1])
+        data = pysource(seq_len)
+        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
     elif dataset == "sample":
         spec = _resolve(module, opts, seed)
         if spec.loss_fn is None:
@@ -105,9 +117,13 @@ def build_model(
         raise AssertionError(dataset)
     for layer in layers:
         layer.to(torch_dtype)
-    inputs = data.inputs.to(torch_dtype) if data.inputs.is_floating_point() else data.inputs
-    targets = data.targets.to(torch_dtype) if data.targets.is_floating_point() else data.targets
-    data = Dataset(data.name, inputs, targets, data.classes)
+
+    def cast(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        return tensor.to(torch_dtype) if tensor is not None and tensor.is_floating_point() else tensor
+
+    data = Dataset(
+        data.name, cast(data.inputs), cast(data.targets), data.classes, cast(data.test_inputs), cast(data.test_targets)
+    )  # type: ignore[arg-type]
     return Model(tuple(layers), tuple(names), loss_fn, data, spec)
 
 

@@ -77,6 +77,7 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
     compute span (before the optimizer) and of the slowest process's whole step.
     """
     from pipeplan.runtime.executor import Executor
+    from pipeplan.runtime.optim import make_optimizer
     from pipeplan.runtime.topology import Topology
     from pipeplan.schedules.plan_schedule import plan_schedule
 
@@ -86,7 +87,7 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
     rows = torch.arange(plan.global_batch) % len(model.dataset)
     inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
     params = executor.parameters()
-    step_fn = torch.optim.Adam(params, lr=1e-12) if optimizer == "adam" else torch.optim.SGD(params, lr=1e-12)
+    step_fn = make_optimizer(optimizer, params, 1e-12)
     compute: list[dict[str, float]] = []
     tails, totals = [], []
     dist.barrier()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -32,6 +34,17 @@ class StepRecord:
     stage_peaks: tuple[tuple[int, int], ...]
 
 
+class StageHooks(Protocol):
+    """What an asynchronous run adds around the actions (runtime.asynchronous): it sees each forward, wraps each
+    backward (B or I: the weights it runs on) and performs each optimizer step (U)."""
+
+    def forward(self, stage: int, microbatch: int) -> None: ...
+
+    def backward(self, stage: int, microbatch: int) -> AbstractContextManager[None]: ...
+
+    def update(self, stage: int, minibatch: int) -> None: ...
+
+
 class Executor:
     """Runs one process's part of each iteration: actions in schedule order, then gradient sync.
 
@@ -43,6 +56,9 @@ class Executor:
         device: where the stages run.
         timeout_s: bound on every wait for a peer.
         lookahead: actions ahead whose receives are posted early.
+        hooks: run around forwards, backwards and optimizer steps (U); a schedule with U actions needs them.
+        loss_samples: the samples one optimizer step covers (the loss of a piece of n samples is scaled by
+            n / loss_samples); default the plan's global batch.
     """
 
     def __init__(
@@ -55,8 +71,14 @@ class Executor:
         timeout_s: float,
         lookahead: int = 2,
         faults: FaultInjector | None = None,
+        hooks: StageHooks | None = None,
+        loss_samples: int | None = None,
     ) -> None:
         self.topology = topology
+        self.hooks = hooks
+        self.loss_samples = loss_samples or topology.plan.global_batch
+        self.microbatch_losses: dict[int, float] = {}
+        """The scaled loss of each microbatch whose last stage ran here (the last iteration's)."""
         self.role = role
         self.loss_fn = loss_fn
         self.device = device
@@ -105,6 +127,7 @@ class Executor:
             p.grad = None
         self.comm.begin_step(record)
         self._loss = torch.zeros((), dtype=torch.float64)
+        self.microbatch_losses = {}
         spans: list[ComputeSpan] = []
         stage_peaks = dict.fromkeys(self.stages, 0)
         self._current = None
@@ -165,10 +188,14 @@ class Executor:
             x = inputs[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_first else self._receive(action)
             start = time.perf_counter()
             target = targets[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_last else None
-            scale = (hi - lo) / self.topology.plan.global_batch
+            scale = (hi - lo) / self.loss_samples
+            if self.hooks is not None:
+                self.hooks.forward(action.stage, mb)
             out = stage.forward(mb, x, target, self.loss_fn, scale)
             if stage.is_last:
-                self._loss += out.detach().to("cpu", torch.float64)
+                value = out.detach().to("cpu", torch.float64)
+                self._loss += value
+                self.microbatch_losses[mb] = float(value)
             else:
                 self.comm.send(action, out)
             return start
@@ -176,13 +203,20 @@ class Executor:
             start = time.perf_counter()
             stage.backward_weight(mb)
             return start
+        if action.op == "U":
+            if self.hooks is None:
+                raise RuntimeFault(f"action {action}: an optimizer step inside the schedule needs an asynchronous run")
+            start = time.perf_counter()
+            self.hooks.update(action.stage, mb)
+            return start
         if action.op not in "BI":
-            raise RuntimeFault(f"op {action.op!r} of action {action} is not supported by the synchronous runtime")
+            raise RuntimeFault(f"op {action.op!r} of action {action} is not supported by the runtime")
         grad = None if stage.is_last else self._receive(action)
         start = time.perf_counter()
         backward: Callable[[int, torch.Tensor | None], torch.Tensor | None]
         backward = stage.backward if action.op == "B" else stage.backward_input
-        grad_in = backward(mb, grad)
+        with self.hooks.backward(action.stage, mb) if self.hooks is not None else contextlib.nullcontext():
+            grad_in = backward(mb, grad)
         if not stage.is_first:
             self.comm.send(action, grad_in)
         return start

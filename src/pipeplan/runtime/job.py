@@ -17,7 +17,11 @@ class ScheduleLayout:
     `name` is a schedule name, or a schedule file (`.csv` in
     torch.distributed.pipelining's compute-only format, or `.json`), whose
     ranks and stages then fix `stages` and `chunks`. Processes beyond one
-    pipeline's devices form further pipeline replicas.
+    pipeline's devices form further pipeline replicas. The asynchronous
+    `pipemare` covers the whole run in one schedule: `minibatches` (the
+    run's steps) of `microbatches` each, the first `sync_minibatches` flushed;
+    its plan then has minibatches x microbatches microbatches of
+    global_batch / microbatches samples, one pipeline, no replicas.
     """
 
     name: str
@@ -27,6 +31,15 @@ class ScheduleLayout:
     k: int = 1
     chunks: int = 1
     replicas: tuple[int, ...] | None = None
+    minibatches: int = 1
+    sync_minibatches: int = 0
+
+    @property
+    def asynchronous(self) -> bool:
+        """True for a schedule that steps inside itself without a flush (pipemare)."""
+        from pipeplan.schedules.registry import ASYNCHRONOUS
+
+        return self.name in ASYNCHRONOUS
 
     def schedule(self) -> Schedule:
         """The schedule: generated from the name, or read from the file.
@@ -34,6 +47,10 @@ class ScheduleLayout:
         Raises:
             ScheduleError: bad sizes or file.
         """
+        if self.asynchronous:
+            from pipeplan.schedules.pipemare import pipemare
+
+            return pipemare(self.stages, self.microbatches, self.minibatches, self.sync_minibatches)
         return load_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks)
 
     def check(self, world_size: int) -> tuple[Schedule, tuple[int, ...], int]:
@@ -46,6 +63,11 @@ class ScheduleLayout:
         schedule = self.schedule()
         ranks = schedule.num_ranks
         replicas = self.replicas or (1,) * ranks
+        if self.asynchronous and (world_size != ranks or max(replicas) != 1):
+            raise TrainConfigError(
+                f"--schedule {self.name} runs one pipeline without replicas: it needs --stages {ranks} processes, got "
+                f"{world_size}" + (f" and --replicas {list(replicas)}" if self.replicas else "")
+            )
         if len(replicas) != ranks or min(replicas) < 1:
             raise TrainConfigError(f"--replicas needs {ranks} counts >= 1 (one per pipeline rank), got {list(replicas)}")
         per_pipeline = sum(replicas)
@@ -54,7 +76,7 @@ class ScheduleLayout:
                 f"{world_size} processes cannot hold whole pipelines of {per_pipeline} devices (replicas {list(replicas)})"
             )
         copies = world_size // per_pipeline
-        m = schedule.num_microbatches
+        m = self.microbatches if self.asynchronous else schedule.num_microbatches
         if self.global_batch % (copies * m):
             raise TrainConfigError(
                 f"--batch-size {self.global_batch} must be a multiple of pipeline replicas x microbatches = {copies} x {m}"
@@ -81,7 +103,8 @@ class ScheduleLayout:
         stages = tuple(Stage(lo, hi, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
         kind = schedule.name if schedule.name in ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1") else "list"
         order = schedule.ranks if kind == "list" else None
-        plan = Plan(stages, copies, m, self.global_batch // (copies * m), kind, k=self.k, chunks=num_stages // ranks, order=order)
+        size = self.global_batch // (copies * (self.microbatches if self.asynchronous else m))
+        plan = Plan(stages, copies, m, size, kind, k=self.k, chunks=num_stages // ranks, order=order)
         return plan, schedule
 
 

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from pipeplan.runtime.errors import TrainConfigError
 
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
+"""What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""
 DTYPES = ("float32", "float64")
 
 
@@ -36,8 +38,41 @@ def check_train_options(
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
     if optimizer not in OPTIMIZERS:
-        raise TrainConfigError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, got {optimizer!r}")
+        raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if dtype not in DTYPES:
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncSettings:
+    """PipeMare's switches: `lr_reschedule` K (None: off), `discrepancy_decay` D (None: off), `sync_warmup` W
+    minibatches (0: none)."""
+
+    lr_reschedule: int | None = None
+    discrepancy_decay: float | None = None
+    sync_warmup: int = 0
+
+    @property
+    def label(self) -> str:
+        """A short name of the combination, e.g. 'naive', 'lr+dc', 'lr+dc+warm-up'."""
+        parts = [name for name, on in (("lr", self.lr_reschedule), ("dc", self.discrepancy_decay is not None)) if on]
+        parts += ["warm-up"] if self.sync_warmup else []
+        return "+".join(parts) or "naive"
+
+
+def check_async_settings(settings: AsyncSettings, steps: int) -> AsyncSettings:
+    """Raise TrainConfigError naming the flag: K below 1, D outside [0, 1), W beyond the run's steps."""
+    k = settings.lr_reschedule
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise TrainConfigError(f"--lr-reschedule must be an integer >= 1 (steps over which the rescheduling anneals), got {k!r}")
+    d = settings.discrepancy_decay
+    if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1):
+        raise TrainConfigError(f"--discrepancy-decay must be a number in [0, 1), got {d!r}")
+    w = settings.sync_warmup
+    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+        raise TrainConfigError(f"--sync-warmup must be an integer >= 0, got {w!r}")
+    if w > steps:
+        raise TrainConfigError(f"--sync-warmup {w} is beyond the run: --steps is {steps}")
+    return settings

@@ -10,6 +10,7 @@ from pipeplan.schedules.gpipe import gpipe
 from pipeplan.schedules.interleaved import interleaved_one_f_one_b
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.schedules.one_f_one_b import one_f_one_b
+from pipeplan.schedules.pipemare import default_minibatches, pipemare
 from pipeplan.schedules.zero_bubble import zero_bubble_h1
 
 SCHEDULES: dict[str, Callable[..., Schedule]] = {
@@ -18,8 +19,14 @@ SCHEDULES: dict[str, Callable[..., Schedule]] = {
     "kfkb": lambda stages, microbatches, k=1, chunks=1: kfkb(stages, microbatches, k),
     "interleaved-1f1b": lambda stages, microbatches, k=1, chunks=1: interleaved_one_f_one_b(stages, microbatches, chunks),
     "zb-h1": lambda stages, microbatches, k=1, chunks=1: zero_bubble_h1(stages, microbatches),
+    "pipemare": lambda stages, microbatches, k=1, chunks=1: pipemare(stages, microbatches),
 }
-"""name -> generator(stages, microbatches, k, chunks); every generator takes all four."""
+"""name -> generator(stages, microbatches, k, chunks); every generator takes all four. `pipemare` is asynchronous:
+its schedule covers default_minibatches(p, m) minibatches of m microbatches each, without a flush."""
+
+ASYNCHRONOUS = frozenset({"pipemare"})
+"""Schedules whose stages step inside the schedule (U) without a flush: a planner never picks them for a synchronous
+iteration."""
 
 MAX_ACTIONS = 4_000_000
 """The most actions a generated schedule may hold: 1F1B at p=64, m=1024 has 131,072 and simulates in a second;
@@ -31,7 +38,10 @@ BYTES_PER_ACTION = 400
 
 
 def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> int:
-    """How many actions schedule `name` holds: F and B (zero-bubble: F, I and W) per stage and microbatch."""
+    """How many actions schedule `name` holds: F and B (zero-bubble: F, I and W) per stage and microbatch; pipemare
+    also a U per stage and minibatch, over its minibatches."""
+    if name == "pipemare":
+        return (2 * microbatches + 1) * stages * default_minibatches(stages, microbatches)
     per = 3 if name == "zb-h1" else 2
     return per * stages * (chunks if name == "interleaved-1f1b" else 1) * microbatches
 

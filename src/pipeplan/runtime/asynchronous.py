@@ -1,0 +1,134 @@
+"""Asynchronous pipeline training (PipeMare, SEEDS.md §4): each stage steps as soon as its minibatch's gradients are
+complete, with no flush and one copy of the weights.
+
+How one copy of the weights can serve forwards and backwards that are steps
+apart: a stage's optimizer updates the weights through `.data` aliases of its
+parameters. Autograd's graph of a microbatch forwarded before the update
+keeps the same storage, and its backward then runs on the current weights
+(the delayed-gradient semantics of PipeMare) instead of failing on an
+in-place change. Nothing is stashed.
+
+The three techniques, each a switch (all off: naive asynchronous training):
+- learning-rate rescheduling (`lr_reschedule` K): stage i's step k uses
+  α / τ_i^{p_k}, p_k = 1 - min(k / K, 1), τ_i counted at least 1; k counts
+  the asynchronous steps (after any synchronous warm-up);
+- discrepancy correction (`discrepancy_decay` D): a per-stage velocity
+  δ ← γ δ + (1 - γ)(w_new - w_old), γ = D^(1/τ_i), and every backward runs on
+  ŵ = w - τ_i δ (the weights extrapolated back to the forward's version);
+  stages with τ_i = 0 need none;
+- synchronous warm-up (`sync_warmup` W): the first W minibatches run as
+  flushed 1F1B (the schedule's own order), then the stream starts.
+
+τ_i is the delay the schedule's order gives stage i (sim.delays); the run
+also measures every microbatch's delay (the weight versions its forward and
+backward ran on) and reports the largest per stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from pipeplan.runtime.options import AsyncSettings
+
+
+class StageUpdater:
+    """One stage's optimizer under PipeMare: its step, rescheduled learning rate and discrepancy correction."""
+
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        make_optimizer: Callable[[list[torch.Tensor], float], torch.optim.Optimizer],
+        lr: float,
+        tau: int,
+        settings: AsyncSettings,
+    ) -> None:
+        self.params = list(params)
+        self.aliases = [p.data for p in self.params]  # updates through these do not invalidate saved graphs
+        self.optimizer = make_optimizer(self.aliases, lr) if self.aliases else None
+        self.lr = lr
+        self.tau = tau
+        self.settings = settings
+        correct = settings.discrepancy_decay is not None and tau > 0 and bool(self.aliases)
+        self.velocity = [torch.zeros_like(a) for a in self.aliases] if correct else None
+        self.gamma = float(settings.discrepancy_decay) ** (1.0 / tau) if correct else 0.0  # type: ignore[arg-type]
+        self.async_steps = 0
+
+    def rate(self, asynchronous: bool) -> float:
+        """The learning rate of the next step: α, or α / τ^{p_k} under rescheduling in the asynchronous phase."""
+        k_max = self.settings.lr_reschedule
+        if not asynchronous or k_max is None:
+            return self.lr
+        power = 1.0 - min(self.async_steps / k_max, 1.0)
+        return self.lr / max(self.tau, 1) ** power
+
+    def step(self, asynchronous: bool) -> None:
+        """Apply the accumulated gradients (then clear them for the next minibatch) and update the velocity."""
+        if self.optimizer is None:
+            return
+        for alias, p in zip(self.aliases, self.params, strict=True):
+            alias.grad = p.grad
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.rate(asynchronous)
+        velocity, gamma = self.velocity, self.gamma
+        if velocity is not None:
+            for d, w in zip(velocity, self.aliases, strict=True):
+                d.mul_(gamma).sub_(w, alpha=1.0 - gamma)  # γ δ - (1 - γ) w_old ...
+        self.optimizer.step()
+        if velocity is not None:
+            for d, w in zip(velocity, self.aliases, strict=True):
+                d.add_(w, alpha=1.0 - gamma)  # ... + (1 - γ) w_new
+        for alias, p in zip(self.aliases, self.params, strict=True):
+            alias.grad = None
+            p.grad = None
+        if asynchronous:
+            self.async_steps += 1
+
+    @contextlib.contextmanager
+    def corrected(self, asynchronous: bool) -> Iterator[None]:
+        """Run the body (a backward) on ŵ = w - τ δ when correcting, then restore w."""
+        velocity = self.velocity if asynchronous else None
+        if velocity is None:
+            yield
+            return
+        for d, w in zip(velocity, self.aliases, strict=True):
+            w.sub_(d, alpha=self.tau)
+        try:
+            yield
+        finally:
+            for d, w in zip(velocity, self.aliases, strict=True):
+                w.add_(d, alpha=self.tau)
+
+
+class PipeMareHooks:
+    """The executor's hooks (runtime.executor.StageHooks) for this process's stages: steps, corrected backwards,
+    and the weight version each microbatch's forward and backward ran on (the measured delays)."""
+
+    def __init__(self, updaters: dict[int, StageUpdater], microbatches: int, sync_minibatches: int) -> None:
+        self.updaters = updaters
+        self.first_async = sync_minibatches * microbatches  # the first microbatch of the stream
+        self.sync_minibatches = sync_minibatches
+        self.versions = dict.fromkeys(updaters, 0)
+        self._forward: dict[tuple[int, int], int] = {}
+        self.delays = dict.fromkeys(updaters, 0)
+        self.step_times: list[float] = []
+
+    def forward(self, stage: int, microbatch: int) -> None:
+        self._forward[(stage, microbatch)] = self.versions[stage]
+
+    @contextlib.contextmanager
+    def backward(self, stage: int, microbatch: int) -> Iterator[None]:
+        used = self._forward.pop((stage, microbatch))
+        self.delays[stage] = max(self.delays[stage], self.versions[stage] - used)
+        with self.updaters[stage].corrected(microbatch >= self.first_async):
+            yield
+
+    def update(self, stage: int, minibatch: int) -> None:
+        self.updaters[stage].step(asynchronous=minibatch >= self.sync_minibatches)
+        self.versions[stage] += 1
+        if stage == min(self.updaters):
+            self.step_times.append(time.perf_counter())
