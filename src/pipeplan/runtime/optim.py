@@ -19,3 +19,12 @@ def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torc
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+def warm_up(name: str) -> None:
+    """Step a throwaway optimizer of kind `name` once: torch imports and sets up much of an optimizer's machinery
+    on its first step (over half a second on a CPU), which an asynchronous pipeline would otherwise pay stage after
+    stage, in turn, stalling the others."""
+    scratch = torch.zeros(1, requires_grad=True)
+    scratch.grad = torch.zeros(1)
+    make_optimizer(name, [scratch], 0.0).step()

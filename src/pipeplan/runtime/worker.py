@@ -29,7 +29,7 @@ from pipeplan.runtime.evaluate import EvalResult, evaluate
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout
 from pipeplan.runtime.memory_meter import SavedMemoryMeter, static_bytes
-from pipeplan.runtime.optim import make_optimizer
+from pipeplan.runtime.optim import make_optimizer, warm_up
 from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_train_options
 from pipeplan.runtime.predict import (
     PlanPrediction,
@@ -342,7 +342,8 @@ def _train_async(
     losses = torch.zeros(total, dtype=torch.float64)
     marks: list[float] = []
     own: dict[int, nn.Module] = {}
-    dist.barrier()
+    warm_up(config.optimizer)
+    walking = 0.0  # seconds inside the walks (building a walk's executor is setup, as a synchronous run's is)
     began = time.perf_counter()
     for first, end in segments:
         warm = min(max(settings.sync_warmup - first, 0), end - first)
@@ -369,33 +370,34 @@ def _train_async(
         executor.hooks = hooks
         own = executor.modules()
         idx = torch.cat([batch_indices(len(data), batch, step, config.seed) for step in range(first, end)])
-        executor.run(data.inputs[idx], data.targets[idx])
+        inputs, targets = data.inputs[idx], data.targets[idx]
+        dist.barrier()
+        started = time.perf_counter()
+        hooks.step_times = [started]
+        executor.run(inputs, targets)
+        walking += time.perf_counter() - started
         for mb, value in executor.microbatch_losses.items():
             losses[first + mb // m] += value
-        marks += hooks.step_times
-        hooks.step_times = []
+        marks += [b - a for a, b in itertools.pairwise(hooks.step_times)]
         if config.evaluate:
             _evaluate(report, model, seg_plan, own, device, end, per_epoch, began)
-    elapsed = time.perf_counter() - began
     assert hooks is not None
     dist.all_reduce(losses)
     measured: list[dict[int, int]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(dict(hooks.delays), measured, dst=0)
     times: list[list[float]] | None = [[] for _ in range(world)] if rank == 0 else None
-    dist.gather_object([t - began for t in marks], times, dst=0)
+    dist.gather_object(marks, times, dst=0)
     if rank != 0:
         return None
     assert measured is not None and times is not None
     delays = {s: tau for part in measured for s, tau in part.items()}
     report.losses = [float(v) for v in losses]
     report.delays = [delays[s] for s in range(schedule.num_stages)]
-    report.samples_per_s = total * batch / elapsed
-    previous = 0.0
-    for step, mark in enumerate(next((t for t in times if t), [])):
-        report.step_ms.append((mark - previous) * 1000.0)
-        report.pipeline_ms.append((mark - previous) * 1000.0)
+    report.samples_per_s = total * batch / walking
+    for step, seconds in enumerate(next((t for t in times if t), [])):
+        report.step_ms.append(seconds * 1000.0)  # from one of stage 0's steps to its next (the first: from the start)
+        report.pipeline_ms.append(seconds * 1000.0)
         report.optimizer_ms.append(0.0)
-        previous = mark
         if on_step is not None:
             on_step(step, report.losses[step], report.step_ms[-1], 0.0)
     return report
