@@ -1,6 +1,12 @@
-"""PipeMare: utilization, throughput and weight memory of asynchronous pipelining against GPipe and 1F1B.
+"""PipeMare: convergence, utilization, throughput and weight memory of asynchronous pipelining.
 
-Three tables:
+Convergence (C1 digits, C2 pysource), 4 stages on 4 local processes, seeds 0, 1, 2, final held-out accuracy
+(and loss) per epoch for: synchronous 1F1B, naive asynchronous (pipemare), + learning-rate rescheduling,
++ discrepancy correction, + both, + both with one epoch of synchronous warm-up; C3 a learning-rate sweep on
+digits for 1F1B, naive and both (where naive asynchronous training falls short). PNGs of accuracy against
+epoch and against wall-clock go to --png-dir.
+
+Then three tables:
   U1 simulated utilization at equal microbatch size, p in {4, 8}, m in {p/2, p, 2p}: pipemare over its steady
      window (`simulate pipemare --json`), gpipe and 1f1b as 1 - bubble fraction of their flushed iteration;
      forward 1 ms, backward 2 ms per microbatch per stage, no transfer time;
@@ -10,7 +16,7 @@ Three tables:
      (weights and the discrepancy-correction velocity) against the copies weight stashing (PipeDream) keeps,
      counted from the same schedule's order (sim.delays), in bytes of the stage's parameters.
 
-Usage: python benchmarks/pipemare.py [--steps 24] [--quick]
+Usage: python benchmarks/pipemare.py [--steps 24] [--quick] [--png-dir docs/images] [--out pipemare.json]
 """
 
 from __future__ import annotations
@@ -36,6 +42,96 @@ def run(args: list[str], timeout: float = 900) -> str:
     return done.stdout
 
 
+SEEDS = (0, 1, 2)
+DIGITS = {"args": ["--opt", "hidden=128", "--opt", "blocks=3", "--batch-size", "64", "-m", "4"], "epochs": 8,
+          "lr": 3e-3, "k": 44, "d": 0.5, "warmup": 22}  # fmt: skip
+PYSOURCE = {"args": ["--module", "charlm", "--opt", "layers=2", "--opt", "d_model=64", "--batch-size", "128", "-m", "4"],
+            "epochs": 3, "lr": 3e-3, "k": 128, "d": 0.5, "warmup": 64}  # fmt: skip
+VARIANTS = ("1f1b", "naive", "lr", "dc", "lr+dc", "lr+dc+warm-up")
+
+
+def variant_args(variant: str, setting: dict[str, Any]) -> list[str]:
+    """train flags of one variant: the schedule and PipeMare's switches."""
+    if variant == "1f1b":
+        return ["--schedule", "1f1b"]
+    out = ["--schedule", "pipemare"]
+    if "lr" in variant.split("+"):
+        out += ["--lr-reschedule", str(setting["k"])]
+    if "dc" in variant.split("+"):
+        out += ["--discrepancy-decay", str(setting["d"])]
+    if variant.endswith("warm-up"):
+        out += ["--sync-warmup", str(setting["warmup"])]
+    return out
+
+
+def converge(setting: dict[str, Any], variant: str, seed: int, lr: float | None = None) -> dict[str, Any]:
+    """One run of `variant` on 4 local processes: its evaluations per epoch, losses and delays."""
+    args = ["--local", "4", "-p", "4", *setting["args"], "--epochs", str(setting["epochs"]), "--lr", str(lr or setting["lr"]),
+            "--seed", str(seed), "--eval", "--json", "-q", *variant_args(variant, setting)]  # fmt: skip
+    got = json.loads(run(["train", *args]))
+    return {"variant": variant, "seed": seed, "lr": lr or setting["lr"], "eval": got["eval"], "losses": got["losses"],
+            "delays": got.get("delays")}  # fmt: skip
+
+
+def study(name: str, setting: dict[str, Any], seeds: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Every variant x seed of one dataset (runs interleaved by seed, so drift spreads over the variants)."""
+    runs = []
+    for seed in seeds:
+        for variant in VARIANTS:
+            runs.append(converge(setting, variant, seed))
+            print(f"  [{name}] {variant} seed {seed}: final test accuracy {runs[-1]['eval'][-1]['test_accuracy']:.3f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    return runs
+
+
+def mean_curve(runs: list[dict[str, Any]], key: str) -> list[float]:
+    """The mean over runs of `key` at each evaluation."""
+    return [statistics.mean(r["eval"][i][key] for r in runs) for i in range(len(runs[0]["eval"]))]
+
+
+def convergence_table(name: str, runs: list[dict[str, Any]]) -> None:
+    """Final accuracy and loss per variant (mean and spread over seeds), and the gap to 1F1B in points."""
+    sync = statistics.mean(r["eval"][-1]["test_accuracy"] for r in runs if r["variant"] == "1f1b")
+    print(f"\n{name}: held-out accuracy after the last epoch (mean over seeds {', '.join(str(s) for s in SEEDS)})\n")
+    print("| variant | accuracy per epoch (mean) | final | min-max over seeds | final loss | gap to 1f1b (pp) | delays |")
+    print("|---|---|---|---|---|---|---|")
+    for variant in VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        finals = [r["eval"][-1]["test_accuracy"] for r in mine]
+        curve = ", ".join(f"{a:.3f}" for a in mean_curve(mine, "test_accuracy"))
+        loss = statistics.mean(r["eval"][-1]["test_loss"] for r in mine)
+        gap = 100 * (statistics.mean(finals) - sync)
+        print(
+            f"| {variant} | {curve} | {statistics.mean(finals):.3f} | {min(finals):.3f}-{max(finals):.3f} | {loss:.3f} | "
+            f"{gap:+.1f} | {mine[0]['delays'] or '-'} |"
+        )
+
+
+def plot(name: str, runs: list[dict[str, Any]], folder: Path) -> list[Path]:
+    """Accuracy against epoch and against wall-clock seconds, the mean over seeds per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for axis, label in (("epoch", "epoch"), ("elapsed_s", "wall-clock seconds")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for variant in VARIANTS:
+            mine = [r for r in runs if r["variant"] == variant]
+            ax.plot(mean_curve(mine, axis), mean_curve(mine, "test_accuracy"), marker="o", label=variant)
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out accuracy (mean of 3 seeds)")
+        ax.set_title(f"PipeMare on {name}, 4 stages")
+        ax.legend()
+        path = folder / f"pipemare-{name}-{'epoch' if axis == 'epoch' else 'wallclock'}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def simulated(p: int, m: int) -> dict[str, float]:
     """U1: utilization of pipemare (steady window), gpipe and 1f1b (1 - bubble) at p stages and m microbatches."""
     out = {}
@@ -52,7 +148,7 @@ def measured(p: int, m: int, steps: int) -> dict[str, float]:
               "--lr", "0.01", "--json", "-q"]  # fmt: skip
     out = {}
     for name in ("gpipe", "1f1b", "pipemare"):
-        got = json.loads(run([*common, "--schedule", name]))
+        got = json.loads(run(["train", *common, "--schedule", name]))
         out[name] = got["samples_per_s"] if name == "pipemare" else batch / (statistics.median(got["step_ms"][2:]) / 1000)
     return out
 
@@ -80,8 +176,35 @@ def weight_memory(p: int, m: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=24, help="training steps per measured run")
-    parser.add_argument("--quick", action="store_true", help="p = 4 only, two processes only")
+    parser.add_argument("--quick", action="store_true", help="p = 4 only, two processes only, one seed, no text study")
+    parser.add_argument("--png-dir", default="docs/images", help="where the convergence PNGs go")
+    parser.add_argument("--out", default=None, help="write every convergence run as JSON here")
+    parser.add_argument("--skip-convergence", action="store_true", help="only the utilization, throughput and memory tables")
     args = parser.parse_args()
+    if not args.skip_convergence:
+        seeds = SEEDS[:1] if args.quick else SEEDS
+        folder = ROOT / args.png_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        everything: dict[str, Any] = {}
+        for name, setting in (("digits", DIGITS),) if args.quick else (("digits", DIGITS), ("pysource", PYSOURCE)):
+            runs = study(name, setting, seeds)
+            everything[name] = runs
+            convergence_table(name, runs)
+            print("\nPNGs: " + ", ".join(str(p.relative_to(ROOT)) for p in plot(name, runs, folder)))
+        print("\nC3 learning-rate sweep on digits: final held-out accuracy (mean over seeds)\n")
+        print("| lr | 1f1b | naive | lr+dc |")
+        print("|---|---|---|---|")
+        sweep = []
+        for lr in (1e-2, 3e-2):
+            cells = []
+            for variant in ("1f1b", "naive", "lr+dc"):
+                finals = [converge(DIGITS, variant, seed, lr)["eval"][-1]["test_accuracy"] for seed in seeds]
+                sweep.append({"lr": lr, "variant": variant, "finals": finals})
+                cells.append(f"{statistics.mean(finals):.3f}")
+            print(f"| {lr:g} | {' | '.join(cells)} |")
+        everything["sweep"] = sweep
+        if args.out:
+            Path(args.out).write_text(json.dumps(everything, indent=1))
     print("U1 simulated utilization (fwd 1 ms, bwd 2 ms per microbatch and stage)\n")
     print("| p | m | gpipe | 1f1b | pipemare |")
     print("|---|---|---|---|---|")
