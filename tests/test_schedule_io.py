@@ -277,3 +277,13 @@ def test_cli_schedule_reads_a_file_and_json_flag(
     assert code == code_fmt == 0 and by_flag == by_format
     code, _, err = run_cli(["schedule", "1f1b", "-p", "2"], monkeypatch, capsys)
     assert code == 2 and "schedule 1f1b needs --microbatches" in err
+
+
+def test_cli_schedule_refuses_sizes_given_with_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schedule file fixes its own sizes: `schedule FILE -p 4` is an error naming the flag, not a silent no-op."""
+    path = tmp_path / "torch.csv"
+    write_schedule_csv(one_f_one_b(2, 3), path)
+    code, out, err = run_cli(["schedule", str(path), "-p", "4"], monkeypatch, capsys)
+    assert code == 2 and out == "" and f"--stages does not apply to the schedule file {path}" in err

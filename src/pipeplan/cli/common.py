@@ -75,6 +75,19 @@ def parse_int_list(flag: str, text: str | None) -> list[int] | None:
         raise CostError(f"{flag} must be a comma-separated list of integers, got {text!r}") from None
 
 
+def refuse_sizes_for_file(name: str, stages: int | None, microbatches: int | None, k: int, chunks: int) -> None:
+    """A schedule file fixes its own sizes: --stages, --microbatches, --k or --chunks given with one is an error
+    naming the flag (not silently ignored)."""
+    from pipeplan.core.errors import ScheduleError
+
+    if not name.lower().endswith((".csv", ".json")):
+        return
+    given = (("--stages", stages), ("--microbatches", microbatches), ("--k", k != 1 or None), ("--chunks", chunks != 1 or None))
+    for flag, value in given:
+        if value is not None:
+            raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
+
+
 def print_json(obj: Any) -> None:
     """Print obj as indented JSON with sorted keys on stdout."""
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)

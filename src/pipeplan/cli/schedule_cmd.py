@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeplan.cli.common import print_json
+from pipeplan.cli.common import print_json, refuse_sizes_for_file
 from pipeplan.core.errors import ScheduleError
 
 
@@ -28,6 +28,7 @@ def schedule(
     if as_json and fmt not in ("text", "json"):
         raise ScheduleError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else fmt
+    refuse_sizes_for_file(name, stages, microbatches, k, chunks)
     sched = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if fmt == "json":
         print_json(schedule_to_json(sched))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json, refuse_sizes_for_file
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
@@ -215,11 +215,7 @@ def simulate(
                             ("--profile-batch-size", profile_batch_size)):  # fmt: skip
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
-        if name.lower().endswith((".csv", ".json")):
-            for flag, value in (("--stages", stages), ("--microbatches", microbatches), ("--k", k != 1 or None),
-                                ("--chunks", chunks != 1 or None)):  # fmt: skip
-                if value is not None:
-                    raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
+        refuse_sizes_for_file(name, stages, microbatches, k, chunks)
         result, title, steady = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record, minibatches)
     report(result, title, as_json, trace_out, png_out, steady)
 
