@@ -72,3 +72,18 @@ def test_demo_trace_has_one_event_per_action(demo_run: tuple[Path, Result]) -> N
 def test_demo_is_a_list_of_steps_starting_with_the_schedule_comparison() -> None:
     """Later features extend the demo by appending to STEPS."""
     assert STEPS[0] is compare_schedules
+
+
+def test_demo_json_is_one_object_with_both_comparisons(tmp_path: Path) -> None:
+    """demo --json prints only JSON: each schedule's `simulate --json` object (the library's numbers), every
+    planner's `plan --json` object for bert-48, and the files written (the same files as without --json)."""
+    result = CliRunner().invoke(app, ["demo", "--json", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    s = DemoSetting()
+    by_label = {r["label"]: r for r in got["schedules"]["results"]}
+    schedule = make_schedule("1f1b", s.stages, s.microbatches)
+    expected = simulate(schedule, uniform_costs(schedule, s.fwd_ms, s.bwd_ms, comm=s.comm_ms, act_bytes=float(s.act_bytes)))
+    assert by_label["1f1b"]["iteration_time"] == expected.iteration_time
+    assert [r["planner"] for r in got["planners"]["results"]] == ["pipeplan", "dapple", "pipedream", "balanced"]
+    assert sorted(Path(p).name for p in got["written"]) == sorted(p.name for p in tmp_path.iterdir())

@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
+
+from pipeplan.cli.common import print_json
 
 MIB = 1 << 20
 
@@ -62,6 +65,8 @@ class DemoContext:
     console: Console
     setting: DemoSetting = field(default_factory=DemoSetting)
     written: list[Path] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    """With --json: what each step found, printed as one object at the end (tables are not printed)."""
 
 
 def compare_schedules(ctx: DemoContext) -> None:
@@ -88,6 +93,9 @@ def compare_schedules(ctx: DemoContext) -> None:
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
         write_trace(result, str(trace))
         ctx.written += [png, trace]
+    if ctx.report is not None:
+        ctx.report["schedules"] = {"setting": s.describe(), "results": [{"label": label, **r.to_json()} for label, r in rows]}
+        return
     ctx.console.print(f"Schedules compared on one pipeline:\n  {s.describe()}", highlight=False)
     ctx.console.print(comparison_table(rows, title=""))
 
@@ -98,28 +106,23 @@ PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH = "dapple/bert-48", "v100-8x2-25g", 256
 
 def compare_planners(ctx: DemoContext) -> None:
     """Plan a real profile on a real topology with every fast planner; write the best plan and its timeline."""
-    from pipeplan.cli.plan_cmd import compare
+    from pipeplan.cli.plan_cmd import run_comparison
 
     png = ctx.out / "plan_best.png"
-    ctx.console.print(
-        f"\nPlanners compared on {PLAN_PROFILE} over {PLAN_CLUSTER}, global batch {PLAN_BATCH} "
-        "(all plans scored by the same simulator):",
-        highlight=False,
-    )
-    compare(
-        profile=PLAN_PROFILE,
-        cluster=PLAN_CLUSTER,
-        global_batch=PLAN_BATCH,
-        microbatch_size=None,
-        planners="pipeplan,dapple,pipedream,balanced",
-        batch_scaling="auto",
-        schedule="auto",
-        optimizer="adam",
-        optimizer_factor=None,
-        profile_batch_size=None,
-        as_json=False,
-        png=str(png),
-    )
+    quiet = ctx.report is not None
+    if not quiet:
+        ctx.console.print(
+            f"\nPlanners compared on {PLAN_PROFILE} over {PLAN_CLUSTER}, global batch {PLAN_BATCH} "
+            "(all plans scored by the same simulator):",
+            highlight=False,
+        )
+    run = run_comparison(PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH, None, "pipeplan,dapple,pipedream,balanced", "auto", "auto",
+                         "adam", None, None, show_progress=not quiet)  # fmt: skip
+    if ctx.report is not None:
+        ctx.report["planners"] = {"profile": PLAN_PROFILE, "cluster": PLAN_CLUSTER, "global_batch": PLAN_BATCH, **run.to_json()}
+    else:
+        run.print_table()
+    run.draw_best(str(png))
     ctx.written.append(png)
 
 
@@ -127,13 +130,19 @@ STEPS: list[Callable[[DemoContext], None]] = [compare_schedules, compare_planner
 """The demo's steps, run in order."""
 
 
-def demo(out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG) and Perfetto traces.")) -> None:
+def demo(
+    out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG) and Perfetto traces."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (both comparisons, the files written)."),
+) -> None:
     """Compare the built-in schedules on one pipeline; write timeline PNGs and Perfetto traces."""
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = DemoContext(out=out_dir, console=Console())
+    ctx = DemoContext(out=out_dir, console=Console(), report={} if as_json else None)
     for step in STEPS:
         step(ctx)
+    if ctx.report is not None:
+        print_json({**ctx.report, "written": [str(path) for path in ctx.written]})
+        return
     # Plain echo: rich would wrap long paths, and paths must stay copyable.
     typer.echo(f"\nWrote {len(ctx.written)} files (PNG timelines; traces open in https://ui.perfetto.dev):")
     for path in ctx.written:

@@ -6,6 +6,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -221,45 +222,57 @@ def compare(
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
-    from rich.table import Table
-
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.planner.base import PlanRequest, PlanResult
-    from pipeplan.planner.compare import best_baseline, best_row, planner_names, speedup
-    from pipeplan.planner.compare import compare as compare_planners
-    from pipeplan.viz.tables import format_bytes, format_ms, print_tables
 
     check_writable("--png", png, IMAGE_SUFFIXES)
-    _check_factor(optimizer_factor)
-    try:
-        names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
-    except PlanError as exc:
-        raise PlanError(f"--planners {planners!r}: {exc}") from None
-    model = load_profile(profile, profile_batch_size)
-    machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
-    with progress_display(not as_json) as progress:
-        rows = compare_planners(request, names, progress)
-    baseline = best_baseline(rows)
+    run = run_comparison(profile, cluster, global_batch, microbatch_size, planners, schedule, batch_scaling, optimizer,
+                         optimizer_factor, profile_batch_size, show_progress=not as_json)  # fmt: skip
     if as_json:
-        print_json(
-            {
-                "results": [
-                    plan_json(r, profile, cluster)
-                    if isinstance(r, PlanResult)
-                    else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
-                    for r in rows
-                ]
-            }
-        )
+        print_json(run.to_json())
     else:
-        table = Table(title=f"{model.name} on {cluster}, global batch {global_batch}", title_justify="left")
+        run.print_table()
+    if png is not None:
+        run.draw_best(png)
+        typer.echo(f"wrote {png}", err=as_json)
+
+
+@dataclass
+class Comparison:
+    """Every planner's result on one problem (`compare`, and `demo`'s second step)."""
+
+    profile: str
+    cluster: str
+    name: str
+    request: Any
+    rows: list[Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """`compare --json`: one `plan --json` object per planner, or its error."""
+        from pipeplan.planner.base import PlanResult
+
+        return {
+            "results": [
+                plan_json(r, self.profile, self.cluster)
+                if isinstance(r, PlanResult)
+                else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
+                for r in self.rows
+            ]
+        }
+
+    def print_table(self) -> None:
+        """The side-by-side table, then each failure's reason."""
+        from rich.table import Table
+
+        from pipeplan.planner.base import PlanResult
+        from pipeplan.planner.compare import best_baseline, speedup
+        from pipeplan.viz.tables import format_bytes, format_ms, print_tables
+
+        baseline = best_baseline(self.rows)
+        table = Table(title=f"{self.name} on {self.cluster}, global batch {self.request.global_batch}", title_justify="left")
         for header in ("planner", "iteration ms", "speed-up", "peak memory", "planning s", "plan"):
             table.add_column(header, justify="left" if header in ("planner", "plan") else "right")
         failures = []
-        for r in rows:
+        for r in self.rows:
             if not isinstance(r, PlanResult):
                 table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", "no plan (below)")
                 failures.append(f"{r.planner}: {r.error}")
@@ -280,16 +293,55 @@ def compare(
         typer.echo("speed-up: best baseline (dapple, pipedream, balanced) time / this time; plan: ranks x pipelines")
         for line in failures:
             typer.echo(line)
-    if png is not None:
+
+    def draw_best(self, png: str) -> None:
+        """The fastest plan's simulated timeline as a PNG.
+
+        Raises:
+            PlanError: no planner found a plan.
+        """
+        from pipeplan.planner.compare import best_row
         from pipeplan.sim.stage_costs import simulate_plan
         from pipeplan.viz.gantt import render_gantt
 
-        best = best_row(rows)
+        best = best_row(self.rows)
         if best is None:
-            raise PlanError(f"no planner found a plan for {model.name} on {cluster}; nothing to draw in {png}")
-        timeline = simulate_plan(best.plan, request.model, record=True)
-        render_gantt(timeline, png, title=f"{best.planner}: {model.name} on {cluster}")
-        typer.echo(f"wrote {png}", err=as_json)
+            raise PlanError(f"no planner found a plan for {self.name} on {self.cluster}; nothing to draw in {png}")
+        timeline = simulate_plan(best.plan, self.request.model, record=True)
+        render_gantt(timeline, png, title=f"{best.planner}: {self.name} on {self.cluster}")
+
+
+def run_comparison(
+    profile: str,
+    cluster: str,
+    global_batch: int,
+    microbatch_size: int | None,
+    planners: str | None,
+    schedule: str,
+    batch_scaling: str,
+    optimizer: str,
+    optimizer_factor: float | None,
+    profile_batch_size: int | None,
+    show_progress: bool,
+) -> Comparison:
+    """Load the problem and run the planners (checked flags; a bad one is a PlanError naming it)."""
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.compare import compare as compare_planners
+    from pipeplan.planner.compare import planner_names
+
+    _check_factor(optimizer_factor)
+    try:
+        names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
+    except PlanError as exc:
+        raise PlanError(f"--planners {planners!r}: {exc}") from None
+    model = load_profile(profile, profile_batch_size)
+    machines = load_cluster(cluster)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
+    with progress_display(show_progress) as progress:
+        rows = compare_planners(request, names, progress)
+    return Comparison(profile, cluster, model.name, request, list(rows))
 
 
 def register(app: typer.Typer) -> None:
