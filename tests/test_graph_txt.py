@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.io.graph_txt import batch_size_from_name, parse_graph_txt, profile_name_from_file, read_graph_txt
+from pipeplan.io.graph_txt import batch_size_from_name, parse_graph_txt, profile_name_from_file, read_graph, read_graph_txt
 from pipeplan.io.load import list_profiles, load_profile
 
 SHARED = Path("/work/shared/profiles")
@@ -166,6 +166,47 @@ def test_cut_bytes_on_a_branch_and_merge(tmp_path: Path) -> None:
     # order in, left, right, merge, out: after in: 7; after left: left 50 + in 7 (read by right);
     # after right: left 50 + right 60; after merge: 5
     assert profile.cut_bytes == (7.0, 57.0, 110.0, 5.0)
+
+
+BRANCHES = [
+    node("n1", "in", act="7"),
+    node("n2", "left", act="50"),
+    node("n3", "right", act="60"),
+    node("n4", "merge", act="5"),
+    node("n5", "out", act="1"),
+    "\tn1 -- n2",
+    "\tn1 -- n3",
+    "\tn2 -- n4",
+    "\tn3 -- n4",
+    "\tn4 -- n5",
+]
+
+
+def test_a_graph_relinearized_in_another_order_gets_that_orders_cuts(tmp_path: Path) -> None:
+    """read_graph gives the DAG; linearize() is read_graph_txt's chain, linearize(order) another valid chain with its
+    own cuts: right before left, the cut after right carries in (read by left) and right."""
+    path = write(tmp_path, "b-pbs-2.txt", BRANCHES)
+    graph = read_graph(path)
+    assert graph.linearize() == read_graph_txt(path)
+    assert graph.default_order() == ["n1", "n2", "n3", "n4", "n5"]
+    other = graph.linearize(["n1", "n3", "n2", "n4", "n5"])
+    assert [layer.name for layer in other.layers] == ["n1:in", "n3:right", "n2:left", "n4:merge", "n5:out"]
+    assert other.cut_bytes == (7.0, 67.0, 110.0, 5.0)
+    assert other.batch_size == 2 and other.name == "b"
+
+
+@pytest.mark.parametrize(
+    ("order", "message"),
+    [
+        (["n1", "n2", "n3", "n4"], r"the order leaves out 1 node\(s\), first 'n5'"),
+        (["n1", "n2", "n2", "n3", "n4", "n5"], r"order\[2\] repeats node 'n2'"),
+        (["n1", "n2", "n9", "n3", "n4", "n5"], r"order\[2\] names node 'n9', which the graph does not have"),
+        (["n1", "n4", "n2", "n3", "n5"], r"puts 'n4' \(position 1\) before 'n2' \(position 2\), whose output it consumes"),
+    ],
+)
+def test_an_order_that_is_not_topological_is_named(tmp_path: Path, order: list[str], message: str) -> None:
+    with pytest.raises(ProfileError, match=message):
+        read_graph(write(tmp_path, "b-pbs-2.txt", BRANCHES)).linearize(order)
 
 
 def test_resnet50_cut_inside_a_residual_block_includes_the_skip() -> None:

@@ -5,6 +5,11 @@ backward_compute_time=4.47, activation_size=4325376, parameter_size=50384896`,
 then one edge per line, `node1 -- node2` (node2 consumes node1's output), with
 any leading whitespace.
 
+A user who wants another chain than the default reads the DAG itself
+(`read_graph` / `parse_graph` give a `ModelGraph`) and linearizes it in an
+order of their own (`ModelGraph.linearize(order)`), which is checked to be a
+topological order of every node.
+
 Note:
     The DAG becomes a chain in topological order, ties broken by the node's
     line in the file (Kahn's algorithm over a heap of line indices), so the
@@ -31,8 +36,8 @@ _EDGE = re.compile(r"(\S+)\s+--\s+(\S+)")
 
 
 @dataclass(frozen=True, slots=True)
-class _Node:
-    """One node line of the file."""
+class GraphNode:
+    """One node line of the file: its id, description, line number, and its costs for the file's batch."""
 
     node_id: str
     description: str
@@ -76,14 +81,18 @@ def read_graph_txt(
         ProfileError: naming the file, line, field and value.
     """
     source = os.fspath(path)
+    return parse_graph_txt(_read_text(source), source, profile_batch_size, name, reference_device)
+
+
+def _read_text(source: str) -> str:
+    """The file's text, or a ProfileError naming it."""
     try:
         with open(source, encoding="utf-8") as handle:
-            text = handle.read()
+            return handle.read()
     except OSError as exc:
         raise ProfileError(f"{source}: cannot read profile: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{source}: not a text file ({exc.reason} at byte {exc.start})") from None
-    return parse_graph_txt(text, source, profile_batch_size=profile_batch_size, name=name, reference_device=reference_device)
 
 
 def parse_graph_txt(
@@ -93,25 +102,100 @@ def parse_graph_txt(
     name: str | None = None,
     reference_device: str = "unknown",
 ) -> ModelProfile:
-    """Parse graph.txt text; `source` is the file name used in messages and for `-pbs-N`.
+    """Parse graph.txt text into the default chain; `source` is the file name used in messages and for `-pbs-N`.
+
+    Raises:
+        ProfileError: naming the source, line, field and value.
+    """
+    return parse_graph(text, source, profile_batch_size, name, reference_device).linearize()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelGraph:
+    """A graph.txt profile as the DAG it is: nodes by id (in line order) and each node's consumers."""
+
+    source: str
+    nodes: dict[str, GraphNode]
+    consumers: dict[str, list[str]]
+    batch_size: int
+    name: str
+    reference_device: str = "unknown"
+
+    def default_order(self) -> list[str]:
+        """The topological order `read_graph_txt` uses: Kahn's algorithm, ties broken by line.
+
+        Raises:
+            ProfileError: the graph has a cycle (naming it).
+        """
+        return _topological_order(self.nodes, self.consumers, self.source)
+
+    def linearize(self, order: list[str] | None = None) -> ModelProfile:
+        """The chain profile of the nodes in `order` (default: default_order()); cut i carries every output made at
+        or before position i and consumed after it.
+
+        Raises:
+            ProfileError: `order` misses, repeats or invents a node, or puts a consumer before its producer.
+        """
+        order = self.default_order() if order is None else list(order)
+        self._check_order(order)
+        position = {node_id: i for i, node_id in enumerate(order)}
+        return ModelProfile(
+            name=self.name,
+            batch_size=self.batch_size,
+            layers=tuple(_layer(self.nodes[node_id]) for node_id in order),
+            reference_device=self.reference_device,
+            cut_bytes=_cut_bytes(order, self.nodes, self.consumers, position),
+            measured=True,
+        )
+
+    def _check_order(self, order: list[str]) -> None:
+        """Raise ProfileError unless `order` holds every node once and every producer before its consumers."""
+        seen: set[str] = set()
+        for i, node_id in enumerate(order):
+            if node_id not in self.nodes:
+                raise ProfileError(f"{self.source}: order[{i}] names node {node_id!r}, which the graph does not have")
+            if node_id in seen:
+                raise ProfileError(f"{self.source}: order[{i}] repeats node {node_id!r}")
+            seen.add(node_id)
+        missing = [n for n in self.nodes if n not in seen]
+        if missing:
+            raise ProfileError(f"{self.source}: the order leaves out {len(missing)} node(s), first {missing[0]!r}")
+        position = {node_id: i for i, node_id in enumerate(order)}
+        for src, dsts in self.consumers.items():
+            for dst in dsts:
+                if position[dst] < position[src]:
+                    raise ProfileError(
+                        f"{self.source}: the order puts {dst!r} (position {position[dst]}) before {src!r} "
+                        f"(position {position[src]}), whose output it consumes (edge {src} -- {dst})"
+                    )
+
+
+def read_graph(
+    path: str | os.PathLike[str],
+    profile_batch_size: int | None = None,
+    name: str | None = None,
+    reference_device: str = "unknown",
+) -> ModelGraph:
+    """Read a graph.txt file as its DAG (arguments as read_graph_txt).
+
+    Raises:
+        ProfileError: naming the file, line, field and value.
+    """
+    source = os.fspath(path)
+    return parse_graph(_read_text(source), source, profile_batch_size, name, reference_device)
+
+
+def parse_graph(
+    text: str, source: str, profile_batch_size: int | None = None, name: str | None = None, reference_device: str = "unknown"
+) -> ModelGraph:
+    """graph.txt text as its DAG; `source` names it in messages and gives `-pbs-N`.
 
     Raises:
         ProfileError: naming the source, line, field and value.
     """
     batch_size = _batch_size(source, profile_batch_size)
     nodes, consumers = _parse(text, source)
-    order = _topological_order(nodes, consumers, source)
-    position = {node_id: i for i, node_id in enumerate(order)}
-    layers = tuple(_layer(nodes[node_id]) for node_id in order)
-    cut_bytes = _cut_bytes(order, nodes, consumers, position)
-    return ModelProfile(
-        name=name or profile_name_from_file(source),
-        batch_size=batch_size,
-        layers=layers,
-        reference_device=reference_device,
-        cut_bytes=cut_bytes,
-        measured=True,
-    )
+    return ModelGraph(source, nodes, consumers, batch_size, name or profile_name_from_file(source), reference_device)
 
 
 def _batch_size(source: str, profile_batch_size: int | None) -> int:
@@ -138,9 +222,9 @@ def _batch_size(source: str, profile_batch_size: int | None) -> int:
     return profile_batch_size
 
 
-def _parse(text: str, source: str) -> tuple[dict[str, _Node], dict[str, list[str]]]:
+def _parse(text: str, source: str) -> tuple[dict[str, GraphNode], dict[str, list[str]]]:
     """Nodes by id (in line order) and, per node, the ids of its consumers (in edge order, no duplicates)."""
-    nodes: dict[str, _Node] = {}
+    nodes: dict[str, GraphNode] = {}
     edges: list[tuple[str, str, int]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -172,7 +256,7 @@ def _parse(text: str, source: str) -> tuple[dict[str, _Node], dict[str, list[str
     return nodes, consumers
 
 
-def _parse_node(parts: list[str], number: int, source: str) -> _Node:
+def _parse_node(parts: list[str], number: int, source: str) -> GraphNode:
     """One node line split on ' -- ': id, description (may itself contain ' -- '), fields."""
     node_id = parts[0].strip()
     description = " -- ".join(parts[1:-1]).strip()
@@ -195,7 +279,7 @@ def _parse_node(parts: list[str], number: int, source: str) -> _Node:
         if key not in values:
             raise ProfileError(f"{source}:{number}: node {node_id} is missing field {key}")
     is_input = _INPUT_NODE.fullmatch(description) is not None
-    return _Node(
+    return GraphNode(
         node_id=node_id,
         description=description,
         line=number,
@@ -224,7 +308,7 @@ def _number(text: str, key: str, node_id: str, number: int, source: str) -> floa
     return total
 
 
-def _topological_order(nodes: dict[str, _Node], consumers: dict[str, list[str]], source: str) -> list[str]:
+def _topological_order(nodes: dict[str, GraphNode], consumers: dict[str, list[str]], source: str) -> list[str]:
     """Kahn's algorithm; among ready nodes the one with the smallest line comes first."""
     indegree = dict.fromkeys(nodes, 0)
     for dsts in consumers.values():
@@ -247,7 +331,7 @@ def _topological_order(nodes: dict[str, _Node], consumers: dict[str, list[str]],
     return order
 
 
-def _find_cycle(stuck: set[str], nodes: dict[str, _Node], consumers: dict[str, list[str]]) -> list[str]:
+def _find_cycle(stuck: set[str], nodes: dict[str, GraphNode], consumers: dict[str, list[str]]) -> list[str]:
     """A cycle among the nodes Kahn's algorithm could not order, starting at its earliest line.
 
     Every stuck node has a stuck producer, so walking producers backwards from
@@ -270,7 +354,7 @@ def _find_cycle(stuck: set[str], nodes: dict[str, _Node], consumers: dict[str, l
     return cycle[first:] + cycle[:first]
 
 
-def _layer(node: _Node) -> LayerProfile:
+def _layer(node: GraphNode) -> LayerProfile:
     """The node as a layer, named by its description made unique with its id."""
     return LayerProfile(
         name=f"{node.node_id}:{node.description}",
@@ -282,7 +366,7 @@ def _layer(node: _Node) -> LayerProfile:
 
 
 def _cut_bytes(
-    order: list[str], nodes: dict[str, _Node], consumers: dict[str, list[str]], position: dict[str, int]
+    order: list[str], nodes: dict[str, GraphNode], consumers: dict[str, list[str]], position: dict[str, int]
 ) -> tuple[float, ...]:
     """Bytes crossing each cut: a node's output crosses cuts pos..last_consumer_pos-1."""
     delta = [0.0] * (len(order) + 1)
