@@ -148,26 +148,6 @@ def test_cut_bytes_count_a_skip_connection_over_the_cut(tmp_path: Path) -> None:
     assert profile.cut_bytes == (100.0, 120.0, 103.0)
 
 
-def test_cut_bytes_on_a_branch_and_merge(tmp_path: Path) -> None:
-    """Two parallel branches: a cut between them carries the first branch's output and the shared input."""
-    lines = [
-        node("n1", "in", act="7"),
-        node("n2", "left", act="50"),
-        node("n3", "right", act="60"),
-        node("n4", "merge", act="5"),
-        node("n5", "out", act="1"),
-        "\tn1 -- n2",
-        "\tn1 -- n3",
-        "\tn2 -- n4",
-        "\tn3 -- n4",
-        "\tn4 -- n5",
-    ]
-    profile = read_graph_txt(write(tmp_path, "b-pbs-2.txt", lines))
-    # order in, left, right, merge, out: after in: 7; after left: left 50 + in 7 (read by right);
-    # after right: left 50 + right 60; after merge: 5
-    assert profile.cut_bytes == (7.0, 57.0, 110.0, 5.0)
-
-
 BRANCHES = [
     node("n1", "in", act="7"),
     node("n2", "left", act="50"),
@@ -180,6 +160,14 @@ BRANCHES = [
     "\tn3 -- n4",
     "\tn4 -- n5",
 ]
+
+
+def test_cut_bytes_on_a_branch_and_merge(tmp_path: Path) -> None:
+    """Two parallel branches: a cut between them carries the first branch's output and the shared input."""
+    profile = read_graph_txt(write(tmp_path, "b-pbs-2.txt", BRANCHES))
+    # order in, left, right, merge, out: after in: 7; after left: left 50 + in 7 (read by right);
+    # after right: left 50 + right 60; after merge: 5
+    assert profile.cut_bytes == (7.0, 57.0, 110.0, 5.0)
 
 
 def test_a_graph_relinearized_in_another_order_gets_that_orders_cuts(tmp_path: Path) -> None:

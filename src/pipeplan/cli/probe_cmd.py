@@ -29,13 +29,12 @@ def probe(
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.cli.outputs import check_writable
     from pipeplan.runtime.errors import TrainConfigError
-    from pipeplan.runtime.options import OPTIMIZERS
+    from pipeplan.runtime.options import check_optimizer
 
     for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
-    if optimizer not in OPTIMIZERS:
-        raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    check_optimizer(optimizer)
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     check_writable("--out", out)

@@ -203,14 +203,15 @@ class Comm:
         A gloo send reports completion only once waited on, so without this every activation sent would stay
         in memory until the end of the iteration, beyond the backward that frees it (the waits return at once).
         """
-        done = [
-            s for s in self._sends
-            if s[2].kind == "act" and (s[2].boundary, s[2].microbatch, s[2].dst) == (grad.boundary, grad.microbatch, grad.src)
-        ]  # fmt: skip
-        for work, _, m in done:
-            self._wait(work, action, f"delivery of {m.kind} of microbatch {m.microbatch} to process {m.dst}")
-        if done:
-            self._sends = [s for s in self._sends if s not in done]
+        origin = ("act", grad.boundary, grad.microbatch, grad.src)
+        kept = []
+        for send in self._sends:
+            work, _, m = send
+            if (m.kind, m.boundary, m.microbatch, m.dst) == origin:
+                self._wait(work, action, f"delivery of {m.kind} of microbatch {m.microbatch} to process {m.dst}")
+            else:
+                kept.append(send)
+        self._sends = kept
 
     def finish_step(self, action: Action | None) -> None:
         """Wait until every send of the iteration has been delivered."""

@@ -37,12 +37,18 @@ def check_train_options(
         raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {lr}")
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
-    if optimizer not in OPTIMIZERS:
-        raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    check_optimizer(optimizer)
     if dtype not in DTYPES:
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+
+
+def check_optimizer(optimizer: str) -> str:
+    """Return `optimizer` if train can step with it, else raise TrainConfigError naming --optimizer and the value."""
+    if optimizer not in OPTIMIZERS:
+        raise TrainConfigError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    return optimizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +59,6 @@ class AsyncSettings:
     lr_reschedule: int | None = None
     discrepancy_decay: float | None = None
     sync_warmup: int = 0
-
-    @property
-    def label(self) -> str:
-        """A short name of the combination, e.g. 'naive', 'lr+dc', 'lr+dc+warm-up'."""
-        parts = [name for name, on in (("lr", self.lr_reschedule), ("dc", self.discrepancy_decay is not None)) if on]
-        parts += ["warm-up"] if self.sync_warmup else []
-        return "+".join(parts) or "naive"
 
 
 def check_async_settings(settings: AsyncSettings, steps: int) -> AsyncSettings:
