@@ -10,6 +10,7 @@ loss is the model's loss function, a mean over the test samples.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -59,6 +60,18 @@ def evaluate(model: Model, plan: Plan, own: Mapping[int, nn.Module], device: tor
             stage = plan.stages[s]
             nn.Sequential(*model.layers[stage.first_layer : stage.last_layer + 1]).load_state_dict(state)
     return held_out_scores(model, device)
+
+
+def evaluation(
+    model: Model, plan: Plan, own: Mapping[int, nn.Module], device: torch.device, done: int, per_epoch: int, began: float
+) -> EvalResult | None:
+    """`evaluate` after `done` training steps (a collective call), as the EvalResult process 0 reports (epochs of
+    `per_epoch` steps, seconds since `began`); None on the others."""
+    scores = evaluate(model, plan, own, device)
+    if scores is None:
+        return None
+    accuracy, loss = scores
+    return EvalResult(done, done / per_epoch, accuracy, loss, time.perf_counter() - began)
 
 
 def held_out_scores(model: Model, device: torch.device) -> tuple[float, float]:

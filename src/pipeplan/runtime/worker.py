@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import os
 import statistics
 import time
@@ -15,7 +13,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
@@ -25,11 +22,11 @@ from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model, build_model
 from pipeplan.runtime import checkpoint
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.runtime.evaluate import EvalResult, evaluate
+from pipeplan.runtime.evaluate import EvalResult, evaluation
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.job import ScheduleLayout
 from pipeplan.runtime.memory_meter import SavedMemoryMeter, static_bytes
-from pipeplan.runtime.optim import make_optimizer, warm_up
+from pipeplan.runtime.optim import make_optimizer
 from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_train_options
 from pipeplan.runtime.predict import (
     PlanPrediction,
@@ -212,8 +209,10 @@ def train(
     if config.evaluate and model.dataset.test_inputs is None:
         raise TrainConfigError(f"--eval needs a dataset with a held-out split (digits, pysource); {model.dataset.name} has none")
     if config.layout is not None and config.layout.asynchronous:
+        from pipeplan.runtime.asynchronous import train_asynchronous
+
         torch.manual_seed(config.seed * 7919 + rank)
-        return _train_async(config, model, rank, world, device, on_step)
+        return train_asynchronous(config, model, rank, world, device, on_step)
     plan, schedule = config.resolve(len(model.layers), world)
     topology = Topology(plan, schedule, world)
     role = topology.roles[rank]
@@ -273,16 +272,10 @@ def train(
                     gone = f"; removed {len(removed)} older (--keep-last {config.keep_last})" if removed else ""
                     on_note(f"wrote checkpoint {checkpoint.step_dir(root, done)}{gone}")
         if config.evaluate and (done % per_epoch == 0 or done == total):
-            _evaluate(
-                report,
-                model,
-                plan,
-                executor.modules() if role.replica == 0 and role.pipeline_replica == 0 else {},
-                device,
-                done,
-                per_epoch,
-                began,
-            )
+            own = executor.modules() if role.replica == 0 and role.pipeline_replica == 0 else {}
+            scored = evaluation(model, plan, own, device, done, per_epoch, began)
+            if scored is not None:
+                report.evals.append(scored)
     if total > start:
         everyone: list[int] | None = [0] * world if rank == 0 else None
         dist.gather_object(memory, everyone, dst=0)
@@ -296,111 +289,6 @@ def train(
     if config.predict:
         _predict(report, plan, schedule, model, device, role, world)
     return report if rank == 0 else None
-
-
-def _evaluate(
-    report: TrainReport,
-    model: Model,
-    plan: Plan,
-    own: dict[int, nn.Module],
-    device: torch.device,
-    done: int,
-    per_epoch: int,
-    began: float,
-) -> None:
-    """Evaluate on the test split after `done` steps (a collective call); process 0 appends the result."""
-    scores = evaluate(model, plan, own, device)
-    if scores is not None:
-        accuracy, loss = scores
-        report.evals.append(EvalResult(done, done / per_epoch, accuracy, loss, time.perf_counter() - began))
-
-
-def _train_async(
-    config: TrainConfig, model: Model, rank: int, world: int, device: torch.device, on_step: StepCallback | None
-) -> TrainReport | None:
-    """An asynchronous run (runtime.asynchronous): one walk of a pipemare schedule per segment, every step's rows at
-    once, each stage stepping at its U actions. Without --eval the whole run is one segment; with it, one per epoch
-    (the pipeline drains to evaluate). Losses per step, evaluations, measured delays and samples/s go to process 0."""
-    from pipeplan.runtime.asynchronous import PipeMareHooks, StageUpdater
-    from pipeplan.sim.delays import stage_delays
-
-    layout = config.layout
-    assert layout is not None
-    settings = config.asynchronous or AsyncSettings()
-    m, batch, data = layout.microbatches, layout.global_batch, model.dataset
-    total = config.total_steps(len(data), batch)
-    check_async_settings(settings, total)
-    per_epoch = config.steps_per_epoch(len(data), batch)
-    bounds = [*list(range(0, total, per_epoch if config.evaluate else total)), total]
-    segments = [(a, b) for a, b in itertools.pairwise(bounds)]
-    full = dataclasses.replace(layout, minibatches=total, sync_minibatches=settings.sync_warmup)
-    plan, schedule = full.build(len(model.layers), world)
-    taus = stage_delays(schedule).delays  # the run's delays: its steady state, as one walk would see it
-    report = TrainReport(start_step=0, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
-    updaters: dict[int, StageUpdater] = {}
-    hooks: PipeMareHooks | None = None
-    losses = torch.zeros(total, dtype=torch.float64)
-    marks: list[float] = []
-    own: dict[int, nn.Module] = {}
-    warm_up(config.optimizer)
-    walking = 0.0  # seconds inside the walks (building a walk's executor is setup, as a synchronous run's is)
-    began = time.perf_counter()
-    for first, end in segments:
-        warm = min(max(settings.sync_warmup - first, 0), end - first)
-        part = dataclasses.replace(layout, minibatches=end - first, sync_minibatches=warm)
-        seg_plan, seg_schedule = part.build(len(model.layers), world)
-        topology = Topology(seg_plan, seg_schedule, world)
-        role = topology.roles[rank]
-        executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead,
-                            loss_samples=batch)  # fmt: skip
-        if hooks is None:
-            updaters = {
-                s: StageUpdater(
-                    list(stage.module.parameters()),
-                    lambda params, lr: make_optimizer(config.optimizer, params, lr),
-                    config.lr,
-                    taus[s],
-                    settings,
-                )
-                for s, stage in executor.stages.items()
-            }
-            hooks = PipeMareHooks(updaters, m, settings.sync_warmup)
-        hooks.first_async = warm * m  # this walk's microbatches count from 0
-        hooks.sync_minibatches = warm
-        executor.hooks = hooks
-        own = executor.modules()
-        idx = torch.cat([batch_indices(len(data), batch, step, config.seed) for step in range(first, end)])
-        inputs, targets = data.inputs[idx], data.targets[idx]
-        dist.barrier()
-        started = time.perf_counter()
-        hooks.step_times = [started]
-        executor.run(inputs, targets)
-        walking += time.perf_counter() - started
-        for mb, value in executor.microbatch_losses.items():
-            losses[first + mb // m] += value
-        marks += [b - a for a, b in itertools.pairwise(hooks.step_times)]
-        if config.evaluate:
-            _evaluate(report, model, seg_plan, own, device, end, per_epoch, began)
-    assert hooks is not None
-    dist.all_reduce(losses)
-    measured: list[dict[int, int]] | None = [{} for _ in range(world)] if rank == 0 else None
-    dist.gather_object(dict(hooks.delays), measured, dst=0)
-    times: list[list[float]] | None = [[] for _ in range(world)] if rank == 0 else None
-    dist.gather_object(marks, times, dst=0)
-    if rank != 0:
-        return None
-    assert measured is not None and times is not None
-    delays = {s: tau for part in measured for s, tau in part.items()}
-    report.losses = [float(v) for v in losses]
-    report.delays = [delays[s] for s in range(schedule.num_stages)]
-    report.samples_per_s = total * batch / walking
-    for step, seconds in enumerate(next((t for t in times if t), [])):
-        report.step_ms.append(seconds * 1000.0)  # from one of stage 0's steps to its next (the first: from the start)
-        report.pipeline_ms.append(seconds * 1000.0)
-        report.optimizer_ms.append(0.0)
-        if on_step is not None:
-            on_step(step, report.losses[step], report.step_ms[-1], 0.0)
-    return report
 
 
 def _collective(load: Callable[[], Any], world: int) -> Any:
