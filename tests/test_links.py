@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
-from pipeplan.sim.links import boundary_flows, pair_ms, pairing, ring_allreduce_ms, ring_allreduce_terms, transfer_ms
+from pipeplan.sim.flow_sets import boundary_flows, transfer_ms
+from pipeplan.sim.links import pair_ms, ring_allreduce_ms, ring_allreduce_terms
 
 GB = 1e9
 
@@ -57,9 +58,10 @@ def test_pair_ms_over_a_missing_link_names_the_pair() -> None:
 
 def test_pairing_takes_min_replicas_in_device_order() -> None:
     """q = min(r1, r2) pairs: replica t of one side with replica t of the other."""
-    assert pairing((0, 1), (2,)) == [(0, 2)]
-    assert pairing((0,), (2, 3)) == [(0, 2)]
-    assert pairing((0, 1), (3, 2)) == [(0, 3), (1, 2)]
+    c = cluster()
+    assert [f.link for f in boundary_flows(c, (0, 1), (2,), 1.0)] == [(0, 2)]
+    assert [f.link for f in boundary_flows(c, (0,), (2, 3), 1.0)] == [(0, 2)]
+    assert [f.link for f in boundary_flows(c, (0, 1), (3, 2), 1.0)] == [(0, 3), (1, 2)]
 
 
 def test_transfer_ms_is_the_slowest_of_q_pairs_each_carrying_n_over_q() -> None:

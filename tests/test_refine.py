@@ -14,7 +14,8 @@ from pipeplan.planner.refine import twin_classes
 
 def reference_twins(cluster: Cluster) -> tuple[int, ...]:
     """The definition, pair by pair and link by link: b joins the first earlier representative a with the same node,
-    speed and memory, the same links to and from every other device, and a->b equal to b->a."""
+    speed and memory, the same links to and from every other device, and a->b equal to b->a (bandwidth and latency:
+    swapping a and b turns one into the other)."""
     n = cluster.num_devices
     bw, lat = cluster.bandwidth, cluster.latency
     classes = list(range(n))
@@ -30,6 +31,7 @@ def reference_twins(cluster: Cluster) -> tuple[int, ...]:
                     for z in others
                 )
                 and bw[a][b] == bw[b][a]
+                and lat[a][b] == lat[b][a]
             ):
                 classes[b] = a
                 break

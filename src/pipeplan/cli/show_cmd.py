@@ -205,17 +205,55 @@ def devices_table(cluster: Cluster) -> Table:
     return table
 
 
-def link_classes_table(cluster: Cluster) -> Table:
-    """Distinct (bandwidth, latency, same node?) link classes with their ordered-pair counts."""
+def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], dict[tuple[bool, float, float], tuple[int, int]]]:
+    """Ordered pairs per (same node?, bytes/s, s) link class, and the first pair (a, b) of each class."""
+    import numpy as np
+
+    from pipeplan.core.links import NodeLinks
+
     classes: Counter[tuple[bool, float, float]] = Counter()
     example: dict[tuple[bool, float, float], tuple[int, int]] = {}
-    nodes = [d.node for d in cluster.devices]
-    for a, (bw_row, lat_row) in enumerate(zip(cluster.bandwidth, cluster.latency, strict=True)):
-        for b, (bw, lat) in enumerate(zip(bw_row, lat_row, strict=True)):
+    nodes = np.array([d.node for d in cluster.devices])
+    bandwidth, latency = cluster.bandwidth, cluster.latency
+    if isinstance(bandwidth, NodeLinks) and isinstance(latency, NodeLinks) and np.array_equal(bandwidth.nodes, nodes):
+        # by structure: the overridden pairs one by one, every other pair by its kind (no n x n pass)
+        special = sorted({*map(int, bandwidth.keys), *map(int, latency.keys)})
+        n = cluster.num_devices
+        for key in special:
+            a, b = divmod(key, n)
+            pair_class = (bool(nodes[a] == nodes[b]), bandwidth.at(a, b), latency.at(a, b))
+            classes[pair_class] += 1
+        counts = np.bincount(nodes)
+        within = int((counts * (counts - 1)).sum())
+        plain = {True: within, False: n * (n - 1) - within}
+        for key in special:
+            plain[bool(nodes[key // n] == nodes[key % n])] -= 1
+        for same, kind in ((True, (bandwidth.intra, latency.intra)), (False, (bandwidth.inter, latency.inter))):
+            if plain[same]:
+                classes[(same, *kind)] += plain[same]
+        for pair_class in classes:
+            same, bw, lat = pair_class
+            for a in range(n):  # the class's first pair in row order
+                match = (bandwidth[a] == bw) & (latency[a] == lat) & ((nodes == nodes[a]) == same)
+                match[a] = False
+                if match.any():
+                    example[pair_class] = (a, int(np.argmax(match)))
+                    break
+        return classes, example
+    bw_all, lat_all = bandwidth.dense(), latency.dense()
+    for a in range(cluster.num_devices):
+        same_row = nodes == nodes[a]
+        for b, (bw, lat, same) in enumerate(zip(bw_all[a].tolist(), lat_all[a].tolist(), same_row.tolist(), strict=True)):
             if a != b:
-                key = (nodes[a] == nodes[b], bw, lat)
+                key = (same, bw, lat)
                 classes[key] += 1
                 example.setdefault(key, (a, b))
+    return classes, example
+
+
+def link_classes_table(cluster: Cluster) -> Table:
+    """Distinct (bandwidth, latency, same node?) link classes with their ordered-pair counts."""
+    classes, example = link_classes(cluster)
     nic = "no NIC limit" if cluster.nic_bandwidth is None else f"NIC {cluster.nic_bandwidth / 1e9:g} GB/s per node, shared"
     table = Table(title="links (ordered pairs)", caption=nic, caption_justify="left", title_justify="left", box=box.SIMPLE)
     for header in ("where", "GB/s", "latency us", "pairs", "e.g."):
@@ -233,7 +271,7 @@ def bandwidth_matrix_table(cluster: Cluster) -> Table:
     table.add_column("")
     for b in range(cluster.num_devices):
         table.add_column(str(b), justify="right")
-    for a, row in enumerate(cluster.bandwidth):
+    for a, row in enumerate(cluster.bandwidth.dense().tolist()):
         table.add_row(str(a), *("-" if a == b else f"{v / 1e9:g}" for b, v in enumerate(row)))
     return table
 
@@ -248,7 +286,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     from matplotlib.colors import LogNorm
 
     n = cluster.num_devices
-    gb = np.array(cluster.bandwidth, dtype=float) / 1e9
+    gb = cluster.bandwidth.dense() / 1e9
     np.fill_diagonal(gb, np.nan)
     masked = np.ma.masked_invalid(np.where(gb > 0, gb, np.nan))
     size = min(12.0, max(5.0, 0.55 * n + 2.0))

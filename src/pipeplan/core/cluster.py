@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipeplan.core.checks import check_nonneg_float, check_nonneg_int, check_positive_float
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.links import DenseLinks, LinkMatrix, NodeLinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +37,10 @@ class Device:
 class Cluster:
     """Devices with bandwidth (bytes/s) and latency (seconds) for every ordered pair.
 
-    `bandwidth[a][b]` is the rate from a to b (0 = no path; the diagonal is
-    ignored). `nic_bandwidth`, when set, is each node's NIC rate in bytes/s per
+    `bandwidth[a][b]` (or `bandwidth[a, b]`) is the rate from a to b (0 = no
+    path; the diagonal is ignored). Both are LinkMatrix values (core.links):
+    nested sequences given here become a DenseLinks; described clusters of
+    identical nodes keep their structure (NodeLinks). `nic_bandwidth`, when set, is each node's NIC rate in bytes/s per
     direction, a resource shared by all transfers leaving or entering the node.
     `speed_reference` is the device kind whose throughput is 1.0 in each
     device's `speed` (None: speeds are relative to whatever profile is used;
@@ -52,8 +57,8 @@ class Cluster:
 
     name: str
     devices: tuple[Device, ...]
-    bandwidth: tuple[tuple[float, ...], ...]
-    latency: tuple[tuple[float, ...], ...]
+    bandwidth: LinkMatrix
+    latency: LinkMatrix
     nic_bandwidth: float | None = None
     speed_reference: str | None = None
     allreduce_bandwidth: float | None = None
@@ -69,17 +74,7 @@ class Cluster:
             if device.id != i:
                 raise ClusterError(f"cluster {self.name!r} device {i} has id {device.id}; ids must be 0..{n - 1} in order")
         for field in ("bandwidth", "latency"):
-            matrix = getattr(self, field)
-            if len(matrix) != n or any(len(row) != n for row in matrix):
-                shape = f"{len(matrix)}x{','.join(str(len(r)) for r in matrix)}"
-                raise ClusterError(f"cluster {self.name!r} {field} must be a {n}x{n} matrix, got {shape}")
-            for a, row in enumerate(matrix):
-                # Fast path for the common all-finite-float row (a 1024-GPU cluster has 1M entries per matrix).
-                # A finite sum rules out NaN and inf; map(type) keeps bools and strings out; all at C speed.
-                if row and set(map(type, row)) <= {float, int} and min(row) >= 0 and math.isfinite(sum(row)):
-                    continue
-                for b, value in enumerate(row):
-                    check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}[{a}][{b}]", value)
+            object.__setattr__(self, field, _link_matrix(self.name, field, getattr(self, field), n))
         if self.nic_bandwidth is not None:
             check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth)
         if self.speed_reference is not None and (not isinstance(self.speed_reference, str) or not self.speed_reference):
@@ -107,7 +102,7 @@ class Cluster:
         """
         if src == dst:
             return math.inf
-        rate = self.bandwidth[src][dst]
+        rate = self.bandwidth.at(src, dst)
         if self.nic_bandwidth is not None and self.devices[src].node != self.devices[dst].node:
             rate = min(rate, self.nic_bandwidth)
         return rate
@@ -117,7 +112,7 @@ class Cluster:
         message latency (0 for src == dst)."""
         if src == dst:
             return 0.0
-        return self.latency[src][dst] + self.message_latency
+        return self.latency.at(src, dst) + self.message_latency
 
     def require_link(self, src: int, dst: int) -> float:
         """Like link_bandwidth, but raise ClusterError when the two devices cannot talk."""
@@ -125,3 +120,39 @@ class Cluster:
         if rate <= 0:
             raise ClusterError(f"cluster {self.name!r} bandwidth[{src}][{dst}] is 0 but devices {src} and {dst} must talk")
         return rate
+
+
+def _link_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:
+    """`value` as an n x n LinkMatrix of finite numbers >= 0; a bad entry is named with its position."""
+    if isinstance(value, LinkMatrix):
+        if value.n != n:
+            raise ClusterError(f"cluster {name!r} {field} must be a {n}x{n} matrix, got {value.n}x{value.n}")
+        if isinstance(value, NodeLinks):
+            entries = [value.intra, value.inter, value.diagonal, *value.overrides.tolist()]
+            for label, entry in zip(("intra", "inter", "diagonal"), entries, strict=False):
+                check_nonneg_float(ClusterError, f"cluster {name!r} {field} {label}", entry)
+            for key, entry in zip(value.keys.tolist(), value.overrides.tolist(), strict=True):
+                check_nonneg_float(ClusterError, f"cluster {name!r} {field}[{key // n}][{key % n}]", entry)
+            return value
+        rows: object = value.array if isinstance(value, DenseLinks) else value.dense()
+    else:
+        rows = value
+    if isinstance(rows, np.ndarray):
+        if rows.shape == (n, n) and rows.dtype.kind == "f" and np.isfinite(rows).all() and (rows >= 0).all():
+            return value if isinstance(value, LinkMatrix) else DenseLinks(rows)
+        rows = rows.tolist()
+    if (
+        not isinstance(rows, (list, tuple))
+        or len(rows) != n
+        or any(not isinstance(r, (list, tuple)) or len(r) != n for r in rows)
+    ):
+        shape = f"{len(rows)}x{','.join(str(len(r)) for r in rows)}" if isinstance(rows, (list, tuple)) else repr(rows)[:40]
+        raise ClusterError(f"cluster {name!r} {field} must be a {n}x{n} matrix, got {shape}")
+    for a, row in enumerate(rows):
+        # Fast path for the common all-finite-float row (a 1024-GPU cluster has 1M entries per matrix).
+        # A finite sum rules out NaN and inf; map(type) keeps bools and strings out; all at C speed.
+        if row and set(map(type, row)) <= {float, int} and min(row) >= 0 and math.isfinite(sum(row)):
+            continue
+        for b, entry in enumerate(row):
+            check_nonneg_float(ClusterError, f"cluster {name!r} {field}[{a}][{b}]", entry)
+    return value if isinstance(value, LinkMatrix) else DenseLinks(np.array(rows, dtype=float))

@@ -7,10 +7,10 @@ and bytes.
 Note:
     Matrix form gives every ordered pair (any topology, asymmetric allowed).
     Description form (nodes x GPUs per node, one intra- and one inter-node
-    rate, a shared per-node NIC, per-pair overrides) builds the same matrices
-    in O(n^2) list operations, so a 1024-GPU cluster loads in well under a
-    second. An override sets the ordered pair a->b only; give [b, a] too for
-    both directions.
+    rate, a shared per-node NIC, per-pair overrides) keeps that structure in
+    memory (core.links.NodeLinks: two values and the overridden pairs, not
+    n^2 entries), so 16,384 GPUs load at once and take kilobytes. An override
+    sets the ordered pair a->b only; give [b, a] too for both directions.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.links import LinkMatrix, NodeLinks
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
 from pipeplan.presets.gpus import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 
@@ -59,8 +62,8 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         "devices": [
             {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node} for d in cluster.devices
         ],
-        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth],
-        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency],
+        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth.dense().tolist()],
+        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency.dense().tolist()],
     }
     if cluster.nic_bandwidth is not None:
         result["nic_gb_per_s"] = _clean(cluster.nic_bandwidth / GB_PER_S)
@@ -150,35 +153,26 @@ def _from_description_form(top: Fields) -> Cluster:
         inter_lat = latency_fields.number("inter") * US if nodes > 1 else 0.0
     intra_lat = intra_lat if per_node > 1 else 0.0
     inter_lat = inter_lat if nodes > 1 else 0.0
-    bandwidth = _two_level(n, per_node, intra, inter)
-    latency = _two_level(n, per_node, intra_lat, inter_lat)
     overrides = top.array("overrides") if top.has("overrides") else []
+    bandwidth_pairs: dict[tuple[int, int], float] = {}
+    latency_pairs: dict[tuple[int, int], float] = {}
     for k, item in enumerate(overrides):
-        _apply_override(item, f"{source}: overrides[{k}]", n, bandwidth, latency)
+        _apply_override(item, f"{source}: overrides[{k}]", n, bandwidth_pairs, latency_pairs)
     nic = top.optional_number("nic_gb_per_s", positive=True)
+    node_of = np.arange(n) // per_node
     return _cluster(
         top,
         name,
         devices,
-        tuple(map(tuple, bandwidth)),
-        tuple(map(tuple, latency)),
+        NodeLinks(node_of, intra, inter, 0.0, bandwidth_pairs),
+        NodeLinks(node_of, intra_lat, inter_lat, 0.0, latency_pairs),
         None if nic is None else nic * GB_PER_S,
     )
 
 
-def _two_level(n: int, per_node: int, intra: float, inter: float) -> list[list[float]]:
-    """n x n rows: intra inside a node's block, inter elsewhere, 0 on the diagonal."""
-    rows = []
-    for a in range(n):
-        start = (a // per_node) * per_node
-        row = [inter] * n
-        row[start : start + per_node] = [intra] * per_node
-        row[a] = 0.0
-        rows.append(row)
-    return rows
-
-
-def _apply_override(item: object, where: str, n: int, bandwidth: list[list[float]], latency: list[list[float]]) -> None:
+def _apply_override(
+    item: object, where: str, n: int, bandwidth: dict[tuple[int, int], float], latency: dict[tuple[int, int], float]
+) -> None:
     """Set the ordered pair a->b's bandwidth (and latency, when given)."""
     fields = Fields(item, where, ClusterError)
     fields.check_keys(("pair", "gb_per_s", "latency_us"))
@@ -191,9 +185,9 @@ def _apply_override(item: object, where: str, n: int, bandwidth: list[list[float
     ):
         raise ClusterError(f"{where}: field 'pair' must be two different device ids in 0..{n - 1}, got {pair!r}")
     a, b = pair
-    bandwidth[a][b] = fields.number("gb_per_s") * GB_PER_S
+    bandwidth[(a, b)] = fields.number("gb_per_s") * GB_PER_S
     if fields.has("latency_us"):
-        latency[a][b] = fields.number("latency_us") * US
+        latency[(a, b)] = fields.number("latency_us") * US
 
 
 def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
@@ -240,8 +234,8 @@ def _cluster(
     top: Fields,
     name: str,
     devices: tuple[Device, ...],
-    bandwidth: tuple[tuple[float, ...], ...],
-    latency: tuple[tuple[float, ...], ...],
+    bandwidth: LinkMatrix | tuple[tuple[float, ...], ...],
+    latency: LinkMatrix | tuple[tuple[float, ...], ...],
     nic: float | None,
 ) -> Cluster:
     """Build the Cluster (speed scale from the kinds, measured all-reduce); a core check failure names the source."""

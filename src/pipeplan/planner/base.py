@@ -46,9 +46,7 @@ class PlanRequest:
     def __post_init__(self) -> None:
         check_positive_int(PlanError, "global_batch", self.global_batch)
         devices = self.cluster.num_devices
-        if devices > 1 and not any(
-            rate > 0 for a, row in enumerate(self.cluster.bandwidth) for b, rate in enumerate(row) if a != b
-        ):
+        if devices > 1 and not self.cluster.bandwidth.off_diagonal_max() > 0:
             raise PlanError(
                 f"cluster {self.cluster.name!r} has {devices} devices and no link between any two (every bandwidth is 0): "
                 "give the links' bandwidth_gb_per_s"

@@ -167,14 +167,9 @@ def levels_of(cluster: Cluster) -> tuple[list[list[int]], float, float | None]:
     sizes = {len(m) for m in machines}
     n = cluster.num_devices
     rate, _ = link_arrays(cluster)  # link_bandwidth of every pair (NIC caps applied)
-    others = ~np.eye(n, dtype=bool)
     if len(machines) == 1 or sizes != {len(machines[0])} or len(machines[0]) == 1:
-        slowest = float(rate[others].min()) if n > 1 else float("inf")
-        return [list(range(n))], slowest / 1000.0, None
-    node = device_nodes(cluster)
-    same = node[:, None] == node[None, :]
-    inside = float(rate[same & others].min())
-    between = float(rate[~same].min())
+        return [list(range(n))], rate.off_diagonal_min() / 1000.0, None
+    inside, between = rate.extremes(device_nodes(cluster))
     return machines, inside / 1000.0, between / 1000.0
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
-from operator import itemgetter
+from collections.abc import Iterator
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PipeplanError
@@ -32,8 +31,8 @@ def twin_classes(cluster: Cluster) -> tuple[int, ...]:
     """Per device, the smallest id of its twins: same node, speed and memory, same links to every other device.
 
     Swapping twins maps a plan onto an isomorphic one with the same time, so the local search skips it.
-    A device is compared only with the earlier class representatives of its own (node, speed, memory), and rows
-    and columns are compared as whole slices (C speed): 8,192 devices take seconds, not minutes.
+    A device is compared only with the earlier class representatives of its own (node, speed, memory), rows and
+    columns as whole arrays, and a described cluster's untouched devices of one node at once (LinkMatrix.twins).
     """
     devices = cluster.devices
     classes = list(range(len(devices)))
@@ -50,17 +49,7 @@ def twin_classes(cluster: Cluster) -> tuple[int, ...]:
 
 def _twins(cluster: Cluster, a: int, b: int) -> bool:
     """Whether a and b have the same bandwidth and latency to and from every other device, and a->b equals b->a."""
-    lo, hi = min(a, b), max(a, b)
-
-    def same_off(x: Sequence[float], y: Sequence[float]) -> bool:  # equal everywhere but at positions a and b
-        return x[:lo] == y[:lo] and x[lo + 1 : hi] == y[lo + 1 : hi] and x[hi + 1 :] == y[hi + 1 :]
-
-    for matrix in (cluster.bandwidth, cluster.latency):
-        if not same_off(matrix[a], matrix[b]):
-            return False
-        if not same_off(list(map(itemgetter(a), matrix)), list(map(itemgetter(b), matrix))):
-            return False
-    return cluster.bandwidth[a][b] == cluster.bandwidth[b][a]
+    return cluster.bandwidth.twins(a, b) and cluster.latency.twins(a, b)
 
 
 def placement_moves(plan: Plan, cluster: Cluster, twins: tuple[int, ...]) -> Iterator[list[tuple[int, ...]]]:

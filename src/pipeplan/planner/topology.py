@@ -8,22 +8,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.links import LinkMatrix
 
 
-def chain_order(bandwidth: np.ndarray, start: int, allowed: list[int] | None = None) -> list[int]:
+def chain_order(bandwidth: LinkMatrix, start: int, allowed: list[int] | None = None) -> list[int]:
     """Greedy chain: from `start`, repeatedly go to the unvisited device with the fastest link (ties: lowest id).
 
     On a two-level cluster this walks node by node; on any graph it keeps
-    consecutive devices (future consecutive stages) on fast pairs.
+    consecutive devices (future consecutive stages) on fast pairs. A link's
+    rate here is the slower of its two directions.
     """
-    todo = sorted(allowed) if allowed is not None else list(range(len(bandwidth)))
-    todo.remove(start)
+    todo = np.array(sorted(allowed) if allowed is not None else range(len(bandwidth)), dtype=np.int64)
+    left = np.ones(len(todo), dtype=bool)
+    left[np.searchsorted(todo, start)] = False
     order = [start]
-    while todo:
+    for _ in range(len(todo) - 1):
         last = order[-1]
-        rates = [min(bandwidth[last, d], bandwidth[d, last]) for d in todo]
-        best = max(range(len(todo)), key=lambda i: (rates[i], -todo[i]))
-        order.append(todo.pop(best))
+        candidates = todo[left]
+        rates = np.minimum(bandwidth[last, candidates], bandwidth[candidates, last])
+        best = int(np.argmax(rates))  # the first maximum: the lowest id among the fastest
+        order.append(int(candidates[best]))
+        left[np.searchsorted(todo, candidates[best])] = False
     return order
 
 
@@ -31,7 +36,7 @@ EXHAUSTIVE_ORDERS = 5
 """Clusters with at most this many devices get every device order (up to twins), not only the heuristic ones."""
 
 
-def device_orders(cluster: Cluster, bandwidth: np.ndarray, twins: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
+def device_orders(cluster: Cluster, bandwidth: LinkMatrix, twins: tuple[int, ...] | None = None) -> list[tuple[int, ...]]:
     """Candidate device orders: the greedy chain from the fastest device, then speed groups chained.
 
     Returns distinct orders, best-guess first. With devices of several speeds,

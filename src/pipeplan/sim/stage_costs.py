@@ -9,8 +9,10 @@ from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.costs import Costs, StageCost
-from pipeplan.sim.links import ring_allreduce_ms, slowest_replica_flows
+from pipeplan.sim.flow_sets import plan_flows
+from pipeplan.sim.links import ring_allreduce_ms
 from pipeplan.sim.result import SimResult
+from pipeplan.sim.trace import BandwidthTrace
 
 
 def check_plan_matches(plan: Plan, model: CostModel) -> None:
@@ -60,12 +62,14 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     )
 
 
-def plan_costs(plan: Plan, model: CostModel) -> Costs:
+def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None) -> Costs:
     """The simulator's costs for one pipeline replica of `plan`.
 
     Args:
         plan: the plan; for interleaved plans the stage list holds p*v chunk-stages.
         model: the cost model (profile, cluster, scaling, optimizer).
+        trace: the bandwidth trace the costs will be simulated under, if any (flows on the links it names are
+            kept one by one; sim/flow_sets.py drops only copies that would run exactly alike).
 
     Returns:
         Costs with per-stage compute, memory, all-reduce and optimizer step,
@@ -80,14 +84,15 @@ def plan_costs(plan: Plan, model: CostModel) -> Costs:
         speed among all of a stage's devices, and each boundary uses the flows
         of the pipeline replica whose transfer is slowest (replica 0 when the
         replicas are alike), so a plan cannot hide slow links in replica > 0.
+        Copies of a group of flows (a stage replicated over many nodes) are
+        dropped: they would start and end when their kept twin does.
     """
     check_plan_matches(plan, model)
     stages = [stage_cost(plan, model, s) for s in range(len(plan.stages))]
-    forward, backward = [], []
-    for s in range(len(plan.stages) - 1):
-        nbytes = model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size)
-        forward.append(slowest_replica_flows(plan, model.cluster, s, s + 1, nbytes))
-        backward.append(slowest_replica_flows(plan, model.cluster, s + 1, s, nbytes))
+    cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
+    keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
+    flows = plan_flows(plan, model.cluster, cuts, keep)
+    forward, backward = list(flows[0]), list(flows[1])
     overhead = model.cluster.message_overhead * 1000.0
     if overhead > 0:
         charge_messages(stages, forward, backward, overhead)
@@ -113,8 +118,8 @@ def charge_messages(stages: list[StageCost], forward: list[tuple], backward: lis
             )
 
 
-def simulate_plan(plan: Plan, model: CostModel, trace: object = None, record: bool = True) -> SimResult:
+def simulate_plan(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None, record: bool = True) -> SimResult:
     """Simulate one iteration of `plan` under `model` (see plan_costs and plan_schedule)."""
     from pipeplan.sim.engine import simulate
 
-    return simulate(plan_schedule(plan), plan_costs(plan, model), trace=trace, record=record)  # type: ignore[arg-type]
+    return simulate(plan_schedule(plan), plan_costs(plan, model, trace), trace=trace, record=record)
