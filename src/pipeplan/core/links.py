@@ -96,22 +96,35 @@ class LinkMatrix(ABC):
 
 
 def _indices(n: int, key: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Broadcast row and column index arrays for numpy-style `key` (ints, integer arrays, slices)."""
+    """Row and column index arrays (they broadcast together) for numpy-style `key` (ints, integer arrays, slices)."""
     if not isinstance(key, tuple):
         key = (key, slice(None))
     if len(key) != 2:
         raise IndexError(f"a link matrix takes two indices, got {len(key)}")
-    rows, cols = (np.arange(n)[k] if isinstance(k, slice) else np.asarray(k) for k in key)
-    for index in (rows, cols):
-        if index.dtype.kind not in "iu":
-            raise IndexError(f"link matrix indices must be integers or slices, got {index.dtype}")
-        if index.size and (index.min() < -n or index.max() >= n):
-            raise IndexError(f"link matrix index out of range 0..{n - 1}")
-    rows, cols = rows % n, cols % n
-    row_slice, col_slice = isinstance(key[0], slice), isinstance(key[1], slice)
-    if row_slice or col_slice:  # as numpy: a slice indexes orthogonally to the other index
+    rows, cols = _axis(n, key[0]), _axis(n, key[1])
+    if isinstance(key[0], slice) or isinstance(key[1], slice):  # as numpy: a slice indexes orthogonally to the other
         rows = rows.reshape(rows.shape + (1,) * cols.ndim)
     return rows, cols
+
+
+def _axis(n: int, index: Any) -> np.ndarray:
+    """One index as a non-negative integer array; IndexError when out of range or not integer."""
+    if isinstance(index, slice):
+        return np.arange(n)[index]
+    if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+        if not -n <= index < n:
+            raise IndexError(f"link matrix index {index} out of range 0..{n - 1}")
+        return np.asarray(index % n)
+    array = np.asarray(index)
+    if array.dtype.kind not in "iu":
+        raise IndexError(f"link matrix indices must be integers or slices, got {array.dtype}")
+    if array.size:
+        low = array.min()
+        if low < -n or array.max() >= n:
+            raise IndexError(f"link matrix index out of range 0..{n - 1}")
+        if low < 0:
+            array = array % n
+    return array
 
 
 class DenseLinks(LinkMatrix):
@@ -180,8 +193,7 @@ class NodeLinks(LinkMatrix):
         self._touched = frozenset(touched)
 
     def values(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-        rows, cols = np.broadcast_arrays(rows, cols)
-        out = np.where(self.nodes[rows] == self.nodes[cols], self.intra, self.inter)
+        out = np.where(self.nodes[rows] == self.nodes[cols], self.intra, self.inter)  # broadcast shape
         out = np.where(rows == cols, self.diagonal, out)
         if len(self.keys):
             keys = rows.astype(np.int64) * self.n + cols

@@ -106,10 +106,9 @@ class DappleSearch:
                 machines = self._machine_of[index]
                 used = np.unique(machines)
                 rate = float(self._machine_pair_min[np.ix_(used, used)].min())
-                for m in used.tolist():
-                    inside = index[machines == m]
-                    if len(inside) > 1:
-                        rate = min(rate, float(self._rates[np.ix_(inside, inside)].min()))
+                a, b = _pairs_inside(index, machines)
+                if len(a):
+                    rate = min(rate, float(self._rates[a, b].min()))
             got = self._slowest[devices] = rate / 1000.0
         return got
 
@@ -279,3 +278,17 @@ class DappleSearch:
                 if best is not None:
                     out.append(((0, best[1], devices1), (best[1] + 1, last, devices2)))
         return out
+
+
+def _pairs_inside(devices: np.ndarray, machines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair (a, b), a != b, of `devices` on one machine (`machines[i]` is devices[i]'s), as two arrays."""
+    order = np.argsort(machines, kind="stable")
+    ids, owner = devices[order], machines[order]
+    start = np.searchsorted(owner, owner, side="left")
+    end = np.searchsorted(owner, owner, side="right")
+    partner = start[:, None] + np.arange(int((end - start).max()))[None, :]
+    valid = partner < end[:, None]
+    a = np.broadcast_to(ids[:, None], partner.shape)[valid]
+    b = ids[np.minimum(partner, len(ids) - 1)][valid]
+    different = a != b
+    return a[different], b[different]
