@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+DENSE_UP_TO = 1024
+"""A NodeLinks of at most this many devices also keeps its dense array once read (8 MB at 1024): numpy-speed
+look-ups where memory does not matter; above it every look-up is computed from the structure."""
+
 
 class LinkMatrix(ABC):
     """An n x n matrix of non-negative link values; read-only."""
@@ -191,8 +195,17 @@ class NodeLinks(LinkMatrix):
         self._override_dict = {a * self.n + b: float(v) for (a, b), v in pairs}
         touched = {a for (a, _), _ in pairs} | {b for (_, b), _ in pairs}
         self._touched = frozenset(touched)
+        self._dense: np.ndarray | None = None
 
     def values(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        if self.n <= DENSE_UP_TO:
+            if self._dense is None:
+                index = np.arange(self.n)
+                self._dense = self._computed(index[:, None], index[None, :])
+            return self._dense[rows, cols]
+        return self._computed(rows, cols)
+
+    def _computed(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         out = np.where(self.nodes[rows] == self.nodes[cols], self.intra, self.inter)  # broadcast shape
         out = np.where(rows == cols, self.diagonal, out)
         if len(self.keys):

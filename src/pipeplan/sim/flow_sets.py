@@ -58,7 +58,8 @@ def transfer_pairs(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int,
     if rp > 1:
         rate, latency = link_arrays(cluster)
         with np.errstate(divide="ignore"):
-            times = np.where(src_all == dst_all, 0.0, latency[src_all, dst_all] + (nbytes / q) / rate[src_all, dst_all])
+            pair_ms = latency.values(src_all, dst_all) + (nbytes / q) / rate.values(src_all, dst_all)
+            times = np.where(src_all == dst_all, 0.0, pair_ms)
         best = int(np.argmax(times.max(axis=1)))
     pairs, raw, rate = _pairs(cluster, src_all[best], dst_all[best], nbytes)
     if rp > 1 and cluster.nic_bandwidth is not None:
@@ -76,13 +77,13 @@ def _pairs(
     src, dst = senders[moved], receivers[moved]
     nodes = device_nodes(cluster)
     nic_rate = cluster.nic_bandwidth
-    raw = np.asarray(cluster.bandwidth[src, dst], dtype=float)
+    raw = cluster.bandwidth.values(src, dst)  # device ids a plan holds: valid, no index checks
     nic = (nodes[src] != nodes[dst]) if nic_rate is not None else np.zeros(len(src), dtype=bool)
     rate = np.where(nic, np.minimum(raw, np.inf if nic_rate is None else nic_rate), raw)
     if len(rate) and not (rate > 0).all():
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    latency_ms = (np.asarray(cluster.latency[src, dst], dtype=float) + cluster.message_latency) * 1000.0
+    latency_ms = (cluster.latency.values(src, dst) + cluster.message_latency) * 1000.0
     work_ms = (nbytes / len(senders) / rate) * 1000.0 if len(senders) else np.zeros(0)
     return PairArrays(src, dst, nic, latency_ms, work_ms), raw, rate
 
