@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli_runner import run
 from models import linear_model
 from pipeplan.cli import app
 from pipeplan.core.cluster import Cluster, Device
@@ -294,3 +295,80 @@ def test_plan_checks_its_output_before_planning(monkeypatch: pytest.MonkeyPatch,
                          "--global-batch", "2048", "--out", "/no/such/folder/plan.json")  # fmt: skip
     assert code == 2 and out == ""
     assert err.strip() == "error: OutputError: --out '/no/such/folder/plan.json': folder '/no/such/folder' does not exist"
+
+
+@pytest.mark.parametrize("replication", ["pipelines", "none"])
+@pytest.mark.parametrize("seed", range(4))
+def test_every_planner_keeps_the_replication_rule(seed: int, replication: str) -> None:
+    """Random small instances (some fit only with replication): each planner's plan keeps the rule, or it says no."""
+    profile, cluster = random_instance(seed, layers=5, devices=4)
+    request = PlanRequest(profile, cluster, 16, replication=replication)
+    load_planners()
+    planned = 0
+    for name, planner in sorted(PLANNERS.items()):
+        try:
+            plan = planner(request).plan
+        except PlanError:
+            continue
+        planned += 1
+        assert all(plan.replicas_of(s) == 1 for s in range(len(plan.stages))), name
+        if replication == "none":
+            assert plan.pipeline_replicas == 1, name
+    assert planned >= 2  # pipeplan and balanced always have a straight pipeline of one device per stage
+
+
+def test_replication_narrows_the_search_and_pipelines_still_replicate() -> None:
+    """vgg16 on two DGX-1: the free plan replicates stages; `pipelines` replicates whole pipelines, slower;
+    `none` is one straight pipeline, slower still."""
+    profile, cluster = load_profile("pipedream/vgg16"), load_cluster("v100-8x2-25g")
+    times = {}
+    for replication in ("any", "pipelines", "none"):
+        result = plan_pipeplan(PlanRequest(profile, cluster, 256, replication=replication))
+        times[replication] = result.iteration_time
+        widths = {result.plan.replicas_of(s) for s in range(len(result.plan.stages))}
+        if replication == "any":
+            assert max(widths) > 1
+        else:
+            assert widths == {1}
+        if replication == "pipelines":
+            assert result.plan.pipeline_replicas > 1
+        if replication == "none":
+            assert result.plan.pipeline_replicas == 1
+    assert times["any"] <= times["pipelines"] <= times["none"]
+
+
+def test_a_planner_breaking_the_rule_is_caught_by_the_registry() -> None:
+    """The registry's net: a plan against the request's replication is a PlanError naming planner and stage."""
+    from pipeplan.planner.base import register_planner
+
+    profile, cluster = random_instance(0, layers=4, devices=4)
+
+    def wide(request: PlanRequest) -> object:
+        plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 4, "1f1b")
+        return type("R", (), {"plan": plan})()
+
+    register_planner("test-wide")(wide)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(
+            PlanError, match=r"planner 'test-wide' returned a plan against replication 'pipelines': stage 0 runs on 2"
+        ):
+            PLANNERS["test-wide"](PlanRequest(profile, cluster, 16, replication="pipelines"))
+    finally:
+        PLANNERS.pop("test-wide")
+
+
+def test_replication_flag_is_checked_and_reaches_compare(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--replication: a bad value exits 2 naming the flag; compare's plans all keep `none`."""
+    common = ["--profile", "dapple/bert-48", "--cluster", "v100-8x1", "--global-batch", "64"]
+    code, _, err = run(monkeypatch, capsys, "plan", *common, "--replication", "some")
+    assert code == 2 and "--replication must be one of any, pipelines, none, got 'some'" in err
+    code, out, err = run(
+        monkeypatch, capsys, "compare", *common, "--planners", "pipeplan,balanced,dapple", "--replication", "none", "--json"
+    )
+    assert code == 0, err
+    rows = json.loads(out)["results"]
+    assert {row["planner"] for row in rows} == {"pipeplan", "balanced", "dapple"}
+    for row in rows:
+        assert row["pipeline_replicas"] == 1 and all(len(s["devices"]) == 1 for s in row["stages"]), row["planner"]

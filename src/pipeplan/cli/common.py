@@ -95,4 +95,8 @@ def print_json(obj: Any) -> None:
 
 
 PBS_HELP = "Batch a graph.txt profile was measured with, when its file name has no -pbs-N."
+REPLICATION_HELP = (
+    "What a plan may replicate: any (stages over several devices, whole pipelines), pipelines (whole pipelines "
+    "only: one device per stage and pipeline) or none (one straight pipeline)."
+)
 """Help of --profile-batch-size, shared by the commands that read a profile."""

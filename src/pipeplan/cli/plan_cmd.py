@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, print_json
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
 
 if TYPE_CHECKING:
@@ -158,6 +158,15 @@ def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: 
     return table
 
 
+def _check_replication(replication: str) -> str:
+    """--replication is one of REPLICATION_CHOICES."""
+    from pipeplan.planner.base import REPLICATION_CHOICES
+
+    if replication not in REPLICATION_CHOICES:
+        raise PlanError(f"--replication must be one of {', '.join(REPLICATION_CHOICES)}, got {replication!r}")
+    return replication
+
+
 def _check_factor(factor: float | None) -> None:
     """--optimizer-factor, when given, is a finite number >= 0."""
     if factor is not None and not (math.isfinite(factor) and factor >= 0):
@@ -177,6 +186,7 @@ def plan(
         None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
     ),
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
+    replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
 ) -> None:
@@ -192,7 +202,8 @@ def plan(
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
+                          replication=_check_replication(replication))  # fmt: skip
     with progress_display(not as_json) as progress:
         result = run_planner(planner, request, progress)
     if as_json:
@@ -218,6 +229,7 @@ def compare(
         None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
     ),
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
+    replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
 ) -> None:
@@ -226,7 +238,7 @@ def compare(
 
     check_writable("--png", png, IMAGE_SUFFIXES)
     run = run_comparison(profile, cluster, global_batch, microbatch_size, planners, schedule, batch_scaling, optimizer,
-                         optimizer_factor, profile_batch_size, show_progress=not as_json)  # fmt: skip
+                         optimizer_factor, profile_batch_size, show_progress=not as_json, replication=replication)  # fmt: skip
     if as_json:
         print_json(run.to_json())
     else:
@@ -323,6 +335,7 @@ def run_comparison(
     optimizer_factor: float | None,
     profile_batch_size: int | None,
     show_progress: bool,
+    replication: str = "any",
 ) -> Comparison:
     """Load the problem and run the planners (checked flags; a bad one is a PlanError naming it)."""
     from pipeplan.io.load import load_cluster, load_profile
@@ -331,6 +344,7 @@ def run_comparison(
     from pipeplan.planner.compare import planner_names
 
     _check_factor(optimizer_factor)
+    _check_replication(replication)
     try:
         names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
     except PlanError as exc:
@@ -338,7 +352,7 @@ def run_comparison(
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor)  # fmt: skip
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor, replication=replication)  # fmt: skip
     with progress_display(show_progress) as progress:
         rows = compare_planners(request, names, progress)
     return Comparison(profile, cluster, model.name, request, list(rows))

@@ -132,7 +132,7 @@ def plan_balanced(request: PlanRequest) -> PlanResult:
     require_schedule(request, "balanced", "1f1b")
     profile, cluster = request.profile, request.cluster
     stages_count = min(profile.num_layers, cluster.num_devices, MAX_STAGES)
-    replicas = pipeline_replicas(cluster.num_devices, stages_count, request.global_batch)
+    replicas = pipeline_replicas(cluster.num_devices, stages_count, request.global_batch) if request.pipelines_allowed else 1
     bounds = balanced_partition([layer.fwd_ms + layer.bwd_ms for layer in profile.layers], stages_count)
     stages = tuple(
         Stage(bounds[i], bounds[i + 1] - 1, tuple(t * stages_count + i for t in range(replicas))) for i in range(stages_count)

@@ -18,6 +18,10 @@ from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.result import SimResult
 
 SCHEDULE_CHOICES = ("auto", "gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
+REPLICATION_CHOICES = ("any", "pipelines", "none")
+"""What a plan may replicate: anything (stages over several devices, whole pipelines), only whole pipelines (every
+stage on one device per pipeline replica: pipeline x data parallelism), or nothing (one pipeline, one device per
+stage: a straight pipeline, devices beyond the stage count left idle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,7 @@ class PlanRequest:
     own, 2 for Adam). `batch_scaling` says how layer times follow the
     microbatch size (sim.layer_costs). `model` is the request's cost model;
     `cluster` holds the speeds on the profile's scale (sim.speeds).
+    `replication` is one of REPLICATION_CHOICES; every planner honours it.
     """
 
     profile: ModelProfile
@@ -41,6 +46,7 @@ class PlanRequest:
     optimizer_factor: float | None = None
     optimizer: str = "adam"
     batch_scaling: str = "auto"
+    replication: str = "any"
     model: CostModel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,10 +63,32 @@ class PlanRequest:
                 raise PlanError(f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}")
         if self.schedule not in SCHEDULE_CHOICES:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
+        if self.replication not in REPLICATION_CHOICES:
+            raise PlanError(f"replication must be one of {', '.join(REPLICATION_CHOICES)}, got {self.replication!r}")
         model = CostModel.build(self.profile, self.cluster, self.batch_scaling, self.optimizer, self.optimizer_factor)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "cluster", model.cluster)
         object.__setattr__(self, "optimizer_factor", model.optimizer_factor)
+
+    @property
+    def stage_replicas_allowed(self) -> bool:
+        """Whether a stage may run on several devices of one pipeline replica."""
+        return self.replication == "any"
+
+    @property
+    def pipelines_allowed(self) -> bool:
+        """Whether the pipeline may be replicated (data parallelism over whole pipelines)."""
+        return self.replication != "none"
+
+    def replication_violation(self, plan: Plan) -> str | None:
+        """Why `plan` breaks the request's replication rule, or None when it keeps it."""
+        if not self.pipelines_allowed and plan.pipeline_replicas > 1:
+            return f"it runs {plan.pipeline_replicas} pipeline replicas"
+        if not self.stage_replicas_allowed:
+            wide = [s for s in range(len(plan.stages)) if plan.replicas_of(s) > 1]
+            if wide:
+                return f"stage {wide[0]} runs on {plan.replicas_of(wide[0])} devices per pipeline replica"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +123,13 @@ def register_planner(name: str) -> Callable[[Planner], Planner]:
 
     def wrap(fn: Planner) -> Planner:
         @functools.wraps(fn)
-        def quiet(*args: Any, **kwargs: Any) -> PlanResult:
+        def quiet(request: PlanRequest) -> PlanResult:
             with np.errstate(divide="ignore", invalid="ignore"):
-                return fn(*args, **kwargs)
+                result = fn(request)
+            broken = request.replication_violation(result.plan)
+            if broken is not None:  # every planner filters its candidates; this is the net under them
+                raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
+            return result
 
         PLANNERS[name] = quiet
         return fn

@@ -78,6 +78,8 @@ class Candidates:
     def replica_counts(self) -> list[int]:
         """Pipeline replica counts rp: divisors of the device count that divide the global batch."""
         g = self.request.global_batch
+        if not self.request.pipelines_allowed:
+            return [1]
         return [rp for rp in divisors(self.cluster.num_devices) if g % rp == 0]
 
     def microbatch_sizes(self, rp: int) -> list[int]:
@@ -101,7 +103,8 @@ class Candidates:
         n = self.cluster.num_devices // rp
         m = self.request.global_batch // (rp * b)
         usable = min(n, min(MAX_STAGES, len(self.blocks)) * b)
-        splits = [x for x in divisors(b) if b // x <= n]  # samples per device: r = b / x replicas, at most n
+        # samples per device: r = b / x replicas, at most n (one without stage replication)
+        splits = [x for x in divisors(b) if b // x <= (n if self.request.stage_replicas_allowed else 1)]
         per_layer = np.array([self.layer_costs.per_layer_ms(x) for x in splits])
         per_sample = (per_layer / np.array(splits, dtype=float)[:, None]).min(axis=0)
         busiest = m * b * float(per_sample.sum()) / (usable * self.max_speed)
@@ -120,8 +123,13 @@ class Candidates:
         return best
 
     def units(self, rp: int, b: int) -> tuple[int, int, tuple[int, ...]]:
-        """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b)."""
+        """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b).
+
+        Without stage replication a unit is one device and a pipeline has no more of them than it can have stages.
+        """
         n = self.cluster.num_devices // rp
+        if not self.request.stage_replicas_allowed:
+            return 1, min(n, MAX_STAGES, len(self.blocks)), (1,)
         unit = 1
         while n // unit > MAX_UNITS:
             unit *= 2
@@ -130,10 +138,11 @@ class Candidates:
 
     def dp_candidates(self, rp: int, b: int) -> float:
         """Run the DP for every layout at (rp, b); return the best time found."""
-        n = self.cluster.num_devices // rp
-        unit, _, choices = self.units(rp, b)
+        unit, k_units, choices = self.units(rp, b)
         if not choices:
             return float("inf")
+        # a pipeline's positions: its share of the devices, or (without stage replication) one per possible stage
+        n = self.cluster.num_devices // rp if self.request.stage_replicas_allowed else k_units
         m = self.request.global_batch // (rp * b)
         sums = {rho * unit: self.block_sums(b, rho * unit) for rho in choices}
         inputs = DpInputs(

@@ -87,29 +87,36 @@ def two_stage_first_counts(total: int) -> list[int]:
     return sorted((powers | {total - p for p in powers}) - {0, total})
 
 
-def candidates(search: DappleSearch, global_batch: int) -> list[Candidate]:
-    """Every plan DAPPLE considers: data parallel, hybrid per g, straight, two-stage splits."""
+def candidates(search: DappleSearch, global_batch: int, replication: str = "any") -> list[Candidate]:
+    """Every plan DAPPLE considers: data parallel, hybrid per g, straight, two-stage splits.
+
+    `replication` (planner.base.REPLICATION_CHOICES) keeps only the candidates it allows: "pipelines" those whose
+    stages have one GPU per pipeline replica (data parallel, straight pipelines and hybrids of one-GPU stages,
+    two-stage splits of two GPUs), "none" besides those only one pipeline replica (straight over all GPUs).
+    """
     total = search.num_devices
     per_replica = global_batch / search.profile.batch_size  # profile batches per iteration, all replicas
     last = search.num_blocks - 1
-    out = [Candidate(((0, last, tuple(range(total))),), total, "data-parallel")]
+    one_pipeline = replication == "none"
+    wide_stages = replication == "any"
+    out = [] if one_pipeline and total > 1 else [Candidate(((0, last, tuple(range(total))),), total, "data-parallel")]
     divisors = [g for g in range(2, min(total, MAX_GPUS_PER_PIPELINE) + 1) if total % g == 0]
     for g in divisors:
         replica_batch, rest = divmod(global_batch, total // g)
-        if rest:
+        if rest or (one_pipeline and g != total):
             continue
         # a stage's GPUs split each microbatch, so their count must divide the pipeline replica's batch
-        counts = [c for c in stage_gpu_counts(total, search.node_size, g) if replica_batch % c == 0]
+        counts = [c for c in stage_gpu_counts(total, search.node_size, g) if replica_batch % c == 0 and (wide_stages or c == 1)]
         found = search.best_pipeline(g, total // g, counts, per_replica / (total // g))
         if found is not None:
             out.append(Candidate(found, total // g, f"hybrid g={g}"))
     straight = ([2] if total > 2 and total % 2 == 0 else []) + [total]  # the authors' 1:1 split and all-straight
     for g in straight:
-        if g <= search.num_blocks:
+        if g <= search.num_blocks and not (one_pipeline and g != total):
             found = search.best_pipeline(g, total // g, [1], per_replica / (total // g))
             if found is not None:
                 out.append(Candidate(found, total // g, f"straight g={g}"))
-    if total >= 2 and search.num_blocks >= 2:
+    if total >= 2 and search.num_blocks >= 2 and (wide_stages or total == 2):
         firsts = range(1, total) if total <= MAX_GPUS_PER_PIPELINE else two_stage_first_counts(total)
         for g1 in firsts:
             for found in search.two_stage_splits(g1, per_replica):
@@ -208,7 +215,13 @@ def plan_dapple(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     require_schedule(request, "dapple", "1f1b")
     search = DappleSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, request.model.optimizer_factor)
-    found = candidates(search, request.global_batch)
+    found = candidates(search, request.global_batch, request.replication)
+    if not found:
+        raise PlanError(
+            f"planner 'dapple' has no candidate under replication {request.replication!r} on {search.num_devices} GPUs: "
+            f"a straight pipeline over all of them needs as many layer blocks, {request.profile.name} has "
+            f"{search.num_blocks}; try --replication pipelines or any"
+        )
     plans = []
     for size in microbatch_sizes(request, request.global_batch, max_microbatches=request.global_batch):
         plan = choose(request, search, found, size)

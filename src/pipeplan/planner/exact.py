@@ -259,7 +259,7 @@ class _Search:
         speeds = [self.request.cluster.devices[d].speed for d in free]
         for last in range(start, layers):
             rest_layers = layers - 1 - last
-            for group in range(rp, len(free) + 1, rp):
+            for group in range(rp, (len(free) if self.request.stage_replicas_allowed else rp) + 1, rp):
                 r = group // rp
                 if size % r or (rest_layers and len(free) - group < rp):
                     continue
@@ -287,7 +287,7 @@ class _Search:
         devices = request.cluster.num_devices
         layers = request.profile.num_layers
         shapes = []
-        for rp in range(1, devices + 1):
+        for rp in range(1, (devices if request.pipelines_allowed else 1) + 1):
             if request.global_batch % rp:
                 continue
             replica_batch = request.global_batch // rp

@@ -193,9 +193,12 @@ def pipedream_stages(
     machines, inside, between = levels_of(cluster)
     per_machine = len(machines[0])
     level1 = level_dp(compute, params, cut, per_machine, inside, 1, between is not None, limit, allowed)
+    why = "whose weights fit"
+    if allowed == frozenset({1}) and n < cluster.num_devices:
+        why = f"(PipeDream uses every GPU: one per stage needs {cluster.num_devices} layers, the model has {n})"
     no_partition = PlanError(
         f"planner 'pipedream' found no partition of {profile.name} over {cluster.name} with replica counts "
-        f"{sorted(allowed or ())} whose weights fit; try --planner pipeplan"
+        f"{sorted(allowed or ())} {why}; try --planner pipeplan"
     )
     if between is None:
         if not np.isfinite(level1.time[0, n - 1, -1]):
@@ -206,8 +209,9 @@ def pipedream_stages(
             start += used
         return tuple(flat)
     # a level-2 stage's memory was checked per level-1 stage inside each machine
-    # a stage over m2 machines has up to m2 * per_machine replicas: keep that within the allowed counts
-    machine_counts = None if allowed is None else frozenset(c for c in allowed if c * per_machine in allowed)
+    # a stage over m2 machines has up to m2 * per_machine replicas: keep that within the allowed counts (a stage
+    # on one machine is level 1's, whose replica counts were checked there)
+    machine_counts = None if allowed is None else frozenset(c for c in allowed if c == 1 or c * per_machine in allowed)
     level2 = level_dp(level1.time[:, :, -1], params, cut, len(machines), between, per_machine, False, np.inf, machine_counts)
     if not np.isfinite(level2.time[0, n - 1, -1]):
         raise no_partition
@@ -235,7 +239,8 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     require_schedule(request, "pipedream", "1f1b")
     blocks = merge_layers(request.profile, MAX_BLOCKS)
     batch = request.microbatch_size or request.global_batch
-    allowed = frozenset(powers_of_two_dividing(batch))
+    # PipeDream replicates stages, never whole pipelines: without stage replication every stage has one GPU
+    allowed = frozenset(powers_of_two_dividing(batch)) if request.stage_replicas_allowed else frozenset({1})
     stages = pipedream_stages(blocks, request.cluster, request.model.optimizer_factor, allowed)
     replicas = [len(s.devices) for s in stages]
     plans = [
