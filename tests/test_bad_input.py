@@ -1,0 +1,78 @@
+"""One table of bad inputs, every command: each exits 2 with one line naming the flag, field or value, no traceback.
+
+The cases are the ones found by trying pipeplan as a new user would (issue "Fast and unbreakable where a user
+touches it"); the slower ones that need processes (signals, checkpoints mid-run) live in test_runtime_launch.py
+and test_runtime_faults.py, and each module's own tests hold more of its errors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run
+
+BERT = ["--profile", "dapple/bert-48", "--cluster", "v100-8x1", "--global-batch", "64"]
+TRAIN = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4"]
+PLAN_WITHOUT_K = {
+    "format": "pipeplan.plan/1", "profile": "dapple/bert-48", "cluster": "v100-8x1", "pipeline_replicas": 1,
+    "microbatches": 4, "microbatch_size": 2, "schedule": "1f1b", "chunks": 1, "order": None,
+    "stages": [{"first_layer": 0, "last_layer": 52, "devices": [0]}],
+}  # fmt: skip
+
+CASES: list[tuple[str, list[str], str]] = [
+    # sizes that would not fit: refused before any work, with the size needed
+    ("too many microbatches", ["simulate", "1f1b", "-p", "4", "-m", "100000000"], "800,000,000 actions"),
+    ("huge global batch", ["plan", *BERT[:4], "--global-batch", "1000000000"], "give a larger --microbatch-size"),
+    ("exact on a large instance", ["plan", "--planner", "exact", *BERT], "planner 'exact' handles at most"),
+    # outputs checked before the work
+    ("unwritable plan --out", ["plan", *BERT, "--out", "/nonexistent/x.json"], "--out '/nonexistent/x.json'"),
+    ("unwritable simulate --trace", ["simulate", "1f1b", "-p", "4", "-m", "8", "--trace", "/nonexistent/t.json"], "--trace"),
+    ("--png with another suffix", ["simulate", "1f1b", "-p", "4", "-m", "8", "--png", "out.xyz"], "must end with .png"),
+    ("unwritable profile -o", ["profile", "mlp", "-b", "8", "-o", "/nonexistent/p.json"], "--out '/nonexistent/p.json'"),
+    # names: suggestions for typos, every flag's own values
+    ("profile typo", ["plan", "--profile", "dapple/bert-4", *BERT[2:]], "did you mean dapple/bert-48"),
+    ("cluster typo", ["plan", *BERT[:2], "--cluster", "v100-8x9", *BERT[4:]], "did you mean v100-8x1"),
+    ("no planner named", ["compare", *BERT, "--planners", ","], "--planners ',': no planner named"),
+    ("unknown replication", ["plan", *BERT, "--replication", "x"], "--replication must be one of any, pipelines, none"),
+    ("negative optimizer factor", ["plan", *BERT, "--optimizer-factor", "-1"], "--optimizer-factor must be"),
+    ("schedule --format", ["schedule", "1f1b", "-p", "4", "-m", "8", "--format", "xml"], "--format must be text, json or csv"),
+    ("schedule file with sizes", ["schedule", "PLAN_WITHOUT_K", "-p", "4"], "--stages does not apply to the schedule file"),
+    # files: the field is named
+    ("plan file without k", ["simulate", "--plan", "PLAN_WITHOUT_K"], "missing field 'k'"),
+    ("trace link beyond the devices", ["simulate", "1f1b", "-p", "4", "-m", "8", "--bandwidth-trace", "TRACE"], "link [0, 9]"),
+    # train and probe: checked once, before any process starts
+    ("--local 0", ["train", "--local", "0", *TRAIN[3:]], "--local must be >= 1, got 0"),
+    ("probe --local 0", ["probe", "--local", "0", "-o", "x.json"], "--local must be >= 1, got 0"),
+    ("--steps 0", [*TRAIN, "--steps", "0"], "--steps must be >= 1, got 0"),
+    ("--lr nan", [*TRAIN, "--lr", "nan"], "--lr must be a finite number >= 0"),
+    ("--lr -1", [*TRAIN, "--lr", "-1"], "--lr must be a finite number >= 0"),
+    ("train plan file without k", ["train", "--local", "2", "--plan", "PLAN_WITHOUT_K"], "missing field 'k'"),
+    ("pipemare switch without pipemare", [*TRAIN, "--lr-reschedule", "4"], "--lr-reschedule applies only to --schedule pipemare"),
+    ("discrepancy decay 1", ["train", "--local", "2", "--schedule", "pipemare", "-p", "2", "-m", "4", "--discrepancy-decay", "1"],
+     "--discrepancy-decay must be a number in [0, 1)"),
+    ("warm-up beyond the run", ["train", "--local", "2", "--schedule", "pipemare", "-p", "2", "-m", "4", "--steps", "4",
+                                "--sync-warmup", "9"], "--sync-warmup 9 is beyond the run"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv", "fragment"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line(
+    case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, a single `error:` line holding the fragment, no traceback, nothing written."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN_WITHOUT_K))
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"steps": [{"t_ms": 0, "link": [0, 9], "factor": 0.5}]}))
+    files = {"PLAN_WITHOUT_K": str(plan), "TRACE": str(trace)}
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *[files.get(a, a) for a in argv])
+    assert code == 2, (case, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
+    assert fragment in lines[0], (case, lines[0])
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "trace.json"], case
