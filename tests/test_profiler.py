@@ -94,6 +94,33 @@ def test_the_last_layer_counts_what_the_loss_saves_each_storage_once() -> None:
     assert [s.saved_bytes for s in relu] == [b * 8 * F32, 2 * b * 10 * F32]
 
 
+def test_the_last_layer_is_timed_with_the_loss_as_a_last_stage_runs_it() -> None:
+    """A loss that sleeps 15 ms in its forward and 15 ms in its backward: the last layer's F and B (and the whole
+    chain's) hold at least that; the first layer's do not, and without the loss neither does the last."""
+    import time as clock
+
+    class SlowLoss(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, out: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            clock.sleep(0.015)
+            return out.sum()
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            clock.sleep(0.015)
+            return grad * torch.ones(4, 8)
+
+    layers = (nn.Linear(8, 8), nn.Linear(8, 8))
+    spec = ModelSpec("x", layers, ("a", "b"), sample_input=lambda n: torch.randn(n, 8), sample_target=lambda n: torch.zeros(n),
+                     loss_fn=lambda out, target: SlowLoss.apply(out))  # fmt: skip
+    timed = measure_layers(spec, None, 4, runs=3, warmup=1)
+    assert timed.fwd_ms[1] >= 15.0 and timed.bwd_ms[1] >= 15.0
+    assert timed.whole_fwd_ms >= 15.0 and timed.whole_bwd_ms >= 15.0
+    assert timed.fwd_ms[0] < 15.0 and timed.bwd_ms[0] < 15.0
+    plain = measure_layers(nn.Sequential(*layers), torch.randn(4, 8), 4, runs=3, warmup=1)
+    assert plain.fwd_ms[1] < 15.0 and plain.bwd_ms[1] < 15.0
+
+
 def test_a_layer_that_saves_what_the_layer_before_saved_records_it_as_shared() -> None:
     """Linear(64→128) → ReLU → Linear(128→32) → ReLU: the second Linear saves its input, which the ReLU before it
     saves as its output (one storage in a stage): shared b·128·4. No other layer saves its predecessor's output."""

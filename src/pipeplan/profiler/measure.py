@@ -10,7 +10,9 @@ Method:
      executes), and a round runs them as a pipeline stage does, in chain
      order: every forward, layer 0 first, then every backward, the last layer
      first, each on the gradient the layer after it produced (the last layer
-     gets a fixed random gradient of its output's shape). Timing layers in
+     gets a fixed random gradient of its output's shape; a model spec with a
+     loss computes it on the last layer's stage, as the last stage of a run
+     does, so its time is the last layer's). Timing layers in
      sequence, not each on its own, lets them compete for the caches as they
      do in training. With `split`, a second pass in the same round times the
      zero-bubble halves: every forward again, then every I (input gradient),
@@ -40,7 +42,7 @@ from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.specs import ModelSpec, layers_of
-from pipeplan.profiler.stage import StageModule
+from pipeplan.profiler.stage import LossFn, StageModule
 
 SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
 
@@ -168,14 +170,14 @@ def measure_layers(
             output_saved = out_saved
             grads.append(grad)
             advance(f"counting {layer_name}")
-        timer = _ChainTimer(layers, inputs[0], grads[-1], sync, split)
+        timer = _ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)
         whole_f: list[float] = []
         whole_b: list[float] = []
         try:
             for r in range(rounds):
                 timer.round(keep=r >= warmup)
                 if whole:
-                    f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0), x0, grads[-1], sync)
+                    f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0, loss), x0, None if loss else grads[-1], sync)
                     if r >= warmup:
                         whole_f.append(f_ms)
                         whole_b.append(b_ms)
@@ -200,12 +202,23 @@ class _ChainTimer:
     """Times every layer as a one-layer runtime stage, in chain order (module docstring, step 3)."""
 
     def __init__(
-        self, layers: Sequence[nn.Module], x0: torch.Tensor, last_grad: torch.Tensor, sync: Callable[[], None], split: bool
+        self,
+        layers: Sequence[nn.Module],
+        x0: torch.Tensor,
+        last_grad: torch.Tensor,
+        sync: Callable[[], None],
+        split: bool,
+        loss: Loss | None = None,
     ) -> None:
-        self.x0, self.last_grad, self.sync = x0, last_grad, sync
+        # with a loss the last layer's stage computes it, as a training run's last stage does: its F and B include it
+        self.x0, self.sync, self.loss = x0, sync, loss
+        self.last_grad = None if loss is not None else last_grad
         last = len(layers) - 1
-        self.stages = [StageModule(i, [layer], i == 0, False, False) for i, layer in enumerate(layers)]
-        self.split_stages = [StageModule(i, [layer], i == 0, False, True) for i, layer in enumerate(layers)] if split else []
+        ends = loss is not None
+        self.stages = [StageModule(i, [layer], i == 0, ends and i == last, False) for i, layer in enumerate(layers)]
+        self.split_stages = (
+            [StageModule(i, [layer], i == 0, ends and i == last, True) for i, layer in enumerate(layers)] if split else []
+        )
         self.samples: dict[str, list[list[float]]] = {op: [[] for _ in layers] for op in "FBIW"}
         self.last = last
 
@@ -219,7 +232,8 @@ class _ChainTimer:
         for i, stage in enumerate(stages):
             self.sync()
             t0 = time.perf_counter()
-            x = stage.forward(0, x, None, None, 1.0)
+            target, loss_fn = (self.loss[1], self.loss[0]) if self.loss is not None and i == self.last else (None, None)
+            x = stage.forward(0, x, target, loss_fn, 1.0)
             self.sync()
             if keep:
                 self.samples["F"][i].append((time.perf_counter() - t0) * 1e3)
@@ -292,24 +306,26 @@ def _layer_inputs(layers: Sequence[nn.Module], x0: torch.Tensor) -> list[torch.T
     return [x if i == 0 else x.detach().requires_grad_(x.is_floating_point()) for i, x in enumerate(inputs)]
 
 
-def _loss_of(
-    model: nn.Module | Sequence[nn.Module] | ModelSpec, batch_size: int, device: torch.device
-) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """The spec's loss on a batch of its sample targets, as a function of the last layer's output (None without one)."""
+Loss = tuple[LossFn, torch.Tensor]
+"""A loss function and the batch of targets it is given with the last layer's output."""
+
+
+def _loss_of(model: nn.Module | Sequence[nn.Module] | ModelSpec, batch_size: int, device: torch.device) -> Loss | None:
+    """The spec's loss and a batch of its sample targets (None without them), as the last stage computes it."""
     if not isinstance(model, ModelSpec) or model.loss_fn is None or model.sample_target is None:
         return None
     loss_fn, target = model.loss_fn, model.sample_target(batch_size).to(device)
-    return lambda out: loss_fn(out, target.to(out.dtype) if target.is_floating_point() else target)
+    return (lambda out, t: loss_fn(out, t.to(out.dtype) if t.is_floating_point() else t)), target
 
 
 def _count_layer(
-    name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool, loss: Callable[[torch.Tensor], torch.Tensor] | None = None
+    name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool, loss: Loss | None = None
 ) -> tuple[LayerSizes, torch.Tensor, tuple[int, int]]:
     """One forward and backward of layer under the saved-tensor meter and FLOP counter.
 
     With `loss` (the last layer), its saved bytes also count what the loss keeps for backward (cross-entropy's
     log-probabilities, a squared error's difference): the last stage holds them until its backward, as it holds
-    the layer's own. The loss's time and FLOPs are not counted. Returns the layer's sizes and work, a fixed
+    the layer's own (its time is in the timing rounds; its FLOPs are not counted). Returns the layer's sizes and work, a fixed
     random gradient of its output's shape for the timing rounds, and the bytes of its input's and of its output's
     storage among those it saves (0 when not saved).
     """
@@ -324,7 +340,7 @@ def _count_layer(
     loss_value = None
     if loss is not None and out.requires_grad:
         with torch.enable_grad(), meter:
-            loss_value = loss(out)  # kept until the meter is read: its storages must not be reused meanwhile
+            loss_value = loss[0](out, loss[1])  # kept until the meter is read: its storages must not be reused meanwhile
     grad = torch.randn(out.shape, dtype=out.dtype, device=out.device)
     bwd_flops = 0
     if out.requires_grad:
@@ -343,9 +359,9 @@ def _count_layer(
 
 
 def _time_step(
-    forward: Callable[[], torch.Tensor], x: torch.Tensor, grad: torch.Tensor, sync: Callable[[], None]
+    forward: Callable[[], torch.Tensor], x: torch.Tensor, grad: torch.Tensor | None, sync: Callable[[], None]
 ) -> tuple[float, float]:
-    """Milliseconds of forward() and of the backward of its output with grad."""
+    """Milliseconds of forward() and of the backward of its output with grad (None: a scalar loss)."""
     sync()
     t0 = time.perf_counter()
     out = forward()
@@ -359,11 +375,11 @@ def _time_step(
     return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
-def _run_chain(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
-    """Compose layers on x."""
+def _run_chain(layers: Sequence[nn.Module], x: torch.Tensor, loss: Loss | None = None) -> torch.Tensor:
+    """Compose layers on x, then the loss when given."""
     for layer in layers:
         x = layer(x)
-    return x
+    return x if loss is None else loss[0](x, loss[1])
 
 
 def _median(samples: list[float]) -> float:
