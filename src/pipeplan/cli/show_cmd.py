@@ -6,19 +6,16 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.profile import ModelProfile
-from pipeplan.io.cluster_json import cluster_to_json
-from pipeplan.io.load import list_clusters, list_profiles, load_cluster, load_profile
-from pipeplan.io.profile_json import profile_to_json
-from pipeplan.presets.clusters import CLUSTER_BUILDERS
+if TYPE_CHECKING:
+    from pipeplan.core.cluster import Cluster
+    from pipeplan.core.profile import ModelProfile
 
 show_app = typer.Typer(
     name="show",
@@ -41,8 +38,12 @@ def show_profile(
     ),
 ) -> None:
     """Per-layer costs of a model: times (ms), activation, parameter and cut sizes."""
+    from pipeplan.io.load import load_profile
+
     profile = load_profile(spec, profile_batch_size)
     if as_json:
+        from pipeplan.io.profile_json import profile_to_json
+
         write_json(profile_to_json(profile))
         return
     console = Console(width=max(Console().width, 120))
@@ -58,12 +59,15 @@ def show_cluster(
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.io.load import load_cluster
 
     check_writable("--png", png, IMAGE_SUFFIXES)
     cluster = load_cluster(spec)
     if png is not None:
         draw_bandwidth_heatmap(cluster, Path(png))
     if as_json:
+        from pipeplan.io.cluster_json import cluster_to_json
+
         write_json(cluster_to_json(cluster))
         return
     console = Console(width=max(Console().width, 120))
@@ -78,6 +82,8 @@ def show_cluster(
 @show_app.command("profiles")
 def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in profiles with their sizes and totals."""
+    from pipeplan.io.load import list_profiles, load_profile
+
     rows = []
     for name in list_profiles():
         p = load_profile(name)
@@ -109,6 +115,9 @@ def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
 @show_app.command("clusters")
 def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in clusters."""
+    from pipeplan.io.load import list_clusters, load_cluster
+    from pipeplan.presets.clusters import CLUSTER_BUILDERS
+
     rows = []
     for name in list_clusters():
         c = load_cluster(name)

@@ -1,6 +1,11 @@
-"""Pure values of pipeplan: profiles, clusters, plans, schedules and their errors."""
+"""Pure values of pipeplan: profiles, clusters, plans, schedules and their errors.
 
-from pipeplan.core.cluster import Cluster, Device
+`Cluster` and `Device` load on first use (their link matrices need numpy), so importing an error class, as every
+command's startup does, stays light.
+"""
+
+from typing import Any
+
 from pipeplan.core.errors import (
     ClusterError,
     CostError,
@@ -34,3 +39,11 @@ __all__ = [
     "Stage",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Cluster", "Device"):
+        from pipeplan.core import cluster
+
+        return getattr(cluster, name)
+    raise AttributeError(f"module 'pipeplan.core' has no attribute {name!r}")
