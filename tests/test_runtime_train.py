@@ -34,6 +34,10 @@ def test_interleaved_1f1b_on_four_processes_learns_digits() -> None:
     assert out["schedule"] == "interleaved-1f1b"
     assert len(out["losses"]) == 50
     assert_learns(out["losses"])
+    # every process's optimizer step per iteration, process 0's being the one `optimizer_ms` reports
+    by_process = out["optimizer_ms_by_process"]
+    assert len(by_process) == 50 and all(len(row) == 4 and min(row) > 0 for row in by_process)
+    assert [row[0] for row in by_process] == out["optimizer_ms"]
 
 
 def test_zb_h1_learns_digits_and_writes_the_measured_timeline(tmp_path: Path) -> None:

@@ -345,6 +345,7 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             "losses": report.losses,
             "pipeline_ms": report.pipeline_ms,
             "optimizer_ms": report.optimizer_ms,
+            "optimizer_ms_by_process": report.optimizer_ms_by_process,
             "step_ms": report.step_ms,
             "measured_step_ms": step,
             "predicted_step_ms": planned.step_ms if planned is not None else None,

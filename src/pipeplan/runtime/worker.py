@@ -142,6 +142,7 @@ class TrainReport:
     losses: list[float] = field(default_factory=list)
     pipeline_ms: list[float] = field(default_factory=list)
     optimizer_ms: list[float] = field(default_factory=list)
+    optimizer_ms_by_process: list[list[float]] = field(default_factory=list)  # per step, process 0 first
     step_ms: list[float] = field(default_factory=list)
     timeline: SimResult | None = None
     predicted: SimResult | None = None
@@ -252,14 +253,17 @@ def train(
             memory = static_bytes(params, optimizer) + meter.peak_bytes
         if record:
             last_part = local_part(result, t0, t1)
-        loss = torch.tensor([result.loss], dtype=torch.float64)
-        dist.all_reduce(loss)
+        shared = torch.zeros(1 + world, dtype=torch.float64)  # the loss and every process's optimizer ms, one all-reduce
+        shared[0], shared[1 + rank] = result.loss, (t2 - t1) * 1000.0
+        dist.all_reduce(shared)
+        loss = shared[0]
         t3 = time.perf_counter()
         if rank == 0:
             report.step_ms.append((t3 - t0) * 1000.0)
             report.losses.append(float(loss))
             report.pipeline_ms.append((t1 - t0) * 1000.0)
             report.optimizer_ms.append((t2 - t1) * 1000.0)
+            report.optimizer_ms_by_process.append(shared[1:].tolist())
             if on_step is not None:
                 on_step(step, float(loss), (t1 - t0) * 1000.0, (t2 - t1) * 1000.0)
         done = step + 1
