@@ -12,13 +12,13 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
 from pipeplan.schedules.registry import make_schedule
+from pipeplan.sim.held import peak_held
 from pipeplan.sim.memory import (
     check_fits,
     fit_error,
     memory_excess,
     memory_per_device,
     order_peak_activation,
-    peak_held,
     per_device,
     result_memory,
 )

@@ -59,7 +59,7 @@ def cases_for(world: int) -> list[dict[str, object]]:
 
 def _config(case: dict[str, object], save_dir: str) -> object:
     from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.worker import TrainConfig
+    from pipeplan.runtime.train_config import TrainConfig
 
     stages, m = int(case["stages"]), int(case["microbatches"])
     replicas = tuple(case["replicas"]) if case["replicas"] else None

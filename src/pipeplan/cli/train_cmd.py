@@ -174,7 +174,7 @@ def train(
 
         code = launch_local(local, [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])], grace_s=min(timeout, 10.0))
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
-    from pipeplan.runtime.worker import TrainConfig
+    from pipeplan.runtime.train_config import TrainConfig
 
     config = TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",

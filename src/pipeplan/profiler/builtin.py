@@ -16,7 +16,7 @@ from torch.nn import functional
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.profiler.charlm import charlm
-from pipeplan.profiler.specs import ModelSpec, seeded_randn
+from pipeplan.profiler.model_spec import ModelSpec, seeded_randn
 
 
 def mlp(hidden: int = 1024, blocks: int = 8, in_features: int = 0, seed: int = 0) -> ModelSpec:

@@ -15,7 +15,7 @@ from torch.nn import functional
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.profiler.specs import ModelSpec, seeded_randint
+from pipeplan.profiler.model_spec import ModelSpec, seeded_randint
 from pipeplan.profiler.text import VOCAB
 
 

@@ -43,7 +43,7 @@ from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.optim import make_optimizer, warm_up
 from pipeplan.runtime.options import AsyncSettings, check_async_settings
 from pipeplan.runtime.topology import Topology
-from pipeplan.runtime.worker import StepCallback, TrainConfig, TrainReport
+from pipeplan.runtime.train_config import StepCallback, TrainConfig, TrainReport
 from pipeplan.sim.delays import stage_delays
 
 

@@ -189,7 +189,7 @@ def _barrier(timeout_s: float, what: str) -> None:
 
 def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: float, optimizer: str = "adam") -> ProbeResult | None:
     """Run the probe on this process (module docstring); process 0 gets the result, the others None."""
-    from pipeplan.runtime.worker import init_distributed
+    from pipeplan.runtime.distributed import init_distributed
 
     _, _, device = init_distributed(None, timeout_s)
     rank, world = dist.get_rank(), dist.get_world_size()

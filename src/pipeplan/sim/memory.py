@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
@@ -11,28 +11,11 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.costs import Costs
+from pipeplan.sim.held import peak_held
 from pipeplan.sim.result import SimResult
 from pipeplan.sim.stage_costs import plan_costs
 
 GIB = float(1 << 30)
-
-
-def peak_held(ops: Iterable[tuple[int, str]], saved_bytes: Sequence[float]) -> float:
-    """Most bytes held at once by a rank running (stage, op) actions in this order.
-
-    A microbatch is held on its stage from the start of its F until the end
-    of its B (or W when the backward is split): a rank runs one action at a
-    time, so the peak follows from the order alone, not from timing.
-    """
-    held = peak = 0.0
-    for stage, op in ops:
-        if op == "F":
-            held += saved_bytes[stage]
-            if held > peak:
-                peak = held
-        elif op in "BW":
-            held -= saved_bytes[stage]
-    return peak
 
 
 def order_peak_activation(schedule: Schedule, saved_bytes: Sequence[float]) -> tuple[float, ...]:

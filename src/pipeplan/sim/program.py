@@ -8,7 +8,7 @@ from operator import itemgetter
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Schedule
-from pipeplan.sim.memory import peak_held
+from pipeplan.sim.held import peak_held
 
 OP_INDEX = {"F": 0, "B": 1, "I": 2, "W": 3, "U": 4}
 """Column of an op in the duration table: duration of (stage, op) = durations[stage * 5 + OP_INDEX[op]]."""

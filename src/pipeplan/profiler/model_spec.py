@@ -1,0 +1,81 @@
+"""ModelSpec: a model as an ordered chain of blocks with sample inputs, targets and loss; seeded sample tensors.
+
+A ModelSpec is what the profiler measures and what the runtime splits into
+stages (profiler.specs resolves a MODULE_SPEC name into one; the built-in
+factories build them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from pipeplan.core.errors import ProfileError
+
+SampleFn = Callable[[int], torch.Tensor]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as an ordered chain of blocks, with a way to make a batch of inputs (and targets) for it.
+
+    `layer_names[i]` names `layers[i]` in profiles. `sample_target` and
+    `loss_fn` are None when the spec defines no training loss.
+    """
+
+    name: str
+    layers: tuple[nn.Module, ...]
+    layer_names: tuple[str, ...]
+    sample_input: SampleFn
+    sample_target: SampleFn | None = None
+    loss_fn: LossFn | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ProfileError(f"model spec name must be a non-empty string, got {self.name!r}")
+        layers = tuple(self.layers)
+        if not layers:
+            raise ProfileError(f"model spec {self.name!r} has no layers")
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, nn.Module):
+                raise ProfileError(f"model spec {self.name!r} layers[{i}] must be an nn.Module, got {type(layer).__name__}")
+        names = tuple(self.layer_names)
+        if len(names) != len(layers):
+            raise ProfileError(f"model spec {self.name!r} has {len(layers)} layers but {len(names)} layer_names")
+        if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+            raise ProfileError(f"model spec {self.name!r} layer_names must be distinct non-empty strings, got {names!r}")
+        object.__setattr__(self, "layers", layers)
+        object.__setattr__(self, "layer_names", names)
+
+    def sequential(self) -> nn.Sequential:
+        """The whole model as one nn.Sequential sharing this spec's layer objects (an unpipelined reference)."""
+        return nn.Sequential(*self.layers)
+
+    def cast(self, dtype: torch.dtype) -> ModelSpec:
+        """Convert the layers' floating-point parameters and buffers to dtype in place; floating sample inputs follow.
+
+        Integer inputs (token ids) and targets are left as they are.
+        """
+        for layer in self.layers:
+            layer.to(dtype)
+        base = self.sample_input
+
+        def sample_input(batch_size: int) -> torch.Tensor:
+            x = base(batch_size)
+            return x.to(dtype) if x.is_floating_point() else x
+
+        return replace(self, sample_input=sample_input)
+
+
+def seeded_randn(shape: Sequence[int], seed: int = 0) -> torch.Tensor:
+    """A standard normal float32 tensor of shape, the same every call (its own generator)."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def seeded_randint(high: int, shape: Sequence[int], seed: int = 0) -> torch.Tensor:
+    """Integers in [0, high) of shape, the same every call (its own generator)."""
+    return torch.randint(0, high, tuple(shape), generator=torch.Generator().manual_seed(seed))
