@@ -95,6 +95,7 @@ def allocate_replicas(
     if sum(len(nodes[i]) - count[i] for i in avail) < need * replicas:
         return None
     partly = sum(1 for i in avail if count[i])  # machines with some GPUs taken and some free
+    fresh = 0  # no machine before this one is fresh: counts only grow, so the first fresh machine only moves on
     devices: list[int] = []
     for _ in range(replicas):
         taken: list[int] = []
@@ -102,7 +103,9 @@ def allocate_replicas(
             if policy == SCATTER_FIRST:
                 picks = [(i, 1) for i in avail[: need - len(taken)]]
             elif policy == FRESH_FIRST and partly < len(avail):
-                picks = [(next(i for i in avail if count[i] == 0), need - len(taken))]
+                while count[fresh] or not nodes[fresh]:  # the first available machine with nothing taken
+                    fresh += 1
+                picks = [(fresh, need - len(taken))]
             elif policy == APPEND_FIRST and partly:
                 picks = [(next(i for i in avail if count[i]), need - len(taken))]
             else:
