@@ -27,6 +27,7 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,24 +134,24 @@ def plot(name: str, runs: list[dict[str, Any]], folder: Path) -> list[Path]:
     return written
 
 
-def stale_reference(tau: int, optimizer: str, lr: float, steps: int = 176, seed: int = 0) -> float:
-    """C4: the digits model trained on one process, each step applying the gradient of `tau` steps before (computed
-    on the weights of then): delayed-gradient training without a pipeline, the held-out accuracy after `steps`."""
+def delayed_training(
+    model: Any, steps: int, batch: int, tau: int, seed: int, step: Callable[[], None], before: Callable[[int], None] | None = None
+) -> None:
+    """Train `model` on one process for `steps` steps of `batch` samples, each gradient (taken on the weights of its
+    own step) applied `tau` steps later by `step()` once it is in the parameters' .grad; `before(t)` runs at the
+    start of step t (the weights step t's forward uses)."""
     import collections
 
     import torch
 
     from pipeplan.profiler.datasets import batch_indices
-    from pipeplan.profiler.model import build_model
-    from pipeplan.runtime.evaluate import held_out_scores
-    from pipeplan.runtime.optim import make_optimizer
 
-    model = build_model("mlp", {"hidden": 128, "blocks": 3}, "digits", seed=seed)
     params = [p for layer in model.layers for p in layer.parameters()]
-    step_fn = make_optimizer(optimizer, params, lr)
     data, pending = model.dataset, collections.deque()
     for t in range(steps):
-        idx = batch_indices(len(data), 32, t, seed)
+        if before is not None:
+            before(t)
+        idx = batch_indices(len(data), batch, t, seed)
         out = data.inputs[idx]
         for layer in model.layers:
             out = layer(out)
@@ -158,7 +159,21 @@ def stale_reference(tau: int, optimizer: str, lr: float, steps: int = 176, seed:
         if len(pending) > tau:
             for p, g in zip(params, pending.popleft(), strict=True):
                 p.grad = g
-            step_fn.step()
+            step()
+
+
+def stale_reference(tau: int, optimizer: str, lr: float, steps: int = 176, seed: int = 0) -> float:
+    """C4: the digits model trained on one process, each step applying the gradient of `tau` steps before (computed
+    on the weights of then): delayed-gradient training without a pipeline, the held-out accuracy after `steps`."""
+    import torch
+
+    from pipeplan.profiler.model import build_model
+    from pipeplan.runtime.evaluate import held_out_scores
+    from pipeplan.runtime.optim import make_optimizer
+
+    model = build_model("mlp", {"hidden": 128, "blocks": 3}, "digits", seed=seed)
+    optimizer_of = make_optimizer(optimizer, [p for layer in model.layers for p in layer.parameters()], lr)
+    delayed_training(model, steps, 32, tau, seed, optimizer_of.step)
     return held_out_scores(model, torch.device("cpu"))[0]
 
 

@@ -17,14 +17,19 @@ import argparse
 import collections
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
-from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import build_model
 from pipeplan.runtime.asynchronous import StageUpdater
 from pipeplan.runtime.optim import make_optimizer
 from pipeplan.runtime.options import AsyncSettings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipemare import delayed_training
 
 MODELS = {
     "digits": ("mlp", {"hidden": 128, "blocks": 3}, "digits", 64),
@@ -45,11 +50,10 @@ def ratio(model_name: str, optimizer: str, lr: float, tau: int, decay: float, st
     model = build_model(module, options, dataset, seed=seed)
     params = [p for layer in model.layers for p in layer.parameters()]
     updater = StageUpdater(params, lambda ps, rate: make_optimizer(optimizer, ps, rate), lr, tau, AsyncSettings(None, decay, 0))
-    data = model.dataset
-    pending: collections.deque[tuple[torch.Tensor, ...]] = collections.deque()
     history: collections.deque[torch.Tensor] = collections.deque(maxlen=tau + 1)
     ratios = []
-    for t in range(steps):
+
+    def compare(t: int) -> None:
         history.append(flat(params))  # the weights this step's forward uses
         if t >= SKIP and len(history) == tau + 1:
             forward_weights, now = history[0], history[-1]
@@ -58,15 +62,8 @@ def ratio(model_name: str, optimizer: str, lr: float, tau: int, decay: float, st
             apart = float((now - forward_weights).norm())
             if apart > 0:
                 ratios.append(float((corrected - forward_weights).norm()) / apart)
-        idx = batch_indices(len(data), batch, t, seed)
-        out = data.inputs[idx]
-        for layer in model.layers:
-            out = layer(out)
-        pending.append(torch.autograd.grad(model.loss_fn(out, data.targets[idx]), params))
-        if len(pending) > tau:
-            for p, g in zip(params, pending.popleft(), strict=True):
-                p.grad = g
-            updater.step(asynchronous=True)
+
+    delayed_training(model, steps, batch, tau, seed, lambda: updater.step(asynchronous=True), before=compare)
     return statistics.median(ratios)
 
 

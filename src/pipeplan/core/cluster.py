@@ -128,8 +128,7 @@ def _link_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:
         if value.n != n:
             raise ClusterError(f"cluster {name!r} {field} must be a {n}x{n} matrix, got {value.n}x{value.n}")
         if isinstance(value, NodeLinks):
-            entries = [value.intra, value.inter, value.diagonal, *value.overrides.tolist()]
-            for label, entry in zip(("intra", "inter", "diagonal"), entries, strict=False):
+            for label, entry in (("intra", value.intra), ("inter", value.inter), ("diagonal", value.diagonal)):
                 check_nonneg_float(ClusterError, f"cluster {name!r} {field} {label}", entry)
             for key, entry in zip(value.keys.tolist(), value.overrides.tolist(), strict=True):
                 check_nonneg_float(ClusterError, f"cluster {name!r} {field}[{key // n}][{key % n}]", entry)
