@@ -27,8 +27,6 @@ whole-chain runs, as they do across microbatches in training.
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +40,7 @@ from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.specs import ModelSpec, layers_of
-from pipeplan.profiler.stage import LossFn, StageModule
+from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
 SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
 
@@ -170,98 +168,32 @@ def measure_layers(
             output_saved = out_saved
             grads.append(grad)
             advance(f"counting {layer_name}")
-        timer = _ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)
+        timer = ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)
         whole_f: list[float] = []
         whole_b: list[float] = []
         try:
             for r in range(rounds):
                 timer.round(keep=r >= warmup)
                 if whole:
-                    f_ms, b_ms = _time_step(lambda: _run_chain(layers, x0, loss), x0, None if loss else grads[-1], sync)
+                    f_ms, b_ms = time_step(lambda: run_chain(layers, x0, loss), x0, None if loss else grads[-1], sync)
                     if r >= warmup:
                         whole_f.append(f_ms)
                         whole_b.append(b_ms)
                 advance(f"timing round {r + 1}/{rounds}")
         finally:
             timer.close()
-    medians = {key: tuple(_median(s) for s in samples) for key, samples in timer.samples.items()}
+    medians = {key: tuple(median(s) for s in samples) for key, samples in timer.samples.items()}
     return Measurement(
         device=_device_name(device),
         batch_size=batch_size,
         layers=tuple(sizes),
         fwd_ms=medians["F"],
         bwd_ms=medians["B"],
-        whole_fwd_ms=_median(whole_f),
-        whole_bwd_ms=_median(whole_b),
+        whole_fwd_ms=median(whole_f),
+        whole_bwd_ms=median(whole_b),
         bwd_input_ms=medians["I"] if split else None,
         bwd_weight_ms=medians["W"] if split else None,
     )
-
-
-class _ChainTimer:
-    """Times every layer as a one-layer runtime stage, in chain order (module docstring, step 3)."""
-
-    def __init__(
-        self,
-        layers: Sequence[nn.Module],
-        x0: torch.Tensor,
-        last_grad: torch.Tensor,
-        sync: Callable[[], None],
-        split: bool,
-        loss: Loss | None = None,
-    ) -> None:
-        # with a loss the last layer's stage computes it, as a training run's last stage does: its F and B include it
-        self.x0, self.sync, self.loss = x0, sync, loss
-        self.last_grad = None if loss is not None else last_grad
-        last = len(layers) - 1
-        ends = loss is not None
-        self.stages = [StageModule(i, [layer], i == 0, ends and i == last, False) for i, layer in enumerate(layers)]
-        self.split_stages = (
-            [StageModule(i, [layer], i == 0, ends and i == last, True) for i, layer in enumerate(layers)] if split else []
-        )
-        self.samples: dict[str, list[list[float]]] = {op: [[] for _ in layers] for op in "FBIW"}
-        self.last = last
-
-    def close(self) -> None:
-        """Remove the split stages' hooks from the layers."""
-        for stage in self.split_stages:
-            stage.close()
-
-    def _forward(self, stages: list[StageModule], keep: bool) -> None:
-        x = self.x0
-        for i, stage in enumerate(stages):
-            self.sync()
-            t0 = time.perf_counter()
-            target, loss_fn = (self.loss[1], self.loss[0]) if self.loss is not None and i == self.last else (None, None)
-            x = stage.forward(0, x, target, loss_fn, 1.0)
-            self.sync()
-            if keep:
-                self.samples["F"][i].append((time.perf_counter() - t0) * 1e3)
-
-    def _backward(self, op: str, keep: bool) -> None:
-        grad: torch.Tensor | None = self.last_grad
-        stages = self.stages if op == "B" else self.split_stages
-        for i in range(self.last, -1, -1):
-            self.sync()
-            t0 = time.perf_counter()
-            if op == "B":
-                grad = stages[i].backward(0, grad)
-            elif op == "I":
-                grad = stages[i].backward_input(0, grad)
-            else:
-                stages[i].backward_weight(0)
-            self.sync()
-            if keep:
-                self.samples[op][i].append((time.perf_counter() - t0) * 1e3)
-
-    def round(self, keep: bool) -> None:
-        """One timing round: F then B over the chain; with split also F, every I, then every W."""
-        self._forward(self.stages, keep)
-        self._backward("B", keep)
-        if self.split_stages:
-            self._forward(self.split_stages, False)
-            self._backward("I", keep)
-            self._backward("W", keep)
 
 
 def _chain(
@@ -304,10 +236,6 @@ def _layer_inputs(layers: Sequence[nn.Module], x0: torch.Tensor) -> list[torch.T
                 )
             inputs.append(x)
     return [x if i == 0 else x.detach().requires_grad_(x.is_floating_point()) for i, x in enumerate(inputs)]
-
-
-Loss = tuple[LossFn, torch.Tensor]
-"""A loss function and the batch of targets it is given with the last layer's output."""
 
 
 def _loss_of(model: nn.Module | Sequence[nn.Module] | ModelSpec, batch_size: int, device: torch.device) -> Loss | None:
@@ -356,35 +284,6 @@ def _count_layer(
         name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
     )
     return LayerSizes(name, out_bytes, p_bytes, saved, work), grad, ends
-
-
-def _time_step(
-    forward: Callable[[], torch.Tensor], x: torch.Tensor, grad: torch.Tensor | None, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Milliseconds of forward() and of the backward of its output with grad (None: a scalar loss)."""
-    sync()
-    t0 = time.perf_counter()
-    out = forward()
-    sync()
-    t1 = time.perf_counter()
-    if out.requires_grad:
-        torch.autograd.backward(out, grad)
-        sync()
-    t2 = time.perf_counter()
-    x.grad = None
-    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
-
-
-def _run_chain(layers: Sequence[nn.Module], x: torch.Tensor, loss: Loss | None = None) -> torch.Tensor:
-    """Compose layers on x, then the loss when given."""
-    for layer in layers:
-        x = layer(x)
-    return x if loss is None else loss[0](x, loss[1])
-
-
-def _median(samples: list[float]) -> float:
-    """Median of samples; 0.0 when there are none (timing skipped)."""
-    return statistics.median(samples) if samples else 0.0
 
 
 def _no_sync() -> None:
