@@ -1,6 +1,7 @@
 """Fidelity: do plans hold when they run? Predicted step time and memory against `pipeplan train` on 2 local processes.
 
-Usage: .venv/bin/python benchmarks/fidelity.py [--quick] [--models mlp,transformer] [--steps 12] [--out fidelity.json] [--check]
+Usage: .venv/bin/python benchmarks/fidelity.py [--quick] [--models mlp,transformer] [--steps 12] [--rounds 1]
+       [--out fidelity.json] [--check]
 
 The whole chain a user runs, on this machine: for each built-in model,
   1. `pipeplan profile MODEL -b B` (every layer at sizes 1, 2, 4, ..., B; one thread);
@@ -16,6 +17,11 @@ Every run prints the plan's predicted step (made by `train` from the profile and
 and the measured one (median of the steps after the warm-up); memory: the predicted peak bytes per process
 against those measured in the run (runtime.memory_meter: weights, gradients and optimizer state, plus the peak
 of what autograd keeps for backward).
+
+With --rounds R every grid point runs R times, every second round over the grid in reverse order, so that a
+point's rounds lie minutes apart; a point's figures are then the median of its rounds' predictions and of their
+measured medians, and the report adds each round alone (round 1 is the single-round method) and how far the
+rounds of the same plan lie apart (what the machine's drift alone does).
 
 The machine is probed again whenever the last probe is older than --reprobe seconds (a user probes right before
 training): on this shared VM the same layer's time drifts by 15-50 % within half an hour (measured: the mlp
@@ -130,6 +136,26 @@ def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) 
     }
 
 
+def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One grid point over its rounds: the median prediction and the median of the rounds' measured medians.
+
+    Each round's prediction is `train`'s own (the probe of that moment), so a round run while the machine drifted
+    carries its own prediction; `rounds` keeps every round as it was, for the per-round figures (repeat_summary).
+    """
+    first = rounds[0]
+    predicted = statistics.median(r["predicted_ms"] for r in rounds)
+    measured = statistics.median(r["measured_ms"] for r in rounds)
+    return {
+        **first,
+        "predicted_ms": predicted,
+        "predicted_alone_ms": statistics.median(r["predicted_alone_ms"] for r in rounds),
+        "measured_ms": measured,
+        "ratio": measured / predicted,
+        "memory_error": max(r["memory_error"] for r in rounds),
+        "rounds": [{k: r[k] for k in ("predicted_ms", "measured_ms", "ratio")} for r in rounds],
+    }
+
+
 def paired(planner: Path, best: Path, steps: int, warmup: int, rounds: int = 2) -> dict[str, Any]:
     """The planner's plan and the best grid point run in turn (A B A B), so drift between them cancels: medians."""
     a, b = [], []
@@ -181,7 +207,7 @@ def alone_prediction(plan_path: Path, profile: Path, cluster: Path) -> float:
     return simulate_plan(plan, model, record=False).iteration_time
 
 
-def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float, log: Any) -> dict[str, Any]:
+def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float, rounds: int, log: Any) -> dict[str, Any]:
     """Profile, probe and run the grid of one model (module docstring)."""
     spec = MODELS[model]
     batches = spec["batches"][:1] if quick else spec["batches"]
@@ -197,21 +223,20 @@ def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float
     layers = load_profile(str(profile_path)).num_layers
     studies = []
     for batch in batches:
-        points = []
+        grid: list[tuple[str, dict[str, Any]]] = []
         for m in MICROBATCHES[:3] if quick else MICROBATCHES:
             b = batch // m
             for cut in splits(profile_path, cluster_path, m, b):
-                for schedule in SCHEDULES:
-                    name = f"{model}-G{batch}-{schedule}-m{m}-cut{cut}"
-                    prober.fresh()
-                    points.append(point(work, name, stage_plan(cut, layers, m, b, schedule), steps, warmup))
-                    print(f"  {name}: predicted {points[-1]['predicted_ms']:.1f} ms, measured {points[-1]['measured_ms']:.1f}",
-                          file=log, flush=True)  # fmt: skip
-        for m in DATA_PARALLEL_M:
-            name = f"{model}-G{batch}-dp2-m{m}"
-            prober.fresh()
-            points.append(point(work, name, stage_plan(None, layers, m, batch // m, "1f1b"), steps, warmup))
-            print(f"  {name}: predicted {points[-1]['predicted_ms']:.1f} ms, measured {points[-1]['measured_ms']:.1f}", file=log)
+                grid += [(f"{model}-G{batch}-{s}-m{m}-cut{cut}", stage_plan(cut, layers, m, b, s)) for s in SCHEDULES]
+        grid += [(f"{model}-G{batch}-dp2-m{m}", stage_plan(None, layers, m, batch // m, "1f1b")) for m in DATA_PARALLEL_M]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in grid}
+        for r in range(rounds):  # every second round in reverse order, so a point's rounds lie apart in time
+            for name, plan in grid if r % 2 == 0 else grid[::-1]:
+                prober.fresh()
+                runs[name].append(point(work, name, plan, steps, warmup))
+                print(f"  {name} round {r + 1}: predicted {runs[name][-1]['predicted_ms']:.1f} ms, "
+                      f"measured {runs[name][-1]['measured_ms']:.1f}", file=log, flush=True)  # fmt: skip
+        points = [combine(runs[name]) for name, _ in grid]
         planner_path = work / f"planner-G{batch}.json"
         prober.fresh()
         run(["plan", "--profile", str(profile_path), "--cluster", str(cluster_path), "--global-batch", str(batch),
@@ -245,6 +270,32 @@ def summarize(points: list[dict[str, Any]], planner: dict[str, Any]) -> dict[str
         "planner_vs_best": planner["paired"]["ratio"],
         "memory_error": max([p["memory_error"] for p in points] + [planner["memory_error"]]),
         **alone_summary(points),
+        **repeat_summary(points),
+    }
+
+
+def repeat_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each round alone (round 1 is the single-round method) and how far a point's rounds lie apart.
+
+    `repeat_spread` is the median over points of (largest - smallest measured) / smallest; `repeat_over_15` the share
+    of points whose rounds differ by more than 15 %: what the machine alone does to a prediction made once.
+    """
+    count = min(len(p.get("rounds", [])) for p in points)
+    if count < 2:
+        return {}
+    within = []
+    for r in range(count):
+        errors = [abs(p["rounds"][r]["measured_ms"] - p["rounds"][r]["predicted_ms"]) / p["rounds"][r]["measured_ms"]
+                  for p in points]  # fmt: skip
+        within.append(sum(e <= TARGET_WITHIN for e in errors) / len(errors))
+    spreads = []
+    for p in points:
+        measured = [r["measured_ms"] for r in p["rounds"]]
+        spreads.append(max(measured) / min(measured) - 1.0)
+    return {
+        "round_within_15": within,
+        "repeat_spread": statistics.median(spreads),
+        "repeat_over_15": sum(x > TARGET_WITHIN for x in spreads) / len(spreads),
     }
 
 
@@ -288,12 +339,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="steps left out of each measured median")
     parser.add_argument("--quick", action="store_true", help="one batch per model, m in 1, 2, 4")
     parser.add_argument("--reprobe", type=float, default=60.0, help="seconds after which the machine is probed again")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every grid point, every second round in reverse order")
     parser.add_argument("--out", default=None, help="write every point as JSON here")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args()
     load = os.getloadavg()[0]
     results = [
-        model_study(m.strip(), args.steps, args.warmup, args.quick, args.reprobe, sys.stderr) for m in args.models.split(",")
+        model_study(m.strip(), args.steps, args.warmup, args.quick, args.reprobe, args.rounds, sys.stderr)
+        for m in args.models.split(",")
     ]
     print(f"load average at start {load:.2f}, at end {os.getloadavg()[0]:.2f}")
     print("| model | global batch | points | within 15% | median error | worst | Spearman | planner / best | memory worst |")
@@ -311,6 +364,14 @@ def main() -> None:
             cells = [s["model"], s["batch"], f"{s['alone_within_15']:.0%}", f"{s['alone_median_error']:.1%}"]
             cells += [f"{s['alone_max_error']:.1%}", f"{s['alone_spearman']:.3f}"]
             print("| " + " | ".join(map(str, cells)) + " |")
+    if args.rounds > 1:
+        print(f"\nEvery point run {args.rounds} times (odd rounds in grid order, even rounds reversed):")
+        print("| model | global batch | within 15% per round | rounds apart (median) | rounds apart > 15% |")
+        print("|---|---|---|---|---|")
+        for r in results:
+            for s in r["studies"]:
+                rounds = ", ".join(f"{x:.0%}" for x in s["round_within_15"])
+                print(f"| {s['model']} | {s['batch']} | {rounds} | {s['repeat_spread']:.1%} | {s['repeat_over_15']:.0%} |")
     failed = False
     for name, ok, text in verdict(results):
         print(f"{name} {'PASS' if ok else 'FAIL'}: {text}")

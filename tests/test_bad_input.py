@@ -49,6 +49,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("--steps 0", [*TRAIN, "--steps", "0"], "--steps must be >= 1, got 0"),
     ("--lr nan", [*TRAIN, "--lr", "nan"], "--lr must be a finite number >= 0"),
     ("--lr -1", [*TRAIN, "--lr", "-1"], "--lr must be a finite number >= 0"),
+    ("--lr-schedule typo", [*TRAIN, "--lr-schedule", "cosin"], "--lr-schedule must be one of constant, cosine"),
     ("train plan file without k", ["train", "--local", "2", "--plan", "PLAN_WITHOUT_K"], "missing field 'k'"),
     ("pipemare switch without pipemare", [*TRAIN, "--lr-reschedule", "4"], "--lr-reschedule applies only to --schedule pipemare"),
     ("discrepancy decay 1", ["train", "--local", "2", "--schedule", "pipemare", "-p", "2", "-m", "4", "--discrepancy-decay", "1"],

@@ -14,6 +14,7 @@ pytest.importorskip("sklearn")
 from torch import nn  # noqa: E402
 
 from pipeplan.runtime.asynchronous import StageUpdater  # noqa: E402
+from pipeplan.runtime.optim import RateSchedule  # noqa: E402
 from pipeplan.runtime.options import AsyncSettings  # noqa: E402
 from pipeplan.schedules.pipemare import pipemare  # noqa: E402
 from pipeplan.sim.delays import stage_delays  # noqa: E402
@@ -36,6 +37,20 @@ def test_rescheduled_rate_anneals_from_alpha_over_tau_to_alpha_in_k_steps() -> N
         updater.params[0].grad = torch.zeros(2)
         updater.step(asynchronous=True)
     assert rates == pytest.approx([0.2, 0.8 / 4**0.75, 0.4, 0.8 / 4**0.25, 0.8, 0.8])
+
+
+def test_rescheduling_divides_the_annealed_base_rate_of_the_runs_step() -> None:
+    """α_k / τ^(p_k) with α_k the run's cosine rate: the base counts every step (synchronous warm-up too), p_k only
+    the asynchronous ones."""
+    rates = RateSchedule(0.8, "cosine", 6)
+    updater = StageUpdater([nn.Parameter(torch.zeros(2))], sgd, 0.8, 4, AsyncSettings(lr_reschedule=2), rates)
+    got = []
+    for asynchronous in (False, True, True, True, True):
+        got.append(updater.rate(asynchronous))
+        updater.params[0].grad = torch.zeros(2)
+        updater.step(asynchronous)
+    base = [rates.at(k) for k in range(5)]
+    assert got == pytest.approx([base[0], base[1] / 4, base[2] / 2, base[3], base[4]])
 
 
 def test_a_stage_without_delay_keeps_its_rate_and_needs_no_correction() -> None:

@@ -89,6 +89,9 @@ def train(
         False, "--eval", help="Held-out accuracy and loss on the dataset's test split after each epoch and at the end."
     ),
     lr: float = typer.Option(1e-3, "--lr", help="Learning rate."),
+    lr_schedule: str = typer.Option(
+        "constant", "--lr-schedule", help="The base rate over the run: constant, or cosine (annealed from --lr to 0)."
+    ),
     optimizer: str = typer.Option("adam", "--optimizer", help="adam, sgd or sgd_momentum (momentum 0.9)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model weights and the sample order."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
@@ -136,7 +139,7 @@ def train(
                                     "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
     _check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                    checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                   dtype=dtype, trace=trace, png=png, keep_last=keep_last)  # fmt: skip
+                   dtype=dtype, trace=trace, png=png, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
     if checkpoint_dir is not None:
         from pipeplan.runtime.checkpoint import prepare
 
@@ -179,7 +182,8 @@ def train(
     config = TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
         module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
-        dtype=dtype, steps=run_steps, lr=lr, optimizer=optimizer, seed=seed, checkpoint_dir=checkpoint_dir,
+        dtype=dtype, steps=run_steps, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer, seed=seed,
+        checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
         trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
@@ -231,6 +235,7 @@ def _check_options(
     trace: str | None,
     png: str | None,
     keep_last: int,
+    lr_schedule: str,
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs."""
@@ -242,7 +247,7 @@ def _check_options(
         raise TrainConfigError(f"--local must be >= 1, got {local}")
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
-                        checkpoint_dir=checkpoint_dir, resume=resume)  # fmt: skip
+                        checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule)  # fmt: skip
     check_writable("--trace", trace)
     check_writable("--png", png, IMAGE_SUFFIXES)
 

@@ -10,8 +10,9 @@ in-place change. Nothing is stashed.
 
 The three techniques, each a switch (all off: naive asynchronous training):
 - learning-rate rescheduling (`lr_reschedule` K): stage i's step k uses
-  α / τ_i^{p_k}, p_k = 1 - min(k / K, 1), τ_i counted at least 1; k counts
-  the asynchronous steps (after any synchronous warm-up);
+  α_k / τ_i^{p_k}, p_k = 1 - min(k / K, 1), τ_i counted at least 1; k counts
+  the asynchronous steps (after any synchronous warm-up), α_k is the run's
+  base rate at its step (constant, or annealed by `--lr-schedule`);
 - discrepancy correction (`discrepancy_decay` D): a per-stage velocity
   δ ← γ δ + (1 - γ)(w_new - w_old), γ = D^(1/τ_i), and every backward runs on
   ŵ = w - τ_i δ (the weights extrapolated back to the forward's version);
@@ -40,7 +41,7 @@ from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model
 from pipeplan.runtime.evaluate import evaluation
 from pipeplan.runtime.executor import Executor
-from pipeplan.runtime.optim import make_optimizer, warm_up
+from pipeplan.runtime.optim import RateSchedule, make_optimizer, warm_up
 from pipeplan.runtime.options import AsyncSettings, check_async_settings
 from pipeplan.runtime.topology import Topology
 from pipeplan.runtime.train_config import StepCallback, TrainConfig, TrainReport
@@ -57,6 +58,7 @@ class StageUpdater:
         lr: float,
         tau: int,
         settings: AsyncSettings,
+        rates: RateSchedule | None = None,
     ) -> None:
         self.params = list(params)
         self.aliases = [p.data for p in self.params]  # updates through these do not invalidate saved graphs
@@ -67,15 +69,18 @@ class StageUpdater:
         correct = settings.discrepancy_decay is not None and tau > 0 and bool(self.aliases)
         self.velocity = [torch.zeros_like(a) for a in self.aliases] if correct else None
         self.gamma = float(settings.discrepancy_decay) ** (1.0 / tau) if correct else 0.0  # type: ignore[arg-type]
+        self.rates = rates or RateSchedule(lr)
+        self.steps = 0
         self.async_steps = 0
 
     def rate(self, asynchronous: bool) -> float:
-        """The learning rate of the next step: α, or α / τ^{p_k} under rescheduling in the asynchronous phase."""
+        """The learning rate of the next step: α_k, or α_k / τ^{p_k} under rescheduling in the asynchronous phase."""
+        base = self.rates.at(self.steps)
         k_max = self.settings.lr_reschedule
         if not asynchronous or k_max is None:
-            return self.lr
+            return base
         power = 1.0 - min(self.async_steps / k_max, 1.0)
-        return self.lr / max(self.tau, 1) ** power
+        return base / max(self.tau, 1) ** power
 
     def step(self, asynchronous: bool) -> None:
         """Apply the accumulated gradients (then clear them for the next minibatch) and update the velocity."""
@@ -96,6 +101,7 @@ class StageUpdater:
         for alias, p in zip(self.aliases, self.params, strict=True):
             alias.grad = None
             p.grad = None
+        self.steps += 1
         if asynchronous:
             self.async_steps += 1
 
@@ -187,6 +193,7 @@ def train_asynchronous(
                     config.lr,
                     taus[s],
                     settings,
+                    config.rates(total),
                 )
                 for s, stage in executor.stages.items()
             }

@@ -2,12 +2,42 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
 MOMENTUM = 0.9
 """SGD's momentum under `sgd_momentum` (as the profiler times it: profiler.curves.OPTIMIZERS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateSchedule:
+    """The base learning rate α_k of step k (0-based) of a run of `total` steps (`kind` in options.LR_SCHEDULES).
+
+    constant: α_k = lr. cosine: α_k = lr (1 + cos(π k / total)) / 2, from lr at the first step towards 0 at the
+    end (the annealing both synchronous and asynchronous runs train under; PipeMare's rescheduling divides it).
+    """
+
+    lr: float
+    kind: str = "constant"
+    total: int = 1
+
+    def at(self, step: int) -> float:
+        """α_k at step `step`; past the run's end, the last step's rate."""
+        if self.kind == "constant":
+            return self.lr
+        if self.kind == "cosine":
+            k = min(max(step, 0), self.total - 1)
+            return self.lr * 0.5 * (1.0 + math.cos(math.pi * k / self.total))
+        raise ValueError(f"unknown learning-rate schedule {self.kind!r}")
+
+    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> None:
+        """Set every parameter group of `optimizer` to the rate of step `step`."""
+        rate = self.at(step)
+        for group in optimizer.param_groups:
+            group["lr"] = rate
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torch.optim.Optimizer:

@@ -11,6 +11,8 @@ from pipeplan.runtime.errors import TrainConfigError
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 """What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""
 DTYPES = ("float32", "float64")
+LR_SCHEDULES = ("constant", "cosine")
+"""The base learning-rate schedules of train (runtime.optim.RateSchedule): constant, or cosine annealing to 0."""
 
 
 def check_train_options(
@@ -26,6 +28,7 @@ def check_train_options(
     keep_last: int,
     checkpoint_dir: str | None,
     resume: bool,
+    lr_schedule: str = "constant",
 ) -> None:
     """Raise TrainConfigError naming the first option (as its flag) with a value a job cannot run with."""
     lower = {"--steps": (steps, 1), "--threads": (threads, 1), "--warmup-steps": (warmup_steps, 0),
@@ -38,6 +41,8 @@ def check_train_options(
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
     check_optimizer(optimizer)
+    if lr_schedule not in LR_SCHEDULES:
+        raise TrainConfigError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
     if dtype not in DTYPES:
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:

@@ -14,6 +14,7 @@ from pipeplan.profiler.model import Model
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.evaluate import EvalResult
 from pipeplan.runtime.job import ScheduleLayout
+from pipeplan.runtime.optim import RateSchedule
 from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_train_options
 from pipeplan.runtime.predict import PlanPrediction
 from pipeplan.schedules.plan_schedule import plan_schedule
@@ -34,6 +35,7 @@ class TrainConfig:
     dtype: str = "float32"
     steps: int = 10
     lr: float = 1e-3
+    lr_schedule: str = "constant"
     optimizer: str = "adam"
     seed: int = 0
     checkpoint_dir: str | None = None
@@ -64,13 +66,18 @@ class TrainConfig:
         """Whole global batches in one pass over the training split (at least 1)."""
         return max(1, train_samples // global_batch)
 
+    def rates(self, total: int) -> RateSchedule:
+        """The base learning rate of each of the run's `total` steps (--lr, --lr-schedule)."""
+        return RateSchedule(self.lr, self.lr_schedule, total)
+
     def __post_init__(self) -> None:
         if (self.plan is None) == (self.layout is None):
             raise TrainConfigError("give either a plan (--plan) or a schedule (--schedule), not both or neither")
         check_train_options(steps=self.steps, lr=self.lr, optimizer=self.optimizer, dtype=self.dtype, threads=self.threads,
                             timeout_s=self.timeout_s, warmup_steps=self.warmup_steps,
                             checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
-                            checkpoint_dir=self.checkpoint_dir, resume=self.resume)  # fmt: skip
+                            checkpoint_dir=self.checkpoint_dir, resume=self.resume,
+                            lr_schedule=self.lr_schedule)  # fmt: skip
         if self.lookahead < 0:
             raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.asynchronous is not None and not self.epochs:

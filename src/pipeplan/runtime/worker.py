@@ -82,6 +82,7 @@ def train(
     global_batch = plan.global_batch
     total = config.total_steps(len(data), global_batch)
     per_epoch = config.steps_per_epoch(len(data), global_batch)
+    rates = config.rates(total)
     last_part: dict[str, Any] | None = None
     began = time.perf_counter()
     for step in range(start, total):
@@ -94,6 +95,7 @@ def train(
         t0 = time.perf_counter()
         result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
+        rates.apply(optimizer, step)
         optimizer.step()
         t2 = time.perf_counter()
         if meter is not None:
