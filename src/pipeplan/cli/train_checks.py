@@ -1,0 +1,134 @@
+"""What `pipeplan train` checks and resolves before any process starts: flags' values, PipeMare's switches, the
+files a plan's step is predicted with, and the model a plan's profile was measured on."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import typer
+
+from pipeplan.core.errors import PipeplanError
+
+if TYPE_CHECKING:
+    from pipeplan.runtime.options import AsyncSettings
+
+
+def split_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
+    from pipeplan.runtime.errors import TrainConfigError
+
+    if text is None:
+        return None
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise TrainConfigError(f"{flag} must be a comma-separated list of integers, got {text!r}") from None
+    return values
+
+
+def async_settings(
+    schedule: str | None,
+    lr_reschedule: int | None,
+    discrepancy_decay: float | None,
+    sync_warmup: int,
+    steps: int | None,
+    unsupported: dict[str, object],
+) -> AsyncSettings | None:
+    """PipeMare's switches for --schedule pipemare (checked: one line naming the flag), None for other schedules,
+    whose runs refuse the switches; pipemare refuses what it does not support (checkpoints, timelines, predictions)."""
+    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.options import AsyncSettings, check_async_settings
+
+    given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None}
+    if schedule != "pipemare":
+        for flag, value in given.items():
+            if value is not None:
+                raise TrainConfigError(f"{flag} applies only to --schedule pipemare (asynchronous training)")
+        return None
+    for flag, value in unsupported.items():
+        if value is not None:
+            raise TrainConfigError(f"{flag} is not supported with --schedule pipemare (one asynchronous walk, no iterations)")
+    settings = AsyncSettings(lr_reschedule, discrepancy_decay, sync_warmup)
+    return settings if steps is None else check_async_settings(settings, steps)  # with --epochs: checked by each process
+
+
+def check_options(
+    *,
+    local: int | None,
+    steps: int,
+    lr: float,
+    threads: int,
+    timeout: float,
+    warmup_steps: int,
+    checkpoint_every: int,
+    checkpoint_dir: str | None,
+    resume: bool,
+    optimizer: str,
+    dtype: str,
+    trace: str | None,
+    png: str | None,
+    keep_last: int,
+    lr_schedule: str,
+) -> None:
+    """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
+    the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs."""
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.options import check_train_options
+
+    if local is not None and local < 1:
+        raise TrainConfigError(f"--local must be >= 1, got {local}")
+    check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
+                        warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
+                        checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule)  # fmt: skip
+    check_writable("--trace", trace)
+    check_writable("--png", png, IMAGE_SUFFIXES)
+
+
+def prediction_inputs(
+    profile: str | None, cluster: str | None, names: dict[str, str], say: bool
+) -> tuple[str | None, str | None]:
+    """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
+    plan's own; a plan whose own files cannot be loaded runs without a prediction, saying why (once: on process 0 of
+    the job, `say`, not in the --local launcher)."""
+    from pipeplan.io.load import load_cluster, load_profile
+
+    chosen = []
+    for given, own, loader in ((profile, names["profile"], load_profile), (cluster, names["cluster"], load_cluster)):
+        if given is not None:
+            loader(given)  # a given file or name must load: a PipeplanError ends the command here, exit 2
+            chosen.append(given)
+            continue
+        try:
+            loader(own)
+        except PipeplanError as exc:
+            if say and int(os.environ.get("RANK", "0")) == 0:
+                typer.echo(f"note: no predicted step: {exc}", err=True)
+            return None, None
+        chosen.append(own)
+    return chosen[0], chosen[1]
+
+
+def model_of_profile(
+    profile: str | None, module: str | None, options: dict[str, str], dataset: str | None, options_given: bool
+) -> tuple[str | None, dict[str, str], str | None]:
+    """--module, --opt and --dataset, each taken from the plan's profile (its recorded source) when not given.
+
+    A profile that does not exist or records no source leaves them as given (train checks the layers later).
+    """
+    if profile is None or (module is not None and options_given and dataset is not None):
+        return module, options, dataset
+    from pipeplan.io.load import load_profile
+
+    try:
+        source = load_profile(profile).source
+    except PipeplanError:
+        return module, options, dataset
+    if source is None:
+        return module, options, dataset
+    same_model = module is None or module == source.module
+    return (
+        module or source.module,
+        options if options_given or not same_model else dict(source.options),
+        dataset or (source.dataset if same_model else None),
+    )
