@@ -32,7 +32,9 @@ Targets (issue "Plans that hold when they run"; --check exits 1 when one fails):
   F1 predicted within 15% of measured for >= 90% of grid points, within 30% for all;
   F2 Spearman rank correlation of predicted vs measured >= 0.9 for each model and batch;
   F3 the planner's chosen plan measures <= 1.05x the best measured grid point (each model and batch), the two run
-     in turn (A B A B, two rounds) after the grid so that drift cannot land on one of them only;
+     in turn (A B A B, two rounds) after the grid so that drift cannot land on one of them only; when the planner's
+     plan is the best point's plan (same stages, replicas, microbatches and schedule) the ratio is 1 and the pair's
+     measured ratio is kept as `measured_ratio` (the same plan against itself: the machine's repeatability);
   F4 predicted peak memory per process within 20% of measured (every run).
 """
 
@@ -134,6 +136,17 @@ def point(work: Path, name: str, plan: dict[str, Any], steps: int, warmup: int) 
         "memory": memory,
         "memory_error": max(abs(p - q) / q for p, q in memory),
     }
+
+
+def same_plan(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two plan files run the same plan: stages (layers, devices), replicas, microbatches, schedule."""
+
+    def key(plan: dict[str, Any]) -> tuple[Any, ...]:
+        stages = tuple((s["first_layer"], s["last_layer"], tuple(s["devices"])) for s in plan["stages"])
+        fields = ("pipeline_replicas", "microbatches", "microbatch_size", "schedule", "k", "chunks", "order")
+        return stages, *(plan.get(f) for f in fields)
+
+    return key(a) == key(b)
 
 
 def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -247,6 +260,10 @@ def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float
         best = min(points, key=lambda p: p["measured_ms"])
         planner["paired"] = paired(work / f"{model}-G{batch}-planner.json", work / f"{best['name']}.json", steps, warmup)
         planner["paired"]["best"] = best["name"]
+        if same_plan(chosen, dict(grid)[best["name"]]):  # F3 is 1 by definition; the pair shows the machine's repeat
+            planner["paired"]["same_plan"] = True
+            planner["paired"]["measured_ratio"] = planner["paired"]["ratio"]
+            planner["paired"]["ratio"] = 1.0
         print(f"  planner {planner['plan']}: predicted {planner['predicted_ms']:.1f}, measured {planner['measured_ms']:.1f}",
               file=log, flush=True)  # fmt: skip
         studies.append({"model": model, "batch": batch, "points": points, "planner": planner, **summarize(points, planner)})

@@ -149,6 +149,32 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
         assert alone == pytest.approx(overhead_us * 1e-6)
 
 
+def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:
+    """Every step of the data-parallel calibration runs at 0.8 x the profile's speed but one, three times slower (a
+    neighbour on a shared machine): the speed is 0.8 (a ratio of summed times would be lower)."""
+    from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
+    from pipeplan.runtime.calibrate import Run, data_parallel_plans, speed_of
+    from pipeplan.sim.layer_costs import LayerCosts
+
+    layers = tuple(
+        LayerProfile(
+            f"l{i}", 1.0 + i, 2.0 + i, 4e4, 2e5, 4e4, curve=LayerCurve((0.5, 1.0 + i), (1.0, 2.0 + i), (1e4, 4e4), (1e4, 4e4))
+        )
+        for i in range(3)
+    )
+    profile = ModelProfile("three", 4, layers, batch_sizes=(1, 4), cut_curves=((1e4, 4e4),) * 2)
+    costs = LayerCosts(profile, "auto", "adam")
+    runs = []
+    for plan in data_parallel_plans(profile, 2):
+        work = costs.stage(range(3), plan.microbatch_size, plan.replicas_of(0))
+        step = plan.microbatches * (work.fwd_ms + work.bwd_ms) / 0.8
+        steps = [{"F": step / 3, "B": 2 * step / 3} for _ in range(10)]
+        runs.append(Run(plan, tuple(steps), 0.0, step))
+    first = runs[0]
+    runs[0] = Run(first.plan, ({"F": first.step_ms, "B": 2 * first.step_ms}, *first.compute_ms[1:]), 0.0, first.step_ms)
+    assert speed_of(profile, runs) == pytest.approx(0.8)
+
+
 def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> None:
     """Exact times of 50 us + size / 5 GB/s give both back; when noise makes the 8-byte message slower than the
     4 MiB one, the bandwidth is capped at 10x what the 4 MiB message alone shows (not 4,194,304 GB/s)."""

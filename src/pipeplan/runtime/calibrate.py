@@ -140,18 +140,21 @@ def pipeline_plans(profile: ModelProfile, world: int) -> list[Plan]:
 
 
 def speed_of(profile: ModelProfile, runs: list[Run]) -> float:
-    """This process's speed: the profile's forward and backward time of what it ran over its compute spans' time."""
+    """This process's speed: the profile's forward and backward time of what a step ran over its compute spans'
+    time, the median over every step of every run (as a training run's step is the median of its steps, so one step
+    slowed by a neighbour on a shared machine does not carry into every prediction made with the probe)."""
     from pipeplan.sim.layer_costs import LayerCosts
 
     costs = LayerCosts(profile, "auto", "adam")
-    theirs = mine = 0.0
+    ratios = []
     for run in runs:
         plan = run.plan
         work = costs.stage(range(profile.num_layers), plan.microbatch_size, plan.replicas_of(0))
         for ops in run.compute_ms:
-            theirs += plan.microbatches * (work.fwd_ms + work.bwd_ms)
-            mine += ops.get("F", 0.0) + ops.get("B", 0.0)
-    return theirs / mine if mine > 0 else 1.0
+            mine = ops.get("F", 0.0) + ops.get("B", 0.0)
+            if mine > 0:
+                ratios.append(plan.microbatches * (work.fwd_ms + work.bwd_ms) / mine)
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def allreduce_of(runs: list[Run], param_bytes: float, world: int, latency_s: float) -> float:
