@@ -32,7 +32,7 @@ Targets (issue "Plans that hold when they run"; --check exits 1 when one fails):
   F1 predicted within 15% of measured for >= 90% of grid points, within 30% for all;
   F2 Spearman rank correlation of predicted vs measured >= 0.9 for each model and batch;
   F3 the planner's chosen plan measures <= 1.05x the best measured grid point (each model and batch), the two run
-     in turn (A B A B, two rounds) after the grid so that drift cannot land on one of them only; when the planner's
+     in turn (A B A B A B, three rounds) after the grid so that drift cannot land on one of them only; when the planner's
      plan is the best point's plan (same stages, replicas, microbatches and schedule) the ratio is 1 and the pair's
      measured ratio is kept as `measured_ratio` (the same plan against itself: the machine's repeatability);
   F4 predicted peak memory per process within 20% of measured (every run).
@@ -169,8 +169,8 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def paired(planner: Path, best: Path, steps: int, warmup: int, rounds: int = 2) -> dict[str, Any]:
-    """The planner's plan and the best grid point run in turn (A B A B), so drift between them cancels: medians."""
+def paired(planner: Path, best: Path, steps: int, warmup: int, rounds: int = 3) -> dict[str, Any]:
+    """The planner's plan and the best grid point run in turn (A B A B A B), so drift between them cancels: medians."""
     a, b = [], []
     for _ in range(rounds):
         a.append(train(planner, steps, warmup)["measured_step_ms"])
