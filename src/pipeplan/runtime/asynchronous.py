@@ -41,7 +41,7 @@ from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model
 from pipeplan.runtime.evaluate import evaluation
 from pipeplan.runtime.executor import Executor
-from pipeplan.runtime.optim import RateSchedule, make_optimizer, warm_up
+from pipeplan.runtime.optim import RateSchedule, make_optimizer, set_rate, warm_up
 from pipeplan.runtime.options import AsyncSettings, check_async_settings
 from pipeplan.runtime.topology import Topology
 from pipeplan.runtime.train_config import StepCallback, TrainConfig, TrainReport
@@ -63,7 +63,6 @@ class StageUpdater:
         self.params = list(params)
         self.aliases = [p.data for p in self.params]  # updates through these do not invalidate saved graphs
         self.optimizer = make_optimizer(self.aliases, lr) if self.aliases else None
-        self.lr = lr
         self.tau = tau
         self.settings = settings
         correct = settings.discrepancy_decay is not None and tau > 0 and bool(self.aliases)
@@ -88,8 +87,7 @@ class StageUpdater:
             return
         for alias, p in zip(self.aliases, self.params, strict=True):
             alias.grad = p.grad
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.rate(asynchronous)
+        set_rate(self.optimizer, self.rate(asynchronous))
         velocity, gamma = self.velocity, self.gamma
         if velocity is not None:
             for d, w in zip(velocity, self.aliases, strict=True):

@@ -35,9 +35,13 @@ class RateSchedule:
 
     def apply(self, optimizer: torch.optim.Optimizer, step: int) -> None:
         """Set every parameter group of `optimizer` to the rate of step `step`."""
-        rate = self.at(step)
-        for group in optimizer.param_groups:
-            group["lr"] = rate
+        set_rate(optimizer, self.at(step))
+
+
+def set_rate(optimizer: torch.optim.Optimizer, rate: float) -> None:
+    """Set every parameter group of `optimizer` to learning rate `rate`."""
+    for group in optimizer.param_groups:
+        group["lr"] = rate
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torch.optim.Optimizer:
