@@ -8,8 +8,8 @@ rescheduling spread over the whole run (K = its steps); C3 the other learning ra
 and both (where naive asynchronous training falls short). PNGs of accuracy against epoch and against
 wall-clock go to --png-dir.
 
-C4 trains the digits model (and C2's pysource model) on one process with every gradient applied tau steps late:
-the cost of staleness alone, with no pipeline in the way. Then three tables:
+C4 and C6 (the cost of staleness alone, on one process) are benchmarks/pipemare_staleness.py, C5 (what the
+discrepancy correction does to the weights) benchmarks/pipemare_discrepancy.py. Then three tables:
   U1 simulated utilization at equal microbatch size, p in {4, 8}, m in {p/2, p, 2p}: pipemare over its steady
      window (`simulate pipemare --json`), gpipe and 1f1b as 1 - bubble fraction of their flushed iteration;
      forward 1 ms, backward 2 ms per microbatch per stage, no transfer time;
@@ -29,7 +29,6 @@ import json
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,62 +139,6 @@ def plot(name: str, runs: list[dict[str, Any]], folder: Path) -> list[Path]:
     return written
 
 
-def delayed_training(
-    model: Any, steps: int, batch: int, tau: int, seed: int, step: Callable[[], None], before: Callable[[int], None] | None = None
-) -> None:
-    """Train `model` on one process for `steps` steps of `batch` samples, each gradient (taken on the weights of its
-    own step) applied `tau` steps later by `step()` once it is in the parameters' .grad; `before(t)` runs at the
-    start of step t (the weights step t's forward uses)."""
-    import collections
-
-    import torch
-
-    from pipeplan.profiler.datasets import batch_indices
-
-    params = [p for layer in model.layers for p in layer.parameters()]
-    data, pending = model.dataset, collections.deque()
-    for t in range(steps):
-        if before is not None:
-            before(t)
-        idx = batch_indices(len(data), batch, t, seed)
-        out = data.inputs[idx]
-        for layer in model.layers:
-            out = layer(out)
-        pending.append(torch.autograd.grad(model.loss_fn(out, data.targets[idx]), params))
-        if len(pending) > tau:
-            for p, g in zip(params, pending.popleft(), strict=True):
-                p.grad = g
-            step()
-
-
-STALE = {"digits": ("mlp", {"hidden": 128, "blocks": 3}, 32, 176, "constant"),
-         "pysource": ("charlm", {"layers": 2, "d_model": 64}, 128, 256, "cosine")}  # fmt: skip
-"""C4's runs: module, options, batch, steps and base-rate schedule (pysource: C2's model, batch, steps and schedule)."""
-
-
-def stale_reference(tau: int, optimizer: str, lr: float, dataset: str = "digits", seed: int = 0) -> float:
-    """C4: a model trained on one process, each step applying the gradient of `tau` steps before (computed on the
-    weights of then): delayed-gradient training without a pipeline, the held-out accuracy at the end (STALE)."""
-    import torch
-
-    from pipeplan.profiler.model import build_model
-    from pipeplan.runtime.evaluate import held_out_scores
-    from pipeplan.runtime.optim import RateSchedule, make_optimizer
-
-    module, options, batch, steps, schedule = STALE[dataset]
-    model = build_model(module, options, dataset, seed=seed)
-    optimizer_of = make_optimizer(optimizer, [p for layer in model.layers for p in layer.parameters()], lr)
-    rates, done = RateSchedule(lr, schedule, steps), [0]
-
-    def step() -> None:
-        rates.apply(optimizer_of, done[0])
-        optimizer_of.step()
-        done[0] += 1
-
-    delayed_training(model, steps, batch, tau, seed, step)
-    return held_out_scores(model, torch.device("cpu"))[0]
-
-
 def simulated(p: int, m: int) -> dict[str, float]:
     """U1: utilization of pipemare (steady window), gpipe and 1f1b (1 - bubble) at p stages and m microbatches."""
     out = {}
@@ -260,18 +203,7 @@ def main() -> None:
     parser.add_argument("--png-dir", default="docs/images", help="where the convergence PNGs go")
     parser.add_argument("--out", default=None, help="write every convergence run as JSON here")
     parser.add_argument("--skip-convergence", action="store_true", help="only the utilization, throughput and memory tables")
-    parser.add_argument("--only-staleness", action="store_true", help="only C4, the one-process delayed-gradient reference")
     args = parser.parse_args()
-    print("C4 delayed gradients without a pipeline (seed 0; STALE: digits batch 32, 176 steps, constant rate;")
-    print("pysource as C2: batch 128, 256 steps, cosine), held-out accuracy\n")
-    print("| dataset | optimizer | lr | τ = 0 | τ = 1 | τ = 3 |")
-    print("|---|---|---|---|---|---|")
-    for dataset, optimizer, lr in (("digits", "sgd_momentum", 0.03), ("digits", "adam", 3e-3), ("digits", "adam", 1e-3),
-                                   ("pysource", "adam", 3e-3)):  # fmt: skip
-        cells = " | ".join(f"{stale_reference(tau, optimizer, lr, dataset):.3f}" for tau in (0, 1, 3))
-        print(f"| {dataset} | {optimizer} | {lr:g} | {cells} |")
-    if args.only_staleness:
-        return
     if not args.skip_convergence:
         seeds = SEEDS[:1] if args.quick else SEEDS
         folder = ROOT / args.png_dir

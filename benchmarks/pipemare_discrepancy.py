@@ -29,7 +29,7 @@ from pipeplan.runtime.options import AsyncSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipemare import delayed_training
+from pipemare_staleness import delayed_training
 
 MODELS = {
     "digits": ("mlp", {"hidden": 128, "blocks": 3}, "digits", 64),
@@ -63,7 +63,8 @@ def ratio(model_name: str, optimizer: str, lr: float, tau: int, decay: float, st
             if apart > 0:
                 ratios.append(float((corrected - forward_weights).norm()) / apart)
 
-    delayed_training(model, steps, batch, tau, seed, lambda: updater.step(asynchronous=True), before=compare)
+    taus = [tau] * len(model.layers)  # every layer alike: all are ready together, one step applies them
+    delayed_training(model, steps, batch, taus, seed, lambda _ready: updater.step(asynchronous=True), before=compare)
     return statistics.median(ratios)
 
 
