@@ -2,7 +2,8 @@
 
 Convergence (C1 digits, C2 pysource), 4 stages on 4 local processes, seeds 0, 1, 2, final held-out accuracy
 (and loss) per epoch for: synchronous 1F1B, naive asynchronous (pipemare), + learning-rate rescheduling,
-+ discrepancy correction, + both, + both with one epoch of synchronous warm-up; one microbatch per minibatch,
++ discrepancy correction, + both, + both with one epoch of synchronous warm-up, and weight prediction (not
+PipeMare's: forwards on w + tau * the last step's change); one microbatch per minibatch,
 so the stages' delays are [3, 2, 1, 0] steps, Adam, the base rate annealed (--lr-schedule cosine) and
 rescheduling spread over the whole run (K = its steps); C3 the other learning rates of SWEEPS for 1F1B, naive
 and both (where naive asynchronous training falls short). PNGs of accuracy against epoch and against
@@ -54,7 +55,8 @@ PYSOURCE = {"args": ["--module", "charlm", "--opt", "layers=2", "--opt", "d_mode
                      "--lr-schedule", "cosine"], "epochs": 4, "lr": 3e-3, "k": 256, "d": 0.5, "warmup": 64}  # fmt: skip
 SWEEPS = {"digits": (3e-3,), "pysource": (1e-3, 1e-2)}
 """C3: the other learning rates each dataset's 1F1B, naive and both techniques run at."""
-VARIANTS = ("1f1b", "naive", "lr", "dc", "lr+dc", "lr+dc+warm-up")
+VARIANTS = ("1f1b", "naive", "lr", "dc", "lr+dc", "lr+dc+warm-up", "pred")
+"""pred: --weight-prediction (forwards on predicted weights; beyond PipeMare's techniques, see C6)."""
 
 
 def variant_args(variant: str, setting: dict[str, Any]) -> list[str]:
@@ -66,6 +68,8 @@ def variant_args(variant: str, setting: dict[str, Any]) -> list[str]:
         out += ["--lr-reschedule", str(setting["k"])]
     if "dc" in variant.split("+"):
         out += ["--discrepancy-decay", str(setting["d"])]
+    if "pred" in variant.split("+"):
+        out += ["--weight-prediction"]
     if variant.endswith("warm-up"):
         out += ["--sync-warmup", str(setting["warmup"])]
     return out

@@ -81,6 +81,47 @@ def test_velocity_follows_its_recurrence_and_backward_runs_on_the_extrapolated_w
         assert torch.equal(p.detach(), w)
 
 
+def test_prediction_runs_the_forward_on_the_weights_one_step_of_change_ahead() -> None:
+    """δ is the last step's change (γ = 0); inside `predicted` the weights are w + τ δ, after it w; the backward is
+    not moved (prediction and correction exclude each other), nor is the synchronous warm-up's forward."""
+    p = nn.Parameter(torch.tensor([1.0, -2.0]))
+    tau = 3
+    updater = StageUpdater([p], sgd, 0.1, tau, AsyncSettings(weight_prediction=True))
+    for grad in ([1.0, 0.5], [-2.0, 3.0]):
+        old = p.detach().clone()
+        p.grad = torch.tensor(grad)
+        updater.step(asynchronous=True)
+    change = p.detach() - old
+    assert torch.allclose(change, torch.tensor([0.2, -0.3]))
+    w = p.detach().clone()
+    with updater.predicted(asynchronous=True):
+        assert torch.allclose(p.detach(), w + tau * change)
+    assert torch.allclose(p.detach(), w)
+    for shifted in (updater.predicted(asynchronous=False), updater.corrected(asynchronous=True)):
+        with shifted:
+            assert torch.equal(p.detach(), w)
+    unmoved = StageUpdater([nn.Parameter(torch.zeros(2))], sgd, 0.1, 0, AsyncSettings(weight_prediction=True))
+    assert unmoved.velocity is None  # τ = 0: its forwards already meet their backward's weights
+
+
+def test_a_graph_built_on_predicted_weights_backpropagates_on_the_weights_of_the_moment() -> None:
+    """A forward inside `predicted`, the shift undone, a step: the backward runs (no in-place error), its input
+    gradient on the current weights and its weight gradient on the activations the predicted forward saw."""
+    layer = nn.Linear(3, 2, bias=False)
+    updater = StageUpdater(list(layer.parameters()), sgd, 0.5, 1, AsyncSettings(weight_prediction=True))
+    layer.weight.grad = torch.ones_like(layer.weight)
+    updater.step(asynchronous=True)  # δ = -0.5 everywhere
+    x = torch.randn(4, 3, requires_grad=True)
+    with updater.predicted(asynchronous=True):
+        hidden = torch.tanh(layer(x))  # tanh saves its output: the predicted weights' activations
+    ahead = torch.tanh(x.detach() @ (layer.weight.detach() - 0.5).T)
+    assert torch.allclose(hidden.detach(), ahead)
+    layer.weight.grad = torch.ones_like(layer.weight)
+    updater.step(asynchronous=True)
+    hidden.sum().backward()
+    assert torch.allclose(x.grad, (1 - ahead**2) @ layer.weight.detach())
+
+
 def test_a_step_between_forward_and_backward_leaves_the_graph_usable_on_the_new_weights() -> None:
     """The update goes through `.data` aliases: a graph built before it backpropagates (no in-place error) and its
     input gradient uses the current weights, as PipeMare's delayed gradients do; nothing is stashed."""
@@ -164,6 +205,7 @@ def test_all_synchronous_pipemare_trains_exactly_as_1f1b() -> None:
         (["--sync-warmup", "9"], "--sync-warmup 9 is beyond the run: --steps is 4"),
         (["--checkpoint-dir", "ckpt"], "--checkpoint-dir is not supported with --schedule pipemare"),
         (["--replicas", "2,1"], "--schedule pipemare runs one pipeline without replicas"),
+        (["--weight-prediction", "--discrepancy-decay", "0.5"], "--weight-prediction and --discrepancy-decay exclude each other"),
     ],
 )
 def test_bad_pipemare_settings_are_one_line_errors(args: list[str], message: str) -> None:
@@ -175,7 +217,30 @@ def test_bad_pipemare_settings_are_one_line_errors(args: list[str], message: str
     assert "Traceback" not in done.stderr
 
 
+def test_prediction_with_correction_is_refused_before_any_start_with_epochs_too() -> None:
+    """The two switches exclude each other whatever the run's length is given by."""
+    done = run_train(["--local", "2", "--schedule", "pipemare", "-p", "2", "--epochs", "1", "--weight-prediction",
+                      "--discrepancy-decay", "0.5"])  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr
+    assert "--weight-prediction and --discrepancy-decay exclude each other" in done.stderr
+
+
+def test_weight_prediction_runs_the_pipeline_on_other_weights_with_the_same_delays() -> None:
+    """Three asynchronous stages with --weight-prediction: the delays the run measures are the simulator's, its
+    losses finite and, from the first forward after a delayed stage's first step, not naive training's."""
+    common = ["--local", "3", "--schedule", "pipemare", "-p", "3", "-m", "1", *TINY, "--steps", "8", "--batch-size", "16",
+              "--lr", "0.05", "--json"]  # fmt: skip
+    naive, predicted = run_train(common), run_train([*common, "--weight-prediction"])
+    assert naive.returncode == 0 and predicted.returncode == 0, naive.stderr + predicted.stderr
+    a, b = json.loads(naive.stdout), json.loads(predicted.stdout)
+    assert a["delays"] == b["delays"] == list(stage_delays(pipemare(3, 1, 8)).delays) == [2, 1, 0]
+    assert all(math.isfinite(v) for v in b["losses"])
+    assert a["losses"][:2] == b["losses"][:2] and a["losses"][-1] != b["losses"][-1]
+
+
 def test_pipemare_switches_need_pipemare() -> None:
-    """--lr-reschedule on a synchronous schedule is refused, naming the flag."""
+    """--lr-reschedule or --weight-prediction on a synchronous schedule is refused, naming the flag."""
     done = run_train(["--local", "2", "--schedule", "1f1b", "--steps", "2", "--lr-reschedule", "5"])
     assert done.returncode == 2 and "--lr-reschedule applies only to --schedule pipemare" in done.stderr
+    done = run_train(["--local", "2", "--schedule", "1f1b", "--steps", "2", "--weight-prediction"])
+    assert done.returncode == 2 and "--weight-prediction applies only to --schedule pipemare" in done.stderr

@@ -31,6 +31,7 @@ def async_settings(
     lr_reschedule: int | None,
     discrepancy_decay: float | None,
     sync_warmup: int,
+    weight_prediction: bool,
     steps: int | None,
     unsupported: dict[str, object],
 ) -> AsyncSettings | None:
@@ -39,7 +40,8 @@ def async_settings(
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import AsyncSettings, check_async_settings
 
-    given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None}
+    given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None,
+             "--weight-prediction": weight_prediction or None}  # fmt: skip
     if schedule != "pipemare":
         for flag, value in given.items():
             if value is not None:
@@ -48,8 +50,8 @@ def async_settings(
     for flag, value in unsupported.items():
         if value is not None:
             raise TrainConfigError(f"{flag} is not supported with --schedule pipemare (one asynchronous walk, no iterations)")
-    settings = AsyncSettings(lr_reschedule, discrepancy_decay, sync_warmup)
-    return settings if steps is None else check_async_settings(settings, steps)  # with --epochs: checked by each process
+    settings = AsyncSettings(lr_reschedule, discrepancy_decay, sync_warmup, weight_prediction)
+    return check_async_settings(settings, steps)  # with --epochs (steps None) W is checked again by each process
 
 
 def check_options(

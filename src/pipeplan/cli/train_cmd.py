@@ -47,6 +47,9 @@ def train(
         None, "--discrepancy-decay", help="pipemare: backward on w - τ·δ, velocity δ with γ = D^(1/τ) (0 <= D < 1)."
     ),
     sync_warmup: int = typer.Option(0, "--sync-warmup", help="pipemare: the first W steps synchronous (flushed 1F1B)."),
+    weight_prediction: bool = typer.Option(
+        False, "--weight-prediction", help="pipemare: forwards on w + τ·δ, δ the last step's change (no --discrepancy-decay)."
+    ),
     stages: int = typer.Option(2, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME)."),
     microbatches: int = typer.Option(4, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME)."),
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
@@ -120,7 +123,8 @@ def train(
     if epochs is not None and epochs < 1:
         raise TrainConfigError(f"--epochs must be >= 1, got {epochs}")
     run_steps = steps if steps is not None else 10
-    asynchronous = async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, None if epochs else run_steps,
+    asynchronous = async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, weight_prediction,
+                                  None if epochs else run_steps,
                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
                                    "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,

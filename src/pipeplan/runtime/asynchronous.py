@@ -20,6 +20,13 @@ The three techniques, each a switch (all off: naive asynchronous training):
 - synchronous warm-up (`sync_warmup` W): the first W minibatches run as
   flushed 1F1B (the schedule's own order), then the stream starts.
 
+Beyond the paper, weight prediction (`weight_prediction`, SpecTrain's idea,
+exclusive with the correction): every forward of a stage with τ_i > 0 runs
+on w + τ_i δ, δ the stage's last step's change (the velocity with γ = 0),
+the weights its backward is expected to meet, so the gradient is taken
+near the weights it updates (the staleness itself, which rescheduling and
+correction leave; BENCHMARKS.md, PipeMare C6).
+
 τ_i is the delay the schedule's order gives stage i (sim.delays); the run
 also measures every microbatch's delay (the weight versions its forward and
 backward ran on) and reports the largest per stage.
@@ -65,9 +72,11 @@ class StageUpdater:
         self.optimizer = make_optimizer(self.aliases, lr) if self.aliases else None
         self.tau = tau
         self.settings = settings
-        correct = settings.discrepancy_decay is not None and tau > 0 and bool(self.aliases)
-        self.velocity = [torch.zeros_like(a) for a in self.aliases] if correct else None
-        self.gamma = float(settings.discrepancy_decay) ** (1.0 / tau) if correct else 0.0  # type: ignore[arg-type]
+        self.correct = settings.discrepancy_decay is not None and tau > 0 and bool(self.aliases)
+        self.predict = settings.weight_prediction and tau > 0 and bool(self.aliases)
+        keep = self.correct or self.predict
+        self.velocity = [torch.zeros_like(a) for a in self.aliases] if keep else None
+        self.gamma = float(settings.discrepancy_decay) ** (1.0 / tau) if self.correct else 0.0  # type: ignore[arg-type]
         self.rates = rates or RateSchedule(lr)
         self.steps = 0
         self.async_steps = 0
@@ -103,25 +112,33 @@ class StageUpdater:
         if asynchronous:
             self.async_steps += 1
 
-    @contextlib.contextmanager
-    def corrected(self, asynchronous: bool) -> Iterator[None]:
+    def corrected(self, asynchronous: bool) -> contextlib.AbstractContextManager[None]:
         """Run the body (a backward) on ŵ = w - τ δ when correcting, then restore w."""
-        velocity = self.velocity if asynchronous else None
-        if velocity is None:
+        return self._shifted(-float(self.tau) if asynchronous and self.correct else 0.0)
+
+    def predicted(self, asynchronous: bool) -> contextlib.AbstractContextManager[None]:
+        """Run the body (a forward) on w + τ δ when predicting, then restore w."""
+        return self._shifted(float(self.tau) if asynchronous and self.predict else 0.0)
+
+    @contextlib.contextmanager
+    def _shifted(self, by: float) -> Iterator[None]:
+        """The body on w + by δ (through the aliases: graphs stay usable), then w again."""
+        velocity = self.velocity
+        if velocity is None or by == 0.0:
             yield
             return
         for d, w in zip(velocity, self.aliases, strict=True):
-            w.sub_(d, alpha=self.tau)
+            w.add_(d, alpha=by)
         try:
             yield
         finally:
             for d, w in zip(velocity, self.aliases, strict=True):
-                w.add_(d, alpha=self.tau)
+                w.sub_(d, alpha=by)
 
 
 class PipeMareHooks:
-    """The executor's hooks (runtime.executor.StageHooks) for this process's stages: steps, corrected backwards,
-    and the weight version each microbatch's forward and backward ran on (the measured delays)."""
+    """The executor's hooks (runtime.executor.StageHooks) for this process's stages: steps, predicted forwards,
+    corrected backwards, and the weight version each microbatch's forward and backward ran on (the measured delays)."""
 
     def __init__(self, updaters: dict[int, StageUpdater], microbatches: int, sync_minibatches: int) -> None:
         self.updaters = updaters
@@ -132,8 +149,11 @@ class PipeMareHooks:
         self.delays = dict.fromkeys(updaters, 0)
         self.step_times: list[float] = []
 
-    def forward(self, stage: int, microbatch: int) -> None:
+    @contextlib.contextmanager
+    def forward(self, stage: int, microbatch: int) -> Iterator[None]:
         self._forward[(stage, microbatch)] = self.versions[stage]
+        with self.updaters[stage].predicted(microbatch >= self.first_async):
+            yield
 
     @contextlib.contextmanager
     def backward(self, stage: int, microbatch: int) -> Iterator[None]:

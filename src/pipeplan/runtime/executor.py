@@ -35,10 +35,10 @@ class StepRecord:
 
 
 class StageHooks(Protocol):
-    """What an asynchronous run adds around the actions (runtime.asynchronous): it sees each forward, wraps each
-    backward (B or I: the weights it runs on) and performs each optimizer step (U)."""
+    """What an asynchronous run adds around the actions (runtime.asynchronous): it wraps each forward and each
+    backward (B or I; the weights they run on) and performs each optimizer step (U)."""
 
-    def forward(self, stage: int, microbatch: int) -> None: ...
+    def forward(self, stage: int, microbatch: int) -> AbstractContextManager[None]: ...
 
     def backward(self, stage: int, microbatch: int) -> AbstractContextManager[None]: ...
 
@@ -189,9 +189,8 @@ class Executor:
             start = time.perf_counter()
             target = targets[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_last else None
             scale = (hi - lo) / self.loss_samples
-            if self.hooks is not None:
-                self.hooks.forward(action.stage, mb)
-            out = stage.forward(mb, x, target, self.loss_fn, scale)
+            with self.hooks.forward(action.stage, mb) if self.hooks is not None else contextlib.nullcontext():
+                out = stage.forward(mb, x, target, self.loss_fn, scale)
             if stage.is_last:
                 value = out.detach().to("cpu", torch.float64)
                 self._loss += value

@@ -59,15 +59,17 @@ def check_optimizer(optimizer: str) -> str:
 @dataclass(frozen=True, slots=True)
 class AsyncSettings:
     """PipeMare's switches: `lr_reschedule` K (None: off), `discrepancy_decay` D (None: off), `sync_warmup` W
-    minibatches (0: none)."""
+    minibatches (0: none); beyond PipeMare, `weight_prediction`: forwards on w + τ δ (δ the last step's change)."""
 
     lr_reschedule: int | None = None
     discrepancy_decay: float | None = None
     sync_warmup: int = 0
+    weight_prediction: bool = False
 
 
-def check_async_settings(settings: AsyncSettings, steps: int) -> AsyncSettings:
-    """Raise TrainConfigError naming the flag: K below 1, D outside [0, 1), W beyond the run's steps."""
+def check_async_settings(settings: AsyncSettings, steps: int | None) -> AsyncSettings:
+    """Raise TrainConfigError naming the flag: K below 1, D outside [0, 1), W beyond the run's `steps` (None: not
+    known yet, --epochs), prediction with correction."""
     k = settings.lr_reschedule
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise TrainConfigError(f"--lr-reschedule must be an integer >= 1 (steps over which the rescheduling anneals), got {k!r}")
@@ -77,6 +79,11 @@ def check_async_settings(settings: AsyncSettings, steps: int) -> AsyncSettings:
     w = settings.sync_warmup
     if isinstance(w, bool) or not isinstance(w, int) or w < 0:
         raise TrainConfigError(f"--sync-warmup must be an integer >= 0, got {w!r}")
-    if w > steps:
+    if steps is not None and w > steps:
         raise TrainConfigError(f"--sync-warmup {w} is beyond the run: --steps is {steps}")
+    if settings.weight_prediction and d is not None:
+        raise TrainConfigError(
+            "--weight-prediction and --discrepancy-decay exclude each other: prediction runs each forward on the weights "
+            "its backward will see, correction each backward on its forward's"
+        )
     return settings
