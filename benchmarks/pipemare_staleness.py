@@ -28,8 +28,10 @@ import torch
 
 from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model, build_model
+from pipeplan.runtime.asynchronous import StageUpdater
 from pipeplan.runtime.evaluate import held_out_scores
-from pipeplan.runtime.optim import RateSchedule, make_optimizer, set_rate
+from pipeplan.runtime.optim import RateSchedule, make_optimizer
+from pipeplan.runtime.options import AsyncSettings
 
 STALE = {"digits": ("mlp", {"hidden": 128, "blocks": 3}, 32, 176, "constant"),
          "pysource": ("charlm", {"layers": 2, "d_model": 64}, 128, 256, "cosine")}  # fmt: skip
@@ -78,55 +80,47 @@ def delayed_training(
             step(ready)
 
 
+BASE, RESCHEDULED, DIVIDED, PREDICTED = (
+    "alpha_k",
+    "rescheduled (K = run)",
+    "divided by tau",
+    "alpha_k, forward on predicted weights",
+)
+"""C6's rate rules: the base rate; PipeMare's rescheduling (`--lr-reschedule`, K = the run); the base rate divided by
+the layer's delay for the whole run; the base rate with every forward on predicted weights (`--weight-prediction`)."""
+
+
 def trained(
-    dataset: str,
-    optimizer: str,
-    lr: float,
-    taus: Sequence[int] | int,
-    seed: int = 0,
-    steps: int | None = None,
-    rate: Callable[[float, int, int], float] | None = None,
-    predict: bool = False,
+    dataset: str, optimizer: str, lr: float, taus: Sequence[int] | int, seed: int = 0, steps: int | None = None, rule: str = BASE
 ) -> float:
     """Held-out accuracy after delayed-gradient training (STALE[dataset]; `steps` overrides its length). `taus`: one
-    delay for every layer, or one per layer; `rate(base, layer, k)`: layer's rate at its k-th step from the base
-    rate (default: the base rate); `predict`: forward on w + tau * (the layer's last change)."""
+    delay for every layer, or one per layer; `rule` one of C6's rate rules. Each layer steps through the runtime's
+    own StageUpdater (its rates, its prediction), as a pipeline stage of that delay would."""
     module, options, batch, default_steps, schedule = STALE[dataset]
     total = steps or default_steps
     model = build_model(module, options, dataset, seed=seed)
-    layers = [list(layer.parameters()) for layer in model.layers]
-    delays = [taus] * len(layers) if isinstance(taus, int) else list(taus)
-    if len(delays) != len(layers):
-        raise ValueError(f"taus has {len(delays)} delays, the model {len(layers)} layers")
-    optimizers = [make_optimizer(optimizer, group, lr) for group in layers]
-    rates, done = RateSchedule(lr, schedule, total), [0] * len(layers)
-    change = [[torch.zeros_like(p) for p in group] for group in layers]
+    delays = [taus] * len(model.layers) if isinstance(taus, int) else list(taus)
+    if len(delays) != len(model.layers):
+        raise ValueError(f"taus has {len(delays)} delays, the model {len(model.layers)} layers")
+    settings = AsyncSettings(lr_reschedule=total if rule == RESCHEDULED else None, weight_prediction=rule == PREDICTED)
+    updaters = [
+        StageUpdater(list(layer.parameters()), lambda params, rate: make_optimizer(optimizer, params, rate), lr, tau, settings,
+                     RateSchedule(lr / max(tau, 1) if rule == DIVIDED else lr, schedule, total))
+        for layer, tau in zip(model.layers, delays, strict=True)
+    ]  # fmt: skip
 
     def step(ready: list[int]) -> None:
         for i in ready:
-            base = rates.at(done[i])
-            set_rate(optimizers[i], rate(base, i, done[i]) if rate is not None else base)
-            old = [p.detach().clone() for p in layers[i]] if predict else []
-            optimizers[i].step()
-            for d, p, o in zip(change[i], layers[i], old, strict=False):
-                d.copy_(p.detach() - o)
-            done[i] += 1
+            updaters[i].step(asynchronous=True)
 
     @contextlib.contextmanager
     def ahead(_t: int) -> Iterator[None]:
-        with torch.no_grad():
-            for group, deltas, tau in zip(layers, change, delays, strict=True):
-                for p, d in zip(group, deltas, strict=True):
-                    p.add_(d, alpha=tau)
-        try:
+        with contextlib.ExitStack() as shifts:
+            for updater in updaters:
+                shifts.enter_context(updater.predicted(asynchronous=True))
             yield
-        finally:
-            with torch.no_grad():
-                for group, deltas, tau in zip(layers, change, delays, strict=True):
-                    for p, d in zip(group, deltas, strict=True):
-                        p.sub_(d, alpha=tau)
 
-    delayed_training(model, total, batch, delays, seed, step, forward_on=ahead if predict else None)
+    delayed_training(model, total, batch, delays, seed, step, forward_on=ahead if rule == PREDICTED else None)
     return held_out_scores(model, torch.device("cpu"))[0]
 
 
@@ -149,16 +143,6 @@ PIPELINE = (3, 2, 1, 0)
 """The study's per-stage delays (4 stages, one microbatch per minibatch), one charlm layer per stage."""
 
 
-def rescheduled(total: int) -> Callable[[float, int, int], float]:
-    """PipeMare's rates: alpha_k / tau_i^(p_k), p_k = 1 - min(k / K, 1), K = the run."""
-    return lambda base, i, k: base / max(PIPELINE[i], 1) ** (1.0 - min(k / total, 1.0))
-
-
-def divided(base: float, i: int, _k: int) -> float:
-    """The delayed layers' rates divided by their delay for the whole run."""
-    return base / max(PIPELINE[i], 1)
-
-
 def c6(long: int) -> list[dict[str, Any]]:
     """pysource, Adam 3e-3: per-layer delays, and the pipeline's delays under each rate rule and with prediction."""
     print("\nC6 where the delay costs (pysource, charlm 2 layers x d_model 64, Adam 3e-3, cosine, batch 128, seed 0;")
@@ -166,17 +150,15 @@ def c6(long: int) -> list[dict[str, Any]]:
     print(f"| delays per layer | rates | 256 steps | {long} steps |")
     print("|---|---|---|---|")
     cases: list[tuple[tuple[int, ...], str, bool]] = [
-        ((0, 0, 0, 0), "alpha_k", True), ((3, 0, 0, 0), "alpha_k", False), ((0, 2, 0, 0), "alpha_k", False),
-        ((0, 1, 0, 0), "alpha_k", False), ((0, 0, 1, 0), "alpha_k", False), (PIPELINE, "alpha_k", True),
-        (PIPELINE, "rescheduled (K = run)", True), (PIPELINE, "divided by tau", False),
-        (PIPELINE, "alpha_k, forward on predicted weights", True),
+        ((0, 0, 0, 0), BASE, True), ((3, 0, 0, 0), BASE, False), ((0, 2, 0, 0), BASE, False), ((0, 1, 0, 0), BASE, False),
+        ((0, 0, 1, 0), BASE, False), (PIPELINE, BASE, True), (PIPELINE, RESCHEDULED, True), (PIPELINE, DIVIDED, False),
+        (PIPELINE, PREDICTED, True),
     ]  # fmt: skip
     rows = []
     for taus, rule, also_long in cases:
         accs = []
         for steps in (256, long) if also_long else (256,):
-            rate = {"rescheduled (K = run)": rescheduled(steps), "divided by tau": divided}.get(rule)
-            accs.append(trained("pysource", "adam", 3e-3, taus, steps=steps, rate=rate, predict="predicted" in rule))
+            accs.append(trained("pysource", "adam", 3e-3, taus, steps=steps, rule=rule))
         rows.append({"taus": list(taus), "rates": rule, "accuracy": accs})
         cells = [f"{a:.3f}" for a in accs] + ["-"] * (2 - len(accs))
         print(f"| {list(taus)} | {rule} | {' | '.join(cells)} |", flush=True)
