@@ -10,7 +10,17 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.train_checks import async_settings, check_options, model_of_profile, prediction_inputs, split_ints
+from pipeplan.cli.common import refuse_sizes_for_file
+from pipeplan.cli.outputs import plan_inputs
+from pipeplan.cli.train_checks import (
+    async_settings,
+    check_options,
+    check_plan,
+    model_of_profile,
+    prediction_inputs,
+    refuse_beside_plan,
+    split_ints,
+)
 from pipeplan.core.errors import PipeplanError
 
 WORKER_BOOT = "from pipeplan.cli import main; main()"
@@ -50,10 +60,12 @@ def train(
     weight_prediction: bool = typer.Option(
         False, "--weight-prediction", help="pipemare: forwards on w + τ·δ, δ the last step's change (no --discrepancy-decay)."
     ),
-    stages: int = typer.Option(2, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME)."),
-    microbatches: int = typer.Option(4, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME)."),
-    k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
-    chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
+    stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME) [2]."),
+    microbatches: int | None = typer.Option(
+        None, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME) [4]."
+    ),
+    k: int | None = typer.Option(None, "--k", help="Group size k for kfkb (with --schedule kfkb) [1]."),
+    chunks: int | None = typer.Option(None, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b [1]."),
     replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
     module: str | None = typer.Option(
         None,
@@ -69,7 +81,9 @@ def train(
         "takes in_features (mlp), else sample.",
     ),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
-    batch_size: int = typer.Option(64, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule)."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule) [64]."
+    ),
     steps: int | None = typer.Option(None, "--steps", help="Iterations to run (a resumed run stops at the same total) [10]."),
     epochs: int | None = typer.Option(
         None, "--epochs", help="Instead of --steps: passes over the training split (whole global batches each)."
@@ -107,7 +121,12 @@ def train(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
-    save_grads: str | None = typer.Option(None, "--save-grads", help="Save each rank's gradients of the last iteration here."),
+    save_grads: str | None = typer.Option(
+        None,
+        "--save-grads",
+        help="A folder (created if its parent exists) where each rank writes grads-rank-N.pt: its gradients of the "
+        "last iteration.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (losses, times, prediction) at the end."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
@@ -115,9 +134,13 @@ def train(
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
+    from pipeplan.runtime.launch import launched_locally
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
+    if plan is not None:
+        refuse_beside_plan({"--stages": stages, "--microbatches": microbatches, "--batch-size": batch_size, "--k": k,
+                            "--chunks": chunks, "--replicas": replicas})  # fmt: skip
     if steps is not None and epochs is not None:
         raise TrainConfigError("give --steps or --epochs, not both")
     if epochs is not None and epochs < 1:
@@ -127,9 +150,39 @@ def train(
                                   None if epochs else run_steps,
                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
                                    "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
+    if plan is None and (profile is not None or cluster is not None):
+        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
+    inputs = {"--schedule": schedule, **plan_inputs(plan, profile, cluster)}
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                  dtype=dtype, trace=trace, png=png, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
+                  dtype=dtype, trace=trace, png=png, save_grads=save_grads, keep_last=keep_last, lr_schedule=lr_schedule,
+                  inputs=inputs)  # fmt: skip
+    if backend not in (None, "gloo", "nccl"):
+        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
+    spec_options = parse_options(options or [])
+    layout = plan_obj = None
+    if plan is not None:
+        from pipeplan.io.plan_json import read_plan
+
+        plan_obj, names = read_plan(plan)
+        if local is not None and len(plan_obj.all_devices) != local:
+            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
+        if not launched_locally():  # the --local launcher has checked the plan once for every worker
+            check_plan(plan, profile, cluster, batch_scaling, optimizer)
+        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
+    else:
+        assert schedule is not None
+        refuse_sizes_for_file(schedule, stages, microbatches, k if k is not None else 1, chunks if chunks is not None else 1)
+        sizes = [value if value is not None else default for value, default in
+                 ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
+        layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", replicas),
+                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
+        if local is not None:
+            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+            if copies > 1:
+                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if checkpoint_dir is not None:
         from pipeplan.runtime.checkpoint import prepare
 
@@ -139,29 +192,6 @@ def train(
             typer.echo(f"note: {note}", err=True)
         if finished:
             sys.exit(0)
-    if backend not in (None, "gloo", "nccl"):
-        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
-    spec_options = parse_options(options or [])
-    layout = plan_obj = None
-    if plan is None and (profile is not None or cluster is not None):
-        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
-    if plan is not None:
-        from pipeplan.io.plan_json import read_plan
-
-        plan_obj, names = read_plan(plan)
-        if local is not None and len(plan_obj.all_devices) != local:
-            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
-        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
-        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
-    else:
-        assert schedule is not None
-        layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, split_ints("--replicas", replicas),
-                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
-        if local is not None:
-            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
-            if copies > 1:
-                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
-                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 

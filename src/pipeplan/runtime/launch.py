@@ -25,6 +25,8 @@ from datetime import timedelta
 from pipeplan.runtime.errors import TrainConfigError
 
 LOOPBACK = "127.0.0.1"
+LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"
+"""The environment variable that tells a worker the pid of the --local launcher that started it."""
 
 
 def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -40,6 +42,7 @@ def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | 
         MASTER_PORT=str(port),
         TORCHELASTIC_USE_AGENT_STORE="True",
     )
+    env[LAUNCHER_PID] = str(os.getpid())
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -152,6 +155,11 @@ def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: floa
         print(f"pipeplan: stopped ranks {', '.join(map(str, stopped))} after the failure", file=sys.stderr, flush=True)
     code = failed[1]
     return code if code > 0 else 128 - code
+
+
+def launched_locally() -> bool:
+    """Whether this process is a worker started by launch_local (which checked the job once before starting it)."""
+    return bool(os.environ.get(LAUNCHER_PID))
 
 
 def finish_worker() -> None:
