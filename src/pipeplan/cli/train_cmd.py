@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -23,8 +22,9 @@ from pipeplan.cli.train_checks import (
 )
 from pipeplan.core.errors import PipeplanError
 
-WORKER_BOOT = "from pipeplan.cli import main; main()"
-"""How --local starts each worker: this same CLI, without --local, under the launcher's torchrun-like environment."""
+WORKER_BOOT = "from pipeplan.runtime.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
+"""How --local starts each worker: first the watch on its launcher (no orphan if the launcher dies), then this same
+CLI, without --local, under the launcher's torchrun-like environment."""
 
 
 def _worker_argv(argv: list[str]) -> list[str]:
@@ -214,7 +214,13 @@ def train(
 
 
 def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:
-    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang)."""
+    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang).
+
+    A result file that cannot be written at the end (a full disk, a folder gone) is not such a failure: the
+    results already computed are printed and the other files written, then one line names what was not written,
+    and the process leaves with its peers and exits 1.
+    """
+    from pipeplan.cli.train_report import report_results
     from pipeplan.runtime.errors import RuntimeFault
     from pipeplan.runtime.launch import finish_worker
     from pipeplan.runtime.worker import train as run_training
@@ -227,8 +233,10 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
             of = "" if config.epochs else f"/{config.steps}"
             typer.echo(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}")
 
+    failures: list[str] = []  # results this process could not write: said once at the end, the job goes on
     try:
-        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line))
+        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line),
+                              on_write_error=failures.append)  # fmt: skip
     except Exception as exc:
         code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -237,74 +245,10 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         sys.stdout.flush()
         os._exit(code)
     if report is not None:
-        _report(report, trace, png, as_json)
-    finish_worker()
-
-
-def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> None:
-    """Process 0's summary: trace files, measured against predicted time, and the JSON object when asked."""
-    if report.timeline is not None and trace:
-        from pipeplan.viz.perfetto import write_trace
-
-        write_trace(report.timeline, trace)
-    if report.timeline is not None and png:
-        from pipeplan.viz.gantt import render_gantt
-
-        render_gantt(report.timeline, png, title=f"measured: {report.schedule.name}")
-    measured = report.measured_ms()
-    predicted = report.predicted.iteration_time if report.predicted is not None else None
-    step = report.measured_step_ms()
-    planned = report.plan_prediction
-    if as_json:
-        out: dict[str, Any] = {
-            "schedule": report.schedule.name,
-            "start_step": report.start_step,
-            "losses": report.losses,
-            "pipeline_ms": report.pipeline_ms,
-            "optimizer_ms": report.optimizer_ms,
-            "optimizer_ms_by_process": report.optimizer_ms_by_process,
-            "step_ms": report.step_ms,
-            "measured_step_ms": step,
-            "predicted_step_ms": planned.step_ms if planned is not None else None,
-            "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
-            "measured_memory_bytes": report.memory_bytes,
-            "measured_ms": measured,
-            "predicted_ms": predicted,
-            "link": None
-            if report.link is None
-            else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
-        }
-        if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
-            out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
-        if report.evals:
-            out |= {"eval": [e.to_json() for e in report.evals], "test_accuracy": report.evals[-1].test_accuracy,
-                    "test_loss": report.evals[-1].test_loss}  # fmt: skip
-        json.dump(out, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return
-    if step is not None:
-        skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
-        typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
-                   "all-reduce, optimizer)")  # fmt: skip
-    if planned is not None and step is not None:
-        typer.echo(
-            f"predicted: {planned.step_ms:.2f} ms per step (the plan simulated with {planned.profile} and {planned.cluster}, "
-            f"before running); measured/predicted = {step / planned.step_ms:.3f}"
-        )
-    if predicted is not None and measured is not None:
-        latency, bandwidth = report.link
-        typer.echo(
-            f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
-            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
-            f"ratio {measured / predicted:.3f}"
-        )
-    for e in report.evals:
-        typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
-    if report.delays is not None:
-        typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
-                   f"{report.delays}")  # fmt: skip
-    if trace:
-        typer.echo(f"trace:     {trace}")
+        failures += report_results(report, trace, png, as_json)
+    if failures:
+        print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
+    finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone
 
 
 def register(app: typer.Typer) -> None:
