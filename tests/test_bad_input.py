@@ -8,6 +8,7 @@ and test_runtime_faults.py, and each module's own tests hold more of its errors.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,124 @@ def test_bad_input_exits_2_with_one_line(
     assert fragment in lines[0], (case, lines[0])
     assert "Traceback" not in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "trace.json"], case
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 19, classes 2, 3, 7 and 8: outputs that would destroy a file, train's checks before any process starts, and
+# smaller silent acceptances. Every case: exit 2, one line naming the flag or field and the value, before any work,
+# and every file of the folder unchanged (bytes, mtime, kind). tests/test_cli_outputs.py runs the output guard over
+# every command's outputs; tests/test_runtime_launch.py kills a real launcher and fills a disk at the end of a run.
+# ---------------------------------------------------------------------------------------------------------------------
+
+BERT_PLAN = {**PLAN_WITHOUT_K, "k": 1}
+ISSUE_19_FILES: dict[str, object] = {
+    "HUGE_PLAN": {**BERT_PLAN, "microbatches": 1, "microbatch_size": 4096},
+    "PLAN_MISSING_A_LAYER": {**BERT_PLAN, "stages": [{"first_layer": 0, "last_layer": 51, "devices": [0]}]},
+    "PLAN_K_ON_1F1B": {**BERT_PLAN, "k": 2},
+    "PLAN_KFKB_K9": {**BERT_PLAN, "schedule": "kfkb", "k": 9},
+    "PROFILE_JSON": None,  # a real profile file, written by the test
+    "CKPT_LATEST_GONE": None,  # a checkpoint folder whose latest.json names step 12, with no step-000012 folder
+    "FIFO": None,
+    "LINK": None,
+}
+TRAIN_1F1B = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4"]
+TRAIN_PLAN = ["train", "--local", "1", "--plan"]
+
+ISSUE_19_CASES: list[tuple[str, list[str], str]] = [
+    # class 2: an output never destroys an input, another output, or what is not a regular file
+    ("plan --out is its --profile", ["plan", "--profile", "PROFILE_JSON", "--cluster", "v100-8x1", "--global-batch", "8",
+                                     "--out", "PROFILE_JSON"], "is the input --profile"),
+    ("simulate --trace is its --plan", ["simulate", "--plan", "BERT_PLAN", "--trace", "BERT_PLAN"], "is the input --plan"),
+    ("two outputs on one path", ["simulate", "1f1b", "-p", "2", "-m", "4", "--trace", "t.png", "--png", "./t.png"],
+     "--png './t.png' and --trace 't.png' name the same path"),
+    ("--trace on a FIFO", ["simulate", "1f1b", "-p", "2", "-m", "4", "--trace", "FIFO"], "is a named pipe (FIFO), not a regular"),
+    ("train --trace on a symlink", [*TRAIN_1F1B, "--trace", "LINK"], "is a symbolic link (to "),
+    ("demo --out on a file", ["demo", "--out", "BERT_PLAN"], "is a file, not a folder"),
+    ("show --png in a missing folder", ["show", "cluster", "v100-8x1", "--png", "nodir/c.png"], "folder"),
+    ("--save-grads nodir/g.pt", [*TRAIN_1F1B, "--save-grads", "nodir/g.pt"], "ends with '.pt' like a file: give a folder name"),
+    ("--save-grads in a missing folder", [*TRAIN_1F1B, "--save-grads", "nodir/grads"], "does not exist"),
+    ("--trace and --save-grads on one path", [*TRAIN_1F1B, "--trace", "g", "--save-grads", "g"], "name the same path"),
+    # class 3: train checks everything simulate --plan checks, once, before any process starts
+    ("train a plan that does not fit", [*TRAIN_PLAN, "HUGE_PLAN"], "does not fit: stage 0 needs 428.77 GiB on device 0"),
+    ("train a plan missing a layer", [*TRAIN_PLAN, "PLAN_MISSING_A_LAYER"], "has 53: layer 52 is in no stage"),
+    ("--local beyond the machine", ["train", "--local", "1000", "--schedule", "1f1b"], "--local 1000 is too many processes"),
+    ("probe --local beyond the machine", ["probe", "--local", "1000", "-o", "c.json"], "--local 1000 is too many processes"),
+    ("-b beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "-b", "32"], "--batch-size 32 does not apply with --plan"),
+    ("-p beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "-p", "2"], "--stages 2 does not apply with --plan"),
+    ("-m beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "-m", "8"], "--microbatches 8 does not apply with --plan"),
+    ("--k beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "--k", "2"], "--k 2 does not apply with --plan"),
+    ("-v beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "-v", "2"], "--chunks 2 does not apply with --plan"),
+    ("--replicas beside --plan", [*TRAIN_PLAN, "BERT_PLAN", "--replicas", "1"], "--replicas 1 does not apply with --plan"),
+    # class 8: each works as meant or is refused with the reason
+    ("schedule kfkb k > m", ["schedule", "kfkb", "-p", "2", "-m", "4", "--k", "9"], "kfkb with k=9 > microbatches=4"),
+    ("simulate kfkb k > m", ["simulate", "kfkb", "-p", "2", "-m", "4", "--k", "9"], "kfkb with k=9 > microbatches=4"),
+    ("train kfkb k > m", ["train", "--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4", "--k", "9"],
+     "kfkb with k=9 > microbatches=4"),
+    ("plan file kfkb k > m", ["simulate", "--plan", "PLAN_KFKB_K9"], "kfkb with k=9 > microbatches=4"),
+    ("--k on 1f1b", ["schedule", "1f1b", "-p", "2", "-m", "4", "--k", "2"], "k=2 applies only to kfkb; schedule '1f1b'"),
+    ("-v on gpipe", ["simulate", "gpipe", "-p", "2", "-m", "4", "-v", "2"], "chunks=2 applies only to interleaved-1f1b"),
+    ("train --k on 1f1b", [*TRAIN_1F1B, "--k", "2"], "k=2 applies only to kfkb; schedule '1f1b' takes no k"),
+    ("train -v on pipemare", ["train", "--local", "2", "--schedule", "pipemare", "-p", "2", "-m", "4", "-v", "2"],
+     "chunks=2 applies only to interleaved-1f1b; schedule 'pipemare'"),
+    ("plan file k on 1f1b", ["simulate", "--plan", "PLAN_K_ON_1F1B"], "PLAN_K_ON_1F1B: k=2 applies only to kfkb"),
+    ("train plan file k on 1f1b", [*TRAIN_PLAN, "PLAN_K_ON_1F1B"], "k=2 applies only to kfkb; schedule '1f1b'"),
+    ("--planners twice", ["compare", *BERT, "--planners", "pipeplan,pipeplan"], "planner 'pipeplan' is named twice"),
+    ("--checkpoint-dir alone", [*TRAIN_1F1B, "--checkpoint-dir", "ckpt"], "without --checkpoint-every writes no checkpoint"),
+    ("latest.json names a step that is gone", [*TRAIN_1F1B, "--checkpoint-dir", "CKPT_LATEST_GONE", "--resume"],
+     "names step 12, but"),
+]  # fmt: skip
+
+
+def write_issue_19_files(folder: Path) -> dict[str, str]:
+    """The files the cases name, written in `folder`; returns placeholder -> path."""
+    from pipeplan.io.load import load_profile
+    from pipeplan.io.profile_json import write_profile_json
+
+    paths = {"BERT_PLAN": str(folder / "BERT_PLAN.json")}
+    (folder / "BERT_PLAN.json").write_text(json.dumps(BERT_PLAN))
+    for name, content in ISSUE_19_FILES.items():
+        paths[name] = str(folder / f"{name}.json")
+        if isinstance(content, dict):
+            (folder / f"{name}.json").write_text(json.dumps(content))
+    write_profile_json(load_profile("dapple/vgg-19"), folder / "PROFILE_JSON.json")
+    paths["CKPT_LATEST_GONE"] = str(folder / "ckpt-old")
+    (folder / "ckpt-old").mkdir()
+    (folder / "ckpt-old" / "latest.json").write_text(json.dumps({"format": "pipeplan.checkpoint/1", "step": 12}))
+    paths["FIFO"] = str(folder / "fifo")
+    os.mkfifo(folder / "fifo")
+    paths["LINK"] = str(folder / "link.json")
+    (folder / "link.json").symlink_to(folder / "BERT_PLAN.json")
+    return paths
+
+
+@pytest.mark.parametrize(("case", "argv", "fragment"), ISSUE_19_CASES, ids=[c[0] for c in ISSUE_19_CASES])
+def test_issue_19_refusals_exit_2_with_one_line_and_change_nothing(
+    case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, a single `error:` line holding the fragment, no traceback, every file as it was and nothing new."""
+    from file_kinds import snapshot
+
+    paths = write_issue_19_files(tmp_path)
+    fragment = fragment.replace("PLAN_K_ON_1F1B", paths["PLAN_K_ON_1F1B"])
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *[paths.get(a, a) for a in argv])
+    assert code == 2, (case, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
+    assert fragment in lines[0], (case, lines[0])
+    assert "Traceback" not in out + err
+    assert snapshot(tmp_path) == before, case
+
+
+def test_train_refuses_a_plan_that_does_not_fit_with_simulates_own_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`train --plan` and `simulate --plan` give the same diagnosis (need, capacity, excess) for a plan too large."""
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(ISSUE_19_FILES["HUGE_PLAN"]))
+    _, _, simulated = run(monkeypatch, capsys, "simulate", "--plan", str(path))
+    _, _, trained = run(monkeypatch, capsys, *TRAIN_PLAN, str(path))
+    diagnosis = simulated.split("does not fit: ", 1)[1].split("; ", 1)[0]
+    assert "needs 428.77 GiB on device 0 (V100, 16.00 GiB): 412.77 GiB too much" in diagnosis
+    assert f"plan {path} does not fit: {diagnosis}; train would run out of memory" in trained

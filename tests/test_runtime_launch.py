@@ -1,8 +1,10 @@
-"""The local launcher names the rank that caused a failure, even when its peers exit in the same instant; a signal
-to the launcher stops every worker."""
+"""The local launcher names the rank that caused a failure, even when its peers exit in the same instant; killing
+the launcher in any way leaves no worker alive; a full disk at the end of a run loses no result."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -51,15 +53,6 @@ def test_all_ranks_succeeding_returns_zero(capfd) -> None:  # type: ignore[no-un
     assert "pipeplan:" not in capfd.readouterr().err
 
 
-# The launcher under test runs in its own interpreter so that SIGTERM reaches it, not pytest.
-LAUNCHER = """
-import sys
-from pipeplan.runtime.launch import launch_local
-worker = "import os, time\\nopen(os.path.join(%r, os.environ['RANK']), 'w').write(str(os.getpid()))\\ntime.sleep(120)\\n"
-sys.exit(launch_local(2, [sys.executable, "-c", worker]))
-"""
-
-
 def _alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -69,17 +62,109 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_launcher_stops_every_worker(tmp_path: Path, signum: int) -> None:
-    """SIGTERM (as a job scheduler sends) or SIGINT to the launcher: both workers are gone when it exits 128 + n."""
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER % str(tmp_path)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not ((tmp_path / "0").exists() and (tmp_path / "1").exists()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)  # the pid files are written; give the writes a moment to land
-    pids = [int((tmp_path / str(rank)).read_text()) for rank in (0, 1)]
-    launcher.send_signal(signum)
-    _, err = launcher.communicate(timeout=30)
-    assert launcher.returncode == 128 + signum
-    assert f"{signal.Signals(signum).name} received; stopping every rank" in err
-    assert not any(_alive(pid) for pid in pids)
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
+def test_killing_the_launcher_in_any_way_leaves_no_worker_alive(signum: int) -> None:
+    """`train --local 2` killed mid-run by SIGTERM, SIGINT, SIGHUP (stopped by the launcher) or SIGKILL (the workers
+    notice their launcher is gone): no worker is alive 10 s later."""
+    from runtime_cli import BOOT
+
+    argv = [sys.executable, "-c", BOOT, "train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "2", "-b", "8",
+            "--steps", "1000000", "--opt", "hidden=8", "--opt", "blocks=1", "--no-predict"]  # fmt: skip
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert launcher.stdout is not None
+        line = launcher.stdout.readline()  # rank 0's first step: the workers are training
+        assert line.startswith("step "), (line, launcher.stderr.read() if launcher.poll() is not None else "")
+        workers = _children(launcher.pid)
+        assert len(workers) == 2
+        launcher.send_signal(signum)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _alive(pid)], signal.Signals(signum).name
+        _, err = launcher.communicate(timeout=30)
+        if signum != signal.SIGKILL:  # the launcher stopped them itself, saying so, and exits 128 + n
+            assert launcher.returncode == 128 + signum
+            assert f"{signal.Signals(signum).name} received; stopping every rank" in err
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)  # the session this test started, should anything be left
+        if launcher.returncode is None:
+            launcher.communicate(timeout=30)
+
+
+ORPHAN = """
+import os, subprocess, sys, time
+child = '''
+import sys, time
+sys.platform = "unknown"  # no parent-death signal: only the watchdog thread is left to notice
+from pipeplan.runtime.launch import watch_launcher
+watch_launcher()
+print("watching", flush=True)
+time.sleep(60)
+'''
+env = dict(os.environ, PIPEPLAN_LAUNCHER_PID=str(os.getpid()))
+worker = subprocess.Popen([sys.executable, "-c", child], env=env, stdout=subprocess.PIPE, text=True)
+worker.stdout.readline()
+print(worker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_whose_launcher_is_gone_exits_by_its_watchdog_alone() -> None:
+    """Without the parent-death signal (other systems), the worker's watchdog thread notices a SIGKILLed launcher
+    within a second or two and exits, saying why."""
+    launcher = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert launcher.stdout is not None
+        worker = int(launcher.stdout.readline())
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.communicate(timeout=30)
+
+
+def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp_path: Path) -> None:
+    """Writing the trace fails (a file-size limit: the kernel refuses as on a full disk): the JSON results are still
+    printed, rank 0 says in one line what was not written, no peer prints a traceback, no temporary file is left."""
+    import json
+    import resource
+
+    from runtime_cli import BOOT
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    trace = tmp_path / "t.json"
+    argv = [sys.executable, "-c", BOOT, "train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "2", "-b", "8",
+            "--steps", "2", "--opt", "hidden=8", "--opt", "blocks=1", "--no-predict", "--json",
+            "--trace", str(trace)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+    assert done.returncode == 1, done.stderr
+    assert len(json.loads(done.stdout)["losses"]) == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: OutputError: rank 0: --trace {str(trace)!r} not written: File too large"], done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

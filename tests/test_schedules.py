@@ -27,13 +27,14 @@ NAMES = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1")
 
 @st.composite
 def schedule_args(draw: st.DrawFn, names: tuple[str, ...] = NAMES) -> tuple[str, int, int, int, int]:
-    """(name, p, m, k, v) with p <= 16, m <= 64, k <= 8, v <= 4; m a multiple of p for interleaved-1f1b."""
+    """(name, p, m, k, v) with p <= 16, m <= 64, k <= min(8, m) for kfkb, v <= 4 for interleaved-1f1b (m a multiple
+    of p there); k and v are 1 for the schedules that do not take them."""
     name = draw(st.sampled_from(names))
     stages = draw(st.integers(1, 16))
-    k = draw(st.integers(1, 8))
-    chunks = draw(st.integers(1, 4))
     # interleaved-1f1b needs m = p·j.
     microbatches = stages * draw(st.integers(1, 64 // stages)) if name == "interleaved-1f1b" else draw(st.integers(1, 64))
+    k = draw(st.integers(1, min(8, microbatches))) if name == "kfkb" else 1
+    chunks = draw(st.integers(1, 4)) if name == "interleaved-1f1b" else 1
     return name, stages, microbatches, k, chunks
 
 
@@ -48,6 +49,26 @@ def check_generated(schedule: Schedule, name: str, stages: int, microbatches: in
     ops_per_microbatch = 3 if name == "zb-h1" else 2
     for rank, actions in enumerate(schedule.ranks):
         assert len(actions) == ops_per_microbatch * microbatches * len(schedule.stages_of(rank))
+
+
+@given(st.sampled_from((*NAMES, "pipemare")), st.integers(1, 8), st.integers(1, 16), st.integers(2, 6), st.integers(2, 4))
+def test_a_k_or_chunks_a_schedule_does_not_take_is_refused(name: str, p: int, m: int, k: int, v: int) -> None:
+    """k != 1 on anything but kfkb, v != 1 on anything but interleaved-1f1b: refused naming the value and the schedule."""
+    if name != "kfkb":
+        with pytest.raises(ScheduleError, match=rf"^k={k} applies only to kfkb; schedule '{name}' takes no k$"):
+            make_schedule(name, p, m * p, k=k)
+    if name != "interleaved-1f1b":
+        with pytest.raises(ScheduleError, match=rf"^chunks={v} applies only to interleaved-1f1b; schedule '{name}'"):
+            make_schedule(name, p, m * p, chunks=v)
+
+
+@given(st.integers(1, 8), st.integers(1, 16), st.integers(1, 8))
+def test_kfkb_refuses_a_group_larger_than_the_microbatches(p: int, m: int, extra: int) -> None:
+    """kfkb with k > m would run as k = m (gpipe) under another label: refused; k = m is gpipe itself."""
+    message = rf"kfkb with k={m + extra} > microbatches={m}: .* use k <= {m}, or the schedule gpipe"
+    with pytest.raises(ScheduleError, match=message):
+        make_schedule("kfkb", p, m, k=m + extra)
+    assert make_schedule("kfkb", p, m, k=m).ranks == gpipe(p, m).ranks
 
 
 def order_peak_inflight(actions: tuple[Action, ...]) -> int:
@@ -80,8 +101,9 @@ def test_every_generator_passes_validate(args: tuple[str, int, int, int, int]) -
 
 @pytest.mark.parametrize("name", NAMES)
 def test_largest_sizes_are_valid(name: str) -> None:
-    """The largest sizes of the range (p=16, m=64, k=8, v=4) give valid schedules."""
-    check_generated(make_schedule(name, 16, 64, k=8, chunks=4), name, 16, 64, 4)
+    """The largest sizes of the range (p=16, m=64, k=8 for kfkb, v=4 for interleaved-1f1b) give valid schedules."""
+    k, chunks = (8 if name == "kfkb" else 1), (4 if name == "interleaved-1f1b" else 1)
+    check_generated(make_schedule(name, 16, 64, k=k, chunks=chunks), name, 16, 64, chunks)
 
 
 def test_registry_holds_every_generator() -> None:
@@ -133,7 +155,8 @@ def test_pipemare_default_minibatches_leave_a_steady_window() -> None:
 def test_generators_are_deterministic() -> None:
     """The same arguments give equal schedules."""
     for name in NAMES:
-        assert make_schedule(name, 4, 8, k=2, chunks=2) == make_schedule(name, 4, 8, k=2, chunks=2)
+        k, chunks = (2 if name == "kfkb" else 1), (2 if name == "interleaved-1f1b" else 1)
+        assert make_schedule(name, 4, 8, k=k, chunks=chunks) == make_schedule(name, 4, 8, k=k, chunks=chunks)
 
 
 def test_gpipe_order() -> None:

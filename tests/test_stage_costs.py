@@ -175,9 +175,14 @@ def test_check_fits_names_stage_device_and_excess() -> None:
 
 
 def test_plan_must_match_profile_and_cluster() -> None:
-    """Wrong layer count or unknown devices are PlanErrors."""
-    with pytest.raises(PlanError, match="covers 2 layers but profile 'toy' has 4"):
+    """Wrong layer count (saying which layers no stage holds, or which the profile lacks) or unknown devices are
+    PlanErrors."""
+    with pytest.raises(PlanError, match="covers 2 layers but profile 'toy' has 4: layers 2-3 are in no stage"):
         plan_costs(Plan((Stage(0, 1, (0,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
+    with pytest.raises(PlanError, match="covers 3 layers but profile 'toy' has 4: layer 3 is in no stage"):
+        plan_costs(Plan((Stage(0, 2, (0,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
+    with pytest.raises(PlanError, match="covers 6 layers but profile 'toy' has 4: its stages name layers 4-5, which"):
+        plan_costs(Plan((Stage(0, 5, (0,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
     with pytest.raises(PlanError, match="uses device 7"):
         plan_costs(Plan((Stage(0, 3, (7,)),), 1, 1, 1, "1f1b"), linear_model(profile(), cluster()))
 

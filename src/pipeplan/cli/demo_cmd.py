@@ -6,6 +6,7 @@ later features add a step rather than editing the others.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,14 +130,21 @@ def compare_planners(ctx: DemoContext) -> None:
 STEPS: list[Callable[[DemoContext], None]] = [compare_schedules, compare_planners]
 """The demo's steps, run in order."""
 
+FILES = (*(f"{case.name}{suffix}" for case in CASES for suffix in (".png", ".trace.json")), "plan_best.png")
+"""The files the steps write under --out, checked before the first step (a step that writes more adds them here)."""
+
 
 def demo(
     out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG) and Perfetto traces."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (both comparisons, the files written)."),
 ) -> None:
     """Compare the built-in schedules on one pipeline; write timeline PNGs and Perfetto traces."""
+    from pipeplan.cli.outputs import Output, check_outputs
+
+    check_outputs([Output("--out", out, folder=True)])
+    check_outputs([Output(f"--out {out!r}: file", os.path.join(out, name)) for name in FILES if os.path.isdir(out)])
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(exist_ok=True)
     ctx = DemoContext(out=out_dir, console=Console(), report={} if as_json else None)
     for step in STEPS:
         step(ctx)

@@ -191,13 +191,13 @@ def plan(
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
-    from pipeplan.cli.outputs import check_writable
+    from pipeplan.cli.outputs import Output, check_outputs
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.base import PlanRequest
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
-    check_writable("--out", out)
+    check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
     _check_factor(optimizer_factor)
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
@@ -234,9 +234,9 @@ def compare(
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
 
-    check_writable("--png", png, IMAGE_SUFFIXES)
+    check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"--profile": profile, "--cluster": cluster})
     run = run_comparison(profile, cluster, global_batch, microbatch_size, planners, schedule, batch_scaling, optimizer,
                          optimizer_factor, profile_batch_size, show_progress=not as_json, replication=replication)  # fmt: skip
     if as_json:

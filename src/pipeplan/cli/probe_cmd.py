@@ -27,17 +27,18 @@ def probe(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
-    from pipeplan.cli.outputs import check_writable
+    from pipeplan.cli.outputs import Output, check_outputs
     from pipeplan.runtime.errors import TrainConfigError
-    from pipeplan.runtime.options import check_optimizer
+    from pipeplan.runtime.options import check_local, check_optimizer
 
     for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
     check_optimizer(optimizer)
+    check_local(local)
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
-    check_writable("--out", out)
+    check_outputs([Output("--out", out)], {"--profile": profile})
     model_profile = None
     if profile is not None:
         from pipeplan.io.load import load_profile
@@ -57,8 +58,6 @@ def probe(
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
         from pipeplan.runtime.launch import launch_local
 
-        if local < 1:
-            raise TrainConfigError(f"--local must be >= 1, got {local}")
         argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
         sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
     _run(out, model_profile, name, steps, rounds, timeout, threads, optimizer)

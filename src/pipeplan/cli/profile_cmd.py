@@ -58,7 +58,7 @@ def profile(
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
     from pipeplan.cli.common import parse_int_list
-    from pipeplan.cli.outputs import check_writable
+    from pipeplan.cli.outputs import Output, check_outputs
 
     if dtype not in DTYPE_CHOICES:
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
@@ -74,7 +74,7 @@ def profile(
         raise ProfileError("--dtype bf16 is for --project-to only: train runs float32 (or float64) on this machine")
     spec_options = parse_options(options or [])
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
-    check_writable("--out", out)
+    check_outputs([Output("--out", out)])
     torch = _import_torch()
     from pipeplan.io.profile_json import write_profile_json
     from pipeplan.profiler.projection import project_curves, resolve_gpu

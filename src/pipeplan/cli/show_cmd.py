@@ -58,10 +58,10 @@ def show_cluster(
     png: str | None = typer.Option(None, "--png", help="Write the bandwidth matrix as a heat map PNG."),
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
     from pipeplan.io.load import load_cluster
 
-    check_writable("--png", png, IMAGE_SUFFIXES)
+    check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"CLUSTER": spec})
     cluster = load_cluster(spec)
     if png is not None:
         draw_bandwidth_heatmap(cluster, Path(png))
@@ -328,8 +328,13 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     ax.set_xlabel("receiver device")
     ax.set_ylabel("sender device")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from pipeplan.io.atomic import atomic_output
+
+    try:
+        with atomic_output(path, binary=True) as handle:
+            fig.savefig(handle, format="png", dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _node_boundaries(cluster: Cluster) -> list[int]:

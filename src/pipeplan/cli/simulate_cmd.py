@@ -106,18 +106,23 @@ def simulate_plan_file(
     optimizer: str,
     check_memory: bool = True,
     profile_batch_size: int | None = None,
+    remedy: str = "--ignore-memory simulates it anyway",
 ) -> SimResult:
     """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
     Without --profile or --cluster, the names the plan file records are used.
+    This is every check of a plan against its profile and cluster (layers,
+    devices, replicas, schedule, memory): `train --plan` runs it too, before
+    any process starts; `remedy` ends the memory error's message.
 
     Raises:
-        PlanError: also when the plan needs more memory than a device has (unless not `check_memory`).
+        PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
+            `check_memory`).
     """
     from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import read_plan
     from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.stage_costs import check_plan_matches, simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = read_plan(plan_path)
@@ -132,12 +137,16 @@ def simulate_plan_file(
     model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
     if isinstance(trace, BandwidthTrace):
         trace.check_devices(model.cluster.num_devices, f"cluster {cluster}")
+    try:
+        check_plan_matches(plan, model)
+    except PlanError as exc:
+        raise PlanError(f"{plan_path}: {exc}") from None
     result = simulate_plan(plan, model, trace=trace, record=record)
     if check_memory:
         try:
             check_fits(plan, model, result)
         except PlanError as exc:
-            raise PlanError(f"plan {plan_path} does not fit: {exc}; --ignore-memory simulates it anyway") from None
+            raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
     return result
 
 
@@ -181,10 +190,10 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
 
-    check_writable("--trace", trace_out)
-    check_writable("--png", png_out, IMAGE_SUFFIXES)
+    inputs = {"NAME": name, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
+    check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)
     trace = None
     if bandwidth_trace is not None:
         from pipeplan.sim.trace import read_bandwidth_trace

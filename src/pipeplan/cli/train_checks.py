@@ -69,22 +69,63 @@ def check_options(
     dtype: str,
     trace: str | None,
     png: str | None,
+    save_grads: str | None,
     keep_last: int,
     lr_schedule: str,
+    inputs: dict[str, str | None],
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
-    the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, check_writable
-    from pipeplan.runtime.errors import TrainConfigError
-    from pipeplan.runtime.options import check_train_options
+    the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
+    output guard: none may name an input in `inputs`, another output, or anything but a regular file)."""
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    from pipeplan.runtime.options import check_local, check_train_options
 
-    if local is not None and local < 1:
-        raise TrainConfigError(f"--local must be >= 1, got {local}")
+    check_local(local)
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
                         checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule)  # fmt: skip
-    check_writable("--trace", trace)
-    check_writable("--png", png, IMAGE_SUFFIXES)
+    outputs = [
+        Output("--trace", trace),
+        Output("--png", png, IMAGE_SUFFIXES),
+        Output("--save-grads", save_grads, (".pt", ".pth", ".json"), folder=True),
+        Output("--checkpoint-dir", checkpoint_dir, folder=True),
+    ]
+    check_outputs(outputs, inputs)
+
+
+PLAN_SETS = ("--stages", "--microbatches", "--batch-size", "--k", "--chunks", "--replicas")
+"""The flags whose value a plan file fixes: given beside --plan, they are refused rather than silently ignored."""
+
+
+def refuse_beside_plan(given: dict[str, object]) -> None:
+    """Raise TrainConfigError for the first flag of PLAN_SETS given (not None) with --plan, naming it and its value."""
+    from pipeplan.runtime.errors import TrainConfigError
+
+    for flag, value in given.items():
+        if value is not None:
+            raise TrainConfigError(
+                f"{flag} {value} does not apply with --plan: the plan file fixes stages, microbatches, their size, k, "
+                "chunks and replicas; leave it out, or make another plan (pipeplan plan)"
+            )
+
+
+def check_plan(plan: str, profile: str | None, cluster: str | None, batch_scaling: str, optimizer: str) -> None:
+    """Everything `simulate --plan` checks, with the same code (simulate_plan_file): the plan against its profile
+    and cluster (layers, devices, replicas, schedule) and whether each device holds its stages (`optimizer`'s state).
+
+    Without a profile and a cluster (the plan's own cannot be loaded and none was given) there is nothing to check
+    against; the workers still check the plan against the model they build.
+
+    Raises:
+        PlanError: as `simulate --plan` would say it.
+    """
+    if profile is None or cluster is None:
+        return
+    from pipeplan.cli.simulate_cmd import simulate_plan_file
+
+    simulate_plan_file(plan, profile, cluster, None, False, batch_scaling, optimizer,
+                       remedy="train would run out of memory; make a plan that fits (pipeplan plan), or name the "
+                       "machines it runs on with --cluster")  # fmt: skip
 
 
 def prediction_inputs(

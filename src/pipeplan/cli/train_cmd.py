@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -10,11 +9,22 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.train_checks import async_settings, check_options, model_of_profile, prediction_inputs, split_ints
+from pipeplan.cli.common import refuse_sizes_for_file
+from pipeplan.cli.outputs import plan_inputs
+from pipeplan.cli.train_checks import (
+    async_settings,
+    check_options,
+    check_plan,
+    model_of_profile,
+    prediction_inputs,
+    refuse_beside_plan,
+    split_ints,
+)
 from pipeplan.core.errors import PipeplanError
 
-WORKER_BOOT = "from pipeplan.cli import main; main()"
-"""How --local starts each worker: this same CLI, without --local, under the launcher's torchrun-like environment."""
+WORKER_BOOT = "from pipeplan.runtime.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
+"""How --local starts each worker: first the watch on its launcher (no orphan if the launcher dies), then this same
+CLI, without --local, under the launcher's torchrun-like environment."""
 
 
 def _worker_argv(argv: list[str]) -> list[str]:
@@ -50,10 +60,12 @@ def train(
     weight_prediction: bool = typer.Option(
         False, "--weight-prediction", help="pipemare: forwards on w + τ·δ, δ the last step's change (no --discrepancy-decay)."
     ),
-    stages: int = typer.Option(2, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME)."),
-    microbatches: int = typer.Option(4, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME)."),
-    k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
-    chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
+    stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with --schedule NAME) [2]."),
+    microbatches: int | None = typer.Option(
+        None, "--microbatches", "-m", help="Microbatches m per iteration (with --schedule NAME) [4]."
+    ),
+    k: int | None = typer.Option(None, "--k", help="Group size k for kfkb (with --schedule kfkb) [1]."),
+    chunks: int | None = typer.Option(None, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b [1]."),
     replicas: str | None = typer.Option(None, "--replicas", help="Data-parallel copies per pipeline rank, e.g. 2,1."),
     module: str | None = typer.Option(
         None,
@@ -69,7 +81,9 @@ def train(
         "takes in_features (mlp), else sample.",
     ),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
-    batch_size: int = typer.Option(64, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule)."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule) [64]."
+    ),
     steps: int | None = typer.Option(None, "--steps", help="Iterations to run (a resumed run stops at the same total) [10]."),
     epochs: int | None = typer.Option(
         None, "--epochs", help="Instead of --steps: passes over the training split (whole global batches each)."
@@ -107,7 +121,12 @@ def train(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
-    save_grads: str | None = typer.Option(None, "--save-grads", help="Save each rank's gradients of the last iteration here."),
+    save_grads: str | None = typer.Option(
+        None,
+        "--save-grads",
+        help="A folder (created if its parent exists) where each rank writes grads-rank-N.pt: its gradients of the "
+        "last iteration.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (losses, times, prediction) at the end."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
@@ -115,9 +134,13 @@ def train(
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
+    from pipeplan.runtime.launch import launched_locally
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
+    if plan is not None:
+        refuse_beside_plan({"--stages": stages, "--microbatches": microbatches, "--batch-size": batch_size, "--k": k,
+                            "--chunks": chunks, "--replicas": replicas})  # fmt: skip
     if steps is not None and epochs is not None:
         raise TrainConfigError("give --steps or --epochs, not both")
     if epochs is not None and epochs < 1:
@@ -127,9 +150,39 @@ def train(
                                   None if epochs else run_steps,
                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
                                    "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
+    if plan is None and (profile is not None or cluster is not None):
+        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
+    inputs = {"--schedule": schedule, **plan_inputs(plan, profile, cluster)}
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                  dtype=dtype, trace=trace, png=png, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
+                  dtype=dtype, trace=trace, png=png, save_grads=save_grads, keep_last=keep_last, lr_schedule=lr_schedule,
+                  inputs=inputs)  # fmt: skip
+    if backend not in (None, "gloo", "nccl"):
+        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
+    spec_options = parse_options(options or [])
+    layout = plan_obj = None
+    if plan is not None:
+        from pipeplan.io.plan_json import read_plan
+
+        plan_obj, names = read_plan(plan)
+        if local is not None and len(plan_obj.all_devices) != local:
+            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
+        if not launched_locally():  # the --local launcher has checked the plan once for every worker
+            check_plan(plan, profile, cluster, batch_scaling, optimizer)
+        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
+    else:
+        assert schedule is not None
+        refuse_sizes_for_file(schedule, stages, microbatches, k if k is not None else 1, chunks if chunks is not None else 1)
+        sizes = [value if value is not None else default for value, default in
+                 ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
+        layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", replicas),
+                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
+        if local is not None:
+            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+            if copies > 1:
+                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if checkpoint_dir is not None:
         from pipeplan.runtime.checkpoint import prepare
 
@@ -139,29 +192,6 @@ def train(
             typer.echo(f"note: {note}", err=True)
         if finished:
             sys.exit(0)
-    if backend not in (None, "gloo", "nccl"):
-        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
-    spec_options = parse_options(options or [])
-    layout = plan_obj = None
-    if plan is None and (profile is not None or cluster is not None):
-        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
-    if plan is not None:
-        from pipeplan.io.plan_json import read_plan
-
-        plan_obj, names = read_plan(plan)
-        if local is not None and len(plan_obj.all_devices) != local:
-            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
-        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
-        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
-    else:
-        assert schedule is not None
-        layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, split_ints("--replicas", replicas),
-                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
-        if local is not None:
-            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
-            if copies > 1:
-                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
-                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 
@@ -184,7 +214,13 @@ def train(
 
 
 def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:
-    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang)."""
+    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang).
+
+    A result file that cannot be written at the end (a full disk, a folder gone) is not such a failure: the
+    results already computed are printed and the other files written, then one line names what was not written,
+    and the process leaves with its peers and exits 1.
+    """
+    from pipeplan.cli.train_report import report_results
     from pipeplan.runtime.errors import RuntimeFault
     from pipeplan.runtime.launch import finish_worker
     from pipeplan.runtime.worker import train as run_training
@@ -197,8 +233,10 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
             of = "" if config.epochs else f"/{config.steps}"
             typer.echo(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}")
 
+    failures: list[str] = []  # results this process could not write: said once at the end, the job goes on
     try:
-        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line))
+        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line),
+                              on_write_error=failures.append)  # fmt: skip
     except Exception as exc:
         code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -207,74 +245,10 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         sys.stdout.flush()
         os._exit(code)
     if report is not None:
-        _report(report, trace, png, as_json)
-    finish_worker()
-
-
-def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> None:
-    """Process 0's summary: trace files, measured against predicted time, and the JSON object when asked."""
-    if report.timeline is not None and trace:
-        from pipeplan.viz.perfetto import write_trace
-
-        write_trace(report.timeline, trace)
-    if report.timeline is not None and png:
-        from pipeplan.viz.gantt import render_gantt
-
-        render_gantt(report.timeline, png, title=f"measured: {report.schedule.name}")
-    measured = report.measured_ms()
-    predicted = report.predicted.iteration_time if report.predicted is not None else None
-    step = report.measured_step_ms()
-    planned = report.plan_prediction
-    if as_json:
-        out: dict[str, Any] = {
-            "schedule": report.schedule.name,
-            "start_step": report.start_step,
-            "losses": report.losses,
-            "pipeline_ms": report.pipeline_ms,
-            "optimizer_ms": report.optimizer_ms,
-            "optimizer_ms_by_process": report.optimizer_ms_by_process,
-            "step_ms": report.step_ms,
-            "measured_step_ms": step,
-            "predicted_step_ms": planned.step_ms if planned is not None else None,
-            "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
-            "measured_memory_bytes": report.memory_bytes,
-            "measured_ms": measured,
-            "predicted_ms": predicted,
-            "link": None
-            if report.link is None
-            else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
-        }
-        if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
-            out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
-        if report.evals:
-            out |= {"eval": [e.to_json() for e in report.evals], "test_accuracy": report.evals[-1].test_accuracy,
-                    "test_loss": report.evals[-1].test_loss}  # fmt: skip
-        json.dump(out, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return
-    if step is not None:
-        skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
-        typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
-                   "all-reduce, optimizer)")  # fmt: skip
-    if planned is not None and step is not None:
-        typer.echo(
-            f"predicted: {planned.step_ms:.2f} ms per step (the plan simulated with {planned.profile} and {planned.cluster}, "
-            f"before running); measured/predicted = {step / planned.step_ms:.3f}"
-        )
-    if predicted is not None and measured is not None:
-        latency, bandwidth = report.link
-        typer.echo(
-            f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
-            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
-            f"ratio {measured / predicted:.3f}"
-        )
-    for e in report.evals:
-        typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
-    if report.delays is not None:
-        typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
-                   f"{report.delays}")  # fmt: skip
-    if trace:
-        typer.echo(f"trace:     {trace}")
+        failures += report_results(report, trace, png, as_json)
+    if failures:
+        print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
+    finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone
 
 
 def register(app: typer.Typer) -> None:

@@ -119,8 +119,10 @@ def read_schedule_json(path: str | Path) -> Schedule:
 
 
 def write_schedule_json(schedule: Schedule, path: str | Path) -> None:
-    """Write a schedule as indented JSON with sorted keys (same schedule, same bytes)."""
-    Path(path).write_text(json.dumps(schedule_to_json(schedule), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    """Write a schedule as indented JSON with sorted keys (same schedule, same bytes), whole or not at all."""
+    from pipeplan.io.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(schedule_to_json(schedule), indent=2, sort_keys=True) + "\n")
 
 
 def schedule_to_csv(schedule: Schedule) -> str:
@@ -177,6 +179,7 @@ def read_schedule_csv(path: str | Path) -> Schedule:
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path) -> None:
-    """Write the compute-only CSV of a schedule (loadable by torch's `_load_csv`)."""
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        handle.write(schedule_to_csv(schedule))
+    """Write the compute-only CSV of a schedule (loadable by torch's `_load_csv`), whole or not at all."""
+    from pipeplan.io.atomic import write_text_atomic
+
+    write_text_atomic(path, schedule_to_csv(schedule))

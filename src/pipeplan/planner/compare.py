@@ -33,7 +33,7 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     """The planners to compare, in ORDER; all registered ones when `planners` is None.
 
     Raises:
-        PlanError: a name that is not registered, or no name at all.
+        PlanError: a name that is not registered or named twice, or no name at all.
     """
     registered = load_planners()
     if planners is None:
@@ -43,6 +43,9 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     unknown = [n for n in planners if n not in registered]
     if unknown:
         raise PlanError(f"unknown planner {unknown[0]!r}; choose among {', '.join(sorted(registered))}")
+    twice = [n for i, n in enumerate(planners) if n in planners[:i]]
+    if twice:
+        raise PlanError(f"planner {twice[0]!r} is named twice (each planner runs once); name it once")
     return list(planners)
 
 

@@ -112,7 +112,8 @@ def prepare(root: Path, resume: bool, writes: bool, steps: int) -> tuple[str | N
 
     Raises:
         TrainConfigError: the folder is a file; it holds checkpoints and neither --resume
-            was given nor writing is off (they would be overwritten, mixing two runs).
+            was given nor writing is off (they would be overwritten, mixing two runs); with --resume,
+            latest.json names a step whose folder does not exist.
     """
     if root.exists() and not root.is_dir():
         raise TrainConfigError(f"--checkpoint-dir {str(root)!r} is a file, not a folder")
@@ -130,6 +131,11 @@ def prepare(root: Path, resume: bool, writes: bool, steps: int) -> tuple[str | N
         stale.unlink(missing_ok=True)
     if step is None:
         return f"--resume: no checkpoint in {str(root)!r} yet; starting at step 1", False
+    if not step_dir(root, step).is_dir():
+        raise TrainConfigError(
+            f"checkpoint index {root / LATEST} names step {step}, but {step_dir(root, step)} does not exist: the "
+            f"checkpoint is gone; restore that folder, or remove {LATEST} to start over"
+        )
     if step >= steps:
         return f"--resume: the checkpoint in {str(root)!r} is at step {step}, and --steps is {steps}: nothing left to run", True
     return f"--resume: continuing from step {step} of {steps} ({step_dir(root, step)})", False

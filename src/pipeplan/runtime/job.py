@@ -45,11 +45,13 @@ class ScheduleLayout:
         """The schedule: generated from the name, or read from the file.
 
         Raises:
-            ScheduleError: bad sizes or file.
+            ScheduleError: bad sizes or file, or a k or chunks the schedule does not take.
         """
         if self.asynchronous:
             from pipeplan.schedules.pipemare import pipemare
+            from pipeplan.schedules.registry import check_schedule_options
 
+            check_schedule_options(self.name, self.microbatches, self.k, self.chunks)
             return pipemare(self.stages, self.microbatches, self.minibatches, self.sync_minibatches)
         return load_schedule(self.name, self.stages, self.microbatches, k=self.k, chunks=self.chunks)
 

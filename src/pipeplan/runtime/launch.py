@@ -6,13 +6,18 @@ Note:
     used; the workers connect to it as torchrun's workers connect to their
     agent's store (TORCHELASTIC_USE_AGENT_STORE). When a worker exits
     non-zero, the others get `grace_s` seconds to notice and report, then
-    they are terminated: the job never hangs on a dead rank. SIGTERM or
-    SIGINT to the launcher stops every worker (SIGTERM, then SIGKILL after
-    3 s) before it exits with 128 + the signal's number: no orphans.
+    they are terminated: the job never hangs on a dead rank. SIGTERM, SIGINT
+    or SIGHUP to the launcher stops every worker (SIGTERM, then SIGKILL after
+    3 s) before it exits with 128 + the signal's number. A launcher that
+    cannot clean up (SIGKILL, a crash) leaves no orphans either: each worker
+    started by `WORKER_BOOT`-like code calls `watch_launcher`, which asks the
+    kernel for SIGTERM when the launcher dies (Linux's parent-death signal)
+    and watches the parent pid from a thread (everywhere else).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +30,13 @@ from datetime import timedelta
 from pipeplan.runtime.errors import TrainConfigError
 
 LOOPBACK = "127.0.0.1"
+LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"
+"""The environment variable that tells a worker the pid of the --local launcher that started it."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
+"""Signals the launcher turns into a clean stop of every worker (SIGINT arrives as KeyboardInterrupt)."""
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process receives when its parent dies."""
+WATCH_INTERVAL_S = 0.5
 
 
 def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -40,6 +52,7 @@ def worker_env(rank: int, world_size: int, port: int, base: Mapping[str, str] | 
         MASTER_PORT=str(port),
         TORCHELASTIC_USE_AGENT_STORE="True",
     )
+    env[LAUNCHER_PID] = str(os.getpid())
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -87,9 +100,11 @@ def launch_local(
 
     store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
     main_thread = threading.current_thread() is threading.main_thread()  # only there may a handler be set
-    previous = signal.signal(signal.SIGTERM, _raise_stopped) if main_thread else None
+    previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGINT)} if main_thread else {}
     procs: list[subprocess.Popen[bytes]] = []
     try:
+        for signum in STOP_SIGNALS if main_thread else ():
+            signal.signal(signum, _raise_stopped)
         for r in range(nprocs):
             procs.append(subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd))
         return _watch(procs, grace_s, timeout_s)
@@ -97,13 +112,14 @@ def launch_local(
         signum = exc.args[0] if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
         print(f"pipeplan: {name} received; stopping every rank", file=sys.stderr, flush=True)
-        if main_thread:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        for stop in previous:  # a second signal must not cut the clean-up short
+            signal.signal(stop, signal.SIG_IGN)
         _stop(procs)
         return 128 + int(signum)
     finally:
-        if main_thread and previous is not None:  # None: a handler set outside Python, which cannot be put back
-            signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            if handler is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(stop, handler)
         del store
 
 
@@ -154,8 +170,54 @@ def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: floa
     return code if code > 0 else 128 - code
 
 
-def finish_worker() -> None:
-    """End a worker that succeeded: leave the process group, flush, and exit 0 at once.
+def watch_launcher() -> None:
+    """In a worker of `launch_local`: stop this process within seconds of its launcher's death, however it died.
+
+    Linux delivers SIGTERM on the parent's death once asked (prctl
+    PR_SET_PDEATHSIG); a daemon thread also polls the parent pid, which
+    changes when the parent is gone, on every system. A launcher that died
+    before this call is noticed at once. Outside launch_local's workers (no
+    PIPEPLAN_LAUNCHER_PID, e.g. under torchrun) nothing is done.
+    """
+    text = os.environ.get(LAUNCHER_PID)
+    if not text or not text.isdigit():
+        return
+    launcher = int(text)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):  # without it, the watchdog below still stops the process
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != launcher:
+        _orphaned(launcher)
+    threading.Thread(target=_watch_parent, args=(launcher,), name="pipeplan-launcher-watch", daemon=True).start()
+
+
+def _watch_parent(launcher: int) -> None:
+    """Poll the parent pid; exit the process when it is no longer the launcher's."""
+    while os.getppid() == launcher:
+        time.sleep(WATCH_INTERVAL_S)
+    _orphaned(launcher)
+
+
+def _orphaned(launcher: int) -> None:
+    """Say that the launcher is gone (if stderr still leads somewhere) and exit at once."""
+    rank = os.environ.get("RANK", "?")
+    with contextlib.suppress(OSError, ValueError):
+        print(f"pipeplan: rank {rank}: the launcher (pid {launcher}) is gone; stopping", file=sys.stderr, flush=True)
+    os._exit(128 + int(signal.SIGTERM))
+
+
+def launched_locally() -> bool:
+    """Whether this process is a worker started by launch_local (which checked the job once before starting it)."""
+    return bool(os.environ.get(LAUNCHER_PID))
+
+
+def finish_worker(code: int = 0) -> None:
+    """End a worker whose part is done: leave the process group with its peers, flush, and exit with `code` at once.
+
+    A worker whose results could not all be written still meets its peers here
+    (they are waiting in the same barrier) and then exits non-zero.
 
     Note:
         Leaving through the interpreter's normal shutdown runs the C++ static
@@ -166,12 +228,18 @@ def finish_worker() -> None:
     """
     import torch.distributed as dist
 
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    try:
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception as exc:  # a peer that ended without the final barrier: one line, not a traceback
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        rank = os.environ.get("RANK", "0")
+        print(f"error: rank {rank}: a peer ended before the job's final barrier ({first})", file=sys.stderr, flush=True)
+        code = code or 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _failures(codes: Sequence[int | None]) -> list[tuple[int, int]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from pipeplan.runtime.errors import TrainConfigError
@@ -11,6 +12,8 @@ from pipeplan.runtime.errors import TrainConfigError
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 """What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""
 DTYPES = ("float32", "float64")
+PROCESSES_PER_CORE = 4
+"""The most --local processes per usable CPU core (see check_local)."""
 LR_SCHEDULES = ("constant", "cosine")
 """The base learning-rate schedules of train (runtime.optim.RateSchedule): constant, or cosine annealing to 0."""
 
@@ -47,6 +50,42 @@ def check_train_options(
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+    if checkpoint_dir and not checkpoint_every and not resume:
+        raise TrainConfigError(
+            f"--checkpoint-dir {checkpoint_dir!r} without --checkpoint-every writes no checkpoint; add --checkpoint-every N "
+            "(one every N steps), or --resume to continue from the folder"
+        )
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def check_local(local: int | None) -> None:
+    """Raise TrainConfigError when --local N is below 1 or beyond PROCESSES_PER_CORE per usable core of this machine.
+
+    Note:
+        Each local process is a Python interpreter holding torch (a few hundred
+        MB) with at least one busy thread. Beyond a few per core they only take
+        turns: the job runs slower than with fewer processes, its timings no
+        longer say anything, and a mistyped count (1000) exhausts the machine
+        before the first step. A larger job belongs on several machines, under torchrun.
+    """
+    if local is None:
+        return
+    if local < 1:
+        raise TrainConfigError(f"--local must be >= 1, got {local}")
+    cores = usable_cores()
+    limit = PROCESSES_PER_CORE * cores
+    if local > limit:
+        raise TrainConfigError(
+            f"--local {local} is too many processes for this machine: the limit is {limit} ({PROCESSES_PER_CORE} per core, "
+            f"{cores} core(s)), because beyond that the processes only take turns on the cores; run a larger job under "
+            "torchrun on several machines"
+        )
 
 
 def check_optimizer(optimizer: str) -> str:

@@ -19,6 +19,7 @@ from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_
 from pipeplan.runtime.predict import PlanPrediction
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.result import SimResult
+from pipeplan.sim.stage_costs import layer_span
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,18 @@ class TrainConfig:
         assert self.plan is not None
         if self.plan.num_layers != num_layers:
             options = ", ".join(f"{key}={value}" for key, value in self.module_options) or "none"
+            n = self.plan.num_layers
+            why = (
+                f"{layer_span(n, num_layers - 1)} would be in no stage (the plan leaves them out, or the plan was made "
+                "for another model)"
+                if n < num_layers
+                else f"its stages name {layer_span(num_layers, n - 1)}, which the model does not have (the plan was made "
+                "for another model)"
+            )
             raise TrainConfigError(
-                f"plan {self.plan_path or ''} covers {self.plan.num_layers} layers but --module {self.module} (options "
-                f"{options}) with --dataset {self.dataset} builds {num_layers}: the plan was made for another model; "
-                "give the --module, --opt and --dataset its profile was measured with"
+                f"plan {self.plan_path or ''} covers {n} layers but --module {self.module} (options {options}) with "
+                f"--dataset {self.dataset} builds {num_layers}: {why}; give the --module, --opt and --dataset its profile "
+                "was measured with"
             )
         if self.schedule is not None:
             return self.plan, self.schedule

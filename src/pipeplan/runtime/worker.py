@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pipeplan.core.errors import OutputError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.profiler.allocator import steady_cpu_allocator
@@ -40,11 +41,16 @@ PROFILE_REPEATS = 7
 
 
 def train(
-    config: TrainConfig, on_step: StepCallback | None = None, on_note: Callable[[str], None] | None = None
+    config: TrainConfig,
+    on_step: StepCallback | None = None,
+    on_note: Callable[[str], None] | None = None,
+    on_write_error: Callable[[str], None] | None = None,
 ) -> TrainReport | None:
     """Run the job on this process; return the report on process 0, None elsewhere.
 
     `on_step` and `on_note` (a line for the user, e.g. a checkpoint written) are called on process 0 only.
+    `on_write_error` gets the reason when this process cannot write its gradients (--save-grads) at the end: the job
+    goes on with its peers so that nothing computed is lost (without it, the error is raised).
 
     Raises:
         RuntimeFault: an action failed here or on a peer (naming rank, step and action).
@@ -134,7 +140,14 @@ def train(
         dist.gather_object(memory, everyone, dst=0)
         report.memory_bytes = everyone
     if config.save_grads:
-        _save_grads(Path(config.save_grads), rank, executor, plan)
+        try:
+            _save_grads(Path(config.save_grads), rank, executor, plan)
+        except (OSError, OutputError) as exc:
+            from pipeplan.io.atomic import write_failure
+
+            if on_write_error is None:
+                raise
+            on_write_error(f"--save-grads {config.save_grads!r}: grads-rank-{rank}.pt not written: {write_failure(exc)}")
     if last_part is not None:
         parts = gather_parts(last_part)
         if parts is not None:
@@ -200,12 +213,16 @@ def _predict(
 
 
 def _save_grads(root: Path, rank: int, executor: Executor, plan: Plan) -> None:
-    """Write this process's gradients of the last iteration, keyed `{global layer}.{parameter name}`."""
-    root.mkdir(parents=True, exist_ok=True)
+    """Write this process's gradients of the last iteration, keyed `{global layer}.{parameter name}`, into folder
+    `root` (made here when absent; its parent was checked to exist before any process started)."""
+    from pipeplan.io.atomic import atomic_output
+
+    root.mkdir(exist_ok=True)
     grads: dict[str, torch.Tensor] = {}
     for s, module in executor.modules().items():
         for name, p in module.named_parameters():
             local, _, rest = name.partition(".")
             layer = plan.stages[s].first_layer + int(local)
             grads[f"{layer}.{rest}"] = p.grad.detach().cpu() if p.grad is not None else torch.zeros_like(p).cpu()
-    torch.save(grads, root / f"grads-rank-{rank}.pt")
+    with atomic_output(root / f"grads-rank-{rank}.pt", binary=True) as out:
+        torch.save(grads, out)

@@ -28,6 +28,34 @@ ASYNCHRONOUS = frozenset({"pipemare"})
 """Schedules whose stages step inside the schedule (U) without a flush: a planner never picks them for a synchronous
 iteration."""
 
+TAKES_K = frozenset({"kfkb"})
+"""Schedules with a group size k (1 <= k <= m); every other one takes none (k stays 1)."""
+TAKES_CHUNKS = frozenset({"interleaved-1f1b", "list"})
+"""Schedules with chunk-stages per rank (v): interleaved-1f1b, and a `list` plan's stored order; others take none."""
+
+
+def check_schedule_options(name: str, microbatches: int, k: int, chunks: int) -> None:
+    """Refuse a k or a chunk count that schedule `name` would not use, and a kfkb group larger than m.
+
+    Note:
+        kFkB with k >= m is GPipe (Ada-Grouper): the warm-up already holds all
+        m forwards. k = m is accepted (it says what runs); k > m would be
+        labelled k but run as k = m, so it is refused.
+
+    Raises:
+        ScheduleError: naming k or chunks, the value and the schedule.
+    """
+    if k != 1 and name not in TAKES_K:
+        raise ScheduleError(f"k={k} applies only to kfkb; schedule {name!r} takes no k")
+    if chunks != 1 and name not in TAKES_CHUNKS:
+        raise ScheduleError(f"chunks={chunks} applies only to interleaved-1f1b; schedule {name!r} takes no chunks")
+    if name in TAKES_K and isinstance(k, int) and isinstance(microbatches, int) and k > microbatches >= 1:
+        raise ScheduleError(
+            f"kfkb with k={k} > microbatches={microbatches}: a group holds at most the m microbatches (k = m is "
+            f"already gpipe); use k <= {microbatches}, or the schedule gpipe"
+        )
+
+
 MAX_ACTIONS = 4_000_000
 """The most actions a generated schedule may hold: 1F1B at p=64, m=1024 has 131,072 and simulates in a second;
 beyond this a request is refused at once instead of ending in a MemoryError minutes later."""
@@ -49,18 +77,17 @@ def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> 
 def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks: int = 1) -> Schedule:
     """Generate the schedule called `name` for `stages` ranks and `microbatches` microbatches.
 
-    `k` is used by kfkb, `chunks` (v) by interleaved-1f1b; others ignore them.
+    `k` is used by kfkb, `chunks` (v) by interleaved-1f1b; any other schedule refuses a value other than 1.
 
     Raises:
-        ScheduleError: unknown name or bad sizes.
+        ScheduleError: unknown name, bad sizes, a k or chunks the schedule does not take, kfkb's k above m.
     """
     generator = SCHEDULES.get(name)
     if generator is None:
         raise ScheduleError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-    # k and chunks are checked even where the generator ignores them, so a bad flag never passes silently.
     check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
-    # a generator ignores the k or chunks it does not use: one cache entry for all of them
-    return _generate(name, stages, microbatches, k if name == "kfkb" else 1, chunks if name == "interleaved-1f1b" else 1)
+    check_schedule_options(name, microbatches, k, chunks)
+    return _generate(name, stages, microbatches, k, chunks)
 
 
 @lru_cache(maxsize=64)

@@ -15,11 +15,23 @@ from pipeplan.sim.result import SimResult
 from pipeplan.sim.trace import BandwidthTrace
 
 
+def layer_span(first: int, last: int) -> str:
+    """'layer 7' or 'layers 7-9'."""
+    return f"layer {first}" if first == last else f"layers {first}-{last}"
+
+
 def check_plan_matches(plan: Plan, model: CostModel) -> None:
     """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
     profile, cluster = model.profile, model.cluster
-    if plan.num_layers != profile.num_layers:
-        raise PlanError(f"plan covers {plan.num_layers} layers but profile {profile.name!r} has {profile.num_layers}")
+    n, m = plan.num_layers, profile.num_layers
+    if n < m:
+        verb = "is" if n == m - 1 else "are"
+        raise PlanError(f"plan covers {n} layers but profile {profile.name!r} has {m}: {layer_span(n, m - 1)} {verb} in no stage")
+    if n > m:
+        raise PlanError(
+            f"plan covers {n} layers but profile {profile.name!r} has {m}: its stages name {layer_span(m, n - 1)}, which "
+            "the profile does not have (a plan for another model?)"
+        )
     for s, stage in enumerate(plan.stages):
         for d in stage.devices:
             if d >= cluster.num_devices:

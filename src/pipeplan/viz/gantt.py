@@ -193,5 +193,10 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
         title="darker shade = later chunk on the rank; numbers = microbatch" if multi_chunk else "numbers = microbatch",
         title_fontsize=8,
     )
-    fig.savefig(path, dpi=_DPI, metadata={"Software": None})
-    plt.close(fig)
+    from pipeplan.io.atomic import atomic_output
+
+    try:
+        with atomic_output(path, binary=True) as handle:
+            fig.savefig(handle, format="png", dpi=_DPI, metadata={"Software": None})
+    finally:
+        plt.close(fig)

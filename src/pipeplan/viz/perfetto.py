@@ -97,8 +97,9 @@ def trace_events(result: SimResult) -> dict[str, Any]:
 
 
 def write_trace(result: SimResult, path: str) -> None:
-    """Write the trace of `result` to `path` as JSON (sorted keys, byte-identical for the same result)."""
+    """Write the trace of `result` to `path` as JSON (sorted keys, byte-identical for the same result), whole or not at all."""
     # json.dumps runs the C encoder; json.dump to a file would use the much slower Python one.
+    from pipeplan.io.atomic import write_text_atomic
+
     text = json.dumps(trace_events(result), sort_keys=True, separators=(",", ":"))
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text + "\n")
+    write_text_atomic(path, text + "\n")

@@ -1,0 +1,106 @@
+"""What `pipeplan train` prints and writes at the end, on process 0: the results first, then the timeline files."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from pipeplan.core.errors import OutputError
+
+
+def report_results(report: Any, trace: str | None, png: str | None, as_json: bool) -> list[str]:
+    """Print the results (the JSON object, or the summary lines), then write the measured timeline's files.
+
+    The results are printed before any file is written, so a file that cannot
+    be written (a full disk) loses nothing already computed.
+
+    Returns:
+        One reason per file that could not be written (empty when all were).
+    """
+    from pipeplan.io.atomic import write_failure
+
+    print_results(report, as_json)
+    failures = []
+    for flag, path in (("--trace", trace), ("--png", png)):
+        if report.timeline is None or not path:
+            continue
+        try:
+            write_timeline(report, flag, path)
+        except (OSError, OutputError) as exc:
+            failures.append(f"{flag} {path!r} not written: {write_failure(exc)}")
+            continue
+        if flag == "--trace" and not as_json:
+            typer.echo(f"trace:     {trace}")
+    return failures
+
+
+def write_timeline(report: Any, flag: str, path: str) -> None:
+    """Write the measured timeline as a Perfetto trace (--trace) or a PNG (--png), whole or not at all."""
+    if flag == "--trace":
+        from pipeplan.viz.perfetto import write_trace
+
+        write_trace(report.timeline, path)
+    else:
+        from pipeplan.viz.gantt import render_gantt
+
+        render_gantt(report.timeline, path, title=f"measured: {report.schedule.name}")
+
+
+def print_results(report: Any, as_json: bool) -> None:
+    """Process 0's summary: measured against predicted time, or the JSON object when asked."""
+    measured = report.measured_ms()
+    predicted = report.predicted.iteration_time if report.predicted is not None else None
+    step = report.measured_step_ms()
+    planned = report.plan_prediction
+    if as_json:
+        out: dict[str, Any] = {
+            "schedule": report.schedule.name,
+            "start_step": report.start_step,
+            "losses": report.losses,
+            "pipeline_ms": report.pipeline_ms,
+            "optimizer_ms": report.optimizer_ms,
+            "optimizer_ms_by_process": report.optimizer_ms_by_process,
+            "step_ms": report.step_ms,
+            "measured_step_ms": step,
+            "predicted_step_ms": planned.step_ms if planned is not None else None,
+            "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
+            "measured_memory_bytes": report.memory_bytes,
+            "measured_ms": measured,
+            "predicted_ms": predicted,
+            "link": None
+            if report.link is None
+            else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
+        }
+        if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
+            out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
+        if report.evals:
+            out |= {"eval": [e.to_json() for e in report.evals], "test_accuracy": report.evals[-1].test_accuracy,
+                    "test_loss": report.evals[-1].test_loss}  # fmt: skip
+        json.dump(out, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        return
+    if step is not None:
+        skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
+        typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
+                   "all-reduce, optimizer)")  # fmt: skip
+    if planned is not None and step is not None:
+        typer.echo(
+            f"predicted: {planned.step_ms:.2f} ms per step (the plan simulated with {planned.profile} and {planned.cluster}, "
+            f"before running); measured/predicted = {step / planned.step_ms:.3f}"
+        )
+    if predicted is not None and measured is not None:
+        latency, bandwidth = report.link
+        typer.echo(
+            f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
+            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
+            f"ratio {measured / predicted:.3f}"
+        )
+    for e in report.evals:
+        typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
+    if report.delays is not None:
+        typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
+                   f"{report.delays}")  # fmt: skip
