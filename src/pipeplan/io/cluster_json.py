@@ -104,7 +104,7 @@ def read_cluster_json(path: str | os.PathLike[str]) -> Cluster:
         ClusterError: unreadable file, invalid JSON, or a bad field (named with its value).
     """
     source = os.fspath(path)
-    return cluster_from_json(load_json_file(source, ClusterError), source)
+    return cluster_from_json(load_json_file(source, ClusterError, "cluster"), source)
 
 
 def _from_matrix_form(top: Fields) -> Cluster:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.io.files import read_input_text
 
 _FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
 _INPUT_NODE = re.compile(r"Input\d*")
@@ -85,14 +86,8 @@ def read_graph_txt(
 
 
 def _read_text(source: str) -> str:
-    """The file's text, or a ProfileError naming it."""
-    try:
-        with open(source, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise ProfileError(f"{source}: cannot read profile: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"{source}: not a text file ({exc.reason} at byte {exc.start})") from None
+    """The file's text (io.files: a regular file within the size limit), or a ProfileError naming it."""
+    return read_input_text(source, "profile", ProfileError)
 
 
 def parse_graph_txt(

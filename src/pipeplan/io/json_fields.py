@@ -8,20 +8,22 @@ import os
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.io.files import read_input_text
+from pipeplan.io.json_parse import parse_json
 
 
-def load_json_file(path: str | os.PathLike[str], error: type[PipeplanError]) -> Any:
-    """Read a JSON file; unreadable or invalid JSON raises error naming the file and the position."""
+def load_json_file(path: str | os.PathLike[str], error: type[PipeplanError], what: str = "file") -> Any:
+    """Read a JSON file: the one reader of every pipeplan JSON format (profile, cluster, plan, schedule, bandwidth trace,
+    checkpoint index).
+
+    The file must be a regular file within core.limits.FILE_BYTES (io.files), and its JSON within the limits of
+    io.json_parse (nesting, integer digits, finite numbers, unique keys).
+
+    Raises:
+        error: naming the path and what is wrong: what stands there, its size, the line and column (and field) of bad JSON.
+    """
     source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as handle:
-            return json.load(handle)
-    except OSError as exc:
-        raise error(f"{source}: cannot read file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{source}: not a text file ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise error(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    return parse_json(read_input_text(source, what, error), source, error)
 
 
 class Fields:

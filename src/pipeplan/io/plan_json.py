@@ -141,7 +141,7 @@ def read_plan(path: str | os.PathLike[str]) -> tuple[Plan, dict[str, str]]:
         PlanError: unreadable file, invalid JSON, or a bad field (naming file, field and value).
     """
     source = os.fspath(path)
-    plan, meta = plan_from_json(load_json_file(source, PlanError), source)
+    plan, meta = plan_from_json(load_json_file(source, PlanError, "plan"), source)
     folder = os.path.dirname(os.path.abspath(source))
     for key, name in meta.items():
         beside = os.path.join(folder, name)

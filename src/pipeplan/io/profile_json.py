@@ -319,7 +319,7 @@ def read_profile_json(path: str | os.PathLike[str]) -> ModelProfile:
         ProfileError: unreadable file, invalid JSON, or a bad field (named with its value).
     """
     source = os.fspath(path)
-    return profile_from_json(load_json_file(source, ProfileError), source)
+    return profile_from_json(load_json_file(source, ProfileError, "profile"), source)
 
 
 def profile_dumps(profile: ModelProfile) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -107,15 +108,12 @@ def read_schedule_json(path: str | Path) -> Schedule:
     """Read and validate a schedule JSON file.
 
     Raises:
-        ScheduleError: the file is not JSON or not a valid schedule (naming the file).
-        OSError: the file cannot be read.
+        ScheduleError: the file cannot be read (what stands there, its size), is not JSON, or not a valid schedule
+            (naming the file).
     """
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    return schedule_from_json(obj, source=str(path))
+    from pipeplan.io.json_fields import load_json_file
+
+    return schedule_from_json(load_json_file(path, ScheduleError, "schedule"), source=os.fspath(path))
 
 
 def write_schedule_json(schedule: Schedule, path: str | Path) -> None:
@@ -168,12 +166,13 @@ def read_schedule_csv(path: str | Path) -> Schedule:
     """Read and validate a compute-only CSV schedule file (for example one torch's `_dump_csv` wrote).
 
     Raises:
-        ScheduleError: a malformed cell or an invalid schedule (naming the file).
-        OSError: the file cannot be read.
+        ScheduleError: the file cannot be read (what stands there, its size), a malformed cell or an invalid schedule
+            (naming the file).
     """
-    with open(path, encoding="utf-8", newline="") as handle:
-        text = handle.read()
-    return schedule_from_csv(text, source=str(path), name=Path(path).stem)
+    from pipeplan.io.files import read_input_text
+
+    text = read_input_text(path, "schedule", ScheduleError)
+    return schedule_from_csv(text, source=os.fspath(path), name=Path(path).stem)
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -168,17 +167,11 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
 
 
 def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:
-    """Read a bandwidth trace JSON file.
+    """Read a bandwidth trace JSON file (through io's one JSON reader).
 
     Raises:
-        CostError: the file is missing, not JSON, or has a bad entry.
+        CostError: the file cannot be read (what stands there, its size), is not JSON, or has a bad entry.
     """
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise CostError(f"cannot read bandwidth trace {str(path)!r}: {err.strerror}") from err
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CostError(f"bandwidth trace {str(path)!r} is not JSON: {err.msg} at line {err.lineno}") from err
-    return bandwidth_trace_from_json(obj)
+    from pipeplan.io.json_fields import load_json_file
+
+    return bandwidth_trace_from_json(load_json_file(path, CostError, "bandwidth trace"))
