@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.limits import MAX_BYTES, MAX_MS
 
 SIZE_UNITS = {
     "": 1, "b": 1,
@@ -37,7 +38,8 @@ def parse_size(part: str) -> float:
 
 
 def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[float] | None:
-    """Parse a flag value: one number or a comma-separated list, each finite and >= 0.
+    """Parse a flag value: one number or a comma-separated list, each finite, >= 0 and within its magnitude limit
+    (core.limits: MAX_BYTES with `sizes`, else MAX_MS: so sums over every microbatch stay finite).
 
     With `sizes`, each number may carry a byte suffix (SIZE_UNITS: 64M, 1.5GiB).
 
@@ -57,6 +59,7 @@ def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[floa
             raise CostError(f"{flag} must be {kind}, got {text!r}") from None
         if math.isnan(value) or math.isinf(value) or value < 0:
             raise CostError(f"{flag} values must be finite and >= 0, got {part.strip()!r}")
+        (MAX_BYTES if sizes else MAX_MS).check(CostError, flag, value)
         values.append(value)
     return values
 

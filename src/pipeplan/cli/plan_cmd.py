@@ -13,6 +13,7 @@ import typer
 
 from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import OPTIMIZER_FACTOR
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -171,6 +172,8 @@ def _check_factor(factor: float | None) -> None:
     """--optimizer-factor, when given, is a finite number >= 0."""
     if factor is not None and not (math.isfinite(factor) and factor >= 0):
         raise PlanError(f"--optimizer-factor must be a finite number >= 0 (state bytes per parameter byte), got {factor}")
+    if factor is not None:
+        OPTIMIZER_FACTOR.check(PlanError, "--optimizer-factor", factor)
 
 
 def plan(

@@ -28,15 +28,22 @@ def probe(
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.cli.outputs import check_writable
+    from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_optimizer
 
-    for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
+    for flag, value, low, limit in (
+        ("--steps", steps, 1, ROUNDS),
+        ("--rounds", rounds, 1, ROUNDS),
+        ("--threads", threads, 1, THREADS),
+    ):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
+        limit.check(TrainConfigError, flag, value)
     check_optimizer(optimizer)
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
+    TIMEOUT_S.check(TrainConfigError, "--timeout", timeout)
     check_writable("--out", out)
     model_profile = None
     if profile is not None:

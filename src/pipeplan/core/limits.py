@@ -79,10 +79,10 @@ DEVICES = Limit(
     "planners and the simulator keep per-device state; pipeplan is measured up to 16,384 devices (BENCHMARKS.md, C5)",
 )
 LAYERS = Limit(
-    100_000,
+    20_000,
     "layers",
-    "planning and simulation grow with the layers (a 1,251-layer profile plans in 8 s); the deepest built-in profile "
-    "has 1,251 layers",
+    "planning time grows with the layers (20,000 plan in about 20 s, in memory that grows linearly); the deepest "
+    "built-in profile has 1,251",
 )
 RANKS = Limit(
     4_096,
@@ -105,9 +105,20 @@ SAMPLES = Limit(
     "samples",
     "no training step holds a billion samples, and sample counts above it stop being exact in the cost model's floats",
 )
+TRAIN_BATCH = Limit(
+    65_536,
+    "samples",
+    "every process of train builds the whole global batch's inputs in memory at each step (100,000,000 samples asked "
+    "for 25.6 GB)",
+)
+THREADS = Limit(1_024, "threads", "torch starts one OS thread per requested thread (100,000 crashed it)")
+ROUNDS = Limit(10_000, "rounds", "every round measures everything once more; beyond this a run takes hours")
+TIMEOUT_S = Limit(1e6, "s", "torch.distributed holds a timeout as a timedelta, and 11 days is never meant")
 TRACE_STEPS = Limit(
     1_000_000, "steps", "every transfer looks its link's steps up, and a trace is held in memory as Python objects"
 )
+
+MAX_FLOPS = Limit(1e30, "FLOP", "sums over every layer must stay finite, and 10^30 FLOP is a million years of an exaflop machine")
 
 # ---- magnitudes: bounded so that sums over all layers, microbatches and iterations stay finite
 MAX_MS = Limit(
@@ -118,6 +129,16 @@ MAX_MS = Limit(
 )
 MAX_BYTES = Limit(
     1e18, "bytes", "no device holds an exabyte, and bytes are summed over layers and microbatches, which must stay finite"
+)
+BLOCK_MS = Limit(
+    MAX_MS.value * LAYERS.value,
+    "ms",
+    "a layer value, or the sum of a block of layers a planner merges, adds at most 20,000 layers of at most 1e9 ms",
+)
+BLOCK_BYTES = Limit(
+    MAX_BYTES.value * LAYERS.value,
+    "bytes",
+    "a layer value, or the sum of a block of layers a planner merges, adds at most 20,000 layers of at most 1e18 bytes",
 )
 MIN_SPEED = Limit(
     1e-6,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.limits import Limit
 from pipeplan.io.files import read_input_text
 from pipeplan.io.json_parse import parse_json
 
@@ -77,17 +78,17 @@ class Fields:
             raise self.error(f"{self.where}: field {key!r} must be an integer >= {minimum}, got {short(value)}")
         return value
 
-    def number(self, key: str, positive: bool = False, default: float | None = None) -> float:
-        """A finite number >= 0 (> 0 when positive)."""
+    def number(self, key: str, positive: bool = False, default: float | None = None, limits: tuple[Limit, ...] = ()) -> float:
+        """A finite number >= 0 (> 0 when positive) within `limits` (a lower limit spares 0)."""
         if default is not None and key not in self.obj:
             return default
-        return check_number(self.raw(key), f"{self.where}: field {key!r}", self.error, positive)
+        return check_number(self.raw(key), f"{self.where}: field {key!r}", self.error, positive, limits)
 
-    def optional_number(self, key: str, positive: bool = False) -> float | None:
-        """A finite number >= 0, or None when absent or null."""
+    def optional_number(self, key: str, positive: bool = False, limits: tuple[Limit, ...] = ()) -> float | None:
+        """A finite number >= 0 within `limits`, or None when absent or null."""
         if not self.has(key):
             return None
-        return self.number(key, positive)
+        return self.number(key, positive, limits=limits)
 
     def array(self, key: str, min_length: int = 0) -> list[Any]:
         """A JSON array of at least min_length items."""
@@ -97,14 +98,20 @@ class Fields:
         return value
 
 
-def check_number(value: object, field: str, error: type[PipeplanError], positive: bool = False) -> float:
-    """value as float when it is a finite number >= 0 (> 0 when positive), else error naming field and value."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+def check_number(
+    value: object, field: str, error: type[PipeplanError], positive: bool = False, limits: tuple[Limit, ...] = ()
+) -> float:
+    """value as float when it is a finite number >= 0 (> 0 when positive) within `limits` (a lower limit spares 0:
+    "none"), else error naming field and value."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= sys.float_info.max
     if ok and positive and value == 0:
         ok = False
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise error(f"{field} must be a finite number {bound}, got {short(value)}")
+    for limit in limits:
+        if value or not limit.least:
+            limit.check(error, field, value)  # type: ignore[arg-type]
     return float(value)  # type: ignore[arg-type]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pipeplan.core.limits import THREADS, TIMEOUT_S, TRAIN_BATCH
 from pipeplan.runtime.errors import TrainConfigError
 
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
@@ -40,6 +41,8 @@ def check_train_options(
         raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {lr}")
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
+    TIMEOUT_S.check(TrainConfigError, "--timeout", timeout_s)
+    THREADS.check(TrainConfigError, "--threads", threads)
     check_optimizer(optimizer)
     if lr_schedule not in LR_SCHEDULES:
         raise TrainConfigError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
@@ -47,6 +50,12 @@ def check_train_options(
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+
+
+def check_global_batch(global_batch: int, where: str) -> None:
+    """Raise TrainConfigError when a job's global batch (`where`: the flag or the plan file) is larger than every
+    process can build in memory at each step (core.limits.TRAIN_BATCH)."""
+    TRAIN_BATCH.check(TrainConfigError, where, global_batch)
 
 
 def check_optimizer(optimizer: str) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
 
 Link = tuple[int, int]
 """An ordered device pair (src, dst)."""
@@ -34,6 +36,7 @@ class BandwidthTrace:
     steps: tuple[TraceStep, ...]
 
     def __post_init__(self) -> None:
+        TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
         for i, step in enumerate(self.steps):
             _check_step(i, step.t_ms, step.link, step.factor)
 
@@ -115,6 +118,8 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
         raise CostError(f"{where}: t_ms must be a finite number >= 0, got {t_ms!r}")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
         raise CostError(f"{where}: factor must be a finite number > 0, got {factor!r}")
+    MIN_FACTOR.check(CostError, f"{where}: factor", factor)
+    MAX_FACTOR.check(CostError, f"{where}: factor", factor)
     if link is not None:
         ok = (
             isinstance(link, tuple)
@@ -144,6 +149,7 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
         obj = obj.get("steps")
     if not isinstance(obj, list):
         raise CostError(f"bandwidth trace must be a JSON list of steps, got {type(obj).__name__}")
+    TRACE_STEPS.check(CostError, "bandwidth trace", len(obj))  # before any step is built
     steps = []
     for i, entry in enumerate(obj):
         if not isinstance(entry, dict):
@@ -174,4 +180,8 @@ def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:
     """
     from pipeplan.io.json_fields import load_json_file
 
-    return bandwidth_trace_from_json(load_json_file(path, CostError, "bandwidth trace"))
+    obj = load_json_file(path, CostError, "bandwidth trace")
+    try:
+        return bandwidth_trace_from_json(obj)
+    except CostError as exc:
+        raise CostError(f"{os.fspath(path)}: {exc}") from None
