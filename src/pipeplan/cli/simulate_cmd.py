@@ -44,6 +44,16 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     return values
 
 
+def check_timeline(actions: int, what: str, hint: str = "leave out --png and --trace") -> None:
+    """Refuse a timeline (--png, --trace, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
+    before the simulation."""
+    from pipeplan.core.errors import ScheduleTooLargeError
+    from pipeplan.core.limits import TIMELINE_ACTIONS
+
+    if not TIMELINE_ACTIONS.allows(actions):
+        raise ScheduleTooLargeError(f"{TIMELINE_ACTIONS.message(f'the timeline of {what}', actions)}; {hint}")
+
+
 def simulate_named(
     name: str,
     stages: int | None,
@@ -73,6 +83,12 @@ def simulate_named(
         schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if isinstance(trace, BandwidthTrace):
         trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
+    if asynchronous:
+        minis = schedule.num_microbatches // (microbatches or 1)
+        what = f"pipemare with p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
+        check_timeline(sum(map(len, schedule.ranks)), what, "use fewer --minibatches (its steady state needs the timeline)")
+    elif record:
+        check_timeline(sum(map(len, schedule.ranks)), f"{name} with p={schedule.num_ranks}, m={schedule.num_microbatches}")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
     costs = uniform_costs(
         schedule,
@@ -121,6 +137,8 @@ def simulate_plan_file(
     from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = read_plan(plan_path)
+    if record:
+        check_timeline((3 if plan.schedule == "zb-h1" else 2) * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]

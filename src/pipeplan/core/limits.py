@@ -94,6 +94,18 @@ ACTIONS = Limit(
     "actions",
     "each action costs about 400 bytes to generate and simulate (1.5 GiB at the limit; 1F1B at p=64, m=1024 has 131,072)",
 )
+MODEL_BYTES = Limit(
+    2**35,
+    "bytes",
+    "a built-in model's weights are built in this process's memory (float32), and measuring or training it holds its "
+    "gradients and optimizer state too; the largest built-in, gpt2-xl, has 6.2 GB",
+)
+TIMELINE_ACTIONS = Limit(
+    1_000_000,
+    "actions",
+    "a timeline (--png, --trace, pipemare's steady state) keeps every action and draws or writes each: 1,000,000 take "
+    "about 25 s and 1.4 GB",
+)
 BATCH = Limit(
     65_536,
     "samples",
