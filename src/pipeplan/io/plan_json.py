@@ -9,6 +9,7 @@ from typing import Any
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Action
+from pipeplan.io.files import something_at
 from pipeplan.io.json_fields import Fields, load_json_file
 
 PLAN_FORMAT = "pipeplan.plan/1"
@@ -145,6 +146,6 @@ def read_plan(path: str | os.PathLike[str]) -> tuple[Plan, dict[str, str]]:
     folder = os.path.dirname(os.path.abspath(source))
     for key, name in meta.items():
         beside = os.path.join(folder, name)
-        if not os.path.isabs(name) and os.path.isfile(beside):
+        if not os.path.isabs(name) and something_at(beside):  # whatever stands there is read (and its kind reported)
             meta[key] = os.path.normpath(beside)
     return plan, meta
