@@ -176,7 +176,7 @@ LIMIT_CASES: list[tuple[str, list[str], str]] = [
     ("profile --threads", ["profile", "mlp", "-b", "8", "--threads", "100000", "-o", "p.json"], "--threads too large"),
     ("train --timeout", [*_LOCAL, "--timeout", "1e300"], "--timeout too large: 1e+300 s, the limit is 1,000,000 s"),
     ("global batch", [*_PLAN, "dapple/bert-48", "--global-batch", "4294967296"],
-     "global_batch too large: 4,294,967,296 samples, the limit is 1,073,741,824 samples"),
+     "--global-batch too large: 4,294,967,296 samples, the limit is 1,073,741,824 samples"),
     ("optimizer factor", [*_PLAN, "dapple/bert-48", "--optimizer-factor", "1e300"], "--optimizer-factor too large: 1e+300"),
     # class 6: finite values, the input named
     ("--fwd 1e308", [*_SIM, "--fwd", "1e308"], "--fwd too large: 1e+308 ms, the limit is 1,000,000,000 ms, because"),

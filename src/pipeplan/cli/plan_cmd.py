@@ -13,7 +13,7 @@ import typer
 
 from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
-from pipeplan.core.limits import OPTIMIZER_FACTOR
+from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -176,6 +176,13 @@ def _check_factor(factor: float | None) -> None:
         OPTIMIZER_FACTOR.check(PlanError, "--optimizer-factor", factor)
 
 
+def _check_samples(global_batch: int, microbatch_size: int | None) -> None:
+    """--global-batch and --microbatch-size within core.limits.SAMPLES, named as flags (PlanRequest checks them too)."""
+    for flag, value in (("--global-batch", global_batch), ("--microbatch-size", microbatch_size)):
+        if value is not None:
+            SAMPLES.check(PlanError, flag, value)
+
+
 def plan(
     profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
     cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
@@ -202,6 +209,7 @@ def plan(
 
     check_writable("--out", out)
     _check_factor(optimizer_factor)
+    _check_samples(global_batch, microbatch_size)
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
@@ -347,6 +355,7 @@ def run_comparison(
     from pipeplan.planner.compare import planner_names
 
     _check_factor(optimizer_factor)
+    _check_samples(global_batch, microbatch_size)
     _check_replication(replication)
     try:
         names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)

@@ -63,7 +63,7 @@ FILE_BYTES = Limit(
     "(a 1,024-device matrix cluster, a 20,000-layer profile) take a few tens of MB",
 )
 JSON_DEPTH = Limit(
-    32, "levels", "pipeplan's formats nest at most 4 levels, and deeper nesting could exhaust the parser's stack", word="deep"
+    32, "levels", "pipeplan's formats nest at most 5 levels, and deeper nesting could exhaust the parser's stack", word="deep"
 )
 JSON_INT_DIGITS = Limit(
     30,
@@ -81,8 +81,7 @@ DEVICES = Limit(
 LAYERS = Limit(
     20_000,
     "layers",
-    "planning time grows with the layers (20,000 plan in about 20 s, in memory that grows linearly); the deepest "
-    "built-in profile has 1,251",
+    "planning time grows with the layers (20,000 layers plan in about 20 s); the deepest built-in profile has 1,251",
 )
 RANKS = Limit(
     4_096,

@@ -46,12 +46,12 @@ CHECKPOINT_FORMAT = "pipeplan.checkpoint/2"
 INDEX_FORMATS = ("pipeplan.checkpoint/1", CHECKPOINT_FORMAT)
 """latest.json has not changed: it names a step."""
 LATEST = "latest.json"
-_REFUSAL = re.compile(
-    r"(unsupported global: GLOBAL [\w.]+|unsupported GLOBAL [\w.]+|Unsupported operand \d+"
-    r"|WeightsUnpickler error: [^\n.]+)",
-    re.IGNORECASE,
-)
-"""The reason in torch's weights-only refusal, across its wordings."""
+_REFUSALS = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (r"(unsupported global: GLOBAL [\w.]+)", r"(unsupported GLOBAL [\w.]+)", r"(Unsupported operand \d+)",
+                    r"WeightsUnpickler error: ([^\n]+)")
+)  # fmt: skip
+"""The reason in torch's weights-only refusal across its wordings, the most telling first."""
 _META_KEYS = ("format", "step", "samples_seen", "fingerprint", "python_rng")
 
 
@@ -265,9 +265,8 @@ def _load_tensors(path: Path, mmap: bool = False) -> dict[str, Any]:
 def _unpickler_reason(message: str) -> str:
     """What torch's weights-only unpickler refused (`unsupported GLOBAL posix.system`), without its advice to load the
     file unsafely."""
-    found = _REFUSAL.search(message)
-    reason = found.group(1) if found else "not tensors and plain values"
-    return reason.removeprefix("WeightsUnpickler error: ").strip()[:120]
+    found = next((match for pattern in _REFUSALS if (match := pattern.search(message))), None)
+    return found.group(1).strip()[:120] if found else "not tensors and plain values"
 
 
 def load_rank(
