@@ -178,6 +178,7 @@ LIMIT_CASES: list[tuple[str, list[str], str]] = [
     ("global batch", [*_PLAN, "dapple/bert-48", "--global-batch", "4294967296"],
      "--global-batch too large: 4,294,967,296 samples, the limit is 1,073,741,824 samples"),
     ("optimizer factor", [*_PLAN, "dapple/bert-48", "--optimizer-factor", "1e300"], "--optimizer-factor too large: 1e+300"),
+    ("train --seed", [*_LOCAL, "--seed", "100000000000000000000000"], "--seed too large: 100,000,000,000,000,000,000,000"),
     # class 6: finite values, the input named
     ("--fwd 1e308", [*_SIM, "--fwd", "1e308"], "--fwd too large: 1e+308 ms, the limit is 1,000,000,000 ms, because"),
     ("--act-bytes 1e300", [*_SIM, "--act-bytes", "1e300"], "--act-bytes too large: 1e+300 bytes, the limit is 1e+18"),
@@ -233,3 +234,27 @@ def test_limits_and_readers_refuse_with_one_line_before_any_work(
     assert "Traceback" not in out + err
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before, case
     assert not (tmp_path / "MARKER").exists()
+
+
+def test_an_allocation_no_limit_foresaw_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's allocator failing (a model's activations beyond memory: `profile transformer --opt seq_len=1000000` asks
+    for 2 TB) is `out of memory` with the size, exit 2, no traceback, no profile written (the failure is injected:
+    a real 2 TB request depends on the machine's overcommit setting)."""
+    import pipeplan.cli.profile_cmd as profile_cmd
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 2097152000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(profile_cmd, "_measure", fail)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, "profile", "mlp", "-b", "8", "-o", "p.json", "-q")
+    assert (
+        code == 2
+        and err == "error: out of memory: torch tried to allocate 2097152000000 bytes (see docs/troubleshooting-limits.md)\n"
+    )
+    assert "Traceback" not in out + err and not list(tmp_path.iterdir())

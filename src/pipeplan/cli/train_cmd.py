@@ -115,7 +115,9 @@ def train(
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.options import check_global_batch
+    from pipeplan.runtime.options import check_global_batch, check_seed
+
+    check_seed(seed)
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")

@@ -124,6 +124,7 @@ TRAIN_BATCH = Limit(
 )
 THREADS = Limit(1_024, "threads", "torch starts one OS thread per requested thread (100,000 crashed it)")
 ROUNDS = Limit(10_000, "rounds", "every round measures everything once more; beyond this a run takes hours")
+SEED = Limit(2**32 - 1, "", "seeds are 32-bit (torch seeds each process with seed x 7919 + rank, which must fit 64 bits)")
 TIMEOUT_S = Limit(1e6, "s", "torch.distributed holds a timeout as a timedelta, and 11 days is never meant")
 TRACE_STEPS = Limit(
     1_000_000, "steps", "every transfer looks its link's steps up, and a trace is held in memory as Python objects"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeplan.core.limits import THREADS, TIMEOUT_S, TRAIN_BATCH
+from pipeplan.core.limits import SEED, THREADS, TIMEOUT_S, TRAIN_BATCH
 from pipeplan.runtime.errors import TrainConfigError
 
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
@@ -50,6 +50,14 @@ def check_train_options(
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
+
+
+def check_seed(seed: int) -> None:
+    """Raise TrainConfigError naming --seed unless it is an integer in 0..core.limits.SEED (a larger one overflowed
+    torch.manual_seed in every process, after they started)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TrainConfigError(f"--seed must be an integer >= 0, got {seed!r}")
+    SEED.check(TrainConfigError, "--seed", seed)
 
 
 def check_global_batch(global_batch: int, where: str) -> None:
