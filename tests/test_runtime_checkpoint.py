@@ -137,3 +137,14 @@ def test_train_resume_refuses_a_hostile_checkpoint_with_one_line_and_starts_noth
     assert str(path) in lines[0] and "refused" in lines[0]
     assert not marker.exists()
     assert sorted(p.relative_to(ckpt) for p in ckpt.rglob("*")) == before
+
+
+def test_a_checkpoint_folder_that_is_not_a_folder_is_said_as_what_it_is(tmp_path: Path) -> None:
+    """A FIFO, a file or a symlink loop given as --checkpoint-dir is named as such, never opened."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loop").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop")
+    for name, said in (("fifo", " is a FIFO, not a folder"), ("file", " is a file, not a folder"), ("loop", ": symlink loop")):
+        with pytest.raises(TrainConfigError, match=f"--checkpoint-dir '.*{name}'{said}"):
+            prepare(tmp_path / name, resume=True, writes=True, steps=4)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeplan.io.files import something_at
+from pipeplan.io.files import kind_of, os_reason, something_at
 from pipeplan.io.json_fields import load_json_file
 from pipeplan.runtime.errors import TrainConfigError
 
@@ -155,8 +155,12 @@ def prepare(root: Path, resume: bool, writes: bool, steps: int) -> tuple[str | N
             was given nor writing is off (they would be overwritten, mixing two runs); a file of the
             checkpoint to resume is missing, unreadable or not plain data (`verify`).
     """
-    if root.exists() and not root.is_dir():
-        raise TrainConfigError(f"--checkpoint-dir {str(root)!r} is a file, not a folder")
+    if something_at(str(root)) and not root.is_dir():
+        try:
+            kind = kind_of(os.stat(root).st_mode) or "a file"
+        except OSError as exc:  # a symlink loop, a broken symlink, no permission: said as it is
+            raise TrainConfigError(f"--checkpoint-dir {str(root)!r}: {os_reason(exc, str(root))}") from None
+        raise TrainConfigError(f"--checkpoint-dir {str(root)!r} is {kind}, not a folder")
     step = latest_step(root) if root.is_dir() else None
     existing = step_dirs(root)
     if not resume:
