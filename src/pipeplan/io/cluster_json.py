@@ -225,6 +225,8 @@ def _matrix(top: Fields, key: str, n: int, scale: float, limits: tuple[Limit, ..
     if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, list) and len(r) == n for r in rows):
         shape = _shape(rows)
         raise ClusterError(f"{top.where}: field {key!r} must be a {n}x{n} matrix (one row per device), got {shape}")
+    if _plain_numbers(rows, limits):  # numpy checks every entry at once; else the loop names the first bad one
+        return tuple(tuple(v * scale for v in row) for row in rows)
     result = []
     for a, row in enumerate(rows):
         result.append(
@@ -234,6 +236,17 @@ def _matrix(top: Fields, key: str, n: int, scale: float, limits: tuple[Limit, ..
             )
         )
     return tuple(result)
+
+
+def _plain_numbers(rows: list[list[Any]], limits: tuple[Limit, ...]) -> bool:
+    """Whether every entry is a finite number >= 0 (not a bool) and, off the diagonal, 0 or within limits."""
+    if not all(set(map(type, row)) <= {float, int} for row in rows):
+        return False
+    values = np.array(rows, dtype=float)
+    if not (np.isfinite(values).all() and (values >= 0).all()):
+        return False
+    np.fill_diagonal(values, 0.0)
+    return all(((values == 0) | (values >= limit.value) if limit.least else values <= limit.value).all() for limit in limits)
 
 
 def _shape(rows: object) -> str:

@@ -25,7 +25,7 @@ from pipeplan.core.limits import JSON_DEPTH, JSON_INT_DIGITS
 _STRING = r'"(?:[^"\\]|\\[\s\S])*(?:"|\\?\Z)'
 """A JSON string; an unterminated one runs to the end of the text, so a match never backtracks (linear time)."""
 _STRINGS = re.compile(_STRING)
-_SUSPECT_NUMBER = re.compile(r"\d{" + str(int(JSON_INT_DIGITS.value) + 1) + r",}|[eE][-+]?\d{3,}")
+_SUSPECT_NUMBER = re.compile(r"(?<!\d)\d{" + str(int(JSON_INT_DIGITS.value) + 1) + r"}|[eE][-+]?\d{3}")
 """Outside strings: an integer too long, or an exponent that may overflow; only then are numbers parsed by hooks."""
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _TOKEN = re.compile(
