@@ -25,6 +25,7 @@ from pipeplan.core.limits import JSON_DEPTH, JSON_INT_DIGITS
 _STRING = r'"(?:[^"\\]|\\[\s\S])*(?:"|\\?\Z)'
 """A JSON string; an unterminated one runs to the end of the text, so a match never backtracks (linear time)."""
 _STRINGS = re.compile(_STRING)
+_CLOSED_STRING = r'"(?:[^"\\]|\\[\s\S])*"'
 _SUSPECT_NUMBER = re.compile(r"(?<!\d)\d{" + str(int(JSON_INT_DIGITS.value) + 1) + r"}|[eE][-+]?\d{3}")
 """Outside strings: an integer too long, or an exponent that may overflow; only then are numbers parsed by hooks."""
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -32,6 +33,13 @@ _TOKEN = re.compile(
     r"\s*(?:(?P<string>" + _STRING + r")|(?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
     r"|(?P<literal>true|false|null|NaN|-?Infinity)|(?P<punct>[\[\]{}:,])|(?P<other>\S))"
 )
+
+
+_PLAIN_RUN = re.compile(
+    r"(?:\s*(?:-?\d{1,30}(?:\.\d+)?(?:[eE][-+]?\d{1,2})?(?![\d.eE])|true|false|null|" + _CLOSED_STRING + r")\s*,)*"
+)
+"""Array items that cannot be refused, each followed by a comma: `locate` skips such a run at C speed (a NaN, a long
+integer, a 3-digit exponent or a nested value ends it)."""
 
 
 class _Flagged(Exception):
@@ -64,7 +72,22 @@ def locate(text: str) -> str | None:
     """The first refused construct of `text` in reading order, as `line L column C, at PATH: why`; None when there is
     none (or the text stops being JSON before one)."""
     stack: list[list[Any]] = []  # [is_object, keys seen, label (key or index), expecting a key]
-    for match in _TOKEN.finditer(text):
+    pos = 0
+    while (match := _TOKEN.match(text, pos)) is not None:
+        pos = match.end()
+        if stack and not stack[-1][0] and match.group("punct") in ("[", ","):
+            # inside an array: skip a run of plain items ("1, 2.5, "x", ") in C, counting its commas
+            if match.group("punct") == "[":
+                stack.append([False, set(), 0, False])
+                if len(stack) > JSON_DEPTH.value:
+                    return _at(text, match.start("punct"), stack[:-1], JSON_DEPTH.message("JSON nesting", len(stack)))
+            else:
+                stack[-1][2] += 1
+            run = _PLAIN_RUN.match(text, pos)
+            if run is not None and run.end() > pos:
+                stack[-1][2] += _STRINGS.sub("", run.group()).count(",")
+                pos = run.end()
+            continue
         kind = match.lastgroup
         token = match.group(kind or 0)
         problem = None
@@ -101,10 +124,15 @@ def locate(text: str) -> str | None:
         elif kind == "other":
             return None
         if problem is not None:
-            line = text.count("\n", 0, match.start(kind or 0)) + 1
-            column = match.start(kind or 0) - text.rfind("\n", 0, match.start(kind or 0))
-            return f"line {line} column {column}, at {_path(stack)}: {problem}"
+            return _at(text, match.start(kind or 0), stack, problem)
     return None
+
+
+def _at(text: str, where: int, stack: list[list[Any]], problem: str) -> str:
+    """`line L column C, at PATH: problem` for the character at index `where`."""
+    line = text.count("\n", 0, where) + 1
+    column = where - text.rfind("\n", 0, where)
+    return f"line {line} column {column}, at {_path(stack)}: {problem}"
 
 
 def _number_problem(token: str) -> str | None:
