@@ -158,7 +158,7 @@ _LOCAL = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4"]
 LIMIT_CASES: list[tuple[str, list[str], str]] = [
     # class 4: sizes
     ("pipemare minibatches", ["simulate", "pipemare", "-p", "4", "-m", "4", "--minibatches", "100000000"],
-     "minibatches=100000000 too large: 3,600,000,000 actions, the limit is 4,000,000 actions, because"),
+     "pipemare with p=4, m=4 x 100000000 minibatches too large: 3,600,000,000 actions, the limit is 1,000,000 actions"),
     ("a billion nodes", ["show", "cluster", "NODES.json"], "nodes x gpus_per_node (1,000,000,000 x 8) too large: "
      "8,000,000,000 devices, the limit is 65,536 devices, because"),
     ("profile -b", ["profile", "mlp", "-b", "100000000", "-o", "p.json"],

@@ -75,6 +75,19 @@ def simulate_named(
     asynchronous = name == "pipemare"
     if minibatches is not None and not asynchronous:
         raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
+    from pipeplan.schedules.registry import SCHEDULES, action_count
+
+    if record and not asynchronous and name in SCHEDULES and stages and microbatches and stages > 0 and microbatches > 0:
+        # counted before the schedule is generated (3,200,000 actions take seconds to make); files are counted below
+        check_timeline(action_count(name, stages, microbatches, chunks), f"{name} with p={stages}, m={microbatches}")
+    if asynchronous and stages and microbatches and stages > 0 and microbatches > 0 and (minibatches or 1) > 0:
+        from pipeplan.schedules.pipemare import default_minibatches
+
+        minis = minibatches or default_minibatches(stages, microbatches)
+        what = f"pipemare with p={stages}, m={microbatches} x {minis} minibatches"
+        check_timeline(
+            (2 * microbatches + 1) * stages * minis, what, "use fewer --minibatches (its steady state needs the timeline)"
+        )
     if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
         from pipeplan.schedules.pipemare import pipemare
 
