@@ -199,3 +199,184 @@ def test_train_refuses_a_plan_that_does_not_fit_with_simulates_own_words(
     diagnosis = simulated.split("does not fit: ", 1)[1].split("; ", 1)[0]
     assert "needs 428.77 GiB on device 0 (V100, 16.00 GiB): 412.77 GiB too much" in diagnosis
     assert f"plan {path} does not fit: {diagnosis}; train would run out of memory" in trained
+
+
+# ======================================================================================================================
+# Issue 19, classes 1, 4, 5 and 6: checkpoints are data, size limits, one reader for every file, finite values.
+# Each case names its input files by a key of _INPUTS (made in tmp_path before the run); the refusal is exit 2, one
+# line naming the option or field and the value, before any work, and nothing is written (the folder is unchanged).
+# ======================================================================================================================
+
+_PROFILE = {"format": "pipeplan.profile/1", "name": "p", "batch_size": 8, "reference_device": "V100"}
+_LAYER = {"name": "l", "fwd_ms": 1.0, "bwd_ms": 2.0, "activation_bytes": 1e6, "param_bytes": 1e6}
+_CLUSTER = {
+    "format": "pipeplan.cluster/1", "name": "c", "nodes": 2, "gpus_per_node": 2, "device": {"kind": "V100"},
+    "intra_node_gb_per_s": 100, "inter_node_gb_per_s": 10, "latency_us": 5,
+}  # fmt: skip
+
+
+def _layers(count: int, **changes: object) -> dict[str, object]:
+    """A profile of `count` layers, the first one changed."""
+    return _PROFILE | {"layers": [_LAYER | {"name": f"l{i}"} | (changes if i == 0 else {}) for i in range(count)]}
+
+
+def _hostile_checkpoint(root: Path) -> None:
+    """A checkpoint at step 2 whose rank files would run `touch MARKER` if unpickled unsafely."""
+    import os
+    import pickle
+
+    class Hostile:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return os.system, (f"touch {root.parent / 'MARKER'}",)
+
+    for rank in (0, 1):
+        folder = root / "step-000002"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rank-{rank}.pt").write_bytes(pickle.dumps({"stages": Hostile()}))
+        meta = {"format": "pipeplan.checkpoint/2", "step": 2, "samples_seen": 16, "fingerprint": {},
+                "python_rng": [3, [0] * 625, None]}  # fmt: skip
+        (folder / f"rank-{rank}.json").write_text(json.dumps(meta))
+    (root / "latest.json").write_text(json.dumps({"format": "pipeplan.checkpoint/2", "step": 2}))
+
+
+def _fifo(path: Path) -> None:
+    """A FIFO at path (reading it would wait for a writer forever)."""
+    import os
+
+    os.mkfifo(path)
+
+
+def _loop(path: Path) -> None:
+    """Two symlinks pointing at each other."""
+    path.symlink_to(path.name + ".other")
+    path.with_name(path.name + ".other").symlink_to(path.name)
+
+
+_INPUTS: dict[str, object] = {
+    # name in argv: JSON to write, text (str), or a function making the thing at the path
+    "NODES.json": _CLUSTER | {"nodes": 10**9, "gpus_per_node": 8},
+    "SLOW.json": _CLUSTER | {"device": {"kind": "V100", "speed": 1e-308}},
+    "THIN.json": _CLUSTER | {"inter_node_gb_per_s": 1e-300},
+    "DEEP20001.json": _layers(20_001),
+    "HUGE_TIME.json": _layers(4, fwd_ms=1e308),
+    "NAN.json": '{"format": "pipeplan.profile/1", "name": "p", "batch_size": NaN, "layers": []}',
+    "DIGITS.json": '{"format": "pipeplan.plan/1", "microbatches": ' + "9" * 5000 + "}",
+    "NESTED.json": "[" * 100_000 + "]" * 100_000,
+    "TWICE.json": '{"format": "pipeplan.cluster/1", "name": "a", "name": "b"}',
+    "RANKS.csv": "\n".join(f"{r}F0,{r}B0" for r in range(100_000)) + "\n",
+    "STAGE.csv": "0F0,0B0\n999999999999F0,999999999999B0\n",
+    "SLOWLINK.json": {"steps": [{"t_ms": 0, "link": "all", "factor": 1e-300}]},
+    "GRAPH-pbs-1.txt": "node1 -- Linear -- forward_compute_time=1e300, backward_compute_time=1, activation_size=1, "
+    "parameter_size=1\n",
+    "FIFO": _fifo,
+    "DIR.json": Path.mkdir,
+    "LOOP.json": _loop,
+    "CKPT": _hostile_checkpoint,
+}
+_SIM = ["simulate", "1f1b", "-p", "4", "-m", "8"]
+_PLAN = ["plan", "--cluster", "v100-8x1", "--global-batch", "64", "--profile"]
+_LOCAL = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4"]
+
+LIMIT_CASES: list[tuple[str, list[str], str]] = [
+    # class 4: sizes
+    ("pipemare minibatches", ["simulate", "pipemare", "-p", "4", "-m", "4", "--minibatches", "100000000"],
+     "pipemare with p=4, m=4 x 100000000 minibatches too large: 3,600,000,000 actions, the limit is 1,000,000 actions"),
+    ("a billion nodes", ["show", "cluster", "NODES.json"], "nodes x gpus_per_node (1,000,000,000 x 8) too large: "
+     "8,000,000,000 devices, the limit is 65,536 devices, because"),
+    ("profile -b", ["profile", "mlp", "-b", "100000000", "-o", "p.json"],
+     "--batch-size too large: 100,000,000 samples, the limit is 65,536 samples, because"),
+    ("20,001 layers", [*_PLAN, "DEEP20001.json"], "field 'layers' too large: 20,001 layers, the limit is 20,000 layers"),
+    ("100,000-rank table", ["simulate", "RANKS.csv"], "RANKS.csv: schedule too large: 4,097 ranks, the limit is 4,096 ranks"),
+    ("100,000 generated ranks", ["schedule", "1f1b", "-p", "100000", "-m", "1"], "too large: 100,000 ranks, the limit is 4,096"),
+    ("stage 10^12", ["simulate", "STAGE.csv"], "stage too large: 999,999,999,999, the limit is 3,999,999, because"),
+    ("timeline", ["simulate", "1f1b", "-p", "16", "-m", "100000", "--png", "t.png"],
+     "the timeline of 1f1b with p=16, m=100000 too large: 3,200,000 actions, the limit is 1,000,000 actions"),
+    ("model weights", ["profile", "mlp", "--opt", "hidden=1000000", "-b", "1", "-o", "p.json"],
+     "weights too large: 28,000,288,000,000 bytes, the limit is 34,359,738,368 bytes"),
+    ("train -b", [*_LOCAL, "-b", "100000000"], "--batch-size too large: 100,000,000 samples, the limit is 65,536"),
+    ("train --threads", [*_LOCAL, "--threads", "100000"], "--threads too large: 100,000 threads, the limit is 1,024"),
+    ("profile --threads", ["profile", "mlp", "-b", "8", "--threads", "100000", "-o", "p.json"], "--threads too large"),
+    ("train --timeout", [*_LOCAL, "--timeout", "1e300"], "--timeout too large: 1e+300 s, the limit is 1,000,000 s"),
+    ("global batch", [*_PLAN, "dapple/bert-48", "--global-batch", "4294967296"],
+     "--global-batch too large: 4,294,967,296 samples, the limit is 1,073,741,824 samples"),
+    ("optimizer factor", [*_PLAN, "dapple/bert-48", "--optimizer-factor", "1e300"], "--optimizer-factor too large: 1e+300"),
+    ("train --seed", [*_LOCAL, "--seed", "100000000000000000000000"], "--seed too large: 100,000,000,000,000,000,000,000"),
+    # class 6: finite values, the input named
+    ("--fwd 1e308", [*_SIM, "--fwd", "1e308"], "--fwd too large: 1e+308 ms, the limit is 1,000,000,000 ms, because"),
+    ("--act-bytes 1e300", [*_SIM, "--act-bytes", "1e300"], "--act-bytes too large: 1e+300 bytes, the limit is 1e+18"),
+    ("profile time 1e308", [*_PLAN, "HUGE_TIME.json"], "HUGE_TIME.json: layers[0]: field 'fwd_ms' too large: 1e+308 ms"),
+    ("cluster speed 1e-308", ["plan", "--profile", "dapple/bert-48", "--cluster", "SLOW.json", "--global-batch", "64"],
+     "SLOW.json: device: field 'speed' too small: 1e-308, the limit is 1e-06, because"),
+    ("link 1e-300 GB/s", ["show", "cluster", "THIN.json"], "field 'inter_node_gb_per_s' too small: 1e-300 GB/s"),
+    ("graph.txt time 1e300", ["show", "profile", "GRAPH-pbs-1.txt"],
+     "GRAPH-pbs-1.txt:1: node node1 forward_compute_time too large"),
+    ("trace factor 1e-300", [*_SIM, "--bandwidth-trace", "SLOWLINK.json"],
+     "SLOWLINK.json: bandwidth trace entry 0: factor too small"),
+    # class 5: one JSON reader, every file kind said as what it is
+    ("NaN", ["show", "profile", "NAN.json"], "NAN.json: line 1 column 61, at batch_size: NaN is not a number JSON allows"),
+    ("5,000 digits", ["simulate", "--plan", "DIGITS.json"], "at microbatches: integer too large: 5,000 digits, the limit is 30"),
+    ("100,000 levels", ["show", "cluster", "NESTED.json"], "JSON nesting too deep: 33 levels, the limit is 32 levels"),
+    ("duplicate key", ["show", "cluster", "TWICE.json"], "TWICE.json: line 1 column 47, at name: duplicate key 'name'"),
+    ("FIFO --plan", ["simulate", "--plan", "FIFO"], "FIFO: cannot read plan: is not a regular file (a FIFO)"),
+    ("FIFO --bandwidth-trace", [*_SIM, "--bandwidth-trace", "FIFO"], "FIFO: cannot read bandwidth trace: is not a regular file"),
+    ("FIFO --profile", [*_PLAN, "FIFO"], "FIFO: cannot read profile: is not a regular file (a FIFO)"),
+    ("directory --plan", ["simulate", "--plan", "DIR.json"], "DIR.json: cannot read plan: is a directory"),
+    ("/dev/zero --cluster", ["show", "cluster", "/dev/zero"], "/dev/zero: cannot read cluster: is not a regular file (a char"),
+    ("symlink loop --profile", [*_PLAN, "LOOP.json"], "LOOP.json: cannot read profile: symlink loop"),
+    # class 1: a checkpoint is data
+    ("hostile checkpoint", [*_LOCAL, "--steps", "4", "--checkpoint-dir", "CKPT", "--checkpoint-every", "2", "--resume"],
+     "CKPT/step-000002/rank-0.pt cannot be read as data, refused: "),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv", "fragment"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_limits_and_readers_refuse_with_one_line_before_any_work(
+    case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, one `error:` line holding the fragment, no traceback, no block (a 60 s alarm), nothing written."""
+    import signal
+
+    for name in {a for a in argv if a in _INPUTS}:
+        made = _INPUTS[name]
+        if callable(made):
+            made(tmp_path / name)
+        else:
+            (tmp_path / name).write_text(made if isinstance(made, str) else json.dumps(made))
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    monkeypatch.chdir(tmp_path)
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"{case}: blocked"))
+    signal.alarm(60)
+    try:
+        code, out, err = run(monkeypatch, capsys, *argv)
+    finally:
+        signal.alarm(0)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), (case, code, err)
+    assert fragment in lines[0], (case, lines[0])
+    assert "Traceback" not in out + err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before, case
+    assert not (tmp_path / "MARKER").exists()
+
+
+def test_an_allocation_no_limit_foresaw_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's allocator failing (a model's activations beyond memory: `profile transformer --opt seq_len=1000000` asks
+    for 2 TB) is `out of memory` with the size, exit 2, no traceback, no profile written (the failure is injected:
+    a real 2 TB request depends on the machine's overcommit setting)."""
+    import pipeplan.cli.profile_cmd as profile_cmd
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+            "allocate 2097152000000 bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(profile_cmd, "_measure", fail)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, "profile", "mlp", "-b", "8", "-o", "p.json", "-q")
+    assert (
+        code == 2
+        and err == "error: out of memory: torch tried to allocate 2097152000000 bytes (see docs/troubleshooting-limits.md)\n"
+    )
+    assert "Traceback" not in out + err and not list(tmp_path.iterdir())

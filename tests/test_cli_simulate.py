@@ -164,11 +164,11 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["1f1b", "-p", "4", "-m", "4", "--profile", "x"], "--profile applies only with --plan"),
         (["1f1b", "--plan", "p.json"], "NAME or --plan, not both"),
         (["--plan", "p.json", "--stages", "4"], "--stages does not apply to --plan"),
-        (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read file"),
+        (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read plan: does not exist"),
         (["1f1b", "-p", "2", "-m", "2", "--bandwidth-trace", "/no/such/trace.json"], "cannot read bandwidth trace"),
-        (["1f1b", "-p", "4", "-m", "100000000"], "would hold 800,000,000 actions (about 298.0 GiB to simulate); the limit"),
-        (["zb-h1", "-p", "100000", "-m", "100"], "zb-h1 with stages=100000, microbatches=100 would hold 30,000,000"),
-        (["/no/such/schedule.csv"], "schedule file '/no/such/schedule.csv' does not exist"),
+        (["1f1b", "-p", "4", "-m", "100000000"], "too large: 800,000,000 actions, the limit is 4,000,000 actions, because"),
+        (["zb-h1", "-p", "100000", "-m", "100"], "zb-h1 with stages=100000, microbatches=100 too large: 30,000,000 actions"),
+        (["/no/such/schedule.csv"], "/no/such/schedule.csv: cannot read schedule: does not exist"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

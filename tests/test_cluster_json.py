@@ -207,7 +207,7 @@ def test_read_cluster_json_names_the_file(tmp_path: Path) -> None:
     bad.write_text(json.dumps(edit(matrix_form(), "bandwidth_gb_per_s.0.1", -1)))
     with pytest.raises(ClusterError, match=r"bad\.json: bandwidth_gb_per_s\[0\]\[1\] must be .* got -1"):
         read_cluster_json(bad)
-    with pytest.raises(ClusterError, match=r"nope\.json: cannot read file"):
+    with pytest.raises(ClusterError, match=r"nope\.json: cannot read cluster: does not exist"):
         read_cluster_json(tmp_path / "nope.json")
 
 

@@ -96,7 +96,7 @@ def test_cluster_names_a_bad_entry_of_any_form() -> None:
     with pytest.raises(ClusterError, match=r"bandwidth\[0\]\[1\]"):
         Cluster("c", devices, ((0.0, -1.0), (1.0, 0.0)), ((0.0, 0.0), (0.0, 0.0)))
     with pytest.raises(ClusterError, match=r"latency\[1\]\[0\]"):
-        Cluster("c", devices, ((0.0, 1.0), (1.0, 0.0)), ((0.0, 0.0), ("x", 0.0)))
+        Cluster("c", devices, ((0.0, 1e9), (1e9, 0.0)), ((0.0, 0.0), ("x", 0.0)))
     with pytest.raises(ClusterError, match=r"bandwidth\[1\]\[0\]"):
         Cluster("c", devices, DenseLinks(np.array([[0.0, 1.0], [np.nan, 0.0]])), ((0.0, 0.0), (0.0, 0.0)))
     with pytest.raises(ClusterError, match="bandwidth inter"):

@@ -77,7 +77,7 @@ def test_bad_values_name_field_and_value() -> None:
 
 def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
     """A missing file or broken JSON names the file."""
-    with pytest.raises(PlanError, match="cannot read file"):
+    with pytest.raises(PlanError, match="cannot read plan: does not exist"):
         read_plan(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")

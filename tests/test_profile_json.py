@@ -149,7 +149,7 @@ def test_invalid_json_file_names_file_and_position(tmp_path: Path) -> None:
     path.write_text('{\n  "name": "x",\n  oops\n}\n')
     with pytest.raises(ProfileError, match=r"broken\.json: invalid JSON at line 3 column 3"):
         read_profile_json(path)
-    with pytest.raises(ProfileError, match=r"missing\.json: cannot read file"):
+    with pytest.raises(ProfileError, match=r"missing\.json: cannot read profile: does not exist"):
         read_profile_json(tmp_path / "missing.json")
 
 

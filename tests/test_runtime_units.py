@@ -173,13 +173,13 @@ def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
 
 
 def _fake_checkpoint(root: Path, steps: list[int]) -> None:
-    """Step folders with one rank file each, and latest.json naming the last."""
-    from pipeplan.runtime.checkpoint import mark_latest, rank_file
+    """Step folders with one rank's files each (a Linear layer and SGD, saved as train saves them), and latest.json
+    naming the last."""
+    from pipeplan.runtime.checkpoint import mark_latest, save_rank
 
+    layer = torch.nn.Linear(2, 2)
     for step in steps:
-        path = rank_file(root, step, 0)
-        path.parent.mkdir(parents=True)
-        path.write_bytes(b"x")
+        save_rank(root, step, 0, {0: layer}, torch.optim.SGD(layer.parameters(), lr=0.1), 8 * step, {})
     mark_latest(root, steps[-1])
 
 
@@ -233,6 +233,7 @@ def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
     from pipeplan.runtime.checkpoint import load_rank
 
     _fake_checkpoint(tmp_path, [2])
+    (tmp_path / "step-000002" / "rank-0.pt").write_bytes(b"x")
     layer = torch.nn.Linear(2, 2)
     with pytest.raises(TrainConfigError, match=r"checkpoint file .*step-000002/rank-0.pt cannot be read"):
         load_rank(tmp_path, 0, {0: layer}, torch.optim.SGD(layer.parameters(), lr=0.1), {})

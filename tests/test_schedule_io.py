@@ -156,7 +156,7 @@ def test_read_schedule_json_not_json(tmp_path: Path) -> None:
     """A file that is not JSON names the file, line and column."""
     path = tmp_path / "bad.json"
     path.write_text('{"format": ', encoding="utf-8")
-    with pytest.raises(ScheduleError, match=r"bad\.json: not valid JSON: Expecting value at line 1, column 12$"):
+    with pytest.raises(ScheduleError, match=r"bad\.json: invalid JSON at line 1 column 12: Expecting value$"):
         read_schedule_json(path)
 
 

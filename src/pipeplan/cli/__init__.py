@@ -47,6 +47,14 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _allocation(message: str) -> str:
+    """The part of torch's allocation failure that says how much was asked for."""
+    asked = message.split("you tried to allocate ", 1)
+    if len(asked) == 2:
+        return f"torch tried to allocate {asked[1].split(' bytes', 1)[0]} bytes"
+    return message.splitlines()[0][:200] if message else "torch could not allocate memory"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; a bad input prints one line on stderr and exits with code 2 (no traceback)."""
     command = typer.main.get_command(app)
@@ -63,6 +71,12 @@ def main(argv: list[str] | None = None) -> None:
         _fail(f"{type(exc).__name__}: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         _fail(str(exc))
+    except MemoryError:
+        _fail("out of memory: the request is larger than this machine's memory (see docs/troubleshooting-limits.md)")
+    except RuntimeError as exc:  # torch's allocator: a size no limit could foresee (e.g. a model's activations)
+        if "can't allocate memory" not in str(exc) and type(exc).__name__ != "OutOfMemoryError":
+            raise
+        _fail(f"out of memory: {_allocation(str(exc))} (see docs/troubleshooting-limits.md)")
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.limits import MAX_BYTES, MAX_MS
 
 SIZE_UNITS = {
     "": 1, "b": 1,
@@ -37,7 +38,8 @@ def parse_size(part: str) -> float:
 
 
 def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[float] | None:
-    """Parse a flag value: one number or a comma-separated list, each finite and >= 0.
+    """Parse a flag value: one number or a comma-separated list, each finite, >= 0 and within its magnitude limit
+    (core.limits: MAX_BYTES with `sizes`, else MAX_MS: so sums over every microbatch stay finite).
 
     With `sizes`, each number may carry a byte suffix (SIZE_UNITS: 64M, 1.5GiB).
 
@@ -54,11 +56,18 @@ def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[floa
             kind = "a byte size (e.g. 64M, 1.5GiB) or a comma-separated list of sizes"
             if not sizes:
                 kind = "a number or a comma-separated list of numbers"
-            raise CostError(f"{flag} must be {kind}, got {text!r}") from None
+            raise CostError(f"{flag} must be {kind}, got {_cut(text)}") from None
         if math.isnan(value) or math.isinf(value) or value < 0:
-            raise CostError(f"{flag} values must be finite and >= 0, got {part.strip()!r}")
+            raise CostError(f"{flag} values must be finite and >= 0, got {_cut(part.strip())}")
+        (MAX_BYTES if sizes else MAX_MS).check(CostError, flag, value)
         values.append(value)
     return values
+
+
+def _cut(text: str) -> str:
+    """repr of a flag's text, cut to 60 characters (a 5,000-digit number stays a readable line)."""
+    shown = repr(text)
+    return shown if len(shown) <= 60 else f"{shown[:57]}... ({len(text):,} characters)"
 
 
 def parse_int_list(flag: str, text: str | None) -> list[int] | None:
@@ -72,7 +81,7 @@ def parse_int_list(flag: str, text: str | None) -> list[int] | None:
     try:
         return [int(part) for part in text.split(",")]
     except ValueError:
-        raise CostError(f"{flag} must be a comma-separated list of integers, got {text!r}") from None
+        raise CostError(f"{flag} must be a comma-separated list of integers, got {_cut(text)}") from None
 
 
 def refuse_sizes_for_file(name: str, stages: int | None, microbatches: int | None, k: int, chunks: int) -> None:

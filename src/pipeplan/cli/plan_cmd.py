@@ -13,6 +13,7 @@ import typer
 
 from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -171,6 +172,15 @@ def _check_factor(factor: float | None) -> None:
     """--optimizer-factor, when given, is a finite number >= 0."""
     if factor is not None and not (math.isfinite(factor) and factor >= 0):
         raise PlanError(f"--optimizer-factor must be a finite number >= 0 (state bytes per parameter byte), got {factor}")
+    if factor is not None:
+        OPTIMIZER_FACTOR.check(PlanError, "--optimizer-factor", factor)
+
+
+def _check_samples(global_batch: int, microbatch_size: int | None) -> None:
+    """--global-batch and --microbatch-size within core.limits.SAMPLES, named as flags (PlanRequest checks them too)."""
+    for flag, value in (("--global-batch", global_batch), ("--microbatch-size", microbatch_size)):
+        if value is not None:
+            SAMPLES.check(PlanError, flag, value)
 
 
 def plan(
@@ -199,6 +209,7 @@ def plan(
 
     check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
     _check_factor(optimizer_factor)
+    _check_samples(global_batch, microbatch_size)
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
@@ -344,6 +355,7 @@ def run_comparison(
     from pipeplan.planner.compare import planner_names
 
     _check_factor(optimizer_factor)
+    _check_samples(global_batch, microbatch_size)
     _check_replication(replication)
     try:
         names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)

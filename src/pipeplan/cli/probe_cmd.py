@@ -28,16 +28,23 @@ def probe(
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_local, check_optimizer
 
-    for flag, value, low in (("--steps", steps, 1), ("--rounds", rounds, 1), ("--threads", threads, 1)):
+    for flag, value, low, limit in (
+        ("--steps", steps, 1, ROUNDS),
+        ("--rounds", rounds, 1, ROUNDS),
+        ("--threads", threads, 1, THREADS),
+    ):
         if value < low:
             raise TrainConfigError(f"{flag} must be >= {low}, got {value}")
+        limit.check(TrainConfigError, flag, value)
     check_optimizer(optimizer)
     check_local(local)
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
+    TIMEOUT_S.check(TrainConfigError, "--timeout", timeout)
     check_outputs([Output("--out", out)], {"--profile": profile})
     model_profile = None
     if profile is not None:

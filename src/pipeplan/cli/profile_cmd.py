@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.limits import BATCH, ROUNDS, THREADS
 
 if TYPE_CHECKING:
     from pipeplan.core.profile import ModelProfile
@@ -64,12 +65,15 @@ def profile(
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
     if batch_size < 1:
         raise ProfileError(f"--batch-size must be an integer >= 1, got {batch_size}")
+    BATCH.check(ProfileError, "--batch-size", batch_size)
     if runs < 1 and project_to is None:
         raise ProfileError(f"--runs must be >= 1, got {runs}")
     if warmup < 0:
         raise ProfileError(f"--warmup must be >= 0, got {warmup}")
     if threads < 1:
         raise ProfileError(f"--threads must be >= 1, got {threads}")
+    for flag, value, limit in (("--runs", runs, ROUNDS), ("--warmup", warmup, ROUNDS), ("--threads", threads, THREADS)):
+        limit.check(ProfileError, flag, value)
     if dtype == "bf16" and project_to is None:
         raise ProfileError("--dtype bf16 is for --project-to only: train runs float32 (or float64) on this machine")
     spec_options = parse_options(options or [])

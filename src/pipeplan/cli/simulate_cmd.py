@@ -44,6 +44,16 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     return values
 
 
+def check_timeline(actions: int, what: str, hint: str = "leave out --png and --trace") -> None:
+    """Refuse a timeline (--png, --trace, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
+    before the simulation."""
+    from pipeplan.core.errors import ScheduleTooLargeError
+    from pipeplan.core.limits import TIMELINE_ACTIONS
+
+    if not TIMELINE_ACTIONS.allows(actions):
+        raise ScheduleTooLargeError(f"{TIMELINE_ACTIONS.message(f'the timeline of {what}', actions)}; {hint}")
+
+
 def simulate_named(
     name: str,
     stages: int | None,
@@ -65,6 +75,19 @@ def simulate_named(
     asynchronous = name == "pipemare"
     if minibatches is not None and not asynchronous:
         raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
+    from pipeplan.schedules.registry import SCHEDULES, action_count
+
+    if record and not asynchronous and name in SCHEDULES and stages and microbatches and stages > 0 and microbatches > 0:
+        # counted before the schedule is generated (3,200,000 actions take seconds to make); files are counted below
+        check_timeline(action_count(name, stages, microbatches, chunks), f"{name} with p={stages}, m={microbatches}")
+    if asynchronous and stages and microbatches and stages > 0 and microbatches > 0 and (minibatches or 1) > 0:
+        from pipeplan.schedules.pipemare import default_minibatches
+
+        minis = minibatches or default_minibatches(stages, microbatches)
+        what = f"pipemare with p={stages}, m={microbatches} x {minis} minibatches"
+        check_timeline(
+            (2 * microbatches + 1) * stages * minis, what, "use fewer --minibatches (its steady state needs the timeline)"
+        )
     if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
         from pipeplan.schedules.pipemare import pipemare
 
@@ -73,6 +96,12 @@ def simulate_named(
         schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
     if isinstance(trace, BandwidthTrace):
         trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
+    if asynchronous:
+        minis = schedule.num_microbatches // (microbatches or 1)
+        what = f"pipemare with p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
+        check_timeline(sum(map(len, schedule.ranks)), what, "use fewer --minibatches (its steady state needs the timeline)")
+    elif record:
+        check_timeline(sum(map(len, schedule.ranks)), f"{name} with p={schedule.num_ranks}, m={schedule.num_microbatches}")
     text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
     costs = uniform_costs(
         schedule,
@@ -126,6 +155,8 @@ def simulate_plan_file(
     from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = read_plan(plan_path)
+    if record:
+        check_timeline((3 if plan.schedule == "zb-h1" else 2) * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]

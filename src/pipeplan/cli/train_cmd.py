@@ -135,6 +135,9 @@ def train(
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
     from pipeplan.runtime.launch import launched_locally
+    from pipeplan.runtime.options import check_global_batch, check_seed
+
+    check_seed(seed)
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
@@ -165,6 +168,7 @@ def train(
         from pipeplan.io.plan_json import read_plan
 
         plan_obj, names = read_plan(plan)
+        check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pipeplan.core.checks import check_nonneg_float, check_nonneg_int, check_positive_float
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.limits import (
+    DEVICES,
+    MAX_BYTES,
+    MAX_BYTES_PER_S,
+    MAX_SECONDS,
+    MAX_SPEED,
+    MIN_BYTES_PER_S,
+    MIN_SPEED,
+    Limit,
+)
 from pipeplan.core.links import DenseLinks, LinkMatrix, NodeLinks
 
 
@@ -26,10 +37,10 @@ class Device:
         check_nonneg_int(ClusterError, "device id", self.id)
         if not isinstance(self.kind, str) or not self.kind:
             raise ClusterError(f"device {self.id} kind must be a non-empty string, got {self.kind!r}")
-        object.__setattr__(
-            self, "memory_bytes", check_positive_float(ClusterError, f"device {self.id} memory_bytes", self.memory_bytes)
-        )
-        object.__setattr__(self, "speed", check_positive_float(ClusterError, f"device {self.id} speed", self.speed))
+        memory = check_positive_float(ClusterError, f"device {self.id} memory_bytes", self.memory_bytes, most=MAX_BYTES)
+        object.__setattr__(self, "memory_bytes", memory)
+        speed = check_positive_float(ClusterError, f"device {self.id} speed", self.speed, MIN_SPEED, MAX_SPEED)
+        object.__setattr__(self, "speed", speed)
         check_nonneg_int(ClusterError, f"device {self.id} node", self.node)
 
 
@@ -70,20 +81,21 @@ class Cluster:
         n = len(self.devices)
         if n < 1:
             raise ClusterError(f"cluster {self.name!r} must have at least one device, got 0")
+        DEVICES.check(ClusterError, f"cluster {self.name!r}", n)
         for i, device in enumerate(self.devices):
             if device.id != i:
                 raise ClusterError(f"cluster {self.name!r} device {i} has id {device.id}; ids must be 0..{n - 1} in order")
         for field in ("bandwidth", "latency"):
             object.__setattr__(self, field, _link_matrix(self.name, field, getattr(self, field), n))
+        rate = {"least": MIN_BYTES_PER_S, "most": MAX_BYTES_PER_S}
         if self.nic_bandwidth is not None:
-            check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth)
+            check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth, **rate)
         if self.speed_reference is not None and (not isinstance(self.speed_reference, str) or not self.speed_reference):
             raise ClusterError(f"cluster {self.name!r} speed_reference must be a device kind, got {self.speed_reference!r}")
         if self.allreduce_bandwidth is not None:
-            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth)
-        check_nonneg_float(ClusterError, f"cluster {self.name!r} allreduce_latency", self.allreduce_latency)
-        check_nonneg_float(ClusterError, f"cluster {self.name!r} message_overhead", self.message_overhead)
-        check_nonneg_float(ClusterError, f"cluster {self.name!r} message_latency", self.message_latency)
+            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth, **rate)
+        for field in ("allreduce_latency", "message_overhead", "message_latency"):
+            check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), MAX_SECONDS)
 
     @property
     def num_devices(self) -> int:
@@ -123,6 +135,48 @@ class Cluster:
 
 
 def _link_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:
+    """`value` as an n x n LinkMatrix of finite numbers >= 0 within the limits of `field` (_check_bounds); a bad entry
+    is named with its position."""
+    matrix = _finite_matrix(name, field, value, n)
+    _check_bounds(name, field, matrix)
+    return matrix
+
+
+def _check_bounds(name: str, field: str, matrix: LinkMatrix) -> None:
+    """Off the diagonal, a bandwidth is 0 (no link) or within MIN_BYTES_PER_S..MAX_BYTES_PER_S, a latency at most
+    MAX_SECONDS: so every transfer time stays finite. The first entry out of bounds is named with its position."""
+    if isinstance(matrix, NodeLinks):
+        labelled = [("intra", matrix.intra), ("inter", matrix.inter)]
+        labelled += [
+            (f"[{k // matrix.n}][{k % matrix.n}]", v)
+            for k, v in zip(matrix.keys.tolist(), matrix.overrides.tolist(), strict=True)
+        ]
+        entries = [(label, v) for label, v in labelled if not _within(field, v)]
+    else:
+        dense = matrix.dense()
+        np.fill_diagonal(dense, 0.0)
+        bad = np.argwhere(~_within(field, dense))
+        entries = [(f"[{a}][{b}]", float(dense[a, b])) for a, b in bad[:1].tolist()]
+    if entries:
+        label, entry = entries[0]
+        where = f"cluster {name!r} {field}{label if label.startswith('[') else ' ' + label}"
+        for limit in _bounds(field):
+            limit.check(ClusterError, where, entry)
+
+
+def _bounds(field: str) -> tuple[Limit, ...]:
+    """The limits of one entry of `field` (bandwidth or latency), beyond 0."""
+    return (MIN_BYTES_PER_S, MAX_BYTES_PER_S) if field == "bandwidth" else (MAX_SECONDS,)
+
+
+def _within(field: str, value: Any) -> Any:
+    """Whether value (a float or an array) is within `field`'s bounds; 0 always is."""
+    if field == "bandwidth":
+        return (value == 0) | ((value >= MIN_BYTES_PER_S.value) & (value <= MAX_BYTES_PER_S.value))
+    return value <= MAX_SECONDS.value
+
+
+def _finite_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:
     """`value` as an n x n LinkMatrix of finite numbers >= 0; a bad entry is named with its position."""
     if isinstance(value, LinkMatrix):
         if value.n != n:

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import ACTIONS, DEVICES, LAYERS, SAMPLES, Limit
 from pipeplan.core.schedule import Action
+
+LAYER_INDEX = Limit(LAYERS.value - 1, "", f"a profile has at most {LAYERS.value:,} layers")
+DEVICE_INDEX = Limit(DEVICES.value - 1, "", f"a cluster has at most {DEVICES.value:,} devices")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +30,14 @@ class Stage:
     def __post_init__(self) -> None:
         check_nonneg_int(PlanError, "stage first_layer", self.first_layer)
         check_nonneg_int(PlanError, "stage last_layer", self.last_layer)
+        LAYER_INDEX.check(PlanError, "stage last_layer", self.last_layer)
         if self.last_layer < self.first_layer:
             raise PlanError(f"stage last_layer {self.last_layer} is before first_layer {self.first_layer}")
         if not isinstance(self.devices, tuple) or not self.devices:
             raise PlanError(f"stage {self.first_layer}..{self.last_layer} must have at least one device, got {self.devices!r}")
         for d in self.devices:
             check_nonneg_int(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
+            DEVICE_INDEX.check(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
         if len(set(self.devices)) != len(self.devices):
             raise PlanError(f"stage {self.first_layer}..{self.last_layer} lists a device twice: {self.devices}")
 
@@ -65,6 +71,11 @@ class Plan:
         check_positive_int(PlanError, "plan microbatch_size", self.microbatch_size)
         check_positive_int(PlanError, "plan k", self.k)
         check_positive_int(PlanError, "plan chunks", self.chunks)
+        DEVICES.check(PlanError, "plan pipeline_replicas", self.pipeline_replicas)
+        SAMPLES.check(PlanError, "plan microbatch_size", self.microbatch_size)
+        SAMPLES.check(PlanError, "plan global batch (pipeline_replicas x microbatches x microbatch_size)", self.global_batch)
+        if self.order is not None:
+            ACTIONS.check(PlanError, "plan order", sum(map(len, self.order)))
         if not isinstance(self.schedule, str) or not self.schedule:
             raise PlanError(f"plan schedule must be a schedule name, got {self.schedule!r}")
         expected = 0

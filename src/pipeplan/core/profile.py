@@ -14,17 +14,32 @@ from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, BLOCK_MS, LAYERS, MAX_BYTES, MAX_FLOPS, MAX_MS, Limit
 
 CURVE_FIELDS = ("fwd_ms", "bwd_ms", "activation_bytes", "saved_bytes", "bwd_input_ms", "bwd_weight_ms")
 """The per-layer values that depend on the batch size; a LayerCurve holds each at every measured size."""
+
+
+def magnitude(field: str) -> Limit:
+    """The bound of a layer value in a profile built in code (BLOCK_MS for times, `*_ms`; MAX_FLOPS for flops; else
+    BLOCK_BYTES): loose enough for a block of merged layers, tight enough that sums stay finite. Readers of files
+    hold each layer to MAX_MS and MAX_BYTES (field_limit)."""
+    return BLOCK_MS if field.endswith("_ms") else MAX_FLOPS if field == "flops" else BLOCK_BYTES
+
+
+def field_limit(field: str) -> Limit:
+    """The bound of one layer's value as a file gives it: MAX_MS for times, MAX_FLOPS for flops, else MAX_BYTES."""
+    return MAX_MS if field.endswith("_ms") else MAX_FLOPS if field == "flops" else MAX_BYTES
 
 
 def check_batch_sizes(sizes: object, where: str) -> tuple[int, ...]:
     """`sizes` as a tuple when they are integers >= 1 that strictly increase, else a ProfileError naming `where`."""
     if not isinstance(sizes, (tuple, list)) or not sizes:
         raise ProfileError(f"{where} must be a non-empty list of integers >= 1, got {sizes!r}")
+    BATCH_SIZES.check(ProfileError, where, len(sizes))
     for i, b in enumerate(sizes):
         check_positive_int(ProfileError, f"{where}[{i}]", b)
+        BATCH.check(ProfileError, f"{where}[{i}]", b)
     if any(b >= c for b, c in itertools.pairwise(sizes)):
         raise ProfileError(f"{where} must be strictly increasing (no repeats), got {list(sizes)}")
     return tuple(sizes)
@@ -57,7 +72,7 @@ class LayerCurve:
                 got = len(values) if isinstance(values, tuple) else repr(values)
                 raise ProfileError(f"layer {layer!r} {field} must have {sizes} values (one per batch size), got {got}")
             for i, value in enumerate(values):
-                check_nonneg_float(ProfileError, f"layer {layer!r} {field}[{i}]", value)
+                check_nonneg_float(ProfileError, f"layer {layer!r} {field}[{i}]", value, magnitude(field))
         if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
             raise ProfileError(f"layer {layer!r} needs both bwd_input_ms and bwd_weight_ms or neither")
         for i, (shared, saved) in enumerate(zip(self.shared_bytes or (), self.saved_bytes, strict=False)):
@@ -123,26 +138,28 @@ class LayerProfile:
         if not isinstance(self.name, str) or not self.name:
             raise ProfileError(f"layer name must be a non-empty string, got {self.name!r}")
         for field in ("fwd_ms", "bwd_ms", "activation_bytes", "param_bytes"):
-            object.__setattr__(
-                self, field, check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", getattr(self, field))
-            )
+            value = check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", getattr(self, field), magnitude(field))
+            object.__setattr__(self, field, value)
         saved = self.activation_bytes if self.saved_bytes is None else self.saved_bytes
-        object.__setattr__(self, "saved_bytes", check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved))
-        shared = check_nonneg_float(ProfileError, f"layer {self.name!r} shared_bytes", self.shared_bytes)
+        saved = check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved, BLOCK_BYTES)
+        object.__setattr__(self, "saved_bytes", saved)
+        shared = check_nonneg_float(ProfileError, f"layer {self.name!r} shared_bytes", self.shared_bytes, BLOCK_BYTES)
         if shared > saved:
             raise ProfileError(f"layer {self.name!r} shared_bytes ({shared:g}) exceeds its saved_bytes ({saved:g})")
         object.__setattr__(self, "shared_bytes", shared)
         for field in ("flops", "bytes_moved", "bwd_input_ms", "bwd_weight_ms"):
             value = getattr(self, field)
             if value is not None:
-                object.__setattr__(self, field, check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", value))
+                checked = check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", value, magnitude(field))
+                object.__setattr__(self, field, checked)
         if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
             raise ProfileError(f"layer {self.name!r} needs both bwd_input_ms and bwd_weight_ms or neither")
         steps = []
         for pair in self.optimizer_ms:
             if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
                 raise ProfileError(f"layer {self.name!r} optimizer_ms must hold (optimizer name, ms) pairs, got {pair!r}")
-            steps.append((pair[0], check_nonneg_float(ProfileError, f"layer {self.name!r} optimizer_ms[{pair[0]!r}]", pair[1])))
+            ms = check_nonneg_float(ProfileError, f"layer {self.name!r} optimizer_ms[{pair[0]!r}]", pair[1], BLOCK_MS)
+            steps.append((pair[0], ms))
         if len({name for name, _ in steps}) != len(steps):
             raise ProfileError(f"layer {self.name!r} optimizer_ms names an optimizer twice: {[n for n, _ in steps]}")
         object.__setattr__(self, "optimizer_ms", tuple(sorted(steps)))
@@ -182,8 +199,10 @@ class ModelProfile:
         if not isinstance(self.name, str) or not self.name:
             raise ProfileError(f"profile name must be a non-empty string, got {self.name!r}")
         check_positive_int(ProfileError, f"profile {self.name!r} batch_size", self.batch_size)
+        BATCH.check(ProfileError, f"profile {self.name!r} batch_size", self.batch_size)
         if not isinstance(self.layers, tuple) or not self.layers:
             raise ProfileError(f"profile {self.name!r} must have at least one layer, got {len(self.layers or ())}")
+        LAYERS.check(ProfileError, f"profile {self.name!r}", len(self.layers))
         if not all(isinstance(layer, LayerProfile) for layer in self.layers):
             raise ProfileError(f"profile {self.name!r} layers must be LayerProfile values")
         cuts = self.cut_bytes
@@ -194,7 +213,9 @@ class ModelProfile:
                 f"profile {self.name!r} cut_bytes must have {len(self.layers) - 1} entries "
                 f"(one per cut between layers), got {len(cuts)}"
             )
-        cuts = tuple(check_nonneg_float(ProfileError, f"profile {self.name!r} cut_bytes[{i}]", c) for i, c in enumerate(cuts))
+        cuts = tuple(
+            check_nonneg_float(ProfileError, f"profile {self.name!r} cut_bytes[{i}]", c, BLOCK_BYTES) for i, c in enumerate(cuts)
+        )
         object.__setattr__(self, "cut_bytes", cuts)
         if self.threads is not None:
             check_positive_int(ProfileError, f"profile {self.name!r} threads", self.threads)
@@ -246,7 +267,7 @@ class ModelProfile:
             if not isinstance(curve, tuple) or len(curve) != len(sizes):
                 raise ProfileError(f"profile {self.name!r} cut_curves[{i}] must have {len(sizes)} values (one per batch size)")
             for j, value in enumerate(curve):
-                check_nonneg_float(ProfileError, f"profile {self.name!r} cut_curves[{i}][{j}]", value)
+                check_nonneg_float(ProfileError, f"profile {self.name!r} cut_curves[{i}][{j}]", value, BLOCK_BYTES)
             if curve[at] != cut:
                 raise ProfileError(f"profile {self.name!r} cut_bytes[{i}] is {cut!r} but cut_curves[{i}] gives {curve[at]!r}")
 

@@ -6,12 +6,19 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pipeplan.core.errors import ScheduleError
+from pipeplan.core.errors import ScheduleError, ScheduleTooLargeError
+from pipeplan.core.limits import ACTIONS, RANKS, Limit
 
 OPS = ("F", "B", "I", "W", "U")
 """F forward, B full backward, I backward for input, W backward for weights, U optimizer step."""
 
-_ACTION_RE = re.compile(r"^(\d+)([FBIWU])(\d+)$")
+INDEX = Limit(
+    ACTIONS.value - 1, "", f"a schedule holds at most {ACTIONS.value:,.0f} actions, so no stage or microbatch number reaches it"
+)
+"""The largest stage or microbatch number of an action."""
+
+_ACTION_RE = re.compile(r"^(\d{1,18})([FBIWU])(\d{1,18})$")
+_LONG_NUMBER = re.compile(r"\d{19}")
 _new = object.__new__
 _set = object.__setattr__
 
@@ -32,6 +39,8 @@ class Action:
         mb = self.microbatch
         if isinstance(mb, bool) or not isinstance(mb, int) or mb < 0:
             raise ScheduleError(f"action microbatch must be an integer >= 0, got {mb!r}")
+        INDEX.check(ScheduleTooLargeError, f"action {self.stage}{self.op}{mb}: stage", self.stage)
+        INDEX.check(ScheduleTooLargeError, f"action {self.stage}{self.op}{mb}: microbatch", mb)
 
     def __str__(self) -> str:
         return f"{self.stage}{self.op}{self.microbatch}"
@@ -54,6 +63,12 @@ class Action:
             ScheduleError: the text is not an action.
         """
         match = _ACTION_RE.match(text.strip())
+        if match is None and _LONG_NUMBER.search(text):
+            digits = max(len(run) for run in re.findall(r"\d+", text))
+            raise ScheduleTooLargeError(
+                f"action {text.strip()[:30]!r}: stage or microbatch too large: {digits} digits, the limit is "
+                f"{INDEX.value:,.0f}, because {INDEX.because}"
+            )
         if match is None:
             raise ScheduleError(f"not an action: {text!r} (expected e.g. '2F0': stage, op in FBIWU, microbatch)")
         return cls(int(match.group(1)), match.group(2), int(match.group(3)))
@@ -77,6 +92,9 @@ class Schedule:
             raise ScheduleError("schedule ranks must be a tuple of tuples of actions")
         if len(self.ranks) < 1:
             raise ScheduleError("schedule must have at least one rank, got 0")
+        RANKS.check(ScheduleTooLargeError, "schedule", len(self.ranks))
+        ACTIONS.check(ScheduleTooLargeError, "schedule", sum(map(len, self.ranks)))
+        INDEX.check(ScheduleTooLargeError, "schedule stage_to_rank: stage", len(self.stage_to_rank) - 1)
         if len(self.stage_to_rank) < 1:
             raise ScheduleError("schedule must have at least one stage, got 0")
         for stage, rank in enumerate(self.stage_to_rank):

@@ -22,6 +22,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_SECONDS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
 from pipeplan.core.links import LinkMatrix, NodeLinks
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
 from pipeplan.presets.gpus import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
@@ -52,6 +53,11 @@ _DESCRIPTION_KEYS = (
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
+RATE = (MIN_BYTES_PER_S.scaled(GB_PER_S, "GB/s"), MAX_BYTES_PER_S.scaled(GB_PER_S, "GB/s"))
+"""Bounds of a rate in GB/s (0, where allowed, means no link)."""
+LATENCY = (MAX_SECONDS.scaled(US, "us"),)
+MEMORY = (MAX_BYTES.scaled(GIB, "GiB"),)
+SPEED = (MIN_SPEED, MAX_SPEED)
 
 
 def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
@@ -104,7 +110,7 @@ def read_cluster_json(path: str | os.PathLike[str]) -> Cluster:
         ClusterError: unreadable file, invalid JSON, or a bad field (named with its value).
     """
     source = os.fspath(path)
-    return cluster_from_json(load_json_file(source, ClusterError), source)
+    return cluster_from_json(load_json_file(source, ClusterError, "cluster"), source)
 
 
 def _from_matrix_form(top: Fields) -> Cluster:
@@ -113,19 +119,21 @@ def _from_matrix_form(top: Fields) -> Cluster:
     source = top.where
     name = top.string("name")
     devices = []
-    for i, item in enumerate(top.array("devices", 1)):
+    items = top.array("devices", 1)
+    DEVICES.check(ClusterError, f"{source}: field 'devices'", len(items))  # before any device is built
+    for i, item in enumerate(items):
         kind, memory_bytes, speed, node = _device_fields(item, f"{source}: devices[{i}]", has_node=True)
         devices.append(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=node))
     n = len(devices)
-    bandwidth = _matrix(top, "bandwidth_gb_per_s", n, GB_PER_S)
+    bandwidth = _matrix(top, "bandwidth_gb_per_s", n, GB_PER_S, RATE)
     raw_latency = top.raw("latency_us")
     if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
         # One number: the same latency between every pair of distinct devices.
-        value = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError) * US
+        value = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY) * US
         latency = tuple(tuple(0.0 if a == b else value for b in range(n)) for a in range(n))
     else:
-        latency = _matrix(top, "latency_us", n, US)
-    nic = top.optional_number("nic_gb_per_s", positive=True)
+        latency = _matrix(top, "latency_us", n, US, LATENCY)
+    nic = top.optional_number("nic_gb_per_s", positive=True, limits=RATE)
     return _cluster(top, name, tuple(devices), bandwidth, latency, None if nic is None else nic * GB_PER_S)
 
 
@@ -137,20 +145,21 @@ def _from_description_form(top: Fields) -> Cluster:
     nodes = top.integer("nodes", 1)
     per_node = top.integer("gpus_per_node", 1)
     n = nodes * per_node
+    DEVICES.check(ClusterError, f"{source}: nodes x gpus_per_node ({nodes:,} x {per_node:,})", n)  # before any is built
     template = top.raw("device")
     kind, memory_bytes, speed, _ = _device_fields(template, f"{source}: device", has_node=False)
     devices = tuple(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node) for i in range(n))
-    intra = top.number("intra_node_gb_per_s") * GB_PER_S if per_node > 1 else 0.0
-    inter = top.number("inter_node_gb_per_s") * GB_PER_S if nodes > 1 else 0.0
+    intra = top.number("intra_node_gb_per_s", limits=RATE) * GB_PER_S if per_node > 1 else 0.0
+    inter = top.number("inter_node_gb_per_s", limits=RATE) * GB_PER_S if nodes > 1 else 0.0
     raw_latency = top.raw("latency_us")
     if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
         # one number: the same latency inside and between nodes
-        intra_lat = inter_lat = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError) * US
+        intra_lat = inter_lat = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY) * US
     else:
         latency_fields = Fields(raw_latency, f"{source}: latency_us", ClusterError)
         latency_fields.check_keys(("intra", "inter"))
-        intra_lat = latency_fields.number("intra") * US if per_node > 1 else 0.0
-        inter_lat = latency_fields.number("inter") * US if nodes > 1 else 0.0
+        intra_lat = latency_fields.number("intra", limits=LATENCY) * US if per_node > 1 else 0.0
+        inter_lat = latency_fields.number("inter", limits=LATENCY) * US if nodes > 1 else 0.0
     intra_lat = intra_lat if per_node > 1 else 0.0
     inter_lat = inter_lat if nodes > 1 else 0.0
     overrides = top.array("overrides") if top.has("overrides") else []
@@ -158,7 +167,7 @@ def _from_description_form(top: Fields) -> Cluster:
     latency_pairs: dict[tuple[int, int], float] = {}
     for k, item in enumerate(overrides):
         _apply_override(item, f"{source}: overrides[{k}]", n, bandwidth_pairs, latency_pairs)
-    nic = top.optional_number("nic_gb_per_s", positive=True)
+    nic = top.optional_number("nic_gb_per_s", positive=True, limits=RATE)
     node_of = np.arange(n) // per_node
     return _cluster(
         top,
@@ -185,9 +194,9 @@ def _apply_override(
     ):
         raise ClusterError(f"{where}: field 'pair' must be two different device ids in 0..{n - 1}, got {pair!r}")
     a, b = pair
-    bandwidth[(a, b)] = fields.number("gb_per_s") * GB_PER_S
+    bandwidth[(a, b)] = fields.number("gb_per_s", limits=RATE) * GB_PER_S
     if fields.has("latency_us"):
-        latency[(a, b)] = fields.number("latency_us") * US
+        latency[(a, b)] = fields.number("latency_us", limits=LATENCY) * US
 
 
 def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
@@ -201,24 +210,43 @@ def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float,
     kind = canonical_kind(fields.raw("kind"), f"{where}: field 'kind'")
     spec = device_spec(kind)
     if kind in (GENERIC_KIND, CPU_KIND) or spec is None:
-        memory_gb = fields.number("memory_gb", positive=True)
+        memory_gb = fields.number("memory_gb", positive=True, limits=MEMORY)
     else:
-        memory_gb = fields.number("memory_gb", positive=True, default=spec.memory_gib)
-    speed = fields.number("speed", positive=True, default=None if spec is None else spec.speed)
+        memory_gb = fields.number("memory_gb", positive=True, default=spec.memory_gib, limits=MEMORY)
+    speed = fields.number("speed", positive=True, default=None if spec is None else spec.speed, limits=SPEED)
     node = fields.integer("node", 0, default=0) if has_node else 0
     return kind, memory_gb * GIB, speed, node
 
 
-def _matrix(top: Fields, key: str, n: int, scale: float) -> tuple[tuple[float, ...], ...]:
-    """An n x n matrix of finite numbers >= 0, each multiplied by scale."""
+def _matrix(top: Fields, key: str, n: int, scale: float, limits: tuple[Limit, ...]) -> tuple[tuple[float, ...], ...]:
+    """An n x n matrix of finite numbers >= 0 within limits off the diagonal (0 spared by a lower limit), each
+    multiplied by scale."""
     rows = top.raw(key)
     if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, list) and len(r) == n for r in rows):
         shape = _shape(rows)
         raise ClusterError(f"{top.where}: field {key!r} must be a {n}x{n} matrix (one row per device), got {shape}")
+    if _plain_numbers(rows, limits):  # numpy checks every entry at once; else the loop names the first bad one
+        return tuple(tuple(v * scale for v in row) for row in rows)
     result = []
     for a, row in enumerate(rows):
-        result.append(tuple(check_number(v, f"{top.where}: {key}[{a}][{b}]", ClusterError) * scale for b, v in enumerate(row)))
+        result.append(
+            tuple(
+                check_number(v, f"{top.where}: {key}[{a}][{b}]", ClusterError, limits=() if a == b else limits) * scale
+                for b, v in enumerate(row)
+            )
+        )
     return tuple(result)
+
+
+def _plain_numbers(rows: list[list[Any]], limits: tuple[Limit, ...]) -> bool:
+    """Whether every entry is a finite number >= 0 (not a bool) and, off the diagonal, 0 or within limits."""
+    if not all(set(map(type, row)) <= {float, int} for row in rows):
+        return False
+    values = np.array(rows, dtype=float)
+    if not (np.isfinite(values).all() and (values >= 0).all()):
+        return False
+    np.fill_diagonal(values, 0.0)
+    return all(((values == 0) | (values >= limit.value) if limit.least else values <= limit.value).all() for limit in limits)
 
 
 def _shape(rows: object) -> str:
@@ -250,10 +278,10 @@ def _cluster(
     if top.has("allreduce"):
         fields = Fields(top.raw("allreduce"), f"{source}: allreduce", ClusterError)
         fields.check_keys(("gb_per_s", "latency_us"))
-        allreduce_bw = fields.number("gb_per_s", positive=True) * GB_PER_S
-        allreduce_lat = fields.number("latency_us", default=0.0) * US
-    overhead = top.number("message_overhead_us", default=0.0) * US
-    message_latency = top.number("message_latency_us", default=0.0) * US
+        allreduce_bw = fields.number("gb_per_s", positive=True, limits=RATE) * GB_PER_S
+        allreduce_lat = fields.number("latency_us", default=0.0, limits=LATENCY) * US
+    overhead = top.number("message_overhead_us", default=0.0, limits=LATENCY) * US
+    message_latency = top.number("message_latency_us", default=0.0, limits=LATENCY) * US
     try:
         return Cluster(
             name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic,

@@ -27,7 +27,9 @@ import re
 from dataclasses import dataclass
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.limits import LAYERS, MAX_BYTES, MAX_MS
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.io.files import read_input_text
 
 _FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
 _INPUT_NODE = re.compile(r"Input\d*")
@@ -85,14 +87,8 @@ def read_graph_txt(
 
 
 def _read_text(source: str) -> str:
-    """The file's text, or a ProfileError naming it."""
-    try:
-        with open(source, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise ProfileError(f"{source}: cannot read profile: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"{source}: not a text file ({exc.reason} at byte {exc.start})") from None
+    """The file's text (io.files: a regular file within the size limit), or a ProfileError naming it."""
+    return read_input_text(source, "profile", ProfileError)
 
 
 def parse_graph_txt(
@@ -232,6 +228,7 @@ def _parse(text: str, source: str) -> tuple[dict[str, GraphNode], dict[str, list
             continue
         parts = line.split(" -- ")
         if len(parts) >= 3:
+            LAYERS.check(ProfileError, f"{source}:{number}: the graph", len(nodes) + 1)
             node = _parse_node(parts, number, source)
             if node.node_id in nodes:
                 first = nodes[node.node_id].line
@@ -247,11 +244,13 @@ def _parse(text: str, source: str) -> tuple[dict[str, GraphNode], dict[str, list
     if not nodes:
         raise ProfileError(f"{source}: no node lines found")
     consumers: dict[str, list[str]] = {node_id: [] for node_id in nodes}
+    seen: set[tuple[str, str]] = set()  # a set, not `in` on the lists: a node with many consumers stays linear
     for src, dst, number in edges:
         for end in (src, dst):
             if end not in nodes:
                 raise ProfileError(f"{source}:{number}: edge {src} -- {dst} names node {end!r}, which has no node line")
-        if dst not in consumers[src]:
+        if (src, dst) not in seen:
+            seen.add((src, dst))
             consumers[src].append(dst)
     return nodes, consumers
 
@@ -305,6 +304,7 @@ def _number(text: str, key: str, node_id: str, number: int, source: str) -> floa
         if not math.isfinite(value) or value < 0:
             raise ProfileError(f"{source}:{number}: node {node_id} {key} must be a finite number >= 0, got {text!r}")
         total += value
+    (MAX_MS if key.endswith("_time") else MAX_BYTES).check(ProfileError, f"{source}:{number}: node {node_id} {key}", total)
     return total
 
 

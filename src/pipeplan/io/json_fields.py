@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.limits import Limit
+from pipeplan.io.files import read_input_text
+from pipeplan.io.json_parse import parse_json
 
 
-def load_json_file(path: str | os.PathLike[str], error: type[PipeplanError]) -> Any:
-    """Read a JSON file; unreadable or invalid JSON raises error naming the file and the position."""
+def load_json_file(path: str | os.PathLike[str], error: type[PipeplanError], what: str = "file") -> Any:
+    """Read a JSON file: the one reader of every pipeplan JSON format (profile, cluster, plan, schedule, bandwidth trace,
+    checkpoint index).
+
+    The file must be a regular file within core.limits.FILE_BYTES (io.files), and its JSON within the limits of
+    io.json_parse (nesting, integer digits, finite numbers, unique keys).
+
+    Raises:
+        error: naming the path and what is wrong: what stands there, its size, the line and column (and field) of bad JSON.
+    """
     source = os.fspath(path)
-    try:
-        with open(source, encoding="utf-8") as handle:
-            return json.load(handle)
-    except OSError as exc:
-        raise error(f"{source}: cannot read file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{source}: not a text file ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise error(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    return parse_json(read_input_text(source, what, error), source, error)
 
 
 class Fields:
@@ -75,17 +78,17 @@ class Fields:
             raise self.error(f"{self.where}: field {key!r} must be an integer >= {minimum}, got {short(value)}")
         return value
 
-    def number(self, key: str, positive: bool = False, default: float | None = None) -> float:
-        """A finite number >= 0 (> 0 when positive)."""
+    def number(self, key: str, positive: bool = False, default: float | None = None, limits: tuple[Limit, ...] = ()) -> float:
+        """A finite number >= 0 (> 0 when positive) within `limits` (a lower limit spares 0)."""
         if default is not None and key not in self.obj:
             return default
-        return check_number(self.raw(key), f"{self.where}: field {key!r}", self.error, positive)
+        return check_number(self.raw(key), f"{self.where}: field {key!r}", self.error, positive, limits)
 
-    def optional_number(self, key: str, positive: bool = False) -> float | None:
-        """A finite number >= 0, or None when absent or null."""
+    def optional_number(self, key: str, positive: bool = False, limits: tuple[Limit, ...] = ()) -> float | None:
+        """A finite number >= 0 within `limits`, or None when absent or null."""
         if not self.has(key):
             return None
-        return self.number(key, positive)
+        return self.number(key, positive, limits=limits)
 
     def array(self, key: str, min_length: int = 0) -> list[Any]:
         """A JSON array of at least min_length items."""
@@ -95,14 +98,20 @@ class Fields:
         return value
 
 
-def check_number(value: object, field: str, error: type[PipeplanError], positive: bool = False) -> float:
-    """value as float when it is a finite number >= 0 (> 0 when positive), else error naming field and value."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+def check_number(
+    value: object, field: str, error: type[PipeplanError], positive: bool = False, limits: tuple[Limit, ...] = ()
+) -> float:
+    """value as float when it is a finite number >= 0 (> 0 when positive) within `limits` (a lower limit spares 0:
+    "none"), else error naming field and value."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= sys.float_info.max
     if ok and positive and value == 0:
         ok = False
     if not ok:
         bound = "> 0" if positive else ">= 0"
         raise error(f"{field} must be a finite number {bound}, got {short(value)}")
+    for limit in limits:
+        if value or not limit.least:
+            limit.check(error, field, value)  # type: ignore[arg-type]
     return float(value)  # type: ignore[arg-type]
 
 

@@ -11,6 +11,7 @@ from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError, Sche
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
+from pipeplan.io.files import check_regular, something_at
 from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
 from pipeplan.io.profile_json import read_profile_json
 from pipeplan.presets.clusters import CLUSTER_BUILDERS
@@ -31,7 +32,8 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
     """A profile from a built-in name, a `.json` file (pipeplan.profile/1) or a graph.txt file.
 
     A built-in may be named without its folder when that is unambiguous
-    (`vgg16` is `pipedream/vgg16`). A path that exists wins over a built-in name.
+    (`vgg16` is `pipedream/vgg16`). A path where something stands wins over a built-in name (a directory, a FIFO or a
+    symlink loop there is reported as what it is, io.files).
 
     Args:
         spec: built-in name or file path.
@@ -44,7 +46,7 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
     """
     if not isinstance(spec, str) or not spec:
         raise ProfileError(f"profile must be a built-in name or a file path, got {spec!r}")
-    if os.path.isfile(spec):
+    if something_at(spec):
         if spec.lower().endswith(".json"):
             profile = read_profile_json(spec)
             _check_batch(spec, profile, profile_batch_size)
@@ -66,15 +68,14 @@ def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: in
     """
     from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
     from pipeplan.schedules import make_schedule
+    from pipeplan.schedules.registry import SCHEDULES
 
     suffix = os.path.splitext(spec)[1].lower()
     if suffix in (".csv", ".json"):
-        if not os.path.isfile(spec):
-            raise ScheduleError(f"schedule file {spec!r} does not exist")
-        try:
-            return read_schedule_csv(spec) if suffix == ".csv" else read_schedule_json(spec)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScheduleError(f"cannot read schedule file {spec!r}: {exc}") from None
+        return read_schedule_csv(spec) if suffix == ".csv" else read_schedule_json(spec)
+    if spec not in SCHEDULES and something_at(spec):
+        check_regular(spec, "schedule", ScheduleError)  # a directory, a FIFO, a device: said as what it is
+        raise ScheduleError(f"{spec}: a schedule file must end with .csv or .json (or name a schedule: {', '.join(SCHEDULES)})")
     for flag, value in (("--stages", stages), ("--microbatches", microbatches)):
         if value is None:
             raise ScheduleError(f"schedule {spec} needs {flag}")
@@ -92,7 +93,7 @@ def load_cluster(spec: str) -> Cluster:
     """
     if not isinstance(spec, str) or not spec:
         raise ClusterError(f"cluster must be a built-in name or a file path, got {spec!r}")
-    if os.path.isfile(spec):
+    if something_at(spec):
         return read_cluster_json(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
 

@@ -9,6 +9,7 @@ from typing import Any
 from pipeplan.core.errors import PipeplanError, PlanError, ScheduleError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Action
+from pipeplan.io.files import something_at
 from pipeplan.io.json_fields import Fields, load_json_file
 
 PLAN_FORMAT = "pipeplan.plan/1"
@@ -147,10 +148,10 @@ def read_plan(path: str | os.PathLike[str]) -> tuple[Plan, dict[str, str]]:
         PlanError: unreadable file, invalid JSON, or a bad field (naming file, field and value).
     """
     source = os.fspath(path)
-    plan, meta = plan_from_json(load_json_file(source, PlanError), source)
+    plan, meta = plan_from_json(load_json_file(source, PlanError, "plan"), source)
     folder = os.path.dirname(os.path.abspath(source))
     for key, name in meta.items():
         beside = os.path.join(folder, name)
-        if not os.path.isabs(name) and os.path.isfile(beside):
+        if not os.path.isabs(name) and something_at(beside):  # whatever stands there is read (and its kind reported)
             meta[key] = os.path.normpath(beside)
     return plan, meta

@@ -15,7 +15,8 @@ import os
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError, ProfileError
-from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes
+from pipeplan.core.limits import LAYERS, MAX_BYTES, MAX_MS, Limit
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes, field_limit
 from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
 
 PROFILE_FORMAT = "pipeplan.profile/1"
@@ -27,6 +28,8 @@ _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype")
+_MS = (MAX_MS,)
+_BYTES = (MAX_BYTES,)
 
 
 def needs_version_2(profile: ModelProfile) -> bool:
@@ -148,11 +151,13 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         return _from_json_2(top)
     top.check_keys(_TOP_KEYS)
     name = top.string("name")
-    layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(top.array("layers", 1)))
+    layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(_layers(top)))
     cut_bytes = None
     if top.has("cut_bytes"):
         raw_cuts = _cuts(top, len(layers))
-        cut_bytes = tuple(check_number(c, f"{source}: cut_bytes[{i}]", ProfileError) for i, c in enumerate(raw_cuts))
+        cut_bytes = tuple(
+            check_number(c, f"{source}: cut_bytes[{i}]", ProfileError, limits=_BYTES) for i, c in enumerate(raw_cuts)
+        )
     return _profile(
         source,
         name=name,
@@ -162,6 +167,13 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         cut_bytes=cut_bytes,
         measured=top.boolean("measured", True),
     )
+
+
+def _layers(top: Fields) -> list[Any]:
+    """The `layers` array, at least one and at most core.limits.LAYERS (checked before any layer is built)."""
+    layers = top.array("layers", 1)
+    LAYERS.check(ProfileError, f"{top.where}: field 'layers'", len(layers))
+    return layers
 
 
 def _cuts(top: Fields, layers: int) -> list[Any]:
@@ -189,13 +201,13 @@ def _layer_from_json(obj: object, where: str) -> LayerProfile:
     try:
         return LayerProfile(
             name=fields.string("name"),
-            fwd_ms=fields.number("fwd_ms"),
-            bwd_ms=fields.number("bwd_ms"),
-            activation_bytes=fields.number("activation_bytes"),
-            param_bytes=fields.number("param_bytes"),
-            saved_bytes=fields.optional_number("saved_bytes"),
-            flops=fields.optional_number("flops"),
-            bytes_moved=fields.optional_number("bytes_moved"),
+            fwd_ms=fields.number("fwd_ms", limits=_MS),
+            bwd_ms=fields.number("bwd_ms", limits=_MS),
+            activation_bytes=fields.number("activation_bytes", limits=_BYTES),
+            param_bytes=fields.number("param_bytes", limits=_BYTES),
+            saved_bytes=fields.optional_number("saved_bytes", limits=_BYTES),
+            flops=fields.optional_number("flops", limits=(field_limit("flops"),)),
+            bytes_moved=fields.optional_number("bytes_moved", limits=_BYTES),
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):
@@ -213,12 +225,10 @@ def _from_json_2(top: Fields) -> ModelProfile:
     if batch_size not in sizes:
         raise ProfileError(f"{source}: field 'batch_size' {batch_size} must be one of batch_sizes {sizes}")
     at = sizes.index(batch_size)
-    layers = tuple(
-        _layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(top.array("layers", 1))
-    )
+    layers = tuple(_layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(_layers(top)))
     if top.has("cut_bytes"):
         raw_cuts = _cuts(top, len(layers))
-        cut_curves = tuple(_numbers(c, f"{source}: cut_bytes[{i}]", len(sizes)) for i, c in enumerate(raw_cuts))
+        cut_curves = tuple(_numbers(c, f"{source}: cut_bytes[{i}]", len(sizes), _BYTES) for i, c in enumerate(raw_cuts))
     else:
         cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]
     threads = top.integer("threads", 1) if top.has("threads") else None
@@ -245,7 +255,7 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
     def curve(key: str, required: bool = True) -> tuple[float, ...] | None:
         if not required and not fields.has(key):
             return None
-        return _numbers(fields.raw(key), f"{where}: field {key!r}", sizes)
+        return _numbers(fields.raw(key), f"{where}: field {key!r}", sizes, (field_limit(key),))
 
     activation = curve("activation_bytes")
     assert activation is not None
@@ -261,17 +271,17 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
     steps: list[tuple[str, float]] = []
     if fields.has("optimizer_ms"):
         table = Fields(fields.raw("optimizer_ms"), f"{where}: optimizer_ms", ProfileError)
-        steps = [(key, table.number(key)) for key in sorted(table.obj)]
+        steps = [(key, table.number(key, limits=_MS)) for key in sorted(table.obj)]
     try:
         return LayerProfile(
             name=fields.string("name"),
             fwd_ms=layer_curve.fwd_ms[at],
             bwd_ms=layer_curve.bwd_ms[at],
             activation_bytes=layer_curve.activation_bytes[at],
-            param_bytes=fields.number("param_bytes"),
+            param_bytes=fields.number("param_bytes", limits=_BYTES),
             saved_bytes=layer_curve.saved_bytes[at],
-            flops=fields.optional_number("flops"),
-            bytes_moved=fields.optional_number("bytes_moved"),
+            flops=fields.optional_number("flops", limits=(field_limit("flops"),)),
+            bytes_moved=fields.optional_number("bytes_moved", limits=_BYTES),
             bwd_input_ms=None if layer_curve.bwd_input_ms is None else layer_curve.bwd_input_ms[at],
             bwd_weight_ms=None if layer_curve.bwd_weight_ms is None else layer_curve.bwd_weight_ms[at],
             optimizer_ms=tuple(steps),
@@ -284,11 +294,12 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
         raise ProfileError(f"{where}: {exc}") from None
 
 
-def _numbers(value: object, where: str, count: int) -> tuple[float, ...]:
-    """An array of `count` finite numbers >= 0 (one per batch size), else a ProfileError naming where and the value."""
+def _numbers(value: object, where: str, count: int, limits: tuple[Limit, ...]) -> tuple[float, ...]:
+    """An array of `count` finite numbers >= 0 within limits (one per batch size), else a ProfileError naming where and
+    the value."""
     if not isinstance(value, list) or len(value) != count:
         raise ProfileError(f"{where} must be an array of {count} numbers (one per batch size), got {short(value)}")
-    return tuple(check_number(v, f"{where}[{i}]", ProfileError) for i, v in enumerate(value))
+    return tuple(check_number(v, f"{where}[{i}]", ProfileError, limits=limits) for i, v in enumerate(value))
 
 
 def _source_from_json(obj: object, where: str) -> ProfileSource:
@@ -319,7 +330,7 @@ def read_profile_json(path: str | os.PathLike[str]) -> ModelProfile:
         ProfileError: unreadable file, invalid JSON, or a bad field (named with its value).
     """
     source = os.fspath(path)
-    return profile_from_json(load_json_file(source, ProfileError), source)
+    return profile_from_json(load_json_file(source, ProfileError, "profile"), source)
 
 
 def profile_dumps(profile: ModelProfile) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.errors import ScheduleError
+from pipeplan.core.errors import ScheduleError, ScheduleTooLargeError
+from pipeplan.core.limits import ACTIONS, RANKS
 from pipeplan.core.schedule import Action, Schedule, infer_stage_to_rank
 from pipeplan.core.validate import validate
 
@@ -43,6 +45,8 @@ def _parse_cell(cell: object, where: str) -> Action | None:
         return None
     try:
         return Action.parse(cell)
+    except ScheduleTooLargeError as exc:
+        raise ScheduleTooLargeError(f"{where}: {exc}") from None
     except ScheduleError:
         expected = "expected e.g. '2F0': stage, op in FBIWU, microbatch"
         raise ScheduleError(f"{where}: {_short(cell)} is not an action ({expected})") from None
@@ -86,6 +90,8 @@ def schedule_from_json(obj: object, source: str = "schedule JSON") -> Schedule:
     rows = obj.get("ranks")
     if not isinstance(rows, list) or not rows or not all(isinstance(row, list) for row in rows):
         raise ScheduleError(f"{source}: 'ranks' must be a non-empty list of lists of actions, got {_short(rows)}")
+    RANKS.check(ScheduleTooLargeError, f"{source}: 'ranks'", len(rows))
+    ACTIONS.check(ScheduleTooLargeError, f"{source}: 'ranks'", sum(len(row) for row in rows))
     ranks = tuple(
         tuple(a for i, cell in enumerate(row) if (a := _parse_cell(cell, f"{source}: ranks[{r}][{i}]")) is not None)
         for r, row in enumerate(rows)
@@ -107,15 +113,12 @@ def read_schedule_json(path: str | Path) -> Schedule:
     """Read and validate a schedule JSON file.
 
     Raises:
-        ScheduleError: the file is not JSON or not a valid schedule (naming the file).
-        OSError: the file cannot be read.
+        ScheduleError: the file cannot be read (what stands there, its size), is not JSON, or not a valid schedule
+            (naming the file).
     """
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    return schedule_from_json(obj, source=str(path))
+    from pipeplan.io.json_fields import load_json_file
+
+    return schedule_from_json(load_json_file(path, ScheduleError, "schedule"), source=os.fspath(path))
 
 
 def write_schedule_json(schedule: Schedule, path: str | Path) -> None:
@@ -149,33 +152,33 @@ def schedule_from_csv(text: str, source: str = "schedule CSV", name: str = "") -
     Raises:
         ScheduleError: naming `source`, the rank (row) and cell, and the bad value.
     """
+    parsed: list[tuple[Action, ...]] = []
+    count = 0
     try:
-        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+        for r, row in enumerate(csv.reader(io.StringIO(text, newline=""), strict=True)):
+            RANKS.check(ScheduleTooLargeError, f"{source}: schedule", r + 1)  # before the row is parsed
+            count += sum(1 for cell in row if cell.strip())
+            ACTIONS.check(ScheduleTooLargeError, f"{source}: schedule", count)
+            where = f"{source}: row {r + 1} (rank {r}), cell "
+            parsed.append(tuple(a for c, cell in enumerate(row) if (a := _parse_cell(cell, f"{where}{c + 1}")) is not None))
     except csv.Error as exc:
         raise ScheduleError(f"{source}: not valid CSV: {exc}") from None
-    if not rows:
+    if not parsed:
         raise ScheduleError(f"{source}: no rows (expected one row of actions per rank)")
-    ranks = tuple(
-        tuple(
-            a
-            for c, cell in enumerate(row)
-            if (a := _parse_cell(cell, f"{source}: row {r + 1} (rank {r}), cell {c + 1}")) is not None
-        )
-        for r, row in enumerate(rows)
-    )
-    return _build(ranks, None, name, source)
+    return _build(tuple(parsed), None, name, source)
 
 
 def read_schedule_csv(path: str | Path) -> Schedule:
     """Read and validate a compute-only CSV schedule file (for example one torch's `_dump_csv` wrote).
 
     Raises:
-        ScheduleError: a malformed cell or an invalid schedule (naming the file).
-        OSError: the file cannot be read.
+        ScheduleError: the file cannot be read (what stands there, its size), a malformed cell or an invalid schedule
+            (naming the file).
     """
-    with open(path, encoding="utf-8", newline="") as handle:
-        text = handle.read()
-    return schedule_from_csv(text, source=str(path), name=Path(path).stem)
+    from pipeplan.io.files import read_input_text
+
+    text = read_input_text(path, "schedule", ScheduleError)
+    return schedule_from_csv(text, source=os.fspath(path), name=Path(path).stem)
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path) -> None:

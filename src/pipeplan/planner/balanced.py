@@ -7,6 +7,7 @@ give: layers split into p contiguous blocks so that the largest block time
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -45,22 +46,53 @@ def blocks_needed(prefix: Sequence[float], bound: float) -> int:
 def min_bottleneck(costs: Sequence[float], parts: int) -> float:
     """The smallest possible largest block sum over partitions of costs into at most `parts` contiguous blocks.
 
-    The optimum is the sum of some contiguous range, so binary search over the
-    sorted range sums with the greedy feasibility probe is exact.
+    The optimum is the sum of some contiguous range, so it is the smallest range sum the greedy feasibility probe
+    accepts. The n^2/2 range sums are never built (20,000 layers would take gigabytes): row i's sums prefix[j] -
+    prefix[i], j > i, rise with j, so each row keeps the window of its sums still in play, and a random pick among
+    them (seeded: the same answer and path every time) either is feasible (drop it and every larger sum) or not
+    (drop it and every smaller one); about 2 ln(n^2) probes, each O(n log n), in O(n) memory.
     """
     prefix = prefix_sums(costs)
     n = len(costs)
-    array = np.asarray(prefix)
-    rows, cols = np.triu_indices(n + 1, 1)
-    candidates = np.unique(array[cols] - array[rows]).tolist()  # same float subtraction as the probe
-    lo, hi = 0, len(candidates) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if blocks_needed(prefix, candidates[mid]) <= parts:
-            hi = mid
+    array = np.asarray(prefix)  # array[j] - array[i]: the same float subtraction as the probe
+    rows = np.arange(n)
+    low = rows + 1  # first column of each row still in play
+    high = np.full(n, n + 1)  # one past the last
+    best = math.inf
+    rng = np.random.default_rng(0)
+    while True:
+        sizes = high - low
+        ends = np.cumsum(sizes)
+        total = int(ends[-1])
+        if total == 0:
+            return best
+        pick = int(rng.integers(total))
+        row = int(np.searchsorted(ends, pick, side="right"))
+        col = int(low[row] + pick - (ends[row] - sizes[row]))
+        value = float(array[col] - array[row])
+        if blocks_needed(prefix, value) <= parts:
+            best = value
+            high = _first_column(array, rows, low, high, value, strict=False)  # keep only sums below value
         else:
-            lo = mid + 1
-    return candidates[lo]
+            low = _first_column(array, rows, low, high, value, strict=True)  # keep only sums above value
+
+
+def _first_column(
+    array: np.ndarray, rows: np.ndarray, low: np.ndarray, high: np.ndarray, value: float, strict: bool
+) -> np.ndarray:
+    """Per row i, the first column j in [low[i], high[i]) with array[j] - array[i] >= value (> value when strict),
+    or high[i] when there is none: a binary search of every row at once."""
+    lo, hi = low.copy(), high.copy()
+    last = len(array) - 1
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        diff = array[np.minimum(mid, last)] - array[rows]
+        ok = diff > value if strict else diff >= value
+        hi = np.where(active & ok, mid, hi)
+        lo = np.where(active & ~ok, mid + 1, lo)
 
 
 def balanced_partition(costs: Sequence[float], parts: int) -> list[int]:

@@ -12,6 +12,7 @@ import numpy as np
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.sim.cost_model import CostModel
@@ -51,6 +52,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         check_positive_int(PlanError, "global_batch", self.global_batch)
+        SAMPLES.check(PlanError, "global_batch", self.global_batch)
         devices = self.cluster.num_devices
         if devices > 1 and not self.cluster.bandwidth.off_diagonal_max() > 0:
             raise PlanError(

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.limits import MODEL_BYTES
 from pipeplan.profiler.model_spec import ModelSpec, SampleFn
 
 
@@ -54,7 +55,9 @@ def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
     spec = spec.strip()
     if spec in BUILTIN_SPECS:
         factory = BUILTIN_SPECS[spec]
-        return factory(**coerce_options(spec, factory, options))
+        coerced = coerce_options(spec, factory, options)
+        _check_weights(spec, factory, coerced)
+        return factory(**coerced)
     if ":" not in spec:
         raise ProfileError(
             f"MODULE_SPEC {spec!r} is neither a built-in ({', '.join(BUILTIN_SPECS)}) nor of the form package.module:factory"
@@ -190,6 +193,19 @@ def _convert(spec: str, key: str, value: object, default: object) -> object:
         except ValueError:
             pass
     return value
+
+
+def _check_weights(spec: str, factory: Callable[..., ModelSpec], options: dict[str, object]) -> None:
+    """Refuse a built-in whose options make weights larger than core.limits.MODEL_BYTES, counted on the meta device
+    (shapes only: nothing is allocated) before the model is built for real."""
+    if torch.empty(0).device.type == "meta":
+        return  # already building on the meta device (a projection): nothing to allocate
+    with torch.device("meta"):
+        counted = factory(**options)
+    weights = sum(p.numel() * p.element_size() for layer in counted.layers for p in layer.parameters())
+    if not MODEL_BYTES.allows(weights):
+        given = ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "its defaults"
+        raise ProfileError(MODEL_BYTES.message(f"MODULE_SPEC {spec!r} with {given}: weights", weights))
 
 
 def _import_factory(spec: str) -> tuple[Callable[..., object], object]:

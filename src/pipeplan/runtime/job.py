@@ -34,6 +34,11 @@ class ScheduleLayout:
     minibatches: int = 1
     sync_minibatches: int = 0
 
+    def __post_init__(self) -> None:
+        from pipeplan.runtime.options import check_global_batch
+
+        check_global_batch(self.global_batch, "--batch-size")
+
     @property
     def asynchronous(self) -> bool:
         """True for a schedule that steps inside itself without a flush (pipemare)."""

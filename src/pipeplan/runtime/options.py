@@ -7,6 +7,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from pipeplan.core.limits import SEED, THREADS, TIMEOUT_S, TRAIN_BATCH
 from pipeplan.runtime.errors import TrainConfigError
 
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
@@ -43,6 +44,8 @@ def check_train_options(
         raise TrainConfigError(f"--lr must be a finite number >= 0 (0 trains nothing), got {lr}")
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise TrainConfigError(f"--timeout must be a finite number of seconds > 0, got {timeout_s}")
+    TIMEOUT_S.check(TrainConfigError, "--timeout", timeout_s)
+    THREADS.check(TrainConfigError, "--threads", threads)
     check_optimizer(optimizer)
     if lr_schedule not in LR_SCHEDULES:
         raise TrainConfigError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
@@ -86,6 +89,20 @@ def check_local(local: int | None) -> None:
             f"{cores} core(s)), because beyond that the processes only take turns on the cores; run a larger job under "
             "torchrun on several machines"
         )
+
+
+def check_seed(seed: int) -> None:
+    """Raise TrainConfigError naming --seed unless it is an integer in 0..core.limits.SEED (a larger one overflowed
+    torch.manual_seed in every process, after they started)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TrainConfigError(f"--seed must be an integer >= 0, got {seed!r}")
+    SEED.check(TrainConfigError, "--seed", seed)
+
+
+def check_global_batch(global_batch: int, where: str) -> None:
+    """Raise TrainConfigError when a job's global batch (`where`: the flag or the plan file) is larger than every
+    process can build in memory at each step (core.limits.TRAIN_BATCH)."""
+    TRAIN_BATCH.check(TrainConfigError, where, global_batch)
 
 
 def check_optimizer(optimizer: str) -> str:

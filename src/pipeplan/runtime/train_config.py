@@ -15,7 +15,7 @@ from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.evaluate import EvalResult
 from pipeplan.runtime.job import ScheduleLayout
 from pipeplan.runtime.optim import RateSchedule
-from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_train_options
+from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_global_batch, check_seed, check_train_options
 from pipeplan.runtime.predict import PlanPrediction
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.result import SimResult
@@ -79,6 +79,9 @@ class TrainConfig:
                             checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
                             checkpoint_dir=self.checkpoint_dir, resume=self.resume,
                             lr_schedule=self.lr_schedule)  # fmt: skip
+        check_seed(self.seed)
+        if self.plan is not None:
+            check_global_batch(self.plan.global_batch, f"plan {self.plan_path or ''} global batch".replace("  ", " "))
         if self.lookahead < 0:
             raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.asynchronous is not None and not self.epochs:

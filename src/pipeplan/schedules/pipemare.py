@@ -15,7 +15,7 @@ synchronous warm-up.
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.common import check_schedule_size, check_sizes
 from pipeplan.schedules.kfkb import kfkb_order
 
 MINIBATCHES = 8
@@ -65,11 +65,14 @@ def pipemare(stages: int, microbatches: int, minibatches: int | None = None, syn
 
     Raises:
         ScheduleError: a size below 1, or `sync_minibatches` outside 0 .. minibatches.
+        ScheduleTooLargeError: more actions or ranks than core.limits allows (checked before generating).
     """
     check_sizes(stages=stages, microbatches=microbatches)
     if minibatches is None:
         minibatches = default_minibatches(stages, microbatches)
     check_sizes(minibatches=minibatches)
+    sizes = {"stages": stages, "microbatches": microbatches, "minibatches": minibatches}
+    check_schedule_size("pipemare", sizes, stages, (2 * microbatches + 1) * stages * minibatches)
     if isinstance(sync_minibatches, bool) or not isinstance(sync_minibatches, int) or not 0 <= sync_minibatches <= minibatches:
         raise ScheduleError(
             f"sync_minibatches must be an integer in 0..{minibatches} (the minibatches), got {sync_minibatches!r}"

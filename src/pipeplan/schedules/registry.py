@@ -3,9 +3,10 @@
 from collections.abc import Callable
 from functools import lru_cache
 
-from pipeplan.core.errors import ScheduleError, ScheduleTooLargeError
+from pipeplan.core.errors import ScheduleError
+from pipeplan.core.limits import ACTIONS
 from pipeplan.core.schedule import Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.common import check_schedule_size, check_sizes
 from pipeplan.schedules.gpipe import gpipe
 from pipeplan.schedules.interleaved import interleaved_one_f_one_b
 from pipeplan.schedules.kfkb import kfkb
@@ -56,13 +57,11 @@ def check_schedule_options(name: str, microbatches: int, k: int, chunks: int) ->
         )
 
 
-MAX_ACTIONS = 4_000_000
-"""The most actions a generated schedule may hold: 1F1B at p=64, m=1024 has 131,072 and simulates in a second;
-beyond this a request is refused at once instead of ending in a MemoryError minutes later."""
-
-BYTES_PER_ACTION = 400
-"""About what one action costs to generate and simulate, for the message (measured: `simulate 1f1b -p 2 -m 1000000
---json`, 4,000,000 actions, peaks at 1.5 GB in 10 s on the 2-core machine: about 370 bytes each)."""
+MAX_ACTIONS = int(ACTIONS.value)
+"""The most actions a generated schedule may hold (core.limits.ACTIONS): 1F1B at p=64, m=1024 has 131,072 and
+simulates in a second; beyond this a request is refused at once instead of ending in a MemoryError minutes later
+(measured: `simulate 1f1b -p 2 -m 1000000 --json`, 4,000,000 actions, peaks at 1.5 GB in 10 s on the 2-core machine:
+about 370 bytes each)."""
 
 
 def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> int:
@@ -81,6 +80,7 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
 
     Raises:
         ScheduleError: unknown name, bad sizes, a k or chunks the schedule does not take, kfkb's k above m.
+        ScheduleTooLargeError: more actions or ranks than core.limits allows (checked before generating).
     """
     generator = SCHEDULES.get(name)
     if generator is None:
@@ -94,12 +94,6 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
 def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) -> Schedule:
     """The generator's schedule, remembered: a planner asks for the same (name, p, m) for hundreds of candidates, and
     a Schedule is an immutable value. Raises ScheduleError when it would be too large (not remembered)."""
-    count = action_count(name, stages, microbatches, chunks)
-    if count > MAX_ACTIONS:
-        raise ScheduleTooLargeError(
-            f"{name} with stages={stages}, microbatches={microbatches}"
-            + (f", chunks={chunks}" if name == "interleaved-1f1b" else "")
-            + f" would hold {count:,} actions (about {count * BYTES_PER_ACTION / 2**30:.1f} GiB to simulate); "
-            f"the limit is {MAX_ACTIONS:,}: use fewer microbatches or stages"
-        )
+    sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if name == "interleaved-1f1b" else {})
+    check_schedule_size(name, sizes, stages, action_count(name, stages, microbatches, chunks))
     return SCHEDULES[name](stages, microbatches, k=k, chunks=chunks)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pipeplan.core.checks import check_nonneg_float
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import OPTIMIZER_FACTOR
 from pipeplan.core.profile import ModelProfile
 from pipeplan.sim.layer_costs import OPTIMIZER_STATE, LayerCosts
 from pipeplan.sim.speeds import on_profile_scale
@@ -49,7 +50,7 @@ class CostModel:
         """
         layers = LayerCosts(profile, scaling, optimizer)
         factor = OPTIMIZER_STATE[optimizer] if optimizer_factor is None else optimizer_factor
-        check_nonneg_float(PlanError, "optimizer_factor", factor)
+        check_nonneg_float(PlanError, "optimizer_factor", factor, OPTIMIZER_FACTOR)
         if bwd_split is not None and (len(bwd_split) != 2 or not all(math.isfinite(f) and f >= 0 for f in bwd_split)):
             raise PlanError(f"bwd_split must be two fractions >= 0 (input, weight), got {bwd_split!r}")
         return cls(profile, on_profile_scale(cluster, profile), layers, float(factor), bwd_split)

@@ -44,5 +44,11 @@ def on_profile_scale(cluster: Cluster, profile: ModelProfile) -> Cluster:
     unit_speed, kind_speed = nominal_speed(unit), nominal_speed(kind)
     assert unit_speed is not None and kind_speed is not None  # both are known kinds on one scale
     factor = unit_speed / kind_speed
-    devices = tuple(dataclasses.replace(d, speed=d.speed * factor) for d in cluster.devices)
+    try:
+        devices = tuple(dataclasses.replace(d, speed=d.speed * factor) for d in cluster.devices)
+    except ClusterError as exc:  # a speed pushed out of range by the scaling: name both inputs
+        raise ClusterError(
+            f"cluster {cluster.name!r} on the scale of profile {profile.name!r} (speeds relative to {unit} times "
+            f"{factor:g}, as {profile.reference_device!r} is the reference): {exc}"
+        ) from None
     return dataclasses.replace(cluster, devices=devices, speed_reference=kind)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeplan.core.errors import PlanError
+from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost_model import CostModel
@@ -62,16 +62,23 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
     if model.bwd_split is not None:
         bwd_input, bwd_weight = work.bwd_ms * model.bwd_split[0], work.bwd_ms * model.bwd_split[1]
-    return StageCost(
-        fwd_ms=work.fwd_ms,
-        bwd_ms=work.bwd_ms,
-        bwd_input_ms=bwd_input,
-        bwd_weight_ms=bwd_weight,
-        saved_bytes=work.saved_bytes,
-        static_bytes=work.param_bytes * (2 + model.optimizer_factor),
-        allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
-        optimizer_ms=work.optimizer_ms,
-    )
+    try:
+        return StageCost(
+            fwd_ms=work.fwd_ms,
+            bwd_ms=work.bwd_ms,
+            bwd_input_ms=bwd_input,
+            bwd_weight_ms=bwd_weight,
+            saved_bytes=work.saved_bytes,
+            static_bytes=work.param_bytes * (2 + model.optimizer_factor),
+            allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
+            optimizer_ms=work.optimizer_ms,
+        )
+    except CostError as exc:  # a derived value out of range: name the inputs it was derived from
+        raise CostError(
+            f"stage {s} of the plan (layers {stage.first_layer}..{stage.last_layer} of profile {model.profile.name!r}, "
+            f"microbatch size {plan.microbatch_size} over {r} replica(s), slowest device speed {speed:g} in cluster "
+            f"{cluster.name!r}) computes {exc}"
+        ) from None
 
 
 def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None) -> Costs:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pipeplan.core.checks import check_nonneg_float
 from pipeplan.core.errors import CostError
+from pipeplan.core.limits import MAX_BYTES, MAX_MS
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.costs import Costs, Flow, StageCost
 
@@ -17,15 +18,17 @@ def spread(field: str, value: Value, count: int, what: str) -> tuple[float, ...]
     """Expand `value` to `count` checked numbers, one per `what` (stage or boundary).
 
     Raises:
-        CostError: a negative, NaN or infinite number, or a list of the wrong length, naming `field` and the value.
+        CostError: a negative, NaN or infinite number, one beyond its magnitude limit (MAX_BYTES for act_bytes, else
+            MAX_MS), or a list of the wrong length, naming `field` and the value.
     """
+    most = MAX_BYTES if field == "act_bytes" else MAX_MS
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (check_nonneg_float(CostError, field, value),) * count
+        return (check_nonneg_float(CostError, field, value, most),) * count
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise CostError(f"{field} must be a number or a list of numbers, got {value!r}")
     if len(value) != count:
         raise CostError(f"{field} must have {count} values (one per {what}), got {len(value)}: {list(value)!r}")
-    return tuple(check_nonneg_float(CostError, f"{field}[{i}]", v) for i, v in enumerate(value))
+    return tuple(check_nonneg_float(CostError, f"{field}[{i}]", v, most) for i, v in enumerate(value))
 
 
 def uniform_costs(

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
 
 Link = tuple[int, int]
 """An ordered device pair (src, dst)."""
@@ -35,6 +36,7 @@ class BandwidthTrace:
     steps: tuple[TraceStep, ...]
 
     def __post_init__(self) -> None:
+        TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
         for i, step in enumerate(self.steps):
             _check_step(i, step.t_ms, step.link, step.factor)
 
@@ -116,6 +118,8 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
         raise CostError(f"{where}: t_ms must be a finite number >= 0, got {t_ms!r}")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
         raise CostError(f"{where}: factor must be a finite number > 0, got {factor!r}")
+    MIN_FACTOR.check(CostError, f"{where}: factor", factor)
+    MAX_FACTOR.check(CostError, f"{where}: factor", factor)
     if link is not None:
         ok = (
             isinstance(link, tuple)
@@ -145,6 +149,7 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
         obj = obj.get("steps")
     if not isinstance(obj, list):
         raise CostError(f"bandwidth trace must be a JSON list of steps, got {type(obj).__name__}")
+    TRACE_STEPS.check(CostError, "bandwidth trace", len(obj))  # before any step is built
     steps = []
     for i, entry in enumerate(obj):
         if not isinstance(entry, dict):
@@ -168,17 +173,15 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
 
 
 def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:
-    """Read a bandwidth trace JSON file.
+    """Read a bandwidth trace JSON file (through io's one JSON reader).
 
     Raises:
-        CostError: the file is missing, not JSON, or has a bad entry.
+        CostError: the file cannot be read (what stands there, its size), is not JSON, or has a bad entry.
     """
+    from pipeplan.io.json_fields import load_json_file
+
+    obj = load_json_file(path, CostError, "bandwidth trace")
     try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise CostError(f"cannot read bandwidth trace {str(path)!r}: {err.strerror}") from err
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CostError(f"bandwidth trace {str(path)!r} is not JSON: {err.msg} at line {err.lineno}") from err
-    return bandwidth_trace_from_json(obj)
+        return bandwidth_trace_from_json(obj)
+    except CostError as exc:
+        raise CostError(f"{os.fspath(path)}: {exc}") from None
