@@ -377,6 +377,6 @@ def test_an_allocation_no_limit_foresaw_is_one_line(
     code, out, err = run(monkeypatch, capsys, "profile", "mlp", "-b", "8", "-o", "p.json", "-q")
     assert (
         code == 2
-        and err == "error: out of memory: torch tried to allocate 2097152000000 bytes (see docs/troubleshooting-limits.md)\n"
+        and err == "error: out of memory: torch tried to allocate 2097152000000 bytes (see docs/troubleshooting.md)\n"
     )
     assert "Traceback" not in out + err and not list(tmp_path.iterdir())

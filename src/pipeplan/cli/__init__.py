@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         _fail(str(exc))
     except MemoryError:
-        _fail("out of memory: the request is larger than this machine's memory (see docs/troubleshooting-limits.md)")
+        _fail("out of memory: the request is larger than this machine's memory (see docs/troubleshooting.md)")
     except RuntimeError as exc:  # torch's allocator: a size no limit could foresee (e.g. a model's activations)
         if "can't allocate memory" not in str(exc) and type(exc).__name__ != "OutOfMemoryError":
             raise
-        _fail(f"out of memory: {_allocation(str(exc))} (see docs/troubleshooting-limits.md)")
+        _fail(f"out of memory: {_allocation(str(exc))} (see docs/troubleshooting.md)")
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:

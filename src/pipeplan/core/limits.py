@@ -5,7 +5,7 @@ sizes, file bytes) and every magnitude that feeds sums and products (times,
 bytes, speeds, rates) is bounded where it is read or constructed, so a
 request either runs in seconds and megabytes with finite numbers throughout,
 or is refused at once with "too large: N, the limit is M, because ...".
-docs/troubleshooting-limits.md lists them all.
+docs/troubleshooting.md lists them all.
 """
 
 from __future__ import annotations
