@@ -165,7 +165,7 @@ def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         (["1f1b", "--plan", "p.json"], "NAME or --plan, not both"),
         (["--plan", "p.json", "--stages", "4"], "--stages does not apply to --plan"),
         (["--plan", "/no/such/plan.json"], "/no/such/plan.json: cannot read file"),
-        (["1f1b", "-p", "2", "-m", "2", "--bandwidth-trace", "/no/such/trace.json"], "cannot read bandwidth trace"),
+        (["1f1b", "-p", "2", "-m", "2", "--bandwidth-trace", "/no/such/trace.json"], "/no/such/trace.json: cannot read file"),
         (["1f1b", "-p", "4", "-m", "100000000"], "would hold 800,000,000 actions (about 298.0 GiB to simulate); the limit"),
         (["zb-h1", "-p", "100000", "-m", "100"], "zb-h1 with stages=100000, microbatches=100 would hold 30,000,000"),
         (["/no/such/schedule.csv"], "schedule file '/no/such/schedule.csv' does not exist"),

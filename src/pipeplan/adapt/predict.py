@@ -1,0 +1,122 @@
+"""T(k) by simulation: the next iteration of kFkB under estimated link rates and stage compute, memoized."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+from pipeplan.adapt.observation import Link
+from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.core.schedule import Schedule
+from pipeplan.schedules.kfkb import kfkb
+from pipeplan.sim.costs import Costs, Flow
+from pipeplan.sim.engine import simulate
+from pipeplan.sim.memory import order_peak_activation
+from pipeplan.sim.program import Program, compile_schedule
+
+MEMO_SIZE = 4096
+"""Predictions remembered (one per k and rounded rates), least recently used dropped first."""
+
+
+def stage_peak_bytes(pipeline: PipelineModel, schedule: Schedule) -> tuple[float, ...]:
+    """Peak bytes per stage under `schedule`: static bytes plus its in-flight microbatches' saved bytes (sim.memory)."""
+    saved = tuple(c.saved_bytes for c in pipeline.costs.stages)
+    activation = order_peak_activation(schedule, saved)
+    return tuple(c.static_bytes + a for c, a in zip(pipeline.costs.stages, activation, strict=True))
+
+
+def fitting_ks(pipeline: PipelineModel) -> tuple[dict[int, Schedule], dict[int, tuple[float, ...]]]:
+    """The kFkB schedules that fit every stage's memory limit, k = 1..m, and the peak bytes per stage of each k tried.
+
+    Stage r holds min(k (p - r), m) microbatches, so memory grows with k: the
+    search stops at the first k that does not fit (its peaks are returned too,
+    so a caller can say by how much it misses).
+    """
+    p, m = pipeline.num_stages, pipeline.microbatches
+    schedules: dict[int, Schedule] = {}
+    peaks: dict[int, tuple[float, ...]] = {}
+    for k in range(1, m + 1):
+        schedule = kfkb(p, m, k)
+        peaks[k] = stage_peak_bytes(pipeline, schedule)
+        if any(need > limit for need, limit in zip(peaks[k], pipeline.memory_limit_bytes, strict=True)):
+            break
+        schedules[k] = schedule
+    return schedules, peaks
+
+
+def quantize(value: float, step: float) -> int:
+    """The index of value on a logarithmic grid of ratio 1 + step (0 for a value of 1)."""
+    return round(math.log(value) / math.log1p(step))
+
+
+class Predictor:
+    """Simulates one iteration of kFkB for every candidate k under given link factors and stage compute.
+
+    Factors and compute times are rounded to a logarithmic grid of ratio
+    1 + `step` before simulating, and the prediction is memoized on the
+    rounded values: a controller that sees the same network twice pays once.
+    The rounding changes a prediction by at most a factor 1 + step/2.
+    """
+
+    def __init__(self, pipeline: PipelineModel, schedules: Mapping[int, Schedule], step: float = 0.01) -> None:
+        self.pipeline = pipeline
+        self.schedules = dict(schedules)
+        self.programs: dict[int, Program] = {k: compile_schedule(s) for k, s in self.schedules.items()}
+        self.step = step
+        self.simulations = 0
+        self._memo: OrderedDict[tuple[object, ...], float] = OrderedDict()
+        self._costs: OrderedDict[tuple[object, ...], Costs] = OrderedDict()
+
+    def times(
+        self, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None = None
+    ) -> dict[int, float]:
+        """Predicted iteration ms of every candidate k (links absent from `factors` run at nominal rate)."""
+        return {k: self.time(k, factors, compute) for k in self.schedules}
+
+    def time(
+        self, k: int, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None = None
+    ) -> float:
+        """Predicted iteration ms of kFkB with this k."""
+        key = self._key(factors, compute)
+        memo_key = (k, *key)
+        cached = self._memo.get(memo_key)
+        if cached is not None:
+            self._memo.move_to_end(memo_key)
+            return cached
+        costs = self._costs_for(key)
+        self.simulations += 1
+        result = simulate(self.schedules[k], costs, record=False, program=self.programs[k])
+        self._memo[memo_key] = result.iteration_time
+        if len(self._memo) > MEMO_SIZE:
+            self._memo.popitem(last=False)
+        return result.iteration_time
+
+    def _key(self, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None) -> tuple[object, ...]:
+        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.links)
+        if compute is None:
+            return (rates, None)
+        times = tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part)
+        return (rates, times)
+
+    def _costs_for(self, key: tuple[object, ...]) -> Costs:
+        cached = self._costs.get(key)
+        if cached is not None:
+            return cached
+        rates, times = key
+        grid = 1.0 + self.step
+        factor = dict(zip(self.pipeline.links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
+        base = self.pipeline.costs
+        if times is not None:
+            values = [0.0 if q is None else grid**q for q in times]  # type: ignore[attr-defined]
+            p = self.pipeline.num_stages
+            base = self.pipeline.with_compute(values[:p], values[p:])
+
+        def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+            return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
+
+        costs = Costs(base.stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)))
+        self._costs[key] = costs
+        if len(self._costs) > 64:
+            self._costs.popitem(last=False)
+        return costs
