@@ -77,3 +77,45 @@ def test_bad_input_exits_2_with_one_line(
     assert fragment in lines[0], (case, lines[0])
     assert "Traceback" not in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "trace.json"], case
+
+
+# ---- issue 20, the runtime: --adaptive and an emulated network (train checks them before any process starts) ----
+
+KFKB = ["train", "--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4"]
+NETWORK_CASES: list[tuple[str, list[str], str]] = [
+    ("--adaptive with 1f1b", [*TRAIN, "--adaptive"], "schedule '1f1b' has no k to adapt"),
+    ("--adaptive with pipemare", [*KFKB[:4], "pipemare", *KFKB[5:], "--adaptive"], "--adaptive is not supported with"),
+    ("--adaptive with pipeline copies", ["train", "--local", "4", *KFKB[3:], "--adaptive"], "one process per stage"),
+    ("--adaptive with a 1f1b plan", ["train", "--local", "1", "--plan", "PLAN", "--adaptive"], "has no k to adapt"),
+    ("trace without a rate", [*KFKB, "--bandwidth-trace", "SLOW"], "needs a rate to emulate: give --emulate-gb-per-s"),
+    ("trace naming a device outside the job", [*KFKB, "--emulate-gb-per-s", "1", "--bandwidth-trace", "TRACE"],
+     "link [0, 9] names device 9, which this job does not run on (its devices: [0, 1])"),
+    ("unsorted trace", [*KFKB, "--emulate-gb-per-s", "1", "--bandwidth-trace", "UNSORTED"], "sorted"),
+    ("negative factor", [*KFKB, "--emulate-gb-per-s", "1", "--bandwidth-trace", "NEGATIVE"], "factor must be"),
+    ("zero emulated rate", [*KFKB, "--emulate-gb-per-s", "0"], "--emulate-gb-per-s must be a finite number of GB/s > 0"),
+    ("NaN emulated rate", [*KFKB, "--emulate-gb-per-s", "nan"], "--emulate-gb-per-s must be a finite number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv", "fragment"), NETWORK_CASES, ids=[c[0] for c in NETWORK_CASES])
+def test_bad_adaptive_or_network_input_exits_2_with_one_line(
+    case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, one `error:` line holding the fragment, before any process starts and with nothing written."""
+    files = {
+        "PLAN": {**PLAN_WITHOUT_K, "k": 1},
+        "SLOW": [{"t_ms": 0, "link": "all", "factor": 0.1}],
+        "TRACE": [{"t_ms": 0, "link": [0, 9], "factor": 0.5}],
+        "UNSORTED": [{"t_ms": 5, "link": "all", "factor": 0.5}, {"t_ms": 1, "link": "all", "factor": 0.5}],
+        "NEGATIVE": [{"t_ms": 0, "link": "all", "factor": -0.5}],
+    }
+    for name, content in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(content))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *[f"{a}.json" if a in files else a for a in argv])
+    assert code == 2, (case, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
+    assert fragment in lines[0], (case, lines[0])
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.json" for name in files), case

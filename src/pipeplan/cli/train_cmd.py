@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from pipeplan.cli.train_checks import async_settings, check_options, model_of_profile, prediction_inputs, split_ints
+from pipeplan.cli.train_network import network_for_train
 from pipeplan.core.errors import PipeplanError
 
 WORKER_BOOT = "from pipeplan.cli import main; main()"
@@ -105,6 +106,17 @@ def train(
     warmup_steps: int = typer.Option(2, "--warmup-steps", help="Steps left out of the measured median (warm-up)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds any rank waits for a peer before failing."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
+    bandwidth_trace: str | None = typer.Option(
+        None,
+        "--bandwidth-trace",
+        help="Emulate a bandwidth trace (pipeplan.bandwidth_trace/1) on the links; its clock starts with the run.",
+    ),
+    emulate_gb_per_s: float | None = typer.Option(
+        None, "--emulate-gb-per-s", help="Emulate every link at X GB/s (with --plan: default the cluster's link rates)."
+    ),
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="kfkb: choose k between iterations from the measured times (Ada-Grouper)."
+    ),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
     save_grads: str | None = typer.Option(None, "--save-grads", help="Save each rank's gradients of the last iteration here."),
@@ -115,6 +127,7 @@ def train(
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
+    from pipeplan.runtime.options import check_adaptable
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
@@ -126,7 +139,9 @@ def train(
     asynchronous = async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, weight_prediction,
                                   None if epochs else run_steps,
                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
-                                   "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
+                                   "--predict": predict or None, "--save-grads": save_grads,
+                                   "--bandwidth-trace": bandwidth_trace, "--emulate-gb-per-s": emulate_gb_per_s,
+                                   "--adaptive": adaptive or None})  # fmt: skip
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
                   dtype=dtype, trace=trace, png=png, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
@@ -153,15 +168,24 @@ def train(
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
+        if adaptive:
+            check_adaptable(
+                plan_obj.schedule, tuple(map(plan_obj.replicas_of, range(plan_obj.num_ranks))), plan_obj.pipeline_replicas
+            )
     else:
         assert schedule is not None
+        if adaptive:
+            check_adaptable(schedule)
         layout = ScheduleLayout(schedule, stages, microbatches, batch_size, k, chunks, split_ints("--replicas", replicas),
                                 run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
         if local is not None:
             _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+            if adaptive:
+                check_adaptable(schedule, per_rank, copies)
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
+    network = network_for_train(bandwidth_trace, emulate_gb_per_s, cluster, plan_obj.all_devices if plan_obj else None, local)
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 
@@ -178,7 +202,7 @@ def train(
         trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0,
+        epochs=epochs or 0, network=network, adaptive=adaptive,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 
@@ -244,6 +268,8 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
             if report.link is None
             else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
         }
+        if report.adaptive is not None:  # --adaptive: k per iteration, the controller's decisions
+            out["adaptive"] = report.adaptive
         if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
             out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
         if report.evals:
@@ -273,6 +299,11 @@ def _report(report: Any, trace: str | None, png: str | None, as_json: bool) -> N
     if report.delays is not None:
         typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
                    f"{report.delays}")  # fmt: skip
+    if report.adaptive is not None:
+        from pipeplan.cli.train_network import adaptive_lines
+
+        for line in adaptive_lines(report.adaptive):
+            typer.echo(line)
     if trace:
         typer.echo(f"trace:     {trace}")
 
