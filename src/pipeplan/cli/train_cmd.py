@@ -157,7 +157,7 @@ def train(
     if backend not in (None, "gloo", "nccl"):
         raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
     spec_options = parse_options(options or [])
-    layout = plan_obj = None
+    layout = plan_obj = links_from = None
     if plan is None and (profile is not None or cluster is not None):
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
     if plan is not None:
@@ -166,6 +166,7 @@ def train(
         plan_obj, names = read_plan(plan)
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
         if adaptive:
@@ -185,7 +186,7 @@ def train(
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
-    network = network_for_train(bandwidth_trace, emulate_gb_per_s, cluster, plan_obj.all_devices if plan_obj else None, local)
+    network = network_for_train(bandwidth_trace, emulate_gb_per_s, links_from, plan_obj.all_devices if plan_obj else None, local)
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 

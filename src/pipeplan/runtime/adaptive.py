@@ -83,6 +83,7 @@ class AdaptiveK:
             self.link = measure_link(executor.device)  # (latency s, bytes/s), the same on every process
         self.controller: AdaptiveController | None = None
         self.k_used: list[int] = []
+        self.start_ms: list[float] = []
         self.iteration_ms: list[float] = []
         self.predicted_ms: list[float | None] = []
         self.overhead_ms: list[float] = []
@@ -129,6 +130,7 @@ class AdaptiveK:
             raise RuntimeFault(f"iteration {index}: the processes ran with k {[p['k'] for p in parts]}, not all {self.k}")
         seen = observations.observation(index, self.k, parts, self.devices, self.wire is not None)
         self.k_used.append(self.k)
+        self.start_ms.append(seen.start_ms)
         self.iteration_ms.append(seen.iteration_ms)
         self.predicted_ms.append(self._next_prediction)
         if self.controller is None:
@@ -188,9 +190,11 @@ class AdaptiveK:
         return [] if self.controller is None else self.controller.decisions
 
     def report(self) -> dict[str, Any]:
-        """What `train --json` adds under "adaptive": k, measured and predicted ms per iteration, the decisions."""
+        """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
+        trace's), measured and predicted ms and this loop's own cost; every decision."""
         return {
             "k": self.k_used,
+            "start_ms": self.start_ms,
             "iteration_ms": self.iteration_ms,
             "predicted_ms": self.predicted_ms,
             "overhead_ms": self.overhead_ms,
