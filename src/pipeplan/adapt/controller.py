@@ -231,7 +231,7 @@ class AdaptiveController:
         self.k = chosen
         decision = Decision(
             iteration,
-            current,
+            chosen if first else current,
             chosen,
             reason,
             short,
