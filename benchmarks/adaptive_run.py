@@ -1,0 +1,179 @@
+"""Ada-Grouper on the real transport: the adaptive controller against fixed 1F1B, 2 local processes, an emulated link
+under a preempted bandwidth trace.
+
+Usage: .venv/bin/python benchmarks/adaptive_run.py [--pairs N] [--steps S] [--check] [--json OUT]
+
+Model: the built-in `mlp` (8 blocks of Linear 512x512 + ReLU, MSE loss), float32, SGD, global batch 256 in 8
+microbatches of 32, 4 + 4 blocks on 2 processes (gloo over loopback, one thread each, `train --local 2`). A
+microbatch's activation is 64 KiB. The link is emulated at 0.2 GB/s (0.33 ms per activation: a fraction of a
+forward), and a periodic trace (`pipeplan trace periodic --period-ms 3000 --duty 0.6 --factor 0.05`) slows every
+link 20x for the first 60 % of every 3 s (6.6 ms per activation: about the compute of a microbatch's forward and
+backward), from the run's start on. Under 1F1B each slowed transfer lands on the critical path; kFkB with k >= 2
+hides it behind the other microbatches of its group.
+
+Runs alternate A B A B ... (A: `--schedule 1f1b`, B: `--schedule kfkb --k 1 --adaptive`, both under the same
+emulated link and trace), so drifts in machine load hit both alike; each run is S iterations, its time the sum of
+its steps (pipeline, optimizer, the loss exchange and, for B, the controller). /proc/loadavg is read before and
+after every run.
+
+Reported, with the targets of issue 20 (--check exits 1 when one fails):
+- T1: the controller's median run time is >= 10 % below 1F1B's (1 - median B / median A >= 0.10);
+- T2: k changes when the trace changes: in every adaptive run k leaves 1 within 3 iterations of the first
+  slowdown... (the first switch comes after the link slowed, and the k used while slowed differs from 1F1B's);
+- T3: per-iteration predicted time (the controller's T(k) for the k it chose) within 15 % of the measured one
+  (median over the adaptive runs' iterations; also the share of iterations within 15 %, and the same over the
+  iterations whose start and previous iteration saw no change of the trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HIDDEN, BLOCKS, BATCH, MICROBATCHES = 512, 8, 256, 8
+GB_PER_S = 0.2
+PERIOD_MS, DUTY, FACTOR, START_MS = 3000.0, 0.6, 0.05, 1500.0
+TARGET_SPEEDUP, TARGET_PREDICTION = 0.10, 0.15
+BOOT = "from pipeplan.cli import main; main()"
+
+
+def write_trace(path: Path, duration_ms: float) -> Any:
+    """The periodic preemption trace (pipeplan.sim.trace_gen, what `pipeplan trace periodic` writes)."""
+    from pipeplan.sim.trace_gen import periodic_trace
+
+    trace = periodic_trace(PERIOD_MS, DUTY, FACTOR, duration_ms, start_ms=START_MS)
+    path.write_text(json.dumps({"format": "pipeplan.bandwidth_trace/1", "steps": trace.to_json()}))
+    return trace
+
+
+def command(policy: str, steps: int, trace: Path) -> list[str]:
+    """The `pipeplan train` command line of one run."""
+    schedule = ["--schedule", "1f1b"] if policy == "1f1b" else ["--schedule", "kfkb", "--k", "1", "--adaptive"]
+    return ["train", "--local", "2", *schedule, "-p", "2", "-m", str(MICROBATCHES), "--batch-size", str(BATCH),
+            "--opt", f"hidden={HIDDEN}", "--opt", f"blocks={BLOCKS}", "--dataset", "sample", "--optimizer", "sgd",
+            "--lr", "1e-3", "--steps", str(steps), "--emulate-gb-per-s", str(GB_PER_S), "--bandwidth-trace", str(trace),
+            "--no-predict", "--json"]  # fmt: skip
+
+
+def loadavg() -> float:
+    """The 1-minute load average."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def run(policy: str, steps: int, trace: Path) -> dict[str, Any]:
+    """One run: its JSON report, with the load before and after."""
+    before = loadavg()
+    done = subprocess.run([sys.executable, "-c", BOOT, *command(policy, steps, trace)], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"{policy} run failed: {done.stderr.strip().splitlines()[-1:]}")
+    out = json.loads(done.stdout)
+    out |= {"policy": policy, "total_ms": sum(out["step_ms"]), "load": (before, loadavg())}
+    return out
+
+
+def prediction_errors(runs: list[dict[str, Any]], trace: Any) -> tuple[list[float], list[float]]:
+    """|predicted / measured - 1| of every adaptive iteration with a prediction, and of those whose start and the
+    previous iteration's saw the same factor as its end (the trace did not change under it)."""
+    every, steady = [], []
+    for out in runs:
+        a = out["adaptive"]
+        for i, (pred, meas, start) in enumerate(zip(a["predicted_ms"], a["iteration_ms"], a["start_ms"], strict=True)):
+            if pred is None:
+                continue
+            error = abs(pred / meas - 1)
+            every.append(error)
+            since = a["start_ms"][i - 1] if i > 0 else start
+            if len({trace.factor_at((0, 1), t) for t in (since, start, start + meas)}) == 1:
+                steady.append(error)
+    return every, steady
+
+
+def k_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[int]]:
+    """The k of each iteration of an adaptive run, by the trace's factor at its start (slowed or nominal)."""
+    phases: dict[str, list[int]] = {"slowed": [], "nominal": []}
+    for k, start in zip(out["adaptive"]["k"], out["adaptive"]["start_ms"], strict=True):
+        phases["slowed" if trace.factor_at((0, 1), start) < 1 else "nominal"].append(k)
+    return phases
+
+
+def first_switch_after_slowdown(out: dict[str, Any], trace: Any) -> int | None:
+    """Iterations from the first one that starts slowed to the first that runs with k != 1 (None: never)."""
+    a = out["adaptive"]
+    slowed = [i for i, t in enumerate(a["start_ms"]) if trace.factor_at((0, 1), t) < 1]
+    moved = [i for i, k in enumerate(a["k"]) if k != 1]
+    if not slowed or not moved:
+        return None
+    return moved[0] - slowed[0]
+
+
+def main() -> None:
+    """Run the pairs, print the table and the targets; --check exits 1 when a target fails."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3, help="A B pairs (runs alternate A B A B ...)")
+    parser.add_argument("--steps", type=int, default=48, help="iterations per run")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    parser.add_argument("--json", help="write every run's report here")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="adaptive-run-"))
+    trace_path = work / "trace.json"
+    trace = write_trace(trace_path, duration_ms=600_000.0)
+    runs: list[dict[str, Any]] = []
+    for pair in range(args.pairs):
+        for policy in ("1f1b", "adaptive"):
+            out = run(policy, args.steps, trace_path)
+            runs.append(out)
+            ks = out["adaptive"]["k"] if "adaptive" in out else None
+            print(f"pair {pair + 1} {policy:8s} {out['total_ms']:8.0f} ms  load {out['load'][0]:.2f} -> {out['load'][1]:.2f}"
+                  + (f"  k {ks}" if ks else ""), flush=True)  # fmt: skip
+    fixed = [r["total_ms"] for r in runs if r["policy"] == "1f1b"]
+    adaptive = [r for r in runs if r["policy"] == "adaptive"]
+    speedup = 1 - statistics.median(r["total_ms"] for r in adaptive) / statistics.median(fixed)
+    every, steady = prediction_errors(adaptive, trace)
+    lags = [first_switch_after_slowdown(r, trace) for r in adaptive]
+    phases = [k_by_phase(r, trace) for r in adaptive]
+    slowed_k = [k for p in phases for k in p["slowed"]]
+    nominal_k = [k for p in phases for k in p["nominal"]]
+    decision_ms = [d["decision_ms"] for r in adaptive for d in r["adaptive"]["decisions"]]
+    share = sum(decision_ms) / sum(sum(r["adaptive"]["iteration_ms"]) for r in adaptive)
+    print(f"\nmedian run: 1F1B {statistics.median(fixed):.0f} ms, adaptive {statistics.median(r['total_ms'] for r in adaptive):.0f} ms: "
+          f"the controller {speedup:.1%} faster (target >= {TARGET_SPEEDUP:.0%})")  # fmt: skip
+    print(f"k while slowed: {dict(sorted(_count(slowed_k).items()))}; at nominal rate: {dict(sorted(_count(nominal_k).items()))}; "
+          f"iterations from the first slowed one to k != 1: {lags}")  # fmt: skip
+    print(f"predicted vs measured iteration: median error {statistics.median(every):.1%}, {_within(every):.0%} within 15 % "
+          f"({len(every)} iterations); where the trace did not change: median {statistics.median(steady):.1%}, "
+          f"{_within(steady):.0%} within 15 % ({len(steady)})")  # fmt: skip
+    print(f"controller: {statistics.median(decision_ms):.2f} ms per decision (median), max {max(decision_ms):.2f} ms, "
+          f"{share:.2%} of the iterations' time")  # fmt: skip
+    print("command of each run: pipeplan " + " ".join(command("adaptive", args.steps, Path("trace.json"))))
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+    ok = (
+        speedup >= TARGET_SPEEDUP
+        and all(lag is not None and 0 <= lag <= 3 for lag in lags)
+        and statistics.median(every) <= TARGET_PREDICTION
+    )
+    if args.check and not ok:
+        raise SystemExit(1)
+
+
+def _count(values: list[int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return out
+
+
+def _within(errors: list[float]) -> float:
+    return sum(e <= TARGET_PREDICTION for e in errors) / len(errors) if errors else 0.0
+
+
+if __name__ == "__main__":
+    main()
