@@ -143,9 +143,10 @@ def main() -> None:
     nominal_k = [k for p in phases for k in p["nominal"]]
     decision_ms = [d["decision_ms"] for r in adaptive for d in r["adaptive"]["decisions"]]
     share = sum(decision_ms) / sum(sum(r["adaptive"]["iteration_ms"]) for r in adaptive)
-    print(f"\nmedian run: 1F1B {statistics.median(fixed):.0f} ms, adaptive {statistics.median(r['total_ms'] for r in adaptive):.0f} ms: "
+    median_adaptive = statistics.median(r["total_ms"] for r in adaptive)
+    print(f"\nmedian run: 1F1B {statistics.median(fixed):.0f} ms, adaptive {median_adaptive:.0f} ms: "
           f"the controller {speedup:.1%} faster (target >= {TARGET_SPEEDUP:.0%})")  # fmt: skip
-    print(f"k while slowed: {dict(sorted(_count(slowed_k).items()))}; at nominal rate: {dict(sorted(_count(nominal_k).items()))}; "
+    print(f"k while slowed: {_count(slowed_k)}; at nominal rate: {_count(nominal_k)}; "
           f"iterations from the first slowed one to k != 1: {lags}")  # fmt: skip
     print(f"predicted vs measured iteration: median error {statistics.median(every):.1%}, {_within(every):.0%} within 15 % "
           f"({len(every)} iterations); where the trace did not change: median {statistics.median(steady):.1%}, "
@@ -165,10 +166,7 @@ def main() -> None:
 
 
 def _count(values: list[int]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return out
+    return {v: values.count(v) for v in sorted(set(values))}
 
 
 def _within(errors: list[float]) -> float:

@@ -34,7 +34,7 @@ def stage_record(stage: int, received: list[TransferRecord], sent: list[Transfer
 def test_a_slot_carries_a_process_s_measurements_through_the_all_reduce_unchanged() -> None:
     """pack then unpack gives back k, stage, mean compute, times on the run's clock, memory and every message."""
     sent = [TransferRecord(message("act", 0), ORIGIN_S + 0.002, True, 4096)]
-    got = [TransferRecord(message("grad", 0), ORIGIN_S + 0.030, False, 4096, 0.005, (25.0, 29.5))]
+    got = [TransferRecord(message("grad", 0), ORIGIN_S + 0.030, False, 4096, 0.005, (25.0, 29.5), ORIGIN_S + 0.020)]
     values = pack(stage_record(0, got, sent), ORIGIN_S, 2, 0, (ORIGIN_S, ORIGIN_S + 0.05), 1.5, 1e6, 2e5, 8e9)
     assert len(values) <= slot_size(2)
     part = unpack(values + [0.0] * (slot_size(2) - len(values)))  # the rest of the slot stays zero
@@ -42,15 +42,17 @@ def test_a_slot_carries_a_process_s_measurements_through_the_all_reduce_unchange
     assert (part["start_ms"], part["end_ms"], part["optimizer_ms"]) == (0.0, pytest.approx(50.0), 1.5)
     assert (part["static_bytes"], part["activation_bytes"], part["memory_limit_bytes"]) == (1e6, 2e5, 8e9)
     assert part["sent"] == {("act", 0, 0, 0, 1): pytest.approx(2.0)}
-    ((key, nbytes, at_ms, wait_ms, wire),) = part["received"]
+    ((key, nbytes, at_ms, wait_ms, wire, posted),) = part["received"]
     assert (key, nbytes, wait_ms, wire) == (("grad", 0, 0, 1, 0), 4096, pytest.approx(5.0), (25.0, 29.5))
-    assert at_ms == pytest.approx(30.0)
+    assert (at_ms, posted) == (pytest.approx(30.0), pytest.approx(20.0))
 
 
-def parts_of_two_stages(wait_ms: float) -> list[dict[str, object]]:
-    """Process 0 (device 4) sends act 0 at 2 ms; process 1 (device 7) got it at 9 ms after waiting `wait_ms`."""
+def parts_of_two_stages(wait_ms: float, posted_ms: float = 1.0) -> list[dict[str, object]]:
+    """Process 0 (device 4) sends act 0 at 2 ms; process 1 (device 7), its receive posted at `posted_ms`, got it at
+    9 ms after waiting `wait_ms`."""
     sent = [TransferRecord(message("act", 0), ORIGIN_S + 0.002, True, 4096)]
-    got = [TransferRecord(message("act", 0), ORIGIN_S + 0.009, False, 4096, wait_ms / 1000, (3.0, 8.5))]
+    got = [TransferRecord(message("act", 0), ORIGIN_S + 0.009, False, 4096, wait_ms / 1000, (3.0, 8.5),
+                          ORIGIN_S + posted_ms / 1000)]  # fmt: skip
     first = pack(stage_record(0, [], sent), ORIGIN_S, 1, 0, (ORIGIN_S, ORIGIN_S + 0.040), 1.0, 0, 0, 1)
     second = pack(stage_record(1, got, []), ORIGIN_S, 1, 1, (ORIGIN_S + 0.001, ORIGIN_S + 0.045), 1.0, 0, 0, 1)
     return [unpack(first), unpack(second)]
@@ -63,9 +65,12 @@ def test_an_emulated_transfer_is_timed_by_its_stamps_on_its_device_link() -> Non
 
 
 def test_on_the_real_network_only_a_message_waited_for_has_a_known_arrival() -> None:
-    """A waited-for message ran from its send (2 ms) to the end of the wait (9 ms); one found arrived is left out."""
+    """A waited-for message ran from its send (2 ms), or its receive's posting when later (5 ms), to the end of the
+    wait (9 ms); one found arrived is left out."""
     (waited,) = transfers(parts_of_two_stages(wait_ms=3.0), (4, 7), emulated=False)
     assert (waited.link, waited.start_ms, waited.end_ms) == ((4, 7), pytest.approx(2.0), pytest.approx(9.0))
+    (late,) = transfers(parts_of_two_stages(wait_ms=3.0, posted_ms=5.0), (4, 7), emulated=False)
+    assert late.start_ms == pytest.approx(5.0)
     assert transfers(parts_of_two_stages(wait_ms=0.01), (4, 7), emulated=False) == ()
 
 

@@ -43,9 +43,9 @@ def network_for_train(
 def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:
     """The human summary of an adaptive run: k per iteration, each switch with its reason, the controller's cost."""
     ks = adaptive["k"]
-    switches = [d for d in adaptive["decisions"] if d["switched"]]
-    lines = [f"adaptive:  k per iteration {ks}; {len(switches)} switch{'es' if len(switches) != 1 else ''}"]
-    lines += [f"           before iteration {d['iteration']}: {d['reason']}" for d in switches]
+    switches = [d for d in adaptive["decisions"] if d["switched"] and d["iteration"] < len(ks)]  # not after the last
+    lines = [f"adaptive:  k per step {ks}; {len(switches)} switch{'es' if len(switches) != 1 else ''}"]
+    lines += [f"           before step {d['iteration'] + 1}: {d['reason']}" for d in switches]
     decision_ms = [d["decision_ms"] for d in adaptive["decisions"]]
     if decision_ms and adaptive["iteration_ms"]:
         share = sum(decision_ms) / sum(adaptive["iteration_ms"])

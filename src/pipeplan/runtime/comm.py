@@ -48,7 +48,8 @@ class TransferRecord:
     """When a message was sent (sender clock) or arrived (receiver clock); seconds from perf_counter.
 
     A received message also says how long its receiver waited for it (`wait_s`: ~0 when it had arrived before it
-    was needed) and, on an emulated network, its emulated start and arrival (ms on the trace's clock).
+    was needed), when its receive was posted (`posted_s`) and, on an emulated network, its emulated start and
+    arrival (ms on the trace's clock).
     """
 
     message: Message
@@ -57,6 +58,7 @@ class TransferRecord:
     nbytes: int = 0
     wait_s: float = 0.0
     emulated: tuple[float, float] | None = None
+    posted_s: float = 0.0
 
 
 def _encode_shape(tensor: torch.Tensor) -> torch.Tensor:
@@ -196,7 +198,7 @@ class Comm:
             if self.record:
                 arrived = time.perf_counter()
                 nbytes = recv.buffer.numel() * recv.buffer.element_size()
-                self.records.append(TransferRecord(m, arrived, False, nbytes, arrived - began, emulated))
+                self.records.append(TransferRecord(m, arrived, False, nbytes, arrived - began, emulated, recv.posted_s))
             pieces.append(recv.buffer)
             if m.kind == "grad":
                 self._release(m, action)

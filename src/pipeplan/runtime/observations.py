@@ -5,8 +5,9 @@ Note:
     A process's slot holds HEADER's values, then one RECORD per message it sent or received. Times are ms on the
     run's clock (0 when the run started, the same on every process). On an emulated network a transfer's start and
     arrival are the sender's stamps; on the real one, a message whose receiver had to wait for it (longer than
-    BLOCKED_MS) arrived when the wait ended and left when its sender handed it over; a message that was there
-    before it was needed says only that it was fast enough, and is left out.
+    BLOCKED_MS) arrived when the wait ended, and moved from when its sender handed it over or, when later, when
+    its receive was posted (a transport may hold a message until then); a message that was there before it was
+    needed says only that it was fast enough, and is left out.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ BLOCKED_MS = 0.1
 
 HEADER = ("k", "stage", "fwd_ms", "bwd_ms", "start_ms", "end_ms", "optimizer_ms", "static_bytes", "activation_bytes",
           "memory_limit_bytes", "records")  # fmt: skip
-RECORD = ("sent", "grad", "boundary", "microbatch", "src", "dst", "nbytes", "at_ms", "wait_ms", "wire_start_ms", "wire_end_ms")
+RECORD = ("sent", "grad", "boundary", "microbatch", "src", "dst", "nbytes", "at_ms", "wait_ms", "wire_start_ms", "wire_end_ms",
+          "posted_ms")  # fmt: skip
 
 Key = tuple[str, int, int, int, int]
 """A message: (kind, boundary, microbatch, sender process, receiver process)."""
@@ -61,7 +63,7 @@ def pack(
         m = r.message
         wire = r.emulated or (0.0, 0.0)
         rows += [float(r.sent), float(m.kind == "grad"), m.boundary, m.microbatch, m.src, m.dst, r.nbytes, ms(r.at_s),
-                 r.wait_s * 1000.0, *wire]  # fmt: skip
+                 r.wait_s * 1000.0, *wire, ms(r.posted_s) if r.posted_s else 0.0]  # fmt: skip
     header = [k, stage, statistics.fmean(fwd) if fwd else 0.0, statistics.fmean(bwd) if bwd else 0.0, ms(times_s[0]),
               ms(times_s[1]), optimizer_ms, static_bytes, activation_bytes, memory_limit_bytes,
               len(record.transfers)]  # fmt: skip
@@ -70,20 +72,19 @@ def pack(
 
 def unpack(values: Sequence[float]) -> dict[str, Any]:
     """A slot as a dict: HEADER's names, `sent` {message: ms handed over}, `received` [(message, bytes, ms consumed,
-    ms waited, (wire start, wire end))]."""
+    ms waited, (wire start, wire end), ms its receive was posted)]."""
     part: dict[str, Any] = dict(zip(HEADER, values, strict=False))
     part["k"], part["stage"] = int(part["k"]), int(part["stage"])
     part["sent"], part["received"] = {}, []
     width, first = len(RECORD), len(HEADER)
     for i in range(int(part["records"])):
-        sent, grad, boundary, mb, src, dst, nbytes, at_ms, wait_ms, start, end = values[
-            first + i * width : first + (i + 1) * width
-        ]
+        row = values[first + i * width : first + (i + 1) * width]
+        sent, grad, boundary, mb, src, dst, nbytes, at_ms, wait_ms, start, end, posted = row
         key: Key = ("grad" if grad else "act", int(boundary), int(mb), int(src), int(dst))
         if sent:
             part["sent"][key] = at_ms
         else:
-            part["received"].append((key, nbytes, at_ms, wait_ms, (start, end)))
+            part["received"].append((key, nbytes, at_ms, wait_ms, (start, end), posted))
     return part
 
 
@@ -92,12 +93,13 @@ def transfers(parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated:
     issued = {key: at for p in parts for key, at in p["sent"].items()}
     out = []
     for p in parts:
-        for key, nbytes, arrived, wait_ms, wire in p["received"]:
+        for key, nbytes, arrived, wait_ms, wire, posted in p["received"]:
             link = (devices[key[3]], devices[key[4]])
             if emulated:
                 out.append(Transfer(link, nbytes, wire[0], wire[1]))
             elif wait_ms > BLOCKED_MS and key in issued:
-                out.append(Transfer(link, nbytes, issued[key], max(arrived, issued[key])))
+                start = max(issued[key], posted)
+                out.append(Transfer(link, nbytes, start, max(arrived, start)))
     return tuple(sorted(out, key=lambda t: (t.start_ms, t.link)))
 
 
