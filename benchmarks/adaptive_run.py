@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 HIDDEN, BLOCKS, BATCH, MICROBATCHES = 512, 8, 256, 8
+ACTIVATION_BYTES = BATCH // MICROBATCHES * HIDDEN * 4
 GB_PER_S = 0.2
 PERIOD_MS, DUTY, FACTOR, START_MS = 3000.0, 0.6, 0.05, 1500.0
 TARGET_SPEEDUP, TARGET_PREDICTION = 0.10, 0.15
@@ -96,6 +97,29 @@ def prediction_errors(runs: list[dict[str, Any]], trace: Any) -> tuple[list[floa
     return every, steady
 
 
+def hindsight_errors(runs: list[dict[str, Any]], trace: Any) -> list[float]:
+    """|simulated / measured - 1| of every adaptive iteration after the warm-up, simulated with the k it ran, its
+    own measured stage compute and optimizer steps, and the trace's true factors from its start: how closely the
+    simulator follows the emulated network, apart from the controller's forecast of compute and bandwidth."""
+    from pipeplan.adapt import PipelineModel
+    from pipeplan.schedules.kfkb import kfkb
+    from pipeplan.sim.engine import simulate
+
+    errors = []
+    for out in runs:
+        a = out["adaptive"]
+        for i in range(1, len(a["k"])):
+            model = PipelineModel.from_measurements(
+                fwd_ms=a["stage_fwd_ms"][i], bwd_ms=a["stage_bwd_ms"][i], boundary_bytes=[ACTIVATION_BYTES],
+                boundary_links=[(0, 1)], bandwidth_gb_per_s=[GB_PER_S], static_bytes=[0, 0], activation_bytes=[0, 0],
+                memory_limit_bytes=[1e12, 1e12], microbatches=MICROBATCHES, optimizer_ms=out["optimizer_ms_by_process"][i],
+            )  # fmt: skip
+            schedule = kfkb(2, MICROBATCHES, a["k"][i])
+            simulated = simulate(schedule, model.costs, trace, record=False, offset_ms=a["start_ms"][i]).iteration_time
+            errors.append(abs(simulated / a["iteration_ms"][i] - 1))
+    return errors
+
+
 def k_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[int]]:
     """The k of each iteration of an adaptive run, by the trace's factor at its start (slowed or nominal)."""
     phases: dict[str, list[int]] = {"slowed": [], "nominal": []}
@@ -137,6 +161,7 @@ def main() -> None:
     adaptive = [r for r in runs if r["policy"] == "adaptive"]
     speedup = 1 - statistics.median(r["total_ms"] for r in adaptive) / statistics.median(fixed)
     every, steady = prediction_errors(adaptive, trace)
+    hindsight = hindsight_errors(adaptive, trace)
     lags = [first_switch_after_slowdown(r, trace) for r in adaptive]
     phases = [k_by_phase(r, trace) for r in adaptive]
     slowed_k = [k for p in phases for k in p["slowed"]]
@@ -151,6 +176,10 @@ def main() -> None:
     print(f"predicted vs measured iteration: median error {statistics.median(every):.1%}, {_within(every):.0%} within 15 % "
           f"({len(every)} iterations); where the trace did not change: median {statistics.median(steady):.1%}, "
           f"{_within(steady):.0%} within 15 % ({len(steady)})")  # fmt: skip
+    print(
+        f"simulated in hindsight (each iteration's own compute, the true trace): median error "
+        f"{statistics.median(hindsight):.1%}, {_within(hindsight):.0%} within 15 % ({len(hindsight)} iterations)"
+    )
     print(f"controller: {statistics.median(decision_ms):.2f} ms per decision (median), max {max(decision_ms):.2f} ms, "
           f"{share:.2%} of the iterations' time")  # fmt: skip
     print("command of each run: pipeplan " + " ".join(command("adaptive", args.steps, Path("trace.json"))))

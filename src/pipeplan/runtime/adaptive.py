@@ -85,6 +85,7 @@ class AdaptiveK:
         self.k_used: list[int] = []
         self.start_ms: list[float] = []
         self.iteration_ms: list[float] = []
+        self.stage_ms: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
         self.predicted_ms: list[float | None] = []
         self.overhead_ms: list[float] = []
         self._next_prediction: float | None = None
@@ -132,6 +133,7 @@ class AdaptiveK:
         self.k_used.append(self.k)
         self.start_ms.append(seen.start_ms)
         self.iteration_ms.append(seen.iteration_ms)
+        self.stage_ms.append((seen.stage_fwd_ms, seen.stage_bwd_ms))
         self.predicted_ms.append(self._next_prediction)
         if self.controller is None:
             self.controller = self._build(sorted(parts, key=lambda p: p["stage"]))
@@ -191,11 +193,14 @@ class AdaptiveK:
 
     def report(self) -> dict[str, Any]:
         """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
-        trace's), measured and predicted ms and this loop's own cost; every decision."""
+        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch and this loop's
+        own cost; every decision."""
         return {
             "k": self.k_used,
             "start_ms": self.start_ms,
             "iteration_ms": self.iteration_ms,
+            "stage_fwd_ms": [list(fwd) for fwd, _ in self.stage_ms],
+            "stage_bwd_ms": [list(bwd) for _, bwd in self.stage_ms],
             "predicted_ms": self.predicted_ms,
             "overhead_ms": self.overhead_ms,
             "decisions": [d.to_json(timing=True) for d in self.decisions],
