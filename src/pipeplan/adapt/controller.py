@@ -39,8 +39,9 @@ class ControllerConfig:
         network flipping at about the control period from making k flap.
     decision_budget: the share of an iteration a decision may spend simulating: each decision simulates at
         most decision_budget x (last iteration ms) x simulated_events_per_ms / (events per simulation: 2 p m
-        compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predictor.Predictor.search: the current and the last best k, a ladder of k, the
-        best one's neighbours, then the rest; a steady network gets every k simulated within a few decisions).
+        compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predict.Predictor.search: the current
+        and the last best k, a ladder of k, the best one's neighbours, then the rest; a steady network gets every
+        k simulated within a few decisions).
     simulated_events_per_ms: the simulator's speed the budget assumes (a count, not a clock, so every rank fed
         the same observations decides alike; BENCHMARKS.md reports the decision time it gives).
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
