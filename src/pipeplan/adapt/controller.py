@@ -73,7 +73,7 @@ class ControllerConfig:
             "factor_step",
             "reevaluate_change",
             "decision_budget",
-            "simulated_actions_per_ms",
+            "simulated_events_per_ms",
         ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
