@@ -92,7 +92,8 @@ def test_controller_starts_at_the_best_k_and_switches_when_a_link_slows() -> Non
     controller = AdaptiveController.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9))
     assert controller.k_choices == (1, 2)
     assert controller.k == 2 and controller.decisions[0].reason.startswith("start: k=2")
-    assert controller.step(_slow(0, 2, 1.0)).reason.startswith("stay: k=2 is the fastest")
+    assert controller.step(_slow(0, 2, 1.0)).reason.startswith("stay: k=2; every link's measured rate")
+    assert controller.step(_slow(1, 2, 0.25)).reason.startswith("stay: k=2 is the fastest in the slower of two views")
 
 
 def test_threshold_keeps_k_when_the_gain_is_small() -> None:
@@ -101,7 +102,7 @@ def test_threshold_keeps_k_when_the_gain_is_small() -> None:
     controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
     decision = controller.step(_slow(0, 1, 1.0))
     assert decision.k == 1 and not decision.switched
-    assert "a gain of 25.9%, not above the threshold 50%" in decision.reason
+    assert "would gain 25.9% over k=1, not above the threshold 50%" in decision.reason
 
 
 def test_switches_under_a_sustained_slowdown_and_logs_the_link() -> None:

@@ -26,12 +26,24 @@ class ControllerConfig:
 
     gain_threshold: switch only when the best k is predicted faster than the current one by more than this
         fraction of the current k's time (plus `switch_ms`).
-    short_half_life: age (iterations) at which a measurement weighs half, for the estimate that decides.
-    long_half_life: the same for the slower estimate that confirms: a switch must not make the iteration
-        slower under it by more than `gain_threshold`, so a network that flips faster than the controller
-        can follow does not make k flap.
+    short_half_life: age (iterations) at which a measurement weighs half, for the view of the network "now".
+    long_half_life: the same for the view "lately". Each decision predicts with the view whose estimate of each
+        link's rate was closer to what the next iteration measured (errors averaged with this half-life too): after a step change
+        "now" wins, while a network that flips faster than k can follow makes "lately" win, so k does not flap.
     switch_ms: what changing k costs at an iteration boundary (ms); counted against the predicted gain.
     factor_step: predictions are memoized on link factors and stage times rounded to a grid of ratio 1 + step.
+    reevaluate_change: predictions are redone only when a link's estimated rate (either view) or a stage's
+        compute moved by more than this fraction since the last evaluation; otherwise the controller stays at once.
+    reversal_window: a switch that turns back the direction of a switch made fewer than this many iterations
+        before (k up, then down again) must also gain under the "lately" view: the hysteresis that keeps a
+        network flipping at about the control period from making k flap.
+    decision_budget: the share of an iteration a decision may spend simulating: each decision simulates at
+        most decision_budget x (last iteration ms) x simulated_events_per_ms / (events per simulation: 2 p m
+        compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predict.Predictor.search: the current
+        and the last best k, a ladder of k, the best one's neighbours, then the rest; a steady network gets every
+        k simulated within a few decisions).
+    simulated_events_per_ms: the simulator's speed the budget assumes (a count, not a clock, so every rank fed
+        the same observations decides alike; BENCHMARKS.md reports the decision time it gives).
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
     initial_k: the k of the first iteration (None: the best k at nominal bandwidth).
     """
@@ -41,6 +53,10 @@ class ControllerConfig:
     long_half_life: float = 4.0
     switch_ms: float = 0.0
     factor_step: float = 0.01
+    reevaluate_change: float = 0.03
+    reversal_window: int = 8
+    decision_budget: float = 0.005
+    simulated_events_per_ms: float = 800.0
     k_choices: tuple[int, ...] | None = None
     initial_k: int | None = None
 
@@ -49,7 +65,16 @@ class ControllerConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise AdaptError(f"controller {name} must be a finite number >= 0, got {value!r}")
-        for name in ("short_half_life", "long_half_life", "factor_step"):
+        if isinstance(self.reversal_window, bool) or not isinstance(self.reversal_window, int) or self.reversal_window < 0:
+            raise AdaptError(f"controller reversal_window must be an integer >= 0, got {self.reversal_window!r}")
+        for name in (
+            "short_half_life",
+            "long_half_life",
+            "factor_step",
+            "reevaluate_change",
+            "decision_budget",
+            "simulated_events_per_ms",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise AdaptError(f"controller {name} must be a finite number > 0, got {value!r}")
@@ -59,22 +84,27 @@ class ControllerConfig:
 class Decision:
     """The controller's choice for one iteration and why.
 
-    `iteration`: the iteration that runs with `k`; `factors` / `bandwidth_gb_per_s`: each link's estimated rate
-    (as a factor of nominal, and in GB/s) the prediction used; `predicted_ms` / `long_predicted_ms`: T(k) of every
-    candidate under the short- and long-horizon estimates; `peak_bytes`: each candidate's largest per-device
-    peak; `memory_limit_bytes`: the smallest device limit; `decision_ms`: wall time spent deciding.
+    `iteration`: the iteration that runs with `k`; `view`: the estimate the prediction used ("now": short
+    half-life, "lately": long); `factors` / `bandwidth_gb_per_s`: each measured link's rate under that view (as
+    a factor of nominal, and in GB/s); `predicted_ms`: T(k) of every candidate simulated under it;
+    `forecast_error`: each view's mean error (|log| of the factor ratio) against what the following iterations
+    measured; `peak_bytes`: each candidate's largest
+    per-device peak; `memory_limit_bytes`: the smallest device limit; `evaluated`: False when the estimates had
+    not moved and the last evaluation's predictions were reused; `decision_ms`: wall time spent deciding.
     """
 
     iteration: int
     k_before: int
     k: int
     reason: str
+    view: str
     factors: dict[Link, float]
     bandwidth_gb_per_s: dict[Link, float]
     predicted_ms: dict[int, float]
-    long_predicted_ms: dict[int, float]
+    forecast_error: dict[str, float]
     peak_bytes: dict[int, float]
     memory_limit_bytes: float
+    evaluated: bool = True
     decision_ms: float = field(default=0.0, compare=False)
 
     @property
@@ -90,12 +120,14 @@ class Decision:
             "k": self.k,
             "switched": self.switched,
             "reason": self.reason,
+            "view": self.view,
             "factors": {f"{a}->{b}": f for (a, b), f in self.factors.items()},
             "bandwidth_gb_per_s": {f"{a}->{b}": g for (a, b), g in self.bandwidth_gb_per_s.items()},
             "predicted_ms": {str(k): t for k, t in self.predicted_ms.items()},
-            "long_predicted_ms": {str(k): t for k, t in self.long_predicted_ms.items()},
+            "forecast_error": dict(self.forecast_error),
             "peak_bytes": {str(k): b for k, b in self.peak_bytes.items()},
             "memory_limit_bytes": self.memory_limit_bytes,
+            "evaluated": self.evaluated,
         }
         if timing:
             obj["decision_ms"] = self.decision_ms
@@ -111,11 +143,13 @@ class AdaptiveController:
     observations give the same decisions (no clock or randomness steers it),
     so every rank of a job can run its own copy and switch at the same iteration.
 
-    Each decision: estimate every link's rate (short and long half-life) and
-    each stage's compute, simulate the next iteration for every k that fits
-    memory (k = 1..k_max, sim.engine, memoized), and switch to the fastest k
-    when it gains more than the threshold under the short estimate and is not
-    slower by more than the threshold under the long one; else stay.
+    Each decision: estimate every link's rate over two half-lives ("now",
+    "lately") and each stage's compute; take the view whose estimates came
+    closer to what the following iterations measured; simulate the next iteration under it for
+    every k that fits memory (k = 1..k_max, sim.engine, memoized); switch to
+    the fastest when it beats the current k by more than the threshold (and
+    the switch's cost), else stay. When no estimate moved by more than
+    `reevaluate_change` since the last evaluation, it stays without predicting.
     """
 
     def __init__(self, pipeline: PipelineModel, config: ControllerConfig | None = None) -> None:
@@ -137,13 +171,18 @@ class AdaptiveController:
         self.peak_bytes = {k: max(peaks[k]) for k in schedules}
         self.predictor = Predictor(pipeline, schedules, self.config.factor_step)
         stages = pipeline.costs.stages
-        self.short = LinkEstimator(self.config.short_half_life)
-        self.long = LinkEstimator(self.config.long_half_life)
+        self.views = {"now": LinkEstimator(self.config.short_half_life), "lately": LinkEstimator(self.config.long_half_life)}
+        self.forecast_error = dict.fromkeys(self.views, 0.0)
+        self._error_weight = 1.0 - 2.0 ** (-1.0 / self.config.long_half_life)
         self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
         self.decisions: list[Decision] = []
+        self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
+        self._last_switch: tuple[int, int, int] | None = None  # (iteration, k before, k after)
+        self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
         self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
         if self.k not in schedules:
             raise AdaptError(f"initial_k {self.k} is not a candidate (k that fit memory: 1..{self.k_max})")
+        self._best = self.k  # the best k of the last evaluation: searched first next time
         self._decide(0, first=True)
 
     @classmethod
@@ -164,10 +203,10 @@ class AdaptiveController:
         return tuple(self.predictor.schedules)
 
     def predict(self, k: int, factors: dict[Link, float] | None = None) -> float:
-        """Predicted ms of the next iteration with `k` under `factors` (default: the current short estimate)."""
+        """Predicted ms of the next iteration with `k` under `factors` (default: the "now" view's estimate)."""
         if k not in self.predictor.schedules:
             raise AdaptError(f"k={k} is not a candidate (k that fit memory: {list(self.k_choices)})")
-        rates = self.short.factors() if factors is None else factors
+        rates = self.views["now"].factors() if factors is None else factors
         return self.predictor.time(k, rates, self._compute())
 
     def observe(self, observation: IterationObservation) -> None:
@@ -180,9 +219,25 @@ class AdaptiveController:
         if observation.stage_fwd_ms and len(observation.stage_fwd_ms) != p:
             raise AdaptError(f"observation has {len(observation.stage_fwd_ms)} stage times for a {p}-stage pipeline")
         samples = wire_samples(self.pipeline, observation.transfers)
-        for estimator in (self.short, self.long):
+        measured = LinkEstimator.of(samples)
+        if measured:
+            w = self._error_weight
+            for view, estimator in self.views.items():
+                forecast = estimator.factors()
+                error = sum(abs(math.log(f / forecast.get(link, 1.0))) for link, f in measured.items()) / len(measured)
+                self.forecast_error[view] = (1 - w) * self.forecast_error[view] + w * error
+        for estimator in self.views.values():
             estimator.add_iteration(samples, observation.end_ms, observation.iteration_ms)
         self.compute.add_iteration(observation.stage_fwd_ms, observation.stage_bwd_ms)
+        self._iteration_ms = observation.iteration_ms
+
+    def budget(self) -> int:
+        """Simulations the next decision may run (ControllerConfig.decision_budget)."""
+        reference = self._iteration_ms or self.predictor.time(self.k, {}, self._compute())
+        p, m = self.pipeline.num_stages, self.pipeline.microbatches
+        events = 2 * p * m + 2 * (p - 1) * m
+        share = self.config.decision_budget * reference * self.config.simulated_events_per_ms / events
+        return max(2, int(share))
 
     def step(self, observation: IterationObservation) -> Decision:
         """observe(observation), then decide the k of iteration observation.index + 1."""
@@ -194,52 +249,108 @@ class AdaptiveController:
 
     def _decide(self, iteration: int, first: bool = False) -> Decision:
         started = time.perf_counter()
-        short, long = self.short.factors(), self.long.factors()
+        factors = {view: estimator.factors() for view, estimator in self.views.items()}
+        view = min(self.forecast_error, key=lambda v: (self.forecast_error[v], v != "now"))
         compute = self._compute()
-        predicted = self.predictor.times(short, compute)
-        confirm = self.predictor.times(long, compute)
         current = self.k
+        state = (view, factors["now"], factors["lately"], tuple(self.compute.fwd_ms + self.compute.bwd_ms))
+        last = self._evaluated
+        complete = last is not None and len(last[1]) == len(self.predictor.schedules)
+        if not first and last is not None and complete and not self._moved(last[0], state):
+            reason = (
+                f"stay: k={current}; every link's estimated rate and every stage's compute is within "
+                f"{self.config.reevaluate_change:.0%} of the last evaluation's"
+            )
+            return self._log(iteration, current, current, reason, view, factors[view], last[1], started, evaluated=False)
+        predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget())
         best = min(predicted, key=lambda k: (predicted[k], k != current, k))
         threshold = self.config.gain_threshold
         gain = predicted[current] - predicted[best]
+        seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if first and self.config.initial_k is not None:
             chosen, reason = current, f"start: k={current} as configured (k={best} is the fastest at nominal bandwidth)"
         elif first:
             chosen, reason = best, f"start: k={best} is the fastest at nominal bandwidth ({predicted[best]:.4g} ms)"
         elif best == current:
-            chosen, reason = current, f"stay: k={current} is the fastest ({predicted[current]:.4g} ms)"
+            chosen, reason = current, f"stay: k={current} is the fastest ({predicted[current]:.4g} ms) under {seen}"
         elif gain <= threshold * predicted[current] + self.config.switch_ms:
             chosen = current
+            switch = f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else ""
             reason = (
-                f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms, a gain of "
-                f"{gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}"
-                + (f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else "")
+                f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms under {seen}, "
+                f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{switch}"
             )
-        elif confirm[best] > confirm[current] * (1 + threshold):
+        elif (turned := self._turns_back(iteration, current, best)) is not None and (
+            (lately := self.predictor.time(best, factors["lately"], compute))
+            >= (was := self.predictor.time(current, factors["lately"], compute)) * (1 - threshold)
+        ):
             chosen = current
             reason = (
-                f"stay: k={best} would gain {gain / predicted[current]:.1%} now, but is "
-                f"{confirm[best] / confirm[current] - 1:.1%} slower on the longer horizon (the network changes faster "
-                "than k can follow)"
+                f"stay: k={best} would gain {gain / predicted[current]:.1%} under {seen}, but it turns back the switch "
+                f"k={turned[1]} -> {turned[2]} of iteration {turned[0]} and the network as measured lately does not "
+                f"favour it ({lately:.4g} ms against {was:.4g} ms)"
             )
         else:
             chosen = best
             reason = (
                 f"switch: k={current} -> {best}, predicted {predicted[current]:.4g} -> {predicted[best]:.4g} ms "
-                f"({-gain / predicted[current]:+.1%}) at {_links_text(self.pipeline, short)}"
+                f"({-gain / predicted[current]:+.1%}) under {seen}"
             )
+            self._last_switch = (iteration, current, best)
+        self._best = best
+        self._evaluated = (state, predicted)
+        if first and self.config.initial_k is not None:
+            self._evaluated = None  # the configured k was not chosen by this evaluation: evaluate again next time
+        before = chosen if first else current
+        return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started)
+
+    def _turns_back(self, iteration: int, current: int, best: int) -> tuple[int, int, int] | None:
+        """The last switch when moving from current to best reverses its direction within reversal_window, else None."""
+        last = self._last_switch
+        if last is None or iteration - last[0] > self.config.reversal_window:
+            return None
+        return last if (best - current) * (last[2] - last[1]) < 0 else None
+
+    def _moved(self, before: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+        """True when the view changed, or a link factor (either view) or stage time moved by more than
+        reevaluate_change (relative) since `before`."""
+        if before[0] != now[0]:
+            return True
+        limit = self.config.reevaluate_change
+        pairs = [
+            (b.get(link, 1.0), n.get(link, 1.0))
+            for b, n in zip(before[1:3], now[1:3], strict=True)
+            for link in b.keys() | n.keys()
+        ]
+        pairs += list(zip(before[3], now[3], strict=True))
+        return any(abs(new - old) > limit * old for old, new in pairs)
+
+    def _log(
+        self,
+        iteration: int,
+        before: int,
+        chosen: int,
+        reason: str,
+        view: str,
+        factors: dict[Link, float],
+        predicted: dict[int, float],
+        started: float,
+        evaluated: bool = True,
+    ) -> Decision:
         self.k = chosen
         decision = Decision(
             iteration,
-            chosen if first else current,
+            before,
             chosen,
             reason,
-            short,
-            {link: f * self.pipeline.nominal_gb_per_s(link) for link, f in short.items()},
+            view,
+            factors,
+            {link: f * self.pipeline.nominal_gb_per_s(link) for link, f in factors.items()},
             predicted,
-            confirm,
+            dict(self.forecast_error),
             dict(self.peak_bytes),
             min(self.pipeline.memory_limit_bytes),
+            evaluated,
             (time.perf_counter() - started) * 1000.0,
         )
         self.decisions.append(decision)

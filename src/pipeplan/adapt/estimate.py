@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pipeplan.adapt.observation import Link, Transfer
@@ -26,21 +27,29 @@ def wire_samples(pipeline: PipelineModel, transfers: Sequence[Transfer]) -> list
     Raises:
         AdaptError: a transfer on a link no stage boundary of the pipeline uses.
     """
-    by_link: dict[Link, list[Transfer]] = {}
-    for t in transfers:
-        by_link.setdefault(t.link, []).append(t)
+    rates = pipeline.wire_rates
     samples: list[Sample] = []
-    for link, items in by_link.items():
-        latency = pipeline.latency_ms(link) if link in pipeline.flows else 0.0
-        free = -float("inf")
-        for t in sorted(items, key=lambda t: (t.start_ms, t.end_ms)):
-            nominal = pipeline.nominal_ms(link, t.nbytes)
-            start = max(t.start_ms, free)
-            free = max(free, t.end_ms)
-            measured = t.end_ms - start - latency
-            if nominal > 0 and measured > 0:
-                samples.append((link, nominal, measured, t.end_ms))
+    link: Link | None = None
+    per_byte = latency = free = 0.0
+    for t in sorted(transfers, key=_order):
+        if t.link != link:
+            link = t.link
+            if link not in rates:
+                pipeline.nominal_ms(link, 0.0)  # raises, naming the pipeline's links
+            per_byte, latency = rates[link]
+            free = -math.inf
+        start = t.start_ms if t.start_ms > free else free
+        if t.end_ms > free:
+            free = t.end_ms
+        measured = t.end_ms - start - latency
+        nominal = t.nbytes * per_byte
+        if nominal > 0 and measured > 0:
+            samples.append((link, nominal, measured, t.end_ms))
     return samples
+
+
+def _order(t: Transfer) -> tuple[Link, float, float]:
+    return (t.link, t.start_ms, t.end_ms)
 
 
 class LinkEstimator:
@@ -59,15 +68,28 @@ class LinkEstimator:
 
     def add_iteration(self, samples: Sequence[Sample], end_ms: float, iteration_ms: float) -> None:
         """Age what was seen by one iteration, then add this iteration's samples (ending at end_ms)."""
-        decay = 2.0 ** (-1.0 / self.half_life)
-        for link in self._nominal:
-            self._nominal[link] *= decay
-            self._measured[link] *= decay
+        rate = math.log(2.0) / self.half_life
+        decay = math.exp(-rate)
+        nominal_sum, measured_sum = self._nominal, self._measured
+        for link in nominal_sum:
+            nominal_sum[link] *= decay
+            measured_sum[link] *= decay
+        per_ms = rate / iteration_ms
+        exp = math.exp
         for link, nominal, measured, t_end in samples:
-            age = max(0.0, (end_ms - t_end) / iteration_ms)
-            weight = 2.0 ** (-age / self.half_life)
-            self._nominal[link] = self._nominal.get(link, 0.0) + weight * nominal
-            self._measured[link] = self._measured.get(link, 0.0) + weight * measured
+            weight = exp(-(end_ms - t_end) * per_ms) if t_end < end_ms else 1.0
+            nominal_sum[link] = nominal_sum.get(link, 0.0) + weight * nominal
+            measured_sum[link] = measured_sum.get(link, 0.0) + weight * measured
+
+    @staticmethod
+    def of(samples: Sequence[Sample]) -> dict[Link, float]:
+        """Each link's factor over these samples alone, unweighted (what one iteration measured)."""
+        nominal: dict[Link, float] = {}
+        measured: dict[Link, float] = {}
+        for link, n, m, _ in samples:
+            nominal[link] = nominal.get(link, 0.0) + n
+            measured[link] = measured.get(link, 0.0) + m
+        return {link: min(MAX_FACTOR, max(MIN_FACTOR, nominal[link] / m)) for link, m in measured.items()}
 
     def factors(self) -> dict[Link, float]:
         """The current factor of every link seen so far (links never seen are absent: nominal)."""

@@ -27,7 +27,8 @@ class PipelineModel:
     stage s's smallest device. `link_bytes[link]`: bytes one microbatch moves
     over that ordered device pair (each direction of a boundary is its own
     link), so a measured transfer gives the link's rate against its nominal
-    one (`nominal_ms`). `flows[link]`: the flow on each link (derived).
+    one (`nominal_ms`). Derived: `flows[link]`, the flow on each link, and `wire_rates[link]`, its (ms per byte
+    at nominal rate, latency ms).
     """
 
     costs: Costs
@@ -35,6 +36,7 @@ class PipelineModel:
     memory_limit_bytes: tuple[float, ...]
     link_bytes: Mapping[Link, float]
     flows: dict[Link, Flow] = field(init=False, repr=False, compare=False)
+    wire_rates: dict[Link, tuple[float, float]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         stages = len(self.costs.stages)
@@ -47,6 +49,11 @@ class PipelineModel:
         if missing:
             raise AdaptError(f"link_bytes misses link {list(missing[0])} that a transfer uses")
         object.__setattr__(self, "flows", flows)
+        rates = {
+            link: (f.work_ms / self.link_bytes[link] if self.link_bytes[link] > 0 else 0.0, f.latency_ms)
+            for link, f in flows.items()
+        }
+        object.__setattr__(self, "wire_rates", rates)
 
     @property
     def num_stages(self) -> int:
@@ -68,8 +75,7 @@ class PipelineModel:
         if flow is None:
             known = ", ".join(f"{a}->{b}" for a, b in self.links) or "none"
             raise AdaptError(f"transfer on link {list(link)}: no stage boundary of this pipeline uses it (links: {known})")
-        per_byte = flow.work_ms / self.link_bytes[link] if self.link_bytes[link] > 0 else 0.0
-        return nbytes * per_byte
+        return nbytes * self.wire_rates[link][0]
 
     def latency_ms(self, link: Link) -> float:
         """The fixed part of every transfer on `link`."""

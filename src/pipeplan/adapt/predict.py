@@ -15,6 +15,11 @@ from pipeplan.sim.engine import simulate
 from pipeplan.sim.memory import order_peak_activation
 from pipeplan.sim.program import Program, compile_schedule
 
+Compute = tuple[Sequence[float], Sequence[float]]
+"""Per-stage forward and backward ms of one microbatch."""
+Key = tuple[tuple[int, ...], tuple[int | None, ...] | None]
+"""A prediction's rounded state: link factors and stage times as indices on the rounding grid."""
+
 MEMO_SIZE = 4096
 """Predictions remembered (one per k and rounded rates), least recently used dropped first."""
 
@@ -45,6 +50,18 @@ def fitting_ks(pipeline: PipelineModel) -> tuple[dict[int, Schedule], dict[int, 
     return schedules, peaks
 
 
+def ladder(ks: Sequence[int]) -> list[int]:
+    """Rungs 1, 2, 3, 5, 8, 12, ... (each about 1.5 x the last) that are in `ks`, plus the largest k."""
+    present = set(ks)
+    rungs: list[int] = []
+    rung = 1
+    while rung <= max(ks):
+        if rung in present:
+            rungs.append(rung)
+        rung = max(rung + 1, round(rung * 1.5))
+    return [*rungs, max(ks)]
+
+
 def quantize(value: float, step: float) -> int:
     """The index of value on a logarithmic grid of ratio 1 + step (0 for a value of 1)."""
     return round(math.log(value) / math.log1p(step))
@@ -65,41 +82,78 @@ class Predictor:
         self.programs: dict[int, Program] = {k: compile_schedule(s) for k, s in self.schedules.items()}
         self.step = step
         self.simulations = 0
-        self._memo: OrderedDict[tuple[object, ...], float] = OrderedDict()
-        self._costs: OrderedDict[tuple[object, ...], Costs] = OrderedDict()
+        self._ladder = ladder(list(self.schedules))
+        self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
+        self._costs: OrderedDict[Key, Costs] = OrderedDict()
 
-    def times(
-        self, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None = None
-    ) -> dict[int, float]:
+    def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
+        """The rounded state a prediction depends on: link factors (absent: nominal) and stage times (None: the model's)."""
+        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.links)
+        if compute is None:
+            return (rates, None)
+        return (rates, tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part))
+
+    def times(self, factors: Mapping[Link, float], compute: Compute | None = None) -> dict[int, float]:
         """Predicted iteration ms of every candidate k (links absent from `factors` run at nominal rate)."""
-        return {k: self.time(k, factors, compute) for k in self.schedules}
+        key = self.key(factors, compute)
+        return {k: self.time_at(k, key) for k in self.schedules}
 
-    def time(
-        self, k: int, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None = None
-    ) -> float:
+    def time(self, k: int, factors: Mapping[Link, float], compute: Compute | None = None) -> float:
         """Predicted iteration ms of kFkB with this k."""
-        key = self._key(factors, compute)
-        memo_key = (k, *key)
+        return self.time_at(k, self.key(factors, compute))
+
+    def time_at(self, k: int, key: Key) -> float:
+        """Predicted iteration ms of kFkB with this k in the rounded state `key` (memoized)."""
+        memo_key = (k, key)
         cached = self._memo.get(memo_key)
         if cached is not None:
             self._memo.move_to_end(memo_key)
             return cached
-        costs = self._costs_for(key)
         self.simulations += 1
-        result = simulate(self.schedules[k], costs, record=False, program=self.programs[k])
+        result = simulate(self.schedules[k], self._costs_for(key), record=False, program=self.programs[k])
         self._memo[memo_key] = result.iteration_time
         if len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return result.iteration_time
 
-    def _key(self, factors: Mapping[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None) -> tuple[object, ...]:
-        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.links)
-        if compute is None:
-            return (rates, None)
-        times = tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part)
-        return (rates, times)
+    def search(self, key: Key, first: Sequence[int], budget: int) -> dict[int, float]:
+        """Predictions of the candidates in the rounded state `key`, simulating at most `budget` (memoized ones are free).
 
-    def _costs_for(self, key: tuple[object, ...]) -> Costs:
+        Order: `first` (the current k, the last best), the ladder of k about
+        1.5x apart, the neighbours (+-1, +-2) of the best found while it
+        improves, then every other k ascending. A later search in the same
+        state finds the earlier answers in the memo and goes on where that one
+        stopped, so on a steady network every k that fits is simulated within
+        a few decisions.
+        """
+        found: dict[int, float] = {}
+        spent = 0
+
+        def visit(k: int) -> bool:
+            nonlocal spent
+            if k in found or k not in self.schedules:
+                return True
+            value = self._memo.get((k, key))
+            if value is None:
+                if spent >= budget:
+                    return False
+                spent += 1
+                value = self.time_at(k, key)
+            found[k] = value
+            return True
+
+        for k in [*first, *self._ladder]:
+            visit(k)
+        best = None
+        while best != (best := min(found, key=lambda k: (found[k], k))):
+            for k in (best - 1, best + 1, best - 2, best + 2):
+                visit(k)
+        for k in self.schedules:
+            if not visit(k):
+                break
+        return found
+
+    def _costs_for(self, key: Key) -> Costs:
         cached = self._costs.get(key)
         if cached is not None:
             return cached

@@ -122,8 +122,9 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
         peaks.append(peak_bytes(result))
         t += result.iteration_time
         if i + 1 < iterations:
+            observation = observe_result(pipeline, result, i, k, starts[-1])
             started = time.perf_counter()
-            decision = controller.step(observe_result(pipeline, result, i, k, starts[-1]))
+            decision = controller.step(observation)
             spent.append((time.perf_counter() - started) * 1000.0)
             if decision.k != k:
                 t += switch_ms
