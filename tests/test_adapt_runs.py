@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from adapt_cases import bert_plan, numbers
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapt_cases import bert_plan, numbers
 from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
 from pipeplan.adapt.compare import compare_policies
 from pipeplan.adapt.predict import fitting_ks
