@@ -87,41 +87,72 @@ def test_older_measurements_weigh_less() -> None:
     assert 0.25 < long.factors()[(1, 2)] < short.factors()[(1, 2)] < 1.0
 
 
-def test_controller_starts_at_the_best_k_and_switches_when_a_link_slows() -> None:
-    """Idle: the best predicted k; a 4x slower middle link makes a larger k faster by more than the threshold."""
+def test_controller_starts_at_the_best_k_and_stays_while_nothing_moves() -> None:
+    """Idle: the best predicted k; an unchanged network is not predicted again; a slower one is."""
     controller = AdaptiveController.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9))
     assert controller.k_choices == (1, 2)
-    assert controller.k == 2 and controller.decisions[0].reason.startswith("start: k=2")
-    assert controller.step(_slow(0, 2, 1.0)).reason.startswith("stay: k=2; every link's measured rate")
-    assert controller.step(_slow(1, 2, 0.25)).reason.startswith("stay: k=2 is the fastest in the slower of two views")
+    assert controller.k == 2 and controller.decisions[0].reason.startswith("start: k=2 is the fastest at nominal")
+    steady = controller.step(_slow(0, 2, 1.0))
+    assert steady.reason.startswith("stay: k=2; every link's estimated rate") and not steady.evaluated
+    slowed = controller.step(_slow(1, 2, 0.25))
+    assert slowed.evaluated and slowed.reason.startswith("stay: k=2 is the fastest")
 
 
 def test_threshold_keeps_k_when_the_gain_is_small() -> None:
-    """A gain below gain_threshold is logged with its size and k stays."""
+    """A gain below gain_threshold is logged with its size and k stays (a configured start is evaluated again)."""
     config = ControllerConfig(gain_threshold=0.5, initial_k=1)
     controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
+    assert controller.decisions[0].reason == "start: k=1 as configured (k=2 is the fastest at nominal bandwidth)"
     decision = controller.step(_slow(0, 1, 1.0))
     assert decision.k == 1 and not decision.switched
-    assert "would gain 25.9% over k=1, not above the threshold 50%" in decision.reason
+    assert "would take 63 ms against 85 ms" in decision.reason
+    assert "a gain of 25.9%, not above the threshold 50%" in decision.reason
 
 
 def test_switches_under_a_sustained_slowdown_and_logs_the_link() -> None:
-    """Starting at k=1, a middle link at 0.25 for a few iterations moves k up, naming the link's rate."""
+    """Starting at k=1, a middle link at 0.25 moves k up at the next boundary, naming the link's rate."""
     config = ControllerConfig(initial_k=1, k_choices=(1, 2, 4))
     controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
     decisions = [controller.step(_slow(i, controller.k, 0.25)) for i in range(3)]
-    switch = next(d for d in decisions if d.switched)
-    assert switch.k > 1 and switch.predicted_ms[switch.k] < switch.predicted_ms[1]
+    switch = decisions[0]
+    assert switch.switched and (switch.k_before, switch.k) == (1, 2)
+    assert switch.predicted_ms[2] < switch.predicted_ms[1]
     assert "link 1->2 0.25 GB/s (0.25 x nominal)" in switch.reason
     assert switch.to_json()["bandwidth_gb_per_s"]["1->2"] == pytest.approx(0.25)
+    assert not any(d.switched for d in decisions[1:])
 
 
 def test_an_alternating_network_does_not_make_k_flap() -> None:
-    """A link that is slow one iteration and fast the next changes k at most once over 20 iterations."""
+    """A link slow one iteration and fast the next: at most two switches in 20 iterations, none after the eighth."""
     controller = AdaptiveController.from_measurements(ControllerConfig(initial_k=1), **numbers(p=4, m=16))
     for i in range(20):
         controller.step(_slow(i, controller.k, 0.2 if i % 2 == 0 else 1.0))
-    assert sum(d.switched for d in controller.decisions) <= 1
+    switched = [d.iteration for d in controller.decisions if d.switched]
+    assert len(switched) <= 2 and max(switched) <= 8
+
+
+def test_the_view_that_forecast_better_decides() -> None:
+    """After a lasting step change the short view forecasts better; on an alternating network the long one does."""
+    step = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(6):
+        step.step(_slow(i, step.k, 1.0 if i < 2 else 0.3))
+    assert step.decisions[-1].view == "now"
+    alternating = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(12):
+        alternating.step(_slow(i, alternating.k, 0.2 if i % 2 == 0 else 1.0))
+    assert alternating.decisions[-1].view == "lately"
+    assert alternating.forecast_error["lately"] < alternating.forecast_error["now"]
+
+
+def test_a_decision_simulates_within_its_budget() -> None:
+    """The budget grows with the iteration it is a share of; a search never runs more simulations than allowed."""
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    events = 2 * 4 * 16 + 2 * 3 * 16
+    controller.observe(_slow(0, controller.k, 0.5))
+    assert controller.budget() == max(2, int(0.005 * 100.0 * 800.0 / events))
+    before = controller.predictor.simulations
+    controller.step(_slow(1, controller.k, 0.3))
+    assert controller.predictor.simulations - before <= controller.budget()
 
 
 def test_same_observations_give_the_same_decisions() -> None:
@@ -149,3 +180,18 @@ def test_config_and_observation_errors() -> None:
         controller.observe(IterationObservation(0, 1, 10.0, (1.0, 1.0), (2.0, 2.0)))
     with pytest.raises(AdaptError, match=r"link \[7, 8\]: no stage boundary"):
         controller.observe(IterationObservation(0, 1, 10.0, transfers=(Transfer((7, 8), 1.0, 0.0, 1.0),)))
+
+
+def test_repeated_searches_in_one_state_cover_every_k_within_their_budgets() -> None:
+    """Each search spends at most its budget; searches in the same rounded state go on until every k is simulated."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    key = predictor.key({(1, 2): 0.3})
+    seen: dict[int, float] = {}
+    for _ in range(16):
+        before = predictor.simulations
+        seen = predictor.search(key, (1,), budget=3)
+        assert predictor.simulations - before <= 3
+    assert sorted(seen) == list(range(1, 17))
+    assert seen == predictor.times({(1, 2): 0.3})

@@ -34,9 +34,10 @@ class ControllerConfig:
     factor_step: predictions are memoized on link factors and stage times rounded to a grid of ratio 1 + step.
     reevaluate_change: predictions are redone only when a link's estimated rate (either view) or a stage's
         compute moved by more than this fraction since the last evaluation; otherwise the controller stays at once.
-    reversal_window: a switch that turns back the direction of a switch made fewer than this many iterations
-        before (k up, then down again) must also gain under the "lately" view: the hysteresis that keeps a
-        network flipping at about the control period from making k flap.
+    reversal_window: a switch at most this many iterations after the last one needs the threshold doubled for
+        every switch in a row that came that quickly; one that also turns back the last one's direction (k up,
+        then down again) must gain under the "lately" view too, unless the "now" view forecasts at least twice
+        as well: the hysteresis that keeps a network flipping at about the control period from making k flap.
     decision_budget: the share of an iteration a decision may spend simulating: each decision simulates at
         most decision_budget x (last iteration ms) x simulated_events_per_ms / (events per simulation: 2 p m
         compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predict.Predictor.search: the current
@@ -178,6 +179,7 @@ class AdaptiveController:
         self.decisions: list[Decision] = []
         self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
         self._last_switch: tuple[int, int, int] | None = None  # (iteration, k before, k after)
+        self._churn = 0  # switches in a row that each came within reversal_window of the one before
         self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
         self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
         if self.k not in schedules:
@@ -264,7 +266,9 @@ class AdaptiveController:
             return self._log(iteration, current, current, reason, view, factors[view], last[1], started, evaluated=False)
         predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget())
         best = min(predicted, key=lambda k: (predicted[k], k != current, k))
-        threshold = self.config.gain_threshold
+        turned = self._turns_back(iteration, current, best)
+        recent = self._last_switch is not None and iteration - self._last_switch[0] <= self.config.reversal_window
+        threshold = self.config.gain_threshold * (2**self._churn if recent else 1)
         gain = predicted[current] - predicted[best]
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if first and self.config.initial_k is not None:
@@ -276,12 +280,15 @@ class AdaptiveController:
         elif gain <= threshold * predicted[current] + self.config.switch_ms:
             chosen = current
             switch = f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else ""
+            doubled = f" (doubled for each of {self._churn} switches in quick succession)" if recent and self._churn else ""
             reason = (
                 f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms under {seen}, "
-                f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{switch}"
+                f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{doubled}{switch}"
             )
-        elif (turned := self._turns_back(iteration, current, best)) is not None and (
-            (lately := self.predictor.time(best, factors["lately"], compute))
+        elif (
+            turned is not None
+            and not (view == "now" and self.forecast_error["now"] * 2 <= self.forecast_error["lately"])
+            and (lately := self.predictor.time(best, factors["lately"], compute))
             >= (was := self.predictor.time(current, factors["lately"], compute)) * (1 - threshold)
         ):
             chosen = current
@@ -297,6 +304,7 @@ class AdaptiveController:
                 f"({-gain / predicted[current]:+.1%}) under {seen}"
             )
             self._last_switch = (iteration, current, best)
+            self._churn = self._churn + 1 if recent else 0
         self._best = best
         self._evaluated = (state, predicted)
         if first and self.config.initial_k is not None:

@@ -21,6 +21,8 @@ Key = tuple[tuple[int, ...], tuple[int | None, ...] | None]
 """A prediction's rounded state: link factors and stage times as indices on the rounding grid."""
 
 MEMO_SIZE = 4096
+RECALL_SIZE = 256
+"""States whose best k a search remembers (to try first in a nearby state)."""
 """Predictions remembered (one per k and rounded rates), least recently used dropped first."""
 
 
@@ -83,6 +85,7 @@ class Predictor:
         self.step = step
         self.simulations = 0
         self._ladder = ladder(list(self.schedules))
+        self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
         self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
         self._costs: OrderedDict[Key, Costs] = OrderedDict()
 
@@ -119,12 +122,13 @@ class Predictor:
     def search(self, key: Key, first: Sequence[int], budget: int) -> dict[int, float]:
         """Predictions of the candidates in the rounded state `key`, simulating at most `budget` (memoized ones are free).
 
-        Order: `first` (the current k, the last best), the ladder of k about
-        1.5x apart, the neighbours (+-1, +-2) of the best found while it
-        improves, then every other k ascending. A later search in the same
-        state finds the earlier answers in the memo and goes on where that one
-        stopped, so on a steady network every k that fits is simulated within
-        a few decisions.
+        Order: `first` (the current k, the last best), the best k of the
+        nearest state searched before (a burst that comes back finds its k at
+        once), the ladder of k about 1.5x apart, the neighbours (+-1, +-2) of
+        the best found while it improves, then every other k ascending. A
+        later search in the same state finds the earlier answers in the memo
+        and goes on where that one stopped, so on a steady network every k
+        that fits is simulated within a few decisions.
         """
         found: dict[int, float] = {}
         spent = 0
@@ -142,7 +146,7 @@ class Predictor:
             found[k] = value
             return True
 
-        for k in [*first, *self._ladder]:
+        for k in [*first, *self._recalled(key), *self._ladder]:
             visit(k)
         best = None
         while best != (best := min(found, key=lambda k: (found[k], k))):
@@ -151,7 +155,26 @@ class Predictor:
         for k in self.schedules:
             if not visit(k):
                 break
+        self._best_at[key] = best
+        self._best_at.move_to_end(key)
+        if len(self._best_at) > RECALL_SIZE:
+            self._best_at.popitem(last=False)
         return found
+
+    def _recalled(self, key: Key) -> list[int]:
+        """The best k found in the searched state nearest to `key` (rounded rates and times, summed distance)."""
+        if not self._best_at:
+            return []
+        rates, times = key
+
+        def distance(other: Key) -> float:
+            far = sum(abs(a - b) for a, b in zip(rates, other[0], strict=True))
+            if times is not None and other[1] is not None:
+                far += sum(abs((a or 0) - (b or 0)) for a, b in zip(times, other[1], strict=True))
+            return far
+
+        nearest = min(self._best_at, key=distance)
+        return [self._best_at[nearest]]
 
     def _costs_for(self, key: Key) -> Costs:
         cached = self._costs.get(key)

@@ -61,9 +61,9 @@ def run_fixed(
 def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: int, start_ms: float) -> IterationObservation:
     """What the simulated iteration shows a controller: per-stage mean F and B, and every transfer on its links.
 
-    A transfer span is charged to each flow of its boundary (a boundary
-    between replicated stages moves over several pairs at once and ends with
-    its slowest); times are moved onto the trace's clock.
+    Each flow's own wire time: the FlowSpans where the transfer queue timed
+    flows one by one (several pairs, a NIC, a traced link), else the transfer
+    span of the boundary's one flow. Times are moved onto the trace's clock.
     """
     p = pipeline.num_stages
     sums = [[0.0, 0, 0.0, 0] for _ in range(p)]
@@ -78,13 +78,16 @@ def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: in
     fwd = tuple(r[0] / r[1] if r[1] else c.fwd_ms for r, c in zip(sums, pipeline.costs.stages, strict=True))
     bwd = tuple(r[2] / r[3] if r[3] else c.bwd_ms for r, c in zip(sums, pipeline.costs.stages, strict=True))
     costs = pipeline.costs
-    transfers = []
+    link_bytes = pipeline.link_bytes
+    transfers = [Transfer(f.link, link_bytes[f.link], start_ms + f.start_ms, start_ms + f.end_ms) for f in result.flows]
+    logged = {(f.kind, f.boundary) for f in result.flows}
     for span in result.transfers:
-        flows = costs.forward[span.src_stage] if span.kind == "act" else costs.backward[span.dst_stage]
-        for flow in flows:
-            transfers.append(
-                Transfer(flow.link, pipeline.link_bytes[flow.link], start_ms + span.start_ms, start_ms + span.end_ms)
-            )
+        boundary = span.src_stage if span.kind == "act" else span.dst_stage
+        if (span.kind, boundary) in logged:
+            continue
+        flows = costs.forward[boundary] if span.kind == "act" else costs.backward[boundary]
+        link = flows[0].link
+        transfers.append(Transfer(link, link_bytes[link], start_ms + span.start_ms, start_ms + span.end_ms))
     return IterationObservation(index, k, result.iteration_time, fwd, bwd, tuple(transfers), start_ms)
 
 

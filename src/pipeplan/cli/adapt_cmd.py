@@ -93,8 +93,9 @@ def print_report(comparison: AdaptComparison, plan: str, iterations: int) -> Non
 
     base = comparison.policies["1f1b"].total_ms
     table = Table(title=f"{plan}: {iterations} iterations under the trace", title_justify="left")
-    for header in ("policy", "total s", "mean iteration ms", "vs 1F1B", "k used", "switches", "peak memory"):
-        table.add_column(header, justify="left" if header in ("policy", "k used") else "right")
+    table.add_column("policy", no_wrap=True, min_width=11)
+    for header in ("total s", "mean iteration ms", "vs 1F1B", "k used", "switches", "peak memory"):
+        table.add_column(header, justify="left" if header == "k used" else "right")
     rows = list(comparison.policies.items()) + [(f"fixed k={k}", run) for k, run in comparison.fixed.items()]
     for name, run in rows:
         used = sorted(set(run.k))

@@ -21,17 +21,35 @@ trace_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-LINKS_HELP = 'Links the trace slows: "all", or a comma-separated list of a-b (device a to b) and a=b (both directions).'
+LINKS_HELP = (
+    'Links the trace slows: "all", "inter-node" (every pair of devices on different nodes of --cluster), or a '
+    "comma-separated list of a-b (device a to b) and a=b (both directions)."
+)
+CLUSTER_HELP = 'Cluster (path or built-in name) whose nodes "--links inter-node" reads.'
 
 
-def parse_links(text: str) -> list[Link] | None:
-    """--links: None for "all", else the ordered device pairs ("a-b" one direction, "a=b" both), in order given.
+def parse_links(text: str, cluster: str | None = None) -> list[Link] | None:
+    """--links: None for "all", every cross-node pair of `cluster` for "inter-node", else the ordered device pairs
+    ("a-b" one direction, "a=b" both), in the order given.
 
     Raises:
-        CostError: naming the part that is not a-b or a=b with two different device ids.
+        CostError: naming the part that is not a-b or a=b with two different device ids, or "inter-node" without a
+            cluster of several nodes.
     """
+    if cluster is not None and text.strip() != "inter-node":
+        raise CostError(f"--cluster applies only with --links inter-node, got --links {text!r}")
     if text.strip() == "all":
         return None
+    if text.strip() == "inter-node":
+        if cluster is None:
+            raise CostError("--links inter-node needs --cluster (whose nodes it reads)")
+        from pipeplan.io.load import load_cluster
+
+        devices = load_cluster(cluster).devices
+        pairs = [(a.id, b.id) for a in devices for b in devices if a.node != b.node]
+        if not pairs:
+            raise CostError(f"--links inter-node: cluster {cluster!r} has one node, so no link between nodes")
+        return pairs
     links: list[Link] = []
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)\s*([-=])\s*(\d+)\s*", part)
@@ -51,7 +69,9 @@ def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
     obj = {"format": "pipeplan.bandwidth_trace/1", "generator": generator, "steps": trace.to_json()}
     write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n")
     links = trace.links()
-    named = "all links" if not links else ", ".join(f"{a}->{b}" for a, b in links)
+    named = "all links" if not links else ", ".join(f"{a}->{b}" for a, b in links[:4])
+    if len(links) > 4:
+        named = f"{len(links)} links ({named}, ...)"
     lowest = min((s.factor for s in trace.steps), default=1.0)
     typer.echo(f"wrote {out}: {len(trace.steps)} steps over {trace.end_ms / 1000:g} s on {named}, lowest factor {lowest:.3g}")
 
@@ -68,6 +88,7 @@ def periodic(
     duty: float = typer.Option(..., "--duty", help="Fraction of each period the links are slowed, in (0, 1]."),
     factor: float = typer.Option(..., "--factor", help="Slowed rate as a fraction of nominal, > 0 (0.25: 4x slower)."),
     links: str = typer.Option("all", "--links", help=LINKS_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=CLUSTER_HELP),
     duration_ms: float = typer.Option(..., "--duration-ms", help="Trace length (ms); nominal rate after it."),
     start_ms: float = typer.Option(0.0, "--start-ms", help="When the first period begins (ms)."),
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
@@ -76,7 +97,7 @@ def periodic(
     from pipeplan.sim.trace_gen import periodic_trace
 
     _check_out(out)
-    pairs = parse_links(links)
+    pairs = parse_links(links, cluster)
     trace = periodic_trace(period_ms, duty, factor, duration_ms, pairs, start_ms)
     params = {"period_ms": period_ms, "duty": duty, "factor": factor, "links": links, "duration_ms": duration_ms}
     _write(trace, out, {"kind": "periodic", **params, "start_ms": start_ms})
@@ -98,6 +119,7 @@ def markov(
     mean_fast_ms: float = typer.Option(..., "--mean-fast-ms", help="Mean time at nominal rate between bursts (ms)."),
     factor_range: str = typer.Option(..., "--factor-range", help="LOW,HIGH: each burst's factor is uniform in it."),
     links: str = typer.Option("all", "--links", help=LINKS_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=CLUSTER_HELP),
     duration_ms: float = typer.Option(..., "--duration-ms", help="Trace length (ms); nominal rate after it."),
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
@@ -105,7 +127,7 @@ def markov(
     from pipeplan.sim.trace_gen import markov_trace
 
     _check_out(out)
-    pairs = parse_links(links)
+    pairs = parse_links(links, cluster)
     low, high = _range(factor_range)
     trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, (low, high), duration_ms, pairs)
     params = {"seed": seed, "mean_slow_ms": mean_slow_ms, "mean_fast_ms": mean_fast_ms, "factor_range": [low, high]}
@@ -118,6 +140,7 @@ def replay(
     nominal: float = typer.Option(..., "--nominal", help="The value that means nominal rate (same unit as the series)."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Trace seconds per series second (0.1: ten times faster)."),
     links: str = typer.Option("all", "--links", help=LINKS_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=CLUSTER_HELP),
     min_factor: float = typer.Option(0.05, "--min-factor", help="Lowest factor (a measured 0 would never deliver)."),
     max_factor: float = typer.Option(1.0, "--max-factor", help="Highest factor (1: a link never beats its nominal rate)."),
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
@@ -129,7 +152,7 @@ def replay(
     from pipeplan.sim.trace_gen import replay_trace
 
     _check_out(out)
-    pairs = parse_links(links)
+    pairs = parse_links(links, cluster)
     data = read_series(series)
     trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor)
     params = {"series": os.path.basename(series), "source": list(data.comments), "nominal": nominal, "unit": data.value_name}

@@ -12,7 +12,7 @@ from pipeplan.sim.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.costs import Costs
 from pipeplan.sim.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.program import Program, peak_saved_bytes, program_for
-from pipeplan.sim.result import RankStats, SimResult
+from pipeplan.sim.result import FlowSpan, RankStats, SimResult
 from pipeplan.sim.trace import BandwidthTrace
 from pipeplan.sim.transfers import TransferTable
 
@@ -35,7 +35,7 @@ def simulate(
             producer shows up as a deadlock).
         costs: per-stage compute and memory, per-boundary flows.
         trace: bandwidth multipliers over time per link.
-        record: build the timeline (`compute`, `transfers`); False leaves them empty, for speed.
+        record: build the timeline (`compute`, `transfers`, `flows`); False leaves them empty, for speed.
         offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
             the result stays relative to the iteration's start.
         program: `schedule` compiled (sim.program.compile_schedule) by a caller that simulates it many times
@@ -96,6 +96,8 @@ def _simulate(
     for c in costs.stages:
         durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]  # type: ignore[list-item]
     table = TransferTable(schedule.stage_to_rank, costs, trace, offset_ms)
+    if record:
+        table.flow_log = []
     run = preferred if table.single_producer else run_events
     outcome = run(program, durations, table)
     stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]
@@ -132,4 +134,18 @@ def _simulate(
         program.stage_peak_inflight,
         *(timeline(program, outcome) if record else ((), ())),
         schedule.name,
+        flow_spans(costs, table.flow_log) if record else (),
     )
+
+
+def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) -> tuple[FlowSpan, ...]:
+    """The transfer table's flow log as FlowSpans (transfer index t < S-1: activation of boundary t, else gradient)."""
+    boundaries = len(costs.forward)
+    spans = []
+    for transfer, index, start, end in log or ():
+        if transfer < boundaries:
+            spans.append(FlowSpan("act", transfer, costs.forward[transfer][index].link, start, end))
+        else:
+            b = transfer - boundaries
+            spans.append(FlowSpan("grad", b, costs.backward[b][index].link, start, end))
+    return tuple(spans)
