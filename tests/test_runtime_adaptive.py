@@ -47,6 +47,14 @@ def test_a_slot_carries_a_process_s_measurements_through_the_all_reduce_unchange
     assert (at_ms, posted) == (pytest.approx(30.0), pytest.approx(20.0))
 
 
+def test_a_stage_s_compute_is_what_its_actions_cost_the_process_when_the_executor_measured_it() -> None:
+    """With busy times (compute plus the action's own message handling) the means come from them, not the spans."""
+    spans = stage_record(1, [], []).compute
+    record = StepRecord(0.5, spans, (), 2, ((1, 2),), busy_s=(0.003, 0.003, 0.005, 0.007))
+    part = unpack(pack(record, ORIGIN_S, 1, 1, (ORIGIN_S, ORIGIN_S + 0.05), 0.0, 0, 0, 1))
+    assert (part["fwd_ms"], part["bwd_ms"]) == (pytest.approx(3.0), pytest.approx(6.0))
+
+
 def parts_of_two_stages(wait_ms: float, posted_ms: float = 1.0) -> list[dict[str, object]]:
     """Process 0 (device 4) sends act 0 at 2 ms; process 1 (device 7), its receive posted at `posted_ms`, got it at
     9 ms after waiting `wait_ms`."""

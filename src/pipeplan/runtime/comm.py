@@ -121,6 +121,8 @@ class Comm:
         self._shapes: dict[tuple[str, int, int, int], tuple[torch.dtype, tuple[int, ...]]] = {}
         self._shape_sent: set[tuple[str, int, int, int]] = set()
         self.records: list[TransferRecord] = []
+        self.receive_s = 0.0
+        """Seconds spent in `receive` since the caller last set it to 0 (waiting for inputs, mostly)."""
         self._begin()
 
     def _begin(self) -> None:
@@ -177,6 +179,7 @@ class Comm:
         needed = self._needs[action]
         if not needed:
             return None
+        called = time.perf_counter()
         pieces = []
         for m, index in needed:
             key = _key(m)
@@ -202,7 +205,9 @@ class Comm:
             pieces.append(recv.buffer)
             if m.kind == "grad":
                 self._release(m, action)
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        tensor = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        self.receive_s += time.perf_counter() - called
+        return tensor
 
     # ---- sending ---------------------------------------------------------------------------------------------
     def send(self, action: Action, tensor: torch.Tensor | None) -> None:

@@ -26,13 +26,18 @@ from pipeplan.sim.result import ComputeSpan
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """What one process measured in one iteration: its loss share and, when recorded, its spans (perf_counter s)."""
+    """What one process measured in one iteration: its loss share and, when recorded, its spans (perf_counter s).
+
+    `busy_s[i]`, when recorded, is what action i cost its process: its whole time (posting receives, the compute,
+    handing its output over) less the time it waited for its input; a compute span is the compute alone.
+    """
 
     loss: float
     compute: tuple[ComputeSpan, ...]
     transfers: tuple[TransferRecord, ...]
     peak_inflight: int
     stage_peaks: tuple[tuple[int, int], ...]
+    busy_s: tuple[float, ...] = ()
 
 
 class StageHooks(Protocol):
@@ -148,6 +153,7 @@ class Executor:
         self._loss = torch.zeros((), dtype=torch.float64)
         self.microbatch_losses = {}
         spans: list[ComputeSpan] = []
+        self._busy: list[float] = []
         stage_peaks = dict.fromkeys(self.stages, 0)
         self._current = None
         try:
@@ -165,7 +171,12 @@ class Executor:
             raise RuntimeFault(f"{who}: {message}") from exc
         self.step_index += 1
         return StepRecord(
-            float(self._loss), tuple(spans), tuple(self.comm.records), self._peak, tuple(sorted(stage_peaks.items()))
+            float(self._loss),
+            tuple(spans),
+            tuple(self.comm.records),
+            self._peak,
+            tuple(sorted(stage_peaks.items())),
+            tuple(self._busy),
         )
 
     def _walk(
@@ -182,12 +193,14 @@ class Executor:
         for i, action in enumerate(self.actions):
             self._current = action
             self.faults.check(self.role.process, self.step_index, action)
+            begun = time.perf_counter()
+            self.comm.receive_s = 0.0
             self.comm.prefetch(i)
             start = self._dispatch(action, inputs, targets)
             if record:
-                spans.append(
-                    ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
-                )
+                end = time.perf_counter()
+                spans.append(ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, end))
+                self._busy.append(end - begun - self.comm.receive_s)
             self._peak = max(self._peak, sum(st.inflight for st in self.stages.values()))
             stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
             if self._last_backward.get(action.stage) == i:

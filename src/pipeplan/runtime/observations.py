@@ -49,15 +49,17 @@ def pack(
     activation_bytes: float,
     memory_limit_bytes: float,
 ) -> list[float]:
-    """One process's slot: what it ran (k, its stage), its mean forward and backward per microbatch, the
-    iteration's start and the end of its optimizer step (`times_s`, perf_counter s), its memory figures, and
-    every message it sent or received."""
+    """One process's slot: what it ran (k, its stage), its mean forward and backward per microbatch (what each cost
+    the process: StepRecord.busy_s), the iteration's start and the end of its optimizer step (`times_s`,
+    perf_counter s), its memory figures, and every message it sent or received."""
 
     def ms(t_s: float) -> float:
         return (t_s - origin_s) * 1000.0
 
-    fwd = [(s.end_ms - s.start_ms) * 1000.0 for s in record.compute if s.op == "F"]
-    bwd = [(s.end_ms - s.start_ms) * 1000.0 for s in record.compute if s.op != "F"]
+    # what each action cost its process (compute and its own handling of messages; its spans when not recorded)
+    busy = record.busy_s or tuple(s.end_ms - s.start_ms for s in record.compute)
+    fwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op == "F"]
+    bwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op != "F"]
     rows: list[float] = []
     for r in record.transfers:
         m = r.message
