@@ -34,10 +34,12 @@ class ControllerConfig:
     factor_step: predictions are memoized on link factors and stage times rounded to a grid of ratio 1 + step.
     reevaluate_change: predictions are redone only when a link's estimated rate (either view) or a stage's
         compute moved by more than this fraction since the last evaluation; otherwise the controller stays at once.
-    reversal_window: a switch at most this many iterations after the last one needs the threshold doubled for
-        every switch in a row that came that quickly; one that also turns back the last one's direction (k up,
-        then down again) must gain under the "lately" view too, unless the "now" view forecasts at least twice
-        as well: the hysteresis that keeps a network flipping at about the control period from making k flap.
+    reversal_window: every switch doubles the threshold of the next ones; after this many iterations without
+        a switch the doubling is forgotten when the "now" view decides, and undone one step per such window when
+        "lately" decides (the network flips faster than k can follow); a switch that turns back the last one's
+        direction (k up, then down again) within this many iterations must gain under the "lately" view too,
+        unless the "now" view forecasts at least as well: the hysteresis that keeps a network flipping at about
+        the control period from making k flap.
     decision_budget: the share of an iteration a decision may spend simulating: each decision simulates at
         most decision_budget x (last iteration ms) x simulated_events_per_ms / (events per simulation: 2 p m
         compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predict.Predictor.search: the current
@@ -56,7 +58,7 @@ class ControllerConfig:
     factor_step: float = 0.01
     reevaluate_change: float = 0.03
     reversal_window: int = 8
-    decision_budget: float = 0.005
+    decision_budget: float = 0.003
     simulated_events_per_ms: float = 800.0
     k_choices: tuple[int, ...] | None = None
     initial_k: int | None = None
@@ -179,7 +181,7 @@ class AdaptiveController:
         self.decisions: list[Decision] = []
         self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
         self._last_switch: tuple[int, int, int] | None = None  # (iteration, k before, k after)
-        self._churn = 0  # switches in a row that each came within reversal_window of the one before
+        self._churn = 0  # recent switches: each doubles the threshold; one is forgiven per reversal_window without any
         self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
         self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
         if self.k not in schedules:
@@ -267,8 +269,8 @@ class AdaptiveController:
         predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget())
         best = min(predicted, key=lambda k: (predicted[k], k != current, k))
         turned = self._turns_back(iteration, current, best)
-        recent = self._last_switch is not None and iteration - self._last_switch[0] <= self.config.reversal_window
-        threshold = self.config.gain_threshold * (2**self._churn if recent else 1)
+        churn = self._churn_now(iteration, view)
+        threshold = self.config.gain_threshold * 2**churn
         gain = predicted[current] - predicted[best]
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if first and self.config.initial_k is not None:
@@ -280,14 +282,14 @@ class AdaptiveController:
         elif gain <= threshold * predicted[current] + self.config.switch_ms:
             chosen = current
             switch = f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else ""
-            doubled = f" (doubled for each of {self._churn} switches in quick succession)" if recent and self._churn else ""
+            doubled = f" (doubled {churn} times for the recent switches)" if churn else ""
             reason = (
                 f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms under {seen}, "
                 f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{doubled}{switch}"
             )
         elif (
             turned is not None
-            and not (view == "now" and self.forecast_error["now"] * 2 <= self.forecast_error["lately"])
+            and not (view == "now" and self.forecast_error["now"] <= self.forecast_error["lately"])
             and (lately := self.predictor.time(best, factors["lately"], compute))
             >= (was := self.predictor.time(current, factors["lately"], compute)) * (1 - threshold)
         ):
@@ -304,13 +306,24 @@ class AdaptiveController:
                 f"({-gain / predicted[current]:+.1%}) under {seen}"
             )
             self._last_switch = (iteration, current, best)
-            self._churn = self._churn + 1 if recent else 0
+            self._churn = churn + 1
         self._best = best
         self._evaluated = (state, predicted)
         if first and self.config.initial_k is not None:
             self._evaluated = None  # the configured k was not chosen by this evaluation: evaluate again next time
         before = chosen if first else current
         return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started)
+
+    def _churn_now(self, iteration: int, view: str) -> int:
+        """The recent-switch count at `iteration`: deciding with "now" (the network holds still long enough for the
+        short view to forecast it), it is forgotten after reversal_window quiet iterations; deciding with "lately"
+        (it flips faster than k can follow), one switch is forgiven per reversal_window quiet iterations."""
+        if self._last_switch is None:
+            return 0
+        quiet = iteration - self._last_switch[0]
+        if view == "now":
+            return self._churn if quiet <= self.config.reversal_window else 0
+        return max(0, self._churn - quiet // max(1, self.config.reversal_window))
 
     def _turns_back(self, iteration: int, current: int, best: int) -> tuple[int, int, int] | None:
         """The last switch when moving from current to best reverses its direction within reversal_window, else None."""
