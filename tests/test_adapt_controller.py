@@ -149,7 +149,7 @@ def test_a_decision_simulates_within_its_budget() -> None:
     controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
     events = 2 * 4 * 16 + 2 * 3 * 16
     controller.observe(_slow(0, controller.k, 0.5))
-    assert controller.budget() == max(2, int(0.005 * 100.0 * 800.0 / events))
+    assert controller.budget() == max(2, int(0.003 * 100.0 * 800.0 / events))
     before = controller.predictor.simulations
     controller.step(_slow(1, controller.k, 0.3))
     assert controller.predictor.simulations - before <= controller.budget()

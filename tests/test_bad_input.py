@@ -135,7 +135,7 @@ ADAPT_CASES: list[tuple[str, list[str], str]] = [
     ("adapt: NaN factor", [*ADAPT, "nan.json"], "factor must be a finite number > 0, got nan"),
     ("adapt: link beyond the cluster", [*ADAPT, "beyond.json"], "link [7, 99] names device 99, but cluster v100-8x2-25g"),
     ("adapt: link the plan does not use", [*ADAPT, "unused.json"],
-     "link [0, 1] carries no transfer of the plan (its links: 7-8, 8-7)"),
+     "no step names a link the plan's transfers use, so it would change nothing (the plan's links: 7-8, 8-7)"),
     ("adapt: --iterations 0", ["adapt", "--plan", "plan.json", "--iterations", "0", "--bandwidth-trace", "good.json"],
      "--iterations must be an integer >= 1, got 0"),
     ("adapt: --png suffix", [*ADAPT, "good.json", "--png", "x.jpg"], "--png 'x.jpg' must end with .png"),

@@ -75,7 +75,7 @@ def test_adapt_json_has_the_issues_shape_and_is_deterministic_but_for_timing(
         assert code == 0
         obj = json.loads(out)
         timing = obj.pop("controller")
-        assert set(timing) == {"decision_ms_mean", "decision_ms_max", "decision_share_max"}
+        assert set(timing) == {"decision_ms_mean", "decision_ms_max", "decision_share_max", "decision_cpu_ms_mean"}
         runs.append(obj)
     assert runs[0] == runs[1]
     obj = runs[0]

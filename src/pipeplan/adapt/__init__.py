@@ -38,10 +38,14 @@ the short estimate without losing under the long one.
 Modules: observation (Transfer, IterationObservation), pipeline
 (PipelineModel: costs at nominal bandwidth, memory, bytes per link),
 estimate (link rates, stage compute), predict (T(k) and memory by
-simulation), controller (ControllerConfig, Decision, AdaptiveController).
+simulation, the budgeted search), decision (ControllerConfig, Decision),
+controller (AdaptiveController); for the simulator's side: runs (fixed k,
+the controller fed by simulated events, the oracle) and compare (every
+policy side by side, `pipeplan adapt`).
 """
 
-from pipeplan.adapt.controller import AdaptiveController, ControllerConfig, Decision
+from pipeplan.adapt.controller import AdaptiveController
+from pipeplan.adapt.decision import ControllerConfig, Decision
 from pipeplan.adapt.observation import IterationObservation, Link, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 

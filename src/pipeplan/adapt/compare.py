@@ -30,6 +30,7 @@ class AdaptComparison:
     fixed: dict[int, PolicyRun]
     decisions: list[Decision]
     decision_ms: list[float]
+    decision_cpu_ms: list[float]
     k_max: int
     memory_limit_bytes: float
     not_run: dict[str, str] = field(default_factory=dict)
@@ -47,7 +48,8 @@ class AdaptComparison:
 
     def to_json(self, timing: bool = True) -> dict[str, Any]:
         """{"policies": {name: run}, "fixed_k": {k: run}, "decisions": [...], "k_max", "memory_limit_bytes",
-        "not_run", and with `timing` "controller": {decision_ms_mean, decision_ms_max, decision_share_max}}."""
+        "not_run", and with `timing` "controller": {decision_ms_mean, decision_ms_max, decision_share_max,
+        decision_cpu_ms_mean}} (wall and CPU times of the controller's steps: they differ from run to run)."""
         obj: dict[str, Any] = {
             "policies": {name: run.to_json() for name, run in self.policies.items()},
             "fixed_k": {str(k): run.to_json() for k, run in self.fixed.items()},
@@ -63,6 +65,7 @@ class AdaptComparison:
                 "decision_ms_mean": sum(spent) / len(spent),
                 "decision_ms_max": max(spent),
                 "decision_share_max": self.decision_share,
+                "decision_cpu_ms_mean": sum(self.decision_cpu_ms or [0.0]) / max(1, len(self.decision_cpu_ms)),
             }
         return obj
 
@@ -101,6 +104,7 @@ def compare_policies(
         fixed,
         adaptive.decisions,
         adaptive.decision_ms,
+        adaptive.decision_cpu_ms,
         controller.k_max,
         min(pipeline.memory_limit_bytes),
         not_run,

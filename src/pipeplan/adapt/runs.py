@@ -93,11 +93,13 @@ def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: in
 
 @dataclass
 class ControllerRun:
-    """The controller's policy run, its decisions, and the wall time each decision took (ms)."""
+    """The controller's policy run, its decisions, and what each decision (reading the iteration's measurements
+    and choosing the next k) took: wall time and this process's CPU time, in ms."""
 
     run: PolicyRun
     decisions: list[Decision]
     decision_ms: list[float]
+    decision_cpu_ms: list[float]
 
 
 def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None, iterations: int) -> ControllerRun:
@@ -113,6 +115,7 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
     times: list[float] = []
     peaks: list[float] = []
     spent: list[float] = []
+    cpu: list[float] = []
     t = 0.0
     k = controller.k
     for i in range(iterations):
@@ -126,14 +129,15 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
         t += result.iteration_time
         if i + 1 < iterations:
             observation = observe_result(pipeline, result, i, k, starts[-1])
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             decision = controller.step(observation)
             spent.append((time.perf_counter() - started) * 1000.0)
+            cpu.append((time.process_time() - started_cpu) * 1000.0)
             if decision.k != k:
                 t += switch_ms
             k = decision.k
     run = PolicyRun("adaptive", tuple(ks), tuple(starts), tuple(times), tuple(peaks))
-    return ControllerRun(run, list(controller.decisions), spent)
+    return ControllerRun(run, list(controller.decisions), spent, cpu)
 
 
 def run_oracle(
