@@ -148,6 +148,16 @@ def k_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[int]]:
     return phases
 
 
+def steps_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[float]]:
+    """Each step's time, by the trace's factor at its start (slowed or nominal); steps start back to back from 0."""
+    phases: dict[str, list[float]] = {"slowed": [], "nominal": []}
+    start = 0.0
+    for ms in out["step_ms"]:
+        phases["slowed" if trace.factor_at((0, 1), start) < 1 else "nominal"].append(ms)
+        start += ms
+    return phases
+
+
 def response_to_slowdowns(out: dict[str, Any], trace: Any) -> list[tuple[int, int]]:
     """For each slowdown the run saw: (k of the last iteration before it, largest k of the 3 iterations after it
     began), the first iteration after it being the first observed slowed (the controller decides from it)."""
@@ -199,6 +209,14 @@ def main() -> None:
           f"the controller {speedup:.1%} faster (target >= {TARGET_SPEEDUP:.0%}); per pair "
           f"{[f'{x:.1%}' for x in paired]}")  # fmt: skip
     mean_k = [(statistics.fmean(p["slowed"]), statistics.fmean(p["nominal"])) for p in phases]
+    for phase in ("slowed", "nominal"):
+        medians = {p: [statistics.median(steps_by_phase(r, trace)[phase]) for r in runs if r["policy"] == p]
+                   for p in ("1f1b", "adaptive")}  # fmt: skip
+        wins = sum(b < a for a, b in zip(medians["1f1b"], medians["adaptive"], strict=True))
+        print(
+            f"median step while {phase}: 1F1B {[round(x) for x in medians['1f1b']]} ms, adaptive "
+            f"{[round(x) for x in medians['adaptive']]} ms (the controller faster in {wins} of {len(fixed)} pairs)"
+        )
     print(f"k of the iterations that start slowed: {_count(slowed_k)}; at nominal rate: {_count(nominal_k)}; mean k "
           f"(slowed, nominal) per run: {[(round(s, 2), round(n, 2)) for s, n in mean_k]}; each slowdown's k before -> "
           f"largest k within 3 iterations: {responses}")  # fmt: skip
