@@ -139,7 +139,8 @@ def _simulate(
 
 
 def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) -> tuple[FlowSpan, ...]:
-    """The transfer table's flow log as FlowSpans (transfer index t < S-1: activation of boundary t, else gradient)."""
+    """The transfer table's flow log as FlowSpans (transfer index t < S-1: activation of boundary t, else gradient),
+    in time order (start, end, then kind, boundary, link), whichever order the event loop timed them in."""
     boundaries = len(costs.forward)
     spans = []
     for transfer, index, start, end in log or ():
@@ -148,4 +149,4 @@ def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) ->
         else:
             b = transfer - boundaries
             spans.append(FlowSpan("grad", b, costs.backward[b][index].link, start, end))
-    return tuple(spans)
+    return tuple(sorted(spans, key=lambda f: (f.start_ms, f.end_ms, f.kind, f.boundary, f.link)))
