@@ -6,14 +6,14 @@ Usage: .venv/bin/python benchmarks/adaptive_run.py [--pairs N] [--steps S] [--ch
 Model: the built-in `mlp` (8 blocks of Linear 512x512 + ReLU, MSE loss), float32, SGD, global batch 1024 in 16
 microbatches of 64, 4 + 4 blocks on 2 processes (gloo over loopback, one thread each, `train --local 2`). A
 microbatch's activation (and its gradient) is 128 KiB. The link is emulated at 0.4 GB/s (0.33 ms per message, a
-fraction of a forward), and a periodic trace (`pipeplan trace periodic --period-ms 6000 --duty 0.75 --factor F
---start-ms 1500`) slows every link for 75 % of every 6 s from 1.5 s on. F is calibrated before the pairs (an
+fraction of a forward), and a periodic trace (`pipeplan trace periodic --period-ms 4000 --duty 0.75 --factor F
+--start-ms 1000`) slows every link for 75 % of every 4 s from 1 s on. F is calibrated before the pairs (an
 adaptive run of 8 iterations at nominal rate) so that a slowed message takes 2.5 forwards of a microbatch as the
 machine runs them then (`--factor` fixes it instead): on a free core a forward takes about 3 ms, F about 0.04 and a
 slowed message 8 ms; a loaded machine stretches compute, not the emulated link, and without calibration would hide
 every transfer behind compute even under 1F1B. That ratio is where the simulator gives kFkB its largest gain over
 1F1B, 20-30 % per slowed iteration at m = 16; the simulator's own run of this benchmark (the controller fed by
-simulated events, fixed 1F1B, the same trace, 32 iterations) gives the controller 15-20 % over the run for forwards
+simulated events, fixed 1F1B, the trace at F = 0.04, 32 iterations) gives the controller 15-20 % over the run for forwards
 of 2 to 8 ms (backwards twice that). Under 1F1B each slowed transfer lands on the critical path; kFkB with k >= 2
 hides it behind the other microbatches of its group.
 
@@ -49,7 +49,7 @@ from typing import Any
 HIDDEN, BLOCKS, BATCH, MICROBATCHES = 512, 8, 1024, 16
 ACTIVATION_BYTES = BATCH // MICROBATCHES * HIDDEN * 4
 GB_PER_S = 0.4
-PERIOD_MS, DUTY, START_MS = 6000.0, 0.75, 1500.0
+PERIOD_MS, DUTY, START_MS = 4000.0, 0.75, 1000.0
 SLOWED_FORWARDS = 2.5
 """A slowed message takes this many forwards of a microbatch (calibrated; --factor fixes the factor instead)."""
 TARGET_SPEEDUP, TARGET_PREDICTION = 0.10, 0.15
@@ -170,7 +170,7 @@ def main() -> None:
     """Run the pairs, print the table and the targets; --check exits 1 when a target fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3, help="A B pairs (runs alternate A B A B ...)")
-    parser.add_argument("--steps", type=int, default=32, help="iterations per run")
+    parser.add_argument("--steps", type=int, default=48, help="iterations per run")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     parser.add_argument("--json", help="write every run's report here")
     parser.add_argument("--factor", type=float, help="the slowed links' factor (default: calibrated, see the docstring)")
