@@ -91,7 +91,7 @@ def test_an_iteration_runs_from_stage_0_s_start_to_the_last_optimizer_step_with_
 
 # ---- two processes: k changes, the mathematics does not -----------------------------------------------------------
 
-TINY = ["--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4", "--steps", "8", "--opt", "hidden=16", "--opt",
+TINY = ["--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4", "--steps", "12", "--opt", "hidden=16", "--opt",
         "blocks=4", "--dataset", "sample", "--dtype", "float64", "--optimizer", "sgd", "--lr", "0.05",
         "--batch-size", "32", "--no-predict", "--json"]  # fmt: skip
 
@@ -106,13 +106,14 @@ def kfkb_plan(path: Path, k: int) -> None:
 
 
 def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_k_loses(tmp_path: Path) -> None:
-    """float64 SGD, 8 steps: fixed k=1, adaptive under a trace that slows the link (k goes down from 4), and adaptive
+    """float64 SGD, 12 steps: fixed k=1, adaptive under a trace that slows the link (k goes down from 4), and adaptive
     from a plan on the real network give the same losses bit for bit, and the adaptive runs report k and decisions."""
     from runtime_cli import run_train
 
     trace = tmp_path / "slow.json"
-    # transfers of 1 KB: 0.1 ms at the emulated 0.01 GB/s, then 2 ms from 60 ms on, where compute is a fraction of that
-    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 60, "link": "all", "factor": 0.05}]))
+    # transfers of 1 KB: 0.1 ms at the emulated 0.01 GB/s, then 2 ms from 40 ms on (3-6 iterations in), where
+    # compute is a fraction of that
+    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.05}]))
     plan = tmp_path / "plan.json"
     kfkb_plan(plan, 1)
     runs = {
@@ -130,7 +131,9 @@ def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_
     assert traced["k"][0] == 4 and min(traced["k"]) < 4, traced["k"]  # 4 groups wait on the slowed link longer
     switches = [d for d in traced["decisions"] if d["switched"]]
     assert switches and all(d["reason"].startswith("switch: k=") for d in switches)
-    assert traced["decisions"][-1]["factors"]["0->1"] == pytest.approx(0.05, rel=0.05)  # the stamps: the trace's factor
+    # the stamps time each transfer exactly, so the estimates blend the trace's 1 and 0.05, and come near 0.05
+    estimates = [d["factors"]["0->1"] for d in traced["decisions"] if "0->1" in d["factors"]]
+    assert 0.05 * (1 - 1e-9) < min(estimates) < 0.1 and max(estimates) == pytest.approx(1.0), estimates
     real = out["real"]["adaptive"]
-    assert len(real["k"]) == 8 and len(real["decisions"]) == 8  # built after the warm-up, then one per iteration
+    assert len(real["k"]) == 12 and len(real["decisions"]) == 12  # built after the warm-up, then one per iteration
     assert all(p > 0 for p in real["predicted_ms"][1:])
