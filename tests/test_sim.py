@@ -281,7 +281,7 @@ def test_dataflow_and_time_order_loops_agree_and_respect_the_lower_bound(
             max_size=3,
         )
     )
-    trace = bandwidth_trace_from_json(steps) if steps else None
+    trace = bandwidth_trace_from_json(sorted(steps, key=lambda s: s["t_ms"])) if steps else None
     fast = simulate(schedule, costs, trace)
     assert fast == simulate_in_time_order(schedule, costs, trace)
     assert fast.lower_bound <= fast.iteration_time * (1 + 1e-12)

@@ -65,11 +65,11 @@ def test_finish_time_integrates_the_piecewise_factor() -> None:
 
 
 def test_segments_merge_link_and_all_steps_in_time_order() -> None:
-    """Steps may come unsorted; equal times apply in list order."""
+    """Steps on a link and on "all" merge in time order; equal times apply in list order."""
     trace = bandwidth_trace_from_json(
         [
-            {"t_ms": 5, "link": [0, 1], "factor": 0.5},
             {"t_ms": 1, "link": "all", "factor": 0.8},
+            {"t_ms": 5, "link": [0, 1], "factor": 0.5},
             {"t_ms": 5, "link": "all", "factor": 0.9},
             {"t_ms": 7, "link": [2, 3], "factor": 0.1},
         ]
@@ -112,6 +112,10 @@ def test_read_and_round_trip_a_trace_file(tmp_path: Path) -> None:
         ([3], r"entry 0 must be an object with t_ms, link, factor, got 3"),
         ({"t_ms": 0}, r"unknown key 't_ms'"),
         ("fast", r"must be a JSON list of steps, got str"),
+        (
+            [{"t_ms": 5, "link": "all", "factor": 1}, {"t_ms": 2, "link": "all", "factor": 0.5}],
+            r"entry 1: t_ms 2.0 is before the previous entry's 5.0 \(steps must be sorted by time\)",
+        ),
     ],
 )
 def test_bad_trace_entries_raise_cost_error_naming_entry_and_value(obj: object, message: str) -> None:
@@ -127,4 +131,7 @@ def test_unreadable_trace_files_raise_cost_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[{")
     with pytest.raises(CostError, match=r"bad.json: invalid JSON at line 1 column 3"):
+        read_bandwidth_trace(bad)
+    bad.write_text('[{"t_ms": 0, "link": "all", "factor": -1}]')
+    with pytest.raises(CostError, match=r"bad.json: bandwidth trace entry 0: factor .*-1"):
         read_bandwidth_trace(bad)

@@ -8,6 +8,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from pipeplan.cli import (
+    adapt_cmd,
     demo_cmd,
     plan_cmd,
     probe_cmd,
@@ -15,6 +16,7 @@ from pipeplan.cli import (
     schedule_cmd,
     show_cmd,
     simulate_cmd,
+    trace_cmd,
     train_cmd,
 )
 from pipeplan.core.errors import PipeplanError
@@ -34,7 +36,18 @@ def _root() -> None:
     """Plan, simulate and run pipeline-parallel training of large DNNs."""
 
 
-for _module in (schedule_cmd, simulate_cmd, show_cmd, profile_cmd, probe_cmd, plan_cmd, train_cmd, demo_cmd):
+for _module in (
+    schedule_cmd,
+    simulate_cmd,
+    show_cmd,
+    profile_cmd,
+    probe_cmd,
+    plan_cmd,
+    adapt_cmd,
+    trace_cmd,
+    train_cmd,
+    demo_cmd,
+):
     _module.register(app)
 
 

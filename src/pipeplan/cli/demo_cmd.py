@@ -88,7 +88,7 @@ def compare_schedules(ctx: DemoContext) -> None:
     }
     rows = []
     for case in CASES:
-        result, _, _ = simulate_named(case.name, s.stages, s.microbatches, costs_text, case.k, case.chunks, None, True)
+        result, _, _, _ = simulate_named(case.name, s.stages, s.microbatches, costs_text, case.k, case.chunks, None, True)
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")

@@ -199,6 +199,12 @@ def plan(
     replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
+    bandwidth_trace: str | None = typer.Option(
+        None, "--bandwidth-trace", help="Choose among the finalists by expected time under this trace, the controller running."
+    ),
+    trace_iterations: int | None = typer.Option(
+        None, "--trace-iterations", help="With --bandwidth-trace: iterations per run [enough to cover the trace, 10..200]."
+    ),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import Output, check_outputs
@@ -210,18 +216,38 @@ def plan(
     check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
     _check_factor(optimizer_factor)
     _check_samples(global_batch, microbatch_size)
+    if trace_iterations is not None and (bandwidth_trace is None or trace_iterations < 1):
+        raise PlanError(f"--trace-iterations needs --bandwidth-trace and an integer >= 1, got {trace_iterations}")
+    trace = None
+    if bandwidth_trace is not None:
+        from pipeplan.sim.trace import read_bandwidth_trace
+
+        trace = read_bandwidth_trace(bandwidth_trace)
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
+    if trace is not None:
+        trace.check_devices(machines.num_devices, f"cluster {cluster}")
     request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
                           batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
                           replication=_check_replication(replication))  # fmt: skip
     with progress_display(not as_json) as progress:
         result = run_planner(planner, request, progress)
+    scores = None
+    if trace is not None:
+        from pipeplan.cli.plan_trace import choose_under_trace, print_trace_report, trace_json
+
+        idle = result
+        result, scores = choose_under_trace(result, request, trace, trace_iterations)
     if as_json:
-        print_json(plan_json(result, profile, cluster))
+        obj = plan_json(result, profile, cluster)
+        if scores is not None:
+            obj["bandwidth_trace"] = trace_json(scores, idle)
+        print_json(obj)
     else:
         print_tables(summary(result, model, request.cluster, request.model), stage_table(result, request.model))
         typer.echo(METRICS_NOTE)
+        if scores is not None:
+            print_trace_report(scores, idle)
     if out is not None:
         write_plan(result.plan, out, profile, cluster)
         typer.echo(f"wrote plan {out}", err=as_json)

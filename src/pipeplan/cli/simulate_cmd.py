@@ -11,6 +11,7 @@ from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
+    from pipeplan.sim.iterations import IterationRun
     from pipeplan.sim.result import SimResult
     from pipeplan.sim.steady import SteadyState
 
@@ -64,10 +65,11 @@ def simulate_named(
     trace: object,
     record: bool,
     minibatches: int | None = None,
-) -> tuple[SimResult, str, SteadyState | None]:
+    iterations: int | None = None,
+) -> tuple[SimResult, str, SteadyState | None, IterationRun | None]:
     """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
-    flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1) and, for pipemare,
-    its steady state."""
+    flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1), for pipemare its
+    steady state, and with `iterations` the run of that many iterations on the trace's clock."""
     from pipeplan.io.load import load_schedule
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
@@ -119,10 +121,15 @@ def simulate_named(
         result = simulate(schedule, costs, trace=trace, record=True)
         minis = schedule.num_microbatches // microbatches
         title = f"pipemare, p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
-        return result, title, steady_state(schedule, result, microbatches)
+        return result, title, steady_state(schedule, result, microbatches), None
     title = f"{schedule.name or name}, p={schedule.num_ranks}, m={schedule.num_microbatches}"
     title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
-    return simulate(schedule, costs, trace=trace, record=record), title, None
+    run = None
+    if iterations is not None:
+        from pipeplan.sim.iterations import simulate_iterations
+
+        run = simulate_iterations(schedule, costs, trace if isinstance(trace, BandwidthTrace) else None, iterations)
+    return simulate(schedule, costs, trace=trace, record=record), title, None, run
 
 
 def simulate_plan_file(
@@ -136,13 +143,15 @@ def simulate_plan_file(
     check_memory: bool = True,
     profile_batch_size: int | None = None,
     remedy: str = "--ignore-memory simulates it anyway",
-) -> SimResult:
+    iterations: int | None = None,
+) -> tuple[SimResult, IterationRun | None]:
     """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
 
     Without --profile or --cluster, the names the plan file records are used.
     This is every check of a plan against its profile and cluster (layers,
     devices, replicas, schedule, memory): `train --plan` runs it too, before
-    any process starts; `remedy` ends the memory error's message.
+    any process starts; `remedy` ends the memory error's message. With
+    `iterations`, also the run of that many iterations on the trace's clock.
 
     Raises:
         PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
@@ -178,7 +187,15 @@ def simulate_plan_file(
             check_fits(plan, model, result)
         except PlanError as exc:
             raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
-    return result
+    run = None
+    if iterations is not None:
+        from pipeplan.schedules.plan_schedule import plan_schedule
+        from pipeplan.sim.iterations import simulate_iterations
+        from pipeplan.sim.stage_costs import plan_costs
+
+        bandwidth = trace if isinstance(trace, BandwidthTrace) else None
+        run = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, bandwidth), bandwidth, iterations)
+    return result, run
 
 
 def simulate(
@@ -211,6 +228,9 @@ def simulate(
     optimizer: str | None = typer.Option(None, "--optimizer", help=OPTIMIZER_HELP + " With --plan; default adam."),
     ignore_memory: bool = typer.Option(False, "--ignore-memory", help="With --plan: simulate a plan that does not fit too."),
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP + " With --plan."),
+    iterations: int | None = typer.Option(
+        None, "--iterations", help="Also run N iterations back to back on the trace's clock: per-iteration times and peak memory."
+    ),
 ) -> None:
     """Simulate one training iteration; print times, bubble and per-rank memory."""
     costs_text = {
@@ -225,6 +245,10 @@ def simulate(
 
     inputs = {"NAME": name, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
     check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)
+    if iterations is not None and iterations < 1:
+        raise CostError(f"--iterations must be an integer >= 1, got {iterations}")
+    if iterations is not None and name == "pipemare":
+        raise ScheduleError("--iterations does not apply to pipemare (it streams minibatches without a flush)")
     trace = None
     if bandwidth_trace is not None:
         from pipeplan.sim.trace import read_bandwidth_trace
@@ -240,8 +264,9 @@ def simulate(
             raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
-        result = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
-                                    check_memory=not ignore_memory, profile_batch_size=profile_batch_size)  # fmt: skip
+        result, run = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
+                                         check_memory=not ignore_memory, profile_batch_size=profile_batch_size,
+                                         iterations=iterations)  # fmt: skip
         if minibatches is not None:
             raise PlanError("--minibatches does not apply to --plan (it sets pipemare's minibatches)")
         title = f"plan {plan} ({result.schedule_name})"
@@ -256,16 +281,25 @@ def simulate(
             if value is not None:
                 raise PlanError(f"{flag} applies only with --plan")
         refuse_sizes_for_file(name, stages, microbatches, k, chunks)
-        result, title, steady = simulate_named(name, stages, microbatches, costs_text, k, chunks, trace, record, minibatches)
-    report(result, title, as_json, trace_out, png_out, steady)
+        result, title, steady, run = simulate_named(
+            name, stages, microbatches, costs_text, k, chunks, trace, record, minibatches, iterations
+        )
+    report(result, title, as_json, trace_out, png_out, steady, run)
 
 
 def report(
-    result: SimResult, title: str, as_json: bool, trace_out: str | None, png_out: str | None, steady: SteadyState | None = None
+    result: SimResult,
+    title: str,
+    as_json: bool,
+    trace_out: str | None,
+    png_out: str | None,
+    steady: SteadyState | None = None,
+    run: IterationRun | None = None,
 ) -> None:
     """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
     if as_json:
-        print_json(result.to_json() | ({"pipemare": steady.to_json()} if steady is not None else {}))
+        extra = {"pipemare": steady.to_json()} if steady is not None else {}
+        print_json(result.to_json() | extra | ({"iterations": run.to_json()} if run is not None else {}))
     else:
         from pipeplan.viz.tables import METRICS_NOTE, print_tables, rank_table, summary_table
 
@@ -276,6 +310,13 @@ def report(
                 f"pipemare steady state: utilization {steady.utilization:.1%} over {steady.start_ms:.1f}-{steady.end_ms:.1f} ms; "
                 f"delays (optimizer steps, stage 0 first) {list(steady.delays)}; weight copies per stage "
                 f"{list(steady.weight_copies)} (weight stashing would keep {list(steady.stashed_weight_copies)})"
+            )
+        if run is not None:
+            times = run.iteration_ms
+            typer.echo(
+                f"{len(times)} iterations on the trace's clock: {run.total_ms:.6g} ms in all, per iteration mean "
+                f"{sum(times) / len(times):.6g} ms (min {min(times):.6g}, max {max(times):.6g}); peak memory "
+                f"{max(run.peak_bytes):.6g} bytes (--json lists each)"
             )
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
     if trace_out is not None:

@@ -20,6 +20,7 @@ from pipeplan.cli.train_checks import (
     refuse_beside_plan,
     split_ints,
 )
+from pipeplan.cli.train_network import network_for_train
 from pipeplan.core.errors import PipeplanError
 
 WORKER_BOOT = "from pipeplan.runtime.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
@@ -119,6 +120,17 @@ def train(
     warmup_steps: int = typer.Option(2, "--warmup-steps", help="Steps left out of the measured median (warm-up)."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds any rank waits for a peer before failing."),
     threads: int = typer.Option(1, "--threads", help="CPU threads per process."),
+    bandwidth_trace: str | None = typer.Option(
+        None,
+        "--bandwidth-trace",
+        help="Emulate a bandwidth trace (pipeplan.bandwidth_trace/1) on the links; its clock starts with the run.",
+    ),
+    emulate_gb_per_s: float | None = typer.Option(
+        None, "--emulate-gb-per-s", help="Emulate every link at X GB/s (with --plan: default the cluster's link rates)."
+    ),
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="kfkb: choose k between iterations from the measured times (Ada-Grouper)."
+    ),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
     save_grads: str | None = typer.Option(
@@ -135,7 +147,7 @@ def train(
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.job import ScheduleLayout
     from pipeplan.runtime.launch import launched_locally
-    from pipeplan.runtime.options import check_global_batch, check_seed
+    from pipeplan.runtime.options import check_adaptable, check_global_batch, check_seed
 
     check_seed(seed)
 
@@ -152,10 +164,12 @@ def train(
     asynchronous = async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, weight_prediction,
                                   None if epochs else run_steps,
                                   {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
-                                   "--predict": predict or None, "--save-grads": save_grads})  # fmt: skip
+                                   "--predict": predict or None, "--save-grads": save_grads,
+                                   "--bandwidth-trace": bandwidth_trace, "--emulate-gb-per-s": emulate_gb_per_s,
+                                   "--adaptive": adaptive or None})  # fmt: skip
     if plan is None and (profile is not None or cluster is not None):
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
-    inputs = {"--schedule": schedule, **plan_inputs(plan, profile, cluster)}
+    inputs = {"--schedule": schedule, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
                   dtype=dtype, trace=trace, png=png, save_grads=save_grads, keep_last=keep_last, lr_schedule=lr_schedule,
@@ -163,7 +177,7 @@ def train(
     if backend not in (None, "gloo", "nccl"):
         raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
     spec_options = parse_options(options or [])
-    layout = plan_obj = None
+    layout = plan_obj = links_from = None
     if plan is not None:
         from pipeplan.io.plan_json import read_plan
 
@@ -171,12 +185,19 @@ def train(
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
         if not launched_locally():  # the --local launcher has checked the plan once for every worker
             check_plan(plan, profile, cluster, batch_scaling, optimizer)
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
+        if adaptive:
+            check_adaptable(
+                plan_obj.schedule, tuple(map(plan_obj.replicas_of, range(plan_obj.num_ranks))), plan_obj.pipeline_replicas
+            )
     else:
         assert schedule is not None
+        if adaptive:
+            check_adaptable(schedule)
         refuse_sizes_for_file(schedule, stages, microbatches, k if k is not None else 1, chunks if chunks is not None else 1)
         sizes = [value if value is not None else default for value, default in
                  ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
@@ -184,6 +205,8 @@ def train(
                                 run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
         if local is not None:
             _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+            if adaptive:
+                check_adaptable(schedule, per_rank, copies)
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
@@ -196,6 +219,7 @@ def train(
             typer.echo(f"note: {note}", err=True)
         if finished:
             sys.exit(0)
+    network = network_for_train(bandwidth_trace, emulate_gb_per_s, links_from, plan_obj.all_devices if plan_obj else None, local)
     if local is not None:
         from pipeplan.runtime.launch import launch_local
 
@@ -212,7 +236,7 @@ def train(
         trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0,
+        epochs=epochs or 0, network=network, adaptive=adaptive,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 

@@ -74,6 +74,8 @@ def print_results(report: Any, as_json: bool) -> None:
             if report.link is None
             else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
         }
+        if report.adaptive is not None:  # --adaptive: k per iteration, the controller's decisions
+            out["adaptive"] = report.adaptive
         if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
             out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
         if report.evals:
@@ -104,3 +106,8 @@ def print_results(report: Any, as_json: bool) -> None:
     if report.delays is not None:
         typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
                    f"{report.delays}")  # fmt: skip
+    if report.adaptive is not None:
+        from pipeplan.cli.train_network import adaptive_lines
+
+        for line in adaptive_lines(report.adaptive):
+            typer.echo(line)

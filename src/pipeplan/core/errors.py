@@ -39,3 +39,7 @@ class CostError(PipeplanError, ValueError):
 
 class TrainConfigError(PipeplanError, ValueError):
     """Training options are inconsistent (world size, batch size, dataset, checkpoint)."""
+
+
+class AdaptError(PipeplanError, ValueError):
+    """The adaptive controller's inputs disagree (stage or link counts, an unknown link, no k that fits memory)."""

@@ -188,7 +188,9 @@ class Search(Candidates):
                 f"global batch {self.request.global_batch}: every plan found needs more microbatches than can be "
                 f"simulated (at most {MAX_ACTIONS:,} actions); give a larger --microbatch-size"
             )
-        return min(exact, key=lambda x: (x[0], x[1]))[2]
+        ranked = sorted(exact, key=lambda x: (x[0], x[1]))
+        self.finalists = [plan for _, _, plan in ranked]  # the full simulation's ranking (plan --bandwidth-trace)
+        return ranked[0][2]
 
     def nothing_fits(self) -> PlanError:
         """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
@@ -252,5 +254,6 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
             "candidates": len(search.pool),
             "seeds": dict(search.seed_times),
             "won_by_seed": next((name for name, seed in search.seeds.items() if seed == plan), None),
+            "finalists": search.finalists,
         },
     )

@@ -6,7 +6,9 @@ Note:
     are posted in that order and tagged with the message's index in it, so
     matching is exact under gloo (tags) and under NCCL (order). The first
     message of a channel (kind, boundary, sender, receiver) is preceded by
-    a small shape message; later messages reuse the shape.
+    a small shape message; later messages reuse the shape. On an emulated
+    network (runtime.link_emulation) each message is preceded by a stamp of
+    its emulated start and arrival, and the receiver holds it until then.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ import torch.distributed as dist
 
 from pipeplan.core.schedule import Action
 from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.link_emulation import Wire
 from pipeplan.runtime.topology import Message, Role, Topology
 
 SHAPE_TAG = 1 << 20
 """Shape messages use tag SHAPE_TAG + the payload's index, apart from payload tags."""
+STAMP_TAG = 1 << 21
+"""Emulated-arrival stamps use tag STAMP_TAG + the payload's index."""
 
 _MAX_DIMS = 8
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool, torch.uint8)
@@ -35,15 +40,25 @@ class _Recv:
     buffer: torch.Tensor | None
     work: object | None
     posted_s: float
+    stamp: tuple[torch.Tensor, object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TransferRecord:
-    """When a message was sent (sender clock) or arrived (receiver clock); seconds from perf_counter."""
+    """When a message was sent (sender clock) or arrived (receiver clock); seconds from perf_counter.
+
+    A received message also says how long its receiver waited for it (`wait_s`: ~0 when it had arrived before it
+    was needed), when its receive was posted (`posted_s`) and, on an emulated network, its emulated start and
+    arrival (ms on the trace's clock).
+    """
 
     message: Message
     at_s: float
     sent: bool
+    nbytes: int = 0
+    wait_s: float = 0.0
+    emulated: tuple[float, float] | None = None
+    posted_s: float = 0.0
 
 
 def _encode_shape(tensor: torch.Tensor) -> torch.Tensor:
@@ -73,8 +88,10 @@ class Comm:
         device: torch.device,
         timeout_s: float,
         lookahead: int = 2,
+        wire: Wire | None = None,
     ) -> None:
         self.role = role
+        self.wire = wire
         self.device = device
         self.timeout = timedelta(seconds=timeout_s)
         self.record = False
@@ -104,6 +121,8 @@ class Comm:
         self._shapes: dict[tuple[str, int, int, int], tuple[torch.dtype, tuple[int, ...]]] = {}
         self._shape_sent: set[tuple[str, int, int, int]] = set()
         self.records: list[TransferRecord] = []
+        self.receive_s = 0.0
+        """Seconds spent in `receive` since the caller last set it to 0 (waiting for inputs, mostly)."""
         self._begin()
 
     def _begin(self) -> None:
@@ -146,9 +165,13 @@ class Comm:
                 del self._pending_shape[peer]
                 self._shapes[m.channel] = _decode_shape(header)
             dtype, shape = self._shapes[m.channel]
+            stamp = None
+            if self.wire is not None:  # posted before the payload: the order the sender sends them in
+                times = torch.empty(2, dtype=torch.float64, device=self.device)
+                stamp = (times, dist.irecv(times, src=peer, tag=STAMP_TAG + i))
             buffer = torch.empty(shape, dtype=dtype, device=self.device)
             work = dist.irecv(buffer, src=peer, tag=i)
-            self._recvs[_key(m)] = _Recv(m, buffer, work, time.perf_counter())
+            self._recvs[_key(m)] = _Recv(m, buffer, work, time.perf_counter(), stamp)
             self._cursor[peer] = i + 1
 
     def receive(self, action: Action) -> torch.Tensor | None:
@@ -156,6 +179,7 @@ class Comm:
         needed = self._needs[action]
         if not needed:
             return None
+        called = time.perf_counter()
         pieces = []
         for m, index in needed:
             key = _key(m)
@@ -165,13 +189,25 @@ class Comm:
             if key not in self._recvs:
                 self._advance(m.src, index, block=True, action=action)
             recv = self._recvs.pop(key)
+            began = time.perf_counter()
             self._wait(recv.work, action, m.describe())
+            emulated = None
+            if recv.stamp is not None:
+                assert self.wire is not None
+                self._wait(recv.stamp[1], action, f"the emulated arrival of {m.describe()}")
+                start_ms, end_ms = recv.stamp[0].tolist()
+                emulated = (start_ms, end_ms)
+                self.wire.deliver(end_ms)
             if self.record:
-                self.records.append(TransferRecord(m, time.perf_counter(), sent=False))
+                arrived = time.perf_counter()
+                nbytes = recv.buffer.numel() * recv.buffer.element_size()
+                self.records.append(TransferRecord(m, arrived, False, nbytes, arrived - began, emulated, recv.posted_s))
             pieces.append(recv.buffer)
             if m.kind == "grad":
                 self._release(m, action)
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        tensor = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+        self.receive_s += time.perf_counter() - called
+        return tensor
 
     # ---- sending ---------------------------------------------------------------------------------------------
     def send(self, action: Action, tensor: torch.Tensor | None) -> None:
@@ -193,9 +229,13 @@ class Comm:
                 header = _encode_shape(piece)
                 self._sends.append((dist.isend(header, dst=m.dst, tag=SHAPE_TAG + index), header, m))
                 self._shape_sent.add(m.channel)
+            nbytes = piece.numel() * piece.element_size()
+            if self.wire is not None:
+                stamp = torch.tensor(self.wire.send(m.src, m.dst, nbytes), dtype=torch.float64, device=self.device)
+                self._sends.append((dist.isend(stamp, dst=m.dst, tag=STAMP_TAG + index), stamp, m))
             self._sends.append((dist.isend(piece, dst=m.dst, tag=index), piece, m))
             if self.record:
-                self.records.append(TransferRecord(m, now, sent=True))
+                self.records.append(TransferRecord(m, now, True, nbytes))
 
     def _release(self, grad: Message, action: Action) -> None:
         """Drop the sends of the activation `grad` was computed from: its receiver used it, so they are delivered.

@@ -17,6 +17,7 @@ from pipeplan.profiler.stage import LossFn, StageModule
 from pipeplan.runtime.comm import Comm, TransferRecord
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.faults import FaultInjector
+from pipeplan.runtime.link_emulation import Wire
 from pipeplan.runtime.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.replicas import GradSync
 from pipeplan.runtime.topology import Role, Topology
@@ -25,13 +26,18 @@ from pipeplan.sim.result import ComputeSpan
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """What one process measured in one iteration: its loss share and, when recorded, its spans (perf_counter s)."""
+    """What one process measured in one iteration: its loss share and, when recorded, its spans (perf_counter s).
+
+    `busy_s[i]`, when recorded, is what action i cost its process: its whole time (posting receives, the compute,
+    handing its output over) less the time it waited for its input; a compute span is the compute alone.
+    """
 
     loss: float
     compute: tuple[ComputeSpan, ...]
     transfers: tuple[TransferRecord, ...]
     peak_inflight: int
     stage_peaks: tuple[tuple[int, int], ...]
+    busy_s: tuple[float, ...] = ()
 
 
 class StageHooks(Protocol):
@@ -59,6 +65,7 @@ class Executor:
         hooks: run around forwards, backwards and optimizer steps (U); a schedule with U actions needs them.
         loss_samples: the samples one optimizer step covers (the loss of a piece of n samples is scaled by
             n / loss_samples); default the plan's global batch.
+        wire: the emulated network the messages travel on (None: the real one).
     """
 
     def __init__(
@@ -73,6 +80,7 @@ class Executor:
         faults: FaultInjector | None = None,
         hooks: StageHooks | None = None,
         loss_samples: int | None = None,
+        wire: Wire | None = None,
     ) -> None:
         self.topology = topology
         self.hooks = hooks
@@ -92,17 +100,33 @@ class Executor:
             first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
             stage_layers = [layer.to(device) for layer in layers[first : last + 1]]
             self.stages[s] = StageModule(s, stage_layers, s == 0, s == schedule.num_stages - 1, split)
-        self.comm = Comm(topology, role, self.actions, device, timeout_s, lookahead)
+        self.timeout_s = timeout_s
+        self.wire = wire
+        self._comms: dict[tuple[tuple[Action, ...], ...], Comm] = {}
+        self.use(topology)
         self.sync = GradSync(topology, role, timeout_s)
+        self.step_index = 0
+        self._loss = torch.zeros((), dtype=torch.float64)
+        self._peak = 0  # most microbatches in flight on this process in the current iteration
+        self._current: Action | None = None
+
+    def use(self, topology: Topology) -> None:
+        """Walk `topology`'s schedule from the next iteration on: the same stages, weights and processes in another
+        order (adaptive k switches here, on every process at the same iteration; each order keeps its channels)."""
+        if topology.roles[self.role.process] != self.role:
+            raise RuntimeFault(f"process {self.role.process} cannot switch to a schedule that gives it another role")
+        self.topology = topology
+        self.actions = topology.schedule.ranks[self.role.sched_rank]
+        comm = self._comms.get(topology.schedule.ranks)
+        if comm is None:
+            comm = Comm(topology, self.role, self.actions, self.device, self.timeout_s, self.lookahead, self.wire)
+            self._comms[topology.schedule.ranks] = comm
+        self.comm = comm
         # the position of each local stage's last backward (B or W): its gradients are final there.
         self._last_backward: dict[int, int] = {}
         for i, a in enumerate(self.actions):
             if a.op in "BW":
                 self._last_backward[a.stage] = i
-        self.step_index = 0
-        self._loss = torch.zeros((), dtype=torch.float64)
-        self._peak = 0  # most microbatches in flight on this process in the current iteration
-        self._current: Action | None = None
 
     def parameters(self) -> list[nn.Parameter]:
         """Parameters of this process's stages, stage by stage."""
@@ -129,6 +153,7 @@ class Executor:
         self._loss = torch.zeros((), dtype=torch.float64)
         self.microbatch_losses = {}
         spans: list[ComputeSpan] = []
+        self._busy: list[float] = []
         stage_peaks = dict.fromkeys(self.stages, 0)
         self._current = None
         try:
@@ -146,7 +171,12 @@ class Executor:
             raise RuntimeFault(f"{who}: {message}") from exc
         self.step_index += 1
         return StepRecord(
-            float(self._loss), tuple(spans), tuple(self.comm.records), self._peak, tuple(sorted(stage_peaks.items()))
+            float(self._loss),
+            tuple(spans),
+            tuple(self.comm.records),
+            self._peak,
+            tuple(sorted(stage_peaks.items())),
+            tuple(self._busy),
         )
 
     def _walk(
@@ -163,12 +193,14 @@ class Executor:
         for i, action in enumerate(self.actions):
             self._current = action
             self.faults.check(self.role.process, self.step_index, action)
+            begun = time.perf_counter()
+            self.comm.receive_s = 0.0
             self.comm.prefetch(i)
             start = self._dispatch(action, inputs, targets)
             if record:
-                spans.append(
-                    ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, time.perf_counter())
-                )
+                end = time.perf_counter()
+                spans.append(ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, end))
+                self._busy.append(end - begun - self.comm.receive_s)
             self._peak = max(self._peak, sum(st.inflight for st in self.stages.values()))
             stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
             if self._last_backward.get(action.stage) == i:

@@ -14,6 +14,7 @@ from pipeplan.profiler.model import Model
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.evaluate import EvalResult
 from pipeplan.runtime.job import ScheduleLayout
+from pipeplan.runtime.network import NetworkSettings
 from pipeplan.runtime.optim import RateSchedule
 from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_global_batch, check_seed, check_train_options
 from pipeplan.runtime.predict import PlanPrediction
@@ -57,6 +58,8 @@ class TrainConfig:
     asynchronous: AsyncSettings | None = None
     evaluate: bool = False
     epochs: int = 0
+    network: NetworkSettings | None = None
+    adaptive: bool = False
 
     def total_steps(self, train_samples: int, global_batch: int) -> int:
         """The run's steps: --steps, or --epochs x the steps of one epoch (the whole batches in the training split)."""
@@ -146,6 +149,7 @@ class TrainReport:
     delays: list[int] | None = None
     samples_per_s: float | None = None
     link: tuple[float, float] | None = None
+    adaptive: dict[str, Any] | None = None
     model: Model | None = None
     plan: Plan | None = None
     schedule: Schedule | None = None

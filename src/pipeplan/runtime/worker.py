@@ -17,11 +17,14 @@ from pipeplan.profiler.allocator import steady_cpu_allocator
 from pipeplan.profiler.datasets import batch_indices
 from pipeplan.profiler.model import Model, build_model
 from pipeplan.runtime import checkpoint
+from pipeplan.runtime.adaptive import AdaptiveK
 from pipeplan.runtime.distributed import init_distributed
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.evaluate import evaluation
 from pipeplan.runtime.executor import Executor
+from pipeplan.runtime.link_emulation import Wire
 from pipeplan.runtime.memory_meter import SavedMemoryMeter, static_bytes
+from pipeplan.runtime.network import make_wire, shared_origin
 from pipeplan.runtime.optim import make_optimizer
 from pipeplan.runtime.predict import (
     PlanPrediction,
@@ -71,7 +74,8 @@ def train(
     topology = Topology(plan, schedule, world)
     role = topology.roles[rank]
     torch.manual_seed(config.seed * 7919 + rank)
-    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead)
+    wire = make_wire(config.network, topology.devices) if config.network is not None else None
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire)
     params = executor.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
     root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
@@ -90,12 +94,16 @@ def train(
     per_epoch = config.steps_per_epoch(len(data), global_batch)
     rates = config.rates(total)
     last_part: dict[str, Any] | None = None
+    origin = shared_origin() if wire is not None or config.adaptive else 0.0  # the trace's time 0
+    if wire is not None:
+        wire.origin_s = origin
+    adaptive = _adaptive(config, plan, schedule, executor, origin, wire) if config.adaptive else None
     began = time.perf_counter()
     for step in range(start, total):
         idx = batch_indices(len(data), global_batch, step, config.seed)
         inputs, targets = data.inputs[idx], data.targets[idx]
-        record = config.trace and step == total - 1
-        if record:
+        record = (config.trace and step == total - 1) or adaptive is not None
+        if config.trace and step == total - 1:
             dist.barrier()
         meter = SavedMemoryMeter(exclude=params) if step == start else None  # the first step is warm-up anyway
         t0 = time.perf_counter()
@@ -106,19 +114,25 @@ def train(
         t2 = time.perf_counter()
         if meter is not None:
             memory = static_bytes(params, optimizer) + meter.peak_bytes
-        if record:
+        if config.trace and step == total - 1:
             last_part = local_part(result, t0, t1)
-        shared = torch.zeros(1 + world, dtype=torch.float64)  # the loss and every process's optimizer ms, one all-reduce
+        # the loss and every process's optimizer ms (--adaptive: and what it observed), one all-reduce
+        shared = torch.zeros(1 + world + (adaptive.size if adaptive is not None else 0), dtype=torch.float64)
         shared[0], shared[1 + rank] = result.loss, (t2 - t1) * 1000.0
+        if adaptive is not None:
+            own = static_bytes(params, optimizer) if meter is not None else 0
+            adaptive.pack(shared[1 + world :], result, (t0, t2), (t2 - t1) * 1000.0, own, meter)
         dist.all_reduce(shared)
         loss = shared[0]
+        if adaptive is not None:
+            adaptive.after_step(step - start, shared[1 + world :])
         t3 = time.perf_counter()
         if rank == 0:
             report.step_ms.append((t3 - t0) * 1000.0)
             report.losses.append(float(loss))
             report.pipeline_ms.append((t1 - t0) * 1000.0)
             report.optimizer_ms.append((t2 - t1) * 1000.0)
-            report.optimizer_ms_by_process.append(shared[1:].tolist())
+            report.optimizer_ms_by_process.append(shared[1 : 1 + world].tolist())
             if on_step is not None:
                 on_step(step, float(loss), (t1 - t0) * 1000.0, (t2 - t1) * 1000.0)
         done = step + 1
@@ -135,6 +149,8 @@ def train(
             scored = evaluation(model, plan, own, device, done, per_epoch, began)
             if scored is not None:
                 report.evals.append(scored)
+    if adaptive is not None and rank == 0:
+        report.adaptive = adaptive.report()
     if total > start:
         everyone: list[int] | None = [0] * world if rank == 0 else None
         dist.gather_object(memory, everyone, dst=0)
@@ -155,6 +171,18 @@ def train(
     if config.predict:
         _predict(report, plan, schedule, model, device, role, world)
     return report if rank == 0 else None
+
+
+def _adaptive(
+    config: TrainConfig, plan: Plan, schedule: Schedule, executor: Executor, origin: float, wire: Wire | None
+) -> AdaptiveK:
+    """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's)."""
+    limit = None
+    if config.plan is not None and config.cluster is not None:
+        from pipeplan.io.load import load_cluster
+
+        limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
+    return AdaptiveK(plan, schedule, executor, origin, wire, limit)
 
 
 def _collective(load: Callable[[], Any], world: int) -> Any:

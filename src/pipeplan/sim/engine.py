@@ -11,13 +11,20 @@ from pipeplan.core.validate import waiting_grid
 from pipeplan.sim.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.costs import Costs
 from pipeplan.sim.loops import Outcome, run_dataflow, run_events, timeline
-from pipeplan.sim.program import peak_saved_bytes, program_for
-from pipeplan.sim.result import RankStats, SimResult
+from pipeplan.sim.program import Program, peak_saved_bytes, program_for
+from pipeplan.sim.result import FlowSpan, RankStats, SimResult
 from pipeplan.sim.trace import BandwidthTrace
 from pipeplan.sim.transfers import TransferTable
 
 
-def simulate(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None, record: bool = True) -> SimResult:
+def simulate(
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None = None,
+    record: bool = True,
+    offset_ms: float = 0.0,
+    program: Program | None = None,
+) -> SimResult:
     """Simulate one iteration of `schedule` under `costs` (and a bandwidth `trace`).
 
     Each rank runs its actions in order; an action starts when the rank is free
@@ -28,7 +35,11 @@ def simulate(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = No
             producer shows up as a deadlock).
         costs: per-stage compute and memory, per-boundary flows.
         trace: bandwidth multipliers over time per link.
-        record: build the timeline (`compute`, `transfers`); False leaves them empty, for speed.
+        record: build the timeline (`compute`, `transfers`, `flows`); False leaves them empty, for speed.
+        offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
+            the result stays relative to the iteration's start.
+        program: `schedule` compiled (sim.program.compile_schedule) by a caller that simulates it many times
+            (the adaptive controller); None compiles it here, remembering the last few.
 
     Raises:
         CostError: costs cover a different number of stages than the schedule.
@@ -40,38 +51,53 @@ def simulate(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = No
     collector's repeated passes over them while they pile up cost as much as
     the simulation itself, whereas one pass after the call untracks them.
     """
-    return _without_gc(schedule, costs, trace, record, run_dataflow)
+    return _without_gc(schedule, costs, trace, record, run_dataflow, offset_ms, program)
 
 
 def simulate_in_time_order(
-    schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None, record: bool = True
+    schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None, record: bool = True, offset_ms: float = 0.0
 ) -> SimResult:
     """`simulate` forced onto the global-time-order loop (the general one), to cross-check the dataflow loop."""
-    return _without_gc(schedule, costs, trace, record, run_events)
+    return _without_gc(schedule, costs, trace, record, run_events, offset_ms, None)
 
 
 def _without_gc(
-    schedule: Schedule, costs: Costs, trace: BandwidthTrace | None, record: bool, preferred: Callable[..., Outcome]
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None,
+    record: bool,
+    preferred: Callable[..., Outcome],
+    offset_ms: float,
+    program: Program | None,
 ) -> SimResult:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _simulate(schedule, costs, trace, record, preferred)
+        return _simulate(schedule, costs, trace, record, preferred, offset_ms, program)
     finally:
         if collecting:
             gc.enable()
 
 
 def _simulate(
-    schedule: Schedule, costs: Costs, trace: BandwidthTrace | None, record: bool, preferred: Callable[..., Outcome]
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None,
+    record: bool,
+    preferred: Callable[..., Outcome],
+    offset_ms: float,
+    program: Program | None,
 ) -> SimResult:
     if len(costs.stages) != schedule.num_stages:
         raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
-    program = program_for(schedule)
+    if program is None or program.schedule is not schedule:
+        program = program_for(schedule)
     durations: list[float] = []
     for c in costs.stages:
         durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]  # type: ignore[list-item]
-    table = TransferTable(schedule.stage_to_rank, costs, trace)
+    table = TransferTable(schedule.stage_to_rank, costs, trace, offset_ms)
+    if record:
+        table.flow_log = []
     run = preferred if table.single_producer else run_events
     outcome = run(program, durations, table)
     stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]
@@ -108,4 +134,19 @@ def _simulate(
         program.stage_peak_inflight,
         *(timeline(program, outcome) if record else ((), ())),
         schedule.name,
+        flow_spans(costs, table.flow_log) if record else (),
     )
+
+
+def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) -> tuple[FlowSpan, ...]:
+    """The transfer table's flow log as FlowSpans (transfer index t < S-1: activation of boundary t, else gradient),
+    in time order (start, end, then kind, boundary, link), whichever order the event loop timed them in."""
+    boundaries = len(costs.forward)
+    spans = []
+    for transfer, index, start, end in log or ():
+        if transfer < boundaries:
+            spans.append(FlowSpan("act", transfer, costs.forward[transfer][index].link, start, end))
+        else:
+            b = transfer - boundaries
+            spans.append(FlowSpan("grad", b, costs.backward[b][index].link, start, end))
+    return tuple(sorted(spans, key=lambda f: (f.start_ms, f.end_ms, f.kind, f.boundary, f.link)))

@@ -30,6 +30,20 @@ class TransferSpan(NamedTuple):
     end_ms: float
 
 
+class FlowSpan(NamedTuple):
+    """One flow of a transfer that the general queue timed (several pairs, a NIC, or a traced link).
+
+    `boundary` b: activations go from stage b to b+1 (`kind` 'act'), gradients back ('grad'); `link` is the
+    flow's ordered device pair. A transfer on one plain resource has no FlowSpan: its TransferSpan is its flow.
+    """
+
+    kind: str
+    boundary: int
+    link: tuple[int, int]
+    start_ms: float
+    end_ms: float
+
+
 class RankStats(NamedTuple):
     """Per-rank totals: compute time, idle time within the iteration, in-flight and memory peaks."""
 
@@ -49,7 +63,8 @@ class SimResult:
     close the schedule comes to the bound of its busiest rank (and of its
     links and all-reduces). They agree only when every rank is equally busy:
     98.8 % efficiency with a 9.5 % bubble is a schedule near its bound on an
-    unbalanced split.
+    unbalanced split. `flows` (recorded runs only): the wire times of flows the
+    general transfer queue timed (FlowSpan).
     """
 
     iteration_time: float
@@ -60,6 +75,7 @@ class SimResult:
     compute: tuple[ComputeSpan, ...]
     transfers: tuple[TransferSpan, ...]
     schedule_name: str = ""
+    flows: tuple[FlowSpan, ...] = ()
 
     @property
     def efficiency(self) -> float:

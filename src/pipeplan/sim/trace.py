@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +27,32 @@ class TraceStep:
 
 @dataclass(frozen=True, slots=True)
 class BandwidthTrace:
-    """A list of steps; at time t a link runs at the factor of the latest step at or before t that names it (or "all").
+    """A list of steps in time order; at time t a link runs at the factor of the latest step at or before t that names
+    it (or "all").
 
-    Steps with equal `t_ms` apply in list order (the later one wins). Before a
-    link's first step its factor is 1.0.
+    The clock runs from the start of a run, across iterations (an iteration
+    simulated from `offset_ms` on sees the trace from there). Steps with equal
+    `t_ms` apply in list order (the later one wins). Before a link's first
+    step its factor is 1.0.
     """
 
     steps: tuple[TraceStep, ...]
+    _segments: dict[Link, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
+    _named: set[Link | bool | None] = field(default_factory=set, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
+        previous = 0.0
         for i, step in enumerate(self.steps):
             _check_step(i, step.t_ms, step.link, step.factor)
+            if step.t_ms < previous:
+                raise CostError(
+                    f"bandwidth trace entry {i}: t_ms {step.t_ms!r} is before the previous entry's {previous!r} "
+                    "(steps must be sorted by time)"
+                )
+            previous = step.t_ms
 
     def check_devices(self, count: int, what: str) -> None:
         """Raise CostError for the first step naming a device beyond `count` devices (`what` says whose, e.g. the cluster)."""
@@ -51,22 +65,32 @@ class BandwidthTrace:
 
     def affects(self, link: Link) -> bool:
         """True when some step changes `link` (by name or through "all")."""
-        return any(s.link is None or s.link == link for s in self.steps)
+        if not self._named:
+            self._named.update(s.link for s in self.steps)
+            self._named.add(False)  # marks the set as filled (an empty trace names nothing)
+        return None in self._named or link in self._named
 
     def segments(self, link: Link) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The factor of `link` as breakpoints: (times, factors), factor[i] holding from times[i] until times[i+1].
 
-        times[0] is 0.0; the factor before any step is 1.0.
+        times[0] is 0.0; the factor before any step is 1.0. Computed once per link (a trace is immutable).
         """
+        cached = self._segments.get(link)
+        if cached is not None:
+            return cached
         times = [0.0]
         factors = [1.0]
-        for step in sorted((s for s in self.steps if s.link is None or s.link == link), key=lambda s: s.t_ms):
+        for step in self.steps:
+            if step.link is not None and step.link != link:
+                continue
             if step.t_ms == times[-1]:
                 factors[-1] = step.factor
             else:
                 times.append(step.t_ms)
                 factors.append(step.factor)
-        return tuple(times), tuple(factors)
+        segments = (tuple(times), tuple(factors))
+        self._segments[link] = segments
+        return segments
 
     def factor_at(self, link: Link, t_ms: float) -> float:
         """The multiplier of `link` at time `t_ms`."""
@@ -83,8 +107,16 @@ class BandwidthTrace:
         Steps at or before the offset all move to t=0, keeping their order, so the
         latest of them still wins.
         """
-        ordered = sorted(self.steps, key=lambda s: s.t_ms)
-        return BandwidthTrace(tuple(TraceStep(max(0.0, s.t_ms - offset_ms), s.link, s.factor) for s in ordered))
+        return BandwidthTrace(tuple(TraceStep(max(0.0, s.t_ms - offset_ms), s.link, s.factor) for s in self.steps))
+
+    def links(self) -> tuple[Link, ...]:
+        """The ordered device pairs the steps name (not "all"), in first-named order."""
+        return tuple(dict.fromkeys(s.link for s in self.steps if s.link is not None))
+
+    @property
+    def end_ms(self) -> float:
+        """The time of the last step (0.0 for an empty trace): after it every factor holds forever."""
+        return self.steps[-1].t_ms if self.steps else 0.0
 
     def to_json(self) -> list[dict[str, Any]]:
         """The JSON list form read by `bandwidth_trace_from_json`."""
@@ -132,17 +164,18 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
 
 
 def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
-    """Build a trace from its JSON form: a list of {"t_ms", "link": [a, b] | "all", "factor"}.
+    """Build a trace from its JSON form: a list of {"t_ms", "link": [a, b] | "all", "factor"}, sorted by t_ms.
 
-    An object {"steps": [...]} (optionally with "format": "pipeplan.bandwidth_trace/1") is accepted too.
+    An object {"steps": [...]} (optionally with "format": "pipeplan.bandwidth_trace/1" and "generator": {...}, how
+    `pipeplan trace` made it; read and ignored) is accepted too.
 
     Raises:
         CostError: naming the bad entry and value.
     """
     if isinstance(obj, dict):
-        unknown = sorted(set(obj) - {"format", "steps"})
+        unknown = sorted(set(obj) - {"format", "steps", "generator"})
         if unknown:
-            raise CostError(f"bandwidth trace: unknown key {unknown[0]!r} (expected 'steps')")
+            raise CostError(f"bandwidth trace: unknown key {unknown[0]!r} (expected 'steps', 'format', 'generator')")
         fmt = obj.get("format", "pipeplan.bandwidth_trace/1")
         if fmt != "pipeplan.bandwidth_trace/1":
             raise CostError(f"bandwidth trace: format must be 'pipeplan.bandwidth_trace/1', got {fmt!r}")
@@ -169,7 +202,7 @@ def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
             raise CostError(f'bandwidth trace entry {i}: link must be "all" or [a, b], got {raw_link!r}')
         _check_step(i, entry["t_ms"], link, entry["factor"])
         steps.append(TraceStep(float(entry["t_ms"]), link, float(entry["factor"])))
-    return BandwidthTrace(tuple(steps))
+    return BandwidthTrace(tuple(steps))  # checks the order
 
 
 def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:

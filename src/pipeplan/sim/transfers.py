@@ -27,10 +27,15 @@ class TransferTable:
     `fast_resource` is that resource's id and `fast_ms` its duration. `free`
     holds each resource's free time; `single_producer` is True when every
     resource is only ever requested by one rank, so that rank's own order is
-    the resource's request order.
+    the resource's request order. `flow_log`, when set to a list, receives
+    (transfer, flow index, start, end) of every flow `run` times (the fast form
+    is not logged: its one flow's times are the transfer's). `offset_ms` is where time 0 of the iteration
+    lies on the trace's clock (an iteration that starts later in a run sees the trace from there).
     """
 
-    def __init__(self, stage_to_rank: tuple[int, ...], costs: Costs, trace: BandwidthTrace | None) -> None:
+    def __init__(
+        self, stage_to_rank: tuple[int, ...], costs: Costs, trace: BandwidthTrace | None, offset_ms: float = 0.0
+    ) -> None:
         s2r = stage_to_rank
         boundaries = costs.forward + costs.backward
         last = len(costs.forward)
@@ -59,6 +64,8 @@ class TransferTable:
                 self.fast_resource.append(GENERAL)
                 self.fast_ms.append(0.0)
         self.free = [0.0] * len(resource_ids)
+        self.offset_ms = offset_ms
+        self.flow_log: list[tuple[int, int, float, float]] | None = None  # set to a list to log (transfer, flow, start, end)
         self.single_producer = all(len(ranks) == 1 for ranks in producers.values())
 
     def gradient(self, boundary: int) -> int:
@@ -72,16 +79,25 @@ class TransferTable:
         ends, and takes latency + work, the work stretched by its link's trace.
         """
         free = self.free
+        offset = self.offset_ms
+        log = self.flow_log
         first = math.inf
         last = request
-        for rids, segments, latency, work in self.flows[boundary]:
+        for index, (rids, segments, latency, work) in enumerate(self.flows[boundary]):
             start = request
             for rid in rids:
                 if free[rid] > start:
                     start = free[rid]
-            end = start + latency + work if segments is None else finish_time(*segments, start + latency, work)
+            if segments is None:
+                end = start + latency + work
+            elif offset:
+                end = finish_time(*segments, offset + start + latency, work) - offset
+            else:
+                end = finish_time(*segments, start + latency, work)
             for rid in rids:
                 free[rid] = end
+            if log is not None:
+                log.append((boundary, index, start, end))
             first = min(first, start)
             last = max(last, end)
         return first, last

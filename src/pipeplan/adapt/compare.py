@@ -1,0 +1,129 @@
+"""`pipeplan adapt`: the controller against fixed 1F1B, GPipe, every fixed k, the best fixed k and the oracle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeplan.adapt.controller import AdaptiveController, ControllerConfig, Decision
+from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.adapt.predict import stage_peak_bytes
+from pipeplan.adapt.runs import PolicyRun, run_controller, run_fixed, run_oracle
+from pipeplan.core.errors import AdaptError
+from pipeplan.schedules.kfkb import kfkb
+from pipeplan.sim.trace import BandwidthTrace
+
+GIB = float(1 << 30)
+POLICY_ORDER = ("adaptive", "1f1b", "gpipe", "best_static", "oracle")
+
+
+@dataclass
+class AdaptComparison:
+    """Every policy's run under one trace, the controller's decisions and their cost.
+
+    `policies`: adaptive, 1f1b, gpipe (when all m microbatches fit), best_static
+    (the fixed k with the least total time) and oracle; `fixed[k]`: every
+    fixed k that fits; `not_run`: policies left out, with the reason.
+    """
+
+    policies: dict[str, PolicyRun]
+    fixed: dict[int, PolicyRun]
+    decisions: list[Decision]
+    decision_ms: list[float]
+    decision_cpu_ms: list[float]
+    k_max: int
+    memory_limit_bytes: float
+    not_run: dict[str, str] = field(default_factory=dict)
+
+    def speedup(self, name: str, over: str = "1f1b") -> float:
+        """Total time of `over` / total time of `name` (above 1: `name` is faster)."""
+        return self.policies[over].total_ms / self.policies[name].total_ms
+
+    @property
+    def decision_share(self) -> float:
+        """The slowest decision's wall time over the mean iteration time of the controller's run."""
+        run = self.policies["adaptive"]
+        mean = sum(run.iteration_ms) / len(run.iteration_ms)
+        return max(self.decision_ms, default=0.0) / mean
+
+    def to_json(self, timing: bool = True) -> dict[str, Any]:
+        """{"policies": {name: run}, "fixed_k": {k: run}, "decisions": [...], "k_max", "memory_limit_bytes",
+        "not_run", and with `timing` "controller": {decision_ms_mean, decision_ms_max, decision_share_max,
+        decision_cpu_ms_mean}} (wall and CPU times of the controller's steps: they differ from run to run)."""
+        obj: dict[str, Any] = {
+            "policies": {name: run.to_json() for name, run in self.policies.items()},
+            "fixed_k": {str(k): run.to_json() for k, run in self.fixed.items()},
+            "best_static_k": self.policies["best_static"].k[0],
+            "decisions": [d.to_json() for d in self.decisions],
+            "k_max": self.k_max,
+            "memory_limit_bytes": self.memory_limit_bytes,
+            "not_run": dict(self.not_run),
+        }
+        if timing:
+            spent = self.decision_ms or [0.0]
+            obj["controller"] = {
+                "decision_ms_mean": sum(spent) / len(spent),
+                "decision_ms_max": max(spent),
+                "decision_share_max": self.decision_share,
+                "decision_cpu_ms_mean": sum(self.decision_cpu_ms or [0.0]) / max(1, len(self.decision_cpu_ms)),
+            }
+        return obj
+
+
+def compare_policies(
+    pipeline: PipelineModel, trace: BandwidthTrace | None, iterations: int, config: ControllerConfig | None = None
+) -> AdaptComparison:
+    """Run every policy for `iterations` iterations under `trace` (the same pipeline, the same simulator).
+
+    Raises:
+        AdaptError: iterations below 1, or no k fits memory.
+    """
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise AdaptError(f"iterations must be an integer >= 1, got {iterations!r}")
+    config = config or ControllerConfig()
+    controller = AdaptiveController(pipeline, config)
+    schedules = controller.predictor.schedules
+    fixed = {k: run_fixed(f"k={k}", k, schedules[k], pipeline, trace, iterations) for k in schedules}
+    adaptive = run_controller(controller, trace, iterations)
+    best_k = min(fixed, key=lambda k: (fixed[k].total_ms, k))
+    m = pipeline.microbatches
+    policies = {"adaptive": adaptive.run}
+    not_run: dict[str, str] = {}
+    if 1 in fixed:
+        policies["1f1b"] = _renamed(fixed[1], "1f1b")
+    else:
+        policies["1f1b"] = run_fixed("1f1b", 1, kfkb(pipeline.num_stages, m, 1), pipeline, trace, iterations)
+    if m in fixed:
+        policies["gpipe"] = _renamed(fixed[m], "gpipe")
+    else:
+        not_run["gpipe"] = _gpipe_misses(pipeline)
+    policies["best_static"] = _renamed(fixed[best_k], "best_static")
+    policies["oracle"] = run_oracle(schedules, pipeline, trace, iterations, config.switch_ms)
+    return AdaptComparison(
+        policies,
+        fixed,
+        adaptive.decisions,
+        adaptive.decision_ms,
+        adaptive.decision_cpu_ms,
+        controller.k_max,
+        min(pipeline.memory_limit_bytes),
+        not_run,
+    )
+
+
+def _renamed(run: PolicyRun, name: str) -> PolicyRun:
+    return PolicyRun(name, run.k, run.start_ms, run.iteration_ms, run.peak_bytes)
+
+
+def _gpipe_misses(pipeline: PipelineModel) -> str:
+    """Why GPipe (all m microbatches in flight) is left out: the stage that overflows the most, or the k_choices."""
+    m = pipeline.microbatches
+    peaks = stage_peak_bytes(pipeline, kfkb(pipeline.num_stages, m, m))
+    over = [need - limit for need, limit in zip(peaks, pipeline.memory_limit_bytes, strict=True)]
+    s = max(range(len(over)), key=lambda i: over[i])
+    if over[s] <= 0:
+        return f"k={m} (GPipe) is not among the controller's k_choices"
+    return (
+        f"GPipe holds all {m} microbatches: {peaks[s] / GIB:.2f} GiB on stage {s}, "
+        f"{over[s] / GIB:.2f} GiB over its {pipeline.memory_limit_bytes[s] / GIB:.2f} GiB"
+    )

@@ -1,0 +1,281 @@
+"""The Ada-Grouper controller: observe an iteration, estimate the links, predict T(k) by simulation, switch k or stay."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pipeplan.adapt.decision import ControllerConfig, Decision
+from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, wire_samples
+from pipeplan.adapt.observation import IterationObservation, Link
+from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.core.errors import AdaptError
+from pipeplan.core.plan import Plan
+from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.trace import BandwidthTrace
+
+GIB = float(1 << 30)
+
+
+class AdaptiveController:
+    """Chooses kFkB's k at every iteration boundary from what the iterations measured.
+
+    Use: build it (`from_plan` or `from_measurements`), run the first iteration
+    with `controller.k`, then after each iteration call `step(observation)`
+    and run the next one with the returned decision's k. The same
+    observations give the same decisions (no clock or randomness steers it),
+    so every rank of a job can run its own copy and switch at the same iteration.
+
+    Each decision: estimate every link's rate over two half-lives ("now",
+    "lately") and each stage's compute; take the view whose estimates came
+    closer to what the following iterations measured; simulate the next iteration under it for
+    every k that fits memory (k = 1..k_max, sim.engine, memoized); switch to
+    the fastest when it beats the current k by more than the threshold (and
+    the switch's cost), else stay. When no estimate moved by more than
+    `reevaluate_change` since the last evaluation, it stays without predicting.
+    """
+
+    def __init__(self, pipeline: PipelineModel, config: ControllerConfig | None = None) -> None:
+        self.pipeline = pipeline
+        self.config = config or ControllerConfig()
+        schedules, peaks = fitting_ks(pipeline)
+        if not schedules:
+            raise AdaptError(_no_fit(pipeline, peaks[1]))
+        if self.config.k_choices is not None:
+            wanted = set(self.config.k_choices)
+            outside = sorted(wanted - set(schedules))
+            if outside:
+                raise AdaptError(
+                    f"k_choices holds k={outside[0]}, which does not fit memory or exceeds m={pipeline.microbatches} "
+                    f"(k_max {max(schedules)})"
+                )
+            schedules = {k: s for k, s in schedules.items() if k in wanted}
+        self.k_max = max(schedules)
+        self.peak_bytes = {k: max(peaks[k]) for k in schedules}
+        self.predictor = Predictor(pipeline, schedules, self.config.factor_step)
+        stages = pipeline.costs.stages
+        self.views = {"now": LinkEstimator(self.config.short_half_life), "lately": LinkEstimator(self.config.long_half_life)}
+        self.forecast_error = dict.fromkeys(self.views, 0.0)
+        self._error_weight = 1.0 - 2.0 ** (-1.0 / self.config.long_half_life)
+        self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
+        self.decisions: list[Decision] = []
+        self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
+        self._last_switch: tuple[int, int, int] | None = None  # (iteration, k before, k after)
+        self._churn = 0  # recent switches: each doubles the threshold; one is forgiven per reversal_window without any
+        self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
+        self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
+        if self.k not in schedules:
+            raise AdaptError(f"initial_k {self.k} is not a candidate (k that fit memory: 1..{self.k_max})")
+        self._best = self.k  # the best k of the last evaluation: searched first next time
+        self._decide(0, first=True)
+
+    @classmethod
+    def from_plan(
+        cls, plan: Plan, model: CostModel, config: ControllerConfig | None = None, trace: BandwidthTrace | None = None
+    ) -> AdaptiveController:
+        """The controller of `plan`'s stages under the simulator's cost model (PipelineModel.from_plan)."""
+        return cls(PipelineModel.from_plan(plan, model, trace), config)
+
+    @classmethod
+    def from_measurements(cls, config: ControllerConfig | None = None, **numbers: Any) -> AdaptiveController:
+        """The controller of a pipeline given as numbers a runtime measures (PipelineModel.from_measurements' arguments)."""
+        return cls(PipelineModel.from_measurements(**numbers), config)
+
+    @property
+    def k_choices(self) -> tuple[int, ...]:
+        """The candidates: every k the controller may pick."""
+        return tuple(self.predictor.schedules)
+
+    def predict(self, k: int, factors: dict[Link, float] | None = None) -> float:
+        """Predicted ms of the next iteration with `k` under `factors` (default: the "now" view's estimate)."""
+        if k not in self.predictor.schedules:
+            raise AdaptError(f"k={k} is not a candidate (k that fit memory: {list(self.k_choices)})")
+        rates = self.views["now"].factors() if factors is None else factors
+        return self.predictor.time(k, rates, self._compute())
+
+    def observe(self, observation: IterationObservation) -> None:
+        """Take in one finished iteration's measurements.
+
+        Raises:
+            AdaptError: per-stage values for another number of stages, or a transfer on a link the pipeline does not use.
+        """
+        p = self.pipeline.num_stages
+        if observation.stage_fwd_ms and len(observation.stage_fwd_ms) != p:
+            raise AdaptError(f"observation has {len(observation.stage_fwd_ms)} stage times for a {p}-stage pipeline")
+        samples = wire_samples(self.pipeline, observation.transfers)
+        measured = LinkEstimator.of(samples)
+        if measured:
+            w = self._error_weight
+            for view, estimator in self.views.items():
+                forecast = estimator.factors()
+                error = sum(abs(math.log(f / forecast.get(link, 1.0))) for link, f in measured.items()) / len(measured)
+                self.forecast_error[view] = (1 - w) * self.forecast_error[view] + w * error
+        for estimator in self.views.values():
+            estimator.add_iteration(samples, observation.end_ms, observation.iteration_ms)
+        self.compute.add_iteration(observation.stage_fwd_ms, observation.stage_bwd_ms)
+        self._iteration_ms = observation.iteration_ms
+
+    def budget(self) -> int:
+        """Simulations the next decision may run (ControllerConfig.decision_budget)."""
+        reference = self._iteration_ms or self.predictor.time(self.k, {}, self._compute())
+        p, m = self.pipeline.num_stages, self.pipeline.microbatches
+        events = 2 * p * m + 2 * (p - 1) * m
+        share = self.config.decision_budget * reference * self.config.simulated_events_per_ms / events
+        return max(2, int(share))
+
+    def step(self, observation: IterationObservation) -> Decision:
+        """observe(observation), then decide the k of iteration observation.index + 1."""
+        self.observe(observation)
+        return self._decide(observation.index + 1)
+
+    def _compute(self) -> tuple[Sequence[float], Sequence[float]] | None:
+        return (self.compute.fwd_ms, self.compute.bwd_ms) if self.compute.measured else None
+
+    def _decide(self, iteration: int, first: bool = False) -> Decision:
+        started = time.perf_counter()
+        factors = {view: estimator.factors() for view, estimator in self.views.items()}
+        view = min(self.forecast_error, key=lambda v: (self.forecast_error[v], v != "now"))
+        compute = self._compute()
+        current = self.k
+        state = (view, factors["now"], factors["lately"], tuple(self.compute.fwd_ms + self.compute.bwd_ms))
+        last = self._evaluated
+        complete = last is not None and len(last[1]) == len(self.predictor.schedules)
+        if not first and last is not None and complete and not self._moved(last[0], state):
+            reason = (
+                f"stay: k={current}; every link's estimated rate and every stage's compute is within "
+                f"{self.config.reevaluate_change:.0%} of the last evaluation's"
+            )
+            return self._log(iteration, current, current, reason, view, factors[view], last[1], started, evaluated=False)
+        predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget())
+        best = min(predicted, key=lambda k: (predicted[k], k != current, k))
+        turned = self._turns_back(iteration, current, best)
+        churn = self._churn_now(iteration, view)
+        threshold = self.config.gain_threshold * 2**churn
+        gain = predicted[current] - predicted[best]
+        seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
+        if first and self.config.initial_k is not None:
+            chosen, reason = current, f"start: k={current} as configured (k={best} is the fastest at nominal bandwidth)"
+        elif first:
+            chosen, reason = best, f"start: k={best} is the fastest at nominal bandwidth ({predicted[best]:.4g} ms)"
+        elif best == current:
+            chosen, reason = current, f"stay: k={current} is the fastest ({predicted[current]:.4g} ms) under {seen}"
+        elif gain <= threshold * predicted[current] + self.config.switch_ms:
+            chosen = current
+            switch = f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else ""
+            doubled = f" (doubled {churn} times for the recent switches)" if churn else ""
+            reason = (
+                f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms under {seen}, "
+                f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{doubled}{switch}"
+            )
+        elif (
+            turned is not None
+            and not (view == "now" and self.forecast_error["now"] <= self.forecast_error["lately"])
+            and (lately := self.predictor.time(best, factors["lately"], compute))
+            >= (was := self.predictor.time(current, factors["lately"], compute)) * (1 - threshold)
+        ):
+            chosen = current
+            reason = (
+                f"stay: k={best} would gain {gain / predicted[current]:.1%} under {seen}, but it turns back the switch "
+                f"k={turned[1]} -> {turned[2]} of iteration {turned[0]} and the network as measured lately does not "
+                f"favour it ({lately:.4g} ms against {was:.4g} ms)"
+            )
+        else:
+            chosen = best
+            reason = (
+                f"switch: k={current} -> {best}, predicted {predicted[current]:.4g} -> {predicted[best]:.4g} ms "
+                f"({-gain / predicted[current]:+.1%}) under {seen}"
+            )
+            self._last_switch = (iteration, current, best)
+            self._churn = churn + 1
+        self._best = best
+        self._evaluated = (state, predicted)
+        if first and self.config.initial_k is not None:
+            self._evaluated = None  # the configured k was not chosen by this evaluation: evaluate again next time
+        before = chosen if first else current
+        return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started)
+
+    def _churn_now(self, iteration: int, view: str) -> int:
+        """The recent-switch count at `iteration`: deciding with "now" (the network holds still long enough for the
+        short view to forecast it), it is forgotten after reversal_window quiet iterations; deciding with "lately"
+        (it flips faster than k can follow), one switch is forgiven per reversal_window quiet iterations."""
+        if self._last_switch is None:
+            return 0
+        quiet = iteration - self._last_switch[0]
+        if view == "now":
+            return self._churn if quiet <= self.config.reversal_window else 0
+        return max(0, self._churn - quiet // max(1, self.config.reversal_window))
+
+    def _turns_back(self, iteration: int, current: int, best: int) -> tuple[int, int, int] | None:
+        """The last switch when moving from current to best reverses its direction within reversal_window, else None."""
+        last = self._last_switch
+        if last is None or iteration - last[0] > self.config.reversal_window:
+            return None
+        return last if (best - current) * (last[2] - last[1]) < 0 else None
+
+    def _moved(self, before: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+        """True when the view changed, or a link factor (either view) or stage time moved by more than
+        reevaluate_change (relative) since `before`."""
+        if before[0] != now[0]:
+            return True
+        limit = self.config.reevaluate_change
+        pairs = [
+            (b.get(link, 1.0), n.get(link, 1.0))
+            for b, n in zip(before[1:3], now[1:3], strict=True)
+            for link in b.keys() | n.keys()
+        ]
+        pairs += list(zip(before[3], now[3], strict=True))
+        return any(abs(new - old) > limit * old for old, new in pairs)
+
+    def _log(
+        self,
+        iteration: int,
+        before: int,
+        chosen: int,
+        reason: str,
+        view: str,
+        factors: dict[Link, float],
+        predicted: dict[int, float],
+        started: float,
+        evaluated: bool = True,
+    ) -> Decision:
+        self.k = chosen
+        decision = Decision(
+            iteration,
+            before,
+            chosen,
+            reason,
+            view,
+            factors,
+            {link: f * self.pipeline.nominal_gb_per_s(link) for link, f in factors.items()},
+            predicted,
+            dict(self.forecast_error),
+            dict(self.peak_bytes),
+            min(self.pipeline.memory_limit_bytes),
+            evaluated,
+            (time.perf_counter() - started) * 1000.0,
+        )
+        self.decisions.append(decision)
+        return decision
+
+
+def _links_text(pipeline: PipelineModel, factors: dict[Link, float]) -> str:
+    """The slowest measured link as 'link a->b x GB/s (f x nominal)', or 'nominal bandwidth'."""
+    slow = [link for link in factors if factors[link] < 1.0]
+    if not slow:
+        return "nominal bandwidth"
+    link = min(slow, key=lambda x: factors[x])
+    rate = factors[link] * pipeline.nominal_gb_per_s(link)
+    return f"link {link[0]}->{link[1]} {rate:.3g} GB/s ({factors[link]:.2f} x nominal)"
+
+
+def _no_fit(pipeline: PipelineModel, peaks: tuple[float, ...]) -> str:
+    """Why not even k=1 (1F1B) fits: the stage that overflows the most and by how much."""
+    over = [need - limit for need, limit in zip(peaks, pipeline.memory_limit_bytes, strict=True)]
+    s = max(range(len(over)), key=lambda i: over[i])
+    return (
+        f"no k fits memory: k=1 (1F1B) needs {peaks[s] / GIB:.2f} GiB on stage {s} "
+        f"(limit {pipeline.memory_limit_bytes[s] / GIB:.2f} GiB, {over[s] / GIB:.2f} GiB too much)"
+    )

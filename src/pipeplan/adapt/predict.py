@@ -1,0 +1,199 @@
+"""T(k) by simulation: the next iteration of kFkB under estimated link rates and stage compute, memoized."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+from pipeplan.adapt.observation import Link
+from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.core.schedule import Schedule
+from pipeplan.schedules.kfkb import kfkb
+from pipeplan.sim.costs import Costs, Flow
+from pipeplan.sim.engine import simulate
+from pipeplan.sim.memory import order_peak_activation
+from pipeplan.sim.program import Program, compile_schedule
+
+Compute = tuple[Sequence[float], Sequence[float]]
+"""Per-stage forward and backward ms of one microbatch."""
+Key = tuple[tuple[int, ...], tuple[int | None, ...] | None]
+"""A prediction's rounded state: link factors and stage times as indices on the rounding grid."""
+
+MEMO_SIZE = 4096
+RECALL_SIZE = 256
+"""States whose best k a search remembers (to try first in a nearby state)."""
+"""Predictions remembered (one per k and rounded rates), least recently used dropped first."""
+
+
+def stage_peak_bytes(pipeline: PipelineModel, schedule: Schedule) -> tuple[float, ...]:
+    """Peak bytes per stage under `schedule`: static bytes plus its in-flight microbatches' saved bytes (sim.memory)."""
+    saved = tuple(c.saved_bytes for c in pipeline.costs.stages)
+    activation = order_peak_activation(schedule, saved)
+    return tuple(c.static_bytes + a for c, a in zip(pipeline.costs.stages, activation, strict=True))
+
+
+def fitting_ks(pipeline: PipelineModel) -> tuple[dict[int, Schedule], dict[int, tuple[float, ...]]]:
+    """The kFkB schedules that fit every stage's memory limit, k = 1..m, and the peak bytes per stage of each k tried.
+
+    Stage r holds min(k (p - r), m) microbatches, so memory grows with k: the
+    search stops at the first k that does not fit (its peaks are returned too,
+    so a caller can say by how much it misses).
+    """
+    p, m = pipeline.num_stages, pipeline.microbatches
+    schedules: dict[int, Schedule] = {}
+    peaks: dict[int, tuple[float, ...]] = {}
+    for k in range(1, m + 1):
+        schedule = kfkb(p, m, k)
+        peaks[k] = stage_peak_bytes(pipeline, schedule)
+        if any(need > limit for need, limit in zip(peaks[k], pipeline.memory_limit_bytes, strict=True)):
+            break
+        schedules[k] = schedule
+    return schedules, peaks
+
+
+def ladder(ks: Sequence[int]) -> list[int]:
+    """Rungs 1, 2, 3, 5, 8, 12, ... (each about 1.5 x the last) that are in `ks`, plus the largest k."""
+    present = set(ks)
+    rungs: list[int] = []
+    rung = 1
+    while rung <= max(ks):
+        if rung in present:
+            rungs.append(rung)
+        rung = max(rung + 1, round(rung * 1.5))
+    return [*rungs, max(ks)]
+
+
+def quantize(value: float, step: float) -> int:
+    """The index of value on a logarithmic grid of ratio 1 + step (0 for a value of 1)."""
+    return round(math.log(value) / math.log1p(step))
+
+
+class Predictor:
+    """Simulates one iteration of kFkB for every candidate k under given link factors and stage compute.
+
+    Factors and compute times are rounded to a logarithmic grid of ratio
+    1 + `step` before simulating, and the prediction is memoized on the
+    rounded values: a controller that sees the same network twice pays once.
+    The rounding changes a prediction by at most a factor 1 + step/2.
+    """
+
+    def __init__(self, pipeline: PipelineModel, schedules: Mapping[int, Schedule], step: float = 0.01) -> None:
+        self.pipeline = pipeline
+        self.schedules = dict(schedules)
+        self.programs: dict[int, Program] = {k: compile_schedule(s) for k, s in self.schedules.items()}
+        self.step = step
+        self.simulations = 0
+        self._ladder = ladder(list(self.schedules))
+        self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
+        self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
+        self._costs: OrderedDict[Key, Costs] = OrderedDict()
+
+    def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
+        """The rounded state a prediction depends on: link factors (absent: nominal) and stage times (None: the model's)."""
+        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.links)
+        if compute is None:
+            return (rates, None)
+        return (rates, tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part))
+
+    def times(self, factors: Mapping[Link, float], compute: Compute | None = None) -> dict[int, float]:
+        """Predicted iteration ms of every candidate k (links absent from `factors` run at nominal rate)."""
+        key = self.key(factors, compute)
+        return {k: self.time_at(k, key) for k in self.schedules}
+
+    def time(self, k: int, factors: Mapping[Link, float], compute: Compute | None = None) -> float:
+        """Predicted iteration ms of kFkB with this k."""
+        return self.time_at(k, self.key(factors, compute))
+
+    def time_at(self, k: int, key: Key) -> float:
+        """Predicted iteration ms of kFkB with this k in the rounded state `key` (memoized)."""
+        memo_key = (k, key)
+        cached = self._memo.get(memo_key)
+        if cached is not None:
+            self._memo.move_to_end(memo_key)
+            return cached
+        self.simulations += 1
+        result = simulate(self.schedules[k], self._costs_for(key), record=False, program=self.programs[k])
+        self._memo[memo_key] = result.iteration_time
+        if len(self._memo) > MEMO_SIZE:
+            self._memo.popitem(last=False)
+        return result.iteration_time
+
+    def search(self, key: Key, first: Sequence[int], budget: int) -> dict[int, float]:
+        """Predictions of the candidates in the rounded state `key`, simulating at most `budget` (memoized ones are free).
+
+        Order: `first` (the current k, the last best), the best k of the
+        nearest state searched before (a burst that comes back finds its k at
+        once), the ladder of k about 1.5x apart, the neighbours (+-1, +-2) of
+        the best found while it improves, then every other k ascending. A
+        later search in the same state finds the earlier answers in the memo
+        and goes on where that one stopped, so on a steady network every k
+        that fits is simulated within a few decisions.
+        """
+        found: dict[int, float] = {}
+        spent = 0
+
+        def visit(k: int) -> bool:
+            nonlocal spent
+            if k in found or k not in self.schedules:
+                return True
+            value = self._memo.get((k, key))
+            if value is None:
+                if spent >= budget:
+                    return False
+                spent += 1
+                value = self.time_at(k, key)
+            found[k] = value
+            return True
+
+        for k in [*first, *self._recalled(key), *self._ladder]:
+            visit(k)
+        best = None
+        while best != (best := min(found, key=lambda k: (found[k], k))):
+            for k in (best - 1, best + 1, best - 2, best + 2):
+                visit(k)
+        for k in self.schedules:
+            if not visit(k):
+                break
+        self._best_at[key] = best
+        self._best_at.move_to_end(key)
+        if len(self._best_at) > RECALL_SIZE:
+            self._best_at.popitem(last=False)
+        return found
+
+    def _recalled(self, key: Key) -> list[int]:
+        """The best k found in the searched state nearest to `key` (rounded rates and times, summed distance)."""
+        if not self._best_at:
+            return []
+        rates, times = key
+
+        def distance(other: Key) -> float:
+            far = sum(abs(a - b) for a, b in zip(rates, other[0], strict=True))
+            if times is not None and other[1] is not None:
+                far += sum(abs((a or 0) - (b or 0)) for a, b in zip(times, other[1], strict=True))
+            return far
+
+        nearest = min(self._best_at, key=distance)
+        return [self._best_at[nearest]]
+
+    def _costs_for(self, key: Key) -> Costs:
+        cached = self._costs.get(key)
+        if cached is not None:
+            return cached
+        rates, times = key
+        grid = 1.0 + self.step
+        factor = dict(zip(self.pipeline.links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
+        base = self.pipeline.costs
+        if times is not None:
+            values = [0.0 if q is None else grid**q for q in times]  # type: ignore[attr-defined]
+            p = self.pipeline.num_stages
+            base = self.pipeline.with_compute(values[:p], values[p:])
+
+        def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+            return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
+
+        costs = Costs(base.stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)))
+        self._costs[key] = costs
+        if len(self._costs) > 64:
+            self._costs.popitem(last=False)
+        return costs

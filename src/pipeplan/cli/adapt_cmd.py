@@ -1,0 +1,147 @@
+"""The `pipeplan adapt` command: the Ada-Grouper controller against fixed schedules and the oracle under a trace."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, print_json
+from pipeplan.core.errors import AdaptError, PlanError
+
+if TYPE_CHECKING:
+    from pipeplan.adapt.compare import AdaptComparison
+    from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.sim.trace import BandwidthTrace
+
+
+FIXED_SHOWN = 6
+"""Fixed-k rows the table prints when more k fit (the fastest ones)."""
+
+
+def check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: int, cluster: str) -> None:
+    """A trace must name devices of the cluster, and some step must touch a link the plan's transfers use (a trace
+    written for the whole cluster may name more; one that touches none of the plan's would change nothing).
+
+    Raises:
+        CostError: a device beyond the cluster.
+        AdaptError: no step names "all" or a link of the plan, naming the plan's links.
+    """
+    trace.check_devices(devices, f"cluster {cluster}")
+    used = set(pipeline.flows)
+    if trace.steps and not any(step.link is None or step.link in used for step in trace.steps):
+        known = ", ".join(f"{a}-{b}" for a, b in pipeline.flows) or "none: one stage"
+        raise AdaptError(
+            f"bandwidth trace: no step names a link the plan's transfers use, so it would change nothing "
+            f"(the plan's links: {known})"
+        )
+
+
+def adapt(
+    plan: str = typer.Option(..., "--plan", help="Plan file whose stages the controller regroups."),
+    bandwidth_trace: str = typer.Option(..., "--bandwidth-trace", help="Bandwidth trace JSON (pipeplan trace writes one)."),
+    iterations: int = typer.Option(..., "--iterations", help="Iterations to run, back to back on the trace's clock."),
+    profile: str | None = typer.Option(None, "--profile", help="Model profile (path or built-in) [the plan's]."),
+    cluster: str | None = typer.Option(None, "--cluster", help="Cluster (path or built-in) [the plan's]."),
+    switch_ms: float = typer.Option(0.0, "--switch-ms", help="What changing k costs at an iteration boundary (ms)."),
+    gain_threshold: float = typer.Option(0.02, "--gain-threshold", help="Switch only for a predicted gain above this fraction."),
+    batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
+    optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
+    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print every policy's run and every decision as JSON."),
+    png: str | None = typer.Option(None, "--png", help="Plot bandwidth, k and iteration time against time (controller, 1F1B)."),
+) -> None:
+    """Run the adaptive controller, fixed 1F1B, GPipe, every fixed k and the oracle under one bandwidth trace."""
+    from pipeplan.adapt.compare import compare_policies
+    from pipeplan.adapt.controller import ControllerConfig
+    from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
+    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.io.plan_json import read_plan
+    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.memory import check_fits
+    from pipeplan.sim.trace import read_bandwidth_trace
+
+    inputs = {"--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
+    check_outputs([Output("--png", png, IMAGE_SUFFIXES)], inputs)
+    if iterations < 1:
+        raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
+    config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
+    trace = read_bandwidth_trace(bandwidth_trace)
+    the_plan, names = read_plan(plan)
+    profile = profile or names.get("profile") or None
+    cluster = cluster or names.get("cluster") or None
+    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
+    if missing:
+        raise PlanError(f"adapt --plan {plan} also needs {' and '.join(missing)} (a file path or a built-in name)")
+    assert profile is not None and cluster is not None
+    model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), batch_scaling, optimizer)
+    pipeline = PipelineModel.from_plan(the_plan, model, trace)
+    check_trace_links(trace, pipeline, model.cluster.num_devices, cluster)
+    check_fits(the_plan, model)
+    comparison = compare_policies(pipeline, trace, iterations, config)
+    if as_json:
+        print_json(comparison.to_json())
+    else:
+        print_report(comparison, plan, iterations)
+    if png is not None:
+        from pipeplan.viz.adapt_plot import render_adapt
+
+        render_adapt(comparison, pipeline, trace, png, title=f"{plan} under {bandwidth_trace}")
+        typer.echo(f"wrote {png}", err=as_json)
+
+
+def print_report(comparison: AdaptComparison, plan: str, iterations: int) -> None:
+    """The policies side by side, the switches the controller made, and what its decisions cost."""
+    from rich.table import Table
+
+    from pipeplan.viz.tables import format_bytes, print_tables
+
+    base = comparison.policies["1f1b"].total_ms
+    table = Table(title=f"{plan}: {iterations} iterations under the trace", title_justify="left")
+    table.add_column("policy", no_wrap=True, min_width=11)
+    for header in ("total s", "mean iteration ms", "vs 1F1B", "k used", "switches", "peak memory"):
+        table.add_column(header, justify="left" if header == "k used" else "right")
+    fixed = sorted(comparison.fixed.items(), key=lambda item: (item[1].total_ms, item[0]))
+    shown = sorted(k for k, _ in fixed[:FIXED_SHOWN]) if len(fixed) > FIXED_SHOWN + 1 else sorted(comparison.fixed)
+    rows = list(comparison.policies.items()) + [(f"fixed k={k}", comparison.fixed[k]) for k in shown]
+    for name, run in rows:
+        used = sorted(set(run.k))
+        k_text = ",".join(map(str, used)) if len(used) <= 6 else f"{used[0]}..{used[-1]} ({len(used)} values)"
+        table.add_row(
+            name,
+            f"{run.total_ms / 1000:.3f}",
+            f"{sum(run.iteration_ms) / len(run.iteration_ms):.1f}",
+            f"{base / run.total_ms:.3f}x",
+            k_text,
+            str(run.switches),
+            format_bytes(max(run.peak_bytes)),
+        )
+    print_tables(table)
+    if len(shown) < len(fixed):
+        typer.echo(f"fixed k: the {len(shown)} fastest of {len(fixed)} shown (--json lists every one)")
+    typer.echo(
+        f"k_max {comparison.k_max} (memory limit {format_bytes(comparison.memory_limit_bytes)} per device); best fixed k "
+        f"in hindsight: k={comparison.policies['best_static'].k[0]}"
+    )
+    for name, reason in comparison.not_run.items():
+        typer.echo(f"{name} not run: {reason}")
+    switches = [d for d in comparison.decisions if d.switched]
+    slowest = max(comparison.decision_ms, default=0.0)
+    typer.echo(
+        f"controller: {len(switches)} switches; decision time mean {_mean(comparison.decision_ms):.2f} ms, "
+        f"max {slowest:.2f} ms ({comparison.decision_share:.2%} of a mean iteration)"
+    )
+    for d in switches[:10]:
+        typer.echo(f"  iteration {d.iteration}: {d.reason}")
+    if len(switches) > 10:
+        typer.echo(f"  ... {len(switches) - 10} more (--json lists every decision)")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def register(app: typer.Typer) -> None:
+    """Add `adapt` to app."""
+    app.command("adapt")(adapt)

@@ -1,0 +1,197 @@
+"""adapt.controller, adapt.estimate, adapt.predict: estimates, T(k) by simulation, memory, and the switching rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapt_cases import bert_plan, numbers
+from pipeplan.adapt import AdaptiveController, ControllerConfig, IterationObservation, PipelineModel, Transfer
+from pipeplan.adapt.estimate import LinkEstimator, wire_samples
+from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.core.errors import AdaptError
+from pipeplan.schedules import make_schedule
+from pipeplan.sim import simulate
+from pipeplan.sim.stage_costs import plan_costs
+
+
+def _slow(index: int, k: int, factor: float, links: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))) -> IterationObservation:
+    """An iteration of 100 ms whose links moved 1 MB per transfer at `factor` x 1 GB/s, 8 transfers each."""
+    transfers = tuple(
+        Transfer(link, 1e6, 100.0 * index + 10 * i, 100.0 * index + 10 * i + 1.0 / factor) for link in links for i in range(8)
+    )
+    return IterationObservation(index, k, 100.0, transfers=transfers, start_ms=100.0 * index)
+
+
+def test_k1_predicts_1f1b_and_k_m_predicts_gpipe() -> None:
+    """T(1) is the 1F1B simulation and T(m) the GPipe one, to the bit (the same simulator, the same costs)."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    for name, k in (("1f1b", 1), ("gpipe", 16)):
+        expected = simulate(make_schedule(name, 4, 16), pipeline.costs).iteration_time
+        assert predictor.time(k, {}) == expected
+    assert (predictor.time(1, {}), predictor.time(2, {})) == (85.0, 63.0)  # issue 20's measurement
+
+
+def test_a_factor_scales_its_links_wire_time_in_the_prediction() -> None:
+    """T(k) under factor 0.5 on every link equals the simulation with 2 ms transfers; the memo answers the repeat."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    slow = PipelineModel.from_measurements(**numbers(p=4, m=16, gb_per_s=0.5))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    half = dict.fromkeys(pipeline.links, 0.5)  # rounded to 1.01^-70 = 0.4984: within 0.5 %
+    assert predictor.time(3, half) == pytest.approx(simulate(schedules[3], slow.costs).iteration_time, rel=0.005)
+    before = predictor.simulations
+    predictor.time(3, half)
+    assert predictor.simulations == before
+
+
+def test_memory_limits_k_to_the_warm_up_that_fits() -> None:
+    """Stage 0 holds min(k p, m) microbatches: with room for 8, k_max is 2 on 4 stages, and the peaks say so."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9))
+    schedules, peaks = fitting_ks(pipeline)
+    assert sorted(schedules) == [1, 2]
+    assert peaks[1][0] == 4e9 and peaks[2][0] == 8e9 and peaks[3][0] == 12e9
+    assert peaks[2] == tuple(min(2 * (4 - r), 16) * 1e9 for r in range(4))
+
+
+def test_plan_controller_memory_matches_the_simulators_memory() -> None:
+    """On a real plan, each candidate's peak is the simulated peak memory of that kFkB schedule."""
+    plan, model = bert_plan()
+    controller = AdaptiveController.from_plan(plan, model)
+    costs = plan_costs(plan, model)
+    for k in (1, 2, controller.k_max):
+        result = simulate(make_schedule("kfkb", 4, plan.microbatches, k=k), costs)
+        assert controller.peak_bytes[k] == max(r.peak_memory_bytes for r in result.per_rank)
+
+
+def test_link_estimate_is_the_ratio_of_nominal_to_measured_wire_time() -> None:
+    """Transfers at a constant rate give that rate's factor; queued transfers count from the link's free time."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=2, m=4))
+    queued = (Transfer((0, 1), 1e6, 0.0, 4.0), Transfer((0, 1), 1e6, 1.0, 8.0))  # the second waits until 4
+    samples = wire_samples(pipeline, queued)
+    assert [(s[1], s[2]) for s in samples] == [(1.0, 4.0), (1.0, 4.0)]
+    estimator = LinkEstimator(half_life=1.0)
+    estimator.add_iteration(samples, 10.0, 10.0)
+    assert estimator.factors() == {(0, 1): 0.25}
+
+
+def test_older_measurements_weigh_less() -> None:
+    """After a slow iteration and a fast one, the short half-life's estimate lies nearer the fast rate than the long's."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    short, long = LinkEstimator(0.5), LinkEstimator(4.0)
+    for index, factor in ((0, 0.25), (1, 1.0)):
+        obs = _slow(index, 1, factor)
+        for estimator in (short, long):
+            estimator.add_iteration(wire_samples(pipeline, obs.transfers), obs.end_ms, obs.iteration_ms)
+    assert 0.25 < long.factors()[(1, 2)] < short.factors()[(1, 2)] < 1.0
+
+
+def test_controller_starts_at_the_best_k_and_stays_while_nothing_moves() -> None:
+    """Idle: the best predicted k; an unchanged network is not predicted again; a slower one is."""
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9))
+    assert controller.k_choices == (1, 2)
+    assert controller.k == 2 and controller.decisions[0].reason.startswith("start: k=2 is the fastest at nominal")
+    steady = controller.step(_slow(0, 2, 1.0))
+    assert steady.reason.startswith("stay: k=2; every link's estimated rate") and not steady.evaluated
+    slowed = controller.step(_slow(1, 2, 0.25))
+    assert slowed.evaluated and slowed.reason.startswith("stay: k=2 is the fastest")
+
+
+def test_threshold_keeps_k_when_the_gain_is_small() -> None:
+    """A gain below gain_threshold is logged with its size and k stays (a configured start is evaluated again)."""
+    config = ControllerConfig(gain_threshold=0.5, initial_k=1)
+    controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
+    assert controller.decisions[0].reason == "start: k=1 as configured (k=2 is the fastest at nominal bandwidth)"
+    decision = controller.step(_slow(0, 1, 1.0))
+    assert decision.k == 1 and not decision.switched
+    assert "would take 63 ms against 85 ms" in decision.reason
+    assert "a gain of 25.9%, not above the threshold 50%" in decision.reason
+
+
+def test_switches_under_a_sustained_slowdown_and_logs_the_link() -> None:
+    """Starting at k=1, a middle link at 0.25 moves k up at the next boundary, naming the link's rate."""
+    config = ControllerConfig(initial_k=1, k_choices=(1, 2, 4))
+    controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
+    decisions = [controller.step(_slow(i, controller.k, 0.25)) for i in range(3)]
+    switch = decisions[0]
+    assert switch.switched and (switch.k_before, switch.k) == (1, 2)
+    assert switch.predicted_ms[2] < switch.predicted_ms[1]
+    assert "link 1->2 0.25 GB/s (0.25 x nominal)" in switch.reason
+    assert switch.to_json()["bandwidth_gb_per_s"]["1->2"] == pytest.approx(0.25)
+    assert not any(d.switched for d in decisions[1:])
+
+
+def test_an_alternating_network_does_not_make_k_flap() -> None:
+    """A link slow one iteration and fast the next: at most two switches in 20 iterations, none after the eighth."""
+    controller = AdaptiveController.from_measurements(ControllerConfig(initial_k=1), **numbers(p=4, m=16))
+    for i in range(20):
+        controller.step(_slow(i, controller.k, 0.2 if i % 2 == 0 else 1.0))
+    switched = [d.iteration for d in controller.decisions if d.switched]
+    assert len(switched) <= 2 and max(switched) <= 8
+
+
+def test_the_view_that_forecast_better_decides() -> None:
+    """After a lasting step change the short view forecasts better; on an alternating network the long one does."""
+    step = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(6):
+        step.step(_slow(i, step.k, 1.0 if i < 2 else 0.3))
+    assert step.decisions[-1].view == "now"
+    alternating = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(12):
+        alternating.step(_slow(i, alternating.k, 0.2 if i % 2 == 0 else 1.0))
+    assert alternating.decisions[-1].view == "lately"
+    assert alternating.forecast_error["lately"] < alternating.forecast_error["now"]
+
+
+def test_a_decision_simulates_within_its_budget() -> None:
+    """The budget grows with the iteration it is a share of; a search never runs more simulations than allowed."""
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    events = 2 * 4 * 16 + 2 * 3 * 16
+    controller.observe(_slow(0, controller.k, 0.5))
+    assert controller.budget() == max(2, int(0.003 * 100.0 * 800.0 / events))
+    before = controller.predictor.simulations
+    controller.step(_slow(1, controller.k, 0.3))
+    assert controller.predictor.simulations - before <= controller.budget()
+
+
+def test_same_observations_give_the_same_decisions() -> None:
+    """Two controllers fed the same iterations decide alike (ranks may each run their own)."""
+    runs = []
+    for _ in range(2):
+        controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+        runs.append([controller.step(_slow(i, controller.k, 0.3 + 0.1 * (i % 3))).to_json() for i in range(6)])
+    assert runs[0] == runs[1]
+
+
+def test_config_and_observation_errors() -> None:
+    """Bad constants, an unknown k and observations of another pipeline are AdaptErrors naming the value."""
+    with pytest.raises(AdaptError, match=r"gain_threshold must be a finite number >= 0, got -0.1"):
+        ControllerConfig(gain_threshold=-0.1)
+    with pytest.raises(AdaptError, match=r"short_half_life must be a finite number > 0, got 0"):
+        ControllerConfig(short_half_life=0)
+    tight = numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9)
+    with pytest.raises(AdaptError, match=r"k_choices holds k=4, which does not fit memory"):
+        AdaptiveController.from_measurements(ControllerConfig(k_choices=(1, 4)), **tight)
+    with pytest.raises(AdaptError, match=r"no k fits memory: k=1 \(1F1B\) needs 3.73 GiB on stage 0"):
+        AdaptiveController.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=3e9))
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    with pytest.raises(AdaptError, match=r"observation has 2 stage times for a 4-stage pipeline"):
+        controller.observe(IterationObservation(0, 1, 10.0, (1.0, 1.0), (2.0, 2.0)))
+    with pytest.raises(AdaptError, match=r"link \[7, 8\]: no stage boundary"):
+        controller.observe(IterationObservation(0, 1, 10.0, transfers=(Transfer((7, 8), 1.0, 0.0, 1.0),)))
+
+
+def test_repeated_searches_in_one_state_cover_every_k_within_their_budgets() -> None:
+    """Each search spends at most its budget; searches in the same rounded state go on until every k is simulated."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    key = predictor.key({(1, 2): 0.3})
+    seen: dict[int, float] = {}
+    for _ in range(16):
+        before = predictor.simulations
+        seen = predictor.search(key, (1,), budget=3)
+        assert predictor.simulations - before <= 3
+    assert sorted(seen) == list(range(1, 17))
+    assert seen == predictor.times({(1, 2): 0.3})

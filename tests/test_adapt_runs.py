@@ -1,0 +1,129 @@
+"""adapt.runs and adapt.compare: fixed k, the controller under a trace, the oracle, and every policy side by side."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapt_cases import bert_plan, numbers
+from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
+from pipeplan.adapt.compare import compare_policies
+from pipeplan.adapt.predict import fitting_ks
+from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
+from pipeplan.schedules import make_schedule
+from pipeplan.sim import simulate
+from pipeplan.sim.iterations import simulate_iterations
+from pipeplan.sim.trace import BandwidthTrace, TraceStep
+from pipeplan.sim.trace_gen import markov_trace, periodic_trace
+
+
+def _slow_middle(t_ms: float = 0.0, factor: float = 0.25) -> BandwidthTrace:
+    return BandwidthTrace((TraceStep(t_ms, (1, 2), factor), TraceStep(t_ms, (2, 1), factor)))
+
+
+def test_fixed_k1_is_1f1b_and_k_m_is_gpipe_under_a_trace() -> None:
+    """kFkB with k=1 runs as 1F1B and with k=m as GPipe, iteration for iteration, under the same trace."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    trace = periodic_trace(40.0, 0.5, 0.25, 400.0, [(1, 2), (2, 1)])
+    schedules, _ = fitting_ks(pipeline)
+    for name, k in (("1f1b", 1), ("gpipe", 8)):
+        reference = simulate_iterations(make_schedule(name, 4, 8), pipeline.costs, trace, 10)
+        run = run_fixed(name, k, schedules[k], pipeline, trace, 10)
+        assert run.iteration_ms == reference.iteration_ms and run.k == (k,) * 10
+
+
+def test_observations_of_a_simulated_iteration_give_the_traces_factor() -> None:
+    """Under a constant factor 0.25 on the middle link the controller estimates exactly 0.25 there, 1 elsewhere."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    trace = _slow_middle()
+    result = simulate(make_schedule("1f1b", 4, 8), pipeline.costs, trace, record=True)
+    controller = AdaptiveController(pipeline)
+    controller.observe(observe_result(pipeline, result, 0, 1, 0.0))
+    factors = controller.views["now"].factors()
+    assert factors[(1, 2)] == pytest.approx(0.25) and factors[(2, 1)] == pytest.approx(0.25)
+    assert factors[(0, 1)] == pytest.approx(1.0)
+
+
+def test_plan_flows_are_read_one_by_one() -> None:
+    """On a real plan with a slowed inter-node pair, the estimate of that pair is the trace's factor."""
+    plan, model = bert_plan()
+    trace = BandwidthTrace((TraceStep(0.0, (7, 8), 0.3), TraceStep(0.0, (8, 7), 0.3)))
+    pipeline = PipelineModel.from_plan(plan, model, trace)
+    run = run_controller(AdaptiveController(pipeline), trace, 2)
+    assert run.decisions[-1].factors[(7, 8)] == pytest.approx(0.3)
+    assert run.decisions[-1].factors[(6, 7)] == pytest.approx(1.0)
+
+
+def test_oracle_equals_the_best_sequence_found_by_brute_force() -> None:
+    """On 3 iterations and k in {1, 2, 4} with a switch cost, the DP's total is the minimum over all 27 sequences."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=3, m=4))
+    trace = periodic_trace(30.0, 0.5, 0.2, 200.0, [(1, 2), (2, 1)])
+    schedules = {k: make_schedule("kfkb", 3, 4, k=k) for k in (1, 2, 4)}
+    switch = 1.5
+    best = float("inf")
+    for sequence in itertools.product(schedules, repeat=3):
+        t = 0.0
+        for i, k in enumerate(sequence):
+            if i and k != sequence[i - 1]:
+                t += switch
+            t += simulate(schedules[k], pipeline.costs, trace, record=False, offset_ms=t).iteration_time
+        best = min(best, t)
+    oracle = run_oracle(schedules, pipeline, trace, 3, switch)
+    assert oracle.total_ms == pytest.approx(best)
+
+
+def test_switch_cost_delays_the_next_iteration() -> None:
+    """A controller that switches pays switch_ms before the next iteration starts."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    config = ControllerConfig(initial_k=1, switch_ms=0.5)
+    run = run_controller(AdaptiveController(pipeline, config), None, 3).run
+    assert run.k == (1, 2, 2)
+    assert run.start_ms[1] == pytest.approx(run.iteration_ms[0] + 0.5)
+    assert run.start_ms[2] == pytest.approx(run.start_ms[1] + run.iteration_ms[1])
+
+
+def test_compare_runs_every_policy_and_the_oracle_is_never_beaten() -> None:
+    """The JSON holds the five policies with the issue's keys; no policy beats the oracle; best_static is a fixed k."""
+    plan, model = bert_plan(8)
+    trace = markov_trace(3, 4000.0, 6000.0, (0.1, 0.4), 60_000.0, [(7, 8), (8, 7)])
+    pipeline = PipelineModel.from_plan(plan, model, trace)
+    comparison = compare_policies(pipeline, trace, 12)
+    obj = comparison.to_json(timing=False)
+    assert set(obj["policies"]) == {"adaptive", "1f1b", "gpipe", "best_static", "oracle"}
+    for run in obj["policies"].values():
+        assert set(run) >= {"total_ms", "iteration_ms", "k", "peak_bytes"}
+        assert len(run["iteration_ms"]) == len(run["k"]) == len(run["peak_bytes"]) == 12
+    oracle = comparison.policies["oracle"].total_ms
+    assert all(run.total_ms >= oracle - 1e-6 for run in comparison.policies.values())
+    assert all(run.total_ms >= oracle - 1e-6 for run in comparison.fixed.values())
+    assert comparison.policies["best_static"].total_ms == min(run.total_ms for run in comparison.fixed.values())
+    assert len(obj["decisions"]) == 12 and "controller" not in obj
+
+
+def test_gpipe_is_left_out_when_all_microbatches_do_not_fit() -> None:
+    """With room for 8 microbatches on stage 0, GPipe (16) is not run and the reason names the overflow."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=8.5e9))
+    comparison = compare_policies(pipeline, _slow_middle(), 3)
+    assert "gpipe" not in comparison.policies
+    assert comparison.not_run["gpipe"].startswith("GPipe holds all 16 microbatches: 14.90 GiB on stage 0")
+
+
+@settings(max_examples=15)
+@given(
+    seed=st.integers(0, 1000),
+    slow=st.floats(5.0, 80.0),
+    fast=st.floats(5.0, 80.0),
+    low=st.floats(0.05, 0.9),
+    limit=st.sampled_from([4.5e9, 6.5e9, 8.5e9, 12.5e9]),
+)
+def test_memory_stays_within_the_limit_at_every_iteration(seed: int, slow: float, fast: float, low: float, limit: float) -> None:
+    """Under random Markov traces the controller and the oracle never run a k whose peak exceeds a device's memory."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16, activation_bytes=1e9, limit=limit))
+    trace = markov_trace(seed, slow, fast, (low, min(1.0, low * 2)), 3000.0, [(1, 2), (2, 1), (0, 1)])
+    comparison = compare_policies(pipeline, trace, 15)
+    for name in ("adaptive", "oracle", "best_static"):
+        assert max(comparison.policies[name].peak_bytes) <= limit
+    assert all(d.k <= comparison.k_max for d in comparison.decisions)

@@ -1,0 +1,139 @@
+"""Adaptive k in the runtime: what each process measures and shares, and training whose k changes under a trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from pipeplan.runtime.comm import TransferRecord
+from pipeplan.runtime.executor import StepRecord
+from pipeplan.runtime.observations import observation, pack, slot_size, transfers, unpack
+from pipeplan.runtime.topology import Message
+from pipeplan.sim.result import ComputeSpan
+
+ORIGIN_S = 100.0
+
+
+def message(kind: str, mb: int) -> Message:
+    """Microbatch `mb`'s activation (process 0 -> 1) or gradient (1 -> 0) across boundary 0."""
+    src, dst = (0, 1) if kind == "act" else (1, 0)
+    return Message(kind, 0, mb, src, dst, 0, 4, 0)
+
+
+def stage_record(stage: int, received: list[TransferRecord], sent: list[TransferRecord]) -> StepRecord:
+    """Two forwards of 2 ms and two backwards of 4 ms on `stage`, with the given messages (times from ORIGIN_S)."""
+    spans = [ComputeSpan(stage, stage, op, mb, ORIGIN_S + 0.010 * i, ORIGIN_S + 0.010 * i + (0.002 if op == "F" else 0.004))
+             for i, (op, mb) in enumerate([("F", 0), ("F", 1), ("B", 0), ("B", 1)])]  # fmt: skip
+    return StepRecord(0.5, tuple(spans), tuple(received + sent), 2, ((stage, 2),))
+
+
+def test_a_slot_carries_a_process_s_measurements_through_the_all_reduce_unchanged() -> None:
+    """pack then unpack gives back k, stage, mean compute, times on the run's clock, memory and every message."""
+    sent = [TransferRecord(message("act", 0), ORIGIN_S + 0.002, True, 4096)]
+    got = [TransferRecord(message("grad", 0), ORIGIN_S + 0.030, False, 4096, 0.005, (25.0, 29.5), ORIGIN_S + 0.020)]
+    values = pack(stage_record(0, got, sent), ORIGIN_S, 2, 0, (ORIGIN_S, ORIGIN_S + 0.05), 1.5, 1e6, 2e5, 8e9)
+    assert len(values) <= slot_size(2)
+    part = unpack(values + [0.0] * (slot_size(2) - len(values)))  # the rest of the slot stays zero
+    assert (part["k"], part["stage"], part["fwd_ms"], part["bwd_ms"]) == (2, 0, pytest.approx(2.0), pytest.approx(4.0))
+    assert (part["start_ms"], part["end_ms"], part["optimizer_ms"]) == (0.0, pytest.approx(50.0), 1.5)
+    assert (part["static_bytes"], part["activation_bytes"], part["memory_limit_bytes"]) == (1e6, 2e5, 8e9)
+    assert part["sent"] == {("act", 0, 0, 0, 1): pytest.approx(2.0)}
+    ((key, nbytes, at_ms, wait_ms, wire, posted),) = part["received"]
+    assert (key, nbytes, wait_ms, wire) == (("grad", 0, 0, 1, 0), 4096, pytest.approx(5.0), (25.0, 29.5))
+    assert (at_ms, posted) == (pytest.approx(30.0), pytest.approx(20.0))
+
+
+def test_a_stage_s_compute_is_what_its_actions_cost_the_process_when_the_executor_measured_it() -> None:
+    """With busy times (compute plus the action's own message handling) the means come from them, not the spans."""
+    spans = stage_record(1, [], []).compute
+    record = StepRecord(0.5, spans, (), 2, ((1, 2),), busy_s=(0.003, 0.003, 0.005, 0.007))
+    part = unpack(pack(record, ORIGIN_S, 1, 1, (ORIGIN_S, ORIGIN_S + 0.05), 0.0, 0, 0, 1))
+    assert (part["fwd_ms"], part["bwd_ms"]) == (pytest.approx(3.0), pytest.approx(6.0))
+
+
+def parts_of_two_stages(wait_ms: float, posted_ms: float = 1.0) -> list[dict[str, object]]:
+    """Process 0 (device 4) sends act 0 at 2 ms; process 1 (device 7), its receive posted at `posted_ms`, got it at
+    9 ms after waiting `wait_ms`."""
+    sent = [TransferRecord(message("act", 0), ORIGIN_S + 0.002, True, 4096)]
+    got = [TransferRecord(message("act", 0), ORIGIN_S + 0.009, False, 4096, wait_ms / 1000, (3.0, 8.5),
+                          ORIGIN_S + posted_ms / 1000)]  # fmt: skip
+    first = pack(stage_record(0, [], sent), ORIGIN_S, 1, 0, (ORIGIN_S, ORIGIN_S + 0.040), 1.0, 0, 0, 1)
+    second = pack(stage_record(1, got, []), ORIGIN_S, 1, 1, (ORIGIN_S + 0.001, ORIGIN_S + 0.045), 1.0, 0, 0, 1)
+    return [unpack(first), unpack(second)]
+
+
+def test_an_emulated_transfer_is_timed_by_its_stamps_on_its_device_link() -> None:
+    """On an emulated network the wire start and arrival stamped by the sender are the transfer's times."""
+    (only,) = transfers(parts_of_two_stages(wait_ms=0.0), (4, 7), emulated=True)
+    assert (only.link, only.nbytes, only.start_ms, only.end_ms) == ((4, 7), 4096, 3.0, 8.5)
+
+
+def test_on_the_real_network_only_a_message_waited_for_has_a_known_arrival() -> None:
+    """A waited-for message ran from its send (2 ms), or its receive's posting when later (5 ms), to the end of the
+    wait (9 ms); one found arrived is left out."""
+    (waited,) = transfers(parts_of_two_stages(wait_ms=3.0), (4, 7), emulated=False)
+    assert (waited.link, waited.start_ms, waited.end_ms) == ((4, 7), pytest.approx(2.0), pytest.approx(9.0))
+    (late,) = transfers(parts_of_two_stages(wait_ms=3.0, posted_ms=5.0), (4, 7), emulated=False)
+    assert late.start_ms == pytest.approx(5.0)
+    assert transfers(parts_of_two_stages(wait_ms=0.01), (4, 7), emulated=False) == ()
+
+
+def test_an_iteration_runs_from_stage_0_s_start_to_the_last_optimizer_step_with_compute_in_stage_order() -> None:
+    """The observation's iteration is 45 ms (0 to process 1's end), with each stage's mean forward and backward."""
+    seen = observation(3, 1, list(reversed(parts_of_two_stages(wait_ms=3.0))), (4, 7), emulated=True)
+    assert (seen.index, seen.k, seen.start_ms, seen.iteration_ms) == (3, 1, 0.0, pytest.approx(45.0))
+    assert seen.stage_fwd_ms == pytest.approx((2.0, 2.0)) and seen.stage_bwd_ms == pytest.approx((4.0, 4.0))
+
+
+# ---- two processes: k changes, the mathematics does not -----------------------------------------------------------
+
+TINY = ["--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4", "--steps", "12", "--opt", "hidden=16", "--opt",
+        "blocks=4", "--dataset", "sample", "--dtype", "float64", "--optimizer", "sgd", "--lr", "0.05",
+        "--batch-size", "32", "--no-predict", "--json"]  # fmt: skip
+
+
+def kfkb_plan(path: Path, k: int) -> None:
+    """A kfkb plan of the tiny model: layers 0-1 on device 0, 2-3 on device 1 (its profile and cluster are not files)."""
+    path.write_text(json.dumps({
+        "format": "pipeplan.plan/1", "profile": "none.json", "cluster": "none.json", "pipeline_replicas": 1,
+        "microbatches": 4, "microbatch_size": 8, "schedule": "kfkb", "k": k, "chunks": 1, "order": None,
+        "stages": [{"first_layer": 0, "last_layer": 1, "devices": [0]}, {"first_layer": 2, "last_layer": 3, "devices": [1]}],
+    }))  # fmt: skip
+
+
+def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_k_loses(tmp_path: Path) -> None:
+    """float64 SGD, 12 steps: fixed k=1, adaptive under a trace that slows the link (k goes down from 4), and adaptive
+    from a plan on the real network give the same losses bit for bit, and the adaptive runs report k and decisions."""
+    from runtime_cli import run_train
+
+    trace = tmp_path / "slow.json"
+    # transfers of 1 KB: 0.1 ms at the emulated 0.01 GB/s, then 2 ms from 40 ms on (3-6 iterations in), where
+    # compute is a fraction of that
+    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.05}]))
+    plan = tmp_path / "plan.json"
+    kfkb_plan(plan, 1)
+    runs = {
+        "fixed": run_train([*TINY, "--k", "1"]),
+        "traced": run_train([*TINY, "--k", "4", "--adaptive", "--emulate-gb-per-s", "0.01", "--bandwidth-trace", str(trace)]),
+        "real": run_train([*TINY[:2], *TINY[8:], "--plan", str(plan), "--adaptive"]),
+    }
+    out = {}
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr)
+        out[name] = json.loads(done.stdout)
+    assert out["traced"]["losses"] == out["fixed"]["losses"]
+    assert out["real"]["losses"] == out["fixed"]["losses"]
+    traced = out["traced"]["adaptive"]
+    assert traced["k"][0] == 4 and min(traced["k"]) < 4, traced["k"]  # 4 groups wait on the slowed link longer
+    switches = [d for d in traced["decisions"] if d["switched"]]
+    assert switches and all(d["reason"].startswith("switch: k=") for d in switches)
+    # the stamps time each transfer exactly, so the estimates blend the trace's 1 and 0.05, and come near 0.05
+    estimates = [d["factors"]["0->1"] for d in traced["decisions"] if "0->1" in d["factors"]]
+    assert 0.05 * (1 - 1e-9) < min(estimates) < 0.1 and max(estimates) == pytest.approx(1.0), estimates
+    real = out["real"]["adaptive"]
+    assert len(real["k"]) == 12 and len(real["decisions"]) == 12  # built after the warm-up, then one per iteration
+    assert all(p > 0 for p in real["predicted_ms"][1:])

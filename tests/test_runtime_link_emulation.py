@@ -1,0 +1,179 @@
+"""Link emulation: arrivals on an emulated wire (rate x trace factor, one queue per ordered link), and on real processes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
+from pipeplan.sim.trace import BandwidthTrace, TraceStep
+
+MB = 1_000_000
+
+
+def test_one_transfer_takes_its_bytes_over_the_rate() -> None:
+    """1 MB at 0.1 GB/s issued at 5 ms starts at once and arrives 10 ms later."""
+    links = EmulatedLinks.uniform([0, 1], 0.1)
+    assert links.transfer((0, 1), MB, 5.0) == (5.0, 15.0)
+    assert links.free_ms((0, 1)) == 15.0
+
+
+def test_transfers_on_one_link_queue_behind_each_other() -> None:
+    """Three messages issued together arrive one transfer apart; a later one on the idle link starts when issued."""
+    links = EmulatedLinks.uniform([0, 1], 0.1)
+    arrivals = [links.transfer((0, 1), MB, 0.0)[1] for _ in range(3)]
+    assert arrivals == [10.0, 20.0, 30.0]
+    assert links.transfer((0, 1), MB, 12.0) == (30.0, 40.0)  # still busy at 12 ms: waits for the third
+    assert links.transfer((0, 1), MB, 55.0) == (55.0, 65.0)  # idle by then
+
+
+def test_each_ordered_link_has_its_own_queue() -> None:
+    """A gradient 1->0 does not wait for an activation 0->1 (links are full-duplex), nor does 0->2."""
+    links = EmulatedLinks.uniform([0, 1, 2], 0.1)
+    links.transfer((0, 1), 5 * MB, 0.0)
+    assert links.transfer((1, 0), MB, 1.0) == (1.0, 11.0)
+    assert links.transfer((0, 2), MB, 1.0) == (1.0, 11.0)
+
+
+def test_the_factor_at_the_start_sets_the_rate_and_a_step_in_flight_retimes_the_rest() -> None:
+    """At factor 0.25 from 20 ms a message sent at 30 ms takes 4x; one sent at 15 ms moves half its bytes at each rate."""
+    trace = BandwidthTrace((TraceStep(20.0, (0, 1), 0.25), TraceStep(100.0, None, 1.0)))
+    links = EmulatedLinks.uniform([0, 1], 0.1, trace)
+    assert links.transfer((0, 1), MB, 30.0) == (30.0, 70.0)
+    assert links.transfer((1, 0), MB, 30.0) == (30.0, 40.0)  # the trace names 0->1 only
+    assert links.transfer((0, 1), MB, 95.0) == (95.0, 108.75)  # 5 ms at 0.25 do 1.25 ms of work, 8.75 ms remain
+    fresh = EmulatedLinks.uniform([0, 1], 0.1, trace)
+    assert fresh.transfer((0, 1), MB, 15.0) == (15.0, 40.0)  # 5 ms at full rate, 5 ms of work at 0.25 = 20 ms
+    assert fresh.factor_at((0, 1), 50.0) == 0.25 and fresh.factor_at((0, 1), 100.0) == 1.0
+
+
+def test_the_trace_clock_runs_across_iterations_with_the_queue() -> None:
+    """A transfer issued while the link still carries the last iteration's waits for it, under the factor of its start."""
+    trace = BandwidthTrace((TraceStep(10.0, None, 0.5),))
+    links = EmulatedLinks.uniform([0, 1], 0.1, trace)
+    links.transfer((0, 1), MB, 0.0)  # arrives at 10 ms, exactly when the factor drops
+    assert links.transfer((0, 1), MB, 8.0) == (10.0, 30.0)
+
+
+def test_a_cluster_gives_each_pair_its_rate_and_latency_which_hold_the_link() -> None:
+    """From a cluster file: 2 GB/s and 50 us between nodes, so 1 MB takes 0.55 ms and the next one queues behind it."""
+    devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, node=i) for i in range(2))
+    cluster = Cluster("two", devices, ((0.0, 2e9), (2e9, 0.0)), ((0.0, 50e-6), (50e-6, 0.0)))
+    links = EmulatedLinks.from_cluster(cluster, [0, 1])
+    rate = links.rates[(0, 1)]
+    assert rate.bytes_per_s == 2e9 and rate.latency_ms == pytest.approx(0.05)
+    start, end = links.transfer((0, 1), MB, 0.0)
+    assert (start, end) == (0.0, pytest.approx(0.55))
+    assert links.transfer((0, 1), MB, 0.0)[0] == pytest.approx(0.55)
+
+
+def test_a_pair_outside_the_emulated_devices_is_refused() -> None:
+    """A transfer between devices the emulation does not know names the pair."""
+    with pytest.raises(TrainConfigError, match=r"no emulated link \[0, 5\]"):
+        EmulatedLinks.uniform([0, 1], 1.0).transfer((0, 5), 10, 0.0)
+
+
+@pytest.mark.parametrize("rate", [0.0, -1.0, float("nan"), float("inf")])
+def test_an_unusable_emulated_rate_names_the_flag(rate: float) -> None:
+    """--emulate-gb-per-s must be finite and above 0."""
+    with pytest.raises(TrainConfigError, match="--emulate-gb-per-s must be a finite number of GB/s > 0"):
+        check_emulated_rate(rate)
+
+
+def test_a_trace_naming_a_device_outside_the_job_names_step_link_and_devices() -> None:
+    """A trace step on link [1, 3] for a job on devices 0 and 1 is refused, naming the step and the job's devices."""
+    trace = BandwidthTrace((TraceStep(0.0, None, 0.5), TraceStep(5.0, (1, 3), 0.5)))
+    check_trace_links(BandwidthTrace((TraceStep(0.0, (1, 0), 0.5),)), [0, 1])
+    with pytest.raises(TrainConfigError, match=r"step 1: link \[1, 3\] names device 3.*devices: \[0, 1\]"):
+        check_trace_links(trace, [0, 1])
+
+
+def test_the_wire_stamps_with_the_run_clock_and_holds_a_message_until_its_arrival() -> None:
+    """Processes map to their devices, the clock starts at the origin, and delivery sleeps exactly the time left."""
+    now = [100.0]
+    slept: list[float] = []
+    wire = Wire(EmulatedLinks.uniform([4, 7], 0.1), (4, 7), origin_s=99.0, clock=lambda: now[0], sleep=slept.append)
+    assert wire.send(0, 1, MB) == (1000.0, 1010.0)  # process 0 -> 1 is device 4 -> 7, 1 s after the origin
+    assert wire.links.free_ms((4, 7)) == 1010.0
+    wire.deliver(1010.0)
+    assert slept == [pytest.approx(0.010)]
+    wire.deliver(999.0)  # already past: no sleep
+    assert len(slept) == 1
+
+
+# ---- two processes: the real transport under emulation ---------------------------------------------------------
+
+RATE_GB_PER_S = 0.05
+FLOATS = 500_000  # 2 MB of float32: 40 ms at 0.05 GB/s
+
+
+def _worker(out: str) -> None:
+    """1F1B on 2 processes, 2 microbatches: process 0 sends both activations at once; process 1 times their arrival."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.core.schedule import Action
+    from pipeplan.runtime.comm import Comm
+    from pipeplan.runtime.topology import Topology
+    from pipeplan.schedules import make_schedule
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    topology = Topology(Plan((Stage(0, 0, (0,)), Stage(1, 1, (1,))), 1, 2, 1, "1f1b"), make_schedule("1f1b", 2, 2), 2)
+    role = topology.roles[rank]
+    actions = topology.schedule.ranks[role.sched_rank]
+    origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
+    dist.broadcast(origin, 0)  # one host: perf_counter is one clock for both processes
+    wire = Wire(EmulatedLinks.uniform([0, 1], RATE_GB_PER_S), (0, 1), float(origin))
+    comm = Comm(topology, role, actions, torch.device("cpu"), 60.0, wire=wire)
+    comm.begin_step(record=True)
+    times: dict[str, float] = {}
+    payload = torch.ones(1, FLOATS)
+    for i, action in enumerate(actions):
+        comm.prefetch(i)
+        received = comm.receive(action)
+        if rank == 1 and action.op == "F":
+            times[f"act{action.microbatch}"] = wire.now_ms()
+            assert received is not None and received.shape == (1, FLOATS)
+        issued = wire.now_ms()
+        comm.send(action, payload if action.op == "F" else torch.ones(1, 1))
+        if rank == 0 and action.op == "F":
+            times[f"send{action.microbatch}"] = wire.now_ms() - issued
+        if rank == 0 and action == Action(0, "F", 0):
+            times["issued0"] = issued
+    comm.finish_step(None)
+    times["emulated"] = [list(r.emulated) for r in comm.records if not r.sent]  # type: ignore[assignment]
+    Path(out, f"rank{rank}.json").write_text(json.dumps(times))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_two_processes_deliver_after_the_emulated_time_without_holding_the_sender(tmp_path: Path) -> None:
+    """2 MB at 0.05 GB/s arrives 40 ms after it is sent, the next one 40 ms later, and neither send blocks its sender."""
+    pytest.importorskip("torch")
+    from pipeplan.runtime.launch import launch_local
+
+    assert launch_local(2, [sys.executable, __file__, str(tmp_path)], timeout_s=120) == 0
+    sender = json.loads((tmp_path / "rank0.json").read_text())
+    receiver = json.loads((tmp_path / "rank1.json").read_text())
+    transfer_ms = FLOATS * 4 / (RATE_GB_PER_S * 1e9) * 1000.0
+    assert sender["send0"] < transfer_ms / 4 and sender["send1"] < transfer_ms / 4
+    first = receiver["act0"] - sender["issued0"]
+    second = receiver["act1"] - sender["issued0"]
+    # never before the emulated arrival; after it by no more than a loaded machine's wake-up
+    assert transfer_ms <= first < transfer_ms + 15.0, (first, transfer_ms)
+    assert 2 * transfer_ms <= second < 2 * transfer_ms + 15.0, (second, transfer_ms)
+    (start0, end0), (start1, end1) = receiver["emulated"][:2]
+    assert end0 - start0 == pytest.approx(transfer_ms) and (start1, end1) == pytest.approx((end0, end0 + transfer_ms))
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1])
