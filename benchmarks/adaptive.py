@@ -10,8 +10,10 @@ plan's transfers use (T = the plan's idle 1F1B iteration):
   idle         no trace;
   periodic     preempted to 0.25 for the first half of every 20 T;
   markov       seeded on/off bursts, mean 10 T slowed (factor uniform in 0.1..0.5), mean 15 T nominal;
-  replay       the Verizon LTE series in tests/data (Winstein et al., NSDI 2013) against a nominal of 9.6 Mbit/s
-               (its 90th percentile), one 0.5 s sample per 2 T, factors clipped to 0.05..1;
+  replay       the Norway 3G train log in tests/data (Riiser et al., MMSys 2013, via hongzimao/pensieve: 233 samples
+               of measured HSDPA throughput about 1 s apart) against a nominal of 2.7 Mbit/s (its 90th percentile:
+               the rate the route gives with good coverage), one series second per T, factors clipped to 0.05..1
+               (0.097..1 here): coverage phases of 5-40 s become 5-40 T;
   oscillating  0.25 for T, nominal for T, and so on: a network that flips at about the control period.
 Policies (adapt.compare): the controller, fixed 1F1B, every fixed k that fits, the best fixed k in hindsight and
 the oracle (dynamic programming over the k sequence with the future known).
@@ -52,8 +54,8 @@ MICROBATCHES = 32
 ITERATIONS = 60
 TRACES = ("idle", "periodic", "markov", "replay", "oscillating")
 PREEMPTED = ("periodic", "markov", "replay")
-SERIES = Path(__file__).resolve().parent.parent / "tests" / "data" / "verizon_lte_short_down.csv"
-NOMINAL_MBIT = 9.6
+SERIES = Path(__file__).resolve().parent.parent / "tests" / "data" / "norway_train_1.csv"
+NOMINAL_MBIT = 2.7
 TARGET_SPEEDUP = 1.10
 TARGET_IDLE = 0.99
 TARGET_ORACLE = 0.95
@@ -92,7 +94,7 @@ def make_trace(name: str, idle_ms: float, links: list[tuple[int, int]], seed: in
         return markov_trace(seed, 10 * idle_ms, 15 * idle_ms, (0.1, 0.5), duration, links)
     if name == "replay":
         series = read_series(SERIES)
-        return replay_trace(series.times_s, series.values, NOMINAL_MBIT, 2 * idle_ms / 500.0, links)
+        return replay_trace(series.times_s, series.values, NOMINAL_MBIT, idle_ms / 1000.0, links)
     return periodic_trace(2 * idle_ms, 0.5, 0.25, duration, links)
 
 

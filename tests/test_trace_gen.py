@@ -13,7 +13,7 @@ from pipeplan.io.series_csv import read_series
 from pipeplan.sim.trace import bandwidth_trace_from_json
 from pipeplan.sim.trace_gen import markov_trace, periodic_trace, replay_trace
 
-DATA = Path(__file__).parent / "data" / "verizon_lte_short_down.csv"
+DATA = Path(__file__).parent / "data" / "norway_train_1.csv"
 
 
 def test_periodic_slows_the_start_of_every_period_and_ends_nominal() -> None:
@@ -74,13 +74,15 @@ def test_replay_divides_by_the_nominal_clips_and_scales_time() -> None:
 
 
 def test_the_checked_in_series_reads_with_its_source() -> None:
-    """The Verizon LTE slice: 281 half-second windows in Mbit/s, its source named in the comments."""
+    """The Norway 3G train log: 233 samples in Mbit/s over 299 s, its dataset, source and license named in the comments."""
     series = read_series(DATA)
-    assert len(series.times_s) == 281 and series.times_s[1] == 0.5 and series.value_name == "mbit_per_s"
-    assert any("ravinet/mahimahi" in line for line in series.comments)
-    assert any("Winstein" in line for line in series.comments)
-    trace = replay_trace(series.times_s, series.values, 9.6, 1.0, None)
-    assert min(s.factor for s in trace.steps) == 0.05 and max(s.factor for s in trace.steps) == 1.0
+    assert len(series.times_s) == 233 and series.times_s[:2] == (0.0, 2.74) and series.value_name == "mbit_per_s"
+    assert series.times_s[-1] == 298.81 and min(series.values) == 0.261 and max(series.values) == 4.176
+    text = " ".join(series.comments)
+    for name in ("Riiser", "MMSys 2013", "hongzimao/pensieve", "norway_train_1", "a49b2ac17f4e", "MIT license"):
+        assert name in text
+    trace = replay_trace(series.times_s, series.values, 2.7, 1.0, None)
+    assert min(s.factor for s in trace.steps) == pytest.approx(0.261 / 2.7) and max(s.factor for s in trace.steps) == 1.0
 
 
 @pytest.mark.parametrize(
