@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeplan.adapt.decision import ControllerConfig, Decision
-from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, wire_samples
+from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEstimator, wire_samples
 from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
@@ -29,10 +29,12 @@ class AdaptiveController:
     observations give the same decisions (no clock or randomness steers it),
     so every rank of a job can run its own copy and switch at the same iteration.
 
-    Each decision: estimate every link's rate over two half-lives ("now",
-    "lately") and each stage's compute; take the view whose estimates came
-    closer to what the following iterations measured; simulate the next iteration under it for
-    every k that fits memory (k = 1..k_max, sim.engine, memoized); switch to
+    Each decision: estimate every link's rate since its latest change point
+    ("now") and over a long half-life ("lately"), and each stage's compute;
+    take the view whose estimates came closer to what the following
+    iterations measured; simulate the next iteration under it for the k that
+    fit memory (k = 1..k_max, sim.engine, memoized; the k a precomputed
+    landscape ranks fastest first, within a simulation budget); switch to
     the fastest when it beats the current k by more than the threshold (and
     the switch's cost), else stay. When no estimate moved by more than
     `reevaluate_change` since the last evaluation, it stays without predicting.
@@ -56,8 +58,13 @@ class AdaptiveController:
         self.k_max = max(schedules)
         self.peak_bytes = {k: max(peaks[k]) for k in schedules}
         self.predictor = Predictor(pipeline, schedules, self.config.factor_step)
+        self.predictor.seed_guide(self.config.guide_factors)
         stages = pipeline.costs.stages
-        self.views = {"now": LinkEstimator(self.config.short_half_life), "lately": LinkEstimator(self.config.long_half_life)}
+        cfg = self.config
+        self.views: dict[str, LinkEstimator | SegmentEstimator] = {
+            "now": SegmentEstimator(cfg.change_ratio, cfg.segment_half_life, cfg.confirm),
+            "lately": LinkEstimator(cfg.long_half_life),
+        }
         self.forecast_error = dict.fromkeys(self.views, 0.0)
         self._error_weight = 1.0 - 2.0 ** (-1.0 / self.config.long_half_life)
         self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
@@ -149,7 +156,8 @@ class AdaptiveController:
                 f"{self.config.reevaluate_change:.0%} of the last evaluation's"
             )
             return self._log(iteration, current, current, reason, view, factors[view], last[1], started, evaluated=False)
-        predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget())
+        guide = self.predictor.ranked(factors[view])
+        predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget(), guide)
         best = min(predicted, key=lambda k: (predicted[k], k != current, k))
         turned = self._turns_back(iteration, current, best)
         churn = self._churn_now(iteration, view)
@@ -198,12 +206,16 @@ class AdaptiveController:
         return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started)
 
     def _churn_now(self, iteration: int, view: str) -> int:
-        """The recent-switch count at `iteration`: deciding with "now" (the network holds still long enough for the
-        short view to forecast it), it is forgotten after reversal_window quiet iterations; deciding with "lately"
-        (it flips faster than k can follow), one switch is forgiven per reversal_window quiet iterations."""
+        """The recent-switch count at `iteration`: 0 while "now" forecasts far better than "lately" (trust_ratio);
+        deciding with "now" (the network holds still long enough for the short view to forecast it), it is
+        forgotten after reversal_window quiet iterations; deciding with "lately" (it flips faster than k can
+        follow), one switch is forgiven per reversal_window quiet iterations."""
         if self._last_switch is None:
             return 0
         quiet = iteration - self._last_switch[0]
+        errors = self.forecast_error
+        if errors["now"] < self.config.trust_ratio * errors["lately"]:
+            return 0
         if view == "now":
             return self._churn if quiet <= self.config.reversal_window else 0
         return max(0, self._churn - quiet // max(1, self.config.reversal_window))

@@ -16,10 +16,25 @@ class ControllerConfig:
 
     gain_threshold: switch only when the best k is predicted faster than the current one by more than this
         fraction of the current k's time (plus `switch_ms`).
-    short_half_life: age (iterations) at which a measurement weighs half, for the view of the network "now".
-    long_half_life: the same for the view "lately". Each decision predicts with the view whose estimate of each
-        link's rate was closer to what the next iteration measured (errors averaged with this half-life too): after a step change
-        "now" wins, while a network that flips faster than k can follow makes "lately" win, so k does not flap.
+    short_half_life: age (iterations) at which a stage's measured compute weighs half.
+    long_half_life: age (iterations) at which a link measurement weighs half in the view of the network "lately".
+        Each decision predicts with the view whose estimate of each link's rate was closer to what the next
+        iteration measured (errors averaged with this half-life too): after a step change "now" wins, while a
+        network that flips faster than k can follow makes "lately" win, so k does not flap.
+    change_ratio, confirm, segment_half_life: the view "now" (estimate.SegmentEstimator): each link's rate over
+        its transfers since the latest change point. A transfer whose rate differs from the current segment's by
+        more than a factor `change_ratio` starts a candidate segment; `confirm` consecutive such transfers that
+        agree with each other make it the segment (what came before the change is dropped, so the first decision
+        after a step predicts with the new rate, not a mix); a lone outlier is folded back. The segment ages with
+        `segment_half_life` (iterations), so a rate that drifts without a step is followed too.
+    trust_ratio: the doubling of the threshold after switches (reversal_window) is not applied while the "now"
+        view's forecast error is below this fraction of the "lately" view's: the network then holds still long
+        enough to be forecast from its latest segment, so a switch it predicts pays, and making it dearer only
+        keeps a slow k on a fast network (or the reverse) for several iterations.
+    guide_factors: at construction every candidate k is simulated with all links at each of these factors (and
+        at nominal); a decision tries first the two k that this landscape ranks fastest at the estimated slowest
+        link's factor (interpolated), so a budget of 2-3 simulations per decision still finds the best k of a
+        network it has not seen (predict.Predictor.seed_guide).
     switch_ms: what changing k costs at an iteration boundary (ms); counted against the predicted gain.
     factor_step: predictions are memoized on link factors and stage times rounded to a grid of ratio 1 + step.
     reevaluate_change: predictions are redone only when a link's estimated rate (either view) or a stage's
@@ -52,6 +67,11 @@ class ControllerConfig:
     simulated_events_per_ms: float = 800.0
     k_choices: tuple[int, ...] | None = None
     initial_k: int | None = None
+    change_ratio: float = 1.25
+    confirm: int = 2
+    segment_half_life: float = 2.0
+    trust_ratio: float = 0.5
+    guide_factors: tuple[float, ...] = (0.6, 0.35, 0.2, 0.1)
 
     def __post_init__(self) -> None:
         for name in ("gain_threshold", "switch_ms"):
@@ -60,7 +80,17 @@ class ControllerConfig:
                 raise AdaptError(f"controller {name} must be a finite number >= 0, got {value!r}")
         if isinstance(self.reversal_window, bool) or not isinstance(self.reversal_window, int) or self.reversal_window < 0:
             raise AdaptError(f"controller reversal_window must be an integer >= 0, got {self.reversal_window!r}")
+        if not (isinstance(self.change_ratio, (int, float)) and math.isfinite(self.change_ratio) and self.change_ratio > 1):
+            raise AdaptError(f"controller change_ratio must be a finite number > 1, got {self.change_ratio!r}")
+        if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or self.confirm < 1:
+            raise AdaptError(f"controller confirm must be an integer >= 1, got {self.confirm!r}")
+        if not (isinstance(self.trust_ratio, (int, float)) and math.isfinite(self.trust_ratio) and self.trust_ratio >= 0):
+            raise AdaptError(f"controller trust_ratio must be a finite number >= 0, got {self.trust_ratio!r}")
+        for f in self.guide_factors:
+            if not (isinstance(f, (int, float)) and math.isfinite(f) and 0 < f <= 1):
+                raise AdaptError(f"controller guide_factors must lie in (0, 1], got {f!r}")
         for name in (
+            "segment_half_life",
             "short_half_life",
             "long_half_life",
             "factor_step",
@@ -77,9 +107,9 @@ class ControllerConfig:
 class Decision:
     """The controller's choice for one iteration and why.
 
-    `iteration`: the iteration that runs with `k`; `view`: the estimate the prediction used ("now": short
-    half-life, "lately": long); `factors` / `bandwidth_gb_per_s`: each measured link's rate under that view (as
-    a factor of nominal, and in GB/s); `predicted_ms`: T(k) of every candidate simulated under it;
+    `iteration`: the iteration that runs with `k`; `view`: the estimate the prediction used ("now": since the
+    latest change point, "lately": long half-life); `factors` / `bandwidth_gb_per_s`: each measured link's rate
+    under that view (as a factor of nominal, and in GB/s); `predicted_ms`: T(k) of every candidate simulated under it;
     `forecast_error`: each view's mean error (|log| of the factor ratio) against what the following iterations
     measured; `peak_bytes`: each candidate's largest
     per-device peak; `memory_limit_bytes`: the smallest device limit; `evaluated`: False when the estimates had

@@ -117,3 +117,69 @@ class ComputeEstimator:
         self.fwd_ms = [(1 - a) * old + a * new for old, new in zip(self.fwd_ms, fwd_ms, strict=True)]
         self.bwd_ms = [(1 - a) * old + a * new for old, new in zip(self.bwd_ms, bwd_ms, strict=True)]
         self.measured = True
+
+
+class SegmentEstimator:
+    """Each link's rate since its latest change point: a ratio of times over the newest run of consistent transfers.
+
+    Transfers are read in order. One whose factor lies within `change_ratio`
+    of the current segment's joins it; `confirm` consecutive ones that agree
+    with each other but not with the segment start a new segment (a change
+    point), and the old one is dropped; a lone deviating transfer (a transfer
+    that straddled the change, or noise) is folded into the segment when the
+    next one agrees with the segment again. Each iteration ages the segment by
+    `half_life` (iterations), so a rate that drifts without a jump is tracked too.
+    """
+
+    def __init__(self, change_ratio: float, half_life: float, confirm: int = 2) -> None:
+        self._tolerance = math.log(change_ratio)
+        self._decay = 2.0 ** (-1.0 / half_life)
+        self._confirm = confirm
+        self._segment: dict[Link, list[float]] = {}  # [nominal ms, measured ms] summed over the segment
+        self._pending: dict[Link, list[float]] = {}  # [nominal, measured, count] of deviating transfers not yet confirmed
+
+    def add_iteration(self, samples: Sequence[Sample], end_ms: float, iteration_ms: float) -> None:
+        """Age the segments by one iteration, then read this iteration's samples in order."""
+        decay = self._decay
+        for sums in self._segment.values():
+            sums[0] *= decay
+            sums[1] *= decay
+        for link, nominal, measured, _ in samples:
+            self._add(link, nominal, measured)
+
+    def _add(self, link: Link, nominal: float, measured: float) -> None:
+        segment = self._segment.get(link)
+        if segment is None:
+            self._segment[link] = [nominal, measured]
+            return
+        x = math.log(nominal / measured)
+        tolerance = self._tolerance
+        pending = self._pending.get(link)
+        if abs(x - math.log(segment[0] / segment[1])) <= tolerance:
+            if pending is not None:
+                segment[0] += pending[0]
+                segment[1] += pending[1]
+                del self._pending[link]
+            segment[0] += nominal
+            segment[1] += measured
+            return
+        if pending is not None and abs(x - math.log(pending[0] / pending[1])) <= tolerance:
+            pending[0] += nominal
+            pending[1] += measured
+            pending[2] += 1
+            if pending[2] >= self._confirm:
+                self._segment[link] = pending[:2]
+                del self._pending[link]
+            return
+        if pending is not None:
+            segment[0] += pending[0]
+            segment[1] += pending[1]
+        self._pending[link] = [nominal, measured, 1]
+
+    def factors(self) -> dict[Link, float]:
+        """The factor of every link seen so far over its current segment."""
+        return {
+            link: min(MAX_FACTOR, max(MIN_FACTOR, nominal / measured))
+            for link, (nominal, measured) in self._segment.items()
+            if measured > 0
+        }

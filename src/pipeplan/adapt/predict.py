@@ -88,6 +88,7 @@ class Predictor:
         self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
         self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
         self._costs: OrderedDict[Key, Costs] = OrderedDict()
+        self._guide: list[tuple[float, dict[int, float]]] = []  # (log factor, T(k)) with every link at that factor
 
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
         """The rounded state a prediction depends on: link factors (absent: nominal) and stage times (None: the model's)."""
@@ -119,11 +120,35 @@ class Predictor:
             self._memo.popitem(last=False)
         return result.iteration_time
 
-    def search(self, key: Key, first: Sequence[int], budget: int) -> dict[int, float]:
+    def seed_guide(self, factors: Sequence[float]) -> None:
+        """Simulate every candidate with all links at each of `factors` (and nominal): the landscape `ranked` reads."""
+        grid = sorted({1.0, *factors}, reverse=True)
+        links = self.pipeline.links
+        self._guide = [(math.log(f), {k: self.time(k, dict.fromkeys(links, f)) for k in self.schedules}) for f in grid]
+
+    def ranked(self, factors: Mapping[Link, float]) -> list[int]:
+        """Candidates ordered by the guide's T(k) at the slowest link's factor (interpolated in log factor)."""
+        if not self._guide:
+            return []
+        x = math.log(min(factors.values(), default=1.0))
+        guide = self._guide
+        if x >= guide[0][0]:
+            values = guide[0][1]
+        elif x <= guide[-1][0]:
+            values = guide[-1][1]
+        else:
+            i = next(j for j in range(1, len(guide)) if guide[j][0] <= x)
+            (x0, a), (x1, b) = guide[i - 1], guide[i]
+            w = (x - x0) / (x1 - x0)
+            values = {k: (1 - w) * a[k] + w * b[k] for k in a}
+        return sorted(values, key=lambda k: (values[k], k))
+
+    def search(self, key: Key, first: Sequence[int], budget: int, guide: Sequence[int] = ()) -> dict[int, float]:
         """Predictions of the candidates in the rounded state `key`, simulating at most `budget` (memoized ones are free).
 
-        Order: `first` (the current k, the last best), the best k of the
-        nearest state searched before (a burst that comes back finds its k at
+        Order: the current k (`first[0]`), the first two of `guide` (the k
+        the precomputed landscape ranks fastest, Predictor.ranked), the rest
+        of `first` (the last best), the best k of the nearest state searched before (a burst that comes back finds its k at
         once), the ladder of k about 1.5x apart, the neighbours (+-1, +-2) of
         the best found while it improves, then every other k ascending. A
         later search in the same state finds the earlier answers in the memo
@@ -146,7 +171,10 @@ class Predictor:
             found[k] = value
             return True
 
-        for k in [*first, *self._recalled(key), *self._ladder]:
+        order = [*first]
+        if guide:
+            order = [first[0], *guide[:2], *first[1:]]
+        for k in [*order, *self._recalled(key), *self._ladder]:
             visit(k)
         best = None
         while best != (best := min(found, key=lambda k: (found[k], k))):
