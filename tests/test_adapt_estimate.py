@@ -1,0 +1,84 @@
+"""adapt.estimate's view "now" (SegmentEstimator) and the guide that orders a decision's search (adapt.predict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapt_cases import numbers
+from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
+from pipeplan.adapt.estimate import SegmentEstimator
+from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.core.errors import AdaptError
+
+LINK = (0, 1)
+
+
+def _feed(estimator: SegmentEstimator, factors: list[float], nominal: float = 1.0) -> None:
+    """One iteration of transfers on LINK, each `nominal` ms at the nominal rate, measured at these factors in order."""
+    estimator.add_iteration([(LINK, nominal, nominal / f, float(i)) for i, f in enumerate(factors)], 10.0, 10.0)
+
+
+def test_segment_reads_a_constant_rate_exactly() -> None:
+    """Transfers at a constant factor give that factor, whatever their sizes."""
+    estimator = SegmentEstimator(1.25, 2.0, 2)
+    estimator.add_iteration([(LINK, n, n / 0.5, 0.0) for n in (1.0, 3.0, 0.5)], 10.0, 10.0)
+    assert estimator.factors() == {LINK: pytest.approx(0.5)}
+
+
+def test_a_confirmed_step_drops_what_came_before() -> None:
+    """At 0.5, then 0.25: one slow transfer is pending (still 0.5), the second confirms the change (exactly 0.25)."""
+    estimator = SegmentEstimator(1.25, 2.0, 2)
+    _feed(estimator, [0.5, 0.5, 0.5])
+    _feed(estimator, [0.25])
+    assert estimator.factors()[LINK] == pytest.approx(0.5)
+    _feed(estimator, [0.25])
+    assert estimator.factors()[LINK] == pytest.approx(0.25)
+
+
+def test_a_lone_outlier_is_folded_back_into_the_segment() -> None:
+    """0.5, 0.5, then one at 1.0 and back to 0.5: the segment keeps every transfer, (1+1+1+1) / (2+2+1+2) = 4/7."""
+    estimator = SegmentEstimator(1.25, 1e9, 2)  # no ageing: the closed form holds exactly
+    _feed(estimator, [0.5, 0.5, 1.0, 0.5])
+    assert estimator.factors()[LINK] == pytest.approx(4 / 7)
+
+
+def test_a_segment_ages_with_its_half_life() -> None:
+    """A factor drifting within the change ratio is followed: an old iteration weighs half after one half-life."""
+    estimator = SegmentEstimator(1.25, 1.0, 2)
+    _feed(estimator, [1.0])  # nominal 1, measured 1; aged once below: weight 1/2
+    _feed(estimator, [0.9])  # nominal 1, measured 1/0.9
+    assert estimator.factors()[LINK] == pytest.approx((0.5 + 1.0) / (0.5 + 1 / 0.9))
+
+
+def test_guide_ranks_the_candidates_by_their_simulated_time_at_the_slowest_link() -> None:
+    """At a guide factor the ranking is the simulated order of T(k) there; above nominal it is the nominal order."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    predictor.seed_guide((0.25,))
+    slow = dict.fromkeys(pipeline.links, 0.25)
+    times = {k: predictor.time(k, slow) for k in schedules}
+    assert predictor.ranked({pipeline.links[0]: 0.25, pipeline.links[1]: 0.9}) == sorted(times, key=lambda k: (times[k], k))
+    nominal = {k: predictor.time(k, {}) for k in schedules}
+    assert predictor.ranked({pipeline.links[0]: 1.5}) == sorted(nominal, key=lambda k: (nominal[k], k))
+    assert predictor.ranked({})[0] == 2  # T(2) = 63 ms is the fastest at nominal bandwidth (issue 20)
+
+
+def test_the_switch_doubling_is_dropped_while_now_forecasts_well() -> None:
+    """After a switch the threshold doubles, unless the "now" view's error is under trust_ratio x the "lately" one's."""
+    controller = AdaptiveController.from_measurements(ControllerConfig(trust_ratio=0.5), **numbers(p=4, m=16))
+    controller._last_switch, controller._churn = (5, 1, 2), 1
+    controller.forecast_error = {"now": 0.2, "lately": 0.3}
+    assert controller._churn_now(6, "now") == 1
+    controller.forecast_error = {"now": 0.1, "lately": 0.3}
+    assert controller._churn_now(6, "now") == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("change_ratio", 1.0), ("confirm", 0), ("trust_ratio", -1.0), ("segment_half_life", 0.0), ("guide_factors", (0.0,))],
+)
+def test_bad_estimate_constants_raise_naming_the_field(field: str, value: object) -> None:
+    """Each new constant is checked at construction, and the error names it."""
+    with pytest.raises(AdaptError, match=field):
+        ControllerConfig(**{field: value})  # type: ignore[arg-type]
