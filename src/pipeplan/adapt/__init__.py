@@ -30,7 +30,7 @@ A gradient crosses a boundary on the reverse link (dst, src). Every decision
 is kept in `controller.decisions`; the same observations give the same
 decisions, so each rank may run its own controller. What a decision does
 (ARCHITECTURE.md, "Adaptive k"): estimate each link's effective rate from
-its transfers (two half-lives), predict the next iteration's time T(k) for
+its transfers (since its latest change point, and over a long half-life), predict the next iteration's time T(k) for
 every k that fits memory by simulating it (sim.engine, the planner's
 simulator; memoized), and switch when the gain beats `gain_threshold` under
 the short estimate without losing under the long one.
