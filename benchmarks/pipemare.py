@@ -166,7 +166,7 @@ def measured(p: int, m: int, steps: int) -> dict[str, float]:
 
 def weight_memory(p: int, m: int) -> dict[str, Any]:
     """U3: per stage, PipeMare's weight-sized buffers and weight stashing's copies, in bytes of the stage's params."""
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
     from pipeplan.runtime.job import even_split
     from pipeplan.schedules.pipemare import default_minibatches, pipemare
     from pipeplan.sim.delays import stage_delays

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from pipeplan.profiler.model import build_model
+from pipeplan.models.build import build_model
 from pipeplan.runtime.asynchronous import StageUpdater
 from pipeplan.runtime.optim import make_optimizer
 from pipeplan.runtime.options import AsyncSettings

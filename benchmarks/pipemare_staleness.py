@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from pipeplan.profiler.datasets import batch_indices
-from pipeplan.profiler.model import Model, build_model
+from pipeplan.models.build import Model, build_model
+from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.asynchronous import StageUpdater
 from pipeplan.runtime.evaluate import held_out_scores
 from pipeplan.runtime.optim import RateSchedule, make_optimizer

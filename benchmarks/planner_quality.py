@@ -53,9 +53,9 @@ RANDOM_LAYERS, RANDOM_DEVICES, RANDOM_BATCH = 8, 4, 16
 
 def run_planners(job: tuple[str, str, int, str]) -> dict[str, Any]:
     """Plan one preset instance with every planner; times in ms, planning in s, errors as text."""
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner import load_planners
     from pipeplan.planner.base import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     profile_name, cluster_name, batch, scaling = job
     planners = load_planners()
@@ -190,7 +190,7 @@ def main() -> int:
     parser.add_argument("--batch-scaling", default="auto", help="the cost model's scaling: auto (default) or linear, ...")
     args = parser.parse_args()
 
-    from pipeplan.io.load import list_clusters, list_profiles
+    from pipeplan.presets.resolve import list_clusters, list_profiles
 
     profiles = list(QUICK_PROFILES) if args.quick else list(list_profiles())
     clusters = list(NON_UNIFORM) if args.quick else list(list_clusters())
@@ -252,9 +252,9 @@ def main() -> int:
         print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
               f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
 
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner import load_planners
     from pipeplan.planner.base import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("h100-8x128"), 2048, batch_scaling=args.batch_scaling)
     walls = []

@@ -42,7 +42,7 @@ def worker(rounds: int, warmup: int, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
     from pipeplan.runtime.executor import Executor
     from pipeplan.runtime.job import ScheduleLayout
     from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_stages

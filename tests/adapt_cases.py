@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost_model import CostModel
 
 

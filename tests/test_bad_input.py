@@ -148,8 +148,8 @@ ISSUE_19_CASES: list[tuple[str, list[str], str]] = [
 
 def write_issue_19_files(folder: Path) -> dict[str, str]:
     """The files the cases name, written in `folder`; returns placeholder -> path."""
-    from pipeplan.io.load import load_profile
     from pipeplan.io.profile_json import write_profile_json
+    from pipeplan.presets.resolve import load_profile
 
     paths = {"BERT_PLAN": str(folder / "BERT_PLAN.json")}
     (folder / "BERT_PLAN.json").write_text(json.dumps(BERT_PLAN))

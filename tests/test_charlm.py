@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.profiler.charlm import charlm, next_char_cross_entropy  # noqa: E402
-from pipeplan.profiler.model import build_model  # noqa: E402
+from pipeplan.models.build import build_model  # noqa: E402
+from pipeplan.models.charlm import charlm, next_char_cross_entropy  # noqa: E402
 
 
 def run(spec: object, ids: torch.Tensor) -> torch.Tensor:

@@ -53,10 +53,10 @@ def is_folder(command: str, flag: str) -> bool:
 def write_inputs(folder: Path) -> None:
     """The input files: a real profile and cluster, a plan naming them, a bandwidth trace, a schedule CSV."""
     from pipeplan.io.cluster_json import cluster_to_json
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.io.profile_json import write_profile_json
     from pipeplan.io.schedule_io import write_schedule_csv
+    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.schedules import make_schedule
 
     write_profile_json(load_profile("dapple/vgg-19"), folder / "profile.json")

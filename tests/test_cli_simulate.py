@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from models import default_model, linear_model
 from pipeplan.cli import app, main
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import write_plan
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
 from pipeplan.sim.stage_costs import simulate_plan

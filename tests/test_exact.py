@@ -10,11 +10,11 @@ import pytest
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.planner import load_planners
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exact, search_space
 from pipeplan.planner.instances import random_cluster, random_profile
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.memory import check_fits
 from pipeplan.sim.stage_costs import simulate_plan
 

@@ -19,10 +19,10 @@ from pipeplan.core.errors import ClusterError, CostError, PipeplanError, PlanErr
 from pipeplan.io import files
 from pipeplan.io.cluster_json import read_cluster_json
 from pipeplan.io.graph_txt import read_graph_txt
-from pipeplan.io.load import load_cluster, load_profile, load_schedule
 from pipeplan.io.plan_json import read_plan
 from pipeplan.io.profile_json import read_profile_json
 from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
+from pipeplan.presets.resolve import load_cluster, load_profile, load_schedule
 from pipeplan.sim.trace import read_bandwidth_trace
 
 READERS: dict[str, tuple[Callable[[str], Any], type[PipeplanError], str, str]] = {

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeplan.core.devices import GPU_SPECS
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-from pipeplan.presets.gpus import GPU_SPECS
 from pipeplan.sim.layer_costs import OPTIMIZER_TRAFFIC, LayerCosts, StageWork, check_optimizer, check_scaling, interpolate
 
 # The V100's figures (presets/gpus.py): 900 GB/s of HBM, 10 us per kernel launch.

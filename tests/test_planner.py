@@ -17,12 +17,12 @@ from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import plan_dumps
 from pipeplan.planner import PLANNERS, load_planners
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.candidates import divisors
 from pipeplan.planner.search import plan_pipeplan
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.memory import check_fits
 from pipeplan.sim.stage_costs import simulate_plan
 

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeplan.core.errors import PlanError
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.planner.balanced import balanced_partition, blocks_needed, min_bottleneck, plan_balanced
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.baseline_tools import merge_layers, prefix_sums
@@ -26,6 +25,7 @@ from pipeplan.planner.dapple_model import (
     ring_allreduce_ms,
 )
 from pipeplan.planner.pipedream import level_dp, levels_of, plan_pipedream, unwind
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.memory import check_fits
 
 

@@ -12,14 +12,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.profiler import (  # noqa: E402
-    ModelSpec,
-    layers_of,
-    measure_layers,
-    profile_module,
-    resolve_module_spec,
-    spec_from_module,
-)
+from pipeplan.models.specs import ModelSpec, layers_of, resolve_module_spec, spec_from_module  # noqa: E402
+from pipeplan.profiler import measure_layers, profile_module  # noqa: E402
 from pipeplan.profiler.saved import SavedTensorMeter  # noqa: E402
 
 F32 = 4

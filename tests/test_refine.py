@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
-from pipeplan.io.load import load_cluster
 from pipeplan.planner.refine import twin_classes
+from pipeplan.presets.resolve import load_cluster
 
 
 def reference_twins(cluster: Cluster) -> tuple[int, ...]:

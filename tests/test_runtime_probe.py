@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from pipeplan.io.load import load_cluster
+from pipeplan.presets.resolve import load_cluster
 
 BOOT = "from pipeplan.cli import main; main()"
 TINY = ["--opt", "hidden=32", "--opt", "blocks=3"]

@@ -21,13 +21,13 @@ SEED = 11
 
 
 def _model() -> object:
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
 
     return build_model("mlp", dict(MODULE_OPTIONS), "sample", "float64", seed=SEED)
 
 
 def _batch(model: object) -> tuple[torch.Tensor, torch.Tensor]:
-    from pipeplan.profiler.datasets import batch_indices
+    from pipeplan.models.datasets import batch_indices
 
     idx = batch_indices(len(model.dataset), GLOBAL_BATCH, 0, SEED)
     return model.dataset.inputs[idx], model.dataset.targets[idx]

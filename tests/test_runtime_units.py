@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from pipeplan.core.errors import PlanError  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
-from pipeplan.profiler.datasets import batch_indices  # noqa: E402
-from pipeplan.profiler.stage import StageModule  # noqa: E402
+from pipeplan.models.datasets import batch_indices  # noqa: E402
+from pipeplan.models.stage import StageModule  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.faults import FaultInjector, InjectedFault  # noqa: E402
 from pipeplan.runtime.job import ScheduleLayout, even_split  # noqa: E402

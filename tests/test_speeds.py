@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.devices import kind_of_device_name
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.cluster_json import cluster_from_json
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.presets.gpus import kind_of_device_name
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.speeds import on_profile_scale, profile_kind
 
 GIB = 2**30

@@ -15,11 +15,11 @@ from pathlib import Path
 from pipeplan.sim.plan_costs import memory_per_device, simulate_plan
 
 from pipeplan.core.errors import PipeplanError
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import plan_to_json
 from pipeplan.planner import load_planners
 from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.instances import fuzz_request
+from pipeplan.presets.resolve import load_cluster, load_profile
 
 CASES = [
     ("dapple/bert-48", "v100-8x2-25g", 256, None),

@@ -56,8 +56,7 @@ def adapt(
     from pipeplan.adapt.controller import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.io.plan_json import read_plan
+    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.memory import check_fits
     from pipeplan.sim.trace import read_bandwidth_trace
@@ -68,7 +67,7 @@ def adapt(
         raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
     config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
     trace = read_bandwidth_trace(bandwidth_trace)
-    the_plan, names = read_plan(plan)
+    the_plan, names = load_plan(plan)
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]

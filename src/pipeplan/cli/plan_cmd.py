@@ -208,9 +208,9 @@ def plan(
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import Output, check_outputs
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.base import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
@@ -375,10 +375,10 @@ def run_comparison(
     replication: str = "any",
 ) -> Comparison:
     """Load the problem and run the planners (checked flags; a bad one is a PlanError naming it)."""
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.planner.base import PlanRequest
     from pipeplan.planner.compare import compare as compare_planners
     from pipeplan.planner.compare import planner_names
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     _check_factor(optimizer_factor)
     _check_samples(global_batch, microbatch_size)

@@ -48,7 +48,7 @@ def probe(
     check_outputs([Output("--out", out)], {"--profile": profile})
     model_profile = None
     if profile is not None:
-        from pipeplan.io.load import load_profile
+        from pipeplan.presets.resolve import load_profile
 
         model_profile = load_profile(profile)
         if model_profile.source is None:
@@ -77,7 +77,7 @@ def _run(
     import torch
 
     from pipeplan.io.atomic import write_text_atomic
-    from pipeplan.profiler.allocator import steady_cpu_allocator
+    from pipeplan.models.allocator import steady_cpu_allocator
     from pipeplan.runtime.launch import finish_worker
     from pipeplan.runtime.probe import cluster_json, probe
 

@@ -131,9 +131,9 @@ def _measure(
 ) -> ModelProfile:
     """Build the model as `pipeplan train` does and measure it at every size on its own data."""
     from pipeplan.core.profile import ProfileSource
-    from pipeplan.profiler.allocator import steady_cpu_allocator
+    from pipeplan.models.allocator import steady_cpu_allocator
+    from pipeplan.models.build import build_model
     from pipeplan.profiler.curves import profile_batch_sizes
-    from pipeplan.profiler.model import build_model
 
     steady_cpu_allocator()  # the allocator train runs with (profiler.allocator)
     target = _torch_device(torch, device)

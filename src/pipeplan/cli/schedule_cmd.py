@@ -20,8 +20,8 @@ def schedule(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
     """Generate a schedule (or read a schedule file) and print each rank's actions."""
-    from pipeplan.io.load import load_schedule
     from pipeplan.io.schedule_io import schedule_to_csv, schedule_to_json
+    from pipeplan.presets.resolve import load_schedule
 
     if fmt not in ("text", "json", "csv"):
         raise ScheduleError(f"--format must be text, json or csv, got {fmt!r}")

@@ -38,7 +38,7 @@ def show_profile(
     ),
 ) -> None:
     """Per-layer costs of a model: times (ms), activation, parameter and cut sizes."""
-    from pipeplan.io.load import load_profile
+    from pipeplan.presets.resolve import load_profile
 
     profile = load_profile(spec, profile_batch_size)
     if as_json:
@@ -59,7 +59,7 @@ def show_cluster(
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
-    from pipeplan.io.load import load_cluster
+    from pipeplan.presets.resolve import load_cluster
 
     check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"CLUSTER": spec})
     cluster = load_cluster(spec)
@@ -82,7 +82,7 @@ def show_cluster(
 @show_app.command("profiles")
 def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in profiles with their sizes and totals."""
-    from pipeplan.io.load import list_profiles, load_profile
+    from pipeplan.presets.resolve import list_profiles, load_profile
 
     rows = []
     for name in list_profiles():
@@ -115,8 +115,8 @@ def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
 @show_app.command("clusters")
 def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in clusters."""
-    from pipeplan.io.load import list_clusters, load_cluster
     from pipeplan.presets.clusters import CLUSTER_BUILDERS
+    from pipeplan.presets.resolve import list_clusters, load_cluster
 
     rows = []
     for name in list_clusters():

@@ -70,7 +70,7 @@ def simulate_named(
     """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
     flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1), for pipemare its
     steady state, and with `iterations` the run of that many iterations on the trace's clock."""
-    from pipeplan.io.load import load_schedule
+    from pipeplan.presets.resolve import load_schedule
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
 
@@ -157,13 +157,12 @@ def simulate_plan_file(
         PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
             `check_memory`).
     """
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.io.plan_json import read_plan
+    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
     from pipeplan.sim.cost_model import CostModel
     from pipeplan.sim.stage_costs import check_plan_matches, simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
-    plan, names = read_plan(plan_path)
+    plan, names = load_plan(plan_path)
     if record:
         check_timeline((3 if plan.schedule == "zb-h1" else 2) * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
     profile = profile or names.get("profile") or None

@@ -134,7 +134,7 @@ def prediction_inputs(
     """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
     plan's own; a plan whose own files cannot be loaded runs without a prediction, saying why (once: on process 0 of
     the job, `say`, not in the --local launcher)."""
-    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     chosen = []
     for given, own, loader in ((profile, names["profile"], load_profile), (cluster, names["cluster"], load_cluster)):
@@ -161,7 +161,7 @@ def model_of_profile(
     """
     if profile is None or (module is not None and options_given and dataset is not None):
         return module, options, dataset
-    from pipeplan.io.load import load_profile
+    from pipeplan.presets.resolve import load_profile
 
     try:
         source = load_profile(profile).source

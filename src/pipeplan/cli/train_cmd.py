@@ -179,9 +179,9 @@ def train(
     spec_options = parse_options(options or [])
     layout = plan_obj = links_from = None
     if plan is not None:
-        from pipeplan.io.plan_json import read_plan
+        from pipeplan.presets.resolve import load_plan
 
-        plan_obj, names = read_plan(plan)
+        plan_obj, names = load_plan(plan)
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.devices import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_SECONDS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
 from pipeplan.core.links import LinkMatrix, NodeLinks
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
-from pipeplan.presets.gpus import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 
 CLUSTER_FORMAT = "pipeplan.cluster/1"
 GIB = 2**30

@@ -59,7 +59,7 @@ def fuzz_request(seed: int, large: bool = False) -> PlanRequest:
     with 8-80 GiB on 20 % of devices (else 32 GiB). The global batch is one of
     8..1024; microbatch size and schedule are left open most of the time.
     """
-    from pipeplan.io.load import list_profiles, load_profile
+    from pipeplan.presets.resolve import list_profiles, load_profile
 
     rng = random.Random(seed)
     profile = load_profile(rng.choice(sorted(list_profiles())))

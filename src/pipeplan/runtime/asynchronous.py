@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipeplan.profiler.datasets import batch_indices
-from pipeplan.profiler.model import Model
+from pipeplan.models.build import Model
+from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.evaluate import evaluation
 from pipeplan.runtime.executor import Executor
 from pipeplan.runtime.optim import RateSchedule, make_optimizer, set_rate, warm_up

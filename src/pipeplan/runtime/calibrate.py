@@ -30,7 +30,7 @@ import torch.distributed as dist
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
-from pipeplan.profiler.model import Model, build_model
+from pipeplan.models.build import Model, build_model
 from pipeplan.runtime.errors import TrainConfigError
 
 

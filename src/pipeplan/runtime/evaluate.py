@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pipeplan.core.plan import Plan
-from pipeplan.profiler.model import Model
+from pipeplan.models.build import Model
 
 EVAL_BATCH = 256
 """Test samples per forward pass."""

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pipeplan.core.schedule import Action
-from pipeplan.profiler.stage import LossFn, StageModule
+from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.runtime.comm import Comm, TransferRecord
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.faults import FaultInjector

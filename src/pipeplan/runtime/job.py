@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
-from pipeplan.io.load import load_schedule
+from pipeplan.presets.resolve import load_schedule
 from pipeplan.runtime.errors import TrainConfigError
 
 

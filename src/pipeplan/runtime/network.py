@@ -47,7 +47,7 @@ class NetworkSettings:
             check_trace_links(trace, ids)
         if self.gb_per_s is not None:
             return EmulatedLinks.uniform(ids, check_emulated_rate(self.gb_per_s), trace)
-        from pipeplan.io.load import load_cluster
+        from pipeplan.presets.resolve import load_cluster
 
         assert self.cluster is not None
         return EmulatedLinks.from_cluster(load_cluster(self.cluster), ids, trace)

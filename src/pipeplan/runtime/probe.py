@@ -259,7 +259,7 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
     CPU processes are kind `cpu` with speeds relative to the profile's CPU. GPUs are their kind when pipeplan knows
     it (else `generic`) with speeds on the GPU scale: the measured ratio times the profile's kind's speed.
     """
-    from pipeplan.presets.gpus import kind_of_device_name, nominal_speed
+    from pipeplan.core.devices import kind_of_device_name, nominal_speed
     from pipeplan.sim.speeds import profile_kind
 
     kind = "cpu" if result.kind == "cpu" else (kind_of_device_name(result.kind) or "generic")

@@ -10,7 +10,7 @@ from typing import Any
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import validate
-from pipeplan.profiler.model import Model
+from pipeplan.models.build import Model
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.evaluate import EvalResult
 from pipeplan.runtime.job import ScheduleLayout

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from pipeplan.core.errors import OutputError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
-from pipeplan.profiler.allocator import steady_cpu_allocator
-from pipeplan.profiler.datasets import batch_indices
-from pipeplan.profiler.model import Model, build_model
+from pipeplan.models.allocator import steady_cpu_allocator
+from pipeplan.models.build import Model, build_model
+from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime import checkpoint
 from pipeplan.runtime.adaptive import AdaptiveK
 from pipeplan.runtime.distributed import init_distributed
@@ -179,7 +179,7 @@ def _adaptive(
     """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's)."""
     limit = None
     if config.plan is not None and config.cluster is not None:
-        from pipeplan.io.load import load_cluster
+        from pipeplan.presets.resolve import load_cluster
 
         limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
     return AdaptiveK(plan, schedule, executor, origin, wire, limit)
@@ -211,7 +211,7 @@ def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPredi
     Raises:
         TrainConfigError: the profile's layers are not the model's (another MODULE_SPEC, options or dataset).
     """
-    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     assert config.profile is not None and config.cluster is not None
     profile = load_profile(config.profile)

@@ -6,12 +6,12 @@ from functools import lru_cache
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.limits import ACTIONS
 from pipeplan.core.schedule import Schedule
-from pipeplan.schedules.common import check_schedule_size, check_sizes
 from pipeplan.schedules.gpipe import gpipe
 from pipeplan.schedules.interleaved import interleaved_one_f_one_b
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.pipemare import default_minibatches, pipemare
+from pipeplan.schedules.sizes import check_schedule_size, check_sizes
 from pipeplan.schedules.zero_bubble import zero_bubble_h1
 
 SCHEDULES: dict[str, Callable[..., Schedule]] = {

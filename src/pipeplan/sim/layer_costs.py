@@ -43,9 +43,9 @@ from functools import cached_property
 
 import numpy as np
 
+from pipeplan.core.devices import GpuSpec, device_spec
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ModelProfile
-from pipeplan.presets.gpus import GpuSpec, device_spec
 from pipeplan.sim.speeds import profile_kind
 
 SCALINGS = ("auto", "measured", "floor", "linear")

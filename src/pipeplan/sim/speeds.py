@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.devices import CPU_KIND, kind_of_device_name, nominal_speed, speed_scale
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.profile import ModelProfile
-from pipeplan.presets.gpus import CPU_KIND, kind_of_device_name, nominal_speed, speed_scale
 
 
 def profile_kind(profile: ModelProfile) -> str | None:

@@ -1,4 +1,4 @@
-"""Resolve a profile or cluster argument: a built-in name or a file path."""
+"""The one place that turns "a name or a path" into a profile, a cluster, a schedule or a checked plan."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 from functools import cache
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError, ScheduleError
+from pipeplan.core.errors import ClusterError, PipeplanError, PlanError, ProfileError, ScheduleError
+from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
@@ -96,6 +97,23 @@ def load_cluster(spec: str) -> Cluster:
     if something_at(spec):
         return read_cluster_json(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
+
+
+def load_plan(path: str) -> tuple[Plan, dict[str, str]]:
+    """A plan file read (io.plan_json.read_plan) and its schedule's k and chunks checked against the schedule table.
+
+    Raises:
+        PlanError: unreadable file, a bad field, or a k or chunks the schedule does not take (naming the file).
+    """
+    from pipeplan.io.plan_json import read_plan
+    from pipeplan.schedules.registry import check_schedule_options
+
+    plan, names = read_plan(path)
+    try:
+        check_schedule_options(plan.schedule, plan.microbatches, plan.k, plan.chunks)
+    except ScheduleError as exc:
+        raise PlanError(f"{path}: {exc}") from None
+    return plan, names
 
 
 @cache

@@ -9,9 +9,9 @@ from torch import nn
 from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
-from pipeplan.profiler.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
-from pipeplan.profiler.model_spec import LossFn, ModelSpec
-from pipeplan.profiler.specs import resolve_module_spec, takes_option
+from pipeplan.models.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
+from pipeplan.models.model_spec import LossFn, ModelSpec
+from pipeplan.models.specs import resolve_module_spec, takes_option
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

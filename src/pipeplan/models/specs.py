@@ -29,7 +29,7 @@ from torch import nn
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import MODEL_BYTES
-from pipeplan.profiler.model_spec import ModelSpec, SampleFn
+from pipeplan.models.model_spec import ModelSpec, SampleFn
 
 
 def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
@@ -48,7 +48,7 @@ def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
         ProfileError: unknown spec, import failure, unknown option, or a
             factory result that is not a chain of blocks.
     """
-    from pipeplan.profiler.builtin import BUILTIN_SPECS
+    from pipeplan.models.builtin import BUILTIN_SPECS
 
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError(f"MODULE_SPEC must be a non-empty string, got {spec!r}")
@@ -78,7 +78,7 @@ def takes_option(spec: str, option: str) -> bool:
     Raises:
         ProfileError: the spec is neither a built-in nor an importable `package.module:factory`.
     """
-    from pipeplan.profiler.builtin import BUILTIN_SPECS
+    from pipeplan.models.builtin import BUILTIN_SPECS
 
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError(f"MODULE_SPEC must be a non-empty string, got {spec!r}")

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.profiler.model_spec import ModelSpec, seeded_randint
+from pipeplan.models.model_spec import ModelSpec, seeded_randint
 
 # Sizes from the GPT-2 paper (Radford et al. 2019, table 2) and the BERT paper (Devlin et al. 2019, section 3):
 # name -> (layers, hidden, heads, positions, vocab)
