@@ -65,12 +65,12 @@ PUBLISHED = (1.04, 1.30)
 
 def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b") -> Any:
     """pipeplan's plan of `profile` at microbatch size `batch` on `cluster` (MICROBATCHES per pipeline)."""
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
     request = PlanRequest(load_profile(profile), load_cluster(cluster), batch * MICROBATCHES, batch, schedule)
-    return request, load_planners()["pipeplan"](request)
+    return request, PLANNERS["pipeplan"](request)
 
 
 def cross_node_links(pipeline: Any, cluster: Any) -> list[tuple[int, int]]:

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from pipeplan.core.errors import PlanError
-from pipeplan.planner import load_planners
-from pipeplan.planner.audit import audit
-from pipeplan.planner.base import PlanRequest, PlanResult
-from pipeplan.planner.instances import fuzz_request
+from pipeplan.planner.registry import PLANNERS as REGISTRY
+from pipeplan.planner.request import PlanRequest, PlanResult
+from planner_audit import audit
+from planner_instances import fuzz_request
 
 PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
 
@@ -21,7 +21,7 @@ def test_fuzz_requests_that_once_broke_an_invariant_pass(seed: int) -> None:
     """Seeds where a fuzz run found dapple's list order under --schedule 1f1b (41, 52, 161) and pipedream beating
     an unseeded restricted pipeplan (786): every planner's answer is now sound."""
     request = fuzz_request(seed)
-    planners = load_planners()
+    planners = REGISTRY
     result = audit(request, {name: planners[name] for name in PLANNERS})
     assert result.ok, result.problems
     assert isinstance(result.times["pipeplan"], float)
@@ -35,7 +35,7 @@ def test_fuzz_requests_are_seeded() -> None:
 
 def balanced_with(change: str):  # type: ignore[no-untyped-def]
     """The balanced planner with one thing wrong in its answer."""
-    planner = load_planners()["balanced"]
+    planner = REGISTRY["balanced"]
 
     def wrong(request: PlanRequest) -> PlanResult:
         result = planner(request)
@@ -70,7 +70,7 @@ def test_pipeplan_slower_than_a_baseline_or_missing_is_caught() -> None:
     """Posing balanced's answer (30.7 ms) as pipeplan's beside pipedream (21.5 ms), or a refusing pipeplan, breaks the
     cross-planner invariants."""
     request = fuzz_request(786)
-    planners = load_planners()
+    planners = REGISTRY
     got = audit(request, {"pipeplan": planners["balanced"], "pipedream": planners["pipedream"]})
     assert any("is slower than pipedream" in p for p in got.problems), got.problems
     refused = audit(request, {"pipeplan": balanced_with("refuse"), "balanced": planners["balanced"]})

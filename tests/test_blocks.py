@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.blocks import make_blocks
+from pipeplan.planner.search.blocks import make_blocks
 from pipeplan.presets.resolve import load_profile
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run
-from pipeplan.planner.base import PlanRequest, PlanResult
 from pipeplan.planner.compare import PlannerFailure, best_baseline, best_row, compare, planner_names, speedup
-from pipeplan.planner.instances import random_cluster, random_profile
+from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.presets.resolve import load_cluster, load_profile
+from planner_instances import random_cluster, random_profile
 
 FAST = "balanced,pipedream,exact"
 

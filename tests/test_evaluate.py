@@ -12,8 +12,8 @@ from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.evaluate import RANK_MICROBATCHES, Evaluator
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.memory import rank_memory
 from pipeplan.sim.stage_costs import simulate_plan

@@ -484,7 +484,7 @@ def test_a_stage_holds_a_storage_two_neighbours_save_once(scaling: str) -> None:
 
 def test_block_sums_hold_what_the_stage_holds() -> None:
     """The DP's range sums over blocks agree with LayerCosts.stage on every range of layers (shared bytes included)."""
-    from pipeplan.planner.partition_dp import block_sums
+    from pipeplan.planner.search.partition_dp import block_sums
 
     costs = LayerCosts(shared_profile())
     blocks = ((0, 0), (1, 1), (2, 2))

@@ -18,10 +18,10 @@ from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.plan_json import plan_dumps
-from pipeplan.planner import PLANNERS, load_planners
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.candidates import divisors
-from pipeplan.planner.search import plan_pipeplan
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.candidates import divisors
+from pipeplan.planner.search.selection import plan_pipeplan
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.memory import check_fits
 from pipeplan.sim.stage_costs import simulate_plan
@@ -146,7 +146,7 @@ def test_a_restricted_schedule_still_seeds_with_the_baselines_and_never_loses_to
     if schedule == "1f1b":
         for name, seed_ms in result.extra["seeds"].items():
             assert result.iteration_time <= seed_ms * (1 + 1e-9), name
-            assert seed_ms == pytest.approx(load_planners()[name](request).iteration_time)
+            assert seed_ms == pytest.approx(PLANNERS[name](request).iteration_time)
 
 
 SMALL_BATCH_INTERLEAVED = [("dapple/bert-24", "a100-8x2", 4), ("pipedream/resnet50", "v100-8x2-25g", 6)]
@@ -177,9 +177,9 @@ def test_a_schedule_that_cannot_run_says_what_it_needs(schedule: str, batch: int
         plan_pipeplan(request)
 
 
-def test_registry_holds_pipeplan() -> None:
-    """load_planners registers the pipeplan planner under its name (wrapped so that a missing link divides quietly)."""
-    assert load_planners() is PLANNERS
+def test_registry_holds_every_planner_by_plain_import() -> None:
+    """The registry names pipeplan, the three baselines and exact, each guarded (a missing link divides quietly)."""
+    assert list(PLANNERS) == ["pipeplan", "dapple", "pipedream", "balanced", "exact"]
     assert PLANNERS["pipeplan"].__wrapped__ is plan_pipeplan  # type: ignore[attr-defined]
 
 
@@ -303,7 +303,6 @@ def test_every_planner_keeps_the_replication_rule(seed: int, replication: str) -
     """Random small instances (some fit only with replication): each planner's plan keeps the rule, or it says no."""
     profile, cluster = random_instance(seed, layers=5, devices=4)
     request = PlanRequest(profile, cluster, 16, replication=replication)
-    load_planners()
     planned = 0
     for name, planner in sorted(PLANNERS.items()):
         try:
@@ -339,22 +338,18 @@ def test_replication_narrows_the_search_and_pipelines_still_replicate() -> None:
 
 def test_a_planner_breaking_the_rule_is_caught_by_the_registry() -> None:
     """The registry's net: a plan against the request's replication is a PlanError naming planner and stage."""
-    from pipeplan.planner.base import register_planner
+    from pipeplan.planner.request import guarded
 
     profile, cluster = random_instance(0, layers=4, devices=4)
 
-    def wide(request: PlanRequest) -> object:
+    def wide(request: PlanRequest, progress: object) -> object:
         plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 4, "1f1b")
         return type("R", (), {"plan": plan})()
 
-    register_planner("test-wide")(wide)  # type: ignore[arg-type]
-    try:
-        with pytest.raises(
-            PlanError, match=r"planner 'test-wide' returned a plan against replication 'pipelines': stage 0 runs on 2"
-        ):
-            PLANNERS["test-wide"](PlanRequest(profile, cluster, 16, replication="pipelines"))
-    finally:
-        PLANNERS.pop("test-wide")
+    with pytest.raises(
+        PlanError, match=r"planner 'test-wide' returned a plan against replication 'pipelines': stage 0 runs on 2"
+    ):
+        guarded("test-wide", wide)(PlanRequest(profile, cluster, 16, replication="pipelines"))  # type: ignore[arg-type]
 
 
 def test_replication_flag_is_checked_and_reaches_compare(

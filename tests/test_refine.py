@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
-from pipeplan.planner.refine import twin_classes
+from pipeplan.planner.search.refine import twin_classes
 from pipeplan.presets.resolve import load_cluster
 
 

@@ -39,15 +39,15 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from pipeplan.runtime.job import even_split
+    from pipeplan.core.partition import split_evenly
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     for path in csv_paths:
         model = _model()
-        lo, hi = even_split(len(model.layers), world)[rank]
-        module = torch.nn.Sequential(*model.layers[lo : hi + 1])
+        lo, hi = split_evenly(len(model.layers), world)[rank]
+        module = torch.nn.Sequential(*model.layers[lo:hi])
         stage = PipelineStage(module, stage_index=rank, num_stages=world, device=torch.device("cpu"))
         schedule = _PipelineScheduleRuntime([stage], n_microbatches=MICROBATCHES, loss_fn=model.loss_fn)
         schedule._load_csv(path)

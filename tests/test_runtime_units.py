@@ -10,14 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import PlanError  # noqa: E402
+from pipeplan.core.partition import split_evenly  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
 from pipeplan.models.datasets import batch_indices  # noqa: E402
 from pipeplan.models.stage import StageModule  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.faults import FaultInjector, InjectedFault  # noqa: E402
-from pipeplan.runtime.job import ScheduleLayout, even_split  # noqa: E402
-from pipeplan.runtime.topology import Topology, replica_ranges  # noqa: E402
+from pipeplan.runtime.job import ScheduleLayout  # noqa: E402
+from pipeplan.runtime.topology import Topology  # noqa: E402
 from pipeplan.schedules import make_schedule  # noqa: E402
 
 
@@ -27,11 +28,12 @@ def two_one_topology(microbatch_size: int = 3) -> Topology:
     return Topology(plan, make_schedule("1f1b", 2, 2), 3)
 
 
-def test_replica_ranges_split_like_tensor_split() -> None:
-    """Seven rows over three replicas are 3, 2, 2 rows, in order, as torch.tensor_split gives."""
-    assert replica_ranges(7, 3) == [(0, 3), (3, 5), (5, 7)]
-    sizes = [len(t) for t in torch.tensor_split(torch.arange(7), 3)]
-    assert [hi - lo for lo, hi in replica_ranges(7, 3)] == sizes
+def test_replica_samples_split_like_tensor_split() -> None:
+    """A microbatch's rows over a stage's replicas (core.partition.split_evenly) are what torch.tensor_split gives."""
+    for rows in range(1, 12):
+        for replicas in range(1, rows + 1):
+            sizes = [len(t) for t in torch.tensor_split(torch.arange(rows), replicas)]
+            assert [hi - lo for lo, hi in split_evenly(rows, replicas)] == sizes
 
 
 def test_two_replicas_each_send_their_rows_to_the_single_next_replica() -> None:
@@ -79,11 +81,6 @@ def test_topology_rejects_more_replicas_than_samples() -> None:
     """Two replicas cannot split a microbatch of one sample."""
     with pytest.raises(PlanError, match="stage 0 has 2 replicas but a microbatch has only 1 samples"):
         two_one_topology(microbatch_size=1)
-
-
-def test_even_split_puts_larger_stages_first() -> None:
-    """Nine layers in four stages: 3, 2, 2, 2 layers."""
-    assert even_split(9, 4) == [(0, 2), (3, 4), (5, 6), (7, 8)]
 
 
 def test_schedule_layout_places_replicas_and_pipeline_copies() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
     from pipeplan.core.cluster import Cluster
     from pipeplan.core.profile import ModelProfile
-    from pipeplan.planner.base import PlanRequest, PlanResult
+    from pipeplan.planner.request import PlanRequest, PlanResult
     from pipeplan.sim.cost_model import CostModel
 
 
@@ -65,20 +64,17 @@ def progress_display(enabled: bool) -> Iterator[Callable[[str, float], None] | N
 
 
 def run_planner(name: str, request: PlanRequest, progress: Callable[[str, float], None] | None) -> PlanResult:
-    """Look `name` up in the planner registry and run it (with progress when it accepts a callback).
+    """Look `name` up in the planner registry and run it, handing it the progress callback.
 
     Raises:
         PlanError: unknown planner name.
     """
-    from pipeplan.planner import load_planners
+    from pipeplan.planner.registry import PLANNERS
 
-    planners = load_planners()
-    planner = planners.get(name)
+    planner = PLANNERS.get(name)
     if planner is None:
-        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(planners))}")
-    if progress is not None and "progress" in inspect.signature(planner).parameters:
-        return planner(request, progress=progress)  # type: ignore[call-arg]
-    return planner(request)
+        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(PLANNERS))}")
+    return planner(request, progress)
 
 
 def plan_json(result: PlanResult, profile_name: str, cluster_name: str) -> dict[str, Any]:
@@ -161,7 +157,7 @@ def summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: 
 
 def _check_replication(replication: str) -> str:
     """--replication is one of REPLICATION_CHOICES."""
-    from pipeplan.planner.base import REPLICATION_CHOICES
+    from pipeplan.planner.request import REPLICATION_CHOICES
 
     if replication not in REPLICATION_CHOICES:
         raise PlanError(f"--replication must be one of {', '.join(REPLICATION_CHOICES)}, got {replication!r}")
@@ -209,7 +205,7 @@ def plan(
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import Output, check_outputs
     from pipeplan.io.plan_json import write_plan
-    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
@@ -297,7 +293,7 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """`compare --json`: one `plan --json` object per planner, or its error."""
-        from pipeplan.planner.base import PlanResult
+        from pipeplan.planner.request import PlanResult
 
         return {
             "results": [
@@ -312,8 +308,8 @@ class Comparison:
         """The side-by-side table, then each failure's reason."""
         from rich.table import Table
 
-        from pipeplan.planner.base import PlanResult
         from pipeplan.planner.compare import best_baseline, speedup
+        from pipeplan.planner.request import PlanResult
         from pipeplan.viz.tables import format_bytes, format_ms, print_tables
 
         baseline = best_baseline(self.rows)
@@ -375,9 +371,9 @@ def run_comparison(
     replication: str = "any",
 ) -> Comparison:
     """Load the problem and run the planners (checked flags; a bad one is a PlanError naming it)."""
-    from pipeplan.planner.base import PlanRequest
     from pipeplan.planner.compare import compare as compare_planners
     from pipeplan.planner.compare import planner_names
+    from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
     _check_factor(optimizer_factor)

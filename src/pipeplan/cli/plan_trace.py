@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from pipeplan.planner.base import PlanRequest, PlanResult
-    from pipeplan.planner.trace_aware import TraceScore
+    from pipeplan.planner.request import PlanRequest, PlanResult
+    from pipeplan.planner.search.trace_aware import TraceScore
     from pipeplan.sim.trace import BandwidthTrace
 
 
@@ -19,7 +19,7 @@ def choose_under_trace(
     as a PlanResult with its idle-network simulation and memory, and every score."""
     import dataclasses
 
-    from pipeplan.planner.trace_aware import rescore
+    from pipeplan.planner.search.trace_aware import rescore
     from pipeplan.sim.memory import check_fits
     from pipeplan.sim.stage_costs import simulate_plan
 

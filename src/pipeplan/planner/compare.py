@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.planner import load_planners
-from pipeplan.planner.base import PlanRequest, PlanResult
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest, PlanResult
 
 BASELINES = ("dapple", "pipedream", "balanced")
 """The published planners pipeplan is measured against (exact is a reference, not a baseline)."""
@@ -35,7 +35,7 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     Raises:
         PlanError: a name that is not registered or named twice, or no name at all.
     """
-    registered = load_planners()
+    registered = PLANNERS
     if planners is None:
         return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in ORDER)
     if not planners:
@@ -68,7 +68,7 @@ def compare(
         PlanError: an unknown planner name.
     """
     names = planner_names(planners)
-    registered = load_planners()
+    registered = PLANNERS
     rows: list[Row] = []
     for i, name in enumerate(names):
         if progress is not None:

@@ -41,9 +41,10 @@ from itertools import permutations
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.partition import prefix_sums
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import evaluate, prefix_sums
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules import make_schedule
 from pipeplan.sim.layer_costs import StageWork
 from pipeplan.sim.links import pair_ms, ring_allreduce_ms
@@ -309,7 +310,6 @@ class _Search:
             self.grow([], tuple(range(devices)), rp, m, size)
 
 
-@register_planner("exact")
 def plan_exact(request: PlanRequest) -> PlanResult:
     """The plan with the smallest simulated iteration time, for small instances (see the module docstring).
 

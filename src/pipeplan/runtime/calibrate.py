@@ -132,9 +132,9 @@ def pipeline_plans(profile: ModelProfile, world: int) -> list[Plan]:
         a large share of an action; at larger sizes it hides in the noise of the compute (a transformer calibrated
         at its middle size alone fitted no overhead and then under-predicted its 1-sample microbatches by a third).
     """
-    from pipeplan.runtime.job import even_split
+    from pipeplan.core.partition import split_evenly
 
-    stages = tuple(Stage(lo, hi, (d,)) for d, (lo, hi) in enumerate(even_split(profile.num_layers, world)))
+    stages = tuple(Stage(lo, hi - 1, (d,)) for d, (lo, hi) in enumerate(split_evenly(profile.num_layers, world)))
     sizes = dict.fromkeys((profile.sizes[0], profile.sizes[len(profile.sizes) // 2]))
     return [Plan(stages, 1, m, b, schedule) for schedule in ("gpipe", "1f1b") for b in sizes for m in (world, 4 * world)]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeplan.core.partition import split_evenly
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
 from pipeplan.presets.resolve import load_schedule
@@ -106,21 +107,10 @@ class ScheduleLayout:
             for r in range(ranks):
                 devices[r].extend(range(next_device, next_device + replicas[r]))
                 next_device += replicas[r]
-        bounds = even_split(num_layers, num_stages)
-        stages = tuple(Stage(lo, hi, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
+        bounds = split_evenly(num_layers, num_stages)
+        stages = tuple(Stage(lo, hi - 1, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
         kind = schedule.name if schedule.name in ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1") else "list"
         order = schedule.ranks if kind == "list" else None
         size = self.global_batch // (copies * (self.microbatches if self.asynchronous else m))
         plan = Plan(stages, copies, m, size, kind, k=self.k, chunks=num_stages // ranks, order=order)
         return plan, schedule
-
-
-def even_split(num_layers: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous inclusive layer ranges, sizes differing by at most one (larger ones first)."""
-    base, extra = divmod(num_layers, parts)
-    out, lo = [], 0
-    for i in range(parts):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi - 1))
-        lo = hi
-    return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from pipeplan.core.errors import PlanError
+from pipeplan.core.partition import split_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 
@@ -62,17 +63,6 @@ class Message:
         """Human form, e.g. 'act 0->1 of microbatch 3 from process 0'."""
         arrow = f"{self.boundary}->{self.boundary + 1}" if self.kind == "act" else f"{self.boundary + 1}->{self.boundary}"
         return f"{self.kind} {arrow} of microbatch {self.microbatch} from process {self.src}"
-
-
-def replica_ranges(samples: int, replicas: int) -> list[tuple[int, int]]:
-    """[lo, hi) of each replica when `samples` rows are split like torch.tensor_split."""
-    base, extra = divmod(samples, replicas)
-    ranges, lo = [], 0
-    for j in range(replicas):
-        hi = lo + base + (1 if j < extra else 0)
-        ranges.append((lo, hi))
-        lo = hi
-    return ranges
 
 
 class Topology:
@@ -143,14 +133,14 @@ class Topology:
         """[lo, hi) in the global batch of the samples `role` handles for `microbatch` on `stage`."""
         b = self.plan.microbatch_size
         base = (role.pipeline_replica * self.plan.microbatches + microbatch) * b
-        lo, hi = replica_ranges(b, self.replicas(stage))[role.replica]
+        lo, hi = split_evenly(b, self.replicas(stage))[role.replica]
         return base + lo, base + hi
 
     def _pieces(self, kind: str, boundary: int, microbatch: int, role: Role, sending: bool) -> list[Message]:
         """Messages across `boundary` that `role` sends (sending) or receives, in peer-replica order."""
         b = self.plan.microbatch_size
-        up = replica_ranges(b, self.replicas(boundary))
-        down = replica_ranges(b, self.replicas(boundary + 1))
+        up = split_evenly(b, self.replicas(boundary))
+        down = split_evenly(b, self.replicas(boundary + 1))
         src_ranges, dst_ranges = (up, down) if kind == "act" else (down, up)
         src_stage, dst_stage = (boundary, boundary + 1) if kind == "act" else (boundary + 1, boundary)
         out = []

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pipeplan.core.errors import PipeplanError
-from pipeplan.planner.base import PlanRequest, PlanResult
+from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.sim.memory import check_fits
 from pipeplan.sim.stage_costs import simulate_plan
 

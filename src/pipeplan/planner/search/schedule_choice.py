@@ -4,47 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.sim.cost_model import CostModel
 
 GENERATED = ("1f1b", "gpipe", "kfkb", "interleaved-1f1b", "zb-h1")
 KFKB_GROUPS = (2, 3, 4, 8)
 INTERLEAVE_CHUNKS = (2, 3, 4)
-
-
-def chunk_partition(work: list[float], factors: list[float]) -> list[tuple[int, int]] | None:
-    """Split layers into len(factors) contiguous non-empty chunks minimizing max(sum(work) / factor).
-
-    Binary search on the bottleneck with a greedy fill (each chunk takes
-    layers while it stays under the bottleneck times its factor, leaving one
-    layer for every later chunk). None when there are fewer layers than chunks.
-    """
-    n, c = len(work), len(factors)
-    if n < c:
-        return None
-
-    def fill(cap: float) -> list[tuple[int, int]] | None:
-        bounds, i = [], 0
-        for k in range(c):
-            limit = cap * factors[k] * (1 + 1e-12)
-            j, total = i + 1, work[i]
-            while j < n - (c - k - 1) and total + work[j] <= limit:
-                total += work[j]
-                j += 1
-            if total > limit:
-                return None
-            bounds.append((i, j - 1))
-            i = j
-        return bounds if i == n else None
-
-    low, high = 0.0, sum(work) / min(factors) + 1.0
-    for _ in range(60):
-        mid = (low + high) / 2
-        if fill(mid) is None:
-            low = mid
-        else:
-            high = mid
-    return fill(high)
 
 
 def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
@@ -60,7 +26,7 @@ def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
         speed = min(model.cluster.devices[d].speed for d in plan.stages[rank].devices)
         factors.append(plan.replicas_of(rank) * speed)
     work = model.layers.per_layer_ms(plan.microbatch_size).tolist()
-    bounds = chunk_partition(work, [factors[c % p] for c in range(p * chunks)])
+    bounds = solve_scaled(work, [factors[c % p] for c in range(p * chunks)])
     if bounds is None:
         return None
     stages = tuple(Stage(a, b, plan.stages[c % p].devices) for c, (a, b) in enumerate(bounds))

@@ -45,15 +45,10 @@ import numpy as np
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import (
-    Blocks,
-    best_of,
-    merge_layers,
-    microbatch_sizes,
-    powers_of_two_dividing,
-    require_schedule,
-)
+from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
+from pipeplan.planner.baselines.rules import microbatch_sizes, powers_of_two_dividing, require_schedule
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.simulated import best_of
 from pipeplan.sim.links import device_nodes, link_arrays
 
 MAX_BLOCKS = 128
@@ -228,7 +223,6 @@ def pipedream_stages(
     return tuple(stages)
 
 
-@register_planner("pipedream")
 def plan_pipedream(request: PlanRequest) -> PlanResult:
     """PipeDream's partition and replication, run as synchronous 1F1B (see the module docstring).
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
-from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.costs import Costs

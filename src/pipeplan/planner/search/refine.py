@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.evaluate import Evaluator
+from pipeplan.planner.search.scoring import Evaluator
 
 IMPROVES = 1 - 1e-9
 """A change is kept when it lowers the time below this fraction of the current one."""

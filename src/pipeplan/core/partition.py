@@ -1,25 +1,66 @@
-"""`balanced`: the contiguous partition minimizing the slowest stage, one device per stage, 1F1B.
+"""The one contiguous-partition solver: split a sequence of weights into consecutive blocks.
 
-What DeepSpeed's `partition_balanced` and torchgpipe's `balance_by_time`
-give: layers split into p contiguous blocks so that the largest block time
-(forward + backward) is as small as possible, block i on device i.
+Every partitioner and blocker of pipeplan cuts through here: the balanced planner's stages and the straight
+pipelines (`solve`: the smallest largest block sum, exact), interleaved chunks on ranks of unequal speed
+(`solve_scaled`), the DP baselines' layer groups (`quantile_starts`), the runtime's stages of a schedule and a
+microbatch's samples over a stage's replicas (`split_evenly`). Bounds are indices [0, b1, ..., n]: block i holds
+weights[bounds[i]:bounds[i + 1]] unless a function says otherwise. Where two callers needed different answers
+(tie-breaking, exactness), each keeps its own variant, tested against the outputs the old functions gave.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import evaluate, powers_of_two_dividing, prefix_sums, require_schedule
+from pipeplan.core.errors import PlanError
 
-MAX_STAGES = 64
+
+def prefix_sums(values: Iterable[float]) -> list[float]:
+    """[0, v0, v0+v1, ...]: the sum of values[i..j] is out[j + 1] - out[i]."""
+    out = [0.0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
+
+
+def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
+    """[lo, hi) of `parts` consecutive runs of `count` items, sizes differing by at most one, larger ones first (as
+    torch.tensor_split splits rows): a microbatch's samples over a stage's replicas, layers over a schedule's stages."""
+    base, extra = divmod(count, parts)
+    ranges, lo = [], 0
+    for j in range(parts):
+        hi = lo + base + (1 if j < extra else 0)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+def quantile_starts(weights: Sequence[float], parts: int) -> list[int]:
+    """The first index of each of at most `parts` blocks of about equal weight (every index when there are no more
+    elements than parts).
+
+    A block starts after the element at which the running sum first reaches the next multiple of total / parts, so a
+    block may hold one heavy element only and zero weights join the block before them; the last elements each
+    start a block when as many blocks are left as elements.
+    """
+    n = len(weights)
+    if n <= parts:
+        return list(range(n))
+    total = sum(weights) or 1.0
+    starts = [0]
+    running = 0.0
+    for i in range(n - 1):
+        running += weights[i]
+        blocks_left = parts - len(starts)
+        elements_left = n - 1 - i
+        target = total * len(starts) / parts
+        if blocks_left > 0 and (running >= target or elements_left <= blocks_left):
+            starts.append(i + 1)
+    return starts
 
 
 def blocks_needed(prefix: Sequence[float], bound: float) -> int:
@@ -43,7 +84,7 @@ def blocks_needed(prefix: Sequence[float], bound: float) -> int:
     return count
 
 
-def min_bottleneck(costs: Sequence[float], parts: int) -> float:
+def bottleneck(costs: Sequence[float], parts: int) -> float:
     """The smallest possible largest block sum over partitions of costs into at most `parts` contiguous blocks.
 
     The optimum is the sum of some contiguous range, so it is the smallest range sum the greedy feasibility probe
@@ -95,7 +136,7 @@ def _first_column(
         lo = np.where(active & ~ok, mid + 1, lo)
 
 
-def balanced_partition(costs: Sequence[float], parts: int) -> list[int]:
+def solve(costs: Sequence[float], parts: int) -> list[int]:
     """Split costs into exactly `parts` contiguous non-empty blocks minimizing the largest block sum.
 
     Returns the block bounds [0, b1, ..., len(costs)] (block i is
@@ -110,7 +151,7 @@ def balanced_partition(costs: Sequence[float], parts: int) -> list[int]:
     n = len(costs)
     if parts < 1 or parts > n:
         raise PlanError(f"cannot split {n} layers into {parts} non-empty stages")
-    bound = min_bottleneck(costs, parts)
+    bound = bottleneck(costs, parts)
     prefix = prefix_sums(costs)
     bounds = [0]
     while bounds[-1] < n:
@@ -127,66 +168,36 @@ def balanced_partition(costs: Sequence[float], parts: int) -> list[int]:
     return bounds
 
 
-def default_microbatch_sizes(global_batch: int, stages: int) -> list[int]:
-    """Microbatch sizes to try, preferred first: powers of two, largest with m >= 4p first, then smaller ones.
+def solve_scaled(work: list[float], factors: list[float]) -> list[tuple[int, int]] | None:
+    """Split layers into len(factors) contiguous non-empty chunks minimizing max(sum(work) / factor).
 
-    GPipe's rule of thumb: m >= 4p microbatches keep the bubble small; among
-    those the largest microbatch runs each kernel most efficiently. Smaller
-    sizes follow, for when memory does not fit.
+    Binary search on the bottleneck with a greedy fill (each chunk takes
+    layers while it stays under the bottleneck times its factor, leaving one
+    layer for every later chunk). None when there are fewer layers than chunks.
     """
-    sizes = sorted(powers_of_two_dividing(global_batch), reverse=True)
-    good = [b for b in sizes if global_batch // b >= 4 * stages]
-    return good + [b for b in sizes if b not in good] if good else sorted(sizes)
+    n, c = len(work), len(factors)
+    if n < c:
+        return None
 
+    def fill(cap: float) -> list[tuple[int, int]] | None:
+        bounds, i = [], 0
+        for k in range(c):
+            limit = cap * factors[k] * (1 + 1e-12)
+            j, total = i + 1, work[i]
+            while j < n - (c - k - 1) and total + work[j] <= limit:
+                total += work[j]
+                j += 1
+            if total > limit:
+                return None
+            bounds.append((i, j - 1))
+            i = j
+        return bounds if i == n else None
 
-def pipeline_replicas(devices: int, stages: int, global_batch: int) -> int:
-    """DeepSpeed's data-parallel degree: devices // stages, lowered until it divides the global batch."""
-    replicas = max(1, devices // stages)
-    while global_batch % replicas:
-        replicas -= 1
-    return replicas
-
-
-@register_planner("balanced")
-def plan_balanced(request: PlanRequest) -> PlanResult:
-    """Plan with the balanced partition over p = min(layers, devices, 64) stages, one device each, 1F1B.
-
-    Stage i runs on device i; when devices are left over, the whole pipeline
-    is copied rp = devices // p times (DeepSpeed's data-parallel degree, lowered
-    to divide the global batch) onto the next devices in order. The
-    microbatch size is the request's, else the largest power of two giving
-    m >= 4p microbatches per pipeline that fits in memory (smaller ones if none does).
-
-    Raises:
-        PlanError: a schedule other than 1f1b was asked for, or no microbatch size fits.
-    """
-    started = time.perf_counter()
-    require_schedule(request, "balanced", "1f1b")
-    profile, cluster = request.profile, request.cluster
-    stages_count = min(profile.num_layers, cluster.num_devices, MAX_STAGES)
-    replicas = pipeline_replicas(cluster.num_devices, stages_count, request.global_batch) if request.pipelines_allowed else 1
-    bounds = balanced_partition([layer.fwd_ms + layer.bwd_ms for layer in profile.layers], stages_count)
-    stages = tuple(
-        Stage(bounds[i], bounds[i + 1] - 1, tuple(t * stages_count + i for t in range(replicas))) for i in range(stages_count)
-    )
-    replica_batch = request.global_batch // replicas
-    if request.microbatch_size:
-        sizes = [request.microbatch_size] if replica_batch % request.microbatch_size == 0 else []
-    else:
-        sizes = default_microbatch_sizes(replica_batch, stages_count)
-    error: PipeplanError | None = None
-    for size in sizes:
-        plan = Plan(stages, replicas, replica_batch // size, size, "1f1b")
-        try:
-            result, memory = evaluate(request, plan, record=True)
-        except PipeplanError as exc:
-            error = error or exc
-            continue
-        extra = {"bottleneck_ms": max(r.busy for r in result.per_rank) / plan.microbatches}
-        return PlanResult(plan, "balanced", result, memory, time.perf_counter() - started, extra)
-    if error is None:
-        raise PlanError(
-            f"planner 'balanced' runs {replicas} pipeline replicas; microbatch size {request.microbatch_size} "
-            f"does not divide their batch of {replica_batch}"
-        )
-    raise PlanError(f"planner 'balanced' found no microbatch size that fits: {error}")
+    low, high = 0.0, sum(work) / min(factors) + 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if fill(mid) is None:
+            low = mid
+        else:
+            high = mid
+    return fill(high)

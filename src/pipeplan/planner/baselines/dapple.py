@@ -43,16 +43,18 @@ from dataclasses import dataclass
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import Blocks, best_of, merge_layers, microbatch_sizes, require_schedule
-from pipeplan.planner.dapple_model import (
+from pipeplan.planner.baselines.dapple_model import (
     FRESH_FIRST,
     POLICIES,
     allocate_replicas,
     pivot_latency,
     ring_allreduce_ms,
 )
-from pipeplan.planner.dapple_search import DappleSearch
+from pipeplan.planner.baselines.dapple_search import DappleSearch
+from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
+from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.simulated import best_of
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.sim.cost_model import CostModel
 from pipeplan.sim.memory import check_fits
@@ -205,7 +207,6 @@ def choose(request: PlanRequest, search: DappleSearch, found: list[Candidate], m
     return None
 
 
-@register_planner("dapple")
 def plan_dapple(request: PlanRequest) -> PlanResult:
     """Plan like DAPPLE and score the plan with the simulator (see the module docstring).
 

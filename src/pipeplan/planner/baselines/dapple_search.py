@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.planner.baseline_tools import Blocks, prefix_sums
-from pipeplan.planner.dapple_model import FRESH_FIRST, POLICIES, allocate_replicas
+from pipeplan.core.partition import prefix_sums
+from pipeplan.planner.baselines.dapple_model import FRESH_FIRST, POLICIES, allocate_replicas
+from pipeplan.planner.baselines.layer_groups import Blocks
 from pipeplan.sim.links import link_matrices
 
 Devices = tuple[int, ...]

@@ -14,14 +14,14 @@ from collections.abc import Callable
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.blocks import MAX_BLOCKS, make_blocks
-from pipeplan.planner.evaluate import Evaluator
-from pipeplan.planner.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
-from pipeplan.planner.refine import twin_classes
-from pipeplan.planner.schedule_choice import chunk_partition
-from pipeplan.planner.topology import Layout, device_orders
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
+from pipeplan.planner.search.mapping import Layout, device_orders
+from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
+from pipeplan.planner.search.refine import twin_classes
+from pipeplan.planner.search.scoring import Evaluator
 from pipeplan.sim.links import link_matrices
 
 Progress = Callable[[str, float], None]
@@ -175,14 +175,14 @@ class Candidates:
         else:
             work = (arrays.fwd + arrays.bwd).tolist()
             factors = [self.cluster.devices[d].speed for d in order[:count]]
-        bounds = chunk_partition(work, factors)
+        bounds = solve_scaled(work, factors)
         if bounds is None:
             return None
         chain = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
         return Plan(chain, 1, self.request.global_batch // b, b, "1f1b")
 
     def seed_from_baselines(self) -> None:
-        """Add the plans of the baseline planners (those registered) to the pool; above LARGE_CLUSTER, the fast ones.
+        """Add the plans of the baseline planners to the pool; above LARGE_CLUSTER, the fast ones.
 
         Note:
             A portfolio safety net: refinement then starts from the baselines'
@@ -193,15 +193,12 @@ class Candidates:
             as they would by default): their stages seed the search, and their
             plans compete unchanged when their schedule is the one asked for.
         """
-        from pipeplan.planner import load_planners
+        from pipeplan.planner.baselines import BASELINES
 
         wanted = self.request.schedule
         request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
-        planners = load_planners()
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
-            planner = planners.get(name)
-            if planner is None:
-                continue
+            planner = BASELINES[name]
             self.progress(f"seeding from planner {name}", 0.0)
             try:
                 result = planner(request)

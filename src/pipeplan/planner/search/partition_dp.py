@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.planner.topology import Layout
+from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.layer_costs import LayerCosts
 from pipeplan.sim.links import ring_allreduce_terms
 

@@ -45,12 +45,12 @@ import time
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.candidates import Candidates, Progress, divisors
-from pipeplan.planner.evaluate import RANK_MICROBATCHES
-from pipeplan.planner.list_schedule import list_plan, memory_budgets
-from pipeplan.planner.refine import improve_placement, refine_boundaries
-from pipeplan.planner.schedule_choice import schedule_variants
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.search.candidates import Candidates, Progress, divisors
+from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
+from pipeplan.planner.search.refine import improve_placement, refine_boundaries
+from pipeplan.planner.search.schedule_choice import schedule_variants
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS
 from pipeplan.sim.memory import GIB, check_fits, memory_per_device
@@ -224,7 +224,6 @@ class Search(Candidates):
         )
 
 
-@register_planner("pipeplan")
 def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
     """Plan with pipeplan's search (module docstring): the fastest simulated plan that fits.
 

@@ -1,4 +1,4 @@
-"""What every planner takes and returns, and the registry of planners by name."""
+"""What every planner takes and returns (PlanRequest, PlanResult), and the guard every registered planner runs under."""
 
 from __future__ import annotations
 
@@ -110,30 +110,30 @@ class PlanResult:
         return self.sim.iteration_time
 
 
-Planner = Callable[[PlanRequest], PlanResult]
+Progress = Callable[[str, float], None]
+"""Called with (message, fraction of the current phase) while a planner works."""
 
-PLANNERS: dict[str, Planner] = {}
-"""name -> planner; each module registers itself with `register_planner`."""
+Planner = Callable[..., PlanResult]
+"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name)."""
 
 
-def register_planner(name: str) -> Callable[[Planner], Planner]:
-    """Decorator: add a planner function to PLANNERS under `name`.
+def guarded(name: str, fn: Callable[[PlanRequest, Progress | None], PlanResult]) -> Planner:
+    """`fn` as a registered planner: under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
+    without a warning (an infinite transfer time is the cost model's answer for "no path", not a fault), and with its
+    plan checked against the request's replication rule (every planner filters its candidates; this is the net under
+    them).
 
-    The registered function runs under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
-    without a warning: an infinite transfer time is the cost model's answer for "no path", not a fault.
+    Raises:
+        PlanError: the planner's plan breaks the request's replication rule.
     """
 
-    def wrap(fn: Planner) -> Planner:
-        @functools.wraps(fn)
-        def quiet(request: PlanRequest) -> PlanResult:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                result = fn(request)
-            broken = request.replication_violation(result.plan)
-            if broken is not None:  # every planner filters its candidates; this is the net under them
-                raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
-            return result
+    @functools.wraps(fn)
+    def planner(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            result = fn(request, progress)
+        broken = request.replication_violation(result.plan)
+        if broken is not None:
+            raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
+        return result
 
-        PLANNERS[name] = quiet
-        return fn
-
-    return wrap
+    return planner

@@ -6,7 +6,7 @@ import random
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.base import PlanRequest
+from pipeplan.planner.request import PlanRequest
 
 GIB = float(1 << 30)
 

@@ -1,0 +1,1 @@
+"""pipeplan.planner.search."""
