@@ -95,8 +95,8 @@ def splits(profile_path: Path, cluster_path: Path, m: int, b: int) -> list[int]:
     """The planner's cut (fastest simulated 1f1b over every cut) and the time-balanced cut at b samples, deduplicated."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.presets.resolve import load_cluster, load_profile
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
     profile = load_profile(str(profile_path))
     model = CostModel.build(profile, load_cluster(str(cluster_path)))
@@ -211,8 +211,8 @@ class Prober:
 def alone_prediction(plan_path: Path, profile: Path, cluster: Path) -> float:
     """The plan's step simulated as `train` predicts it (auto scaling, Adam), with the given cluster file."""
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
     plan, _ = load_plan(plan_path)
     model = CostModel.build(load_profile(str(profile)), load_cluster(str(cluster)), "auto", "adam")

@@ -84,8 +84,8 @@ def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
 
     from pipeplan.core.errors import PlanError
     from pipeplan.planner.search.schedule_choice import schedule_variants
-    from pipeplan.sim.memory import check_fits
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.plan_sim import simulate_plan
 
     def ms(variant: Any) -> float:
         result = simulate_plan(variant, request.model, record=False)

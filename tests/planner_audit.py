@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.planner.request import PlanRequest, PlanResult
-from pipeplan.sim.memory import check_fits
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
 
 BASELINES = ("dapple", "pipedream", "balanced")
 TOLERANCE = 1e-9

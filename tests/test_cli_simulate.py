@@ -18,7 +18,7 @@ from pipeplan.io.plan_json import write_plan
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.plan_sim import simulate_plan
 
 
 def run_json(*args: str) -> dict[str, Any]:

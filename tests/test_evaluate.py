@@ -15,8 +15,8 @@ from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.memory import rank_memory
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.cost.memory import rank_memory
+from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = 2**30
 

@@ -14,8 +14,8 @@ from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exac
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.sim.memory import check_fits
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
 from planner_instances import random_cluster, random_profile
 
 

@@ -16,9 +16,9 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.costs import Costs, Flow
-from pipeplan.sim.flow_sets import plan_flows
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import Costs, Flow
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 GB = 1e9

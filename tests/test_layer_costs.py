@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pipeplan.core.devices import GPU_SPECS
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-from pipeplan.sim.layer_costs import OPTIMIZER_TRAFFIC, LayerCosts, StageWork, check_optimizer, check_scaling, interpolate
+from pipeplan.sim.cost.layers import OPTIMIZER_TRAFFIC, LayerCosts, StageWork, check_optimizer, check_scaling, interpolate
 
 # The V100's figures (presets/gpus.py): 900 GB/s of HBM, 10 us per kernel launch.
 LAUNCH_MS = 10e-3

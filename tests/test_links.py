@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
-from pipeplan.sim.flow_sets import boundary_flows, transfer_ms
-from pipeplan.sim.links import pair_ms, ring_allreduce_ms, ring_allreduce_terms
+from pipeplan.sim.cost.flow_sets import boundary_flows, transfer_ms
+from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms, ring_allreduce_terms
 
 GB = 1e9
 
@@ -159,7 +159,7 @@ def test_zero_bandwidth_between_ring_neighbours_names_the_pair(measured: bool) -
 
 def test_message_latency_adds_to_every_pair_but_not_to_a_device_itself() -> None:
     """A cluster's message latency is part of every off-device message: pair_ms, flows and the planners' arrays."""
-    from pipeplan.sim.links import link_arrays
+    from pipeplan.sim.cost.link_model import link_arrays
 
     c = dataclasses.replace(cluster(), message_latency=2e-3)
     assert c.link_latency(0, 1) == pytest.approx(1e-6 + 2e-3)

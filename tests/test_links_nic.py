@@ -8,7 +8,7 @@ from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.plan_costs import plan_costs
 
 GB = 1e9
 

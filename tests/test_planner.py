@@ -23,8 +23,8 @@ from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.candidates import divisors
 from pipeplan.planner.search.selection import plan_pipeplan
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.sim.memory import check_fits
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = 2**30
 

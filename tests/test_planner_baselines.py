@@ -22,7 +22,7 @@ from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.baselines.pipedream import level_dp, levels_of, plan_pipedream, unwind
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.sim.memory import check_fits
+from pipeplan.sim.cost.memory import check_fits
 
 
 def test_balanced_planner_uses_devices_in_order_with_enough_microbatches() -> None:

@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pipeplan.runtime.comm import TransferRecord
-from pipeplan.runtime.executor import StepRecord
-from pipeplan.runtime.observations import observation, pack, slot_size, transfers, unpack
-from pipeplan.runtime.topology import Message
+from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack
+from pipeplan.runtime.placement import Message
+from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.sim.result import ComputeSpan
 
 ORIGIN_S = 100.0

@@ -13,9 +13,9 @@ pytest.importorskip("sklearn")
 
 from torch import nn  # noqa: E402
 
-from pipeplan.runtime.asynchronous import StageUpdater  # noqa: E402
-from pipeplan.runtime.optim import RateSchedule  # noqa: E402
+from pipeplan.runtime.execution.optim import RateSchedule  # noqa: E402
 from pipeplan.runtime.options import AsyncSettings  # noqa: E402
+from pipeplan.runtime.training.asynchronous import StageUpdater  # noqa: E402
 from pipeplan.schedules.pipemare import pipemare  # noqa: E402
 from pipeplan.sim.delays import stage_delays  # noqa: E402
 from runtime_cli import run_train  # noqa: E402

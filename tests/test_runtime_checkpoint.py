@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import run  # noqa: E402
-from pipeplan.runtime.checkpoint import load_rank, mark_latest, meta_file, prepare, rank_file, save_rank  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
+from pipeplan.runtime.state.checkpoint import load_rank, mark_latest, meta_file, prepare, rank_file, save_rank  # noqa: E402
 
 
 class _RunsCommand:

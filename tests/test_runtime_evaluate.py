@@ -12,7 +12,7 @@ from torch.nn import functional  # noqa: E402
 
 from pipeplan.models.build import Model, build_model  # noqa: E402
 from pipeplan.models.datasets import Dataset  # noqa: E402
-from pipeplan.runtime.evaluate import held_out_scores  # noqa: E402
+from pipeplan.runtime.execution.evaluate import held_out_scores  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
 

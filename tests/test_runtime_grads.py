@@ -58,8 +58,8 @@ def cases_for(world: int) -> list[dict[str, object]]:
 
 
 def _config(case: dict[str, object], save_dir: str) -> object:
-    from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.train_config import TrainConfig
+    from pipeplan.runtime.execution.job import ScheduleLayout
+    from pipeplan.runtime.training.train_config import TrainConfig
 
     stages, m = int(case["stages"]), int(case["microbatches"])
     replicas = tuple(case["replicas"]) if case["replicas"] else None
@@ -91,7 +91,7 @@ def worker(cases_json: str, out_dir: str) -> None:
     """Run every case once (one iteration each) and save each process's gradients under out_dir/<case index>."""
     import torch.distributed as dist
 
-    from pipeplan.runtime.worker import train
+    from pipeplan.runtime.training.worker import train
 
     torch.set_num_threads(1)
     for i, case in enumerate(json.loads(cases_json)):
@@ -115,7 +115,7 @@ def reference_grads(case: dict[str, object], world: int) -> dict[str, torch.Tens
 
 
 def run_world(world: int, tmp_path: Path) -> list[dict[str, object]]:
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     cases = cases_for(world)
     code = launch_local(world, [sys.executable, __file__, json.dumps(cases), str(tmp_path)], timeout_s=240)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pipeplan.runtime.launch import launch_local
+from pipeplan.runtime.training.launch import launch_local
 
 # Rank 1 marks a file and SIGKILLs itself; rank 0 exits 1 as soon as it sees the file, as a peer that noticed a
 # broken connection would: both exits usually land in the same poll round of the launcher.
@@ -114,7 +114,7 @@ import os, subprocess, sys, time
 child = '''
 import sys, time
 sys.platform = "unknown"  # no parent-death signal: only the watchdog thread is left to notice
-from pipeplan.runtime.launch import watch_launcher
+from pipeplan.runtime.training.launch import watch_launcher
 watch_launcher()
 print("watching", flush=True)
 time.sleep(60)

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeplan.runtime.optim import RateSchedule, make_optimizer  # noqa: E402
+from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
 

@@ -123,9 +123,9 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
 
     from pipeplan.core.cluster import Cluster, Device
     from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-    from pipeplan.runtime.calibrate import Run, fit_messages, pipeline_plans
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.runtime.measurement.calibrate import Run, fit_messages, pipeline_plans
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
     def layer(i: int) -> LayerProfile:  # a fixed cost per action and a part per sample, as on a CPU
         fwd, bwd = (0.2 + 0.05 * i, 0.4 + 0.2 * i), (0.5 + 0.1 * i, 1.2 + 0.5 * i)
@@ -153,8 +153,8 @@ def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:
     """Every step of the data-parallel calibration runs at 0.8 x the profile's speed but one, three times slower (a
     neighbour on a shared machine): the speed is 0.8 (a ratio of summed times would be lower)."""
     from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-    from pipeplan.runtime.calibrate import Run, data_parallel_plans, speed_of
-    from pipeplan.sim.layer_costs import LayerCosts
+    from pipeplan.runtime.measurement.calibrate import Run, data_parallel_plans, speed_of
+    from pipeplan.sim.cost.layers import LayerCosts
 
     layers = tuple(
         LayerProfile(
@@ -178,7 +178,7 @@ def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:
 def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> None:
     """Exact times of 50 us + size / 5 GB/s give both back; when noise makes the 8-byte message slower than the
     4 MiB one, the bandwidth is capped at 10x what the 4 MiB message alone shows (not 4,194,304 GB/s)."""
-    from pipeplan.runtime.probe import link_fit
+    from pipeplan.runtime.measurement.probe import link_fit
 
     sizes = [8.0, 1e6, 4e6]
     latency, bandwidth = link_fit(sizes, [50e-6 + n / 5e9 for n in sizes])

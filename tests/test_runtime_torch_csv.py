@@ -64,7 +64,7 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
 
 def test_exported_gpipe_and_1f1b_csv_run_on_torch_pipelining(tmp_path: Path) -> None:
     """`pipeplan schedule NAME -p 2 -m 4 --format csv` loads into torch's runtime, whose gradients match unpipelined training."""
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     paths = []
     for name in ("gpipe", "1f1b"):

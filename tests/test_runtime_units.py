@@ -16,9 +16,9 @@ from pipeplan.core.schedule import Action  # noqa: E402
 from pipeplan.models.datasets import batch_indices  # noqa: E402
 from pipeplan.models.stage import StageModule  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
-from pipeplan.runtime.faults import FaultInjector, InjectedFault  # noqa: E402
-from pipeplan.runtime.job import ScheduleLayout  # noqa: E402
-from pipeplan.runtime.topology import Topology  # noqa: E402
+from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
+from pipeplan.runtime.placement import Topology  # noqa: E402
+from pipeplan.runtime.state.faults import FaultInjector, InjectedFault  # noqa: E402
 from pipeplan.schedules import make_schedule  # noqa: E402
 
 
@@ -159,7 +159,7 @@ def test_bad_fault_spec_names_the_variable() -> None:
 
 def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
     """No index means no checkpoint; a negative step is rejected with the file named."""
-    from pipeplan.runtime.checkpoint import latest_step, mark_latest
+    from pipeplan.runtime.state.checkpoint import latest_step, mark_latest
 
     assert latest_step(tmp_path) is None
     mark_latest(tmp_path, 6)
@@ -172,7 +172,7 @@ def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
 def _fake_checkpoint(root: Path, steps: list[int]) -> None:
     """Step folders with one rank's files each (a Linear layer and SGD, saved as train saves them), and latest.json
     naming the last."""
-    from pipeplan.runtime.checkpoint import mark_latest, save_rank
+    from pipeplan.runtime.state.checkpoint import mark_latest, save_rank
 
     layer = torch.nn.Linear(2, 2)
     for step in steps:
@@ -183,7 +183,7 @@ def _fake_checkpoint(root: Path, steps: list[int]) -> None:
 def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
     """Writing into a folder that holds checkpoints without --resume is refused (it would mix two runs); a file is not a
     folder; an empty or missing folder is fine."""
-    from pipeplan.runtime.checkpoint import prepare
+    from pipeplan.runtime.state.checkpoint import prepare
 
     assert prepare(tmp_path / "new", resume=False, writes=True, steps=4) == (None, False)
     _fake_checkpoint(tmp_path / "old", [2, 4])
@@ -198,7 +198,7 @@ def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
 def test_resume_says_where_it_starts_and_clears_interrupted_writes(tmp_path: Path) -> None:
     """--resume: no checkpoint yet starts at step 1 (said); a run already at --steps has nothing to run (finished);
     otherwise it continues, and the .tmp files a killed write left are removed."""
-    from pipeplan.runtime.checkpoint import prepare
+    from pipeplan.runtime.state.checkpoint import prepare
 
     note, finished = prepare(tmp_path / "empty", resume=True, writes=True, steps=8)
     assert "no checkpoint in" in str(note) and "starting at step 1" in str(note) and not finished
@@ -215,7 +215,7 @@ def test_resume_says_where_it_starts_and_clears_interrupted_writes(tmp_path: Pat
 
 def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> None:
     """mark_latest with keep_last 2 removes the older step folders and returns them; 0 keeps every one."""
-    from pipeplan.runtime.checkpoint import mark_latest, step_dirs
+    from pipeplan.runtime.state.checkpoint import mark_latest, step_dirs
 
     _fake_checkpoint(tmp_path, [2, 4, 6])
     assert mark_latest(tmp_path, 6, keep_last=0) == []
@@ -227,7 +227,7 @@ def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> Non
 
 def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
     """A truncated rank file fails with its path, not with torch's unpickling message alone."""
-    from pipeplan.runtime.checkpoint import load_rank
+    from pipeplan.runtime.state.checkpoint import load_rank
 
     _fake_checkpoint(tmp_path, [2])
     (tmp_path / "step-000002" / "rank-0.pt").write_bytes(b"x")
@@ -238,7 +238,7 @@ def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
 
 def test_local_worker_env_uses_loopback_and_one_thread() -> None:
     """Workers get torchrun's variables, 127.0.0.1 and the launcher's store port, and one OpenMP thread by default."""
-    from pipeplan.runtime.launch import worker_env
+    from pipeplan.runtime.training.launch import worker_env
 
     env = worker_env(2, 4, 29999, base={"PATH": "/bin"})
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == ("2", "4", "127.0.0.1", "29999")

@@ -10,7 +10,7 @@ from pipeplan.core.errors import ClusterError
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.cluster_json import cluster_from_json
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.sim.speeds import on_profile_scale, profile_kind
+from pipeplan.sim.cost.speeds import on_profile_scale, profile_kind
 
 GIB = 2**30
 

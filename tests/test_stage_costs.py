@@ -10,9 +10,9 @@ from pipeplan.core.errors import ClusterError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.links import ring_allreduce_ms
-from pipeplan.sim.memory import check_fits, memory_per_device
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.memory import check_fits, memory_per_device
+from pipeplan.sim.cost.plan_costs import plan_costs
 
 GB = 1e9
 
@@ -204,7 +204,7 @@ def test_microbatch_must_split_evenly_over_replicas() -> None:
 
 def test_memory_from_result_matches_order_based() -> None:
     """The simulated per-rank peak memory equals the order-based computation."""
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.plan_sim import simulate_plan
 
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 2, (2,)), Stage(3, 3, (3,))), 1, 6, 4, "kfkb", k=2)
     result = simulate_plan(plan, linear_model(profile(), cluster()))

@@ -11,7 +11,7 @@ import pytest
 from adapt_cases import bert_plan
 from cli_runner import run
 from pipeplan.planner.search.trace_aware import MAX_ITERATIONS, MIN_ITERATIONS, iterations_to_cover, rescore, score_under_trace
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 SLOW_NIC = BandwidthTrace((TraceStep(0.0, (7, 8), 0.2), TraceStep(0.0, (8, 7), 0.2)))

@@ -57,8 +57,8 @@ def adapt(
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.memory import check_fits
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.trace import read_bandwidth_trace
 
     inputs = {"--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pipeplan.core.cluster import Cluster
     from pipeplan.core.profile import ModelProfile
     from pipeplan.planner.request import PlanRequest, PlanResult
-    from pipeplan.sim.cost_model import CostModel
+    from pipeplan.sim.cost.model import CostModel
 
 
 def device_ranges(devices: Sequence[int]) -> str:
@@ -95,7 +95,7 @@ def stage_table(result: PlanResult, model: CostModel) -> Table:
     """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B, all-reduce and optimizer ms, memory."""
     from rich.table import Table
 
-    from pipeplan.sim.stage_costs import plan_costs
+    from pipeplan.sim.cost.plan_costs import plan_costs
     from pipeplan.viz.tables import format_bytes, format_ms
 
     plan = result.plan
@@ -346,7 +346,7 @@ class Comparison:
             PlanError: no planner found a plan.
         """
         from pipeplan.planner.compare import best_row
-        from pipeplan.sim.stage_costs import simulate_plan
+        from pipeplan.sim.plan_sim import simulate_plan
         from pipeplan.viz.gantt import render_gantt
 
         best = best_row(self.rows)

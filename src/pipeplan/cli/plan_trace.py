@@ -20,8 +20,8 @@ def choose_under_trace(
     import dataclasses
 
     from pipeplan.planner.search.trace_aware import rescore
-    from pipeplan.sim.memory import check_fits
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.plan_sim import simulate_plan
 
     finalists = [result.plan, *result.extra.get("finalists", [])]
     scores = rescore(finalists, request.model, trace, iterations)

@@ -63,7 +63,7 @@ def probe(
             )
     if local is not None:
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
-        from pipeplan.runtime.launch import launch_local
+        from pipeplan.runtime.training.launch import launch_local
 
         argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
         sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
@@ -78,8 +78,8 @@ def _run(
 
     from pipeplan.io.atomic import write_text_atomic
     from pipeplan.models.allocator import steady_cpu_allocator
-    from pipeplan.runtime.launch import finish_worker
-    from pipeplan.runtime.probe import cluster_json, probe
+    from pipeplan.runtime.measurement.probe import cluster_json, probe
+    from pipeplan.runtime.training.launch import finish_worker
 
     steady_cpu_allocator()
     torch.set_num_threads(threads)

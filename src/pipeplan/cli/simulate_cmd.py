@@ -11,7 +11,7 @@ from pipeplan.core.errors import CostError, PlanError, ScheduleError
 
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
-    from pipeplan.sim.iterations import IterationRun
+    from pipeplan.sim.engine.iterations import IterationRun
     from pipeplan.sim.result import SimResult
     from pipeplan.sim.steady import SteadyState
 
@@ -126,7 +126,7 @@ def simulate_named(
     title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
     run = None
     if iterations is not None:
-        from pipeplan.sim.iterations import simulate_iterations
+        from pipeplan.sim.engine.iterations import simulate_iterations
 
         run = simulate_iterations(schedule, costs, trace if isinstance(trace, BandwidthTrace) else None, iterations)
     return simulate(schedule, costs, trace=trace, record=record), title, None, run
@@ -158,8 +158,9 @@ def simulate_plan_file(
             `check_memory`).
     """
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import check_plan_matches, simulate_plan
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.cost.plan_costs import check_plan_matches
+    from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = load_plan(plan_path)
@@ -171,7 +172,7 @@ def simulate_plan_file(
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    from pipeplan.sim.memory import check_fits
+    from pipeplan.sim.cost.memory import check_fits
 
     model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
     if isinstance(trace, BandwidthTrace):
@@ -189,8 +190,8 @@ def simulate_plan_file(
     run = None
     if iterations is not None:
         from pipeplan.schedules.plan_schedule import plan_schedule
-        from pipeplan.sim.iterations import simulate_iterations
-        from pipeplan.sim.stage_costs import plan_costs
+        from pipeplan.sim.cost.plan_costs import plan_costs
+        from pipeplan.sim.engine.iterations import simulate_iterations
 
         bandwidth = trace if isinstance(trace, BandwidthTrace) else None
         run = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, bandwidth), bandwidth, iterations)

@@ -46,10 +46,10 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.layer_costs import StageWork
-from pipeplan.sim.links import pair_ms, ring_allreduce_ms
-from pipeplan.sim.memory import order_peak_activation
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.cost.layers import StageWork
+from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
+from pipeplan.sim.cost.memory import order_peak_activation
+from pipeplan.sim.plan_sim import simulate_plan
 
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
 MAX_SPACE = 20_000_000

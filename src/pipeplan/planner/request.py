@@ -15,7 +15,7 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.result import SimResult
 
 SCHEDULE_CHOICES = ("auto", "gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")

@@ -9,9 +9,9 @@ from typing import Any
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.planner.request import PlanRequest, PlanResult
-from pipeplan.sim.memory import check_fits
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.stage_costs import simulate_plan
 
 
 def evaluate(request: PlanRequest, plan: Plan, record: bool = False) -> tuple[SimResult, tuple[float, ...]]:

@@ -56,8 +56,8 @@ from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 from pipeplan.schedules.one_f_one_b import one_f_one_b
-from pipeplan.sim.cost_model import CostModel
-from pipeplan.sim.memory import check_fits
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.cost.model import CostModel
 
 MAX_BLOCKS = 48
 MAX_GPUS_PER_PIPELINE = 64

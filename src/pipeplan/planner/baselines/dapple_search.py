@@ -11,7 +11,7 @@ from pipeplan.core.cluster import Cluster
 from pipeplan.core.partition import prefix_sums
 from pipeplan.planner.baselines.dapple_model import FRESH_FIRST, POLICIES, allocate_replicas
 from pipeplan.planner.baselines.layer_groups import Blocks
-from pipeplan.sim.links import link_matrices
+from pipeplan.sim.cost.link_model import link_matrices
 
 Devices = tuple[int, ...]
 StagePlan = tuple[tuple[int, int, Devices], ...]

@@ -49,7 +49,7 @@ from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
 from pipeplan.planner.baselines.rules import microbatch_sizes, powers_of_two_dividing, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
-from pipeplan.sim.links import device_nodes, link_arrays
+from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 MAX_BLOCKS = 128
 MAX_MICROBATCHES = 512

@@ -1,1 +1,1 @@
-"""pipeplan.planner.search."""
+"""pipeplan's own search: candidates, partition DP, mapping, schedule choice, refinement, list scheduling."""

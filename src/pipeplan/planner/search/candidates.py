@@ -22,7 +22,7 @@ from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.scoring import Evaluator
-from pipeplan.sim.links import link_matrices
+from pipeplan.sim.cost.link_model import link_matrices
 
 Progress = Callable[[str, float], None]
 

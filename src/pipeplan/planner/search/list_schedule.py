@@ -24,9 +24,9 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 from pipeplan.core.validate import validate
-from pipeplan.sim.costs import Costs
-from pipeplan.sim.links import flows_time
-from pipeplan.sim.transfers import TransferTable
+from pipeplan.sim.cost.link_model import flows_time
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.engine.transfers import TransferTable
 
 
 def priorities(costs: Costs) -> tuple[list[float], list[float]]:

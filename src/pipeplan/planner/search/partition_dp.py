@@ -15,8 +15,8 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.planner.search.mapping import Layout
-from pipeplan.sim.layer_costs import LayerCosts
-from pipeplan.sim.links import ring_allreduce_terms
+from pipeplan.sim.cost.layers import LayerCosts
+from pipeplan.sim.cost.link_model import ring_allreduce_terms
 
 INF = np.inf
 

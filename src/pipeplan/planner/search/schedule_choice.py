@@ -6,7 +6,7 @@ import dataclasses
 
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.cost.model import CostModel
 
 GENERATED = ("1f1b", "gpipe", "kfkb", "interleaved-1f1b", "zb-h1")
 KFKB_GROUPS = (2, 3, 4, 8)

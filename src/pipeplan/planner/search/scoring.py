@@ -11,10 +11,11 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.costs import Costs
-from pipeplan.sim.memory import memory_excess, rank_memory
+from pipeplan.sim.cost.memory import memory_excess, rank_memory
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.stage_costs import plan_costs, simulate_plan
 
 RANK_MICROBATCHES = 48
 """Above this many microbatches, rank by simulating fewer and extrapolating the steady state."""

@@ -53,7 +53,7 @@ from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS
-from pipeplan.sim.memory import GIB, check_fits, memory_per_device
+from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
 
 TOP_CANDIDATES = 6
 REFINED = 2

@@ -20,9 +20,10 @@ from pipeplan.adapt.runs import run_controller
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost_model import CostModel
-from pipeplan.sim.iterations import simulate_iterations
-from pipeplan.sim.stage_costs import plan_costs, simulate_plan
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.engine.iterations import simulate_iterations
+from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.trace import BandwidthTrace
 
 RESCORED = 4
