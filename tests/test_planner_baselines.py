@@ -14,9 +14,9 @@ from pipeplan.planner.baselines.dapple_model import (
     SCATTER_FIRST,
     allocate,
     allocate_replicas,
+    dapple_allreduce_ms,
     pivot_latency,
     pivot_stage,
-    ring_allreduce_ms,
 )
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.baselines.pipedream import level_dp, levels_of, plan_pipedream, unwind
@@ -58,10 +58,10 @@ def test_pivot_latency_hand_case_with_slow_middle_stage() -> None:
     assert latency == pytest.approx(4 + 27 + 20)
 
 
-def test_ring_allreduce_formula() -> None:
+def test_dapple_allreduce_formula() -> None:
     """2 W (r-1) / (r B): 1 GB over 4 replicas at 1e6 bytes/ms takes 1500 ms; one replica needs none."""
-    assert ring_allreduce_ms(1e9, 4, 1e6) == pytest.approx(1500.0)
-    assert ring_allreduce_ms(1e9, 1, 1e6) == 0.0
+    assert dapple_allreduce_ms(1e9, 4, 1e6) == pytest.approx(1500.0)
+    assert dapple_allreduce_ms(1e9, 1, 1e6) == 0.0
 
 
 def test_placement_policies_on_two_machines() -> None:

@@ -13,6 +13,10 @@ import typer
 from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, print_json
 from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
+from pipeplan.schedules.registry import PLANNABLE, names_text
+
+SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
+"""--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -185,7 +189,7 @@ def plan(
     global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [planner's choice]."),
     planner: str = typer.Option("pipeplan", "--planner", help="Planner: pipeplan, dapple, pipedream, balanced, exact."),
-    schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
+    schedule: str = typer.Option("auto", "--schedule", help=SCHEDULE_HELP),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
     optimizer_factor: float | None = typer.Option(
@@ -255,7 +259,7 @@ def compare(
     global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [each planner's choice]."),
     planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
-    schedule: str = typer.Option("auto", "--schedule", help="auto, gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1 or list."),
+    schedule: str = typer.Option("auto", "--schedule", help=SCHEDULE_HELP),
     batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
     optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
     optimizer_factor: float | None = typer.Option(

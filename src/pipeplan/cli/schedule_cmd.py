@@ -6,11 +6,14 @@ import typer
 
 from pipeplan.cli.common import print_json, refuse_sizes_for_file
 from pipeplan.core.errors import ScheduleError
+from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 
 
 def schedule(
     name: str = typer.Argument(
-        ..., help="Schedule name: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1; or a schedule .csv/.json file to convert."
+        ...,
+        help=f"Schedule name: {', '.join(n for n in SCHEDULES if n not in ASYNCHRONOUS)}; or a schedule .csv/.json file "
+        "to convert.",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with a name)."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration (with a name)."),

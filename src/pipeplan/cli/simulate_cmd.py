@@ -8,6 +8,7 @@ import typer
 
 from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json, refuse_sizes_for_file
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
+from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES, TABLE
 
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
@@ -74,7 +75,7 @@ def simulate_named(
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
 
-    asynchronous = name == "pipemare"
+    asynchronous = name in ASYNCHRONOUS
     if minibatches is not None and not asynchronous:
         raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
     from pipeplan.schedules.registry import SCHEDULES, action_count
@@ -165,7 +166,9 @@ def simulate_plan_file(
 
     plan, names = load_plan(plan_path)
     if record:
-        check_timeline((3 if plan.schedule == "zb-h1" else 2) * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
+        facts = TABLE.get(plan.schedule)
+        per = 3 if facts is not None and facts.split_backward else 2
+        check_timeline(per * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
@@ -201,8 +204,8 @@ def simulate_plan_file(
 def simulate(
     name: str | None = typer.Argument(
         None,
-        help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare (asynchronous), or a schedule .csv/.json "
-        "file (omit with --plan).",
+        help=f"Schedule: {', '.join(n + (' (asynchronous)' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}, or a "
+        "schedule .csv/.json file (omit with --plan).",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
@@ -247,7 +250,7 @@ def simulate(
     check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)
     if iterations is not None and iterations < 1:
         raise CostError(f"--iterations must be an integer >= 1, got {iterations}")
-    if iterations is not None and name == "pipemare":
+    if iterations is not None and name in ASYNCHRONOUS:
         raise ScheduleError("--iterations does not apply to pipemare (it streams minibatches without a flush)")
     trace = None
     if bandwidth_trace is not None:
@@ -272,9 +275,7 @@ def simulate(
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
-            raise ScheduleError(
-                "simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare) or --plan FILE"
-            )
+            raise ScheduleError(f"simulate needs a schedule NAME ({GENERATOR_NAMES}) or --plan FILE")
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
                             ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
                             ("--profile-batch-size", profile_batch_size)):  # fmt: skip

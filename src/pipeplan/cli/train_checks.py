@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
     from pipeplan.runtime.options import AsyncSettings
@@ -42,7 +43,7 @@ def async_settings(
 
     given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None,
              "--weight-prediction": weight_prediction or None}  # fmt: skip
-    if schedule != "pipemare":
+    if schedule not in ASYNCHRONOUS:
         for flag, value in given.items():
             if value is not None:
                 raise TrainConfigError(f"{flag} applies only to --schedule pipemare (asynchronous training)")

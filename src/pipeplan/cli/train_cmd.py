@@ -22,6 +22,7 @@ from pipeplan.cli.train_checks import (
 )
 from pipeplan.cli.train_network import network_for_train
 from pipeplan.core.errors import PipeplanError
+from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 
 WORKER_BOOT = (
     "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
@@ -51,7 +52,8 @@ def train(
     schedule: str | None = typer.Option(
         None,
         "--schedule",
-        help="Schedule name (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare: asynchronous) or a schedule .csv/.json file.",
+        help=f"Schedule name ({', '.join(n + (': asynchronous' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}) or a "
+        "schedule .csv/.json file.",
     ),
     lr_reschedule: int | None = typer.Option(
         None, "--lr-reschedule", help="pipemare: learning rate α/τ^(1-min(k/K,1)) at asynchronous step k (K >= 1)."

@@ -46,12 +46,16 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.cost.layers import StageWork
+from pipeplan.schedules.registry import PLANNABLE, TABLE, names_text
+from pipeplan.sim.cost.layers import StageWork, static_bytes
 from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
 from pipeplan.sim.cost.memory import order_peak_activation
 from pipeplan.sim.plan_sim import simulate_plan
 
+COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
+"""The schedules exact searches: every generated one of p stages (interleaving re-cuts a plan into chunk-stages)."""
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
+"""(schedule, k) in the order exact tries them (a tie keeps the first)."""
 MAX_SPACE = 20_000_000
 """Most (partition, ordered device groups) pairs accepted: 8 layers on 7 devices (13.6M) pass, on 8 (226M) do not."""
 
@@ -173,7 +177,7 @@ class _Search:
             inp=inp,
             wgt=wgt,
             allreduce=ring_allreduce_ms(cluster, devices, work.param_bytes) + work.optimizer_ms,
-            static=work.param_bytes * (2 + self.request.model.optimizer_factor),
+            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
             act=work.saved_bytes,
             memory=min(cluster.devices[d].memory_bytes for d in devices),
             arrive=0.0,
@@ -327,10 +331,10 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         )
     if request.schedule == "auto":
         schedules = SCHEDULES
-    elif request.schedule in ("gpipe", "1f1b", "zb-h1", "kfkb"):
+    elif request.schedule in COVERED:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
-        raise PlanError(f"planner 'exact' covers gpipe, 1f1b, kfkb and zb-h1, got schedule {request.schedule!r}")
+        raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
     search = _Search(request, schedules)
     search.run()
     if search.best_plan is None:

@@ -15,10 +15,12 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.schedules.registry import PLANNABLE
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.result import SimResult
 
-SCHEDULE_CHOICES = ("auto", "gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
+SCHEDULE_CHOICES = ("auto", *PLANNABLE)
+"""What a request may ask for: auto (the planner chooses) or one schedule a plan may run (schedules.registry)."""
 REPLICATION_CHOICES = ("any", "pipelines", "none")
 """What a plan may replicate: anything (stages over several devices, whole pipelines), only whole pipelines (every
 stage on one device per pipeline replica: pipeline x data parallelism), or nothing (one pipeline, one device per

@@ -47,8 +47,8 @@ from pipeplan.planner.baselines.dapple_model import (
     FRESH_FIRST,
     POLICIES,
     allocate_replicas,
+    dapple_allreduce_ms,
     pivot_latency,
-    ring_allreduce_ms,
 )
 from pipeplan.planner.baselines.dapple_search import DappleSearch
 from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
@@ -155,7 +155,7 @@ def latency_of(model: CostModel, search: DappleSearch, candidate: Candidate, mic
         f, b = stage_times(model, search, first, last, devices, candidate.replicas, microbatch_size)
         fwd.append(f)
         bwd.append(b)
-        allreduce.append(ring_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
+        allreduce.append(dapple_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
         prev = (first, last, devices)
     return pivot_latency(fwd, bwd, allreduce, microbatches)[0]
 

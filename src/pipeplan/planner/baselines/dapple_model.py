@@ -60,8 +60,9 @@ def pivot_latency(fwd: Sequence[float], bwd: Sequence[float], allreduce: Sequenc
     return warmup + steady + ending, q
 
 
-def ring_allreduce_ms(param_bytes: float, replicas: int, slowest_bytes_per_ms: float) -> float:
-    """DAPPLE's all-reduce time: 2 W (r-1) / (r B_slowest); 0 for one replica."""
+def dapple_allreduce_ms(param_bytes: float, replicas: int, slowest_bytes_per_ms: float) -> float:
+    """DAPPLE's own all-reduce estimate (the paper's 2 W (r-1) / (r B_slowest), no latency term: not sim.cost.link_model's
+    ring); 0 for one replica."""
     if replicas < 2:
         return 0.0
     return 2.0 * param_bytes * (replicas - 1) / (replicas * slowest_bytes_per_ms)

@@ -11,6 +11,7 @@ from pipeplan.core.cluster import Cluster
 from pipeplan.core.partition import prefix_sums
 from pipeplan.planner.baselines.dapple_model import FRESH_FIRST, POLICIES, allocate_replicas
 from pipeplan.planner.baselines.layer_groups import Blocks
+from pipeplan.sim.cost.layers import static_factor
 from pipeplan.sim.cost.link_model import link_matrices
 
 Devices = tuple[int, ...]
@@ -40,7 +41,7 @@ class DappleSearch:
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
-        self._static = 2.0 + optimizer_factor
+        self._static = static_factor(optimizer_factor)
         self._speed = np.asarray([d.speed for d in cluster.devices])
         self._memory = np.asarray([d.memory_bytes for d in cluster.devices])
         rates, latency = link_matrices(cluster)

@@ -49,6 +49,7 @@ from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
 from pipeplan.planner.baselines.rules import microbatch_sizes, powers_of_two_dividing, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
+from pipeplan.sim.cost.layers import static_factor
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 MAX_BLOCKS = 128
@@ -184,7 +185,7 @@ def pipedream_stages(
     compute = np.where(lower, np.inf, work[None, 1:] - work[:-1, None])
     params = np.where(lower, 0.0, weights[None, 1:] - weights[:-1, None])
     cut = np.asarray([*profile.cut_bytes, 0.0])  # type: ignore[misc]
-    limit = min(d.memory_bytes for d in cluster.devices) / (2.0 + optimizer_factor)
+    limit = min(d.memory_bytes for d in cluster.devices) / static_factor(optimizer_factor)
     machines, inside, between = levels_of(cluster)
     per_machine = len(machines[0])
     level1 = level_dp(compute, params, cut, per_machine, inside, 1, between is not None, limit, allowed)

@@ -22,6 +22,7 @@ from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_matrices
 
 Progress = Callable[[str, float], None]
@@ -170,7 +171,10 @@ class Candidates:
         arrays = self.layer_costs.arrays(b)
         if by_memory:
             factor = self.request.model.optimizer_factor
-            work = [x.param_bytes * (2 + factor) + saved * count for x, saved in zip(layers, arrays.saved.tolist(), strict=True)]
+            work = [
+                static_bytes(x.param_bytes, factor) + saved * count
+                for x, saved in zip(layers, arrays.saved.tolist(), strict=True)
+            ]
             factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
         else:
             work = (arrays.fwd + arrays.bwd).tolist()

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.planner.search.mapping import Layout
-from pipeplan.sim.cost.layers import LayerCosts
+from pipeplan.sim.cost.layers import LayerCosts, static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_terms
 
 INF = np.inf
@@ -179,7 +179,7 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
             continue
         arr = _placement_arrays(inp, layout, rho)
         sums = inp.sums[rho * layout.unit]  # costs at b / r samples per device
-        static = sums.param_bytes * (2 + inp.optimizer_factor)
+        static = static_bytes(sums.param_bytes, inp.optimizer_factor)
         speed = arr["speed"][None, None, :]
         t = sums.work_ms[:, :, None] / speed
         rate = arr["out_rate"][None, None, :]

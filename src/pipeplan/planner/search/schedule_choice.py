@@ -6,9 +6,9 @@ import dataclasses
 
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.schedules.registry import GENERATED
 from pipeplan.sim.cost.model import CostModel
 
-GENERATED = ("1f1b", "gpipe", "kfkb", "interleaved-1f1b", "zb-h1")
 KFKB_GROUPS = (2, 3, 4, 8)
 INTERLEAVE_CHUNKS = (2, 3, 4)
 

@@ -68,8 +68,15 @@ SCHEDULE_NEEDS = {
 """What a schedule needs beyond memory, for the error when no candidate can run it."""
 
 
-class Search(Candidates):
-    """One planning run: the candidate pool (Candidates), then schedules, refinement and the final choice."""
+class Search:
+    """One planning run: it has its candidate pool (`candidates`), then chooses schedules, refines and picks the plan."""
+
+    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+        self.request = request
+        self.candidates = Candidates(request, progress)
+        self.evaluator = self.candidates.evaluator
+        self.progress = self.candidates.progress
+        self.finalists: list[Plan] = []
 
     def ranked(self, plans: list[Plan], count: int, by_structure: bool = False) -> list[Plan]:
         """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties).
@@ -99,7 +106,7 @@ class Search(Candidates):
             return []
         base = dataclasses.replace(plan, schedule="1f1b", k=1, chunks=1, order=None)
         costs = self.evaluator.costs(base)
-        capacity = tuple(min(self.cluster.devices[d].memory_bytes for d in s.devices) for s in base.stages)
+        capacity = tuple(min(self.request.cluster.devices[d].memory_bytes for d in s.devices) for s in base.stages)
         try:
             budgets = memory_budgets(base, costs, capacity)
         except PlanError:
@@ -132,13 +139,13 @@ class Search(Candidates):
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
         only = self.request.schedule
         generated_only = "auto" if only in ("auto", "list") else only
-        widen = 1 if self.large else 2
+        widen = 1 if self.candidates.large else 2
         # the fastest candidates that can run the schedule(s) allowed: with --schedule kfkb or interleaved-1f1b
         # the fastest ones may not (too few microbatches, m not a multiple of p), so read down the ranking
         want = TOP_CANDIDATES * widen
         contenders: list[Plan] = []
         taken = 0
-        for plan in self.ranked(self.pool, len(self.pool), by_structure=True):
+        for plan in self.ranked(self.candidates.pool, len(self.candidates.pool), by_structure=True):
             self.progress("choosing schedules", taken / want)
             chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
             contenders += chosen
@@ -149,10 +156,10 @@ class Search(Candidates):
         # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
         # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
         # when it is within SEED_REFINE_MARGIN of the best, as refining a 1024-device plan costs seconds
-        variants = [v for p in self.seeds.values() for v in schedule_variants(p, self.request.model, generated_only)]
+        variants = [v for p in self.candidates.seeds.values() for v in schedule_variants(p, self.request.model, generated_only)]
         seed = self.ranked(variants, 1)
         times = [self.evaluator.score(p).time_ms for p in best]
-        limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.large else math.inf
+        limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.candidates.large else math.inf
         # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
         if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
             best.append(seed[0])
@@ -160,7 +167,9 @@ class Search(Candidates):
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
             budget = self.refine_budget(plan)
-            plan = improve_placement(plan, self.evaluator, budget // 2 if self.large else budget, self.twins)
+            plan = improve_placement(
+                plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
+            )
             plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
             refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
@@ -171,7 +180,7 @@ class Search(Candidates):
             for plan in list(finalists):
                 finalists += self.ranked(self.with_list(plan), 1)
         # the baselines' own plans compete in the final round as they are (seed_from_baselines)
-        finalists += [p for p in self.seeds.values() if self.evaluator.score(p).fits]
+        finalists += [p for p in self.candidates.seeds.values() if self.evaluator.score(p).fits]
         if only != "auto":
             finalists = [p for p in finalists if p.schedule == only]
         if not finalists:
@@ -194,16 +203,16 @@ class Search(Candidates):
 
     def nothing_fits(self) -> PlanError:
         """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
-        sizes = self.microbatch_sizes(1) or [1]
+        sizes = self.candidates.microbatch_sizes(1) or [1]
         b = sizes[0]
-        plan = self.straight(self.orders[0], b, by_memory=True)
+        plan = self.candidates.straight(self.candidates.orders[0], b, by_memory=True)
         if self.request.schedule not in ("auto", "1f1b") and plan is not None:
             plan = dataclasses.replace(plan, schedule=self.request.schedule)
         remedy = "try more devices or devices with more memory"
         if b > 1:  # at microbatch size 1 a smaller one is no remedy
             remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
         if plan is None:
-            return PlanError(f"no plan fits: {self.profile.name} has fewer layers than needed; {remedy}")
+            return PlanError(f"no plan fits: {self.request.profile.name} has fewer layers than needed; {remedy}")
         schedule = self.request.schedule
         if schedule in SCHEDULE_NEEDS:
             plan = dataclasses.replace(plan, schedule="1f1b")  # memory first; the schedule's own needs below
@@ -213,9 +222,9 @@ class Search(Candidates):
             return PlanError(f"no plan fits in memory: {exc}; {remedy}")
         if schedule in SCHEDULE_NEEDS:
             return PlanError(
-                f"no plan can run schedule {schedule!r} for {self.profile.name} on {self.cluster.name} with global batch "
-                f"{self.request.global_batch}: it needs {SCHEDULE_NEEDS[schedule]}; try a larger --global-batch, a smaller "
-                "--microbatch-size or --schedule auto"
+                f"no plan can run schedule {schedule!r} for {self.request.profile.name} on {self.request.cluster.name} "
+                f"with global batch {self.request.global_batch}: it needs {SCHEDULE_NEEDS[schedule]}; try a larger "
+                "--global-batch, a smaller --microbatch-size or --schedule auto"
             )
         need = max(memory_per_device(plan, self.request.model))
         return PlanError(
@@ -236,8 +245,8 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
     """
     started = time.perf_counter()
     search = Search(request, progress)
-    search.generate()
-    if not search.pool:
+    search.candidates.generate()
+    if not search.candidates.pool:
         raise search.nothing_fits()
     plan = search.choose()
     result = search.evaluator.exact(plan)
@@ -250,9 +259,9 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
         time.perf_counter() - started,
         {
             "simulations": search.evaluator.simulations,
-            "candidates": len(search.pool),
-            "seeds": dict(search.seed_times),
-            "won_by_seed": next((name for name, seed in search.seeds.items() if seed == plan), None),
+            "candidates": len(search.candidates.pool),
+            "seeds": dict(search.candidates.seed_times),
+            "won_by_seed": next((name for name, seed in search.candidates.seeds.items() if seed == plan), None),
             "finalists": search.finalists,
         },
     )

@@ -9,6 +9,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
 from pipeplan.presets.resolve import load_schedule
 from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.schedules.registry import GENERATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +110,7 @@ class ScheduleLayout:
                 next_device += replicas[r]
         bounds = split_evenly(num_layers, num_stages)
         stages = tuple(Stage(lo, hi - 1, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
-        kind = schedule.name if schedule.name in ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1") else "list"
+        kind = schedule.name if schedule.name in GENERATED else "list"
         order = schedule.ranks if kind == "list" else None
         size = self.global_batch // (copies * (self.microbatches if self.asynchronous else m))
         plan = Plan(stages, copies, m, size, kind, k=self.k, chunks=num_stages // ranks, order=order)

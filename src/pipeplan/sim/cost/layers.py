@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,18 @@ SCALINGS = ("auto", "measured", "floor", "linear")
 
 OPTIMIZER_STATE = {"adam": 2.0, "sgd": 0.0, "sgd_momentum": 1.0}
 """Optimizer state per parameter byte (Adam: two moments; SGD with momentum: one buffer)."""
+
+
+def static_factor(optimizer_factor: float) -> float:
+    """Bytes a device holds per parameter byte of its stage: the weights, their gradients and the optimizer's state."""
+    return 2 + optimizer_factor
+
+
+def static_bytes(param_bytes: Any, optimizer_factor: float) -> Any:
+    """The static memory of `param_bytes` (a number or an array): param_bytes x (2 + optimizer_factor), THE formula
+    every planner and the cost model use (ARCHITECTURE.md, "Memory per device")."""
+    return param_bytes * static_factor(optimizer_factor)
+
 
 OPTIMIZER_TRAFFIC = {"adam": 7.0, "sgd": 3.0, "sgd_momentum": 5.0}
 """Bytes one optimizer step reads and writes per parameter byte, for the estimate of an unmeasured step."""

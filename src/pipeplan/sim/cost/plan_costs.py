@@ -7,6 +7,7 @@ import dataclasses
 from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs, StageCost
@@ -67,7 +68,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
             bwd_input_ms=bwd_input,
             bwd_weight_ms=bwd_weight,
             saved_bytes=work.saved_bytes,
-            static_bytes=work.param_bytes * (2 + model.optimizer_factor),
+            static_bytes=static_bytes(work.param_bytes, model.optimizer_factor),
             allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
             optimizer_ms=work.optimizer_ms,
         )
