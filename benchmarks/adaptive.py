@@ -146,7 +146,7 @@ def run_instance(job: tuple[str, int, str, int, int]) -> list[dict[str, Any]]:
 
 def run_planning(job: tuple[str, int, str, int]) -> dict[str, Any]:
     """Part 2: the idle-network plan against the trace-aware choice among its finalists under a Markov trace."""
-    from pipeplan.cli.plan_trace import choose_under_trace
+    from pipeplan.planner.search.trace_aware import choose_under_trace
     from pipeplan.sim.trace_gen import markov_trace
 
     profile, batch, cluster, seed = job

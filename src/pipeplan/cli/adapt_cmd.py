@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, print_json
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP
 from pipeplan.core.errors import AdaptError, PlanError
+from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
     from pipeplan.adapt.compare import AdaptComparison

@@ -58,7 +58,7 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no table."),
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
-    from pipeplan.cli.common import parse_int_list
+    from pipeplan.cli.flags import parse_int_list
     from pipeplan.cli.outputs import Output, check_outputs
 
     if dtype not in DTYPE_CHOICES:
@@ -94,7 +94,7 @@ def profile(
     write_profile_json(result, Path(out))
     if quiet:
         return
-    from pipeplan.cli.show_cmd import profile_layers_table, profile_summary
+    from pipeplan.viz.inventory import profile_layers_table, profile_summary
 
     console = Console(width=max(Console().width, 120))
     console.print(profile_summary(result))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from pipeplan.cli.common import print_json, refuse_sizes_for_file
+from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.core.errors import ScheduleError
 from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
+from pipeplan.viz.json_print import print_json
 
 
 def schedule(

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json, refuse_sizes_for_file
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, refuse_sizes_for_file
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
 from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES, TABLE
+from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
@@ -35,8 +36,9 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     if values is None:
         return None
     if len(values) == 1:
-        chunks = schedule.num_stages // schedule.num_ranks
-        return values[0] if per_boundary else values[0] / chunks
+        from pipeplan.sim.cost.synthetic import chunk_share
+
+        return values[0] if per_boundary else chunk_share(values[0], schedule)
     want = schedule.num_stages - 1 if per_boundary else schedule.num_stages
     if len(values) != want:
         what = "stage boundary" if per_boundary else "stage"

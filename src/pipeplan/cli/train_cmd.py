@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.common import refuse_sizes_for_file
+from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.cli.outputs import plan_inputs
 from pipeplan.cli.train_checks import (
     async_settings,

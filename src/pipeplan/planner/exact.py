@@ -50,6 +50,7 @@ from pipeplan.schedules.registry import PLANNABLE, TABLE, names_text
 from pipeplan.sim.cost.layers import StageWork, static_bytes
 from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
 from pipeplan.sim.cost.memory import order_peak_activation
+from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
 
 COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
@@ -347,4 +348,5 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     except PipeplanError as exc:  # the search checked memory the same way; this would be a bug
         raise PlanError(f"planner 'exact' chose a plan that does not fit: {exc}") from exc
     extra = {"simulated": search.simulated, "search_nodes": search.nodes, "search_space": space}
-    return PlanResult(search.best_plan, "exact", result, memory, time.perf_counter() - started, extra)
+    costs = plan_costs(search.best_plan, request.model)
+    return PlanResult(search.best_plan, "exact", result, costs, memory, time.perf_counter() - started, extra)

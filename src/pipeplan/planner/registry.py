@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pipeplan.core.errors import PlanError
 from pipeplan.planner.baselines import BASELINES
 from pipeplan.planner.exact import plan_exact
-from pipeplan.planner.request import Planner, guarded
+from pipeplan.planner.request import Planner, PlanRequest, PlanResult, Progress, guarded
 from pipeplan.planner.search.selection import plan_pipeplan
 
 PLANNERS: dict[str, Planner] = {
@@ -13,3 +14,15 @@ PLANNERS: dict[str, Planner] = {
     "exact": guarded("exact", lambda request, progress: plan_exact(request)),
 }
 """name -> planner(request, progress=None); pipeplan's search reports progress, the others take none."""
+
+
+def run_planner(name: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Run the planner registered as `name` on `request`, handing it the progress callback.
+
+    Raises:
+        PlanError: an unknown planner name (listing the registered ones), or the planner's own refusal.
+    """
+    planner = PLANNERS.get(name)
+    if planner is None:
+        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(PLANNERS))}")
+    return planner(request, progress)

@@ -17,6 +17,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.schedules.registry import PLANNABLE
 from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.result import SimResult
 
 SCHEDULE_CHOICES = ("auto", *PLANNABLE)
@@ -97,11 +98,13 @@ class PlanRequest:
 
 @dataclass(frozen=True, slots=True)
 class PlanResult:
-    """A planner's answer: the plan, its simulated iteration and how long planning took."""
+    """A planner's answer: the plan, its simulated iteration (with its timeline), its costs, memory per device and how
+    long planning took: what `plan` prints and draws, without pricing or simulating the plan again."""
 
     plan: Plan
     planner: str
     sim: SimResult
+    costs: Costs
     memory_per_device: tuple[float, ...]
     planning_seconds: float
     extra: dict[str, Any] = field(default_factory=dict)
@@ -110,6 +113,20 @@ class PlanResult:
     def iteration_time(self) -> float:
         """Simulated iteration time in ms."""
         return self.sim.iteration_time
+
+    def to_json(self, profile_name: str, cluster_name: str) -> dict[str, Any]:
+        """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device and
+        planning_seconds."""
+        from pipeplan.io.plan_json import plan_to_json
+
+        obj = plan_to_json(self.plan, profile_name, cluster_name)
+        obj.update(
+            planner=self.planner,
+            iteration_time=self.iteration_time,
+            memory_per_device=list(self.memory_per_device),
+            planning_seconds=self.planning_seconds,
+        )
+        return obj
 
 
 Progress = Callable[[str, float], None]

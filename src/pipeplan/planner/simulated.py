@@ -10,6 +10,7 @@ from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
 
@@ -55,4 +56,5 @@ def best_of(
         raise PlanError(f"planner {planner!r} found no candidate plan for global batch {request.global_batch}")
     result, memory = evaluate(request, best[1], record=True)
     info = {"candidates_simulated": tried, **(extra or {})}
-    return PlanResult(best[1], planner, result, memory, time.perf_counter() - started, info)
+    costs = plan_costs(best[1], request.model)
+    return PlanResult(best[1], planner, result, costs, memory, time.perf_counter() - started, info)

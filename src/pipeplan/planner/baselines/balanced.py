@@ -15,6 +15,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.baselines.rules import powers_of_two_dividing, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import evaluate
+from pipeplan.sim.cost.plan_costs import plan_costs
 
 MAX_STAGES = 64
 
@@ -74,7 +75,8 @@ def plan_balanced(request: PlanRequest) -> PlanResult:
             error = error or exc
             continue
         extra = {"bottleneck_ms": max(r.busy for r in result.per_rank) / plan.microbatches}
-        return PlanResult(plan, "balanced", result, memory, time.perf_counter() - started, extra)
+        costs = plan_costs(plan, request.model)
+        return PlanResult(plan, "balanced", result, costs, memory, time.perf_counter() - started, extra)
     if error is None:
         raise PlanError(
             f"planner 'balanced' runs {replicas} pipeline replicas; microbatch size {request.microbatch_size} "

@@ -255,6 +255,7 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
         plan,
         "pipeplan",
         result,
+        search.evaluator.costs(plan),
         memory,
         time.perf_counter() - started,
         {

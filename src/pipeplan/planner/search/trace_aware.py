@@ -10,6 +10,7 @@ search are re-scored (RESCORED), not every candidate the search saw.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.runs import run_controller
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -99,3 +101,34 @@ def rescore(finalists: list[Plan], model: CostModel, trace: BandwidthTrace, iter
     chosen = list(dict.fromkeys(finalists))[:RESCORED]
     scores = [score_under_trace(plan, model, trace, rank, iterations) for rank, plan in enumerate(chosen)]
     return sorted(scores, key=lambda s: (s.expected_ms, s.idle_rank))
+
+
+def choose_under_trace(
+    result: PlanResult, request: PlanRequest, trace: BandwidthTrace, iterations: int | None
+) -> tuple[PlanResult, list[TraceScore]]:
+    """The plan with the least expected time under the trace among the search's finalists (the idle choice first),
+    as a PlanResult with its idle-network simulation, costs and memory, and every score."""
+    from pipeplan.sim.cost.memory import check_fits
+
+    finalists = [result.plan, *result.extra.get("finalists", [])]
+    scores = rescore(finalists, request.model, trace, iterations)
+    best = scores[0].plan
+    if best == result.plan:
+        return result, scores
+    sim = simulate_plan(best, request.model)
+    memory = check_fits(best, request.model, sim)
+    costs = plan_costs(best, request.model)
+    return dataclasses.replace(result, plan=best, sim=sim, costs=costs, memory_per_device=memory), scores
+
+
+def trace_json(scores: list[TraceScore], idle: PlanResult) -> dict[str, Any]:
+    """plan --json's "bandwidth_trace": every re-scored candidate, whether the choice changed, and by how much."""
+    chosen = scores[0]
+    before = next(s for s in scores if s.plan == idle.plan)
+    return {
+        "candidates": [s.to_json() for s in scores],
+        "changed": chosen.plan != idle.plan,
+        "idle_choice_expected_ms": before.expected_ms,
+        "expected_ms": chosen.expected_ms,
+        "expected_gain": before.expected_ms / chosen.expected_ms - 1.0,
+    }

@@ -79,3 +79,24 @@ def _pair_transfer(src: int, dst: int, ms: float) -> tuple[Flow, ...]:
     if src == dst:
         return ()
     return (Flow((f"pair:{src}->{dst}",), (src, dst), 0.0, ms),)
+
+
+def chunk_share(value: float, schedule: Schedule) -> float:
+    """A rank's whole-stage cost as the share of each of its chunk-stages (1/v of it; the value itself when v = 1)."""
+    return value / (schedule.num_stages // schedule.num_ranks)
+
+
+def rank_costs(schedule: Schedule, fwd: float, bwd: float, comm: float = 0.0, act_bytes: float = 0.0) -> Costs:
+    """uniform_costs from one number per rank's whole stage: each of a rank's v chunk-stages gets 1/v of fwd, bwd and
+    act_bytes; `comm` is every boundary's transfer ms, never split (a chunk's activation is as large as a stage's).
+
+    Raises:
+        CostError: a bad value, naming the argument.
+    """
+    return uniform_costs(
+        schedule,
+        fwd=chunk_share(fwd, schedule),
+        bwd=chunk_share(bwd, schedule),
+        comm=comm,
+        act_bytes=chunk_share(act_bytes, schedule),
+    )

@@ -1,12 +1,9 @@
-"""Helpers shared by CLI commands: number lists, JSON output."""
+"""What several commands' flags share: number and size lists, a schedule file's sizes, common help texts."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import sys
-from typing import Any
 
 from pipeplan.core.errors import CostError
 from pipeplan.core.limits import MAX_BYTES, MAX_MS
@@ -23,6 +20,13 @@ SCALING_HELP = (
     "a fixed per-layer floor plus a part that scales), measured, floor, or linear (plain b/P)."
 )
 OPTIMIZER_HELP = "Optimizer whose step ends the iteration and whose state takes memory: adam, sgd or sgd_momentum."
+PBS_HELP = "Batch a graph.txt profile was measured with, when its file name has no -pbs-N."
+"""Help of --profile-batch-size, shared by the commands that read a profile."""
+REPLICATION_HELP = (
+    "What a plan may replicate: any (stages over several devices, whole pipelines), pipelines (whole pipelines "
+    "only: one device per stage and pipeline) or none (one straight pipeline)."
+)
+"""Help of --replication (plan, compare)."""
 
 
 def parse_size(part: str) -> float:
@@ -95,17 +99,3 @@ def refuse_sizes_for_file(name: str, stages: int | None, microbatches: int | Non
     for flag, value in given:
         if value is not None:
             raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
-
-
-def print_json(obj: Any) -> None:
-    """Print obj as indented JSON with sorted keys on stdout."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
-
-
-PBS_HELP = "Batch a graph.txt profile was measured with, when its file name has no -pbs-N."
-REPLICATION_HELP = (
-    "What a plan may replicate: any (stages over several devices, whole pipelines), pipelines (whole pipelines "
-    "only: one device per stage and pipeline) or none (one straight pipeline)."
-)
-"""Help of --profile-batch-size, shared by the commands that read a profile."""
