@@ -17,10 +17,13 @@ from pipeplan.core.partition import (
     blocks_needed,
     bottleneck,
     prefix_sums,
+    quantile_ends,
     quantile_starts,
+    replica_split,
     solve,
     solve_scaled,
     split_evenly,
+    splits_evenly,
 )
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.search.blocks import make_blocks
@@ -122,3 +125,24 @@ def test_layer_blockers_give_what_they_gave_on_every_shared_profile(name: str) -
         assert quantile_starts([x.fwd_ms + x.bwd_ms for x in profile.layers], int(blocks)) == starts
     for blocks, ranges in recorded["make_blocks"].items():
         assert [list(r) for r in make_blocks(profile, int(blocks))] == ranges
+
+
+def test_replica_split_gives_every_replica_the_same_share() -> None:
+    """Twelve samples over three replicas: rows 0-3, 4-7, 8-11 (what the simulator prices as 12 / 3 each)."""
+    assert replica_split(12, 3) == [(0, 4), (4, 8), (8, 12)]
+    assert splits_evenly(12, 3) and not splits_evenly(7, 3) and not splits_evenly(1, 2)
+
+
+def test_replica_split_refuses_an_uneven_microbatch() -> None:
+    """Seven samples over three replicas is an error naming both numbers (one rule for runtime and simulator)."""
+    with pytest.raises(PlanError, match="7 samples does not split evenly over 3 replicas"):
+        replica_split(7, 3)
+
+
+@given(st.lists(st.floats(0, 100), min_size=2, max_size=80), st.integers(2, 70))
+def test_quantile_ends_are_nondecreasing_and_inside(weights: list[float], parts: int) -> None:
+    """Every quantile's end is a valid index (or -1 for the even positions of an all-zero list), in order."""
+    ends = quantile_ends(weights, parts)
+    assert len(ends) == parts - 1
+    assert ends == sorted(ends)
+    assert all(-1 <= e < len(weights) for e in ends)

@@ -2,8 +2,9 @@
 
 Every partitioner and blocker of pipeplan cuts through here: the balanced planner's stages and the straight
 pipelines (`solve`: the smallest largest block sum, exact), interleaved chunks on ranks of unequal speed
-(`solve_scaled`), the DP baselines' layer groups (`quantile_starts`), the runtime's stages of a schedule and a
-microbatch's samples over a stage's replicas (`split_evenly`). Bounds are indices [0, b1, ..., n]: block i holds
+(`solve_scaled`), the DP baselines' layer groups (`quantile_starts`), the search's blocks (`quantile_ends`), the
+runtime's stages of a schedule (`split_evenly`) and the one rule of a microbatch's samples over a stage's replicas,
+which the runtime runs and the simulator prices (`replica_split`). Bounds are indices [0, b1, ..., n]: block i holds
 weights[bounds[i]:bounds[i + 1]] unless a function says otherwise. Where two callers needed different answers
 (tie-breaking, exactness), each keeps its own variant, tested against the outputs the old functions gave.
 """
@@ -11,8 +12,9 @@ weights[bounds[i]:bounds[i + 1]] unless a function says otherwise. Where two cal
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -37,6 +39,38 @@ def split_evenly(count: int, parts: int) -> list[tuple[int, int]]:
         ranges.append((lo, hi))
         lo = hi
     return ranges
+
+
+def splits_evenly(samples: int, replicas: int) -> bool:
+    """Whether a microbatch of `samples` splits over `replicas` as the one replica rule requires: every replica the
+    same share (samples / replicas, the share the cost model prices), at least one sample each."""
+    return replicas >= 1 and samples >= replicas and samples % replicas == 0
+
+
+def replica_split(samples: int, replicas: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each replica's share of a microbatch: consecutive runs of samples / replicas rows (the runtime's
+    tensor rows; the simulator prices each replica at samples / replicas).
+
+    Raises:
+        PlanError: the microbatch does not split evenly (splits_evenly), naming both numbers.
+    """
+    if not splits_evenly(samples, replicas):
+        raise PlanError(
+            f"a microbatch of {samples} samples does not split evenly over {replicas} replicas (each replica takes the "
+            "same share)"
+        )
+    return split_evenly(samples, replicas)
+
+
+def quantile_ends(weights: Sequence[float], parts: int) -> list[int]:
+    """For q = 1 .. parts - 1, the index of the element at which the running sum of weights first reaches q / parts of
+    the total (the ideal last element of block q - 1); with no positive total, the even positions n q / parts - 1."""
+    n = len(weights)
+    prefix = list(accumulate(weights))
+    total = prefix[-1] if prefix else 0.0
+    if total > 0:
+        return [bisect_left(prefix, total * q / parts) for q in range(1, parts)]
+    return [(n * q) // parts - 1 for q in range(1, parts)]
 
 
 def quantile_starts(weights: Sequence[float], parts: int) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from pipeplan.core.errors import PlanError
-from pipeplan.core.partition import split_evenly
+from pipeplan.core.partition import replica_split, splits_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 
@@ -70,7 +70,7 @@ class Topology:
 
     Raises:
         PlanError: the plan and schedule disagree, the world size does not
-            match the plan's devices, or a microbatch is smaller than a stage's replicas.
+            match the plan's devices, or a microbatch does not split evenly over a stage's replicas.
     """
 
     def __init__(self, plan: Plan, schedule: Schedule, world_size: int) -> None:
@@ -95,6 +95,11 @@ class Topology:
             if plan.replicas_of(r) > plan.microbatch_size:
                 raise PlanError(
                     f"stage {r} has {plan.replicas_of(r)} replicas but a microbatch has only {plan.microbatch_size} samples"
+                )
+            if not splits_evenly(plan.microbatch_size, plan.replicas_of(r)):
+                raise PlanError(
+                    f"stage {r} has {plan.replicas_of(r)} replicas but microbatch_size {plan.microbatch_size} is not a "
+                    f"multiple of {plan.replicas_of(r)} (each replica takes the same share, as the simulator prices it)"
                 )
         self.process_of = {d: i for i, d in enumerate(self.devices)}
         self.world_size = world_size
@@ -133,14 +138,14 @@ class Topology:
         """[lo, hi) in the global batch of the samples `role` handles for `microbatch` on `stage`."""
         b = self.plan.microbatch_size
         base = (role.pipeline_replica * self.plan.microbatches + microbatch) * b
-        lo, hi = split_evenly(b, self.replicas(stage))[role.replica]
+        lo, hi = replica_split(b, self.replicas(stage))[role.replica]
         return base + lo, base + hi
 
     def _pieces(self, kind: str, boundary: int, microbatch: int, role: Role, sending: bool) -> list[Message]:
         """Messages across `boundary` that `role` sends (sending) or receives, in peer-replica order."""
         b = self.plan.microbatch_size
-        up = split_evenly(b, self.replicas(boundary))
-        down = split_evenly(b, self.replicas(boundary + 1))
+        up = replica_split(b, self.replicas(boundary))
+        down = replica_split(b, self.replicas(boundary + 1))
         src_ranges, dst_ranges = (up, down) if kind == "act" else (down, up)
         src_stage, dst_stage = (boundary, boundary + 1) if kind == "act" else (boundary + 1, boundary)
         out = []

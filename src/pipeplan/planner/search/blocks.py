@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import bisect
-from itertools import accumulate
-
+from pipeplan.core.partition import quantile_ends
 from pipeplan.core.profile import ModelProfile
 
 MAX_BLOCKS = 64
@@ -29,14 +27,11 @@ def make_blocks(profile: ModelProfile, max_blocks: int = MAX_BLOCKS) -> tuple[tu
         # equal shares of compute and of weights: a layer heavy in weights but light in compute (an embedding)
         # gets a block of its own, so the DP can give its all-reduce a stage of its own
         work = [w / total_work + q / total_params for w, q in zip(work, params, strict=True)]
-    prefix = list(accumulate(work))
-    total = prefix[-1]
     cuts = profile.cut_bytes or ()
     window = max(1, n // (2 * max_blocks))
     chosen: list[int] = []  # a cut after layer c
-    for q in range(1, max_blocks):
-        target = total * q / max_blocks if total > 0 else 0.0
-        c = min(bisect.bisect_left(prefix, target), n - 2) if total > 0 else (n * q) // max_blocks - 1
+    for target in quantile_ends(work, max_blocks):
+        c = min(target, n - 2)
         low = max(chosen[-1] + 1 if chosen else 0, c - window)
         high = min(n - 2, c + window)
         if low > high:

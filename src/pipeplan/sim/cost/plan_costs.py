@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeplan.core.errors import CostError, PlanError
+from pipeplan.core.partition import splits_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.layers import static_bytes
@@ -39,7 +40,7 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
                 )
     for s in range(len(plan.stages)):
         r = plan.replicas_of(s)
-        if plan.microbatch_size % r:
+        if not splits_evenly(plan.microbatch_size, r):
             raise PlanError(
                 f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
                 f"(each microbatch is split evenly over a stage's replicas)"
