@@ -111,6 +111,7 @@ def test_gpipe_is_left_out_when_all_microbatches_do_not_fit() -> None:
     assert comparison.not_run["gpipe"].startswith("GPipe holds all 16 microbatches: 14.90 GiB on stage 0")
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(
     seed=st.integers(0, 1000),

@@ -16,6 +16,7 @@ from planner_instances import fuzz_request
 PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [41, 52, 161, 786])
 def test_fuzz_requests_that_once_broke_an_invariant_pass(seed: int) -> None:
     """Seeds where a fuzz run found dapple's list order under --schedule 1f1b (41, 52, 161) and pipedream beating

@@ -181,6 +181,7 @@ def test_bad_input_exits_2_with_one_line(
     assert err.startswith("error: ") and message in err
 
 
+@pytest.mark.slow
 def test_bad_input_in_a_real_process_has_no_traceback() -> None:
     """The installed command exits 2 on a bad cost list and prints no traceback."""
     proc = subprocess.run(

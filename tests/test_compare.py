@@ -59,6 +59,7 @@ def test_compare_json_shape(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     assert set(results[2]) == {"planner", "error", "planning_seconds"}
 
 
+@pytest.mark.slow
 def test_compare_table_and_png(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The table names every planner, lists exact's refusal under it, and --png writes the fastest plan's timeline."""
     png = tmp_path / "best.png"
@@ -101,6 +102,7 @@ def test_compare_checks_planners_and_outputs_before_planning(
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
+@pytest.mark.slow
 def test_compare_takes_a_schedule_and_an_optimizer_factor(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -57,6 +57,7 @@ def test_long_1f1b_runs_extrapolate_to_the_closed_form() -> None:
     assert evaluator.exact(plan, record=False).iteration_time == pytest.approx(exact)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [25, 32, 48, 64])
 def test_interleaved_with_more_ranks_than_half_the_ranking_count_extrapolates(p: int) -> None:
     """Interleaved plans step m by p; with p > RANK_MICROBATCHES / 2 both short runs used to be the same m.

@@ -58,6 +58,7 @@ def test_exact_equals_brute_force_on_tiny_instances(seed: int) -> None:
     assert plan_exact(request).iteration_time == pytest.approx(brute_force(request), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [3, 4])
 def test_exact_is_never_beaten_by_another_planner(seed: int) -> None:
     """8 layers on 4 devices: no registered planner finds a faster plan than exact."""

@@ -7,6 +7,7 @@ import random
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +108,7 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
     return tuple(shared)
 
 
+@pytest.mark.slow
 @given(st.integers(1, 5), st.integers(1, 4), st.randoms(use_true_random=False))
 @settings(max_examples=120, deadline=None)
 def test_flows_follow_the_definition_and_their_reduction_changes_no_time(nodes: int, per_node: int, rng: random.Random) -> None:

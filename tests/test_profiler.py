@@ -16,6 +16,8 @@ from pipeplan.models.specs import ModelSpec, layers_of, resolve_module_spec, spe
 from pipeplan.profiler import measure_layers, profile_module  # noqa: E402
 from pipeplan.profiler.saved import SavedTensorMeter  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 F32 = 4
 
 

@@ -22,6 +22,8 @@ from pipeplan.io.profile_json import read_profile_json  # noqa: E402
 from pipeplan.models.specs import resolve_module_spec  # noqa: E402
 from pipeplan.profiler import LayerWork, measure_layers, project_profile, resolve_gpu, roofline_ms  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 F32 = 4
 
 
@@ -164,6 +166,7 @@ def test_cli_bad_input_exits_2_with_one_line(
     assert err.startswith(message), err
 
 
+@pytest.mark.slow
 def test_cli_bad_spec_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     """The command run as a process exits 2 on an unknown MODULE_SPEC and prints no traceback."""
     proc = subprocess.run(

@@ -17,6 +17,8 @@ torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("
 
 from pipeplan.core.schedule import Schedule  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 MODULE_OPTIONS = (("blocks", 8), ("hidden", 6))
 GLOBAL_BATCH_PER_MB = 3  # microbatch size 3: two replicas split it 2 + 1, exercising the split/concat
 
@@ -123,6 +125,7 @@ def run_world(world: int, tmp_path: Path) -> list[dict[str, object]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4, 3])
 def test_gradients_equal_single_process_training_for_every_schedule(world: int, tmp_path: Path) -> None:
     """Each process's gradients after one iteration match the unpipelined model's (rtol 1e-5, atol 1e-6), every schedule."""

@@ -156,6 +156,8 @@ def _worker(out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_two_processes_deliver_after_the_emulated_time_without_holding_the_sender(tmp_path: Path) -> None:
     """2 MB at 0.05 GB/s arrives 40 ms after it is sent, the next one 40 ms later, and neither send blocks its sender."""
     pytest.importorskip("torch")

@@ -15,6 +15,8 @@ pytest.importorskip("sklearn")
 
 from pipeplan.presets.resolve import load_cluster
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 BOOT = "from pipeplan.cli import main; main()"
 TINY = ["--opt", "hidden=32", "--opt", "blocks=3"]
 
@@ -25,6 +27,7 @@ def pipeplan(*args: str, env: dict[str, str] | None = None, timeout: float = 300
                           env=dict(os.environ, **(env or {})))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_probe_without_a_profile_writes_two_cpu_devices_with_links_and_all_reduce(tmp_path: Path) -> None:
     """Two local processes become two `cpu` devices of speed 1.0 with measured links and a measured all-reduce."""
     out = tmp_path / "c.json"
@@ -38,6 +41,7 @@ def test_probe_without_a_profile_writes_two_cpu_devices_with_links_and_all_reduc
     assert cluster.speed_reference == "cpu" and cluster.allreduce_bandwidth is not None
 
 
+@pytest.mark.slow
 def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp_path: Path) -> None:
     """profile -> probe -> plan -> train --plan: the plan names the files beside it, train builds the profile's model
     from its source, and reports the plan's predicted step, the measured one, and memory per process."""
@@ -65,6 +69,7 @@ def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp
         assert abs(predicted - measured) <= 0.01 * measured
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 def test_two_stages_hold_exactly_the_predicted_memory(tmp_path: Path, schedule: str) -> None:
     """Split after a ReLU, 4 microbatches: each rank's measured peak (weights, gradients, Adam's moments, saved
@@ -88,6 +93,7 @@ def test_two_stages_hold_exactly_the_predicted_memory(tmp_path: Path, schedule: 
     assert [measured - predicted for predicted, measured in pairs] == counters
 
 
+@pytest.mark.slow
 def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is_written(tmp_path: Path) -> None:
     """With process 1 silent after joining, the probe fails within its --timeout, exit 2, one error line, no file."""
     out = tmp_path / "c.json"
@@ -99,6 +105,7 @@ def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is
     assert not out.exists() and not list(tmp_path.glob(".*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

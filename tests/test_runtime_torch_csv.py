@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("torch")
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 MODULE_OPTIONS = {"blocks": 4, "hidden": 6}
 MICROBATCHES = 4
 GLOBAL_BATCH = 8
@@ -62,6 +64,7 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_exported_gpipe_and_1f1b_csv_run_on_torch_pipelining(tmp_path: Path) -> None:
     """`pipeplan schedule NAME -p 2 -m 4 --format csv` loads into torch's runtime, whose gradients match unpipelined training."""
     from pipeplan.runtime.training.launch import launch_local

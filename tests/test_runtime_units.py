@@ -21,6 +21,8 @@ from pipeplan.runtime.placement import Topology  # noqa: E402
 from pipeplan.runtime.state.faults import FaultInjector, InjectedFault  # noqa: E402
 from pipeplan.schedules import make_schedule  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 
 def two_one_topology(microbatch_size: int = 4) -> Topology:
     """Stage 0 on devices 0 and 1, stage 1 on device 2, 1F1B with 2 microbatches."""

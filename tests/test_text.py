@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 from pipeplan.core.errors import TrainConfigError  # noqa: E402
 from pipeplan.models.text import encode, python_corpus, source_files, windows  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 
 def test_windows_shift_the_target_by_one_character() -> None:
     """Ten ids, windows of 3: three whole windows, each target the input moved one place on."""

@@ -44,6 +44,7 @@ def test_a_slow_link_under_one_plan_lets_the_other_win() -> None:
     assert scores[0].idle_rank == 1 and scores[0].expected_ms < scores[1].expected_ms
 
 
+@pytest.mark.slow
 def test_plan_with_a_trace_reports_the_rescored_finalists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

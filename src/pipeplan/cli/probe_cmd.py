@@ -74,15 +74,13 @@ def _run(
     out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
 ) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
-    import torch
-
     from pipeplan.io.atomic import write_text_atomic
-    from pipeplan.models.allocator import steady_cpu_allocator
+    from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
     from pipeplan.runtime.training.launch import finish_worker
 
     steady_cpu_allocator()
-    torch.set_num_threads(threads)
+    set_cpu_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
         result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]

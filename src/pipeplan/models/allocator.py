@@ -36,3 +36,10 @@ def steady_cpu_allocator() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all(mallopt(option, HEAP_BYTES) == 1 for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD))
+
+
+def set_cpu_threads(threads: int) -> None:
+    """Let torch use `threads` CPU threads in this process (profile, probe and train's workers alike)."""
+    import torch
+
+    torch.set_num_threads(threads)
