@@ -29,9 +29,13 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# ruff; import-linter (the contracts in pyproject.toml: the layers, torch only where it belongs, search above
+# baselines); vulture (dead code: src, tests and benchmarks count as uses, vulture_whitelist.py the dynamic ones)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks vulture_whitelist.py
+	$(VENV)/bin/ruff format --check src tests benchmarks vulture_whitelist.py
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/vulture src tests benchmarks vulture_whitelist.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache

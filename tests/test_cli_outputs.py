@@ -18,9 +18,6 @@ from file_kinds import NON_FILES, NON_FOLDERS, snapshot
 from pipeplan.cli import main
 from pipeplan.core.plan import Plan, Stage
 
-INPUTS = ("profile.json", "cluster.json", "plan.json", "bandwidth.json", "order.csv")
-"""The input files every case finds in its folder (profile and cluster named by the plan, as `plan --out` records)."""
-
 TRAIN_OUTPUTS = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
 COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
     "plan": (["plan", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8"], {"--out": "o.json"},

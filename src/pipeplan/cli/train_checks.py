@@ -94,12 +94,9 @@ def check_options(
     check_outputs(outputs, inputs)
 
 
-PLAN_SETS = ("--stages", "--microbatches", "--batch-size", "--k", "--chunks", "--replicas")
-"""The flags whose value a plan file fixes: given beside --plan, they are refused rather than silently ignored."""
-
-
 def refuse_beside_plan(given: dict[str, object]) -> None:
-    """Raise TrainConfigError for the first flag of PLAN_SETS given (not None) with --plan, naming it and its value."""
+    """Raise TrainConfigError for the first flag given (not None) beside --plan whose value a plan file fixes (stages,
+    microbatches, batch size, k, chunks, replicas), naming it and its value."""
     from pipeplan.runtime.errors import TrainConfigError
 
     for flag, value in given.items():

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from pipeplan.core.errors import PlanError
-from pipeplan.core.plan import Stage
 from pipeplan.planner.request import PlanRequest
 
 
@@ -43,16 +41,6 @@ def require_schedule(request: PlanRequest, planner: str, schedule: str) -> None:
             f"planner {planner!r} runs {schedule} only, got schedule {request.schedule!r}; "
             "use --planner pipeplan or exact to choose among schedules"
         )
-
-
-def straight_stages(bounds: Sequence[int], devices: Sequence[int]) -> tuple[Stage, ...]:
-    """Stages from layer bounds [0, b1, ..., L] with one device each, in the given device order."""
-    return tuple(Stage(bounds[i], bounds[i + 1] - 1, (devices[i],)) for i in range(len(bounds) - 1))
-
-
-def ceil_div(a: int, b: int) -> int:
-    """ceil(a / b) for positive ints."""
-    return -(-a // b)
 
 
 def finite(value: float) -> bool:

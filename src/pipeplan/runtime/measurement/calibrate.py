@@ -22,7 +22,6 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -203,10 +202,3 @@ def fit_messages(
         return [x + i * 25e-6 for i in range(-10, 11) if x + i * 25e-6 >= 0]
 
     return best(around(overhead), around(latency) if with_latency else [0.0])
-
-
-def gather(value: Any) -> list[Any] | None:
-    """Every process's `value` on process 0 (None elsewhere)."""
-    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(value, out, dst=0)
-    return out
