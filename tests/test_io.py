@@ -1,4 +1,4 @@
-"""Every reader of a user's file, against every kind of thing a path can name and every kind of content: each answers
+"""Tests of io, every reader of a user's file, against every kind of thing a path can name and every kind of content: each answers
 with its own error in one line naming the path and what is wrong, never blocks and never raises anything else."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests of sim.layer_costs: layer times and bytes at any microbatch size under measured, floor and linear scaling."""
+"""Tests of sim.cost.layers (LayerCosts): layer times and bytes at any microbatch size, measured, floor or linear."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of the planner's Evaluator: exact times for short runs, extrapolation for long ones, memory margins."""
+"""Tests of planner.search.scoring's Evaluator: exact times for short runs, extrapolation for long ones, memory margins."""
 
 from __future__ import annotations
 
