@@ -40,7 +40,7 @@ def random_cluster(rng: random.Random, nodes: int, per_node: int) -> Cluster:
         a, b = rng.sample(range(n), 2)
         bw[a][b] = rng.choice((2 * GB, 40 * GB))
     nic = rng.choice((None, 5 * GB, 20 * GB))
-    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency=rng.choice((0.0, 2e-6)))
+    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency_s=rng.choice((0.0, 2e-6)))
 
 
 def random_plan(rng: random.Random, cluster: Cluster) -> Plan | None:
@@ -65,7 +65,7 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
     """The cost model's definition, pair by pair in Python: the slowest pipeline replica's q pairs, each carrying
     nbytes / q over its pair (and both NICs across nodes), cross-node flows slowed by the other replicas' NIC share."""
     rp = plan.pipeline_replicas
-    nic = cluster.nic_bandwidth
+    nic = cluster.nic_bytes_per_s
     q = min(plan.replicas_of(src_stage), plan.replicas_of(dst_stage))
     node = [d.node for d in cluster.devices]
 
@@ -103,7 +103,9 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
             share = max(out_load[node[a]] / own_out[node[a]], in_load[node[b]] / own_in[node[b]])
             if share > 1.0:
                 moved = f.work_ms / 1000.0 * cluster.link_bandwidth(a, b)
-                f = Flow(f.resources, f.link, f.latency_ms, moved / min(cluster.bandwidth.at(a, b), nic / share) * 1000.0)
+                f = Flow(
+                    f.resources, f.link, f.latency_ms, moved / min(cluster.bandwidth_bytes_per_s.at(a, b), nic / share) * 1000.0
+                )
         shared.append(f)
     return tuple(shared)
 

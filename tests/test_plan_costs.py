@@ -110,9 +110,9 @@ def test_same_device_boundary_has_no_flows() -> None:
 def test_zero_bandwidth_link_raises_cluster_error() -> None:
     """A needed link with zero bandwidth is a ClusterError naming the pair."""
     c = cluster()
-    bw = [list(row) for row in c.bandwidth]
+    bw = [list(row) for row in c.bandwidth_bytes_per_s]
     bw[0][1] = 0.0
-    c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency)
+    c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency_s)
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 2, 8, "1f1b")
     with pytest.raises(ClusterError, match=r"bandwidth\[0\]\[1\] is 0"):
         plan_costs(plan, linear_model(profile(), c))
@@ -136,9 +136,9 @@ def test_pipeline_replicas_use_slowest_replica_transfer() -> None:
     """With rp=2 the boundary takes the flows of the replica whose transfer is slowest."""
     plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1, 3))), 2, 2, 4, "1f1b")
     c = cluster(gpus_per_node=4)
-    bw = [list(row) for row in c.bandwidth]
+    bw = [list(row) for row in c.bandwidth_bytes_per_s]
     bw[2][3] = 1 * GB
-    c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency)
+    c = Cluster("c", c.devices, tuple(tuple(r) for r in bw), c.latency_s)
     (flow,) = plan_costs(plan, linear_model(profile(), c)).forward[0]
     assert flow.link == (2, 3)
 
@@ -220,7 +220,7 @@ def test_message_overhead_is_charged_to_the_consuming_action_and_latency_to_the_
 
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 4, 4, "zb-h1")
     base = plan_costs(plan, linear_model(profile(), cluster()))
-    priced = dataclasses.replace(cluster(), message_overhead=0.5e-3, message_latency=2e-3)
+    priced = dataclasses.replace(cluster(), message_overhead_s=0.5e-3, message_latency_s=2e-3)
     costs = plan_costs(plan, linear_model(profile(), priced))
     assert costs.stages[0].fwd_ms == base.stages[0].fwd_ms
     assert costs.stages[1].fwd_ms == pytest.approx(base.stages[1].fwd_ms + 0.5)

@@ -38,7 +38,7 @@ def test_probe_without_a_profile_writes_two_cpu_devices_with_links_and_all_reduc
     assert data["bandwidth_gb_per_s"][0][1] > 0 and data["bandwidth_gb_per_s"][1][0] > 0
     assert data["allreduce"]["gb_per_s"] > 0
     cluster = load_cluster(str(out))
-    assert cluster.speed_reference == "cpu" and cluster.allreduce_bandwidth is not None
+    assert cluster.speed_reference == "cpu" and cluster.allreduce_bytes_per_s is not None
 
 
 @pytest.mark.slow
@@ -143,7 +143,7 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     profile = ModelProfile("six", 4, layers, batch_sizes=(1, 4), cut_curves=((5e4, 2e5),) * 5)
     devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, 0) for i in range(2))
     base = Cluster("two", devices, ((0.0, 3e9), (3e9, 0.0)), ((0.0, 1e-4), (1e-4, 0.0)))
-    truth = dataclasses.replace(base, message_overhead=overhead_us * 1e-6, message_latency=latency_us * 1e-6)
+    truth = dataclasses.replace(base, message_overhead_s=overhead_us * 1e-6, message_latency_s=latency_us * 1e-6)
     model = CostModel.build(profile, truth, optimizer="sgd")
     plans = pipeline_plans(profile, 2)
     assert {p.schedule for p in plans} == {"gpipe", "1f1b"} and {p.microbatch_size for p in plans} == {1, 4}

@@ -48,7 +48,7 @@ def test_an_h100_profile_on_h100s_runs_at_speed_one(reference: str) -> None:
     scaled = on_profile_scale(cluster, profile_on(reference))
     assert scaled.speed_reference == "H100"
     assert [d.speed for d in scaled.devices] == [1.0] * cluster.num_devices
-    assert scaled.bandwidth == cluster.bandwidth and scaled.nic_bandwidth == cluster.nic_bandwidth
+    assert scaled.bandwidth_bytes_per_s == cluster.bandwidth_bytes_per_s and scaled.nic_bytes_per_s == cluster.nic_bytes_per_s
     assert [d.memory_bytes for d in scaled.devices] == [d.memory_bytes for d in cluster.devices]
 
 

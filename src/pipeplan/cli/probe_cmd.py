@@ -89,10 +89,10 @@ def _run(
             write_text_atomic(out, text + "\n")
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
-            if result.message_overhead or result.message_latency or result.overhead_alone:
+            if result.message_overhead_s or result.message_latency_s or result.overhead_alone:
                 typer.echo(
-                    f"message costs: overhead {result.message_overhead * 1e6:.0f} us + latency "
-                    f"{result.message_latency * 1e6:.0f} us (fitted alone, the overhead would be "
+                    f"message costs: overhead {result.message_overhead_s * 1e6:.0f} us + latency "
+                    f"{result.message_latency_s * 1e6:.0f} us (fitted alone, the overhead would be "
                     f"{result.overhead_alone * 1e6:.0f} us)"
                 )
     except Exception as exc:

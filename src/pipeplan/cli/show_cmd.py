@@ -122,7 +122,7 @@ def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the 
                 "devices": c.num_devices,
                 "nodes": c.num_nodes,
                 "kinds": dict(sorted(kinds.items())),
-                "nic_gb_per_s": None if c.nic_bandwidth is None else c.nic_bandwidth / 1e9,
+                "nic_gb_per_s": None if c.nic_bytes_per_s is None else c.nic_bytes_per_s / 1e9,
                 "notes": CLUSTER_BUILDERS[name]().get("notes", ""),
             }
         )

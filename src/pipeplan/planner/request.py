@@ -57,7 +57,7 @@ class PlanRequest:
         check_positive_int(PlanError, "global_batch", self.global_batch)
         SAMPLES.check(PlanError, "global_batch", self.global_batch)
         devices = self.cluster.num_devices
-        if devices > 1 and not self.cluster.bandwidth.off_diagonal_max() > 0:
+        if devices > 1 and not self.cluster.bandwidth_bytes_per_s.off_diagonal_max() > 0:
             raise PlanError(
                 f"cluster {self.cluster.name!r} has {devices} devices and no link between any two (every bandwidth is 0): "
                 "give the links' bandwidth_gb_per_s"

@@ -19,7 +19,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     from matplotlib.colors import LogNorm
 
     n = cluster.num_devices
-    gb = cluster.bandwidth.dense() / 1e9
+    gb = cluster.bandwidth_bytes_per_s.dense() / 1e9
     np.fill_diagonal(gb, np.nan)
     masked = np.ma.masked_invalid(np.where(gb > 0, gb, np.nan))
     size = min(12.0, max(5.0, 0.55 * n + 2.0))
@@ -47,7 +47,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     for boundary in _node_boundaries(cluster):
         ax.axhline(boundary - 0.5, color="white", linewidth=1.5)
         ax.axvline(boundary - 0.5, color="white", linewidth=1.5)
-    nic = "" if cluster.nic_bandwidth is None else f"; NIC {cluster.nic_bandwidth / 1e9:g} GB/s per node"
+    nic = "" if cluster.nic_bytes_per_s is None else f"; NIC {cluster.nic_bytes_per_s / 1e9:g} GB/s per node"
     ax.set_title(f"{cluster.name}: bandwidth GB/s, sender row -> receiver column{nic}", fontsize=10)
     ax.set_xlabel("receiver device")
     ax.set_ylabel("sender device")

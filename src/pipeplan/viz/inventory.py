@@ -97,7 +97,7 @@ def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], 
     classes: Counter[tuple[bool, float, float]] = Counter()
     example: dict[tuple[bool, float, float], tuple[int, int]] = {}
     nodes = np.array([d.node for d in cluster.devices])
-    bandwidth, latency = cluster.bandwidth, cluster.latency
+    bandwidth, latency = cluster.bandwidth_bytes_per_s, cluster.latency_s
     if isinstance(bandwidth, NodeLinks) and isinstance(latency, NodeLinks) and np.array_equal(bandwidth.nodes, nodes):
         # by structure: the overridden pairs one by one, every other pair by its kind (no n x n pass)
         special = sorted({*map(int, bandwidth.keys), *map(int, latency.keys)})
@@ -137,7 +137,7 @@ def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], 
 def link_classes_table(cluster: Cluster) -> Table:
     """Distinct (bandwidth, latency, same node?) link classes with their ordered-pair counts."""
     classes, example = link_classes(cluster)
-    nic = "no NIC limit" if cluster.nic_bandwidth is None else f"NIC {cluster.nic_bandwidth / 1e9:g} GB/s per node, shared"
+    nic = "no NIC limit" if cluster.nic_bytes_per_s is None else f"NIC {cluster.nic_bytes_per_s / 1e9:g} GB/s per node, shared"
     table = Table(title="links (ordered pairs)", caption=nic, caption_justify="left", title_justify="left", box=box.SIMPLE)
     for header in ("where", "GB/s", "latency us", "pairs", "e.g."):
         table.add_column(header, justify="left" if header in ("where", "e.g.") else "right")
@@ -154,7 +154,7 @@ def bandwidth_matrix_table(cluster: Cluster) -> Table:
     table.add_column("")
     for b in range(cluster.num_devices):
         table.add_column(str(b), justify="right")
-    for a, row in enumerate(cluster.bandwidth.dense().tolist()):
+    for a, row in enumerate(cluster.bandwidth_bytes_per_s.dense().tolist()):
         table.add_row(str(a), *("-" if a == b else f"{v / 1e9:g}" for b, v in enumerate(row)))
     return table
 

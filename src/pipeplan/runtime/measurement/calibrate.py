@@ -184,7 +184,7 @@ def fit_messages(
 
     def error(point: tuple[float, float]) -> float:
         overhead, latency = point
-        priced = dataclasses.replace(cluster, message_overhead=overhead, message_latency=latency)
+        priced = dataclasses.replace(cluster, message_overhead_s=overhead, message_latency_s=latency)
         model = CostModel.build(profile, priced, optimizer=optimizer)
         total = 0.0
         for run, schedule in zip(runs, schedules, strict=True):

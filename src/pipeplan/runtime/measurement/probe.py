@@ -62,16 +62,16 @@ class ProbeResult:
     """What the probe measured (bytes/s, seconds), as process 0 knows it."""
 
     speeds: tuple[float, ...]
-    bandwidth: tuple[tuple[float, ...], ...]
-    latency: tuple[tuple[float, ...], ...]
-    allreduce_bandwidth: float | None
-    allreduce_latency: float
+    bandwidth_bytes_per_s: tuple[tuple[float, ...], ...]
+    latency_s: tuple[tuple[float, ...], ...]
+    allreduce_bytes_per_s: float | None
+    allreduce_latency_s: float
     nodes: tuple[int, ...]
     memory_bytes: tuple[float, ...]
     kind: str
     backend: str
-    message_overhead: float = 0.0
-    message_latency: float = 0.0
+    message_overhead_s: float = 0.0
+    message_latency_s: float = 0.0
     overhead_alone: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
 
 
@@ -221,10 +221,10 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
     kind = everyone[0]["device"]
     result = ProbeResult(
         speeds=tuple(p["speed"] for p in everyone),
-        bandwidth=tuple(tuple(row) for row in bandwidth),
-        latency=tuple(tuple(row) for row in latency),
-        allreduce_bandwidth=allreduce_bw,
-        allreduce_latency=allreduce_lat,
+        bandwidth_bytes_per_s=tuple(tuple(row) for row in bandwidth),
+        latency_s=tuple(tuple(row) for row in latency),
+        allreduce_bytes_per_s=allreduce_bw,
+        allreduce_latency_s=allreduce_lat,
         nodes=tuple(hosts.index(p["host"]) for p in everyone),
         memory_bytes=tuple(p["memory"] / (per_host[p["host"]] if kind == "cpu" else 1) for p in everyone),
         kind=kind,
@@ -237,7 +237,7 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
         overhead, latency = fit_messages(profile, cluster, pipeline_runs, optimizer)
         alone, _ = fit_messages(profile, cluster, pipeline_runs, optimizer, with_latency=False)
-        result = dataclasses.replace(result, message_overhead=overhead, message_latency=latency, overhead_alone=alone)
+        result = dataclasses.replace(result, message_overhead_s=overhead, message_latency_s=latency, overhead_alone=alone)
     return result
 
 
@@ -276,18 +276,20 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
         "format": "pipeplan.cluster/1",
         "name": name,
         "devices": devices,
-        "bandwidth_gb_per_s": [[round(result.bandwidth[a][b] / 1e9, 4) if a != b else 0 for b in range(n)] for a in range(n)],
-        "latency_us": [[round(result.latency[a][b] * 1e6, 2) if a != b else 0 for b in range(n)] for a in range(n)],
+        "bandwidth_gb_per_s": [
+            [round(result.bandwidth_bytes_per_s[a][b] / 1e9, 4) if a != b else 0 for b in range(n)] for a in range(n)
+        ],
+        "latency_us": [[round(result.latency_s[a][b] * 1e6, 2) if a != b else 0 for b in range(n)] for a in range(n)],
         "notes": f"measured by pipeplan probe over {result.backend}"
         + (f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"),
     }
-    if result.message_overhead > 0:
-        out["message_overhead_us"] = round(result.message_overhead * 1e6, 1)
-    if result.message_latency > 0:
-        out["message_latency_us"] = round(result.message_latency * 1e6, 1)
-    if result.allreduce_bandwidth is not None:
+    if result.message_overhead_s > 0:
+        out["message_overhead_us"] = round(result.message_overhead_s * 1e6, 1)
+    if result.message_latency_s > 0:
+        out["message_latency_us"] = round(result.message_latency_s * 1e6, 1)
+    if result.allreduce_bytes_per_s is not None:
         out["allreduce"] = {
-            "gb_per_s": round(result.allreduce_bandwidth / 1e9, 4),
-            "latency_us": round(result.allreduce_latency * 1e6, 2),
+            "gb_per_s": round(result.allreduce_bytes_per_s / 1e9, 4),
+            "latency_us": round(result.allreduce_latency_s * 1e6, 2),
         }
     return out

@@ -62,8 +62,8 @@ def transfer_pairs(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int,
             times = np.where(src_all == dst_all, 0.0, pair_ms)
         best = int(np.argmax(times.max(axis=1)))
     pairs, raw, rate = _pairs(cluster, src_all[best], dst_all[best], nbytes)
-    if rp > 1 and cluster.nic_bandwidth is not None:
-        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, raw, rate, cluster.nic_bandwidth)
+    if rp > 1 and cluster.nic_bytes_per_s is not None:
+        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, raw, rate, cluster.nic_bytes_per_s)
         pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
     return pairs
 
@@ -76,14 +76,14 @@ def _pairs(
     moved = senders != receivers
     src, dst = senders[moved], receivers[moved]
     nodes = device_nodes(cluster)
-    nic_rate = cluster.nic_bandwidth
-    raw = cluster.bandwidth.values(src, dst)  # device ids a plan holds: valid, no index checks
+    nic_rate = cluster.nic_bytes_per_s
+    raw = cluster.bandwidth_bytes_per_s.values(src, dst)  # device ids a plan holds: valid, no index checks
     nic = (nodes[src] != nodes[dst]) if nic_rate is not None else np.zeros(len(src), dtype=bool)
     rate = np.where(nic, np.minimum(raw, np.inf if nic_rate is None else nic_rate), raw)
     if len(rate) and not (rate > 0).all():
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    latency_ms = (cluster.latency.values(src, dst) + cluster.message_latency) * 1000.0
+    latency_ms = (cluster.latency_s.values(src, dst) + cluster.message_latency_s) * 1000.0
     work_ms = (nbytes / len(senders) / rate) * 1000.0 if len(senders) else np.zeros(0)
     return PairArrays(src, dst, nic, latency_ms, work_ms), raw, rate
 
@@ -118,7 +118,7 @@ def _share_nics(
         lock-step, so the same boundary's transfers of every replica cross the
         nodes' NICs at the same time. A NIC carrying k times as many of this
         boundary's flows as the simulated replica puts on it gives each flow at
-        most nic_bandwidth / k (flows of one replica already queue on the NIC
+        most nic_bytes_per_s / k (flows of one replica already queue on the NIC
         resource). Without this, rp pipelines crossing one NIC would each be
         predicted to get the whole NIC.
     """

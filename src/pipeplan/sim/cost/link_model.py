@@ -41,8 +41,8 @@ def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
     if cached is not None and cached[0] is cluster:
         return cached[1], cached[2]
     nodes = device_nodes(cluster)
-    rate = cluster.bandwidth.transformed(nodes, cluster.nic_bandwidth, 0.0, None)
-    latency = cluster.latency.transformed(nodes, None, cluster.message_latency, None)
+    rate = cluster.bandwidth_bytes_per_s.transformed(nodes, cluster.nic_bytes_per_s, 0.0, None)
+    latency = cluster.latency_s.transformed(nodes, None, cluster.message_latency_s, None)
     if len(_LINKS) >= 4:
         _LINKS.pop(next(iter(_LINKS)))
     _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
@@ -121,6 +121,6 @@ def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, floa
     if not (rates > 0).all():
         bad = int(np.argmin(rates > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    if cluster.allreduce_bandwidth is not None:
-        return cluster.allreduce_bandwidth, cluster.allreduce_latency
+    if cluster.allreduce_bytes_per_s is not None:
+        return cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
     return float(rates.min()), float(latency[src, dst].max())
