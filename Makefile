@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test test-fast bench lint venv clean
 
 venv: $(STAMP)
 
@@ -18,15 +18,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/pipeplan demo
 
+# the whole suite, then its 15 slowest tests
 test: $(STAMP)
-	$(PY) -m pytest -n 2 --dist loadfile tests
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15 tests
+
+# the pure core in under a minute: no test that needs torch or starts processes or takes more than about 5 s
+test-fast: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -m "not torch and not slow" tests
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# ruff; import-linter (the contracts in pyproject.toml: the layers, torch only where it belongs, search above
+# baselines); vulture (dead code: src, tests and benchmarks count as uses, vulture_whitelist.py the dynamic ones)
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks vulture_whitelist.py
+	$(VENV)/bin/ruff format --check src tests benchmarks vulture_whitelist.py
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/vulture src tests benchmarks vulture_whitelist.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache

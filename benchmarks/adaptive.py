@@ -67,12 +67,12 @@ PUBLISHED = (1.04, 1.30)
 
 def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b") -> Any:
     """pipeplan's plan of `profile` at microbatch size `batch` on `cluster` (MICROBATCHES per pipeline)."""
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.request import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     request = PlanRequest(load_profile(profile), load_cluster(cluster), batch * MICROBATCHES, batch, schedule)
-    return request, load_planners()["pipeplan"](request)
+    return request, PLANNERS["pipeplan"](request)
 
 
 def cross_node_links(pipeline: Any, cluster: Any) -> list[tuple[int, int]]:
@@ -148,7 +148,7 @@ def run_instance(job: tuple[str, int, str, int, int]) -> list[dict[str, Any]]:
 
 def run_planning(job: tuple[str, int, str, int]) -> dict[str, Any]:
     """Part 2: the idle-network plan against the trace-aware choice among its finalists under a Markov trace."""
-    from pipeplan.cli.plan_trace import choose_under_trace
+    from pipeplan.planner.search.trace_aware import choose_under_trace
     from pipeplan.sim.trace_gen import markov_trace
 
     profile, batch, cluster, seed = job

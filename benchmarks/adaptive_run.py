@@ -123,7 +123,7 @@ def hindsight_errors(runs: list[dict[str, Any]], trace: Any) -> list[float]:
     simulator follows the emulated network, apart from the controller's forecast of compute and bandwidth."""
     from pipeplan.adapt import PipelineModel
     from pipeplan.schedules.kfkb import kfkb
-    from pipeplan.sim.engine import simulate
+    from pipeplan.sim.engine.simulator import simulate
 
     errors = []
     for out in runs:

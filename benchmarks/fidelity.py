@@ -94,9 +94,9 @@ def stage_plan(cut: int | None, layers: int, m: int, b: int, schedule: str) -> d
 def splits(profile_path: Path, cluster_path: Path, m: int, b: int) -> list[int]:
     """The planner's cut (fastest simulated 1f1b over every cut) and the time-balanced cut at b samples, deduplicated."""
     from pipeplan.core.plan import Plan, Stage
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
     profile = load_profile(str(profile_path))
     model = CostModel.build(profile, load_cluster(str(cluster_path)))
@@ -210,12 +210,11 @@ class Prober:
 
 def alone_prediction(plan_path: Path, profile: Path, cluster: Path) -> float:
     """The plan's step simulated as `train` predicts it (auto scaling, Adam), with the given cluster file."""
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.io.plan_json import read_plan
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
-    plan, _ = read_plan(plan_path)
+    plan, _ = load_plan(plan_path)
     model = CostModel.build(load_profile(str(profile)), load_cluster(str(cluster)), "auto", "adam")
     return simulate_plan(plan, model, record=False).iteration_time
 
@@ -231,7 +230,7 @@ def model_study(model: str, steps: int, warmup: int, quick: bool, reprobe: float
     prober = Prober(profile_path, cluster_path, reprobe)
     prober.fresh()
     print(f"[{model}] profiled and probed in {time.perf_counter() - started:.0f} s", file=log, flush=True)
-    from pipeplan.io.load import load_profile
+    from pipeplan.presets.resolve import load_profile
 
     layers = load_profile(str(profile_path)).num_layers
     studies = []

@@ -166,15 +166,15 @@ def measured(p: int, m: int, steps: int) -> dict[str, float]:
 
 def weight_memory(p: int, m: int) -> dict[str, Any]:
     """U3: per stage, PipeMare's weight-sized buffers and weight stashing's copies, in bytes of the stage's params."""
-    from pipeplan.profiler.model import build_model
-    from pipeplan.runtime.job import even_split
+    from pipeplan.core.partition import split_evenly
+    from pipeplan.models.build import build_model
     from pipeplan.schedules.pipemare import default_minibatches, pipemare
     from pipeplan.sim.delays import stage_delays
     from pipeplan.sim.steady import WEIGHT_COPIES
 
     model = build_model("mlp", {"hidden": 256, "blocks": 7}, "digits")
     sizes = [sum(p.numel() * p.element_size() for p in layer.parameters()) for layer in model.layers]
-    params = [sum(sizes[a : b + 1]) for a, b in even_split(len(sizes), p)]
+    params = [sum(sizes[a:b]) for a, b in split_evenly(len(sizes), p)]
     copies = stage_delays(pipemare(p, m, default_minibatches(p, m))).stashed_versions
     return {
         "params": params,

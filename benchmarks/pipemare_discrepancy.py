@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
-from pipeplan.profiler.model import build_model
-from pipeplan.runtime.asynchronous import StageUpdater
-from pipeplan.runtime.optim import make_optimizer
+from pipeplan.models.build import build_model
+from pipeplan.runtime.execution.optim import make_optimizer
 from pipeplan.runtime.options import AsyncSettings
+from pipeplan.runtime.training.asynchronous import StageUpdater
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from pipeplan.profiler.datasets import batch_indices
-from pipeplan.profiler.model import Model, build_model
-from pipeplan.runtime.asynchronous import StageUpdater
-from pipeplan.runtime.evaluate import held_out_scores
-from pipeplan.runtime.optim import RateSchedule, make_optimizer
+from pipeplan.models.build import Model, build_model
+from pipeplan.models.datasets import batch_indices
+from pipeplan.runtime.execution.evaluate import held_out_scores
+from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer
 from pipeplan.runtime.options import AsyncSettings
+from pipeplan.runtime.training.asynchronous import StageUpdater
 
 STALE = {"digits": ("mlp", {"hidden": 128, "blocks": 3}, 32, 176, "constant"),
          "pysource": ("charlm", {"layers": 2, "d_model": 64}, 128, 256, "cosine")}  # fmt: skip

@@ -16,20 +16,23 @@ import statistics
 import sys
 import time
 from multiprocessing import Pool
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test tooling: planner_instances, planner_audit
 
 PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
 
 
 def run(job: tuple[int, bool]) -> dict[str, Any]:
     """Audit one seeded request."""
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.audit import audit
-    from pipeplan.planner.instances import fuzz_request
+    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from planner_audit import audit
+    from planner_instances import fuzz_request
 
     seed, large = job
     request = fuzz_request(seed, large)
-    planners = load_planners()
+    planners = REGISTRY
     result = audit(request, {name: planners[name] for name in PLANNERS})
     describe = (
         f"{request.profile.name} ({request.profile.num_layers} layers) on {request.cluster.num_devices} devices, "

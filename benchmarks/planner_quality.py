@@ -34,7 +34,10 @@ import statistics
 import sys
 import time
 from multiprocessing import Pool
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test tooling: planner_instances, planner_audit
 
 PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
 BASELINES = ("dapple", "pipedream", "balanced")
@@ -53,12 +56,12 @@ RANDOM_LAYERS, RANDOM_DEVICES, RANDOM_BATCH = 8, 4, 16
 
 def run_planners(job: tuple[str, str, int, str]) -> dict[str, Any]:
     """Plan one preset instance with every planner; times in ms, planning in s, errors as text."""
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.request import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     profile_name, cluster_name, batch, scaling = job
-    planners = load_planners()
+    planners = REGISTRY
     request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch, batch_scaling=scaling)
     row: dict[str, Any] = {"profile": profile_name, "cluster": cluster_name, "batch": batch}
     for name in PLANNERS:
@@ -80,9 +83,9 @@ def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
     import dataclasses
 
     from pipeplan.core.errors import PlanError
-    from pipeplan.planner.schedule_choice import schedule_variants
-    from pipeplan.sim.memory import check_fits
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.planner.search.schedule_choice import schedule_variants
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.plan_sim import simulate_plan
 
     def ms(variant: Any) -> float:
         result = simulate_plan(variant, request.model, record=False)
@@ -99,11 +102,11 @@ def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
 
 def run_random(seed: int) -> dict[str, Any]:
     """One random instance: exact and pipeplan (and the baselines, for context)."""
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.base import PlanRequest
-    from pipeplan.planner.instances import random_cluster, random_profile
+    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.request import PlanRequest
+    from planner_instances import random_cluster, random_profile
 
-    planners = load_planners()
+    planners = REGISTRY
     request = PlanRequest(random_profile(seed, RANDOM_LAYERS), random_cluster(seed, RANDOM_DEVICES), RANDOM_BATCH)
     row: dict[str, Any] = {"seed": seed}
     for name in ("exact", *PLANNERS):
@@ -190,7 +193,7 @@ def main() -> int:
     parser.add_argument("--batch-scaling", default="auto", help="the cost model's scaling: auto (default) or linear, ...")
     args = parser.parse_args()
 
-    from pipeplan.io.load import list_clusters, list_profiles
+    from pipeplan.presets.resolve import list_clusters, list_profiles
 
     profiles = list(QUICK_PROFILES) if args.quick else list(list_profiles())
     clusters = list(NON_UNIFORM) if args.quick else list(list_clusters())
@@ -252,15 +255,15 @@ def main() -> int:
         print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
               f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
 
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.planner import load_planners
-    from pipeplan.planner.base import PlanRequest
+    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.request import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("h100-8x128"), 2048, batch_scaling=args.batch_scaling)
     walls = []
     for _ in range(3):
         t0 = time.perf_counter()
-        load_planners()["pipeplan"](request)
+        REGISTRY["pipeplan"](request)
         walls.append(time.perf_counter() - t0)
     seconds = statistics.median(walls)
     print(f"\nPart 3: dapple/bert-48 on h100-8x128, batch 2048: pipeplan plans in {seconds:.2f} s "

@@ -42,11 +42,11 @@ def worker(rounds: int, warmup: int, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    from pipeplan.profiler.model import build_model
-    from pipeplan.runtime.executor import Executor
-    from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.predict import local_cluster, measure_link, plan_on_processes, predict, profile_stages
-    from pipeplan.runtime.topology import Topology
+    from pipeplan.models.build import build_model
+    from pipeplan.runtime.execution.executor import Executor
+    from pipeplan.runtime.execution.job import ScheduleLayout
+    from pipeplan.runtime.measurement.prediction import local_cluster, measure_link, plan_on_processes, predict, profile_stages
+    from pipeplan.runtime.placement import Topology
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -130,7 +130,7 @@ def main() -> int:
         return 0
     if args.rounds < 10:
         parser.error(f"--rounds must be >= 10, got {args.rounds}")
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     out = Path(tempfile.mkdtemp()) / "result.json"
     code = launch_local(PROCESSES, [sys.executable, __file__, "--worker", str(args.rounds), str(args.warmup), str(out)])

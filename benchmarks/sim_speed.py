@@ -21,7 +21,7 @@ import time
 
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.program import forget_programs, program_for
+from pipeplan.sim.engine.program import forget_programs, program_for
 
 STAGES = 64
 MICROBATCHES = 1024

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.model import CostModel
 
 
 def numbers(p: int, m: int, gb_per_s: float = 1.0, activation_bytes: float = 0.0, limit: float = 16e9) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.cost.model import CostModel
 
 
 def linear_model(profile: ModelProfile, cluster: Cluster, **options: Any) -> CostModel:

@@ -11,7 +11,7 @@ from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.core.errors import AdaptError
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.plan_costs import plan_costs
 
 
 def _slow(index: int, k: int, factor: float, links: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))) -> IterationObservation:

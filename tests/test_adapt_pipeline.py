@@ -7,11 +7,11 @@ import pytest
 from adapt_cases import bert_plan, numbers
 from pipeplan.adapt import IterationObservation, PipelineModel, Transfer
 from pipeplan.core.errors import AdaptError
-from pipeplan.io.load import load_cluster, load_profile
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.cost_model import CostModel
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.plan_costs import plan_costs
 
 
 def test_from_measurements_prices_like_uniform_costs() -> None:

@@ -15,7 +15,7 @@ from pipeplan.adapt.predict import fitting_ks
 from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.iterations import simulate_iterations
+from pipeplan.sim.engine.iterations import simulate_iterations
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 from pipeplan.sim.trace_gen import markov_trace, periodic_trace
 
@@ -111,6 +111,7 @@ def test_gpipe_is_left_out_when_all_microbatches_do_not_fit() -> None:
     assert comparison.not_run["gpipe"].startswith("GPipe holds all 16 microbatches: 14.90 GiB on stage 0")
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(
     seed=st.integers(0, 1000),

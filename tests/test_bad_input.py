@@ -60,7 +60,24 @@ CASES: list[tuple[str, list[str], str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "argv", "fragment"), CASES, ids=[c[0] for c in CASES])
+NEEDS_TORCH = {"unwritable profile -o", "model weights", "latest.json names a step that is gone", "hostile checkpoint"}
+"""Cases that need torch before they refuse: profile's batch sizes come from the torch profiler, a model is built,
+train reads a checkpoint."""
+SLOW = {"huge global batch"}
+"""Cases that plan before they refuse (the search itself finds that no microbatch size fits)."""
+
+
+def _marked(case: tuple[str, list[str], str]) -> object:
+    """The case with its `torch` / `slow` marks (NEEDS_TORCH, SLOW)."""
+    marks = [mark for names, mark in ((NEEDS_TORCH, pytest.mark.torch), (SLOW, pytest.mark.slow)) if case[0] in names]
+    return pytest.param(*case, marks=marks) if marks else case
+
+
+@pytest.mark.parametrize(
+    ("case", "argv", "fragment"),
+    [_marked(c) for c in CASES],
+    ids=[c[0] for c in CASES],
+)
 def test_bad_input_exits_2_with_one_line(
     case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -148,8 +165,8 @@ ISSUE_19_CASES: list[tuple[str, list[str], str]] = [
 
 def write_issue_19_files(folder: Path) -> dict[str, str]:
     """The files the cases name, written in `folder`; returns placeholder -> path."""
-    from pipeplan.io.load import load_profile
     from pipeplan.io.profile_json import write_profile_json
+    from pipeplan.presets.resolve import load_profile
 
     paths = {"BERT_PLAN": str(folder / "BERT_PLAN.json")}
     (folder / "BERT_PLAN.json").write_text(json.dumps(BERT_PLAN))
@@ -168,7 +185,7 @@ def write_issue_19_files(folder: Path) -> dict[str, str]:
     return paths
 
 
-@pytest.mark.parametrize(("case", "argv", "fragment"), ISSUE_19_CASES, ids=[c[0] for c in ISSUE_19_CASES])
+@pytest.mark.parametrize(("case", "argv", "fragment"), [_marked(c) for c in ISSUE_19_CASES], ids=[c[0] for c in ISSUE_19_CASES])
 def test_issue_19_refusals_exit_2_with_one_line_and_change_nothing(
     case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -329,7 +346,7 @@ LIMIT_CASES: list[tuple[str, list[str], str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "argv", "fragment"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+@pytest.mark.parametrize(("case", "argv", "fragment"), [_marked(c) for c in LIMIT_CASES], ids=[c[0] for c in LIMIT_CASES])
 def test_limits_and_readers_refuse_with_one_line_before_any_work(
     case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -358,13 +375,14 @@ def test_limits_and_readers_refuse_with_one_line_before_any_work(
     assert not (tmp_path / "MARKER").exists()
 
 
+@pytest.mark.torch
 def test_an_allocation_no_limit_foresaw_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """torch's allocator failing (a model's activations beyond memory: `profile transformer --opt seq_len=1000000` asks
     for 2 TB) is `out of memory` with the size, exit 2, no traceback, no profile written (the failure is injected:
     a real 2 TB request depends on the machine's overcommit setting)."""
-    import pipeplan.cli.profile_cmd as profile_cmd
+    import pipeplan.profiler.run as profiler_run
 
     def fail(*args: object, **kwargs: object) -> None:
         raise RuntimeError(
@@ -372,7 +390,7 @@ def test_an_allocation_no_limit_foresaw_is_one_line(
             "allocate 2097152000000 bytes. Error code 12 (Cannot allocate memory)"
         )
 
-    monkeypatch.setattr(profile_cmd, "_measure", fail)
+    monkeypatch.setattr(profiler_run, "measure_model", fail)
     monkeypatch.chdir(tmp_path)
     code, out, err = run(monkeypatch, capsys, "profile", "mlp", "-b", "8", "-o", "p.json", "-q")
     assert (

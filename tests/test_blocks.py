@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.load import load_profile
-from pipeplan.planner.blocks import make_blocks
+from pipeplan.planner.search.blocks import make_blocks
+from pipeplan.presets.resolve import load_profile
 
 
 def profile_of(layers: list[tuple[float, float, float]]) -> ModelProfile:

@@ -7,8 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.profiler.charlm import charlm, next_char_cross_entropy  # noqa: E402
-from pipeplan.profiler.model import build_model  # noqa: E402
+from pipeplan.models.build import build_model  # noqa: E402
+from pipeplan.models.charlm import charlm, next_char_cross_entropy  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 
 def run(spec: object, ids: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Result]:
     return out, result
 
 
+@pytest.mark.slow
 def test_demo_writes_a_png_and_a_trace_per_schedule(demo_run: tuple[Path, Result]) -> None:
     """demo --out DIR writes <name>.png and <name>.trace.json for the five schedules and prints their paths."""
     out, result = demo_run
@@ -74,6 +75,7 @@ def test_demo_is_a_list_of_steps_starting_with_the_schedule_comparison() -> None
     assert STEPS[0] is compare_schedules
 
 
+@pytest.mark.slow
 def test_demo_json_is_one_object_with_both_comparisons(tmp_path: Path) -> None:
     """demo --json prints only JSON: each schedule's `simulate --json` object (the library's numbers), every
     planner's `plan --json` object for bert-48, and the files written (the same files as without --json)."""

@@ -18,9 +18,6 @@ from file_kinds import NON_FILES, NON_FOLDERS, snapshot
 from pipeplan.cli import main
 from pipeplan.core.plan import Plan, Stage
 
-INPUTS = ("profile.json", "cluster.json", "plan.json", "bandwidth.json", "order.csv")
-"""The input files every case finds in its folder (profile and cluster named by the plan, as `plan --out` records)."""
-
 TRAIN_OUTPUTS = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
 COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
     "plan": (["plan", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8"], {"--out": "o.json"},
@@ -53,10 +50,10 @@ def is_folder(command: str, flag: str) -> bool:
 def write_inputs(folder: Path) -> None:
     """The input files: a real profile and cluster, a plan naming them, a bandwidth trace, a schedule CSV."""
     from pipeplan.io.cluster_json import cluster_to_json
-    from pipeplan.io.load import load_cluster, load_profile
     from pipeplan.io.plan_json import write_plan
     from pipeplan.io.profile_json import write_profile_json
     from pipeplan.io.schedule_io import write_schedule_csv
+    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.schedules import make_schedule
 
     write_profile_json(load_profile("dapple/vgg-19"), folder / "profile.json")
@@ -116,7 +113,13 @@ def command_args(command: str, outputs: dict[str, str]) -> list[str]:
     return args
 
 
-OUTPUT_CASES = [(command, flag) for command, (_, outputs, _) in COMMANDS.items() for flag in outputs]
+NEEDS_TORCH = {"profile"}
+"""Commands that import torch before they check their outputs (profile's batch sizes come from the torch profiler)."""
+OUTPUT_CASES = [
+    pytest.param(command, flag, marks=pytest.mark.torch) if command in NEEDS_TORCH else (command, flag)
+    for command, (_, outputs, _) in COMMANDS.items()
+    for flag in outputs
+]
 
 
 @pytest.mark.parametrize(("command", "flag"), OUTPUT_CASES)
@@ -148,6 +151,7 @@ def spellings(folder: Path, name: str) -> list[str]:
     return [name, f"./{name}", str(folder / name), f"here/{name}", f"../{folder.name}/{name}"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c, (_, _, inputs) in COMMANDS.items() if inputs])
 def test_an_output_naming_an_input_is_refused_however_it_is_spelled(command: str, tmp_path: Path) -> None:
     """An output that names one of the command's inputs (given, or named by its plan file), spelled any way or through
@@ -168,6 +172,7 @@ def test_an_output_naming_an_input_is_refused_however_it_is_spelled(command: str
 MULTI = [(command, flags) for command, (_, outputs, _) in COMMANDS.items() for flags in [list(outputs)] if len(flags) > 1]
 
 
+@pytest.mark.slow
 @given(st.sampled_from(MULTI), st.data())
 def test_two_outputs_of_one_command_on_one_path_are_refused(case: tuple[str, list[str]], data: st.DataObject) -> None:
     """Any two outputs of a command given one path (spelled alike or not): refused naming both flags, nothing written."""
@@ -188,6 +193,7 @@ def test_two_outputs_of_one_command_on_one_path_are_refused(case: tuple[str, lis
         assert first in err or second in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["plan", "simulate --plan", "simulate FILE", "show cluster"])
 def test_an_existing_regular_file_that_is_no_input_is_replaced_keeping_its_mode(command: str, tmp_path: Path) -> None:
     """The guard lets a regular file that is no input be an output: the command rewrites it, with its mode kept."""

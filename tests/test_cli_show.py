@@ -9,8 +9,8 @@ import pytest
 
 from cli_runner import run
 from pipeplan.io.cluster_json import cluster_to_json
-from pipeplan.io.load import list_clusters, list_profiles, load_cluster, load_profile
 from pipeplan.io.profile_json import profile_to_json
+from pipeplan.presets.resolve import list_clusters, list_profiles, load_cluster, load_profile
 
 
 def test_show_profile_json_is_the_profile(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from models import default_model, linear_model
 from pipeplan.cli import app, main
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import write_plan
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.plan_sim import simulate_plan
 
 
 def run_json(*args: str) -> dict[str, Any]:
@@ -181,6 +181,7 @@ def test_bad_input_exits_2_with_one_line(
     assert err.startswith("error: ") and message in err
 
 
+@pytest.mark.slow
 def test_bad_input_in_a_real_process_has_no_traceback() -> None:
     """The installed command exits 2 on a bad cost list and prints no traceback."""
     proc = subprocess.run(

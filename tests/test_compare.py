@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.planner.base import PlanRequest, PlanResult
 from pipeplan.planner.compare import PlannerFailure, best_baseline, best_row, compare, planner_names, speedup
-from pipeplan.planner.instances import random_cluster, random_profile
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.presets.resolve import load_cluster, load_profile
+from planner_instances import random_cluster, random_profile
 
 FAST = "balanced,pipedream,exact"
 
@@ -59,6 +59,7 @@ def test_compare_json_shape(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     assert set(results[2]) == {"planner", "error", "planning_seconds"}
 
 
+@pytest.mark.slow
 def test_compare_table_and_png(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The table names every planner, lists exact's refusal under it, and --png writes the fastest plan's timeline."""
     png = tmp_path / "best.png"
@@ -101,6 +102,7 @@ def test_compare_checks_planners_and_outputs_before_planning(
     assert len(err.strip().splitlines()) == 1 and message in err, err
 
 
+@pytest.mark.slow
 def test_compare_takes_a_schedule_and_an_optimizer_factor(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -82,12 +82,12 @@ def test_a_described_cluster_of_16384_gpus_holds_kilobytes() -> None:
                    "inter_node_gb_per_s": 50, "latency_us": {"intra": 3, "inter": 10},
                    "overrides": [{"pair": [0, 16383], "gb_per_s": 1}]}  # fmt: skip
     cluster = cluster_from_json(description)
-    assert isinstance(cluster.bandwidth, NodeLinks) and cluster.bandwidth.nodes.nbytes == 16384 * 8
+    assert isinstance(cluster.bandwidth_bytes_per_s, NodeLinks) and cluster.bandwidth_bytes_per_s.nodes.nbytes == 16384 * 8
     assert (
         cluster.link_bandwidth(0, 7) == 450e9 and cluster.link_bandwidth(0, 8) == 50e9 and cluster.link_bandwidth(0, 16383) == 1e9
     )
-    assert cluster.latency[np.array([0, 0]), np.array([1, 9])].tolist() == pytest.approx([3e-6, 10e-6])
-    assert cluster.bandwidth.extremes(cluster.bandwidth.nodes) == (450e9, 1e9)
+    assert cluster.latency_s[np.array([0, 0]), np.array([1, 9])].tolist() == pytest.approx([3e-6, 10e-6])
+    assert cluster.bandwidth_bytes_per_s.extremes(cluster.bandwidth_bytes_per_s.nodes) == (450e9, 1e9)
 
 
 def test_cluster_names_a_bad_entry_of_any_form() -> None:

@@ -9,8 +9,8 @@ import pytest
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, PlanError, ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.load import load_cluster
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.presets.resolve import load_cluster
+from pipeplan.sim.cost.model import CostModel
 
 
 def profile(reference_device: str = "V100") -> ModelProfile:

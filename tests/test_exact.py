@@ -10,13 +10,13 @@ import pytest
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.planner import load_planners
-from pipeplan.planner.base import PlanRequest
 from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exact, search_space
-from pipeplan.planner.instances import random_cluster, random_profile
-from pipeplan.sim.memory import check_fits
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import random_cluster, random_profile
 
 
 def brute_force(request: PlanRequest) -> float:
@@ -58,13 +58,14 @@ def test_exact_equals_brute_force_on_tiny_instances(seed: int) -> None:
     assert plan_exact(request).iteration_time == pytest.approx(brute_force(request), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [3, 4])
 def test_exact_is_never_beaten_by_another_planner(seed: int) -> None:
     """8 layers on 4 devices: no registered planner finds a faster plan than exact."""
     request = PlanRequest(random_profile(seed, 8), random_cluster(seed, 4), 16)
     best = plan_exact(request)
     check_fits(best.plan, request.model)
-    for name, planner in load_planners().items():
+    for name, planner in PLANNERS.items():
         if name != "exact":
             assert best.iteration_time <= planner(request).iteration_time * (1 + 1e-9), name
 

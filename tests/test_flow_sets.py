@@ -7,6 +7,7 @@ import random
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,9 +17,9 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.costs import Costs, Flow
-from pipeplan.sim.flow_sets import plan_flows
-from pipeplan.sim.stage_costs import plan_costs
+from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import Costs, Flow
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 GB = 1e9
@@ -39,7 +40,7 @@ def random_cluster(rng: random.Random, nodes: int, per_node: int) -> Cluster:
         a, b = rng.sample(range(n), 2)
         bw[a][b] = rng.choice((2 * GB, 40 * GB))
     nic = rng.choice((None, 5 * GB, 20 * GB))
-    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency=rng.choice((0.0, 2e-6)))
+    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency_s=rng.choice((0.0, 2e-6)))
 
 
 def random_plan(rng: random.Random, cluster: Cluster) -> Plan | None:
@@ -64,7 +65,7 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
     """The cost model's definition, pair by pair in Python: the slowest pipeline replica's q pairs, each carrying
     nbytes / q over its pair (and both NICs across nodes), cross-node flows slowed by the other replicas' NIC share."""
     rp = plan.pipeline_replicas
-    nic = cluster.nic_bandwidth
+    nic = cluster.nic_bytes_per_s
     q = min(plan.replicas_of(src_stage), plan.replicas_of(dst_stage))
     node = [d.node for d in cluster.devices]
 
@@ -102,11 +103,14 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
             share = max(out_load[node[a]] / own_out[node[a]], in_load[node[b]] / own_in[node[b]])
             if share > 1.0:
                 moved = f.work_ms / 1000.0 * cluster.link_bandwidth(a, b)
-                f = Flow(f.resources, f.link, f.latency_ms, moved / min(cluster.bandwidth.at(a, b), nic / share) * 1000.0)
+                f = Flow(
+                    f.resources, f.link, f.latency_ms, moved / min(cluster.bandwidth_bytes_per_s.at(a, b), nic / share) * 1000.0
+                )
         shared.append(f)
     return tuple(shared)
 
 
+@pytest.mark.slow
 @given(st.integers(1, 5), st.integers(1, 4), st.randoms(use_true_random=False))
 @settings(max_examples=120, deadline=None)
 def test_flows_follow_the_definition_and_their_reduction_changes_no_time(nodes: int, per_node: int, rng: random.Random) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.io.graph_txt import batch_size_from_name, parse_graph_txt, profile_name_from_file, read_graph, read_graph_txt
-from pipeplan.io.load import list_profiles, load_profile
+from pipeplan.presets.resolve import list_profiles, load_profile
 
 SHARED = Path("/work/shared/profiles")
 PRESETS = Path(__file__).resolve().parents[1] / "src" / "pipeplan" / "presets" / "profiles"

@@ -38,6 +38,7 @@ def _refused(text: str) -> str:
     return message
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(VALUES, st.sampled_from([None, 2]))
 def test_any_json_value_reads_as_json_loads_reads_it(value: object, indent: int | None) -> None:
@@ -132,6 +133,7 @@ def _with_nan(value: object, target: str, path: str = "") -> object:
     return "@@NAN@@" if here == target else value
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(TREES, st.data())
 def test_a_refused_literal_is_located_at_its_field(tree: object, data: st.DataObject) -> None:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import plan_from_json
-from pipeplan.planner.instances import fuzz_request
-from pipeplan.sim.cost_model import CostModel
-from pipeplan.sim.memory import memory_per_device
-from pipeplan.sim.stage_costs import plan_costs, simulate_plan
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.memory import memory_per_device
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import fuzz_request
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "linear_golden.json").read_text())["records"]
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
-from pipeplan.sim.flow_sets import boundary_flows, transfer_ms
-from pipeplan.sim.links import pair_ms, ring_allreduce_ms, ring_allreduce_terms
+from pipeplan.sim.cost.flow_sets import boundary_flows, transfer_ms
+from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms, ring_allreduce_terms
 
 GB = 1e9
 
@@ -28,9 +28,9 @@ def cluster(nic: float | None = None) -> Cluster:
 
 def without_link(c: Cluster, src: int, dst: int) -> Cluster:
     """c with bandwidth[src][dst] set to 0."""
-    bw = [list(row) for row in c.bandwidth]
+    bw = [list(row) for row in c.bandwidth_bytes_per_s]
     bw[src][dst] = 0.0
-    return dataclasses.replace(c, bandwidth=tuple(map(tuple, bw)))
+    return dataclasses.replace(c, bandwidth_bytes_per_s=tuple(map(tuple, bw)))
 
 
 def test_pair_ms_is_latency_plus_bytes_over_rate() -> None:
@@ -114,8 +114,8 @@ def test_ring_allreduce_is_capped_by_the_nic() -> None:
 
 
 def test_measured_allreduce_replaces_the_ring_links() -> None:
-    """With allreduce_bandwidth/latency on the cluster, every ring uses them instead of its links."""
-    c = dataclasses.replace(cluster(), allreduce_bandwidth=20 * GB, allreduce_latency=7e-6)
+    """With allreduce_bytes_per_s/latency on the cluster, every ring uses them instead of its links."""
+    c = dataclasses.replace(cluster(), allreduce_bytes_per_s=20 * GB, allreduce_latency_s=7e-6)
     expected = (2 * 3 / 4 * 4e9 / (20 * GB) + 6 * 7e-6) * 1000
     assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx(expected)
     assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx((4e9 / (20 * GB) + 2 * 7e-6) * 1000)
@@ -126,8 +126,8 @@ def test_measured_allreduce_replaces_the_ring_links() -> None:
 
 
 def test_measured_allreduce_latency_defaults_to_zero() -> None:
-    """A cluster with only allreduce_bandwidth has no fixed all-reduce time."""
-    c = dataclasses.replace(cluster(), allreduce_bandwidth=20 * GB)
+    """A cluster with only allreduce_bytes_per_s has no fixed all-reduce time."""
+    c = dataclasses.replace(cluster(), allreduce_bytes_per_s=20 * GB)
     assert ring_allreduce_terms(c, (0, 1))[1] == 0.0
 
 
@@ -138,7 +138,7 @@ def test_ring_allreduce_terms_agree_with_ring_allreduce_ms(
     """per_byte * bytes + fixed equals ring_allreduce_ms on any ring, with or without NIC and measured collective."""
     c = cluster(nic=5 * GB if nic else None)
     if measured:
-        c = dataclasses.replace(c, allreduce_bandwidth=20 * GB, allreduce_latency=7e-6)
+        c = dataclasses.replace(c, allreduce_bytes_per_s=20 * GB, allreduce_latency_s=7e-6)
     ring = tuple(order[:n])
     per_byte, fixed = ring_allreduce_terms(c, ring)
     assert per_byte * nbytes + fixed == pytest.approx(ring_allreduce_ms(c, ring, nbytes), rel=1e-12, abs=1e-12)
@@ -149,7 +149,7 @@ def test_zero_bandwidth_between_ring_neighbours_names_the_pair(measured: bool) -
     """A ring whose neighbours cannot talk raises ClusterError naming the pair, even with a measured all-reduce."""
     c = without_link(cluster(), 2, 3)
     if measured:
-        c = dataclasses.replace(c, allreduce_bandwidth=20 * GB)
+        c = dataclasses.replace(c, allreduce_bytes_per_s=20 * GB)
     for call in (lambda: ring_allreduce_ms(c, (1, 2, 3), 1e9), lambda: ring_allreduce_terms(c, (1, 2, 3))):
         with pytest.raises(ClusterError, match=r"bandwidth\[2\]\[3\] is 0 but devices 2 and 3 must talk"):
             call()
@@ -159,9 +159,9 @@ def test_zero_bandwidth_between_ring_neighbours_names_the_pair(measured: bool) -
 
 def test_message_latency_adds_to_every_pair_but_not_to_a_device_itself() -> None:
     """A cluster's message latency is part of every off-device message: pair_ms, flows and the planners' arrays."""
-    from pipeplan.sim.links import link_arrays
+    from pipeplan.sim.cost.link_model import link_arrays
 
-    c = dataclasses.replace(cluster(), message_latency=2e-3)
+    c = dataclasses.replace(cluster(), message_latency_s=2e-3)
     assert c.link_latency(0, 1) == pytest.approx(1e-6 + 2e-3)
     assert c.link_latency(1, 1) == 0.0
     assert pair_ms(c, 0, 1, 1e9) == pytest.approx(1e-3 + 2.0 + 10.0)

@@ -12,10 +12,11 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.validate import validate
-from pipeplan.planner.list_schedule import list_order, list_plan, memory_budgets
+from pipeplan.planner.search.list_schedule import list_order, list_plan, memory_budgets
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.stage_costs import plan_costs, simulate_plan
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.plan_sim import simulate_plan
 
 
 def one_f_one_b_and_list(p: int, m: int, fwd: object, bwd: object, comm: object, budgets: tuple[int, ...]) -> tuple[float, float]:

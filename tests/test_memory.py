@@ -12,8 +12,8 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
 from pipeplan.schedules.registry import make_schedule
-from pipeplan.sim.held import peak_held
-from pipeplan.sim.memory import (
+from pipeplan.sim.cost.held import peak_held
+from pipeplan.sim.cost.memory import (
     check_fits,
     fit_error,
     memory_excess,
@@ -22,7 +22,7 @@ from pipeplan.sim.memory import (
     per_device,
     result_memory,
 )
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = float(2**30)
 

@@ -17,14 +17,14 @@ from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import plan_dumps
-from pipeplan.planner import PLANNERS, load_planners
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.candidates import divisors
-from pipeplan.planner.search import plan_pipeplan
-from pipeplan.sim.memory import check_fits
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.candidates import divisors
+from pipeplan.planner.search.selection import plan_pipeplan
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = 2**30
 
@@ -64,6 +64,7 @@ def best_straight_1f1b(profile: ModelProfile, cluster: Cluster, global_batch: in
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_planner_never_worse_than_best_straight_1f1b(seed: int) -> None:
     """On random 6-layer, 4-device instances pipeplan is at least as fast as every straight 1F1B pipeline."""
@@ -72,6 +73,7 @@ def test_planner_never_worse_than_best_straight_1f1b(seed: int) -> None:
     assert result.iteration_time <= best_straight_1f1b(profile, cluster, 32) * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_returned_plan_fits_and_matches_its_simulation() -> None:
     """Every device's peak memory is within its capacity, and the result is the plan's own full simulation."""
     profile, cluster = random_instance(3)
@@ -85,6 +87,7 @@ def test_returned_plan_fits_and_matches_its_simulation() -> None:
     assert result.planning_seconds > 0
 
 
+@pytest.mark.slow
 def test_same_inputs_give_byte_identical_plans() -> None:
     """Planning twice gives the same plan file bytes."""
     profile, cluster = random_instance(4, layers=8)
@@ -123,6 +126,7 @@ def test_consecutive_stages_land_on_fast_links() -> None:
         assert (a, b) in fast
 
 
+@pytest.mark.slow
 def test_schedule_and_microbatch_size_restrictions_are_kept() -> None:
     """--schedule 1f1b and --microbatch-size 2 restrict the answer."""
     profile, cluster = random_instance(5)
@@ -133,6 +137,7 @@ def test_schedule_and_microbatch_size_restrictions_are_kept() -> None:
     assert listed.schedule == "list" and listed.order is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 def test_a_restricted_schedule_still_seeds_with_the_baselines_and_never_loses_to_them(schedule: str) -> None:
     """With --schedule set, the baselines still seed the search (as 1f1b plans): pipeplan under 1f1b is never slower
@@ -146,12 +151,13 @@ def test_a_restricted_schedule_still_seeds_with_the_baselines_and_never_loses_to
     if schedule == "1f1b":
         for name, seed_ms in result.extra["seeds"].items():
             assert result.iteration_time <= seed_ms * (1 + 1e-9), name
-            assert seed_ms == pytest.approx(load_planners()[name](request).iteration_time)
+            assert seed_ms == pytest.approx(PLANNERS[name](request).iteration_time)
 
 
 SMALL_BATCH_INTERLEAVED = [("dapple/bert-24", "a100-8x2", 4), ("pipedream/resnet50", "v100-8x2-25g", 6)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("profile", "cluster", "batch"), SMALL_BATCH_INTERLEAVED)
 def test_interleaved_at_a_small_batch_finds_ranks_that_divide_the_microbatches(profile: str, cluster: str, batch: int) -> None:
     """--schedule interleaved-1f1b with m = 4 or 6: the fastest candidates have 16 ranks (m % p != 0); pipeplan reads
@@ -177,12 +183,13 @@ def test_a_schedule_that_cannot_run_says_what_it_needs(schedule: str, batch: int
         plan_pipeplan(request)
 
 
-def test_registry_holds_pipeplan() -> None:
-    """load_planners registers the pipeplan planner under its name (wrapped so that a missing link divides quietly)."""
-    assert load_planners() is PLANNERS
+def test_registry_holds_every_planner_by_plain_import() -> None:
+    """The registry names pipeplan, the three baselines and exact, each guarded (a missing link divides quietly)."""
+    assert list(PLANNERS) == ["pipeplan", "dapple", "pipedream", "balanced", "exact"]
     assert PLANNERS["pipeplan"].__wrapped__ is plan_pipeplan  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_cli_plan_json_and_out_file(tmp_path: Path) -> None:
     """`plan --json` prints the plan plus timings; `--out` writes the same bytes twice."""
     runner = CliRunner()
@@ -220,6 +227,7 @@ def eight_servers() -> Cluster:
                               "inter_node_gb_per_s": 3.125, "nic_gb_per_s": 3.125, "latency_us": 50})  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_free_microbatch_size_never_plans_worse_than_the_profiles_own() -> None:
     """Searching every size that divides the batch finds a plan at least as fast as planning at the size the
     profile was measured at (alexnet, batch 256, on eight servers: 373.9 ms free against 310.7 ms fixed before
@@ -251,6 +259,7 @@ def test_a_cpu_profile_on_gpus_is_refused_with_a_way_out(tmp_path: Path) -> None
     assert "--project-to" in str(result.exception) and "pipeplan probe" in str(result.exception)
 
 
+@pytest.mark.slow
 def test_an_h100_projection_plans_at_the_h100s_own_speed() -> None:
     """An H100-projected profile on h100-8x4 runs at speed 1.0 there, not 5.0 (speeds on one scale): its plan is
     no faster than the busiest device's compute allows."""
@@ -272,6 +281,7 @@ def test_a_cluster_whose_devices_cannot_talk_is_refused_before_planning() -> Non
         PlanRequest(load_profile("pipedream/vgg16"), cluster, 32)
 
 
+@pytest.mark.slow
 def test_plan_reads_a_graph_txt_without_pbs_given_the_batch(tmp_path: Path) -> None:
     """A graph.txt renamed without -pbs-N plans with --profile-batch-size; without it, the error names the option."""
     from importlib import resources
@@ -297,13 +307,13 @@ def test_plan_checks_its_output_before_planning(monkeypatch: pytest.MonkeyPatch,
     assert err.strip() == "error: OutputError: --out '/no/such/folder/plan.json': folder '/no/such/folder' does not exist"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replication", ["pipelines", "none"])
 @pytest.mark.parametrize("seed", range(4))
 def test_every_planner_keeps_the_replication_rule(seed: int, replication: str) -> None:
     """Random small instances (some fit only with replication): each planner's plan keeps the rule, or it says no."""
     profile, cluster = random_instance(seed, layers=5, devices=4)
     request = PlanRequest(profile, cluster, 16, replication=replication)
-    load_planners()
     planned = 0
     for name, planner in sorted(PLANNERS.items()):
         try:
@@ -317,6 +327,7 @@ def test_every_planner_keeps_the_replication_rule(seed: int, replication: str) -
     assert planned >= 2  # pipeplan and balanced always have a straight pipeline of one device per stage
 
 
+@pytest.mark.slow
 def test_replication_narrows_the_search_and_pipelines_still_replicate() -> None:
     """vgg16 on two DGX-1: the free plan replicates stages; `pipelines` replicates whole pipelines, slower;
     `none` is one straight pipeline, slower still."""
@@ -339,24 +350,21 @@ def test_replication_narrows_the_search_and_pipelines_still_replicate() -> None:
 
 def test_a_planner_breaking_the_rule_is_caught_by_the_registry() -> None:
     """The registry's net: a plan against the request's replication is a PlanError naming planner and stage."""
-    from pipeplan.planner.base import register_planner
+    from pipeplan.planner.request import guarded
 
     profile, cluster = random_instance(0, layers=4, devices=4)
 
-    def wide(request: PlanRequest) -> object:
+    def wide(request: PlanRequest, progress: object) -> object:
         plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 4, "1f1b")
         return type("R", (), {"plan": plan})()
 
-    register_planner("test-wide")(wide)  # type: ignore[arg-type]
-    try:
-        with pytest.raises(
-            PlanError, match=r"planner 'test-wide' returned a plan against replication 'pipelines': stage 0 runs on 2"
-        ):
-            PLANNERS["test-wide"](PlanRequest(profile, cluster, 16, replication="pipelines"))
-    finally:
-        PLANNERS.pop("test-wide")
+    with pytest.raises(
+        PlanError, match=r"planner 'test-wide' returned a plan against replication 'pipelines': stage 0 runs on 2"
+    ):
+        guarded("test-wide", wide)(PlanRequest(profile, cluster, 16, replication="pipelines"))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_replication_flag_is_checked_and_reaches_compare(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,76 +1,28 @@
-"""Tests of the baseline planners: balanced partition, DAPPLE's latency model and placement, PipeDream's DP."""
+"""Tests of the baseline planners: balanced, DAPPLE's latency model and placement, PipeDream's DP."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from pipeplan.core.errors import PlanError
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.planner.balanced import balanced_partition, blocks_needed, min_bottleneck, plan_balanced
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.baseline_tools import merge_layers, prefix_sums
-from pipeplan.planner.dapple import plan_dapple
-from pipeplan.planner.dapple_model import (
+from pipeplan.planner.baselines.balanced import plan_balanced
+from pipeplan.planner.baselines.dapple import plan_dapple
+from pipeplan.planner.baselines.dapple_model import (
     APPEND_FIRST,
     FRESH_FIRST,
     SCATTER_FIRST,
     allocate,
     allocate_replicas,
+    dapple_allreduce_ms,
     pivot_latency,
     pivot_stage,
-    ring_allreduce_ms,
 )
-from pipeplan.planner.pipedream import level_dp, levels_of, plan_pipedream, unwind
-from pipeplan.sim.memory import check_fits
-
-
-def brute_bottleneck(costs: list[float], parts: int) -> float:
-    """Smallest largest block sum over every split of costs into exactly `parts` contiguous blocks."""
-    best = float("inf")
-    for cuts in itertools.combinations(range(1, len(costs)), parts - 1):
-        bounds = [0, *cuts, len(costs)]
-        best = min(best, max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds)))
-    return best
-
-
-def test_balanced_partition_hand_case() -> None:
-    """[1, 2, 3, 4, 5] in 3 blocks: the best bottleneck is 6 ([1,2,3] [4] [5]) and bounds cover all layers."""
-    bounds = balanced_partition([1, 2, 3, 4, 5], 3)
-    assert bounds == [0, 3, 4, 5]
-    assert min_bottleneck([1, 2, 3, 4, 5], 3) == 6
-
-
-def test_blocks_needed_counts_greedy_blocks() -> None:
-    """A bound below the largest element is infeasible; a bound of the total needs one block."""
-    prefix = prefix_sums([1, 2, 3, 4, 5])
-    assert blocks_needed(prefix, 15) == 1
-    assert blocks_needed(prefix, 6) == 3
-    assert blocks_needed(prefix, 4) > 5
-
-
-@given(
-    costs=st.lists(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=9),
-    parts=st.integers(min_value=1, max_value=9),
-)
-def test_balanced_partition_matches_brute_force(costs: list[float], parts: int) -> None:
-    """The partition has exactly `parts` non-empty blocks and the brute-force optimal bottleneck."""
-    parts = min(parts, len(costs))
-    bounds = balanced_partition(costs, parts)
-    assert bounds[0] == 0 and bounds[-1] == len(costs) and len(bounds) == parts + 1
-    assert all(b > a for a, b in itertools.pairwise(bounds))
-    worst = max(sum(costs[a:b]) for a, b in itertools.pairwise(bounds))
-    assert worst == pytest.approx(brute_bottleneck(costs, parts), rel=1e-12, abs=1e-12)
-
-
-def test_balanced_partition_rejects_more_parts_than_layers() -> None:
-    """Asking for more stages than layers names both counts."""
-    with pytest.raises(PlanError, match="cannot split 2 layers into 3"):
-        balanced_partition([1.0, 2.0], 3)
+from pipeplan.planner.baselines.layer_groups import merge_layers
+from pipeplan.planner.baselines.pipedream import level_dp, levels_of, plan_pipedream, unwind
+from pipeplan.planner.request import PlanRequest
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.memory import check_fits
 
 
 def test_balanced_planner_uses_devices_in_order_with_enough_microbatches() -> None:
@@ -106,10 +58,10 @@ def test_pivot_latency_hand_case_with_slow_middle_stage() -> None:
     assert latency == pytest.approx(4 + 27 + 20)
 
 
-def test_ring_allreduce_formula() -> None:
+def test_dapple_allreduce_formula() -> None:
     """2 W (r-1) / (r B): 1 GB over 4 replicas at 1e6 bytes/ms takes 1500 ms; one replica needs none."""
-    assert ring_allreduce_ms(1e9, 4, 1e6) == pytest.approx(1500.0)
-    assert ring_allreduce_ms(1e9, 1, 1e6) == 0.0
+    assert dapple_allreduce_ms(1e9, 4, 1e6) == pytest.approx(1500.0)
+    assert dapple_allreduce_ms(1e9, 1, 1e6) == 0.0
 
 
 def test_placement_policies_on_two_machines() -> None:

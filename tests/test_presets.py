@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeplan.core.devices import DEVICE_KINDS, GPU_SPECS, canonical_kind, gpu_spec
 from pipeplan.core.errors import ClusterError, ProfileError
-from pipeplan.io.load import list_clusters, list_profiles, load_cluster, load_profile
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.presets.clusters import DGX1_NVLINKS
-from pipeplan.presets.gpus import DEVICE_KINDS, GPU_SPECS, canonical_kind, gpu_spec
+from pipeplan.presets.resolve import list_clusters, list_profiles, load_cluster, load_profile
 
 GIB = 2**30
 
@@ -100,17 +100,17 @@ def test_builtin_cluster_shapes(name: str) -> None:
     cluster = load_cluster(name)
     assert cluster.name == name
     assert (cluster.num_devices, cluster.num_nodes) == (devices, nodes)
-    assert (None if cluster.nic_bandwidth is None else cluster.nic_bandwidth / 1e9) == nic
+    assert (None if cluster.nic_bytes_per_s is None else cluster.nic_bytes_per_s / 1e9) == nic
     assert {d.kind for d in cluster.devices} == kinds
-    assert len(cluster.bandwidth) == devices and all(len(row) == devices for row in cluster.bandwidth)
+    assert len(cluster.bandwidth_bytes_per_s) == devices and all(len(row) == devices for row in cluster.bandwidth_bytes_per_s)
     # Every pair of distinct devices can talk.
-    assert min(cluster.bandwidth[a][b] for a in range(min(devices, 40)) for b in range(devices) if a != b) > 0
+    assert min(cluster.bandwidth_bytes_per_s[a][b] for a in range(min(devices, 40)) for b in range(devices) if a != b) > 0
 
 
 def test_dgx1_matrix_is_the_hybrid_cube_mesh() -> None:
     """v100-8x1 is symmetric and non-uniform: 50, 25 and 10 GB/s pairs; each GPU has 6 NVLinks (150 GB/s)."""
     cluster = load_cluster("v100-8x1")
-    gb = [[v / 1e9 for v in row] for row in cluster.bandwidth]
+    gb = [[v / 1e9 for v in row] for row in cluster.bandwidth_bytes_per_s]
     assert all(gb[a][b] == gb[b][a] for a in range(8) for b in range(8))
     off_diagonal = sorted(gb[a][b] for a in range(8) for b in range(8) if a != b)
     assert set(off_diagonal) == {10.0, 25.0, 50.0}
@@ -128,9 +128,9 @@ def test_two_dgx1_servers_share_one_25g_nic_each() -> None:
     cluster = load_cluster("v100-8x2-25g")
     one = load_cluster("v100-8x1")
     for a in range(8):
-        assert cluster.bandwidth[a][:8].tolist() == one.bandwidth[a].tolist()
-        assert cluster.bandwidth[8 + a][8:].tolist() == one.bandwidth[a].tolist()
-        assert set(cluster.bandwidth[a][8:].tolist()) == {3.125e9}
+        assert cluster.bandwidth_bytes_per_s[a][:8].tolist() == one.bandwidth_bytes_per_s[a].tolist()
+        assert cluster.bandwidth_bytes_per_s[8 + a][8:].tolist() == one.bandwidth_bytes_per_s[a].tolist()
+        assert set(cluster.bandwidth_bytes_per_s[a][8:].tolist()) == {3.125e9}
     assert cluster.link_bandwidth(0, 9) == 3.125e9
 
 
@@ -140,9 +140,9 @@ def test_hetero_cluster_speeds_and_memory() -> None:
     a100, v100 = cluster.devices[0], cluster.devices[8]
     assert (a100.kind, a100.speed, a100.memory_bytes, a100.node) == ("A100", 2.0, 40 * GIB, 0)
     assert (v100.kind, v100.speed, v100.memory_bytes, v100.node) == ("V100", 1.0, 16 * GIB, 1)
-    assert cluster.bandwidth[0][1] == 300e9
-    assert cluster.bandwidth[8][11] == 50e9
-    assert cluster.bandwidth[0][8] == 12.5e9
+    assert cluster.bandwidth_bytes_per_s[0][1] == 300e9
+    assert cluster.bandwidth_bytes_per_s[8][11] == 50e9
+    assert cluster.bandwidth_bytes_per_s[0][8] == 12.5e9
 
 
 def test_a100_pairs_across_nodes_use_one_hca() -> None:
@@ -150,14 +150,14 @@ def test_a100_pairs_across_nodes_use_one_hca() -> None:
     cluster = load_cluster("a100-8x2")
     assert cluster.link_bandwidth(0, 8) == 25e9
     assert cluster.link_bandwidth(0, 7) == 300e9
-    assert cluster.nic_bandwidth == 200e9
+    assert cluster.nic_bytes_per_s == 200e9
 
 
 def test_the_1024_gpu_preset_is_two_level() -> None:
     """h100-8x128: 450 GB/s inside a node, 50 GB/s between nodes, 80 GiB per GPU."""
     cluster = load_cluster("h100-8x128")
-    assert cluster.bandwidth[1000][1001] == 450e9
-    assert cluster.bandwidth[0][1023] == 50e9
+    assert cluster.bandwidth_bytes_per_s[1000][1001] == 450e9
+    assert cluster.bandwidth_bytes_per_s[0][1023] == 50e9
     assert cluster.devices[1023].node == 127
     assert cluster.devices[5].memory_bytes == 80 * GIB
 

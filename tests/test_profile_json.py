@@ -10,8 +10,8 @@ import pytest
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.io.load import load_profile
 from pipeplan.io.profile_json import profile_from_json, profile_to_json, read_profile_json, write_profile_json
+from pipeplan.presets.resolve import load_profile
 
 
 def small() -> dict[str, Any]:

@@ -12,15 +12,11 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.profiler import (  # noqa: E402
-    ModelSpec,
-    layers_of,
-    measure_layers,
-    profile_module,
-    resolve_module_spec,
-    spec_from_module,
-)
+from pipeplan.models.specs import ModelSpec, layers_of, resolve_module_spec, spec_from_module  # noqa: E402
+from pipeplan.profiler import measure_layers, profile_module  # noqa: E402
 from pipeplan.profiler.saved import SavedTensorMeter  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 F32 = 4
 

@@ -8,8 +8,11 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from pipeplan.profiler import measure_layers, resolve_module_spec  # noqa: E402
+from pipeplan.models.specs import resolve_module_spec  # noqa: E402
+from pipeplan.profiler import measure_layers  # noqa: E402
 from pipeplan.profiler.flops import attention_backward_flops, attention_flops, bytes_moved  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 F32 = 4
 

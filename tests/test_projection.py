@@ -15,11 +15,14 @@ from torch import nn  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from pipeplan.cli import app, main  # noqa: E402
+from pipeplan.core.devices import GPU_SPECS  # noqa: E402
 from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.core.profile import LayerProfile, ModelProfile  # noqa: E402
 from pipeplan.io.profile_json import read_profile_json  # noqa: E402
-from pipeplan.presets.gpus import GPU_SPECS  # noqa: E402
-from pipeplan.profiler import LayerWork, measure_layers, project_profile, resolve_gpu, resolve_module_spec, roofline_ms  # noqa: E402
+from pipeplan.models.specs import resolve_module_spec  # noqa: E402
+from pipeplan.profiler import LayerWork, measure_layers, project_profile, resolve_gpu, roofline_ms  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 F32 = 4
 
@@ -104,7 +107,7 @@ def test_unknown_gpu_dtype_and_efficiency_are_named() -> None:
 def test_cli_profiles_the_mlp_into_a_profile_file(tmp_path: Path) -> None:
     """`pipeplan profile mlp --batch-size 8` measures the model train builds (8 blocks and the digits head) at sizes
     1, 2, 4 and 8 with one thread, each layer's I/W split and optimizer steps, and records how the model was built."""
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
 
     out = tmp_path / "x.json"
     result = CliRunner().invoke(app, ["profile", "mlp", "--batch-size", "8", "--out", str(out), "--runs", "2", "--warmup", "1"])
@@ -163,6 +166,7 @@ def test_cli_bad_input_exits_2_with_one_line(
     assert err.startswith(message), err
 
 
+@pytest.mark.slow
 def test_cli_bad_spec_in_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     """The command run as a process exits 2 on an unknown MODULE_SPEC and prints no traceback."""
     proc = subprocess.run(

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
-from pipeplan.io.load import load_cluster
-from pipeplan.planner.refine import twin_classes
+from pipeplan.planner.search.refine import twin_classes
+from pipeplan.presets.resolve import load_cluster
 
 
 def reference_twins(cluster: Cluster) -> tuple[int, ...]:
@@ -17,7 +17,7 @@ def reference_twins(cluster: Cluster) -> tuple[int, ...]:
     speed and memory, the same links to and from every other device, and a->b equal to b->a (bandwidth and latency:
     swapping a and b turns one into the other)."""
     n = cluster.num_devices
-    bw, lat = cluster.bandwidth, cluster.latency
+    bw, lat = cluster.bandwidth_bytes_per_s, cluster.latency_s
     classes = list(range(n))
     for b in range(n):
         for a in range(b):

@@ -9,11 +9,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pipeplan.runtime.comm import TransferRecord
-from pipeplan.runtime.executor import StepRecord
-from pipeplan.runtime.observations import observation, pack, slot_size, transfers, unpack
-from pipeplan.runtime.topology import Message
+from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack
+from pipeplan.runtime.placement import Message
+from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.sim.result import ComputeSpan
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 ORIGIN_S = 100.0
 
@@ -109,6 +111,7 @@ def kfkb_plan(path: Path, k: int) -> None:
     }))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_k_loses(tmp_path: Path) -> None:
     """float64 SGD, 12 steps: fixed k=1, adaptive under a trace that slows the link (k goes down from 4), and adaptive
     from a plan on the real network give the same losses bit for bit, and the adaptive runs report k and decisions."""

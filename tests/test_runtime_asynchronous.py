@@ -13,12 +13,14 @@ pytest.importorskip("sklearn")
 
 from torch import nn  # noqa: E402
 
-from pipeplan.runtime.asynchronous import StageUpdater  # noqa: E402
-from pipeplan.runtime.optim import RateSchedule  # noqa: E402
+from pipeplan.runtime.execution.optim import RateSchedule  # noqa: E402
 from pipeplan.runtime.options import AsyncSettings  # noqa: E402
+from pipeplan.runtime.training.asynchronous import StageUpdater  # noqa: E402
 from pipeplan.schedules.pipemare import pipemare  # noqa: E402
 from pipeplan.sim.delays import stage_delays  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 TINY = ["--opt", "hidden=32", "--opt", "blocks=3"]
 
@@ -136,6 +138,7 @@ def test_a_step_between_forward_and_backward_leaves_the_graph_usable_on_the_new_
     assert torch.allclose(x.grad, torch.ones(4, 2) @ layer.weight.detach())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("p", "m", "warmup"), [(4, 2, 0), (2, 1, 2), (3, 3, 1)])
 def test_measured_delays_equal_the_simulators(p: int, m: int, warmup: int) -> None:
     """`train --schedule pipemare` on p local processes: the delay each stage measures (the weight versions its
@@ -153,6 +156,7 @@ def test_measured_delays_equal_the_simulators(p: int, m: int, warmup: int) -> No
     assert out["samples_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_pipemare_with_both_techniques_learns_digits_and_evaluates_each_epoch() -> None:
     """Four asynchronous stages with LR rescheduling and discrepancy correction learn digits (the run is
     deterministic: the schedule fixes the order of every update); --eval reports the held-out accuracy and loss
@@ -172,6 +176,7 @@ def test_pipemare_with_both_techniques_learns_digits_and_evaluates_each_epoch() 
     assert out["delays"] == [1, 1, 1, 0]
 
 
+@pytest.mark.slow
 def test_all_synchronous_pipemare_evaluates_exactly_as_1f1b() -> None:
     """Per-epoch walks (the pipeline drains to evaluate) with every step synchronous: 1F1B's evaluations."""
     common = ["--local", "2", "-p", "2", "-m", "2", *TINY, "--epochs", "2", "--batch-size", "256", "--lr", "0.01", "--eval",
@@ -185,6 +190,7 @@ def test_all_synchronous_pipemare_evaluates_exactly_as_1f1b() -> None:
         assert a["test_accuracy"] == b["test_accuracy"] and a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_all_synchronous_pipemare_trains_exactly_as_1f1b() -> None:
     """With --sync-warmup equal to --steps every minibatch is flushed before its stages step: the losses are 1F1B's
     (the same order, the same gradients; per-stage optimizers step the same parameters as one)."""
@@ -196,6 +202,7 @@ def test_all_synchronous_pipemare_trains_exactly_as_1f1b() -> None:
     assert json.loads(mare.stdout)["losses"] == pytest.approx(json.loads(sync.stdout)["losses"], rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -217,6 +224,7 @@ def test_bad_pipemare_settings_are_one_line_errors(args: list[str], message: str
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_prediction_with_correction_is_refused_before_any_start_with_epochs_too() -> None:
     """The two switches exclude each other whatever the run's length is given by."""
     done = run_train(["--local", "2", "--schedule", "pipemare", "-p", "2", "--epochs", "1", "--weight-prediction",
@@ -225,6 +233,7 @@ def test_prediction_with_correction_is_refused_before_any_start_with_epochs_too(
     assert "--weight-prediction and --discrepancy-decay exclude each other" in done.stderr
 
 
+@pytest.mark.slow
 def test_weight_prediction_runs_the_pipeline_on_other_weights_with_the_same_delays() -> None:
     """Three asynchronous stages with --weight-prediction: the delays the run measures are the simulator's, its
     losses finite and, from the first forward after a delayed stage's first step, not naive training's."""
@@ -238,6 +247,7 @@ def test_weight_prediction_runs_the_pipeline_on_other_weights_with_the_same_dela
     assert a["losses"][:2] == b["losses"][:2] and a["losses"][-1] != b["losses"][-1]
 
 
+@pytest.mark.slow
 def test_pipemare_switches_need_pipemare() -> None:
     """--lr-reschedule or --weight-prediction on a synchronous schedule is refused, naming the flag."""
     done = run_train(["--local", "2", "--schedule", "1f1b", "--steps", "2", "--lr-reschedule", "5"])

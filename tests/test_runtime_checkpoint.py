@@ -13,8 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cli_runner import run  # noqa: E402
-from pipeplan.runtime.checkpoint import load_rank, mark_latest, meta_file, prepare, rank_file, save_rank  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
+from pipeplan.runtime.state.checkpoint import load_rank, mark_latest, meta_file, prepare, rank_file, save_rank  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 
 class _RunsCommand:
@@ -121,6 +123,7 @@ def test_a_hostile_pickle_never_runs_through_the_loader_or_prepare(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_train_resume_refuses_a_hostile_checkpoint_with_one_line_and_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

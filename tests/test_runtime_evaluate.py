@@ -10,10 +10,12 @@ pytest.importorskip("sklearn")
 from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
 
-from pipeplan.profiler.datasets import Dataset  # noqa: E402
-from pipeplan.profiler.model import Model, build_model  # noqa: E402
-from pipeplan.runtime.evaluate import held_out_scores  # noqa: E402
+from pipeplan.models.build import Model, build_model  # noqa: E402
+from pipeplan.models.datasets import Dataset  # noqa: E402
+from pipeplan.runtime.execution.evaluate import held_out_scores  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 
 class Picks(nn.Module):
@@ -40,6 +42,7 @@ def test_digits_hold_out_every_fifth_sample() -> None:
     assert (len(data.inputs), len(data.test_inputs)) == (1438, 359)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

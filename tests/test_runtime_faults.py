@@ -13,10 +13,13 @@ pytest.importorskip("sklearn")
 
 from runtime_cli import run_train
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 JOB = ["--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4", "--opt", "hidden=16", "--opt", "blocks=3",
        "--batch-size", "32", "--lr", "1e-2", "--no-predict", "--seed", "5"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_the_same_losses_as_an_uninterrupted_run(tmp_path: Path) -> None:
     """SIGKILL on rank 1 in iteration 6 stops the job; --resume from the step-4 checkpoint repeats the uninterrupted losses."""
     whole = run_train([*JOB, "--steps", "8", "--json"])
@@ -38,6 +41,7 @@ def test_killed_run_resumes_with_the_same_losses_as_an_uninterrupted_run(tmp_pat
     assert out["losses"] == expected[4:]
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_stops_every_rank_naming_rank_and_action() -> None:
     """An exception in rank 0's action 0F2 makes both ranks exit non-zero well within the timeout, each naming its action."""
     start = time.monotonic()
@@ -49,6 +53,7 @@ def test_a_rank_that_raises_stops_every_rank_naming_rank_and_action() -> None:
     assert elapsed < 60
 
 
+@pytest.mark.slow
 def test_a_hung_rank_makes_its_peer_time_out_and_the_job_exit() -> None:
     """Rank 1 hangs in iteration 1; rank 0 gives up after --timeout 4 s naming the awaited gradient; rank 1 is stopped."""
     done = run_train([*JOB, "--steps", "2", "--timeout", "4"], env={"PIPEPLAN_FAULT": "1:1:1B0:hang"}, timeout=120)

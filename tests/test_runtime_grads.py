@@ -17,6 +17,8 @@ torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("
 
 from pipeplan.core.schedule import Schedule  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 MODULE_OPTIONS = (("blocks", 8), ("hidden", 6))
 GLOBAL_BATCH_PER_MB = 3  # microbatch size 3: two replicas split it 2 + 1, exercising the split/concat
 
@@ -58,8 +60,8 @@ def cases_for(world: int) -> list[dict[str, object]]:
 
 
 def _config(case: dict[str, object], save_dir: str) -> object:
-    from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.train_config import TrainConfig
+    from pipeplan.runtime.execution.job import ScheduleLayout
+    from pipeplan.runtime.training.train_config import TrainConfig
 
     stages, m = int(case["stages"]), int(case["microbatches"])
     replicas = tuple(case["replicas"]) if case["replicas"] else None
@@ -91,7 +93,7 @@ def worker(cases_json: str, out_dir: str) -> None:
     """Run every case once (one iteration each) and save each process's gradients under out_dir/<case index>."""
     import torch.distributed as dist
 
-    from pipeplan.runtime.worker import train
+    from pipeplan.runtime.training.worker import train
 
     torch.set_num_threads(1)
     for i, case in enumerate(json.loads(cases_json)):
@@ -102,8 +104,8 @@ def worker(cases_json: str, out_dir: str) -> None:
 
 def reference_grads(case: dict[str, object], world: int) -> dict[str, torch.Tensor]:
     """Gradients of the unpipelined model on the same global batch (mean loss), keyed like the runtime saves them."""
-    from pipeplan.profiler.datasets import batch_indices
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
+    from pipeplan.models.datasets import batch_indices
 
     model = build_model("mlp", dict(MODULE_OPTIONS), "sample", "float64", seed=3)
     per_pipeline = sum(case["replicas"]) if case["replicas"] else int(case["stages"])
@@ -115,7 +117,7 @@ def reference_grads(case: dict[str, object], world: int) -> dict[str, torch.Tens
 
 
 def run_world(world: int, tmp_path: Path) -> list[dict[str, object]]:
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     cases = cases_for(world)
     code = launch_local(world, [sys.executable, __file__, json.dumps(cases), str(tmp_path)], timeout_s=240)
@@ -123,6 +125,7 @@ def run_world(world: int, tmp_path: Path) -> list[dict[str, object]]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4, 3])
 def test_gradients_equal_single_process_training_for_every_schedule(world: int, tmp_path: Path) -> None:
     """Each process's gradients after one iteration match the unpipelined model's (rtol 1e-5, atol 1e-6), every schedule."""

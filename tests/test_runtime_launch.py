@@ -15,7 +15,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pipeplan.runtime.launch import launch_local
+from pipeplan.runtime.training.launch import launch_local
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 # Rank 1 marks a file and SIGKILLs itself; rank 0 exits 1 as soon as it sees the file, as a peer that noticed a
 # broken connection would: both exits usually land in the same poll round of the launcher.
@@ -32,6 +34,7 @@ sys.exit(1)
 """
 
 
+@pytest.mark.slow
 def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
     code = launch_local(2, [sys.executable, "-c", WORKER, str(tmp_path / "flag")], grace_s=5.0)
     err = capfd.readouterr().err
@@ -39,6 +42,7 @@ def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_pat
     assert code == 128 + 9
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
     hang = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(60)\nsys.exit(3)\n"
     code = launch_local(2, [sys.executable, "-c", hang], grace_s=0.5)
@@ -48,6 +52,7 @@ def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ig
     assert code == 3
 
 
+@pytest.mark.slow
 def test_all_ranks_succeeding_returns_zero(capfd) -> None:  # type: ignore[no-untyped-def]
     assert launch_local(2, [sys.executable, "-c", "pass"]) == 0
     assert "pipeplan:" not in capfd.readouterr().err
@@ -77,6 +82,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL])
 def test_killing_the_launcher_in_any_way_leaves_no_worker_alive(signum: int) -> None:
@@ -114,7 +120,7 @@ import os, subprocess, sys, time
 child = '''
 import sys, time
 sys.platform = "unknown"  # no parent-death signal: only the watchdog thread is left to notice
-from pipeplan.runtime.launch import watch_launcher
+from pipeplan.runtime.training.launch import watch_launcher
 watch_launcher()
 print("watching", flush=True)
 time.sleep(60)
@@ -127,6 +133,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_a_worker_whose_launcher_is_gone_exits_by_its_watchdog_alone() -> None:
     """Without the parent-death signal (other systems), the worker's watchdog thread notices a SIGKILLed launcher
     within a second or two and exits, saying why."""
@@ -146,6 +153,7 @@ def test_a_worker_whose_launcher_is_gone_exits_by_its_watchdog_alone() -> None:
         launcher.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp_path: Path) -> None:
     """Writing the trace fails (a file-size limit: the kernel refuses as on a full disk): the JSON results are still
     printed, rank 0 says in one line what was not written, no peer prints a traceback, no temporary file is left."""

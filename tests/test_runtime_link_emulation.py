@@ -10,7 +10,7 @@ import pytest
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.runtime.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
+from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 MB = 1_000_000
@@ -121,8 +121,8 @@ def _worker(out: str) -> None:
 
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.core.schedule import Action
-    from pipeplan.runtime.comm import Comm
-    from pipeplan.runtime.topology import Topology
+    from pipeplan.runtime.placement import Topology
+    from pipeplan.runtime.transport.comm import Comm
     from pipeplan.schedules import make_schedule
 
     dist.init_process_group("gloo")
@@ -156,10 +156,12 @@ def _worker(out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
+@pytest.mark.torch
 def test_two_processes_deliver_after_the_emulated_time_without_holding_the_sender(tmp_path: Path) -> None:
     """2 MB at 0.05 GB/s arrives 40 ms after it is sent, the next one 40 ms later, and neither send blocks its sender."""
     pytest.importorskip("torch")
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     assert launch_local(2, [sys.executable, __file__, str(tmp_path)], timeout_s=120) == 0
     sender = json.loads((tmp_path / "rank0.json").read_text())

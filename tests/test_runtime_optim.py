@@ -10,8 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeplan.runtime.optim import RateSchedule, make_optimizer  # noqa: E402
+from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 
 def test_constant_schedule_is_the_rate_at_every_step() -> None:
@@ -42,6 +44,7 @@ def test_unknown_kind_is_refused() -> None:
         RateSchedule(1.0, "linear", 2).at(0)
 
 
+@pytest.mark.slow
 def test_training_under_cosine_steps_with_the_annealed_rate() -> None:
     """One process, SGD: step 1 uses lr under both schedules (cos 0 = 1), so the first two losses agree; step 2
     uses lr / 2 under cosine (T = 4), so from the third loss on the runs differ."""

@@ -13,7 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from pipeplan.io.load import load_cluster
+from pipeplan.presets.resolve import load_cluster
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 BOOT = "from pipeplan.cli import main; main()"
 TINY = ["--opt", "hidden=32", "--opt", "blocks=3"]
@@ -25,6 +27,7 @@ def pipeplan(*args: str, env: dict[str, str] | None = None, timeout: float = 300
                           env=dict(os.environ, **(env or {})))  # fmt: skip
 
 
+@pytest.mark.slow
 def test_probe_without_a_profile_writes_two_cpu_devices_with_links_and_all_reduce(tmp_path: Path) -> None:
     """Two local processes become two `cpu` devices of speed 1.0 with measured links and a measured all-reduce."""
     out = tmp_path / "c.json"
@@ -35,9 +38,10 @@ def test_probe_without_a_profile_writes_two_cpu_devices_with_links_and_all_reduc
     assert data["bandwidth_gb_per_s"][0][1] > 0 and data["bandwidth_gb_per_s"][1][0] > 0
     assert data["allreduce"]["gb_per_s"] > 0
     cluster = load_cluster(str(out))
-    assert cluster.speed_reference == "cpu" and cluster.allreduce_bandwidth is not None
+    assert cluster.speed_reference == "cpu" and cluster.allreduce_bytes_per_s is not None
 
 
+@pytest.mark.slow
 def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp_path: Path) -> None:
     """profile -> probe -> plan -> train --plan: the plan names the files beside it, train builds the profile's model
     from its source, and reports the plan's predicted step, the measured one, and memory per process."""
@@ -65,6 +69,7 @@ def test_the_chain_profile_probe_plan_train_runs_and_predicts_before_running(tmp
         assert abs(predicted - measured) <= 0.01 * measured
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 def test_two_stages_hold_exactly_the_predicted_memory(tmp_path: Path, schedule: str) -> None:
     """Split after a ReLU, 4 microbatches: each rank's measured peak (weights, gradients, Adam's moments, saved
@@ -88,6 +93,7 @@ def test_two_stages_hold_exactly_the_predicted_memory(tmp_path: Path, schedule: 
     assert [measured - predicted for predicted, measured in pairs] == counters
 
 
+@pytest.mark.slow
 def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is_written(tmp_path: Path) -> None:
     """With process 1 silent after joining, the probe fails within its --timeout, exit 2, one error line, no file."""
     out = tmp_path / "c.json"
@@ -99,6 +105,7 @@ def test_a_peer_that_never_answers_is_an_error_naming_the_timeout_and_nothing_is
     assert not out.exists() and not list(tmp_path.glob(".*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -123,9 +130,9 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
 
     from pipeplan.core.cluster import Cluster, Device
     from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-    from pipeplan.runtime.calibrate import Run, fit_messages, pipeline_plans
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import simulate_plan
+    from pipeplan.runtime.measurement.calibrate import Run, fit_messages, pipeline_plans
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
 
     def layer(i: int) -> LayerProfile:  # a fixed cost per action and a part per sample, as on a CPU
         fwd, bwd = (0.2 + 0.05 * i, 0.4 + 0.2 * i), (0.5 + 0.1 * i, 1.2 + 0.5 * i)
@@ -136,7 +143,7 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     profile = ModelProfile("six", 4, layers, batch_sizes=(1, 4), cut_curves=((5e4, 2e5),) * 5)
     devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, 0) for i in range(2))
     base = Cluster("two", devices, ((0.0, 3e9), (3e9, 0.0)), ((0.0, 1e-4), (1e-4, 0.0)))
-    truth = dataclasses.replace(base, message_overhead=overhead_us * 1e-6, message_latency=latency_us * 1e-6)
+    truth = dataclasses.replace(base, message_overhead_s=overhead_us * 1e-6, message_latency_s=latency_us * 1e-6)
     model = CostModel.build(profile, truth, optimizer="sgd")
     plans = pipeline_plans(profile, 2)
     assert {p.schedule for p in plans} == {"gpipe", "1f1b"} and {p.microbatch_size for p in plans} == {1, 4}
@@ -153,8 +160,8 @@ def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:
     """Every step of the data-parallel calibration runs at 0.8 x the profile's speed but one, three times slower (a
     neighbour on a shared machine): the speed is 0.8 (a ratio of summed times would be lower)."""
     from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
-    from pipeplan.runtime.calibrate import Run, data_parallel_plans, speed_of
-    from pipeplan.sim.layer_costs import LayerCosts
+    from pipeplan.runtime.measurement.calibrate import Run, data_parallel_plans, speed_of
+    from pipeplan.sim.cost.layers import LayerCosts
 
     layers = tuple(
         LayerProfile(
@@ -178,7 +185,7 @@ def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:
 def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> None:
     """Exact times of 50 us + size / 5 GB/s give both back; when noise makes the 8-byte message slower than the
     4 MiB one, the bandwidth is capped at 10x what the 4 MiB message alone shows (not 4,194,304 GB/s)."""
-    from pipeplan.runtime.probe import link_fit
+    from pipeplan.runtime.measurement.probe import link_fit
 
     sizes = [8.0, 1e6, 4e6]
     latency, bandwidth = link_fit(sizes, [50e-6 + n / 5e9 for n in sizes])

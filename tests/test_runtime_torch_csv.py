@@ -14,6 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch") if __name__ != "__main__" else __import__("torch")
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 MODULE_OPTIONS = {"blocks": 4, "hidden": 6}
 MICROBATCHES = 4
 GLOBAL_BATCH = 8
@@ -21,13 +23,13 @@ SEED = 11
 
 
 def _model() -> object:
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
 
     return build_model("mlp", dict(MODULE_OPTIONS), "sample", "float64", seed=SEED)
 
 
 def _batch(model: object) -> tuple[torch.Tensor, torch.Tensor]:
-    from pipeplan.profiler.datasets import batch_indices
+    from pipeplan.models.datasets import batch_indices
 
     idx = batch_indices(len(model.dataset), GLOBAL_BATCH, 0, SEED)
     return model.dataset.inputs[idx], model.dataset.targets[idx]
@@ -39,15 +41,15 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from pipeplan.runtime.job import even_split
+    from pipeplan.core.partition import split_evenly
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     for path in csv_paths:
         model = _model()
-        lo, hi = even_split(len(model.layers), world)[rank]
-        module = torch.nn.Sequential(*model.layers[lo : hi + 1])
+        lo, hi = split_evenly(len(model.layers), world)[rank]
+        module = torch.nn.Sequential(*model.layers[lo:hi])
         stage = PipelineStage(module, stage_index=rank, num_stages=world, device=torch.device("cpu"))
         schedule = _PipelineScheduleRuntime([stage], n_microbatches=MICROBATCHES, loss_fn=model.loss_fn)
         schedule._load_csv(path)
@@ -62,9 +64,10 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_exported_gpipe_and_1f1b_csv_run_on_torch_pipelining(tmp_path: Path) -> None:
     """`pipeplan schedule NAME -p 2 -m 4 --format csv` loads into torch's runtime, whose gradients match unpipelined training."""
-    from pipeplan.runtime.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local
 
     paths = []
     for name in ("gpipe", "1f1b"):

@@ -16,6 +16,8 @@ pytest.importorskip("sklearn")
 
 from runtime_cli import BOOT, run_train
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+
 
 def assert_learns(losses: list[float]) -> None:
     """The mean loss of the last 10 iterations is well below that of the first 10 (digits starts near ln 10 = 2.30)."""
@@ -24,6 +26,7 @@ def assert_learns(losses: list[float]) -> None:
     assert last < first - 0.5, f"loss did not decrease enough: first 10 mean {first:.3f}, last 10 mean {last:.3f}: {losses}"
 
 
+@pytest.mark.slow
 def test_interleaved_1f1b_on_four_processes_learns_digits() -> None:
     """Four processes with two chunks each train an MLP on digits for 50 iterations with decreasing loss."""
     args = ["--local", "4", "--schedule", "interleaved-1f1b", "-p", "4", "-m", "4", "--chunks", "2", "--opt", "hidden=64",
@@ -40,6 +43,7 @@ def test_interleaved_1f1b_on_four_processes_learns_digits() -> None:
     assert [row[0] for row in by_process] == out["optimizer_ms"]
 
 
+@pytest.mark.slow
 def test_zb_h1_learns_digits_and_writes_the_measured_timeline(tmp_path: Path) -> None:
     """A zero-bubble run learns, its trace holds every F, I and W of the last iteration, and a prediction is reported."""
     trace = tmp_path / "zb.json"
@@ -57,6 +61,7 @@ def test_zb_h1_learns_digits_and_writes_the_measured_timeline(tmp_path: Path) ->
     assert out["link"]["latency_us"] > 0
 
 
+@pytest.mark.slow
 def test_train_rejects_a_world_size_that_does_not_hold_the_pipeline() -> None:
     """Three processes cannot run a two-stage pipeline with no replicas: exit 2 with a one-line reason."""
     done = run_train(["--local", "3", "--schedule", "1f1b", "-p", "2", "-m", "4", "--steps", "1", "--no-predict"])
@@ -68,6 +73,7 @@ def test_train_rejects_a_world_size_that_does_not_hold_the_pipeline() -> None:
 BASE = ["--schedule", "1f1b", "-p", "2", "-m", "4", "--no-predict"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -92,6 +98,7 @@ def test_train_checks_its_options_once_before_any_process_starts(args: list[str]
     assert "rank " not in done.stderr
 
 
+@pytest.mark.slow
 def test_train_refuses_to_overwrite_checkpoints_and_says_when_a_resumed_run_is_done(tmp_path: Path) -> None:
     """A folder holding a checkpoint: without --resume, exit 2 naming it; with --resume at --steps, a note, exit 0."""
     (tmp_path / "step-000004").mkdir()
@@ -105,6 +112,7 @@ def test_train_refuses_to_overwrite_checkpoints_and_says_when_a_resumed_run_is_d
     assert "is at step 4, and --steps is 4: nothing left to run" in finished.stderr
 
 
+@pytest.mark.slow
 def test_train_without_a_launcher_says_how_to_start_it() -> None:
     """Outside torchrun and without --local, train exits 2 and names the missing variables."""
     import os
@@ -116,14 +124,15 @@ def test_train_without_a_launcher_says_how_to_start_it() -> None:
     assert "must run under torchrun or with --local N" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_list_plan_file_with_a_replicated_stage_matches_unpipelined_gradients(tmp_path: Path) -> None:
     """`train --plan` runs a `list` plan (hand-made order, stage 0 on 2 devices) and its gradients match one process's."""
     import torch
 
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
-    from pipeplan.profiler.datasets import batch_indices
-    from pipeplan.profiler.model import build_model
+    from pipeplan.models.build import build_model
+    from pipeplan.models.datasets import batch_indices
 
     order = (
         tuple(Action.parse(a) for a in ["0F0", "0F1", "0F2", "0B0", "0B1", "0F3", "0B2", "0B3"]),
@@ -149,6 +158,7 @@ def test_a_list_plan_file_with_a_replicated_stage_matches_unpipelined_gradients(
             torch.testing.assert_close(grad, expected[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_plan_for_another_model_names_the_plan_module_and_dataset(tmp_path: Path) -> None:
     """A 2-layer plan run with the mlp (more layers): exit 2 naming the plan file, --module, its options and --dataset."""
     from pipeplan.core.plan import Plan, Stage

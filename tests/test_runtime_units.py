@@ -10,42 +10,58 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import PlanError  # noqa: E402
+from pipeplan.core.partition import split_evenly  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
-from pipeplan.profiler.datasets import batch_indices  # noqa: E402
-from pipeplan.profiler.stage import StageModule  # noqa: E402
+from pipeplan.models.datasets import batch_indices  # noqa: E402
+from pipeplan.models.stage import StageModule  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
-from pipeplan.runtime.faults import FaultInjector, InjectedFault  # noqa: E402
-from pipeplan.runtime.job import ScheduleLayout, even_split  # noqa: E402
-from pipeplan.runtime.topology import Topology, replica_ranges  # noqa: E402
+from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
+from pipeplan.runtime.placement import Topology  # noqa: E402
+from pipeplan.runtime.state.faults import FaultInjector, InjectedFault  # noqa: E402
 from pipeplan.schedules import make_schedule  # noqa: E402
 
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
-def two_one_topology(microbatch_size: int = 3) -> Topology:
+
+def two_one_topology(microbatch_size: int = 4) -> Topology:
     """Stage 0 on devices 0 and 1, stage 1 on device 2, 1F1B with 2 microbatches."""
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 2, microbatch_size, "1f1b")
     return Topology(plan, make_schedule("1f1b", 2, 2), 3)
 
 
-def test_replica_ranges_split_like_tensor_split() -> None:
-    """Seven rows over three replicas are 3, 2, 2 rows, in order, as torch.tensor_split gives."""
-    assert replica_ranges(7, 3) == [(0, 3), (3, 5), (5, 7)]
-    sizes = [len(t) for t in torch.tensor_split(torch.arange(7), 3)]
-    assert [hi - lo for lo, hi in replica_ranges(7, 3)] == sizes
+def test_replica_samples_split_like_tensor_split() -> None:
+    """A microbatch's rows over a stage's replicas (core.partition.split_evenly) are what torch.tensor_split gives."""
+    for rows in range(1, 12):
+        for replicas in range(1, rows + 1):
+            sizes = [len(t) for t in torch.tensor_split(torch.arange(rows), replicas)]
+            assert [hi - lo for lo, hi in split_evenly(rows, replicas)] == sizes
 
 
 def test_two_replicas_each_send_their_rows_to_the_single_next_replica() -> None:
-    """With stage 0 on two replicas (rows 0-1 and 2) and stage 1 on one, each replica sends its rows to process 2."""
+    """With stage 0 on two replicas (rows 0-1 and 2-3) and stage 1 on one, each replica sends its rows to process 2."""
     topo = two_one_topology()
     r0, r1, r2 = topo.roles
     assert (r0.replica, r1.replica, r2.sched_rank) == (0, 1, 1)
     sends = [(m.src, m.dst, m.src_lo, m.src_hi, m.dst_lo) for m in topo.sends(r0, Action(0, "F", 1))]
     assert sends == [(0, 2, 0, 2, 0)]
     sends = [(m.src, m.dst, m.src_lo, m.src_hi, m.dst_lo) for m in topo.sends(r1, Action(0, "F", 1))]
-    assert sends == [(1, 2, 0, 1, 2)]
+    assert sends == [(1, 2, 0, 2, 2)]
     grads = [(m.src, m.dst, m.src_lo, m.src_hi, m.dst_lo) for m in topo.sends(r2, Action(1, "B", 0))]
-    assert grads == [(2, 0, 0, 2, 0), (2, 1, 2, 3, 0)]
+    assert grads == [(2, 0, 0, 2, 0), (2, 1, 2, 4, 0)]
     assert [m.src for m in topo.recvs(r2, Action(1, "F", 0))] == [0, 1]
+
+
+def test_topology_rejects_a_microbatch_that_does_not_split_evenly_over_replicas() -> None:
+    """Three samples over two replicas is refused: the simulator prices every replica at b / r samples (one rule)."""
+    with pytest.raises(PlanError, match="microbatch_size 3 is not a multiple of 2"):
+        two_one_topology(microbatch_size=3)
+
+
+def test_schedule_layout_rejects_replicas_that_do_not_divide_the_microbatch() -> None:
+    """--replicas 2,1 with microbatches of 3 samples is refused before any process starts, naming the flags."""
+    with pytest.raises(TrainConfigError, match="microbatches of 3 samples, which do not split evenly over --replicas 2"):
+        ScheduleLayout("1f1b", 2, 4, 24, replicas=(2, 1)).check(world_size=6)
 
 
 def test_sample_ranges_cover_the_global_batch_once_per_stage() -> None:
@@ -79,11 +95,6 @@ def test_topology_rejects_more_replicas_than_samples() -> None:
     """Two replicas cannot split a microbatch of one sample."""
     with pytest.raises(PlanError, match="stage 0 has 2 replicas but a microbatch has only 1 samples"):
         two_one_topology(microbatch_size=1)
-
-
-def test_even_split_puts_larger_stages_first() -> None:
-    """Nine layers in four stages: 3, 2, 2, 2 layers."""
-    assert even_split(9, 4) == [(0, 2), (3, 4), (5, 6), (7, 8)]
 
 
 def test_schedule_layout_places_replicas_and_pipeline_copies() -> None:
@@ -162,7 +173,7 @@ def test_bad_fault_spec_names_the_variable() -> None:
 
 def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
     """No index means no checkpoint; a negative step is rejected with the file named."""
-    from pipeplan.runtime.checkpoint import latest_step, mark_latest
+    from pipeplan.runtime.state.checkpoint import latest_step, mark_latest
 
     assert latest_step(tmp_path) is None
     mark_latest(tmp_path, 6)
@@ -175,7 +186,7 @@ def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
 def _fake_checkpoint(root: Path, steps: list[int]) -> None:
     """Step folders with one rank's files each (a Linear layer and SGD, saved as train saves them), and latest.json
     naming the last."""
-    from pipeplan.runtime.checkpoint import mark_latest, save_rank
+    from pipeplan.runtime.state.checkpoint import mark_latest, save_rank
 
     layer = torch.nn.Linear(2, 2)
     for step in steps:
@@ -186,7 +197,7 @@ def _fake_checkpoint(root: Path, steps: list[int]) -> None:
 def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
     """Writing into a folder that holds checkpoints without --resume is refused (it would mix two runs); a file is not a
     folder; an empty or missing folder is fine."""
-    from pipeplan.runtime.checkpoint import prepare
+    from pipeplan.runtime.state.checkpoint import prepare
 
     assert prepare(tmp_path / "new", resume=False, writes=True, steps=4) == (None, False)
     _fake_checkpoint(tmp_path / "old", [2, 4])
@@ -201,7 +212,7 @@ def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
 def test_resume_says_where_it_starts_and_clears_interrupted_writes(tmp_path: Path) -> None:
     """--resume: no checkpoint yet starts at step 1 (said); a run already at --steps has nothing to run (finished);
     otherwise it continues, and the .tmp files a killed write left are removed."""
-    from pipeplan.runtime.checkpoint import prepare
+    from pipeplan.runtime.state.checkpoint import prepare
 
     note, finished = prepare(tmp_path / "empty", resume=True, writes=True, steps=8)
     assert "no checkpoint in" in str(note) and "starting at step 1" in str(note) and not finished
@@ -218,7 +229,7 @@ def test_resume_says_where_it_starts_and_clears_interrupted_writes(tmp_path: Pat
 
 def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> None:
     """mark_latest with keep_last 2 removes the older step folders and returns them; 0 keeps every one."""
-    from pipeplan.runtime.checkpoint import mark_latest, step_dirs
+    from pipeplan.runtime.state.checkpoint import mark_latest, step_dirs
 
     _fake_checkpoint(tmp_path, [2, 4, 6])
     assert mark_latest(tmp_path, 6, keep_last=0) == []
@@ -230,7 +241,7 @@ def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> Non
 
 def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
     """A truncated rank file fails with its path, not with torch's unpickling message alone."""
-    from pipeplan.runtime.checkpoint import load_rank
+    from pipeplan.runtime.state.checkpoint import load_rank
 
     _fake_checkpoint(tmp_path, [2])
     (tmp_path / "step-000002" / "rank-0.pt").write_bytes(b"x")
@@ -241,7 +252,7 @@ def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
 
 def test_local_worker_env_uses_loopback_and_one_thread() -> None:
     """Workers get torchrun's variables, 127.0.0.1 and the launcher's store port, and one OpenMP thread by default."""
-    from pipeplan.runtime.launch import worker_env
+    from pipeplan.runtime.training.launch import worker_env
 
     env = worker_env(2, 4, 29999, base={"PATH": "/bin"})
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == ("2", "4", "127.0.0.1", "29999")

@@ -186,6 +186,7 @@ def _torch_load(path: Path, schedule: Schedule) -> Any:
     return loader
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 def test_torch_loads_our_csv(tmp_path: Path, case: tuple[str, int, int, int, int]) -> None:
     """torch.distributed.pipelining's _load_csv reads our CSV (gpipe, 1f1b and the rest) to the same actions and placement."""
@@ -198,6 +199,7 @@ def test_torch_loads_our_csv(tmp_path: Path, case: tuple[str, int, int, int, int
     assert [loader.stage_index_to_group_rank[s] for s in range(schedule.num_stages)] == list(schedule.stage_to_rank)
 
 
+@pytest.mark.torch
 def test_we_read_torch_dumped_csv_with_idle_steps(tmp_path: Path) -> None:
     """A CSV that torch's _dump_csv wrote, idle (None) steps included, reads back to the same actions."""
     pytest.importorskip("torch")

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.iterations import simulate_iterations
+from pipeplan.sim.engine.iterations import simulate_iterations
 from pipeplan.sim.trace import bandwidth_trace_from_json
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.devices import kind_of_device_name
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.cluster_json import cluster_from_json
-from pipeplan.io.load import load_cluster, load_profile
-from pipeplan.presets.gpus import kind_of_device_name
-from pipeplan.sim.speeds import on_profile_scale, profile_kind
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.speeds import on_profile_scale, profile_kind
 
 GIB = 2**30
 
@@ -48,7 +48,7 @@ def test_an_h100_profile_on_h100s_runs_at_speed_one(reference: str) -> None:
     scaled = on_profile_scale(cluster, profile_on(reference))
     assert scaled.speed_reference == "H100"
     assert [d.speed for d in scaled.devices] == [1.0] * cluster.num_devices
-    assert scaled.bandwidth == cluster.bandwidth and scaled.nic_bandwidth == cluster.nic_bandwidth
+    assert scaled.bandwidth_bytes_per_s == cluster.bandwidth_bytes_per_s and scaled.nic_bytes_per_s == cluster.nic_bytes_per_s
     assert [d.memory_bytes for d in scaled.devices] == [d.memory_bytes for d in cluster.devices]
 
 

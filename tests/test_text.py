@@ -9,7 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import TrainConfigError  # noqa: E402
-from pipeplan.profiler.text import encode, python_corpus, source_files, windows  # noqa: E402
+from pipeplan.models.text import encode, python_corpus, source_files, windows  # noqa: E402
+
+pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
 
 def test_windows_shift_the_target_by_one_character() -> None:

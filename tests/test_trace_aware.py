@@ -10,8 +10,8 @@ import pytest
 
 from adapt_cases import bert_plan
 from cli_runner import run
-from pipeplan.planner.trace_aware import MAX_ITERATIONS, MIN_ITERATIONS, iterations_to_cover, rescore, score_under_trace
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.planner.search.trace_aware import MAX_ITERATIONS, MIN_ITERATIONS, iterations_to_cover, rescore, score_under_trace
+from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 SLOW_NIC = BandwidthTrace((TraceStep(0.0, (7, 8), 0.2), TraceStep(0.0, (8, 7), 0.2)))
@@ -44,6 +44,7 @@ def test_a_slow_link_under_one_plan_lets_the_other_win() -> None:
     assert scores[0].idle_rank == 1 and scores[0].expected_ms < scores[1].expected_ms
 
 
+@pytest.mark.slow
 def test_plan_with_a_trace_reports_the_rescored_finalists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

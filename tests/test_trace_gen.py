@@ -46,6 +46,7 @@ def test_periodic_traces_are_sorted_valid_and_slow_exactly_the_duty(
     assert trace.factor_at((3, 2), duration) == 1.0
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**32), slow=st.floats(1.0, 100.0), fast=st.floats(1.0, 100.0), low=st.floats(0.01, 1.0))
 def test_markov_traces_are_seeded_sorted_and_in_range(seed: int, slow: float, fast: float, low: float) -> None:
     """The same seed gives the same trace; every burst's factor lies in the range; the trace ends nominal."""

@@ -8,6 +8,7 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from pipeplan.sim.result import ComputeSpan, RankStats, SimResult, TransferSpan
@@ -71,6 +72,7 @@ def test_gantt_writes_a_png_of_the_expected_size(tmp_path: Path) -> None:
     assert path.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_gantt_grows_with_actions_and_ranks_and_stays_capped(tmp_path: Path) -> None:
     """More actions per rank widen the figure, more ranks heighten it, and both stop at a cap."""
     sizes = {}

@@ -15,11 +15,11 @@ from pathlib import Path
 from pipeplan.sim.plan_costs import memory_per_device, simulate_plan
 
 from pipeplan.core.errors import PipeplanError
-from pipeplan.io.load import load_cluster, load_profile
 from pipeplan.io.plan_json import plan_to_json
-from pipeplan.planner import load_planners
-from pipeplan.planner.base import PlanRequest
-from pipeplan.planner.instances import fuzz_request
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest
+from pipeplan.presets.resolve import load_cluster, load_profile
+from planner_instances import fuzz_request
 
 CASES = [
     ("dapple/bert-48", "v100-8x2-25g", 256, None),
@@ -38,7 +38,7 @@ FAST = ("pipedream", "balanced")
 def entry(request: PlanRequest, profile_name: str, cluster_name: str, planner: str) -> dict | None:
     """One golden record: the plan a planner gives and what the simulator says of it."""
     try:
-        result = load_planners()[planner](request)
+        result = PLANNERS[planner](request)
     except PipeplanError:
         return None
     plan = result.plan

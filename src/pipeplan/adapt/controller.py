@@ -14,7 +14,7 @@ from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.plan import Plan
-from pipeplan.sim.cost_model import CostModel
+from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.trace import BandwidthTrace
 
 GIB = float(1 << 30)

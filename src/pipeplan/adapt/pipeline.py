@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pipeplan.adapt.observation import Link
 from pipeplan.core.errors import AdaptError, CostError
 from pipeplan.core.plan import Plan
-from pipeplan.sim.cost_model import CostModel
-from pipeplan.sim.costs import Costs, Flow, StageCost
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.types import Costs, Flow, StageCost
 from pipeplan.sim.trace import BandwidthTrace
 
 SYNCHRONOUS = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
@@ -94,7 +94,7 @@ class PipelineModel:
             AdaptError: the plan interleaves chunks or runs an asynchronous schedule (no flush to switch k at).
             PlanError: the plan does not match the profile or cluster.
         """
-        from pipeplan.sim.stage_costs import plan_costs
+        from pipeplan.sim.cost.plan_costs import plan_costs
 
         if plan.chunks != 1:
             raise AdaptError(f"the controller regroups one stage per rank; the plan interleaves v={plan.chunks} chunks")

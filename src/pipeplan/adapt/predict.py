@@ -10,10 +10,10 @@ from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.kfkb import kfkb
-from pipeplan.sim.costs import Costs, Flow
-from pipeplan.sim.engine import simulate
-from pipeplan.sim.memory import order_peak_activation
-from pipeplan.sim.program import Program, compile_schedule
+from pipeplan.sim.cost.memory import order_peak_activation
+from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.engine.program import Program, compile_schedule
+from pipeplan.sim.engine.simulator import simulate
 
 Compute = tuple[Sequence[float], Sequence[float]]
 """Per-stage forward and backward ms of one microbatch."""

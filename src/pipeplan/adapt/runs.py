@@ -11,9 +11,9 @@ from pipeplan.adapt.controller import AdaptiveController, Decision
 from pipeplan.adapt.observation import IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
-from pipeplan.sim.engine import simulate
-from pipeplan.sim.iterations import peak_bytes, simulate_iterations, steady_after
-from pipeplan.sim.program import Program, compile_schedule
+from pipeplan.sim.engine.iterations import peak_bytes, simulate_iterations, steady_after
+from pipeplan.sim.engine.program import Program, compile_schedule
+from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
 from pipeplan.sim.trace import BandwidthTrace
 

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, print_json
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP
 from pipeplan.core.errors import AdaptError, PlanError
+from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
     from pipeplan.adapt.compare import AdaptComparison
@@ -56,10 +57,9 @@ def adapt(
     from pipeplan.adapt.controller import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.io.plan_json import read_plan
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.memory import check_fits
+    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.trace import read_bandwidth_trace
 
     inputs = {"--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
@@ -68,7 +68,7 @@ def adapt(
         raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
     config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
     trace = read_bandwidth_trace(bandwidth_trace)
-    the_plan, names = read_plan(plan)
+    the_plan, names = load_plan(plan)
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from pipeplan.cli.common import print_json
+from pipeplan.viz.json_print import print_json
 
 MIB = 1 << 20
 
@@ -72,23 +72,19 @@ class DemoContext:
 
 def compare_schedules(ctx: DemoContext) -> None:
     """Simulate every case on the demo setting; print a comparison table; write a PNG and a trace for each."""
-    from pipeplan.cli.simulate_cmd import simulate_named
+    from pipeplan.schedules import make_schedule
+    from pipeplan.sim import simulate
+    from pipeplan.sim.cost.synthetic import rank_costs
     from pipeplan.viz.gantt import render_gantt
     from pipeplan.viz.perfetto import write_trace
     from pipeplan.viz.tables import comparison_table
 
     s = ctx.setting
-    costs_text: dict[str, str | None] = {
-        "--fwd": repr(s.fwd_ms),
-        "--bwd": repr(s.bwd_ms),
-        "--comm": repr(s.comm_ms),
-        "--act-bytes": str(s.act_bytes),
-        "--bwd-input": None,
-        "--bwd-weight": None,
-    }
     rows = []
     for case in CASES:
-        result, _, _, _ = simulate_named(case.name, s.stages, s.microbatches, costs_text, case.k, case.chunks, None, True)
+        schedule = make_schedule(case.name, s.stages, s.microbatches, k=case.k, chunks=case.chunks)
+        costs = rank_costs(schedule, s.fwd_ms, s.bwd_ms, s.comm_ms, float(s.act_bytes))
+        result = simulate(schedule, costs, record=True)
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
@@ -103,11 +99,15 @@ def compare_schedules(ctx: DemoContext) -> None:
 
 PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH = "dapple/bert-48", "v100-8x2-25g", 256
 """The real planning problem of the demo: a measured BERT-48 profile on two DGX-1 servers over 25 Gb/s."""
+PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
+"""The fast planners the demo compares (exact is left out: it takes minutes)."""
 
 
 def compare_planners(ctx: DemoContext) -> None:
     """Plan a real profile on a real topology with every fast planner; write the best plan and its timeline."""
-    from pipeplan.cli.plan_cmd import run_comparison
+    from pipeplan.cli.plan_cmd import draw_best, print_comparison
+    from pipeplan.planner.compare import run_comparison
+    from pipeplan.viz.progress import progress_display
 
     png = ctx.out / "plan_best.png"
     quiet = ctx.report is not None
@@ -117,13 +117,13 @@ def compare_planners(ctx: DemoContext) -> None:
             "(all plans scored by the same simulator):",
             highlight=False,
         )
-    run = run_comparison(PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH, None, "pipeplan,dapple,pipedream,balanced", "auto", "auto",
-                         "adam", None, None, show_progress=not quiet)  # fmt: skip
+    with progress_display(not quiet) as progress:
+        run = run_comparison(PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH, list(PLANNERS), progress)
     if ctx.report is not None:
         ctx.report["planners"] = {"profile": PLAN_PROFILE, "cluster": PLAN_CLUSTER, "global_batch": PLAN_BATCH, **run.to_json()}
     else:
-        run.print_table()
-    run.draw_best(str(png))
+        print_comparison(run)
+    draw_best(run, str(png))
     ctx.written.append(png)
 
 

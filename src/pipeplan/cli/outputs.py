@@ -131,10 +131,10 @@ def plan_inputs(plan: str | None, profile: str | None, cluster: str | None) -> d
     if plan is None or (profile is not None and cluster is not None) or not os.path.isfile(plan):
         return inputs  # a pipe is read once, by the command itself
     from pipeplan.core.errors import PipeplanError
-    from pipeplan.io.plan_json import read_plan
+    from pipeplan.presets.resolve import load_plan
 
     try:
-        _, names = read_plan(plan)
+        _, names = load_plan(plan)
     except (PipeplanError, OSError, UnicodeDecodeError):
         return inputs  # reading it again fails the command, with this error, before anything is written
     if profile is None:

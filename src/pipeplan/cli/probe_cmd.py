@@ -48,7 +48,7 @@ def probe(
     check_outputs([Output("--out", out)], {"--profile": profile})
     model_profile = None
     if profile is not None:
-        from pipeplan.io.load import load_profile
+        from pipeplan.presets.resolve import load_profile
 
         model_profile = load_profile(profile)
         if model_profile.source is None:
@@ -63,7 +63,7 @@ def probe(
             )
     if local is not None:
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
-        from pipeplan.runtime.launch import launch_local
+        from pipeplan.runtime.training.launch import launch_local
 
         argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
         sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
@@ -74,15 +74,13 @@ def _run(
     out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
 ) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
-    import torch
-
     from pipeplan.io.atomic import write_text_atomic
-    from pipeplan.profiler.allocator import steady_cpu_allocator
-    from pipeplan.runtime.launch import finish_worker
-    from pipeplan.runtime.probe import cluster_json, probe
+    from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
+    from pipeplan.runtime.measurement.probe import cluster_json, probe
+    from pipeplan.runtime.training.launch import finish_worker
 
     steady_cpu_allocator()
-    torch.set_num_threads(threads)
+    set_cpu_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
         result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]
@@ -91,10 +89,10 @@ def _run(
             write_text_atomic(out, text + "\n")
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
-            if result.message_overhead or result.message_latency or result.overhead_alone:
+            if result.message_overhead_s or result.message_latency_s or result.overhead_alone:
                 typer.echo(
-                    f"message costs: overhead {result.message_overhead * 1e6:.0f} us + latency "
-                    f"{result.message_latency * 1e6:.0f} us (fitted alone, the overhead would be "
+                    f"message costs: overhead {result.message_overhead_s * 1e6:.0f} us + latency "
+                    f"{result.message_latency_s * 1e6:.0f} us (fitted alone, the overhead would be "
                     f"{result.overhead_alone * 1e6:.0f} us)"
                 )
     except Exception as exc:

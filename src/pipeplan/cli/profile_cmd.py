@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,7 +12,7 @@ from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
 
 if TYPE_CHECKING:
-    from pipeplan.core.profile import ModelProfile
+    pass
 
 DTYPE_CHOICES = ("fp32", "bf16")
 
@@ -58,7 +57,7 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no table."),
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
-    from pipeplan.cli.common import parse_int_list
+    from pipeplan.cli.flags import parse_int_list
     from pipeplan.cli.outputs import Output, check_outputs
 
     if dtype not in DTYPE_CHOICES:
@@ -77,24 +76,26 @@ def profile(
     if dtype == "bf16" and project_to is None:
         raise ProfileError("--dtype bf16 is for --project-to only: train runs float32 (or float64) on this machine")
     spec_options = parse_options(options or [])
+    _require_torch()
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
     check_outputs([Output("--out", out)])
-    torch = _import_torch()
     from pipeplan.io.profile_json import write_profile_json
+    from pipeplan.models.allocator import set_cpu_threads
     from pipeplan.profiler.projection import project_curves, resolve_gpu
+    from pipeplan.profiler.run import measure_model
 
-    torch.set_num_threads(threads)
+    set_cpu_threads(threads)
     if project_to is not None:
         resolve_gpu(project_to)
         if not 0 < efficiency <= 1:
             raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
         result = project_curves(module_spec, spec_options, dataset, sizes, project_to, dtype, efficiency)
     else:
-        result = _measure(torch, module_spec, spec_options, dataset, sizes, device, runs, warmup, threads, quiet)
+        result = measure_model(module_spec, spec_options, dataset, sizes, device, runs, warmup, threads, quiet)
     write_profile_json(result, Path(out))
     if quiet:
         return
-    from pipeplan.cli.show_cmd import profile_layers_table, profile_summary
+    from pipeplan.viz.inventory import profile_layers_table, profile_summary
 
     console = Console(width=max(Console().width, 120))
     console.print(profile_summary(result))
@@ -117,34 +118,6 @@ def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:
     return sizes
 
 
-def _measure(
-    torch: ModuleType,
-    module_spec: str,
-    options: dict[str, str],
-    dataset: str,
-    sizes: tuple[int, ...],
-    device: str,
-    runs: int,
-    warmup: int,
-    threads: int,
-    quiet: bool,
-) -> ModelProfile:
-    """Build the model as `pipeplan train` does and measure it at every size on its own data."""
-    from pipeplan.core.profile import ProfileSource
-    from pipeplan.profiler.allocator import steady_cpu_allocator
-    from pipeplan.profiler.curves import profile_batch_sizes
-    from pipeplan.profiler.model import build_model
-
-    steady_cpu_allocator()  # the allocator train runs with (profiler.allocator)
-    target = _torch_device(torch, device)
-    model = build_model(module_spec, dict(options), dataset)
-    for layer in model.layers:
-        layer.to(target)
-    spec = model.chain_spec()
-    source = ProfileSource(module_spec, tuple(sorted(options.items())), model.dataset.name, "float32")
-    return profile_batch_sizes(spec, sizes, runs=runs, warmup=warmup, threads=threads, source=source, progress=not quiet)
-
-
 def parse_options(pairs: list[str]) -> dict[str, str]:
     """KEY=VALUE strings to a dict.
 
@@ -163,26 +136,16 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
     return result
 
 
-def _import_torch() -> ModuleType:
-    """torch, or a ProfileError saying how to install it."""
-    try:
-        import torch
-    except ImportError:
-        raise ProfileError("pipeplan profile needs torch: pip install 'pipeplan[torch]'") from None
-    return torch
+def _require_torch() -> None:
+    """A ProfileError saying how to install torch when it is missing."""
+    import importlib.util
 
-
-def _torch_device(torch: ModuleType, name: str) -> Any:
-    """The torch.device for --device, checked to exist here."""
     try:
-        target = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise ProfileError(f"--device must be cpu, cuda or cuda:N, got {name!r}") from None
-    if target.type not in ("cpu", "cuda"):
-        raise ProfileError(f"--device must be cpu, cuda or cuda:N, got {name!r}")
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ProfileError(f"--device {name!r}: no CUDA device is available")
-    return target
+        missing = importlib.util.find_spec("torch") is None
+    except ImportError:  # a broken or blocked install counts as missing
+        missing = True
+    if missing:
+        raise ProfileError("pipeplan profile needs torch: pip install 'pipeplan[torch]'")
 
 
 def register(app: typer.Typer) -> None:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from pipeplan.cli.common import print_json, refuse_sizes_for_file
+from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.core.errors import ScheduleError
+from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
+from pipeplan.viz.json_print import print_json
 
 
 def schedule(
     name: str = typer.Argument(
-        ..., help="Schedule name: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1; or a schedule .csv/.json file to convert."
+        ...,
+        help=f"Schedule name: {', '.join(n for n in SCHEDULES if n not in ASYNCHRONOUS)}; or a schedule .csv/.json file "
+        "to convert.",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with a name)."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration (with a name)."),
@@ -20,8 +24,8 @@ def schedule(
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
     """Generate a schedule (or read a schedule file) and print each rank's actions."""
-    from pipeplan.io.load import load_schedule
     from pipeplan.io.schedule_io import schedule_to_csv, schedule_to_json
+    from pipeplan.presets.resolve import load_schedule
 
     if fmt not in ("text", "json", "csv"):
         raise ScheduleError(f"--format must be text, json or csv, got {fmt!r}")

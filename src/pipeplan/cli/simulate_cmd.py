@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, print_json, refuse_sizes_for_file
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, refuse_sizes_for_file
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
+from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES, TABLE
+from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
     from pipeplan.core.schedule import Schedule
-    from pipeplan.sim.iterations import IterationRun
+    from pipeplan.sim.engine.iterations import IterationRun
     from pipeplan.sim.result import SimResult
     from pipeplan.sim.steady import SteadyState
 
@@ -34,8 +36,9 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     if values is None:
         return None
     if len(values) == 1:
-        chunks = schedule.num_stages // schedule.num_ranks
-        return values[0] if per_boundary else values[0] / chunks
+        from pipeplan.sim.cost.synthetic import chunk_share
+
+        return values[0] if per_boundary else chunk_share(values[0], schedule)
     want = schedule.num_stages - 1 if per_boundary else schedule.num_stages
     if len(values) != want:
         what = "stage boundary" if per_boundary else "stage"
@@ -70,11 +73,11 @@ def simulate_named(
     """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
     flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1), for pipemare its
     steady state, and with `iterations` the run of that many iterations on the trace's clock."""
-    from pipeplan.io.load import load_schedule
+    from pipeplan.presets.resolve import load_schedule
     from pipeplan.sim import simulate, uniform_costs
     from pipeplan.sim.trace import BandwidthTrace
 
-    asynchronous = name == "pipemare"
+    asynchronous = name in ASYNCHRONOUS
     if minibatches is not None and not asynchronous:
         raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
     from pipeplan.schedules.registry import SCHEDULES, action_count
@@ -126,7 +129,7 @@ def simulate_named(
     title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
     run = None
     if iterations is not None:
-        from pipeplan.sim.iterations import simulate_iterations
+        from pipeplan.sim.engine.iterations import simulate_iterations
 
         run = simulate_iterations(schedule, costs, trace if isinstance(trace, BandwidthTrace) else None, iterations)
     return simulate(schedule, costs, trace=trace, record=record), title, None, run
@@ -157,22 +160,24 @@ def simulate_plan_file(
         PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
             `check_memory`).
     """
-    from pipeplan.io.load import load_cluster, load_profile
-    from pipeplan.io.plan_json import read_plan
-    from pipeplan.sim.cost_model import CostModel
-    from pipeplan.sim.stage_costs import check_plan_matches, simulate_plan
+    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.cost.plan_costs import check_plan_matches
+    from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
-    plan, names = read_plan(plan_path)
+    plan, names = load_plan(plan_path)
     if record:
-        check_timeline((3 if plan.schedule == "zb-h1" else 2) * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
+        facts = TABLE.get(plan.schedule)
+        per = 3 if facts is not None and facts.split_backward else 2
+        check_timeline(per * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    from pipeplan.sim.memory import check_fits
+    from pipeplan.sim.cost.memory import check_fits
 
     model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
     if isinstance(trace, BandwidthTrace):
@@ -190,8 +195,8 @@ def simulate_plan_file(
     run = None
     if iterations is not None:
         from pipeplan.schedules.plan_schedule import plan_schedule
-        from pipeplan.sim.iterations import simulate_iterations
-        from pipeplan.sim.stage_costs import plan_costs
+        from pipeplan.sim.cost.plan_costs import plan_costs
+        from pipeplan.sim.engine.iterations import simulate_iterations
 
         bandwidth = trace if isinstance(trace, BandwidthTrace) else None
         run = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, bandwidth), bandwidth, iterations)
@@ -201,8 +206,8 @@ def simulate_plan_file(
 def simulate(
     name: str | None = typer.Argument(
         None,
-        help="Schedule: gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare (asynchronous), or a schedule .csv/.json "
-        "file (omit with --plan).",
+        help=f"Schedule: {', '.join(n + (' (asynchronous)' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}, or a "
+        "schedule .csv/.json file (omit with --plan).",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration."),
@@ -247,7 +252,7 @@ def simulate(
     check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)
     if iterations is not None and iterations < 1:
         raise CostError(f"--iterations must be an integer >= 1, got {iterations}")
-    if iterations is not None and name == "pipemare":
+    if iterations is not None and name in ASYNCHRONOUS:
         raise ScheduleError("--iterations does not apply to pipemare (it streams minibatches without a flush)")
     trace = None
     if bandwidth_trace is not None:
@@ -272,9 +277,7 @@ def simulate(
         title = f"plan {plan} ({result.schedule_name})"
     else:
         if name is None:
-            raise ScheduleError(
-                "simulate needs a schedule NAME (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare) or --plan FILE"
-            )
+            raise ScheduleError(f"simulate needs a schedule NAME ({GENERATOR_NAMES}) or --plan FILE")
         for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
                             ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
                             ("--profile-batch-size", profile_batch_size)):  # fmt: skip

@@ -43,7 +43,7 @@ def parse_links(text: str, cluster: str | None = None) -> list[Link] | None:
     if text.strip() == "inter-node":
         if cluster is None:
             raise CostError("--links inter-node needs --cluster (whose nodes it reads)")
-        from pipeplan.io.load import load_cluster
+        from pipeplan.presets.resolve import load_cluster
 
         devices = load_cluster(cluster).devices
         pairs = [(a.id, b.id) for a in devices for b in devices if a.node != b.node]

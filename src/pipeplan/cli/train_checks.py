@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
     from pipeplan.runtime.options import AsyncSettings
@@ -42,7 +43,7 @@ def async_settings(
 
     given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None,
              "--weight-prediction": weight_prediction or None}  # fmt: skip
-    if schedule != "pipemare":
+    if schedule not in ASYNCHRONOUS:
         for flag, value in given.items():
             if value is not None:
                 raise TrainConfigError(f"{flag} applies only to --schedule pipemare (asynchronous training)")
@@ -93,12 +94,9 @@ def check_options(
     check_outputs(outputs, inputs)
 
 
-PLAN_SETS = ("--stages", "--microbatches", "--batch-size", "--k", "--chunks", "--replicas")
-"""The flags whose value a plan file fixes: given beside --plan, they are refused rather than silently ignored."""
-
-
 def refuse_beside_plan(given: dict[str, object]) -> None:
-    """Raise TrainConfigError for the first flag of PLAN_SETS given (not None) with --plan, naming it and its value."""
+    """Raise TrainConfigError for the first flag given (not None) beside --plan whose value a plan file fixes (stages,
+    microbatches, batch size, k, chunks, replicas), naming it and its value."""
     from pipeplan.runtime.errors import TrainConfigError
 
     for flag, value in given.items():
@@ -134,7 +132,7 @@ def prediction_inputs(
     """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
     plan's own; a plan whose own files cannot be loaded runs without a prediction, saying why (once: on process 0 of
     the job, `say`, not in the --local launcher)."""
-    from pipeplan.io.load import load_cluster, load_profile
+    from pipeplan.presets.resolve import load_cluster, load_profile
 
     chosen = []
     for given, own, loader in ((profile, names["profile"], load_profile), (cluster, names["cluster"], load_cluster)):
@@ -161,7 +159,7 @@ def model_of_profile(
     """
     if profile is None or (module is not None and options_given and dataset is not None):
         return module, options, dataset
-    from pipeplan.io.load import load_profile
+    from pipeplan.presets.resolve import load_profile
 
     try:
         source = load_profile(profile).source

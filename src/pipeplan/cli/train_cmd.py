@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.common import refuse_sizes_for_file
+from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.cli.outputs import plan_inputs
 from pipeplan.cli.train_checks import (
     async_settings,
@@ -22,8 +22,11 @@ from pipeplan.cli.train_checks import (
 )
 from pipeplan.cli.train_network import network_for_train
 from pipeplan.core.errors import PipeplanError
+from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 
-WORKER_BOOT = "from pipeplan.runtime.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
+WORKER_BOOT = (
+    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
+)
 """How --local starts each worker: first the watch on its launcher (no orphan if the launcher dies), then this same
 CLI, without --local, under the launcher's torchrun-like environment."""
 
@@ -49,7 +52,8 @@ def train(
     schedule: str | None = typer.Option(
         None,
         "--schedule",
-        help="Schedule name (gpipe, 1f1b, kfkb, interleaved-1f1b, zb-h1, pipemare: asynchronous) or a schedule .csv/.json file.",
+        help=f"Schedule name ({', '.join(n + (': asynchronous' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}) or a "
+        "schedule .csv/.json file.",
     ),
     lr_reschedule: int | None = typer.Option(
         None, "--lr-reschedule", help="pipemare: learning rate α/τ^(1-min(k/K,1)) at asynchronous step k (K >= 1)."
@@ -145,9 +149,9 @@ def train(
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
-    from pipeplan.runtime.job import ScheduleLayout
-    from pipeplan.runtime.launch import launched_locally
+    from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import check_adaptable, check_global_batch, check_seed
+    from pipeplan.runtime.training.launch import launched_locally
 
     check_seed(seed)
 
@@ -179,9 +183,9 @@ def train(
     spec_options = parse_options(options or [])
     layout = plan_obj = links_from = None
     if plan is not None:
-        from pipeplan.io.plan_json import read_plan
+        from pipeplan.presets.resolve import load_plan
 
-        plan_obj, names = read_plan(plan)
+        plan_obj, names = load_plan(plan)
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
@@ -211,7 +215,7 @@ def train(
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if checkpoint_dir is not None:
-        from pipeplan.runtime.checkpoint import prepare
+        from pipeplan.runtime.state.checkpoint import prepare
 
         note, finished = prepare(Path(checkpoint_dir), resume, checkpoint_every > 0, run_steps)
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
@@ -221,11 +225,11 @@ def train(
             sys.exit(0)
     network = network_for_train(bandwidth_trace, emulate_gb_per_s, links_from, plan_obj.all_devices if plan_obj else None, local)
     if local is not None:
-        from pipeplan.runtime.launch import launch_local
+        from pipeplan.runtime.training.launch import launch_local
 
         code = launch_local(local, [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])], grace_s=min(timeout, 10.0))
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
-    from pipeplan.runtime.train_config import TrainConfig
+    from pipeplan.runtime.training.train_config import TrainConfig
 
     config = TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
@@ -250,8 +254,8 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
     """
     from pipeplan.cli.train_report import report_results
     from pipeplan.runtime.errors import RuntimeFault
-    from pipeplan.runtime.launch import finish_worker
-    from pipeplan.runtime.worker import train as run_training
+    from pipeplan.runtime.training.launch import finish_worker
+    from pipeplan.runtime.training.worker import train as run_training
 
     rank = int(os.environ.get("RANK", "0"))
 

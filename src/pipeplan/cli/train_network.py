@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeplan.runtime.network import NetworkSettings
+    from pipeplan.runtime.transport.network import NetworkSettings
 
 
 def network_for_train(
@@ -25,7 +25,7 @@ def network_for_train(
         TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on.
         CostError, ClusterError: an unreadable trace or cluster.
     """
-    from pipeplan.runtime.network import network_settings
+    from pipeplan.runtime.transport.network import network_settings
 
     settings = network_settings(trace, gb_per_s, cluster)
     if settings is None:

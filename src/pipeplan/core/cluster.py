@@ -51,16 +51,16 @@ class Cluster:
     `bandwidth[a][b]` (or `bandwidth[a, b]`) is the rate from a to b (0 = no
     path; the diagonal is ignored). Both are LinkMatrix values (core.links):
     nested sequences given here become a DenseLinks; described clusters of
-    identical nodes keep their structure (NodeLinks). `nic_bandwidth`, when set, is each node's NIC rate in bytes/s per
+    identical nodes keep their structure (NodeLinks). `nic_bytes_per_s`, when set, is each node's NIC rate in bytes/s per
     direction, a resource shared by all transfers leaving or entering the node.
     `speed_reference` is the device kind whose throughput is 1.0 in each
     device's `speed` (None: speeds are relative to whatever profile is used;
-    see sim.speeds). `allreduce_bandwidth` (bytes/s) and `allreduce_latency`
+    see sim.speeds). `allreduce_bytes_per_s` (bytes/s) and `allreduce_latency_s`
     (s), when measured, replace the ring over the links in every all-reduce:
     bus bandwidth and per-step latency of the real collective.
-    `message_overhead` (s) is the time a stage-to-stage message costs the
+    `message_overhead_s` (s) is the time a stage-to-stage message costs the
     action that consumes it beyond the link's latency and bandwidth (the
-    runtime's receive path on a loaded machine), and `message_latency` (s)
+    runtime's receive path on a loaded machine), and `message_latency_s` (s)
     what every message between two devices takes beyond the link's measured
     latency (the scheduling of communication threads while every core
     computes); both as `pipeplan probe` fits them, 0 when unknown.
@@ -68,14 +68,14 @@ class Cluster:
 
     name: str
     devices: tuple[Device, ...]
-    bandwidth: LinkMatrix
-    latency: LinkMatrix
-    nic_bandwidth: float | None = None
+    bandwidth_bytes_per_s: LinkMatrix
+    latency_s: LinkMatrix
+    nic_bytes_per_s: float | None = None
     speed_reference: str | None = None
-    allreduce_bandwidth: float | None = None
-    allreduce_latency: float = 0.0
-    message_overhead: float = 0.0
-    message_latency: float = 0.0
+    allreduce_bytes_per_s: float | None = None
+    allreduce_latency_s: float = 0.0
+    message_overhead_s: float = 0.0
+    message_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -85,16 +85,16 @@ class Cluster:
         for i, device in enumerate(self.devices):
             if device.id != i:
                 raise ClusterError(f"cluster {self.name!r} device {i} has id {device.id}; ids must be 0..{n - 1} in order")
-        for field in ("bandwidth", "latency"):
-            object.__setattr__(self, field, _link_matrix(self.name, field, getattr(self, field), n))
+        for field, label in (("bandwidth_bytes_per_s", "bandwidth"), ("latency_s", "latency")):
+            object.__setattr__(self, field, _link_matrix(self.name, label, getattr(self, field), n))
         rate = {"least": MIN_BYTES_PER_S, "most": MAX_BYTES_PER_S}
-        if self.nic_bandwidth is not None:
-            check_positive_float(ClusterError, f"cluster {self.name!r} nic_bandwidth", self.nic_bandwidth, **rate)
+        if self.nic_bytes_per_s is not None:
+            check_positive_float(ClusterError, f"cluster {self.name!r} nic_bytes_per_s", self.nic_bytes_per_s, **rate)
         if self.speed_reference is not None and (not isinstance(self.speed_reference, str) or not self.speed_reference):
             raise ClusterError(f"cluster {self.name!r} speed_reference must be a device kind, got {self.speed_reference!r}")
-        if self.allreduce_bandwidth is not None:
-            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bandwidth", self.allreduce_bandwidth, **rate)
-        for field in ("allreduce_latency", "message_overhead", "message_latency"):
+        if self.allreduce_bytes_per_s is not None:
+            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bytes_per_s", self.allreduce_bytes_per_s, **rate)
+        for field in ("allreduce_latency_s", "message_overhead_s", "message_latency_s"):
             check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), MAX_SECONDS)
 
     @property
@@ -114,9 +114,9 @@ class Cluster:
         """
         if src == dst:
             return math.inf
-        rate = self.bandwidth.at(src, dst)
-        if self.nic_bandwidth is not None and self.devices[src].node != self.devices[dst].node:
-            rate = min(rate, self.nic_bandwidth)
+        rate = self.bandwidth_bytes_per_s.at(src, dst)
+        if self.nic_bytes_per_s is not None and self.devices[src].node != self.devices[dst].node:
+            rate = min(rate, self.nic_bytes_per_s)
         return rate
 
     def link_latency(self, src: int, dst: int) -> float:
@@ -124,7 +124,7 @@ class Cluster:
         message latency (0 for src == dst)."""
         if src == dst:
             return 0.0
-        return self.latency.at(src, dst) + self.message_latency
+        return self.latency_s.at(src, dst) + self.message_latency_s
 
     def require_link(self, src: int, dst: int) -> float:
         """Like link_bandwidth, but raise ClusterError when the two devices cannot talk."""

@@ -121,12 +121,6 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
         out.write(text)
 
 
-def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write `data` to `path` whole or not at all (see atomic_output)."""
-    with atomic_output(path, binary=True) as out:
-        out.write(data)
-
-
 def write_failure(exc: BaseException) -> str:
     """Why a file was not written, in a few words: the OS's reason and the path it names, or the OutputError's line."""
     if isinstance(exc, OSError) and exc.strerror:

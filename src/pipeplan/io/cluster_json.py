@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.devices import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_SECONDS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
 from pipeplan.core.links import LinkMatrix, NodeLinks
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
-from pipeplan.presets.gpus import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 
 CLUSTER_FORMAT = "pipeplan.cluster/1"
 GIB = 2**30
@@ -68,20 +68,20 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         "devices": [
             {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node} for d in cluster.devices
         ],
-        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth.dense().tolist()],
-        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency.dense().tolist()],
+        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth_bytes_per_s.dense().tolist()],
+        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency_s.dense().tolist()],
     }
-    if cluster.nic_bandwidth is not None:
-        result["nic_gb_per_s"] = _clean(cluster.nic_bandwidth / GB_PER_S)
-    if cluster.allreduce_bandwidth is not None:
+    if cluster.nic_bytes_per_s is not None:
+        result["nic_gb_per_s"] = _clean(cluster.nic_bytes_per_s / GB_PER_S)
+    if cluster.allreduce_bytes_per_s is not None:
         result["allreduce"] = {
-            "gb_per_s": _clean(cluster.allreduce_bandwidth / GB_PER_S),
-            "latency_us": _clean(cluster.allreduce_latency / US),
+            "gb_per_s": _clean(cluster.allreduce_bytes_per_s / GB_PER_S),
+            "latency_us": _clean(cluster.allreduce_latency_s / US),
         }
-    if cluster.message_overhead > 0:
-        result["message_overhead_us"] = _clean(cluster.message_overhead / US)
-    if cluster.message_latency > 0:
-        result["message_latency_us"] = _clean(cluster.message_latency / US)
+    if cluster.message_overhead_s > 0:
+        result["message_overhead_us"] = _clean(cluster.message_overhead_s / US)
+    if cluster.message_latency_s > 0:
+        result["message_latency_us"] = _clean(cluster.message_latency_s / US)
     return result
 
 
@@ -281,12 +281,12 @@ def _cluster(
         allreduce_bw = fields.number("gb_per_s", positive=True, limits=RATE) * GB_PER_S
         allreduce_lat = fields.number("latency_us", default=0.0, limits=LATENCY) * US
     overhead = top.number("message_overhead_us", default=0.0, limits=LATENCY) * US
-    message_latency = top.number("message_latency_us", default=0.0, limits=LATENCY) * US
+    message_latency_s = top.number("message_latency_us", default=0.0, limits=LATENCY) * US
     try:
         return Cluster(
-            name=name, devices=devices, bandwidth=bandwidth, latency=latency, nic_bandwidth=nic,
-            speed_reference=scales.pop(), allreduce_bandwidth=allreduce_bw, allreduce_latency=allreduce_lat,
-            message_overhead=overhead, message_latency=message_latency,
+            name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_s=latency, nic_bytes_per_s=nic,
+            speed_reference=scales.pop(), allreduce_bytes_per_s=allreduce_bw, allreduce_latency_s=allreduce_lat,
+            message_overhead_s=overhead, message_latency_s=message_latency_s,
         )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None

@@ -1,14 +1,15 @@
-"""Run several planners on one request and line their plans up: all are scored by the same simulator."""
+"""Run several planners on one request and line their plans up: all are scored by the same simulator (`compare`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.planner import load_planners
-from pipeplan.planner.base import PlanRequest, PlanResult
+from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.request import PlanRequest, PlanResult, Progress
 
 BASELINES = ("dapple", "pipedream", "balanced")
 """The published planners pipeplan is measured against (exact is a reference, not a baseline)."""
@@ -35,7 +36,7 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     Raises:
         PlanError: a name that is not registered or named twice, or no name at all.
     """
-    registered = load_planners()
+    registered = PLANNERS
     if planners is None:
         return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in ORDER)
     if not planners:
@@ -68,7 +69,7 @@ def compare(
         PlanError: an unknown planner name.
     """
     names = planner_names(planners)
-    registered = load_planners()
+    registered = PLANNERS
     rows: list[Row] = []
     for i, name in enumerate(names):
         if progress is not None:
@@ -102,3 +103,55 @@ def speedup(row: Row, baseline: PlanResult | None) -> float | None:
     if not isinstance(row, PlanResult) or baseline is None or row.iteration_time <= 0:
         return None
     return baseline.iteration_time / row.iteration_time
+
+
+@dataclass
+class Comparison:
+    """Every planner's result on one problem (`compare`, and `demo`'s second step), with the names it was given."""
+
+    profile: str
+    cluster: str
+    name: str
+    request: PlanRequest
+    rows: list[Row]
+
+    def to_json(self) -> dict[str, Any]:
+        """`compare --json`: one `plan --json` object per planner, or its error."""
+        return {
+            "results": [
+                r.to_json(self.profile, self.cluster)
+                if isinstance(r, PlanResult)
+                else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
+                for r in self.rows
+            ]
+        }
+
+
+def run_comparison(
+    profile: str,
+    cluster: str,
+    global_batch: int,
+    names: Sequence[str] | None,
+    progress: Progress | None,
+    *,
+    microbatch_size: int | None = None,
+    schedule: str = "auto",
+    batch_scaling: str = "auto",
+    optimizer: str = "adam",
+    optimizer_factor: float | None = None,
+    profile_batch_size: int | None = None,
+    replication: str = "any",
+) -> Comparison:
+    """Load the problem (a profile and a cluster: names or paths) and run the planners `names` (all when None) on it.
+
+    Raises:
+        PlanError, ProfileError, ClusterError: an unknown planner, a bad profile, cluster or request.
+    """
+    from pipeplan.presets.resolve import load_cluster, load_profile
+
+    chosen = planner_names(names)
+    model = load_profile(profile, profile_batch_size)
+    machines = load_cluster(cluster)
+    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
+                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor, replication=replication)  # fmt: skip
+    return Comparison(profile, cluster, model.name, request, compare(request, chosen, progress))

@@ -41,16 +41,22 @@ from itertools import permutations
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.partition import prefix_sums
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.base import PlanRequest, PlanResult, register_planner
-from pipeplan.planner.baseline_tools import evaluate, prefix_sums
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules import make_schedule
-from pipeplan.sim.layer_costs import StageWork
-from pipeplan.sim.links import pair_ms, ring_allreduce_ms
-from pipeplan.sim.memory import order_peak_activation
-from pipeplan.sim.stage_costs import simulate_plan
+from pipeplan.schedules.registry import PLANNABLE, TABLE, names_text
+from pipeplan.sim.cost.layers import StageWork, static_bytes
+from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
+from pipeplan.sim.cost.memory import order_peak_activation
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.plan_sim import simulate_plan
 
+COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
+"""The schedules exact searches: every generated one of p stages (interleaving re-cuts a plan into chunk-stages)."""
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
+"""(schedule, k) in the order exact tries them (a tie keeps the first)."""
 MAX_SPACE = 20_000_000
 """Most (partition, ordered device groups) pairs accepted: 8 layers on 7 devices (13.6M) pass, on 8 (226M) do not."""
 
@@ -172,7 +178,7 @@ class _Search:
             inp=inp,
             wgt=wgt,
             allreduce=ring_allreduce_ms(cluster, devices, work.param_bytes) + work.optimizer_ms,
-            static=work.param_bytes * (2 + self.request.model.optimizer_factor),
+            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
             act=work.saved_bytes,
             memory=min(cluster.devices[d].memory_bytes for d in devices),
             arrive=0.0,
@@ -309,7 +315,6 @@ class _Search:
             self.grow([], tuple(range(devices)), rp, m, size)
 
 
-@register_planner("exact")
 def plan_exact(request: PlanRequest) -> PlanResult:
     """The plan with the smallest simulated iteration time, for small instances (see the module docstring).
 
@@ -327,10 +332,10 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         )
     if request.schedule == "auto":
         schedules = SCHEDULES
-    elif request.schedule in ("gpipe", "1f1b", "zb-h1", "kfkb"):
+    elif request.schedule in COVERED:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
-        raise PlanError(f"planner 'exact' covers gpipe, 1f1b, kfkb and zb-h1, got schedule {request.schedule!r}")
+        raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
     search = _Search(request, schedules)
     search.run()
     if search.best_plan is None:
@@ -343,4 +348,5 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     except PipeplanError as exc:  # the search checked memory the same way; this would be a bug
         raise PlanError(f"planner 'exact' chose a plan that does not fit: {exc}") from exc
     extra = {"simulated": search.simulated, "search_nodes": search.nodes, "search_space": space}
-    return PlanResult(search.best_plan, "exact", result, memory, time.perf_counter() - started, extra)
+    costs = plan_costs(search.best_plan, request.model)
+    return PlanResult(search.best_plan, "exact", result, costs, memory, time.perf_counter() - started, extra)

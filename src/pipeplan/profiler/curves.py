@@ -19,8 +19,8 @@ from torch import nn
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes
+from pipeplan.models.specs import ModelSpec
 from pipeplan.profiler.measure import Measurement, measure_layers
-from pipeplan.profiler.specs import ModelSpec
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=1e-12),

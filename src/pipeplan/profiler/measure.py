@@ -36,10 +36,10 @@ from torch import nn
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.models.specs import ModelSpec, layers_of
 from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
-from pipeplan.profiler.specs import ModelSpec, layers_of
 from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
 SampleInput = torch.Tensor | Callable[[int], torch.Tensor]

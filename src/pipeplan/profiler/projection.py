@@ -6,7 +6,7 @@ For each layer, each direction (forward, backward) and each batch size:
                   kernels · launch_ms)
 
 with the peak of the chosen dtype (`fp32`: the fp32 rate; `bf16`: the 16-bit
-tensor-core rate) from `pipeplan.presets.gpus.GPU_SPECS`. `kernels` counts the
+tensor-core rate) from `pipeplan.core.devices.GPU_SPECS`. `kernels` counts the
 operators that launch a kernel (flops.KernelCounter), so a layer at a small
 batch costs at least its launches: projected at every batch size, the times
 follow the batch size as a GPU's do, not linearly (`project_curves`).
@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pipeplan.core.devices import GPU_SPECS, GpuSpec
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ModelProfile
-from pipeplan.presets.gpus import GPU_SPECS, GpuSpec
 from pipeplan.profiler.flops import LayerWork
 
 DTYPES = ("fp32", "bf16")
@@ -123,10 +123,10 @@ def project_curves(
     import torch
 
     from pipeplan.core.profile import ProfileSource
+    from pipeplan.models.build import build_model
+    from pipeplan.models.specs import ModelSpec
     from pipeplan.profiler.curves import assemble
     from pipeplan.profiler.measure import measure_layers
-    from pipeplan.profiler.model import build_model
-    from pipeplan.profiler.specs import ModelSpec
 
     spec_gpu = resolve_gpu(gpu)
     peak_flops_per_s(spec_gpu, dtype)

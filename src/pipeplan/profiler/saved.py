@@ -20,8 +20,6 @@ import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from pipeplan.core.errors import ProfileError
-
 
 def storage_key(tensor: torch.Tensor) -> int:
     """An identity for the storage behind tensor (equal for views of one buffer)."""
@@ -100,18 +98,3 @@ class SavedTensorMeter(SavedTensorHooks):
     def bytes_of(self, tensor: torch.Tensor) -> int:
         """The size of tensor's storage if it was saved, else 0."""
         return self._sizes.get(storage_key(tensor), 0)
-
-
-def measure_saved_bytes(layer: nn.Module, x: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """Run layer(x) once with grad enabled and return (bytes saved for backward, output).
-
-    Raises:
-        ProfileError: when the layer does not return a single tensor.
-    """
-    with torch.enable_grad(), SavedTensorMeter(exclude=layer.parameters()) as meter:
-        out = layer(x)
-    if not isinstance(out, torch.Tensor):
-        raise ProfileError(
-            f"layer {type(layer).__name__} returned {type(out).__name__}; every pipeline layer must return one tensor"
-        )
-    return meter.saved_bytes, out

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from pipeplan.profiler.stage import LossFn, StageModule
+from pipeplan.models.stage import LossFn, StageModule
 
 Loss = tuple[LossFn, torch.Tensor]
 """A loss function and the batch of targets it is given with the last layer's output."""

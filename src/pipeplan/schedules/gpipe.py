@@ -1,7 +1,7 @@
 """GPipe: all forwards, then all backwards (Huang et al., 2019)."""
 
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.sizes import check_sizes
 
 
 def gpipe(stages: int, microbatches: int) -> Schedule:

@@ -2,7 +2,7 @@
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.sizes import check_sizes
 
 
 def _chunk_action(rank: int, ranks: int, chunks: int, virtual: int, op: str) -> Action:

@@ -1,7 +1,7 @@
 """kFkB (Ada-Grouper): groups of k forwards and k backwards; k=1 is 1F1B, k>=m is GPipe."""
 
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.sizes import check_sizes
 
 
 def kfkb_order(stage: int, stages: int, microbatches: int, k: int, warmup: int) -> tuple[Action, ...]:

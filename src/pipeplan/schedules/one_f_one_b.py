@@ -1,8 +1,8 @@
 """1F1B with early backward (DAPPLE; PipeDream-flush): bounded in-flight microbatches."""
 
 from pipeplan.core.schedule import Schedule
-from pipeplan.schedules.common import check_sizes
 from pipeplan.schedules.kfkb import kfkb_order
+from pipeplan.schedules.sizes import check_sizes
 
 
 def one_f_one_b(stages: int, microbatches: int, extra_warmup: bool = False) -> Schedule:

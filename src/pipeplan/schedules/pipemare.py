@@ -15,8 +15,8 @@ synchronous warm-up.
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_schedule_size, check_sizes
 from pipeplan.schedules.kfkb import kfkb_order
+from pipeplan.schedules.sizes import check_schedule_size, check_sizes
 
 MINIBATCHES = 8
 """The fewest minibatches a pipemare schedule covers when not told (default_minibatches)."""

@@ -1,38 +1,81 @@
-"""The registry of static schedule generators by name, and make_schedule."""
+"""The one table of schedule facts (TABLE: generator, parameters, synchronous or not) and make_schedule."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.limits import ACTIONS
 from pipeplan.core.schedule import Schedule
-from pipeplan.schedules.common import check_schedule_size, check_sizes
 from pipeplan.schedules.gpipe import gpipe
 from pipeplan.schedules.interleaved import interleaved_one_f_one_b
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.pipemare import default_minibatches, pipemare
+from pipeplan.schedules.sizes import check_schedule_size, check_sizes
 from pipeplan.schedules.zero_bubble import zero_bubble_h1
 
-SCHEDULES: dict[str, Callable[..., Schedule]] = {
-    "gpipe": lambda stages, microbatches, k=1, chunks=1: gpipe(stages, microbatches),
-    "1f1b": lambda stages, microbatches, k=1, chunks=1: one_f_one_b(stages, microbatches),
-    "kfkb": lambda stages, microbatches, k=1, chunks=1: kfkb(stages, microbatches, k),
-    "interleaved-1f1b": lambda stages, microbatches, k=1, chunks=1: interleaved_one_f_one_b(stages, microbatches, chunks),
-    "zb-h1": lambda stages, microbatches, k=1, chunks=1: zero_bubble_h1(stages, microbatches),
-    "pipemare": lambda stages, microbatches, k=1, chunks=1: pipemare(stages, microbatches),
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFacts:
+    """What pipeplan knows about one schedule: how it is made and which parameters it takes.
+
+    `generator(stages, microbatches, k, chunks)` makes it (None for `list`: an explicit order a planner makes from
+    costs); `takes_k` (a group size, 1 <= k <= m), `takes_chunks` (v chunk-stages per rank); `asynchronous`: its
+    stages step inside the schedule (U) without a flush, so a planner never picks it for a synchronous iteration;
+    `split_backward`: B runs as I (input) and W (weights), three actions per stage and microbatch.
+    """
+
+    name: str
+    generator: Callable[..., Schedule] | None
+    takes_k: bool = False
+    takes_chunks: bool = False
+    asynchronous: bool = False
+    split_backward: bool = False
+
+
+TABLE: dict[str, ScheduleFacts] = {
+    facts.name: facts
+    for facts in (
+        ScheduleFacts("gpipe", lambda stages, microbatches, k=1, chunks=1: gpipe(stages, microbatches)),
+        ScheduleFacts("1f1b", lambda stages, microbatches, k=1, chunks=1: one_f_one_b(stages, microbatches)),
+        ScheduleFacts("kfkb", lambda stages, microbatches, k=1, chunks=1: kfkb(stages, microbatches, k), takes_k=True),
+        ScheduleFacts(
+            "interleaved-1f1b",
+            lambda stages, microbatches, k=1, chunks=1: interleaved_one_f_one_b(stages, microbatches, chunks),
+            takes_chunks=True,
+        ),
+        ScheduleFacts(
+            "zb-h1", lambda stages, microbatches, k=1, chunks=1: zero_bubble_h1(stages, microbatches), split_backward=True
+        ),
+        ScheduleFacts("list", None, takes_chunks=True),
+        ScheduleFacts("pipemare", lambda stages, microbatches, k=1, chunks=1: pipemare(stages, microbatches), asynchronous=True),
+    )
 }
+"""THE table of schedule facts; every other list of schedule names is derived from it (help texts included)."""
+
+SCHEDULES: dict[str, Callable[..., Schedule]] = {n: f.generator for n, f in TABLE.items() if f.generator is not None}
 """name -> generator(stages, microbatches, k, chunks); every generator takes all four. `pipemare` is asynchronous:
 its schedule covers default_minibatches(p, m) minibatches of m microbatches each, without a flush."""
-
-ASYNCHRONOUS = frozenset({"pipemare"})
-"""Schedules whose stages step inside the schedule (U) without a flush: a planner never picks them for a synchronous
-iteration."""
-
-TAKES_K = frozenset({"kfkb"})
+ASYNCHRONOUS = frozenset(n for n, f in TABLE.items() if f.asynchronous)
+"""Schedules whose stages step inside the schedule (U) without a flush."""
+TAKES_K = frozenset(n for n, f in TABLE.items() if f.takes_k)
 """Schedules with a group size k (1 <= k <= m); every other one takes none (k stays 1)."""
-TAKES_CHUNKS = frozenset({"interleaved-1f1b", "list"})
+TAKES_CHUNKS = frozenset(n for n, f in TABLE.items() if f.takes_chunks)
 """Schedules with chunk-stages per rank (v): interleaved-1f1b, and a `list` plan's stored order; others take none."""
+PLANNABLE = tuple(n for n, f in TABLE.items() if not f.asynchronous)
+"""What a plan may run (an iteration with a flush), in the table's order: the generated ones and `list`."""
+GENERATED = tuple(sorted((n for n in PLANNABLE if TABLE[n].generator is not None), key=lambda n: n != "1f1b"))
+"""The synchronous schedules a generator makes, 1f1b first (the plain form every variant of a plan starts from)."""
+
+
+GENERATOR_NAMES = ", ".join(SCHEDULES)
+"""The generators' names, for a message: 'gpipe, 1f1b, ..., pipemare'."""
+
+
+def names_text(names: tuple[str, ...] | list[str], last: str = "or") -> str:
+    """Schedule names for a help text or a message: 'a, b, c or d'."""
+    return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def check_schedule_options(name: str, microbatches: int, k: int, chunks: int) -> None:
@@ -67,10 +110,11 @@ about 370 bytes each)."""
 def action_count(name: str, stages: int, microbatches: int, chunks: int = 1) -> int:
     """How many actions schedule `name` holds: F and B (zero-bubble: F, I and W) per stage and microbatch; pipemare
     also a U per stage and minibatch, over its minibatches."""
-    if name == "pipemare":
+    facts = TABLE[name]
+    if facts.asynchronous:
         return (2 * microbatches + 1) * stages * default_minibatches(stages, microbatches)
-    per = 3 if name == "zb-h1" else 2
-    return per * stages * (chunks if name == "interleaved-1f1b" else 1) * microbatches
+    per = 3 if facts.split_backward else 2
+    return per * stages * (chunks if facts.takes_chunks else 1) * microbatches
 
 
 def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks: int = 1) -> Schedule:
@@ -94,6 +138,6 @@ def make_schedule(name: str, stages: int, microbatches: int, k: int = 1, chunks:
 def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) -> Schedule:
     """The generator's schedule, remembered: a planner asks for the same (name, p, m) for hundreds of candidates, and
     a Schedule is an immutable value. Raises ScheduleError when it would be too large (not remembered)."""
-    sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if name == "interleaved-1f1b" else {})
+    sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if TABLE[name].takes_chunks else {})
     check_schedule_size(name, sizes, stages, action_count(name, stages, microbatches, chunks))
     return SCHEDULES[name](stages, microbatches, k=k, chunks=chunks)

@@ -1,7 +1,7 @@
 """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with backward split into I and W."""
 
 from pipeplan.core.schedule import Action, Schedule
-from pipeplan.schedules.common import check_sizes
+from pipeplan.schedules.sizes import check_sizes
 
 
 def zb_h1_order(rank: int, ranks: int, microbatches: int) -> tuple[Action, ...]:

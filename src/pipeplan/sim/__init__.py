@@ -1,10 +1,10 @@
 """The discrete-event simulator of pipeline schedules: costs in, iteration time, memory and timeline out."""
 
-from pipeplan.sim.bounds import lower_bound
-from pipeplan.sim.costs import Costs, Flow, StageCost
-from pipeplan.sim.engine import simulate
+from pipeplan.sim.cost.synthetic import uniform_costs
+from pipeplan.sim.cost.types import Costs, Flow, StageCost
+from pipeplan.sim.engine.bounds import lower_bound
+from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import ComputeSpan, RankStats, SimResult, TransferSpan
-from pipeplan.sim.synthetic import uniform_costs
 from pipeplan.sim.trace import BandwidthTrace, TraceStep, bandwidth_trace_from_json, read_bandwidth_trace
 
 __all__ = [

@@ -25,6 +25,22 @@ def format_bytes(n: float) -> str:
     return f"{value:.3g} {_UNITS[unit]}" if value < 100 else f"{value:.0f} {_UNITS[unit]}"
 
 
+def id_runs(ids: Sequence[int]) -> str:
+    """Ids as runs in their order: (0, 1, 2, 3, 8) -> '0-3,8' (sorted ids give every run of consecutive ids once)."""
+    parts: list[str] = []
+    start = prev = None
+    for d in ids:
+        if start is not None and prev is not None and d == prev + 1:
+            prev = d
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = d
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
 def format_ms(ms: float) -> str:
     """A time in ms with 4 significant digits."""
     return f"{ms:.4g}"

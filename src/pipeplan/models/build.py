@@ -1,0 +1,157 @@
+"""The model a run trains: a MODULE_SPEC's ordered layers, fitted to the dataset, in the run's dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from pipeplan.core.errors import ProfileError, TrainConfigError
+from pipeplan.models.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
+from pipeplan.models.model_spec import LossFn, ModelSpec
+from pipeplan.models.specs import resolve_module_spec, takes_option
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Model:
+    """Ordered layers (identical on every process), their names, the loss and the data (`dataset.name` resolved)."""
+
+    layers: tuple[nn.Module, ...]
+    layer_names: tuple[str, ...]
+    loss_fn: LossFn
+    dataset: Dataset
+    spec: ModelSpec
+
+    def batch(self, samples: int) -> torch.Tensor:
+        """The first `samples` inputs of the dataset (cycled when it holds fewer): what a profile measures on."""
+        inputs = self.dataset.inputs
+        return inputs[torch.arange(samples) % len(inputs)]
+
+    def targets(self, samples: int) -> torch.Tensor:
+        """The targets of `batch(samples)`: what the loss of a profile's last layer is measured on."""
+        targets = self.dataset.targets
+        return targets[torch.arange(samples) % len(targets)]
+
+    def chain_spec(self) -> ModelSpec:
+        """The layers as a ModelSpec whose sample inputs, targets and loss are this model's (what a profile measures)."""
+        return ModelSpec(
+            self.spec.name,
+            self.layers,
+            self.layer_names,
+            sample_input=self.batch,
+            sample_target=self.targets,
+            loss_fn=self.loss_fn,
+        )
+
+
+def resolve_dataset(module: str, dataset: str) -> str:
+    """`auto` is `digits` for a MODULE_SPEC that takes an `in_features` option (mlp), `pysource` for `charlm`, else
+    `sample`; others as given.
+
+    Raises:
+        TrainConfigError: an unknown dataset.
+        ProfileError: the MODULE_SPEC cannot be resolved.
+    """
+    if dataset not in (*DATASETS, "auto"):
+        raise TrainConfigError(f"--dataset must be one of auto, {', '.join(DATASETS)}; got {dataset!r}")
+    if dataset != "auto":
+        return dataset
+    if module == "charlm":
+        return "pysource"
+    return "digits" if takes_option(module, "in_features") else "sample"
+
+
+def build_model(
+    module: str, options: dict[str, object], dataset: str, dtype: str = "float32", seed: int = 0, sample_size: int = 1024
+) -> Model:
+    """Resolve the MODULE_SPEC and the dataset into a Model.
+
+    `dataset` "auto" is resolved by resolve_dataset. `pipeplan profile` and
+    `pipeplan train` both build their model here, so the same MODULE_SPEC,
+    options and dataset give the same layers in both.
+    With `dataset="digits"` the spec gets `in_features=64` (it must take that
+    option, as `mlp` does) and a linear head to the 10 classes is appended as
+    the last layer, named `head`; the loss is cross-entropy. With
+    `dataset="sample"` the spec's own sample inputs, targets and loss are used.
+    `seed` seeds the spec (when it takes a `seed` option) and the head.
+
+    Raises:
+        TrainConfigError: unknown dataset or dtype, or a spec that does not fit the data.
+        ProfileError: the MODULE_SPEC cannot be resolved.
+    """
+    if dtype not in DTYPES:
+        raise TrainConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    torch_dtype = DTYPES[dtype]
+    opts = dict(options)
+    dataset = resolve_dataset(module, dataset)
+    if dataset == "digits":
+        data = digits()
+        opts.setdefault("in_features", data.features)
+        spec = _resolve(module, opts, seed)
+        out_width = _output_width(spec, data.inputs[:2])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 7919)
+            head = nn.Linear(out_width, 10)
+        layers = (*spec.layers, head)
+        names = (*spec.layer_names, "head")
+        loss_fn: LossFn = functional.cross_entropy
+    elif dataset == "pysource":
+        spec = _resolve(module, opts, seed)
+        if spec.loss_fn is None or not takes_option(module, "seq_len"):
+            raise TrainConfigError(
+                f"--dataset pysource needs a character model with a seq_len option (such as charlm), got {module!r}"
+            )
+        seq_len = int(spec.sample_input(1).shape[1])
+        data = pysource(seq_len)
+        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
+    elif dataset == "sample":
+        spec = _resolve(module, opts, seed)
+        if spec.loss_fn is None:
+            raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
+        data = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
+        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
+    else:  # resolve_dataset leaves only the two
+        raise AssertionError(dataset)
+    for layer in layers:
+        layer.to(torch_dtype)
+
+    def cast(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        return tensor.to(torch_dtype) if tensor is not None and tensor.is_floating_point() else tensor
+
+    data = Dataset(
+        data.name, cast(data.inputs), cast(data.targets), data.classes, cast(data.test_inputs), cast(data.test_targets)
+    )  # type: ignore[arg-type]
+    return Model(tuple(layers), tuple(names), loss_fn, data, spec)
+
+
+def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
+    """resolve_module_spec with `seed` added when the factory takes it."""
+    try:
+        try:
+            return resolve_module_spec(module, **{"seed": seed, **options})
+        except ProfileError as exc:
+            if "no option 'seed'" not in str(exc):
+                raise
+            return resolve_module_spec(module, **options)
+    except ProfileError as exc:
+        if "no option 'in_features'" in str(exc):
+            raise TrainConfigError(
+                f"--dataset digits needs a MODULE_SPEC with an in_features option (such as mlp), got {module!r}"
+            ) from None
+        raise
+
+
+def _output_width(spec: ModelSpec, batch: torch.Tensor) -> int:
+    """Width of the model's output for a real batch (must be (batch, width)); on the meta device, shapes only."""
+    params = [p for layer in spec.layers for p in layer.parameters()]
+    with torch.no_grad():
+        x = batch.to(params[0].device) if params else batch
+        for layer in spec.layers:
+            x = layer(x)
+    if x.dim() != 2:
+        raise TrainConfigError(f"--dataset digits needs a model whose output is (batch, width), got shape {tuple(x.shape)}")
+    return int(x.shape[1])

@@ -1,0 +1,48 @@
+"""What the baseline planners share: the microbatch sizes they try, the schedule they run, stages from bounds."""
+
+from __future__ import annotations
+
+import math
+
+from pipeplan.core.errors import PlanError
+from pipeplan.planner.request import PlanRequest
+
+
+def powers_of_two_dividing(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, keeping those that divide n."""
+    out = []
+    b = 1
+    while b <= n:
+        if n % b == 0:
+            out.append(b)
+        b *= 2
+    return out
+
+
+def microbatch_sizes(request: PlanRequest, replica_batch: int, max_microbatches: int = 512) -> list[int]:
+    """Microbatch sizes a baseline tries for one pipeline replica's batch, largest first.
+
+    The request's size when it sets one (if it divides the batch); else the
+    powers of two dividing the batch, plus the profile's own batch size, that
+    give at most `max_microbatches` microbatches.
+    """
+    if request.microbatch_size is not None:
+        return [request.microbatch_size] if replica_batch % request.microbatch_size == 0 else []
+    sizes = set(powers_of_two_dividing(replica_batch))
+    if replica_batch % request.profile.batch_size == 0:
+        sizes.add(request.profile.batch_size)
+    return sorted((b for b in sizes if replica_batch // b <= max_microbatches), reverse=True)
+
+
+def require_schedule(request: PlanRequest, planner: str, schedule: str) -> None:
+    """Raise PlanError unless the request lets `planner` run its own `schedule`."""
+    if request.schedule not in ("auto", schedule):
+        raise PlanError(
+            f"planner {planner!r} runs {schedule} only, got schedule {request.schedule!r}; "
+            "use --planner pipeplan or exact to choose among schedules"
+        )
+
+
+def finite(value: float) -> bool:
+    """True for a finite float."""
+    return not (math.isinf(value) or math.isnan(value))

@@ -1,0 +1,28 @@
+"""The planners by name, from plain imports: a planner that cannot be imported is an ImportError, never skipped."""
+
+from __future__ import annotations
+
+from pipeplan.core.errors import PlanError
+from pipeplan.planner.baselines import BASELINES
+from pipeplan.planner.exact import plan_exact
+from pipeplan.planner.request import Planner, PlanRequest, PlanResult, Progress, guarded
+from pipeplan.planner.search.selection import plan_pipeplan
+
+PLANNERS: dict[str, Planner] = {
+    "pipeplan": guarded("pipeplan", plan_pipeplan),
+    **BASELINES,
+    "exact": guarded("exact", lambda request, progress: plan_exact(request)),
+}
+"""name -> planner(request, progress=None); pipeplan's search reports progress, the others take none."""
+
+
+def run_planner(name: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Run the planner registered as `name` on `request`, handing it the progress callback.
+
+    Raises:
+        PlanError: an unknown planner name (listing the registered ones), or the planner's own refusal.
+    """
+    planner = PLANNERS.get(name)
+    if planner is None:
+        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(PLANNERS))}")
+    return planner(request, progress)

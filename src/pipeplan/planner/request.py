@@ -1,0 +1,158 @@
+"""What every planner takes and returns (PlanRequest, PlanResult), and the guard every registered planner runs under."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeplan.core.checks import check_positive_int
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import SAMPLES
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+from pipeplan.schedules.registry import PLANNABLE
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.result import SimResult
+
+SCHEDULE_CHOICES = ("auto", *PLANNABLE)
+"""What a request may ask for: auto (the planner chooses) or one schedule a plan may run (schedules.registry)."""
+REPLICATION_CHOICES = ("any", "pipelines", "none")
+"""What a plan may replicate: anything (stages over several devices, whole pipelines), only whole pipelines (every
+stage on one device per pipeline replica: pipeline x data parallelism), or nothing (one pipeline, one device per
+stage: a straight pipeline, devices beyond the stage count left idle)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """A planning problem: a model, a cluster and a global batch.
+
+    `microbatch_size` None lets the planner choose; `schedule` "auto" lets it
+    choose among all schedules, a name restricts it to that one.
+    `optimizer` is the optimizer whose step is part of the iteration;
+    `optimizer_factor` its state per parameter byte (None: the optimizer's
+    own, 2 for Adam). `batch_scaling` says how layer times follow the
+    microbatch size (sim.layer_costs). `model` is the request's cost model;
+    `cluster` holds the speeds on the profile's scale (sim.speeds).
+    `replication` is one of REPLICATION_CHOICES; every planner honours it.
+    """
+
+    profile: ModelProfile
+    cluster: Cluster
+    global_batch: int
+    microbatch_size: int | None = None
+    schedule: str = "auto"
+    optimizer_factor: float | None = None
+    optimizer: str = "adam"
+    batch_scaling: str = "auto"
+    replication: str = "any"
+    model: CostModel = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_positive_int(PlanError, "global_batch", self.global_batch)
+        SAMPLES.check(PlanError, "global_batch", self.global_batch)
+        devices = self.cluster.num_devices
+        if devices > 1 and not self.cluster.bandwidth_bytes_per_s.off_diagonal_max() > 0:
+            raise PlanError(
+                f"cluster {self.cluster.name!r} has {devices} devices and no link between any two (every bandwidth is 0): "
+                "give the links' bandwidth_gb_per_s"
+            )
+        if self.microbatch_size is not None:
+            check_positive_int(PlanError, "microbatch_size", self.microbatch_size)
+            if self.global_batch % self.microbatch_size:
+                raise PlanError(f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}")
+        if self.schedule not in SCHEDULE_CHOICES:
+            raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
+        if self.replication not in REPLICATION_CHOICES:
+            raise PlanError(f"replication must be one of {', '.join(REPLICATION_CHOICES)}, got {self.replication!r}")
+        model = CostModel.build(self.profile, self.cluster, self.batch_scaling, self.optimizer, self.optimizer_factor)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "cluster", model.cluster)
+        object.__setattr__(self, "optimizer_factor", model.optimizer_factor)
+
+    @property
+    def stage_replicas_allowed(self) -> bool:
+        """Whether a stage may run on several devices of one pipeline replica."""
+        return self.replication == "any"
+
+    @property
+    def pipelines_allowed(self) -> bool:
+        """Whether the pipeline may be replicated (data parallelism over whole pipelines)."""
+        return self.replication != "none"
+
+    def replication_violation(self, plan: Plan) -> str | None:
+        """Why `plan` breaks the request's replication rule, or None when it keeps it."""
+        if not self.pipelines_allowed and plan.pipeline_replicas > 1:
+            return f"it runs {plan.pipeline_replicas} pipeline replicas"
+        if not self.stage_replicas_allowed:
+            wide = [s for s in range(len(plan.stages)) if plan.replicas_of(s) > 1]
+            if wide:
+                return f"stage {wide[0]} runs on {plan.replicas_of(wide[0])} devices per pipeline replica"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    """A planner's answer: the plan, its simulated iteration (with its timeline), its costs, memory per device and how
+    long planning took: what `plan` prints and draws, without pricing or simulating the plan again."""
+
+    plan: Plan
+    planner: str
+    sim: SimResult
+    costs: Costs
+    memory_per_device: tuple[float, ...]
+    planning_seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def iteration_time(self) -> float:
+        """Simulated iteration time in ms."""
+        return self.sim.iteration_time
+
+    def to_json(self, profile_name: str, cluster_name: str) -> dict[str, Any]:
+        """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device and
+        planning_seconds."""
+        from pipeplan.io.plan_json import plan_to_json
+
+        obj = plan_to_json(self.plan, profile_name, cluster_name)
+        obj.update(
+            planner=self.planner,
+            iteration_time=self.iteration_time,
+            memory_per_device=list(self.memory_per_device),
+            planning_seconds=self.planning_seconds,
+        )
+        return obj
+
+
+Progress = Callable[[str, float], None]
+"""Called with (message, fraction of the current phase) while a planner works."""
+
+Planner = Callable[..., PlanResult]
+"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name)."""
+
+
+def guarded(name: str, fn: Callable[[PlanRequest, Progress | None], PlanResult]) -> Planner:
+    """`fn` as a registered planner: under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
+    without a warning (an infinite transfer time is the cost model's answer for "no path", not a fault), and with its
+    plan checked against the request's replication rule (every planner filters its candidates; this is the net under
+    them).
+
+    Raises:
+        PlanError: the planner's plan breaks the request's replication rule.
+    """
+
+    @functools.wraps(fn)
+    def planner(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            result = fn(request, progress)
+        broken = request.replication_violation(result.plan)
+        if broken is not None:
+            raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
+        return result
+
+    return planner

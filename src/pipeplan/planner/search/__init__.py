@@ -1,0 +1,1 @@
+"""pipeplan's own search: candidates, partition DP, mapping, schedule choice, refinement, list scheduling."""

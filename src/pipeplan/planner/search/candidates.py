@@ -1,0 +1,250 @@
+"""Candidate generation for the `pipeplan` planner: the pool of plans that selection (search.py) starts from.
+
+The pool holds the baseline planners' plans (seeds), straight pipelines, and
+the partition DP's solutions for every (pipeline replicas, microbatch size)
+the lower bound allows, each scored by the simulator under 1F1B and 2F2B.
+The search space is described in search.py's module docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from pipeplan.core.errors import PipeplanError
+from pipeplan.core.partition import solve_scaled
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
+from pipeplan.planner.search.mapping import Layout, device_orders
+from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
+from pipeplan.planner.search.refine import twin_classes
+from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.sim.cost.layers import static_bytes
+from pipeplan.sim.cost.link_model import link_matrices
+
+Progress = Callable[[str, float], None]
+
+MAX_STAGES = 32
+MAX_UNITS = 64
+LARGE_CLUSTER = 64
+"""Above this many devices the search narrows: fewer blocks, one device order, one DP estimate, half the
+candidates refined, shorter local searches, only the fast baselines as seeds (LARGE_SEED_PLANNERS)."""
+MAX_BLOCKS_LARGE = 32
+SEED_PLANNERS = ("dapple", "pipedream", "balanced")
+LARGE_SEED_PLANNERS = ("pipedream", "balanced")
+"""Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
+POOL_GROUPS = (2,)
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+class Candidates:
+    """The candidate pool of one planning run (search.py's docstring has the search space)."""
+
+    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+        self.request = request
+        self.profile = request.profile
+        self.cluster = request.cluster
+        self.progress = progress or (lambda message, fraction: None)
+        self.evaluator = Evaluator(request)
+        self.bandwidth, self.latency = link_matrices(self.cluster)
+        self.twins = twin_classes(self.cluster)
+        self.orders = device_orders(self.cluster, self.bandwidth, self.twins)
+        self.large = self.cluster.num_devices > LARGE_CLUSTER
+        self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
+        self.layer_costs = request.model.layers
+        self._sums: dict[tuple[float, int], BlockSums] = {}
+        self.pool: list[Plan] = []
+        self.seeds: dict[str, Plan] = {}
+        self.seed_times: dict[str, float] = {}
+        self.best_time = float("inf")
+        self.max_speed = max(d.speed for d in self.cluster.devices)
+
+    def block_sums(self, microbatch_size: int, replicas: int) -> BlockSums:
+        """Block range sums of a stage on `replicas` devices at microbatch size b (b / replicas samples each), cached."""
+        key = (microbatch_size / replicas, microbatch_size)
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = block_sums(self.layer_costs, self.blocks, *key)
+        return sums
+
+    # ---- candidate generation -------------------------------------------------------------
+    def replica_counts(self) -> list[int]:
+        """Pipeline replica counts rp: divisors of the device count that divide the global batch."""
+        g = self.request.global_batch
+        if not self.request.pipelines_allowed:
+            return [1]
+        return [rp for rp in divisors(self.cluster.num_devices) if g % rp == 0]
+
+    def microbatch_sizes(self, rp: int) -> list[int]:
+        """Microbatch sizes b for rp pipeline replicas: the request's or every divisor of the per-replica batch."""
+        per_replica = self.request.global_batch // rp
+        if self.request.microbatch_size is not None:
+            return [self.request.microbatch_size] if per_replica % self.request.microbatch_size == 0 else []
+        return divisors(per_replica)
+
+    def lower_bound(self, rp: int, b: int) -> float:
+        """A bound no plan with rp pipeline replicas and microbatch size b beats (ms).
+
+        A stage on r devices gives each b / r samples, r dividing b. Per layer,
+        the least compute per sample over those splits, c_i = min_{x | b}
+        (F_i(x) + B_i(x)) / x, bounds the work of one microbatch over all its
+        devices below by b * sum_i c_i; the busiest of the at most `usable`
+        devices of a pipeline does at least 1/usable of it per microbatch, m
+        times. One microbatch also passes every layer once, at no fewer than
+        min_{x | b} (F_i(x) + B_i(x)) each. Both at the fastest device's speed.
+        """
+        n = self.cluster.num_devices // rp
+        m = self.request.global_batch // (rp * b)
+        usable = min(n, min(MAX_STAGES, len(self.blocks)) * b)
+        # samples per device: r = b / x replicas, at most n (one without stage replication)
+        splits = [x for x in divisors(b) if b // x <= (n if self.request.stage_replicas_allowed else 1)]
+        per_layer = np.array([self.layer_costs.per_layer_ms(x) for x in splits])
+        per_sample = (per_layer / np.array(splits, dtype=float)[:, None]).min(axis=0)
+        busiest = m * b * float(per_sample.sum()) / (usable * self.max_speed)
+        return max(busiest, float(per_layer.min(axis=0).sum()) / self.max_speed)
+
+    def add(self, plan: Plan) -> float:
+        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
+        best = float("inf")
+        variants = [plan] + [dataclasses.replace(plan, schedule="kfkb", k=k) for k in POOL_GROUPS if k < plan.microbatches]
+        for variant in variants:
+            score = self.evaluator.score(variant)
+            if score.fits:
+                self.pool.append(variant)
+                best = min(best, score.time_ms)
+        self.best_time = min(self.best_time, best)
+        return best
+
+    def units(self, rp: int, b: int) -> tuple[int, int, tuple[int, ...]]:
+        """(devices per unit, units per pipeline, allowed stage widths in units: r = width * unit divides b).
+
+        Without stage replication a unit is one device and a pipeline has no more of them than it can have stages.
+        """
+        n = self.cluster.num_devices // rp
+        if not self.request.stage_replicas_allowed:
+            return 1, min(n, MAX_STAGES, len(self.blocks)), (1,)
+        unit = 1
+        while n // unit > MAX_UNITS:
+            unit *= 2
+        k_units = n // unit
+        return unit, k_units, tuple(rho for rho in range(1, k_units + 1) if b % (rho * unit) == 0)
+
+    def dp_candidates(self, rp: int, b: int) -> float:
+        """Run the DP for every layout at (rp, b); return the best time found."""
+        unit, k_units, choices = self.units(rp, b)
+        if not choices:
+            return float("inf")
+        # a pipeline's positions: its share of the devices, or (without stage replication) one per possible stage
+        n = self.cluster.num_devices // rp if self.request.stage_replicas_allowed else k_units
+        m = self.request.global_batch // (rp * b)
+        sums = {rho * unit: self.block_sums(b, rho * unit) for rho in choices}
+        inputs = DpInputs(
+            sums, self.cluster, self.bandwidth, self.latency, m, self.request.model.optimizer_factor, choices, MAX_STAGES,
+        )  # fmt: skip
+        orders = self.orders[:1] if self.large else self.orders
+        # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
+        variants = (inputs,) if self.large else (inputs, dataclasses.replace(inputs, hide_allreduce=True))
+        best = float("inf")
+        for order in orders:
+            for replica_major in (True, False) if rp > 1 else (True,):
+                layout = Layout(order, rp, n, unit, replica_major)
+                solutions = [sol for variant in variants for sol in partition_dp(variant, layout, keep=3)]
+                for solution in solutions:
+                    stages = tuple(
+                        Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units)) for st in solution.stages
+                    )
+                    best = min(best, self.add(Plan(stages, rp, m, b, "1f1b")))
+        return best
+
+    def straight(self, order: tuple[int, ...], b: int, by_memory: bool = False, stages: int | None = None) -> Plan | None:
+        """One device per stage along `order`, all devices (or layers, or `stages`), balanced by time (or by memory)."""
+        layers = self.profile.layers
+        count = min(len(layers), len(order), stages or len(order))
+        arrays = self.layer_costs.arrays(b)
+        if by_memory:
+            factor = self.request.model.optimizer_factor
+            work = [
+                static_bytes(x.param_bytes, factor) + saved * count
+                for x, saved in zip(layers, arrays.saved.tolist(), strict=True)
+            ]
+            factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]
+        else:
+            work = (arrays.fwd + arrays.bwd).tolist()
+            factors = [self.cluster.devices[d].speed for d in order[:count]]
+        bounds = solve_scaled(work, factors)
+        if bounds is None:
+            return None
+        chain = tuple(Stage(a, z, (order[i],)) for i, (a, z) in enumerate(bounds))
+        return Plan(chain, 1, self.request.global_batch // b, b, "1f1b")
+
+    def seed_from_baselines(self) -> None:
+        """Add the plans of the baseline planners to the pool; above LARGE_CLUSTER, the fast ones.
+
+        Note:
+            A portfolio safety net: refinement then starts from the baselines'
+            plans too, so pipeplan never returns a slower plan than they do.
+            `extra["seeds"]` reports their times and `extra["won_by_seed"]`
+            names the baseline whose plan pipeplan returned unchanged, if any.
+            With a schedule asked for, the baselines plan as for 1f1b (for `list`,
+            as they would by default): their stages seed the search, and their
+            plans compete unchanged when their schedule is the one asked for.
+        """
+        from pipeplan.planner.baselines import BASELINES
+
+        wanted = self.request.schedule
+        request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
+        for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
+            planner = BASELINES[name]
+            self.progress(f"seeding from planner {name}", 0.0)
+            try:
+                result = planner(request)
+            except PipeplanError:
+                continue
+            self.seeds[name] = result.plan
+            self.seed_times[name] = result.iteration_time
+            if self.evaluator.score(result.plan).fits:
+                self.pool.append(result.plan)
+                self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
+            if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
+                self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
+
+    def generate(self) -> None:
+        """Fill the pool: baselines' plans, straight pipelines, then the DP over every (rp, b) its bound allows."""
+        self.seed_from_baselines()
+        for b in self.microbatch_sizes(1)[:3]:
+            for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
+                plan = self.straight(order, b)
+                if plan is not None:
+                    self.add(plan)
+            if self.request.schedule == "interleaved-1f1b":
+                # interleaving needs p | m and two layers per rank: straight pipelines of the three deepest such p
+                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
+                for p in [p for p in divisors(m) if 2 <= p <= n][-3:]:
+                    plan = self.straight(self.orders[0], b, stages=p)
+                    if plan is not None:
+                        self.add(plan)
+        counts = self.replica_counts()[::-1]
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for index, rp in enumerate(counts):
+            self.progress(f"partition DP: {rp} pipeline replica(s)", index / max(1, len(counts)))
+            # every microbatch size that divides the batch: times follow the size (sim.layer_costs), so a
+            # larger microbatch can be faster per sample; only sizes no plan of which can win are skipped
+            for b in self.microbatch_sizes(rp):
+                unit, _, choices = self.units(rp, b)
+                # Skip the same microbatch count and devices per stage over all replicas as a larger rp: the same
+                # samples per device, so the same compute and all-reduce, in a layout close to the larger rp's
+                # stage-major one (tried already).
+                key = (self.request.global_batch // (rp * b), tuple(rho * unit * rp for rho in choices))
+                if not choices or key in seen:
+                    continue
+                seen.add(key)
+                if self.lower_bound(rp, b) < self.best_time:
+                    self.dp_candidates(rp, b)

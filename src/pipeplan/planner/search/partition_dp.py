@@ -1,0 +1,260 @@
+"""Partition and replication by dynamic programming over (layer suffix, devices used, stages after).
+
+The DP runs from the last layer backwards, so a new stage knows how many
+stages follow it: that is its 1F1B in-flight count, which bounds its
+activation memory. Stage placements come from a Layout; the pipeline's last
+stage sits at position 0 of the device order and earlier stages at higher
+positions, so unused devices are the tail of the order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.planner.search.mapping import Layout
+from pipeplan.sim.cost.layers import LayerCosts, static_bytes
+from pipeplan.sim.cost.link_model import ring_allreduce_terms
+
+INF = np.inf
+
+
+@dataclass(frozen=True, slots=True)
+class DpStage:
+    """One stage of a DP solution: layers [first_layer, last_layer] at units [first_unit, first_unit+units)."""
+
+    first_layer: int
+    last_layer: int
+    first_unit: int
+    units: int
+
+
+@dataclass(frozen=True, slots=True)
+class DpSolution:
+    """Stages in pipeline order and the DP's estimate of the iteration time (ms)."""
+
+    stages: tuple[DpStage, ...]
+    estimate_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSums:
+    """Per block range [i, j] (i <= j) at one number of samples per device: fwd+bwd ms, param bytes, saved bytes,
+    optimizer-step ms; cut bytes of a whole microbatch after block j; backward ms of all blocks before block i."""
+
+    work_ms: np.ndarray
+    param_bytes: np.ndarray
+    saved_bytes: np.ndarray
+    optimizer_ms: np.ndarray
+    cut_after: np.ndarray
+    bwd_before_ms: np.ndarray
+    blocks: tuple[tuple[int, int], ...]
+
+
+def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: float, microbatch_size: int) -> BlockSums:
+    """Range sums over blocks of the layer costs at `samples` samples per device (inf work where j < i).
+
+    Cuts carry a whole microbatch of `microbatch_size` samples (split later over the pairs between two stages).
+    """
+    arrays = costs.arrays(samples)
+    starts = np.array([a for a, _ in blocks], dtype=np.int64)
+    layers = costs.profile.layers
+
+    def per_block(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.asarray(values, dtype=float), starts)
+
+    work = per_block(arrays.fwd + arrays.bwd)
+    params = per_block(np.array([x.param_bytes for x in layers]))
+    # a stage of blocks i..j holds their saved bytes less what neighbours share, but for block i's first layer
+    shared_first = arrays.shared[starts]
+    saved = per_block(arrays.saved - arrays.shared)
+    optimizer = per_block(np.array([costs.optimizer_ms([i]) for i in range(len(layers))]))
+    bwd = per_block(arrays.bwd)
+
+    def ranges(v: np.ndarray) -> np.ndarray:
+        c = np.concatenate([[0.0], np.cumsum(v)])
+        return c[None, 1:] - c[:-1, None]  # [i, j] = sum v[i..j]
+
+    upper = np.triu(np.ones((len(blocks), len(blocks)), dtype=bool))
+    last = len(layers) - 1
+    cut_after = np.array([costs.cut_bytes(b, microbatch_size) if b < last else 0.0 for _, b in blocks], dtype=float)
+    bwd_before = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
+    return BlockSums(
+        np.where(upper, ranges(work), INF),
+        ranges(params),
+        ranges(saved) + shared_first[:, None],
+        ranges(optimizer),
+        cut_after,
+        bwd_before,
+        blocks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DpInputs:
+    """Everything one DP run needs besides the layout: block sums per stage replica count r (at b / r samples)."""
+
+    sums: dict[int, BlockSums]
+    cluster: Cluster
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    microbatches: int
+    optimizer_factor: float
+    unit_choices: tuple[int, ...]
+    max_stages: int
+    hide_allreduce: bool = False
+
+    @property
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """The blocks the DP cuts between."""
+        return next(iter(self.sums.values())).blocks
+
+
+def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.ndarray]:
+    """Per first unit a of a stage of `rho` units: min speed, min memory, ring all-reduce terms, outgoing link."""
+    positions = layout.units - rho + 1
+    speed = np.empty(positions)
+    memory = np.empty(positions)
+    ring_factor = np.zeros(positions)  # all-reduce ms per param byte
+    ring_fixed = np.zeros(positions)
+    out_rate = np.full(positions, INF)
+    out_latency = np.zeros(positions)
+    devices_all = inp.cluster.devices
+    r = rho * layout.unit
+    for a in range(positions):
+        devs = layout.devices(a, rho)
+        speed[a] = min(devices_all[d].speed for d in devs)
+        memory[a] = min(devices_all[d].memory_bytes for d in devs)
+        if len(devs) > 1:
+            ring_factor[a], ring_fixed[a] = ring_allreduce_terms(inp.cluster, devs)
+        if a > 0:
+            # downstream stage assumed to have as many replicas, just below this one in the order
+            low = max(0, a * layout.unit - r)
+            here = layout.devices(a, rho)
+            src = np.array(here)
+            dst_units = np.array([min(low + i, a * layout.unit - 1) for i in range(r)])
+            dst = np.array([layout.order[_pos_to_index(layout, t, p)] for t in range(layout.replicas) for p in dst_units])
+            rate = np.minimum(inp.bandwidth[src, dst], inp.bandwidth[dst, src]).min()
+            out_rate[a] = rate * r if rate > 0 else 0.0
+            out_latency[a] = 1000.0 * max(inp.latency[src, dst].max(), inp.latency[dst, src].max())
+    return {
+        "speed": speed,
+        "memory": memory,
+        "ring_factor": ring_factor,
+        "ring_fixed": ring_fixed,
+        "out_rate": out_rate,
+        "out_latency": out_latency,
+    }
+
+
+def _pos_to_index(layout: Layout, replica: int, position: int) -> int:
+    """Index into layout.order of per-pipeline position `position` in pipeline replica `replica`."""
+    if layout.replica_major:
+        return replica * layout.per_pipeline + position
+    unit_first = (position // layout.unit) * layout.unit
+    return unit_first * layout.replicas + replica * layout.unit + (position - unit_first)
+
+
+def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
+    """The `keep` best partitions with replication for this layout, by the DP's estimate.
+
+    Stage estimate: u_s = (m-1) * max(t_s, c_s) + AR_s + O_s with t_s the
+    stage's F+B per microbatch at b / r_s samples per device, c_s its outgoing
+    transfer, AR_s its all-reduce (with `hide_allreduce`, max(0, AR_s - D_s)
+    where D_s is the backward of the earlier layers, which can hide it) and
+    O_s its optimizer step; a
+    suffix's value is max_s u_s plus the fill sum_s (t_s + 2 c_s). Memory:
+    weights, gradients and optimizer state plus min(stages after, m)
+    microbatches of activations must fit the smallest device of the stage.
+    """
+    nb = len(inp.blocks)
+    k_units = layout.units
+    m = inp.microbatches
+    max_stages = min(inp.max_stages, nb, k_units)
+    tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for rho in inp.unit_choices:
+        if rho > k_units:
+            continue
+        arr = _placement_arrays(inp, layout, rho)
+        sums = inp.sums[rho * layout.unit]  # costs at b / r samples per device
+        static = static_bytes(sums.param_bytes, inp.optimizer_factor)
+        speed = arr["speed"][None, None, :]
+        t = sums.work_ms[:, :, None] / speed
+        rate = arr["out_rate"][None, None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            moved = 1000.0 * sums.cut_after[None, :, None] / rate
+            c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
+        c = np.nan_to_num(c, nan=INF)
+        ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
+        # the all-reduce starts after the stage's last backward and hides behind the backwards still to
+        # run on the stages before it (estimated as if they had this stage's replicas and speed)
+        drain = sums.bwd_before_ms[:, None, None] / speed
+        exposed = np.maximum(ar - drain, 0.0) if inp.hide_allreduce else ar
+        exposed = exposed + sums.optimizer_ms[:, :, None] / speed  # the optimizer step follows the all-reduce
+        cycle = np.maximum(t, c)
+        u = (m - 1) * cycle + exposed if m > 1 else np.where(np.isfinite(cycle), exposed, INF)
+        # the most microbatches whose activations fit beside the weights (negative: not even the weights)
+        act = sums.saved_bytes[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = (arr["memory"][None, None, :] - static[:, :, None]) / act
+        room = np.where(static[:, :, None] > arr["memory"][None, None, :], -1.0, np.nan_to_num(room, nan=INF, posinf=INF))
+        tables[rho] = (u, t + 2 * c, room)
+
+    shape = (max_stages + 1, nb + 1, k_units + 1)
+    value = np.full(shape, INF)  # max part
+    filled = np.full(shape, INF)  # fill part
+    choice_j = np.full(shape, -1, dtype=np.int64)
+    choice_rho = np.zeros(shape, dtype=np.int64)
+    value[0, nb, 0] = 0.0
+    filled[0, nb, 0] = 0.0
+    rows = np.arange(nb)[:, None]
+    for cnt in range(1, max_stages + 1):
+        if not np.isfinite(value[cnt - 1]).any():
+            break
+        best = value[cnt] + filled[cnt]
+        inflight = min(cnt, m)
+        for rho, (u, fill, room) in tables.items():
+            positions = k_units - rho + 1
+            prev_v = value[cnt - 1][1:, :positions]  # [j+1, k'] for j in 0..nb-1
+            prev_f = filled[cnt - 1][1:, :positions]
+            obj = np.maximum(prev_v[None, :, :], u)
+            obj += prev_f[None, :, :]
+            obj += fill
+            obj[room < inflight] = INF
+            j_best = np.argmin(obj, axis=1)  # (i, k')
+            cols = np.arange(positions)[None, :]
+            obj_best = obj[rows, j_best, cols]
+            target = best[:nb, rho : rho + positions]
+            better = obj_best < target
+            if not better.any():
+                continue
+            idx_i, idx_k = np.nonzero(better)
+            idx_j = j_best[idx_i, idx_k]
+            value[cnt, idx_i, idx_k + rho] = np.maximum(value[cnt - 1, idx_j + 1, idx_k], u[idx_i, idx_j, idx_k])
+            filled[cnt, idx_i, idx_k + rho] = filled[cnt - 1, idx_j + 1, idx_k] + fill[idx_i, idx_j, idx_k]
+            choice_j[cnt, idx_i, idx_k + rho] = idx_j
+            choice_rho[cnt, idx_i, idx_k + rho] = rho
+            best[idx_i, idx_k + rho] = obj_best[idx_i, idx_k]
+    total = value[:, 0, :] + filled[:, 0, :]
+    flat = [(float(total[c, k]), c, k) for c in range(1, max_stages + 1) for k in range(1, k_units + 1) if total[c, k] < INF]
+    flat.sort()
+    solutions = []
+    for estimate, cnt, k in flat[:keep]:
+        solutions.append(DpSolution(_reconstruct(choice_j, choice_rho, inp.blocks, cnt, k), estimate))
+    return solutions
+
+
+def _reconstruct(
+    choice_j: np.ndarray, choice_rho: np.ndarray, blocks: tuple[tuple[int, int], ...], cnt: int, k: int
+) -> tuple[DpStage, ...]:
+    """Follow the DP's choices from (all stages, first block, k units) to the end of the model."""
+    stages = []
+    i = 0
+    while cnt > 0:
+        j = int(choice_j[cnt, i, k])
+        rho = int(choice_rho[cnt, i, k])
+        stages.append(DpStage(blocks[i][0], blocks[j][1], k - rho, rho))
+        i, k, cnt = j + 1, k - rho, cnt - 1
+    return tuple(stages)

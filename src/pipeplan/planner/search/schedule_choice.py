@@ -1,0 +1,59 @@
+"""Schedule candidates for a partition: gpipe, 1f1b, kfkb (k), interleaved-1f1b (v chunks), zb-h1."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeplan.core.partition import solve_scaled
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.schedules.registry import GENERATED
+from pipeplan.sim.cost.model import CostModel
+
+KFKB_GROUPS = (2, 3, 4, 8)
+INTERLEAVE_CHUNKS = (2, 3, 4)
+
+
+def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
+    """`plan` re-cut into p*chunks chunk-stages, chunk c on rank c mod p, balanced per rank's replicas and speed.
+
+    None when it cannot apply: one rank, m not a multiple of p, or too few layers.
+    """
+    p = plan.num_ranks
+    if p < 2 or plan.chunks != 1 or plan.microbatches % p:
+        return None
+    factors = []
+    for rank in range(p):
+        speed = min(model.cluster.devices[d].speed for d in plan.stages[rank].devices)
+        factors.append(plan.replicas_of(rank) * speed)
+    work = model.layers.per_layer_ms(plan.microbatch_size).tolist()
+    bounds = solve_scaled(work, [factors[c % p] for c in range(p * chunks)])
+    if bounds is None:
+        return None
+    stages = tuple(Stage(a, b, plan.stages[c % p].devices) for c, (a, b) in enumerate(bounds))
+    return dataclasses.replace(plan, stages=stages, schedule="interleaved-1f1b", k=1, chunks=chunks, order=None)
+
+
+def schedule_variants(plan: Plan, model: CostModel, only: str = "auto") -> list[Plan]:
+    """The plan under every generated schedule that applies (or only `only`), 1f1b first.
+
+    An interleaved plan (chunks > 1) is returned as it is: its chunk-stages do not map back to p stages.
+
+    kfkb uses k in KFKB_GROUPS below m (k >= m is gpipe); interleaved-1f1b
+    uses v in INTERLEAVE_CHUNKS when m is a multiple of p.
+    """
+    if plan.chunks != 1:
+        return [plan] if only in ("auto", plan.schedule) else []
+    base = dataclasses.replace(plan, schedule="1f1b", k=1, chunks=1, order=None)
+    variants: list[Plan] = []
+    names = GENERATED if only == "auto" else (only,)
+    for name in names:
+        if name == "kfkb":
+            variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in KFKB_GROUPS if k < plan.microbatches]
+        elif name == "interleaved-1f1b":
+            for v in INTERLEAVE_CHUNKS:
+                chunked = interleave(base, model, v)
+                if chunked is not None:
+                    variants.append(chunked)
+        elif name in GENERATED:
+            variants.append(dataclasses.replace(base, schedule=name))
+    return variants

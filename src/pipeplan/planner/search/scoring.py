@@ -1,0 +1,152 @@
+"""Scoring plans by simulation: memoized, fast ranking for huge microbatch counts, exact memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pipeplan.core.errors import PipeplanError
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.planner.request import PlanRequest
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim import simulate
+from pipeplan.sim.cost.memory import memory_excess, rank_memory
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.plan_sim import simulate_plan
+from pipeplan.sim.result import SimResult
+
+RANK_MICROBATCHES = 48
+"""Above this many microbatches, rank by simulating fewer and extrapolating the steady state."""
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A plan's (estimated) iteration time in ms and its memory margin.
+
+    `excess_bytes` is the largest amount by which a device's peak memory
+    exceeds its capacity (<= 0: the plan fits); `excess_rank` names that rank.
+    """
+
+    time_ms: float
+    excess_bytes: float
+    excess_rank: int
+
+    @property
+    def fits(self) -> bool:
+        """True when every device has room."""
+        return self.excess_bytes <= 0
+
+
+INVALID = Score(float("inf"), float("inf"), -1)
+
+
+class Evaluator:
+    """Simulates plans for one request, caching costs and scores.
+
+    With m > RANK_MICROBATCHES microbatches, the time is ranked from two
+    shorter simulations (m1 and m2 microbatches) by linear extrapolation of the
+    steady state, T(m) = T(m1) + (m - m1) * slope with slope the larger of
+    (T(m1) - T(m2)) / (m1 - m2) and the busiest rank's compute per microbatch;
+    `exact` always simulates the full iteration. Memory uses the full schedule's peak
+    in-flight counts (a microbatch count where they have saturated).
+    """
+
+    def __init__(self, request: PlanRequest) -> None:
+        self.request = request
+        self.model = request.model
+        self.profile = request.profile
+        self.cluster = request.cluster
+        self._costs: dict[tuple[object, ...], Costs] = {}
+        self._scores: dict[Plan, Score] = {}
+        self._schedules: dict[tuple[object, ...], Schedule] = {}
+        self.simulations = 0
+
+    def costs(self, plan: Plan) -> Costs:
+        """plan_costs, cached by what they depend on (stages, replicas, microbatch size)."""
+        key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
+        costs = self._costs.get(key)
+        if costs is None:
+            costs = plan_costs(plan, self.model)
+            self._costs[key] = costs
+        return costs
+
+    def schedule(self, plan: Plan) -> Schedule:
+        """plan_schedule, cached by what it depends on."""
+        if plan.order is not None:
+            return plan_schedule(plan)
+        key = (plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = plan_schedule(plan)
+            self._schedules[key] = schedule
+        return schedule
+
+    def _time(self, plan: Plan) -> float:
+        self.simulations += 1
+        return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+
+    def estimate_time(self, plan: Plan) -> float:
+        """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
+        m = plan.microbatches
+        step = plan.num_ranks if plan.schedule == "interleaved-1f1b" else 1
+        m1 = max(step, (RANK_MICROBATCHES // step) * step)
+        m2 = max(step, ((m1 // 2) // step) * step)
+        if m2 >= m1:  # interleaved with more than RANK_MICROBATCHES / 2 ranks: two runs one step apart
+            m1 = m2 + step
+        if plan.order is not None or m <= m1:
+            return self._time(plan)
+        t1 = self._time(dataclasses.replace(plan, microbatches=m1))
+        t2 = self._time(dataclasses.replace(plan, microbatches=m2))
+        # Each extra microbatch costs at least the busiest rank's compute for it: a slope measured while a
+        # constant part (an all-reduce tail) still dominates would underestimate the full iteration.
+        slope = max((t1 - t2) / (m1 - m2), self.busiest_rank_ms(plan))
+        return t1 + (m - m1) * slope
+
+    def busiest_rank_ms(self, plan: Plan) -> float:
+        """The largest compute time one microbatch puts on a rank (F + B, or F + I + W, of all its chunk-stages)."""
+        per_rank = [0.0] * plan.num_ranks
+        split = plan.schedule == "zb-h1"
+        for s, cost in enumerate(self.costs(plan).stages):
+            backward = cost.bwd_input_ms + cost.bwd_weight_ms if split else cost.bwd_ms  # type: ignore[operator]
+            per_rank[s % plan.num_ranks] += cost.fwd_ms + backward
+        return max(per_rank)
+
+    def rank_memory(self, plan: Plan) -> tuple[float, ...]:
+        """Peak bytes per rank at the full microbatch count (sim.memory.rank_memory on a short schedule where it can)."""
+        if plan.order is None and plan.chunks == 1 and plan.schedule in ("gpipe", "1f1b", "kfkb"):
+            # closed forms: GPipe holds all m; 1F1B and kFkB hold their warm-up, min(k (p - r), m), on rank r (the
+            # steady state frees k before it opens k), as the generated orders give (tests/test_scoring.py)
+            costs = self.costs(plan)
+            p, m = plan.num_ranks, plan.microbatches
+            k = plan.k if plan.schedule == "kfkb" else 1
+            held = [m if plan.schedule == "gpipe" else min(k * (p - r), m) for r in range(p)]
+            return tuple(costs.stages[r].static_bytes + held[r] * costs.stages[r].saved_bytes for r in range(p))
+        # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
+        saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
+        m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
+        return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
+
+    def memory_excess(self, plan: Plan) -> tuple[float, int]:
+        """(largest bytes over capacity on any device, its rank)."""
+        excess, rank, _ = memory_excess(plan, self.cluster, self.rank_memory(plan))
+        return excess, rank
+
+    def score(self, plan: Plan) -> Score:
+        """Cached Score of `plan`; INVALID when the cost model rejects it (e.g. a missing link)."""
+        cached = self._scores.get(plan)
+        if cached is not None:
+            return cached
+        try:
+            excess, rank = self.memory_excess(plan)
+            time = self.estimate_time(plan) if excess <= 0 else float("inf")
+            score = Score(time, excess, rank)
+        except PipeplanError:
+            score = INVALID
+        self._scores[plan] = score
+        return score
+
+    def exact(self, plan: Plan, record: bool = True) -> SimResult:
+        """The full simulation of `plan`."""
+        return simulate_plan(plan, self.model, record=record)

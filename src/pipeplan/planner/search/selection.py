@@ -1,0 +1,268 @@
+"""The `pipeplan` planner: DP partition and replication, topology-aware mapping, schedule choice, refinement.
+
+Steps (all scored by pipeplan's simulator; the final choice is a full simulation):
+1. Candidates (candidates.py): the plans of the baseline planners dapple, pipedream and
+   balanced (above 64 devices only pipedream and balanced, which plan in well
+   under a second there; a portfolio safety net, reported
+   in the result's `extra`); straight pipelines (one device per stage,
+   balanced by time); then, for every (rp, b) below, a DP over (layer suffix, devices used,
+   stages after) per device order and layout (partition_dp.py): each
+   stage's F+B, outgoing transfer and all-reduce on its actual devices,
+   memory under 1F1B in-flight counts. Each DP solution is simulated under
+   1F1B and 2F2B (extrapolated from short runs when m is large).
+2. Schedules: the best distinct candidates under gpipe, 1f1b, kfkb,
+   interleaved-1f1b and zb-h1 (schedule_choice.py).
+3. Refinement of the best (and of the fastest baseline plan): device swaps/moves (refine.py), stage boundaries
+   +-delta layers, other microbatch sizes; then the `list` schedule under
+   memory budgets (list_schedule.py); the finalists are simulated in full.
+
+Search space (restricted to stay fast):
+- pipeline replicas rp: divisors of the device count that divide the global
+  batch, largest first;
+- microbatch size b: the request's, else every divisor of global_batch / rp
+  (layer times follow b: sim.layer_costs); a size whose (m, devices per
+  stage over all replicas) a larger rp already covered is skipped, and so is
+  one whose lower bound (Candidates.lower_bound) cannot beat the best
+  candidate found so far;
+- per-stage replicas r: divisors of b (a microbatch is split evenly over a
+  stage's replicas), in multiples of a unit that keeps at most 64 units per
+  pipeline (unit 1 up to 64 devices per pipeline);
+- device orders: the greedy fastest-link chain, speed groups chained, node
+  order; every order (up to twin devices) on clusters of at most 5 devices;
+  layouts replica-major and stage-major (topology.py);
+- at most 32 stages; DP cuts between blocks of layers (at most 64, 32 on
+  clusters above 64 devices, cut where few bytes cross), refined later to
+  any layer;
+- kfkb k in 2, 3, 4, 8; interleaved-1f1b v in 2, 3, 4; list when 2pm <= 200,000.
+Everything is deterministic: no clocks or random numbers steer the search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from pipeplan.core.errors import PlanError, ScheduleTooLargeError
+from pipeplan.core.plan import Plan
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.search.candidates import Candidates, Progress, divisors
+from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
+from pipeplan.planner.search.refine import improve_placement, refine_boundaries
+from pipeplan.planner.search.schedule_choice import schedule_variants
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES
+from pipeplan.schedules.one_f_one_b import one_f_one_b
+from pipeplan.schedules.registry import MAX_ACTIONS
+from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
+
+TOP_CANDIDATES = 6
+REFINED = 2
+FINALISTS = 4
+LIST_MAX_ACTIONS = 200_000
+REFINE_ACTIONS = 400_000
+SEED_REFINE_MARGIN = 1.2
+SCHEDULE_NEEDS = {
+    "kfkb": "groups of k >= 2 forwards below the microbatch count m, so m >= 3 per pipeline",
+    "interleaved-1f1b": "p >= 2 ranks of 2 or more layers each, with m a multiple of p per pipeline",
+}
+"""What a schedule needs beyond memory, for the error when no candidate can run it."""
+
+
+class Search:
+    """One planning run: it has its candidate pool (`candidates`), then chooses schedules, refines and picks the plan."""
+
+    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+        self.request = request
+        self.candidates = Candidates(request, progress)
+        self.evaluator = self.candidates.evaluator
+        self.progress = self.candidates.progress
+        self.finalists: list[Plan] = []
+
+    def ranked(self, plans: list[Plan], count: int, by_structure: bool = False) -> list[Plan]:
+        """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties).
+
+        Plans with the same microbatch count, layers and device sets per stage
+        (e.g. 16 pipeline replicas of one device, or one stage on 16 devices)
+        compute and all-reduce alike; keeping one leaves room for real
+        alternatives. With `by_structure`, plans differing only in schedule
+        are alike too (the schedule is chosen later).
+        """
+        fitting = [p for p in dict.fromkeys(plans) if self.evaluator.score(p).fits]
+        chosen: dict[tuple[object, ...], Plan] = {}
+        for plan in sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms):
+            stages = tuple((s.first_layer, s.last_layer, frozenset(s.devices)) for s in plan.stages)
+            schedule = () if by_structure else (plan.schedule, plan.k, plan.chunks, plan.order is None)
+            chosen.setdefault((plan.microbatches, stages, schedule), plan)
+            if len(chosen) == count:
+                break
+        return list(chosen.values())
+
+    def with_list(self, plan: Plan) -> list[Plan]:
+        """Explicit-order versions of `plan`: list scheduling under memory budgets (also capped at DAPPLE's
+        2(p-s)-1 warm-up), and DAPPLE's early backward with that warm-up (1F1B's extra_warmup order)."""
+        if plan.chunks != 1 or self.request.schedule not in ("auto", "list"):
+            return []
+        if 2 * plan.num_ranks * plan.microbatches > LIST_MAX_ACTIONS:
+            return []
+        base = dataclasses.replace(plan, schedule="1f1b", k=1, chunks=1, order=None)
+        costs = self.evaluator.costs(base)
+        capacity = tuple(min(self.request.cluster.devices[d].memory_bytes for d in s.devices) for s in base.stages)
+        try:
+            budgets = memory_budgets(base, costs, capacity)
+        except PlanError:
+            return []
+        p = plan.num_ranks
+        options = [budgets, tuple(min(x, max(1, 2 * (p - s) - 1)) for s, x in enumerate(budgets))]
+        early = one_f_one_b(p, plan.microbatches, extra_warmup=True).ranks
+        return [list_plan(base, costs, b) for b in dict.fromkeys(options)] + [
+            dataclasses.replace(base, schedule="list", order=early)
+        ]
+
+    def resized(self, plan: Plan) -> list[Plan]:
+        """`plan` with every other microbatch size its replicas allow (a multiple of each stage's replica count)."""
+        if self.request.microbatch_size is not None:
+            return []
+        per_replica = self.request.global_batch // plan.pipeline_replicas
+        step = math.lcm(*(plan.replicas_of(s) for s in range(plan.num_ranks)))
+        return [
+            dataclasses.replace(plan, microbatch_size=b, microbatches=per_replica // b)
+            for b in divisors(per_replica)
+            if b % step == 0 and b != plan.microbatch_size
+        ]
+
+    def refine_budget(self, plan: Plan) -> int:
+        """Simulations allowed per local search: REFINE_ACTIONS simulated actions, between 40 and 400."""
+        per_evaluation = 3 * len(plan.stages) * min(plan.microbatches, RANK_MICROBATCHES)  # two runs: m1 + m1/2
+        return max(40, min(400, REFINE_ACTIONS // per_evaluation))
+
+    def choose(self) -> Plan:
+        """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
+        only = self.request.schedule
+        generated_only = "auto" if only in ("auto", "list") else only
+        widen = 1 if self.candidates.large else 2
+        # the fastest candidates that can run the schedule(s) allowed: with --schedule kfkb or interleaved-1f1b
+        # the fastest ones may not (too few microbatches, m not a multiple of p), so read down the ranking
+        want = TOP_CANDIDATES * widen
+        contenders: list[Plan] = []
+        taken = 0
+        for plan in self.ranked(self.candidates.pool, len(self.candidates.pool), by_structure=True):
+            self.progress("choosing schedules", taken / want)
+            chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            contenders += chosen
+            taken += bool(chosen)
+            if taken == want:
+                break
+        best = self.ranked(contenders, REFINED * widen)
+        # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
+        # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
+        # when it is within SEED_REFINE_MARGIN of the best, as refining a 1024-device plan costs seconds
+        variants = [v for p in self.candidates.seeds.values() for v in schedule_variants(p, self.request.model, generated_only)]
+        seed = self.ranked(variants, 1)
+        times = [self.evaluator.score(p).time_ms for p in best]
+        limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.candidates.large else math.inf
+        # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
+        if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
+            best.append(seed[0])
+        refined = []
+        for i, plan in enumerate(best):
+            self.progress("refining placement and stage boundaries", i / max(1, len(best)))
+            budget = self.refine_budget(plan)
+            plan = improve_placement(
+                plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
+            )
+            plan = refine_boundaries(plan, self.evaluator, budget)
+            refined.append(plan)
+            refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            for other in self.ranked(self.resized(plan), 1):
+                refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
+        finalists = self.ranked(refined + contenders, FINALISTS)
+        if only in ("auto", "list"):
+            for plan in list(finalists):
+                finalists += self.ranked(self.with_list(plan), 1)
+        # the baselines' own plans compete in the final round as they are (seed_from_baselines)
+        finalists += [p for p in self.candidates.seeds.values() if self.evaluator.score(p).fits]
+        if only != "auto":
+            finalists = [p for p in finalists if p.schedule == only]
+        if not finalists:
+            raise self.nothing_fits()
+        self.progress("confirming with full simulations", 1.0)
+        exact = []
+        for i, plan in enumerate(finalists):
+            try:
+                exact.append((self.evaluator.exact(plan, record=False).iteration_time, i, plan))
+            except ScheduleTooLargeError:
+                continue  # too many microbatches to simulate in full: not a plan anyone can check
+        if not exact:
+            raise PlanError(
+                f"global batch {self.request.global_batch}: every plan found needs more microbatches than can be "
+                f"simulated (at most {MAX_ACTIONS:,} actions); give a larger --microbatch-size"
+            )
+        ranked = sorted(exact, key=lambda x: (x[0], x[1]))
+        self.finalists = [plan for _, _, plan in ranked]  # the full simulation's ranking (plan --bandwidth-trace)
+        return ranked[0][2]
+
+    def nothing_fits(self) -> PlanError:
+        """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
+        sizes = self.candidates.microbatch_sizes(1) or [1]
+        b = sizes[0]
+        plan = self.candidates.straight(self.candidates.orders[0], b, by_memory=True)
+        if self.request.schedule not in ("auto", "1f1b") and plan is not None:
+            plan = dataclasses.replace(plan, schedule=self.request.schedule)
+        remedy = "try more devices or devices with more memory"
+        if b > 1:  # at microbatch size 1 a smaller one is no remedy
+            remedy = "try a smaller --microbatch-size, more devices or devices with more memory"
+        if plan is None:
+            return PlanError(f"no plan fits: {self.request.profile.name} has fewer layers than needed; {remedy}")
+        schedule = self.request.schedule
+        if schedule in SCHEDULE_NEEDS:
+            plan = dataclasses.replace(plan, schedule="1f1b")  # memory first; the schedule's own needs below
+        try:
+            check_fits(plan, self.request.model)
+        except PlanError as exc:
+            return PlanError(f"no plan fits in memory: {exc}; {remedy}")
+        if schedule in SCHEDULE_NEEDS:
+            return PlanError(
+                f"no plan can run schedule {schedule!r} for {self.request.profile.name} on {self.request.cluster.name} "
+                f"with global batch {self.request.global_batch}: it needs {SCHEDULE_NEEDS[schedule]}; try a larger "
+                "--global-batch, a smaller --microbatch-size or --schedule auto"
+            )
+        need = max(memory_per_device(plan, self.request.model))
+        return PlanError(
+            f"no plan fits with schedule {self.request.schedule!r} (the best straight pipeline needs {need / GIB:.2f} GiB "
+            f"per device); {remedy}, or --schedule auto"
+        )
+
+
+def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Plan with pipeplan's search (module docstring): the fastest simulated plan that fits.
+
+    Args:
+        request: profile, cluster, global batch and optional microbatch size / schedule.
+        progress: called with (message, fraction of the current phase) during the search.
+
+    Raises:
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+    """
+    started = time.perf_counter()
+    search = Search(request, progress)
+    search.candidates.generate()
+    if not search.candidates.pool:
+        raise search.nothing_fits()
+    plan = search.choose()
+    result = search.evaluator.exact(plan)
+    memory = check_fits(plan, request.model, result)
+    return PlanResult(
+        plan,
+        "pipeplan",
+        result,
+        search.evaluator.costs(plan),
+        memory,
+        time.perf_counter() - started,
+        {
+            "simulations": search.evaluator.simulations,
+            "candidates": len(search.candidates.pool),
+            "seeds": dict(search.candidates.seed_times),
+            "won_by_seed": next((name for name, seed in search.candidates.seeds.items() if seed == plan), None),
+            "finalists": search.finalists,
+        },
+    )

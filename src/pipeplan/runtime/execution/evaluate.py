@@ -1,0 +1,97 @@
+"""Held-out evaluation of a pipeline-parallel model: process 0 gathers every stage's weights and runs the test split.
+
+The model is small enough here that copying its weights once per epoch costs
+little next to training, and evaluating on one process keeps it independent
+of the schedule (a synchronous or an asynchronous run evaluates alike).
+Accuracy is the share of correct argmax predictions over the last dimension
+(classes for digits, the next character at every position for pysource);
+loss is the model's loss function, a mean over the test samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipeplan.core.plan import Plan
+from pipeplan.models.build import Model
+
+EVAL_BATCH = 256
+"""Test samples per forward pass."""
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    """Test-split accuracy (a fraction in [0, 1]) and mean loss after `step` training steps."""
+
+    step: int
+    epoch: float
+    test_accuracy: float
+    test_loss: float
+    elapsed_s: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"step": self.step, "epoch": self.epoch, "test_accuracy": self.test_accuracy, "test_loss": self.test_loss,
+                "elapsed_s": self.elapsed_s}  # fmt: skip
+
+
+def evaluate(model: Model, plan: Plan, own: Mapping[int, nn.Module], device: torch.device) -> tuple[float, float] | None:
+    """A collective call: every process sends its stages' weights (`own`: stage -> module; none for a data-parallel
+    copy) to process 0, which evaluates the whole model on the test split and returns (accuracy, loss); None on the
+    others.
+
+    Process 0's own stages are `model.layers` themselves (a stage wraps the model's layer objects); the layers of
+    other stages are its unused copies, which the gathered weights overwrite.
+    """
+    states = {s: {k: v.detach().to("cpu") for k, v in module.state_dict().items()} for s, module in own.items()}
+    parts: list[dict[int, dict[str, torch.Tensor]]] | None = (
+        [{} for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    )
+    dist.gather_object(states, parts, dst=0)
+    if parts is None:
+        return None
+    for part in parts[1:]:
+        for s, state in part.items():
+            stage = plan.stages[s]
+            nn.Sequential(*model.layers[stage.first_layer : stage.last_layer + 1]).load_state_dict(state)
+    return held_out_scores(model, device)
+
+
+def evaluation(
+    model: Model, plan: Plan, own: Mapping[int, nn.Module], device: torch.device, done: int, per_epoch: int, began: float
+) -> EvalResult | None:
+    """`evaluate` after `done` training steps (a collective call), as the EvalResult process 0 reports (epochs of
+    `per_epoch` steps, seconds since `began`); None on the others."""
+    scores = evaluate(model, plan, own, device)
+    if scores is None:
+        return None
+    accuracy, loss = scores
+    return EvalResult(done, done / per_epoch, accuracy, loss, time.perf_counter() - began)
+
+
+def held_out_scores(model: Model, device: torch.device) -> tuple[float, float]:
+    """(accuracy, mean loss) of the model's layers composed on its test split, in evaluation mode (restored after)."""
+    data = model.dataset
+    assert data.test_inputs is not None and data.test_targets is not None
+    chain = nn.Sequential(*model.layers).to(device)
+    training = chain.training
+    chain.eval()
+    correct = total = 0
+    loss_sum = 0.0
+    try:
+        with torch.no_grad():
+            for lo in range(0, len(data.test_inputs), EVAL_BATCH):
+                x = data.test_inputs[lo : lo + EVAL_BATCH].to(device)
+                y = data.test_targets[lo : lo + EVAL_BATCH].to(device)
+                out = chain(x)
+                loss_sum += float(model.loss_fn(out, y)) * len(x)
+                correct += int((out.argmax(dim=-1) == y).sum())
+                total += y.numel()
+    finally:
+        chain.train(training)
+    return correct / total, loss_sum / len(data.test_inputs)

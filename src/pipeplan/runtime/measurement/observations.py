@@ -1,0 +1,123 @@
+"""What one iteration measured on each process, as the flat numbers the shared all-reduce carries, and the
+controller's IterationObservation built from every process's numbers (torch-free).
+
+Note:
+    A process's slot holds HEADER's values, then one RECORD per message it sent or received. Times are ms on the
+    run's clock (0 when the run started, the same on every process). On an emulated network a transfer's start and
+    arrival are the sender's stamps; on the real one, a message whose receiver had to wait for it (longer than
+    BLOCKED_MS) arrived when the wait ended, and moved from when its sender handed it over or, when later, when
+    its receive was posted (a transport may hold a message until then); a message that was there before it was
+    needed says only that it was fast enough, and is left out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pipeplan.adapt import IterationObservation, Transfer
+
+if TYPE_CHECKING:
+    from pipeplan.runtime.execution.executor import StepRecord
+
+BLOCKED_MS = 0.1
+"""A receive whose wait took longer than this was waited for: its message arrived when the wait ended."""
+
+HEADER = ("k", "stage", "fwd_ms", "bwd_ms", "start_ms", "end_ms", "optimizer_ms", "static_bytes", "activation_bytes",
+          "memory_limit_bytes", "records")  # fmt: skip
+RECORD = ("sent", "grad", "boundary", "microbatch", "src", "dst", "nbytes", "at_ms", "wait_ms", "wire_start_ms", "wire_end_ms",
+          "posted_ms")  # fmt: skip
+
+Key = tuple[str, int, int, int, int]
+"""A message: (kind, boundary, microbatch, sender process, receiver process)."""
+
+
+def slot_size(microbatches: int) -> int:
+    """Values one process's slot needs: its F and B each receive and send at most one message per microbatch."""
+    return len(HEADER) + len(RECORD) * 4 * microbatches
+
+
+def pack(
+    record: StepRecord,
+    origin_s: float,
+    k: int,
+    stage: int,
+    times_s: tuple[float, float],
+    optimizer_ms: float,
+    static_bytes: float,
+    activation_bytes: float,
+    memory_limit_bytes: float,
+) -> list[float]:
+    """One process's slot: what it ran (k, its stage), its mean forward and backward per microbatch (what each cost
+    the process: StepRecord.busy_s), the iteration's start and the end of its optimizer step (`times_s`,
+    perf_counter s), its memory figures, and every message it sent or received."""
+
+    def ms(t_s: float) -> float:
+        return (t_s - origin_s) * 1000.0
+
+    # what each action cost its process (compute and its own handling of messages; its spans when not recorded)
+    busy = record.busy_s or tuple(s.end_ms - s.start_ms for s in record.compute)
+    fwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op == "F"]
+    bwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op != "F"]
+    rows: list[float] = []
+    for r in record.transfers:
+        m = r.message
+        wire = r.emulated or (0.0, 0.0)
+        rows += [float(r.sent), float(m.kind == "grad"), m.boundary, m.microbatch, m.src, m.dst, r.nbytes, ms(r.at_s),
+                 r.wait_s * 1000.0, *wire, ms(r.posted_s) if r.posted_s else 0.0]  # fmt: skip
+    header = [k, stage, statistics.fmean(fwd) if fwd else 0.0, statistics.fmean(bwd) if bwd else 0.0, ms(times_s[0]),
+              ms(times_s[1]), optimizer_ms, static_bytes, activation_bytes, memory_limit_bytes,
+              len(record.transfers)]  # fmt: skip
+    return [float(x) for x in header + rows]
+
+
+def unpack(values: Sequence[float]) -> dict[str, Any]:
+    """A slot as a dict: HEADER's names, `sent` {message: ms handed over}, `received` [(message, bytes, ms consumed,
+    ms waited, (wire start, wire end), ms its receive was posted)]."""
+    part: dict[str, Any] = dict(zip(HEADER, values, strict=False))
+    part["k"], part["stage"] = int(part["k"]), int(part["stage"])
+    part["sent"], part["received"] = {}, []
+    width, first = len(RECORD), len(HEADER)
+    for i in range(int(part["records"])):
+        row = values[first + i * width : first + (i + 1) * width]
+        sent, grad, boundary, mb, src, dst, nbytes, at_ms, wait_ms, start, end, posted = row
+        key: Key = ("grad" if grad else "act", int(boundary), int(mb), int(src), int(dst))
+        if sent:
+            part["sent"][key] = at_ms
+        else:
+            part["received"].append((key, nbytes, at_ms, wait_ms, (start, end), posted))
+    return part
+
+
+def transfers(parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated: bool) -> tuple[Transfer, ...]:
+    """Every transfer whose start and arrival are known (see the note), on its (src device, dst device) link."""
+    issued = {key: at for p in parts for key, at in p["sent"].items()}
+    out = []
+    for p in parts:
+        for key, nbytes, arrived, wait_ms, wire, posted in p["received"]:
+            link = (devices[key[3]], devices[key[4]])
+            if emulated:
+                out.append(Transfer(link, nbytes, wire[0], wire[1]))
+            elif wait_ms > BLOCKED_MS and key in issued:
+                start = max(issued[key], posted)
+                out.append(Transfer(link, nbytes, start, max(arrived, start)))
+    return tuple(sorted(out, key=lambda t: (t.start_ms, t.link)))
+
+
+def observation(
+    index: int, k: int, parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated: bool
+) -> IterationObservation:
+    """Iteration `index` as the controller observes it: from stage 0's start to the last optimizer step's end,
+    per-stage compute in stage order, every known transfer."""
+    by_stage = sorted(parts, key=lambda p: p["stage"])
+    start = by_stage[0]["start_ms"]
+    return IterationObservation(
+        index=index,
+        k=k,
+        iteration_ms=max(p["end_ms"] for p in parts) - start,
+        stage_fwd_ms=tuple(p["fwd_ms"] for p in by_stage),
+        stage_bwd_ms=tuple(p["bwd_ms"] for p in by_stage),
+        transfers=transfers(parts, devices, emulated),
+        start_ms=start,
+    )

@@ -1,0 +1,1 @@
+"""A training run from start to end: --local's processes, one worker, the synchronous, asynchronous and adaptive loops."""

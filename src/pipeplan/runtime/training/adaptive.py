@@ -1,0 +1,207 @@
+"""Adaptive k on the real transport (Ada-Grouper): after each iteration every process shares what it measured, the
+controller (pipeplan.adapt) chooses the next iteration's k, and every process switches to it at that boundary.
+
+Note:
+    The first iteration (warm-up) only measures what the controller is built from: each stage's forward and
+    backward per microbatch, optimizer step, static bytes and saved bytes per in-flight microbatch, and the bytes
+    a microbatch moves across each boundary; the links' nominal rates are the emulated ones, or on the real
+    network a ping-pong between processes 0 and 1 (runtime.predict.measure_link). From the second iteration on,
+    each iteration is observed (runtime.observations). Each process's numbers travel in the all-reduce that
+    already sums the loss (each in its own slot), so every process holds the same numbers and runs the same
+    controller: the same observations give the same decisions (pipeplan.adapt), without an extra collective.
+    Each process also reports the k it ran, so a disagreement is an error, never a silent divergence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import torch
+
+from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.execution.executor import Executor, StepRecord
+from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
+from pipeplan.runtime.measurement import observations
+from pipeplan.runtime.options import check_adaptable
+from pipeplan.runtime.placement import Topology
+from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.schedules.registry import make_schedule
+
+
+def memory_per_process() -> float:
+    """This host's physical memory shared by the job's processes on it (the limit k must fit without a cluster)."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return float(total) / max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+class AdaptiveK:
+    """The adaptive loop on one process: its slot of the shared all-reduce, the controller, the topology of each k.
+
+    Args:
+        plan, schedule: the job as it starts (kfkb at the starting k).
+        executor: this process's executor (switched with `Executor.use`).
+        origin_s: the run's start on perf_counter (the clock of the observations and of a bandwidth trace).
+        wire: the emulated network, or None (the real one; its rate measured once, collectively, here).
+        memory_limit_bytes: this process's memory, which its stage's in-flight microbatches must fit in (None: this
+            host's memory per process).
+
+    Raises:
+        TrainConfigError: the job is not one kfkb pipeline with one process per stage.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        schedule: Schedule,
+        executor: Executor,
+        origin_s: float,
+        wire: Wire | None,
+        memory_limit_bytes: float | None = None,
+    ) -> None:
+        check_adaptable(schedule.name, tuple(map(plan.replicas_of, range(plan.num_ranks))), plan.pipeline_replicas)
+        self.plan = plan
+        self.executor = executor
+        self.origin_s = origin_s
+        self.wire = wire
+        self.k = plan.k
+        self._topologies = {plan.k: executor.topology}
+        self.devices = executor.topology.devices
+        self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else memory_per_process()
+        self.slot = observations.slot_size(plan.microbatches)
+        self.size = self.slot * len(self.devices)
+        """Values this loop adds to the all-reduce: one slot per process."""
+        self.link: tuple[float, float] | None = None
+        if wire is None:
+            from pipeplan.runtime.measurement.prediction import measure_link
+
+            self.link = measure_link(executor.device)  # (latency s, bytes/s), the same on every process
+        self.controller: AdaptiveController | None = None
+        self.k_used: list[int] = []
+        self.start_ms: list[float] = []
+        self.iteration_ms: list[float] = []
+        self.stage_ms: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
+        self.predicted_ms: list[float | None] = []
+        self.overhead_ms: list[float] = []
+        self._next_prediction: float | None = None
+
+    def pack(
+        self,
+        shared: torch.Tensor,
+        record: StepRecord,
+        times_s: tuple[float, float],
+        optimizer_ms: float,
+        static_bytes: int,
+        meter: SavedMemoryMeter | None,
+    ) -> None:
+        """Write what this process measured in the iteration into its slot of `shared` (`size` values that the
+        caller's all-reduce sums; zeros elsewhere).
+
+        Args:
+            record: what the executor recorded (spans and transfers).
+            times_s: the iteration's start and the end of its optimizer step (perf_counter s).
+            optimizer_ms: this process's optimizer step.
+            static_bytes: this process's weights, gradients and optimizer state (measured in the first iteration).
+            meter: the saved-bytes meter of the iteration, when it ran with one (the first).
+        """
+        stage = self.executor.role.stages[0]
+        peak = dict(record.stage_peaks).get(stage, 0)
+        activation = meter.peak_bytes / peak if meter is not None and peak else 0.0
+        values = observations.pack(record, self.origin_s, self.k, stage, times_s, optimizer_ms, static_bytes, activation,
+                                   self.memory_limit_bytes)  # fmt: skip
+        lo = self.executor.role.process * self.slot
+        shared[lo : lo + len(values)] = torch.tensor(values, dtype=torch.float64)
+
+    def after_step(self, index: int, shared: torch.Tensor) -> None:
+        """Observe iteration `index` from every process's slot (0: the warm-up, which builds the controller), decide
+        the next k (the same on every process) and switch to it.
+
+        Raises:
+            RuntimeFault: the processes ran the iteration with different k.
+        """
+        began = time.perf_counter()
+        values = shared.tolist()
+        parts = [observations.unpack(values[q * self.slot : (q + 1) * self.slot]) for q in range(len(self.devices))]
+        if any(p["k"] != self.k for p in parts):
+            raise RuntimeFault(f"iteration {index}: the processes ran with k {[p['k'] for p in parts]}, not all {self.k}")
+        seen = observations.observation(index, self.k, parts, self.devices, self.wire is not None)
+        self.k_used.append(self.k)
+        self.start_ms.append(seen.start_ms)
+        self.iteration_ms.append(seen.iteration_ms)
+        self.stage_ms.append((seen.stage_fwd_ms, seen.stage_bwd_ms))
+        self.predicted_ms.append(self._next_prediction)
+        if self.controller is None:
+            self.controller = self._build(sorted(parts, key=lambda p: p["stage"]))
+            decision = self.controller.decisions[-1]
+        else:
+            decision = self.controller.step(seen)
+        self._next_prediction = decision.predicted_ms.get(decision.k)
+        if decision.k != self.k:
+            self.executor.use(self._topology(decision.k))
+            self.k = decision.k
+        self.overhead_ms.append((time.perf_counter() - began) * 1000.0)
+
+    def _topology(self, k: int) -> Topology:
+        topology = self._topologies.get(k)
+        if topology is None:
+            plan = dataclasses.replace(self.plan, k=k)
+            schedule = make_schedule("kfkb", len(plan.stages), plan.microbatches, k=k)
+            topology = self._topologies[k] = Topology(plan, schedule, len(self.devices))
+        return topology
+
+    def _build(self, by_stage: list[dict[str, Any]]) -> AdaptiveController:
+        """The controller of this pipeline from the warm-up iteration's measurements (stage order)."""
+        p = len(by_stage)
+        boundary_bytes = [0.0] * (p - 1)
+        for part in by_stage:
+            for key, nbytes, *_ in part["received"]:
+                if key[0] == "act":
+                    boundary_bytes[key[1]] = nbytes
+        links = [(self.devices[b], self.devices[b + 1]) for b in range(p - 1)]
+        if self.wire is not None:
+            rates = [self.wire.links.rates[link] for link in links]
+            gb_per_s = [r.bytes_per_s / 1e9 for r in rates]
+            latency_ms = [r.latency_ms for r in rates]
+        else:
+            assert self.link is not None
+            gb_per_s = [self.link[1] / 1e9] * (p - 1)
+            latency_ms = [self.link[0] * 1000.0] * (p - 1)
+        return AdaptiveController.from_measurements(
+            ControllerConfig(initial_k=self.k),
+            fwd_ms=[s["fwd_ms"] for s in by_stage],
+            bwd_ms=[s["bwd_ms"] for s in by_stage],
+            boundary_bytes=boundary_bytes,
+            boundary_links=links,
+            bandwidth_gb_per_s=gb_per_s,
+            static_bytes=[s["static_bytes"] for s in by_stage],
+            activation_bytes=[s["activation_bytes"] for s in by_stage],
+            memory_limit_bytes=[s["memory_limit_bytes"] for s in by_stage],
+            microbatches=self.plan.microbatches,
+            latency_ms=latency_ms,
+            optimizer_ms=[s["optimizer_ms"] for s in by_stage],
+        )
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every decision so far."""
+        return [] if self.controller is None else self.controller.decisions
+
+    def report(self) -> dict[str, Any]:
+        """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
+        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch and this loop's
+        own cost; every decision."""
+        return {
+            "k": self.k_used,
+            "start_ms": self.start_ms,
+            "iteration_ms": self.iteration_ms,
+            "stage_fwd_ms": [list(fwd) for fwd, _ in self.stage_ms],
+            "stage_bwd_ms": [list(bwd) for _, bwd in self.stage_ms],
+            "predicted_ms": self.predicted_ms,
+            "overhead_ms": self.overhead_ms,
+            "decisions": [d.to_json(timing=True) for d in self.decisions],
+        }

@@ -1,0 +1,170 @@
+"""What a training job is given and what it reports: TrainConfig (identical on every process) and TrainReport."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.core.validate import validate
+from pipeplan.models.build import Model
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.execution.evaluate import EvalResult
+from pipeplan.runtime.execution.job import ScheduleLayout
+from pipeplan.runtime.execution.optim import RateSchedule
+from pipeplan.runtime.measurement.prediction import PlanPrediction
+from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_global_batch, check_seed, check_train_options
+from pipeplan.runtime.transport.network import NetworkSettings
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost.plan_costs import layer_span
+from pipeplan.sim.result import SimResult
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training job needs besides the process group (identical on every process)."""
+
+    plan: Plan | None = None
+    plan_path: str | None = None
+    schedule: Schedule | None = None
+    layout: ScheduleLayout | None = None
+    module: str = "mlp"
+    module_options: tuple[tuple[str, object], ...] = ()
+    dataset: str = "auto"
+    dtype: str = "float32"
+    steps: int = 10
+    lr: float = 1e-3
+    lr_schedule: str = "constant"
+    optimizer: str = "adam"
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_last: int = 0
+    resume: bool = False
+    timeout_s: float = 300.0
+    lookahead: int = 2
+    trace: bool = False
+    threads: int = 1
+    save_grads: str | None = None
+    predict: bool = False
+    backend: str | None = None
+    profile: str | None = None
+    cluster: str | None = None
+    batch_scaling: str = "auto"
+    warmup_steps: int = 2
+    asynchronous: AsyncSettings | None = None
+    evaluate: bool = False
+    epochs: int = 0
+    network: NetworkSettings | None = None
+    adaptive: bool = False
+
+    def total_steps(self, train_samples: int, global_batch: int) -> int:
+        """The run's steps: --steps, or --epochs x the steps of one epoch (the whole batches in the training split)."""
+        return self.epochs * self.steps_per_epoch(train_samples, global_batch) if self.epochs else self.steps
+
+    @staticmethod
+    def steps_per_epoch(train_samples: int, global_batch: int) -> int:
+        """Whole global batches in one pass over the training split (at least 1)."""
+        return max(1, train_samples // global_batch)
+
+    def rates(self, total: int) -> RateSchedule:
+        """The base learning rate of each of the run's `total` steps (--lr, --lr-schedule)."""
+        return RateSchedule(self.lr, self.lr_schedule, total)
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (self.layout is None):
+            raise TrainConfigError("give either a plan (--plan) or a schedule (--schedule), not both or neither")
+        check_train_options(steps=self.steps, lr=self.lr, optimizer=self.optimizer, dtype=self.dtype, threads=self.threads,
+                            timeout_s=self.timeout_s, warmup_steps=self.warmup_steps,
+                            checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
+                            checkpoint_dir=self.checkpoint_dir, resume=self.resume,
+                            lr_schedule=self.lr_schedule)  # fmt: skip
+        check_seed(self.seed)
+        if self.plan is not None:
+            check_global_batch(self.plan.global_batch, f"plan {self.plan_path or ''} global batch".replace("  ", " "))
+        if self.lookahead < 0:
+            raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
+        if self.asynchronous is not None and not self.epochs:
+            check_async_settings(self.asynchronous, self.steps)
+
+    def resolve(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
+        """The plan and schedule this job runs for a model of `num_layers` layers on `world_size` processes."""
+        if self.layout is not None:
+            return self.layout.build(num_layers, world_size)
+        assert self.plan is not None
+        if self.plan.num_layers != num_layers:
+            options = ", ".join(f"{key}={value}" for key, value in self.module_options) or "none"
+            n = self.plan.num_layers
+            why = (
+                f"{layer_span(n, num_layers - 1)} would be in no stage (the plan leaves them out, or the plan was made "
+                "for another model)"
+                if n < num_layers
+                else f"its stages name {layer_span(num_layers, n - 1)}, which the model does not have (the plan was made "
+                "for another model)"
+            )
+            raise TrainConfigError(
+                f"plan {self.plan_path or ''} covers {n} layers but --module {self.module} (options {options}) with "
+                f"--dataset {self.dataset} builds {num_layers}: {why}; give the --module, --opt and --dataset its profile "
+                "was measured with"
+            )
+        if self.schedule is not None:
+            return self.plan, self.schedule
+        return self.plan, validate(plan_schedule(self.plan))  # a plan file's schedule: from its fields or its order
+
+    def fingerprint(self, plan: Plan, schedule: Schedule, world_size: int) -> dict[str, Any]:
+        """What must match for a checkpoint to be resumed by this job."""
+        return {
+            "world_size": world_size,
+            "stages": [(s.first_layer, s.last_layer, list(s.devices)) for s in plan.stages],
+            "schedule": [[str(a) for a in rank] for rank in schedule.ranks],
+            "global_batch": plan.global_batch,
+            "module": self.module,
+            "module_options": sorted((k, str(v)) for k, v in self.module_options),
+            "dataset": self.dataset,
+            "dtype": self.dtype,
+            "optimizer": self.optimizer,
+            "seed": self.seed,
+        }
+
+
+@dataclass
+class TrainReport:
+    """What process 0 knows at the end: losses, per-iteration times, the measured timeline."""
+
+    start_step: int
+    losses: list[float] = field(default_factory=list)
+    pipeline_ms: list[float] = field(default_factory=list)
+    optimizer_ms: list[float] = field(default_factory=list)
+    optimizer_ms_by_process: list[list[float]] = field(default_factory=list)  # per step, process 0 first
+    step_ms: list[float] = field(default_factory=list)
+    timeline: SimResult | None = None
+    predicted: SimResult | None = None
+    plan_prediction: PlanPrediction | None = None
+    warmup_steps: int = 2
+    memory_bytes: list[int] | None = None
+    evals: list[EvalResult] = field(default_factory=list)
+    delays: list[int] | None = None
+    samples_per_s: float | None = None
+    link: tuple[float, float] | None = None
+    adaptive: dict[str, Any] | None = None
+    model: Model | None = None
+    plan: Plan | None = None
+    schedule: Schedule | None = None
+
+    def measured_ms(self) -> float | None:
+        """Median pipeline time per iteration, leaving out the first iteration (warm-up) when there are more."""
+        times = self.pipeline_ms[1:] if len(self.pipeline_ms) > 1 else self.pipeline_ms
+        return statistics.median(times) if times else None
+
+    def measured_step_ms(self) -> float | None:
+        """Median whole step (pipeline, optimizer, the loss exchange that ends it) after the warm-up steps."""
+        skip = min(self.warmup_steps, max(0, len(self.step_ms) - 1))
+        times = self.step_ms[skip:]
+        return statistics.median(times) if times else None
+
+
+StepCallback = Callable[[int, float, float, float], None]
+"""on_step(step, loss, pipeline_ms, optimizer_ms), called on process 0 after every iteration."""

@@ -1,0 +1,256 @@
+"""One process of a training job: join the group, build its stages, run the iterations, checkpoint, report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipeplan.core.errors import OutputError
+from pipeplan.core.plan import Plan
+from pipeplan.core.schedule import Schedule
+from pipeplan.models.allocator import steady_cpu_allocator
+from pipeplan.models.build import Model, build_model
+from pipeplan.models.datasets import batch_indices
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.execution.evaluate import evaluation
+from pipeplan.runtime.execution.executor import Executor
+from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
+from pipeplan.runtime.execution.optim import make_optimizer
+from pipeplan.runtime.measurement.prediction import (
+    PlanPrediction,
+    local_cluster,
+    measure_link,
+    median_profile,
+    plan_on_processes,
+    predict,
+    predict_plan,
+    profile_stages,
+)
+from pipeplan.runtime.measurement.timeline import build_result, gather_parts, local_part
+from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.state import checkpoint
+from pipeplan.runtime.training.adaptive import AdaptiveK
+from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
+from pipeplan.runtime.transport.distributed import init_distributed
+from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.runtime.transport.network import make_wire, shared_origin
+
+PROFILE_REPEATS = 7
+
+
+def train(
+    config: TrainConfig,
+    on_step: StepCallback | None = None,
+    on_note: Callable[[str], None] | None = None,
+    on_write_error: Callable[[str], None] | None = None,
+) -> TrainReport | None:
+    """Run the job on this process; return the report on process 0, None elsewhere.
+
+    `on_step` and `on_note` (a line for the user, e.g. a checkpoint written) are called on process 0 only.
+    `on_write_error` gets the reason when this process cannot write its gradients (--save-grads) at the end: the job
+    goes on with its peers so that nothing computed is lost (without it, the error is raised).
+
+    Raises:
+        RuntimeFault: an action failed here or on a peer (naming rank, step and action).
+        TrainConfigError: inconsistent options.
+    """
+    steady_cpu_allocator()  # the allocator the profile was measured with (profiler.allocator)
+    torch.set_num_threads(config.threads)
+    rank, world, device = init_distributed(config.backend, config.timeout_s)
+    model = build_model(config.module, dict(config.module_options), config.dataset, config.dtype, config.seed)
+    if config.evaluate and model.dataset.test_inputs is None:
+        raise TrainConfigError(f"--eval needs a dataset with a held-out split (digits, pysource); {model.dataset.name} has none")
+    if config.layout is not None and config.layout.asynchronous:
+        from pipeplan.runtime.training.asynchronous import train_asynchronous
+
+        torch.manual_seed(config.seed * 7919 + rank)
+        return train_asynchronous(config, model, rank, world, device, on_step)
+    plan, schedule = config.resolve(len(model.layers), world)
+    topology = Topology(plan, schedule, world)
+    role = topology.roles[rank]
+    torch.manual_seed(config.seed * 7919 + rank)
+    wire = make_wire(config.network, topology.devices) if config.network is not None else None
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire)
+    params = executor.parameters()
+    optimizer = make_optimizer(config.optimizer, params, config.lr)
+    root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    fingerprint = config.fingerprint(plan, schedule, world)
+    start = 0
+    if config.resume and root is not None:
+        resumed = _collective(lambda: checkpoint.load_rank(root, rank, executor.modules(), optimizer, fingerprint), world)
+        start = resumed.step if resumed is not None else 0
+        executor.step_index = start
+    report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
+    if rank == 0 and config.plan is not None and config.profile is not None and config.cluster is not None:
+        report.plan_prediction = _plan_prediction(config, plan, model)  # made before the first step
+    data = model.dataset
+    global_batch = plan.global_batch
+    total = config.total_steps(len(data), global_batch)
+    per_epoch = config.steps_per_epoch(len(data), global_batch)
+    rates = config.rates(total)
+    last_part: dict[str, Any] | None = None
+    origin = shared_origin() if wire is not None or config.adaptive else 0.0  # the trace's time 0
+    if wire is not None:
+        wire.origin_s = origin
+    adaptive = _adaptive(config, plan, schedule, executor, origin, wire) if config.adaptive else None
+    began = time.perf_counter()
+    for step in range(start, total):
+        idx = batch_indices(len(data), global_batch, step, config.seed)
+        inputs, targets = data.inputs[idx], data.targets[idx]
+        record = (config.trace and step == total - 1) or adaptive is not None
+        if config.trace and step == total - 1:
+            dist.barrier()
+        meter = SavedMemoryMeter(exclude=params) if step == start else None  # the first step is warm-up anyway
+        t0 = time.perf_counter()
+        result = executor.run(inputs, targets, record=record, meter=meter)
+        t1 = time.perf_counter()
+        rates.apply(optimizer, step)
+        optimizer.step()
+        t2 = time.perf_counter()
+        if meter is not None:
+            memory = static_bytes(params, optimizer) + meter.peak_bytes
+        if config.trace and step == total - 1:
+            last_part = local_part(result, t0, t1)
+        # the loss and every process's optimizer ms (--adaptive: and what it observed), one all-reduce
+        shared = torch.zeros(1 + world + (adaptive.size if adaptive is not None else 0), dtype=torch.float64)
+        shared[0], shared[1 + rank] = result.loss, (t2 - t1) * 1000.0
+        if adaptive is not None:
+            own = static_bytes(params, optimizer) if meter is not None else 0
+            adaptive.pack(shared[1 + world :], result, (t0, t2), (t2 - t1) * 1000.0, own, meter)
+        dist.all_reduce(shared)
+        loss = shared[0]
+        if adaptive is not None:
+            adaptive.after_step(step - start, shared[1 + world :])
+        t3 = time.perf_counter()
+        if rank == 0:
+            report.step_ms.append((t3 - t0) * 1000.0)
+            report.losses.append(float(loss))
+            report.pipeline_ms.append((t1 - t0) * 1000.0)
+            report.optimizer_ms.append((t2 - t1) * 1000.0)
+            report.optimizer_ms_by_process.append(shared[1 : 1 + world].tolist())
+            if on_step is not None:
+                on_step(step, float(loss), (t1 - t0) * 1000.0, (t2 - t1) * 1000.0)
+        done = step + 1
+        if root is not None and config.checkpoint_every and done % config.checkpoint_every == 0:
+            checkpoint.save_rank(root, done, rank, executor.modules(), optimizer, done * global_batch, fingerprint)
+            dist.barrier()
+            if rank == 0:
+                removed = checkpoint.mark_latest(root, done, config.keep_last)
+                if on_note is not None:
+                    gone = f"; removed {len(removed)} older (--keep-last {config.keep_last})" if removed else ""
+                    on_note(f"wrote checkpoint {checkpoint.step_dir(root, done)}{gone}")
+        if config.evaluate and (done % per_epoch == 0 or done == total):
+            own = executor.modules() if role.replica == 0 and role.pipeline_replica == 0 else {}
+            scored = evaluation(model, plan, own, device, done, per_epoch, began)
+            if scored is not None:
+                report.evals.append(scored)
+    if adaptive is not None and rank == 0:
+        report.adaptive = adaptive.report()
+    if total > start:
+        everyone: list[int] | None = [0] * world if rank == 0 else None
+        dist.gather_object(memory, everyone, dst=0)
+        report.memory_bytes = everyone
+    if config.save_grads:
+        try:
+            _save_grads(Path(config.save_grads), rank, executor, plan)
+        except (OSError, OutputError) as exc:
+            from pipeplan.io.atomic import write_failure
+
+            if on_write_error is None:
+                raise
+            on_write_error(f"--save-grads {config.save_grads!r}: grads-rank-{rank}.pt not written: {write_failure(exc)}")
+    if last_part is not None:
+        parts = gather_parts(last_part)
+        if parts is not None:
+            report.timeline = build_result(parts, topology.num_stages, schedule.name)
+    if config.predict:
+        _predict(report, plan, schedule, model, device, role, world)
+    return report if rank == 0 else None
+
+
+def _adaptive(
+    config: TrainConfig, plan: Plan, schedule: Schedule, executor: Executor, origin: float, wire: Wire | None
+) -> AdaptiveK:
+    """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's)."""
+    limit = None
+    if config.plan is not None and config.cluster is not None:
+        from pipeplan.presets.resolve import load_cluster
+
+        limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
+    return AdaptiveK(plan, schedule, executor, origin, wire, limit)
+
+
+def _collective(load: Callable[[], Any], world: int) -> Any:
+    """Run `load` on every process; when it fails on any, raise the first failure's TrainConfigError on all of them.
+
+    A corrupt checkpoint file on one rank would otherwise end that rank alone and leave its peers with a
+    transport error that does not name the file.
+    """
+    error: str | None = None
+    result = None
+    try:
+        result = load()
+    except TrainConfigError as exc:
+        error = f"rank {dist.get_rank()}: {exc}"
+    errors: list[str | None] = [None] * world
+    dist.all_gather_object(errors, error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise TrainConfigError(first)
+    return result
+
+
+def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPrediction:
+    """The plan simulated with its profile and cluster (runtime.predict.predict_plan), checked against the model run.
+
+    Raises:
+        TrainConfigError: the profile's layers are not the model's (another MODULE_SPEC, options or dataset).
+    """
+    from pipeplan.presets.resolve import load_cluster, load_profile
+
+    assert config.profile is not None and config.cluster is not None
+    profile = load_profile(config.profile)
+    if profile.num_layers != len(model.layers):
+        raise TrainConfigError(
+            f"profile {config.profile} has {profile.num_layers} layers but --module {config.module} with --dataset "
+            f"{model.dataset.name} builds {len(model.layers)}: the plan was made for another model"
+        )
+    return predict_plan(plan, profile, load_cluster(config.cluster), config.optimizer, config.batch_scaling,
+                        (config.profile, config.cluster))  # fmt: skip
+
+
+def _predict(
+    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, role: Role, world: int
+) -> None:
+    """Profile every stage where it runs, measure the link, simulate: report.predicted on process 0."""
+    latency, bandwidth = measure_link(device)
+    owned = role.stages if role.replica == 0 and role.pipeline_replica == 0 else ()
+    # fresh copies each time (one untimed round so gradients accumulate, one timed), medians over repetitions:
+    # closer to a training iteration than many rounds in a tight loop, whose caches and allocator stay warm.
+    profiles = [profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)]
+    if profiles[0] is not None:
+        profile = median_profile([p for p in profiles if p is not None])
+        report.link = (latency, bandwidth)
+        report.predicted = predict(plan_on_processes(plan), schedule, profile, local_cluster(world, latency, bandwidth))
+    dist.barrier()
+
+
+def _save_grads(root: Path, rank: int, executor: Executor, plan: Plan) -> None:
+    """Write this process's gradients of the last iteration, keyed `{global layer}.{parameter name}`, into folder
+    `root` (made here when absent; its parent was checked to exist before any process started)."""
+    from pipeplan.io.atomic import atomic_output
+
+    root.mkdir(exist_ok=True)
+    grads: dict[str, torch.Tensor] = {}
+    for s, module in executor.modules().items():
+        for name, p in module.named_parameters():
+            local, _, rest = name.partition(".")
+            layer = plan.stages[s].first_layer + int(local)
+            grads[f"{layer}.{rest}"] = p.grad.detach().cpu() if p.grad is not None else torch.zeros_like(p).cpu()
+    with atomic_output(root / f"grads-rank-{rank}.pt", binary=True) as out:
+        torch.save(grads, out)

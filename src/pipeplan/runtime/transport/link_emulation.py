@@ -1,0 +1,171 @@
+"""Link emulation: when a transfer on an emulated wire arrives (nominal rate x trace factor, one queue per ordered link).
+
+Note:
+    The sender of an ordered link is the only process that puts bytes on it, so it keeps the link's free time and
+    stamps each message with its arrival, as the simulator's transfer queue (sim.transfers) times it: a transfer
+    issued at t starts at max(t, the link's free time), holds the link for latency + bytes / rate, the rate being
+    nominal x the trace's factor (read when the transfer starts and re-read at every step of the trace while it is
+    in flight: sim.trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The
+    receiver does not consume the message before that time. The sender's compute is never delayed, transfers on a
+    link queue behind each other as on a wire, and compute overlaps them: what a slow network does to a pipeline.
+    Times are ms on the trace's clock, which starts when the run starts (every process's clock is set at one
+    barrier) and runs across iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRate:
+    """One emulated ordered link: its nominal rate (bytes/s) and latency (ms)."""
+
+    bytes_per_s: float
+    latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.bytes_per_s) or self.bytes_per_s <= 0:
+            raise TrainConfigError(f"an emulated link needs a finite rate > 0 bytes/s, got {self.bytes_per_s}")
+        if not math.isfinite(self.latency_ms) or self.latency_ms < 0:
+            raise TrainConfigError(f"an emulated link needs a finite latency >= 0 ms, got {self.latency_ms}")
+
+
+def check_emulated_rate(gb_per_s: float) -> float:
+    """Return `gb_per_s` if it is a usable --emulate-gb-per-s, else raise TrainConfigError naming the flag."""
+    if isinstance(gb_per_s, bool) or not math.isfinite(gb_per_s) or gb_per_s <= 0:
+        raise TrainConfigError(f"--emulate-gb-per-s must be a finite number of GB/s > 0, got {gb_per_s}")
+    return gb_per_s
+
+
+def check_trace_links(trace: BandwidthTrace, devices: Iterable[int]) -> None:
+    """Raise TrainConfigError for the first trace step whose link names a device the job does not run on."""
+    job = sorted(set(devices))
+    for i, step in enumerate(trace.steps):
+        if step.link is not None:
+            outside = [d for d in step.link if d not in job]
+            if outside:
+                raise TrainConfigError(
+                    f"--bandwidth-trace step {i}: link {list(step.link)} names device {outside[0]}, which this job does "
+                    f"not run on (its devices: {job})"
+                )
+
+
+class EmulatedLinks:
+    """A job's emulated network: each ordered device pair's rate, a bandwidth trace, and every link's queue.
+
+    Args:
+        rates: the nominal rate and latency of each ordered device pair that may carry a transfer.
+        trace: factors of the nominal rates over time (None: always 1).
+    """
+
+    def __init__(self, rates: dict[Link, LinkRate], trace: BandwidthTrace | None = None) -> None:
+        self.rates = dict(rates)
+        self.trace = trace
+        self._segments: dict[Link, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self._free_ms: dict[Link, float] = {}
+
+    @classmethod
+    def uniform(cls, devices: Iterable[int], gb_per_s: float, trace: BandwidthTrace | None = None) -> EmulatedLinks:
+        """Every ordered pair of `devices` at `gb_per_s` (10^9 bytes/s), no latency: --emulate-gb-per-s."""
+        rate = LinkRate(check_emulated_rate(gb_per_s) * 1e9)
+        ids = sorted(set(devices))
+        return cls({(a, b): rate for a in ids for b in ids if a != b}, trace)
+
+    @classmethod
+    def from_cluster(cls, cluster: Cluster, devices: Iterable[int], trace: BandwidthTrace | None = None) -> EmulatedLinks:
+        """Every ordered pair of `devices` at the cluster's rate (NIC caps included) and latency, as sim prices them.
+
+        Raises:
+            ClusterError: a pair of the job's devices has no link in the cluster.
+        """
+        from pipeplan.sim.cost.link_model import link_arrays
+
+        rate, latency = link_arrays(cluster)
+        ids = sorted(set(devices))
+        links = {}
+        for a in ids:
+            for b in ids:
+                if a != b:
+                    cluster.require_link(a, b)
+                    links[(a, b)] = LinkRate(float(rate[a, b]), float(latency[a, b]) * 1000.0)
+        return cls(links, trace)
+
+    def free_ms(self, link: Link) -> float:
+        """When `link` finishes the transfers queued on it so far (0 before any)."""
+        return self._free_ms.get(link, 0.0)
+
+    def transfer(self, link: Link, nbytes: int, issued_ms: float) -> tuple[float, float]:
+        """Queue `nbytes` on `link` at `issued_ms`; return (start, arrival) in ms on the trace's clock.
+
+        Raises:
+            TrainConfigError: the link is not emulated (a device pair outside the job).
+        """
+        spec = self.rates.get(link)
+        if spec is None:
+            raise TrainConfigError(
+                f"no emulated link {list(link)}: the emulated devices are {sorted({d for p in self.rates for d in p})}"
+            )
+        start = max(issued_ms, self._free_ms.get(link, 0.0))
+        work_ms = nbytes / spec.bytes_per_s * 1000.0
+        if self.trace is None or not self.trace.affects(link):
+            end = start + spec.latency_ms + work_ms
+        else:
+            segments = self._segments.get(link)
+            if segments is None:
+                segments = self._segments[link] = self.trace.segments(link)
+            end = finish_time(*segments, start + spec.latency_ms, work_ms)
+        self._free_ms[link] = end
+        return start, end
+
+    def factor_at(self, link: Link, t_ms: float) -> float:
+        """The trace's factor on `link` at `t_ms` (1 without a trace)."""
+        return 1.0 if self.trace is None else self.trace.factor_at(link, t_ms)
+
+
+class Wire:
+    """One process's end of the emulated network: stamps each message it sends with its arrival, and holds each
+    message it receives until that arrival.
+
+    Args:
+        links: the job's emulated links (the sender's queues live here).
+        devices: the device of each process (process i runs devices[i]).
+        origin_s: the run's start on `clock` (the trace's time 0), the same moment on every process.
+        clock: seconds (time.perf_counter, the clock the executor's spans use).
+        sleep: how to wait (time.sleep).
+    """
+
+    def __init__(
+        self,
+        links: EmulatedLinks,
+        devices: tuple[int, ...],
+        origin_s: float,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.links = links
+        self.devices = devices
+        self.origin_s = origin_s
+        self._clock = clock
+        self._sleep = sleep
+
+    def now_ms(self) -> float:
+        """Ms since the run started (the trace's clock)."""
+        return (self._clock() - self.origin_s) * 1000.0
+
+    def send(self, src: int, dst: int, nbytes: int) -> tuple[float, float]:
+        """Queue a message of `nbytes` from process `src` to process `dst` now; its (start, arrival) in trace ms."""
+        return self.links.transfer((self.devices[src], self.devices[dst]), nbytes, self.now_ms())
+
+    def deliver(self, arrival_ms: float) -> None:
+        """Return at `arrival_ms` on the trace's clock (at once when it has passed)."""
+        wait_s = (arrival_ms - self.now_ms()) / 1000.0
+        if wait_s > 0:
+            self._sleep(wait_s)

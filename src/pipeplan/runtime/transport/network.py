@@ -1,0 +1,90 @@
+"""The network a training job runs on: real, or emulated (--emulate-gb-per-s, --bandwidth-trace) on the real transport.
+
+`NetworkSettings` is torch-free, so `train` checks it before any process starts; `make_wire` and `shared_origin`
+run on every process of the job.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
+from pipeplan.sim.trace import BandwidthTrace, read_bandwidth_trace
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    """How to emulate the links: `gb_per_s` on every link, else `cluster`'s link rates (a file or built-in name);
+    `trace` a bandwidth trace file whose clock starts with the run."""
+
+    trace: str | None = None
+    gb_per_s: float | None = None
+    cluster: str | None = None
+
+    def read_trace(self) -> BandwidthTrace | None:
+        """The bandwidth trace (None without one).
+
+        Raises:
+            CostError: the file is missing, not JSON, or has a bad entry (naming it).
+        """
+        return None if self.trace is None else read_bandwidth_trace(self.trace)
+
+    def links(self, devices: Iterable[int]) -> EmulatedLinks:
+        """The emulated links between `devices` (the job's), checked.
+
+        Raises:
+            TrainConfigError: no rate to emulate, a bad rate, or a trace step naming a device outside the job.
+            CostError, ClusterError: an unreadable trace or cluster.
+        """
+        ids = sorted(set(devices))
+        self.require_rate()
+        trace = self.read_trace()
+        if trace is not None:
+            check_trace_links(trace, ids)
+        if self.gb_per_s is not None:
+            return EmulatedLinks.uniform(ids, check_emulated_rate(self.gb_per_s), trace)
+        from pipeplan.presets.resolve import load_cluster
+
+        assert self.cluster is not None
+        return EmulatedLinks.from_cluster(load_cluster(self.cluster), ids, trace)
+
+    def require_rate(self) -> None:
+        """Raise TrainConfigError when nothing gives the links a rate to emulate."""
+        if self.gb_per_s is None and self.cluster is None:
+            raise TrainConfigError(
+                f"--bandwidth-trace {self.trace} needs a rate to emulate: give --emulate-gb-per-s X (GB/s on every link), "
+                "or --plan with a cluster file that gives each link's rate"
+            )
+
+
+def network_settings(trace: str | None, gb_per_s: float | None, cluster: str | None) -> NetworkSettings | None:
+    """The emulation `train` was asked for: None (the real network) unless --bandwidth-trace or --emulate-gb-per-s."""
+    if trace is None and gb_per_s is None:
+        return None
+    if gb_per_s is not None:
+        check_emulated_rate(gb_per_s)
+    return NetworkSettings(trace, gb_per_s, None if gb_per_s is not None else cluster)
+
+
+def make_wire(settings: NetworkSettings, devices: tuple[int, ...]) -> Wire:
+    """This process's end of the emulated network for a job whose process i runs devices[i]; its clock is set by
+    `shared_origin` when the run starts."""
+    return Wire(settings.links(devices), devices, origin_s=time.perf_counter())
+
+
+def shared_origin() -> float:
+    """The run's start on this process's perf_counter: process 0's moment on one host (perf_counter is one clock
+    there), else the end of a barrier (processes on other hosts then disagree by the barrier's skew). Collective."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    here = time.perf_counter()
+    everyone: list[tuple[str, float] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (socket.gethostname(), here))
+    hosts = {entry[0] for entry in everyone if entry is not None}
+    first = everyone[0]
+    return first[1] if len(hosts) == 1 and first is not None else here

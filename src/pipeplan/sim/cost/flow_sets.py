@@ -1,0 +1,260 @@
+"""A plan's stage-boundary flows, built as arrays and reduced by symmetry before any Flow object exists.
+
+The cost model (ARCHITECTURE.md, "Cost model (sim)"; sim/links.py) splits a
+transfer between a stage on r1 devices and one on r2 over q = min(r1, r2)
+pairs, prices it on the pipeline replica whose transfer is slowest, and slows
+cross-node flows by the NIC share the other pipeline replicas take. A stage
+replicated over thousands of devices gives thousands of flows per boundary,
+most of them copies of each other: `plan_flows` finds the groups of flows
+that share resources (a pair, a node's NIC), keeps one group of every kind
+and drops its copies. Flows of different groups never wait for each other and
+every flow of a boundary is requested at the same time, so a dropped copy
+would start and end exactly when its kept twin does: transfer times, and so
+every simulated time, are unchanged (tests/test_flow_sets.py checks it).
+Flows on links a bandwidth trace names are never merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.plan import Plan
+from pipeplan.sim.cost.link_model import device_nodes, flows_time, link_arrays
+from pipeplan.sim.cost.types import Flow
+
+REDUCE_FROM = 64
+"""Plans with fewer flows than this are left as they are (nothing to gain)."""
+
+Boundaries = tuple[tuple[Flow, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PairArrays:
+    """The flows of one transfer as arrays: ordered pairs, whether each crosses NICs, latency and work in ms."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nic: np.ndarray
+    latency_ms: np.ndarray
+    work_ms: np.ndarray
+
+
+def transfer_pairs(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float) -> PairArrays:
+    """The flows of the src->dst transfer of `nbytes` on the pipeline replica where it is slowest (ties: the lowest).
+
+    Raises:
+        ClusterError: two devices that must talk have zero bandwidth.
+    """
+    rp = plan.pipeline_replicas
+    src_all = np.array(plan.stages[src_stage].devices, dtype=np.int64).reshape(rp, -1)
+    dst_all = np.array(plan.stages[dst_stage].devices, dtype=np.int64).reshape(rp, -1)
+    q = min(src_all.shape[1], dst_all.shape[1])  # replica t of the smaller side with replica t of the larger
+    src_all, dst_all = src_all[:, :q], dst_all[:, :q]
+    best = 0
+    if rp > 1:
+        rate, latency = link_arrays(cluster)
+        with np.errstate(divide="ignore"):
+            pair_ms = latency.values(src_all, dst_all) + (nbytes / q) / rate.values(src_all, dst_all)
+            times = np.where(src_all == dst_all, 0.0, pair_ms)
+        best = int(np.argmax(times.max(axis=1)))
+    pairs, raw, rate = _pairs(cluster, src_all[best], dst_all[best], nbytes)
+    if rp > 1 and cluster.nic_bytes_per_s is not None:
+        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, raw, rate, cluster.nic_bytes_per_s)
+        pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
+    return pairs
+
+
+def _pairs(
+    cluster: Cluster, senders: np.ndarray, receivers: np.ndarray, nbytes: float
+) -> tuple[PairArrays, np.ndarray, np.ndarray]:
+    """(flows, pair bandwidth, effective rate) of nbytes split evenly over the equally long senders and receivers,
+    pair t carrying nbytes / len(senders); pairs on one device need no flow."""
+    moved = senders != receivers
+    src, dst = senders[moved], receivers[moved]
+    nodes = device_nodes(cluster)
+    nic_rate = cluster.nic_bytes_per_s
+    raw = cluster.bandwidth_bytes_per_s.values(src, dst)  # device ids a plan holds: valid, no index checks
+    nic = (nodes[src] != nodes[dst]) if nic_rate is not None else np.zeros(len(src), dtype=bool)
+    rate = np.where(nic, np.minimum(raw, np.inf if nic_rate is None else nic_rate), raw)
+    if len(rate) and not (rate > 0).all():
+        bad = int(np.argmin(rate > 0))
+        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
+    latency_ms = (cluster.latency_s.values(src, dst) + cluster.message_latency_s) * 1000.0
+    work_ms = (nbytes / len(senders) / rate) * 1000.0 if len(senders) else np.zeros(0)
+    return PairArrays(src, dst, nic, latency_ms, work_ms), raw, rate
+
+
+def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
+    """Flows of one transfer of `nbytes` between two stages' devices: q = min(len) pairs, replica t of the smaller
+    side with replica t of the larger in device order, each carrying nbytes / q; pairs on one device need no flow."""
+    q = min(len(senders), len(receivers))
+    pairs, _, _ = _pairs(cluster, np.array(senders[:q], dtype=np.int64), np.array(receivers[:q], dtype=np.int64), nbytes)
+    return _flows(cluster, pairs, np.arange(len(pairs.src)))
+
+
+def transfer_ms(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> float:
+    """Unqueued time of one transfer of `nbytes` between two stages' devices: its slowest pair."""
+    return flows_time(boundary_flows(cluster, senders, receivers, nbytes))
+
+
+def _share_nics(
+    nodes: np.ndarray,
+    src_all: np.ndarray,
+    dst_all: np.ndarray,
+    pairs: PairArrays,
+    raw: np.ndarray,
+    rate: np.ndarray,
+    nic_rate: float,
+) -> np.ndarray:
+    """Work (ms) of the simulated replica's flows, cross-node ones slowed by the NIC share the other pipeline
+    replicas take.
+
+    Note:
+        Only one pipeline replica is simulated, but the replicas run in
+        lock-step, so the same boundary's transfers of every replica cross the
+        nodes' NICs at the same time. A NIC carrying k times as many of this
+        boundary's flows as the simulated replica puts on it gives each flow at
+        most nic_bytes_per_s / k (flows of one replica already queue on the NIC
+        resource). Without this, rp pipelines crossing one NIC would each be
+        predicted to get the whole NIC.
+    """
+    size = int(nodes.max()) + 1
+    src_nodes, dst_nodes = nodes[src_all], nodes[dst_all]
+    crossing = (src_all != dst_all) & (src_nodes != dst_nodes)
+    out_load = np.bincount(src_nodes[crossing], minlength=size)
+    in_load = np.bincount(dst_nodes[crossing], minlength=size)
+    nic, work_ms = pairs.nic, pairs.work_ms
+    a_nodes, b_nodes = nodes[pairs.src], nodes[pairs.dst]
+    own_out = np.bincount(a_nodes[nic], minlength=size)  # this replica's own crossing flows per NIC (they queue on it)
+    own_in = np.bincount(b_nodes[nic], minlength=size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.maximum(out_load[a_nodes] / own_out[a_nodes], in_load[b_nodes] / own_in[b_nodes])
+    slowed = nic & (factor > 1.0)
+    if not slowed.any():
+        return work_ms
+    nbytes = work_ms / 1000.0 * rate
+    shared_rate = np.minimum(raw, nic_rate / np.where(slowed, factor, 1.0))
+    return np.where(slowed, (nbytes / shared_rate) * 1000.0, work_ms)
+
+
+def plan_flows(
+    plan: Plan,
+    cluster: Cluster,
+    cut_bytes: list[float],
+    keep_links: Collection[tuple[int, int]] = (),
+    reduce_from: int = REDUCE_FROM,
+) -> tuple[Boundaries, Boundaries]:
+    """(forward, backward) flows of every stage boundary; `cut_bytes[s]` is what crosses boundary s per microbatch.
+
+    With at least `reduce_from` flows in all, copies of a group of flows are dropped (see the module note); flows
+    on `keep_links` (the links a bandwidth trace names) stay, each group that holds one kept whole.
+    """
+    count = len(plan.stages) - 1
+    arrays = [transfer_pairs(plan, cluster, s, s + 1, cut_bytes[s]) for s in range(count)]
+    arrays += [transfer_pairs(plan, cluster, s + 1, s, cut_bytes[s]) for s in range(count)]
+    total = sum(len(a.src) for a in arrays)
+    kept = _representatives(arrays, cluster, keep_links) if total and total >= reduce_from else None
+    boundaries: list[tuple[Flow, ...]] = []
+    start = 0
+    for pairs in arrays:
+        end = start + len(pairs.src)
+        chosen = np.arange(len(pairs.src)) if kept is None else np.flatnonzero(kept[start:end])
+        boundaries.append(_flows(cluster, pairs, chosen))
+        start = end
+    return tuple(boundaries[:count]), tuple(boundaries[count:])
+
+
+def _flows(cluster: Cluster, pairs: PairArrays, chosen: np.ndarray) -> tuple[Flow, ...]:
+    """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs."""
+    nodes = device_nodes(cluster).tolist()
+    out: list[Flow] = []
+    for src, dst, nic, latency, work in zip(
+        pairs.src[chosen].tolist(),
+        pairs.dst[chosen].tolist(),
+        pairs.nic[chosen].tolist(),
+        pairs.latency_ms[chosen].tolist(),
+        pairs.work_ms[chosen].tolist(),
+        strict=True,
+    ):
+        resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
+        if nic:
+            resources += (f"nic_out:{nodes[src]}", f"nic_in:{nodes[dst]}")
+        out.append(Flow(resources, (src, dst), latency, work))
+    return tuple(out)
+
+
+def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Collection[tuple[int, int]]) -> np.ndarray:
+    """A mask over all flows (boundaries in order): True for the flows of the first group of every kind.
+
+    Groups are the connected components of flows through shared resources; two groups are of one kind when,
+    flow by flow in order, they have the same boundary, latency and work and use their own resources in the same
+    pattern (each resource numbered by its first use inside the group).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = cluster.num_devices
+    nodes = device_nodes(cluster)
+    size = int(nodes.max()) + 1
+    boundary = np.concatenate([np.full(len(a.src), b, dtype=np.int64) for b, a in enumerate(arrays)])
+    src = np.concatenate([a.src for a in arrays])
+    dst = np.concatenate([a.dst for a in arrays])
+    nic = np.concatenate([a.nic for a in arrays])
+    latency = np.concatenate([a.latency_ms for a in arrays])
+    work = np.concatenate([a.work_ms for a in arrays])
+    flows = len(src)
+    pair_keys, pair_id = np.unique(src * n + dst, return_inverse=True)
+    pairs = len(pair_keys)
+    # resource slots per flow: its pair, then (crossing nodes) its source node's NIC out and destination's NIC in
+    slot_res = np.stack([pair_id, pairs + nodes[src], pairs + size + nodes[dst]], axis=1)
+    present = np.stack([np.ones(flows, dtype=bool), nic, nic], axis=1)
+    occ_flow = np.repeat(np.arange(flows), 3).reshape(flows, 3)[present]
+    occ_res = slot_res[present]  # flow-major, slot order: occurrence order is first-use order
+    resources = pairs + 2 * size
+    graph = coo_matrix((np.ones(len(occ_flow)), (occ_flow, flows + occ_res)), shape=(flows + resources, flows + resources))
+    _, label = connected_components(graph, directed=False)
+    group = label[:flows]
+    # number each resource by its first use inside its group
+    used, first = np.unique(occ_res, return_index=True)
+    res_group = label[flows + used]
+    order = np.lexsort((first, res_group))
+    sorted_groups = res_group[order]
+    rank_sorted = np.arange(len(used)) - np.searchsorted(sorted_groups, sorted_groups, side="left")
+    rank = np.full(resources, -1, dtype=np.int64)
+    rank[used[order]] = rank_sorted
+    labels = np.where(present, rank[slot_res], -1)
+    if keep_links:
+        kept_pairs = np.array([a * n + b for a, b in keep_links], dtype=np.int64)
+        marked = np.zeros(label.max() + 1, dtype=bool)
+        marked[group[np.isin(src * n + dst, kept_pairs)]] = True
+        unique_tag = np.where(marked[group], group, -1)
+    else:
+        unique_tag = np.full(flows, -1)
+    rows = np.column_stack([boundary, latency, work, labels, unique_tag]).astype(float)
+    # groups in order of their first flow; flows of a group in order
+    by_group = np.argsort(group, kind="stable")
+    counts = np.bincount(group)  # labels of resources no flow uses count 0
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    first_flow = np.full(len(counts), -1, dtype=np.int64)
+    nonempty = np.flatnonzero(counts)
+    first_flow[nonempty] = by_group[starts[nonempty]]
+    keep = np.zeros(len(counts), dtype=bool)
+    for length in np.unique(counts[nonempty]).tolist():
+        groups = np.flatnonzero(counts == length)
+        groups = groups[np.argsort(first_flow[groups])]
+        block = rows[by_group[starts[groups][:, None] + np.arange(length)]].reshape(len(groups), -1)
+        _, index = np.unique(block, axis=0, return_index=True)
+        keep[groups[index]] = True
+    kept = keep[group]
+    # A boundary left with one flow on one resource would take the event loops' fast path, which adds latency and
+    # work in another order (a last-bit difference): keep a second copy there so the time stays the same float.
+    for b in range(len(arrays)):
+        mine = boundary == b
+        if kept[mine].sum() == 1 and mine.sum() > 1 and not nic[mine & kept].any():
+            other = np.flatnonzero(mine & ~kept)[0]
+            kept |= group == group[other]
+    return kept

@@ -1,0 +1,126 @@
+"""Links and all-reduce in the cost model: NIC-capped rates, flows of a stage-boundary transfer, ring all-reduce.
+
+The one place these formulas live (ARCHITECTURE.md, "Cost model (sim)"):
+- a pair's effective rate is its bandwidth, capped by the NIC rate between nodes;
+- a transfer of n bytes between a stage on r1 and one on r2 devices uses
+  q = min(r1, r2) pairs (replica t with replica t, in device order), each
+  carrying n / q; a pair takes latency + bytes / rate (its flows are built
+  in sim/flow_sets.py);
+- a ring all-reduce of n bytes over k devices takes 2(k-1)/k * n / (slowest
+  link on the ring) + 2(k-1) * (largest latency on the ring), or the same
+  with the cluster's measured all-reduce bus bandwidth and latency.
+Planners that estimate costs (partition DP, exact's bounds, list scheduling)
+take these functions or their array forms from here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.links import LinkMatrix
+from pipeplan.sim.cost.types import Flow
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds."""
+    return seconds * 1000.0
+
+
+_LINKS: dict[int, tuple[Cluster, LinkMatrix, LinkMatrix]] = {}
+
+
+def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
+    """(effective bytes/s with NIC caps, latency s) as link matrices, cached for the last few clusters.
+
+    Off the diagonal the latency includes the cluster's message latency (Cluster.link_latency); the diagonal keeps
+    the cluster's own values (unused: a device does not send to itself). Both index like numpy arrays
+    (`rate[src, dst]` with integer arrays) and keep a described cluster's structure (no n x n array).
+    """
+    cached = _LINKS.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1], cached[2]
+    nodes = device_nodes(cluster)
+    rate = cluster.bandwidth_bytes_per_s.transformed(nodes, cluster.nic_bytes_per_s, 0.0, None)
+    latency = cluster.latency_s.transformed(nodes, None, cluster.message_latency_s, None)
+    if len(_LINKS) >= 4:
+        _LINKS.pop(next(iter(_LINKS)))
+    _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
+    return rate, latency
+
+
+def link_matrices(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
+    """link_arrays with the diagonal's rate set to inf (a device reaches itself at once): planners' copies."""
+    rate, latency = link_arrays(cluster)
+    return rate.transformed(device_nodes(cluster), None, 0.0, np.inf), latency
+
+
+_NODES: dict[int, tuple[Cluster, np.ndarray]] = {}
+
+
+def device_nodes(cluster: Cluster) -> np.ndarray:
+    """Each device's node as an int array, cached for the last few clusters (as link_arrays)."""
+    cached = _NODES.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    if len(_NODES) >= 4:
+        _NODES.pop(next(iter(_NODES)))
+    nodes = np.array([d.node for d in cluster.devices], dtype=np.int64)
+    _NODES[id(cluster)] = (cluster, nodes)
+    return nodes
+
+
+def pair_ms(cluster: Cluster, src: int, dst: int, nbytes: float) -> float:
+    """Unqueued time of nbytes from src to dst: latency + bytes / effective rate (0 on one device).
+
+    Raises:
+        ClusterError: the pair has zero bandwidth.
+    """
+    if src == dst:
+        return 0.0
+    return cluster.link_latency(src, dst) * 1000.0 + nbytes / cluster.require_link(src, dst) * 1000.0
+
+
+def flows_time(flows: tuple[Flow, ...]) -> float:
+    """Unloaded duration of a transfer: its slowest flow."""
+    return max((f.latency_ms + f.work_ms for f in flows), default=0.0)
+
+
+def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> float:
+    """Ring all-reduce of nbytes over devices (ring in the given order).
+
+    2(n-1)/n * nbytes / (min bandwidth on the ring) + 2(n-1) * latency, with
+    the largest latency on the ring; with a measured all-reduce on the
+    cluster, its bus bandwidth and latency instead; 0 for a single device.
+
+    Raises:
+        ClusterError: two neighbours on the ring cannot talk.
+    """
+    n = len(devices)
+    if n < 2:
+        return 0.0
+    bandwidth, latency = _ring_links(cluster, devices)
+    return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+
+
+def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
+    """ring_allreduce_ms as (ms per byte, fixed ms): the same formula in the linear form the planners' DPs use."""
+    n = len(devices)
+    if n < 2:
+        return 0.0, 0.0
+    bandwidth, latency = _ring_links(cluster, devices)
+    return 1000.0 * 2 * (n - 1) / n / bandwidth, 1000.0 * 2 * (n - 1) * latency
+
+
+def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
+    """(bytes/s, s) of a ring over devices: its slowest link and largest latency, or the measured collective's."""
+    rate, latency = link_arrays(cluster)
+    src = np.array(devices)
+    dst = np.roll(src, -1)
+    rates = rate[src, dst]
+    if not (rates > 0).all():
+        bad = int(np.argmin(rates > 0))
+        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
+    if cluster.allreduce_bytes_per_s is not None:
+        return cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
+    return float(rates.min()), float(latency[src, dst].max())

@@ -1,0 +1,137 @@
+"""A plan priced by the cost model: per-stage compute, memory, all-reduce and optimizer, per-boundary flows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeplan.core.errors import CostError, PlanError
+from pipeplan.core.partition import splits_evenly
+from pipeplan.core.plan import Plan
+from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost.layers import static_bytes
+from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.types import Costs, StageCost
+from pipeplan.sim.trace import BandwidthTrace
+
+
+def layer_span(first: int, last: int) -> str:
+    """'layer 7' or 'layers 7-9'."""
+    return f"layer {first}" if first == last else f"layers {first}-{last}"
+
+
+def check_plan_matches(plan: Plan, model: CostModel) -> None:
+    """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
+    profile, cluster = model.profile, model.cluster
+    n, m = plan.num_layers, profile.num_layers
+    if n < m:
+        verb = "is" if n == m - 1 else "are"
+        raise PlanError(f"plan covers {n} layers but profile {profile.name!r} has {m}: {layer_span(n, m - 1)} {verb} in no stage")
+    if n > m:
+        raise PlanError(
+            f"plan covers {n} layers but profile {profile.name!r} has {m}: its stages name {layer_span(m, n - 1)}, which "
+            "the profile does not have (a plan for another model?)"
+        )
+    for s, stage in enumerate(plan.stages):
+        for d in stage.devices:
+            if d >= cluster.num_devices:
+                raise PlanError(
+                    f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
+                )
+    for s in range(len(plan.stages)):
+        r = plan.replicas_of(s)
+        if not splits_evenly(plan.microbatch_size, r):
+            raise PlanError(
+                f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
+                f"(each microbatch is split evenly over a stage's replicas)"
+            )
+
+
+def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
+    """Compute time, memory, all-reduce and optimizer step of stage s for one microbatch.
+
+    Every device of the stage (all its replicas, in every pipeline replica)
+    runs at the slowest one's speed; each holds the stage's whole weights,
+    gradients and optimizer state, and its share of the microbatch's saved bytes.
+    """
+    stage = plan.stages[s]
+    cluster = model.cluster
+    r = plan.replicas_of(s)
+    speed = min(cluster.devices[d].speed for d in stage.devices)
+    work = model.layers.stage(range(stage.first_layer, stage.last_layer + 1), plan.microbatch_size, r, speed)
+    bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
+    if model.bwd_split is not None:
+        bwd_input, bwd_weight = work.bwd_ms * model.bwd_split[0], work.bwd_ms * model.bwd_split[1]
+    try:
+        return StageCost(
+            fwd_ms=work.fwd_ms,
+            bwd_ms=work.bwd_ms,
+            bwd_input_ms=bwd_input,
+            bwd_weight_ms=bwd_weight,
+            saved_bytes=work.saved_bytes,
+            static_bytes=static_bytes(work.param_bytes, model.optimizer_factor),
+            allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
+            optimizer_ms=work.optimizer_ms,
+        )
+    except CostError as exc:  # a derived value out of range: name the inputs it was derived from
+        raise CostError(
+            f"stage {s} of the plan (layers {stage.first_layer}..{stage.last_layer} of profile {model.profile.name!r}, "
+            f"microbatch size {plan.microbatch_size} over {r} replica(s), slowest device speed {speed:g} in cluster "
+            f"{cluster.name!r}) computes {exc}"
+        ) from None
+
+
+def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None) -> Costs:
+    """The simulator's costs for one pipeline replica of `plan`.
+
+    Args:
+        plan: the plan; for interleaved plans the stage list holds p*v chunk-stages.
+        model: the cost model (profile, cluster, scaling, optimizer).
+        trace: the bandwidth trace the costs will be simulated under, if any (flows on the links it names are
+            kept one by one; sim/flow_sets.py drops only copies that would run exactly alike).
+
+    Returns:
+        Costs with per-stage compute, memory, all-reduce and optimizer step,
+        and the flows of every boundary in both directions.
+
+    Raises:
+        PlanError: the plan does not match the profile or cluster.
+        ClusterError: two devices that must talk have zero bandwidth.
+
+    Note:
+        Pipeline replicas are simulated as one: compute runs at the slowest
+        speed among all of a stage's devices, and each boundary uses the flows
+        of the pipeline replica whose transfer is slowest (replica 0 when the
+        replicas are alike), so a plan cannot hide slow links in replica > 0.
+        Copies of a group of flows (a stage replicated over many nodes) are
+        dropped: they would start and end when their kept twin does.
+    """
+    check_plan_matches(plan, model)
+    stages = [stage_cost(plan, model, s) for s in range(len(plan.stages))]
+    cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
+    keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
+    flows = plan_flows(plan, model.cluster, cuts, keep)
+    forward, backward = list(flows[0]), list(flows[1])
+    overhead = model.cluster.message_overhead_s * 1000.0
+    if overhead > 0:
+        charge_messages(stages, forward, backward, overhead)
+    return Costs(tuple(stages), tuple(forward), tuple(backward))
+
+
+def charge_messages(stages: list[StageCost], forward: list[tuple], backward: list[tuple], overhead_ms: float) -> None:
+    """Add the cluster's per-message overhead to every action that consumes a message from another device.
+
+    A stage's forward consumes the activation from the stage before it, its
+    backward (or I) the gradient from the stage after it; chunk-stages on one
+    device exchange nothing and pay nothing.
+    """
+    for s in range(len(stages) - 1):
+        if forward[s]:
+            stages[s + 1] = dataclasses.replace(stages[s + 1], fwd_ms=stages[s + 1].fwd_ms + overhead_ms)
+        if backward[s]:
+            cost = stages[s]
+            stages[s] = dataclasses.replace(
+                cost,
+                bwd_ms=cost.bwd_ms + overhead_ms,
+                bwd_input_ms=cost.bwd_input_ms + overhead_ms,  # type: ignore[operator]
+            )

@@ -1,0 +1,85 @@
+"""Lower bounds on the iteration time: the busiest rank, and one microbatch's critical path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeplan.core.errors import CostError
+from pipeplan.core.schedule import Schedule
+from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.engine.program import program_for
+from pipeplan.sim.trace import BandwidthTrace
+
+
+def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None) -> float:
+    """A time no run of `schedule` under `costs` can beat.
+
+    The maximum of (1) per rank: its total compute plus the shortest
+    all-reduce tail among its stages (its last action is some stage's last
+    backward, whose all-reduce follows) plus its optimizer step, and (2) per
+    stage s: one microbatch's path through every forward and transfer, the
+    backwards from the last stage down to s (I for split stages, then W of s),
+    s's all-reduce and its rank's optimizer step. Transfers count
+    their unqueued duration, at the fastest rate `trace` ever gives their link.
+
+    Raises:
+        CostError: costs cover a different number of stages than the schedule.
+    """
+    if len(costs.stages) != schedule.num_stages:
+        raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
+    program = program_for(schedule)
+    durations = []
+    for c in costs.stages:
+        durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]
+    busy = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
+    return bound_from_parts(schedule, costs, busy, program.split_stages, program.stages_with_u, trace)
+
+
+def bound_from_parts(
+    schedule: Schedule,
+    costs: Costs,
+    busy: Sequence[float],
+    split_stages: frozenset[int],
+    stages_with_u: frozenset[int],
+    trace: BandwidthTrace | None,
+) -> float:
+    """`lower_bound` from per-rank busy time and which stages split backward or run U (shared with the simulator)."""
+    stages = costs.stages
+    if not any(busy):
+        return 0.0
+    optimizer = rank_optimizer_ms(schedule, costs, stages_with_u)
+    tails = [c.allreduce_ms + optimizer[schedule.stage_to_rank[s]] for s, c in enumerate(stages)]
+    best = 0.0
+    for rank, rank_busy in enumerate(busy):
+        own = schedule.stages_of(rank)
+        best = max(best, rank_busy + (min(tails[s] for s in own) if own and rank_busy > 0 else 0.0))
+    forward_path = sum(c.fwd_ms for c in stages) + sum(_unqueued(flows, trace) for flows in costs.forward)
+    back: float = 0.0  # backward path from the last stage down to (and excluding) stage s
+    for s in range(len(stages) - 1, -1, -1):
+        c = stages[s]
+        split = s in split_stages
+        here = (c.bwd_input_ms + c.bwd_weight_ms) if split else c.bwd_ms  # type: ignore[operator]
+        best = max(best, forward_path + back + here + tails[s])
+        back += (c.bwd_input_ms if split else c.bwd_ms) or 0.0
+        if s > 0:
+            back += _unqueued(costs.backward[s - 1], trace)
+    return best
+
+
+def rank_optimizer_ms(schedule: Schedule, costs: Costs, stages_with_u: frozenset[int]) -> list[float]:
+    """Per rank, its optimizer step: the steps of all its stages, one after the other, after the rank's last action
+    and its stages' all-reduces (stages whose schedule holds U actions step inside it and count 0 here)."""
+    steps = [0.0] * schedule.num_ranks
+    for s, cost in enumerate(costs.stages):
+        if s not in stages_with_u:
+            steps[schedule.stage_to_rank[s]] += cost.optimizer_ms
+    return steps
+
+
+def _unqueued(flows: tuple[Flow, ...], trace: BandwidthTrace | None) -> float:
+    """A transfer's duration with every resource free, at the link's fastest rate under `trace`."""
+    longest = 0.0
+    for flow in flows:
+        speedup = trace.max_factor(flow.link) if trace is not None else 1.0
+        longest = max(longest, flow.latency_ms + flow.work_ms / speedup)
+    return longest

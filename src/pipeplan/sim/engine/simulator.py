@@ -1,0 +1,152 @@
+"""simulate(): a schedule and its costs in, iteration time, memory, lower bound and timeline out."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+from pipeplan.core.errors import CostError, DeadlockError
+from pipeplan.core.schedule import Schedule
+from pipeplan.core.validate import waiting_grid
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.engine.bounds import bound_from_parts, rank_optimizer_ms
+from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
+from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
+from pipeplan.sim.engine.transfers import TransferTable
+from pipeplan.sim.result import FlowSpan, RankStats, SimResult
+from pipeplan.sim.trace import BandwidthTrace
+
+
+def simulate(
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None = None,
+    record: bool = True,
+    offset_ms: float = 0.0,
+    program: Program | None = None,
+) -> SimResult:
+    """Simulate one iteration of `schedule` under `costs` (and a bandwidth `trace`).
+
+    Each rank runs its actions in order; an action starts when the rank is free
+    and its input is delivered (ARCHITECTURE.md, "Cost model (sim)").
+
+    Args:
+        schedule: per-rank action lists (assumed to pass `validate`; a missing
+            producer shows up as a deadlock).
+        costs: per-stage compute and memory, per-boundary flows.
+        trace: bandwidth multipliers over time per link.
+        record: build the timeline (`compute`, `transfers`, `flows`); False leaves them empty, for speed.
+        offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
+            the result stays relative to the iteration's start.
+        program: `schedule` compiled (sim.program.compile_schedule) by a caller that simulates it many times
+            (the adaptive controller); None compiles it here, remembering the last few.
+
+    Raises:
+        CostError: costs cover a different number of stages than the schedule.
+        ScheduleError: an action on a rank that does not hold its stage.
+        DeadlockError: the schedule cannot finish; the message holds each rank's blocked action.
+
+    Note: the cyclic garbage collector is paused during the call. Everything
+    allocated here is acyclic tuples (instructions, timeline spans); the
+    collector's repeated passes over them while they pile up cost as much as
+    the simulation itself, whereas one pass after the call untracks them.
+    """
+    return _without_gc(schedule, costs, trace, record, run_dataflow, offset_ms, program)
+
+
+def simulate_in_time_order(
+    schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None, record: bool = True, offset_ms: float = 0.0
+) -> SimResult:
+    """`simulate` forced onto the global-time-order loop (the general one), to cross-check the dataflow loop."""
+    return _without_gc(schedule, costs, trace, record, run_events, offset_ms, None)
+
+
+def _without_gc(
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None,
+    record: bool,
+    preferred: Callable[..., Outcome],
+    offset_ms: float,
+    program: Program | None,
+) -> SimResult:
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(schedule, costs, trace, record, preferred, offset_ms, program)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _simulate(
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None,
+    record: bool,
+    preferred: Callable[..., Outcome],
+    offset_ms: float,
+    program: Program | None,
+) -> SimResult:
+    if len(costs.stages) != schedule.num_stages:
+        raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
+    if program is None or program.schedule is not schedule:
+        program = program_for(schedule)
+    durations: list[float] = []
+    for c in costs.stages:
+        durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]  # type: ignore[list-item]
+    table = TransferTable(schedule.stage_to_rank, costs, trace, offset_ms)
+    if record:
+        table.flow_log = []
+    run = preferred if table.single_producer else run_events
+    outcome = run(program, durations, table)
+    stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]
+    if stuck:
+        grid = waiting_grid(schedule, outcome.pos)
+        raise DeadlockError(f"schedule {schedule.name!r} cannot finish: ranks {stuck} wait forever; blocked ranks:\n{grid}")
+
+    # a rank steps its optimizer once, after its last action and the all-reduces of all its stages (the runtime's
+    # order); asynchronous schedules step inside the schedule instead (U actions)
+    ready = list(outcome.free)
+    for s, c in enumerate(costs.stages):
+        if outcome.backward_end[s] >= 0:
+            rank = schedule.stage_to_rank[s]
+            ready[rank] = max(ready[rank], outcome.backward_end[s] + c.allreduce_ms)
+    optimizer = rank_optimizer_ms(schedule, costs, program.stages_with_u)
+    iteration = max((ready[r] + optimizer[r] for r in range(len(ready))), default=0.0)
+    compute = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
+    # a rank's busy time is its actions and its optimizer step: both are work only it can do
+    busy = [c + optimizer[r] for r, c in enumerate(compute)]
+    saved = tuple(c.saved_bytes for c in costs.stages)
+    per_rank = []
+    for rank, rank_busy in enumerate(busy):
+        static = sum(costs.stages[s].static_bytes for s in schedule.stages_of(rank))
+        memory = static + peak_saved_bytes(program, rank, saved)
+        per_rank.append(RankStats(rank_busy, iteration - rank_busy, program.peak_inflight[rank], memory))
+    ranks = schedule.num_ranks
+    bubble = max(0.0, 1.0 - sum(busy) / (ranks * iteration)) if iteration > 0 else 0.0  # no -0.0 from rounding
+    lower = bound_from_parts(schedule, costs, compute, program.split_stages, program.stages_with_u, trace)
+    return SimResult(
+        iteration,
+        lower,
+        bubble,
+        tuple(per_rank),
+        program.stage_peak_inflight,
+        *(timeline(program, outcome) if record else ((), ())),
+        schedule.name,
+        flow_spans(costs, table.flow_log) if record else (),
+    )
+
+
+def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) -> tuple[FlowSpan, ...]:
+    """The transfer table's flow log as FlowSpans (transfer index t < S-1: activation of boundary t, else gradient),
+    in time order (start, end, then kind, boundary, link), whichever order the event loop timed them in."""
+    boundaries = len(costs.forward)
+    spans = []
+    for transfer, index, start, end in log or ():
+        if transfer < boundaries:
+            spans.append(FlowSpan("act", transfer, costs.forward[transfer][index].link, start, end))
+        else:
+            b = transfer - boundaries
+            spans.append(FlowSpan("grad", b, costs.backward[b][index].link, start, end))
+    return tuple(sorted(spans, key=lambda f: (f.start_ms, f.end_ms, f.kind, f.boundary, f.link)))

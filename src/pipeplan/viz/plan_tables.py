@@ -1,0 +1,134 @@
+"""Tables of plans (`plan`, `compare`, `plan --bandwidth-trace`): a plan's summary and stages, planners side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
+from pipeplan.planner.request import PlanResult
+from pipeplan.planner.search.trace_aware import TraceScore
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.viz.tables import format_bytes, format_ms, id_runs
+
+
+def plan_shape(plan: Plan) -> str:
+    """A plan in one line: schedule (k, v), ranks x pipelines, microbatches x size: '1f1b 4x2 m=16x8'."""
+    shape = f"{plan.schedule}{f' k={plan.k}' if plan.schedule == 'kfkb' else ''}{f' v={plan.chunks}' if plan.chunks > 1 else ''}"
+    return shape + f" {plan.num_ranks}x{plan.pipeline_replicas} m={plan.microbatches}x{plan.microbatch_size}"
+
+
+def stage_table(result: PlanResult) -> Table:
+    """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B, all-reduce and optimizer ms, memory
+    (the costs the plan result carries)."""
+    plan = result.plan
+    table = Table(title="stages (devices of pipeline replica 0; replicas = per stage x pipelines)", title_justify="left")
+    for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "opt ms", "memory"):
+        table.add_column(header, justify="right")
+    for s, stage in enumerate(plan.stages):
+        rank = s % plan.num_ranks
+        cost = result.costs.stages[s]
+        memory = max(result.memory_per_device[d] for d in plan.stages[rank].devices)
+        layers = f"{stage.first_layer}-{stage.last_layer}" if stage.last_layer > stage.first_layer else str(stage.first_layer)
+        table.add_row(
+            str(s),
+            str(rank),
+            layers,
+            id_runs(plan.replica_devices(s, 0)),
+            f"{plan.replicas_of(s)}x{plan.pipeline_replicas}",
+            format_ms(cost.fwd_ms),
+            format_ms(cost.bwd_ms),
+            format_ms(cost.allreduce_ms),
+            format_ms(cost.optimizer_ms),
+            format_bytes(memory),
+        )
+    return table
+
+
+def plan_summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: CostModel) -> Table:
+    """Planner, schedule, batching, memory, iteration time, efficiency and planning time."""
+    plan, sim = result.plan, result.sim
+    capacity = min(cluster.devices[d].memory_bytes for d in plan.all_devices)
+    schedule = plan.schedule + (f" (k={plan.k})" if plan.schedule == "kfkb" else "")
+    schedule += f" (v={plan.chunks})" if plan.chunks > 1 else ""
+    table = Table(title=f"plan for {profile.name} on {cluster.name}", show_header=False, title_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("planner", result.planner),
+        ("schedule", schedule),
+        ("pipeline replicas", str(plan.pipeline_replicas)),
+        ("microbatches x size", f"{plan.microbatches} x {plan.microbatch_size} (global batch {plan.global_batch})"),
+        ("devices used", f"{len(plan.all_devices)} of {cluster.num_devices}"),
+        ("peak memory / smallest device", f"{format_bytes(max(result.memory_per_device))} / {format_bytes(capacity)}"),
+        ("costs", f"batch scaling {model.layers.mode}, optimizer {model.optimizer}"),
+        ("iteration time (ms)", format_ms(result.iteration_time)),
+        ("lower bound (ms)", format_ms(sim.lower_bound)),
+        ("efficiency", f"{sim.efficiency:.1%}"),
+        ("bubble fraction", f"{sim.bubble_fraction:.1%}"),
+        ("planning time (s)", f"{result.planning_seconds:.2f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def planners_table(title: str, rows: Sequence[PlanResult | PlannerFailure]) -> Table:
+    """Every planner's plan side by side (`compare`): time, speed-up over the best baseline, memory, planning time."""
+    baseline = best_baseline(rows)
+    table = Table(title=title, title_justify="left")
+    for header in ("planner", "iteration ms", "speed-up", "peak memory", "planning s", "plan"):
+        table.add_column(header, justify="left" if header in ("planner", "plan") else "right")
+    for r in rows:
+        if not isinstance(r, PlanResult):
+            table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", "no plan (below)")
+            continue
+        ratio = speedup(r, baseline)
+        table.add_row(
+            r.planner,
+            format_ms(r.iteration_time),
+            "-" if ratio is None else f"{ratio:.2f}x",
+            format_bytes(max(r.memory_per_device)),
+            f"{r.planning_seconds:.2f}",
+            plan_shape(r.plan),
+        )
+    return table
+
+
+def trace_table(scores: Sequence[TraceScore]) -> Table:
+    """The finalists re-scored under a bandwidth trace (`plan --bandwidth-trace`)."""
+    table = Table(title="finalists under the bandwidth trace (expected = mean iteration over a run that covers it)")
+    for header in ("idle rank", "plan", "idle ms", "expected ms", "with"):
+        table.add_column(header, justify="left" if header in ("plan", "with") else "right")
+    for s in scores:
+        table.add_row(str(s.idle_rank + 1), plan_shape(s.plan), format_ms(s.idle_ms), format_ms(s.expected_ms), s.how)
+    return table
+
+
+def trace_verdict(scores: Sequence[TraceScore], idle: PlanResult) -> str:
+    """One line: whether the bandwidth trace changed the planner's choice, and by how much."""
+    chosen = scores[0]
+    before = next(s for s in scores if s.plan == idle.plan)
+    if chosen.plan == idle.plan:
+        return (
+            "the trace did not change the choice: the idle-network plan is also the fastest under it "
+            f"({format_ms(chosen.expected_ms)} ms expected, {chosen.how})"
+        )
+    return (
+        f"the trace changed the choice: finalist {chosen.idle_rank + 1} of the idle-network ranking is expected "
+        f"{before.expected_ms / chosen.expected_ms - 1:.1%} faster under it than the idle-network plan "
+        f"({format_ms(chosen.expected_ms)} against {format_ms(before.expected_ms)} ms, {chosen.how})"
+    )
+
+
+def failure_lines(rows: Sequence[PlanResult | PlannerFailure]) -> list[str]:
+    """Each failed planner's reason, one line each (printed under `planners_table`)."""
+    return [f"{r.planner}: {r.error}" for r in rows if not isinstance(r, PlanResult)]
+
+
+SPEEDUP_NOTE = f"speed-up: best baseline ({', '.join(BASELINES)}) time / this time; plan: ranks x pipelines"
+"""Printed under `planners_table`."""

@@ -1,0 +1,97 @@
+"""Tests of planner.search.scoring's Evaluator: exact times for short runs, extrapolation for long ones, memory margins."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models import linear_model
+from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost.memory import rank_memory
+from pipeplan.sim.plan_sim import simulate_plan
+
+GIB = 2**30
+
+
+def setup(devices: int, layers: int) -> tuple[ModelProfile, Cluster]:
+    """Uniform layers (1 ms F, 2 ms B per sample, 1 MB cut, 1 MB params) on `devices` equal devices at 100 GB/s."""
+    profile = ModelProfile("u", 1, tuple(LayerProfile(f"l{i}", 1.0, 2.0, 1e6, 1e6, 1e6) for i in range(layers)))
+    devs = tuple(Device(i, "gpu", 80 * GIB) for i in range(devices))
+    bandwidth = tuple(tuple(0.0 if a == b else 100e9 for b in range(devices)) for a in range(devices))
+    latency = tuple(tuple(0.0 for _ in range(devices)) for _ in range(devices))
+    return profile, Cluster("flat", devs, bandwidth, latency)
+
+
+def straight(p: int, m: int, schedule: str = "1f1b", chunks: int = 1) -> Plan:
+    """p ranks of one layer each (p * chunks stages for interleaved), chunk c on device c mod p, batch 1 per microbatch."""
+    stages = tuple(Stage(c, c, (c % p,)) for c in range(p * chunks))
+    return Plan(stages, 1, m, 1, schedule, chunks=chunks)
+
+
+def test_short_runs_are_simulated_exactly() -> None:
+    """m <= RANK_MICROBATCHES: the score is the full simulation's iteration time."""
+    profile, cluster = setup(4, 4)
+    evaluator = Evaluator(PlanRequest(profile, cluster, 16))
+    plan = straight(4, 16)
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
+    assert evaluator.score(plan).time_ms == pytest.approx(exact)
+    assert evaluator.score(plan).fits
+
+
+def test_long_1f1b_runs_extrapolate_to_the_closed_form() -> None:
+    """Uniform 1F1B is linear in m, (m + p - 1)(F + B) plus transfers: the extrapolation from 48 and 24 is exact."""
+    profile, cluster = setup(4, 4)
+    m = 4 * RANK_MICROBATCHES
+    evaluator = Evaluator(PlanRequest(profile, cluster, m))
+    plan = straight(4, m)
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
+    assert evaluator.score(plan).time_ms == pytest.approx(exact, rel=1e-9)
+    assert evaluator.exact(plan, record=False).iteration_time == pytest.approx(exact)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("p", [25, 32, 48, 64])
+def test_interleaved_with_more_ranks_than_half_the_ranking_count_extrapolates(p: int) -> None:
+    """Interleaved plans step m by p; with p > RANK_MICROBATCHES / 2 both short runs used to be the same m.
+
+    Regression: dapple/gnmt-16 on h100-8x4 raised ZeroDivisionError. The estimate must be finite and, for uniform
+    stages, equal the full simulation (the steady state is linear in m).
+    """
+    profile, cluster = setup(p, 2 * p)
+    m = 4 * p
+    evaluator = Evaluator(PlanRequest(profile, cluster, m))
+    plan = straight(p, m, "interleaved-1f1b", chunks=2)
+    exact = simulate_plan(plan, linear_model(profile, cluster), record=False).iteration_time
+    assert evaluator.score(plan).time_ms == pytest.approx(exact, rel=1e-6)
+
+
+def test_a_plan_over_memory_does_not_fit_and_names_its_rank() -> None:
+    """Devices of 1 MiB cannot hold a stage's weights: the score is infinite with a positive excess on rank 0."""
+    profile, cluster = setup(2, 2)
+    small = dataclasses.replace(cluster, devices=tuple(dataclasses.replace(d, memory_bytes=2**20) for d in cluster.devices))
+    score = Evaluator(PlanRequest(profile, small, 4)).score(straight(2, 4))
+    assert not score.fits
+    assert score.time_ms == float("inf")
+    assert score.excess_bytes > 0 and score.excess_rank == 0
+
+
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 5), st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1"]))
+@settings(max_examples=120, deadline=None)
+def test_rank_memory_closed_forms_equal_the_generated_orders(p: int, m: int, k: int, schedule: str) -> None:
+    """GPipe, 1F1B and kFkB peaks from their closed forms (and zb-h1 from its short order) equal sim.memory.rank_memory
+    on the full generated schedule, for stages of different sizes."""
+    layers = [LayerProfile(f"l{i}", 1.0, 2.0, 1e6 * (i + 1), 1e6 * (2 + i % 3), 1e6 * (1 + i)) for i in range(p)]
+    profile = ModelProfile("v", 1, tuple(layers))
+    _, cluster = setup(p, p)
+    evaluator = Evaluator(PlanRequest(profile, cluster, m))
+    plan = Plan(tuple(Stage(i, i, (i,)) for i in range(p)), 1, m, 1, schedule, k=min(k, m) if schedule == "kfkb" else 1)
+    full = rank_memory(plan, evaluator.costs(plan), plan_schedule(plan))
+    assert evaluator.rank_memory(plan) == pytest.approx(full, rel=1e-12)
