@@ -18,7 +18,8 @@ that exceeds the limit, the prefixes of those two orders alone.
 
 from __future__ import annotations
 
-import heapq
+import functools
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,7 @@ class Reduced:
     inputs: tuple[tuple[int, ...], ...]
     work_ms: np.ndarray
     sources: tuple[tuple[int, ...], ...]
-    sinks: tuple[tuple[int, ...], ...]
+    sinks: tuple[tuple[tuple[int, int], ...], ...]
     live_terms: tuple[tuple[int, float, int], ...]
 
     def expand(self, reduced_order: list[int]) -> tuple[int, ...]:
@@ -50,13 +51,17 @@ class Reduced:
         sink right after its last input."""
         out: list[int] = []
         seen: set[int] = set()
+        placed = 0
         for r in reduced_order:
             for s in self.sources[r]:
                 if s not in seen:
                     seen.add(s)
                     out.append(s)
             out.extend(self.nodes[r])
-            out.extend(self.sinks[r])
+            placed |= 1 << r
+            for sink, needs in self.sinks[r]:
+                if not needs & ~placed:
+                    out.append(sink)
         return tuple(out)
 
 
@@ -86,25 +91,29 @@ def reduce(profile: ModelProfile, merge: bool = False) -> Reduced:
         for i, members in enumerate(nodes)
     )
     sources = tuple(tuple(u for v in members for u in inputs[v] if source[u]) for members in nodes)
-    sinks: list[list[int]] = [[] for _ in nodes]
-    anchor = dict(group)  # where each layer sits among the nodes: a free sink right after its last input
-    for v in range(n):
-        if sink[v]:
-            anchor[v] = max(group[u] for u in inputs[v])
-            sinks[anchor[v]].append(v)
-    # live bytes: a kept layer's output while some consumer is past the boundary; a free source's while some but not
-    # all of its consumers are (it sits right before the first)
+    needs = {v: functools.reduce(operator.or_, (1 << group[u] for u in inputs[v])) for v in range(n) if sink[v]}
+    sinks: list[list[tuple[int, int]]] = [[] for _ in nodes]
+    for v, mask in needs.items():
+        for g in range(len(nodes)):
+            if mask >> g & 1:
+                sinks[g].append((v, mask))
+    # live bytes: a kept layer's output while some reader is past the boundary (a free sink is past it while one of
+    # its inputs is); a free source's while some but not all of its consumers are (it sits right before the first)
     terms = []
     for v in range(n):
         act = profile.layers[v].activation_bytes
-        readers = {anchor[c] for c in consumers[v]} - ({anchor[v]} if v in anchor else set())
-        if not act or sink[v] or not readers:
+        if not act or sink[v] or not consumers[v]:
             continue
-        mask = sum(1 << r for r in readers)
-        terms.append((-1 if source[v] else anchor[v], act, mask))
+        readers = 0
+        for c in consumers[v]:
+            readers |= needs[c] if sink[c] else 1 << group[c]
+        if v in group:
+            readers &= ~(1 << group[v])
+        if readers:
+            terms.append((-1 if source[v] else group[v], act, readers))
     layers = profile.layers
     work = np.array([sum(layers[v].fwd_ms + layers[v].bwd_ms for v in members) for members in nodes])
-    return Reduced(nodes, reduced_inputs, work, sources, tuple(map(tuple, sinks)), tuple(terms))
+    return Reduced(nodes, reduced_inputs, work, sources, tuple(tuple(x) for x in sinks), tuple(terms))
 
 
 def all_downsets(inputs: tuple[tuple[int, ...], ...], limit: int) -> list[int] | None:
@@ -143,20 +152,19 @@ def all_downsets(inputs: tuple[tuple[int, ...], ...], limit: int) -> list[int] |
 
 
 def latest_order(inputs: tuple[tuple[int, ...], ...]) -> list[int]:
-    """A topological order that places every node as late as possible (Kahn's algorithm on the reversed graph,
-    latest index first, reversed)."""
+    """A topological order that places every node late: built backwards from the sinks, each node's inputs placed as
+    soon as all their consumers are (depth first: the input readied last goes right before its consumer)."""
     consumers = consumers_of(inputs)
     waiting = [len(c) for c in consumers]
-    ready = [-v for v in range(len(inputs)) if not waiting[v]]
-    heapq.heapify(ready)
+    ready = [v for v in range(len(inputs)) if not waiting[v]]
     backwards = []
     while ready:
-        v = -heapq.heappop(ready)
+        v = ready.pop()
         backwards.append(v)
         for u in inputs[v]:
             waiting[u] -= 1
             if not waiting[u]:
-                heapq.heappush(ready, -u)
+                ready.append(u)
     return backwards[::-1]
 
 
