@@ -16,9 +16,7 @@ from pipeplan.presets.resolve import load_profile
 def closed_subsets(inputs: list[tuple[int, ...]]) -> list[int]:
     """Every subset closed under inputs, by brute force."""
     n = len(inputs)
-    return sorted(
-        mask for mask in range(1 << n) if all(mask >> u & 1 for v in range(n) if mask >> v & 1 for u in inputs[v])
-    )
+    return sorted(mask for mask in range(1 << n) if all(mask >> u & 1 for v in range(n) if mask >> v & 1 for u in inputs[v]))
 
 
 @st.composite
@@ -31,9 +29,7 @@ def dags(draw: st.DrawFn, most: int = 8) -> tuple[list[tuple[int, ...]], list[bo
 
 def profile_of(inputs: list[tuple[int, ...]], free: list[bool]) -> ModelProfile:
     """Layer i: 1 + i ms unless free, output 2**i bytes, parameters unless free."""
-    layers = tuple(
-        LayerProfile(f"l{i}", 0.0 if f else 1.0 + i, 0.0, float(2**i), 0.0 if f else 8.0) for i, f in enumerate(free)
-    )
+    layers = tuple(LayerProfile(f"l{i}", 0.0 if f else 1.0 + i, 0.0, float(2**i), 0.0 if f else 8.0) for i, f in enumerate(free))
     return ModelProfile("g", 1, layers, layer_inputs=tuple(inputs))
 
 
@@ -52,7 +48,7 @@ def test_gnmt_loses_its_free_inputs_and_getitem_sinks_to_the_dp() -> None:
     topological order of all 48 layers."""
     profile = load_profile("gnmt")
     reduced, masks, kind = states(profile)
-    assert kind == "all" and len(reduced.nodes) < profile.num_layers
+    assert kind == "all" and len(reduced.nodes) < profile.num_layers and len(masks) < 1000
     order = reduced.expand(list(range(len(reduced.nodes))))
     assert sorted(order) == list(range(profile.num_layers))
     check_order(profile, order)
