@@ -9,11 +9,13 @@ source goes right before its first consumer, a free sink right after its
 last input (`Reduced.expand`). The live bytes of a boundary still count a
 free source's output while some but not all of its consumers are before it.
 
-When the reduced graph has more down-sets than the limit, the states are the
-lattice the prefixes of two orders generate (their unions and intersections
-are down-sets too): the default order (every layer as early as its line
-allows) and the latest order (every layer as late as possible); when even
-that exceeds the limit, the prefixes of those two orders alone.
+When the reduced graph has more down-sets than STATE_LIMIT, each series
+chain (a layer whose one input feeds only it) becomes one node and the
+states are that graph's down-sets, up to MERGED_LIMIT; beyond that, the
+lattice the prefixes of two orders of the merged graph generate (their
+unions and intersections are down-sets too): the default order (every layer
+as early as its line allows) and the latest order (every layer as late as
+possible); when even that exceeds STATE_LIMIT, those prefixes alone.
 """
 
 from __future__ import annotations
@@ -180,7 +182,8 @@ def prefix_masks(order: list[int]) -> list[int]:
 def states(profile: ModelProfile, limit: int = STATE_LIMIT) -> tuple[Reduced, list[int], str]:
     """The DP's graph and states (bitmasks over its nodes, the empty set first, the whole graph last), and which set
     they are: `all` (every down-set), `chains` (every down-set once series chains are single nodes), `lattice` (unions
-    and intersections of the prefixes of the default and the latest order) or `prefixes` (those prefixes)."""
+    and intersections of the prefixes of the default and the latest order of the graph with chains merged) or
+    `prefixes` (those prefixes)."""
     reduced = reduce(profile)
     every = all_downsets(reduced.inputs, limit)
     if every is not None:
@@ -189,14 +192,14 @@ def states(profile: ModelProfile, limit: int = STATE_LIMIT) -> tuple[Reduced, li
     every = all_downsets(merged.inputs, MERGED_LIMIT)
     if every is not None:
         return merged, every, "chains"
-    early = prefix_masks(list(range(len(reduced.nodes))))
-    late = prefix_masks(latest_order(reduced.inputs))
+    early = prefix_masks(list(range(len(merged.nodes))))
+    late = prefix_masks(latest_order(merged.inputs))
     if early == late or len(early) ** 2 > 4 * limit:  # the lattice has up to 2 (n + 1)^2 states
-        return reduced, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
+        return merged, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
     lattice = {a & b for a in early for b in late} | {a | b for a in early for b in late}
     if len(lattice) <= limit:
-        return reduced, sorted(lattice, key=lambda m: (m.bit_count(), m)), "lattice"
-    return reduced, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
+        return merged, sorted(lattice, key=lambda m: (m.bit_count(), m)), "lattice"
+    return merged, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
 
 
 def live_bytes(reduced: Reduced, member: np.ndarray) -> np.ndarray:
