@@ -103,7 +103,7 @@ def plan(
         idle = result
         result, scores = choose_under_trace(result, request, trace, trace_iterations)
     if as_json:
-        obj = result.to_json(profile, cluster)
+        obj = result.to_json(profile, cluster, model)
         if scores is not None:
             obj["bandwidth_trace"] = trace_json(scores, idle)
         print_json(obj)
@@ -116,7 +116,7 @@ def plan(
             print_tables(trace_table(scores))
             typer.echo(trace_verdict(scores, idle))
     if out is not None:
-        write_plan(result.plan, out, profile, cluster)
+        write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)
 
 

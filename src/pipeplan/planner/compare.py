@@ -119,7 +119,7 @@ class Comparison:
         """`compare --json`: one `plan --json` object per planner, or its error."""
         return {
             "results": [
-                r.to_json(self.profile, self.cluster)
+                r.to_json(self.profile, self.cluster, self.request.profile)
                 if isinstance(r, PlanResult)
                 else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
                 for r in self.rows

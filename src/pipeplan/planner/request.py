@@ -114,12 +114,12 @@ class PlanResult:
         """Simulated iteration time in ms."""
         return self.sim.iteration_time
 
-    def to_json(self, profile_name: str, cluster_name: str) -> dict[str, Any]:
+    def to_json(self, profile_name: str, cluster_name: str, profile: ModelProfile | None = None) -> dict[str, Any]:
         """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device and
-        planning_seconds."""
+        planning_seconds (`profile` names a DAG plan's stage layers)."""
         from pipeplan.io.plan_json import plan_to_json
 
-        obj = plan_to_json(self.plan, profile_name, cluster_name)
+        obj = plan_to_json(self.plan, profile_name, cluster_name, profile)
         obj.update(
             planner=self.planner,
             iteration_time=self.iteration_time,

@@ -26,7 +26,10 @@ def stage_table(result: PlanResult) -> Table:
     """One row per (chunk-)stage: layers, devices (pipeline replica 0), replicas, F/B, all-reduce and optimizer ms, memory
     (the costs the plan result carries)."""
     plan = result.plan
-    table = Table(title="stages (devices of pipeline replica 0; replicas = per stage x pipelines)", title_justify="left")
+    title = "stages (devices of pipeline replica 0; replicas = per stage x pipelines)"
+    if plan.layer_order is not None:
+        title += "; layers are positions in the plan's layer order (--json lists each stage's layers)"
+    table = Table(title=title, title_justify="left")
     for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "opt ms", "memory"):
         table.add_column(header, justify="right")
     for s, stage in enumerate(plan.stages):
