@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from runtime_cli import run_train  # noqa: E402
+from runtime_cli import run_train
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
