@@ -10,7 +10,7 @@ from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
 from pipeplan.models.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
-from pipeplan.models.graph import LayerGraph, run_layers
+from pipeplan.models.graph import GraphNet, LayerGraph, run_layers
 from pipeplan.models.model_spec import LossFn, ModelSpec
 from pipeplan.models.specs import resolve_module_spec, takes_option
 
@@ -38,7 +38,7 @@ class Model:
 
     def reference(self) -> nn.Module:
         """The whole model as one module over these layer objects (unpipelined)."""
-        return self.chain_spec().sequential()
+        return nn.Sequential(*self.layers) if self.graph is None else GraphNet(self.layers, self.graph.inputs)
 
     def batch(self, samples: int) -> torch.Tensor:
         """The first `samples` inputs of the dataset (cycled when it holds fewer): what a profile measures on."""
