@@ -233,12 +233,8 @@ class Search:
         )
 
 
-def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
-    """Plan with pipeplan's search (module docstring): the fastest simulated plan that fits.
-
-    Args:
-        request: profile, cluster, global batch and optional microbatch size / schedule.
-        progress: called with (message, fraction of the current phase) during the search.
+def search_order(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """pipeplan's search (module docstring) over the request's profile as the chain it is stored in.
 
     Raises:
         PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
@@ -265,3 +261,19 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
             "finalists": search.finalists,
         },
     )
+
+
+def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Plan with pipeplan's search: the fastest simulated plan that fits, over the profile's own layer order and, for
+    a DAG, the orders in which the best antichain cuts are contiguous (dag_orders; the default order wins ties).
+
+    Args:
+        request: profile, cluster, global batch and optional microbatch size / schedule.
+        progress: called with (message, fraction of the current phase) during the search.
+
+    Raises:
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+    """
+    from pipeplan.planner.search.dag_search import plan_over_orders
+
+    return plan_over_orders(request, search_order, progress)
