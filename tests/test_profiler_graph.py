@@ -64,3 +64,15 @@ def test_a_graph_profile_at_several_sizes_round_trips_through_its_file(tmp_path:
     write_profile_json(profile, path)
     back = read_profile_json(path)
     assert back.layer_inputs == profile.layer_inputs and back.cut_bytes == profile.cut_bytes
+
+
+def test_a_graph_projected_onto_a_gpu_keeps_its_inputs() -> None:
+    """`profile --project-to` counts a graph on the meta device and keeps its layer inputs and live-set cuts."""
+    from pipeplan.profiler.projection import project_curves
+
+    spec = resolve_module_spec("rescnn", blocks=1, channels=4)
+    profile = project_curves("rescnn", {"blocks": "1", "channels": "4"}, "sample", (2, 4), "A100", "fp32", 1.0)
+    assert profile.layer_inputs == spec.layer_inputs
+    names = [layer.name for layer in profile.layers]
+    conv1 = names.index("blocks_0_conv1")
+    assert profile.cut_bytes[conv1] == profile.layers[3].activation_bytes + profile.layers[conv1].activation_bytes
