@@ -20,6 +20,10 @@ Method:
      model in the same round, so a burst of machine noise hits all alike.
      Times are the medians over the `runs` rounds after warm-up.
 
+A branching model (a ModelSpec with layer_inputs) is measured the same way with its graph: each layer's inputs are
+its input layers' outputs, its round runs the layers in graph order (profiler.graph_timing), and each cut's bytes
+are its live set's (core.profile.live_cuts); it has no I/W split.
+
 Parameter gradients accumulate across rounds in both the per-layer and the
 whole-chain runs, as they do across microbatches in training.
 """
@@ -35,8 +39,7 @@ from torch import nn
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.models.graph import live_after
+from pipeplan.core.profile import LayerProfile, ModelProfile, live_cuts
 from pipeplan.models.specs import ModelSpec, layers_of
 from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
@@ -83,8 +86,7 @@ class Measurement:
         after layer i (core.dag's rule: every earlier output a later layer reads)."""
         if self.layer_inputs is None:
             return tuple(float(v) for v in values[:-1])
-        order = range(len(values))
-        return tuple(float(sum(values[j] for j in live_after(self.layer_inputs, order, i))) for i in order[:-1])
+        return live_cuts([float(v) for v in values], self.layer_inputs)
 
     def to_profile(self, name: str) -> ModelProfile:
         """The measured ModelProfile at this one batch size (a graph's with its layer inputs and live-set cuts)."""
