@@ -98,3 +98,37 @@ def test_rescnn_refuses_an_input_that_is_not_a_square_image() -> None:
     """in_features must be a square number of pixels."""
     with pytest.raises(ProfileError, match="in_features must be a square number of pixels"):
         resolve_module_spec("rescnn", in_features=63)
+
+
+class _TwoBranches(nn.Module):
+    """A user's branching model: no chain of blocks, so it is traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left, self.right, self.out = nn.Linear(4, 3), nn.Linear(4, 3), nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.cat([torch.relu(self.left(x)), self.right(x)], dim=1))
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.ones(batch_size, 4)
+
+
+def test_a_module_that_is_no_chain_of_blocks_is_traced_into_a_graph() -> None:
+    """spec_from_module traces a branching module: its layers run by their inputs give the module's output."""
+    from pipeplan.models.specs import spec_from_module
+
+    net = _TwoBranches()
+    spec = spec_from_module(net, "two")
+    assert spec.layer_names == ("x", "left", "relu", "right", "cat", "out")
+    assert spec.layer_inputs == ((), (0,), (1,), (0,), (2, 3), (4,))
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(spec.sequential()(x), net(x), rtol=0, atol=0)
+
+
+def test_a_module_that_neither_chains_nor_traces_says_both() -> None:
+    """A module with no blocks whose forward does not trace names both reasons."""
+    from pipeplan.models.specs import spec_from_module
+
+    with pytest.raises(ProfileError, match=r"is not a chain of blocks.*nor does it trace as a graph: .*its forward takes 2"):
+        spec_from_module(_TwoInputs(), "pair")
