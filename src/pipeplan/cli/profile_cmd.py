@@ -21,8 +21,8 @@ def profile(
     module_spec: str = typer.Argument(
         ...,
         metavar="MODULE_SPEC",
-        help="Built-in (mlp, transformer, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, bert-base, bert-large) "
-        "or package.module:factory.",
+        help="Built-in (mlp, transformer, rescnn (branching: a graph), charlm, gpt2-small, gpt2-medium, gpt2-large, "
+        "gpt2-xl, bert-base, bert-large) or package.module:factory.",
     ),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="The largest (reference) batch size measured."),
     out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile JSON here."),

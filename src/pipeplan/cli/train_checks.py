@@ -173,3 +173,22 @@ def model_of_profile(
         options if options_given or not same_model else dict(source.options),
         dataset or (source.dataset if same_model else None),
     )
+
+
+def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) -> None:
+    """--predict re-profiles a chain's stages: refused for a plan of a graph (a layer order, or a profile with layer
+    inputs), before any process starts. (A --schedule run of a graph model is refused by its workers.)"""
+    from pipeplan.presets.resolve import load_profile
+    from pipeplan.runtime.errors import TrainConfigError
+
+    graph = getattr(plan, "layer_order", None) is not None
+    if not graph and profile is not None:
+        try:
+            graph = load_profile(profile).layer_inputs is not None
+        except PipeplanError:
+            graph = False
+    if graph:
+        raise TrainConfigError(
+            f"--predict re-profiles a chain's stages; plan {plan_path} is a graph's (its stages are sets of layers): "
+            "leave --predict out (the plan's step is still predicted from its profile and cluster)"
+        )

@@ -18,6 +18,7 @@ from pipeplan.cli.train_checks import (
     model_of_profile,
     prediction_inputs,
     refuse_beside_plan,
+    refuse_predict_for_graph,
     split_ints,
 )
 from pipeplan.cli.train_network import network_for_train
@@ -194,6 +195,8 @@ def train(
         if not launched_locally():  # the --local launcher has checked the plan once for every worker
             check_plan(plan, profile, cluster, batch_scaling, optimizer)
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
+        if predict:
+            refuse_predict_for_graph(plan, plan_obj, profile)
         if adaptive:
             check_adaptable(
                 plan_obj.schedule, tuple(map(plan_obj.replicas_of, range(plan_obj.num_ranks))), plan_obj.pipeline_replicas

@@ -10,6 +10,7 @@ from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
 from pipeplan.models.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
+from pipeplan.models.graph import GraphNet, LayerGraph, run_layers
 from pipeplan.models.model_spec import LossFn, ModelSpec
 from pipeplan.models.specs import resolve_module_spec, takes_option
 
@@ -18,13 +19,26 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 @dataclass(frozen=True)
 class Model:
-    """Ordered layers (identical on every process), their names, the loss and the data (`dataset.name` resolved)."""
+    """Ordered layers (identical on every process), their names, the loss and the data (`dataset.name` resolved).
+
+    `graph` (None: a chain) holds a branching model's edges and per-sample output shapes (models.graph).
+    """
 
     layers: tuple[nn.Module, ...]
     layer_names: tuple[str, ...]
     loss_fn: LossFn
     dataset: Dataset
     spec: ModelSpec
+    graph: LayerGraph | None = None
+
+    @property
+    def layer_inputs(self) -> tuple[tuple[int, ...], ...] | None:
+        """Per layer, the layers whose outputs it reads (None: a chain)."""
+        return None if self.graph is None else self.graph.inputs
+
+    def reference(self) -> nn.Module:
+        """The whole model as one module over these layer objects (unpipelined)."""
+        return nn.Sequential(*self.layers) if self.graph is None else GraphNet(self.layers, self.graph.inputs)
 
     def batch(self, samples: int) -> torch.Tensor:
         """The first `samples` inputs of the dataset (cycled when it holds fewer): what a profile measures on."""
@@ -45,6 +59,7 @@ class Model:
             sample_input=self.batch,
             sample_target=self.targets,
             loss_fn=self.loss_fn,
+            layer_inputs=self.layer_inputs,
         )
 
 
@@ -98,6 +113,7 @@ def build_model(
             head = nn.Linear(out_width, 10)
         layers = (*spec.layers, head)
         names = (*spec.layer_names, "head")
+        inputs = None if spec.layer_inputs is None else (*spec.layer_inputs, (len(spec.layers) - 1,))
         loss_fn: LossFn = functional.cross_entropy
     elif dataset == "pysource":
         spec = _resolve(module, opts, seed)
@@ -107,13 +123,13 @@ def build_model(
             )
         seq_len = int(spec.sample_input(1).shape[1])
         data = pysource(seq_len)
-        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
+        layers, names, loss_fn, inputs = spec.layers, spec.layer_names, spec.loss_fn, spec.layer_inputs
     elif dataset == "sample":
         spec = _resolve(module, opts, seed)
         if spec.loss_fn is None:
             raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
         data = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
-        layers, names, loss_fn = spec.layers, spec.layer_names, spec.loss_fn
+        layers, names, loss_fn, inputs = spec.layers, spec.layer_names, spec.loss_fn, spec.layer_inputs
     else:  # resolve_dataset leaves only the two
         raise AssertionError(dataset)
     for layer in layers:
@@ -125,7 +141,8 @@ def build_model(
     data = Dataset(
         data.name, cast(data.inputs), cast(data.targets), data.classes, cast(data.test_inputs), cast(data.test_targets)
     )  # type: ignore[arg-type]
-    return Model(tuple(layers), tuple(names), loss_fn, data, spec)
+    graph = None if inputs is None else LayerGraph.measure(layers, inputs, names, data.inputs[:2])
+    return Model(tuple(layers), tuple(names), loss_fn, data, spec, graph)
 
 
 def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
@@ -149,9 +166,7 @@ def _output_width(spec: ModelSpec, batch: torch.Tensor) -> int:
     """Width of the model's output for a real batch (must be (batch, width)); on the meta device, shapes only."""
     params = [p for layer in spec.layers for p in layer.parameters()]
     with torch.no_grad():
-        x = batch.to(params[0].device) if params else batch
-        for layer in spec.layers:
-            x = layer(x)
+        x = run_layers(spec.layers, spec.layer_inputs, batch.to(params[0].device) if params else batch)[-1]
     if x.dim() != 2:
         raise TrainConfigError(f"--dataset digits needs a model whose output is (batch, width), got shape {tuple(x.shape)}")
     return int(x.shape[1])

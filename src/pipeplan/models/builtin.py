@@ -1,4 +1,5 @@
-"""Built-in MODULE_SPECs that need only torch: a plain MLP stack and a torch transformer-encoder stack.
+"""Built-in MODULE_SPECs that need only torch: a plain MLP stack and a torch transformer-encoder stack (and, from
+their own modules, charlm and the branching rescnn).
 
 Weights are drawn from a fixed seed inside `torch.random.fork_rng`, so every
 process that builds a spec gets the same model and the caller's RNG is left
@@ -17,6 +18,7 @@ from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.models.charlm import charlm
 from pipeplan.models.model_spec import ModelSpec, seeded_randn
+from pipeplan.models.rescnn import rescnn
 
 
 def mlp(hidden: int = 1024, blocks: int = 8, in_features: int = 0, seed: int = 0) -> ModelSpec:
@@ -94,5 +96,6 @@ BUILTIN_SPECS: dict[str, Callable[..., ModelSpec]] = {
     "transformer": transformer,
     **{name: _hf(name) for name in ("gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large")},
     "charlm": charlm,
+    "rescnn": rescnn,
 }
 """Every built-in MODULE_SPEC name and its factory."""

@@ -24,7 +24,10 @@ class ModelSpec:
     """A model as an ordered chain of blocks, with a way to make a batch of inputs (and targets) for it.
 
     `layer_names[i]` names `layers[i]` in profiles. `sample_target` and
-    `loss_fn` are None when the spec defines no training loss.
+    `loss_fn` are None when the spec defines no training loss. `layer_inputs`
+    (None: a chain) makes it a graph (models.graph): layer i is called with
+    the outputs of the layers `layer_inputs[i]` (earlier ones, ascending), a
+    layer with none with the model's input; the last layer is the output.
     """
 
     name: str
@@ -33,6 +36,7 @@ class ModelSpec:
     sample_input: SampleFn
     sample_target: SampleFn | None = None
     loss_fn: LossFn | None = None
+    layer_inputs: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -50,10 +54,28 @@ class ModelSpec:
             raise ProfileError(f"model spec {self.name!r} layer_names must be distinct non-empty strings, got {names!r}")
         object.__setattr__(self, "layers", layers)
         object.__setattr__(self, "layer_names", names)
+        if self.layer_inputs is not None:
+            self._check_inputs()
 
-    def sequential(self) -> nn.Sequential:
-        """The whole model as one nn.Sequential sharing this spec's layer objects (an unpipelined reference)."""
-        return nn.Sequential(*self.layers)
+    def _check_inputs(self) -> None:
+        """layer_inputs: one ascending tuple of earlier layer indices per layer."""
+        inputs = self.layer_inputs
+        if not isinstance(inputs, tuple) or len(inputs) != len(self.layers):
+            raise ProfileError(f"model spec {self.name!r} layer_inputs must have one entry per layer ({len(self.layers)})")
+        for i, sources in enumerate(inputs):
+            if not isinstance(sources, tuple) or list(sources) != sorted(set(sources)) or any(not 0 <= s < i for s in sources):
+                raise ProfileError(
+                    f"model spec {self.name!r} layer {self.layer_names[i]!r} inputs must be earlier layers, ascending, "
+                    f"got {sources!r}"
+                )
+
+    def sequential(self) -> nn.Module:
+        """The whole model as one module sharing this spec's layer objects (an unpipelined reference)."""
+        if self.layer_inputs is None:
+            return nn.Sequential(*self.layers)
+        from pipeplan.models.graph import GraphNet
+
+        return GraphNet(self.layers, self.layer_inputs)
 
     def cast(self, dtype: torch.dtype) -> ModelSpec:
         """Convert the layers' floating-point parameters and buffers to dtype in place; floating sample inputs follow.

@@ -11,7 +11,9 @@ keyword arguments and may return:
   - an `nn.Sequential` (its children are the layers);
   - a module with a `pipeline_layers()` method returning the ordered layers
     (modules, or (name, module) pairs) whose composition is the model;
-  - a module whose `blocks` or `layers` ModuleList holds all its parameters.
+  - a module whose `blocks` or `layers` ModuleList holds all its parameters;
+  - any other module that torch.fx traces: a graph, one layer per node that
+    computes (models.graph), e.g. one with branches and skip connections.
 The sample input then comes from, in order: the returned module's
 `sample_input(batch_size)` method, a `sample_input(batch_size)` function beside
 the factory in its Python module, or the first layer when it is an
@@ -99,12 +101,23 @@ def takes_option(spec: str, option: str) -> bool:
 
 
 def spec_from_module(module: nn.Module, name: str = "model", sample_input: SampleFn | None = None) -> ModelSpec:
-    """Turn a module into a ModelSpec: its blocks (see the module docstring) and a sample-input function.
+    """Turn a module into a ModelSpec: its blocks, or its traced graph (see the module docstring), and a sample-input
+    function.
 
     Raises:
-        ProfileError: when the module exposes no chain of blocks or no way to make an input.
+        ProfileError: when the module exposes no chain of blocks and does not trace, or gives no way to make an input.
     """
-    named = layers_of(module, name)
+    inputs = None
+    try:
+        named = layers_of(module, name)
+    except ProfileError as not_chain:
+        from pipeplan.models.graph import trace_layers
+
+        try:
+            layers, names, inputs = trace_layers(module, name)
+        except ProfileError as not_graph:
+            raise ProfileError(f"{not_chain}; nor does it trace as a graph: {not_graph}") from None
+        named = list(zip(names, layers, strict=True))
     if callable(getattr(module, "sample_input", None)):
         sample_input = module.sample_input
     if sample_input is None:
@@ -118,6 +131,7 @@ def spec_from_module(module: nn.Module, name: str = "model", sample_input: Sampl
         sample_input=sample_input,
         sample_target=target,
         loss_fn=loss,
+        layer_inputs=inputs,
     )
 
 

@@ -93,7 +93,7 @@ class StageModule:
             inputs = inputs.detach().requires_grad_(True)
         self._capture = [] if self._point_modules else None
         try:
-            output = self.module(inputs)
+            output = self.run(inputs)
         finally:
             points, self._capture = self._capture or [], None
         if self.is_last:
@@ -102,10 +102,15 @@ class StageModule:
         self._saved[microbatch] = _Saved(inputs if inputs.requires_grad else None, output, points)
         return output
 
+    def run(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The stage's layers on `inputs` (a chain: composed in order); the output the next stage receives."""
+        return self.module(inputs)
+
     def backward(self, microbatch: int, grad_output: torch.Tensor | None) -> torch.Tensor | None:
         """Full backward (op B): accumulate weight gradients, return the input gradient (None on the first stage)."""
         saved = self._saved.pop(microbatch)
-        torch.autograd.backward(saved.output, grad_output)
+        if saved.output.requires_grad:  # not when nothing before the cut has weights (a graph's input alone)
+            torch.autograd.backward(saved.output, grad_output)
         return None if saved.inputs is None else saved.inputs.grad
 
     def backward_input(self, microbatch: int, grad_output: torch.Tensor | None) -> torch.Tensor | None:

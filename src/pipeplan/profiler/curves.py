@@ -139,7 +139,8 @@ def assemble(
                 shared_bytes=0.0 if curve.shared_bytes is None else curve.shared_bytes[-1],
             )
         )
-    cut_curves = tuple(layer.curve.activation_bytes for layer in layers[:-1])  # type: ignore[union-attr]
+    per_size = [m.cuts([float(layer.curve.activation_bytes[k]) for layer in layers]) for k, m in enumerate(measured)]  # type: ignore[union-attr]
+    cut_curves = tuple(zip(*per_size, strict=True))
     return ModelProfile(
         name,
         top.batch_size,
@@ -151,4 +152,5 @@ def assemble(
         cut_curves=cut_curves,
         threads=threads,
         source=source,
+        layer_inputs=top.layer_inputs,
     )

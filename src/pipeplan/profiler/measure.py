@@ -20,6 +20,10 @@ Method:
      model in the same round, so a burst of machine noise hits all alike.
      Times are the medians over the `runs` rounds after warm-up.
 
+A branching model (a ModelSpec with layer_inputs) is measured the same way with its graph: each layer's inputs are
+its input layers' outputs, its round runs the layers in graph order (profiler.graph_timing), and each cut's bytes
+are its live set's (core.profile.live_cuts); it has no I/W split.
+
 Parameter gradients accumulate across rounds in both the per-layer and the
 whole-chain runs, as they do across microbatches in training.
 """
@@ -35,10 +39,11 @@ from torch import nn
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.core.profile import LayerProfile, ModelProfile, live_cuts
 from pipeplan.models.specs import ModelSpec, layers_of
 from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
+from pipeplan.profiler.graph_timing import GraphTimer, graph_inputs
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
@@ -74,9 +79,17 @@ class Measurement:
     whole_bwd_ms: float
     bwd_input_ms: tuple[float, ...] | None = None
     bwd_weight_ms: tuple[float, ...] | None = None
+    layer_inputs: tuple[tuple[int, ...], ...] | None = None
+
+    def cuts(self, values: Sequence[float]) -> tuple[float, ...]:
+        """Each cut's bytes from per-layer output bytes: a chain's cut i is layer i's output, a graph's the live set
+        after layer i (core.dag's rule: every earlier output a later layer reads)."""
+        if self.layer_inputs is None:
+            return tuple(float(v) for v in values[:-1])
+        return live_cuts([float(v) for v in values], self.layer_inputs)
 
     def to_profile(self, name: str) -> ModelProfile:
-        """The measured ModelProfile at this one batch size: a chain whose cut i carries layer i's output."""
+        """The measured ModelProfile at this one batch size (a graph's with its layer inputs and live-set cuts)."""
         split = self.bwd_input_ms is not None and self.bwd_weight_ms is not None
         layers = tuple(
             LayerProfile(
@@ -94,8 +107,16 @@ class Measurement:
             )
             for i, s in enumerate(self.layers)
         )
-        cuts = tuple(float(s.activation_bytes) for s in self.layers[:-1])
-        return ModelProfile(name, self.batch_size, layers, reference_device=self.device, cut_bytes=cuts, measured=True)
+        cuts = self.cuts([s.activation_bytes for s in self.layers])
+        return ModelProfile(
+            name,
+            self.batch_size,
+            layers,
+            reference_device=self.device,
+            cut_bytes=cuts,
+            measured=True,
+            layer_inputs=self.layer_inputs,
+        )
 
 
 def profile_module(
@@ -154,8 +175,11 @@ def measure_layers(
         raise ProfileError(f"runs must be 0 for a model on the meta device (nothing runs there to time), got {runs}")
     sync = torch.cuda.synchronize if device.type == "cuda" else _no_sync
     rounds = warmup + runs if runs else 0
+    graph = model.layer_inputs if isinstance(model, ModelSpec) else None
+    split = split and graph is None  # a graph's layers are timed without the zero-bubble split (profiler.graph_timing)
     with _progress_bar(progress, len(layers) + rounds) as advance:
-        inputs = _layer_inputs(layers, x0)
+        inputs: Sequence[torch.Tensor | tuple[torch.Tensor, ...]]
+        inputs = _layer_inputs(layers, x0) if graph is None else graph_inputs(layers, graph, names, x0)
         sizes, grads = [], []
         loss = _loss_of(model, batch_size, x0.device)
         last = len(layers) - 1
@@ -164,18 +188,23 @@ def measure_layers(
             size, grad, (input_saved, out_saved) = _count_layer(
                 layer_name, layer, x, needs_grad=i > 0, loss=loss if i == last else None
             )
-            sizes.append(replace(size, shared_bytes=min(input_saved, output_saved)) if i > 0 else size)
+            # shared bytes are a chain's (the layer before saves this one's input too); a graph's are left at 0
+            sizes.append(replace(size, shared_bytes=min(input_saved, output_saved)) if i > 0 and graph is None else size)
             output_saved = out_saved
             grads.append(grad)
             advance(f"counting {layer_name}")
-        timer = ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)
+        timer: ChainTimer | GraphTimer
+        if graph is None:
+            timer = ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)  # type: ignore[arg-type]
+        else:
+            timer = GraphTimer(layers, graph, inputs, grads[-1], sync, loss)  # type: ignore[arg-type]
         whole_f: list[float] = []
         whole_b: list[float] = []
         try:
             for r in range(rounds):
                 timer.round(keep=r >= warmup)
                 if whole:
-                    f_ms, b_ms = time_step(lambda: run_chain(layers, x0, loss), x0, None if loss else grads[-1], sync)
+                    f_ms, b_ms = time_step(lambda: run_chain(layers, x0, loss, graph), x0, None if loss else grads[-1], sync)
                     if r >= warmup:
                         whole_f.append(f_ms)
                         whole_b.append(b_ms)
@@ -193,6 +222,7 @@ def measure_layers(
         whole_bwd_ms=median(whole_b),
         bwd_input_ms=medians["I"] if split else None,
         bwd_weight_ms=medians["W"] if split else None,
+        layer_inputs=graph,
     )
 
 
@@ -247,7 +277,7 @@ def _loss_of(model: nn.Module | Sequence[nn.Module] | ModelSpec, batch_size: int
 
 
 def _count_layer(
-    name: str, layer: nn.Module, x: torch.Tensor, needs_grad: bool, loss: Loss | None = None
+    name: str, layer: nn.Module, x: torch.Tensor | tuple[torch.Tensor, ...], needs_grad: bool, loss: Loss | None = None
 ) -> tuple[LayerSizes, torch.Tensor, tuple[int, int]]:
     """One forward and backward of layer under the saved-tensor meter and FLOP counter.
 
@@ -255,16 +285,17 @@ def _count_layer(
     log-probabilities, a squared error's difference): the last stage holds them until its backward, as it holds
     the layer's own (its time is in the timing rounds; its FLOPs are not counted). Returns the layer's sizes and work, a fixed
     random gradient of its output's shape for the timing rounds, and the bytes of its input's and of its output's
-    storage among those it saves (0 when not saved).
+    storage among those it saves (0 when not saved). A layer of a graph takes a tuple `x` of its inputs' outputs.
     """
-    fused = FusedAttentionMode() if x.device.type == "meta" else contextlib.nullcontext()
+    xs = x if isinstance(x, tuple) else (x,)
+    fused = FusedAttentionMode() if xs[0].device.type == "meta" else contextlib.nullcontext()
     fwd_kernels, bwd_kernels = KernelCounter(), KernelCounter()
     meter = SavedTensorMeter(exclude=layer.parameters())
     with torch.enable_grad(), fused, flop_counter() as fwd_counter, meter, fwd_kernels:
-        out = layer(x)
+        out = layer(*xs)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
-    ends = (meter.bytes_of(x), meter.bytes_of(out))  # the storages a neighbouring layer may save too
+    ends = (meter.bytes_of(xs[0]), meter.bytes_of(out))  # the storages a neighbouring layer may save too
     loss_value = None
     if loss is not None and out.requires_grad:
         with torch.enable_grad(), meter:
@@ -275,11 +306,13 @@ def _count_layer(
         with flop_counter() as bwd_counter, bwd_kernels:
             torch.autograd.backward(out, grad)
         bwd_flops = bwd_counter.get_total_flops()
-        x.grad = None
-    p_bytes, in_bytes, out_bytes = param_bytes(layer), tensor_bytes(x), tensor_bytes(out)
+        for one in xs:
+            one.grad = None
+    p_bytes, in_bytes, out_bytes = param_bytes(layer), tensor_bytes(xs), tensor_bytes(out)
     saved = meter.saved_bytes
     del loss_value
-    fwd_moved, bwd_moved = bytes_moved(p_bytes, in_bytes, out_bytes, saved, input_needs_grad=needs_grad and x.requires_grad)
+    input_grad = needs_grad and any(one.requires_grad for one in xs)
+    fwd_moved, bwd_moved = bytes_moved(p_bytes, in_bytes, out_bytes, saved, input_needs_grad=input_grad)
     work = LayerWork(
         name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
     )

@@ -146,7 +146,13 @@ def project_curves(
         return model.targets(b).to("meta")
 
     chain = ModelSpec(
-        model.spec.name, layers, model.layer_names, sample_input=sample, sample_target=target, loss_fn=model.loss_fn
+        model.spec.name,
+        layers,
+        model.layer_names,
+        sample_input=sample,
+        sample_target=target,
+        loss_fn=model.loss_fn,
+        layer_inputs=model.layer_inputs,
     )
     measured = []
     for b in batch_sizes:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from pipeplan.models.graph import run_layers
 from pipeplan.models.stage import LossFn, StageModule
 
 Loss = tuple[LossFn, torch.Tensor]
@@ -101,10 +102,11 @@ def time_step(
     return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
-def run_chain(layers: Sequence[nn.Module], x: torch.Tensor, loss: Loss | None = None) -> torch.Tensor:
-    """Compose layers on x, then the loss when given."""
-    for layer in layers:
-        x = layer(x)
+def run_chain(
+    layers: Sequence[nn.Module], x: torch.Tensor, loss: Loss | None = None, inputs: Sequence[Sequence[int]] | None = None
+) -> torch.Tensor:
+    """Compose layers on x (a graph's by their `inputs`, models.graph), then the loss when given."""
+    x = run_layers(layers, inputs, x)[-1]
     return x if loss is None else loss[0](x, loss[1])
 
 

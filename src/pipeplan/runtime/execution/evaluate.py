@@ -55,10 +55,11 @@ def evaluate(model: Model, plan: Plan, own: Mapping[int, nn.Module], device: tor
     dist.gather_object(states, parts, dst=0)
     if parts is None:
         return None
+    order = plan.layer_order if plan.layer_order is not None else range(len(model.layers))
     for part in parts[1:]:
         for s, state in part.items():
             stage = plan.stages[s]
-            nn.Sequential(*model.layers[stage.first_layer : stage.last_layer + 1]).load_state_dict(state)
+            nn.Sequential(*(model.layers[i] for i in order[stage.first_layer : stage.last_layer + 1])).load_state_dict(state)
     return held_out_scores(model, device)
 
 
@@ -78,7 +79,7 @@ def held_out_scores(model: Model, device: torch.device) -> tuple[float, float]:
     """(accuracy, mean loss) of the model's layers composed on its test split, in evaluation mode (restored after)."""
     data = model.dataset
     assert data.test_inputs is not None and data.test_targets is not None
-    chain = nn.Sequential(*model.layers).to(device)
+    chain = model.reference().to(device)
     training = chain.training
     chain.eval()
     correct = total = 0

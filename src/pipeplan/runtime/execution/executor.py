@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from pipeplan.core.schedule import Action
+from pipeplan.models.graph import LayerGraph
+from pipeplan.models.graph_stage import GraphStage
 from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
@@ -66,6 +68,8 @@ class Executor:
         loss_samples: the samples one optimizer step covers (the loss of a piece of n samples is scaled by
             n / loss_samples); default the plan's global batch.
         wire: the emulated network the messages travel on (None: the real one).
+        graph: a branching model's edges and shapes (models.graph): its stages run the layers at their positions of
+            the plan's layer order as graphs, sending the packed live sets (models.graph_stage); None: a chain.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Executor:
         hooks: StageHooks | None = None,
         loss_samples: int | None = None,
         wire: Wire | None = None,
+        graph: LayerGraph | None = None,
     ) -> None:
         self.topology = topology
         self.hooks = hooks
@@ -96,10 +101,18 @@ class Executor:
         self.actions = schedule.ranks[role.sched_rank]
         split = schedule.split_backward
         self.stages: dict[int, StageModule] = {}
+        order = plan.layer_order if plan.layer_order is not None else range(len(layers))
+        if graph is None and plan.layer_order is not None:
+            raise RuntimeFault("the plan orders its layers as a graph's, but the model is a chain: the plan is another model's")
         for s in role.stages:
             first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
-            stage_layers = [layer.to(device) for layer in layers[first : last + 1]]
-            self.stages[s] = StageModule(s, stage_layers, s == 0, s == schedule.num_stages - 1, split)
+            is_last = s == schedule.num_stages - 1
+            for i in order[first : last + 1]:
+                layers[i].to(device)
+            if graph is None:
+                self.stages[s] = StageModule(s, layers[first : last + 1], s == 0, is_last, split)
+            else:
+                self.stages[s] = GraphStage(s, layers, graph, list(order), first, last, is_last, split)
         self.timeout_s = timeout_s
         self.wire = wire
         self._comms: dict[tuple[tuple[Action, ...], ...], Comm] = {}
@@ -132,8 +145,16 @@ class Executor:
         """Parameters of this process's stages, stage by stage."""
         return [p for s in sorted(self.stages) for p in self.stages[s].module.parameters()]
 
+    def layer_ids(self, stage: int) -> tuple[int, ...]:
+        """The model's indices of the layers of local `stage`, in the order its module holds them."""
+        st = self.stages[stage]
+        if isinstance(st, GraphStage):
+            return st.layer_ids
+        first = self.topology.plan.stages[stage].first_layer
+        return tuple(range(first, first + len(st.module)))
+
     def modules(self) -> dict[int, nn.Module]:
-        """stage index -> that stage's nn.Sequential."""
+        """stage index -> that stage's nn.Sequential (its layers in position order)."""
         return {s: st.module for s, st in sorted(self.stages.items())}
 
     def run(

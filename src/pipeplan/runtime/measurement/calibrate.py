@@ -82,7 +82,7 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
 
     topology = Topology(plan, plan_schedule(plan), dist.get_world_size())
     role = topology.roles[dist.get_rank()]
-    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s)
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s, graph=model.graph)
     rows = torch.arange(plan.global_batch) % len(model.dataset)
     inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
     params = executor.parameters()

@@ -115,8 +115,10 @@ class TrainConfig:
         return self.plan, validate(plan_schedule(self.plan))  # a plan file's schedule: from its fields or its order
 
     def fingerprint(self, plan: Plan, schedule: Schedule, world_size: int) -> dict[str, Any]:
-        """What must match for a checkpoint to be resumed by this job."""
+        """What must match for a checkpoint to be resumed by this job (a graph's plan: its layer order too)."""
+        order = {} if plan.layer_order is None else {"layer_order": list(plan.layer_order)}
         return {
+            **order,
             "world_size": world_size,
             "stages": [(s.first_layer, s.last_layer, list(s.devices)) for s in plan.stages],
             "schedule": [[str(a) for a in rank] for rank in schedule.ranks],

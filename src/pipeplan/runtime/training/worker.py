@@ -70,12 +70,19 @@ def train(
 
         torch.manual_seed(config.seed * 7919 + rank)
         return train_asynchronous(config, model, rank, world, device, on_step)
+    if model.graph is not None and config.predict:
+        raise TrainConfigError(
+            f"--predict re-profiles a chain's stages; --module {config.module} is a graph (its stages are sets of "
+            "layers): leave --predict out (a plan's step is still predicted from its profile and cluster)"
+        )
     plan, schedule = config.resolve(len(model.layers), world)
     topology = Topology(plan, schedule, world)
     role = topology.roles[rank]
     torch.manual_seed(config.seed * 7919 + rank)
     wire = make_wire(config.network, topology.devices) if config.network is not None else None
-    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire)
+    executor = Executor(
+        topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire, graph=model.graph
+    )
     params = executor.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
     root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
@@ -220,8 +227,18 @@ def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPredi
             f"profile {config.profile} has {profile.num_layers} layers but --module {config.module} with --dataset "
             f"{model.dataset.name} builds {len(model.layers)}: the plan was made for another model"
         )
+    if profile.layer_inputs != model.layer_inputs and not (model.graph is not None and _is_chain(model.layer_inputs)):
+        raise TrainConfigError(
+            f"profile {config.profile} joins its layers otherwise than --module {config.module} does (its layer "
+            "inputs differ): the plan was made for another model"
+        )
     return predict_plan(plan, profile, load_cluster(config.cluster), config.optimizer, config.batch_scaling,
                         (config.profile, config.cluster))  # fmt: skip
+
+
+def _is_chain(inputs: tuple[tuple[int, ...], ...] | None) -> bool:
+    """True when a graph's inputs describe a chain (a profile stores those as None)."""
+    return inputs is not None and all(sources == ((i - 1,) if i else ()) for i, sources in enumerate(inputs))
 
 
 def _predict(
@@ -250,7 +267,7 @@ def _save_grads(root: Path, rank: int, executor: Executor, plan: Plan) -> None:
     for s, module in executor.modules().items():
         for name, p in module.named_parameters():
             local, _, rest = name.partition(".")
-            layer = plan.stages[s].first_layer + int(local)
+            layer = executor.layer_ids(s)[int(local)]
             grads[f"{layer}.{rest}"] = p.grad.detach().cpu() if p.grad is not None else torch.zeros_like(p).cpu()
     with atomic_output(root / f"grads-rank-{rank}.pt", binary=True) as out:
         torch.save(grads, out)
