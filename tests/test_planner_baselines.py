@@ -1,8 +1,7 @@
-"""Tests of the baseline planners: balanced, DAPPLE's latency model and placement, PipeDream's DP."""
+"""Tests of the baseline planners: balanced, DAPPLE's latency model and placement (PipeDream: test_pipedream)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from pipeplan.core.errors import PlanError
@@ -19,7 +18,6 @@ from pipeplan.planner.baselines.dapple_model import (
     pivot_stage,
 )
 from pipeplan.planner.baselines.layer_groups import merge_layers
-from pipeplan.planner.baselines.pipedream import level_dp, levels_of, plan_pipedream, unwind
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits
@@ -91,46 +89,6 @@ def test_dapple_keeps_plain_1f1b_when_asked_for_it() -> None:
     plain = plan_dapple(PlanRequest(profile, cluster, 256, schedule="1f1b"))
     assert auto.plan.schedule == "list" and auto.plan.order is not None
     assert plain.plan.schedule == "1f1b" and plain.plan.order is None
-
-
-def test_pipedream_level_dp_hand_case() -> None:
-    """Costly replication (big weights, slow link) makes PipeDream split [4 | 1, 1] over 2 units instead of replicating."""
-    compute = np.array([[4.0, 5.0, 6.0], [np.inf, 1.0, 2.0], [np.inf, np.inf, 1.0]])
-    params = np.array([[1e6, 1e6, 1e6], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    cut = np.zeros(3)
-    table = level_dp(compute, params, cut, 2, 1e3, 1, False, np.inf)
-    assert table.time[0, 2, 1] == pytest.approx(4.0)
-    assert unwind(table, 0, 2, 2) == [(0, 0, 1), (1, 2, 1)]
-    cheap = level_dp(compute, np.zeros((3, 3)), cut, 2, 1e3, 1, False, np.inf)
-    assert cheap.time[0, 2, 1] == pytest.approx(3.0)  # one stage on both units: 6 / 2
-    assert unwind(cheap, 0, 2, 2) == [(0, 2, 2)]
-
-
-def test_pipedream_levels_follow_machines() -> None:
-    """Two DGX-1 give two levels of 8 GPUs; one GPU per server gives one flat level."""
-    machines, inside, between = levels_of(load_cluster("v100-8x2-25g"))
-    assert [len(m) for m in machines] == [8, 8] and between is not None and between < inside
-    machines, _, between = levels_of(load_cluster("v100-1x16-25g"))
-    assert len(machines) == 1 and len(machines[0]) == 16 and between is None
-
-
-def test_pipedream_plan_covers_layers_with_disjoint_devices() -> None:
-    """PipeDream on two DGX-1: contiguous stages, each device in at most one stage, 1F1B, fits."""
-    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x2-25g"), 128)
-    plan = plan_pipedream(request).plan
-    used = [d for s in plan.stages for d in s.devices]
-    assert len(used) == len(set(used)) and plan.num_layers == request.profile.num_layers
-    assert plan.schedule == "1f1b" and plan.pipeline_replicas == 1
-    assert all(len(s.devices) & (len(s.devices) - 1) == 0 for s in plan.stages)  # replica counts are powers of two
-    check_fits(plan, request.model)
-
-
-def test_pipedream_level_dp_skips_disallowed_replica_counts() -> None:
-    """With only 1 and 2 replicas allowed, 3 units cannot hold one stage: the 3-unit single stage is infinite."""
-    compute = np.array([[3.0, 6.0], [np.inf, 3.0]])
-    table = level_dp(compute, np.zeros((2, 2)), np.zeros(2), 3, 1e3, 1, False, np.inf, frozenset({1, 2}))
-    assert table.time[0, 0, 2] == np.inf
-    assert unwind(table, 0, 1, 3) in ([(0, 0, 1), (1, 1, 2)], [(0, 0, 2), (1, 1, 1)])
 
 
 def test_merge_layers_keeps_totals_and_cuts() -> None:
