@@ -286,3 +286,56 @@ def test_bad_pipemare_options_are_one_line_errors(
     code, err = run_main(monkeypatch, capsys, "simulate", *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert message in err
+
+
+def write_dag_plan(path: Path) -> Plan:
+    """A 2-stage plan of pipedream/resnet50 on v100-8x1 cut at an antichain (two neighbours of the default order
+    swapped at the cut), written to `path`."""
+    from pipeplan.core.dag import inputs_of
+
+    profile = load_profile("pipedream/resnet50")
+    inputs, n = inputs_of(profile), profile.num_layers
+    p = next(q for q in range(n // 5, n - 1) if q not in inputs[q + 1])
+    order = list(range(n))
+    order[p], order[p + 1] = order[p + 1], order[p]
+    plan = Plan((Stage(0, p, (0,)), Stage(p + 1, n - 1, (1,))), 1, 4, 32, "1f1b", layer_order=tuple(order))
+    write_plan(plan, path, "pipedream/resnet50", "v100-8x1", profile=profile)
+    return plan
+
+
+def test_a_dag_plan_file_simulates_like_the_library(tmp_path: Path) -> None:
+    """simulate --plan on a plan whose stages name their layers prints simulate_plan's result for that plan."""
+    path = tmp_path / "dag.json"
+    plan = write_dag_plan(path)
+    model = default_model(load_profile("pipedream/resnet50"), load_cluster("v100-8x1"))
+    assert run_json("--plan", str(path)) == json.loads(json.dumps(simulate_plan(plan, model).to_json()))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("overlap", "stages 0 and 1 both hold layer"),
+        ("missing", "no stage holds layer"),
+        ("open", "but its input layer"),
+    ],
+)
+def test_a_bad_dag_plan_exits_2_naming_the_stage_and_the_layer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, message: str
+) -> None:
+    """Stages that overlap, miss a layer, or hold a layer whose input is in a later stage exit 2 with one line naming
+    the stage and the layer."""
+    path = tmp_path / "dag.json"
+    write_dag_plan(path)
+    obj = json.loads(path.read_text())
+    first, second = obj["stages"][0]["layers"], obj["stages"][1]["layers"]
+    if change == "overlap":
+        second.append(first[-1])
+    elif change == "missing":
+        second.pop()
+    else:
+        first.append(second.pop())  # the model's last layer, whose inputs stay in stage 1
+    path.write_text(json.dumps(obj))
+    code, err = run_main(monkeypatch, capsys, "simulate", "--plan", str(path))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err and "dag.json" in err and "stage" in err and "node" in err

@@ -313,3 +313,12 @@ def test_parse_is_deterministic() -> None:
     """Parsing the same text twice gives equal profiles."""
     text = (PRESETS / "pipedream" / "inception_v3-pbs-128.txt").read_text()
     assert parse_graph_txt(text, "inception_v3-pbs-128.txt") == parse_graph_txt(text, "inception_v3-pbs-128.txt")
+
+
+def test_the_reader_keeps_every_edge_as_layer_inputs() -> None:
+    """A diamond's edges are the profile's layer inputs (positions in the default order); a chain file has none."""
+    text = "\n".join([node("a", "A"), node("b", "B"), node("c", "C"), node("d", "D"), "a -- b", "a -- c", "b -- d", "c -- d"])
+    profile = parse_graph_txt(text, "dia-pbs-1.txt")
+    assert profile.layer_inputs == ((), (0,), (0,), (1, 2))
+    chain = parse_graph_txt("\n".join([node("a", "A"), node("b", "B"), "a -- b"]), "ch-pbs-1.txt")
+    assert chain.layer_inputs is None

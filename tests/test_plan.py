@@ -32,3 +32,14 @@ def test_stage_devices_must_split_over_pipeline_replicas() -> None:
     """A stage whose device count is not a multiple of pipeline_replicas is rejected with both numbers."""
     with pytest.raises(PlanError, match="stage 0 has 3 devices, not a multiple of pipeline_replicas=2"):
         Plan((Stage(0, 0, (0, 1, 2)),), 2, 2, 1, "1f1b")
+
+
+def test_layer_order_must_be_a_permutation_and_the_identity_is_none() -> None:
+    """A layer order that repeats or misses a layer is refused naming the position; the identity is stored as None."""
+    stages = (Stage(0, 1, (0,)), Stage(2, 3, (1,)))
+    assert Plan(stages, 1, 2, 1, "1f1b", layer_order=(0, 1, 2, 3)).layer_order is None
+    assert Plan(stages, 1, 2, 1, "1f1b", layer_order=(0, 2, 1, 3)).layer_order == (0, 2, 1, 3)
+    with pytest.raises(PlanError, match="position 2 names layer 1 twice"):
+        Plan(stages, 1, 2, 1, "1f1b", layer_order=(0, 1, 1, 3))
+    with pytest.raises(PlanError, match="layer_order must list each of the stages' 4 layers once, got 3"):
+        Plan(stages, 1, 2, 1, "1f1b", layer_order=(0, 1, 2))

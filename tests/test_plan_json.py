@@ -9,6 +9,7 @@ import pytest
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.schedule import Action
 from pipeplan.io.plan_json import PLAN_FORMAT, plan_dumps, plan_from_json, plan_to_json, read_plan, write_plan
 
@@ -103,3 +104,55 @@ def test_files_are_recorded_beside_the_plan_and_resolved_from_there(tmp_path: Pa
     monkeypatch.chdir(work)
     _, names = read_plan("out/old.json")
     assert names["profile"] == "prof.json"  # nothing beside the plan: kept, and found from the working folder
+
+
+def diamond() -> ModelProfile:
+    """a -> b, a -> c, (b, c) -> d."""
+    layers = tuple(LayerProfile(name, 1.0, 2.0, 8.0, 0.0) for name in ("a", "b", "c", "d"))
+    return ModelProfile("diamond", 4, layers, layer_inputs=((), (0,), (0,), (1, 2)))
+
+
+def test_a_dag_plan_names_its_stage_layers_and_round_trips(tmp_path: Path) -> None:
+    """Stages {a, c} and {b, d} are written with their layer names and read back to the same order, with the profile
+    or with a function of the recorded name; a chain plan's bytes do not change."""
+    profile = diamond()
+    plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b", layer_order=(0, 2, 1, 3))
+    obj = plan_to_json(plan, "diamond.json", "c", profile)
+    assert [s["layers"] for s in obj["stages"]] == [["a", "c"], ["b", "d"]]
+    path = tmp_path / "plan.json"
+    write_plan(plan, path, "diamond-name", "c", profile=profile)
+    assert read_plan(path, profile)[0] == plan
+    asked: list[str] = []
+    assert read_plan(path, lambda name: asked.append(name) or profile)[0] == plan
+    assert asked == ["diamond-name"]
+    with pytest.raises(PlanError, match="its stages name their layers; reading it needs the profile"):
+        read_plan(path)
+    with pytest.raises(PlanError, match="needs its 4-layer profile, got no profile"):
+        plan_to_json(plan, "p", "c")
+    chain = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b")
+    identity = Plan(chain.stages, 1, 2, 4, "1f1b", layer_order=(0, 1, 2, 3))
+    assert plan_dumps(identity, "p", "c", profile) == plan_dumps(chain, "p", "c")
+    assert "layers" not in plan_dumps(chain, "p", "c")
+
+
+@pytest.mark.parametrize(
+    ("layers", "message"),
+    [
+        ([["a", "c"], ["c", "d"]], r"stages 0 and 1 both hold layer 2 \(c\)"),
+        ([["a", "c"], ["d"]], r"no stage holds layer 1 \(b\)"),
+        ([["b", "c"], ["a", "d"]], r"stage 0 holds layer 1 \(b\) but its input layer 0 \(a\) is in the later stage 1"),
+        ([["a", "x"], ["b", "d"]], r"stage 0 lists layer 'x', but profile 'diamond' has no layer of that name"),
+        ([["a", "c", "b"], ["d"]], r"stage 0 lists 3 layers, so it spans positions 0..2 .* say 0..1"),
+    ],
+)
+def test_bad_stage_layers_name_the_stage_and_the_layer(tmp_path: Path, layers: list, message: str) -> None:
+    """Overlapping stages, a layer in no stage, a stage not closed under the cut, an unknown name and positions that
+    disagree with the lists are refused naming the file, the stage and the layer."""
+    plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b", layer_order=(0, 2, 1, 3))
+    obj = plan_to_json(plan, "p", "c", diamond())
+    for stage, names in zip(obj["stages"], layers, strict=True):
+        stage["layers"] = names
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(PlanError, match=f"bad.json: {message}"):
+        read_plan(path, diamond())

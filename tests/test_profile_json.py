@@ -241,3 +241,21 @@ def test_bad_version_2_fields_name_file_field_and_value(path: str, value: object
     """Repeated or unordered batch sizes, non-numeric or negative times, wrong lengths: ProfileError naming them."""
     with pytest.raises(ProfileError, match=message):
         profile_from_json(edit(path, value, small_v2), "v2.json")
+
+
+def test_a_dag_profile_keeps_its_inputs_through_both_versions(tmp_path: Path) -> None:
+    """resnet50's edges survive a version 1 file; inputs given for some layers only are refused naming the first
+    without."""
+    profile = load_profile("resnet50")
+    path = tmp_path / "r.json"
+    write_profile_json(profile, path)
+    back = read_profile_json(path)
+    assert back.layer_inputs == profile.layer_inputs and back == profile
+    obj = small()
+    obj["layers"][1]["inputs"] = [0]
+    with pytest.raises(ProfileError, match=r"layers\[0\] has no field 'inputs' but other layers do"):
+        profile_from_json(obj, "x.json")
+    obj["layers"][0]["inputs"] = []
+    obj["layers"][1]["inputs"] = [1]
+    with pytest.raises(ProfileError, match=r"x.json: profile 'tiny' layer 1 \(l1\) names input 1, not an earlier layer"):
+        profile_from_json(obj, "x.json")

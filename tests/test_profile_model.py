@@ -190,3 +190,18 @@ def test_optimizer_steps_are_sorted_and_looked_up_by_name() -> None:
     assert lay.optimizer_ms == (("adam", 2.5), ("sgd", 1.0))
     assert lay.optimizer_step_ms("sgd") == 1.0
     assert lay.optimizer_step_ms("sgd_momentum") is None
+
+
+def test_layer_inputs_must_name_earlier_layers_and_a_chain_is_none() -> None:
+    """Inputs that name a later layer or repeat are refused naming the layer; chain inputs are stored as None and a
+    DAG's default cuts are its live sets."""
+    layers = tuple(LayerProfile(f"l{i}", 1.0, 1.0, float(10**i), 0.0) for i in range(3))
+    assert ModelProfile("c", 1, layers, layer_inputs=((), (0,), (1,))).layer_inputs is None
+    dag = ModelProfile("d", 1, layers, layer_inputs=((), (0,), (0, 1)))
+    assert dag.layer_inputs == ((), (0,), (0, 1)) and dag.cut_bytes == (1.0, 11.0)
+    with pytest.raises(ProfileError, match=r"layer 1 \(l1\) names input 2, not an earlier layer 0..0"):
+        ModelProfile("d", 1, layers, layer_inputs=((), (2,), (1,)))
+    with pytest.raises(ProfileError, match=r"layer 2 \(l2\) inputs must be ascending without repeats"):
+        ModelProfile("d", 1, layers, layer_inputs=((), (0,), (1, 0)))
+    with pytest.raises(ProfileError, match="layer_inputs must have 3 entries"):
+        ModelProfile("d", 1, layers, layer_inputs=((), (0,)))

@@ -94,6 +94,7 @@ class PipelineModel:
             AdaptError: the plan interleaves chunks or runs an asynchronous schedule (no flush to switch k at).
             PlanError: the plan does not match the profile or cluster.
         """
+        from pipeplan.sim.cost.chain_view import chain_view
         from pipeplan.sim.cost.plan_costs import plan_costs
 
         if plan.chunks != 1:
@@ -101,6 +102,7 @@ class PipelineModel:
         if plan.schedule not in SYNCHRONOUS:
             raise AdaptError(f"schedule {plan.schedule!r} has no flush between iterations, so k cannot change there")
         costs = plan_costs(plan, model, trace)
+        plan, model = chain_view(plan, model)  # a DAG plan's cut bytes are those of its order's chain
         link_bytes: dict[Link, float] = {}
         for b in range(len(plan.stages) - 1):
             cut = model.layers.cut_bytes(plan.stages[b].last_layer, plan.microbatch_size)

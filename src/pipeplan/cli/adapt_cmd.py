@@ -67,7 +67,7 @@ def adapt(
         raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
     config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
     trace = read_bandwidth_trace(bandwidth_trace)
-    the_plan, names = load_plan(plan)
+    the_plan, names = load_plan(plan, profile, profile_batch_size)
     profile = profile or names.get("profile") or None
     cluster = cluster or names.get("cluster") or None
     missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]

@@ -134,7 +134,7 @@ def plan_inputs(plan: str | None, profile: str | None, cluster: str | None) -> d
     from pipeplan.presets.resolve import load_plan
 
     try:
-        _, names = load_plan(plan)
+        _, names = load_plan(plan, profile)
     except (PipeplanError, OSError, UnicodeDecodeError):
         return inputs  # reading it again fails the command, with this error, before anything is written
     if profile is None:

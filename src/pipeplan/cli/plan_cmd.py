@@ -81,11 +81,12 @@ def run_planner(name: str, request: PlanRequest, progress: Callable[[str, float]
     return planner(request, progress)
 
 
-def plan_json(result: PlanResult, profile_name: str, cluster_name: str) -> dict[str, Any]:
-    """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device, planning_seconds."""
+def plan_json(result: PlanResult, profile_name: str, cluster_name: str, profile: ModelProfile | None = None) -> dict[str, Any]:
+    """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device, planning_seconds
+    (`profile` names a DAG plan's stage layers)."""
     from pipeplan.io.plan_json import plan_to_json
 
-    obj = plan_to_json(result.plan, profile_name, cluster_name)
+    obj = plan_to_json(result.plan, profile_name, cluster_name, profile)
     obj.update(
         planner=result.planner,
         iteration_time=result.iteration_time,
@@ -104,7 +105,10 @@ def stage_table(result: PlanResult, model: CostModel) -> Table:
 
     plan = result.plan
     costs = plan_costs(plan, model)
-    table = Table(title="stages (devices of pipeline replica 0; replicas = per stage x pipelines)", title_justify="left")
+    title = "stages (devices of pipeline replica 0; replicas = per stage x pipelines)"
+    if plan.layer_order is not None:
+        title += "; layers are positions in the plan's layer order (--json lists each stage's layers)"
+    table = Table(title=title, title_justify="left")
     for header in ("stage", "rank", "layers", "devices", "replicas", "F ms", "B ms", "AR ms", "opt ms", "memory"):
         table.add_column(header, justify="right")
     for s, stage in enumerate(plan.stages):
@@ -239,7 +243,7 @@ def plan(
         idle = result
         result, scores = choose_under_trace(result, request, trace, trace_iterations)
     if as_json:
-        obj = plan_json(result, profile, cluster)
+        obj = plan_json(result, profile, cluster, model)
         if scores is not None:
             obj["bandwidth_trace"] = trace_json(scores, idle)
         print_json(obj)
@@ -249,7 +253,7 @@ def plan(
         if scores is not None:
             print_trace_report(scores, idle)
     if out is not None:
-        write_plan(result.plan, out, profile, cluster)
+        write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)
 
 
@@ -301,7 +305,7 @@ class Comparison:
 
         return {
             "results": [
-                plan_json(r, self.profile, self.cluster)
+                plan_json(r, self.profile, self.cluster, self.request.profile)
                 if isinstance(r, PlanResult)
                 else {"planner": r.planner, "error": r.error, "planning_seconds": r.planning_seconds}
                 for r in self.rows

@@ -164,7 +164,7 @@ def simulate_plan_file(
     from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
-    plan, names = load_plan(plan_path)
+    plan, names = load_plan(plan_path, profile, profile_batch_size)
     if record:
         facts = TABLE.get(plan.schedule)
         per = 3 if facts is not None and facts.split_backward else 2

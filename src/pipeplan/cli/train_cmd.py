@@ -185,7 +185,7 @@ def train(
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
 
-        plan_obj, names = load_plan(plan)
+        plan_obj, names = load_plan(plan, profile)
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")

@@ -51,7 +51,10 @@ class Plan:
     devices serve which pipeline replica (`replica_devices`).
     `chunks` is v for interleaved schedules (the stage list then holds p*v
     chunk-stages). `order` holds the explicit per-rank order for cost-dependent
-    schedules (`list`), else None.
+    schedules (`list`), else None. `layer_order` is the order in which the
+    plan places the profile's layers (a topological order of its DAG,
+    core.dag): `Stage.first_layer` / `last_layer` are positions in it; None
+    (and the identity, stored as None) means positions are layer indices.
     """
 
     stages: tuple[Stage, ...]
@@ -62,6 +65,7 @@ class Plan:
     k: int = 1
     chunks: int = 1
     order: tuple[tuple[Action, ...], ...] | None = None
+    layer_order: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stages, tuple) or not self.stages:
@@ -95,10 +99,29 @@ class Plan:
                     f"chunk-stage {i} must run on the devices of stage {i % self.num_ranks} "
                     f"({self.stages[i % self.num_ranks].devices}), got {stage.devices}"
                 )
+        self._check_layer_order()
         used = [d for s in self.stages[: self.num_ranks] for d in s.devices]
         if len(set(used)) != len(used):
             twice = sorted(d for d, n in Counter(used).items() if n > 1)
             raise PlanError(f"plan uses device(s) {twice[:10]} in two stages")
+
+    def _check_layer_order(self) -> None:
+        """layer_order: a permutation of the stages' layers; the identity is stored as None."""
+        order = self.layer_order
+        if order is None:
+            return
+        n = self.num_layers
+        if not isinstance(order, tuple) or len(order) != n:
+            got = len(order) if isinstance(order, (tuple, list)) else repr(order)
+            raise PlanError(f"plan layer_order must list each of the stages' {n} layers once, got {got} entries")
+        seen = [False] * n
+        for p, v in enumerate(order):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n or seen[v]:
+                what = "twice" if isinstance(v, int) and 0 <= v < n else f"outside 0..{n - 1}"
+                raise PlanError(f"plan layer_order position {p} names layer {v!r} {what}")
+            seen[v] = True
+        if all(v == p for p, v in enumerate(order)):
+            object.__setattr__(self, "layer_order", None)
 
     @property
     def num_layers(self) -> int:

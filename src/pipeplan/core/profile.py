@@ -10,6 +10,7 @@ size between and beyond those sizes is the cost model's business
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
@@ -43,6 +44,27 @@ def check_batch_sizes(sizes: object, where: str) -> tuple[int, ...]:
     if any(b >= c for b, c in itertools.pairwise(sizes)):
         raise ProfileError(f"{where} must be strictly increasing (no repeats), got {list(sizes)}")
     return tuple(sizes)
+
+
+def live_cuts(values: Sequence[float], inputs: Sequence[Sequence[int]]) -> tuple[float, ...]:
+    """Per boundary k (after position k, k < n - 1): the sum of `values` of the live set, layers at positions <= k with a
+    consumer after k. Positions are indices here (`inputs` in that order); the rule of core.dag."""
+    n = len(values)
+    last = [-1] * n
+    for v, sources in enumerate(inputs):
+        for u in sources:
+            last[u] = max(last[u], v)
+    delta = [0.0] * (n + 1)
+    for u in range(n):
+        if last[u] > u:
+            delta[u] += values[u]
+            delta[last[u]] -= values[u]
+    cuts: list[float] = []
+    running = 0.0
+    for k in range(n - 1):
+        running += delta[k]
+        cuts.append(max(running, 0.0))  # float sums of exact byte counts; never below 0
+    return tuple(cuts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +197,19 @@ class LayerProfile:
 class ModelProfile:
     """A model as a chain of layers; `cut_bytes[i]` crosses a cut between layer i and i+1.
 
-    `cut_bytes` has len(layers) - 1 entries (None: each layer's activation_bytes).
+    `cut_bytes` has len(layers) - 1 entries (None: each layer's activation_bytes; for a DAG the live sets of
+    `layer_inputs`).
     `measured` is False when times were projected onto the reference device.
     `batch_sizes` lists every size the layers were measured at, strictly
     increasing and including `batch_size` (None: `batch_size` only); each
     layer then has a `curve` and `cut_curves[i]` gives cut i at every size.
     `threads` is the CPU thread count the times were measured with (None:
     not recorded); `source` how the model was built (None: unknown).
+    `layer_inputs[i]` lists the layers whose outputs layer i consumes, each
+    an earlier index, ascending (layers are stored in a topological order of
+    the model's DAG); None means a chain (layer i consumes layer i - 1), and
+    inputs that describe exactly a chain are stored as None. The cut bytes
+    of a DAG are those of its live sets (core.dag).
     """
 
     name: str
@@ -194,6 +222,7 @@ class ModelProfile:
     cut_curves: tuple[tuple[float, ...], ...] | None = None
     threads: int | None = None
     source: ProfileSource | None = None
+    layer_inputs: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -205,8 +234,11 @@ class ModelProfile:
         LAYERS.check(ProfileError, f"profile {self.name!r}", len(self.layers))
         if not all(isinstance(layer, LayerProfile) for layer in self.layers):
             raise ProfileError(f"profile {self.name!r} layers must be LayerProfile values")
+        self._check_inputs()
         cuts = self.cut_bytes
-        if cuts is None:
+        if cuts is None and self.layer_inputs is not None:
+            cuts = live_cuts([layer.activation_bytes for layer in self.layers], self.layer_inputs)
+        elif cuts is None:
             cuts = tuple(layer.activation_bytes for layer in self.layers[:-1])
         if len(cuts) != len(self.layers) - 1:
             raise ProfileError(
@@ -222,6 +254,31 @@ class ModelProfile:
         if self.source is not None and not isinstance(self.source, ProfileSource):
             raise ProfileError(f"profile {self.name!r} source must be a ProfileSource, got {type(self.source).__name__}")
         self._check_curves()
+
+    def _check_inputs(self) -> None:
+        """layer_inputs: one ascending tuple of earlier layer indices per layer; a chain's stored as None."""
+        inputs = self.layer_inputs
+        if inputs is None:
+            return
+        if not isinstance(inputs, tuple) or len(inputs) != len(self.layers):
+            got = len(inputs) if isinstance(inputs, (tuple, list)) else repr(inputs)
+            raise ProfileError(
+                f"profile {self.name!r} layer_inputs must have {len(self.layers)} entries (one per layer), got {got}"
+            )
+        for i, sources in enumerate(inputs):
+            where = f"profile {self.name!r} layer {i} ({self.layers[i].name})"
+            if not isinstance(sources, tuple):
+                raise ProfileError(f"{where} inputs must be a tuple of layer indices, got {sources!r}")
+            for u in sources:
+                if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < i:
+                    raise ProfileError(
+                        f"{where} names input {u!r}, not an earlier layer 0..{i - 1} (layers are stored in a "
+                        "topological order: every input comes before its consumer)"
+                    )
+            if any(a >= b for a, b in itertools.pairwise(sources)):
+                raise ProfileError(f"{where} inputs must be ascending without repeats, got {list(sources)}")
+        if all(sources == ((i - 1,) if i else ()) for i, sources in enumerate(inputs)):
+            object.__setattr__(self, "layer_inputs", None)
 
     def _check_curves(self) -> None:
         """batch_sizes strictly increasing and holding batch_size; every layer's curve (and cut) agrees with it."""

@@ -16,6 +16,9 @@ Note:
     order is deterministic and follows the file where the file is already a
     valid order. `cut_bytes[i]` sums the outputs of every node at position
     <= i that a node after i consumes: a skip connection over a cut counts.
+    The edges stay in the profile (`ModelProfile.layer_inputs`, positions in
+    that order), so a plan may place the layers in another topological order
+    (core.dag).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from pipeplan.core.dag import live_cuts
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import LAYERS, MAX_BYTES, MAX_MS
 from pipeplan.core.profile import LayerProfile, ModelProfile
@@ -135,13 +139,19 @@ class ModelGraph:
         order = self.default_order() if order is None else list(order)
         self._check_order(order)
         position = {node_id: i for i, node_id in enumerate(order)}
+        inputs: list[list[int]] = [[] for _ in order]
+        for src, dsts in self.consumers.items():
+            for dst in dsts:
+                inputs[position[dst]].append(position[src])
+        layer_inputs = tuple(tuple(sorted(sources)) for sources in inputs)
         return ModelProfile(
             name=self.name,
             batch_size=self.batch_size,
             layers=tuple(_layer(self.nodes[node_id]) for node_id in order),
             reference_device=self.reference_device,
-            cut_bytes=_cut_bytes(order, self.nodes, self.consumers, position),
+            cut_bytes=live_cuts([self.nodes[node_id].activation_bytes for node_id in order], layer_inputs),
             measured=True,
+            layer_inputs=layer_inputs,
         )
 
     def _check_order(self, order: list[str]) -> None:
@@ -363,23 +373,3 @@ def _layer(node: GraphNode) -> LayerProfile:
         activation_bytes=node.activation_bytes,
         param_bytes=node.param_bytes,
     )
-
-
-def _cut_bytes(
-    order: list[str], nodes: dict[str, GraphNode], consumers: dict[str, list[str]], position: dict[str, int]
-) -> tuple[float, ...]:
-    """Bytes crossing each cut: a node's output crosses cuts pos..last_consumer_pos-1."""
-    delta = [0.0] * (len(order) + 1)
-    for node_id in order:
-        if not consumers[node_id]:
-            continue
-        first = position[node_id]
-        last = max(position[dst] for dst in consumers[node_id])
-        delta[first] += nodes[node_id].activation_bytes
-        delta[last] -= nodes[node_id].activation_bytes
-    cuts: list[float] = []
-    running = 0.0
-    for i in range(len(order) - 1):
-        running += delta[i]
-        cuts.append(max(running, 0.0))  # float sums of exact byte counts; never below 0
-    return tuple(cuts)

@@ -25,7 +25,7 @@ FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
 _TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes")
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
-_LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved")
+_LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype")
 _MS = (MAX_MS,)
@@ -62,12 +62,12 @@ def profile_to_json(profile: ModelProfile) -> dict[str, Any]:
         "cut_bytes": [[_whole(c) for c in curve] for curve in cut_curves],
         "layers": [_layer_to_json_2(layer) for layer in profile.layers],
     }
-    return out
+    return _with_inputs(profile, out)
 
 
 def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
     """Version 1: one value per field, as pipeplan wrote profiles before they had several sizes."""
-    return {
+    out = {
         "format": PROFILE_FORMAT,
         "name": profile.name,
         "batch_size": profile.batch_size,
@@ -88,6 +88,15 @@ def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
             for layer in profile.layers
         ],
     }
+    return _with_inputs(profile, out)
+
+
+def _with_inputs(profile: ModelProfile, out: dict[str, Any]) -> dict[str, Any]:
+    """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG."""
+    if profile.layer_inputs is not None:
+        for layer, sources in zip(out["layers"], profile.layer_inputs, strict=True):
+            layer["inputs"] = list(sources)
+    return out
 
 
 def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
@@ -151,7 +160,8 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         return _from_json_2(top)
     top.check_keys(_TOP_KEYS)
     name = top.string("name")
-    layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(_layers(top)))
+    raw_layers = _layers(top)
+    layers = tuple(_layer_from_json(item, f"{source}: layers[{i}]") for i, item in enumerate(raw_layers))
     cut_bytes = None
     if top.has("cut_bytes"):
         raw_cuts = _cuts(top, len(layers))
@@ -166,7 +176,25 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         reference_device=top.string("reference_device", default="unknown"),
         cut_bytes=cut_bytes,
         measured=top.boolean("measured", True),
+        layer_inputs=_inputs(raw_layers, source),
     )
+
+
+def _inputs(raw_layers: list[Any], source: str) -> tuple[tuple[int, ...], ...] | None:
+    """Each layer's `inputs` (earlier layer indices), given for every layer or for none (None: a chain)."""
+    given = [isinstance(item, dict) and "inputs" in item for item in raw_layers]
+    if not any(given):
+        return None
+    if not all(given):
+        i = given.index(False)
+        raise ProfileError(f"{source}: layers[{i}] has no field 'inputs' but other layers do (give it for every layer or none)")
+    out = []
+    for i, item in enumerate(raw_layers):
+        value = item["inputs"]
+        if not isinstance(value, list) or any(isinstance(u, bool) or not isinstance(u, int) for u in value):
+            raise ProfileError(f"{source}: layers[{i}] field 'inputs' must be a list of layer indices, got {short(value)}")
+        out.append(tuple(value))
+    return tuple(out)
 
 
 def _layers(top: Fields) -> list[Any]:
@@ -225,7 +253,8 @@ def _from_json_2(top: Fields) -> ModelProfile:
     if batch_size not in sizes:
         raise ProfileError(f"{source}: field 'batch_size' {batch_size} must be one of batch_sizes {sizes}")
     at = sizes.index(batch_size)
-    layers = tuple(_layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(_layers(top)))
+    raw_layers = _layers(top)
+    layers = tuple(_layer_from_json_2(item, f"{source}: layers[{i}]", len(sizes), at) for i, item in enumerate(raw_layers))
     if top.has("cut_bytes"):
         raw_cuts = _cuts(top, len(layers))
         cut_curves = tuple(_numbers(c, f"{source}: cut_bytes[{i}]", len(sizes), _BYTES) for i, c in enumerate(raw_cuts))
@@ -244,6 +273,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         cut_curves=cut_curves,
         threads=threads,
         source=_source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
+        layer_inputs=_inputs(raw_layers, source),
     )
 
 

@@ -99,16 +99,20 @@ def load_cluster(spec: str) -> Cluster:
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
 
 
-def load_plan(path: str) -> tuple[Plan, dict[str, str]]:
+def load_plan(path: str, profile: str | None = None, profile_batch_size: int | None = None) -> tuple[Plan, dict[str, str]]:
     """A plan file read (io.plan_json.read_plan) and its schedule's k and chunks checked against the schedule table.
+
+    A DAG plan (stages that name their layers) is placed with `profile`
+    (a name or a path; None: the one the plan records), loaded only then.
 
     Raises:
         PlanError: unreadable file, a bad field, or a k or chunks the schedule does not take (naming the file).
+        ProfileError: the profile a DAG plan needs cannot be loaded.
     """
     from pipeplan.io.plan_json import read_plan
     from pipeplan.schedules.registry import check_schedule_options
 
-    plan, names = read_plan(path)
+    plan, names = read_plan(path, lambda recorded: load_profile(profile or recorded, profile_batch_size))
     try:
         check_schedule_options(plan.schedule, plan.microbatches, plan.k, plan.chunks)
     except ScheduleError as exc:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeplan.core.dag import check_order
 from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.plan import Plan
+from pipeplan.sim.cost.chain_view import chain_view
 from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
@@ -20,7 +22,8 @@ def layer_span(first: int, last: int) -> str:
 
 
 def check_plan_matches(plan: Plan, model: CostModel) -> None:
-    """Raise PlanError when layers or devices do not exist, or a microbatch cannot be split evenly over a stage's replicas."""
+    """Raise PlanError when layers or devices do not exist, the plan's layer order puts a layer before one of its inputs,
+    or a microbatch cannot be split evenly over a stage's replicas."""
     profile, cluster = model.profile, model.cluster
     n, m = plan.num_layers, profile.num_layers
     if n < m:
@@ -31,6 +34,8 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
             f"plan covers {n} layers but profile {profile.name!r} has {m}: its stages name {layer_span(m, n - 1)}, which "
             "the profile does not have (a plan for another model?)"
         )
+    if plan.layer_order is not None:
+        check_order(profile, plan.layer_order)
     for s, stage in enumerate(plan.stages):
         for d in stage.devices:
             if d >= cluster.num_devices:
@@ -103,9 +108,12 @@ def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None
         of the pipeline replica whose transfer is slowest (replica 0 when the
         replicas are alike), so a plan cannot hide slow links in replica > 0.
         Copies of a group of flows (a stage replicated over many nodes) are
-        dropped: they would start and end when their kept twin does.
+        dropped: they would start and end when their kept twin does. A plan
+        with a layer order is priced as the chain plan of that order
+        (sim.cost.chain_view).
     """
     check_plan_matches(plan, model)
+    plan, model = chain_view(plan, model)
     stages = [stage_cost(plan, model, s) for s in range(len(plan.stages))]
     cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
     keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
