@@ -13,6 +13,7 @@ from pipeplan.core.errors import PlanError
 from pipeplan.planner.baselines import pipedream_dp
 from pipeplan.planner.baselines.pipedream import plan_pipedream
 from pipeplan.planner.baselines.pipedream_dp import LevelInputs, LevelOptions, level_dp, unwind
+from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
 from pipeplan.planner.baselines.pipedream_levels import levels_of
 from pipeplan.planner.baselines.pipedream_planner import plan_graph
 from pipeplan.planner.request import PlanRequest
@@ -139,3 +140,12 @@ def test_request_keeps_the_originals_odd_replica_counts_when_the_batch_splits() 
     even = plan_pipedream(PlanRequest(profile, cluster, 256))
     assert "limited to divisors of 256" in even.extra["plan"]
     assert all(256 % r == 0 for r in even.extra["replicas"])
+
+
+def test_a_profiles_dag_plans_as_the_original_read_the_file() -> None:
+    """resnet50's built-in profile (its DAG in layer_inputs) gives the original's predicted time over two DGX-1s,
+    with the original's replica counts [8, 4, 2, 2], as the graph.txt the original read does."""
+    c = case("resnet50-pbs-128__b8x2__acts")
+    found = plan_graph(graph_of_profile(load_profile("pipedream/resnet50")), c.options)
+    assert found.predicted_ms == pytest.approx(c.predicted_ms, rel=1e-9)
+    assert [s.replicas for s in found.stages] == [8, 4, 2, 2]

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from pipeplan.core.dag import order_from_stages
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
@@ -122,18 +123,15 @@ def to_plan(
     microbatch_size: int,
     microbatches: int,
 ) -> Plan:
-    """A pipeplan Plan of the original's stages (node sets) on their devices."""
-    ranges = []
-    for stage in stages:
-        first, last = stage.layers[0], stage.layers[-1]
-        if last - first + 1 != len(stage.layers):
-            raise PlanError(
-                f"planner 'pipedream': stage {len(ranges)} holds layers {stage.layers[0]}..{stage.layers[-1]} with gaps, "
-                "which a plan over one layer order cannot carry yet"
-            )
-        ranges.append((first, last))
-    plan_stages = tuple(Stage(first, last, devs) for (first, last), devs in zip(ranges, devices, strict=True))
-    return Plan(plan_stages, 1, microbatches, microbatch_size, "1f1b")
+    """A pipeplan Plan of the original's stages (node sets) on their devices: the layer order in which each stage
+    is contiguous (core.dag.order_from_stages), stages as position ranges over it."""
+    order = order_from_stages(profile, [s.layers for s in stages])
+    plan_stages = []
+    first = 0
+    for stage, devs in zip(stages, devices, strict=True):
+        plan_stages.append(Stage(first, first + len(stage.layers) - 1, devs))
+        first += len(stage.layers)
+    return Plan(tuple(plan_stages), 1, microbatches, microbatch_size, "1f1b", layer_order=order)
 
 
 def plan_pipedream(request: PlanRequest) -> PlanResult:
