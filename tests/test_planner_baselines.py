@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from pipeplan.core.errors import PlanError
@@ -100,3 +101,46 @@ def test_merge_layers_keeps_totals_and_cuts() -> None:
     assert blocks.profile.total_param_bytes == pytest.approx(profile.total_param_bytes)
     assert blocks.profile.cut_bytes[0] == profile.cut_bytes[blocks.starts[1] - 1]  # type: ignore[index]
     assert blocks.layer_range(0, 47) == (0, profile.num_layers - 1)
+
+
+def _reference_allocation(nodes: list[list[int]], used: tuple[int, ...], need: int, replicas: int, policy: str):  # type: ignore[no-untyped-def]
+    """The policies read literally: every step scans the machines again."""
+    count = list(used)
+    if sum(len(n) - c for n, c in zip(nodes, count, strict=True)) < need * replicas:
+        return None
+    devices: list[int] = []
+    for _ in range(replicas):
+        taken: list[int] = []
+        while len(taken) < need:
+            free = [i for i, n in enumerate(nodes) if count[i] < len(n)]
+            fresh = [i for i in free if count[i] == 0]
+            partly = [i for i in free if count[i] > 0]
+            if policy == SCATTER_FIRST:
+                picks = [(i, 1) for i in free[: need - len(taken)]]
+            elif policy == FRESH_FIRST and fresh:
+                picks = [(fresh[0], need - len(taken))]
+            elif policy == APPEND_FIRST and partly:
+                picks = [(partly[0], need - len(taken))]
+            else:
+                picks = [(free[0], need - len(taken))]
+            for i, want in picks:
+                k = min(len(nodes[i]) - count[i], want)
+                taken += nodes[i][count[i] : count[i] + k]
+                count[i] += k
+        devices += sorted(taken)
+    return tuple(devices), tuple(count)
+
+
+def test_replica_allocation_equals_the_policies_read_literally() -> None:
+    """The pointer-and-heap allocation gives what rescanning the machines at every step gives (random clusters)."""
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        sizes = [int(rng.choice([0, 1, 2, 3, 4, 8])) for _ in range(int(rng.integers(1, 9)))]
+        starts = np.cumsum([0, *sizes])
+        nodes = [list(range(int(a), int(a) + s)) for a, s in zip(starts, sizes, strict=False)]
+        used = tuple(int(rng.integers(0, s + 1)) for s in sizes)
+        need, replicas = int(rng.integers(1, 7)), int(rng.integers(1, 6))
+        policy = str(rng.choice([FRESH_FIRST, APPEND_FIRST, SCATTER_FIRST]))
+        assert allocate_replicas(nodes, used, need, replicas, policy) == _reference_allocation(
+            nodes, used, need, replicas, policy
+        )

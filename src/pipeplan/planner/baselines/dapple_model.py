@@ -7,6 +7,7 @@ repository (AlibabaPAI/DAPPLE, `planner/`). Pure functions over lists.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -84,40 +85,73 @@ def allocate(
 
 
 def allocate_replicas(
-    nodes: Sequence[Sequence[int]], used: tuple[int, ...], need: int, replicas: int, policy: str
+    nodes: Sequence[Sequence[int]],
+    used: tuple[int, ...],
+    need: int,
+    replicas: int,
+    policy: str,
+    sizes: Sequence[int] | None = None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Allocate `need` GPUs for each of `replicas` pipeline replicas in turn with one policy.
 
     Returns the GPUs replica-major (replica t's GPUs at [t*need:(t+1)*need],
     each replica's sorted) and the new use counts; None when too few are free.
+    `sizes` (each machine's GPU count) may be passed to save counting.
+    Each replica takes, until it has `need`: Scatter First one GPU from each
+    of the first machines with a free one; Fresh First from the first machine
+    nothing is taken from; Append First from the first partly used machine;
+    else (no such machine) from the first machine with a free GPU.
+
+    Note:
+        Cost is in the GPUs placed, not in replicas x machines: the first
+        machine with a free GPU moves only forward (a pointer that skips full
+        machines), so does the first fresh one, and partly used machines wait
+        in a heap (8,192 GPUs: rp = 4,096 replicas placed in milliseconds).
     """
     count = list(used)
-    avail = [i for i, node in enumerate(nodes) if count[i] < len(node)]  # machines with a free GPU, in order
-    if sum(len(nodes[i]) - count[i] for i in avail) < need * replicas:
+    size = [len(node) for node in nodes] if sizes is None else sizes
+    m = len(nodes)
+    if sum(size) - sum(count) < need * replicas:
         return None
-    partly = sum(1 for i in avail if count[i])  # machines with some GPUs taken and some free
-    fresh = 0  # no machine before this one is fresh: counts only grow, so the first fresh machine only moves on
+    skip = list(range(m))  # skip[i]: no machine in i..skip[i]-1 has a free GPU (full machines stay full)
+
+    def first_free(i: int) -> int:
+        path = []
+        while i < m and count[i] >= size[i]:
+            path.append(i)
+            i = max(skip[i], i + 1)
+        for j in path:
+            skip[j] = i
+        return i
+
+    partly = [i for i in range(m) if 0 < count[i] < size[i]] if policy == APPEND_FIRST else []
+    heapq.heapify(partly)
+    fresh = 0 if policy == FRESH_FIRST else m
     devices: list[int] = []
     for _ in range(replicas):
         taken: list[int] = []
         while len(taken) < need:
+            while fresh < m and (count[fresh] or not size[fresh]):
+                fresh += 1
+            while partly and count[partly[0]] >= size[partly[0]]:
+                heapq.heappop(partly)
+            picks: list[tuple[int, int]] = []
             if policy == SCATTER_FIRST:
-                picks = [(i, 1) for i in avail[: need - len(taken)]]
-            elif policy == FRESH_FIRST and partly < len(avail):
-                while count[fresh] or not nodes[fresh]:  # the first available machine with nothing taken
-                    fresh += 1
+                i = first_free(0)
+                while i < m and len(picks) < need - len(taken):
+                    picks.append((i, 1))
+                    i = first_free(i + 1)
+            elif fresh < m:
                 picks = [(fresh, need - len(taken))]
-            elif policy == APPEND_FIRST and partly:
-                picks = [(next(i for i in avail if count[i]), need - len(taken))]
+            elif partly:
+                picks = [(partly[0], need - len(taken))]
             else:
-                picks = [(avail[0], need - len(taken))]
+                picks = [(first_free(0), need - len(taken))]
             for i, want in picks:
-                k = min(len(nodes[i]) - count[i], want)
-                partly += (count[i] + k < len(nodes[i])) - (count[i] > 0)
+                k = min(size[i] - count[i], want)
+                if policy == APPEND_FIRST and count[i] == 0 and count[i] + k < size[i]:
+                    heapq.heappush(partly, i)
                 taken += nodes[i][count[i] : count[i] + k]
                 count[i] += k
-            for i, _ in picks:
-                if count[i] == len(nodes[i]):
-                    avail.remove(i)
         devices += sorted(taken)
     return tuple(devices), tuple(count)

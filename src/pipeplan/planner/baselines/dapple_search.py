@@ -38,6 +38,7 @@ class DappleSearch:
             by_node.setdefault(d.node, []).append(d.id)
         self.nodes = sorted((sorted(ids) for ids in by_node.values()), key=lambda ids: ids[0])
         self.node_size = max(len(n) for n in self.nodes)
+        self._sizes = [len(n) for n in self.nodes]
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
@@ -51,6 +52,11 @@ class DappleSearch:
         row_min = np.stack([rates[ids].min(axis=0) for ids in self.nodes])  # machine x device
         self._machine_pair_min = np.stack([row_min[:, ids].min(axis=1) for ids in self.nodes], axis=1)
         np.fill_diagonal(self._machine_pair_min, np.inf)
+        between = self._machine_pair_min[np.isfinite(self._machine_pair_min)]
+        self._between_uniform = float(between.min()) if len(between) and between.min() == between.max() else None
+        intra = [rates[np.ix_(ids, ids)][~np.eye(len(ids), dtype=bool)] for ids in self.nodes]
+        self._intra_min = np.asarray([x.min() if len(x) else np.inf for x in intra])
+        self._intra_alike = np.asarray([len(x) == 0 or x.min() == x.max() for x in intra])
         self._latency = latency
         self._rates = rates
         self._device_stats: dict[Devices, tuple[float, float]] = {}
@@ -97,7 +103,8 @@ class DappleSearch:
 
         Over 16 devices, links between machines count by machine pair (the
         slowest link between any GPUs of the two machines; exact when links
-        between two machines are alike), links inside a machine exactly.
+        between two machines are alike), links inside a machine exactly (a
+        machine whose links are all alike by its one rate, with no pairs built).
         """
         got = self._slowest.get(devices)
         if got is None:
@@ -106,10 +113,18 @@ class DappleSearch:
                 rate = float(self._rates[np.ix_(index, index)].min())
             else:
                 machines = self._machine_of[index]
-                used = np.unique(machines)
-                rate = float(self._machine_pair_min[np.ix_(used, used)].min())
-                a, b = _pairs_inside(index, machines)
-                if len(a):
+                used, counts = np.unique(machines, return_counts=True)
+                rate = np.inf
+                if len(used) > 1:
+                    uniform = self._between_uniform
+                    rate = uniform if uniform is not None else float(self._machine_pair_min[np.ix_(used, used)].min())
+                shared = used[counts > 1]  # machines holding two or more of the devices
+                alike = self._intra_alike[shared]
+                if alike.any():
+                    rate = min(rate, float(self._intra_min[shared[alike]].min()))
+                if not alike.all():
+                    keep = np.isin(machines, shared[~alike])
+                    a, b = _pairs_inside(index[keep], machines[keep])
                     rate = min(rate, float(self._rates[a, b].min()))
             got = self._slowest[devices] = rate / 1000.0
         return got
@@ -147,7 +162,7 @@ class DappleSearch:
         """allocate_replicas over this cluster's machines, memoized."""
         key = (mask, need, replicas, policy)
         if key not in self._alloc:
-            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy)
+            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes)
         return self._alloc[key]
 
     def placements(self, mask: Used, need: int, replicas: int) -> list[Placed]:
