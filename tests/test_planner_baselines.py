@@ -132,7 +132,8 @@ def _reference_allocation(nodes: list[list[int]], used: tuple[int, ...], need: i
 
 
 def test_replica_allocation_equals_the_policies_read_literally() -> None:
-    """The pointer-and-heap allocation gives what rescanning the machines at every step gives (random clusters)."""
+    """The pointer-and-heap allocation, and the numpy one on machines of one size, give what rescanning the machines
+    at every step gives (random clusters)."""
     rng = np.random.default_rng(11)
     for _ in range(3000):
         sizes = [int(rng.choice([0, 1, 2, 3, 4, 8])) for _ in range(int(rng.integers(1, 9)))]

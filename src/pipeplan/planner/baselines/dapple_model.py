@@ -11,6 +11,8 @@ import heapq
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 FRESH_FIRST = "fresh-first"
 APPEND_FIRST = "append-first"
 SCATTER_FIRST = "scatter-first"
@@ -91,12 +93,15 @@ def allocate_replicas(
     replicas: int,
     policy: str,
     sizes: Sequence[int] | None = None,
+    grid: np.ndarray | None = None,
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Allocate `need` GPUs for each of `replicas` pipeline replicas in turn with one policy.
 
     Returns the GPUs replica-major (replica t's GPUs at [t*need:(t+1)*need],
     each replica's sorted) and the new use counts; None when too few are free.
-    `sizes` (each machine's GPU count) may be passed to save counting.
+    `sizes` (each machine's GPU count) may be passed to save counting;
+    `grid` (machines x GPU ids, when every machine has as many) lets Fresh
+    and Append First, and Scatter First for one GPU, place with numpy.
     Each replica takes, until it has `need`: Scatter First one GPU from each
     of the first machines with a free one; Fresh First from the first machine
     nothing is taken from; Append First from the first partly used machine;
@@ -113,6 +118,8 @@ def allocate_replicas(
     m = len(nodes)
     if sum(size) - sum(count) < need * replicas:
         return None
+    if grid is not None and (policy != SCATTER_FIRST or need == 1):
+        return _on_grid(grid, np.asarray(count), need, replicas, policy)
     skip = list(range(m))  # skip[i]: no machine in i..skip[i]-1 has a free GPU (full machines stay full)
 
     def first_free(i: int) -> int:
@@ -155,3 +162,46 @@ def allocate_replicas(
                 count[i] += k
         devices += sorted(taken)
     return tuple(devices), tuple(count)
+
+
+def _on_grid(
+    grid: np.ndarray, used: np.ndarray, need: int, replicas: int, policy: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """allocate_replicas on machines of equal size (`grid`: machines x GPU ids), the policies as it says.
+
+    One GPU per replica, or Append First: replicas take the free GPUs in turn, machine by machine (Append First:
+    partly used machines first; Fresh First with one GPU: one from each fresh machine first). Fresh First: each
+    replica takes ceil(need / size) fresh machines in order, the last one in part; when fresh machines run out,
+    the next replica takes the fresh ones left whole, and from there replicas take the free GPUs in turn.
+    """
+    m, size = grid.shape
+    column = np.arange(size)[None, :]
+    every = np.arange(m)
+    count = used.copy()
+
+    def free_ids(rows: np.ndarray) -> np.ndarray:
+        return grid[rows][column >= count[rows][:, None]]
+
+    fresh = every[count == 0]
+    if policy == APPEND_FIRST:
+        partly = (count > 0) & (count < size)
+        taken = np.concatenate([free_ids(every[partly]), free_ids(every[~partly])])[: need * replicas]
+    elif policy == FRESH_FIRST:
+        per = -(-need // size)
+        whole = min(replicas, len(fresh) // per)
+        rows = fresh[: whole * per]
+        first = grid[rows].reshape(whole, per * size)[:, :need].reshape(-1)
+        count[rows] = size
+        if whole:
+            count[rows[per - 1 :: per]] = need - (per - 1) * size
+        left = fresh[whole * per :] if whole < replicas else fresh[:0]
+        head = grid[left].reshape(-1)
+        count[left] = size
+        taken = np.concatenate([first, head, free_ids(every)[: (replicas - whole) * need - len(head)]])
+    else:
+        taken = free_ids(every)[: need * replicas]
+    machine = np.zeros(int(grid.max()) + 1, dtype=np.int64)
+    machine[grid.reshape(-1)] = np.repeat(every, size)
+    final = used + np.bincount(machine[taken], minlength=m)
+    placed = np.sort(taken.reshape(replicas, need), axis=1).reshape(-1)
+    return tuple(placed.tolist()), tuple(final.tolist())

@@ -39,6 +39,7 @@ class DappleSearch:
         self.nodes = sorted((sorted(ids) for ids in by_node.values()), key=lambda ids: ids[0])
         self.node_size = max(len(n) for n in self.nodes)
         self._sizes = [len(n) for n in self.nodes]
+        self._grid = np.asarray(self.nodes, dtype=np.int64) if len(set(self._sizes)) == 1 else None
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
@@ -162,7 +163,7 @@ class DappleSearch:
         """allocate_replicas over this cluster's machines, memoized."""
         key = (mask, need, replicas, policy)
         if key not in self._alloc:
-            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes)
+            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes, self._grid)
         return self._alloc[key]
 
     def placements(self, mask: Used, need: int, replicas: int) -> list[Placed]:

@@ -95,10 +95,7 @@ def enumerate_downsets(dag: LayerGraph, first: int, limit: int | None = None) ->
             if grown in seen:
                 continue
             if limit is not None and len(order) >= limit:
-                raise StateLimitError(
-                    f"graph {dag.name!r} has more than {limit:,} reachable down-sets (planning states); "
-                    "the exact DP over them would not finish"
-                )
+                raise StateLimitError(f"graph {dag.name!r} has more than {limit:,} reachable down-sets (planning states)")
             added = grown & ~mask
             reach = cand
             while added:

@@ -100,7 +100,9 @@ def planning_states(full: LayerGraph) -> tuple[PlanningGraph, DownsetStates]:
     try:
         states = downset_states(graph.graph, graph.first, STATE_LIMIT)
     except StateLimitError as error:
-        raise PlanError(f"planner 'pipedream': {error}; the original's DP over them does not finish either") from None
+        raise PlanError(
+            f"planner 'pipedream': {error}; its DP is quadratic in them and does not finish (the original's neither)"
+        ) from None
     return graph, states
 
 
