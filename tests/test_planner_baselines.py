@@ -135,13 +135,19 @@ def test_replica_allocation_equals_the_policies_read_literally() -> None:
     """The pointer-and-heap allocation, and the numpy one on machines of one size, give what rescanning the machines
     at every step gives (random clusters)."""
     rng = np.random.default_rng(11)
-    for _ in range(3000):
-        sizes = [int(rng.choice([0, 1, 2, 3, 4, 8])) for _ in range(int(rng.integers(1, 9)))]
+    for trial in range(6000):
+        even = trial % 2 == 1  # machines of one size: the numpy paths
+        count = int(rng.integers(1, 9))
+        one_size = [int(rng.choice([1, 2, 4, 8]))] * count
+        sizes = one_size if even else [int(rng.choice([0, 1, 2, 3, 4, 8])) for _ in range(count)]
         starts = np.cumsum([0, *sizes])
         nodes = [list(range(int(a), int(a) + s)) for a, s in zip(starts, sizes, strict=False)]
         used = tuple(int(rng.integers(0, s + 1)) for s in sizes)
-        need, replicas = int(rng.integers(1, 7)), int(rng.integers(1, 6))
+        if even and trial % 4 == 1:  # a few machines in use, the rest equally so (as a pipeline fills them)
+            cut, level = int(rng.integers(0, count + 1)), int(rng.integers(0, sizes[0] + 1))
+            used = used[:cut] + (level,) * (count - cut)
+        need, replicas = int(rng.integers(1, 7)), int(rng.integers(1, 12))
         policy = str(rng.choice([FRESH_FIRST, APPEND_FIRST, SCATTER_FIRST]))
-        assert allocate_replicas(nodes, used, need, replicas, policy) == _reference_allocation(
-            nodes, used, need, replicas, policy
-        )
+        grid = np.asarray(nodes) if even else None
+        got = allocate_replicas(nodes, used, need, replicas, policy, grid=grid)
+        assert got == _reference_allocation(nodes, used, need, replicas, policy), (sizes, used, need, replicas, policy)
