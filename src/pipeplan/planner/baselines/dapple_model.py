@@ -216,37 +216,32 @@ def _scatter_lanes(grid: np.ndarray, used: np.ndarray, need: int, replicas: int)
     """Scatter First on machines of equal size while at least `need` machines have a free GPU: (GPUs of the replicas
     served, replica-major; use counts after them; replicas left).
 
-    Each replica takes one GPU from each of the first `need` machines with a free one. Seen as `need` lanes, each
-    working through machines in turn, a lane hands out its machine's free GPUs one per replica and, when its
-    machine is full, takes the next unassigned machine in order; with every later machine equally free, lanes
-    take them in turn in the order they run dry. Served while every lane still has a GPU; machines of unequal
-    use after the first `need`, or too few machines, are left to the one-by-one loop.
+    Each replica takes one GPU from each of the first `need` machines with a free one. Seen as `need` lanes, a
+    lane hands out its machine's free GPUs one per replica and, when its machine is full, takes the next machine
+    in order (lanes that run dry together take them in any order: the set each replica gets is the same). Served
+    while every lane still has a GPU; the rest (too few machines left) go to the one-by-one loop.
     """
     m, size = grid.shape
     free = np.flatnonzero(used < size)
     if len(free) < need:
         return (), used.tolist(), replicas
-    first, rest = free[:need], free[need:]
-    if len(rest) and not np.all(used[rest] == used[rest[0]]):
-        return (), used.tolist(), replicas
-    ends = size - used[first]
-    lane_order = np.argsort(ends, kind="stable")  # the order lanes run dry in, and take new machines
-    per = size - (int(used[rest[0]]) if len(rest) else 0)
-    if len(rest) and int(ends.max() - ends.min()) > per:  # a lane would take two machines before another one
-        return (), used.tolist(), replicas
-    column = np.arange(size)[None, :]
-    lanes = []
-    for position, lane in enumerate(lane_order):
-        mine = rest[position::need]
-        start = grid[first[lane]][used[first[lane]] :]
-        tail = grid[mine][:, size - per :].reshape(-1) if per else grid[mine][:, :0].reshape(-1)
-        lanes.append(np.concatenate([start, tail]))
-    served = min(replicas, min(len(x) for x in lanes))
-    if not served:
-        return (), used.tolist(), replicas
-    taken = np.stack([x[:served] for x in lanes], axis=1)  # replicas x need
+    room = (size - used).tolist()
+    lanes = [[int(f)] for f in free[:need]]
+    heap = [(room[f], lane) for lane, f in enumerate(free[:need].tolist())]
+    heapq.heapify(heap)
+    for f in free[need:].tolist():
+        end, lane = heap[0]
+        if end >= replicas:
+            break
+        lanes[lane].append(f)
+        heapq.heapreplace(heap, (end + room[f], lane))
+    served = min(replicas, heap[0][0])
+    columns = []
+    for lane in lanes:
+        ids = np.concatenate([grid[f, used[f] :] for f in lane])
+        columns.append(ids[:served])
+    taken = np.stack(columns, axis=1)  # replicas x need
     machine = np.zeros(int(grid.max()) + 1, dtype=np.int64)
     machine[grid.reshape(-1)] = np.repeat(np.arange(m), size)
     count = used + np.bincount(machine[taken.reshape(-1)], minlength=m)
-    del column
     return tuple(np.sort(taken, axis=1).reshape(-1).tolist()), count.tolist(), replicas - served
