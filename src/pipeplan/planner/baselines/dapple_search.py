@@ -64,7 +64,6 @@ class DappleSearch:
         self._device_stats: dict[Devices, tuple[float, float]] = {}
         self._terms: dict[tuple[Devices, Devices, int], tuple[tuple[float, float], ...]] = {}
         self._slowest: dict[Devices, float] = {}
-        self._by_id: dict[int, dict[tuple[int, ...], tuple[tuple[Any, ...], Any]]] = {}
         self._alloc: dict[tuple[Used, int, int, str], Placed | None] = {}
         self.empty = (0,) * len(self.nodes)
 
@@ -86,18 +85,12 @@ class DappleSearch:
         return self.profile.cut_bytes[last]  # type: ignore[index]
 
     # -- devices ------------------------------------------------------------------------------------
-    def _memo(self, table: dict, key: tuple, compute: Callable[[], Any]) -> Any:
-        """table[key], computed once; looked up by the identity of the key's parts first (hashing a tuple of 8,192
-        device ids on every look-up cost more than the rest of DAPPLE's DP on 8,192 GPUs)."""
-        by_id = self._by_id.setdefault(id(table), {})
-        ids = tuple(map(id, key))
-        hit = by_id.get(ids)
-        if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
-            return hit[1]
+    @staticmethod
+    def _memo(table: dict, key: tuple, compute: Callable[[], Any]) -> Any:
+        """table[key], computed once."""
         value = table.get(key)
         if value is None:
             value = table[key] = compute()
-        by_id[ids] = (key, value)
         return value
 
     def _stats(self, devices: Devices) -> tuple[float, float]:
