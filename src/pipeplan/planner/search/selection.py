@@ -233,18 +233,22 @@ class Search:
         )
 
 
-def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
-    """Plan with pipeplan's search (module docstring): the fastest simulated plan that fits.
+def search_order(
+    request: PlanRequest, progress: Progress | None = None, beat_ms: float = math.inf, seeds: bool = True
+) -> PlanResult:
+    """pipeplan's search (module docstring) over the request's profile as the chain it is stored in.
 
-    Args:
-        request: profile, cluster, global batch and optional microbatch size / schedule.
-        progress: called with (message, fraction of the current phase) during the search.
+    `beat_ms` (a plan already found elsewhere) lets the partition DP skip every (rp, b) whose lower bound cannot
+    beat it; `seeds` off leaves out the baselines' plans (the search on the default order had them).
 
     Raises:
-        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy); with `beat_ms`,
+            also when nothing could beat it.
     """
     started = time.perf_counter()
     search = Search(request, progress)
+    search.candidates.best_time = beat_ms
+    search.candidates.with_seeds = seeds
     search.candidates.generate()
     if not search.candidates.pool:
         raise search.nothing_fits()
@@ -265,3 +269,19 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> Pla
             "finalists": search.finalists,
         },
     )
+
+
+def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Plan with pipeplan's search: the fastest simulated plan that fits, over the profile's own layer order and, for
+    a DAG, the orders in which the best antichain cuts are contiguous (dag_orders; the default order wins ties).
+
+    Args:
+        request: profile, cluster, global batch and optional microbatch size / schedule.
+        progress: called with (message, fraction of the current phase) during the search.
+
+    Raises:
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+    """
+    from pipeplan.planner.search.dag_search import plan_over_orders
+
+    return plan_over_orders(request, search_order, progress)
