@@ -149,5 +149,6 @@ def test_replica_allocation_equals_the_policies_read_literally() -> None:
         need, replicas = int(rng.integers(1, 7)), int(rng.integers(1, 12))
         policy = str(rng.choice([FRESH_FIRST, APPEND_FIRST, SCATTER_FIRST]))
         grid = np.asarray(nodes) if even else None
-        got = allocate_replicas(nodes, used, need, replicas, policy, grid=grid)
+        ints = list(range(int(starts[-1]))) if even else None
+        got = allocate_replicas(nodes, used, need, replicas, policy, grid=grid, ints=ints)
         assert got == _reference_allocation(nodes, used, need, replicas, policy), (sizes, used, need, replicas, policy)

@@ -41,6 +41,10 @@ class DappleSearch:
         self.node_size = max(len(n) for n in self.nodes)
         self._sizes = [len(n) for n in self.nodes]
         self._grid = np.asarray(self.nodes, dtype=np.int64) if len(set(self._sizes)) == 1 else None
+        self._ints: list[int] = [0] * (max(d.id for d in cluster.devices) + 1)
+        for ids in self.nodes:
+            for d in ids:
+                self._ints[d] = d  # the objects the placements share
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
@@ -173,7 +177,7 @@ class DappleSearch:
         """allocate_replicas over this cluster's machines, memoized."""
         key = (mask, need, replicas, policy)
         if key not in self._alloc:
-            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes, self._grid)
+            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes, self._grid, self._ints)
         return self._alloc[key]
 
     def placements(self, mask: Used, need: int, replicas: int) -> list[Placed]:
