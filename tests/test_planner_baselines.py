@@ -1,4 +1,4 @@
-"""Tests of the baseline planners: balanced, DAPPLE's latency model and placement, PipeDream's DP."""
+"""Tests of the baseline planners: balanced, DAPPLE's latency model and placement (PipeDream: test_pipedream)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from pipeplan.planner.baselines.dapple_model import (
     pivot_stage,
 )
 from pipeplan.planner.baselines.layer_groups import merge_layers
-from pipeplan.planner.baselines.pipedream import level_dp, levels_of, plan_pipedream, unwind
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits
@@ -93,46 +92,6 @@ def test_dapple_keeps_plain_1f1b_when_asked_for_it() -> None:
     assert plain.plan.schedule == "1f1b" and plain.plan.order is None
 
 
-def test_pipedream_level_dp_hand_case() -> None:
-    """Costly replication (big weights, slow link) makes PipeDream split [4 | 1, 1] over 2 units instead of replicating."""
-    compute = np.array([[4.0, 5.0, 6.0], [np.inf, 1.0, 2.0], [np.inf, np.inf, 1.0]])
-    params = np.array([[1e6, 1e6, 1e6], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    cut = np.zeros(3)
-    table = level_dp(compute, params, cut, 2, 1e3, 1, False, np.inf)
-    assert table.time[0, 2, 1] == pytest.approx(4.0)
-    assert unwind(table, 0, 2, 2) == [(0, 0, 1), (1, 2, 1)]
-    cheap = level_dp(compute, np.zeros((3, 3)), cut, 2, 1e3, 1, False, np.inf)
-    assert cheap.time[0, 2, 1] == pytest.approx(3.0)  # one stage on both units: 6 / 2
-    assert unwind(cheap, 0, 2, 2) == [(0, 2, 2)]
-
-
-def test_pipedream_levels_follow_machines() -> None:
-    """Two DGX-1 give two levels of 8 GPUs; one GPU per server gives one flat level."""
-    machines, inside, between = levels_of(load_cluster("v100-8x2-25g"))
-    assert [len(m) for m in machines] == [8, 8] and between is not None and between < inside
-    machines, _, between = levels_of(load_cluster("v100-1x16-25g"))
-    assert len(machines) == 1 and len(machines[0]) == 16 and between is None
-
-
-def test_pipedream_plan_covers_layers_with_disjoint_devices() -> None:
-    """PipeDream on two DGX-1: contiguous stages, each device in at most one stage, 1F1B, fits."""
-    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x2-25g"), 128)
-    plan = plan_pipedream(request).plan
-    used = [d for s in plan.stages for d in s.devices]
-    assert len(used) == len(set(used)) and plan.num_layers == request.profile.num_layers
-    assert plan.schedule == "1f1b" and plan.pipeline_replicas == 1
-    assert all(len(s.devices) & (len(s.devices) - 1) == 0 for s in plan.stages)  # replica counts are powers of two
-    check_fits(plan, request.model)
-
-
-def test_pipedream_level_dp_skips_disallowed_replica_counts() -> None:
-    """With only 1 and 2 replicas allowed, 3 units cannot hold one stage: the 3-unit single stage is infinite."""
-    compute = np.array([[3.0, 6.0], [np.inf, 3.0]])
-    table = level_dp(compute, np.zeros((2, 2)), np.zeros(2), 3, 1e3, 1, False, np.inf, frozenset({1, 2}))
-    assert table.time[0, 0, 2] == np.inf
-    assert unwind(table, 0, 1, 3) in ([(0, 0, 1), (1, 1, 2)], [(0, 0, 2), (1, 1, 1)])
-
-
 def test_merge_layers_keeps_totals_and_cuts() -> None:
     """Merging nasnet into 48 blocks keeps the compute and weight totals; block cuts are the layers' cuts."""
     profile = load_profile("pipedream/nasnetalarge")
@@ -142,3 +101,54 @@ def test_merge_layers_keeps_totals_and_cuts() -> None:
     assert blocks.profile.total_param_bytes == pytest.approx(profile.total_param_bytes)
     assert blocks.profile.cut_bytes[0] == profile.cut_bytes[blocks.starts[1] - 1]  # type: ignore[index]
     assert blocks.layer_range(0, 47) == (0, profile.num_layers - 1)
+
+
+def _reference_allocation(nodes: list[list[int]], used: tuple[int, ...], need: int, replicas: int, policy: str):  # type: ignore[no-untyped-def]
+    """The policies read literally: every step scans the machines again."""
+    count = list(used)
+    if sum(len(n) - c for n, c in zip(nodes, count, strict=True)) < need * replicas:
+        return None
+    devices: list[int] = []
+    for _ in range(replicas):
+        taken: list[int] = []
+        while len(taken) < need:
+            free = [i for i, n in enumerate(nodes) if count[i] < len(n)]
+            fresh = [i for i in free if count[i] == 0]
+            partly = [i for i in free if count[i] > 0]
+            if policy == SCATTER_FIRST:
+                picks = [(i, 1) for i in free[: need - len(taken)]]
+            elif policy == FRESH_FIRST and fresh:
+                picks = [(fresh[0], need - len(taken))]
+            elif policy == APPEND_FIRST and partly:
+                picks = [(partly[0], need - len(taken))]
+            else:
+                picks = [(free[0], need - len(taken))]
+            for i, want in picks:
+                k = min(len(nodes[i]) - count[i], want)
+                taken += nodes[i][count[i] : count[i] + k]
+                count[i] += k
+        devices += sorted(taken)
+    return tuple(devices), tuple(count)
+
+
+def test_replica_allocation_equals_the_policies_read_literally() -> None:
+    """The pointer-and-heap allocation, and the numpy one on machines of one size, give what rescanning the machines
+    at every step gives (random clusters)."""
+    rng = np.random.default_rng(11)
+    for trial in range(6000):
+        even = trial % 2 == 1  # machines of one size: the numpy paths
+        count = int(rng.integers(1, 9))
+        one_size = [int(rng.choice([1, 2, 4, 8]))] * count
+        sizes = one_size if even else [int(rng.choice([0, 1, 2, 3, 4, 8])) for _ in range(count)]
+        starts = np.cumsum([0, *sizes])
+        nodes = [list(range(int(a), int(a) + s)) for a, s in zip(starts, sizes, strict=False)]
+        used = tuple(int(rng.integers(0, s + 1)) for s in sizes)
+        if even and trial % 4 == 1:  # a few machines in use, the rest equally so (as a pipeline fills them)
+            cut, level = int(rng.integers(0, count + 1)), int(rng.integers(0, sizes[0] + 1))
+            used = used[:cut] + (level,) * (count - cut)
+        need, replicas = int(rng.integers(1, 7)), int(rng.integers(1, 12))
+        policy = str(rng.choice([FRESH_FIRST, APPEND_FIRST, SCATTER_FIRST]))
+        grid = np.asarray(nodes) if even else None
+        ints = list(range(int(starts[-1]))) if even else None
+        got = allocate_replicas(nodes, used, need, replicas, policy, grid=grid, ints=ints)
+        assert got == _reference_allocation(nodes, used, need, replicas, policy), (sizes, used, need, replicas, policy)

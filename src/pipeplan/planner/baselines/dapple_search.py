@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,12 @@ class DappleSearch:
             by_node.setdefault(d.node, []).append(d.id)
         self.nodes = sorted((sorted(ids) for ids in by_node.values()), key=lambda ids: ids[0])
         self.node_size = max(len(n) for n in self.nodes)
+        self._sizes = [len(n) for n in self.nodes]
+        self._grid = np.asarray(self.nodes, dtype=np.int64) if len(set(self._sizes)) == 1 else None
+        self._ints: list[int] = [0] * (max(d.id for d in cluster.devices) + 1)
+        for ids in self.nodes:
+            for d in ids:
+                self._ints[d] = d  # the objects the placements share
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
@@ -51,6 +58,11 @@ class DappleSearch:
         row_min = np.stack([rates[ids].min(axis=0) for ids in self.nodes])  # machine x device
         self._machine_pair_min = np.stack([row_min[:, ids].min(axis=1) for ids in self.nodes], axis=1)
         np.fill_diagonal(self._machine_pair_min, np.inf)
+        between = self._machine_pair_min[np.isfinite(self._machine_pair_min)]
+        self._between_uniform = float(between.min()) if len(between) and between.min() == between.max() else None
+        intra = [rates[np.ix_(ids, ids)][~np.eye(len(ids), dtype=bool)] for ids in self.nodes]
+        self._intra_min = np.asarray([x.min() if len(x) else np.inf for x in intra])
+        self._intra_alike = np.asarray([len(x) == 0 or x.min() == x.max() for x in intra])
         self._latency = latency
         self._rates = rates
         self._device_stats: dict[Devices, tuple[float, float]] = {}
@@ -77,12 +89,20 @@ class DappleSearch:
         return self.profile.cut_bytes[last]  # type: ignore[index]
 
     # -- devices ------------------------------------------------------------------------------------
+    @staticmethod
+    def _memo(table: dict, key: tuple, compute: Callable[[], Any]) -> Any:
+        """table[key], computed once."""
+        value = table.get(key)
+        if value is None:
+            value = table[key] = compute()
+        return value
+
     def _stats(self, devices: Devices) -> tuple[float, float]:
-        got = self._device_stats.get(devices)
-        if got is None:
+        def compute() -> tuple[float, float]:
             index = np.asarray(devices)
-            got = self._device_stats[devices] = (float(self._speed[index].min()), float(self._memory[index].min()))
-        return got
+            return float(self._speed[index].min()), float(self._memory[index].min())
+
+        return self._memo(self._device_stats, (devices,), compute)  # type: ignore[no-any-return]
 
     def speed(self, devices: Devices) -> float:
         """The slowest device's speed."""
@@ -97,22 +117,32 @@ class DappleSearch:
 
         Over 16 devices, links between machines count by machine pair (the
         slowest link between any GPUs of the two machines; exact when links
-        between two machines are alike), links inside a machine exactly.
+        between two machines are alike), links inside a machine exactly (a
+        machine whose links are all alike by its one rate, with no pairs built).
         """
-        got = self._slowest.get(devices)
-        if got is None:
-            index = np.asarray(devices)
-            if len(devices) <= 16:
-                rate = float(self._rates[np.ix_(index, index)].min())
-            else:
-                machines = self._machine_of[index]
-                used = np.unique(machines)
-                rate = float(self._machine_pair_min[np.ix_(used, used)].min())
-                a, b = _pairs_inside(index, machines)
-                if len(a):
-                    rate = min(rate, float(self._rates[a, b].min()))
-            got = self._slowest[devices] = rate / 1000.0
-        return got
+        return self._memo(self._slowest, (devices,), lambda: self._slowest_of(devices))  # type: ignore[no-any-return]
+
+    def _slowest_of(self, devices: Devices) -> float:
+        """slowest_bytes_per_ms, computed."""
+        index = np.asarray(devices)
+        if len(devices) <= 16:
+            rate = float(self._rates[np.ix_(index, index)].min())
+        else:
+            machines = self._machine_of[index]
+            used, counts = np.unique(machines, return_counts=True)
+            rate = np.inf
+            if len(used) > 1:
+                uniform = self._between_uniform
+                rate = uniform if uniform is not None else float(self._machine_pair_min[np.ix_(used, used)].min())
+            shared = used[counts > 1]  # machines holding two or more of the devices
+            alike = self._intra_alike[shared]
+            if alike.any():
+                rate = min(rate, float(self._intra_min[shared[alike]].min()))
+            if not alike.all():
+                keep = np.isin(machines, shared[~alike])
+                a, b = _pairs_inside(index[keep], machines[keep])
+                rate = min(rate, float(self._rates[a, b].min()))
+        return rate / 1000.0
 
     def link_terms(self, senders: Devices, receivers: Devices, replicas: int) -> tuple[tuple[float, float], ...]:
         """(latency ms, ms per byte) of every pair carrying a transfer between two stages, dominated ones dropped.
@@ -120,24 +150,24 @@ class DappleSearch:
         Per pipeline replica, q = min(replicas of each side) pairs, replica t
         with replica t, each carrying 1/q of the bytes (split-concat).
         """
-        key = (senders, receivers, replicas)
-        got = self._terms.get(key)
-        if got is None:
-            per_s, per_r = len(senders) // replicas, len(receivers) // replicas
-            q = min(per_s, per_r)
-            a = np.asarray(senders).reshape(replicas, per_s)[:, :q].ravel()
-            b = np.asarray(receivers).reshape(replicas, per_r)[:, :q].ravel()
-            rates = self._rates[a, b]
-            if not rates.min() > 0:
-                self.cluster.require_link(int(a[rates.argmin()]), int(b[rates.argmin()]))  # raises, naming the pair
-            terms = set(zip((self._latency[a, b] * 1000.0).tolist(), (1000.0 / (q * rates)).tolist(), strict=True))
-            ordered = sorted(terms, key=lambda x: (-x[1], -x[0]))
-            kept: list[tuple[float, float]] = []
-            for lat, slope in ordered:  # steepest first; keep a term only if its latency beats all steeper ones
-                if not kept or lat > max(k[0] for k in kept):
-                    kept.append((lat, slope))
-            got = self._terms[key] = tuple(kept)
-        return got
+        return self._memo(self._terms, (senders, receivers, replicas), lambda: self._terms_of(senders, receivers, replicas))  # type: ignore[no-any-return]
+
+    def _terms_of(self, senders: Devices, receivers: Devices, replicas: int) -> tuple[tuple[float, float], ...]:
+        """link_terms, computed."""
+        per_s, per_r = len(senders) // replicas, len(receivers) // replicas
+        q = min(per_s, per_r)
+        a = np.asarray(senders).reshape(replicas, per_s)[:, :q].ravel()
+        b = np.asarray(receivers).reshape(replicas, per_r)[:, :q].ravel()
+        rates = self._rates[a, b]
+        if not rates.min() > 0:
+            self.cluster.require_link(int(a[rates.argmin()]), int(b[rates.argmin()]))  # raises, naming the pair
+        terms = set(zip((self._latency[a, b] * 1000.0).tolist(), (1000.0 / (q * rates)).tolist(), strict=True))
+        ordered = sorted(terms, key=lambda x: (-x[1], -x[0]))
+        kept: list[tuple[float, float]] = []
+        for lat, slope in ordered:  # steepest first; keep a term only if its latency beats all steeper ones
+            if not kept or lat > max(k[0] for k in kept):
+                kept.append((lat, slope))
+        return tuple(kept)
 
     def transfer_ms(self, senders: Devices, receivers: Devices, replicas: int, nbytes: float) -> float:
         """One transfer of nbytes between two stages (the slowest pair)."""
@@ -147,7 +177,7 @@ class DappleSearch:
         """allocate_replicas over this cluster's machines, memoized."""
         key = (mask, need, replicas, policy)
         if key not in self._alloc:
-            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy)
+            self._alloc[key] = allocate_replicas(self.nodes, mask, need, replicas, policy, self._sizes, self._grid, self._ints)
         return self._alloc[key]
 
     def placements(self, mask: Used, need: int, replicas: int) -> list[Placed]:

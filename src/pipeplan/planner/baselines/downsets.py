@@ -1,0 +1,215 @@
+"""PipeDream's planning states: the down-sets of a DAG reachable from its first source, as bitmasks.
+
+A state is a down-set D (closed under producers) of the graph's nodes; a
+stage is the difference D_j \\ D_k of two nested states. PipeDream builds
+these states as "antichains" and walks from one to the next by replacing a
+node of the (augmented) antichain with one of its consumers; the down-set of
+the result is D ∪ ancestors(v) for a node v outside D that consumes a node of
+D. So the states are the closure of {first source} under
+D -> D ∪ anc(v), v ∉ D, v consumes some u ∈ D, which this module enumerates
+breadth-first with integer bitmasks (bit i = node i) instead of lists of
+node objects.
+
+Note:
+    `cut_bytes[i]` is PipeDream's "output activation size" of state i: the
+    activations of its augmented antichain, i.e. the maximal nodes X of D_i
+    plus every ancestor p of some a ∈ X with a consumer outside a's own
+    ancestry. That also counts a p whose consumers all lie inside D_i (a
+    diamond x -> a, x -> b with both a and b in X counts x): kept as the
+    original computes it, since its plans depend on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.planner.baselines.pipedream_graph import LayerGraph
+
+
+class StateLimitError(ValueError):
+    """The DAG has more reachable down-sets than the caller allows (the DP over them would not finish)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DownsetStates:
+    """The reachable down-sets of a DAG, ordered by size then discovery, with PipeDream's per-state sums.
+
+    `masks[i]` is state i's node set; `work_ms[i]` the forward + backward
+    time of its nodes, `activation_bytes[i]`, `param_bytes[i]` their sums,
+    `cut_bytes[i]` the bytes PipeDream sends over a cut placed right after
+    state i. The last state is the whole graph. State order is a topological
+    order of inclusion (a subset never comes after a superset).
+    """
+
+    masks: tuple[int, ...]
+    work_ms: np.ndarray
+    activation_bytes: np.ndarray
+    param_bytes: np.ndarray
+    cut_bytes: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Number of states."""
+        return len(self.masks)
+
+    def members(self, i: int) -> list[int]:
+        """Node indices of state i, ascending."""
+        return bits(self.masks[i])
+
+
+def bits(mask: int) -> list[int]:
+    """Indices of the set bits of `mask`, ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
+def enumerate_downsets(dag: LayerGraph, first: int, limit: int | None = None) -> list[int]:
+    """Every down-set reachable from {first} (a source), as bitmasks in breadth-first discovery order.
+
+    Raises:
+        StateLimitError: more than `limit` states (naming the limit and the graph).
+    """
+    anc = ancestor_masks(dag)
+    succ = successor_masks(dag)
+    start = anc[first]
+    seen = {start: 0}
+    order = [start]
+    # per state, the nodes outside it that consume one of its nodes: the moves out of it
+    frontier = [succ[first] & ~start]
+    head = 0
+    while head < len(order):
+        mask, cand = order[head], frontier[head]
+        head += 1
+        todo = cand
+        while todo:
+            low = todo & -todo
+            todo ^= low
+            v = low.bit_length() - 1
+            grown = mask | anc[v]
+            if grown in seen:
+                continue
+            if limit is not None and len(order) >= limit:
+                raise StateLimitError(f"graph {dag.name!r} has more than {limit:,} reachable down-sets (planning states)")
+            added = grown & ~mask
+            reach = cand
+            while added:
+                a = added & -added
+                added ^= a
+                reach |= succ[a.bit_length() - 1]
+            seen[grown] = len(order)
+            order.append(grown)
+            frontier.append(reach & ~grown)
+    return order
+
+
+def ancestor_masks(dag: LayerGraph) -> list[int]:
+    """Per node, a bitmask (bit i = node i) of its ancestors and itself: the down-set it generates."""
+    masks: list[int] = []
+    for v in range(dag.num_nodes):
+        mask = 1 << v
+        for u in dag.producers[v]:
+            mask |= masks[u]
+        masks.append(mask)
+    return masks
+
+
+def successor_masks(dag: LayerGraph) -> list[int]:
+    """Per node, a bitmask of the nodes that consume its output."""
+    succ = [0] * dag.num_nodes
+    for v, producers in enumerate(dag.producers):
+        for u in producers:
+            succ[u] |= 1 << v
+    return succ
+
+
+def mask_matrix(masks: list[int] | tuple[int, ...], nodes: int) -> np.ndarray:
+    """A bool matrix, row i = state i's membership of each node."""
+    width = (nodes + 7) // 8
+    raw = b"".join(m.to_bytes(width, "little") for m in masks)
+    flat = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
+    return flat.reshape(len(masks), width * 8)[:, :nodes].astype(bool)
+
+
+def augmented_extra(dag: LayerGraph) -> list[int]:
+    """Per node a, PipeDream's extra nodes when a is in an antichain: ancestors of a with a consumer outside a's
+    ancestry (a itself excluded)."""
+    anc = ancestor_masks(dag)
+    succ = successor_masks(dag)
+    extra = []
+    for a in range(dag.num_nodes):
+        mask = 0
+        for p in bits(anc[a] & ~(1 << a)):
+            if succ[p] & ~anc[a]:
+                mask |= 1 << p
+        extra.append(mask)
+    return extra
+
+
+def maximal(mask: int, anc: list[int]) -> int:
+    """The maximal nodes of down-set `mask` (the antichain that generates it)."""
+    out = mask
+    for v in bits(mask):
+        out &= ~(anc[v] & ~(1 << v))
+    return out
+
+
+def downset_states(dag: LayerGraph, first: int, limit: int | None = None) -> DownsetStates:
+    """The reachable down-sets of `dag` from source `first`, sorted by size (then discovery), with their sums.
+
+    Raises:
+        StateLimitError: more than `limit` states.
+    """
+    found = enumerate_downsets(dag, first, limit)
+    ranked = sorted(range(len(found)), key=lambda i: (found[i].bit_count(), i))
+    masks = tuple(found[i] for i in ranked)
+    member = mask_matrix(masks, dag.num_nodes)
+    work, act, par = dag.work_ms, dag.activation_bytes, dag.param_bytes
+    anc = ancestor_masks(dag)
+    extra = augmented_extra(dag)
+    augmented = []
+    for mask in masks:
+        top = maximal(mask, anc)
+        aug = top
+        for a in bits(top):
+            aug |= extra[a]
+        augmented.append(aug)
+    aug_member = mask_matrix(augmented, dag.num_nodes)
+    return DownsetStates(
+        masks=masks,
+        work_ms=member @ work,
+        activation_bytes=member @ act,
+        param_bytes=member @ par,
+        cut_bytes=aug_member @ act,
+    )
+
+
+def nested(states: DownsetStates, nodes: int) -> np.ndarray:
+    """inside[k, j]: state k's down-set is a proper subset of state j's."""
+    member = mask_matrix(states.masks, nodes).astype(np.float32)
+    inside = (member @ (1.0 - member).T) == 0
+    np.fill_diagonal(inside, False)
+    return inside
+
+
+def range_tables(states: DownsetStates, nodes: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Which (row, column) pairs name a node set, and each state's proper-subset states.
+
+    Row r means "after state r-1" (row 0: from nothing), column j "up to
+    state j": valid[r, j] when r = 0 or D_{r-1} is a proper subset of D_j, the
+    node set D_j minus D_{r-1}.
+    """
+    proper = nested(states, nodes)
+    valid = np.vstack([np.ones((1, states.count), dtype=bool), proper])
+    return valid, [np.flatnonzero(proper[:, j]) for j in range(states.count)]
+
+
+def range_table(values: np.ndarray, valid: np.ndarray, missing: float) -> np.ndarray:
+    """A per-state cumulative value over every (row, column) range of range_tables (`missing` where invalid)."""
+    full = np.vstack([values[None, :], values[None, :] - values[:, None]])
+    return np.where(valid, full, missing)
