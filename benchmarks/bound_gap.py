@@ -88,7 +88,7 @@ def bound_row(row: dict[str, Any], scaling: str) -> dict[str, Any]:
 def main() -> int:
     """Compute the bounds, print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", default=None, help="planner_quality.py --out JSON (default: plan here)")
+    parser.add_argument("--rows", default=None, help="planner_quality.py --out JSON, or an --out JSONL of this script")
     parser.add_argument("--report", default=None, help="print the tables of an --out JSONL")
     parser.add_argument("--worst", type=int, default=12, help="worst instances listed")
     parser.add_argument("--out", default=None, help="append the per-instance rows here (JSON lines)")
@@ -98,7 +98,12 @@ def main() -> int:
     if args.report:
         lines = Path(args.report).read_text().splitlines()
         return report([json.loads(line) for line in lines if line.strip()], args.worst)
-    if args.rows:
+    if args.rows and args.rows.endswith(".jsonl"):  # this script's own rows: pipeplan's plans kept, bounds again
+        lines = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+        rows = [{"profile": g["profile"], "cluster": g["cluster"], "batch": g["batch"],
+                 "pipeplan": {"ms": g["pipeplan_ms"], "plan": g["plan"], "s": g.get("planning_seconds")}}
+                for g in lines if "error" not in g]  # fmt: skip
+    elif args.rows:
         rows = [r for r in json.loads(Path(args.rows).read_text())["presets"] if "ms" in r["pipeplan"]]
     else:
         from pipeplan.presets.resolve import list_clusters, list_profiles, load_cluster

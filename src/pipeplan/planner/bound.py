@@ -18,6 +18,9 @@ of that shape takes at least the largest of:
    step runs on at least one device, and a device of speed s does speed-1 work w in w / s.
 2. path: sum_i min_r F_i(b / r) / s_max + sum_i min_r I'_i(b / r) / s_max. One microbatch passes every layer's
    forward, then every layer's backward (at least its I part) from the last layer down.
+   Joint: each layer has one width r_i that both sums above use, so for any w in [0, 1] the larger of the two
+   is at least sum_i min_r (w a_i(r) + (1 - w) p_i(r)) + w sum_i O_i / S, with a_i(r) = m r (F_i + B'_i)(b / r) / S
+   and p_i(r) = (F_i + I'_i)(b / r) / s_max; term 1 is the largest of that over MIXES weights and itself.
 3. all-reduce: max_i min_r [m (F_i + B'_i)(b / r) / s_max + O_i / s_max + AR(P_i, r rp)]. The stage holding layer
    i ends its last backward (B or W) after all of its m forwards and backwards, then all-reduces its parameters
    (at least P_i bytes) over its r rp devices, then its rank steps the optimizer (at least O_i); AR(P, k) is the
@@ -44,6 +47,8 @@ from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_arrays
 
 TERMS = ("compute", "path", "all-reduce", "stages")
+MIXES = 41
+"""Weights w in [0, 1] tried for the joint compute-and-path term (each gives a valid bound; the largest counts)."""
 STAGE_DP_CELLS = 60_000_000
 """Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
 
@@ -134,25 +139,23 @@ class ShapeBounds:
         return [r for r in divisors(b) if r <= n] if self.request.stage_replicas_allowed else [1]
 
     def terms(self, rp: int, b: int) -> tuple[float, float, float]:
-        """(compute, path, all-reduce) of shape (rp, b): see the module docstring."""
+        """(compute, path, all-reduce) of shape (rp, b): see the module docstring (compute and path joined)."""
         devices = self.request.cluster.num_devices
         n = devices // rp
         m = self.request.global_batch // (rp * b)
-        area, fwd_min, inp_min, tail = None, None, None, None
+        speed = min(float(self.speed_prefix[n]), float(self.speed_prefix[-1]) / rp)
+        areas, paths, tails = [], [], []
         for r in self.widths(rp, b):
             fwd, back, inp = self.costs(b / r)
-            work = fwd + back
-            per_layer_area = r * work
-            ends = m * work / self.s_max + self.optimizer / self.s_max + self.allreduce_ms(self.params, r * rp)
-            area = per_layer_area if area is None else np.minimum(area, per_layer_area)
-            fwd_min = fwd if fwd_min is None else np.minimum(fwd_min, fwd)
-            inp_min = inp if inp_min is None else np.minimum(inp_min, inp)
-            tail = ends if tail is None else np.minimum(tail, ends)
-        assert area is not None and fwd_min is not None and inp_min is not None and tail is not None
-        speed = min(float(self.speed_prefix[n]), float(self.speed_prefix[-1]) / rp)
-        compute = (m * float(area.sum()) + float(self.optimizer.sum())) / speed
-        path = (float(fwd_min.sum()) + float(inp_min.sum())) / self.s_max
-        return compute, path, float(tail.max(initial=0.0))
+            areas.append(m * r * (fwd + back) / speed)
+            paths.append((fwd + inp) / self.s_max)
+            tails.append(m * (fwd + back) / self.s_max + self.optimizer / self.s_max + self.allreduce_ms(self.params, r * rp))
+        area, path = np.array(areas), np.array(paths)
+        steps = float(self.optimizer.sum()) / speed
+        # one width per layer serves both: max(A, P) >= w A + (1 - w) P >= sum_i min_r (w a_ir + (1 - w) p_ir)
+        joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) + w * steps for w in np.linspace(0.0, 1.0, MIXES))
+        compute = max(float(area.min(axis=0).sum()) + steps, joint)
+        return compute, float(path.min(axis=0).sum()), float(np.min(tails, axis=0).max(initial=0.0))
 
     def stages(self, rp: int, b: int) -> float:
         """The least, over every split of the layers into contiguous stages of r_s devices each (sum r_s <= n), of

@@ -21,13 +21,28 @@ complete plans are simulated only when their per-schedule lower bound
 is below it, and when they fit in memory. The incumbent starts from
 straight pipelines over all devices in device order.
 
+What keeps it fast without giving up exactness:
+- twins (planner.search.refine.twin_classes: same node, speed, memory and links) are interchangeable, so each
+  stage takes of every twin class only its lowest unused device next (canonical_tuples): every plan of the
+  space is a twin relabelling of exactly one plan searched, with the same simulated time; 4 identical GPUs
+  give 24 times fewer device tuples;
+- a shape (rp, m) is searched only when planner.bound's proven bound for it (compute, path, all-reduce, and the
+  best split into stages of one rank each) is below the incumbent;
+- a device tuple whose stage alone (first input + m (F + B) + all-reduce, which only grows with the stage's
+  last layer) passes the incumbent is retired for every longer stage of the same first layer;
+- a stage's own costs and its links to the stage before are cached; one plan's costs serve all its schedules.
+Tie rule: among plans of equal simulated time the first found wins (shapes by rp ascending, then m descending;
+stages by last layer, width, device tuple); on clusters with twins the plan may name other (twin) devices than
+before this search skipped twins, and may be another plan of the same time.
+
 Reach (random instances of planner.instances, global batch 32, one core of
-a shared 2-core machine): 8 layers on 4 devices (search space 3,844) in
+a shared 2-core machine, before twins were skipped): 8 layers on 4 devices (search space 3,844) in
 under 0.2 s; 8 on 6 (856k) in 1-5 s; 10 on 6 (2.0M) in 2-25 s; 12 on 6
 (4.3M) in 10-17 s; 8 on 7 (13.6M) in 11-15 s; 8 on 8 (226M) in 1-2 minutes.
 Instances where slow links dominate prune as well (the link bounds), but
 time varies with how tight the bounds are. Requests whose search space
-exceeds MAX_SPACE (8 on 8 does) are refused with a PlanError.
+exceeds MAX_SPACE (8 on 8 does) are refused with a PlanError. The shared profiles on 2, 3 and 4 identical
+V100s: BENCHMARKS.md, "How far `exact` reaches" (benchmarks/exact_speed.py).
 """
 
 from __future__ import annotations
