@@ -1,6 +1,6 @@
 """Scale: planning large models and large clusters, whole process (time and peak memory of a fresh `pipeplan`).
 
-Usage: .venv/bin/python benchmarks/scale.py [--runs 3] [--large] [--check]
+Usage: .venv/bin/python benchmarks/scale.py [--runs 3] [--large] [--huge] [--check]
 
 Cases (targets from the issue "Fast and unbreakable where a user touches it"):
   C1 `plan --profile pipedream/nasnetalarge --cluster h100-8x128 --global-batch 1024` (1251 layers)  <= 10 s
@@ -10,6 +10,8 @@ Cases (targets from the issue "Fast and unbreakable where a user touches it"):
   C4 the same on 1024 nodes x 8 H100 (8,192 devices)                                              <= 60 s, <= 1 GiB
   C5 the same on 2048 nodes x 8 H100 (16,384 devices)                                              (reported)
   C6 `compare` (every planner: pipeplan, dapple, pipedream, balanced, exact) on C4's problem        <= 20 s
+  with --huge (issue 22, "Beyond the peers"):
+  C7 `plan --profile dapple/bert-48` on 8,192 nodes x 8 H100 (65,536 devices), global batch 16384 <= 60 s, <= 2 GiB
 A case that runs past --timeout seconds is reported as timed out. --check exits 1 when a target fails.
 """
 
@@ -51,6 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="counted rounds")
     parser.add_argument("--large", action="store_true", help="add 8,192 and 16,384 devices (15-60 s each)")
+    parser.add_argument("--huge", action="store_true", help="add 65,536 devices (C7)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is stopped")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args()
@@ -71,6 +74,11 @@ def main() -> None:
                  [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(2048, folder)], None, None),
                 ("C6", "compare bert-48 on 8,192 H100 (described), every baseline",
                  [*PIPEPLAN, "compare", *bert, "--cluster", h100_nodes(1024, folder)], 20.0, None),
+            ]  # fmt: skip
+        if args.huge:
+            cases += [
+                ("C7", "plan bert-48 on 65,536 H100 (described)",
+                 [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(8192, folder)], 60.0, 2048.0),
             ]  # fmt: skip
         timings = [Timing(label, argv) for _, label, argv, _, _ in cases]
         print(f"before: {load_line()}")

@@ -21,44 +21,88 @@ complete plans are simulated only when their per-schedule lower bound
 is below it, and when they fit in memory. The incumbent starts from
 straight pipelines over all devices in device order.
 
+What keeps it fast without giving up exactness:
+- twins (planner.search.refine.twin_classes: same node, speed, memory and links) are interchangeable, so each
+  stage takes of every twin class only its lowest unused device next (canonical_tuples): every plan of the
+  space is a twin relabelling of exactly one plan searched, with the same simulated time; 4 identical GPUs
+  give 24 times fewer device tuples;
+- a shape (rp, m) is searched only when planner.bound's proven bound for it (compute, path, all-reduce, and the
+  best split into stages of one rank each) is below the incumbent;
+- a device tuple whose stage alone (first input + m (F + B) + all-reduce, which only grows with the stage's
+  last layer) passes the incumbent is retired for every longer stage of the same first layer;
+- a stage's own costs and its links to the stage before are cached; one plan's costs serve all its schedules.
+Tie rule: among plans of equal simulated time the first found wins (shapes by rp ascending, then m descending;
+stages by last layer, width, device tuple); on clusters with twins the plan may name other (twin) devices than
+before this search skipped twins, and may be another plan of the same time.
+
 Reach (random instances of planner.instances, global batch 32, one core of
-a shared 2-core machine): 8 layers on 4 devices (search space 3,844) in
+a shared 2-core machine, before twins were skipped): 8 layers on 4 devices (search space 3,844) in
 under 0.2 s; 8 on 6 (856k) in 1-5 s; 10 on 6 (2.0M) in 2-25 s; 12 on 6
 (4.3M) in 10-17 s; 8 on 7 (13.6M) in 11-15 s; 8 on 8 (226M) in 1-2 minutes.
 Instances where slow links dominate prune as well (the link bounds), but
 time varies with how tight the bounds are. Requests whose search space
-exceeds MAX_SPACE (8 on 8 does) are refused with a PlanError.
+exceeds MAX_SPACE (8 on 8 does) are refused with a PlanError. The shared profiles on 2, 3 and 4 identical
+V100s: BENCHMARKS.md, "How far `exact` reaches" (benchmarks/exact_speed.py).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from copy import copy
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import permutations
 
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.partition import prefix_sums
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules import make_schedule
+from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import PLANNABLE, TABLE, names_text
 from pipeplan.sim.cost.layers import StageWork, static_bytes
 from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
 from pipeplan.sim.cost.memory import order_peak_activation
 from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.plan_sim import simulate_plan
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.engine.simulator import simulate
 
 COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
 """The schedules exact searches: every generated one of p stages (interleaving re-cuts a plan into chunk-stages)."""
 SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
 """(schedule, k) in the order exact tries them (a tie keeps the first)."""
+MARGIN = 1e-9
+"""Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
+point need not grow by every term they gain)."""
 MAX_SPACE = 20_000_000
 """Most (partition, ordered device groups) pairs accepted: 8 layers on 7 devices (13.6M) pass, on 8 (226M) do not."""
+
+
+def canonical_tuples(free: tuple[int, ...], length: int, classes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+    """Ordered tuples of `length` distinct devices of `free` (ascending), up to swapping twins.
+
+    `classes[d]` names d's twin class (refine.twin_classes: a permutation inside a class maps every plan onto
+    one with the same simulated time). Of each class only its smallest device not yet taken may come next, so
+    every tuple of `permutations(free, length)` is a twin-relabelling of exactly one tuple given here, and a
+    cluster without twins gives all of them, in the same order.
+    """
+    if length == 0:
+        yield ()
+        return
+    seen: set[int] = set()
+    for i, d in enumerate(free):
+        twin = classes[d] if classes else d
+        if twin in seen:
+            continue
+        seen.add(twin)
+        for rest in canonical_tuples(free[:i] + free[i + 1 :], length - 1, classes):
+            yield (d, *rest)
 
 
 def ordered_groups(devices: int, stages: int) -> int:
@@ -117,12 +161,15 @@ class _Search:
 
     request: PlanRequest
     schedules: tuple[tuple[str, int], ...]
+    classes: tuple[int, ...] = ()
     best_time: float = math.inf
     best_plan: Plan | None = None
     simulated: int = 0
     nodes: int = 0
     works: dict[tuple[int, int, int, int, float], StageWork] = field(default_factory=dict)
     rest_work: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    bases: dict[tuple[int, int, tuple[int, ...], int, int], _Placed] = field(default_factory=dict)
+    links: dict[tuple[int, tuple[int, ...], tuple[int, ...], int, int], tuple[float, float]] = field(default_factory=dict)
 
     # -- costs, from sim's cost model -------------------------------------------------------------------
     def work(self, first: int, last: int, size: int, r: int, speed: float) -> StageWork:
@@ -161,15 +208,19 @@ class _Search:
                 worst = max(worst, pair)
         return worst
 
-    def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int, prev: _Placed | None) -> _Placed:
-        """Costs of layers first..last on `devices` after `prev`, at microbatch size `size`."""
+    def base(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int) -> _Placed:
+        """What a stage costs on its own (compute, all-reduce, memory), before any stage is put before it; cached."""
+        key = (first, last, devices, rp, size)
+        got = self.bases.get(key)
+        if got is not None:
+            return got
         cluster = self.request.cluster
         r = len(devices) // rp
         speed = min(cluster.devices[d].speed for d in devices)
         work = self.work(first, last, size, r, speed)
         inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
         wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
-        stage = _Placed(
+        got = self.bases[key] = _Placed(
             first,
             last,
             devices,
@@ -183,16 +234,32 @@ class _Search:
             memory=min(cluster.devices[d].memory_bytes for d in devices),
             arrive=0.0,
         )
+        return got
+
+    def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int, prev: _Placed | None) -> _Placed:
+        """Costs of layers first..last on `devices` after `prev`, at microbatch size `size`."""
+        stage = copy(self.base(first, last, devices, rp, size))
         if prev is None:
             stage.chain = stage.chain_split = stage.bwd + stage.allreduce
         else:
-            nbytes = self.request.model.layers.cut_bytes(prev.last, size)
-            stage.fwd_in = self.transfer(prev, stage, rp, nbytes, True)
-            stage.bwd_out = self.transfer(prev, stage, rp, nbytes, False)
+            key = (prev.last, prev.devices, devices, rp, size)
+            links = self.links.get(key)
+            if links is None:
+                nbytes = self.request.model.layers.cut_bytes(prev.last, size)
+                links = self.links[key] = (
+                    self.transfer(prev, stage, rp, nbytes, True),
+                    self.transfer(prev, stage, rp, nbytes, False),
+                )
+            stage.fwd_in, stage.bwd_out = links
             stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
             stage.chain = stage.bwd + stage.bwd_out + prev.chain
             stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
         return stage
+
+    @staticmethod
+    def compute_bound(stage: _Placed, m: int) -> float:
+        """The stage's first input, its m forwards and backwards, its all-reduce: nondecreasing in its last layer."""
+        return stage.arrive + m * (stage.fwd + min(stage.bwd, stage.inp + stage.wgt)) + stage.allreduce
 
     def placed_bound(self, stage: _Placed, prev: _Placed | None, m: int) -> float:
         """A bound every completion and schedule obeys, from a stage and the ones before it.
@@ -244,6 +311,7 @@ class _Search:
         """Simulate every schedule of a complete plan that could beat the best and fits."""
         bounds = {False: self.schedule_bound(stages, m, False), True: self.schedule_bound(stages, m, True)}
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
+        costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
         for name, k in self.schedules:
             if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= self.best_time:
                 continue
@@ -251,7 +319,9 @@ class _Search:
             if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                 continue
             plan = Plan(plan_stages, rp, m, size, name, k=k)
-            result = simulate_plan(plan, self.request.model, record=False)
+            if costs is None:
+                costs = plan_costs(plan, self.request.model)
+            result = simulate(plan_schedule(plan), costs, record=False)  # simulate_plan's own steps
             self.simulated += 1
             if result.iteration_time < self.best_time:
                 self.best_time, self.best_plan = result.iteration_time, plan
@@ -263,14 +333,21 @@ class _Search:
         start = stages[-1].last + 1 if stages else 0
         prev = stages[-1] if stages else None
         speeds = [self.request.cluster.devices[d].speed for d in free]
+        # device tuples whose stage alone already costs more than the best plan: adding layers only adds to it
+        dead: set[tuple[int, ...]] = set()
         for last in range(start, layers):
             rest_layers = layers - 1 - last
             for group in range(rp, (len(free) if self.request.stage_replicas_allowed else rp) + 1, rp):
                 r = group // rp
                 if size % r or (rest_layers and len(free) - group < rp):
                     continue
-                for devices in permutations(free, group):
+                for devices in canonical_tuples(free, group, self.classes):
+                    if devices in dead:
+                        continue
                     stage = self.place(start, last, devices, rp, size, prev)
+                    if self.compute_bound(stage, m) > self.best_time * (1 + MARGIN):
+                        dead.add(devices)
+                        continue
                     if stage.static + stage.act > stage.memory:
                         continue
                     if self.placed_bound(stage, prev, m) >= self.best_time:
@@ -311,8 +388,16 @@ class _Search:
                 stages.append(self.place(first, last, group, rp, size, stages[-1] if stages else None))
             if all(st.static + st.act <= st.memory for st in stages):
                 self.finish(stages, rp, m, size)
+        # a shape whose proven bound (planner.bound: compute, path, all-reduce, and the best split into stages)
+        # cannot beat the incumbent is skipped
+        bounds = ShapeBounds(request)
+        least = {}
         for rp, m, size in shapes:
-            self.grow([], tuple(range(devices)), rp, m, size)
+            if bounds.fits(rp):
+                least[rp, m, size] = max(*bounds.terms(rp, size), bounds.stages(rp, size))
+        for shape in least:
+            if least[shape] <= self.best_time * (1 + MARGIN):
+                self.grow([], tuple(range(devices)), *shape)
 
 
 def plan_exact(request: PlanRequest) -> PlanResult:
@@ -336,7 +421,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    search = _Search(request, schedules)
+    search = _Search(request, schedules, twin_classes(request.cluster))
     search.run()
     if search.best_plan is None:
         raise PlanError(

@@ -1,0 +1,182 @@
+"""`exact` on every small instance of the shared profiles: planning time, and the optimum kept (issue 22, point 3).
+
+Usage: .venv/bin/python benchmarks/exact_speed.py [--out rows.json] [--compare before.json] [--timeout 600]
+       [--profiles a,b] [--clusters c2,c4] [--random 50] [--check]
+
+Instances: every shared profile x the small clusters below x global batch 256, microbatch size left open
+(as `compare` asks), schedule auto; plus `--random` seeded random instances (planner_instances: 8 layers,
+4 devices with random asymmetric links, global batch 16; the planner-quality benchmark's part 2).
+Each instance runs in a fresh process under --timeout seconds (wall clock), one at a time.
+
+  c2   2 V100 16 GB, 25 GB/s links (one NVLink pair)
+  c3   3 V100 16 GB, 10 GB/s links
+  c4   4 V100 16 GB, 10 GB/s links (PipeDream's c4 straight-pipeline setup: the `compare` that took 215-256 s)
+  v8   the preset v100-8x1 (8 V100 in one server)
+
+--compare reads a JSON written by --out (e.g. by the code before a change) and prints, per instance, both
+times and whether the optimum (iteration time) is the same; --check exits 1 when an instance took more than
+10 s or an optimum differs by more than 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_SECONDS = 10.0
+BATCH = 256
+SMALL = {
+    "c2": (2, 25.0),
+    "c3": (3, 10.0),
+    "c4": (4, 10.0),
+}
+
+
+def cluster_file(name: str, folder: Path) -> str:
+    """A cluster for `name`: a preset, or a description-form file of n V100s in one server."""
+    if name == "v8":
+        return "v100-8x1"
+    devices, rate = SMALL[name]
+    path = folder / f"{name}.json"
+    cluster = {
+        "format": "pipeplan.cluster/1",
+        "name": f"{name}-v100-{rate:g}g",
+        "nodes": 1,
+        "gpus_per_node": devices,
+        "device": {"kind": "V100", "memory_gb": 16},
+        "intra_node_gb_per_s": rate,
+        "inter_node_gb_per_s": rate,
+        "latency_us": {"intra": 5, "inter": 5},
+    }
+    path.write_text(json.dumps(cluster))
+    return str(path)
+
+
+def one(kind: str, a: str, b: str) -> dict[str, Any]:
+    """Plan one instance with exact (in this process); times in ms, planning in s."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pipeplan.core.errors import PipeplanError
+    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.request import PlanRequest
+
+    if kind == "random":
+        from planner_instances import random_cluster, random_profile
+
+        request = PlanRequest(random_profile(int(a), 8), random_cluster(int(a), 4), 16)
+    else:
+        from pipeplan.presets.resolve import load_cluster, load_profile
+
+        request = PlanRequest(load_profile(a), load_cluster(b), BATCH)
+    started, cpu = time.perf_counter(), time.process_time()
+    try:
+        result = PLANNERS["exact"](request)
+    except PipeplanError as exc:
+        return {"error": str(exc).splitlines()[0], "s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
+    plan = result.plan
+    stages = [[st.first_layer, st.last_layer, list(st.devices)] for st in plan.stages]
+    return {
+        "ms": result.iteration_time,
+        "s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu,
+        "plan": {
+            "stages": stages,
+            "rp": plan.pipeline_replicas,
+            "m": plan.microbatches,
+            "b": plan.microbatch_size,
+            "schedule": plan.schedule,
+            "k": plan.k,
+        },
+        "extra": {k: v for k, v in result.extra.items() if isinstance(v, int | float)},
+    }
+
+
+def run_child(kind: str, a: str, b: str, timeout: float) -> dict[str, Any]:
+    """`one` in a fresh process, stopped after `timeout` seconds."""
+    argv = [sys.executable, __file__, "--one", kind, a, b]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:g} s", "s": time.perf_counter() - started, "timeout": True}
+    if done.returncode != 0:
+        return {"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}", "s": math.nan}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    """Run every instance, print the slowest and the comparison, write the rows."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help="write every row as JSON here")
+    parser.add_argument("--compare", default=None, help="rows of an earlier run (--out) to compare with")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per instance")
+    parser.add_argument("--profiles", default=None, help="comma-separated profiles (default: every shared one)")
+    parser.add_argument("--clusters", default="c2,c3,c4,v8", help="comma-separated: c2, c3, c4, v8")
+    parser.add_argument("--random", type=int, default=50, help="random instances (seeds 0..N-1)")
+    parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(*args.one)))
+        return 0
+
+    from pipeplan.presets.resolve import list_profiles
+
+    profiles = args.profiles.split(",") if args.profiles else list(list_profiles())
+    rows: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="pipeplan-exact-") as tmp:
+        jobs = [("random", str(seed), "") for seed in range(args.random)]
+        jobs += [("preset", p, c) for c in args.clusters.split(",") for p in profiles]
+        for kind, a, c in jobs:
+            b = cluster_file(c, Path(tmp)) if kind == "preset" else ""
+            row = {"kind": kind, "profile": a, "cluster": c, **run_child(kind, a, b, args.timeout)}
+            rows.append(row)
+            what = f"{row['ms']:.4f} ms" if "ms" in row else row["error"][:80]
+            print(f"  {kind} {a} {c}: {row['s']:.2f} s, {what}", file=sys.stderr, flush=True)
+    print(f"{len(rows)} instances in {time.perf_counter() - started:.0f} s")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1, sort_keys=True))
+    return report(rows, args.compare, args.check)
+
+
+def key(row: dict[str, Any]) -> tuple[str, str, str]:
+    """An instance's identity."""
+    return row["kind"], row["profile"], row["cluster"]
+
+
+def report(rows: list[dict[str, Any]], compare: str | None, check: bool) -> int:
+    """Print the slowest instances (with the earlier run's times) and how many optima are equal."""
+    before = {key(r): r for r in json.loads(Path(compare).read_text())} if compare else {}
+    print("| instance | before s | after s | before ms | after ms | same optimum |")
+    print("|---|---|---|---|---|---|")
+    slowest = sorted(rows, key=lambda r: -(r["s"] if math.isfinite(r["s"]) else 1e9))
+    bad = []
+    for row in rows:
+        old = before.get(key(row))
+        if old is not None and "ms" in old and "ms" in row and not math.isclose(old["ms"], row["ms"], rel_tol=1e-9):
+            bad.append(f"{key(row)}: {old['ms']!r} -> {row['ms']!r}")
+        if "ms" in row and row["s"] > TARGET_SECONDS:
+            bad.append(f"{key(row)}: {row['s']:.1f} s")
+    for row in slowest[:15]:
+        old = before.get(key(row), {})
+        same = "-" if "ms" not in old or "ms" not in row else str(math.isclose(old["ms"], row["ms"], rel_tol=1e-9))
+        cell = lambda r, f: f"{r[f]:.3f}" if f in r else r.get("error", "-")[:40]  # noqa: E731
+        print(f"| {' '.join(key(row)[1:])} | {old.get('s', math.nan):.2f} | {row['s']:.2f} | {cell(old, 'ms')} | "
+              f"{cell(row, 'ms')} | {same} |")  # fmt: skip
+    both = [r for r in rows if "ms" in r and "ms" in before.get(key(r), {})]
+    print(f"optimum compared on {len(both)} instances; differing: {len(bad)}")
+    for line in bad:
+        print(f"  {line}")
+    return 1 if check and bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
