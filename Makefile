@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test docs bench lint venv clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests
+
+# Run every example of README.md and docs/*.md and rewrite the output each shows (tests/test_docs.py checks them).
+docs: $(STAMP)
+	$(PY) tests/docs_refresh.py
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
