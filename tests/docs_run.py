@@ -1,13 +1,15 @@
 """Run a document's examples in order in one temporary folder, and compare (or refresh) the output it shows.
 
-Each command runs in bash with `pipeplan` meaning `python -m pipeplan` and `python` this interpreter, with the
-repository's src/ first on the path, a 120-column terminal, stdout and stderr as one stream. A command must
+Each command runs in bash with `pipeplan` a console script like the one pip installs (so the current folder is
+not on the Python path, as for a user) and `python` this interpreter, with the repository's src/ first on the
+path, a 120-column terminal, stdout and stderr as one stream. A command must
 exit 0: a failure the document shows ends with `; echo "exit $?"`, which prints the code the reader sees.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,11 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from docs_blocks import Command, matches, parse, refreshed, write_file
+from docs_blocks import Command, matches, needs_torch, parse, refreshed, write_file
 
 REPO = Path(__file__).resolve().parent.parent
 SHOWN_DIR = "/tmp/tour"  # the temporary folder's path as the documents show it
-PRELUDE = 'pipeplan() { "$DOCS_PYTHON" -m pipeplan "$@"; }\npython() { "$DOCS_PYTHON" "$@"; }\n'
+PRELUDE = 'python() { "$DOCS_PYTHON" "$@"; }\n'
+SCRIPT = "#!{python}\nimport sys\nfrom pipeplan.cli import main\nsys.argv[0] = 'pipeplan'\nmain()\n"
 COMMAND_TIMEOUT_S = 900
 
 
@@ -35,9 +38,14 @@ class Outcome:
     seconds: float
 
 
-def environment() -> dict[str, str]:
-    """The commands' environment: src/ first on PYTHONPATH, fixed terminal width, unbuffered, no colour."""
+def environment(bin_dir: Path) -> dict[str, str]:
+    """The commands' environment: a `pipeplan` script in bin_dir first on PATH, src/ first on PYTHONPATH, fixed
+    terminal width, unbuffered, no colour."""
+    script = bin_dir / "pipeplan"
+    script.write_text(SCRIPT.format(python=sys.executable))
+    script.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+    env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), env.get("PATH")]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     env.update(DOCS_PYTHON=sys.executable, COLUMNS="120", LINES="50", PYTHONUNBUFFERED="1", NO_COLOR="1", TERM="dumb")
     return env
@@ -69,11 +77,11 @@ def run_command(command: Command, directory: Path, env: dict[str, str]) -> Outco
 def run_document(path: Path, stop_at_first: bool = False) -> tuple[list[Outcome], float]:
     """Run every example of the document at path in order; the outcomes and the seconds it took."""
     steps = parse(path.read_text())
-    env = environment()
     outcomes: list[Outcome] = []
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pipeplan-docs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pipeplan-docs-") as tmp, tempfile.TemporaryDirectory() as bin_dir:
         directory = Path(tmp)
+        env = environment(Path(bin_dir))
         for step in steps:
             if step.file_name is not None:
                 write_file(directory, step)
@@ -116,3 +124,20 @@ def refresh_document(path: Path, outcomes: list[Outcome]) -> int:
 def documents() -> list[Path]:
     """The documents whose examples are tested: README.md and docs/*.md."""
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def check_document(path: Path) -> None:
+    """Run a document's examples as a test: skipped without console blocks, or without torch when they need it;
+    failed with every difference (document, line, expected against got) when one does not print what it shows."""
+    import pytest
+
+    steps = parse(path.read_text())
+    if not any(s.commands for s in steps):
+        pytest.skip("no console blocks")
+    if needs_torch(steps) and importlib.util.find_spec("torch") is None:
+        pytest.skip("its examples profile, probe or train: they need the torch extra")
+    outcomes, seconds = run_document(path)
+    failures = [report(path, o) for o in outcomes if not o.ok]
+    detail = "\n\n".join(failures)
+    head = f"{len(failures)} of {len(outcomes)} examples differ ({seconds:.0f} s); `make docs` rewrites them:"
+    assert not failures, f"{head}\n{detail}"

@@ -1,43 +1,20 @@
-"""Every example in README.md and docs/*.md runs and prints what the document shows (`make docs` refreshes them)."""
+"""Every example in docs/*.md runs and prints what the document shows (`make docs` refreshes them); the harness itself."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from docs_blocks import matches, needs_torch, parse, refreshed
-from docs_run import REPO, documents, refresh_document, report, run_document
-
-HAS_TORCH = importlib.util.find_spec("torch") is not None
+from docs_run import REPO, check_document, documents, refresh_document, report, run_document
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("path", documents()[1:], ids=lambda p: str(p.relative_to(REPO)))
 def test_document_examples_print_what_they_show(path: Path) -> None:
-    """Each console block's commands, run in order in one folder, exit 0 and print the output shown."""
-    steps = parse(path.read_text())
-    if not any(s.commands for s in steps):
-        pytest.skip("no console blocks")
-    if needs_torch(steps) and not HAS_TORCH:
-        pytest.skip("its examples profile, probe or train: they need the torch extra")
-    outcomes, seconds = run_document(path)
-    failures = [report(path, o) for o in outcomes if not o.ok]
-    assert not failures, f"{len(failures)} of {len(outcomes)} examples differ ({seconds:.0f} s); `make docs` rewrites them:\n" + (
-        "\n\n".join(failures)
-    )
-
-
-def test_readme_brings_a_model_that_is_not_built_in() -> None:
-    """README writes the reader's own model file and runs profile, probe, plan and train on it and on its own cluster."""
-    steps = parse((REPO / "README.md").read_text())
-    files = {s.file_name for s in steps if s.file_name}
-    commands = [c.text for s in steps for c in s.commands]
-    assert "my_model.py" in files and "my_cluster.json" in files
-    chain = ["pipeplan profile my_model:", "pipeplan probe --local 2", "--cluster my_cluster.json", "pipeplan train --local 2"]
-    positions = [next(i for i, c in enumerate(commands) if step in c) for step in chain]
-    assert positions == sorted(positions)
+    """Each console block's commands of docs/*.md, run in order in one folder, exit 0 and print the output shown."""
+    check_document(path)
 
 
 def test_parse_finds_commands_outputs_files_and_markers() -> None:
@@ -105,3 +82,11 @@ def test_a_failed_example_is_reported_and_refreshed_in_place(tmp_path: Path) -> 
     assert refresh_document(doc, outcomes) == 1
     assert "one\n...\nthree\n" in doc.read_text()
     assert all(o.ok for o in run_document(doc)[0])
+
+
+def test_documents_that_profile_probe_or_train_are_the_ones_needing_torch() -> None:
+    """Without torch a document is skipped only when a command profiles, probes, trains or runs Python."""
+    assert needs_torch(parse((REPO / "README.md").read_text()))
+    assert not needs_torch(parse((REPO / "docs" / "schedules.md").read_text()))
+    assert needs_torch(parse("```console\n$ pipeplan train --local 2 --steps 1\n```\n"))
+    assert not needs_torch(parse("```bash\n$ pipeplan train --local 2\n```\n"))
