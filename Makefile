@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench lint venv clean
+.PHONY: demo test test-fast docs bench lint venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,10 @@ test: $(STAMP)
 # the pure core in under a minute: no test that needs torch or starts processes or takes more than about 5 s
 test-fast: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -m "not torch and not slow" tests
+
+# Run every example of README.md and docs/*.md and rewrite the output each shows (tests/test_docs.py checks them).
+docs: $(STAMP)
+	$(PY) tests/docs_refresh.py
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -211,12 +211,14 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
             pipeline_runs = [
                 run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in pipeline_plans(profile, world)
             ]
-    mine = {"speed": speed, "host": socket.gethostname(), "memory": _memory_bytes(device), "device": _device_name(device)}
+    host = socket.gethostname()
+    mine = {"speed": speed, "host": host, "node": node_key(host), "memory": _memory_bytes(device), "device": _device_name(device)}
     everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
     if everyone is None:
         return None
     hosts = list(dict.fromkeys(p["host"] for p in everyone))
+    node_keys = list(dict.fromkeys(p["node"] for p in everyone))
     per_host = {h: sum(p["host"] == h for p in everyone) for h in hosts}
     kind = everyone[0]["device"]
     result = ProbeResult(
@@ -225,7 +227,7 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
         latency_s=tuple(tuple(row) for row in latency),
         allreduce_bytes_per_s=allreduce_bw,
         allreduce_latency_s=allreduce_lat,
-        nodes=tuple(hosts.index(p["host"]) for p in everyone),
+        nodes=tuple(node_keys.index(p["node"]) for p in everyone),
         memory_bytes=tuple(p["memory"] / (per_host[p["host"]] if kind == "cpu" else 1) for p in everyone),
         kind=kind,
         backend=dist.get_backend(),
@@ -239,6 +241,17 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
         alone, _ = fit_messages(profile, cluster, pipeline_runs, optimizer, with_latency=False)
         result = dataclasses.replace(result, message_overhead_s=overhead, message_latency_s=latency, overhead_alone=alone)
     return result
+
+
+def node_key(host: str, env: dict[str, str] | None = None) -> str:
+    """The node a process belongs to: its host and its launcher agent (torchrun's GROUP_RANK, the node rank).
+
+    Two agents on one machine (`torchrun --nnodes 2` twice on one host, as a
+    test does) are two nodes, as the launcher and NCCL see them; processes of
+    one agent share a node. Memory is still shared per host.
+    """
+    group = (os.environ if env is None else env).get("GROUP_RANK", "0")
+    return f"{host}#{group}"
 
 
 def _memory_bytes(device: torch.device) -> float:
