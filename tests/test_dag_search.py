@@ -29,15 +29,18 @@ def two_nodes() -> Cluster:
 
 
 def test_an_antichain_cut_wins_where_every_default_cut_carries_a_big_tensor() -> None:
-    """On the branchy model over two nodes pipeplan's plan cuts at {in, y1} | {x, y2, z}, strictly faster than the
-    default order's best; its time is the simulation of the plan it returns, and it keeps the default's time in the
-    record."""
+    """On the branchy model over two nodes pipeplan's plan cuts at {in, y1} | {x, y2, z}, far faster than the best plan
+    along the default order (exact's optimum, which only cuts prefixes); its time is the simulation of the plan it
+    returns, and the record keeps the default search's time (that search already finds the cut: the faithful
+    PipeDream baseline it is seeded with plans on the graph)."""
     request = PlanRequest(branchy(), two_nodes(), 8)
     before = search_order(request)
     after = PLANNERS["pipeplan"](request)
+    prefix_best = PLANNERS["exact"](request)
     orders = after.extra["layer_orders"]
-    assert orders["states"] == "all" and orders["won"] is not None and orders["ms"][0] == before.iteration_time
-    assert after.iteration_time < 0.75 * before.iteration_time
+    assert orders["states"] == "all" and orders["ms"][0] == before.iteration_time
+    assert prefix_best.plan.layer_order is None
+    assert after.iteration_time < 0.75 * prefix_best.iteration_time
     assert [set(s) for s in stage_layers(after.plan)] == [{0, 2}, {1, 3, 4}]
     assert simulate_plan(after.plan, request.model).iteration_time == after.iteration_time
 
