@@ -1,6 +1,8 @@
 """DAG cuts: pipeplan's plans with antichain cuts (layer orders from the down-set DP) against its default-order plans.
 
-Usage: .venv/bin/python benchmarks/dag_cuts.py [--workers 2] [--batches 256,2048] [--clusters a,b] [--out dag.json]
+Usage: .venv/bin/python benchmarks/dag_cuts.py [--workers 2] [--batches 256,2048] [--clusters a,b] [--models m,n]
+       [--out dag.jsonl]   (one JSON row per instance, appended as each finishes)
+       .venv/bin/python benchmarks/dag_cuts.py --from dag.jsonl   (the table of saved rows)
 
 For resnet50, gnmt and gnmt_large (the shared PipeDream profiles, built in) on every built-in cluster, plans with
 pipeplan's search as before (the profile's default layer order) and with the orders the down-set DP adds
@@ -50,20 +52,8 @@ def run(job: tuple[str, str, int]) -> dict[str, Any]:
     return row
 
 
-def main() -> int:
-    """Run the grid, print a table and the summary; exit 1 when a plan got slower."""
-    from pipeplan.presets.resolve import list_clusters
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batches", default="256,2048")
-    parser.add_argument("--clusters", default=",".join(list_clusters()))
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--out")
-    args = parser.parse_args()
-    jobs = [(m, c, int(b)) for m in args.models.split(",") for c in args.clusters.split(",") for b in args.batches.split(",")]
-    with Pool(args.workers) as pool:
-        rows = pool.map(run, jobs, chunksize=1)
+def report(rows: list[dict[str, Any]]) -> int:
+    """Print the table and the summary of `rows`; the number of instances whose plan got slower."""
     print("| model | cluster | batch | before ms | after ms | gain | order won | states | orders | plan s: before | DP | after |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     slower, gains = 0, []
@@ -77,17 +67,46 @@ def main() -> int:
         print(f"| {r['model'].split('/')[-1]} | {r['cluster']} | {r['batch']} | {r['before_ms']:.2f} | {r['after_ms']:.2f} | "
               f"{gain:.4f} | {r['won'] or 'default'} | {r['states']} | {r['orders']} | {r['before_s']:.2f} | "
               f"{r['dp_s']:.2f} | {r['after_s']:.2f} |")  # fmt: skip
-    won = sum(g > 1 for g in gains)
-    geo = math.exp(sum(map(math.log, gains)) / len(gains)) if gains else float("nan")
-    before_s = sorted(r["before_s"] for r in rows if "error" not in r)
-    after_s = sorted(r["after_s"] for r in rows if "error" not in r)
-    print(f"\ninstances {len(gains)}, antichain cuts win on {won}, geomean gain {geo:.4f}, max gain {max(gains):.4f}, "
-          f"slower than before: {slower}; planning s median {before_s[len(before_s) // 2]:.2f} -> "
-          f"{after_s[len(after_s) // 2]:.2f}, max {before_s[-1]:.2f} -> {after_s[-1]:.2f}")  # fmt: skip
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(rows, handle, indent=1)
-    return 1 if slower else 0
+    if gains:
+        won = sum(g > 1 for g in gains)
+        geo = math.exp(sum(map(math.log, gains)) / len(gains))
+        before_s = sorted(r["before_s"] for r in rows if "error" not in r)
+        after_s = sorted(r["after_s"] for r in rows if "error" not in r)
+        ratio = sorted(r["after_s"] / r["before_s"] for r in rows if "error" not in r)
+        print(f"\ninstances {len(gains)}, antichain cuts win on {won}, geomean gain {geo:.4f}, max gain {max(gains):.4f}, "
+              f"slower than before: {slower}; planning s median {before_s[len(before_s) // 2]:.2f} -> "
+              f"{after_s[len(after_s) // 2]:.2f}, max {before_s[-1]:.2f} -> {after_s[-1]:.2f}, after/before median "
+              f"{ratio[len(ratio) // 2]:.2f}")  # fmt: skip
+    return slower
+
+
+def main() -> int:
+    """Run the grid (or read saved rows with --from), print a table and the summary; exit 1 when a plan got slower."""
+    from pipeplan.presets.resolve import list_clusters
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batches", default="256,2048")
+    parser.add_argument("--clusters", default=",".join(list_clusters()))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--out")
+    parser.add_argument("--from", dest="saved", help="print the table of a --out file instead of planning")
+    args = parser.parse_args()
+    if args.saved:
+        with open(args.saved) as handle:
+            return 1 if report([json.loads(line) for line in handle if line.strip()]) else 0
+    jobs = [(m, c, int(b)) for m in args.models.split(",") for c in args.clusters.split(",") for b in args.batches.split(",")]
+    rows = []
+    with Pool(args.workers) as pool:
+        for row in pool.imap_unordered(run, jobs, chunksize=1):
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if args.out:
+                with open(args.out, "a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+    order = {job: i for i, job in enumerate(jobs)}
+    rows.sort(key=lambda r: order[(r["model"], r["cluster"], r["batch"])])
+    return 1 if report(rows) else 0
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ class Candidates:
         self.seeds: dict[str, Plan] = {}
         self.seed_times: dict[str, float] = {}
         self.best_time = float("inf")
+        self.with_seeds = True
         self.max_speed = max(d.speed for d in self.cluster.devices)
 
     def block_sums(self, microbatch_size: int, replicas: int) -> BlockSums:
@@ -217,8 +218,10 @@ class Candidates:
                 self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
 
     def generate(self) -> None:
-        """Fill the pool: baselines' plans, straight pipelines, then the DP over every (rp, b) its bound allows."""
-        self.seed_from_baselines()
+        """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every
+        (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity)."""
+        if self.with_seeds:
+            self.seed_from_baselines()
         for b in self.microbatch_sizes(1)[:3]:
             for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
                 plan = self.straight(order, b)

@@ -9,12 +9,34 @@ inclusion) share one order; orders whose boundaries are all prefixes of the
 profile's own order add nothing and are dropped. pipeplan's search then runs
 on the default order and on each of these (planner.search.selection).
 
-What the orders cover: every partition contiguous in the default order (the
-search as before), and for every p <= P a partition whose bottleneck is the
-smallest over all down-set partitions into p stages (every antichain cut)
-when the DAG's reduced down-sets number at most STATE_LIMIT; above that, the
-smallest over partitions whose boundaries are in the lattice of the default
-and the latest order's prefixes (downsets.states says which).
+What the orders cover (the argument, not a measurement):
+1. A partition into stages S1..Sp whose every prefix union S1 ∪ .. ∪ Sk is a
+   down-set (the cuts PipeDream's planner makes, at antichains) is contiguous
+   in order_from_stages(S): stage by stage, layers by index inside a stage,
+   is a topological order because every input of a layer in Sk lies in Sk
+   (smaller index) or an earlier stage. Conversely every contiguous
+   partition of a topological order has down-set prefixes. So "search the
+   contiguous partitions of a set of orders" covers exactly the down-set
+   partitions contiguous in one of those orders.
+2. The default order covers every partition pipeplan planned before (its
+   search runs first, unchanged, and wins ties), so no plan gets slower.
+3. For each p = 2..P (P = min(devices, 16); 8 above STATE_LIMIT states) the DP
+   returns a partition Π_p minimizing the bottleneck above over every
+   down-set partition into p stages (exactly over all down-sets when the DAG
+   without free sources and sinks has at most STATE_LIMIT of them; over all
+   down-sets of the graph with series chains merged, boundaries within a
+   band of k/p of the work, up to MERGED_LIMIT; else over the lattice or the
+   prefixes named by downsets.states). Π_p is contiguous in the order of its
+   group (chain_groups), in the default order when all its boundaries are
+   prefixes of it, or is left out when MAX_ORDERS groups came before its own
+   (the extra-order budget: then the search never saw it as one order).
+   The search on that order then considers Π_p and every other contiguous
+   partition of it, with any replication and schedule, scored by the
+   simulator (the DP's bottleneck is only the guide that picks orders).
+What is not covered: down-set partitions that are neither contiguous in the
+default order nor in a DP order (for instance a partition with p stages that
+beats Π_p in the simulator but not in the bottleneck guide, or one that
+needs cuts from two different groups).
 """
 
 from __future__ import annotations

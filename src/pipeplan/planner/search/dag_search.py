@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
@@ -16,7 +17,8 @@ from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.memory import check_fits
 from pipeplan.sim.plan_sim import simulate_plan
 
-Search = Callable[[PlanRequest, "Progress | None"], PlanResult]
+Search = Callable[..., PlanResult]
+"""search(request, progress, beat_ms, seeds): selection.search_order."""
 
 
 def slowest_rate_bytes_per_ms(request: PlanRequest) -> float:
@@ -38,7 +40,9 @@ def placed(plan: Plan, order: tuple[int, ...], request: PlanRequest) -> Plan:
 
 def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | None = None) -> PlanResult:
     """The fastest of `search` on the profile's own order and on each DAG order, by simulated iteration time; the
-    default order first, a later order only when strictly faster.
+    default order first, a later order only when strictly faster. A search on a DAG order skips the baselines'
+    plans (the default search had them) and every (pipeline replicas, microbatch size) whose lower bound cannot
+    beat the best plan so far.
 
     The result's extra["layer_orders"] says which states the DP ran over, how many orders were searched, which
     won (None: the default), each order's iteration ms and the seconds of: the default search, the DP, each
@@ -62,7 +66,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     for i, order in enumerate(orders):
         lap = time.perf_counter()
         try:
-            found = search(dataclasses.replace(request, profile=reorder(request.profile, order)), progress)
+            beat = math.inf if best is None else best.iteration_time
+            found = search(dataclasses.replace(request, profile=reorder(request.profile, order)), progress, beat, False)
         except PlanError:
             times.append(None)
             seconds.append(time.perf_counter() - lap)

@@ -9,16 +9,19 @@ source goes right before its first consumer, a free sink right after its
 last input (`Reduced.expand`). The live bytes of a boundary still count a
 free source's output while some but not all of its consumers are before it.
 
-When the reduced graph has more down-sets than the limit, the states are the
-lattice the prefixes of two orders generate (their unions and intersections
-are down-sets too): the default order (every layer as early as its line
-allows) and the latest order (every layer as late as possible); when even
-that exceeds the limit, the prefixes of those two orders alone.
+When the reduced graph has more down-sets than STATE_LIMIT, each series
+chain (a layer whose one input feeds only it) becomes one node and the
+states are that graph's down-sets, up to MERGED_LIMIT; beyond that, the
+lattice the prefixes of two orders of the merged graph generate (their
+unions and intersections are down-sets too): the default order (every layer
+as early as its line allows) and the latest order (every layer as late as
+possible); when even that exceeds STATE_LIMIT, those prefixes alone.
 """
 
 from __future__ import annotations
 
-import heapq
+import functools
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +45,7 @@ class Reduced:
     inputs: tuple[tuple[int, ...], ...]
     work_ms: np.ndarray
     sources: tuple[tuple[int, ...], ...]
-    sinks: tuple[tuple[int, ...], ...]
+    sinks: tuple[tuple[tuple[int, int], ...], ...]
     live_terms: tuple[tuple[int, float, int], ...]
 
     def expand(self, reduced_order: list[int]) -> tuple[int, ...]:
@@ -50,13 +53,17 @@ class Reduced:
         sink right after its last input."""
         out: list[int] = []
         seen: set[int] = set()
+        placed = 0
         for r in reduced_order:
             for s in self.sources[r]:
                 if s not in seen:
                     seen.add(s)
                     out.append(s)
             out.extend(self.nodes[r])
-            out.extend(self.sinks[r])
+            placed |= 1 << r
+            for sink, needs in self.sinks[r]:
+                if not needs & ~placed:
+                    out.append(sink)
         return tuple(out)
 
 
@@ -86,25 +93,29 @@ def reduce(profile: ModelProfile, merge: bool = False) -> Reduced:
         for i, members in enumerate(nodes)
     )
     sources = tuple(tuple(u for v in members for u in inputs[v] if source[u]) for members in nodes)
-    sinks: list[list[int]] = [[] for _ in nodes]
-    anchor = dict(group)  # where each layer sits among the nodes: a free sink right after its last input
-    for v in range(n):
-        if sink[v]:
-            anchor[v] = max(group[u] for u in inputs[v])
-            sinks[anchor[v]].append(v)
-    # live bytes: a kept layer's output while some consumer is past the boundary; a free source's while some but not
-    # all of its consumers are (it sits right before the first)
+    needs = {v: functools.reduce(operator.or_, (1 << group[u] for u in inputs[v])) for v in range(n) if sink[v]}
+    sinks: list[list[tuple[int, int]]] = [[] for _ in nodes]
+    for v, mask in needs.items():
+        for g in range(len(nodes)):
+            if mask >> g & 1:
+                sinks[g].append((v, mask))
+    # live bytes: a kept layer's output while some reader is past the boundary (a free sink is past it while one of
+    # its inputs is); a free source's while some but not all of its consumers are (it sits right before the first)
     terms = []
     for v in range(n):
         act = profile.layers[v].activation_bytes
-        readers = {anchor[c] for c in consumers[v]} - ({anchor[v]} if v in anchor else set())
-        if not act or sink[v] or not readers:
+        if not act or sink[v] or not consumers[v]:
             continue
-        mask = sum(1 << r for r in readers)
-        terms.append((-1 if source[v] else anchor[v], act, mask))
+        readers = 0
+        for c in consumers[v]:
+            readers |= needs[c] if sink[c] else 1 << group[c]
+        if v in group:
+            readers &= ~(1 << group[v])
+        if readers:
+            terms.append((-1 if source[v] else group[v], act, readers))
     layers = profile.layers
     work = np.array([sum(layers[v].fwd_ms + layers[v].bwd_ms for v in members) for members in nodes])
-    return Reduced(nodes, reduced_inputs, work, sources, tuple(map(tuple, sinks)), tuple(terms))
+    return Reduced(nodes, reduced_inputs, work, sources, tuple(tuple(x) for x in sinks), tuple(terms))
 
 
 def all_downsets(inputs: tuple[tuple[int, ...], ...], limit: int) -> list[int] | None:
@@ -143,20 +154,19 @@ def all_downsets(inputs: tuple[tuple[int, ...], ...], limit: int) -> list[int] |
 
 
 def latest_order(inputs: tuple[tuple[int, ...], ...]) -> list[int]:
-    """A topological order that places every node as late as possible (Kahn's algorithm on the reversed graph,
-    latest index first, reversed)."""
+    """A topological order that places every node late: built backwards from the sinks, each node's inputs placed as
+    soon as all their consumers are (depth first: the input readied last goes right before its consumer)."""
     consumers = consumers_of(inputs)
     waiting = [len(c) for c in consumers]
-    ready = [-v for v in range(len(inputs)) if not waiting[v]]
-    heapq.heapify(ready)
+    ready = [v for v in range(len(inputs)) if not waiting[v]]
     backwards = []
     while ready:
-        v = -heapq.heappop(ready)
+        v = ready.pop()
         backwards.append(v)
         for u in inputs[v]:
             waiting[u] -= 1
             if not waiting[u]:
-                heapq.heappush(ready, -u)
+                ready.append(u)
     return backwards[::-1]
 
 
@@ -172,7 +182,8 @@ def prefix_masks(order: list[int]) -> list[int]:
 def states(profile: ModelProfile, limit: int = STATE_LIMIT) -> tuple[Reduced, list[int], str]:
     """The DP's graph and states (bitmasks over its nodes, the empty set first, the whole graph last), and which set
     they are: `all` (every down-set), `chains` (every down-set once series chains are single nodes), `lattice` (unions
-    and intersections of the prefixes of the default and the latest order) or `prefixes` (those prefixes)."""
+    and intersections of the prefixes of the default and the latest order of the graph with chains merged) or
+    `prefixes` (those prefixes)."""
     reduced = reduce(profile)
     every = all_downsets(reduced.inputs, limit)
     if every is not None:
@@ -181,14 +192,14 @@ def states(profile: ModelProfile, limit: int = STATE_LIMIT) -> tuple[Reduced, li
     every = all_downsets(merged.inputs, MERGED_LIMIT)
     if every is not None:
         return merged, every, "chains"
-    early = prefix_masks(list(range(len(reduced.nodes))))
-    late = prefix_masks(latest_order(reduced.inputs))
+    early = prefix_masks(list(range(len(merged.nodes))))
+    late = prefix_masks(latest_order(merged.inputs))
     if early == late or len(early) ** 2 > 4 * limit:  # the lattice has up to 2 (n + 1)^2 states
-        return reduced, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
+        return merged, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
     lattice = {a & b for a in early for b in late} | {a | b for a in early for b in late}
     if len(lattice) <= limit:
-        return reduced, sorted(lattice, key=lambda m: (m.bit_count(), m)), "lattice"
-    return reduced, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
+        return merged, sorted(lattice, key=lambda m: (m.bit_count(), m)), "lattice"
+    return merged, sorted(set(early) | set(late), key=lambda m: (m.bit_count(), m)), "prefixes"
 
 
 def live_bytes(reduced: Reduced, member: np.ndarray) -> np.ndarray:

@@ -233,14 +233,22 @@ class Search:
         )
 
 
-def search_order(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+def search_order(
+    request: PlanRequest, progress: Progress | None = None, beat_ms: float = math.inf, seeds: bool = True
+) -> PlanResult:
     """pipeplan's search (module docstring) over the request's profile as the chain it is stored in.
 
+    `beat_ms` (a plan already found elsewhere) lets the partition DP skip every (rp, b) whose lower bound cannot
+    beat it; `seeds` off leaves out the baselines' plans (the search on the default order had them).
+
     Raises:
-        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
+        PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy); with `beat_ms`,
+            also when nothing could beat it.
     """
     started = time.perf_counter()
     search = Search(request, progress)
+    search.candidates.best_time = beat_ms
+    search.candidates.with_seeds = seeds
     search.candidates.generate()
     if not search.candidates.pool:
         raise search.nothing_fits()
