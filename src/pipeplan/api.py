@@ -1,0 +1,414 @@
+"""pipeplan's Python API: every CLI command is a thin layer over these functions (docs/api.md has the example).
+
+Planning and simulation need no torch (`import pipeplan` stays torch-free); `profile_model`, `stage_modules`,
+`pipeline`, `probe_local` and `train_local` import it when called. A bad argument raises the typed error the CLI
+prints (core.errors), in one line naming the argument and the value. Times are ms, sizes bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import ClusterError, PlanError, ProfileError, TrainConfigError
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from pipeplan.planner.compare import Row
+    from pipeplan.planner.request import PlanRequest, PlanResult
+    from pipeplan.runtime.execution.in_process import InProcessPipeline
+    from pipeplan.sim.result import SimResult
+
+__all__ = [
+    "LocalRun", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan", "plan_request",
+    "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
+]  # fmt: skip
+
+Progress = Callable[[str, float], None]
+
+
+def load_profile(profile: ModelProfile | str) -> ModelProfile:
+    """A profile value as given, or read from a file path or a built-in name (`pipeplan show profiles`).
+
+    Raises:
+        ProfileError: naming `profile` and the value (an unknown name lists close matches).
+    """
+    if isinstance(profile, ModelProfile):
+        return profile
+    from pipeplan.presets.resolve import load_profile as resolve
+
+    return resolve(profile)
+
+
+def load_cluster(cluster: Cluster | str) -> Cluster:
+    """A cluster value as given, or read from a file path or a built-in name (`pipeplan show clusters`).
+
+    Raises:
+        ClusterError: naming `cluster` and the value.
+    """
+    if isinstance(cluster, Cluster):
+        return cluster
+    from pipeplan.presets.resolve import load_cluster as resolve
+
+    return resolve(cluster)
+
+
+def plan_request(
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    global_batch: int,
+    *,
+    microbatch_size: int | None = None,
+    schedule: str = "auto",
+    batch_scaling: str = "auto",
+    optimizer: str = "adam",
+    optimizer_factor: float | None = None,
+    replication: str = "any",
+) -> PlanRequest:
+    """The planning problem every planner takes: model, cluster, global batch and the options of `pipeplan plan`.
+
+    Raises:
+        PlanError, ProfileError, ClusterError: naming the bad argument and its value.
+    """
+    from pipeplan.core.limits import OPTIMIZER_FACTOR
+    from pipeplan.planner.request import PlanRequest
+
+    if optimizer_factor is not None:
+        if isinstance(optimizer_factor, bool) or not isinstance(optimizer_factor, int | float) or not optimizer_factor >= 0:
+            raise PlanError(f"optimizer_factor must be a finite number >= 0, got {optimizer_factor!r}")
+        OPTIMIZER_FACTOR.check(PlanError, "optimizer_factor", optimizer_factor)
+    return PlanRequest(load_profile(profile), load_cluster(cluster), global_batch, microbatch_size, schedule,
+                       optimizer=optimizer, batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
+                       replication=replication)  # fmt: skip
+
+
+def run_planner(planner: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Run planner `planner` (pipeplan, dapple, pipedream, balanced, exact) on `request`.
+
+    Raises:
+        PlanError: naming an unknown planner, or why no plan fits.
+    """
+    from pipeplan.planner.registry import PLANNERS
+
+    chosen = PLANNERS.get(planner) if isinstance(planner, str) else None
+    if chosen is None:
+        raise PlanError(f"planner must be one of {', '.join(sorted(PLANNERS))}, got {planner!r}")
+    return chosen(request, progress)
+
+
+def plan(
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    global_batch: int,
+    *,
+    planner: str = "pipeplan",
+    progress: Progress | None = None,
+    **options: Any,
+) -> PlanResult:
+    """The fastest plan that fits: stages, devices, replicas, microbatches and schedule (`pipeplan plan`).
+
+    `options` are plan_request's (microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor,
+    replication). The result holds `.plan`, `.iteration_time` (ms), `.memory_per_device` and `.sim`.
+
+    Raises:
+        PlanError, ProfileError, ClusterError: naming the bad argument and its value, or why no plan fits.
+    """
+    return run_planner(planner, plan_request(profile, cluster, global_batch, **options), progress)
+
+
+@dataclass(frozen=True)
+class PlannerComparison:
+    """Every planner's row on one request (a PlanResult, or a PlannerFailure with its reason), all simulated alike."""
+
+    request: PlanRequest
+    rows: list[Row]
+
+    @property
+    def best(self) -> PlanResult | None:
+        """The fastest plan found, or None when no planner found one."""
+        from pipeplan.planner.compare import best_row
+
+        return best_row(self.rows)
+
+
+def compare(
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    global_batch: int,
+    *,
+    planners: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    **options: Any,
+) -> PlannerComparison:
+    """Run several planners (all registered when `planners` is None) on one problem (`pipeplan compare`).
+
+    Raises:
+        PlanError: naming an unknown or repeated planner, or a bad option.
+    """
+    from pipeplan.planner.compare import compare as compare_planners
+    from pipeplan.planner.compare import planner_names
+
+    if planners is not None and (isinstance(planners, str) or not all(isinstance(p, str) for p in planners)):
+        raise PlanError(f"planners must be a list of planner names, got {planners!r}")
+    try:
+        names = planner_names(list(planners) if planners is not None else None)
+    except PlanError as exc:
+        raise PlanError(f"planners {list(planners or [])!r}: {exc}") from None
+    request = plan_request(profile, cluster, global_batch, **options)
+    return PlannerComparison(request, list(compare_planners(request, names, progress)))
+
+
+def simulate(
+    plan: Plan,
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    *,
+    batch_scaling: str = "auto",
+    optimizer: str = "adam",
+    bandwidth_trace: Any = None,
+    record: bool = False,
+    check_memory: bool = True,
+) -> SimResult:
+    """Simulate one iteration of `plan` on `profile` and `cluster` (`pipeplan simulate --plan`).
+
+    `bandwidth_trace` is a sim.trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
+
+    Raises:
+        PlanError: `plan` is not a Plan, does not match the profile or cluster, or (with `check_memory`) does not fit.
+    """
+    from pipeplan.sim.cost.memory import check_fits
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.cost.plan_costs import check_plan_matches
+    from pipeplan.sim.plan_sim import simulate_plan
+    from pipeplan.sim.trace import BandwidthTrace
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got {type(plan).__name__}")
+    model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
+    if bandwidth_trace is not None and not isinstance(bandwidth_trace, BandwidthTrace):
+        raise PlanError(f"bandwidth_trace must be a BandwidthTrace or None, got {type(bandwidth_trace).__name__}")
+    if bandwidth_trace is not None:
+        bandwidth_trace.check_devices(model.cluster.num_devices, f"cluster {model.cluster.name}")
+    check_plan_matches(plan, model)
+    result = simulate_plan(plan, model, trace=bandwidth_trace, record=record)
+    if check_memory:
+        check_fits(plan, model, result)
+    return result
+
+
+def save_plan(plan: Plan, path: str, profile: str, cluster: str) -> None:
+    """Write a plan file naming its profile and cluster (a file path, kept relative to the plan, or a built-in name).
+
+    Raises:
+        PlanError: `profile` or `cluster` is not a name or path (a value has none: save it first).
+    """
+    from pipeplan.io.plan_json import write_plan
+
+    for name, value in (("profile", profile), ("cluster", cluster)):
+        if not isinstance(value, str) or not value:
+            raise PlanError(f"{name} must be the file path or built-in name the plan file records, got {type(value).__name__}")
+    write_plan(plan, path, profile, cluster)
+
+
+def profile_model(
+    module_spec: str,
+    batch_size: int,
+    *,
+    options: dict[str, Any] | None = None,
+    dataset: str = "auto",
+    batch_sizes: Sequence[int] | None = None,
+    project_to: str | None = None,
+    dtype: str = "fp32",
+    efficiency: float = 1.0,
+    runs: int = 10,
+    warmup: int = 3,
+    threads: int = 1,
+    progress: bool = False,
+) -> ModelProfile:
+    """Measure MODULE_SPEC layer by layer at several batch sizes, or project it onto a GPU (`pipeplan profile`; torch).
+
+    Raises:
+        ProfileError: naming the bad argument and its value.
+    """
+    from pipeplan.core.limits import BATCH, ROUNDS, THREADS
+    from pipeplan.profiler.session import profile_spec
+
+    for name, value, low, limit in (("batch_size", batch_size, 1, BATCH), ("runs", runs, 1, ROUNDS),
+                                    ("warmup", warmup, 0, ROUNDS), ("threads", threads, 1, THREADS)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ProfileError(f"{name} must be an integer >= {low}, got {value!r}")
+        limit.check(ProfileError, name, value)
+    if not isinstance(module_spec, str) or not module_spec:
+        raise ProfileError(f"module_spec must be a built-in name or package.module:factory, got {module_spec!r}")
+    return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
+                        runs, warmup, threads, progress)  # fmt: skip
+
+
+def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:
+    """The plan's (chunk-)stages of `model` (an nn.Sequential or a list of layers) as nn.Sequentials sharing its layers.
+
+    Raises:
+        PlanError: naming `model` when it is not a chain, or its layer count is not the plan's.
+    """
+    from pipeplan.runtime.execution.in_process import split_layers
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan, got {type(plan).__name__}")
+    return split_layers(model, plan)
+
+
+def pipeline(model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callable[..., Any]) -> InProcessPipeline:
+    """The plan's schedule in your own loop: `pipe.step(inputs, targets)` runs one iteration in this process.
+
+    Every rank's actions run in their order, interleaved as their messages allow, activations and gradients handed
+    over in memory: the losses and gradients of the distributed run, not its timing (one process does all the work).
+    Step your optimizer after it. On several processes, `train_local` (or `pipeplan train`) runs the plan.
+
+    Raises:
+        PlanError: naming `model`, `plan` or `loss_fn` when it does not fit.
+    """
+    from pipeplan.runtime.execution.in_process import InProcessPipeline
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan, got {type(plan).__name__}")
+    return InProcessPipeline(model, plan, loss_fn)
+
+
+def probe_local(
+    nprocs: int,
+    profile: ModelProfile | str | None = None,
+    *,
+    steps: int = 16,
+    rounds: int = 10,
+    optimizer: str = "adam",
+    name: str | None = None,
+    timeout_s: float = 60.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Cluster:
+    """Start `nprocs` processes here and measure them as a cluster (`pipeplan probe --local N`; torch).
+
+    With a profile from `profile_model` (a measured one, which records how its model was built), each process's
+    speed is measured against it and the messages' costs are fitted. One thread per process, as training runs.
+
+    Raises:
+        TrainConfigError: naming the bad argument and its value.
+        RuntimeFault: a process failed (its reason printed on stderr).
+    """
+    from pipeplan.io.cluster_json import cluster_from_json
+    from pipeplan.runtime.options import check_local, check_optimizer
+    from pipeplan.runtime.training.local_jobs import run_local_job
+
+    for arg, value in (("nprocs", nprocs), ("steps", steps), ("rounds", rounds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TrainConfigError(f"{arg} must be an integer >= 1, got {value!r}")
+    check_local(nprocs)
+    check_optimizer(optimizer)
+    with _files(profile=profile) as paths:
+        if profile is not None and load_profile(paths["profile"]).source is None:
+            raise TrainConfigError(f"profile {_shown(profile)} does not record how its model was built: use profile_model's")
+        params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
+                  "optimizer": optimizer, "threads": 1, "name": name}  # fmt: skip
+        obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
+    return cluster_from_json(obj, f"probe of {nprocs} local processes")
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A training run on local processes: losses and times per step, the plan's prediction beside the measurement."""
+
+    losses: list[float]
+    step_ms: list[float]
+    measured_step_ms: float | None
+    predicted_step_ms: float | None
+    predicted_memory_bytes: list[float] | None
+    measured_memory_bytes: list[int] | None
+    schedule: str
+
+
+def train_local(
+    plan: Plan,
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    *,
+    steps: int = 20,
+    lr: float = 1e-3,
+    optimizer: str = "adam",
+    seed: int = 0,
+    batch_scaling: str = "auto",
+    warmup_steps: int = 2,
+    timeout_s: float = 300.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> LocalRun:
+    """Train the model `profile` was measured on with `plan`, one local process per device (`pipeplan train --local`).
+
+    The plan's step is predicted from `profile` and `cluster` before the first step, as `pipeplan train --plan` does.
+
+    Raises:
+        TrainConfigError: naming the bad argument and its value.
+        PlanError: the plan does not match the profile or cluster, or does not fit.
+        RuntimeFault: a process failed (its reason printed on stderr).
+    """
+    from pipeplan.runtime.options import check_local, check_optimizer
+    from pipeplan.runtime.training.local_jobs import run_local_job
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise TrainConfigError(f"steps must be an integer >= 1, got {steps!r}")
+    check_optimizer(optimizer)
+    model = load_profile(profile)
+    if model.source is None:
+        raise TrainConfigError(f"profile {_shown(profile)} does not record how its model was built: use profile_model's")
+    simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
+    check_local(len(plan.all_devices))
+    with _files(profile=model, cluster=cluster, plan=plan) as paths:
+        source = model.source
+        params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
+                  "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
+                  "warmup_steps": warmup_steps, "module": source.module, "options": dict(source.options),
+                  "dataset": source.dataset}  # fmt: skip
+        out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
+    return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
+                    out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
+
+
+def _shown(value: object) -> str:
+    """A profile or cluster argument as a message shows it: its name, or the path given."""
+    return repr(value) if isinstance(value, str) else repr(getattr(value, "name", type(value).__name__))
+
+
+@contextmanager
+def _files(**values: Any) -> Iterator[dict[str, str]]:
+    """A temporary folder holding the given profile, cluster and plan as files (names and paths kept as given)."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from pipeplan.io.cluster_json import cluster_to_json
+    from pipeplan.io.profile_json import write_profile_json
+
+    with tempfile.TemporaryDirectory(prefix="pipeplan-api-") as folder:
+        root = Path(folder)
+        paths: dict[str, str] = {}
+        for key in ("profile", "cluster"):
+            value = values.get(key)
+            if isinstance(value, str):
+                paths[key] = os.path.abspath(value) if os.path.exists(value) else value
+            elif isinstance(value, ModelProfile):
+                write_profile_json(value, root / "profile.json")
+                paths[key] = str(root / "profile.json")
+            elif isinstance(value, Cluster):
+                (root / "cluster.json").write_text(json.dumps(cluster_to_json(value)))
+                paths[key] = str(root / "cluster.json")
+            elif value is not None:
+                error = ProfileError if key == "profile" else ClusterError
+                raise error(f"{key} must be a {key} value, a file path or a built-in name, got {type(value).__name__}")
+        if "plan" in values:
+            save_plan(values["plan"], str(root / "plan.json"), paths["profile"], paths["cluster"])
+            paths["plan"] = str(root / "plan.json")
+        yield paths
