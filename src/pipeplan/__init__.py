@@ -12,8 +12,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = (
-    "LocalRun", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan", "plan_request",
-    "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
+    "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan",
+    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
 )  # fmt: skip
 """pipeplan.api.__all__, named here so that reaching one loads the API (tests/test_api.py checks the two agree)."""
 

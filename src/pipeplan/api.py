@@ -26,11 +26,28 @@ if TYPE_CHECKING:
     from pipeplan.sim.result import SimResult
 
 __all__ = [
-    "LocalRun", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan", "plan_request",
-    "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
+    "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan",
+    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
 ]  # fmt: skip
 
 Progress = Callable[[str, float], None]
+
+
+class PlanDoesNotFit(PlanError):
+    """simulate's memory check: the plan needs more memory than a device has (the message names stage, device, bytes)."""
+
+
+def _check_costs(batch_scaling: object, optimizer: object) -> None:
+    """batch_scaling and optimizer are ones the cost model knows.
+
+    Raises:
+        ProfileError: naming the argument and its value.
+    """
+    from pipeplan.sim.cost.layers import OPTIMIZER_STATE, SCALINGS
+
+    for name, value, known in (("batch_scaling", batch_scaling, SCALINGS), ("optimizer", optimizer, OPTIMIZER_STATE)):
+        if not isinstance(value, str) or value not in known:
+            raise ProfileError(f"{name} must be one of {', '.join(known)}, got {value!r}")
 
 
 def load_profile(profile: ModelProfile | str) -> ModelProfile:
@@ -83,6 +100,7 @@ def plan_request(
         if isinstance(optimizer_factor, bool) or not isinstance(optimizer_factor, int | float) or not optimizer_factor >= 0:
             raise PlanError(f"optimizer_factor must be a finite number >= 0, got {optimizer_factor!r}")
         OPTIMIZER_FACTOR.check(PlanError, "optimizer_factor", optimizer_factor)
+    _check_costs(batch_scaling, optimizer)
     return PlanRequest(load_profile(profile), load_cluster(cluster), global_batch, microbatch_size, schedule,
                        optimizer=optimizer, batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
                        replication=replication)  # fmt: skip
@@ -98,7 +116,7 @@ def run_planner(planner: str, request: PlanRequest, progress: Progress | None = 
 
     chosen = PLANNERS.get(planner) if isinstance(planner, str) else None
     if chosen is None:
-        raise PlanError(f"planner must be one of {', '.join(sorted(PLANNERS))}, got {planner!r}")
+        raise PlanError(f"unknown planner {planner!r}; choose one of {', '.join(sorted(PLANNERS))}")
     return chosen(request, progress)
 
 
@@ -180,7 +198,9 @@ def simulate(
     `bandwidth_trace` is a sim.trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
 
     Raises:
-        PlanError: `plan` is not a Plan, does not match the profile or cluster, or (with `check_memory`) does not fit.
+        PlanError: `plan` is not a Plan, or does not match the profile or cluster.
+        PlanDoesNotFit: with `check_memory`, a device cannot hold its stages.
+        ProfileError: naming batch_scaling or optimizer and the value.
     """
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
@@ -190,6 +210,7 @@ def simulate(
 
     if not isinstance(plan, Plan):
         raise PlanError(f"plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got {type(plan).__name__}")
+    _check_costs(batch_scaling, optimizer)
     model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
     if bandwidth_trace is not None and not isinstance(bandwidth_trace, BandwidthTrace):
         raise PlanError(f"bandwidth_trace must be a BandwidthTrace or None, got {type(bandwidth_trace).__name__}")
@@ -198,7 +219,10 @@ def simulate(
     check_plan_matches(plan, model)
     result = simulate_plan(plan, model, trace=bandwidth_trace, record=record)
     if check_memory:
-        check_fits(plan, model, result)
+        try:
+            check_fits(plan, model, result)
+        except PlanError as exc:
+            raise PlanDoesNotFit(str(exc)) from None
     return result
 
 

@@ -14,6 +14,7 @@ from pipeplan.cli.common import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCAL
 from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
 from pipeplan.schedules.registry import PLANNABLE, names_text
+from pipeplan.sim.cost.layers import check_optimizer, check_scaling
 
 SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from pipeplan.core.cluster import Cluster
     from pipeplan.core.profile import ModelProfile
-    from pipeplan.planner.request import PlanRequest, PlanResult
+    from pipeplan.planner.request import PlanResult
     from pipeplan.sim.cost.model import CostModel
 
 
@@ -65,20 +66,6 @@ def progress_display(enabled: bool) -> Iterator[Callable[[str, float], None] | N
             bar.update(task, description=message, completed=max(0.0, min(1.0, fraction)))
 
         yield update
-
-
-def run_planner(name: str, request: PlanRequest, progress: Callable[[str, float], None] | None) -> PlanResult:
-    """Look `name` up in the planner registry and run it, handing it the progress callback.
-
-    Raises:
-        PlanError: unknown planner name.
-    """
-    from pipeplan.planner.registry import PLANNERS
-
-    planner = PLANNERS.get(name)
-    if planner is None:
-        raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(PLANNERS))}")
-    return planner(request, progress)
 
 
 def plan_json(result: PlanResult, profile_name: str, cluster_name: str) -> dict[str, Any]:
@@ -207,10 +194,8 @@ def plan(
     ),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
+    from pipeplan import api
     from pipeplan.cli.outputs import Output, check_outputs
-    from pipeplan.io.plan_json import write_plan
-    from pipeplan.planner.request import PlanRequest
-    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
@@ -223,15 +208,17 @@ def plan(
         from pipeplan.sim.trace import read_bandwidth_trace
 
         trace = read_bandwidth_trace(bandwidth_trace)
-    model = load_profile(profile, profile_batch_size)
-    machines = load_cluster(cluster)
+    model = _load_profile(profile, profile_batch_size)
+    machines = api.load_cluster(cluster)
+    check_scaling(batch_scaling)  # named as flags, before the API names them as arguments
+    check_optimizer(optimizer)
     if trace is not None:
         trace.check_devices(machines.num_devices, f"cluster {cluster}")
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
-                          replication=_check_replication(replication))  # fmt: skip
+    request = api.plan_request(model, machines, global_batch, microbatch_size=microbatch_size, schedule=schedule,
+                               optimizer=optimizer, batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
+                               replication=_check_replication(replication))  # fmt: skip
     with progress_display(not as_json) as progress:
-        result = run_planner(planner, request, progress)
+        result = api.run_planner(planner, request, progress)
     scores = None
     if trace is not None:
         from pipeplan.cli.plan_trace import choose_under_trace, print_trace_report, trace_json
@@ -249,7 +236,7 @@ def plan(
         if scores is not None:
             print_trace_report(scores, idle)
     if out is not None:
-        write_plan(result.plan, out, profile, cluster)
+        api.save_plan(result.plan, out, profile, cluster)
         typer.echo(f"wrote plan {out}", err=as_json)
 
 
@@ -374,11 +361,10 @@ def run_comparison(
     show_progress: bool,
     replication: str = "any",
 ) -> Comparison:
-    """Load the problem and run the planners (checked flags; a bad one is a PlanError naming it)."""
-    from pipeplan.planner.compare import compare as compare_planners
+    """Load the problem and run the planners through pipeplan.api.compare (checked flags; a bad one is a PlanError
+    naming it)."""
+    from pipeplan import api
     from pipeplan.planner.compare import planner_names
-    from pipeplan.planner.request import PlanRequest
-    from pipeplan.presets.resolve import load_cluster, load_profile
 
     _check_factor(optimizer_factor)
     _check_samples(global_batch, microbatch_size)
@@ -387,13 +373,22 @@ def run_comparison(
         names = planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
     except PlanError as exc:
         raise PlanError(f"--planners {planners!r}: {exc}") from None
-    model = load_profile(profile, profile_batch_size)
-    machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor, replication=replication)  # fmt: skip
+    model = _load_profile(profile, profile_batch_size)
+    api.load_cluster(cluster)  # a bad --cluster is reported before a bad --batch-scaling, as before
+    check_scaling(batch_scaling)  # named as flags, before the API names them as arguments
+    check_optimizer(optimizer)
     with progress_display(show_progress) as progress:
-        rows = compare_planners(request, names, progress)
-    return Comparison(profile, cluster, model.name, request, list(rows))
+        run = api.compare(model, cluster, global_batch, planners=names, progress=progress, microbatch_size=microbatch_size,
+                          schedule=schedule, optimizer=optimizer, batch_scaling=batch_scaling,
+                          optimizer_factor=optimizer_factor, replication=replication)  # fmt: skip
+    return Comparison(profile, cluster, model.name, run.request, run.rows)
+
+
+def _load_profile(profile: str, profile_batch_size: int | None) -> ModelProfile:
+    """--profile read with --profile-batch-size (a graph.txt file's batch); pipeplan.api.load_profile takes values too."""
+    from pipeplan.presets.resolve import load_profile
+
+    return load_profile(profile, profile_batch_size)
 
 
 def register(app: typer.Typer) -> None:
