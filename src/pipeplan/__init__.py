@@ -13,7 +13,8 @@ __version__ = "0.1.0"
 
 _API = (
     "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan",
-    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
+    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "save_profile", "simulate",
+    "stage_modules", "train_local",
 )  # fmt: skip
 """pipeplan.api.__all__, named here so that reaching one loads the API (tests/test_api.py checks the two agree)."""
 

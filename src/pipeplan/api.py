@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan",
-    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "simulate", "stage_modules", "train_local",
+    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "save_profile", "simulate",
+    "stage_modules", "train_local",
 ]  # fmt: skip
 
 Progress = Callable[[str, float], None]
@@ -209,11 +210,11 @@ def simulate(
     from pipeplan.sim.trace import BandwidthTrace
 
     if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got {type(plan).__name__}")
+        raise PlanError(f"plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got {_given(plan)}")
     _check_costs(batch_scaling, optimizer)
     model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
     if bandwidth_trace is not None and not isinstance(bandwidth_trace, BandwidthTrace):
-        raise PlanError(f"bandwidth_trace must be a BandwidthTrace or None, got {type(bandwidth_trace).__name__}")
+        raise PlanError(f"bandwidth_trace must be a BandwidthTrace or None, got {_given(bandwidth_trace)}")
     if bandwidth_trace is not None:
         bandwidth_trace.check_devices(model.cluster.num_devices, f"cluster {model.cluster.name}")
     check_plan_matches(plan, model)
@@ -234,10 +235,25 @@ def save_plan(plan: Plan, path: str, profile: str, cluster: str) -> None:
     """
     from pipeplan.io.plan_json import write_plan
 
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan, got {_given(plan)}")
     for name, value in (("profile", profile), ("cluster", cluster)):
         if not isinstance(value, str) or not value:
-            raise PlanError(f"{name} must be the file path or built-in name the plan file records, got {type(value).__name__}")
+            raise PlanError(f"{name} must be the file path or built-in name the plan file records, got {_given(value)}")
     write_plan(plan, path, profile, cluster)
+
+
+def save_profile(profile: ModelProfile, path: str) -> None:
+    """Write a profile file (pipeplan.profile JSON), whole or not at all: what `--profile` reads.
+
+    Raises:
+        ProfileError: `profile` is not a ModelProfile.
+    """
+    from pipeplan.io.profile_json import write_profile_json
+
+    if not isinstance(profile, ModelProfile):
+        raise ProfileError(f"profile must be a ModelProfile (profile_model's), got {_given(profile)}")
+    write_profile_json(profile, path)
 
 
 def profile_model(
@@ -283,7 +299,7 @@ def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn
     from pipeplan.runtime.execution.in_process import split_layers
 
     if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan, got {type(plan).__name__}")
+        raise PlanError(f"plan must be a Plan, got {_given(plan)}")
     return split_layers(model, plan)
 
 
@@ -300,7 +316,7 @@ def pipeline(model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callab
     from pipeplan.runtime.execution.in_process import InProcessPipeline
 
     if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan, got {type(plan).__name__}")
+        raise PlanError(f"plan must be a Plan, got {_given(plan)}")
     return InProcessPipeline(model, plan, loss_fn)
 
 
@@ -400,6 +416,12 @@ def train_local(
                     out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
 
 
+def _given(value: object) -> str:
+    """A wrong-typed argument as a message shows it: its type, and its repr when short (42, 'plan.json')."""
+    text = repr(value) if isinstance(value, int | float | str | bytes | type(None)) else ""
+    return type(value).__name__ + (f" {text[:60]}" if text else "")
+
+
 def _shown(value: object) -> str:
     """A profile or cluster argument as a message shows it: its name, or the path given."""
     return repr(value) if isinstance(value, str) else repr(getattr(value, "name", type(value).__name__))
@@ -431,7 +453,7 @@ def _files(**values: Any) -> Iterator[dict[str, str]]:
                 paths[key] = str(root / "cluster.json")
             elif value is not None:
                 error = ProfileError if key == "profile" else ClusterError
-                raise error(f"{key} must be a {key} value, a file path or a built-in name, got {type(value).__name__}")
+                raise error(f"{key} must be a {key} value, a file path or a built-in name, got {_given(value)}")
         if "plan" in values:
             save_plan(values["plan"], str(root / "plan.json"), paths["profile"], paths["cluster"])
             paths["plan"] = str(root / "plan.json")

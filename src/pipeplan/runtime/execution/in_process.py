@@ -38,7 +38,7 @@ def model_layers(model: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
     else:
         raise PlanError(
             f"model must be an nn.Sequential, an nn.ModuleList or a list of nn.Module layers (the chain the profile "
-            f"measured), got {type(model).__name__}"
+            f"measured), got {type(model).__name__}{f' {model!r}' if isinstance(model, int | float | str) else ''}"
         )
     for i, layer in enumerate(layers):
         if not isinstance(layer, nn.Module):
@@ -66,7 +66,7 @@ class InProcessPipeline:
 
     def __init__(self, model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: LossFn) -> None:
         if not callable(loss_fn):
-            raise PlanError(f"loss_fn must be a function (output, target) -> loss, got {type(loss_fn).__name__}")
+            raise PlanError(f"loss_fn must be a function (output, target) -> loss, got {type(loss_fn).__name__} {loss_fn!r:.60}")
         if plan.schedule in ASYNCHRONOUS:
             raise PlanError(f"plan schedule {plan.schedule!r} is asynchronous (no flush): one iteration has no end here")
         self.plan = plan
