@@ -270,8 +270,13 @@ def profile_model(
     warmup: int = 3,
     threads: int = 1,
     progress: bool = False,
+    device: str = "cpu",
 ) -> ModelProfile:
     """Measure MODULE_SPEC layer by layer at several batch sizes, or project it onto a GPU (`pipeplan profile`; torch).
+
+    `options` are the factory's (hidden=512); `dataset` fixes the layers as training builds them (digits, sample or
+    auto); without `batch_sizes`, powers of two up to batch_size. `project_to` (A100, H100, ...) counts FLOPs and
+    bytes on the meta device instead of measuring. `device` is where to measure (cpu, cuda, cuda:N).
 
     Raises:
         ProfileError: naming the bad argument and its value.
@@ -279,7 +284,7 @@ def profile_model(
     from pipeplan.core.limits import BATCH, ROUNDS, THREADS
     from pipeplan.profiler.session import profile_spec
 
-    for name, value, low, limit in (("batch_size", batch_size, 1, BATCH), ("runs", runs, 1, ROUNDS),
+    for name, value, low, limit in (("batch_size", batch_size, 1, BATCH), ("runs", runs, 0 if project_to else 1, ROUNDS),
                                     ("warmup", warmup, 0, ROUNDS), ("threads", threads, 1, THREADS)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ProfileError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -287,7 +292,7 @@ def profile_model(
     if not isinstance(module_spec, str) or not module_spec:
         raise ProfileError(f"module_spec must be a built-in name or package.module:factory, got {module_spec!r}")
     return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
-                        runs, warmup, threads, progress)  # fmt: skip
+                        runs, warmup, threads, progress, device)  # fmt: skip
 
 
 def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:

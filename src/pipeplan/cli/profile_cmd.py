@@ -13,7 +13,7 @@ from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
 
 if TYPE_CHECKING:
-    from pipeplan.core.profile import ModelProfile
+    pass
 
 DTYPE_CHOICES = ("fp32", "bf16")
 
@@ -80,17 +80,19 @@ def profile(
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
     check_outputs([Output("--out", out)])
     torch = _import_torch()
+    from pipeplan import api
     from pipeplan.io.profile_json import write_profile_json
-    from pipeplan.profiler.projection import project_curves, resolve_gpu
+    from pipeplan.profiler.projection import resolve_gpu
 
-    torch.set_num_threads(threads)
     if project_to is not None:
         resolve_gpu(project_to)
         if not 0 < efficiency <= 1:
             raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
-        result = project_curves(module_spec, spec_options, dataset, sizes, project_to, dtype, efficiency)
     else:
-        result = _measure(torch, module_spec, spec_options, dataset, sizes, device, runs, warmup, threads, quiet)
+        _torch_device(torch, device)
+    result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
+                               project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
+                               threads=threads, progress=not quiet, device=device)  # fmt: skip
     write_profile_json(result, Path(out))
     if quiet:
         return
@@ -115,34 +117,6 @@ def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:
     if sizes[-1] != batch_size:
         raise ProfileError(f"--batch-sizes must end at --batch-size {batch_size} (the reference size), got {list(sizes)}")
     return sizes
-
-
-def _measure(
-    torch: ModuleType,
-    module_spec: str,
-    options: dict[str, str],
-    dataset: str,
-    sizes: tuple[int, ...],
-    device: str,
-    runs: int,
-    warmup: int,
-    threads: int,
-    quiet: bool,
-) -> ModelProfile:
-    """Build the model as `pipeplan train` does and measure it at every size on its own data."""
-    from pipeplan.core.profile import ProfileSource
-    from pipeplan.models.allocator import steady_cpu_allocator
-    from pipeplan.models.build import build_model
-    from pipeplan.profiler.curves import profile_batch_sizes
-
-    steady_cpu_allocator()  # the allocator train runs with (profiler.allocator)
-    target = _torch_device(torch, device)
-    model = build_model(module_spec, dict(options), dataset)
-    for layer in model.layers:
-        layer.to(target)
-    spec = model.chain_spec()
-    source = ProfileSource(module_spec, tuple(sorted(options.items())), model.dataset.name, "float32")
-    return profile_batch_sizes(spec, sizes, runs=runs, warmup=warmup, threads=threads, source=source, progress=not quiet)
 
 
 def parse_options(pairs: list[str]) -> dict[str, str]:
