@@ -7,13 +7,12 @@ prints (core.errors), in one line naming the argument and the value. Times are m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import ClusterError, PlanError, ProfileError, TrainConfigError
+from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 
@@ -333,10 +332,13 @@ def probe_local(
     rounds: int = 10,
     optimizer: str = "adam",
     name: str | None = None,
+    out: str | None = None,
     timeout_s: float = 60.0,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Cluster:
     """Start `nprocs` processes here and measure them as a cluster (`pipeplan probe --local N`; torch).
+
+    With `out`, the cluster file is written there too (pipeplan.cluster/1, with the probe's notes).
 
     With a profile from `profile_model` (a measured one, which records how its model was built), each process's
     speed is measured against it and the messages' costs are fitted. One thread per process, as training runs.
@@ -346,21 +348,26 @@ def probe_local(
         RuntimeFault: a process failed (its reason printed on stderr).
     """
     from pipeplan.io.cluster_json import cluster_from_json
-    from pipeplan.runtime.options import check_local, check_optimizer
-    from pipeplan.runtime.training.local_jobs import run_local_job
+    from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
     for arg, value in (("nprocs", nprocs), ("steps", steps), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TrainConfigError(f"{arg} must be an integer >= 1, got {value!r}")
-    check_local(nprocs)
-    check_optimizer(optimizer)
-    with _files(profile=profile) as paths:
+    _check_job(nprocs, optimizer)
+    with job_files(profile=profile) as paths:
         if profile is not None and load_profile(paths["profile"]).source is None:
             raise TrainConfigError(f"profile {_shown(profile)} does not record how its model was built: use profile_model's")
         params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
                   "optimizer": optimizer, "threads": 1, "name": name}  # fmt: skip
         obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
-    return cluster_from_json(obj, f"probe of {nprocs} local processes")
+    cluster = cluster_from_json(obj, f"probe of {nprocs} local processes")
+    if out is not None:
+        import json
+
+        from pipeplan.io.atomic import write_text_atomic
+
+        write_text_atomic(out, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    return cluster
 
 
 @dataclass(frozen=True)
@@ -399,18 +406,17 @@ def train_local(
         PlanError: the plan does not match the profile or cluster, or does not fit.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
-    from pipeplan.runtime.options import check_local, check_optimizer
-    from pipeplan.runtime.training.local_jobs import run_local_job
+    from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise TrainConfigError(f"steps must be an integer >= 1, got {steps!r}")
-    check_optimizer(optimizer)
+    _check_job(1, optimizer)
     model = load_profile(profile)
     if model.source is None:
         raise TrainConfigError(f"profile {_shown(profile)} does not record how its model was built: use profile_model's")
     simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
-    check_local(len(plan.all_devices))
-    with _files(profile=model, cluster=cluster, plan=plan) as paths:
+    _check_job(len(plan.all_devices), optimizer)
+    with job_files(profile=profile, cluster=cluster, plan=plan) as paths:
         source = model.source
         params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
                   "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
@@ -419,6 +425,22 @@ def train_local(
         out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
     return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
                     out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
+
+
+def _check_job(processes: int, optimizer: object) -> None:
+    """The process count fits this machine (runtime.options.check_local) and train knows the optimizer.
+
+    Raises:
+        TrainConfigError: naming nprocs (the processes a plan's devices need) or optimizer, and the value.
+    """
+    from pipeplan.runtime.options import OPTIMIZERS, check_local
+
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise TrainConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    try:
+        check_local(processes)
+    except TrainConfigError as exc:
+        raise TrainConfigError(str(exc).replace("--local", "nprocs", 1)) from None
 
 
 def _given(value: object) -> str:
@@ -430,36 +452,3 @@ def _given(value: object) -> str:
 def _shown(value: object) -> str:
     """A profile or cluster argument as a message shows it: its name, or the path given."""
     return repr(value) if isinstance(value, str) else repr(getattr(value, "name", type(value).__name__))
-
-
-@contextmanager
-def _files(**values: Any) -> Iterator[dict[str, str]]:
-    """A temporary folder holding the given profile, cluster and plan as files (names and paths kept as given)."""
-    import json
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from pipeplan.io.cluster_json import cluster_to_json
-    from pipeplan.io.profile_json import write_profile_json
-
-    with tempfile.TemporaryDirectory(prefix="pipeplan-api-") as folder:
-        root = Path(folder)
-        paths: dict[str, str] = {}
-        for key in ("profile", "cluster"):
-            value = values.get(key)
-            if isinstance(value, str):
-                paths[key] = os.path.abspath(value) if os.path.exists(value) else value
-            elif isinstance(value, ModelProfile):
-                write_profile_json(value, root / "profile.json")
-                paths[key] = str(root / "profile.json")
-            elif isinstance(value, Cluster):
-                (root / "cluster.json").write_text(json.dumps(cluster_to_json(value)))
-                paths[key] = str(root / "cluster.json")
-            elif value is not None:
-                error = ProfileError if key == "profile" else ClusterError
-                raise error(f"{key} must be a {key} value, a file path or a built-in name, got {_given(value)}")
-        if "plan" in values:
-            save_plan(values["plan"], str(root / "plan.json"), paths["profile"], paths["cluster"])
-            paths["plan"] = str(root / "plan.json")
-        yield paths

@@ -113,7 +113,7 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
     )
     say(
         ctx,
-        f"   Planning on the built-in cluster {z.cluster} (16 {z.gpu}s, NVLink inside a server, InfiniBand between), "
+        f"   Planning on the built-in cluster {z.cluster} (16 {z.gpu}s, NVSwitch inside a server, HDR InfiniBand between), "
         f"global batch {z.global_batch}; every plan is scored by the same simulator:",
     )
     with progress_display(ctx.report is None) as progress:
@@ -167,8 +167,6 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
     """profile -> probe -> plan -> train on local processes, the plan's prediction beside the measured step."""
     from pipeplan import api
     from pipeplan.cli.plan_cmd import progress_display
-    from pipeplan.io.atomic import write_text_atomic
-    from pipeplan.io.cluster_json import cluster_to_json
     from pipeplan.io.profile_json import write_profile_json
 
     z = ctx.sizes
@@ -195,11 +193,9 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
             steps=z.probe_steps,
             rounds=z.probe_rounds,
             name=f"local-{z.processes}",
+            out=str(paths["cluster"]),
             on_progress=update,
         )
-    import json
-
-    write_text_atomic(paths["cluster"], json.dumps(cluster_to_json(cluster), indent=2, sort_keys=True) + "\n")
     speeds = ", ".join(f"{d.speed:.3f}" for d in cluster.devices)
     say(
         ctx,

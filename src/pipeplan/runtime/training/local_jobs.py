@@ -13,11 +13,17 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.errors import PipeplanError
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
+from pipeplan.core.profile import ModelProfile
+from pipeplan.io.cluster_json import cluster_to_json
+from pipeplan.io.plan_json import write_plan
+from pipeplan.io.profile_json import write_profile_json
 from pipeplan.runtime.errors import RuntimeFault
 
 JOB_ENV = "PIPEPLAN_LOCAL_JOB"
@@ -63,6 +69,36 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
         if on_progress is not None:
             on_progress(total, total)
         return json.loads(result.read_text())
+
+
+@contextmanager
+def job_files(**values: Any) -> Iterator[dict[str, str]]:
+    """A temporary folder holding the given profile, cluster and plan as files for a job's workers (a path or a
+    built-in name is kept as given, made absolute when a file stands there).
+
+    Raises:
+        ProfileError, ClusterError: a profile or cluster that is neither a value nor a name or path.
+    """
+    with tempfile.TemporaryDirectory(prefix="pipeplan-api-") as folder:
+        root = Path(folder)
+        paths: dict[str, str] = {}
+        for key in ("profile", "cluster"):
+            value = values.get(key)
+            if isinstance(value, str):
+                paths[key] = os.path.abspath(value) if os.path.exists(value) else value
+            elif isinstance(value, ModelProfile):
+                write_profile_json(value, root / "profile.json")
+                paths[key] = str(root / "profile.json")
+            elif isinstance(value, Cluster):
+                (root / "cluster.json").write_text(json.dumps(cluster_to_json(value)))
+                paths[key] = str(root / "cluster.json")
+            elif value is not None:
+                error = ProfileError if key == "profile" else ClusterError
+                raise error(f"{key} must be a {key} value, a file path or a built-in name, got {type(value).__name__}")
+        if "plan" in values:
+            write_plan(values["plan"], root / "plan.json", paths["profile"], paths["cluster"])
+            paths["plan"] = str(root / "plan.json")
+        yield paths
 
 
 def _lines(path: Path) -> int:
