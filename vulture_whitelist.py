@@ -33,3 +33,13 @@ _._no_blocking  # tests/test_io.py
 _._one_thread  # tests/test_profiler.py
 # torch.distributed.pipelining's CSV loader reads it from the stub stage in tests/test_schedule_io.py
 _.group_rank
+
+# Python calls a module's __dir__ (PEP 562) for dir(pipeplan), beside __getattr__'s lazy API names
+_.__dir__
+# torch.nn.Module's repr calls extra_repr (models/graph.py's traced layers)
+_.extra_repr
+# the local job's worker is started from a code string (runtime/training/local_jobs.WORKER)
+_.worker_main
+# pipeplan.api.LocalRun is a public result: callers read its memory fields
+_.predicted_memory_bytes
+_.measured_memory_bytes

@@ -382,7 +382,7 @@ def test_an_allocation_no_limit_foresaw_is_one_line(
     """torch's allocator failing (a model's activations beyond memory: `profile transformer --opt seq_len=1000000` asks
     for 2 TB) is `out of memory` with the size, exit 2, no traceback, no profile written (the failure is injected:
     a real 2 TB request depends on the machine's overcommit setting)."""
-    import pipeplan.profiler.run as profiler_run
+    import pipeplan.profiler.curves as curves
 
     def fail(*args: object, **kwargs: object) -> None:
         raise RuntimeError(
@@ -390,7 +390,7 @@ def test_an_allocation_no_limit_foresaw_is_one_line(
             "allocate 2097152000000 bytes. Error code 12 (Cannot allocate memory)"
         )
 
-    monkeypatch.setattr(profiler_run, "measure_model", fail)
+    monkeypatch.setattr(curves, "profile_batch_sizes", fail)  # the measurement (profiler.session), after the model is built
     monkeypatch.chdir(tmp_path)
     code, out, err = run(monkeypatch, capsys, "profile", "mlp", "-b", "8", "-o", "p.json", "-q")
     assert (

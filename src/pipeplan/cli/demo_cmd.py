@@ -1,7 +1,8 @@
-"""The `pipeplan demo` command: a short tour that prints tables and writes timelines under out/.
+"""The `pipeplan demo` command: the main job end to end, on real models, in a few minutes (`--quick`: under one).
 
 The demo is a list of steps (`STEPS`), each a function of a `DemoContext`;
-later features add a step rather than editing the others.
+later features add a step rather than editing the others. The steps on real
+models live in cli.demo_steps; each calls pipeplan.api, never a command line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from pipeplan.cli import demo_steps
+from pipeplan.cli.demo_steps import DemoSizes
 from pipeplan.viz.json_print import print_json
 
 MIB = 1 << 20
@@ -68,6 +71,10 @@ class DemoContext:
     written: list[Path] = field(default_factory=list)
     report: dict[str, Any] | None = None
     """With --json: what each step found, printed as one object at the end (tables are not printed)."""
+    sizes: DemoSizes = field(default_factory=DemoSizes)
+    best: Any = None
+    """The fastest plan of step 1 (a PlanResult), and below the cost model it was scored with."""
+    best_model: Any = None
 
 
 def compare_schedules(ctx: DemoContext) -> None:
@@ -93,66 +100,60 @@ def compare_schedules(ctx: DemoContext) -> None:
     if ctx.report is not None:
         ctx.report["schedules"] = {"setting": s.describe(), "results": [{"label": label, **r.to_json()} for label, r in rows]}
         return
-    ctx.console.print(f"Schedules compared on one pipeline:\n  {s.describe()}", highlight=False)
+    ctx.console.print(f"[bold]0. The schedules pipeplan simulates, on one synthetic pipeline[/bold]\n   {s.describe()}",
+                      highlight=False)  # fmt: skip
     ctx.console.print(comparison_table(rows, title=""))
 
 
-PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH = "dapple/bert-48", "v100-8x2-25g", 256
-"""The real planning problem of the demo: a measured BERT-48 profile on two DGX-1 servers over 25 Gb/s."""
-PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
-"""The fast planners the demo compares (exact is left out: it takes minutes)."""
-
-
-def compare_planners(ctx: DemoContext) -> None:
-    """Plan a real profile on a real topology with every fast planner; write the best plan and its timeline."""
-    from pipeplan.cli.plan_cmd import draw_best, print_comparison
-    from pipeplan.planner.compare import run_comparison
-    from pipeplan.viz.progress import progress_display
-
-    png = ctx.out / "plan_best.png"
-    quiet = ctx.report is not None
-    if not quiet:
-        ctx.console.print(
-            f"\nPlanners compared on {PLAN_PROFILE} over {PLAN_CLUSTER}, global batch {PLAN_BATCH} "
-            "(all plans scored by the same simulator):",
-            highlight=False,
-        )
-    with progress_display(not quiet) as progress:
-        run = run_comparison(PLAN_PROFILE, PLAN_CLUSTER, PLAN_BATCH, list(PLANNERS), progress)
-    if ctx.report is not None:
-        ctx.report["planners"] = {"profile": PLAN_PROFILE, "cluster": PLAN_CLUSTER, "global_batch": PLAN_BATCH, **run.to_json()}
-    else:
-        print_comparison(run)
-    draw_best(run, str(png))
-    ctx.written.append(png)
-
-
-STEPS: list[Callable[[DemoContext], None]] = [compare_schedules, compare_planners]
+STEPS: list[Callable[[DemoContext], None]] = [
+    compare_schedules,
+    demo_steps.gpt2_on_a100s,
+    demo_steps.best_plan_files,
+    demo_steps.chain_on_this_machine,
+    demo_steps.pipemare_delays,
+    demo_steps.adaptive_k,
+    demo_steps.what_next,
+]
 """The demo's steps, run in order."""
 
-FILES = (*(f"{case.name}{suffix}" for case in CASES for suffix in (".png", ".trace.json")), "plan_best.png")
+FILES = (*(f"{case.name}{suffix}" for case in CASES for suffix in (".png", ".trace.json")), *demo_steps.FILES)
 """The files the steps write under --out, checked before the first step (a step that writes more adds them here)."""
 
 
 def demo(
     out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG) and Perfetto traces."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (both comparisons, the files written)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (what every step found, the files written)."),
+    quick: bool = typer.Option(False, "--quick", help="The same steps on smaller sizes: under a minute (CI)."),
 ) -> None:
-    """Compare the built-in schedules on one pipeline; write timeline PNGs and Perfetto traces."""
+    """Run the main job end to end: GPT-2 planned on A100s against the baselines, the profile-probe-plan-train chain on
+    this machine (predicted against measured), PipeMare and Ada-Grouper; writes plans, timelines and traces."""
+    import time
+
     from pipeplan.cli.outputs import Output, check_outputs
 
     check_outputs([Output("--out", out, folder=True)])
     check_outputs([Output(f"--out {out!r}: file", os.path.join(out, name)) for name in FILES if os.path.isdir(out)])
     out_dir = Path(out)
     out_dir.mkdir(exist_ok=True)
-    ctx = DemoContext(out=out_dir, console=Console(), report={} if as_json else None)
+    sizes = demo_steps.QUICK if quick else DemoSizes()
+    console = Console(width=max(Console().width, 120))
+    ctx = DemoContext(out=out_dir, console=console, report={} if as_json else None, sizes=sizes)
+    started = time.perf_counter()
+    took: dict[str, float] = {}
     for step in STEPS:
+        begun = time.perf_counter()
         step(ctx)
+        took[step.__name__] = time.perf_counter() - begun
+        if ctx.report is None:
+            ctx.console.print(f"   [dim]({took[step.__name__]:.1f} s)[/dim]", highlight=False)
+    seconds = time.perf_counter() - started
     if ctx.report is not None:
-        print_json({**ctx.report, "written": [str(path) for path in ctx.written]})
+        print_json({**ctx.report, "quick": quick, "seconds": seconds, "step_seconds": took,
+                    "written": [str(path) for path in ctx.written]})  # fmt: skip
         return
     # Plain echo: rich would wrap long paths, and paths must stay copyable.
-    typer.echo(f"\nWrote {len(ctx.written)} files (PNG timelines; traces open in https://ui.perfetto.dev):")
+    typer.echo(f"\nDone in {seconds:.0f} s. Wrote {len(ctx.written)} files (PNG timelines; traces open in "
+               "https://ui.perfetto.dev):")  # fmt: skip
     for path in ctx.written:
         typer.echo(f"  {path}")
 

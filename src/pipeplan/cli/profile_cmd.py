@@ -79,19 +79,20 @@ def profile(
     _require_torch()
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
     check_outputs([Output("--out", out)])
+    from pipeplan import api
     from pipeplan.io.profile_json import write_profile_json
-    from pipeplan.models.allocator import set_cpu_threads
-    from pipeplan.profiler.projection import project_curves, resolve_gpu
-    from pipeplan.profiler.run import measure_model
+    from pipeplan.profiler.projection import resolve_gpu
+    from pipeplan.profiler.session import torch_device
 
-    set_cpu_threads(threads)
     if project_to is not None:
         resolve_gpu(project_to)
         if not 0 < efficiency <= 1:
             raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
-        result = project_curves(module_spec, spec_options, dataset, sizes, project_to, dtype, efficiency)
     else:
-        result = measure_model(module_spec, spec_options, dataset, sizes, device, runs, warmup, threads, quiet)
+        torch_device(device, "--device")
+    result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
+                               project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
+                               threads=threads, progress=not quiet, device=device)  # fmt: skip
     write_profile_json(result, Path(out))
     if quiet:
         return

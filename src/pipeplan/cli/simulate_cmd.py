@@ -160,10 +160,10 @@ def simulate_plan_file(
         PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
             `check_memory`).
     """
-    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
+    from pipeplan import api
+    from pipeplan.presets.resolve import load_plan, load_profile
+    from pipeplan.sim.cost.layers import check_optimizer, check_scaling
     from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.cost.plan_costs import check_plan_matches
-    from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = load_plan(plan_path, profile, profile_batch_size)
@@ -177,21 +177,18 @@ def simulate_plan_file(
     if missing:
         raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
     assert profile is not None and cluster is not None
-    from pipeplan.sim.cost.memory import check_fits
-
-    model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), scaling, optimizer)
+    model_profile, machines = load_profile(profile, profile_batch_size), api.load_cluster(cluster)
+    check_scaling(scaling)  # named as flags, before the API names them as arguments
+    check_optimizer(optimizer)
     if isinstance(trace, BandwidthTrace):
-        trace.check_devices(model.cluster.num_devices, f"cluster {cluster}")
+        trace.check_devices(machines.num_devices, f"cluster {cluster}")
     try:
-        check_plan_matches(plan, model)
+        result = api.simulate(plan, model_profile, machines, batch_scaling=scaling, optimizer=optimizer,
+                              bandwidth_trace=trace, record=record, check_memory=check_memory)  # fmt: skip
+    except api.PlanDoesNotFit as exc:
+        raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
     except PlanError as exc:
         raise PlanError(f"{plan_path}: {exc}") from None
-    result = simulate_plan(plan, model, trace=trace, record=record)
-    if check_memory:
-        try:
-            check_fits(plan, model, result)
-        except PlanError as exc:
-            raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
     run = None
     if iterations is not None:
         from pipeplan.schedules.plan_schedule import plan_schedule
@@ -199,6 +196,7 @@ def simulate_plan_file(
         from pipeplan.sim.engine.iterations import simulate_iterations
 
         bandwidth = trace if isinstance(trace, BandwidthTrace) else None
+        model = CostModel.build(model_profile, machines, scaling, optimizer)
         run = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, bandwidth), bandwidth, iterations)
     return result, run
 
