@@ -127,16 +127,12 @@ def test_layer_blockers_give_what_they_gave_on_every_shared_profile(name: str) -
         assert [list(r) for r in make_blocks(profile, int(blocks))] == ranges
 
 
-def test_replica_split_gives_every_replica_the_same_share() -> None:
-    """Twelve samples over three replicas: rows 0-3, 4-7, 8-11 (what the simulator prices as 12 / 3 each)."""
+def test_replica_split_is_the_runtimes_rows_and_the_simulators_share_when_even() -> None:
+    """Twelve samples over three replicas: rows 0-3, 4-7, 8-11 (12 / 3 each, as the simulator prices them); seven
+    over three: 3, 2, 2 rows (the runtime runs it; the simulator refuses to price it)."""
     assert replica_split(12, 3) == [(0, 4), (4, 8), (8, 12)]
+    assert replica_split(7, 3) == [(0, 3), (3, 5), (5, 7)]
     assert splits_evenly(12, 3) and not splits_evenly(7, 3) and not splits_evenly(1, 2)
-
-
-def test_replica_split_refuses_an_uneven_microbatch() -> None:
-    """Seven samples over three replicas is an error naming both numbers (one rule for runtime and simulator)."""
-    with pytest.raises(PlanError, match="7 samples does not split evenly over 3 replicas"):
-        replica_split(7, 3)
 
 
 @given(st.lists(st.floats(0, 100), min_size=2, max_size=80), st.integers(2, 70))

@@ -48,17 +48,9 @@ def splits_evenly(samples: int, replicas: int) -> bool:
 
 
 def replica_split(samples: int, replicas: int) -> list[tuple[int, int]]:
-    """[lo, hi) of each replica's share of a microbatch: consecutive runs of samples / replicas rows (the runtime's
-    tensor rows; the simulator prices each replica at samples / replicas).
-
-    Raises:
-        PlanError: the microbatch does not split evenly (splits_evenly), naming both numbers.
-    """
-    if not splits_evenly(samples, replicas):
-        raise PlanError(
-            f"a microbatch of {samples} samples does not split evenly over {replicas} replicas (each replica takes the "
-            "same share)"
-        )
+    """[lo, hi) of each replica's share of a microbatch, the one replica rule: consecutive runs, sizes differing by at
+    most one, larger first (the runtime's tensor rows). The simulator prices samples / replicas per replica, which is
+    this split exactly when `splits_evenly`; every plan it prices must split evenly (sim.cost.plan_costs)."""
     return split_evenly(samples, replicas)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from pipeplan.core.errors import PlanError
-from pipeplan.core.partition import replica_split, splits_evenly
+from pipeplan.core.partition import replica_split
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 
@@ -70,7 +70,7 @@ class Topology:
 
     Raises:
         PlanError: the plan and schedule disagree, the world size does not
-            match the plan's devices, or a microbatch does not split evenly over a stage's replicas.
+            match the plan's devices, or a microbatch is smaller than a stage's replicas.
     """
 
     def __init__(self, plan: Plan, schedule: Schedule, world_size: int) -> None:
@@ -95,11 +95,6 @@ class Topology:
             if plan.replicas_of(r) > plan.microbatch_size:
                 raise PlanError(
                     f"stage {r} has {plan.replicas_of(r)} replicas but a microbatch has only {plan.microbatch_size} samples"
-                )
-            if not splits_evenly(plan.microbatch_size, plan.replicas_of(r)):
-                raise PlanError(
-                    f"stage {r} has {plan.replicas_of(r)} replicas but microbatch_size {plan.microbatch_size} is not a "
-                    f"multiple of {plan.replicas_of(r)} (each replica takes the same share, as the simulator prices it)"
                 )
         self.process_of = {d: i for i, d in enumerate(self.devices)}
         self.world_size = world_size

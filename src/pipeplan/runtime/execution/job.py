@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeplan.core.partition import split_evenly, splits_evenly
+from pipeplan.core.partition import split_evenly
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
 from pipeplan.presets.resolve import load_schedule
@@ -89,13 +89,6 @@ class ScheduleLayout:
         if self.global_batch % (copies * m):
             raise TrainConfigError(
                 f"--batch-size {self.global_batch} must be a multiple of pipeline replicas x microbatches = {copies} x {m}"
-            )
-        size = self.global_batch // (copies * m)
-        uneven = [r for r in replicas if not splits_evenly(size, r)]
-        if uneven:
-            raise TrainConfigError(
-                f"--batch-size {self.global_batch} gives microbatches of {size} samples, which do not split evenly over "
-                f"--replicas {uneven[0]} (each replica takes the same share, as the simulator prices it)"
             )
         return schedule, replicas, copies
 
