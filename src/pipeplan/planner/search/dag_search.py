@@ -15,6 +15,7 @@ from pipeplan.planner.search.candidates import Progress
 from pipeplan.planner.search.dag_orders import dag_orders
 from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
 
 Search = Callable[..., PlanResult]
@@ -79,7 +80,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
         if best is None or sim.iteration_time < best.iteration_time:
             finalists = [placed(f, order, request) for f in found.extra.get("finalists", [])]
             memory = check_fits(plan, request.model, sim)
-            best = PlanResult(plan, "pipeplan", sim, memory, 0.0, {**found.extra, "finalists": finalists})
+            costs = plan_costs(plan, request.model)
+            best = PlanResult(plan, "pipeplan", sim, costs, memory, 0.0, {**found.extra, "finalists": finalists})
             won = i + 1
     if best is None:
         assert failure is not None
