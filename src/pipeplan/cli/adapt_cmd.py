@@ -128,8 +128,9 @@ def print_report(comparison: AdaptComparison, plan: str, iterations: int) -> Non
         typer.echo(f"{name} not run: {reason}")
     switches = [d for d in comparison.decisions if d.switched]
     slowest = max(comparison.decision_ms, default=0.0)
+    noun = "switch" if len(switches) == 1 else "switches"
     typer.echo(
-        f"controller: {len(switches)} switches; decision time mean {_mean(comparison.decision_ms):.2f} ms, "
+        f"controller: {len(switches)} {noun}; decision time mean {_mean(comparison.decision_ms):.2f} ms, "
         f"max {slowest:.2f} ms ({comparison.decision_share:.2%} of a mean iteration)"
     )
     for d in switches[:10]:

@@ -201,8 +201,8 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
     speeds = ", ".join(f"{d.speed:.3f}" for d in cluster.devices)
     say(
         ctx,
-        f"   speeds {speeds} (1.0: the profile's own process); link {cluster.bandwidth[0, 1] / 1e9:.2f} GB/s, "
-        f"message overhead {cluster.message_overhead * 1e6:.0f} us",
+        f"   speeds {speeds} (1.0: the profile's own process); link {cluster.bandwidth_bytes_per_s[0, 1] / 1e9:.2f} GB/s, "
+        f"message overhead {cluster.message_overhead_s * 1e6:.0f} us",
     )
     with progress_display(ctx.report is None) as progress:
         result = api.plan(profile, cluster, z.local_batch, progress=progress)

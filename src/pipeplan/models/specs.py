@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 
 import torch
@@ -228,7 +230,7 @@ def _import_factory(spec: str) -> tuple[Callable[..., object], object]:
     if not module_name or not attr_path:
         raise ProfileError(f"MODULE_SPEC {spec!r} must be of the form package.module:factory")
     try:
-        pymodule = importlib.import_module(module_name)
+        pymodule = _import_here_too(module_name)
     except ImportError as exc:
         raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {module_name!r} ({exc})") from None
     obj: object = pymodule
@@ -239,6 +241,24 @@ def _import_factory(spec: str) -> tuple[Callable[..., object], object]:
     if not callable(obj):
         raise ProfileError(f"MODULE_SPEC {spec!r}: {attr_path!r} is not callable")
     return obj, pymodule
+
+
+def _import_here_too(module_name: str) -> object:
+    """Import `module_name`; a module missing from the path is looked for in the current folder too.
+
+    `python -m pipeplan` and the workers (`python -c`) have the current folder on sys.path, the installed
+    `pipeplan` script does not: `pipeplan profile my_model:build` run beside my_model.py finds it either way. The
+    folder goes last on the path, so it never shadows an installed package.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        top = module_name.partition(".")[0]
+        if exc.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module_name)
 
 
 def _holds_all_parameters(blocks: nn.ModuleList, module: nn.Module) -> bool:
