@@ -326,6 +326,13 @@ class _Search:
             if result.iteration_time < self.best_time:
                 self.best_time, self.best_plan = result.iteration_time, plan
 
+    def too_short(self, prev: _Placed | None, last: int, left: int, fastest: float, m: int, size: int) -> bool:
+        """Whether every stage ending at `last` leaves more than the incumbent for the layers after it: the rest
+        check of grow with its parts that depend on the stage's devices dropped (no transfer in, the stage's own
+        forward left out, the fastest free device)."""
+        arrive = prev.arrive + prev.fwd if prev is not None else 0.0
+        return arrive + m * size * self.rest(size, left)[last + 1] / (left * fastest) >= self.best_time
+
     def grow(self, stages: list[_Placed], free: tuple[int, ...], rp: int, m: int, size: int) -> None:
         """Place the next stage in every way, pruning by the bound, recursing until all layers are placed."""
         self.nodes += 1
@@ -341,6 +348,8 @@ class _Search:
                 r = group // rp
                 if size % r or (rest_layers and len(free) - group < rp):
                     continue
+                if rest_layers and self.too_short(prev, last, (len(free) - group) // rp, max(speeds), m, size):
+                    continue  # the check below, before any device tuple is costed
                 for devices in canonical_tuples(free, group, self.classes):
                     if devices in dead:
                         continue
