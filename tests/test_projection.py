@@ -224,3 +224,14 @@ def test_meta_models_cannot_be_timed() -> None:
         spec = resolve_module_spec("mlp", hidden=8, blocks=1)
     with pytest.raises(ProfileError, match="runs must be 0 for a model on the meta device"):
         measure_layers(spec, None, 2, runs=1)
+
+
+def test_a_model_on_the_digits_projects_without_touching_its_data_on_the_meta_device() -> None:
+    """`profile mlp --project-to A100` (digits, the mlp's default data) projects: the dataset is built on the CPU even
+    while the model is built on the meta device (it failed inside digits() on torch.nonzero before)."""
+    pytest.importorskip("sklearn")
+    from pipeplan.api import profile_model
+
+    profile = profile_model("mlp", 8, project_to="A100")
+    assert profile.reference_device == "A100" and not profile.measured
+    assert profile.layers[-1].fwd_ms > 0

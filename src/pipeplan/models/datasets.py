@@ -53,9 +53,10 @@ def digits() -> Dataset:
     except ImportError:
         raise TrainConfigError("--dataset digits needs scikit-learn: pip install scikit-learn") from None
     bunch = load_digits()
-    inputs = torch.as_tensor(bunch.data, dtype=torch.float32) / 16.0
-    targets = torch.as_tensor(bunch.target, dtype=torch.int64)
-    held = torch.arange(len(inputs)) % 5 == 4  # every fifth sample: 359 held out, 1438 to train on
+    cpu = torch.device("cpu")  # data, even when the model is built under `with torch.device("meta")` (projection)
+    inputs = torch.as_tensor(bunch.data, dtype=torch.float32, device=cpu) / 16.0
+    targets = torch.as_tensor(bunch.target, dtype=torch.int64, device=cpu)
+    held = torch.arange(len(inputs), device=cpu) % 5 == 4  # every fifth sample: 359 held out, 1438 to train on
     return Dataset("digits", inputs[~held], targets[~held], 10, inputs[held], targets[held])
 
 
