@@ -29,8 +29,8 @@ POLICY_ORDER
 
 # pytest reads these: a module's `pytestmark` (its markers) and autouse fixtures, which no test names
 _.pytestmark
+_.one_torch_thread  # tests/conftest.py, named in usefixtures by test_profiler and test_profiler_graph
 _._no_blocking  # tests/test_io.py
-_._one_thread  # tests/test_profiler.py
 # torch.distributed.pipelining's CSV loader reads it from the stub stage in tests/test_schedule_io.py
 _.group_rank
 

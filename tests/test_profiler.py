@@ -16,18 +16,10 @@ from pipeplan.models.specs import ModelSpec, layers_of, resolve_module_spec, spe
 from pipeplan.profiler import measure_layers, profile_module  # noqa: E402
 from pipeplan.profiler.saved import SavedTensorMeter  # noqa: E402
 
-pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
+# every test here needs torch (make test-fast leaves them out) and times on one thread (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
 F32 = 4
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    """Timing tests share 2 cores with other jobs: one torch thread keeps them stable."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_mlp_layer_times_sum_to_the_whole_model_time() -> None:

@@ -14,16 +14,7 @@ from pipeplan.models.specs import resolve_module_spec  # noqa: E402
 from pipeplan.profiler import measure_layers  # noqa: E402
 from pipeplan.profiler.curves import profile_batch_sizes  # noqa: E402
 
-pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    """Timing shares 2 cores with other jobs: one torch thread keeps it stable."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_a_graph_profile_keeps_its_inputs_and_prices_each_cut_by_its_live_set() -> None:
