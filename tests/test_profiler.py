@@ -154,10 +154,12 @@ def test_profile_is_a_measured_chain_on_the_cpu() -> None:
     assert all(layer.flops and layer.bytes_moved for layer in p.layers)
 
 
-def test_progress_bar_and_names_of_a_plain_list_of_modules() -> None:
-    """A list of modules profiles with the progress bar on; unnamed layers are named by position and type."""
+def test_progress_bar_and_names_of_a_plain_list_of_modules(capsys: pytest.CaptureFixture[str]) -> None:
+    """A list of modules profiles with the progress bar asked for; stderr is no terminal here, so nothing is drawn
+    (no blank lines in a log); unnamed layers are named by position and type."""
     p = profile_module([nn.Linear(8, 8), nn.Tanh()], lambda b: torch.randn(b, 8), 2, runs=1, warmup=0, progress=True)
     assert [layer.name for layer in p.layers] == ["0-linear", "1-tanh"]
+    assert capsys.readouterr().err == ""
 
 
 def test_sample_input_must_match_the_batch_size() -> None:

@@ -14,7 +14,7 @@ from rich.console import Console
 from pipeplan.sim.result import ComputeSpan, RankStats, SimResult, TransferSpan
 from pipeplan.viz.gantt import figure_size, render_gantt
 from pipeplan.viz.perfetto import trace_events, write_trace
-from pipeplan.viz.tables import comparison_table, format_bytes, rank_table, summary_table
+from pipeplan.viz.tables import comparison_table, format_bytes, rank_table, summary_table, wide_console
 
 
 def two_rank_result() -> SimResult:
@@ -207,3 +207,13 @@ def test_comparison_table_uses_one_unit_and_summarizes_many_ranks() -> None:
     assert "peak GiB/rank" in text
     assert "0.293/<0.01" in text
     assert "20 max, 2 min" in text
+
+
+def test_tables_piped_to_a_file_are_at_least_120_columns_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a terminal or COLUMNS rich assumes 80 columns and wraps compare's table; wide_console does not."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert Console().width == 80
+    assert wide_console().width == 120
+    assert wide_console(140).width == 140
+    monkeypatch.setenv("COLUMNS", "200")
+    assert wide_console().width == 200

@@ -19,6 +19,7 @@ from rich.console import Console
 from pipeplan.cli import demo_steps
 from pipeplan.cli.demo_steps import DemoSizes
 from pipeplan.viz.json_print import print_json
+from pipeplan.viz.tables import wide_console
 
 MIB = 1 << 20
 
@@ -136,7 +137,7 @@ def demo(
     out_dir = Path(out)
     out_dir.mkdir(exist_ok=True)
     sizes = demo_steps.QUICK if quick else DemoSizes()
-    console = Console(width=max(Console().width, 120))
+    console = wide_console()
     ctx = DemoContext(out=out_dir, console=console, report={} if as_json else None, sizes=sizes)
     started = time.perf_counter()
     took: dict[str, float] = {}

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
+from pipeplan.viz.tables import wide_console
 
 if TYPE_CHECKING:
     pass
@@ -98,7 +98,7 @@ def profile(
         return
     from pipeplan.viz.inventory import profile_layers_table, profile_summary
 
-    console = Console(width=max(Console().width, 120))
+    console = wide_console()
     console.print(profile_summary(result))
     console.print(profile_layers_table(result))
     total_flops = sum(layer.flops or 0.0 for layer in result.layers)

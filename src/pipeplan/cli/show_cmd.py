@@ -6,7 +6,6 @@ from collections import Counter
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from pipeplan.viz.inventory import (
     MATRIX_MAX_DEVICES,
@@ -19,6 +18,7 @@ from pipeplan.viz.inventory import (
     profiles_list_table,
 )
 from pipeplan.viz.json_print import print_json
+from pipeplan.viz.tables import wide_console
 
 show_app = typer.Typer(
     name="show",
@@ -46,7 +46,7 @@ def show_profile(
 
         print_json(profile_to_json(profile), compact=True)
         return
-    console = Console(width=max(Console().width, 120))
+    console = wide_console()
     console.print(profile_summary(profile))
     console.print(profile_layers_table(profile))
 
@@ -72,7 +72,7 @@ def show_cluster(
 
         print_json(cluster_to_json(cluster), compact=True)
         return
-    console = Console(width=max(Console().width, 120))
+    console = wide_console()
     console.print(devices_table(cluster))
     console.print(link_classes_table(cluster))
     if cluster.num_devices <= MATRIX_MAX_DEVICES:
@@ -103,7 +103,7 @@ def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
     if as_json:
         print_json({"profiles": rows}, compact=True)
         return
-    Console(width=max(Console().width, 100)).print(profiles_list_table(rows))
+    wide_console(100).print(profiles_list_table(rows))
 
 
 @show_app.command("clusters")
@@ -129,7 +129,7 @@ def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the 
     if as_json:
         print_json({"clusters": rows}, compact=True)
         return
-    Console(width=max(Console().width, 140)).print(clusters_list_table(rows))
+    wide_console(140).print(clusters_list_table(rows))
 
 
 def register(app: typer.Typer) -> None:

@@ -332,15 +332,19 @@ def _device_name(device: torch.device) -> str:
 
 @contextlib.contextmanager
 def _progress_bar(enabled: bool, total: int) -> Iterator[Callable[[str], None]]:
-    """Yield advance(description): a rich progress bar on stderr when enabled, else a no-op."""
+    """Yield advance(description): a rich progress bar on stderr when enabled and stderr is a terminal, else a no-op."""
     if not enabled:
         yield lambda _description: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a log file gets no bar (rich would leave a blank line per refresh)
+        yield lambda _description: None
+        return
     columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("profiling", total=total)
 
         def advance(description: str) -> None:

@@ -137,8 +137,14 @@ def comparison_table(results: Sequence[tuple[str, SimResult]], title: str = "sch
     return table
 
 
+def wide_console(min_width: int = 120) -> Console:
+    """A stdout console at least `min_width` columns wide, so a table piped to a file or a pager (where rich would
+    assume 80 columns) is not wrapped; a wider terminal keeps its own width."""
+    return Console(width=max(Console().width, min_width))
+
+
 def print_tables(*tables: Table, console: Console | None = None) -> None:
-    """Print tables one after another on stdout (or `console`)."""
-    out = console or Console()
+    """Print tables one after another on stdout (or `console`), at least 120 columns wide."""
+    out = console or wide_console()
     for table in tables:
         out.print(table)
