@@ -112,7 +112,7 @@ def compare_policies(
 
 
 def _renamed(run: PolicyRun, name: str) -> PolicyRun:
-    return PolicyRun(name, run.k, run.start_ms, run.iteration_ms, run.peak_bytes)
+    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, run.k)
 
 
 def _gpipe_misses(pipeline: PipelineModel) -> str:

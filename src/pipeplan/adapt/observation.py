@@ -6,9 +6,7 @@ import math
 from dataclasses import dataclass
 
 from pipeplan.core.errors import AdaptError
-
-Link = tuple[int, int]
-"""An ordered device pair (src, dst), as bandwidth traces name it."""
+from pipeplan.sim.trace import Link, is_link
 
 
 def _check_time(field: str, value: object) -> float:
@@ -34,22 +32,15 @@ class Transfer:
     end_ms: float
 
     def __post_init__(self) -> None:
-        link = self.link
-        ok = (
-            isinstance(link, tuple)
-            and len(link) == 2
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in link)
-            and link[0] != link[1]
-        )
-        if not ok:
-            raise AdaptError(f"transfer link must be two different device ids (src, dst), got {link!r}")
+        if not is_link(self.link):
+            raise AdaptError(f"transfer link must be two different device ids (src, dst), got {self.link!r}")
         nbytes = _check_time("transfer nbytes", self.nbytes)
         if nbytes < 0:
             raise AdaptError(f"transfer nbytes must be >= 0, got {self.nbytes!r}")
         start = _check_time("transfer start_ms", self.start_ms)
         end = _check_time("transfer end_ms", self.end_ms)
         if end < start:
-            raise AdaptError(f"transfer on {list(link)} ends at {end} ms, before it starts at {start} ms")
+            raise AdaptError(f"transfer on {list(self.link)} ends at {end} ms, before it starts at {start} ms")
 
 
 @dataclass(frozen=True, slots=True)

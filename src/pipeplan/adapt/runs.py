@@ -11,7 +11,7 @@ from pipeplan.adapt.controller import AdaptiveController, Decision
 from pipeplan.adapt.observation import IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
-from pipeplan.sim.engine.iterations import peak_bytes, simulate_iterations, steady_after
+from pipeplan.sim.engine.iterations import IterationRun, peak_bytes, simulate_iterations, steady_after
 from pipeplan.sim.engine.program import Program, compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
@@ -19,19 +19,12 @@ from pipeplan.sim.trace import BandwidthTrace
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyRun:
-    """One policy's run: per-iteration k, start (trace clock), time and peak memory; switches counted."""
+class PolicyRun(IterationRun):
+    """One policy's run: the simulator's IterationRun (per-iteration start on the trace clock, time, peak memory),
+    labelled with the policy's name and the k of each iteration; switches counted."""
 
     name: str
     k: tuple[int, ...]
-    start_ms: tuple[float, ...]
-    iteration_ms: tuple[float, ...]
-    peak_bytes: tuple[float, ...]
-
-    @property
-    def total_ms(self) -> float:
-        """When the last iteration ends: the run's time, switch costs included."""
-        return self.start_ms[-1] + self.iteration_ms[-1] if self.start_ms else 0.0
 
     @property
     def switches(self) -> int:
@@ -39,15 +32,8 @@ class PolicyRun:
         return sum(a != b for a, b in zip(self.k, self.k[1:], strict=False))
 
     def to_json(self) -> dict[str, Any]:
-        """{"total_ms", "iteration_ms", "k", "peak_bytes", "start_ms", "switches"}."""
-        return {
-            "total_ms": self.total_ms,
-            "iteration_ms": list(self.iteration_ms),
-            "k": list(self.k),
-            "peak_bytes": list(self.peak_bytes),
-            "start_ms": list(self.start_ms),
-            "switches": self.switches,
-        }
+        """IterationRun's {"total_ms", "start_ms", "iteration_ms", "peak_bytes"} with "k" and "switches"."""
+        return {**IterationRun.to_json(self), "k": list(self.k), "switches": self.switches}
 
 
 def run_fixed(
@@ -55,7 +41,7 @@ def run_fixed(
 ) -> PolicyRun:
     """`iterations` iterations of one schedule (sim.iterations.simulate_iterations), labelled with its k."""
     run = simulate_iterations(schedule, pipeline.costs, trace, iterations)
-    return PolicyRun(name, (k,) * iterations, run.start_ms, run.iteration_ms, run.peak_bytes)
+    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, (k,) * iterations)
 
 
 def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: int, start_ms: float) -> IterationObservation:
@@ -136,7 +122,7 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
             if decision.k != k:
                 t += switch_ms
             k = decision.k
-    run = PolicyRun("adaptive", tuple(ks), tuple(starts), tuple(times), tuple(peaks))
+    run = PolicyRun(tuple(starts), tuple(times), tuple(peaks), "adaptive", tuple(ks))
     return ControllerRun(run, list(controller.decisions), spent, cpu)
 
 
@@ -185,9 +171,9 @@ def run_oracle(
     chosen.reverse()
     pairs = list(enumerate(chosen))
     return PolicyRun(
-        "oracle",
-        tuple(chosen),
         tuple(starts[p] for p in pairs),
         tuple(durations[p] for p in pairs),
         tuple(peaks[p] for p in pairs),
+        "oracle",
+        tuple(chosen),
     )

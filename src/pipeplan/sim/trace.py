@@ -13,7 +13,17 @@ from pipeplan.core.errors import CostError
 from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
 
 Link = tuple[int, int]
-"""An ordered device pair (src, dst)."""
+"""An ordered device pair (src, dst), as bandwidth traces and the controller's observations name it."""
+
+
+def is_link(value: object) -> bool:
+    """True for a tuple of two different device ids (ints >= 0, not bools): a valid Link."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
+        and value[0] != value[1]
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +162,8 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
         raise CostError(f"{where}: factor must be a finite number > 0, got {factor!r}")
     MIN_FACTOR.check(CostError, f"{where}: factor", factor)
     MAX_FACTOR.check(CostError, f"{where}: factor", factor)
-    if link is not None:
-        ok = (
-            isinstance(link, tuple)
-            and len(link) == 2
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in link)
-            and link[0] != link[1]
-        )
-        if not ok:
-            raise CostError(f'{where}: link must be "all" or two different device ids [a, b], got {link!r}')
+    if link is not None and not is_link(link):
+        raise CostError(f'{where}: link must be "all" or two different device ids [a, b], got {link!r}')
 
 
 def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
