@@ -5,7 +5,7 @@ bounds (bounds from placed stages), suffix (the best-split bound on the layers l
 bound), planner (the entry point and its refusals).
 """
 
-from pipeplan.planner.exact.planner import MAX_SPACE, plan_exact
+from pipeplan.planner.exact.planner import MAX_ORDERS, plan_exact
 from pipeplan.planner.exact.space import SCHEDULES, canonical_tuples, ordered_groups, search_space
 
-__all__ = ["MAX_SPACE", "SCHEDULES", "canonical_tuples", "ordered_groups", "plan_exact", "search_space"]
+__all__ = ["MAX_ORDERS", "SCHEDULES", "canonical_tuples", "ordered_groups", "plan_exact", "search_space"]

@@ -19,8 +19,22 @@ from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules.registry import names_text
 from pipeplan.sim.cost.plan_costs import plan_costs
 
-MAX_SPACE = 20_000_000
-"""Most (partition, ordered device groups) pairs accepted: 8 layers on 7 devices (13.6M) pass, on 8 (226M) do not."""
+MAX_ORDERS = 5040
+"""Most orders of the devices up to twins (n! over the product of the twin classes' sizes!) accepted: 7 distinct
+devices pass, 8 (the v100-8x1 preset, 40,320) do not. The layers set no limit: the suffix table's bound prunes
+stage ends (4 identical GPUs take any shared profile, 1,251 layers included; BENCHMARKS.md)."""
+
+
+def device_orders(classes: tuple[int, ...], limit: int) -> int:
+    """n! over the product of the twin classes' sizes!, or a number above `limit` as soon as it passes it."""
+    sizes: dict[int, int] = {}
+    orders = 1
+    for d, twin in enumerate(classes):
+        sizes[twin] = sizes.get(twin, 0) + 1
+        orders = orders * (d + 1) // sizes[twin]  # the multinomial, built one device at a time (always an integer)
+        if orders > limit:
+            return orders
+    return orders
 
 
 def plan_exact(request: PlanRequest) -> PlanResult:
@@ -32,19 +46,21 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     """
     started = time.perf_counter()
     layers, devices = request.profile.num_layers, request.cluster.num_devices
-    space = search_space(layers, devices, limit=MAX_SPACE)
-    if space > MAX_SPACE:
+    classes = twin_classes(request.cluster)
+    orders = device_orders(classes, MAX_ORDERS)
+    if orders > MAX_ORDERS:
         raise PlanError(
-            f"planner 'exact' handles at most {MAX_SPACE:,} (partition, device groups) pairs; "
-            f"{layers} layers on {devices} devices give more; use --planner pipeplan"
+            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins; {devices} devices in "
+            f"{len(set(classes))} twin classes give more; use --planner pipeplan"
         )
+    space = search_space(layers, devices, limit=10**12)
     if request.schedule == "auto":
         schedules = SCHEDULES
     elif request.schedule in COVERED:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    search = Search(request, schedules, twin_classes(request.cluster))
+    search = Search(request, schedules, classes)
     search.run()
     if search.best_plan is None:
         raise PlanError(
