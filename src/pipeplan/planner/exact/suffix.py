@@ -70,9 +70,7 @@ class SuffixBound:
             f, b, i = (spans(prefix(v)) / fastest for v in (fwd, back, inp))
             step = fixed + rings.allreduce_ms(params, r * rp)
             turn = f + self.after[None, :]  # the stage's forward, then the way up and back to it
-            value = np.maximum.reduce(
-                [m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below]
-            )
+            value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
             value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
             self.grids[r] = np.where(upper & (static + held <= memory), value, np.inf)
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
@@ -97,7 +95,7 @@ class SuffixBound:
         if got is None:
             splits = [x for x in range(1, self.size + 1) if self.size % x == 0 and self.size // x <= k]
             per_sample = np.min([self.per_layer(x) / x for x in splits], axis=0)
-            got = self.least[k] = np.cumsum(per_sample[::-1])[::-1].tolist() + [0.0]
+            got = self.least[k] = [*np.cumsum(per_sample[::-1])[::-1].tolist(), 0.0]
         return got[a]
 
     def split(self) -> list[tuple[int, int, int]]:
