@@ -10,7 +10,9 @@ import pytest
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.exact import SCHEDULES, _Search, ordered_groups, plan_exact, search_space
+from pipeplan.planner.exact import SCHEDULES, canonical_tuples, ordered_groups, plan_exact, search_space
+from pipeplan.planner.exact.bounds import placed_bound, schedule_bound
+from pipeplan.planner.exact.stages import StageCosts
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
@@ -76,7 +78,7 @@ def test_schedule_bound_never_exceeds_the_simulation() -> None:
     for trial in range(150):
         layers, devices = rng.randint(2, 6), rng.randint(2, 5)
         request = PlanRequest(random_profile(trial, layers), random_cluster(trial, devices), 16)
-        search = _Search(request, SCHEDULES)
+        search = StageCosts(request)
         rp = rng.choice([r for r in (1, 2) if r <= devices])
         stages_count = rng.randint(1, min(layers, devices // rp))
         cuts = sorted(rng.sample(range(1, layers), stages_count - 1))
@@ -92,9 +94,9 @@ def test_schedule_bound_never_exceeds_the_simulation() -> None:
         name, k = rng.choice([sch for sch in SCHEDULES if sch[0] != "kfkb" or sch[1] < m])
         plan = Plan(tuple(Stage(p.first, p.last, p.devices) for p in placed), rp, m, size, name, k=k)
         simulated = simulate_plan(plan, request.model, record=False).iteration_time
-        assert search.schedule_bound(placed, m, name == "zb-h1") <= simulated * (1 + 1e-9)
+        assert schedule_bound(placed, m, name == "zb-h1") <= simulated * (1 + 1e-9)
         for s, stage in enumerate(placed):
-            assert search.placed_bound(stage, placed[s - 1] if s else None, m) <= simulated * (1 + 1e-9)
+            assert placed_bound(stage, placed[s - 1] if s else None, m) <= simulated * (1 + 1e-9)
 
 
 def test_search_space_counts() -> None:
@@ -107,10 +109,11 @@ def test_search_space_counts() -> None:
 
 
 def test_exact_refuses_large_instances() -> None:
-    """bert-48 on 16 GPUs is far beyond the exact search: a PlanError points to the pipeplan planner."""
+    """bert-48 on 16 GPUs (no twins: 16! device orders) is far beyond the exact search: a PlanError points to pipeplan."""
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"), 64)
     with pytest.raises(
-        PlanError, match=r"handles at most 20,000,000 .* 53 layers on 16 devices give more; use --planner pipeplan"
+        PlanError,
+        match=r"handles at most 5,040 device orders up to twins; 16 devices in 16 twin classes give more; use --planner pipeplan",
     ):
         plan_exact(request)
 
@@ -147,8 +150,6 @@ def test_exact_equals_brute_force_on_twin_devices() -> None:
 
 def test_canonical_tuples_cover_every_permutation_once_up_to_twins() -> None:
     """Each ordered tuple of free devices is a twin relabelling of exactly one canonical tuple; no twins: all of them."""
-    from pipeplan.planner.exact import canonical_tuples
-
     classes = (0, 0, 2, 2, 2, 5)
     free = (0, 1, 2, 3, 4, 5)
     for length in range(1, 5):

@@ -1,0 +1,76 @@
+"""`exact`: the best plan under pipeplan's simulator over the space exact.space defines, by branch and bound.
+
+Tie rule: among plans of equal simulated time the first found wins: shapes (rp, m) in increasing order of their
+bound (rp ascending, then m descending on equal bounds), each seeded with its suffix table's split before its
+search; stages by last layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
+than a search without the twin rule would, and on ties it may be another plan of the same time.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.planner.exact.search import Search
+from pipeplan.planner.exact.space import COVERED, SCHEDULES, search_space
+from pipeplan.planner.request import PlanRequest, PlanResult
+from pipeplan.planner.search.refine import twin_classes
+from pipeplan.planner.simulated import evaluate
+from pipeplan.schedules.registry import names_text
+from pipeplan.sim.cost.plan_costs import plan_costs
+
+MAX_ORDERS = 5040
+"""Most orders of the devices up to twins (n! over the product of the twin classes' sizes!) accepted: 7 distinct
+devices pass, 8 (the v100-8x1 preset, 40,320) do not. The layers set no limit: the suffix table's bound prunes
+stage ends (4 identical GPUs take any shared profile, 1,251 layers included; BENCHMARKS.md)."""
+
+
+def device_orders(classes: tuple[int, ...], limit: int) -> int:
+    """n! over the product of the twin classes' sizes!, or a number above `limit` as soon as it passes it."""
+    sizes: dict[int, int] = {}
+    orders = 1
+    for d, twin in enumerate(classes):
+        sizes[twin] = sizes.get(twin, 0) + 1
+        orders = orders * (d + 1) // sizes[twin]  # the multinomial, built one device at a time (always an integer)
+        if orders > limit:
+            return orders
+    return orders
+
+
+def plan_exact(request: PlanRequest) -> PlanResult:
+    """The plan with the smallest simulated iteration time over exact's space (exact.space's docstring).
+
+    Raises:
+        PlanError: the instance is too large, the schedule is not one the
+            exact search covers, or no plan fits in memory.
+    """
+    started = time.perf_counter()
+    layers, devices = request.profile.num_layers, request.cluster.num_devices
+    classes = twin_classes(request.cluster)
+    orders = device_orders(classes, MAX_ORDERS)
+    if orders > MAX_ORDERS:
+        raise PlanError(
+            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins; {devices} devices in "
+            f"{len(set(classes))} twin classes give more; use --planner pipeplan"
+        )
+    space = search_space(layers, devices, limit=10**12)
+    if request.schedule == "auto":
+        schedules = SCHEDULES
+    elif request.schedule in COVERED:
+        schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
+    else:
+        raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
+    search = Search(request, schedules, classes)
+    search.run()
+    if search.best_plan is None:
+        raise PlanError(
+            f"planner 'exact' found no plan that fits in memory for {request.profile.name} on "
+            f"{request.cluster.name} (global batch {request.global_batch}); try more devices or a smaller batch"
+        )
+    try:
+        result, memory = evaluate(request, search.best_plan, record=True)
+    except PipeplanError as exc:  # the search checked memory the same way; this would be a bug
+        raise PlanError(f"planner 'exact' chose a plan that does not fit: {exc}") from exc
+    extra = {"simulated": search.simulated, "search_nodes": search.nodes, "search_space": space}
+    costs = plan_costs(search.best_plan, request.model)
+    return PlanResult(search.best_plan, "exact", result, costs, memory, time.perf_counter() - started, extra)

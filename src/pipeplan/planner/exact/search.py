@@ -1,0 +1,160 @@
+"""exact's branch and bound over one request: shapes best-bound first, stages placed left to right.
+
+A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
+suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
+split that table found, on the devices in order. Stages are then placed left to right in a depth-first search.
+A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
+(before any device tuple is costed); a device tuple is retired for every longer stage of the same first layer
+once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
+and the table from the stage's actual forward end) reaches the incumbent; a complete plan is simulated only when
+its per-schedule bound is below the incumbent and it fits in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.exact.bounds import compute_bound, placed_bound, schedule_bound
+from pipeplan.planner.exact.rings import Rings
+from pipeplan.planner.exact.space import canonical_tuples, peak_inflight, shapes
+from pipeplan.planner.exact.stages import Placed, StageCosts
+from pipeplan.planner.exact.suffix import SLACK, SuffixBound
+from pipeplan.planner.request import PlanRequest
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.engine.simulator import simulate
+
+SEEDED = 4
+"""Shapes (lowest bounds first) whose suffix table's split is simulated before any search, for a first incumbent."""
+MARGIN = 1e-9
+"""Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
+point need not grow by every term they gain)."""
+
+
+@dataclass(slots=True)
+class Search:
+    """The branch and bound over one request."""
+
+    request: PlanRequest
+    schedules: tuple[tuple[str, int], ...]
+    classes: tuple[int, ...] = ()
+    best_time: float = math.inf
+    best_plan: Plan | None = None
+    simulated: int = 0
+    nodes: int = 0
+    shapes_searched: int = 0
+    costs: StageCosts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.costs = StageCosts(self.request)
+
+    def finish(self, stages: list[Placed], rp: int, m: int, size: int) -> None:
+        """Simulate every schedule of a complete plan that could beat the best and fits."""
+        bounds = {False: schedule_bound(stages, m, False), True: schedule_bound(stages, m, True)}
+        plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
+        costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
+        for name, k in self.schedules:
+            if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= self.best_time:
+                continue
+            peaks = peak_inflight(name, len(stages), m, k)
+            if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+                continue
+            plan = Plan(plan_stages, rp, m, size, name, k=k)
+            if costs is None:
+                costs = plan_costs(plan, self.request.model)
+            result = simulate(plan_schedule(plan), costs, record=False)  # simulate_plan's own steps
+            self.simulated += 1
+            if result.iteration_time < self.best_time:
+                self.best_time, self.best_plan = result.iteration_time, plan
+
+    def beaten(self, bound: float) -> bool:
+        """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
+        return bound >= self.best_time * (1 + SLACK)
+
+    def grow(self, stages: list[Placed], free: tuple[int, ...], rp: int, m: int, size: int, table: SuffixBound) -> None:
+        """Place the next stage in every way, pruning by the bounds, recursing until all layers are placed."""
+        self.nodes += 1
+        layers = self.request.profile.num_layers
+        prev = stages[-1] if stages else None
+        start = prev.last + 1 if prev is not None else 0
+        ready = prev.arrive + prev.fwd if prev is not None else 0.0  # no stage of layer start begins before
+        k = len(free) // rp
+        cap = self.best_time * (1 + SLACK)
+        tries = []  # (bound, last layer, width) of every stage end the table leaves, the lowest bound first
+        for r in table.widths:
+            if r <= k:
+                row = ready + table.stage_row(start, k, r)
+                tries += [(float(row[e]), int(e), r) for e in (row < cap).nonzero()[0]]
+        tries.sort()
+        speeds = {d: self.request.cluster.devices[d].speed for d in free}
+        # device tuple -> the shortest stage end at which the stage alone passed the best plan (more layers add)
+        dead: dict[tuple[int, ...], int] = {}
+        for bound, last, r in tries:
+            if self.beaten(bound):
+                break
+            rest_layers = layers - 1 - last
+            for devices in canonical_tuples(free, r * rp, self.classes):
+                if dead.get(devices, layers) <= last:
+                    continue
+                stage = self.costs.place(start, last, devices, rp, size, prev)
+                if compute_bound(stage, m) > self.best_time * (1 + MARGIN):
+                    dead[devices] = last
+                    continue
+                if stage.static + stage.act > stage.memory or placed_bound(stage, prev, m) >= self.best_time:
+                    continue
+                if not rest_layers:
+                    self.finish([*stages, stage], rp, m, size)
+                    continue
+                left = tuple(d for d in free if d not in devices)
+                if self.beaten(stage.arrive + stage.fwd + table.rest[len(left) // rp][last + 1]):
+                    continue
+                # the layers left, on the devices left: at least their least compute per sample, each sample
+                per_sample = table.least_work(len(left) // rp, last + 1)
+                fastest = max(speeds[d] for d in left)
+                if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
+                    continue
+                self.grow([*stages, stage], left, rp, m, size, table)
+
+    def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
+        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices in order."""
+        stages: list[Placed] = []
+        used = 0
+        for first, last, r in split:
+            devices = tuple(range(used, used + r * rp))
+            used += r * rp
+            stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
+        if stages and all(st.static + st.act <= st.memory for st in stages):
+            self.finish(stages, rp, m, size)
+
+    def run(self) -> None:
+        """Seed, then search every shape whose bound is below the incumbent, the lowest bound first."""
+        request = self.request
+        devices, layers = request.cluster.num_devices, request.profile.num_layers
+        bounds = ShapeBounds(request)
+        rings = Rings(bounds)
+        candidates = [shape for shape in shapes(request) if bounds.fits(shape[0])]
+        cheap = {shape: max(bounds.terms(shape[0], shape[2])) for shape in candidates}
+        order = sorted(candidates, key=lambda shape: cheap[shape])  # stable: equal bounds keep rp up, m down
+        for rp, m, size in order:  # straight pipelines over all devices, as many stages as devices allow
+            depth = min(layers, devices // rp)
+            cuts = [round(i * layers / depth) for i in range(depth + 1)]
+            self.seed([(cuts[i], cuts[i + 1] - 1, 1) for i in range(depth)], rp, m, size)
+        tables: dict[tuple[int, int, int], SuffixBound] = {}
+        for rp, m, size in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
+            if not self.beaten(cheap[rp, m, size]):
+                tables[rp, m, size] = table = SuffixBound(bounds, rings, rp, m, size)
+                self.seed(table.split(), rp, m, size)
+        for shape in order:
+            if self.beaten(cheap[shape]):
+                break
+            table = tables.pop(shape, None) or SuffixBound(bounds, rings, *shape)
+            if self.beaten(table.rest[table.n][0]):
+                continue
+            if shape not in tables:
+                self.seed(table.split(), *shape)
+            self.shapes_searched += 1
+            self.grow([], tuple(range(devices)), *shape, table)

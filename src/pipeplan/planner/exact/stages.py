@@ -1,0 +1,134 @@
+"""What one stage costs in exact's search: compute, all-reduce, memory and the links to the stage before, cached."""
+
+from __future__ import annotations
+
+from copy import copy
+from dataclasses import dataclass, field
+
+from pipeplan.planner.request import PlanRequest
+from pipeplan.sim.cost.layers import StageWork, static_bytes
+from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
+
+
+@dataclass(slots=True)
+class Placed:
+    """One placed stage at a fixed (rp, m): its layers, devices and times for a microbatch."""
+
+    first: int
+    last: int
+    devices: tuple[int, ...]
+    fwd: float
+    bwd: float
+    inp: float  # I of the zero-bubble split (at most B)
+    wgt: float  # W of the zero-bubble split
+    allreduce: float  # all-reduce, then the optimizer step
+    static: float
+    act: float
+    memory: float
+    arrive: float  # earliest start of its first forward: the forward path up to it
+    fwd_in: float = 0.0  # transfer from the previous stage, unqueued
+    bwd_out: float = 0.0  # gradient transfer back to the previous stage, unqueued
+    chain: float = 0.0  # from the start of a backward here to the end of stage 0's backward and all-reduce
+    chain_split: float = 0.0  # the same when stages above 0 run only I (zero-bubble)
+
+
+@dataclass(slots=True)
+class StageCosts:
+    """sim's cost model for the stages exact places: the same functions the simulator's costs come from, cached."""
+
+    request: PlanRequest
+    works: dict[tuple[int, int, int, int, float], StageWork] = field(default_factory=dict)
+    bases: dict[tuple[int, int, tuple[int, ...], int, int], Placed] = field(default_factory=dict)
+    links: dict[tuple[int, tuple[int, ...], tuple[int, ...], int, int], tuple[float, float]] = field(default_factory=dict)
+    params: list[float] = field(init=False)
+    steps: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        layers = self.request.model.layers
+        self.params = [layer.param_bytes for layer in self.request.profile.layers]
+        self.steps = [layers.optimizer_ms([i]) for i in range(len(self.params))]
+
+    def work(self, first: int, last: int, size: int, r: int, speed: float) -> StageWork:
+        """LayerCosts.stage of layers first..last on r replicas of `speed` at microbatch size `size`, cached.
+
+        Outside `linear` scaling the same sums in the same order over slices (LayerCosts.stage sums a copy of the
+        same values; tests/test_exact_parts.py checks equality to the last bit), without its per-layer Python loops.
+        """
+        key = (first, last, size, r, speed)
+        got = self.works.get(key)
+        if got is not None:
+            return got
+        layers = self.request.model.layers
+        if layers.mode == "linear":
+            got = self.works[key] = layers.stage(range(first, last + 1), size, r, speed)
+            return got
+        arrays = layers.arrays(size / r)
+        span = slice(first, last + 1)
+        held = float(arrays.saved[span].sum())
+        if last > first and arrays.shared.any():
+            held -= float(arrays.shared[first + 1 : last + 1].sum())
+        inp = None if arrays.bwd_input is None else float(arrays.bwd_input[span].sum()) / speed
+        wgt = None if arrays.bwd_weight is None else float(arrays.bwd_weight[span].sum()) / speed
+        fwd, bwd = float(arrays.fwd[span].sum()) / speed, float(arrays.bwd[span].sum()) / speed
+        got = self.works[key] = StageWork(fwd, bwd, inp, wgt, held, sum(self.params[span]), sum(self.steps[span]) / speed)
+        return got
+
+    def transfer(self, before: Placed, after: Placed, rp: int, nbytes: float, forward: bool) -> float:
+        """Slowest pair over all pipeline replicas (each pair carries 1/q of the bytes)."""
+        r1, r2 = len(before.devices) // rp, len(after.devices) // rp
+        q = min(r1, r2)
+        worst = 0.0
+        for t in range(rp):
+            for i in range(q):
+                a, b = before.devices[t * r1 + i], after.devices[t * r2 + i]
+                src, dst = (a, b) if forward else (b, a)
+                worst = max(worst, pair_ms(self.request.cluster, src, dst, nbytes / q))
+        return worst
+
+    def base(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int) -> Placed:
+        """What a stage costs on its own (compute, all-reduce, memory), before any stage is put before it; cached."""
+        key = (first, last, devices, rp, size)
+        got = self.bases.get(key)
+        if got is not None:
+            return got
+        cluster = self.request.cluster
+        r = len(devices) // rp
+        speed = min(cluster.devices[d].speed for d in devices)
+        work = self.work(first, last, size, r, speed)
+        inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
+        wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
+        got = self.bases[key] = Placed(
+            first,
+            last,
+            devices,
+            fwd=work.fwd_ms,
+            bwd=work.bwd_ms,
+            inp=inp,
+            wgt=wgt,
+            allreduce=ring_allreduce_ms(cluster, devices, work.param_bytes) + work.optimizer_ms,
+            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
+            act=work.saved_bytes,
+            memory=min(cluster.devices[d].memory_bytes for d in devices),
+            arrive=0.0,
+        )
+        return got
+
+    def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int, prev: Placed | None) -> Placed:
+        """Costs of layers first..last on `devices` after `prev`, at microbatch size `size`."""
+        stage = copy(self.base(first, last, devices, rp, size))
+        if prev is None:
+            stage.chain = stage.chain_split = stage.bwd + stage.allreduce
+        else:
+            key = (prev.last, prev.devices, devices, rp, size)
+            links = self.links.get(key)
+            if links is None:
+                nbytes = self.request.model.layers.cut_bytes(prev.last, size)
+                links = self.links[key] = (
+                    self.transfer(prev, stage, rp, nbytes, True),
+                    self.transfer(prev, stage, rp, nbytes, False),
+                )
+            stage.fwd_in, stage.bwd_out = links
+            stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
+            stage.chain = stage.bwd + stage.bwd_out + prev.chain
+            stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
+        return stage
