@@ -1,4 +1,5 @@
-"""The `pipeplan simulate` command: simulate a named schedule with synthetic costs, or a plan file."""
+"""The `pipeplan simulate` command: simulate a named schedule with synthetic costs (simulate_schedule), or a plan file
+(simulate_plan_file); print the result and write the timelines asked for."""
 
 from __future__ import annotations
 
@@ -6,199 +7,17 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_numbers, refuse_sizes_for_file
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, refuse_sizes_for_file
+from pipeplan.cli.simulate_plan_file import simulate_plan_file
+from pipeplan.cli.simulate_schedule import simulate_named
 from pipeplan.core.errors import CostError, PlanError, ScheduleError
-from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES, TABLE
+from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES
 from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
-    from pipeplan.core.schedule import Schedule
     from pipeplan.sim.engine.iterations import IterationRun
     from pipeplan.sim.result import SimResult
     from pipeplan.sim.steady import SteadyState
-
-DEFAULTS = {"--fwd": "1", "--bwd": "2", "--comm": "0", "--act-bytes": "0"}
-"""Synthetic costs when a flag is not given: F = 1 ms, B = 2 ms, no transfer time, no activation memory."""
-
-
-def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: bool = False) -> float | list[float] | None:
-    """A cost flag as uniform_costs takes it: one number for every stage, or one per stage (boundary).
-
-    For a schedule with v > 1 chunks per rank (interleaved-1f1b), one number is
-    the cost of a rank's full stage, so each of its v chunk-stages gets 1/v of
-    it; a list gives one value per chunk-stage. `--comm` is never split: an
-    activation crossing a chunk boundary is as large as one crossing a stage boundary.
-
-    Raises:
-        CostError: a bad number, or a list whose length is not the number of stages (boundaries).
-    """
-    values = parse_numbers(flag, text, sizes=flag == "--act-bytes")
-    if values is None:
-        return None
-    if len(values) == 1:
-        from pipeplan.sim.cost.synthetic import chunk_share
-
-        return values[0] if per_boundary else chunk_share(values[0], schedule)
-    want = schedule.num_stages - 1 if per_boundary else schedule.num_stages
-    if len(values) != want:
-        what = "stage boundary" if per_boundary else "stage"
-        if schedule.num_stages > schedule.num_ranks:
-            what += f"; {schedule.num_ranks} ranks x {schedule.num_stages // schedule.num_ranks} chunks"
-        raise CostError(f"{flag} needs one number or {want} (one per {what}), got {len(values)}: {text!r}")
-    return values
-
-
-def check_timeline(actions: int, what: str, hint: str = "leave out --png and --trace") -> None:
-    """Refuse a timeline (--png, --trace, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
-    before the simulation."""
-    from pipeplan.core.errors import ScheduleTooLargeError
-    from pipeplan.core.limits import TIMELINE_ACTIONS
-
-    if not TIMELINE_ACTIONS.allows(actions):
-        raise ScheduleTooLargeError(f"{TIMELINE_ACTIONS.message(f'the timeline of {what}', actions)}; {hint}")
-
-
-def simulate_named(
-    name: str,
-    stages: int | None,
-    microbatches: int | None,
-    costs_text: dict[str, str | None],
-    k: int,
-    chunks: int,
-    trace: object,
-    record: bool,
-    minibatches: int | None = None,
-    iterations: int | None = None,
-) -> tuple[SimResult, str, SteadyState | None, IterationRun | None]:
-    """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
-    flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1), for pipemare its
-    steady state, and with `iterations` the run of that many iterations on the trace's clock."""
-    from pipeplan.presets.resolve import load_schedule
-    from pipeplan.sim import simulate, uniform_costs
-    from pipeplan.sim.trace import BandwidthTrace
-
-    asynchronous = name in ASYNCHRONOUS
-    if minibatches is not None and not asynchronous:
-        raise ScheduleError(f"--minibatches applies only to pipemare (schedule {name!r} covers one minibatch)")
-    from pipeplan.schedules.registry import SCHEDULES, action_count
-
-    if record and not asynchronous and name in SCHEDULES and stages and microbatches and stages > 0 and microbatches > 0:
-        # counted before the schedule is generated (3,200,000 actions take seconds to make); files are counted below
-        check_timeline(action_count(name, stages, microbatches, chunks), f"{name} with p={stages}, m={microbatches}")
-    if asynchronous and stages and microbatches and stages > 0 and microbatches > 0 and (minibatches or 1) > 0:
-        from pipeplan.schedules.pipemare import default_minibatches
-
-        minis = minibatches or default_minibatches(stages, microbatches)
-        what = f"pipemare with p={stages}, m={microbatches} x {minis} minibatches"
-        check_timeline(
-            (2 * microbatches + 1) * stages * minis, what, "use fewer --minibatches (its steady state needs the timeline)"
-        )
-    if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
-        from pipeplan.schedules.pipemare import pipemare
-
-        schedule = pipemare(stages, microbatches, minibatches)
-    else:
-        schedule = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
-    if isinstance(trace, BandwidthTrace):
-        trace.check_devices(schedule.num_ranks, f"{name} with p={schedule.num_ranks} (one device per rank)")
-    if asynchronous:
-        minis = schedule.num_microbatches // (microbatches or 1)
-        what = f"pipemare with p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
-        check_timeline(sum(map(len, schedule.ranks)), what, "use fewer --minibatches (its steady state needs the timeline)")
-    elif record:
-        check_timeline(sum(map(len, schedule.ranks)), f"{name} with p={schedule.num_ranks}, m={schedule.num_microbatches}")
-    text = {flag: value if value is not None else DEFAULTS.get(flag) for flag, value in costs_text.items()}
-    costs = uniform_costs(
-        schedule,
-        fwd=stage_values("--fwd", text["--fwd"], schedule),
-        bwd=stage_values("--bwd", text["--bwd"], schedule),
-        comm=stage_values("--comm", text["--comm"], schedule, per_boundary=True),
-        act_bytes=stage_values("--act-bytes", text["--act-bytes"], schedule),
-        bwd_input=stage_values("--bwd-input", text["--bwd-input"], schedule),
-        bwd_weight=stage_values("--bwd-weight", text["--bwd-weight"], schedule),
-    )
-    if asynchronous:
-        from pipeplan.sim.steady import steady_state
-
-        assert microbatches is not None
-        result = simulate(schedule, costs, trace=trace, record=True)
-        minis = schedule.num_microbatches // microbatches
-        title = f"pipemare, p={schedule.num_ranks}, m={microbatches} x {minis} minibatches"
-        return result, title, steady_state(schedule, result, microbatches), None
-    title = f"{schedule.name or name}, p={schedule.num_ranks}, m={schedule.num_microbatches}"
-    title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
-    run = None
-    if iterations is not None:
-        from pipeplan.sim.engine.iterations import simulate_iterations
-
-        run = simulate_iterations(schedule, costs, trace if isinstance(trace, BandwidthTrace) else None, iterations)
-    return simulate(schedule, costs, trace=trace, record=record), title, None, run
-
-
-def simulate_plan_file(
-    plan_path: str,
-    profile: str | None,
-    cluster: str | None,
-    trace: object,
-    record: bool,
-    scaling: str,
-    optimizer: str,
-    check_memory: bool = True,
-    profile_batch_size: int | None = None,
-    remedy: str = "--ignore-memory simulates it anyway",
-    iterations: int | None = None,
-) -> tuple[SimResult, IterationRun | None]:
-    """Read a plan file with its profile and cluster, and simulate it under the cost model of `scaling` and `optimizer`.
-
-    Without --profile or --cluster, the names the plan file records are used.
-    This is every check of a plan against its profile and cluster (layers,
-    devices, replicas, schedule, memory): `train --plan` runs it too, before
-    any process starts; `remedy` ends the memory error's message. With
-    `iterations`, also the run of that many iterations on the trace's clock.
-
-    Raises:
-        PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
-            `check_memory`).
-    """
-    from pipeplan import api
-    from pipeplan.presets.resolve import load_plan, load_profile
-    from pipeplan.sim.cost.layers import check_optimizer, check_scaling
-    from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.trace import BandwidthTrace
-
-    plan, names = load_plan(plan_path, profile, profile_batch_size)
-    if record:
-        facts = TABLE.get(plan.schedule)
-        per = 3 if facts is not None and facts.split_backward else 2
-        check_timeline(per * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
-    profile = profile or names.get("profile") or None
-    cluster = cluster or names.get("cluster") or None
-    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
-    if missing:
-        raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
-    assert profile is not None and cluster is not None
-    model_profile, machines = load_profile(profile, profile_batch_size), api.load_cluster(cluster)
-    check_scaling(scaling)  # named as flags, before the API names them as arguments
-    check_optimizer(optimizer)
-    if isinstance(trace, BandwidthTrace):
-        trace.check_devices(machines.num_devices, f"cluster {cluster}")
-    try:
-        result = api.simulate(plan, model_profile, machines, batch_scaling=scaling, optimizer=optimizer,
-                              bandwidth_trace=trace, record=record, check_memory=check_memory)  # fmt: skip
-    except api.PlanDoesNotFit as exc:
-        raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
-    except PlanError as exc:
-        raise PlanError(f"{plan_path}: {exc}") from None
-    run = None
-    if iterations is not None:
-        from pipeplan.schedules.plan_schedule import plan_schedule
-        from pipeplan.sim.cost.plan_costs import plan_costs
-        from pipeplan.sim.engine.iterations import simulate_iterations
-
-        bandwidth = trace if isinstance(trace, BandwidthTrace) else None
-        model = CostModel.build(model_profile, machines, scaling, optimizer)
-        run = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, bandwidth), bandwidth, iterations)
-    return result, run
 
 
 def simulate(

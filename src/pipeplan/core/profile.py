@@ -4,7 +4,8 @@ A profile holds each layer's costs at its `batch_size` and, when it was
 measured at several batch sizes, the same values at every size of
 `batch_sizes` (a `LayerCurve` per layer). How times follow the microbatch
 size between and beyond those sizes is the cost model's business
-(`sim.layer_costs`), not the profile's.
+(`sim.layer_costs`), not the profile's. One layer's values are
+core.layer_profile's (LayerProfile, LayerCurve: importable from here too).
 """
 
 from __future__ import annotations
@@ -15,22 +16,13 @@ from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, BLOCK_MS, LAYERS, MAX_BYTES, MAX_FLOPS, MAX_MS, Limit
+from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, field_limit
+from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, LAYERS
 
-CURVE_FIELDS = ("fwd_ms", "bwd_ms", "activation_bytes", "saved_bytes", "bwd_input_ms", "bwd_weight_ms")
-"""The per-layer values that depend on the batch size; a LayerCurve holds each at every measured size."""
-
-
-def magnitude(field: str) -> Limit:
-    """The bound of a layer value in a profile built in code (BLOCK_MS for times, `*_ms`; MAX_FLOPS for flops; else
-    BLOCK_BYTES): loose enough for a block of merged layers, tight enough that sums stay finite. Readers of files
-    hold each layer to MAX_MS and MAX_BYTES (field_limit)."""
-    return BLOCK_MS if field.endswith("_ms") else MAX_FLOPS if field == "flops" else BLOCK_BYTES
-
-
-def field_limit(field: str) -> Limit:
-    """The bound of one layer's value as a file gives it: MAX_MS for times, MAX_FLOPS for flops, else MAX_BYTES."""
-    return MAX_MS if field.endswith("_ms") else MAX_FLOPS if field == "flops" else MAX_BYTES
+__all__ = [
+    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "check_batch_sizes", "field_limit",
+    "live_cuts",
+]  # fmt: skip
 
 
 def check_batch_sizes(sizes: object, where: str) -> tuple[int, ...]:
@@ -68,41 +60,6 @@ def live_cuts(values: Sequence[float], inputs: Sequence[Sequence[int]]) -> tuple
 
 
 @dataclass(frozen=True, slots=True)
-class LayerCurve:
-    """One layer's values at each of its profile's `batch_sizes`, in the same order.
-
-    `bwd_input_ms` / `bwd_weight_ms` (the zero-bubble split of the backward)
-    are None when they were not measured; `shared_bytes` (LayerProfile) is
-    None when nothing is shared (zeros).
-    """
-
-    fwd_ms: tuple[float, ...]
-    bwd_ms: tuple[float, ...]
-    activation_bytes: tuple[float, ...]
-    saved_bytes: tuple[float, ...]
-    bwd_input_ms: tuple[float, ...] | None = None
-    bwd_weight_ms: tuple[float, ...] | None = None
-    shared_bytes: tuple[float, ...] | None = None
-
-    def check(self, layer: str, sizes: int) -> None:
-        """Raise ProfileError unless every present field has `sizes` finite values >= 0 (naming layer, field, index)."""
-        for field in (*CURVE_FIELDS, "shared_bytes"):
-            values = getattr(self, field)
-            if values is None and field in ("bwd_input_ms", "bwd_weight_ms", "shared_bytes"):
-                continue
-            if not isinstance(values, tuple) or len(values) != sizes:
-                got = len(values) if isinstance(values, tuple) else repr(values)
-                raise ProfileError(f"layer {layer!r} {field} must have {sizes} values (one per batch size), got {got}")
-            for i, value in enumerate(values):
-                check_nonneg_float(ProfileError, f"layer {layer!r} {field}[{i}]", value, magnitude(field))
-        if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
-            raise ProfileError(f"layer {layer!r} needs both bwd_input_ms and bwd_weight_ms or neither")
-        for i, (shared, saved) in enumerate(zip(self.shared_bytes or (), self.saved_bytes, strict=False)):
-            if shared > saved:
-                raise ProfileError(f"layer {layer!r} shared_bytes[{i}] ({shared:g}) exceeds saved_bytes[{i}] ({saved:g})")
-
-
-@dataclass(frozen=True, slots=True)
 class ProfileSource:
     """How a measured profile's model was built (`pipeplan profile`), so `pipeplan probe` can build it again."""
 
@@ -119,78 +76,6 @@ class ProfileSource:
         for pair in self.options:
             if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(v, str) for v in pair) and pair[0]):
                 raise ProfileError(f"profile source options must be (name, value) strings, got {pair!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class LayerProfile:
-    """Costs of one layer for one batch of `ModelProfile.batch_size` samples on the reference device.
-
-    `activation_bytes` is the layer's output; `saved_bytes` what autograd keeps
-    for backward (None: same as activation_bytes). `flops` and `bytes_moved`
-    (one batch, forward + backward) are optional counts a profiler may record
-    for roofline projection onto another GPU; None when unknown.
-    `bwd_input_ms` and `bwd_weight_ms` split the backward as a zero-bubble
-    schedule runs it (I and W; None when not measured). `optimizer_ms` maps
-    an optimizer name (`adam`, `sgd`, `sgd_momentum`) to the time of one step
-    over the layer's parameters; it does not depend on the batch size.
-    `shared_bytes` is the part of `saved_bytes` that is the layer's input when
-    the layer before saves that same tensor as its output (a ReLU's output that
-    the next Linear saves as its input): one storage, held once when both
-    layers are on one stage, so a stage holds the sum of its layers' saved
-    bytes less the shared bytes of every layer but its first.
-    `curve` holds the batch-dependent values at every size of the profile's
-    `batch_sizes` (None: measured at `batch_size` only).
-    """
-
-    name: str
-    fwd_ms: float
-    bwd_ms: float
-    activation_bytes: float
-    param_bytes: float
-    saved_bytes: float | None = None
-    flops: float | None = None
-    bytes_moved: float | None = None
-    bwd_input_ms: float | None = None
-    bwd_weight_ms: float | None = None
-    optimizer_ms: tuple[tuple[str, float], ...] = ()
-    curve: LayerCurve | None = None
-    shared_bytes: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ProfileError(f"layer name must be a non-empty string, got {self.name!r}")
-        for field in ("fwd_ms", "bwd_ms", "activation_bytes", "param_bytes"):
-            value = check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", getattr(self, field), magnitude(field))
-            object.__setattr__(self, field, value)
-        saved = self.activation_bytes if self.saved_bytes is None else self.saved_bytes
-        saved = check_nonneg_float(ProfileError, f"layer {self.name!r} saved_bytes", saved, BLOCK_BYTES)
-        object.__setattr__(self, "saved_bytes", saved)
-        shared = check_nonneg_float(ProfileError, f"layer {self.name!r} shared_bytes", self.shared_bytes, BLOCK_BYTES)
-        if shared > saved:
-            raise ProfileError(f"layer {self.name!r} shared_bytes ({shared:g}) exceeds its saved_bytes ({saved:g})")
-        object.__setattr__(self, "shared_bytes", shared)
-        for field in ("flops", "bytes_moved", "bwd_input_ms", "bwd_weight_ms"):
-            value = getattr(self, field)
-            if value is not None:
-                checked = check_nonneg_float(ProfileError, f"layer {self.name!r} {field}", value, magnitude(field))
-                object.__setattr__(self, field, checked)
-        if (self.bwd_input_ms is None) != (self.bwd_weight_ms is None):
-            raise ProfileError(f"layer {self.name!r} needs both bwd_input_ms and bwd_weight_ms or neither")
-        steps = []
-        for pair in self.optimizer_ms:
-            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]):
-                raise ProfileError(f"layer {self.name!r} optimizer_ms must hold (optimizer name, ms) pairs, got {pair!r}")
-            ms = check_nonneg_float(ProfileError, f"layer {self.name!r} optimizer_ms[{pair[0]!r}]", pair[1], BLOCK_MS)
-            steps.append((pair[0], ms))
-        if len({name for name, _ in steps}) != len(steps):
-            raise ProfileError(f"layer {self.name!r} optimizer_ms names an optimizer twice: {[n for n, _ in steps]}")
-        object.__setattr__(self, "optimizer_ms", tuple(sorted(steps)))
-        if self.curve is not None and not isinstance(self.curve, LayerCurve):
-            raise ProfileError(f"layer {self.name!r} curve must be a LayerCurve, got {type(self.curve).__name__}")
-
-    def optimizer_step_ms(self, optimizer: str) -> float | None:
-        """The measured time of one `optimizer` step over this layer's parameters, or None when not measured."""
-        return dict(self.optimizer_ms).get(optimizer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ the result is D ∪ ancestors(v) for a node v outside D that consumes a node of
 D. So the states are the closure of {first source} under
 D -> D ∪ anc(v), v ∉ D, v consumes some u ∈ D, which this module enumerates
 breadth-first with integer bitmasks (bit i = node i) instead of lists of
-node objects.
+node objects. The enumeration (and bits, maximal, the membership matrix,
+StateLimitError, importable from here too) is core.downsets', the one the DAG
+search uses as well; this module adds PipeDream's sums and its cut.
 
 Note:
     `cut_bytes[i]` is PipeDream's "output activation size" of state i: the
@@ -25,11 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.downsets import StateLimitError, bits, consumer_masks, downsets, maximal
+from pipeplan.core.downsets import ancestor_masks as core_ancestor_masks
+from pipeplan.core.downsets import membership as mask_matrix
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph
 
-
-class StateLimitError(ValueError):
-    """The DAG has more reachable down-sets than the caller allows (the DP over them would not finish)."""
+__all__ = [
+    "DownsetStates", "StateLimitError", "ancestor_masks", "augmented_extra", "bits", "downset_states",
+    "enumerate_downsets", "mask_matrix", "maximal", "nested", "range_table", "range_tables", "successor_masks",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,81 +65,23 @@ class DownsetStates:
         return bits(self.masks[i])
 
 
-def bits(mask: int) -> list[int]:
-    """Indices of the set bits of `mask`, ascending."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
 def enumerate_downsets(dag: LayerGraph, first: int, limit: int | None = None) -> list[int]:
     """Every down-set reachable from {first} (a source), as bitmasks in breadth-first discovery order.
 
     Raises:
         StateLimitError: more than `limit` states (naming the limit and the graph).
     """
-    anc = ancestor_masks(dag)
-    succ = successor_masks(dag)
-    start = anc[first]
-    seen = {start: 0}
-    order = [start]
-    # per state, the nodes outside it that consume one of its nodes: the moves out of it
-    frontier = [succ[first] & ~start]
-    head = 0
-    while head < len(order):
-        mask, cand = order[head], frontier[head]
-        head += 1
-        todo = cand
-        while todo:
-            low = todo & -todo
-            todo ^= low
-            v = low.bit_length() - 1
-            grown = mask | anc[v]
-            if grown in seen:
-                continue
-            if limit is not None and len(order) >= limit:
-                raise StateLimitError(f"graph {dag.name!r} has more than {limit:,} reachable down-sets (planning states)")
-            added = grown & ~mask
-            reach = cand
-            while added:
-                a = added & -added
-                added ^= a
-                reach |= succ[a.bit_length() - 1]
-            seen[grown] = len(order)
-            order.append(grown)
-            frontier.append(reach & ~grown)
-    return order
+    return downsets(dag.producers, ancestor_masks(dag)[first], successor_masks(dag)[first], limit, dag.name)
 
 
 def ancestor_masks(dag: LayerGraph) -> list[int]:
     """Per node, a bitmask (bit i = node i) of its ancestors and itself: the down-set it generates."""
-    masks: list[int] = []
-    for v in range(dag.num_nodes):
-        mask = 1 << v
-        for u in dag.producers[v]:
-            mask |= masks[u]
-        masks.append(mask)
-    return masks
+    return core_ancestor_masks(dag.producers)
 
 
 def successor_masks(dag: LayerGraph) -> list[int]:
     """Per node, a bitmask of the nodes that consume its output."""
-    succ = [0] * dag.num_nodes
-    for v, producers in enumerate(dag.producers):
-        for u in producers:
-            succ[u] |= 1 << v
-    return succ
-
-
-def mask_matrix(masks: list[int] | tuple[int, ...], nodes: int) -> np.ndarray:
-    """A bool matrix, row i = state i's membership of each node."""
-    width = (nodes + 7) // 8
-    raw = b"".join(m.to_bytes(width, "little") for m in masks)
-    flat = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
-    return flat.reshape(len(masks), width * 8)[:, :nodes].astype(bool)
+    return consumer_masks(dag.producers)
 
 
 def augmented_extra(dag: LayerGraph) -> list[int]:
@@ -149,14 +97,6 @@ def augmented_extra(dag: LayerGraph) -> list[int]:
                 mask |= 1 << p
         extra.append(mask)
     return extra
-
-
-def maximal(mask: int, anc: list[int]) -> int:
-    """The maximal nodes of down-set `mask` (the antichain that generates it)."""
-    out = mask
-    for v in bits(mask):
-        out &= ~(anc[v] & ~(1 << v))
-    return out
 
 
 def downset_states(dag: LayerGraph, first: int, limit: int | None = None) -> DownsetStates:

@@ -1,4 +1,4 @@
-"""The planning states of a DAG profile: its down-sets (layer sets closed under inputs), as bitmasks, within a limit.
+"""The DAG search's planning states of a profile: its down-sets (layer sets closed under inputs), within a limit.
 
 A stage boundary of a DAG plan is a down-set D: every layer before the
 boundary, closed under inputs. Free layers (no compute, no parameters) that
@@ -15,7 +15,8 @@ states are that graph's down-sets, up to MERGED_LIMIT; beyond that, the
 lattice the prefixes of two orders of the merged graph generate (their
 unions and intersections are down-sets too): the default order (every layer
 as early as its line allows) and the latest order (every layer as late as
-possible); when even that exceeds STATE_LIMIT, those prefixes alone.
+possible); when even that exceeds STATE_LIMIT, those prefixes alone. The
+enumeration and the bitmask matrix are core.downsets'.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.dag import consumers_of, inputs_of
+from pipeplan.core.downsets import all_downsets
+from pipeplan.core.downsets import membership as membership  # dag_orders reads the states' matrix from here
 from pipeplan.core.profile import ModelProfile
 
 STATE_LIMIT = 3000
@@ -118,41 +121,6 @@ def reduce(profile: ModelProfile, merge: bool = False) -> Reduced:
     return Reduced(nodes, reduced_inputs, work, sources, tuple(tuple(x) for x in sinks), tuple(terms))
 
 
-def all_downsets(inputs: tuple[tuple[int, ...], ...], limit: int) -> list[int] | None:
-    """Every down-set of the graph as a bitmask, by size, or None when there are more than `limit`.
-
-    Each state keeps the nodes it may take next (all their inputs inside), so
-    a step looks only at the consumers of the node it adds.
-    """
-    need = [0] * len(inputs)
-    for v, sources in enumerate(inputs):
-        for u in sources:
-            need[v] |= 1 << u
-    consumers = consumers_of(inputs)
-    start = sum(1 << v for v in range(len(inputs)) if not inputs[v])
-    found, layer = [0], {0: start}
-    while layer:
-        grown: dict[int, int] = {}
-        for d, ready in layer.items():
-            todo = ready
-            while todo:
-                low = todo & -todo
-                todo ^= low
-                bigger = d | low
-                if bigger in grown:
-                    continue
-                extra = 0
-                for c in consumers[low.bit_length() - 1]:
-                    if not need[c] & ~bigger:
-                        extra |= 1 << c
-                grown[bigger] = (ready ^ low) | extra
-        found.extend(sorted(grown))
-        if len(found) > limit:
-            return None
-        layer = grown
-    return found
-
-
 def latest_order(inputs: tuple[tuple[int, ...], ...]) -> list[int]:
     """A topological order that places every node late: built backwards from the sinks, each node's inputs placed as
     soon as all their consumers are (depth first: the input readied last goes right before its consumer)."""
@@ -212,11 +180,3 @@ def live_bytes(reduced: Reduced, member: np.ndarray) -> np.ndarray:
         made = inside.any(axis=1) if own < 0 else member[:, own]
         out += np.where(made & ~inside.all(axis=1), act, 0.0)
     return out
-
-
-def membership(masks: list[int], nodes: int) -> np.ndarray:
-    """A bool matrix, row i = state i's nodes."""
-    width = (nodes + 7) // 8
-    raw = b"".join(m.to_bytes(width, "little") for m in masks)
-    flat = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
-    return flat.reshape(len(masks), width * 8)[:, :nodes].astype(bool)

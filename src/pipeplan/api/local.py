@@ -1,0 +1,133 @@
+"""Local processes through the API (torch is imported when called): probed as a cluster, or training a plan with
+its prediction beside the measurement."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipeplan.api.arguments import load_profile, shown
+from pipeplan.api.simulation import simulate
+from pipeplan.core.cluster import Cluster
+from pipeplan.core.errors import TrainConfigError
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+
+
+def probe_local(
+    nprocs: int,
+    profile: ModelProfile | str | None = None,
+    *,
+    steps: int = 16,
+    rounds: int = 10,
+    optimizer: str = "adam",
+    name: str | None = None,
+    out: str | None = None,
+    timeout_s: float = 60.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Cluster:
+    """Start `nprocs` processes here and measure them as a cluster (`pipeplan probe --local N`; torch).
+
+    With `out`, the cluster file is written there too (pipeplan.cluster/1, with the probe's notes).
+
+    With a profile from `profile_model` (a measured one, which records how its model was built), each process's
+    speed is measured against it and the messages' costs are fitted. One thread per process, as training runs.
+
+    Raises:
+        TrainConfigError: naming the bad argument and its value.
+        RuntimeFault: a process failed (its reason printed on stderr).
+    """
+    from pipeplan.io.cluster_json import cluster_from_json
+    from pipeplan.runtime.training.local_jobs import job_files, run_local_job
+
+    for arg, value in (("nprocs", nprocs), ("steps", steps), ("rounds", rounds)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TrainConfigError(f"{arg} must be an integer >= 1, got {value!r}")
+    _check_job(nprocs, optimizer)
+    with job_files(profile=profile) as paths:
+        if profile is not None and load_profile(paths["profile"]).source is None:
+            raise TrainConfigError(f"profile {shown(profile)} does not record how its model was built: use profile_model's")
+        params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
+                  "optimizer": optimizer, "threads": 1, "name": name}  # fmt: skip
+        obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
+    cluster = cluster_from_json(obj, f"probe of {nprocs} local processes")
+    if out is not None:
+        import json
+
+        from pipeplan.io.atomic import write_text_atomic
+
+        write_text_atomic(out, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    return cluster
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A training run on local processes: losses and times per step, the plan's prediction beside the measurement."""
+
+    losses: list[float]
+    step_ms: list[float]
+    measured_step_ms: float | None
+    predicted_step_ms: float | None
+    predicted_memory_bytes: list[float] | None
+    measured_memory_bytes: list[int] | None
+    schedule: str
+
+
+def train_local(
+    plan: Plan,
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    *,
+    steps: int = 20,
+    lr: float = 1e-3,
+    optimizer: str = "adam",
+    seed: int = 0,
+    batch_scaling: str = "auto",
+    warmup_steps: int = 2,
+    timeout_s: float = 300.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> LocalRun:
+    """Train the model `profile` was measured on with `plan`, one local process per device (`pipeplan train --local`).
+
+    The plan's step is predicted from `profile` and `cluster` before the first step, as `pipeplan train --plan` does.
+
+    Raises:
+        TrainConfigError: naming the bad argument and its value.
+        PlanError: the plan does not match the profile or cluster, or does not fit.
+        RuntimeFault: a process failed (its reason printed on stderr).
+    """
+    from pipeplan.runtime.training.local_jobs import job_files, run_local_job
+
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise TrainConfigError(f"steps must be an integer >= 1, got {steps!r}")
+    _check_job(1, optimizer)
+    model = load_profile(profile)
+    if model.source is None:
+        raise TrainConfigError(f"profile {shown(profile)} does not record how its model was built: use profile_model's")
+    simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
+    _check_job(len(plan.all_devices), optimizer)
+    with job_files(profile=profile, cluster=cluster, plan=plan) as paths:
+        source = model.source
+        params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
+                  "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
+                  "warmup_steps": warmup_steps, "module": source.module, "options": dict(source.options),
+                  "dataset": source.dataset}  # fmt: skip
+        out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
+    return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
+                    out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
+
+
+def _check_job(processes: int, optimizer: object) -> None:
+    """The process count fits this machine (runtime.options.check_local) and train knows the optimizer.
+
+    Raises:
+        TrainConfigError: naming nprocs (the processes a plan's devices need) or optimizer, and the value.
+    """
+    from pipeplan.runtime.options import OPTIMIZERS, check_local
+
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise TrainConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    try:
+        check_local(processes)
+    except TrainConfigError as exc:
+        raise TrainConfigError(str(exc).replace("--local", "nprocs", 1)) from None

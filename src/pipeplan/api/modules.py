@@ -1,0 +1,86 @@
+"""A torch model through the API (torch is imported when called): measured into a profile, split into a plan's
+stages, or run by a plan's schedule in this process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pipeplan.api.arguments import given
+from pipeplan.core.errors import PlanError, ProfileError
+from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from pipeplan.runtime.execution.in_process import InProcessPipeline
+
+
+def profile_model(
+    module_spec: str,
+    batch_size: int,
+    *,
+    options: dict[str, Any] | None = None,
+    dataset: str = "auto",
+    batch_sizes: Sequence[int] | None = None,
+    project_to: str | None = None,
+    dtype: str = "fp32",
+    efficiency: float = 1.0,
+    runs: int = 10,
+    warmup: int = 3,
+    threads: int = 1,
+    progress: bool = False,
+    device: str = "cpu",
+) -> ModelProfile:
+    """Measure MODULE_SPEC layer by layer at several batch sizes, or project it onto a GPU (`pipeplan profile`; torch).
+
+    `options` are the factory's (hidden=512); `dataset` fixes the layers as training builds them (digits, sample or
+    auto); without `batch_sizes`, powers of two up to batch_size. `project_to` (A100, H100, ...) counts FLOPs and
+    bytes on the meta device instead of measuring. `device` is where to measure (cpu, cuda, cuda:N).
+
+    Raises:
+        ProfileError: naming the bad argument and its value.
+    """
+    from pipeplan.core.limits import BATCH, ROUNDS, THREADS
+    from pipeplan.profiler.session import profile_spec
+
+    for name, value, low, limit in (("batch_size", batch_size, 1, BATCH), ("runs", runs, 0 if project_to else 1, ROUNDS),
+                                    ("warmup", warmup, 0, ROUNDS), ("threads", threads, 1, THREADS)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ProfileError(f"{name} must be an integer >= {low}, got {value!r}")
+        limit.check(ProfileError, name, value)
+    if not isinstance(module_spec, str) or not module_spec:
+        raise ProfileError(f"module_spec must be a built-in name or package.module:factory, got {module_spec!r}")
+    return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
+                        runs, warmup, threads, progress, device)  # fmt: skip
+
+
+def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:
+    """The plan's (chunk-)stages of `model` (an nn.Sequential or a list of layers) as nn.Sequentials sharing its layers.
+
+    Raises:
+        PlanError: naming `model` when it is not a chain, or its layer count is not the plan's.
+    """
+    from pipeplan.runtime.execution.in_process import split_layers
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan, got {given(plan)}")
+    return split_layers(model, plan)
+
+
+def pipeline(model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callable[..., Any]) -> InProcessPipeline:
+    """The plan's schedule in your own loop: `pipe.step(inputs, targets)` runs one iteration in this process.
+
+    Every rank's actions run in their order, interleaved as their messages allow, activations and gradients handed
+    over in memory: the losses and gradients of the distributed run, not its timing (one process does all the work).
+    Step your optimizer after it. On several processes, `train_local` (or `pipeplan train`) runs the plan.
+
+    Raises:
+        PlanError: naming `model`, `plan` or `loss_fn` when it does not fit.
+    """
+    from pipeplan.runtime.execution.in_process import InProcessPipeline
+
+    if not isinstance(plan, Plan):
+        raise PlanError(f"plan must be a Plan, got {given(plan)}")
+    return InProcessPipeline(model, plan, loss_fn)

@@ -1,0 +1,110 @@
+"""Tests of cli/simulate_plan_file.py: `simulate --plan`, a plan file with its profile and cluster, as the library prices it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run, simulate_json
+from models import default_model, linear_model
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.io.plan_json import write_plan
+from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.plan_sim import simulate_plan
+
+
+def write_vgg_plan(path: Path) -> Plan:
+    """A 4-stage 1f1b plan of pipedream/vgg16 on v100-8x1 with even layer cuts."""
+    layers = load_profile("pipedream/vgg16").num_layers
+    cuts = [0, layers // 4, layers // 2, 3 * layers // 4, layers]
+    plan = Plan(tuple(Stage(cuts[i], cuts[i + 1] - 1, (i,)) for i in range(4)), 1, 8, 32, "1f1b")
+    write_plan(plan, path, "pipedream/vgg16", "v100-8x1")
+    return plan
+
+
+def test_plan_mode_equals_simulate_plan(tmp_path: Path) -> None:
+    """simulate --plan prints simulate_plan's result; --profile/--cluster default to the names in the file."""
+    path = tmp_path / "plan.json"
+    plan = write_vgg_plan(path)
+    profile, cluster = load_profile("pipedream/vgg16"), load_cluster("v100-8x1")
+    expected = json.loads(json.dumps(simulate_plan(plan, default_model(profile, cluster)).to_json()))
+    assert simulate_json("--plan", str(path), "--profile", "pipedream/vgg16", "--cluster", "v100-8x1") == expected
+    assert simulate_json("--plan", str(path)) == expected
+    linear = json.loads(json.dumps(simulate_plan(plan, linear_model(profile, cluster)).to_json()))
+    assert simulate_json("--plan", str(path), "--batch-scaling", "linear") == linear
+    assert linear["iteration_time"] < expected["iteration_time"]  # the floor adds the fixed costs a plain b/P drops
+
+
+def test_a_plan_that_does_not_fit_is_an_error_unless_memory_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vgg16 on devices of 0.5 GiB: exit 2 naming the plan, device, need and excess; --ignore-memory simulates it."""
+    from pipeplan.io.cluster_json import cluster_to_json
+
+    path = tmp_path / "plan.json"
+    write_vgg_plan(path)
+    small = cluster_to_json(load_cluster("v100-8x1"))
+    for device in small["devices"]:
+        device["memory_gb"] = 0.5
+    (tmp_path / "small.json").write_text(json.dumps(small))
+    code, _, err = run(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"plan {path} does not fit: stage " in err and "GiB too much" in err and "--ignore-memory" in err
+    code, _, err = run(monkeypatch, capsys, "simulate", "--plan", str(path), "--cluster", str(tmp_path / "small.json"),
+                         "--ignore-memory", "--json")  # fmt: skip
+    assert code == 0, err
+
+
+def write_dag_plan(path: Path) -> Plan:
+    """A 2-stage plan of pipedream/resnet50 on v100-8x1 cut at an antichain (two neighbours of the default order
+    swapped at the cut), written to `path`."""
+    from pipeplan.core.dag import inputs_of
+
+    profile = load_profile("pipedream/resnet50")
+    inputs, n = inputs_of(profile), profile.num_layers
+    p = next(q for q in range(n // 5, n - 1) if q not in inputs[q + 1])
+    order = list(range(n))
+    order[p], order[p + 1] = order[p + 1], order[p]
+    plan = Plan((Stage(0, p, (0,)), Stage(p + 1, n - 1, (1,))), 1, 4, 32, "1f1b", layer_order=tuple(order))
+    write_plan(plan, path, "pipedream/resnet50", "v100-8x1", profile=profile)
+    return plan
+
+
+def test_a_dag_plan_file_simulates_like_the_library(tmp_path: Path) -> None:
+    """simulate --plan on a plan whose stages name their layers prints simulate_plan's result for that plan."""
+    path = tmp_path / "dag.json"
+    plan = write_dag_plan(path)
+    model = default_model(load_profile("pipedream/resnet50"), load_cluster("v100-8x1"))
+    assert simulate_json("--plan", str(path)) == json.loads(json.dumps(simulate_plan(plan, model).to_json()))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("overlap", "stages 0 and 1 both hold layer"),
+        ("missing", "no stage holds layer"),
+        ("open", "but its input layer"),
+    ],
+)
+def test_a_bad_dag_plan_exits_2_naming_the_stage_and_the_layer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, change: str, message: str
+) -> None:
+    """Stages that overlap, miss a layer, or hold a layer whose input is in a later stage exit 2 with one line naming
+    the stage and the layer."""
+    path = tmp_path / "dag.json"
+    write_dag_plan(path)
+    obj = json.loads(path.read_text())
+    first, second = obj["stages"][0]["layers"], obj["stages"][1]["layers"]
+    if change == "overlap":
+        second.append(first[-1])
+    elif change == "missing":
+        second.pop()
+    else:
+        first.append(second.pop())  # the model's last layer, whose inputs stay in stage 1
+    path.write_text(json.dumps(obj))
+    code, _, err = run(monkeypatch, capsys, "simulate", "--plan", str(path))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err and "dag.json" in err and "stage" in err and "node" in err
