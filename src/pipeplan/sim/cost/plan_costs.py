@@ -37,12 +37,11 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
         )
     if plan.layer_order is not None:
         check_order(profile, plan.layer_order)
+    devices = cluster.num_devices
     for s, stage in enumerate(plan.stages):
-        for d in stage.devices:
-            if d >= cluster.num_devices:
-                raise PlanError(
-                    f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
-                )
+        if max(stage.devices) >= devices:
+            d = next(d for d in stage.devices if d >= devices)
+            raise PlanError(f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{devices - 1}")
     for s in range(len(plan.stages)):
         r = plan.replicas_of(s)
         if not splits_evenly(plan.microbatch_size, r):
