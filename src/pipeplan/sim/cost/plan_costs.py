@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from operator import attrgetter, itemgetter
 
+from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import check_order
 from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.partition import splits_evenly
@@ -51,6 +53,16 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
             )
 
 
+def device_speeds(cluster: Cluster, devices: tuple[int, ...]) -> list[float]:
+    """speed of each of `devices`, in order (whole-tuple lookups: a stage may span thousands of devices)."""
+    if len(devices) == 1:
+        return [cluster.devices[devices[0]].speed]
+    return list(map(_SPEED, itemgetter(*devices)(cluster.devices)))
+
+
+_SPEED = attrgetter("speed")
+
+
 def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     """Compute time, memory, all-reduce and optimizer step of stage s for one microbatch.
 
@@ -61,7 +73,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     stage = plan.stages[s]
     cluster = model.cluster
     r = plan.replicas_of(s)
-    speed = min(cluster.devices[d].speed for d in stage.devices)
+    speed = min(device_speeds(cluster, stage.devices))
     work = model.layers.stage(range(stage.first_layer, stage.last_layer + 1), plan.microbatch_size, r, speed)
     bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
     if model.bwd_split is not None:
