@@ -170,19 +170,22 @@ def plan_flows(
 
 def _flows(cluster: Cluster, pairs: PairArrays, chosen: np.ndarray) -> tuple[Flow, ...]:
     """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs."""
-    nodes = device_nodes(cluster).tolist()
+    nodes = device_nodes(cluster)
+    senders, receivers = pairs.src[chosen], pairs.dst[chosen]
     out: list[Flow] = []
-    for src, dst, nic, latency, work in zip(
-        pairs.src[chosen].tolist(),
-        pairs.dst[chosen].tolist(),
+    for src, dst, nic, latency, work, src_node, dst_node in zip(
+        senders.tolist(),
+        receivers.tolist(),
         pairs.nic[chosen].tolist(),
         pairs.latency_ms[chosen].tolist(),
         pairs.work_ms[chosen].tolist(),
+        nodes[senders].tolist(),  # only the chosen pairs' nodes: a cluster may have 65,536 devices
+        nodes[receivers].tolist(),
         strict=True,
     ):
         resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
         if nic:
-            resources += (f"nic_out:{nodes[src]}", f"nic_in:{nodes[dst]}")
+            resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
         out.append(Flow(resources, (src, dst), latency, work))
     return tuple(out)
 
