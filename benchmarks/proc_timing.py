@@ -19,11 +19,12 @@ PIPEPLAN = [sys.executable, "-c", "from pipeplan.cli import main; main()"]
 
 @dataclass
 class Timing:
-    """The runs of one command: wall seconds, peak resident MiB, exit codes."""
+    """The runs of one command: wall seconds, CPU seconds (user + sys), peak resident MiB, exit codes."""
 
     label: str
     argv: list[str]
     wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
     peak_mib: list[float] = field(default_factory=list)
     codes: list[int] = field(default_factory=list)
     timed_out: bool = False
@@ -31,6 +32,11 @@ class Timing:
     def median_wall(self) -> float:
         """Median wall seconds (inf when no run finished)."""
         return statistics.median(self.wall_s) if self.wall_s else float("inf")
+
+    def median_cpu(self) -> float:
+        """Median CPU seconds of the process, user + sys (inf when no run finished): on a shared machine the
+        number that load does not stretch."""
+        return statistics.median(self.cpu_s) if self.cpu_s else float("inf")
 
     def median_peak(self) -> float:
         """Median peak resident memory in MiB (inf when no run finished)."""
@@ -51,7 +57,7 @@ class Timing:
 
 
 def run_once(timing: Timing, timeout_s: float) -> None:
-    """Run the command once (output thrown away); add its wall time, peak memory and exit code to `timing`."""
+    """Run the command once (output thrown away); add its wall time, CPU time, peak memory and exit code to `timing`."""
     start = time.perf_counter()
     proc = subprocess.Popen(timing.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = start + timeout_s
@@ -66,6 +72,7 @@ def run_once(timing: Timing, timeout_s: float) -> None:
             return
         time.sleep(0.005)
     timing.wall_s.append(time.perf_counter() - start)
+    timing.cpu_s.append(usage.ru_utime + usage.ru_stime)
     timing.peak_mib.append(usage.ru_maxrss / 1024.0)  # Linux reports KiB
     timing.codes.append(os.waitstatus_to_exitcode(status))
     proc.returncode = timing.codes[-1]

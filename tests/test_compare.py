@@ -25,6 +25,32 @@ def test_compare_gives_one_row_per_planner_with_failures_as_rows() -> None:
     assert isinstance(rows[2], PlannerFailure) and "handles at most" in rows[2].error
 
 
+def test_compare_runs_each_baseline_once_and_pipeplan_seeds_from_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each baseline plans once in a comparison; pipeplan takes their rows as seeds and finds the plan `plan` finds."""
+    import pipeplan.planner.baselines as baselines
+    import pipeplan.planner.registry as registry
+
+    request = PlanRequest(random_profile(3, 6), random_cluster(3, 4), 16)
+    alone = registry.PLANNERS["pipeplan"](request)
+    calls: list[str] = []
+    for name in ("dapple", "pipedream", "balanced"):
+        planner = baselines.BASELINES[name]
+
+        def counted(req: PlanRequest, progress: object = None, _name: str = name, _planner: object = planner) -> PlanResult:
+            calls.append(_name)
+            return _planner(req)  # type: ignore[operator]
+
+        monkeypatch.setitem(baselines.BASELINES, name, counted)
+        monkeypatch.setitem(registry.PLANNERS, name, counted)
+    rows = compare(request, ["pipeplan", "dapple", "pipedream", "balanced"])
+    assert [r.planner for r in rows] == ["pipeplan", "dapple", "pipedream", "balanced"]
+    assert sorted(calls) == ["balanced", "dapple", "pipedream"]
+    row = rows[0]
+    assert isinstance(row, PlanResult) and row.plan == alone.plan and row.iteration_time == alone.iteration_time
+    assert row.extra["seeds_reused"] == ["dapple", "pipedream", "balanced"]
+    assert row.extra["seeds"] == alone.extra["seeds"]
+
+
 def test_default_planners_start_with_pipeplan_then_baselines() -> None:
     """All registered planners run, in the order pipeplan, dapple, pipedream, balanced, exact."""
     names = planner_names()

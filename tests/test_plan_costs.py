@@ -56,6 +56,19 @@ def test_compute_scales_with_microbatch_replicas_and_speed() -> None:
     assert costs.stages[1].bwd_input_ms == pytest.approx(3.5)
 
 
+def test_stage_memo_gives_the_same_costs_and_reuses_stages_priced_before() -> None:
+    """With a stage memo, costs equal those without; a second plan sharing a stage takes that stage's cost from it."""
+    model = linear_model(profile(), cluster(speeds=(1.0, 2.0, 0.5, 1.0)))
+    first = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1, 2))), 1, 4, 4, "1f1b")
+    second = Plan((Stage(0, 1, (0,)), Stage(2, 3, (3, 1))), 1, 4, 4, "1f1b")
+    memo: dict = {}
+    assert plan_costs(first, model, stage_memo=memo) == plan_costs(first, model)
+    assert len(memo) == 2
+    costs = plan_costs(second, model, stage_memo=memo)
+    assert costs == plan_costs(second, model) and len(memo) == 3
+    assert costs.stages[0] is memo[(0, 1, (0,), 1, 4)]
+
+
 def test_bwd_split_sets_input_and_weight_fractions() -> None:
     """bwd_split=(0.6, 0.4) splits each backward 60/40."""
     plan = Plan((Stage(0, 3, (0,)),), 1, 1, 8, "zb-h1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import Any
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.registry import PLANNERS
-from pipeplan.planner.request import PlanRequest, PlanResult, Progress
+from pipeplan.planner.request import Planner, PlanRequest, PlanResult, Progress
 
 BASELINES = ("dapple", "pipedream", "balanced")
 """The published planners pipeplan is measured against (exact is a reference, not a baseline)."""
@@ -50,6 +51,10 @@ def planner_names(planners: Sequence[str] | None = None) -> list[str]:
     return list(planners)
 
 
+SEEDED = ("pipeplan",)
+"""Planners that seed from the baselines' plans: compare runs the baselines first and hands them its results."""
+
+
 def compare(
     request: PlanRequest,
     planners: Sequence[str] | None = None,
@@ -57,33 +62,49 @@ def compare(
 ) -> list[Row]:
     """Run each planner on `request`; a planner that fails gives a PlannerFailure row with its message.
 
+    The baselines run first and each runs once: pipeplan's search takes their results as its seeds
+    (candidates.seed_from_baselines) instead of planning them again, and its planning_seconds then counts the
+    seconds of the baselines it took, as `plan` would have spent them.
+
     Args:
         request: the planning problem.
         planners: names to run (default: every registered planner, pipeplan first).
         progress: called with (message, fraction done) before each planner.
 
     Returns:
-        One row per planner, in the order run.
+        One row per planner, in the order of `planners`.
 
     Raises:
         PlanError: an unknown planner name.
     """
     names = planner_names(planners)
     registered = PLANNERS
-    rows: list[Row] = []
-    for i, name in enumerate(names):
+    done: dict[str, Row] = {}
+    ordered = [n for n in names if n in BASELINES] + [n for n in names if n not in BASELINES]
+    for i, name in enumerate(ordered):
         if progress is not None:
             progress(f"planner {name}", i / len(names))
         planner = registered[name]
         started = time.perf_counter()
         try:
-            rows.append(planner(request))
+            if name in SEEDED:
+                done[name] = _seeded(planner, request, done)
+            else:
+                done[name] = planner(request)
         except PipeplanError as exc:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            rows.append(PlannerFailure(name, message, time.perf_counter() - started))
+            done[name] = PlannerFailure(name, message, time.perf_counter() - started)
     if progress is not None:
         progress("done", 1.0)
-    return rows
+    return [done[name] for name in names]
+
+
+def _seeded(planner: Planner, request: PlanRequest, done: dict[str, Row]) -> PlanResult:
+    """`planner` run with the baselines' rows so far as its seeds; their seconds added to its planning_seconds."""
+    runs = {name: row if isinstance(row, PlanResult) else None for name, row in done.items() if name in BASELINES}
+    result = planner(request, baselines=runs)
+    taken = sum(done[name].planning_seconds for name in result.extra.get("seeds_reused", ()))
+    return dataclasses.replace(result, planning_seconds=result.planning_seconds + taken)
 
 
 def best_baseline(rows: Sequence[Row]) -> PlanResult | None:

@@ -133,23 +133,24 @@ Progress = Callable[[str, float], None]
 """Called with (message, fraction of the current phase) while a planner works."""
 
 Planner = Callable[..., PlanResult]
-"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name)."""
+"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name); pipeplan's also
+takes baselines= (planner.compare)."""
 
 
-def guarded(name: str, fn: Callable[[PlanRequest, Progress | None], PlanResult]) -> Planner:
+def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
     """`fn` as a registered planner: under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
     without a warning (an infinite transfer time is the cost model's answer for "no path", not a fault), and with its
     plan checked against the request's replication rule (every planner filters its candidates; this is the net under
-    them).
+    them). Keyword options (pipeplan's `baselines`) pass through to `fn`.
 
     Raises:
         PlanError: the planner's plan breaks the request's replication rule.
     """
 
     @functools.wraps(fn)
-    def planner(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    def planner(request: PlanRequest, progress: Progress | None = None, **options: Any) -> PlanResult:
         with np.errstate(divide="ignore", invalid="ignore"):
-            result = fn(request, progress)
+            result = fn(request, progress, **options)
         broken = request.replication_violation(result.plan)
         if broken is not None:
             raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")

@@ -9,14 +9,14 @@ The search space is described in search.py's module docstring.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
@@ -37,6 +37,9 @@ SEED_PLANNERS = ("dapple", "pipedream", "balanced")
 LARGE_SEED_PLANNERS = ("pipedream", "balanced")
 """Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
 POOL_GROUPS = (2,)
+BaselineRuns = Mapping[str, PlanResult | None]
+"""Baseline planners already run on the very request being planned, by name: the result, or None where the
+planner found no plan (a PipeplanError). `compare` hands its rows over so the search does not plan them again."""
 
 
 def divisors(n: int) -> list[int]:
@@ -48,7 +51,7 @@ def divisors(n: int) -> list[int]:
 class Candidates:
     """The candidate pool of one planning run (search.py's docstring has the search space)."""
 
-    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+    def __init__(self, request: PlanRequest, progress: Progress | None = None, baselines: BaselineRuns | None = None) -> None:
         self.request = request
         self.profile = request.profile
         self.cluster = request.cluster
@@ -64,6 +67,8 @@ class Candidates:
         self.pool: list[Plan] = []
         self.seeds: dict[str, Plan] = {}
         self.seed_times: dict[str, float] = {}
+        self.baselines = dict(baselines or {})
+        self.reused: list[str] = []
         self.best_time = float("inf")
         self.with_seeds = True
         self.max_speed = max(d.speed for d in self.cluster.devices)
@@ -197,18 +202,27 @@ class Candidates:
             With a schedule asked for, the baselines plan as for 1f1b (for `list`,
             as they would by default): their stages seed the search, and their
             plans compete unchanged when their schedule is the one asked for.
+            A baseline already run on this request (`baselines`) is taken as it is, not planned again; `reused`
+            names those.
         """
         from pipeplan.planner.baselines import BASELINES
 
         wanted = self.request.schedule
         request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
+        shared = self.baselines if request is self.request else {}
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
-            planner = BASELINES[name]
             self.progress(f"seeding from planner {name}", 0.0)
-            try:
-                result = planner(request)
-            except PipeplanError:
-                continue
+            if name in shared:
+                self.reused.append(name)
+                found = shared[name]
+                if found is None:
+                    continue
+                result = found
+            else:
+                try:
+                    result = BASELINES[name](request)
+                except PipeplanError:
+                    continue
             self.seeds[name] = result.plan
             self.seed_times[name] = result.iteration_time
             if self.evaluator.score(result.plan).fits:

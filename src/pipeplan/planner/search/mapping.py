@@ -119,5 +119,7 @@ class Layout:
         a, r = first_unit * self.unit, num_units * self.unit
         if self.replica_major:
             n = self.per_pipeline
-            return tuple(self.order[t * n + a + i] for t in range(self.replicas) for i in range(r))
+            if self.replicas == 1:
+                return self.order[a : a + r]
+            return tuple(itertools.chain.from_iterable(self.order[t * n + a : t * n + a + r] for t in range(self.replicas)))
         return tuple(self.order[a * self.replicas : (a + r) * self.replicas])

@@ -16,7 +16,7 @@ import numpy as np
 from pipeplan.core.cluster import Cluster
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
-from pipeplan.sim.cost.link_model import ring_allreduce_terms
+from pipeplan.sim.cost.link_model import link_arrays, ring_allreduce_terms
 
 INF = np.inf
 
@@ -112,33 +112,46 @@ class DpInputs:
         return next(iter(self.sums.values())).blocks
 
 
+CHUNK_ENTRIES = 1 << 20
+"""Placement arrays are built this many (position, device) entries at a time, which bounds their memory."""
+
+
 def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.ndarray]:
-    """Per first unit a of a stage of `rho` units: min speed, min memory, ring all-reduce terms, outgoing link."""
+    """Per first unit a of a stage of `rho` units: min speed, min memory, ring all-reduce terms, outgoing link.
+
+    The stage at unit a runs on layout.devices(a, rho); its outgoing transfer goes to a stage assumed to have as
+    many replicas, just below it in the order (device i of the one paired with device i of the other). All
+    positions at once, as index arrays, a chunk of CHUNK_ENTRIES at a time.
+    """
     positions = layout.units - rho + 1
+    r = rho * layout.unit
+    order = np.asarray(layout.order, dtype=np.int64)
+    devices_all = inp.cluster.devices
+    device_speed = np.array([d.speed for d in devices_all], dtype=float)
+    device_memory = np.array([d.memory_bytes for d in devices_all], dtype=float)
     speed = np.empty(positions)
     memory = np.empty(positions)
     ring_factor = np.zeros(positions)  # all-reduce ms per param byte
     ring_fixed = np.zeros(positions)
     out_rate = np.full(positions, INF)
     out_latency = np.zeros(positions)
-    devices_all = inp.cluster.devices
-    r = rho * layout.unit
-    for a in range(positions):
-        devs = layout.devices(a, rho)
-        speed[a] = min(devices_all[d].speed for d in devs)
-        memory[a] = min(devices_all[d].memory_bytes for d in devs)
-        if len(devs) > 1:
-            ring_factor[a], ring_fixed[a] = ring_allreduce_terms(inp.cluster, devs)
-        if a > 0:
-            # downstream stage assumed to have as many replicas, just below this one in the order
-            low = max(0, a * layout.unit - r)
-            here = layout.devices(a, rho)
-            src = np.array(here)
-            dst_units = np.array([min(low + i, a * layout.unit - 1) for i in range(r)])
-            dst = np.array([layout.order[_pos_to_index(layout, t, p)] for t in range(layout.replicas) for p in dst_units])
-            rate = np.minimum(inp.bandwidth[src, dst], inp.bandwidth[dst, src]).min()
-            out_rate[a] = rate * r if rate > 0 else 0.0
-            out_latency[a] = 1000.0 * max(inp.latency[src, dst].max(), inp.latency[dst, src].max())
+    width = r * layout.replicas
+    step = max(1, CHUNK_ENTRIES // width)
+    for lo in range(0, positions, step):
+        first = np.arange(lo, min(positions, lo + step))
+        devs = order[_stage_indices(layout, first, r)]  # [a, i] = layout.devices(a, rho)[i]
+        speed[first] = device_speed[devs].min(axis=1)
+        memory[first] = device_memory[devs].min(axis=1)
+        if width > 1:
+            ring_factor[first], ring_fixed[first] = _ring_terms(inp.cluster, devs)
+        below = first > 0
+        if below.any():
+            src = devs[below]
+            dst = order[_below_indices(layout, first[below], r)]
+            rate = np.minimum(inp.bandwidth[src, dst], inp.bandwidth[dst, src]).min(axis=1)
+            out_rate[first[below]] = np.where(rate > 0, rate * r, 0.0)
+            latency = np.maximum(inp.latency[src, dst].max(axis=1), inp.latency[dst, src].max(axis=1))
+            out_latency[first[below]] = 1000.0 * latency
     return {
         "speed": speed,
         "memory": memory,
@@ -149,12 +162,47 @@ def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.n
     }
 
 
-def _pos_to_index(layout: Layout, replica: int, position: int) -> int:
-    """Index into layout.order of per-pipeline position `position` in pipeline replica `replica`."""
+def _stage_indices(layout: Layout, first_units: np.ndarray, r: int) -> np.ndarray:
+    """Indices into layout.order of the devices of a stage of r positions at each unit of `first_units`, in
+    Layout.devices's order (one row per stage)."""
+    start = first_units * layout.unit
     if layout.replica_major:
-        return replica * layout.per_pipeline + position
-    unit_first = (position // layout.unit) * layout.unit
-    return unit_first * layout.replicas + replica * layout.unit + (position - unit_first)
+        within = (np.arange(layout.replicas)[:, None] * layout.per_pipeline + np.arange(r)[None, :]).ravel()
+        return start[:, None] + within[None, :]
+    return start[:, None] * layout.replicas + np.arange(r * layout.replicas)[None, :]
+
+
+def _below_indices(layout: Layout, first_units: np.ndarray, r: int) -> np.ndarray:
+    """Indices into layout.order of the stage just below each stage of `first_units` (r positions per pipeline
+    replica, clipped at the stage's first position), replica-major: the destinations of its outgoing transfer."""
+    top = first_units * layout.unit
+    low = np.maximum(0, top - r)
+    position = np.minimum(low[:, None] + np.arange(r)[None, :], top[:, None] - 1)[:, None, :]  # [a, 1, i]
+    replica = np.arange(layout.replicas)[None, :, None]
+    if layout.replica_major:
+        index = replica * layout.per_pipeline + position
+    else:
+        unit_first = (position // layout.unit) * layout.unit
+        index = unit_first * layout.replicas + replica * layout.unit + (position - unit_first)
+    return index.reshape(len(first_units), -1)
+
+
+def _ring_terms(cluster: Cluster, devs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ring_allreduce_terms of every row of `devs` (each a ring in the given order), as arrays."""
+    rate, latency = link_arrays(cluster)
+    nxt = np.roll(devs, -1, axis=1)
+    rates = rate[devs, nxt]
+    if not (rates > 0).all():
+        for row in devs:  # raises, naming the first pair that cannot talk
+            ring_allreduce_terms(cluster, tuple(int(d) for d in row))
+    n = devs.shape[1]
+    if cluster.allreduce_bytes_per_s is not None:
+        bandwidth = np.full(len(devs), cluster.allreduce_bytes_per_s)
+        slowest_latency = np.full(len(devs), cluster.allreduce_latency_s)
+    else:
+        bandwidth = rates.min(axis=1)
+        slowest_latency = latency[devs, nxt].max(axis=1)
+    return 1000.0 * 2 * (n - 1) / n / bandwidth, 1000.0 * 2 * (n - 1) * slowest_latency
 
 
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:

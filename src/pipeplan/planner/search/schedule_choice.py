@@ -8,6 +8,7 @@ from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.schedules.registry import GENERATED
 from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.plan_costs import device_speeds
 
 KFKB_GROUPS = (2, 3, 4, 8)
 INTERLEAVE_CHUNKS = (2, 3, 4)
@@ -23,7 +24,7 @@ def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
         return None
     factors = []
     for rank in range(p):
-        speed = min(model.cluster.devices[d].speed for d in plan.stages[rank].devices)
+        speed = min(device_speeds(model.cluster, plan.stages[rank].devices))
         factors.append(plan.replicas_of(rank) * speed)
     work = model.layers.per_layer_ms(plan.microbatch_size).tolist()
     bounds = solve_scaled(work, [factors[c % p] for c in range(p * chunks)])

@@ -12,8 +12,8 @@ from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
-from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
+from pipeplan.sim.cost.types import Costs, StageCost
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
 
@@ -59,6 +59,7 @@ class Evaluator:
         self.profile = request.profile
         self.cluster = request.cluster
         self._costs: dict[tuple[object, ...], Costs] = {}
+        self._stage_costs: dict[StageKey, StageCost] = {}
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
         self.simulations = 0
@@ -68,7 +69,7 @@ class Evaluator:
         key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
         costs = self._costs.get(key)
         if costs is None:
-            costs = plan_costs(plan, self.model)
+            costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
             self._costs[key] = costs
         return costs
 

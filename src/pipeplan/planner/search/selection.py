@@ -40,13 +40,14 @@ Everything is deterministic: no clocks or random numbers steer the search.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
 from pipeplan.planner.request import PlanRequest, PlanResult
-from pipeplan.planner.search.candidates import Candidates, Progress, divisors
+from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress, divisors
 from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.schedule_choice import schedule_variants
@@ -71,9 +72,9 @@ SCHEDULE_NEEDS = {
 class Search:
     """One planning run: it has its candidate pool (`candidates`), then chooses schedules, refines and picks the plan."""
 
-    def __init__(self, request: PlanRequest, progress: Progress | None = None) -> None:
+    def __init__(self, request: PlanRequest, progress: Progress | None = None, baselines: BaselineRuns | None = None) -> None:
         self.request = request
-        self.candidates = Candidates(request, progress)
+        self.candidates = Candidates(request, progress, baselines)
         self.evaluator = self.candidates.evaluator
         self.progress = self.candidates.progress
         self.finalists: list[Plan] = []
@@ -234,19 +235,24 @@ class Search:
 
 
 def search_order(
-    request: PlanRequest, progress: Progress | None = None, beat_ms: float = math.inf, seeds: bool = True
+    request: PlanRequest,
+    progress: Progress | None = None,
+    beat_ms: float = math.inf,
+    seeds: bool = True,
+    baselines: BaselineRuns | None = None,
 ) -> PlanResult:
     """pipeplan's search (module docstring) over the request's profile as the chain it is stored in.
 
     `beat_ms` (a plan already found elsewhere) lets the partition DP skip every (rp, b) whose lower bound cannot
-    beat it; `seeds` off leaves out the baselines' plans (the search on the default order had them).
+    beat it; `seeds` off leaves out the baselines' plans (the search on the default order had them); `baselines`
+    are baseline runs on `request` already done (compare's), taken as seeds instead of planning them again.
 
     Raises:
         PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy); with `beat_ms`,
             also when nothing could beat it.
     """
     started = time.perf_counter()
-    search = Search(request, progress)
+    search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
     search.candidates.generate()
@@ -267,22 +273,26 @@ def search_order(
             "candidates": len(search.candidates.pool),
             "seeds": dict(search.candidates.seed_times),
             "won_by_seed": next((name for name, seed in search.candidates.seeds.items() if seed == plan), None),
+            "seeds_reused": list(search.candidates.reused),
             "finalists": search.finalists,
         },
     )
 
 
-def plan_pipeplan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+def plan_pipeplan(request: PlanRequest, progress: Progress | None = None, baselines: BaselineRuns | None = None) -> PlanResult:
     """Plan with pipeplan's search: the fastest simulated plan that fits, over the profile's own layer order and, for
     a DAG, the orders in which the best antichain cuts are contiguous (dag_orders; the default order wins ties).
 
     Args:
         request: profile, cluster, global batch and optional microbatch size / schedule.
         progress: called with (message, fraction of the current phase) during the search.
+        baselines: baseline planners already run on `request` (compare's rows): the search seeds from these
+            results rather than planning them again (`extra["seeds_reused"]` names the ones it took).
 
     Raises:
         PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy).
     """
     from pipeplan.planner.search.dag_search import plan_over_orders
 
-    return plan_over_orders(request, search_order, progress)
+    search = search_order if baselines is None else functools.partial(search_order, baselines=baselines)
+    return plan_over_orders(request, search, progress)

@@ -170,19 +170,22 @@ def plan_flows(
 
 def _flows(cluster: Cluster, pairs: PairArrays, chosen: np.ndarray) -> tuple[Flow, ...]:
     """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs."""
-    nodes = device_nodes(cluster).tolist()
+    nodes = device_nodes(cluster)
+    senders, receivers = pairs.src[chosen], pairs.dst[chosen]
     out: list[Flow] = []
-    for src, dst, nic, latency, work in zip(
-        pairs.src[chosen].tolist(),
-        pairs.dst[chosen].tolist(),
+    for src, dst, nic, latency, work, src_node, dst_node in zip(
+        senders.tolist(),
+        receivers.tolist(),
         pairs.nic[chosen].tolist(),
         pairs.latency_ms[chosen].tolist(),
         pairs.work_ms[chosen].tolist(),
+        nodes[senders].tolist(),  # only the chosen pairs' nodes: a cluster may have 65,536 devices
+        nodes[receivers].tolist(),
         strict=True,
     ):
         resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
         if nic:
-            resources += (f"nic_out:{nodes[src]}", f"nic_in:{nodes[dst]}")
+            resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
         out.append(Flow(resources, (src, dst), latency, work))
     return tuple(out)
 
@@ -247,8 +250,7 @@ def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Col
         groups = np.flatnonzero(counts == length)
         groups = groups[np.argsort(first_flow[groups])]
         block = rows[by_group[starts[groups][:, None] + np.arange(length)]].reshape(len(groups), -1)
-        _, index = np.unique(block, axis=0, return_index=True)
-        keep[groups[index]] = True
+        keep[groups[_first_rows(block)]] = True
     kept = keep[group]
     # A boundary left with one flow on one resource would take the event loops' fast path, which adds latency and
     # work in another order (a last-bit difference): keep a second copy there so the time stays the same float.
@@ -258,3 +260,14 @@ def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Col
             other = np.flatnonzero(mine & ~kept)[0]
             kept |= group == group[other]
     return kept
+
+
+def _first_rows(block: np.ndarray) -> np.ndarray:
+    """The index of the first of each set of equal rows of `block` (the index np.unique(block, axis=0,
+    return_index=True) gives, in another order): rows sorted column by column, stably, so each run of equal rows
+    starts with its first."""
+    order = np.lexsort(block.T[::-1])
+    ordered = block[order]
+    starts = np.ones(len(block), dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    return order[starts]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter, itemgetter
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
@@ -39,13 +40,28 @@ def memory_excess(plan: Plan, cluster: Cluster, per_rank: Sequence[float]) -> tu
     Ties keep the first rank and device in plan order.
     """
     worst, worst_rank, worst_device = -float("inf"), -1, -1
-    devices = cluster.devices
     for rank in range(plan.num_ranks):
-        for d in plan.stages[rank].devices:
-            excess = per_rank[rank] - devices[d].memory_bytes
-            if excess > worst:
-                worst, worst_rank, worst_device = excess, rank, d
+        stage_devices = plan.stages[rank].devices
+        capacity = device_memories(cluster, stage_devices)
+        need = per_rank[rank]
+        least = min(capacity)
+        excess = need - least  # the rank's largest excess: subtraction rounds monotonically
+        if excess > worst:
+            # its first device in plan order (one with more memory may round to the same excess)
+            first = capacity.index(least)
+            first = next((i for i in range(first) if need - capacity[i] == excess), first)
+            worst, worst_rank, worst_device = excess, rank, stage_devices[first]
     return worst, worst_rank, worst_device
+
+
+def device_memories(cluster: Cluster, devices: tuple[int, ...]) -> list[float]:
+    """memory_bytes of each of `devices`, in order (whole-tuple lookups: a stage may span thousands of devices)."""
+    if len(devices) == 1:
+        return [cluster.devices[devices[0]].memory_bytes]
+    return list(map(_MEMORY, itemgetter(*devices)(cluster.devices)))
+
+
+_MEMORY = attrgetter("memory_bytes")
 
 
 def per_device(plan: Plan, cluster: Cluster, per_rank: Sequence[float]) -> tuple[float, ...]:

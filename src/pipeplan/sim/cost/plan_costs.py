@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from operator import attrgetter, itemgetter
 
+from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import check_order
 from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.partition import splits_evenly
@@ -37,12 +39,11 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
         )
     if plan.layer_order is not None:
         check_order(profile, plan.layer_order)
+    devices = cluster.num_devices
     for s, stage in enumerate(plan.stages):
-        for d in stage.devices:
-            if d >= cluster.num_devices:
-                raise PlanError(
-                    f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{cluster.num_devices - 1}"
-                )
+        if max(stage.devices) >= devices:
+            d = next(d for d in stage.devices if d >= devices)
+            raise PlanError(f"stage {s} uses device {d} but cluster {cluster.name!r} has devices 0..{devices - 1}")
     for s in range(len(plan.stages)):
         r = plan.replicas_of(s)
         if not splits_evenly(plan.microbatch_size, r):
@@ -50,6 +51,16 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
                 f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
                 f"(each microbatch is split evenly over a stage's replicas)"
             )
+
+
+def device_speeds(cluster: Cluster, devices: tuple[int, ...]) -> list[float]:
+    """speed of each of `devices`, in order (whole-tuple lookups: a stage may span thousands of devices)."""
+    if len(devices) == 1:
+        return [cluster.devices[devices[0]].speed]
+    return list(map(_SPEED, itemgetter(*devices)(cluster.devices)))
+
+
+_SPEED = attrgetter("speed")
 
 
 def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
@@ -62,7 +73,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     stage = plan.stages[s]
     cluster = model.cluster
     r = plan.replicas_of(s)
-    speed = min(cluster.devices[d].speed for d in stage.devices)
+    speed = min(device_speeds(cluster, stage.devices))
     work = model.layers.stage(range(stage.first_layer, stage.last_layer + 1), plan.microbatch_size, r, speed)
     bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
     if model.bwd_split is not None:
@@ -86,7 +97,13 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
         ) from None
 
 
-def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None) -> Costs:
+StageKey = tuple[int, int, tuple[int, ...], int, int]
+"""What stage_cost depends on besides the model: first and last layer, devices, replicas, microbatch size."""
+
+
+def plan_costs(
+    plan: Plan, model: CostModel, trace: BandwidthTrace | None = None, stage_memo: dict[StageKey, StageCost] | None = None
+) -> Costs:
     """The simulator's costs for one pipeline replica of `plan`.
 
     Args:
@@ -94,6 +111,8 @@ def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None
         model: the cost model (profile, cluster, scaling, optimizer).
         trace: the bandwidth trace the costs will be simulated under, if any (flows on the links it names are
             kept one by one; sim/flow_sets.py drops only copies that would run exactly alike).
+        stage_memo: stage costs already computed with `model` (a planner's Evaluator keeps one): read and filled
+            here, as most stages recur from plan to plan in a search (a stage on 8,192 devices costs ~0.3 ms).
 
     Returns:
         Costs with per-stage compute, memory, all-reduce and optimizer step,
@@ -114,8 +133,10 @@ def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None
         (sim.cost.chain_view).
     """
     check_plan_matches(plan, model)
-    plan, model = chain_view(plan, model)
-    stages = [stage_cost(plan, model, s) for s in range(len(plan.stages))]
+    viewed, viewed_model = chain_view(plan, model)
+    memo = stage_memo if stage_memo is not None and viewed_model is model else None  # a layer order: another model
+    plan, model = viewed, viewed_model
+    stages = [stage_cost(plan, model, s) if memo is None else _remembered(plan, model, s, memo) for s in range(len(plan.stages))]
     cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
     keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
     flows = plan_flows(plan, model.cluster, cuts, keep)
@@ -124,6 +145,16 @@ def plan_costs(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None
     if overhead > 0:
         charge_messages(stages, forward, backward, overhead)
     return Costs(tuple(stages), tuple(forward), tuple(backward))
+
+
+def _remembered(plan: Plan, model: CostModel, s: int, memo: dict[StageKey, StageCost]) -> StageCost:
+    """stage_cost of stage s, from `memo` when that stage was priced before (then stored there)."""
+    stage = plan.stages[s]
+    key = (stage.first_layer, stage.last_layer, stage.devices, plan.replicas_of(s), plan.microbatch_size)
+    cost = memo.get(key)
+    if cost is None:
+        cost = memo[key] = stage_cost(plan, model, s)
+    return cost
 
 
 def charge_messages(stages: list[StageCost], forward: list[tuple], backward: list[tuple], overhead_ms: float) -> None:
