@@ -14,8 +14,8 @@ import numpy as np
 from pipedream_cases import graph
 from pipeplan.planner.baselines.dapple_devices import Machines
 from pipeplan.planner.baselines.dapple_dp import DappleStage
-from pipeplan.planner.baselines.dapple_hpgo import HpgoCandidate, hpgo_candidates
-from pipeplan.planner.baselines.dapple_links import HPGO_RATES
+from pipeplan.planner.baselines.dapple_hpgo import HpgoCandidate, hpgo_candidates, hpgo_speedup
+from pipeplan.planner.baselines.dapple_links import HPGO_RATES, transfer_s
 from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -43,9 +43,17 @@ def cases() -> tuple[Case, ...]:
     with gzip.open(DATA / "dapple_original.json.gz", "rt") as f:
         raw = json.load(f)
     return tuple(
-        Case(c["tag"], c["profile"], tuple(c["seps"]), c["global_batch"], c["speedup"],
-             tuple(frozenset(s) for s in c["stages"]), tuple(c["units"]), tuple(tuple(g) for g in c["gpus"]),
-             tuple(c["order"]))  # fmt: skip
+        Case(
+            c["tag"],
+            c["profile"],
+            tuple(c["seps"]),
+            c["global_batch"],
+            c["speedup"],
+            tuple(frozenset(s) for s in c["stages"]),
+            tuple(c["units"]),
+            tuple(tuple(g) for g in c["gpus"]),
+            tuple(c["order"]),
+        )
         for c in raw
     )
 
@@ -87,3 +95,51 @@ def original_sets(c: Case) -> tuple[frozenset[str], ...]:
     m = model(c.profile, c.global_batch)
     kept = {m.graph.full.names[i] for i in m.graph.kept}
     return tuple(s & kept for s in c.stages)
+
+
+def original_stages(c: Case) -> tuple[DappleStage, ...]:
+    """The original's stages in the port's terms: state ranges (by the stage node sets) and GPUs per replica."""
+    m = model(c.profile, c.global_batch)
+    local = {m.graph.graph.names[i]: i for i in range(m.graph.graph.num_nodes)}
+    index = {mask: i for i, mask in enumerate(m.states.masks)}
+    out, union, after = [], 0, -1
+    for nodes, units, gpus in zip(original_sets(c), c.units, c.gpus, strict=True):
+        union |= sum(1 << local[n] for n in nodes)
+        end = index[union]
+        rp = len(gpus) // units
+        parts = tuple(sum(1 << g for g in gpus[t * units : (t + 1) * units]) for t in range(rp))
+        out.append(DappleStage(after, end, units, parts))
+        after = end
+    return tuple(out)
+
+
+def original_block(c: Case) -> float:
+    """The DP's value of the original's plan: its slowest stage compute over m'·rp GPUs or transfer of 2x the cut."""
+    m = model(c.profile, c.global_batch)
+    machines = Machines(c.seps)
+    stages = original_stages(c)
+    rp = len(stages[0].parts or ())
+    worst = 0.0
+    for i, s in enumerate(stages):
+        worst = max(worst, m.between(m.compute_s, s.after, s.end) / (s.units * rp))
+        if i:
+            move = transfer_s(machines, HPGO_RATES, stages[i - 1].gpus, s.gpus, 2.0 * float(m.cut_bytes[s.after]))
+            worst = max(worst, move)
+    return worst
+
+
+def original_speedup(c: Case) -> float:
+    """The original's plan priced by the port's terms and HPGO's ranking: as a DP plan, and for a two-stage plan of
+    one pipeline also as a two-stage split (whose block moves the cut once); the better of the two."""
+    m = model(c.profile, c.global_batch)
+    machines = Machines(c.seps)
+    stages = original_stages(c)
+    rp = len(stages[0].parts or ())
+    order = np.asarray(c.order)
+    value = hpgo_speedup(m, machines, HPGO_RATES, rp, original_block(c), stages, order)
+    if len(stages) == 2 and rp == 1:
+        a, b = stages
+        comp = max(m.between(m.compute_s, -1, a.end) / a.units, m.between(m.compute_s, a.end, b.end) / b.units)
+        comm = transfer_s(machines, HPGO_RATES, a.gpus, b.gpus, float(m.cut_bytes[a.end]))
+        value = max(value, hpgo_speedup(m, machines, HPGO_RATES, 1, max(comp, comm), stages, order))
+    return value

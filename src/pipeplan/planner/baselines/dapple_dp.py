@@ -186,7 +186,7 @@ def dp_counts(model: DappleModel, move_s_per_byte: float, gpus: int, p: int, rp:
     `split` False: one stage only (dp_sets' `split_idle`)."""
     states = model.count
     if not split:
-        if straight and p > 1 or p * rp > gpus:
+        if (straight and p > 1) or p * rp > gpus:
             return None
         return float(model.table_s[0, -1]) / p / rp, [DappleStage(-1, states - 1, p)]
     value = np.full((p, states), np.inf)

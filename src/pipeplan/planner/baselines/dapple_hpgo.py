@@ -18,6 +18,7 @@ depends on the original's hash seed; identity by default).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +49,7 @@ def hpgo_speedup(model: DappleModel, machines: Machines, rates: LinkRates, repli
     total = model.total_s
     block = block_s / m
     length = block * (m - 1) + total / replicas / m
-    for a, b in zip(stages, stages[1:], strict=False):
+    for a, b in itertools.pairwise(stages):
         length += transfer_s(machines, rates, a.gpus, b.gpus, float(model.cut_bytes[b.after]) / replicas / m)
     delta = 0.0
     for i, stage in enumerate(stages):
