@@ -55,7 +55,8 @@ def main() -> None:
               f"{mine.label:20s} {seconds[-1]:6.2f} s{mark}", flush=True)  # fmt: skip
     print(f"\nruns {total}: speed-up equal (<= {REL:g} relative) {equal}; the wheel's plan priced at its own number "
           f"{priced}; same stage sets and GPUs per replica {same}; DP ties the wheel broke otherwise {ties} (speed-up "
-          f"apart by at most {worst_tie:.1e}); planning {sum(seconds):.1f} s in all, slowest {max(seconds, default=0):.2f} s")  # fmt: skip
+          f"apart by at most {worst_tie:.1e}); planning {sum(seconds):.1f} s in all, "
+          f"slowest {max(seconds, default=0):.2f} s")  # fmt: skip
     if args.check and bad:
         sys.exit(1)
 
