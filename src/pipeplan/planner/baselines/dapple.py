@@ -43,7 +43,7 @@ from pipeplan.planner.simulated import best_of
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.sim.cost.memory import check_fits
 
-STATE_LIMIT = 2_000
+STATE_LIMIT = 1_000
 SET_DP_STATES = 64
 MAX_BLOCKS = 48
 MAX_MICROBATCHES = 512
