@@ -99,40 +99,54 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
     payload = 2.0 * model.cut_bytes
     placed: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
     moves: dict[tuple[int, int], float] = {}
+    gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = {}
     for m in range(1, p):
+        times: dict[int, np.ndarray] = {}  # per GPU set taken at level m, each state's cell time so far
         for mp in range(1, 2 if straight else m + 1):
             prefix = m - mp
-            keys: dict[int, None] = {}
-            for k in range(states):
-                keys.update(dict.fromkeys(cells[k][prefix]))
+            if prefix not in gathered:  # the prefix level is complete: gather it once
+                gathered[prefix] = _gather(cells, prefix, states)
             stage = rows / (mp * rp)
-            for taken in keys:
-                before = np.full(states, np.inf)
-                last: list[int] = [0] * states
-                for k in range(states):
-                    cell = cells[k][prefix].get(taken)
-                    if cell is not None:
-                        before[k] = cell.time
-                        last[k] = cell.parts[0] if len(cell.parts) == 1 else _union(cell.parts)
+            for taken, (before, last_ids, lasts) in gathered[prefix].items():
                 live = np.flatnonzero(np.isfinite(before))
                 if (taken, mp) not in placed:
                     placed[taken, mp] = replica_placements(machines, taken, mp, rp)
                 for gpus, parts in placed[taken, mp].items():
-                    move = np.array([_move(moves, machines, rates, last[k], gpus) for k in live.tolist()])
-                    base = np.maximum(before[live], move * payload[live])
+                    per_last = np.array([_move(moves, machines, rates, last, gpus) for last in lasts])
+                    base = np.maximum(before[live], per_last[last_ids[live]] * payload[live])
                     value = np.maximum(base[:, None], stage[live])
                     at = np.argmin(value, axis=0)
                     low = value[at, np.arange(states)]
                     key = taken | gpus
-                    for j in np.flatnonzero(np.isfinite(low)).tolist():
+                    now = times.get(key)
+                    if now is None:  # the first stage's cells (Fresh First) may hold this set already
+                        now = times[key] = np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)])
+                    for j in np.flatnonzero(low < now).tolist():
                         v = float(low[j])
-                        here = cells[j][m].get(key)
-                        if here is None or v < here.time:
-                            cell = _Cell(v, (int(live[at[j]]), prefix, taken), mp, parts)
-                            cells[j][m][key] = cell
-                            top = best[j][m]
-                            if top is None or v < top.time:
-                                best[j][m] = cell
+                        now[j] = v
+                        cell = _Cell(v, (int(live[at[j]]), prefix, taken), mp, parts)
+                        cells[j][m][key] = cell
+                        top = best[j][m]
+                        if top is None or v < top.time:
+                            best[j][m] = cell
+
+
+def _gather(cells: list[list[dict[int, _Cell]]], prefix: int,
+            states: int) -> dict[int, tuple[np.ndarray, np.ndarray, list[int]]]:  # fmt: skip
+    """Per GPU set taken at level `prefix`: each state's cell time (inf: none), the index of its last stage's GPUs
+    in the list of distinct ones, and that list."""
+    out: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+    for k in range(states):
+        for taken, cell in cells[k][prefix].items():
+            if taken not in out:
+                out[taken] = (np.full(states, np.inf), np.zeros(states, dtype=np.int64), [])
+            times, ids, lasts = out[taken]
+            last = cell.parts[0] if len(cell.parts) == 1 else _union(cell.parts)
+            if last not in lasts:
+                lasts.append(last)
+            times[k] = cell.time
+            ids[k] = lasts.index(last)
+    return out
 
 
 def _union(parts: tuple[int, ...]) -> int:
