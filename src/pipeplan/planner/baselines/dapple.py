@@ -33,7 +33,7 @@ from pipeplan.planner.baselines.dapple_devices import ids, machines_of
 from pipeplan.planner.baselines.dapple_dp import DappleStage
 from pipeplan.planner.baselines.dapple_links import rates_of
 from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
-from pipeplan.planner.baselines.dapple_search import Candidate, Links, candidates, rank
+from pipeplan.planner.baselines.dapple_search import FAITHFUL_GPUS, Candidate, Links, candidates, rank, stage_transfer_s
 from pipeplan.planner.baselines.downsets import StateLimitError
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
@@ -52,7 +52,7 @@ MAX_MICROBATCHES = 512
 def planning_model(request: PlanRequest, links: Links) -> tuple[DappleModel, list[tuple[int, ...]] | None]:
     """DAPPLE's model of the request's graph, or of its layers merged into blocks (module docstring): the model and,
     for blocks, each block's layers."""
-    sets_needed = links.machines.gpus <= 64 and len(links.machines.ends) > 1 and links.machines.largest > 1
+    sets_needed = links.machines.gpus <= FAITHFUL_GPUS and len(links.machines.ends) > 1 and links.machines.largest > 1
     try:
         model = dapple_model(graph_of_profile(request.profile), request.global_batch, STATE_LIMIT)
         if not (sets_needed and model.count > SET_DP_STATES):
@@ -100,11 +100,9 @@ def to_plan(request: PlanRequest, model: DappleModel, blocks: list[tuple[int, ..
 
 def comparable(model: DappleModel, links: Links, candidate: Candidate) -> bool:
     """True when some boundary's transfer takes at least half the forward time of the stage it feeds."""
-    from pipeplan.planner.baselines.dapple_search import _transfer
-
     rp = candidate.replicas
     for a, b in zip(candidate.stages, candidate.stages[1:], strict=False):
-        x = _transfer(model, links, a, b, rp, float(model.cut_bytes[b.after]))
+        x = stage_transfer_s(model, links, a, b, rp, float(model.cut_bytes[b.after]))
         if x >= 0.5 * model.between(model.fwd_s, b.after, b.end) / (b.units * rp):
             return True
     return False

@@ -137,19 +137,6 @@ def replica_placements(machines: Machines, taken: int, need: int, replicas: int)
     return {mask & ~taken: parts for mask, parts in frontier.items()}
 
 
-def canonical_replicas(machines: Machines, taken: int, need: int, replicas: int) -> tuple[int, ...] | None:
-    """One placement of the replicas: each replica by the first policy that can place it (Scatter First always can
-    while GPUs are free, so this fails only when fewer than need x replicas GPUs are free)."""
-    if machines.gpus - taken.bit_count() < need * replicas:
-        return None
-    parts = []
-    for _ in range(replicas):
-        gpus = next(g for g in (place(machines, taken, need, p) for p in POLICIES) if g is not None)
-        parts.append(gpus)
-        taken |= gpus
-    return tuple(parts)
-
-
 def ids(mask: int) -> list[int]:
     """GPU indices of a bitmask, ascending."""
     out = []

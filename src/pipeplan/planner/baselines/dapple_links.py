@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.planner.baselines.dapple_devices import Machines, ids
+from pipeplan.planner.baselines.dapple_devices import Machines
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 
@@ -68,14 +68,6 @@ def allreduce_s(machines: Machines, rates: LinkRates, gpus: int, param_bytes: fl
     return share / rates.remote_collective
 
 
-def spread_transfer_s(rates: LinkRates, num_bytes: float) -> float:
-    """transfer_s between two sets that each span machines (every set of more GPUs than a machine holds)."""
-    return num_bytes / rates.remote_collective
-
-
 def spread_allreduce_s(rates: LinkRates, n: int, param_bytes: float) -> float:
     """allreduce_s over n GPUs spanning machines."""
     return 0.0 if n == 1 else 2.0 * param_bytes * (n - 1) / n / rates.remote_collective
-
-
-__all__ = ["HPGO_RATES", "LinkRates", "allreduce_s", "ids", "rates_of", "spread_transfer_s", "transfer_s"]

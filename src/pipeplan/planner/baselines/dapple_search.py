@@ -110,7 +110,7 @@ def rank(model: DappleModel, links: Links, candidate: Candidate, microbatch_size
     stages = candidate.stages
     for i, s in enumerate(stages):
         if i:
-            x = _transfer(model, links, stages[i - 1], s, rp, float(model.cut_bytes[s.after]) / share)
+            x = stage_transfer_s(model, links, stages[i - 1], s, rp, float(model.cut_bytes[s.after]) / share)
             fwd.append(x)
             bwd.append(x)
             ar.append(0.0)
@@ -120,7 +120,7 @@ def rank(model: DappleModel, links: Links, candidate: Candidate, microbatch_size
     return latency(fwd, bwd, ar, m)[0]
 
 
-def _transfer(model: DappleModel, links: Links, a: DappleStage, b: DappleStage, rp: int, num_bytes: float) -> float:
+def stage_transfer_s(model: DappleModel, links: Links, a: DappleStage, b: DappleStage, rp: int, num_bytes: float) -> float:
     """transfer_s between two stages; placement-free stages (no GPUs yet) at dapple_dp.move_rate."""
     if a.parts is None or b.parts is None:
         return num_bytes * move_rate(links.machines, links.rates)
