@@ -1,7 +1,7 @@
 """Plan quality: pipeplan against DAPPLE, PipeDream and balanced on every built-in profile and cluster, and against exact.
 
 Usage: .venv/bin/python benchmarks/planner_quality.py [--quick] [--workers 2] [--out results.json] [--check]
-       [--batch-scaling auto|linear] [--skip-random]
+       [--batch-scaling auto|linear] [--skip-random] [--planners dapple,... --merge results.json]
 
 Part 1, presets: every shared profile x every built-in cluster x global batch 256 and 2048. Each
 planner (pipeplan, dapple, pipedream, balanced) plans the instance; every plan is scored by the same
@@ -23,6 +23,11 @@ Targets (PASS/FAIL each; --check exits 1 when one fails):
 
 --quick: 6 profiles x the 4 non-uniform clusters x global batch 256, 12 random instances (T2 and T3
 are then judged on that subset).
+
+--planners NAME,... --merge FILE: re-run only the named planners on the instances of an earlier --out FILE
+(narrowed by --profiles/--clusters when given) and merge their rows into it (random instances and part 3 are
+kept from FILE); with --out the merged table is written. Planners not named keep their earlier results: when
+a baseline changes, pipeplan (which seeds from the baselines) keeps its old plan until it is re-run too.
 """
 
 from __future__ import annotations
@@ -54,17 +59,17 @@ TARGET_SECONDS = 10.0
 RANDOM_LAYERS, RANDOM_DEVICES, RANDOM_BATCH = 8, 4, 16
 
 
-def run_planners(job: tuple[str, str, int, str]) -> dict[str, Any]:
-    """Plan one preset instance with every planner; times in ms, planning in s, errors as text."""
+def run_planners(job: tuple[str, str, int, str, tuple[str, ...]]) -> dict[str, Any]:
+    """Plan one preset instance with each named planner; times in ms, planning in s, errors as text."""
     from pipeplan.planner.registry import PLANNERS as REGISTRY
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
-    profile_name, cluster_name, batch, scaling = job
+    profile_name, cluster_name, batch, scaling, names = job
     planners = REGISTRY
     request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch, batch_scaling=scaling)
     row: dict[str, Any] = {"profile": profile_name, "cluster": cluster_name, "batch": batch}
-    for name in PLANNERS:
+    for name in names:
         started = time.perf_counter()
         try:
             result = planners[name](request)
@@ -191,7 +196,24 @@ def main() -> int:
     parser.add_argument("--profiles", default=None, help="comma-separated profile names (default: all, or --quick's)")
     parser.add_argument("--skip-random", action="store_true", help="skip part 2 (exact gap)")
     parser.add_argument("--batch-scaling", default="auto", help="the cost model's scaling: auto (default) or linear, ...")
+    parser.add_argument("--planners", default=",".join(PLANNERS), help="comma-separated planners to run (with --merge)")
+    parser.add_argument("--merge", default=None, help="an earlier --out JSON: re-run --planners on its instances")
     args = parser.parse_args()
+    names = tuple(args.planners.split(","))
+    if any(n not in PLANNERS for n in names) or not names:
+        print(f"error: --planners must name some of {', '.join(PLANNERS)}, got {args.planners!r}", file=sys.stderr)
+        return 2
+    if names != PLANNERS and args.merge is None:
+        print("error: --planners needs --merge FILE (the table the other planners' results come from)", file=sys.stderr)
+        return 2
+    earlier = None
+    if args.merge is not None:
+        try:
+            with open(args.merge, encoding="utf-8") as handle:
+                earlier = json.load(handle)
+        except (OSError, ValueError) as error:
+            print(f"error: --merge {args.merge!r}: {error}", file=sys.stderr)
+            return 2
 
     from pipeplan.presets.resolve import list_clusters, list_profiles
 
@@ -201,7 +223,15 @@ def main() -> int:
     clusters = args.clusters.split(",") if args.clusters else clusters
     profiles = args.profiles.split(",") if args.profiles else profiles
     seeds = range(0) if args.skip_random else range(12) if args.quick else range(50)
-    jobs = [(p, c, b, args.batch_scaling) for c in clusters for p in profiles for b in batches]
+    jobs = [(p, c, b, args.batch_scaling, names) for c in clusters for p in profiles for b in batches]
+    if earlier is not None:
+        wanted = [r for r in earlier["presets"] if not args.clusters or r["cluster"] in clusters]
+        keep = [r for r in wanted if not args.profiles or r["profile"] in profiles]
+        clusters = list(dict.fromkeys(r["cluster"] for r in keep))
+        profiles = list(dict.fromkeys(r["profile"] for r in keep))
+        batches = tuple(sorted({r["batch"] for r in keep}))
+        jobs = [(r["profile"], r["cluster"], r["batch"], args.batch_scaling, names) for r in keep]
+        seeds = range(0)
     # the 1024-GPU instances are the slowest: start them first so the pool's tail stays short
     jobs.sort(key=lambda j: (j[1] != "h100-8x128", j[1] != "h100-8x4"))
     started = time.perf_counter()
@@ -213,6 +243,10 @@ def main() -> int:
                 print(f"  {i + 1}/{len(jobs)} preset instances ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
         randoms = sorted(pool.map(run_random, seeds, chunksize=1), key=lambda r: r["seed"])
     pool_seconds = time.perf_counter() - started
+    if earlier is not None:
+        fresh = {(r["profile"], r["cluster"], r["batch"]): r for r in rows}
+        rows = [{**r, **fresh[(r["profile"], r["cluster"], r["batch"])]} for r in keep]
+        randoms = earlier["random"]
     rows.sort(key=lambda r: (clusters.index(r["cluster"]), profiles.index(r["profile"]), r["batch"]))
 
     lines, speedups, violations = summarize(rows, clusters)
@@ -260,8 +294,8 @@ def main() -> int:
     from pipeplan.presets.resolve import load_cluster, load_profile
 
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("h100-8x128"), 2048, batch_scaling=args.batch_scaling)
-    walls = []
-    for _ in range(3):
+    walls = [] if earlier is None or "pipeplan" in names else list(earlier["bert48_h100_8x128_seconds"])
+    for _ in range(3 - len(walls)):
         t0 = time.perf_counter()
         REGISTRY["pipeplan"](request)
         walls.append(time.perf_counter() - t0)

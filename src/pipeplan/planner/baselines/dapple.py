@@ -1,239 +1,176 @@
-"""`dapple`: DAPPLE's planner (Fan et al., PPoPP 2021), its plans scored by pipeplan's simulator.
+"""`dapple`: DAPPLE's planner (Fan et al., PPoPP 2021), its plan scored by pipeplan's simulator.
 
-The search, as in the paper and the authors' planner (`orchestrate.rs`):
-
-1. Hybrid: for every number g of GPUs per pipeline (a divisor of the cluster
-   size D), rp = D / g whole-pipeline replicas. A dynamic program over
-   (layers placed, GPUs used, which GPUs are taken) adds one stage at a time:
-   the next layers on the next mp GPUs per replica, picked by a placement
-   policy (Fresh First, Append First, Scatter First, from `Device.node`). The
-   program minimizes the slowest block (stage compute, or the transfer of 2x
-   the cut activation into the stage), as the authors' code does. A
-   stage's GPU count must divide the pipeline replica's batch (each
-   microbatch is split over them).
-2. Straight plans (one GPU per stage) with g = 2 and g = D, and two-stage
-   splits of all D GPUs; g = 1 is plain data parallelism.
-3. Every candidate is ranked by the pivot-stage latency model (see
-   dapple_model.pivot_latency) with M = GBS / (rp * microbatch size), stage
-   times taken at the microbatch size (DAPPLE profiles at it); the best
-   one that fits in memory wins. The schedule is DAPPLE's early backward
-   (1F1B), with K_i = min(2(S-i)-1, M) warm-up forwards when transfers are
-   comparable to compute (a boundary's transfer takes at least half the
-   forward time of the stage it feeds), stored as an explicit `list` order;
-   with `--schedule 1f1b` the plain 1F1B order only.
-
-Note:
-    Departures, each to keep planning time sane on large clusters: g runs over
-    the divisors of D up to 64 (the code also tries non-divisors, leaving GPUs
-    idle); all rp replicas of a stage use one policy (the code tries every
-    combination, 3^rp); above 16 GPUs a stage takes 2^i GPUs or a multiple of
-    the machine size; a two-stage split picks its layer cut by the slowest
-    block before ranking; profiles over 48 layers are planned over 48 blocks
-    of consecutive layers (baseline_tools.merge_layers). DAPPLE assumes equal
-    GPUs; here a stage's time uses its slowest device's `speed`. The microbatch
-    size is an input of DAPPLE: when the request leaves it open, each power of
-    two is planned and the one whose plan simulates fastest is kept, as a user
-    tuning that flag would.
+What the request maps to:
+- the graph: the profile's DAG (`layer_inputs`; a chain without them) with
+  PipeDream's states (dapple_model), as the authors' planner (HPGO) reads
+  it; a graph over STATE_LIMIT states, or over SET_DP_STATES where the
+  placement DP has to track GPU sets (dapple_dp), is planned over
+  MAX_BLOCKS blocks of consecutive layers instead (layer_groups; a cap, the
+  original does not finish there);
+- the cluster: machines from Device.node, link rates from its links
+  (dapple_links.rates_of; HPGO hard-codes V100 rates);
+- the search (dapple_search): every p with floor(N/p) replicas, any stage
+  GPU count, every placement-policy sequence over the replicas, DAPPLE's DP,
+  ranked by the paper's pivot latency (HPGO's analytic ranking:
+  dapple_hpgo, checked against its saved plans in the tests).
+The microbatch size is an input of DAPPLE: when the request leaves it open,
+each power of two is planned and the plan that simulates fastest is kept,
+as a user tuning that flag would. Per size the best-ranked candidate that
+fits in memory is taken. The schedule is DAPPLE's early backward (1F1B),
+with K_i = min(2(S-i)-1, M) warm-up forwards when a transfer takes at least
+half the forward of the stage it feeds (a `list` order); with
+`--schedule 1f1b` plain 1F1B.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
+from pipeplan.core.dag import order_from_stages
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.baselines.dapple_model import (
-    FRESH_FIRST,
-    POLICIES,
-    allocate_replicas,
-    dapple_allreduce_ms,
-    pivot_latency,
-)
-from pipeplan.planner.baselines.dapple_search import DappleSearch
-from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
+from pipeplan.planner.baselines.dapple_devices import ids, machines_of
+from pipeplan.planner.baselines.dapple_dp import DappleStage
+from pipeplan.planner.baselines.dapple_links import rates_of
+from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
+from pipeplan.planner.baselines.dapple_search import FAITHFUL_GPUS, Candidate, Links, candidates, rank, stage_transfer_s
+from pipeplan.planner.baselines.downsets import StateLimitError
+from pipeplan.planner.baselines.layer_groups import merge_layers
+from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
 from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.sim.cost.memory import check_fits
-from pipeplan.sim.cost.model import CostModel
 
+STATE_LIMIT = 1_000
+SET_DP_STATES = 64
 MAX_BLOCKS = 48
-MAX_GPUS_PER_PIPELINE = 64
 MAX_MICROBATCHES = 512
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A DAPPLE plan before the microbatch size is fixed: (first block, last block, GPUs) per stage, and rp."""
-
-    stages: tuple[tuple[int, int, tuple[int, ...]], ...]
-    replicas: int
-    kind: str
-
-
-def stage_gpu_counts(devices: int, node_size: int, limit: int) -> list[int]:
-    """GPUs a stage may take per replica: all of 1..limit up to 16 GPUs, 2^i and machine multiples up to 64, else 2^i."""
-    if devices <= 16:
-        return list(range(1, limit + 1))
-    counts = {2**i for i in range(limit.bit_length()) if 2**i <= limit}
-    if devices <= 64:
-        counts |= {node_size * k for k in range(1, limit // max(node_size, 1) + 1)}
-    return sorted(counts)
+def planning_model(request: PlanRequest, links: Links) -> tuple[DappleModel, list[tuple[int, ...]] | None]:
+    """DAPPLE's model of the request's graph, or of its layers merged into blocks (module docstring): the model and,
+    for blocks, each block's layers."""
+    sets_needed = links.machines.gpus <= FAITHFUL_GPUS and len(links.machines.ends) > 1 and links.machines.largest > 1
+    try:
+        model = dapple_model(graph_of_profile(request.profile), request.global_batch, STATE_LIMIT)
+        if not (sets_needed and model.count > SET_DP_STATES):
+            return model, None
+    except StateLimitError:
+        pass
+    blocks = merge_layers(request.profile, MAX_BLOCKS)
+    spans = [blocks.layer_range(b, b) for b in range(len(blocks.starts))]
+    return dapple_model(graph_of_profile(blocks.profile), request.global_batch), [tuple(range(a, z + 1)) for a, z in spans]
 
 
-def two_stage_first_counts(total: int) -> list[int]:
-    """GPUs of the first stage of a two-stage split on a large cluster: 2^i or total - 2^i."""
-    powers = {2**i for i in range(total.bit_length())}
-    return sorted((powers | {total - p for p in powers}) - {0, total})
-
-
-def candidates(search: DappleSearch, global_batch: int, replication: str = "any") -> list[Candidate]:
-    """Every plan DAPPLE considers: data parallel, hybrid per g, straight, two-stage splits.
-
-    `replication` (planner.base.REPLICATION_CHOICES) keeps only the candidates it allows: "pipelines" those whose
-    stages have one GPU per pipeline replica (data parallel, straight pipelines and hybrids of one-GPU stages,
-    two-stage splits of two GPUs), "none" besides those only one pipeline replica (straight over all GPUs).
-    """
-    total = search.num_devices
-    per_replica = global_batch / search.profile.batch_size  # profile batches per iteration, all replicas
-    last = search.num_blocks - 1
-    one_pipeline = replication == "none"
-    wide_stages = replication == "any"
-    out = [] if one_pipeline and total > 1 else [Candidate(((0, last, tuple(range(total))),), total, "data-parallel")]
-    divisors = [g for g in range(2, min(total, MAX_GPUS_PER_PIPELINE) + 1) if total % g == 0]
-    for g in divisors:
-        replica_batch, rest = divmod(global_batch, total // g)
-        if rest or (one_pipeline and g != total):
-            continue
-        # a stage's GPUs split each microbatch, so their count must divide the pipeline replica's batch
-        counts = [c for c in stage_gpu_counts(total, search.node_size, g) if replica_batch % c == 0 and (wide_stages or c == 1)]
-        found = search.best_pipeline(g, total // g, counts, per_replica / (total // g))
-        if found is not None:
-            out.append(Candidate(found, total // g, f"hybrid g={g}"))
-    straight = ([2] if total > 2 and total % 2 == 0 else []) + [total]  # the authors' 1:1 split and all-straight
-    for g in straight:
-        if g <= search.num_blocks and not (one_pipeline and g != total):
-            found = search.best_pipeline(g, total // g, [1], per_replica / (total // g))
-            if found is not None:
-                out.append(Candidate(found, total // g, f"straight g={g}"))
-    if total >= 2 and search.num_blocks >= 2 and (wide_stages or total == 2):
-        firsts = range(1, total) if total <= MAX_GPUS_PER_PIPELINE else two_stage_first_counts(total)
-        for g1 in firsts:
-            for found in search.two_stage_splits(g1, per_replica):
-                out.append(Candidate(found, 1, f"two-stage {g1}+{total - g1}"))
+def stage_devices(links: Links, device_of: tuple[int, ...], candidate: Candidate) -> list[tuple[int, ...]]:
+    """Each stage's device ids, replica-major; a placement-free stage takes the next free GPUs, replica by replica."""
+    out: list[tuple[int, ...]] = []
+    start = 0
+    for s in candidate.stages:
+        if s.parts is None:
+            count = s.units * candidate.replicas
+            out.append(tuple(device_of[g] for g in range(start, start + count)))
+            start += count
+        else:
+            parts = s.parts if len(s.parts) == candidate.replicas else (s.gpus,)
+            out.append(tuple(device_of[g] for part in parts for g in ids(part)))
+            start = max(start, *(x + 1 for x in ids(s.gpus)))
     return out
 
 
-def stage_times(model: CostModel, search: DappleSearch, first: int, last: int, devices: tuple[int, ...], replicas: int,
-                microbatch_size: int) -> tuple[float, float]:  # fmt: skip
-    """(F, B) ms of blocks first..last per microbatch on their devices: DAPPLE profiles at the microbatch size it
-    plans for, so the times are the cost model's at b / r samples per device (sim.layer_costs)."""
-    lo, hi = search.blocks.layer_range(first, last)
-    work = model.layers.stage(range(lo, hi + 1), microbatch_size, len(devices) // replicas, search.speed(devices))
-    return work.fwd_ms, work.bwd_ms
+def to_plan(request: PlanRequest, model: DappleModel, blocks: list[tuple[int, ...]] | None, links: Links,
+            device_of: tuple[int, ...], candidate: Candidate, size: int, extra: bool) -> Plan:  # fmt: skip
+    """The pipeplan Plan of a candidate: stages as node sets in a layer order where each is contiguous."""
+    sets = model.stage_layers([s.end for s in candidate.stages])
+    if blocks is not None:
+        sets = [sorted(layer for b in s for layer in blocks[b]) for s in sets]
+    order = order_from_stages(request.profile, sets)
+    stages, first = [], 0
+    for members, devices in zip(sets, stage_devices(links, device_of, candidate), strict=True):
+        stages.append(Stage(first, first + len(members) - 1, devices))
+        first += len(members)
+    m = request.global_batch // (candidate.replicas * size)
+    if not extra:
+        return Plan(tuple(stages), candidate.replicas, m, size, "1f1b", layer_order=order)
+    schedule = one_f_one_b(len(stages), m, extra_warmup=True).ranks
+    return Plan(tuple(stages), candidate.replicas, m, size, "list", order=schedule, layer_order=order)
 
 
-def cut_bytes(model: CostModel, search: DappleSearch, last: int, microbatch_size: int) -> float:
-    """Bytes of one microbatch crossing the cut after block `last`."""
-    return model.layers.cut_bytes(search.blocks.layer_range(last, last)[1], microbatch_size)
-
-
-def latency_of(model: CostModel, search: DappleSearch, candidate: Candidate, microbatch_size: int, microbatches: int) -> float:
-    """The pivot model's latency of a candidate at one microbatch size (ms)."""
-    fwd: list[float] = []
-    bwd: list[float] = []
-    allreduce: list[float] = []
-    prev: tuple[int, int, tuple[int, ...]] | None = None
-    for first, last, devices in candidate.stages:
-        if prev is not None:
-            xfer = search.transfer_ms(prev[2], devices, candidate.replicas, cut_bytes(model, search, prev[1], microbatch_size))
-            fwd.append(xfer)
-            bwd.append(xfer)
-            allreduce.append(0.0)
-        f, b = stage_times(model, search, first, last, devices, candidate.replicas, microbatch_size)
-        fwd.append(f)
-        bwd.append(b)
-        allreduce.append(dapple_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
-        prev = (first, last, devices)
-    return pivot_latency(fwd, bwd, allreduce, microbatches)[0]
-
-
-def to_plan(blocks: Blocks, candidate: Candidate, microbatch_size: int, microbatches: int, extra_warmup: bool) -> Plan:
-    """The pipeplan Plan of a candidate (blocks mapped back to layers)."""
-    stages = tuple(Stage(*blocks.layer_range(first, last), devices) for first, last, devices in candidate.stages)
-    if not extra_warmup:
-        return Plan(stages, candidate.replicas, microbatches, microbatch_size, "1f1b")
-    order = one_f_one_b(len(stages), microbatches, extra_warmup=True).ranks
-    return Plan(stages, candidate.replicas, microbatches, microbatch_size, "list", order=order)
-
-
-def transfers_comparable(model: CostModel, search: DappleSearch, candidate: Candidate, microbatch_size: int) -> bool:
-    """True when some boundary's transfer of one microbatch takes at least half the next stage's forward."""
-    for (_, last, before), (first, end, after) in zip(candidate.stages, candidate.stages[1:], strict=False):
-        xfer = search.transfer_ms(before, after, candidate.replicas, cut_bytes(model, search, last, microbatch_size))
-        fwd, _ = stage_times(model, search, first, end, after, candidate.replicas, microbatch_size)
-        if xfer >= 0.5 * fwd:
+def comparable(model: DappleModel, links: Links, candidate: Candidate) -> bool:
+    """True when some boundary's transfer takes at least half the forward time of the stage it feeds."""
+    rp = candidate.replicas
+    for a, b in zip(candidate.stages, candidate.stages[1:], strict=False):
+        x = stage_transfer_s(model, links, a, b, rp, float(model.cut_bytes[b.after]))
+        if x >= 0.5 * model.between(model.fwd_s, b.after, b.end) / (b.units * rp):
             return True
     return False
 
 
-def choose(request: PlanRequest, search: DappleSearch, found: list[Candidate], microbatch_size: int) -> Plan | None:
-    """DAPPLE's pick at one microbatch size: the lowest pivot latency among candidates that fit."""
-    ranked = []
-    for index, candidate in enumerate(found):
-        replica_batch, rest = divmod(request.global_batch, candidate.replicas)
-        if rest or replica_batch % microbatch_size:
-            continue
-        if any(microbatch_size % (len(devices) // candidate.replicas) for _, _, devices in candidate.stages):
-            continue  # a microbatch is split evenly over a stage's replicas
-        m = replica_batch // microbatch_size
-        if m > MAX_MICROBATCHES:
-            continue
-        ranked.append((latency_of(request.model, search, candidate, microbatch_size, m), index, candidate, m))
-    ranked.sort(key=lambda item: (item[0], item[1]))
-    for _, _, candidate, m in ranked:
-        # the extra warm-up order is a `list` plan: not when the request asks for plain 1f1b
-        extra_ok = request.schedule == "auto" and transfers_comparable(request.model, search, candidate, microbatch_size)
-        variants = [True, False] if extra_ok else [False]
-        for extra in variants:
-            plan = to_plan(search.blocks, candidate, microbatch_size, m, extra)
-            try:
-                check_fits(plan, request.model)
-            except PipeplanError:
-                continue
-            return plan
-    return None
+def allowed(request: PlanRequest, candidate: Candidate) -> bool:
+    """Whether the request's replication allows the candidate."""
+    if not request.pipelines_allowed and candidate.replicas > 1:
+        return False
+    return request.stage_replicas_allowed or all(s.units == 1 for s in candidate.stages)
 
 
 def plan_dapple(request: PlanRequest) -> PlanResult:
-    """Plan like DAPPLE and score the plan with the simulator (see the module docstring).
+    """Plan like DAPPLE and score the plan with the simulator (module docstring).
 
     Raises:
-        PlanError: a schedule other than 1f1b was asked for, or no candidate fits in memory.
+        PlanError: a schedule other than 1f1b was asked for, no candidate is allowed or has a microbatch, or none
+            fits in memory (naming the best-ranked one's overflow).
     """
     started = time.perf_counter()
     require_schedule(request, "dapple", "1f1b")
-    search = DappleSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, request.model.optimizer_factor)
-    found = candidates(search, request.global_batch, request.replication)
+    machines, device_of = machines_of(request.cluster)
+    links = Links(machines, rates_of(request.cluster))
+    model, blocks = planning_model(request, links)
+    found = [c for c in candidates(model, links, "any" if request.stage_replicas_allowed else "one") if allowed(request, c)]
     if not found:
         raise PlanError(
-            f"planner 'dapple' has no candidate under replication {request.replication!r} on {search.num_devices} GPUs: "
-            f"a straight pipeline over all of them needs as many layer blocks, {request.profile.name} has "
-            f"{search.num_blocks}; try --replication pipelines or any"
+            f"planner 'dapple' has no candidate under replication {request.replication!r} on {machines.gpus} GPUs: "
+            f"a straight pipeline over more than half of them needs as many stages, {request.profile.name} has "
+            f"{model.count} planning states; try --replication pipelines or any"
         )
-    plans = []
+    plans: list[Plan] = []
+    overflow: str | None = None
     for size in microbatch_sizes(request, request.global_batch, max_microbatches=request.global_batch):
-        plan = choose(request, search, found, size)
-        if plan is not None:
-            plans.append(plan)
+        ranked = []
+        for index, c in enumerate(found):
+            batch, rest = divmod(request.global_batch, c.replicas * size)
+            if rest or batch > MAX_MICROBATCHES or any(size % s.units for s in c.stages):
+                continue
+            value = rank(model, links, c, size)
+            if value is not None:
+                ranked.append((value, index, c))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        for _, _, c in ranked:
+            variants = [True, False] if request.schedule == "auto" and comparable(model, links, c) else [False]
+            plan = None
+            for extra in variants:
+                candidate_plan = to_plan(request, model, blocks, links, device_of, c, size, extra)
+                try:
+                    check_fits(candidate_plan, request.model)
+                except PipeplanError as error:
+                    overflow = overflow or f"{c.label} at microbatch size {size}: {error}"
+                    continue
+                plan = candidate_plan
+                break
+            if plan is not None:
+                plans.append(plan)
+                break
     if not plans:
-        raise PlanError(
-            f"planner 'dapple' found no plan that fits for {request.profile.name} on {request.cluster.name} "
-            f"(global batch {request.global_batch}); try a smaller --microbatch-size or more devices"
+        reason = (
+            f"no candidate fits in memory; the best-ranked: {overflow}"
+            if overflow
+            else f"global batch {request.global_batch} gives no candidate a whole number of microbatches "
+            f"(each stage splits a microbatch over its GPUs per replica; at most {MAX_MICROBATCHES} microbatches)"
         )
-    return best_of(request, "dapple", plans, started, {"candidates": len(found)})
+        raise PlanError(f"planner 'dapple' found no plan for {request.profile.name} on {request.cluster.name}: {reason}")
+    extra_info = {"candidates": len(found), "states": model.count, "blocks": blocks is not None}
+    return best_of(request, "dapple", plans, started, extra_info)
 
 
-__all__ = ["FRESH_FIRST", "POLICIES", "Candidate", "allocate_replicas", "candidates", "plan_dapple"]
+__all__ = ["Candidate", "DappleStage", "candidates", "plan_dapple"]

@@ -1,0 +1,235 @@
+"""DAPPLE's partition-and-placement DP: states placed so far, GPUs per replica used, which GPUs are taken.
+
+For a pipeline of p GPUs per replica and rp replicas (HPGO
+`compute_plan_sync`), cell (j, m, taken) holds the best plan of the states up
+to j on m+1 GPUs per replica whose GPUs are `taken`; its value is the slowest
+block: a stage's compute over its m'·rp GPUs, or the transfer of 2x the cut
+activations into it from the previous stage's GPUs. The first stage takes
+its GPUs Fresh First (no all-reduce term: HPGO leaves it out); each later
+stage every placement of its replicas (dapple_devices). Per (j, m) the best
+cell over all GPU sets is kept and unwound at the end:
+
+    A[j, m, T ∪ G] = min over k ⊂ j, m', placements G of m' GPUs x rp after T:
+                     max( A[k, m-m', T], C(k+1..j) / (m' rp), transfer(last GPUs of A[k, m-m', T] -> G, 2 cut_k) )
+
+Reduction (dp_counts): when every GPU set a stage can get costs the same for
+its size (all GPUs on one machine, or rp above the largest machine's GPU
+count, so each stage spans machines: transfers and all-reduces then take the
+collective rate whatever the placement, dapple_links), the taken set drops
+out and the DP runs over (j, m) only. Every count sequence is placeable
+(Scatter First takes any free GPUs), so its value is the full DP's exactly.
+Ties between equal plans may fall otherwise than in HPGO (which visits states
+in hash order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeplan.planner.baselines.dapple_devices import FRESH_FIRST, Machines, place, replica_placements
+from pipeplan.planner.baselines.dapple_links import LinkRates, transfer_s
+from pipeplan.planner.baselines.dapple_model import DappleModel
+
+
+@dataclass(frozen=True, slots=True)
+class DappleStage:
+    """A stage: states after `after` (-1: from the start) up to `end`, `units` GPUs per replica, and its GPUs per
+    replica (bitmasks; None where any placement costs the same and one is chosen later)."""
+
+    after: int
+    end: int
+    units: int
+    parts: tuple[int, ...] | None = None
+
+    @property
+    def gpus(self) -> int:
+        """All replicas' GPUs (bitmask)."""
+        out = 0
+        for part in self.parts or ():
+            out |= part
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    time: float
+    split: tuple[int, int, int] | None  # (k, m of the prefix, prefix GPU set)
+    units: int
+    parts: tuple[int, ...]
+
+
+def placement_free(machines: Machines, replicas: int) -> bool:
+    """True when every placement of a stage costs the same for its size (module docstring)."""
+    return len(machines.ends) == 1 or replicas > machines.largest
+
+
+def dp_sets(
+    model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool, split_idle: bool = True
+) -> tuple[float, list[DappleStage]] | None:
+    """The best plan of all states on p GPUs per replica and rp replicas, or None (module docstring).
+
+    With `split_idle` False, a pipeline that leaves GPUs idle (p·rp < GPUs) is tried as one stage only, as HPGO does.
+    """
+    states = model.count
+    cells: list[list[dict[int, _Cell]]] = [[{} for _ in range(p)] for _ in range(states)]
+    best: list[list[_Cell | None]] = [[None] * p for _ in range(states)]
+    for m in range(1 if straight else p):
+        gpus = place(machines, 0, (m + 1) * rp, FRESH_FIRST)
+        if gpus is None:
+            continue
+        for j in range(states):
+            cell = _Cell(float(model.table_s[0, j]) / (m + 1) / rp, None, m + 1, (gpus,))
+            cells[j][m][gpus] = cell
+            best[j][m] = cell
+    if split_idle or p * rp == machines.gpus:
+        _recurrence(model, machines, rates, p, rp, straight, cells, best)
+    top = best[states - 1][p - 1]
+    if top is None:
+        return None
+    return top.time, _unwind(cells, top, states - 1)
+
+
+def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool,
+                cells: list[list[dict[int, _Cell]]], best: list[list[_Cell | None]]) -> None:  # fmt: skip
+    """Fill every (j, m >= 1) cell, all j at once per (m, m', prefix GPU set, placement)."""
+    states = model.count
+    rows = model.table_s[1:, :]  # rows[k, j]: compute of the states after k up to j
+    payload = 2.0 * model.cut_bytes
+    placed: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
+    moves: dict[tuple[int, int], float] = {}
+    gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = {}
+    for m in range(1, p):
+        times: dict[int, np.ndarray] = {}  # per GPU set taken at level m, each state's cell time so far
+        for mp in range(1, 2 if straight else m + 1):
+            prefix = m - mp
+            if prefix not in gathered:  # the prefix level is complete: gather it once
+                gathered[prefix] = _gather(cells, prefix, states)
+            stage = rows / (mp * rp)
+            for taken, (before, last_ids, lasts) in gathered[prefix].items():
+                live = np.flatnonzero(np.isfinite(before))
+                if (taken, mp) not in placed:
+                    placed[taken, mp] = replica_placements(machines, taken, mp, rp)
+                for gpus, parts in placed[taken, mp].items():
+                    per_last = np.array([_move(moves, machines, rates, last, gpus) for last in lasts])
+                    base = np.maximum(before[live], per_last[last_ids[live]] * payload[live])
+                    value = np.maximum(base[:, None], stage[live])
+                    at = np.argmin(value, axis=0)
+                    low = value[at, np.arange(states)]
+                    key = taken | gpus
+                    now = times.get(key)
+                    if now is None:  # the first stage's cells (Fresh First) may hold this set already
+                        now = times[key] = np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)])
+                    for j in np.flatnonzero(low < now).tolist():
+                        v = float(low[j])
+                        now[j] = v
+                        cell = _Cell(v, (int(live[at[j]]), prefix, taken), mp, parts)
+                        cells[j][m][key] = cell
+                        top = best[j][m]
+                        if top is None or v < top.time:
+                            best[j][m] = cell
+
+
+def _gather(cells: list[list[dict[int, _Cell]]], prefix: int,
+            states: int) -> dict[int, tuple[np.ndarray, np.ndarray, list[int]]]:  # fmt: skip
+    """Per GPU set taken at level `prefix`: each state's cell time (inf: none), the index of its last stage's GPUs
+    in the list of distinct ones, and that list."""
+    out: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+    for k in range(states):
+        for taken, cell in cells[k][prefix].items():
+            if taken not in out:
+                out[taken] = (np.full(states, np.inf), np.zeros(states, dtype=np.int64), [])
+            times, ids, lasts = out[taken]
+            last = cell.parts[0] if len(cell.parts) == 1 else _union(cell.parts)
+            if last not in lasts:
+                lasts.append(last)
+            times[k] = cell.time
+            ids[k] = lasts.index(last)
+    return out
+
+
+def _union(parts: tuple[int, ...]) -> int:
+    out = 0
+    for part in parts:
+        out |= part
+    return out
+
+
+def _move(cache: dict[tuple[int, int], float], machines: Machines, rates: LinkRates, src: int, dst: int) -> float:
+    """transfer_s of one byte from GPU set src to dst, cached."""
+    value = cache.get((src, dst))
+    if value is None:
+        value = cache[src, dst] = transfer_s(machines, rates, src, dst, 1.0)
+    return value
+
+
+def _unwind(cells: list[list[dict[int, _Cell]]], cell: _Cell, j: int) -> list[DappleStage]:
+    """The stages of a cell's plan, first stage first."""
+    stages = []
+    while cell.split is not None:
+        k, mk, taken = cell.split
+        stages.append(DappleStage(k, j, cell.units, cell.parts))
+        j, cell = k, cells[k][mk][taken]
+    stages.append(DappleStage(-1, j, cell.units, None if cell.parts is None else _split(cell.parts[0], cell.units)))
+    return list(reversed(stages))
+
+
+def _split(gpus: int, units: int) -> tuple[int, ...]:
+    """A Fresh First set of all replicas cut into replicas of `units` GPUs, lowest indices first."""
+    out, part, count = [], 0, 0
+    while gpus:
+        low = gpus & -gpus
+        gpus ^= low
+        part |= low
+        count += 1
+        if count == units:
+            out.append(part)
+            part, count = 0, 0
+    return tuple(out)
+
+
+def move_rate(machines: Machines, rates: LinkRates) -> float:
+    """Seconds per byte of a transfer between stages when placements do not matter (one machine: local)."""
+    return 1.0 / (rates.local if len(machines.ends) == 1 else rates.remote_collective)
+
+
+def dp_counts(model: DappleModel, move_s_per_byte: float, gpus: int, p: int, rp: int, straight: bool,
+              split: bool = True) -> tuple[float, list[DappleStage]] | None:  # fmt: skip
+    """dp_sets where placements do not matter (module docstring): cells (j, m), transfers at `move_s_per_byte`;
+    `split` False: one stage only (dp_sets' `split_idle`)."""
+    states = model.count
+    if not split:
+        if (straight and p > 1) or p * rp > gpus:
+            return None
+        return float(model.table_s[0, -1]) / p / rp, [DappleStage(-1, states - 1, p)]
+    value = np.full((p, states), np.inf)
+    back = np.full((p, states, 2), -1, dtype=np.int64)  # (k, m') of each cell's last stage; k = -1: one stage
+    for m in range(1 if straight else p):
+        if (m + 1) * rp <= gpus:
+            value[m] = model.table_s[0] / (m + 1) / rp
+    rows = model.table_s[1:, :]
+    move = (move_s_per_byte * 2.0 * model.cut_bytes)[:, None]
+    for m in range(1, p):
+        mps = np.arange(1, 2 if straight else m + 1)
+        prefix = value[m - mps]  # (m', k)
+        cand = np.maximum(np.maximum(prefix[:, :, None], move[None]), rows[None] / (mps * rp)[:, None, None])
+        flat = cand.reshape(len(mps) * states, states)
+        at = np.argmin(flat, axis=0)
+        low = flat[at, np.arange(states)]
+        better = low < value[m]
+        value[m] = np.where(better, low, value[m])
+        back[m][better] = np.stack([at % states, mps[at // states]], axis=1)[better]
+    top = float(value[p - 1, states - 1])
+    if not np.isfinite(top):
+        return None
+    stages = []
+    j, m = states - 1, p - 1
+    while True:
+        k, mp = (int(x) for x in back[m, j])
+        if k < 0:
+            stages.append(DappleStage(-1, j, m + 1))
+            break
+        stages.append(DappleStage(k, j, mp))
+        j, m = k, m - mp
+    return top, list(reversed(stages))
