@@ -7,16 +7,6 @@ from pathlib import Path
 
 import typer
 
-from pipeplan.viz.inventory import (
-    MATRIX_MAX_DEVICES,
-    bandwidth_matrix_table,
-    clusters_list_table,
-    devices_table,
-    link_classes_table,
-    profile_layers_table,
-    profile_summary,
-    profiles_list_table,
-)
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.tables import wide_console
 
@@ -39,6 +29,7 @@ def show_profile(
 ) -> None:
     """Per-layer costs of a model: times (ms), activation, parameter and cut sizes."""
     from pipeplan.presets.resolve import load_profile
+    from pipeplan.viz.inventory import profile_layers_table, profile_summary
 
     profile = load_profile(spec, profile_batch_size)
     if as_json:
@@ -60,6 +51,7 @@ def show_cluster(
     """Devices of a cluster and the bandwidth and latency between them."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
     from pipeplan.presets.resolve import load_cluster
+    from pipeplan.viz.inventory import MATRIX_MAX_DEVICES, bandwidth_matrix_table, devices_table, link_classes_table
 
     check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"CLUSTER": spec})
     cluster = load_cluster(spec)
@@ -85,6 +77,7 @@ def show_cluster(
 def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in profiles with their sizes and totals."""
     from pipeplan.presets.resolve import list_profiles, load_profile
+    from pipeplan.viz.inventory import profiles_list_table
 
     rows = []
     for name in list_profiles():
@@ -111,6 +104,7 @@ def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the 
     """List the built-in clusters."""
     from pipeplan.presets.clusters import CLUSTER_BUILDERS
     from pipeplan.presets.resolve import list_clusters, load_cluster
+    from pipeplan.viz.inventory import clusters_list_table
 
     rows = []
     for name in list_clusters():

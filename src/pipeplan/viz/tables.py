@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from pipeplan.sim.result import SimResult
+if TYPE_CHECKING:  # annotations only: `import pipeplan.cli` stays free of the simulator
+    from pipeplan.sim.result import SimResult
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
