@@ -49,6 +49,7 @@ def describe(plan: Any) -> str:
 def bound_row(row: dict[str, Any], scaling: str) -> dict[str, Any]:
     """Both bounds of one planner-quality instance, with pipeplan's time and plan (planned here when not given)."""
     from pipeplan.planner.bound import lower_bound
+    from pipeplan.planner.bound_orders import stage_bound_over_orders
     from pipeplan.planner.registry import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
@@ -64,8 +65,8 @@ def bound_row(row: dict[str, Any], scaling: str) -> dict[str, Any]:
             return {**row, "error": f"{type(exc).__name__}: {exc}"}
     started = time.perf_counter()
     every = lower_bound(request)
-    staged = lower_bound(request, stages=True)
     plan = row["pipeplan"].get("plan", "")
+    staged = stage_bound_over_orders(request)
     out = {
         "profile": row["profile"],
         "cluster": row["cluster"],

@@ -42,11 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.cluster import Cluster
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
-TERMS = ("compute", "path", "all-reduce", "stages")
+TERMS = ("compute", "path", "all-reduce", "fill", "stages")
 MIXES = 41
 """Weights w in [0, 1] tried for the joint compute-and-path term (each gives a valid bound; the largest counts)."""
 STAGE_DP_CELLS = 60_000_000
@@ -83,6 +84,22 @@ def shapes(request: PlanRequest) -> list[tuple[int, int]]:
     return out
 
 
+def across_nodes(cluster: Cluster) -> tuple[int, float, float]:
+    """(devices of the largest node, fastest link between two nodes in bytes/s, least latency between nodes in s)."""
+    rate, latency = link_arrays(cluster)
+    nodes = device_nodes(cluster)
+    size = int(np.bincount(nodes).max())
+    if size == len(nodes):
+        return size, math.inf, 0.0
+    fastest = 0.0
+    for node in np.unique(nodes):  # row blocks: one node's devices to every device of another node
+        rows = np.flatnonzero(nodes == node)
+        cols = np.flatnonzero(nodes != node)
+        block = rate.values(np.repeat(rows, len(cols)), np.tile(cols, len(rows)))
+        fastest = max(fastest, float(block.max()))
+    return size, fastest, float(latency.extremes(nodes)[1])
+
+
 class ShapeBounds:
     """Per-layer costs of one request at every samples-per-device count, and the three terms of a shape."""
 
@@ -101,13 +118,27 @@ class ShapeBounds:
         self.static = static_bytes(self.params, model.optimizer_factor)
         self.optimizer = np.array([self.layers.optimizer_ms([i]) for i in range(profile.num_layers)], dtype=float)
         self.split = model.bwd_split
+        self.node_size = cluster.num_devices
         if cluster.num_devices > 1:
             rate, latency = link_arrays(cluster)
             self.rate, self.latency = rate.off_diagonal_max(), latency.off_diagonal_min()
+            self.node_size, self.rate_across, self.latency_across = across_nodes(cluster)
         else:
             self.rate, self.latency = math.inf, 0.0
+        self.transfer_rate, self.transfer_latency = self.rate, self.latency  # stage boundaries: always the links
         if cluster.allreduce_bytes_per_s is not None:
             self.rate, self.latency = cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
+            self.node_size = cluster.num_devices  # the measured collective replaces every ring
+
+    def saved_spans(self, samples: float) -> np.ndarray:
+        """[a, e]: the saved bytes of one microbatch of `samples` samples of layers a..e on one device (a storage two
+        neighbours both save counted once, as LayerArrays.saved_of); +inf below the diagonal is not needed (masked)."""
+        arrays = self.layers.arrays(samples)
+        saved, shared = np.asarray(arrays.saved, dtype=float), np.asarray(arrays.shared, dtype=float)
+        total = np.concatenate([[0.0], np.cumsum(saved)])
+        inner = np.concatenate([[0.0], np.cumsum(shared)])
+        # shared[i] counts once layer i - 1 is in the set too: layers a+1..e
+        return (total[None, 1:] - total[:-1, None]) - (inner[None, 1:] - inner[1:, None])
 
     def costs(self, samples: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer at `samples` samples on a speed-1 device: F, B' = min(B, I + W) and I' = min(I, B)."""
@@ -122,11 +153,14 @@ class ShapeBounds:
         return fwd, np.minimum(bwd, inp + wgt), np.minimum(inp, bwd)
 
     def allreduce_ms(self, nbytes: np.ndarray, devices: int) -> np.ndarray:
-        """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms)."""
+        """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms): the fastest link and least
+        latency, or, for more devices than the largest node holds, the fastest link and least latency between nodes
+        (a ring over two nodes has a link between them, and the ring's time follows its slowest link)."""
         if devices < 2:
             return np.zeros_like(nbytes)
         k = devices
-        return 1000.0 * (2 * (k - 1) / k * nbytes / self.rate + 2 * (k - 1) * self.latency)
+        rate, latency = (self.rate, self.latency) if k <= self.node_size else (self.rate_across, self.latency_across)
+        return 1000.0 * (2 * (k - 1) / k * nbytes / rate + 2 * (k - 1) * latency)
 
     def fits(self, rp: int) -> bool:
         """Whether n = N // rp devices can hold every layer's static bytes once, and each layer fits one device."""
@@ -147,14 +181,13 @@ class ShapeBounds:
         areas, paths, tails = [], [], []
         for r in self.widths(rp, b):
             fwd, back, inp = self.costs(b / r)
-            areas.append(m * r * (fwd + back) / speed)
+            areas.append(r * (m * (fwd + back) + self.optimizer) / speed)  # each of the r devices steps the layer
             paths.append((fwd + inp) / self.s_max)
             tails.append(m * (fwd + back) / self.s_max + self.optimizer / self.s_max + self.allreduce_ms(self.params, r * rp))
         area, path = np.array(areas), np.array(paths)
-        steps = float(self.optimizer.sum()) / speed
         # one width per layer serves both: max(A, P) >= w A + (1 - w) P >= sum_i min_r (w a_ir + (1 - w) p_ir)
-        joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) + w * steps for w in np.linspace(0.0, 1.0, MIXES))
-        compute = max(float(area.min(axis=0).sum()) + steps, joint)
+        joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) for w in np.linspace(0.0, 1.0, MIXES))
+        compute = max(float(area.min(axis=0).sum()), joint)
         return compute, float(path.min(axis=0).sum()), float(np.min(tails, axis=0).max(initial=0.0))
 
     def stages(self, rp: int, b: int) -> float:
@@ -177,12 +210,20 @@ class ShapeBounds:
             return prefix[None, 1:] - prefix[:-1, None]  # [a, e] = sum of values[a..e]
 
         upper = np.triu(np.ones((layers, layers), dtype=bool))
+        static = spans(self.static)
+        cuts = np.array([0.0] + [self.layers.cut_bytes(i, b) for i in range(layers - 1)])  # into layer a's stage
         grids = {}
         for r, (fwd, back, inp) in costs.items():
             full = m * spans(fwd + back) / self.s_max + spans(self.optimizer) / self.s_max
             full += self.allreduce_ms(spans(self.params), r * rp)
-            down = m * spans(fwd + inp) / self.s_max + before_inp[:, None]
-            grids[r] = np.where(upper, before_fwd[:, None] + np.maximum(full, down), np.inf)
+            # the boundary into the stage: its activation before the stage's first forward, its gradient after the
+            # stage's last backward (r pairs at most, each with 1 / r of the bytes, at the fastest link)
+            moved = 1000.0 * (self.transfer_latency + cuts / r / self.transfer_rate)
+            moved[0] = 0.0
+            down = m * spans(fwd + inp) / self.s_max + (before_inp + moved)[:, None]
+            held = static + self.saved_spans(b / r)
+            grid = (before_fwd + moved)[:, None] + np.maximum(full, down)
+            grids[r] = np.where(upper & (held <= self.memory_prefix[1]), grid, np.inf)
         # best[k][a]: the least largest stage bound of layers a.. on at most k devices (a = layers: nothing left)
         best = np.full((n + 1, layers + 1), np.inf)
         best[:, layers] = 0.0
@@ -197,19 +238,26 @@ class ShapeBounds:
 
 def lower_bound(request: PlanRequest, stages: bool = False) -> LowerBound:
     """The least iteration time (ms) any plan of `request` can simulate to (module docstring); inf when no plan can
-    hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank only (no
-    interleaving: term 4 joins the other three)."""
+    hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank (in the profile's
+    layer order) only: term 5 joins the others."""
+    from pipeplan.planner.bound_fill import fill_term
+
     bounds = ShapeBounds(request)
-    best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * 4)
+    best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * (len(TERMS) if stages else len(TERMS) - 1))
     for rp, b in shapes(request):
         if not bounds.fits(rp):
             continue
         terms = bounds.terms(rp, b)
         value = max(terms)
+        if value >= best.ms:  # the least over shapes: a shape whose partial bound cannot go below it is done
+            continue
+        fill = fill_term(bounds, rp, b)
+        terms = (*terms, fill)
+        value = max(value, fill)
         if stages and value < best.ms:
             dp = bounds.stages(rp, b)
             terms = (*terms, dp)
-            value = max(value, dp) if math.isfinite(dp) or math.isinf(dp) else value
+            value = max(value, dp) if not math.isnan(dp) else value
         if value < best.ms:
             best = LowerBound(value, rp, b, TERMS[terms.index(value)], terms)
     return best
