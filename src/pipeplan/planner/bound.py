@@ -152,14 +152,16 @@ class ShapeBounds:
             inp, wgt = np.asarray(arrays.bwd_input, dtype=float), np.asarray(arrays.bwd_weight, dtype=float)
         return fwd, np.minimum(bwd, inp + wgt), np.minimum(inp, bwd)
 
-    def allreduce_ms(self, nbytes: np.ndarray, devices: int) -> np.ndarray:
+    def allreduce_ms(self, nbytes: np.ndarray, devices: int, across: bool = False) -> np.ndarray:
         """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms): the fastest link and least
         latency, or, for more devices than the largest node holds, the fastest link and least latency between nodes
-        (a ring over two nodes has a link between them, and the ring's time follows its slowest link)."""
+        (a ring over two nodes has a link between them, and the ring's time follows its slowest link); `across`: a
+        ring known to span two nodes."""
         if devices < 2:
             return np.zeros_like(nbytes)
         k = devices
-        rate, latency = (self.rate, self.latency) if k <= self.node_size else (self.rate_across, self.latency_across)
+        inside = k <= self.node_size and not (across and self.node_size < self.request.cluster.num_devices)
+        rate, latency = (self.rate, self.latency) if inside else (self.rate_across, self.latency_across)
         return 1000.0 * (2 * (k - 1) / k * nbytes / rate + 2 * (k - 1) * latency)
 
     def fits(self, rp: int) -> bool:
@@ -192,48 +194,10 @@ class ShapeBounds:
 
     def stages(self, rp: int, b: int) -> float:
         """The least, over every split of the layers into contiguous stages of r_s devices each (sum r_s <= n), of
-        the largest stage bound (module docstring, term 4); nan when the shape is too large to search."""
-        n = self.request.cluster.num_devices // rp
-        m = self.request.global_batch // (rp * b)
-        widths = self.widths(rp, b)
-        layers = self.request.profile.num_layers
-        if layers * layers * n * len(widths) > STAGE_DP_CELLS:
-            return math.nan
-        costs = {r: self.costs(b / r) for r in widths}
-        fwd_min = np.min([c[0] for c in costs.values()], axis=0)
-        inp_min = np.min([c[2] for c in costs.values()], axis=0)
-        before_fwd = np.concatenate([[0.0], np.cumsum(fwd_min)])[:-1] / self.s_max  # A(a)
-        before_inp = np.concatenate([[0.0], np.cumsum(inp_min)])[:-1] / self.s_max  # D(a)
+        the largest stage bound (planner.bound_stages); nan when the shape is too large to search."""
+        from pipeplan.planner.bound_stages import stage_term
 
-        def spans(values: np.ndarray) -> np.ndarray:
-            prefix = np.concatenate([[0.0], np.cumsum(values)])
-            return prefix[None, 1:] - prefix[:-1, None]  # [a, e] = sum of values[a..e]
-
-        upper = np.triu(np.ones((layers, layers), dtype=bool))
-        static = spans(self.static)
-        cuts = np.array([0.0] + [self.layers.cut_bytes(i, b) for i in range(layers - 1)])  # into layer a's stage
-        grids = {}
-        for r, (fwd, back, inp) in costs.items():
-            full = m * spans(fwd + back) / self.s_max + spans(self.optimizer) / self.s_max
-            full += self.allreduce_ms(spans(self.params), r * rp)
-            # the boundary into the stage: its activation before the stage's first forward, its gradient after the
-            # stage's last backward (r pairs at most, each with 1 / r of the bytes, at the fastest link)
-            moved = 1000.0 * (self.transfer_latency + cuts / r / self.transfer_rate)
-            moved[0] = 0.0
-            down = m * spans(fwd + inp) / self.s_max + (before_inp + moved)[:, None]
-            held = static + self.saved_spans(b / r)
-            grid = (before_fwd + moved)[:, None] + np.maximum(full, down)
-            grids[r] = np.where(upper & (held <= self.memory_prefix[1]), grid, np.inf)
-        # best[k][a]: the least largest stage bound of layers a.. on at most k devices (a = layers: nothing left)
-        best = np.full((n + 1, layers + 1), np.inf)
-        best[:, layers] = 0.0
-        for k in range(1, n + 1):
-            row = best[k - 1].copy()
-            for r, grid in grids.items():
-                if r <= k:
-                    row[:layers] = np.minimum(row[:layers], np.maximum(grid, best[k - r][None, 1:]).min(axis=1))
-            best[k] = row
-        return float(best[n, 0])
+        return stage_term(self, rp, b)
 
 
 def lower_bound(request: PlanRequest, stages: bool = False) -> LowerBound:
