@@ -2,37 +2,46 @@
 
 The plans covered: every plan `sim.plan_sim.simulate_plan` scores for the request's profile, cluster and global
 batch G with a synchronous schedule (gpipe, 1f1b, kfkb, zb-h1, interleaved-1f1b with any chunking, `list` with any
-order): any number of pipeline replicas rp (G = rp * m * b), any microbatch size b (the request's when it names
-one), any stages (contiguous layer ranges, or chunk-stages several to a rank) on any devices, each stage on r
-devices per pipeline replica with r | b (r = 1 under `--replication pipelines`, and rp = 1 under `none`), devices
-left idle or not. For one shape (rp, b), with m = G / (rp b), n = N // rp devices per pipeline and x = b / r samples
-per device, let a layer's costs at x samples on a speed-1 device be F_i(x), B_i(x), its backward input and weight
-parts I_i(x), W_i(x) (half of B each when not measured, or the cost model's bwd_split), its optimizer step O_i and
-its parameter bytes P_i; B'_i = min(B_i, I_i + W_i), I'_i = min(I_i, B_i); s_max the fastest device's speed, S the
-speed of a pipeline's devices added up (at most the n fastest, and at most all devices' over rp). Then every plan
-of that shape takes at least the largest of:
+order), in any layer order of a DAG profile, that fits in memory: any number of pipeline replicas rp
+(G = rp * m * b), any microbatch size b (the request's when it names one), any stages (contiguous layer ranges,
+or chunk-stages several to a rank) on any devices, each stage on r devices per pipeline replica with r | b (r = 1
+under `--replication pipelines`, and rp = 1 under `none`), devices left idle or not. For one shape (rp, b), with
+m = G / (rp b), n = N // rp devices per pipeline and x = b / r samples per device, let a layer's costs at x
+samples on a speed-1 device be F_i(x), B_i(x), its backward input and weight parts I_i(x), W_i(x) (half of B each
+when not measured, or the cost model's bwd_split), its optimizer step O_i and its parameter bytes P_i;
+B'_i = min(B_i, I_i + W_i), I'_i = min(I_i, B_i); s_max the fastest device's speed, S the speed of a pipeline's
+devices added up (at most the n fastest, and at most all devices' over rp). Then every plan of that shape takes
+at least the largest of:
 
-1. compute: (m * sum_i min_r r (F_i + B'_i)(b / r) + sum_i O_i) / S. Every device runs its stage's actions and
-   its optimizer step one after another; over one pipeline's devices the actions of one microbatch add up to at
-   least min_r r (F_i + B'_i)(b / r) per layer (the least device-time any replication gives it), every layer's
-   step runs on at least one device, and a device of speed s does speed-1 work w in w / s.
+1. compute: sum_i min_r r (m (F_i + B'_i)(b / r) + O_i) / S. Every device runs its rank's actions and its
+   optimizer step one after another; the r devices of a stage each run the stage's actions at b / r samples and
+   each step the stage's layers, and a device of speed s does speed-1 work w in w / s.
 2. path: sum_i min_r F_i(b / r) / s_max + sum_i min_r I'_i(b / r) / s_max. One microbatch passes every layer's
    forward, then every layer's backward (at least its I part) from the last layer down.
    Joint: each layer has one width r_i that both sums above use, so for any w in [0, 1] the larger of the two
-   is at least sum_i min_r (w a_i(r) + (1 - w) p_i(r)) + w sum_i O_i / S, with a_i(r) = m r (F_i + B'_i)(b / r) / S
-   and p_i(r) = (F_i + I'_i)(b / r) / s_max; term 1 is the largest of that over MIXES weights and itself.
+   is at least sum_i min_r (w a_i(r) + (1 - w) p_i(r)), with a_i(r) = r (m (F_i + B'_i)(b / r) + O_i) / S and
+   p_i(r) = (F_i + I'_i)(b / r) / s_max; term 1 is the largest of that over MIXES weights and itself.
 3. all-reduce: max_i min_r [m (F_i + B'_i)(b / r) / s_max + O_i / s_max + AR(P_i, r rp)]. The stage holding layer
    i ends its last backward (B or W) after all of its m forwards and backwards, then all-reduces its parameters
    (at least P_i bytes) over its r rp devices, then its rank steps the optimizer (at least O_i); AR(P, k) is the
-   ring's 2 (k - 1) / k P / rate + 2 (k - 1) latency with the cluster's fastest link and least latency (or its
-   measured all-reduce), 0 for k = 1.
+   ring's 2 (k - 1) / k P / rate + 2 (k - 1) latency with the cluster's fastest link and least latency, or,
+   for k above the largest node's device count, the fastest link and least latency between nodes (a ring
+   over two nodes has a link between them), or the cluster's measured all-reduce; 0 for k = 1.
+4. fill: the ranks' first layers are distinct, and a rank that starts at a later layer loses the path before it
+   (planner.bound_fill, where the argument is).
 
 A shape counts only when a pipeline's devices can hold every layer's weights, gradients and optimizer state once
 (sum_i static_i <= the memory of its n largest devices) and every layer fits one device. The bound is the least,
-over the shapes, of the largest of the three; it ignores transfers between stages, queues, the schedule's fill
-and drain, and memory beyond weights, so a plan's time over it (the gap) mixes the planner's shortfall with
-what no plan can avoid. Each term only drops what a simulated run adds: the engine runs a rank's actions one at a
-time, a stage's all-reduce after its last backward, and the rank's optimizer step after its all-reduces.
+over the shapes, of the largest of the four. Each term only drops what a simulated run adds: the engine runs a
+rank's actions one at a time, a stage's all-reduce after its last backward, and the rank's optimizer step after
+its all-reduces; transfers, queues and activation memory only add.
+
+5. stages (`lower_bound(request, stages=True)`): for plans with one contiguous stage per rank only (every
+   schedule but interleaving and chunked `list`), in the profile's own layer order, the least over every split
+   into stages of the largest stage bound, with the transfer into each stage, one microbatch's memory, and the
+   nodes a plan must cross (planner.bound_stages); planner.bound_orders takes it over the layer orders
+   pipeplan's search plans on. A plan's gap is measured over the bound of its class (benchmarks/bound_gap.py):
+   term 5 for a plan with one stage per rank, which belongs to that class, else the all-plan bound.
 """
 
 from __future__ import annotations
@@ -43,15 +52,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.bound_stages import STAGE_DP_CELLS, stage_term
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 TERMS = ("compute", "path", "all-reduce", "fill", "stages")
+__all__ = ["STAGE_DP_CELLS", "TERMS", "LowerBound", "ShapeBounds", "lower_bound", "shapes"]
 MIXES = 41
 """Weights w in [0, 1] tried for the joint compute-and-path term (each gives a valid bound; the largest counts)."""
-STAGE_DP_CELLS = 60_000_000
-"""Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +205,6 @@ class ShapeBounds:
     def stages(self, rp: int, b: int) -> float:
         """The least, over every split of the layers into contiguous stages of r_s devices each (sum r_s <= n), of
         the largest stage bound (planner.bound_stages); nan when the shape is too large to search."""
-        from pipeplan.planner.bound_stages import stage_term
-
         return stage_term(self, rp, b)
 
 
@@ -204,8 +212,6 @@ def lower_bound(request: PlanRequest, stages: bool = False) -> LowerBound:
     """The least iteration time (ms) any plan of `request` can simulate to (module docstring); inf when no plan can
     hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank (in the profile's
     layer order) only: term 5 joins the others."""
-    from pipeplan.planner.bound_fill import fill_term
-
     bounds = ShapeBounds(request)
     best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * (len(TERMS) if stages else len(TERMS) - 1))
     for rp, b in shapes(request):

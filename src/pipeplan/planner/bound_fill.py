@@ -29,17 +29,16 @@ p <= n - R + 1, of the largest over w of the resulting bound on T; one width per
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 FILL_MIXES = 11
 """Weights w in [0, 1] tried for (R1) and (R2) (each gives a valid bound for every (p, R); the largest counts)."""
 
 
-def fill_term(bounds: object, rp: int, b: int) -> float:
+def fill_term(bounds: Any, rp: int, b: int) -> float:
     """The fill-and-drain bound of shape (rp, b) (module docstring); `bounds` is a planner.bound.ShapeBounds."""
-    from pipeplan.planner.bound import ShapeBounds
-
-    assert isinstance(bounds, ShapeBounds)
     request = bounds.request
     n = request.cluster.num_devices // rp
     m = request.global_batch // (rp * b)
