@@ -27,6 +27,9 @@ at least the largest of:
    ring's 2 (k - 1) / k P / rate + 2 (k - 1) latency with the cluster's fastest link and least latency, or,
    for k above the largest node's device count, the fastest link and least latency between nodes (a ring
    over two nodes has a link between them), or the cluster's measured all-reduce; 0 for k = 1.
+   Phases: no rank's backward starts before one microbatch's forward has passed every layer, and every rank's
+   forwards end before one microbatch's whole backward path: term 1 also takes the largest convex combination
+   of compute, path and these two (planner.bound_phases, where the argument is).
 4. fill: the ranks' first layers are distinct, and a rank that starts at a later layer loses the path before it
    (planner.bound_fill, where the argument is).
 
@@ -53,6 +56,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.bound_phases import phase_term
 from pipeplan.planner.bound_stages import STAGE_DP_CELLS, stage_term
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
@@ -199,7 +203,7 @@ class ShapeBounds:
         area, path = np.array(areas), np.array(paths)
         # one width per layer serves both: max(A, P) >= w A + (1 - w) P >= sum_i min_r (w a_ir + (1 - w) p_ir)
         joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) for w in np.linspace(0.0, 1.0, MIXES))
-        compute = max(float(area.min(axis=0).sum()), joint)
+        compute = max(float(area.min(axis=0).sum()), joint, phase_term(self, rp, b))
         return compute, float(path.min(axis=0).sum()), float(np.min(tails, axis=0).max(initial=0.0))
 
     def stages(self, rp: int, b: int) -> float:

@@ -11,6 +11,10 @@ pairs at most, each with its share of the bytes) and m microbatches:
   optimizer step;
 - down: A(a) + x(a) + m (F + I')(a..e) / s_max + x(a) + D(a): every forward and backward of the stage precedes
   its last backward, after which the gradient crosses back and passes every layer before a;
+- after the turn: its first backward waits for one microbatch's forward through every layer and backward
+  through the layers above e, A(L) + Dtop(e), and every backward (B', I') and the optimizer step of the stage
+  follow it, so full and down hold with that in place of A(a) + x(a) and the backwards alone in place of the
+  stage's work;
 - memory: the stage's weights, gradients and optimizer state plus one microbatch's saved bytes (at b / r) fit
   the largest device (a stage holds its microbatch from its forward to its backward), else the split is out.
 
@@ -28,7 +32,7 @@ over splits with at least one crossing stage.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,8 +62,11 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
         return math.nan
     s = bounds.s_max
     costs = {r: bounds.costs(b / r) for r in widths}
-    before_fwd = np.concatenate([[0.0], np.cumsum(np.min([c[0] for c in costs.values()], axis=0))])[:-1] / s  # A(a)
-    before_inp = np.concatenate([[0.0], np.cumsum(np.min([c[2] for c in costs.values()], axis=0))])[:-1] / s  # D(a)
+    fwd_min = np.min([c[0] for c in costs.values()], axis=0)
+    inp_min = np.min([c[2] for c in costs.values()], axis=0)
+    before_fwd = np.concatenate([[0.0], np.cumsum(fwd_min)])[:-1] / s  # A(a)
+    before_inp = np.concatenate([[0.0], np.cumsum(inp_min)])[:-1] / s  # D(a)
+    turn = (fwd_min.sum() + inp_min.sum() - np.cumsum(inp_min)) / s  # [e]: A(L) + the backward path above e
     upper = np.triu(np.ones((layers, layers), dtype=bool))
     static = spans(bounds.static)
     steps = spans(bounds.optimizer) / s
@@ -68,21 +75,21 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
     grids, crossing = {}, {}
     for r, (fwd, back, inp) in costs.items():
         fits = upper & (static + bounds.saved_spans(b / r) <= bounds.memory_prefix[1])
-        work = m * spans(fwd + back) / s + steps
-        once = spans(fwd + inp) / s
+        work = Work(m * spans(fwd) / s, m * spans(back) / s + steps, m * spans(inp) / s)
         moved = 1000.0 * (bounds.transfer_latency + cuts / r / bounds.transfer_rate)
         moved[0] = 0.0
-        grid = stage_grid(before_fwd, before_inp, moved, work + bounds.allreduce_ms(params, r * rp), m * once)
+        near = bounds.allreduce_ms(params, r * rp)
+        grid = stage_grid(before_fwd, before_inp, turn, moved, work, near)
         grids[r] = np.where(fits, grid, np.inf)
         if not nodes:
             continue
         # crossing by its all-reduce (a ring of r rp >= 2 devices over two nodes) or by the boundary into it
-        spread = stage_grid(before_fwd, before_inp, moved, work + bounds.allreduce_ms(params, r * rp, across=True), m * once)
+        spread = stage_grid(before_fwd, before_inp, turn, moved, work, bounds.allreduce_ms(params, r * rp, across=True))
         spread = spread if r * rp >= 2 else np.full_like(spread, np.inf)
         far = 1000.0 * (bounds.latency_across + cuts / r / bounds.rate_across)
         far[0] = np.inf  # nothing flows into the first stage
-        link = (before_fwd + (m + 1) * far + before_inp)[:, None] + once
-        cut = np.maximum(stage_grid(before_fwd, before_inp, far, work + bounds.allreduce_ms(params, r * rp), m * once), link)
+        link = (before_fwd + (m + 1) * far + before_inp)[:, None] + spans(fwd + inp) / s
+        cut = np.maximum(stage_grid(before_fwd, before_inp, turn, far, work, near), link)
         crossing[r] = np.where(fits, np.maximum(grid, np.minimum(spread, cut)), np.inf)
     best = split_dp(grids, n, layers)
     if not nodes:
@@ -92,11 +99,24 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
     return min(inside, float(split_dp(grids, n, layers, crossing, best)[n, 0]))
 
 
+class Work(NamedTuple):
+    """A stage's work over m microbatches at its width ([a, e] grids, ms): forwards; backwards (B') with the
+    optimizer step; backward-input parts (I')."""
+
+    forward: np.ndarray
+    backward: np.ndarray
+    inputs: np.ndarray
+
+
 def stage_grid(
-    before_fwd: np.ndarray, before_inp: np.ndarray, moved: np.ndarray, full: np.ndarray, down: np.ndarray
+    before_fwd: np.ndarray, before_inp: np.ndarray, turn: np.ndarray, moved: np.ndarray, work: Work, reduce: np.ndarray
 ) -> np.ndarray:
-    """[a, e]: A(a) + x(a) + max(full, down + x(a) + D(a)) (module docstring)."""
-    return (before_fwd + moved)[:, None] + np.maximum(full, down + (before_inp + moved)[:, None])
+    """[a, e]: the largest of full, down and their after-the-turn forms (module docstring), with all-reduce `reduce`
+    and the boundary transfer `moved` into the stage."""
+    tail = (before_inp + moved)[:, None]
+    backward = work.backward + reduce
+    first = (before_fwd + moved)[:, None] + np.maximum(work.forward + backward, work.forward + work.inputs + tail)
+    return np.maximum(first, turn[None, :] + np.maximum(backward, work.inputs + tail))
 
 
 def split_dp(
