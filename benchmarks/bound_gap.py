@@ -116,6 +116,8 @@ def main() -> int:
     parser.add_argument("--bounds", default=None, help="an --out JSONL whose bounds are reused")
     parser.add_argument("--bounds-only", action="store_true", help="compute the bounds of every instance, plan nothing")
     parser.add_argument("--report", default=None, help="print the tables of an --out JSONL")
+    parser.add_argument("--exact-seeds", default=None, help="A:B: planner_quality's random instances of these seeds "
+                        "against exact's optimum instead")  # fmt: skip
     parser.add_argument("--worst", type=int, default=12, help="worst instances listed")
     parser.add_argument("--out", default=None, help="append the per-instance rows here (JSON lines)")
     parser.add_argument("--batch-scaling", default="auto", help="the cost model the rows were planned with")
@@ -123,6 +125,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.report:
         return report(read_jsonl(args.report), args.worst)
+    if args.exact_seeds:
+        first, last = (int(x) for x in args.exact_seeds.split(":"))
+        from multiprocessing import Pool
+
+        with Pool(max(1, args.workers)) as pool:
+            return exact_report(list(pool.imap(exact_row, range(first, last), chunksize=1)))
     if args.rows and args.rows.endswith(".jsonl"):  # this script's own rows: pipeplan's plans kept, bounds again
         rows = [{"profile": g["profile"], "cluster": g["cluster"], "batch": g["batch"],
                  "pipeplan": {"ms": g["pipeplan_ms"], "plan": g["plan"], "s": g.get("planning_seconds")}}
@@ -157,6 +165,41 @@ def main() -> int:
 def _bound_job(job: tuple[dict[str, Any], str, bool, dict[str, Any] | None]) -> dict[str, Any]:
     """bound_row for a pool."""
     return bound_row(*job)
+
+
+def exact_row(seed: int) -> dict[str, Any]:
+    """One of planner_quality.py's random instances (8 layers, 4 devices, batch 16): exact's optimum, pipeplan's
+    plan and the bound of pipeplan's plan's class."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from pipeplan.planner.bound import lower_bound
+    from pipeplan.planner.bound_orders import stage_bound_over_orders
+    from pipeplan.planner.exact import plan_exact
+    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.request import PlanRequest
+    from planner_instances import random_cluster, random_profile
+
+    request = PlanRequest(random_profile(seed, 8), random_cluster(seed, 4), 16)
+    best, ours = plan_exact(request), PLANNERS["pipeplan"](request)
+    one = ours.plan.chunks == 1
+    bound = stage_bound_over_orders(request) if one else lower_bound(request)
+    return {"seed": seed, "exact_ms": best.iteration_time, "pipeplan_ms": ours.iteration_time, "bound_ms": bound.ms,
+            "term": bound.term, "plan": describe(ours.plan), "exact_plan": describe(best.plan)}  # fmt: skip
+
+
+def exact_report(rows: list[dict[str, Any]]) -> int:
+    """Print how much of the gap is the bound's (exact over it) and how much pipeplan's (pipeplan over exact)."""
+    loose = [r["exact_ms"] / r["bound_ms"] for r in rows]
+    short = [r["pipeplan_ms"] / r["exact_ms"] for r in rows]
+    print(f"{len(rows)} random instances (8 layers, 4 devices, batch 16): exact / bound geomean {geomean(loose):.3f} "
+          f"(max {max(loose):.3f}), pipeplan / exact geomean {geomean(short):.3f} (max {max(short):.3f}), "
+          f"pipeplan / bound geomean {geomean([a * b for a, b in zip(loose, short, strict=True)]):.3f}")  # fmt: skip
+    for r in sorted(rows, key=lambda r: -r["exact_ms"] / r["bound_ms"])[:5]:
+        print(f"  seed {r['seed']}: exact {r['exact_ms']:.2f} ms ({r['exact_plan']}), bound {r['bound_ms']:.2f} ({r['term']}), "
+              f"pipeplan {r['pipeplan_ms']:.2f} ({r['plan']})")  # fmt: skip
+    bad = [r for r in rows if r["bound_ms"] > r["exact_ms"] * (1 + 1e-9)]
+    for r in bad:
+        print(f"  BOUND ABOVE EXACT: {r}")
+    return 1 if bad else 0
 
 
 def class_gap(g: dict[str, Any]) -> float:

@@ -19,14 +19,19 @@ pairs at most, each with its share of the bytes) and m microbatches:
   the largest device (a stage holds its microbatch from its forward to its backward), else the split is out.
 
 The plan takes at least its largest stage's bound; the DP finds the least of that over every split into stages
-of widths summing to at most n. On a cluster of several nodes it also knows that the devices a plan uses lie in
-one node (so at most the largest node's devices are used, over all pipelines) or some stage crosses nodes: its
-devices span two nodes, so its ring all-reduce has a link between nodes (AR at the fastest such link), or the
-boundary into it has a flow between nodes: then x(a) is at least latency + cut / r over the fastest link
-between nodes, and that pair, serving one microbatch at a time (first come, first served), carries m
-activations after A(a) before the last microbatch's forward and backward through the stage and its gradient
-back: A(a) + m x(a) + (F + I')(a..e) / s_max + x(a) + D(a). The term is the least of the one-node DP and the DP
-over splits with at least one crossing stage.
+of widths summing to at most n. On a cluster of several nodes it also knows where the stages' devices lie. A
+boundary transfer runs replica t of the smaller side with replica t of the larger, so the first device of every
+stage (per pipeline replica: its spine) meets the next stage's first device in a flow: between two boundaries
+with a flow between nodes (a segment), the spines of a pipeline stay in one node. A stage whose devices (all
+pipeline replicas') lie in one node takes r rp of that node's devices; a stage whose devices span nodes pays its
+ring all-reduce at the fastest link between nodes and takes only its spine (with one pipeline; nothing with
+several, whose spines may lie apart). A stage with a flow between nodes into it pays x(a) at least latency +
+cut / r over the fastest link between nodes, and that pair, serving one microbatch at a time (first come, first
+served), carries m activations after A(a) before the last microbatch's forward and backward through the stage
+and its gradient back: A(a) + m x(a) + (F + I')(a..e) / s_max + x(a) + D(a). The DP (segment_dp) runs over
+splits, each stage inside a node or spanning, each segment's stages within one node's devices (a relaxation: a
+node visited twice counts twice). Shapes too large for it take the least of the DP on one node's devices and
+the DP with at least one stage that crosses.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import numpy as np
 
 STAGE_DP_CELLS = 60_000_000
 """Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
+SEGMENT_DP_CELLS = 400_000_000
+"""Most cells the DP over node segments may visit; larger shapes take the one-crossing DP instead."""
 
 
 def spans(values: np.ndarray) -> np.ndarray:
@@ -73,6 +80,7 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
     params = spans(bounds.params)
     cuts = np.array([0.0] + [bounds.layers.cut_bytes(i, b) for i in range(layers - 1)])  # into the stage of layer a
     grids, crossing = {}, {}
+    kinds: dict[tuple[bool, bool], dict[int, np.ndarray]] = {(i, c): {} for i in (True, False) for c in (False, True)}
     for r, (fwd, back, inp) in costs.items():
         fits = upper & (static + bounds.saved_spans(b / r) <= bounds.memory_prefix[1])
         work = Work(m * spans(fwd) / s, m * spans(back) / s + steps, m * spans(inp) / s)
@@ -84,19 +92,54 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
         if not nodes:
             continue
         # crossing by its all-reduce (a ring of r rp >= 2 devices over two nodes) or by the boundary into it
-        spread = stage_grid(before_fwd, before_inp, turn, moved, work, bounds.allreduce_ms(params, r * rp, across=True))
+        across = bounds.allreduce_ms(params, r * rp, across=True)
+        spread = stage_grid(before_fwd, before_inp, turn, moved, work, across)
         spread = spread if r * rp >= 2 else np.full_like(spread, np.inf)
         far = 1000.0 * (bounds.latency_across + cuts / r / bounds.rate_across)
         far[0] = np.inf  # nothing flows into the first stage
         link = (before_fwd + (m + 1) * far + before_inp)[:, None] + spans(fwd + inp) / s
         cut = np.maximum(stage_grid(before_fwd, before_inp, turn, far, work, near), link)
         crossing[r] = np.where(fits, np.maximum(grid, np.minimum(spread, cut)), np.inf)
-    best = split_dp(grids, n, layers)
+        kinds[True, False][r] = grids[r]
+        kinds[True, True][r] = np.where(fits, cut, np.inf)
+        kinds[False, False][r] = np.where(fits, spread, np.inf)
+        spread_cut = np.maximum(stage_grid(before_fwd, before_inp, turn, far, work, across), link)
+        kinds[False, True][r] = np.where(fits & (r * rp >= 2), spread_cut, np.inf)
     if not nodes:
-        return float(best[n, 0])
+        return float(split_dp(grids, n, layers)[n, 0])
+    budget = bounds.node_size
+    if n * (budget + 1) * 4 * len(widths) * layers * layers <= SEGMENT_DP_CELLS:
+        return segment_dp(kinds, n, layers, budget, rp)
+    best = split_dp(grids, n, layers)
     one_node = bounds.node_size // rp
     inside = float(best[min(n, one_node), 0]) if one_node >= 1 else math.inf
     return min(inside, float(split_dp(grids, n, layers, crossing, best)[n, 0]))
+
+
+def segment_dp(kinds: dict[tuple[bool, bool], dict[int, np.ndarray]], n: int, layers: int, budget: int, rp: int) -> float:
+    """The least largest stage bound over splits into stages, each inside one node or spanning nodes, each with or
+    without a flow between nodes into it, where the stages between two such flows fit one node (module docstring).
+
+    g[k, j, c][a]: layers a.. on at most k devices per pipeline, j devices left in the current segment's node, c:
+    the boundary into the stage of layer a has a flow between nodes. A stage inside a node takes r rp of them; a
+    spanning stage (r rp >= 2, all-reduce between nodes) its spine (1 with one pipeline, 0 with several: their
+    spines may lie in other nodes); a flow between nodes into the next stage starts a new segment.
+    """
+    g = np.full((n + 1, budget + 1, 2, layers + 1), np.inf)
+    g[:, :, :, layers] = 0.0
+    for k in range(1, n + 1):
+        g[k] = g[k - 1]
+        for j in range(budget + 1):
+            for c in (0, 1):
+                row = g[k, j, c]
+                for inside in (True, False):
+                    for r, grid in kinds[inside, bool(c)].items():
+                        cost = r * rp if inside else (1 if rp == 1 else 0)
+                        if r > k or cost > j:
+                            continue
+                        after = np.minimum(g[k - r, j - cost, 0], g[k - r, budget, 1])
+                        row[:layers] = np.minimum(row[:layers], np.maximum(grid, after[None, 1:]).min(axis=1))
+    return float(g[n, budget, 0, 0])
 
 
 class Work(NamedTuple):
