@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bound_exact import exact_ms
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.bound import ShapeBounds, lower_bound
 from pipeplan.planner.bound_orders import search_orders, stage_bound_over_orders
-from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.plan_sim import simulate_plan
@@ -24,7 +24,7 @@ GIB = float(1 << 30)
 def test_stage_bound_never_exceeds_exact_on_two_node_clusters(seed: int, layers: int, batch: int) -> None:
     """Four devices in two nodes of two (the crossing DP runs): the one-stage-per-rank bound is at most exact's optimum."""
     request = PlanRequest(random_profile(seed, layers), random_cluster(seed, 4), batch)
-    assert lower_bound(request, stages=True).ms <= plan_exact(request).iteration_time * (1 + 1e-12)
+    assert lower_bound(request, stages=True).ms <= exact_ms(request) * (1 + 1e-12)
 
 
 def two_layers(cut_bytes: float, rate: float) -> PlanRequest:
@@ -59,7 +59,7 @@ def test_crossing_nodes_raises_the_stage_bound() -> None:
     crossing = bounds.stages(1, 1)
     bounds.node_size = 4  # as if the four devices were one node
     assert crossing > bounds.stages(1, 1) * 1.05
-    assert lower_bound(request, stages=True).ms <= plan_exact(request).iteration_time * (1 + 1e-12)
+    assert lower_bound(request, stages=True).ms <= exact_ms(request) * (1 + 1e-12)
 
 
 def test_stage_bound_holds_on_every_layer_order_pipeplan_searches() -> None:
