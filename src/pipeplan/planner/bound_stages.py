@@ -18,6 +18,9 @@ pairs at most, each with its share of the bytes) and m microbatches:
 - memory: the stage's weights, gradients and optimizer state plus one microbatch's saved bytes (at b / r) fit
   the largest device (a stage holds its microbatch from its forward to its backward), else the split is out.
 
+- speed: on a cluster of several speeds, a stage runs at its slowest device's speed: at the fastest only when all
+  its r rp devices are of the fastest kind, of which the cluster has so many (speed_dp), else at most the next.
+
 The plan takes at least its largest stage's bound; the DP finds the least of that over every split into stages
 of widths summing to at most n. On a cluster of several nodes it also knows where the stages' devices lie. A
 boundary transfer runs replica t of the smaller side with replica t of the larger, so the first device of every
@@ -79,7 +82,9 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
     steps = spans(bounds.optimizer) / s
     params = spans(bounds.params)
     cuts = np.array([0.0] + [bounds.layers.cut_bytes(i, b) for i in range(layers - 1)])  # into the stage of layer a
-    grids, crossing = {}, {}
+    grids, crossing, slow = {}, {}, {}
+    speeds = sorted({d.speed for d in request.cluster.devices}, reverse=True)
+    slower = speeds[1] if len(speeds) > 1 and n * devices * len(widths) * layers * layers <= SEGMENT_DP_CELLS else None
     kinds: dict[tuple[bool, bool], dict[int, np.ndarray]] = {(i, c): {} for i in (True, False) for c in (False, True)}
     for r, (fwd, back, inp) in costs.items():
         fits = upper & (static + bounds.saved_spans(b / r) <= bounds.memory_prefix[1])
@@ -89,6 +94,9 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
         near = bounds.allreduce_ms(params, r * rp)
         grid = stage_grid(before_fwd, before_inp, turn, moved, work, near)
         grids[r] = np.where(fits, grid, np.inf)
+        if slower is not None:
+            at = Work(m * spans(fwd) / slower, m * spans(back) / slower + steps * s / slower, m * spans(inp) / slower)
+            slow[r] = np.where(fits, stage_grid(before_fwd, before_inp, turn, moved, at, near), np.inf)
         if not nodes:
             continue
         # crossing by its all-reduce (a ring of r rp >= 2 devices over two nodes) or by the boundary into it
@@ -105,15 +113,36 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
         kinds[False, False][r] = np.where(fits, spread, np.inf)
         spread_cut = np.maximum(stage_grid(before_fwd, before_inp, turn, far, work, across), link)
         kinds[False, True][r] = np.where(fits & (r * rp >= 2), spread_cut, np.inf)
+    fastest = sum(d.speed == speeds[0] for d in request.cluster.devices)
+    by_speed = speed_dp(grids, slow, n, layers, fastest, rp) if slower is not None else 0.0
     if not nodes:
-        return float(split_dp(grids, n, layers)[n, 0])
+        return max(float(split_dp(grids, n, layers)[n, 0]), by_speed)
     budget = bounds.node_size
     if n * (budget + 1) * 4 * len(widths) * layers * layers <= SEGMENT_DP_CELLS:
-        return segment_dp(kinds, n, layers, budget, rp)
+        return max(segment_dp(kinds, n, layers, budget, rp), by_speed)
     best = split_dp(grids, n, layers)
     one_node = bounds.node_size // rp
     inside = float(best[min(n, one_node), 0]) if one_node >= 1 else math.inf
-    return min(inside, float(split_dp(grids, n, layers, crossing, best)[n, 0]))
+    return max(min(inside, float(split_dp(grids, n, layers, crossing, best)[n, 0])), by_speed)
+
+
+def speed_dp(fast: dict[int, np.ndarray], slow: dict[int, np.ndarray], n: int, layers: int, fastest: int, rp: int) -> float:
+    """The least largest stage bound over splits where a stage runs at the fastest speed only when all its r rp
+    devices are of the fastest kind (`fastest` of them in the cluster), else at the next speed (`slow` grids): the
+    simulator runs a stage at its slowest device's speed."""
+    g = np.full((n + 1, fastest + 1, layers + 1), np.inf)
+    g[:, :, layers] = 0.0
+    for k in range(1, n + 1):
+        g[k] = g[k - 1]
+        for f in range(fastest + 1):
+            row = g[k, f]
+            for r, grid in slow.items():
+                if r <= k:
+                    row[:layers] = np.minimum(row[:layers], np.maximum(grid, g[k - r, f][None, 1:]).min(axis=1))
+                if r <= k and r * rp <= f:
+                    after = g[k - r, f - r * rp]
+                    row[:layers] = np.minimum(row[:layers], np.maximum(fast[r], after[None, 1:]).min(axis=1))
+    return float(g[n, fastest, 0])
 
 
 def segment_dp(kinds: dict[tuple[bool, bool], dict[int, np.ndarray]], n: int, layers: int, budget: int, rp: int) -> float:
