@@ -123,6 +123,7 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="append the per-instance rows here (JSON lines)")
     parser.add_argument("--batch-scaling", default="auto", help="the cost model the rows were planned with")
     parser.add_argument("--workers", type=int, default=2, help="processes")
+    parser.add_argument("--clusters", default=None, help="only these clusters (comma-separated)")
     args = parser.parse_args()
     if args.report:
         return report(read_jsonl(args.report), args.worst)
@@ -143,6 +144,8 @@ def main() -> int:
 
         clusters = sorted(list_clusters(), key=lambda c: load_cluster(c).num_devices)
         rows = [{"profile": p, "cluster": c, "batch": b} for c in clusters for p in list_profiles() for b in (256, 2048)]
+    if args.clusters:
+        rows = [r for r in rows if r["cluster"] in args.clusters.split(",")]
     known = {key(g): g for g in read_jsonl(args.bounds) if "bound_ms" in g} if args.bounds else {}
     started = time.perf_counter()
     jobs = [(r, args.batch_scaling, not args.bounds_only, known.get(key(r))) for r in rows]
