@@ -212,19 +212,17 @@ class ShapeBounds:
         return stage_term(self, rp, b)
 
 
-def lower_bound(request: PlanRequest, stages: bool = False) -> LowerBound:
+def lower_bound(request: PlanRequest, stages: bool = False, stop_at: float = math.inf) -> LowerBound:
     """The least iteration time (ms) any plan of `request` can simulate to (module docstring); inf when no plan can
     hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank (in the profile's
-    layer order) only: term 5 joins the others."""
+    layer order) only: term 5 joins the others. Shapes whose bound cannot go below `stop_at` are not looked at (the
+    answer is then exact below stop_at, and inf when nothing is)."""
     bounds = ShapeBounds(request)
     best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * (len(TERMS) if stages else len(TERMS) - 1))
-    for rp, b in shapes(request):
-        if not bounds.fits(rp):
-            continue
-        terms = bounds.terms(rp, b)
-        value = max(terms)
-        if value >= best.ms:  # the least over shapes: a shape whose partial bound cannot go below it is done
-            continue
+    cheap = sorted((max(terms), rp, b, terms) for rp, b in shapes(request) if bounds.fits(rp) for terms in [bounds.terms(rp, b)])
+    for value, rp, b, terms in cheap:  # the least over shapes: from the smallest partial bound, until none can go below
+        if value >= min(best.ms, stop_at):
+            break
         fill = fill_term(bounds, rp, b)
         terms = (*terms, fill)
         value = max(value, fill)

@@ -11,6 +11,7 @@ over those orders holds for it.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from pipeplan.core.dag import reorder
 from pipeplan.planner.bound import LowerBound, lower_bound
@@ -30,7 +31,7 @@ def stage_bound_over_orders(request: PlanRequest) -> LowerBound:
     best: LowerBound | None = None
     for order in search_orders(request):
         chained = request if order is None else dataclasses.replace(request, profile=reorder(request.profile, order))
-        found = lower_bound(chained, stages=True)
+        found = lower_bound(chained, stages=True, stop_at=math.inf if best is None else best.ms)
         if best is None or found.ms < best.ms:
             best = found
     assert best is not None
