@@ -132,7 +132,10 @@ def main() -> int:
         from multiprocessing import Pool
 
         with Pool(max(1, args.workers)) as pool:
-            return exact_report(list(pool.imap(exact_row, range(first, last), chunksize=1)))
+            found = list(pool.imap(exact_row, range(first, last), chunksize=1))
+        if args.out:
+            Path(args.out).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in found), encoding="utf-8")
+        return exact_report(found)
     if args.rows and args.rows.endswith(".jsonl"):  # this script's own rows: pipeplan's plans kept, bounds again
         rows = [{"profile": g["profile"], "cluster": g["cluster"], "batch": g["batch"],
                  "pipeplan": {"ms": g["pipeplan_ms"], "plan": g["plan"], "s": g.get("planning_seconds")}}
