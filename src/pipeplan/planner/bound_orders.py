@@ -5,7 +5,8 @@ profile may place its layers in another topological order (core.dag), where its 
 pipeplan's search (planner.search.dag_search) plans on the profile's order and on each order of
 planner.search.dag_orders, so every plan it returns with one stage per rank is one of the plans the stage term
 covers on one of those orders, priced as the chain of that order (sim.cost.chain_view): the least of the bounds
-over those orders holds for it.
+over those orders holds for it. The other terms do not depend on the order (sums over all layers; the fill term
+takes the cheapest layers), so they are computed once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import dataclasses
 import math
 
 from pipeplan.core.dag import reorder
-from pipeplan.planner.bound import LowerBound, lower_bound
+from pipeplan.planner.bound import TERMS, LowerBound, ShapeBounds, shapes
+from pipeplan.planner.bound_fill import fill_term
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.dag_orders import dag_orders
 from pipeplan.planner.search.dag_search import slowest_rate_bytes_per_ms
@@ -27,12 +29,25 @@ def search_orders(request: PlanRequest) -> list[tuple[int, ...] | None]:
 
 
 def stage_bound_over_orders(request: PlanRequest) -> LowerBound:
-    """The least, over search_orders, of lower_bound(stages=True) on the profile reordered so (module docstring)."""
-    best: LowerBound | None = None
-    for order in search_orders(request):
-        chained = request if order is None else dataclasses.replace(request, profile=reorder(request.profile, order))
-        found = lower_bound(chained, stages=True, stop_at=math.inf if best is None else best.ms)
-        if best is None or found.ms < best.ms:
-            best = found
-    assert best is not None
+    """The least, over the shapes, of the largest of planner.bound's terms and the least over search_orders of the
+    stage term on the profile reordered so (module docstring): lower_bound(stages=True) over those orders."""
+    base = ShapeBounds(request)
+    ordered = [base] + [
+        ShapeBounds(dataclasses.replace(request, profile=reorder(request.profile, order))) for order in search_orders(request)[1:]
+    ]
+    cheap = sorted((max(terms), rp, b, terms) for rp, b in shapes(request) if base.fits(rp) for terms in [base.terms(rp, b)])
+    best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * len(TERMS))
+    for value, rp, b, terms in cheap:  # from the smallest partial bound, until none can go below the best
+        if value >= best.ms:
+            break
+        terms = (*terms, fill_term(base, rp, b))
+        value = max(terms)
+        if value >= best.ms:
+            continue
+        splits = [bounds.stages(rp, b) for bounds in ordered]
+        least = min((value if math.isnan(dp) else max(value, dp)) for dp in splits)
+        dp = least if least > value else min((dp for dp in splits if not math.isnan(dp)), default=math.nan)
+        terms = (*terms, dp)
+        if least < best.ms:
+            best = LowerBound(least, rp, b, TERMS[terms.index(least)] if least in terms else "stages", terms)
     return best

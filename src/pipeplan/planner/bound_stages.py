@@ -46,7 +46,7 @@ import numpy as np
 
 STAGE_DP_CELLS = 60_000_000
 """Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
-SEGMENT_DP_CELLS = 400_000_000
+SEGMENT_DP_CELLS = 100_000_000
 """Most cells the DP over node segments may visit; larger shapes take the one-crossing DP instead."""
 
 
