@@ -7,11 +7,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bound_exact import exact_ms
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.bound import lower_bound, shapes
-from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
@@ -31,7 +31,7 @@ GIB = float(1 << 30)
 def test_bound_never_exceeds_the_exact_optimum(seed: int, layers: int, devices: int, batch: int) -> None:
     """On random small instances both bounds (all plans; one stage per rank) are at most exact's optimum."""
     request = PlanRequest(random_profile(seed, layers), random_cluster(seed, devices), batch)
-    best = plan_exact(request).iteration_time
+    best = exact_ms(request)
     assert lower_bound(request).ms <= best * (1 + 1e-12)
     assert lower_bound(request, stages=True).ms <= best * (1 + 1e-12)
 
@@ -40,7 +40,7 @@ def test_stage_bound_is_close_to_exact_on_random_instances() -> None:
     """8 layers on 4 devices, batch 16: the one-stage-per-rank bound is within 1.3x of exact (it is not a toy)."""
     for seed in (3, 4, 5):
         request = PlanRequest(random_profile(seed, 8), random_cluster(seed, 4), 16)
-        best = plan_exact(request).iteration_time
+        best = exact_ms(request)
         bound = lower_bound(request, stages=True).ms
         assert bound <= best * (1 + 1e-12)
         assert best / bound < 1.3, (seed, best, bound)
@@ -66,7 +66,7 @@ def test_bound_is_tight_on_one_device() -> None:
     )
     found = lower_bound(request)
     assert (found.pipelines, found.microbatch_size) == (1, 1)
-    assert math.isclose(found.ms, plan_exact(request).iteration_time, rel_tol=1e-12)
+    assert math.isclose(found.ms, exact_ms(request), rel_tol=1e-12)
 
 
 def test_bound_is_infinite_when_no_plan_holds_the_weights() -> None:

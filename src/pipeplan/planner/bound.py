@@ -2,37 +2,49 @@
 
 The plans covered: every plan `sim.plan_sim.simulate_plan` scores for the request's profile, cluster and global
 batch G with a synchronous schedule (gpipe, 1f1b, kfkb, zb-h1, interleaved-1f1b with any chunking, `list` with any
-order): any number of pipeline replicas rp (G = rp * m * b), any microbatch size b (the request's when it names
-one), any stages (contiguous layer ranges, or chunk-stages several to a rank) on any devices, each stage on r
-devices per pipeline replica with r | b (r = 1 under `--replication pipelines`, and rp = 1 under `none`), devices
-left idle or not. For one shape (rp, b), with m = G / (rp b), n = N // rp devices per pipeline and x = b / r samples
-per device, let a layer's costs at x samples on a speed-1 device be F_i(x), B_i(x), its backward input and weight
-parts I_i(x), W_i(x) (half of B each when not measured, or the cost model's bwd_split), its optimizer step O_i and
-its parameter bytes P_i; B'_i = min(B_i, I_i + W_i), I'_i = min(I_i, B_i); s_max the fastest device's speed, S the
-speed of a pipeline's devices added up (at most the n fastest, and at most all devices' over rp). Then every plan
-of that shape takes at least the largest of:
+order), in any layer order of a DAG profile, that fits in memory: any number of pipeline replicas rp
+(G = rp * m * b), any microbatch size b (the request's when it names one), any stages (contiguous layer ranges,
+or chunk-stages several to a rank) on any devices, each stage on r devices per pipeline replica with r | b (r = 1
+under `--replication pipelines`, and rp = 1 under `none`), devices left idle or not. For one shape (rp, b), with
+m = G / (rp b), n = N // rp devices per pipeline and x = b / r samples per device, let a layer's costs at x
+samples on a speed-1 device be F_i(x), B_i(x), its backward input and weight parts I_i(x), W_i(x) (half of B each
+when not measured, or the cost model's bwd_split), its optimizer step O_i and its parameter bytes P_i;
+B'_i = min(B_i, I_i + W_i), I'_i = min(I_i, B_i); s_max the fastest device's speed, S the speed of a pipeline's
+devices added up (at most the n fastest, and at most all devices' over rp). Then every plan of that shape takes
+at least the largest of:
 
-1. compute: (m * sum_i min_r r (F_i + B'_i)(b / r) + sum_i O_i) / S. Every device runs its stage's actions and
-   its optimizer step one after another; over one pipeline's devices the actions of one microbatch add up to at
-   least min_r r (F_i + B'_i)(b / r) per layer (the least device-time any replication gives it), every layer's
-   step runs on at least one device, and a device of speed s does speed-1 work w in w / s.
+1. compute: sum_i min_r r (m (F_i + B'_i)(b / r) + O_i) / S. Every device runs its rank's actions and its
+   optimizer step one after another; the r devices of a stage each run the stage's actions at b / r samples and
+   each step the stage's layers, and a device of speed s does speed-1 work w in w / s.
 2. path: sum_i min_r F_i(b / r) / s_max + sum_i min_r I'_i(b / r) / s_max. One microbatch passes every layer's
    forward, then every layer's backward (at least its I part) from the last layer down.
    Joint: each layer has one width r_i that both sums above use, so for any w in [0, 1] the larger of the two
-   is at least sum_i min_r (w a_i(r) + (1 - w) p_i(r)) + w sum_i O_i / S, with a_i(r) = m r (F_i + B'_i)(b / r) / S
-   and p_i(r) = (F_i + I'_i)(b / r) / s_max; term 1 is the largest of that over MIXES weights and itself.
+   is at least sum_i min_r (w a_i(r) + (1 - w) p_i(r)), with a_i(r) = r (m (F_i + B'_i)(b / r) + O_i) / S and
+   p_i(r) = (F_i + I'_i)(b / r) / s_max; term 1 is the largest of that over MIXES weights and itself.
 3. all-reduce: max_i min_r [m (F_i + B'_i)(b / r) / s_max + O_i / s_max + AR(P_i, r rp)]. The stage holding layer
    i ends its last backward (B or W) after all of its m forwards and backwards, then all-reduces its parameters
    (at least P_i bytes) over its r rp devices, then its rank steps the optimizer (at least O_i); AR(P, k) is the
-   ring's 2 (k - 1) / k P / rate + 2 (k - 1) latency with the cluster's fastest link and least latency (or its
-   measured all-reduce), 0 for k = 1.
+   ring's 2 (k - 1) / k P / rate + 2 (k - 1) latency with the cluster's fastest link and least latency, or,
+   for k above the largest node's device count, the fastest link and least latency between nodes (a ring
+   over two nodes has a link between them), or the cluster's measured all-reduce; 0 for k = 1.
+   Phases: no rank's backward starts before one microbatch's forward has passed every layer, and every rank's
+   forwards end before one microbatch's whole backward path: term 1 also takes the largest convex combination
+   of compute, path and these two (planner.bound_phases, where the argument is).
+4. fill: the ranks' first layers are distinct, and a rank that starts at a later layer loses the path before it
+   (planner.bound_fill, where the argument is).
 
 A shape counts only when a pipeline's devices can hold every layer's weights, gradients and optimizer state once
 (sum_i static_i <= the memory of its n largest devices) and every layer fits one device. The bound is the least,
-over the shapes, of the largest of the three; it ignores transfers between stages, queues, the schedule's fill
-and drain, and memory beyond weights, so a plan's time over it (the gap) mixes the planner's shortfall with
-what no plan can avoid. Each term only drops what a simulated run adds: the engine runs a rank's actions one at a
-time, a stage's all-reduce after its last backward, and the rank's optimizer step after its all-reduces.
+over the shapes, of the largest of the four. Each term only drops what a simulated run adds: the engine runs a
+rank's actions one at a time, a stage's all-reduce after its last backward, and the rank's optimizer step after
+its all-reduces; transfers, queues and activation memory only add.
+
+5. stages (`lower_bound(request, stages=True)`): for plans with one contiguous stage per rank only (every
+   schedule but interleaving and chunked `list`), in the profile's own layer order, the least over every split
+   into stages of the largest stage bound, with the transfer into each stage, one microbatch's memory, and the
+   nodes a plan must cross (planner.bound_stages); planner.bound_orders takes it over the layer orders
+   pipeplan's search plans on. A plan's gap is measured over the bound of its class (benchmarks/bound_gap.py):
+   term 5 for a plan with one stage per rank, which belongs to that class, else the all-plan bound.
 """
 
 from __future__ import annotations
@@ -42,15 +54,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.cluster import Cluster
+from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.bound_phases import phase_term
+from pipeplan.planner.bound_stages import STAGE_DP_CELLS, stage_term
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
-TERMS = ("compute", "path", "all-reduce", "stages")
+TERMS = ("compute", "path", "all-reduce", "fill", "stages")
+__all__ = ["STAGE_DP_CELLS", "TERMS", "LowerBound", "ShapeBounds", "lower_bound", "shapes"]
 MIXES = 41
 """Weights w in [0, 1] tried for the joint compute-and-path term (each gives a valid bound; the largest counts)."""
-STAGE_DP_CELLS = 60_000_000
-"""Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +98,22 @@ def shapes(request: PlanRequest) -> list[tuple[int, int]]:
     return out
 
 
+def across_nodes(cluster: Cluster) -> tuple[int, float, float]:
+    """(devices of the largest node, fastest link between two nodes in bytes/s, least latency between nodes in s)."""
+    rate, latency = link_arrays(cluster)
+    nodes = device_nodes(cluster)
+    size = int(np.bincount(nodes).max())
+    if size == len(nodes):
+        return size, math.inf, 0.0
+    fastest = 0.0
+    for node in np.unique(nodes):  # row blocks: one node's devices to every device of another node
+        rows = np.flatnonzero(nodes == node)
+        cols = np.flatnonzero(nodes != node)
+        block = rate.values(np.repeat(rows, len(cols)), np.tile(cols, len(rows)))
+        fastest = max(fastest, float(block.max()))
+    return size, fastest, float(latency.extremes(nodes)[1])
+
+
 class ShapeBounds:
     """Per-layer costs of one request at every samples-per-device count, and the three terms of a shape."""
 
@@ -101,13 +132,27 @@ class ShapeBounds:
         self.static = static_bytes(self.params, model.optimizer_factor)
         self.optimizer = np.array([self.layers.optimizer_ms([i]) for i in range(profile.num_layers)], dtype=float)
         self.split = model.bwd_split
+        self.node_size = cluster.num_devices
         if cluster.num_devices > 1:
             rate, latency = link_arrays(cluster)
             self.rate, self.latency = rate.off_diagonal_max(), latency.off_diagonal_min()
+            self.node_size, self.rate_across, self.latency_across = across_nodes(cluster)
         else:
             self.rate, self.latency = math.inf, 0.0
+        self.transfer_rate, self.transfer_latency = self.rate, self.latency  # stage boundaries: always the links
         if cluster.allreduce_bytes_per_s is not None:
             self.rate, self.latency = cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
+            self.node_size = cluster.num_devices  # the measured collective replaces every ring
+
+    def saved_spans(self, samples: float) -> np.ndarray:
+        """[a, e]: the saved bytes of one microbatch of `samples` samples of layers a..e on one device (a storage two
+        neighbours both save counted once, as LayerArrays.saved_of); +inf below the diagonal is not needed (masked)."""
+        arrays = self.layers.arrays(samples)
+        saved, shared = np.asarray(arrays.saved, dtype=float), np.asarray(arrays.shared, dtype=float)
+        total = np.concatenate([[0.0], np.cumsum(saved)])
+        inner = np.concatenate([[0.0], np.cumsum(shared)])
+        # shared[i] counts once layer i - 1 is in the set too: layers a+1..e
+        return (total[None, 1:] - total[:-1, None]) - (inner[None, 1:] - inner[1:, None])
 
     def costs(self, samples: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer at `samples` samples on a speed-1 device: F, B' = min(B, I + W) and I' = min(I, B)."""
@@ -121,12 +166,17 @@ class ShapeBounds:
             inp, wgt = np.asarray(arrays.bwd_input, dtype=float), np.asarray(arrays.bwd_weight, dtype=float)
         return fwd, np.minimum(bwd, inp + wgt), np.minimum(inp, bwd)
 
-    def allreduce_ms(self, nbytes: np.ndarray, devices: int) -> np.ndarray:
-        """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms)."""
+    def allreduce_ms(self, nbytes: np.ndarray, devices: int, across: bool = False) -> np.ndarray:
+        """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms): the fastest link and least
+        latency, or, for more devices than the largest node holds, the fastest link and least latency between nodes
+        (a ring over two nodes has a link between them, and the ring's time follows its slowest link); `across`: a
+        ring known to span two nodes."""
         if devices < 2:
             return np.zeros_like(nbytes)
         k = devices
-        return 1000.0 * (2 * (k - 1) / k * nbytes / self.rate + 2 * (k - 1) * self.latency)
+        inside = k <= self.node_size and not (across and self.node_size < self.request.cluster.num_devices)
+        rate, latency = (self.rate, self.latency) if inside else (self.rate_across, self.latency_across)
+        return 1000.0 * (2 * (k - 1) / k * nbytes / rate + 2 * (k - 1) * latency)
 
     def fits(self, rp: int) -> bool:
         """Whether n = N // rp devices can hold every layer's static bytes once, and each layer fits one device."""
@@ -147,69 +197,39 @@ class ShapeBounds:
         areas, paths, tails = [], [], []
         for r in self.widths(rp, b):
             fwd, back, inp = self.costs(b / r)
-            areas.append(m * r * (fwd + back) / speed)
+            areas.append(r * (m * (fwd + back) + self.optimizer) / speed)  # each of the r devices steps the layer
             paths.append((fwd + inp) / self.s_max)
             tails.append(m * (fwd + back) / self.s_max + self.optimizer / self.s_max + self.allreduce_ms(self.params, r * rp))
         area, path = np.array(areas), np.array(paths)
-        steps = float(self.optimizer.sum()) / speed
         # one width per layer serves both: max(A, P) >= w A + (1 - w) P >= sum_i min_r (w a_ir + (1 - w) p_ir)
-        joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) + w * steps for w in np.linspace(0.0, 1.0, MIXES))
-        compute = max(float(area.min(axis=0).sum()) + steps, joint)
+        joint = max(float(np.min(w * area + (1 - w) * path, axis=0).sum()) for w in np.linspace(0.0, 1.0, MIXES))
+        compute = max(float(area.min(axis=0).sum()), joint, phase_term(self, rp, b))
         return compute, float(path.min(axis=0).sum()), float(np.min(tails, axis=0).max(initial=0.0))
 
     def stages(self, rp: int, b: int) -> float:
         """The least, over every split of the layers into contiguous stages of r_s devices each (sum r_s <= n), of
-        the largest stage bound (module docstring, term 4); nan when the shape is too large to search."""
-        n = self.request.cluster.num_devices // rp
-        m = self.request.global_batch // (rp * b)
-        widths = self.widths(rp, b)
-        layers = self.request.profile.num_layers
-        if layers * layers * n * len(widths) > STAGE_DP_CELLS:
-            return math.nan
-        costs = {r: self.costs(b / r) for r in widths}
-        fwd_min = np.min([c[0] for c in costs.values()], axis=0)
-        inp_min = np.min([c[2] for c in costs.values()], axis=0)
-        before_fwd = np.concatenate([[0.0], np.cumsum(fwd_min)])[:-1] / self.s_max  # A(a)
-        before_inp = np.concatenate([[0.0], np.cumsum(inp_min)])[:-1] / self.s_max  # D(a)
-
-        def spans(values: np.ndarray) -> np.ndarray:
-            prefix = np.concatenate([[0.0], np.cumsum(values)])
-            return prefix[None, 1:] - prefix[:-1, None]  # [a, e] = sum of values[a..e]
-
-        upper = np.triu(np.ones((layers, layers), dtype=bool))
-        grids = {}
-        for r, (fwd, back, inp) in costs.items():
-            full = m * spans(fwd + back) / self.s_max + spans(self.optimizer) / self.s_max
-            full += self.allreduce_ms(spans(self.params), r * rp)
-            down = m * spans(fwd + inp) / self.s_max + before_inp[:, None]
-            grids[r] = np.where(upper, before_fwd[:, None] + np.maximum(full, down), np.inf)
-        # best[k][a]: the least largest stage bound of layers a.. on at most k devices (a = layers: nothing left)
-        best = np.full((n + 1, layers + 1), np.inf)
-        best[:, layers] = 0.0
-        for k in range(1, n + 1):
-            row = best[k - 1].copy()
-            for r, grid in grids.items():
-                if r <= k:
-                    row[:layers] = np.minimum(row[:layers], np.maximum(grid, best[k - r][None, 1:]).min(axis=1))
-            best[k] = row
-        return float(best[n, 0])
+        the largest stage bound (planner.bound_stages); nan when the shape is too large to search."""
+        return stage_term(self, rp, b)
 
 
-def lower_bound(request: PlanRequest, stages: bool = False) -> LowerBound:
+def lower_bound(request: PlanRequest, stages: bool = False, stop_at: float = math.inf) -> LowerBound:
     """The least iteration time (ms) any plan of `request` can simulate to (module docstring); inf when no plan can
-    hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank only (no
-    interleaving: term 4 joins the other three)."""
+    hold the model's weights. With `stages`, the bound over plans of one contiguous stage per rank (in the profile's
+    layer order) only: term 5 joins the others. Shapes whose bound cannot go below `stop_at` are not looked at (the
+    answer is then exact below stop_at, and inf when nothing is)."""
     bounds = ShapeBounds(request)
-    best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * 4)
-    for rp, b in shapes(request):
-        if not bounds.fits(rp):
-            continue
-        terms = bounds.terms(rp, b)
-        value = max(terms)
+    best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * (len(TERMS) if stages else len(TERMS) - 1))
+    cheap = sorted((max(terms), rp, b, terms) for rp, b in shapes(request) if bounds.fits(rp) for terms in [bounds.terms(rp, b)])
+    for value, rp, b, terms in cheap:  # the least over shapes: from the smallest partial bound, until none can go below
+        if value >= min(best.ms, stop_at):
+            break
+        fill = fill_term(bounds, rp, b)
+        terms = (*terms, fill)
+        value = max(value, fill)
         if stages and value < best.ms:
             dp = bounds.stages(rp, b)
             terms = (*terms, dp)
-            value = max(value, dp) if math.isfinite(dp) or math.isinf(dp) else value
+            value = max(value, dp) if not math.isnan(dp) else value
         if value < best.ms:
             best = LowerBound(value, rp, b, TERMS[terms.index(value)], terms)
     return best
