@@ -13,6 +13,7 @@ import time
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.space import COVERED, SCHEDULES, search_space
+from pipeplan.planner.exact.symmetry import automorphisms
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate
@@ -60,7 +61,8 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    search = Search(request, schedules, classes)
+    group = automorphisms(request.cluster) if len(set(classes)) == devices else ()
+    search = Search(request, schedules, classes, group)
     search.run()
     if search.best_plan is None:
         raise PlanError(
