@@ -13,16 +13,17 @@ import time
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.space import COVERED, SCHEDULES, search_space
-from pipeplan.planner.exact.symmetry import automorphisms
+from pipeplan.planner.exact.symmetry import MAX_GROUP, automorphisms
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules.registry import names_text
 from pipeplan.sim.cost.plan_costs import plan_costs
 
-MAX_ORDERS = 5040
-"""Most orders of the devices up to twins (n! over the product of the twin classes' sizes!) accepted: 7 distinct
-devices pass, 8 (the v100-8x1 preset, 40,320) do not. The layers set no limit: the suffix table's bound prunes
+MAX_ORDERS = 10080
+"""Most orders of the devices up to twins and symmetries (n! over the product of the twin classes' sizes!, over
+the automorphism group's size on clusters without twins) accepted: 7 distinct devices pass, and the v100-8x1
+preset (8!, 4 symmetries: 10,080). The layers set no limit: the suffix table's bound prunes
 stage ends (4 identical GPUs take any shared profile, 1,251 layers included; BENCHMARKS.md)."""
 
 
@@ -48,11 +49,13 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     layers, devices = request.profile.num_layers, request.cluster.num_devices
     classes = twin_classes(request.cluster)
-    orders = device_orders(classes, MAX_ORDERS)
-    if orders > MAX_ORDERS:
+    orders = device_orders(classes, MAX_ORDERS * MAX_GROUP)
+    group = automorphisms(request.cluster) if len(set(classes)) == devices else ()
+    if orders > MAX_ORDERS * (len(group) + 1):
         raise PlanError(
-            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins; {devices} devices in "
-            f"{len(set(classes))} twin classes give more; use --planner pipeplan"
+            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins and the cluster's "
+            f"symmetries; {devices} devices in {len(set(classes))} twin classes with {len(group) + 1} symmetries "
+            f"give more; use --planner pipeplan"
         )
     space = search_space(layers, devices, limit=10**12)
     if request.schedule == "auto":
@@ -61,7 +64,6 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    group = automorphisms(request.cluster) if len(set(classes)) == devices else ()
     search = Search(request, schedules, classes, group)
     search.run()
     if search.best_plan is None:
