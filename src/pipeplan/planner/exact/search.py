@@ -19,7 +19,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import compute_bound, placed_bound, schedule_bound
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
-from pipeplan.planner.exact.space import canonical_tuples, peak_inflight, shapes
+from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
@@ -34,6 +34,21 @@ SEEDED = 4
 MARGIN = 1e-9
 """Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
 point need not grow by every term they gain)."""
+
+
+def sim_key(costs: Costs) -> tuple[object, ...]:
+    """All a one-stage-per-rank simulation without trace reads of its costs: the stages' costs and each transfer's
+    flows, their resources renamed in order of first use (sim.engine.transfers.TransferTable numbers them so).
+
+    Two plans of equal keys simulate to the same iteration time under a schedule (same name, k and m), whichever
+    devices they name: exact simulates each key once.
+    """
+    names: dict[str, int] = {}
+    flows = tuple(
+        tuple((tuple(names.setdefault(r, len(names)) for r in f.resources), f.latency_ms, f.work_ms) for f in boundary)
+        for boundary in costs.forward + costs.backward
+    )
+    return costs.stages, flows
 
 
 @dataclass(slots=True)
@@ -54,6 +69,7 @@ class Search:
     rings: dict[tuple[int, ...], Rings] = field(default_factory=dict)  # free devices -> their rings
     tables: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, ring signature) -> table
 
+    seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
 
     def __post_init__(self) -> None:
@@ -80,6 +96,7 @@ class Search:
         bounds = {False: schedule_bound(stages, m, False), True: schedule_bound(stages, m, True)}
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
         costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
+        key: tuple[object, ...] = ()
         for name, k in self.schedules:
             if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= self.best_time:
                 continue
@@ -89,10 +106,14 @@ class Search:
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
-            result = simulate(plan_schedule(plan), costs, record=False)  # simulate_plan's own steps
-            self.simulated += 1
-            if result.iteration_time < self.best_time:
-                self.best_time, self.best_plan = result.iteration_time, plan
+                key = sim_key(costs)
+            seen = self.seen.get((name, k, m, rp, key))
+            if seen is None:
+                seen = simulate(plan_schedule(plan), costs, record=False).iteration_time  # simulate_plan's own steps
+                self.seen[name, k, m, rp, key] = seen
+                self.simulated += 1
+            if seen < self.best_time:
+                self.best_time, self.best_plan = seen, plan
 
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
@@ -121,7 +142,7 @@ class Search:
             if self.beaten(bound):
                 break
             rest_layers = layers - 1 - last
-            for devices in canonical_tuples(free, r * rp, self.classes):
+            for devices in canonical_list(free, r * rp, self.classes):
                 if dead.get(devices, layers) <= last or not least_in_orbit(used + devices, self.group):
                     continue
                 stage = self.costs.place(start, last, devices, rp, size, prev)
