@@ -102,12 +102,16 @@ def one(kind: str, a: str, b: str) -> dict[str, Any]:
     }
 
 
-def run_child(kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None) -> dict[str, Any]:
+def run_child(
+    kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None, max_orders: int | None = None
+) -> dict[str, Any]:
     """`one` in a fresh process, stopped after `timeout` seconds (wall) or `cpu_limit` seconds of its CPU."""
     argv = [sys.executable, __file__, "--one", kind, a, b]
     started = time.perf_counter()
     if cpu_limit is not None:
         argv[2:2] = ["--cpu-limit", str(cpu_limit)]
+    if max_orders is not None:
+        argv[2:2] = ["--max-orders", str(max_orders)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -130,11 +134,16 @@ def main() -> int:
     parser.add_argument("--clusters", default="c2,c3,c4,v8", help="comma-separated: c2, c3, c4, v8")
     parser.add_argument("--random", type=int, default=50, help="random instances (seeds 0..N-1)")
     parser.add_argument("--cpu-limit", type=int, default=None, help="stop an instance after this many CPU seconds")
+    parser.add_argument("--max-orders", type=int, default=None, help="lift exact's refusal to this many device orders")
     parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
     args = parser.parse_args()
     if args.one:
         if args.cpu_limit:
             resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_limit, args.cpu_limit + 1))
+        if args.max_orders:
+            from pipeplan.planner.exact import planner
+
+            planner.MAX_ORDERS = args.max_orders
         print(json.dumps(one(*args.one)))
         return 0
 
@@ -148,7 +157,12 @@ def main() -> int:
         jobs += [("preset", p, c) for c in args.clusters.split(",") for p in profiles]
         for kind, a, c in jobs:
             b = cluster_file(c, Path(tmp)) if kind == "preset" else ""
-            row = {"kind": kind, "profile": a, "cluster": c, **run_child(kind, a, b, args.timeout, args.cpu_limit)}
+            row = {
+                "kind": kind,
+                "profile": a,
+                "cluster": c,
+                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders),
+            }
             row["load"] = os.getloadavg()[0]
             rows.append(row)
             what = f"{row['ms']:.4f} ms" if "ms" in row else row["error"][:80]
