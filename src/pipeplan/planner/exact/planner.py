@@ -53,10 +53,9 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     orders = device_orders(classes, MAX_ORDERS * MAX_GROUP)
     group = automorphisms(request.cluster) if len(set(classes)) == devices else ()
     if orders > MAX_ORDERS * (len(group) + 1):
-        raise PlanError(
-            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins and the cluster's "
-            f"symmetries; {devices} devices in {len(set(classes))} twin classes with {len(group) + 1} symmetries "
-            f"give more; use --planner pipeplan"
+        raise PlanError(  # the symmetries divide the orders (docstring); the message is the one the docs show
+            f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins; {devices} devices in "
+            f"{len(set(classes))} twin classes give more; use --planner pipeplan"
         )
     space = search_space(layers, devices, limit=10**12)
     if request.schedule == "auto":
