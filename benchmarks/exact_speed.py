@@ -24,6 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -99,14 +102,22 @@ def one(kind: str, a: str, b: str) -> dict[str, Any]:
     }
 
 
-def run_child(kind: str, a: str, b: str, timeout: float) -> dict[str, Any]:
-    """`one` in a fresh process, stopped after `timeout` seconds."""
+def run_child(
+    kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None, max_orders: int | None = None
+) -> dict[str, Any]:
+    """`one` in a fresh process, stopped after `timeout` seconds (wall) or `cpu_limit` seconds of its CPU."""
     argv = [sys.executable, __file__, "--one", kind, a, b]
     started = time.perf_counter()
+    if cpu_limit is not None:
+        argv[2:2] = ["--cpu-limit", str(cpu_limit)]
+    if max_orders is not None:
+        argv[2:2] = ["--max-orders", str(max_orders)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s", "s": time.perf_counter() - started, "timeout": True}
+    if cpu_limit is not None and done.returncode == -signal.SIGXCPU:
+        return {"error": f"passed {cpu_limit} s of CPU", "s": time.perf_counter() - started, "timeout": True}
     if done.returncode != 0:
         return {"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}", "s": math.nan}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -122,9 +133,17 @@ def main() -> int:
     parser.add_argument("--profiles", default=None, help="comma-separated profiles (default: every shared one)")
     parser.add_argument("--clusters", default="c2,c3,c4,v8", help="comma-separated: c2, c3, c4, v8")
     parser.add_argument("--random", type=int, default=50, help="random instances (seeds 0..N-1)")
+    parser.add_argument("--cpu-limit", type=int, default=None, help="stop an instance after this many CPU seconds")
+    parser.add_argument("--max-orders", type=int, default=None, help="lift exact's refusal to this many device orders")
     parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
     args = parser.parse_args()
     if args.one:
+        if args.cpu_limit:
+            resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_limit, args.cpu_limit + 1))
+        if args.max_orders:
+            from pipeplan.planner.exact import planner
+
+            planner.MAX_ORDERS = args.max_orders
         print(json.dumps(one(*args.one)))
         return 0
 
@@ -138,10 +157,18 @@ def main() -> int:
         jobs += [("preset", p, c) for c in args.clusters.split(",") for p in profiles]
         for kind, a, c in jobs:
             b = cluster_file(c, Path(tmp)) if kind == "preset" else ""
-            row = {"kind": kind, "profile": a, "cluster": c, **run_child(kind, a, b, args.timeout)}
+            row = {
+                "kind": kind,
+                "profile": a,
+                "cluster": c,
+                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders),
+            }
+            row["load"] = os.getloadavg()[0]
             rows.append(row)
             what = f"{row['ms']:.4f} ms" if "ms" in row else row["error"][:80]
-            print(f"  {kind} {a} {c}: {row['s']:.2f} s, {what}", file=sys.stderr, flush=True)
+            print(
+                f"  {kind} {a} {c}: {row['s']:.2f} s, {row.get('cpu_s', math.nan):.2f} s CPU, {what}", file=sys.stderr, flush=True
+            )
     print(f"{len(rows)} instances in {time.perf_counter() - started:.0f} s")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1, sort_keys=True))

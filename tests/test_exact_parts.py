@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -76,3 +77,13 @@ def test_device_orders_count_orders_up_to_twins() -> None:
     assert device_orders((0, 0, 2, 2), 10) == 6
     assert device_orders(tuple(range(8)), 10**6) == 40320
     assert 10 < device_orders(tuple(range(8)), 10) < 40320
+
+
+def test_cached_ring_all_reduce_equals_the_simulators_to_the_last_bit() -> None:
+    """StageCosts.allreduce equals link_model.ring_allreduce_ms on every ring of 1-4 devices of a random cluster."""
+    request = PlanRequest(random_profile(3, 4), random_cluster(3, 5), 8)
+    costs = StageCosts(request)
+    for length in range(1, 5):
+        for ring in itertools.permutations(range(5), length):
+            for nbytes in (0.0, 1234.5, 3.3e8):
+                assert costs.allreduce(ring, nbytes) == ring_allreduce_ms(request.cluster, ring, nbytes)

@@ -13,6 +13,7 @@ import time
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.space import COVERED, SCHEDULES, search_space
+from pipeplan.planner.exact.symmetry import MAX_GROUP, automorphisms
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate
@@ -20,8 +21,10 @@ from pipeplan.schedules.registry import names_text
 from pipeplan.sim.cost.plan_costs import plan_costs
 
 MAX_ORDERS = 5040
-"""Most orders of the devices up to twins (n! over the product of the twin classes' sizes!) accepted: 7 distinct
-devices pass, 8 (the v100-8x1 preset, 40,320) do not. The layers set no limit: the suffix table's bound prunes
+"""Most orders of the devices up to twins and symmetries (n! over the product of the twin classes' sizes!, over
+the automorphism group's size on clusters without twins) accepted: 7 distinct devices pass; the v100-8x1 preset
+(8! over 4 symmetries: 10,080) does not: with the limit lifted 17 of its 26 shared instances take 1-9 s of CPU,
+2 take 16 and 22 s, and 7 pass 25 s (BENCHMARKS.md). The layers set no limit: the suffix table's bound prunes
 stage ends (4 identical GPUs take any shared profile, 1,251 layers included; BENCHMARKS.md)."""
 
 
@@ -47,9 +50,10 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     layers, devices = request.profile.num_layers, request.cluster.num_devices
     classes = twin_classes(request.cluster)
-    orders = device_orders(classes, MAX_ORDERS)
-    if orders > MAX_ORDERS:
-        raise PlanError(
+    orders = device_orders(classes, MAX_ORDERS * MAX_GROUP)
+    group = automorphisms(request.cluster) if len(set(classes)) == devices else ()
+    if orders > MAX_ORDERS * (len(group) + 1):
+        raise PlanError(  # the symmetries divide the orders (docstring); the message is the one the docs show
             f"planner 'exact' handles at most {MAX_ORDERS:,} device orders up to twins; {devices} devices in "
             f"{len(set(classes))} twin classes give more; use --planner pipeplan"
         )
@@ -60,7 +64,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    search = Search(request, schedules, classes)
+    search = Search(request, schedules, classes, group)
     search.run()
     if search.best_plan is None:
         raise PlanError(

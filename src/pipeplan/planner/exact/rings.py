@@ -45,7 +45,8 @@ def cycle_sizes(allowed: np.ndarray) -> set[int]:
 class Rings:
     """Per device count k, the best bottleneck rate R_k (bytes/s) and least largest latency L_k (s) of a ring."""
 
-    def __init__(self, bounds: ShapeBounds) -> None:
+    def __init__(self, bounds: ShapeBounds, devices: tuple[int, ...] | None = None) -> None:
+        """Rings over the cluster's devices, or only over `devices` (a bound for stages that may use no others)."""
         cluster = bounds.request.cluster
         n = cluster.num_devices
         self.bounds = bounds
@@ -54,7 +55,8 @@ class Rings:
         if n < 2 or n > MAX_DEVICES or cluster.allreduce_bytes_per_s is not None:
             return
         rate_matrix, latency_matrix = link_arrays(cluster)
-        index = np.arange(n)
+        index = np.arange(n) if devices is None else np.array(devices, dtype=np.int64)
+        n = len(index)
         rate = np.asarray(rate_matrix[index[:, None], index[None, :]], dtype=float)
         latency = np.asarray(latency_matrix[index[:, None], index[None, :]], dtype=float)
         off = ~np.eye(n, dtype=bool)
@@ -64,6 +66,10 @@ class Rings:
         for value in sorted({float(v) for v in latency[off]}, reverse=True):
             for k in cycle_sizes((latency <= value) & off):
                 self.latency[k] = value
+
+    def signature(self) -> tuple[tuple[int, float, float], ...]:
+        """(k, R_k, L_k) per ring size: two Rings with equal signatures give equal bounds."""
+        return tuple((k, self.rate[k], self.latency.get(k, -1.0)) for k in sorted(self.rate))
 
     def allreduce_ms(self, nbytes: np.ndarray, devices: int) -> np.ndarray:
         """A bound on the ring all-reduce of `nbytes` (an array) over any `devices` devices of the cluster (ms)."""

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import compute_bound, placed_bound, schedule_bound
-from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.space import canonical_tuples, peak_inflight, shapes
+from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
+from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
+from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -35,6 +36,21 @@ MARGIN = 1e-9
 point need not grow by every term they gain)."""
 
 
+def sim_key(costs: Costs) -> tuple[object, ...]:
+    """All a one-stage-per-rank simulation without trace reads of its costs: the stages' costs and each transfer's
+    flows, their resources renamed in order of first use (sim.engine.transfers.TransferTable numbers them so).
+
+    Two plans of equal keys simulate to the same iteration time under a schedule (same name, k and m), whichever
+    devices they name: exact simulates each key once.
+    """
+    names: dict[str, int] = {}
+    flows = tuple(
+        tuple((tuple(names.setdefault(r, len(names)) for r in f.resources), f.latency_ms, f.work_ms) for f in boundary)
+        for boundary in costs.forward + costs.backward
+    )
+    return costs.stages, flows
+
+
 @dataclass(slots=True)
 class Search:
     """The branch and bound over one request."""
@@ -42,21 +58,45 @@ class Search:
     request: PlanRequest
     schedules: tuple[tuple[str, int], ...]
     classes: tuple[int, ...] = ()
+    group: tuple[tuple[int, ...], ...] = ()  # the cluster's automorphisms (exact.symmetry), () with twins
     best_time: float = math.inf
     best_plan: Plan | None = None
     simulated: int = 0
     nodes: int = 0
     shapes_searched: int = 0
     costs: StageCosts = field(init=False)
+    bounds: ShapeBounds = field(init=False)
+    rings: dict[tuple[int, ...], Rings] = field(default_factory=dict)  # free devices -> their rings
+    tables: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, ring signature) -> table
+
+    seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
+    narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
+        self.bounds = ShapeBounds(self.request)
+        n = self.request.cluster.num_devices
+        self.narrow = len(set(self.classes)) == n <= MAX_DEVICES
+
+    def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
+        """The suffix table of a shape for stages on `free` only: its rings are the best those devices allow."""
+        if not self.narrow:
+            free = ()
+        rings = self.rings.get(free)
+        if rings is None:
+            rings = self.rings[free] = Rings(self.bounds, free or None)
+        key = (shape, rings.signature())
+        got = self.tables.get(key)
+        if got is None:
+            got = self.tables[key] = SuffixBound(self.bounds, rings, *shape)
+        return got
 
     def finish(self, stages: list[Placed], rp: int, m: int, size: int) -> None:
         """Simulate every schedule of a complete plan that could beat the best and fits."""
         bounds = {False: schedule_bound(stages, m, False), True: schedule_bound(stages, m, True)}
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
         costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
+        key: tuple[object, ...] = ()
         for name, k in self.schedules:
             if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= self.best_time:
                 continue
@@ -66,18 +106,23 @@ class Search:
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
-            result = simulate(plan_schedule(plan), costs, record=False)  # simulate_plan's own steps
-            self.simulated += 1
-            if result.iteration_time < self.best_time:
-                self.best_time, self.best_plan = result.iteration_time, plan
+                key = sim_key(costs)
+            seen = self.seen.get((name, k, m, rp, key))
+            if seen is None:
+                seen = simulate(plan_schedule(plan), costs, record=False).iteration_time  # simulate_plan's own steps
+                self.seen[name, k, m, rp, key] = seen
+                self.simulated += 1
+            if seen < self.best_time:
+                self.best_time, self.best_plan = seen, plan
 
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
         return bound >= self.best_time * (1 + SLACK)
 
-    def grow(self, stages: list[Placed], free: tuple[int, ...], rp: int, m: int, size: int, table: SuffixBound) -> None:
+    def grow(self, stages: list[Placed], free: tuple[int, ...], rp: int, m: int, size: int, used: tuple[int, ...]) -> None:
         """Place the next stage in every way, pruning by the bounds, recursing until all layers are placed."""
         self.nodes += 1
+        table = self.table((rp, m, size), free)
         layers = self.request.profile.num_layers
         prev = stages[-1] if stages else None
         start = prev.last + 1 if prev is not None else 0
@@ -97,8 +142,8 @@ class Search:
             if self.beaten(bound):
                 break
             rest_layers = layers - 1 - last
-            for devices in canonical_tuples(free, r * rp, self.classes):
-                if dead.get(devices, layers) <= last:
+            for devices in canonical_list(free, r * rp, self.classes):
+                if dead.get(devices, layers) <= last or not least_in_orbit(used + devices, self.group):
                     continue
                 stage = self.costs.place(start, last, devices, rp, size, prev)
                 if compute_bound(stage, m) > self.best_time * (1 + MARGIN):
@@ -110,14 +155,15 @@ class Search:
                     self.finish([*stages, stage], rp, m, size)
                     continue
                 left = tuple(d for d in free if d not in devices)
-                if self.beaten(stage.arrive + stage.fwd + table.rest[len(left) // rp][last + 1]):
+                after = self.table((rp, m, size), left) if self.narrow else table
+                if self.beaten(stage.arrive + stage.fwd + after.rest[len(left) // rp][last + 1]):
                     continue
                 # the layers left, on the devices left: at least their least compute per sample, each sample
                 per_sample = table.least_work(len(left) // rp, last + 1)
                 fastest = max(speeds[d] for d in left)
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
-                self.grow([*stages, stage], left, rp, m, size, table)
+                self.grow([*stages, stage], left, rp, m, size, used + devices)
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
         """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices in order."""
@@ -134,8 +180,7 @@ class Search:
         """Seed, then search every shape whose bound is below the incumbent, the lowest bound first."""
         request = self.request
         devices, layers = request.cluster.num_devices, request.profile.num_layers
-        bounds = ShapeBounds(request)
-        rings = Rings(bounds)
+        bounds = self.bounds
         candidates = [shape for shape in shapes(request) if bounds.fits(shape[0])]
         cheap = {shape: max(bounds.terms(shape[0], shape[2])) for shape in candidates}
         order = sorted(candidates, key=lambda shape: cheap[shape])  # stable: equal bounds keep rp up, m down
@@ -143,18 +188,19 @@ class Search:
             depth = min(layers, devices // rp)
             cuts = [round(i * layers / depth) for i in range(depth + 1)]
             self.seed([(cuts[i], cuts[i + 1] - 1, 1) for i in range(depth)], rp, m, size)
-        tables: dict[tuple[int, int, int], SuffixBound] = {}
-        for rp, m, size in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
-            if not self.beaten(cheap[rp, m, size]):
-                tables[rp, m, size] = table = SuffixBound(bounds, rings, rp, m, size)
-                self.seed(table.split(), rp, m, size)
+        everything = tuple(range(devices))
+        seeded = set()
+        for shape in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
+            if not self.beaten(cheap[shape]):
+                seeded.add(shape)
+                self.seed(self.table(shape, everything).split(), *shape)
         for shape in order:
             if self.beaten(cheap[shape]):
                 break
-            table = tables.pop(shape, None) or SuffixBound(bounds, rings, *shape)
+            table = self.table(shape, everything)
             if self.beaten(table.rest[table.n][0]):
                 continue
-            if shape not in tables:
+            if shape not in seeded:
                 self.seed(table.split(), *shape)
             self.shapes_searched += 1
-            self.grow([], tuple(range(devices)), *shape, table)
+            self.grow([], everything, *shape, ())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, lru_cache
 
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules import make_schedule
@@ -45,6 +45,12 @@ def shapes(request: PlanRequest) -> list[tuple[int, int, int]]:
                 continue
             out.append((rp, m, size))
     return out
+
+
+@lru_cache(maxsize=4096)
+def canonical_list(free: tuple[int, ...], length: int, classes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """canonical_tuples as a tuple, cached (exact asks for the same free devices at many nodes)."""
+    return tuple(canonical_tuples(free, length, classes))
 
 
 def canonical_tuples(free: tuple[int, ...], length: int, classes: tuple[int, ...]) -> Iterator[tuple[int, ...]]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from copy import copy
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import StageWork, static_bytes
-from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms
+from pipeplan.sim.cost.link_model import link_arrays, ms, pair_ms, ring_allreduce_ms
 
 
 @dataclass(slots=True)
@@ -40,6 +42,7 @@ class StageCosts:
     works: dict[tuple[int, int, int, int, float], StageWork] = field(default_factory=dict)
     bases: dict[tuple[int, int, tuple[int, ...], int, int], Placed] = field(default_factory=dict)
     links: dict[tuple[int, tuple[int, ...], tuple[int, ...], int, int], tuple[float, float]] = field(default_factory=dict)
+    rings: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)  # ring -> (bytes/s, latency s)
     params: list[float] = field(init=False)
     steps: list[float] = field(init=False)
 
@@ -73,6 +76,27 @@ class StageCosts:
         got = self.works[key] = StageWork(fwd, bwd, inp, wgt, held, sum(self.params[span]), sum(self.steps[span]) / speed)
         return got
 
+    def allreduce(self, devices: tuple[int, ...], nbytes: float) -> float:
+        """link_model.ring_allreduce_ms(cluster, devices, nbytes), the ring's slowest rate and largest latency cached:
+        the same formula in the same order, so the same float (tests/test_exact_parts.py)."""
+        n = len(devices)
+        if n < 2:
+            return 0.0
+        links = self.rings.get(devices)
+        if links is None:
+            cluster = self.request.cluster
+            ring_allreduce_ms(cluster, devices, 0.0)  # raises ClusterError, naming the pair, on a missing link
+            if cluster.allreduce_bytes_per_s is not None:
+                links = (cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s)
+            else:
+                rate, latency = link_arrays(cluster)
+                src = np.array(devices)
+                dst = np.roll(src, -1)
+                links = (float(rate[src, dst].min()), float(latency[src, dst].max()))
+            self.rings[devices] = links
+        bandwidth, latency = links
+        return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+
     def transfer(self, before: Placed, after: Placed, rp: int, nbytes: float, forward: bool) -> float:
         """Slowest pair over all pipeline replicas (each pair carries 1/q of the bytes)."""
         r1, r2 = len(before.devices) // rp, len(after.devices) // rp
@@ -105,7 +129,7 @@ class StageCosts:
             bwd=work.bwd_ms,
             inp=inp,
             wgt=wgt,
-            allreduce=ring_allreduce_ms(cluster, devices, work.param_bytes) + work.optimizer_ms,
+            allreduce=self.allreduce(devices, work.param_bytes) + work.optimizer_ms,
             static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
             act=work.saved_bytes,
             memory=min(cluster.devices[d].memory_bytes for d in devices),
