@@ -75,6 +75,11 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         result, memory = evaluate(request, search.best_plan, record=True)
     except PipeplanError as exc:  # the search checked memory the same way; this would be a bug
         raise PlanError(f"planner 'exact' chose a plan that does not fit: {exc}") from exc
-    extra = {"simulated": search.simulated, "search_nodes": search.nodes, "shapes_searched": search.shapes_searched, "search_space": space}
+    extra = {
+        "simulated": search.simulated,
+        "search_nodes": search.nodes,
+        "shapes_searched": search.shapes_searched,
+        "search_space": space,
+    }
     costs = plan_costs(search.best_plan, request.model)
     return PlanResult(search.best_plan, "exact", result, costs, memory, time.perf_counter() - started, extra)
