@@ -31,7 +31,7 @@ def test_replicated_keeps_plain_1f1b_when_asked_for_it() -> None:
 def test_the_search_seeds_from_the_replicated_pipelines_and_never_loses_to_them() -> None:
     """pipeplan's search records its replicated seed in extra["seeds"] (at that seed's own time) and returns no
     slower a plan."""
-    request = PlanRequest(load_profile("pipedream/resnet50"), load_cluster("v100-8x2-25g"), 128)
+    request = PlanRequest(load_profile("pipedream/alexnet"), load_cluster("v100-8x1"), 64)
     result = plan_pipeplan(request)
     seeds = result.extra["seeds"]
     assert SEED_NAME in seeds and seeds[SEED_NAME] == plan_replicated(request).iteration_time
