@@ -21,6 +21,7 @@ from pipeplan.io.plan_json import plan_dumps
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.candidates import divisors
+from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.selection import plan_pipeplan
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits
@@ -147,11 +148,12 @@ def test_a_restricted_schedule_still_seeds_with_the_baselines_and_never_loses_to
     request = PlanRequest(profile, cluster, 64, microbatch_size=2, schedule=schedule)
     result = plan_pipeplan(request)
     assert result.plan.schedule == schedule and result.plan.microbatch_size == 2
-    assert {"dapple", "balanced"} <= set(result.extra["seeds"])  # pipedream finds no partition at this size
+    assert {"dapple", "balanced", SEED_NAME} <= set(result.extra["seeds"])  # pipedream finds no partition at this size
     if schedule == "1f1b":
         for name, seed_ms in result.extra["seeds"].items():
             assert result.iteration_time <= seed_ms * (1 + 1e-9), name
-            assert seed_ms == pytest.approx(PLANNERS[name](request).iteration_time)
+            planner = plan_replicated if name == SEED_NAME else PLANNERS[name]
+            assert seed_ms == pytest.approx(planner(request).iteration_time)
 
 
 SMALL_BATCH_INTERLEAVED = [("dapple/bert-24", "a100-8x2", 4), ("pipedream/resnet50", "v100-8x2-25g", 6)]

@@ -8,6 +8,7 @@ The search space is described in search.py's module docstring.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 
@@ -21,6 +22,7 @@ from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.search.refine import twin_classes
+from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.scoring import Evaluator
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_matrices
@@ -192,11 +194,14 @@ class Candidates:
         return Plan(chain, 1, self.request.global_batch // b, b, "1f1b")
 
     def seed_from_baselines(self) -> None:
-        """Add the plans of the baseline planners to the pool; above LARGE_CLUSTER, the fast ones.
+        """Add the plans of the baseline planners to the pool (above LARGE_CLUSTER, the fast ones), and up to
+        LARGE_CLUSTER pipeplan's own replicated-pipeline seeds (search.replicated, extra["seeds"]["replicated"]).
 
         Note:
             A portfolio safety net: refinement then starts from the baselines'
-            plans too, so pipeplan never returns a slower plan than they do.
+            plans too, so pipeplan never returns a slower plan than they do. The
+            replicated seeds keep the DAPPLE-inspired allocation search the
+            `dapple` baseline ran before it became a faithful port of DAPPLE.
             `extra["seeds"]` reports their times and `extra["won_by_seed"]`
             names the baseline whose plan pipeplan returned unchanged, if any.
             With a schedule asked for, the baselines plan as for 1f1b (for `list`,
@@ -223,13 +228,21 @@ class Candidates:
                     result = BASELINES[name](request)
                 except PipeplanError:
                     continue
-            self.seeds[name] = result.plan
-            self.seed_times[name] = result.iteration_time
-            if self.evaluator.score(result.plan).fits:
-                self.pool.append(result.plan)
-                self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
-            if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
-                self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
+            self.take_seed(name, result)
+        if not self.large:
+            self.progress(f"seeding from pipeplan's {SEED_NAME} pipelines", 0.0)
+            with contextlib.suppress(PipeplanError):
+                self.take_seed(SEED_NAME, plan_replicated(request))
+
+    def take_seed(self, name: str, result: PlanResult) -> None:
+        """Record a seed's plan and time under `name` and add it (and its plain 1F1B form) to the pool."""
+        self.seeds[name] = result.plan
+        self.seed_times[name] = result.iteration_time
+        if self.evaluator.score(result.plan).fits:
+            self.pool.append(result.plan)
+            self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
+        if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
+            self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
 
     def generate(self) -> None:
         """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every

@@ -50,6 +50,7 @@ from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress, divisors
 from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.search.refine import improve_placement, refine_boundaries
+from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.schedules.one_f_one_b import one_f_one_b
@@ -157,13 +158,16 @@ class Search:
         # the fastest baseline plan is refined too, even when DP candidates outrank it before refinement (a deep
         # straight pipeline from `balanced` can end fastest once its boundaries move); above LARGE_CLUSTER only
         # when it is within SEED_REFINE_MARGIN of the best, as refining a 1024-device plan costs seconds
-        variants = [v for p in self.candidates.seeds.values() for v in schedule_variants(p, self.request.model, generated_only)]
-        seed = self.ranked(variants, 1)
+        # (the best baseline seed and pipeplan's own replicated seed each: one displacing the other lost plans)
         times = [self.evaluator.score(p).time_ms for p in best]
         limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.candidates.large else math.inf
-        # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
-        if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
-            best.append(seed[0])
+        for own in (False, True):
+            seeds = [p for name, p in self.candidates.seeds.items() if (name == SEED_NAME) == own]
+            seed = self.ranked([v for p in seeds for v in schedule_variants(p, self.request.model, generated_only)], 1)
+            # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
+            if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
+                best.append(seed[0])
+                times.append(t)
         refined = []
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
