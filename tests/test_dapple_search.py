@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan.core.downsets import bits
 from pipeplan.core.errors import PlanError
 from pipeplan.planner.baselines.dapple_devices import (
     APPEND_FIRST,
     FRESH_FIRST,
     SCATTER_FIRST,
     Machines,
-    ids,
     place,
     replica_placements,
 )
@@ -31,9 +31,9 @@ TWO = Machines((4, 8))
 def test_placement_policies_on_two_machines() -> None:
     """Machine 0 half used: Fresh First opens machine 1, Append First fills machine 0, Scatter First alternates."""
     taken = 0b0011
-    assert ids(place(TWO, taken, 2, FRESH_FIRST) or 0) == [4, 5]
-    assert ids(place(TWO, taken, 2, APPEND_FIRST) or 0) == [2, 3]
-    assert ids(place(TWO, 0, 3, SCATTER_FIRST) or 0) == [0, 1, 4]
+    assert bits(place(TWO, taken, 2, FRESH_FIRST) or 0) == [4, 5]
+    assert bits(place(TWO, taken, 2, APPEND_FIRST) or 0) == [2, 3]
+    assert bits(place(TWO, 0, 3, SCATTER_FIRST) or 0) == [0, 1, 4]
     assert place(TWO, 0b01111111, 2, FRESH_FIRST) is None
     assert place(TWO, 0, 2, APPEND_FIRST) is None  # nothing is partly used yet
 
@@ -122,5 +122,5 @@ def test_set_dp_covers_every_state_once_on_the_gpus_asked_for() -> None:
     assert stages[0].after == -1 and stages[-1].end == model.count - 1
     assert all(a.end == b.after for a, b in itertools.pairwise(stages))
     assert sum(s.units for s in stages) == 4
-    used = [g for s in stages for g in ids(s.gpus)]
+    used = [g for s in stages for g in bits(s.gpus)]
     assert len(used) == len(set(used)) == 8

@@ -27,9 +27,10 @@ from __future__ import annotations
 import time
 
 from pipeplan.core.dag import order_from_stages
+from pipeplan.core.downsets import bits
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.baselines.dapple_devices import ids, machines_of
+from pipeplan.planner.baselines.dapple_devices import machines_of
 from pipeplan.planner.baselines.dapple_dp import DappleStage
 from pipeplan.planner.baselines.dapple_links import rates_of
 from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
@@ -75,8 +76,8 @@ def stage_devices(links: Links, device_of: tuple[int, ...], candidate: Candidate
             start += count
         else:
             parts = s.parts if len(s.parts) == candidate.replicas else (s.gpus,)
-            out.append(tuple(device_of[g] for part in parts for g in ids(part)))
-            start = max(start, *(x + 1 for x in ids(s.gpus)))
+            out.append(tuple(device_of[g] for part in parts for g in bits(part)))
+            start = max(start, *(x + 1 for x in bits(s.gpus)))
     return out
 
 

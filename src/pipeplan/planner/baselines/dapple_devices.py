@@ -135,13 +135,3 @@ def replica_placements(machines: Machines, taken: int, need: int, replicas: int)
                 grown.setdefault(mask | gpus, (*parts, gpus))
         frontier = grown
     return {mask & ~taken: parts for mask, parts in frontier.items()}
-
-
-def ids(mask: int) -> list[int]:
-    """GPU indices of a bitmask, ascending."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
