@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from pipeplan.cli import app
-from pipeplan.cli.demo_cmd import CASES, FILES, STEPS, DemoSetting, compare_schedules
+from pipeplan.cli.demo_run import CASES, FILES, STEPS, DemoSetting, compare_schedules
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
 from pipeplan.viz.tables import format_ms

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from pipeplan.cli.demo_cmd import DemoContext
+    from pipeplan.cli.demo_run import DemoContext
 
 
 @dataclass(frozen=True, slots=True)
