@@ -67,6 +67,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pid: int) -> list[int]:
     """The live processes whose parent is `pid` (read from /proc)."""
     found = []
@@ -92,7 +97,10 @@ def test_killing_the_launcher_in_any_way_leaves_no_worker_alive(signum: int) -> 
 
     argv = [sys.executable, "-c", BOOT, "train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "2", "-b", "8",
             "--steps", "1000000", "--opt", "hidden=8", "--opt", "blocks=1", "--no-predict"]  # fmt: skip
-    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # SIGINT at its default in the launcher, as in a terminal: a suite started in the background (`make test &`,
+    # nohup) passes SIGINT down ignored, and Python then raises no KeyboardInterrupt.
+    launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=_default_sigint)  # fmt: skip
     try:
         assert launcher.stdout is not None
         line = launcher.stdout.readline()  # rank 0's first step: the workers are training
