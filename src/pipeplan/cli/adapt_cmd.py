@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP
-from pipeplan.core.errors import AdaptError, PlanError
+from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, plan_profile_and_cluster
+from pipeplan.core.errors import AdaptError
 from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
@@ -69,12 +69,7 @@ def adapt(
     config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
     trace = read_bandwidth_trace(bandwidth_trace)
     the_plan, names = load_plan(plan, profile, profile_batch_size)
-    profile = profile or names.get("profile") or None
-    cluster = cluster or names.get("cluster") or None
-    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
-    if missing:
-        raise PlanError(f"adapt --plan {plan} also needs {' and '.join(missing)} (a file path or a built-in name)")
-    assert profile is not None and cluster is not None
+    profile, cluster = plan_profile_and_cluster(f"adapt --plan {plan}", profile, cluster, names)
     model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), batch_scaling, optimizer)
     pipeline = PipelineModel.from_plan(the_plan, model, trace)
     check_trace_links(trace, pipeline, model.cluster.num_devices, cluster)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from pipeplan.core.errors import CostError
+from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.limits import MAX_BYTES, MAX_MS
 
 SIZE_UNITS = {
@@ -99,3 +99,18 @@ def refuse_sizes_for_file(name: str, stages: int | None, microbatches: int | Non
     for flag, value in given:
         if value is not None:
             raise ScheduleError(f"{flag} does not apply to the schedule file {name} (it fixes its own sizes)")
+
+
+def plan_profile_and_cluster(command: str, profile: str | None, cluster: str | None, names: dict[str, str]) -> tuple[str, str]:
+    """--profile and --cluster, each defaulting to the name the plan file records.
+
+    Raises:
+        PlanError: naming `command` (e.g. "adapt --plan p.json") and every flag still missing.
+    """
+    profile = profile or names.get("profile") or None
+    cluster = cluster or names.get("cluster") or None
+    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
+    if missing:
+        raise PlanError(f"{command} also needs {' and '.join(missing)} (a file path or a built-in name)")
+    assert profile is not None and cluster is not None
+    return profile, cluster

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pipeplan.cli.flags import plan_profile_and_cluster
 from pipeplan.cli.simulate_schedule import check_timeline
 from pipeplan.core.errors import PlanError
 from pipeplan.schedules.registry import TABLE
@@ -50,12 +51,7 @@ def simulate_plan_file(
         facts = TABLE.get(plan.schedule)
         per = 3 if facts is not None and facts.split_backward else 2
         check_timeline(per * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
-    profile = profile or names.get("profile") or None
-    cluster = cluster or names.get("cluster") or None
-    missing = [flag for flag, value in (("--profile", profile), ("--cluster", cluster)) if value is None]
-    if missing:
-        raise PlanError(f"simulate --plan {plan_path} also needs {' and '.join(missing)} (a file path or a built-in name)")
-    assert profile is not None and cluster is not None
+    profile, cluster = plan_profile_and_cluster(f"simulate --plan {plan_path}", profile, cluster, names)
     model_profile, machines = load_profile(profile, profile_batch_size), api.load_cluster(cluster)
     check_scaling(scaling)  # named as flags, before the API names them as arguments
     check_optimizer(optimizer)
