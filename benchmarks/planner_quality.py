@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python benchmarks/planner_quality.py [--quick] [--workers 2] [--out results.json] [--check]
        [--batch-scaling auto|linear] [--skip-random] [--planners dapple,... --merge results.json]
+       [--union a.json,b.json]
 
 Part 1, presets: every shared profile x every built-in cluster x global batch 256 and 2048. Each
 planner (pipeplan, dapple, pipedream, balanced) plans the instance; every plan is scored by the same
@@ -23,6 +24,9 @@ Targets (PASS/FAIL each; --check exits 1 when one fails):
 
 --quick: 6 profiles x the 4 non-uniform clusters x global batch 256, 12 random instances (T2 and T3
 are then judged on that subset).
+
+--union A.json,B.json: report the rows of --out files written apart (e.g. by --clusters runs) as one table,
+planning nothing (random instances and part 3 from the first file that has them); with --out, the joined file.
 
 --planners NAME,... --merge FILE: re-run only the named planners on the instances of an earlier --out FILE
 (narrowed by --profiles/--clusters when given) and merge their rows into it (random instances and part 3 are
@@ -185,6 +189,101 @@ def summarize(rows: list[dict[str, Any]], clusters: list[str]) -> tuple[list[str
     return lines, speedups, violations
 
 
+def report(
+    rows: list[dict[str, Any]], randoms: list[dict[str, Any]], walls: list[float], pool_seconds: float | None, workers: int
+) -> bool:
+    """Print parts 1-3 and PASS/FAIL per target; whether every target passed."""
+    clusters = list(dict.fromkeys(r["cluster"] for r in rows))
+    profiles = list(dict.fromkeys(r["profile"] for r in rows))
+    batches = sorted({r["batch"] for r in rows})
+    lines, speedups, violations = summarize(rows, clusters)
+    print(f"Part 1: {len(rows)} preset instances ({len(profiles)} profiles x {len(clusters)} clusters x batch "
+          f"{'/'.join(map(str, batches))}); pipeplan speed-up over the best baseline")  # fmt: skip
+    print("\n".join(lines))
+    non_uniform = [u for c in NON_UNIFORM if c in speedups for u in speedups[c]]
+    everything = [u for ups in speedups.values() for u in ups]
+    print(f"all presets: geomean {geomean(everything):.3f}, min {min(everything):.3f}, max {max(everything):.3f}")
+    if non_uniform:
+        print(f"non-uniform presets ({', '.join(NON_UNIFORM)}): geomean {geomean(non_uniform):.3f}")
+    listed = [r["pipeplan"] for r in rows if "same_plan_1f1b_ms" in r["pipeplan"]]
+    if listed:
+        over_1f1b = [x["same_plan_1f1b_ms"] / x["ms"] for x in listed]
+        over_generated = [x["same_plan_generated_ms"] / x["ms"] for x in listed]
+        print(f"pipeplan chose the list schedule on {len(listed)} of {len(rows)} instances; on the same stages, devices")
+        print(f"and microbatches it is {geomean(over_1f1b):.3f}x faster than 1F1B in geomean (max {max(over_1f1b):.3f}x) and")
+        print(f"{geomean(over_generated):.3f}x than the best generated schedule that fits (max {max(over_generated):.3f}x)")
+    failures = [(r, p) for r in rows for p in PLANNERS if "error" in r[p]]
+    for r, p in failures:
+        print(f"  no plan: {p} for {r['profile']} on {r['cluster']} G={r['batch']}: {r[p]['error']}")
+
+    gaps = []
+    print(f"\nPart 2: {len(randoms)} random instances ({RANDOM_LAYERS} layers, {RANDOM_DEVICES} devices, batch {RANDOM_BATCH})")
+    print("| seed | exact ms | exact s | pipeplan ms | gap | best baseline ms | exact plan | pipeplan plan |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in randoms:
+        if "ms" not in r["exact"] or "ms" not in r["pipeplan"]:
+            print(f"| {r['seed']} | {r['exact'].get('error', '')} | | {r['pipeplan'].get('error', '')} | | | | |")
+            gaps.append(math.inf)
+            continue
+        gap = r["pipeplan"]["ms"] / r["exact"]["ms"] - 1
+        gaps.append(gap)
+        base = best_baseline(r)
+        print(f"| {r['seed']} | {r['exact']['ms']:.2f} | {r['exact']['s']:.2f} | {r['pipeplan']['ms']:.2f} | {gap:+.2%} | "
+              f"{base[1] if base else math.nan:.2f} | {r['exact']['plan']} | {r['pipeplan']['plan']} |")  # fmt: skip
+    within = sum(g <= TARGET_EXACT_GAP for g in gaps) / len(gaps) if gaps else math.nan
+    finite = [g for g in gaps if math.isfinite(g)]
+    if finite:
+        print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
+              f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
+
+    seconds = statistics.median(walls)
+    print(f"\nPart 3: dapple/bert-48 on h100-8x128, batch 2048: pipeplan plans in {seconds:.2f} s "
+          f"(median of 3: {', '.join(f'{w:.2f}' for w in walls)})")  # fmt: skip
+    if pool_seconds is not None:
+        print(f"pool wall time {pool_seconds:.0f} s with {workers} workers")
+
+    targets = [("T1 pipeplan never slower than a baseline", not violations, f"{len(violations)} violations")]
+    if non_uniform:  # a subset without the non-uniform presets or the random instances does not judge T2/T3
+        speedup = geomean(non_uniform)
+        targets.append(("T2 geomean >= 1.15 on non-uniform presets", speedup >= TARGET_GEOMEAN, f"{speedup:.3f}"))
+    if gaps:
+        targets.append(("T3 within 2% of exact on >= 95%", within >= TARGET_EXACT_SHARE, f"{within:.0%}"))
+    targets.append(("T4 bert-48 on 1024 GPUs in <= 10 s", seconds <= TARGET_SECONDS, f"{seconds:.2f} s"))
+    print()
+    for v in violations:
+        print(f"  T1 violation: {v}")
+    for name, ok, value in targets:
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {value}")
+    return all(ok for _, ok, _ in targets)
+
+
+def union(paths: list[str], out: str | None, check: bool) -> int:
+    """Report the rows of several --out files as one table (no planning): e.g. per-cluster runs done apart."""
+    rows: list[dict[str, Any]] = []
+    randoms: list[dict[str, Any]] = []
+    walls: list[float] = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                table = json.load(handle)
+        except (OSError, ValueError) as error:
+            print(f"error: --union {path!r}: {error}", file=sys.stderr)
+            return 2
+        rows += table["presets"]
+        randoms = randoms or table["random"]  # the first file that has them
+        walls = walls or table["bert48_h100_8x128_seconds"]
+    seen = [(r["profile"], r["cluster"], r["batch"]) for r in rows]
+    twice = sorted({key for key in seen if seen.count(key) > 1})
+    if twice:
+        print(f"error: --union: instance {twice[0]} is in more than one file", file=sys.stderr)
+        return 2
+    passed = report(rows, randoms, walls, None, 0)
+    if out:
+        with open(out, "w", encoding="utf-8") as handle:
+            json.dump({"presets": rows, "random": randoms, "bert48_h100_8x128_seconds": walls}, handle, indent=1, sort_keys=True)
+    return 1 if check and not passed else 0
+
+
 def main() -> int:
     """Run the benchmark, print the tables and PASS/FAIL per target."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -198,6 +297,7 @@ def main() -> int:
     parser.add_argument("--batch-scaling", default="auto", help="the cost model's scaling: auto (default) or linear, ...")
     parser.add_argument("--planners", default=",".join(PLANNERS), help="comma-separated planners to run (with --merge)")
     parser.add_argument("--merge", default=None, help="an earlier --out JSON: re-run --planners on its instances")
+    parser.add_argument("--union", default=None, help="comma-separated --out JSONs of disjoint instances: report them as one")
     args = parser.parse_args()
     names = tuple(args.planners.split(","))
     if any(n not in PLANNERS for n in names) or not names:
@@ -206,6 +306,8 @@ def main() -> int:
     if names != PLANNERS and args.merge is None:
         print("error: --planners needs --merge FILE (the table the other planners' results come from)", file=sys.stderr)
         return 2
+    if args.union is not None:
+        return union(args.union.split(","), args.out, args.check)
     earlier = None
     if args.merge is not None:
         try:
@@ -249,46 +351,6 @@ def main() -> int:
         randoms = earlier["random"]
     rows.sort(key=lambda r: (clusters.index(r["cluster"]), profiles.index(r["profile"]), r["batch"]))
 
-    lines, speedups, violations = summarize(rows, clusters)
-    print(f"Part 1: {len(rows)} preset instances ({len(profiles)} profiles x {len(clusters)} clusters x batch "
-          f"{'/'.join(map(str, batches))}); pipeplan speed-up over the best baseline")  # fmt: skip
-    print("\n".join(lines))
-    non_uniform = [u for c in NON_UNIFORM if c in speedups for u in speedups[c]]
-    everything = [u for ups in speedups.values() for u in ups]
-    print(f"all presets: geomean {geomean(everything):.3f}, min {min(everything):.3f}, max {max(everything):.3f}")
-    if non_uniform:
-        print(f"non-uniform presets ({', '.join(NON_UNIFORM)}): geomean {geomean(non_uniform):.3f}")
-    listed = [r["pipeplan"] for r in rows if "same_plan_1f1b_ms" in r["pipeplan"]]
-    if listed:
-        over_1f1b = [x["same_plan_1f1b_ms"] / x["ms"] for x in listed]
-        over_generated = [x["same_plan_generated_ms"] / x["ms"] for x in listed]
-        print(f"pipeplan chose the list schedule on {len(listed)} of {len(rows)} instances; on the same stages, devices")
-        print(f"and microbatches it is {geomean(over_1f1b):.3f}x faster than 1F1B in geomean (max {max(over_1f1b):.3f}x) and")
-        print(f"{geomean(over_generated):.3f}x than the best generated schedule that fits (max {max(over_generated):.3f}x)")
-    failures = [(r, p) for r in rows for p in PLANNERS if "error" in r[p]]
-    for r, p in failures:
-        print(f"  no plan: {p} for {r['profile']} on {r['cluster']} G={r['batch']}: {r[p]['error']}")
-
-    gaps = []
-    print(f"\nPart 2: {len(randoms)} random instances ({RANDOM_LAYERS} layers, {RANDOM_DEVICES} devices, batch {RANDOM_BATCH})")
-    print("| seed | exact ms | exact s | pipeplan ms | gap | best baseline ms | exact plan | pipeplan plan |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in randoms:
-        if "ms" not in r["exact"] or "ms" not in r["pipeplan"]:
-            print(f"| {r['seed']} | {r['exact'].get('error', '')} | | {r['pipeplan'].get('error', '')} | | | | |")
-            gaps.append(math.inf)
-            continue
-        gap = r["pipeplan"]["ms"] / r["exact"]["ms"] - 1
-        gaps.append(gap)
-        base = best_baseline(r)
-        print(f"| {r['seed']} | {r['exact']['ms']:.2f} | {r['exact']['s']:.2f} | {r['pipeplan']['ms']:.2f} | {gap:+.2%} | "
-              f"{base[1] if base else math.nan:.2f} | {r['exact']['plan']} | {r['pipeplan']['plan']} |")  # fmt: skip
-    within = sum(g <= TARGET_EXACT_GAP for g in gaps) / len(gaps) if gaps else math.nan
-    finite = [g for g in gaps if math.isfinite(g)]
-    if finite:
-        print(f"within 2% of exact: {within:.0%}; gap median {statistics.median(finite):+.2%}, max {max(finite):+.2%}; "
-              f"exact planning max {max(r['exact'].get('s', 0) for r in randoms):.2f} s")  # fmt: skip
-
     from pipeplan.planner.registry import PLANNERS as REGISTRY
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
@@ -299,27 +361,11 @@ def main() -> int:
         t0 = time.perf_counter()
         REGISTRY["pipeplan"](request)
         walls.append(time.perf_counter() - t0)
-    seconds = statistics.median(walls)
-    print(f"\nPart 3: dapple/bert-48 on h100-8x128, batch 2048: pipeplan plans in {seconds:.2f} s "
-          f"(median of 3: {', '.join(f'{w:.2f}' for w in walls)})")  # fmt: skip
-    print(f"pool wall time {pool_seconds:.0f} s with {args.workers} workers")
-
-    targets = [("T1 pipeplan never slower than a baseline", not violations, f"{len(violations)} violations")]
-    if non_uniform:  # a subset without the non-uniform presets or the random instances does not judge T2/T3
-        speedup = geomean(non_uniform)
-        targets.append(("T2 geomean >= 1.15 on non-uniform presets", speedup >= TARGET_GEOMEAN, f"{speedup:.3f}"))
-    if gaps:
-        targets.append(("T3 within 2% of exact on >= 95%", within >= TARGET_EXACT_SHARE, f"{within:.0%}"))
-    targets.append(("T4 bert-48 on 1024 GPUs in <= 10 s", seconds <= TARGET_SECONDS, f"{seconds:.2f} s"))
-    print()
-    for v in violations:
-        print(f"  T1 violation: {v}")
-    for name, ok, value in targets:
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {value}")
+    passed = report(rows, randoms, walls, pool_seconds, args.workers)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump({"presets": rows, "random": randoms, "bert48_h100_8x128_seconds": walls}, handle, indent=1, sort_keys=True)
-    return 1 if args.check and not all(ok for _, ok, _ in targets) else 0
+    return 1 if args.check and not passed else 0
 
 
 if __name__ == "__main__":
