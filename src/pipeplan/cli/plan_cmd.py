@@ -15,8 +15,11 @@ from pipeplan.viz.json_print import print_json
 from pipeplan.viz.progress import progress_display
 
 if TYPE_CHECKING:
+    from pipeplan.planner.bound_plan import PlanBound
     from pipeplan.planner.compare import Comparison
 
+BOUND_HELP = "Also compute the proven lower bound of the plan's class and the plan's time over it (seconds to a minute)."
+"""--bound of plan and compare (planner.bound_plan)."""
 SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
 
@@ -67,6 +70,7 @@ def plan(
     trace_iterations: int | None = typer.Option(
         None, "--trace-iterations", help="With --bandwidth-trace: iterations per run [enough to cover the trace, 10..200]."
     ),
+    bound: bool = typer.Option(False, "--bound", help=BOUND_HELP),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import Output, check_outputs
@@ -102,10 +106,17 @@ def plan(
 
         idle = result
         result, scores = choose_under_trace(result, request, trace, trace_iterations)
+    measured = None
+    if bound:
+        from pipeplan.planner.bound_plan import Bounds
+
+        measured = Bounds(request).of(result.plan, result.iteration_time)
     if as_json:
         obj = result.to_json(profile, cluster, model)
         if scores is not None:
             obj["bandwidth_trace"] = trace_json(scores, idle)
+        if measured is not None:
+            obj["lower_bound"] = measured.to_json()
         print_json(obj)
     else:
         print_tables(plan_summary(result, model, request.cluster, request.model), stage_table(result))
@@ -115,6 +126,10 @@ def plan(
 
             print_tables(trace_table(scores))
             typer.echo(trace_verdict(scores, idle))
+        if measured is not None:
+            from pipeplan.viz.plan_tables import bound_line
+
+            typer.echo(bound_line(measured))
     if out is not None:
         write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)
@@ -136,6 +151,7 @@ def compare(
     replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
+    bound: bool = typer.Option(False, "--bound", help=BOUND_HELP),
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
@@ -151,10 +167,22 @@ def compare(
                              schedule=schedule, batch_scaling=batch_scaling, optimizer=optimizer,
                              optimizer_factor=optimizer_factor, profile_batch_size=profile_batch_size,
                              replication=replication)  # fmt: skip
+    measured = None
+    if bound:
+        from pipeplan.planner.bound_plan import Bounds
+        from pipeplan.planner.request import PlanResult
+
+        bounds = Bounds(run.request)
+        measured = {r.planner: bounds.of(r.plan, r.iteration_time) for r in run.rows if isinstance(r, PlanResult)}
     if as_json:
-        print_json(run.to_json())
+        obj = run.to_json()
+        if measured is not None:
+            for entry in obj["results"]:
+                if entry["planner"] in measured:
+                    entry["lower_bound"] = measured[entry["planner"]].to_json()
+        print_json(obj)
     else:
-        print_comparison(run)
+        print_comparison(run, measured)
     if png is not None:
         draw_best(run, png)
         typer.echo(f"wrote {png}", err=as_json)
@@ -174,13 +202,16 @@ def _planner_list(planners: str | None) -> list[str] | None:
         raise PlanError(f"--planners {planners!r}: {exc}") from None
 
 
-def print_comparison(run: Comparison) -> None:
-    """The side-by-side table, its note, then each failure's reason."""
-    from pipeplan.viz.plan_tables import SPEEDUP_NOTE, failure_lines, planners_table
+def print_comparison(run: Comparison, measured: dict[str, PlanBound] | None = None) -> None:
+    """The side-by-side table (with each plan over its class's bound when measured), its notes, each failure's reason."""
+    from pipeplan.viz.plan_tables import BOUND_NOTE, SPEEDUP_NOTE, failure_lines, planners_table
     from pipeplan.viz.tables import print_tables
 
-    print_tables(planners_table(f"{run.name} on {run.cluster}, global batch {run.request.global_batch}", run.rows))
+    title = f"{run.name} on {run.cluster}, global batch {run.request.global_batch}"
+    print_tables(planners_table(title, run.rows, measured))
     typer.echo(SPEEDUP_NOTE)
+    if measured:
+        typer.echo(BOUND_NOTE.format(bounds=", ".join(sorted({f"{b.of} {b.bound.ms:.2f} ms" for b in measured.values()}))))
     for line in failure_lines(run.rows):
         typer.echo(line)
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.planner.bound_plan import PlanBound
 from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
 from pipeplan.planner.request import PlanResult
 from pipeplan.planner.search.trace_aware import TraceScore
@@ -80,26 +81,45 @@ def plan_summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, mo
     return table
 
 
-def planners_table(title: str, rows: Sequence[PlanResult | PlannerFailure]) -> Table:
-    """Every planner's plan side by side (`compare`): time, speed-up over the best baseline, memory, planning time."""
+def planners_table(
+    title: str, rows: Sequence[PlanResult | PlannerFailure], bounds: Mapping[str, PlanBound] | None = None
+) -> Table:
+    """Every planner's plan side by side (`compare`): time, speed-up over the best baseline, memory, planning time,
+    and with `bounds` (planner name -> its plan against its class's bound) the time over that bound."""
     baseline = best_baseline(rows)
     table = Table(title=title, title_justify="left")
-    for header in ("planner", "iteration ms", "speed-up", "peak memory", "planning s", "plan"):
+    headers = ["planner", "iteration ms", "speed-up", "peak memory", "planning s", "plan"]
+    if bounds is not None:
+        headers.insert(3, "over bound")
+    for header in headers:
         table.add_column(header, justify="left" if header in ("planner", "plan") else "right")
     for r in rows:
         if not isinstance(r, PlanResult):
-            table.add_row(r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", "no plan (below)")
-            continue
-        ratio = speedup(r, baseline)
-        table.add_row(
-            r.planner,
-            format_ms(r.iteration_time),
-            "-" if ratio is None else f"{ratio:.2f}x",
-            format_bytes(max(r.memory_per_device)),
-            f"{r.planning_seconds:.2f}",
-            plan_shape(r.plan),
-        )
+            cells = [r.planner, "-", "-", "-", f"{r.planning_seconds:.2f}", "no plan (below)"]
+        else:
+            ratio = speedup(r, baseline)
+            cells = [
+                r.planner,
+                format_ms(r.iteration_time),
+                "-" if ratio is None else f"{ratio:.2f}x",
+                format_bytes(max(r.memory_per_device)),
+                f"{r.planning_seconds:.2f}",
+                plan_shape(r.plan),
+            ]
+        if bounds is not None:
+            cells.insert(3, f"{bounds[r.planner].gap:.3f}x" if r.planner in bounds else "-")
+        table.add_row(*cells)
     return table
+
+
+def bound_line(measured: PlanBound) -> str:
+    """`plan --bound`: the proven lower bound of the plan's class, where it binds, and the plan's time over it."""
+    b = measured.bound
+    return (
+        f"proven lower bound over {measured.of}: {format_ms(b.ms)} ms (binding term {b.term} at {b.pipelines} "
+        f"pipeline(s) x microbatch {b.microbatch_size}); this plan is {measured.gap:.3f}x it: no plan of its class is "
+        f"more than {1 - 1 / measured.gap:.1%} faster"
+    )
 
 
 def trace_table(scores: Sequence[TraceScore]) -> Table:
@@ -133,5 +153,7 @@ def failure_lines(rows: Sequence[PlanResult | PlannerFailure]) -> list[str]:
     return [f"{r.planner}: {r.error}" for r in rows if not isinstance(r, PlanResult)]
 
 
+BOUND_NOTE = "over bound: this time / the proven lower bound of its plan's class ({bounds}; planner.bound_plan)"
+"""Printed under `planners_table` with bounds; {bounds} lists each class's bound."""
 SPEEDUP_NOTE = f"speed-up: best baseline ({', '.join(BASELINES)}) time / this time; plan: ranks x pipelines"
 """Printed under `planners_table`."""
