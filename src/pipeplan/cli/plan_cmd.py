@@ -23,6 +23,20 @@ BOUND_HELP = "Also compute the proven lower bound of the plan's class and the pl
 SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
 
+# The options plan and compare share (one declaration each; typer reads them, never changes them).
+PROFILE = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48).")
+CLUSTER = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g).")
+GLOBAL_BATCH = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas.")
+SCHEDULE = typer.Option("auto", "--schedule", help=SCHEDULE_HELP)
+BATCH_SCALING = typer.Option("auto", "--batch-scaling", help=SCALING_HELP)
+OPTIMIZER = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP)
+PROFILE_BATCH_SIZE = typer.Option(None, "--profile-batch-size", help=PBS_HELP)
+REPLICATION = typer.Option("any", "--replication", help=REPLICATION_HELP)
+BOUND = typer.Option(False, "--bound", help=BOUND_HELP)
+OPTIMIZER_FACTOR_OPTION = typer.Option(
+    None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
+)
+
 
 def _check_replication(replication: str) -> str:
     """--replication is one of REPLICATION_CHOICES."""
@@ -49,19 +63,17 @@ def _check_samples(global_batch: int, microbatch_size: int | None) -> None:
 
 
 def plan(
-    profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
-    cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
-    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
+    profile: str = PROFILE,
+    cluster: str = CLUSTER,
+    global_batch: int = GLOBAL_BATCH,
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [planner's choice]."),
     planner: str = typer.Option("pipeplan", "--planner", help="Planner: pipeplan, dapple, pipedream, balanced, exact."),
-    schedule: str = typer.Option("auto", "--schedule", help=SCHEDULE_HELP),
-    batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
-    optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
-    optimizer_factor: float | None = typer.Option(
-        None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
-    ),
-    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
-    replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
+    schedule: str = SCHEDULE,
+    batch_scaling: str = BATCH_SCALING,
+    optimizer: str = OPTIMIZER,
+    optimizer_factor: float | None = OPTIMIZER_FACTOR_OPTION,
+    profile_batch_size: int | None = PROFILE_BATCH_SIZE,
+    replication: str = REPLICATION,
     as_json: bool = typer.Option(False, "--json", help="Print the plan and its timings as JSON."),
     out: str | None = typer.Option(None, "--out", help="Write the plan file (no timings: same inputs, same bytes)."),
     bandwidth_trace: str | None = typer.Option(
@@ -70,7 +82,7 @@ def plan(
     trace_iterations: int | None = typer.Option(
         None, "--trace-iterations", help="With --bandwidth-trace: iterations per run [enough to cover the trace, 10..200]."
     ),
-    bound: bool = typer.Option(False, "--bound", help=BOUND_HELP),
+    bound: bool = BOUND,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import Output, check_outputs
@@ -136,22 +148,20 @@ def plan(
 
 
 def compare(
-    profile: str = typer.Option(..., "--profile", help="Model profile: a file path or a built-in name (e.g. dapple/bert-48)."),
-    cluster: str = typer.Option(..., "--cluster", help="Cluster: a file path or a built-in name (e.g. v100-8x2-25g)."),
-    global_batch: int = typer.Option(..., "--global-batch", help="Samples per iteration over all pipeline replicas."),
+    profile: str = PROFILE,
+    cluster: str = CLUSTER,
+    global_batch: int = GLOBAL_BATCH,
     microbatch_size: int | None = typer.Option(None, "--microbatch-size", help="Samples per microbatch [each planner's choice]."),
     planners: str | None = typer.Option(None, "--planners", help="Comma-separated planners to run [all registered]."),
-    schedule: str = typer.Option("auto", "--schedule", help=SCHEDULE_HELP),
-    batch_scaling: str = typer.Option("auto", "--batch-scaling", help=SCALING_HELP),
-    optimizer: str = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP),
-    optimizer_factor: float | None = typer.Option(
-        None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
-    ),
-    profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
-    replication: str = typer.Option("any", "--replication", help=REPLICATION_HELP),
+    schedule: str = SCHEDULE,
+    batch_scaling: str = BATCH_SCALING,
+    optimizer: str = OPTIMIZER,
+    optimizer_factor: float | None = OPTIMIZER_FACTOR_OPTION,
+    profile_batch_size: int | None = PROFILE_BATCH_SIZE,
+    replication: str = REPLICATION,
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
-    bound: bool = typer.Option(False, "--bound", help=BOUND_HELP),
+    bound: bool = BOUND,
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
