@@ -25,7 +25,8 @@ Targets (PASS/FAIL each; --check exits 1 when one fails):
 --quick: 6 profiles x the 4 non-uniform clusters x global batch 256, 12 random instances (T2 and T3
 are then judged on that subset).
 
---union A.json,B.json: report the rows of --out files written apart (e.g. by --clusters runs) as one table,
+--union A.json,B.json: report the rows of --out files written apart (e.g. by --clusters runs; a stopped run's
+OUT.partial.jsonl too) as one table,
 planning nothing (random instances and part 3 from the first file that has them); with --out, the joined file.
 
 --planners NAME,... --merge FILE: re-run only the named planners on the instances of an earlier --out FILE
@@ -37,6 +38,7 @@ a baseline changes, pipeplan (which seeds from the baselines) keeps its old plan
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -73,10 +75,18 @@ def run_planners(job: tuple[str, str, int, str, tuple[str, ...]]) -> dict[str, A
     planners = REGISTRY
     request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch, batch_scaling=scaling)
     row: dict[str, Any] = {"profile": profile_name, "cluster": cluster_name, "batch": batch}
-    for name in names:
+    runs: dict[str, Any] = {}  # the baselines' results, handed to pipeplan's seeding as `compare` does
+    for name in sorted(names, key=lambda n: n == "pipeplan"):  # the baselines first, each planned once
         started = time.perf_counter()
         try:
-            result = planners[name](request)
+            if name == "pipeplan" and runs:
+                result = planners[name](request, baselines=runs)
+                reused = sum(runs[b].planning_seconds for b in result.extra.get("seeds_reused", ()) if runs[b] is not None)
+                result = dataclasses.replace(result, planning_seconds=result.planning_seconds + reused)
+            else:
+                runs[name] = None
+                result = planners[name](request)
+                runs[name] = result
             row[name] = {"ms": result.iteration_time, "s": result.planning_seconds, "plan": describe(result.plan)}
             if name == "pipeplan" and result.plan.schedule == "list":
                 row[name].update(same_plan_times(result.plan, request))
@@ -265,7 +275,11 @@ def union(paths: list[str], out: str | None, check: bool) -> int:
     for path in paths:
         try:
             with open(path, encoding="utf-8") as handle:
-                table = json.load(handle)
+                if path.endswith(".jsonl"):  # the rows a run wrote as it went (--out's .partial.jsonl)
+                    table = {"presets": [json.loads(line) for line in handle if line.strip()], "random": [],
+                             "bert48_h100_8x128_seconds": []}  # fmt: skip
+                else:
+                    table = json.load(handle)
         except (OSError, ValueError) as error:
             print(f"error: --union {path!r}: {error}", file=sys.stderr)
             return 2
@@ -339,8 +353,12 @@ def main() -> int:
     started = time.perf_counter()
     with Pool(args.workers) as pool:
         rows = []
+        partial = Path(f"{args.out}.partial.jsonl") if args.out else None  # each row as it is done (a stopped run keeps them)
         for i, row in enumerate(pool.imap_unordered(run_planners, jobs, chunksize=1)):
             rows.append(row)
+            if partial is not None:
+                with partial.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(row, sort_keys=True) + "\n")
             if (i + 1) % 25 == 0:
                 print(f"  {i + 1}/{len(jobs)} preset instances ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
         randoms = sorted(pool.map(run_random, seeds, chunksize=1), key=lambda r: r["seed"])

@@ -124,3 +124,20 @@ def test_set_dp_covers_every_state_once_on_the_gpus_asked_for() -> None:
     assert sum(s.units for s in stages) == 4
     used = [g for s in stages for g in bits(s.gpus)]
     assert len(used) == len(set(used)) == 8
+
+
+@settings(max_examples=20, deadline=None)
+@given(costs=st.lists(layer, min_size=2, max_size=6), sizes=st.sampled_from([(2, 2, 2), (3, 3), (4, 2), (2, 2, 2, 2)]),
+       straight=st.booleans(), descending=st.booleans())  # fmt: skip
+def test_set_dp_reusing_levels_equals_a_fresh_dp(costs: list, sizes: tuple[int, ...], straight: bool, descending: bool) -> None:
+    """dp_sets with one `reuse` dict over every p (ascending, as the candidates ask, or descending) gives the same
+    value and stages as a fresh DP for each p: level m's cells do not depend on p."""
+    machines = Machines(tuple(np.cumsum(sizes).tolist()))
+    model = chain_model(costs)
+    reuse: dict = {}
+    counts = range(machines.gpus, 0, -1) if descending else range(1, machines.gpus + 1)
+    for p in counts:
+        rp = machines.gpus // p
+        assert dp_sets(model, machines, HPGO_RATES, p, rp, straight, reuse=reuse) == dp_sets(
+            model, machines, HPGO_RATES, p, rp, straight
+        )

@@ -24,7 +24,7 @@ in hash order).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,17 +65,48 @@ def placement_free(machines: Machines, replicas: int) -> bool:
     return len(machines.ends) == 1 or replicas > machines.largest
 
 
+@dataclass(slots=True)
+class Levels:
+    """dp_sets' cells for one (rp, straight), level by level: level m's cells depend on the levels below it only,
+    never on p, so the tables of p GPUs per replica are the first p levels of the tables of any larger p. A
+    `reuse` dict handed to dp_sets keeps one Levels per (rp, straight) and each call only adds the levels it lacks
+    (the candidates' p = 1..N share rp over long runs: on 32 GPUs p = 17..32 all have rp = 1)."""
+
+    cells: list[list[dict[int, _Cell]]]  # cells[j][m]: GPU set -> cell
+    best: list[list[_Cell | None]]  # best[j][m]: the best cell over GPU sets
+    seeded: int = 0  # levels given their first-stage cells
+    done: int = 1  # levels complete (level 0 holds first-stage cells only)
+    placed: dict[tuple[int, int], dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    moves: dict[tuple[int, int], float] = field(default_factory=dict)
+    gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = field(default_factory=dict)
+
+    def grow(self, levels: int) -> None:
+        """Room for `levels` levels in every state's row."""
+        for row, top in zip(self.cells, self.best, strict=True):
+            row.extend({} for _ in range(levels - len(row)))
+            top.extend(None for _ in range(levels - len(top)))
+
+
 def dp_sets(
-    model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool, split_idle: bool = True
-) -> tuple[float, list[DappleStage]] | None:
+    model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool, split_idle: bool = True,
+    reuse: dict[tuple[int, bool], Levels] | None = None,
+) -> tuple[float, list[DappleStage]] | None:  # fmt: skip
     """The best plan of all states on p GPUs per replica and rp replicas, or None (module docstring).
 
     With `split_idle` False, a pipeline that leaves GPUs idle (p·rp < GPUs) is tried as one stage only, as HPGO does.
+    `reuse` (with `split_idle`): the levels computed by earlier calls of the same model and cluster (Levels), the
+    same cells as a fresh computation.
     """
     states = model.count
-    cells: list[list[dict[int, _Cell]]] = [[{} for _ in range(p)] for _ in range(states)]
-    best: list[list[_Cell | None]] = [[None] * p for _ in range(states)]
-    for m in range(1 if straight else p):
+    shared = reuse is not None and split_idle
+    levels = reuse.get((rp, straight)) if shared else None
+    if levels is None:
+        levels = Levels([[] for _ in range(states)], [[] for _ in range(states)])
+        if shared:
+            reuse[rp, straight] = levels
+    levels.grow(max(p, len(levels.cells[0])))
+    cells, best = levels.cells, levels.best
+    for m in range(levels.seeded, 1 if straight else p):
         gpus = place(machines, 0, (m + 1) * rp, FRESH_FIRST)
         if gpus is None:
             continue
@@ -83,8 +114,9 @@ def dp_sets(
             cell = _Cell(float(model.table_s[0, j]) / (m + 1) / rp, None, m + 1, (gpus,))
             cells[j][m][gpus] = cell
             best[j][m] = cell
+    levels.seeded = max(levels.seeded, 1 if straight else p)
     if split_idle or p * rp == machines.gpus:
-        _recurrence(model, machines, rates, p, rp, straight, cells, best)
+        _recurrence(model, machines, rates, p, rp, straight, levels)
     top = best[states - 1][p - 1]
     if top is None:
         return None
@@ -92,15 +124,14 @@ def dp_sets(
 
 
 def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool,
-                cells: list[list[dict[int, _Cell]]], best: list[list[_Cell | None]]) -> None:  # fmt: skip
-    """Fill every (j, m >= 1) cell, all j at once per (m, m', prefix GPU set, placement)."""
+                levels: Levels) -> None:  # fmt: skip
+    """Fill every (j, m >= 1) cell of the levels not done yet below p, all j at once per (m, m', prefix GPU set,
+    placement)."""
     states = model.count
+    cells, best, placed, moves, gathered = levels.cells, levels.best, levels.placed, levels.moves, levels.gathered
     rows = model.table_s[1:, :]  # rows[k, j]: compute of the states after k up to j
     payload = 2.0 * model.cut_bytes
-    placed: dict[tuple[int, int], dict[int, tuple[int, ...]]] = {}
-    moves: dict[tuple[int, int], float] = {}
-    gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = {}
-    for m in range(1, p):
+    for m in range(levels.done, p):
         times: dict[int, np.ndarray] = {}  # per GPU set taken at level m, each state's cell time so far
         for mp in range(1, 2 if straight else m + 1):
             prefix = m - mp
@@ -129,6 +160,7 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
                         top = best[j][m]
                         if top is None or v < top.time:
                             best[j][m] = cell
+        levels.done = max(levels.done, m + 1)
 
 
 def _gather(cells: list[list[dict[int, _Cell]]], prefix: int,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeplan.planner.baselines.dapple_devices import Machines, placements
-from pipeplan.planner.baselines.dapple_dp import DappleStage, dp_counts, dp_sets, move_rate, placement_free
+from pipeplan.planner.baselines.dapple_dp import DappleStage, Levels, dp_counts, dp_sets, move_rate, placement_free
 from pipeplan.planner.baselines.dapple_latency import latency
 from pipeplan.planner.baselines.dapple_links import LinkRates, allreduce_s, spread_allreduce_s, transfer_s
 from pipeplan.planner.baselines.dapple_model import DappleModel
@@ -57,6 +57,7 @@ def candidates(model: DappleModel, links: Links, widths: str = "any") -> list[Ca
     n = links.machines.gpus
     out: list[Candidate] = []
     capped = n > FAITHFUL_GPUS
+    reuse: dict[tuple[int, bool], Levels] = {}  # dp_sets' levels, shared by the p of one rp
     for p in range(1, (min(n, MAX_PIPELINE_GPUS) if capped else n) + 1):
         rp = n // p
         free = placement_free(links.machines, rp)
@@ -68,7 +69,7 @@ def candidates(model: DappleModel, links: Links, widths: str = "any") -> list[Ca
             if free:
                 found = dp_counts(model, move_rate(links.machines, links.rates), n, p, rp, straight)
             else:
-                found = dp_sets(model, links.machines, links.rates, p, rp, straight)
+                found = dp_sets(model, links.machines, links.rates, p, rp, straight, reuse=reuse)
             if found is not None:
                 out.append(Candidate(f"{'straight ' if straight else ''}p={p} rp={rp}", rp, tuple(found[1])))
     if widths == "any" or n == 2:
