@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pipeplan.planner.bound_plan import PlanBound
     from pipeplan.planner.compare import Comparison
 
-BOUND_HELP = "Also compute the proven lower bound of the plan's class and the plan's time over it (seconds to a minute)."
+BOUND_HELP = "Also compute the proven lower bound of the plan's class and the time over it (seconds; minutes on 1,000+ GPUs)."
 """--bound of plan and compare (planner.bound_plan)."""
 SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
