@@ -60,3 +60,41 @@ def schedule_bound(stages: list[Placed], m: int, split: bool) -> float:
             bound = max(bound, first_backward + part[s] + m * st.bwd_out + chain[s - 1])
             first_backward += part[s] + st.bwd_out
     return bound
+
+
+def fill_bound(stages: list[Placed], m: int, name: str, k: int, p: int, rest: float = 0.0) -> float:
+    """Lower bound on the iteration of a plan of p stages whose first len(stages) are `stages`, under a schedule.
+
+    `rest` is at most the time from the end of any forward on the last given stage to the arrival back at it of
+    that microbatch's gradient: the forward and backward (zb-h1: its I) of every later layer and the transfers
+    (0 when the stages are the whole plan). With g = 1 under 1f1b and zb-h1, k under kfkb and m under gpipe,
+    stage s runs w_s = min(g (p - s), m) forwards, then its first backward (zb-h1: I), then the rest of its
+    order: every backward (zb-h1: every I and W) and the m - w_s forwards left. Forwards run in order on a stage
+    and each waits for its input, so forward j ends on stage t no earlier than E_t(j) = arrive_t + F_t
+    + j max(F_0..F_t) (the longest path of that grid: a step to the next forward costs some F_u <= the max, a
+    step up the transfer and F of the next stage). The first backward on the top stage waits for its own
+    forward g - 1 (w_top = g), so for forward g - 1 of every stage below, then the way up and back (`rest`);
+    on stage s it waits for the first backward on s + 1 (its B, or I under zb-h1) and its transfer down, and for
+    its own w_s forwards. So T >= first_s + m B_s (zb-h1: m (I + W)) + (m - w_s) F_s + the stage's tail (its
+    all-reduce and step; unsplit above stage 0 also the last gradient's way down, as in schedule_bound).
+    Ordering and queues only delay: the bound drops every wait the simulator adds beyond these.
+    """
+    split = name == "zb-h1"
+    g = m if name == "gpipe" else min(k if name == "kfkb" else 1, m)
+    slowest = 0.0
+    starts = []  # earliest end of stage s's last warm-up forward
+    for s, st in enumerate(stages):
+        slowest = max(slowest, st.fwd)
+        starts.append(st.arrive + st.fwd + (min(g * (p - s), m) - 1) * slowest)
+    last = stages[-1]
+    first = max(starts[-1], last.arrive + last.fwd + (g - 1) * slowest + rest)
+    bound = 0.0
+    for s in range(len(stages) - 1, -1, -1):
+        st = stages[s]
+        if s < len(stages) - 1:
+            above = stages[s + 1]
+            first = max(starts[s], first + (above.inp if split else above.bwd) + above.bwd_out)
+        tail = st.allreduce if split or s == 0 else max(st.allreduce, st.bwd_out + stages[s - 1].chain)
+        back = st.inp + st.wgt if split else st.bwd
+        bound = max(bound, first + m * back + (m - min(g * (p - s), m)) * st.fwd + tail)
+    return bound

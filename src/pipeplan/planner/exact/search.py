@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
-from pipeplan.planner.exact.bounds import compute_bound, placed_bound, schedule_bound
+from pipeplan.planner.exact.bounds import compute_bound, fill_bound, placed_bound, schedule_bound
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
@@ -103,6 +103,8 @@ class Search:
             peaks = peak_inflight(name, len(stages), m, k)
             if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                 continue
+            if self.beaten(fill_bound(stages, m, name, k, len(stages))):
+                continue
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
@@ -114,6 +116,20 @@ class Search:
                 self.simulated += 1
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
+
+    def filled(self, stages: list[Placed], m: int, most: int, rest: float) -> bool:
+        """Whether no completion of these first stages to p stages (len(stages) < p <= most) can beat the best
+        under any schedule their memory allows: bounds.fill_bound, `rest` at most the way up and back after them."""
+        for p in range(len(stages) + 1, most + 1):
+            for name, k in self.schedules:
+                if name == "kfkb" and k >= m:
+                    continue
+                peaks = peak_inflight(name, p, m, k)
+                if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+                    continue
+                if not self.beaten(fill_bound(stages, m, name, k, p, rest)):
+                    return False
+        return True
 
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
@@ -163,7 +179,10 @@ class Search:
                 fastest = max(speeds[d] for d in left)
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
-                self.grow([*stages, stage], left, rp, m, size, used + devices)
+                placed = [*stages, stage]
+                if self.filled(placed, m, len(placed) + min(len(left) // rp, rest_layers), float(after.after[last])):
+                    continue
+                self.grow(placed, left, rp, m, size, used + devices)
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
         """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices in order."""
