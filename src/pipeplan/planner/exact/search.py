@@ -2,7 +2,7 @@
 
 A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
 suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
-split that table found, on the devices in order. Stages are then placed left to right in a depth-first search.
+split that table found, on the devices in ring_order. Stages are then placed left to right in a depth-first search.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
 (before any device tuple is costed); a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
@@ -12,8 +12,11 @@ its per-schedule bound is below the incumbent and it fits in memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
@@ -25,6 +28,7 @@ from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.simulator import simulate
@@ -51,6 +55,33 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
     return costs.stages, flows
 
 
+RING_ORDER_DEVICES = 8
+"""Largest cluster whose seeds take the devices in a best ring's order (the (n - 1)! rings from device 0 are tried)."""
+
+
+def ring_order(request: PlanRequest) -> tuple[int, ...]:
+    """The devices in the order of a ring whose slowest link is fastest (then whose largest latency is least; the
+    first such ring in lexicographic order), or 0..n-1: the seeds' device order, so a seeded stage's all-reduce and
+    its neighbours' transfers use good links (uniform links keep 0..n-1)."""
+    cluster = request.cluster
+    n = cluster.num_devices
+    if n < 3 or n > RING_ORDER_DEVICES or cluster.allreduce_bytes_per_s is not None:
+        return tuple(range(n))
+    rate_matrix, latency_matrix = link_arrays(cluster)
+    index = np.arange(n)
+    rate = np.asarray(rate_matrix[index[:, None], index[None, :]], dtype=float).tolist()
+    latency = np.asarray(latency_matrix[index[:, None], index[None, :]], dtype=float).tolist()
+    best: tuple[float, float] | None = None
+    order = tuple(range(n))
+    for tail in itertools.permutations(range(1, n)):
+        ring = (0, *tail)
+        pairs = list(zip(ring, (*tail, 0), strict=True))
+        key = (-min(rate[a][b] for a, b in pairs), max(latency[a][b] for a, b in pairs))
+        if best is None or key < best:
+            best, order = key, ring
+    return order
+
+
 @dataclass(slots=True)
 class Search:
     """The branch and bound over one request."""
@@ -71,12 +102,14 @@ class Search:
 
     seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
+    order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
         self.bounds = ShapeBounds(self.request)
         n = self.request.cluster.num_devices
         self.narrow = len(set(self.classes)) == n <= MAX_DEVICES
+        self.order = ring_order(self.request)
 
     def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
         """The suffix table of a shape for stages on `free` only: its rings are the best those devices allow."""
@@ -185,11 +218,11 @@ class Search:
                 self.grow(placed, left, rp, m, size, used + devices)
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
-        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices in order."""
+        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of ring_order."""
         stages: list[Placed] = []
         used = 0
         for first, last, r in split:
-            devices = tuple(range(used, used + r * rp))
+            devices = self.order[used : used + r * rp]
             used += r * rp
             stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
         if stages and all(st.static + st.act <= st.memory for st in stages):
