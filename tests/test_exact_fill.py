@@ -1,4 +1,4 @@
-"""exact.bounds.fill_bound: the warm-up and first-backward bound, on complete plans and on their first stages."""
+"""exact.bounds.fill_bound: the warm-up and drain bound, on complete plans and on their first stages."""
 
 from __future__ import annotations
 
@@ -50,16 +50,19 @@ def test_fill_bound_never_exceeds_the_simulation() -> None:
         assert fill_bound(placed, m, name, k, p) <= simulated * (1 + 1e-9)
         table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size)
         for j in range(p - 1):
-            assert fill_bound(placed[: j + 1], m, name, k, p, float(table.after[placed[j].last])) <= simulated * (1 + 1e-9)
+            widest = max(len(st.devices) // rp for st in placed[j + 1 :])  # the later stages' most devices per pipeline
+            for trip in (table.after, table.trip(widest)):
+                assert fill_bound(placed[: j + 1], m, name, k, p, float(trip[placed[j].last])) <= simulated * (1 + 1e-9)
             checked += 1
     assert checked > 100
 
 
-def test_fill_bound_counts_the_warm_up_bubble() -> None:
-    """The first of three stages (F 1, B 2, no transfers) under 1f1b, m 8: three warm-up forwards, then idle until
-    the first gradient is back (1 + 6: F and B of the two stages above), then 8 B and 5 F: 28, where its compute
-    alone gives 24 (the whole plan simulates to (m + p - 1)(F + B) = 30)."""
+def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
+    """The first of three stages (F 1, B 2, no transfers) under 1f1b, m 8: three warm-up forwards, idle until the
+    first gradient is back (at 1 + 6: F and B of the two stages above), B and F alternating to the last forward
+    (at 22), idle again until its gradient is back (6 more), then the last B: 30, the simulated (m + p - 1)(F + B),
+    where its compute alone gives 24."""
     stage = Placed(0, 0, (0,), fwd=1.0, bwd=2.0, inp=1.0, wgt=1.0, allreduce=0.0, static=0, act=0, memory=1, arrive=0.0)
     assert compute_bound(stage, 8) == 24.0
-    assert fill_bound([stage], 8, "1f1b", 1, 3, rest=6.0) == 28.0
+    assert fill_bound([stage], 8, "1f1b", 1, 3, rest=6.0) == 30.0
     assert fill_bound([stage], 8, "gpipe", 1, 3, rest=6.0) == 8.0 + 6.0 + 16.0  # all 8 forwards first, then 8 B

@@ -4,7 +4,10 @@ against the simulation on random plans."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from pipeplan.planner.exact.stages import Placed
+from pipeplan.schedules import make_schedule
 
 
 def compute_bound(stage: Placed, m: int) -> float:
@@ -88,13 +91,40 @@ def fill_bound(stages: list[Placed], m: int, name: str, k: int, p: int, rest: fl
         starts.append(st.arrive + st.fwd + (min(g * (p - s), m) - 1) * slowest)
     last = stages[-1]
     first = max(starts[-1], last.arrive + last.fwd + (g - 1) * slowest + rest)
+    counts = drain_counts(name, p, m, k)
     bound = 0.0
+    trip = rest  # the way up from stage s and back to it, without s
     for s in range(len(stages) - 1, -1, -1):
         st = stages[s]
         if s < len(stages) - 1:
             above = stages[s + 1]
-            first = max(starts[s], first + (above.inp if split else above.bwd) + above.bwd_out)
+            once = (above.inp if split else above.bwd) + above.bwd_out
+            first = max(starts[s], first + once)
+            trip += above.fwd_in + above.fwd + once
         tail = st.allreduce if split or s == 0 else max(st.allreduce, st.bwd_out + stages[s - 1].chain)
         back = st.inp + st.wgt if split else st.bwd
         bound = max(bound, first + m * back + (m - min(g * (p - s), m)) * st.fwd + tail)
+        f1, b1, w1, f2, b2, w2, f3, b3, w3 = counts[s]
+        part = st.inp if split else st.bwd
+        last_forward = first + f1 * st.fwd + b1 * part + w1 * st.wgt if f1 else starts[s]
+        before = f2 * st.fwd + b2 * part + w2 * st.wgt
+        after = f3 * st.fwd + b3 * part + w3 * st.wgt
+        bound = max(bound, last_forward + max(before, trip) + after + tail)
     return bound
+
+
+@cache
+def drain_counts(name: str, p: int, m: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """Per stage of the schedule's order, counts (F, B, W) (zb-h1's I counts as B) of: the actions from its first
+    backward to its last forward, that one included (zeros when the last forward comes before every backward); the
+    actions after its last forward and before its last backward; and its last backward and the actions after it."""
+    out = []
+    for order in make_schedule(name, p, m, k=k).ranks:
+        kinds = ["B" if a.op == "I" else a.op for a in order]
+        last_f = max(i for i, kind in enumerate(kinds) if kind == "F")
+        last_b = max(i for i, kind in enumerate(kinds) if kind == "B")
+        first_b = kinds.index("B")
+        mid = kinds[first_b : last_f + 1] if first_b < last_f else []
+        parts = (mid, kinds[last_f + 1 : last_b], kinds[last_b:])
+        out.append(tuple(part.count(kind) for part in parts for kind in "FBW"))
+    return tuple(out)

@@ -213,7 +213,9 @@ class Search:
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
                 placed = [*stages, stage]
-                if self.filled(placed, m, len(placed) + min(len(left) // rp, rest_layers), float(after.after[last])):
+                if self.filled(
+                    placed, m, len(placed) + min(len(left) // rp, rest_layers), float(after.trip(len(left) // rp)[last])
+                ):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
 

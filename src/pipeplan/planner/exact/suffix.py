@@ -63,6 +63,7 @@ class SuffixBound:
         self.grids: dict[int, np.ndarray] = {}
         after = prefix(fwd_min + inp_min)[-1] - prefix(fwd_min + inp_min)[1:]  # [e]: layers after e, F and I'
         self.after = after / fastest
+        self.costs, self.fastest, self.trips = costs, fastest, {}
         for r, (fwd, back, inp) in costs.items():
             arrays = request.model.layers.arrays(size / r)
             shared = prefix(arrays.shared)
@@ -87,6 +88,17 @@ class SuffixBound:
     def stage_row(self, a: int | slice, k: int, r: int) -> np.ndarray:
         """Over every last layer e: the bound (less T) of a first stage a..e on r of k devices, and of the rest."""
         return np.maximum(self.grids[r][a], self.fwd_span[a] + self.rest[k - r][1:])
+
+    def trip(self, k: int) -> np.ndarray:
+        """[e]: `after` for layers on stages of at most k devices per pipeline: every layer after e forward and back
+        (F and I'), each at the least of its costs over the widths r <= k, on the fastest device."""
+        got = self.trips.get(k)
+        if got is None:
+            chosen = [c for r, c in self.costs.items() if r <= k] or list(self.costs.values())
+            per_layer = np.min([c[0] + c[2] for c in chosen], axis=0)
+            sums = prefix(per_layer)
+            got = self.trips[k] = (sums[-1] - sums[1:]) / self.fastest
+        return got
 
     def least_work(self, k: int, a: int) -> float:
         """The least compute per sample of layers a.. on at most k replicas of a stage (a speed-1 device's ms): the
