@@ -20,7 +20,13 @@ import numpy as np
 
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
-from pipeplan.planner.exact.bounds import compute_bound, fill_bound, placed_bound, schedule_bound
+from pipeplan.planner.exact.bounds import (
+    compute_bound,
+    fill_bound,
+    fill_parts,
+    placed_bound,
+    schedule_bound,
+)
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
@@ -153,6 +159,7 @@ class Search:
     def filled(self, stages: list[Placed], m: int, most: int, rest: float) -> bool:
         """Whether no completion of these first stages to p stages (len(stages) < p <= most) can beat the best
         under any schedule their memory allows: bounds.fill_bound, `rest` at most the way up and back after them."""
+        parts = {split: fill_parts(stages, split) for split in (False, True)}
         for p in range(len(stages) + 1, most + 1):
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
@@ -160,7 +167,7 @@ class Search:
                 peaks = peak_inflight(name, p, m, k)
                 if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                     continue
-                if not self.beaten(fill_bound(stages, m, name, k, p, rest)):
+                if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"])):
                     return False
         return True
 
@@ -213,9 +220,8 @@ class Search:
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
                 placed = [*stages, stage]
-                if self.filled(
-                    placed, m, len(placed) + min(len(left) // rp, rest_layers), float(after.trip(len(left) // rp)[last])
-                ):
+                most, width = len(placed) + min(len(left) // rp, rest_layers), len(left) // rp
+                if self.filled(placed, m, most, float(after.trip(width)[last])):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
 
