@@ -9,6 +9,7 @@ from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact import SCHEDULES
 from pipeplan.planner.exact.bounds import compute_bound, fill_bound
 from pipeplan.planner.exact.rings import Rings
+from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SuffixBound
 from pipeplan.planner.request import PlanRequest
@@ -39,7 +40,8 @@ def random_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Place
 
 def test_fill_bound_never_exceeds_the_simulation() -> None:
     """On 300 random plans (replicated stages, 1-2 pipelines, every schedule, kfkb k = 2..4) the bound of the whole
-    plan, and of each of its first stages with the suffix table's way up and back, is <= the simulated time."""
+    plan, and of each of its first stages with the suffix table's way up and back (all widths, the widths the later
+    stages may take, and those with Search.hop's transfers), is <= the simulated time."""
     rng = random.Random(23)
     checked = 0
     for trial in range(300):
@@ -49,9 +51,13 @@ def test_fill_bound_never_exceeds_the_simulation() -> None:
         p = len(placed)
         assert fill_bound(placed, m, name, k, p) <= simulated * (1 + 1e-9)
         table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size)
+        search = Search(request, SCHEDULES)
         for j in range(p - 1):
             widest = max(len(st.devices) // rp for st in placed[j + 1 :])  # the later stages' most devices per pipeline
-            for trip in (table.after, table.trip(widest)):
+            left = tuple(d for d in range(request.cluster.num_devices) if all(d not in st.devices for st in placed[: j + 1]))
+            width = len(placed[j].devices) // rp
+            hop = search.hop(placed[j].devices[0], placed[j].last, min(width, widest), left, size)
+            for trip in (table.after, table.trip(widest), table.trip(widest) + hop):
                 assert fill_bound(placed[: j + 1], m, name, k, p, float(trip[placed[j].last])) <= simulated * (1 + 1e-9)
             checked += 1
     assert checked > 100

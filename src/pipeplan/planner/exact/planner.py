@@ -1,8 +1,9 @@
 """`exact`: the best plan under pipeplan's simulator over the space exact.space defines, by branch and bound.
 
-Tie rule: among plans of equal simulated time the first found wins: shapes (rp, m) in increasing order of their
-bound (rp ascending, then m descending on equal bounds), each seeded with its suffix table's split before its
-search; stages by last layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
+Tie rule: among plans of equal simulated time the first found wins: the seeds (exact.search), then a cut-short
+search of every shape, then the full searches: shapes (rp, m) in increasing order of their bound (rp ascending,
+then m descending on equal bounds), each seeded with its suffix table's split before its search; stages by last
+layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
 than a search without the twin rule would, and on ties it may be another plan of the same time.
 """
 

@@ -2,22 +2,27 @@
 
 A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
 suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
-split that table found, on the devices in ring_order. Stages are then placed left to right in a depth-first search.
+split that table found, on the devices in ring_order. Before the full searches, each shape gets a cut-short one
+(at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
+finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
 (before any device tuple is costed); a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
-and the table from the stage's actual forward end) reaches the incumbent; a complete plan is simulated only when
-its per-schedule bound is below the incumbent and it fits in memory.
+the table from the stage's actual forward end, and bounds.fill_bound over every stage count and schedule its
+memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
+simulated only when its per-schedule bounds (schedule_bound, fill_bound) are below the incumbent and it fits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import (
@@ -34,13 +39,24 @@ from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.link_model import link_arrays, pair_ms
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.simulator import simulate
 
 SEEDED = 4
 """Shapes (lowest bounds first) whose suffix table's split is simulated before any search, for a first incumbent."""
+PROBED = 60
+"""Nodes a first, cut-short search of each shape may visit (lowest bounds first) before the full searches."""
+
+FAN = 3
+"""Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
+
+
+class Spent(Exception):
+    """A cut-short search has used its nodes."""
+
+
 MARGIN = 1e-9
 """Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
 point need not grow by every term they gain)."""
@@ -107,6 +123,9 @@ class Search:
     tables: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, ring signature) -> table
 
     seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
+    hops: dict[tuple[object, ...], float] = field(default_factory=dict)  # (src, last, q, free, size) -> Search.hop
+    limit: float = math.inf  # most nodes before Spent (a cut-short search)
+    fan: float = math.inf  # most children a node searches (a cut-short search)
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
 
@@ -171,6 +190,24 @@ class Search:
                     return False
         return True
 
+    def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
+        """The least time of the cut after `last` from `src` to a device of `left` and back, in 1/q of its bytes: at
+        most the next stage's transfer in and the gradient's transfer out of its first pair (StageCosts.transfer
+        splits the bytes over at most q pairs and takes the slowest)."""
+        key = (src, last, q, left, size)
+        got = self.hops.get(key)
+        if got is None:
+            cluster = self.request.cluster
+            nbytes = self.request.model.layers.cut_bytes(last, size) / q
+            times = []
+            for d in left:
+                try:
+                    times.append(pair_ms(cluster, src, d, nbytes) + pair_ms(cluster, d, src, nbytes))
+                except PipeplanError:  # no link: that device cannot follow src
+                    continue
+            got = self.hops[key] = min(times, default=0.0)
+        return got
+
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
         return bound >= self.best_time * (1 + SLACK)
@@ -178,6 +215,8 @@ class Search:
     def grow(self, stages: list[Placed], free: tuple[int, ...], rp: int, m: int, size: int, used: tuple[int, ...]) -> None:
         """Place the next stage in every way, pruning by the bounds, recursing until all layers are placed."""
         self.nodes += 1
+        if self.nodes > self.limit:
+            raise Spent
         table = self.table((rp, m, size), free)
         layers = self.request.profile.num_layers
         prev = stages[-1] if stages else None
@@ -194,6 +233,7 @@ class Search:
         speeds = {d: self.request.cluster.devices[d].speed for d in free}
         # device tuple -> the shortest stage end at which the stage alone passed the best plan (more layers add)
         dead: dict[tuple[int, ...], int] = {}
+        children = 0
         for bound, last, r in tries:
             if self.beaten(bound):
                 break
@@ -221,9 +261,15 @@ class Search:
                     continue
                 placed = [*stages, stage]
                 most, width = len(placed) + min(len(left) // rp, rest_layers), len(left) // rp
-                if self.filled(placed, m, most, float(after.trip(width)[last])):
+                rest = float(after.trip(width)[last]) + self.hop(stage.devices[0], last, min(r, width), left, size)
+                if self.filled(placed, m, most, rest):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
+                if self.fan < math.inf:  # a cut-short search: one device tuple per stage end, `fan` stage ends
+                    children += 1
+                    if children >= self.fan:
+                        return
+                    break
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
         """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of ring_order."""
@@ -254,6 +300,14 @@ class Search:
             if not self.beaten(cheap[shape]):
                 seeded.add(shape)
                 self.seed(self.table(shape, everything).split(), *shape)
+        for shape in order:  # a cut-short search of each shape: its first plans, for a better incumbent
+            if self.beaten(cheap[shape]):
+                break
+            if not self.beaten(self.table(shape, everything).rest[-1][0]):
+                self.limit, self.fan = self.nodes + PROBED, FAN
+                with contextlib.suppress(Spent):
+                    self.grow([], everything, *shape, ())
+                self.limit = self.fan = math.inf
         for shape in order:
             if self.beaten(cheap[shape]):
                 break
