@@ -73,6 +73,7 @@ def fill_bound(
     p: int,
     rest: float = 0.0,
     parts: tuple[tuple[float, ...], ...] | None = None,
+    finish: float = 0.0,
 ) -> float:
     """Lower bound on the iteration of a plan of p stages whose first len(stages) are `stages`, under a schedule.
 
@@ -95,6 +96,9 @@ def fill_bound(
       backward on s + 1 (its B or I) and its transfer down (on the last given stage: its last forward + `rest`);
       then it runs that backward and the actions after it (zb-h1: deferred W), then its tail.
 
+    - finish: at most the time from the end of the last forward on the last given stage to the end of the
+      iteration (the later stages' part of the last microbatch; 0 for a whole plan), after that forward's end.
+
     `parts`: fill_parts(stages, name == "zb-h1"), when the caller has it.
     """
     split = name == "zb-h1"
@@ -115,7 +119,7 @@ def fill_bound(
         f1, b1, w1 = counts[s][:3]
         own = firsts[s] + f1 * fwd + b1 * part + w1 * wgt if f1 else arrive + fwd + (m - 1) * slowest
         lasts[s] = max(own, lasts[s - 1] + parts[s][7] - parts[s][6]) if s else own  # hop less once: F_in + F
-    bound = drain = 0.0  # drain: earliest start of the last backward on the stage above
+    bound, drain = lasts[top] + finish, 0.0  # drain: earliest start of the last backward on the stage above
     for s in range(top, -1, -1):
         _, fwd, part, wgt, back, tail, _, _, _ = parts[s]
         f2, b2, w2, f3, b3, w3 = counts[s][3:]

@@ -27,6 +27,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import (
     compute_bound,
+    drain_counts,
     fill_bound,
     fill_parts,
     placed_bound,
@@ -175,18 +176,27 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
 
-    def filled(self, stages: list[Placed], m: int, most: int, rest: float) -> bool:
-        """Whether no completion of these first stages to p stages (len(stages) < p <= most) can beat the best
-        under any schedule their memory allows: bounds.fill_bound, `rest` at most the way up and back after them."""
+    def filled(self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int) -> bool:
+        """Whether no completion of these first stages on the devices `left` to p stages can beat the best under any
+        schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
+        pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
+        last stage's part (the table's top) take the widths up to that."""
         parts = {split: fill_parts(stages, split) for split in (False, True)}
-        for p in range(len(stages) + 1, most + 1):
+        last, n = stages[-1], len(left) // rp
+        layers = self.request.profile.num_layers - 1 - last.last
+        for q in range(1, min(n, layers) + 1):
+            p, widest = len(stages) + q, n - q + 1
+            hop = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size)
+            rest = float(table.trip(widest)[last.last]) + hop
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
                     continue
                 peaks = peak_inflight(name, p, m, k)
                 if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                     continue
-                if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"])):
+                _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
+                finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[last.last + 1])
+                if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"], finish)):
                     return False
         return True
 
@@ -260,9 +270,7 @@ class Search:
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
                 placed = [*stages, stage]
-                most, width = len(placed) + min(len(left) // rp, rest_layers), len(left) // rp
-                rest = float(after.trip(width)[last]) + self.hop(stage.devices[0], last, min(r, width), left, size)
-                if self.filled(placed, m, most, rest):
+                if self.filled(placed, m, after, left, rp, size):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
                 if self.fan < math.inf:  # a cut-short search: one device tuple per stage end, `fan` stage ends
