@@ -7,7 +7,7 @@ import random
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact import SCHEDULES
-from pipeplan.planner.exact.bounds import compute_bound, fill_bound
+from pipeplan.planner.exact.bounds import compute_bound, drain_counts, fill_bound
 from pipeplan.planner.exact.rings import Rings
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.stages import Placed, StageCosts
@@ -41,7 +41,8 @@ def random_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Place
 def test_fill_bound_never_exceeds_the_simulation() -> None:
     """On 300 random plans (replicated stages, 1-2 pipelines, every schedule, kfkb k = 2..4) the bound of the whole
     plan, and of each of its first stages with the suffix table's way up and back (all widths, the widths the later
-    stages may take, and those with Search.hop's transfers), is <= the simulated time."""
+    stages may take, and those with Search.hop's transfers; and with the table's part of the last stage), is <= the
+    simulated time."""
     rng = random.Random(23)
     checked = 0
     for trial in range(300):
@@ -59,6 +60,9 @@ def test_fill_bound_never_exceeds_the_simulation() -> None:
             hop = search.hop(placed[j].devices[0], placed[j].last, min(width, widest), left, size)
             for trip in (table.after, table.trip(widest), table.trip(widest) + hop):
                 assert fill_bound(placed[: j + 1], m, name, k, p, float(trip[placed[j].last])) <= simulated * (1 + 1e-9)
+            _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]
+            finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[placed[j].last + 1])
+            assert fill_bound(placed[: j + 1], m, name, k, p, 0.0, None, finish) <= simulated * (1 + 1e-9)
             checked += 1
     assert checked > 100
 
