@@ -4,7 +4,10 @@ against the simulation on random plans."""
 
 from __future__ import annotations
 
+from functools import cache
+
 from pipeplan.planner.exact.stages import Placed
+from pipeplan.schedules import make_schedule
 
 
 def compute_bound(stage: Placed, m: int) -> float:
@@ -60,3 +63,102 @@ def schedule_bound(stages: list[Placed], m: int, split: bool) -> float:
             bound = max(bound, first_backward + part[s] + m * st.bwd_out + chain[s - 1])
             first_backward += part[s] + st.bwd_out
     return bound
+
+
+def fill_bound(
+    stages: list[Placed],
+    m: int,
+    name: str,
+    k: int,
+    p: int,
+    rest: float = 0.0,
+    parts: tuple[tuple[float, ...], ...] | None = None,
+    finish: float = 0.0,
+) -> float:
+    """Lower bound on the iteration of a plan of p stages whose first len(stages) are `stages`, under a schedule.
+
+    `rest` is at most the time from the end of any forward on the last given stage to the arrival back at it of
+    that microbatch's gradient: the forward and backward (zb-h1: its I) of every later layer and the transfers
+    (0 when the stages are the whole plan). Every stage runs its actions one at a time in the schedule's order,
+    an action waits for its input, and queues, transfers and ordering only delay, so with g = 1 under 1f1b and
+    zb-h1, k under kfkb and m under gpipe, w_s = min(g (p - s), m) warm-up forwards on stage s:
+
+    - fill: forward j ends on stage t no earlier than E_t(j) = arrive_t + F_t + j max(F_0..F_t) (the longest
+      path of that grid: a step to the next forward costs some F_u <= the max, a step up the transfer and F of
+      the next stage). The top stage's first backward waits for its forward g - 1 (w_top = g), so for forward
+      g - 1 of the last given stage and then `rest`; stage s's first backward (zb-h1: I) waits for its own w_s
+      forwards and for the first backward on s + 1 (B, or I) and its transfer down: first_s. After it the stage
+      still runs every backward (zb-h1: every I and W) and m - w_s forwards, then its tail (all-reduce and step;
+      unsplit above stage 0 also the last gradient's way down, as in schedule_bound).
+    - drain: stage s's last forward ends no earlier than first_s plus the actions of its order from its first
+      backward to that forward (drain_counts), nor than the last forward of the stage below plus the transfer
+      and F_s; its last backward starts no earlier than that plus the actions between, nor than the last
+      backward on s + 1 (its B or I) and its transfer down (on the last given stage: its last forward + `rest`);
+      then it runs that backward and the actions after it (zb-h1: deferred W), then its tail.
+
+    - finish: at most the time from the end of the last forward on the last given stage to the end of the
+      iteration (the later stages' part of the last microbatch; 0 for a whole plan), after that forward's end.
+
+    `parts`: fill_parts(stages, name == "zb-h1"), when the caller has it.
+    """
+    split = name == "zb-h1"
+    parts = fill_parts(stages, split) if parts is None else parts
+    g = m if name == "gpipe" else min(k if name == "kfkb" else 1, m)
+    counts = drain_counts(name, p, m, k)
+    top = len(parts) - 1
+    firsts = [0.0] * len(parts)  # earliest start of each stage's first backward (zb-h1: I)
+    for s in range(top, -1, -1):
+        arrive, fwd, _, _, _, _, _, _, slowest = parts[s]
+        start = arrive + fwd + (min(g * (p - s), m) - 1) * slowest  # the earliest end of its last warm-up forward
+        if s == top:
+            firsts[s] = max(start, arrive + fwd + (g - 1) * slowest + rest)
+        else:
+            firsts[s] = max(start, firsts[s + 1] + parts[s + 1][6])
+    lasts = [0.0] * len(parts)  # earliest end of each stage's last forward
+    for s, (arrive, fwd, part, wgt, _, _, _, _, slowest) in enumerate(parts):
+        f1, b1, w1 = counts[s][:3]
+        own = firsts[s] + f1 * fwd + b1 * part + w1 * wgt if f1 else arrive + fwd + (m - 1) * slowest
+        lasts[s] = max(own, lasts[s - 1] + parts[s][7] - parts[s][6]) if s else own  # hop less once: F_in + F
+    bound, drain = lasts[top] + finish, 0.0  # drain: earliest start of the last backward on the stage above
+    for s in range(top, -1, -1):
+        _, fwd, part, wgt, back, tail, _, _, _ = parts[s]
+        f2, b2, w2, f3, b3, w3 = counts[s][3:]
+        warm = min(g * (p - s), m)
+        bound = max(bound, firsts[s] + m * back + (m - warm) * fwd + tail)
+        wait = lasts[s] + rest if s == top else drain + parts[s + 1][6]
+        drain = max(lasts[s] + f2 * fwd + b2 * part + w2 * wgt, wait)
+        bound = max(bound, drain + f3 * fwd + b3 * part + w3 * wgt + tail)
+    return bound
+
+
+def fill_parts(stages: list[Placed], split: bool) -> tuple[tuple[float, ...], ...]:
+    """Per stage, what fill_bound reads (zb-h1: split): arrive, F, the backward part the next stage down waits for
+    (B or I), W, its whole backward, its tail, that part with the transfer down, the way up through it and back,
+    and the slowest forward up to it."""
+    out = []
+    slowest = 0.0
+    for s, st in enumerate(stages):
+        slowest = max(slowest, st.fwd)
+        part = st.inp if split else st.bwd
+        tail = st.allreduce if split or s == 0 else max(st.allreduce, st.bwd_out + stages[s - 1].chain)
+        back = st.inp + st.wgt if split else st.bwd
+        once = part + st.bwd_out
+        out.append((st.arrive, st.fwd, part, st.wgt, back, tail, once, st.fwd_in + st.fwd + once, slowest))
+    return tuple(out)
+
+
+@cache
+def drain_counts(name: str, p: int, m: int, k: int) -> tuple[tuple[int, ...], ...]:
+    """Per stage of the schedule's order, counts (F, B, W) (zb-h1's I counts as B) of: the actions from its first
+    backward to its last forward, that one included (zeros when the last forward comes before every backward); the
+    actions after its last forward and before its last backward; and its last backward and the actions after it."""
+    out = []
+    for order in make_schedule(name, p, m, k=k).ranks:
+        kinds = ["B" if a.op == "I" else a.op for a in order]
+        last_f = max(i for i, kind in enumerate(kinds) if kind == "F")
+        last_b = max(i for i, kind in enumerate(kinds) if kind == "B")
+        first_b = kinds.index("B")
+        mid = kinds[first_b : last_f + 1] if first_b < last_f else []
+        parts = (mid, kinds[last_f + 1 : last_b], kinds[last_b:])
+        out.append(tuple(part.count(kind) for part in parts for kind in "FBW"))
+    return tuple(out)

@@ -2,22 +2,37 @@
 
 A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
 suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
-split that table found, on the devices in order. Stages are then placed left to right in a depth-first search.
+split that table found, on the devices in ring_order. Before the full searches, each shape gets a cut-short one
+(at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
+finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
 (before any device tuple is costed); a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
-and the table from the stage's actual forward end) reaches the incumbent; a complete plan is simulated only when
-its per-schedule bound is below the incumbent and it fits in memory.
+the table from the stage's actual forward end, and bounds.fill_bound over every stage count and schedule its
+memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
+simulated only when its per-schedule bounds (schedule_bound, fill_bound) are below the incumbent and it fits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
-from pipeplan.planner.exact.bounds import compute_bound, placed_bound, schedule_bound
+from pipeplan.planner.exact.bounds import (
+    compute_bound,
+    drain_counts,
+    fill_bound,
+    fill_parts,
+    placed_bound,
+    schedule_bound,
+)
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
@@ -25,12 +40,24 @@ from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim.cost.link_model import link_arrays, pair_ms
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.simulator import simulate
 
 SEEDED = 4
 """Shapes (lowest bounds first) whose suffix table's split is simulated before any search, for a first incumbent."""
+PROBED = 60
+"""Nodes a first, cut-short search of each shape may visit (lowest bounds first) before the full searches."""
+
+FAN = 3
+"""Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
+
+
+class Spent(Exception):
+    """A cut-short search has used its nodes."""
+
+
 MARGIN = 1e-9
 """Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
 point need not grow by every term they gain)."""
@@ -49,6 +76,33 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     return costs.stages, flows
+
+
+RING_ORDER_DEVICES = 8
+"""Largest cluster whose seeds take the devices in a best ring's order (the (n - 1)! rings from device 0 are tried)."""
+
+
+def ring_order(request: PlanRequest) -> tuple[int, ...]:
+    """The devices in the order of a ring whose slowest link is fastest (then whose largest latency is least; the
+    first such ring in lexicographic order), or 0..n-1: the seeds' device order, so a seeded stage's all-reduce and
+    its neighbours' transfers use good links (uniform links keep 0..n-1)."""
+    cluster = request.cluster
+    n = cluster.num_devices
+    if n < 3 or n > RING_ORDER_DEVICES or cluster.allreduce_bytes_per_s is not None:
+        return tuple(range(n))
+    rate_matrix, latency_matrix = link_arrays(cluster)
+    index = np.arange(n)
+    rate = np.asarray(rate_matrix[index[:, None], index[None, :]], dtype=float).tolist()
+    latency = np.asarray(latency_matrix[index[:, None], index[None, :]], dtype=float).tolist()
+    best: tuple[float, float] | None = None
+    order = tuple(range(n))
+    for tail in itertools.permutations(range(1, n)):
+        ring = (0, *tail)
+        pairs = list(zip(ring, (*tail, 0), strict=True))
+        key = (-min(rate[a][b] for a, b in pairs), max(latency[a][b] for a, b in pairs))
+        if best is None or key < best:
+            best, order = key, ring
+    return order
 
 
 @dataclass(slots=True)
@@ -70,13 +124,18 @@ class Search:
     tables: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, ring signature) -> table
 
     seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
+    hops: dict[tuple[object, ...], float] = field(default_factory=dict)  # (src, last, q, free, size) -> Search.hop
+    limit: float = math.inf  # most nodes before Spent (a cut-short search)
+    fan: float = math.inf  # most children a node searches (a cut-short search)
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
+    order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
         self.bounds = ShapeBounds(self.request)
         n = self.request.cluster.num_devices
         self.narrow = len(set(self.classes)) == n <= MAX_DEVICES
+        self.order = ring_order(self.request)
 
     def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
         """The suffix table of a shape for stages on `free` only: its rings are the best those devices allow."""
@@ -103,6 +162,8 @@ class Search:
             peaks = peak_inflight(name, len(stages), m, k)
             if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                 continue
+            if self.beaten(fill_bound(stages, m, name, k, len(stages))):
+                continue
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
@@ -115,6 +176,48 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
 
+    def filled(self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int) -> bool:
+        """Whether no completion of these first stages on the devices `left` to p stages can beat the best under any
+        schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
+        pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
+        last stage's part (the table's top) take the widths up to that."""
+        parts = {split: fill_parts(stages, split) for split in (False, True)}
+        last, n = stages[-1], len(left) // rp
+        layers = self.request.profile.num_layers - 1 - last.last
+        for q in range(1, min(n, layers) + 1):
+            p, widest = len(stages) + q, n - q + 1
+            hop = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size)
+            rest = float(table.trip(widest)[last.last]) + hop
+            for name, k in self.schedules:
+                if name == "kfkb" and k >= m:
+                    continue
+                peaks = peak_inflight(name, p, m, k)
+                if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+                    continue
+                _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
+                finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[last.last + 1])
+                if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"], finish)):
+                    return False
+        return True
+
+    def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
+        """The least time of the cut after `last` from `src` to a device of `left` and back, in 1/q of its bytes: at
+        most the next stage's transfer in and the gradient's transfer out of its first pair (StageCosts.transfer
+        splits the bytes over at most q pairs and takes the slowest)."""
+        key = (src, last, q, left, size)
+        got = self.hops.get(key)
+        if got is None:
+            cluster = self.request.cluster
+            nbytes = self.request.model.layers.cut_bytes(last, size) / q
+            times = []
+            for d in left:
+                try:
+                    times.append(pair_ms(cluster, src, d, nbytes) + pair_ms(cluster, d, src, nbytes))
+                except PipeplanError:  # no link: that device cannot follow src
+                    continue
+            got = self.hops[key] = min(times, default=0.0)
+        return got
+
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
         return bound >= self.best_time * (1 + SLACK)
@@ -122,6 +225,8 @@ class Search:
     def grow(self, stages: list[Placed], free: tuple[int, ...], rp: int, m: int, size: int, used: tuple[int, ...]) -> None:
         """Place the next stage in every way, pruning by the bounds, recursing until all layers are placed."""
         self.nodes += 1
+        if self.nodes > self.limit:
+            raise Spent
         table = self.table((rp, m, size), free)
         layers = self.request.profile.num_layers
         prev = stages[-1] if stages else None
@@ -138,6 +243,7 @@ class Search:
         speeds = {d: self.request.cluster.devices[d].speed for d in free}
         # device tuple -> the shortest stage end at which the stage alone passed the best plan (more layers add)
         dead: dict[tuple[int, ...], int] = {}
+        children = 0
         for bound, last, r in tries:
             if self.beaten(bound):
                 break
@@ -163,14 +269,22 @@ class Search:
                 fastest = max(speeds[d] for d in left)
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
-                self.grow([*stages, stage], left, rp, m, size, used + devices)
+                placed = [*stages, stage]
+                if self.filled(placed, m, after, left, rp, size):
+                    continue
+                self.grow(placed, left, rp, m, size, used + devices)
+                if self.fan < math.inf:  # a cut-short search: one device tuple per stage end, `fan` stage ends
+                    children += 1
+                    if children >= self.fan:
+                        return
+                    break
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
-        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices in order."""
+        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of ring_order."""
         stages: list[Placed] = []
         used = 0
         for first, last, r in split:
-            devices = tuple(range(used, used + r * rp))
+            devices = self.order[used : used + r * rp]
             used += r * rp
             stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
         if stages and all(st.static + st.act <= st.memory for st in stages):
@@ -194,6 +308,14 @@ class Search:
             if not self.beaten(cheap[shape]):
                 seeded.add(shape)
                 self.seed(self.table(shape, everything).split(), *shape)
+        for shape in order:  # a cut-short search of each shape: its first plans, for a better incumbent
+            if self.beaten(cheap[shape]):
+                break
+            if not self.beaten(self.table(shape, everything).rest[-1][0]):
+                self.limit, self.fan = self.nodes + PROBED, FAN
+                with contextlib.suppress(Spent):
+                    self.grow([], everything, *shape, ())
+                self.limit = self.fan = math.inf
         for shape in order:
             if self.beaten(cheap[shape]):
                 break

@@ -63,6 +63,9 @@ class SuffixBound:
         self.grids: dict[int, np.ndarray] = {}
         after = prefix(fwd_min + inp_min)[-1] - prefix(fwd_min + inp_min)[1:]  # [e]: layers after e, F and I'
         self.after = after / fastest
+        self.costs, self.fastest, self.trips, self.tops = costs, fastest, {}, {}
+        self.top_cols: dict[int, tuple[np.ndarray, ...]] = {}  # r -> [a]: F + step, B', I' of a last stage a..
+        self.fwd_prefix = prefix(fwd_min) / fastest
         for r, (fwd, back, inp) in costs.items():
             arrays = request.model.layers.arrays(size / r)
             shared = prefix(arrays.shared)
@@ -73,6 +76,8 @@ class SuffixBound:
             value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
             value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
             self.grids[r] = np.where(upper & (static + held <= memory), value, np.inf)
+            fits = (static + held <= memory)[:, layers - 1]
+            self.top_cols[r] = (np.where(fits, (f + step)[:, layers - 1], np.inf), b[:, layers - 1], i[:, layers - 1])
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
         self.least: dict[int, list[float]] = {}
         self.rest = np.full((self.n + 1, layers + 1), np.inf)
@@ -87,6 +92,32 @@ class SuffixBound:
     def stage_row(self, a: int | slice, k: int, r: int) -> np.ndarray:
         """Over every last layer e: the bound (less T) of a first stage a..e on r of k devices, and of the rest."""
         return np.maximum(self.grids[r][a], self.fwd_span[a] + self.rest[k - r][1:])
+
+    def trip(self, k: int) -> np.ndarray:
+        """[e]: `after` for layers on stages of at most k devices per pipeline: every layer after e forward and back
+        (F and I'), each at the least of its costs over the widths r <= k, on the fastest device."""
+        got = self.trips.get(k)
+        if got is None:
+            chosen = [c for r, c in self.costs.items() if r <= k] or list(self.costs.values())
+            per_layer = np.min([c[0] + c[2] for c in chosen], axis=0)
+            sums = prefix(per_layer)
+            got = self.trips[k] = (sums[-1] - sums[1:]) / self.fastest
+        return got
+
+    def top(self, k: int, split: bool, backs: int, weights: int) -> np.ndarray:
+        """[a]: at least the time from the end of the last forward on a stage before layer a to the end of the
+        iteration, when layers a.. take stages of at most k devices per pipeline and the last stage runs `backs`
+        backwards (zb-h1, split: I) and `weights` W after its last forward: the last microbatch's forward through the
+        layers before the last stage, then on that stage (some a'.. on r <= k devices) its forward, those actions
+        and its all-reduce and optimizer step (the grid's step). Per layer B' <= B and I' <= I, and B' - I' <= W."""
+        key = (k, split, backs, weights)
+        got = self.tops.get(key)
+        if got is None:
+            chosen = [cols for r, cols in self.top_cols.items() if r <= k] or list(self.top_cols.values())
+            ends = [base + backs * (inp if split else back) + weights * (back - inp) for base, back, inp in chosen]
+            reach = self.fwd_prefix[:-1] + np.min(ends, axis=0)  # [a']: F of the layers before a', then the stage a'..
+            got = self.tops[key] = np.minimum.accumulate(reach[::-1])[::-1] - self.fwd_prefix[:-1]
+        return got
 
     def least_work(self, k: int, a: int) -> float:
         """The least compute per sample of layers a.. on at most k replicas of a stage (a speed-1 device's ms): the

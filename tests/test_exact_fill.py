@@ -1,0 +1,78 @@
+"""exact.bounds.fill_bound: the warm-up and drain bound, on complete plans and on their first stages."""
+
+from __future__ import annotations
+
+import random
+
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.exact import SCHEDULES
+from pipeplan.planner.exact.bounds import compute_bound, drain_counts, fill_bound
+from pipeplan.planner.exact.rings import Rings
+from pipeplan.planner.exact.search import Search
+from pipeplan.planner.exact.stages import Placed, StageCosts
+from pipeplan.planner.exact.suffix import SuffixBound
+from pipeplan.planner.request import PlanRequest
+from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import random_cluster, random_profile
+
+
+def random_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Placed], int, int, int, str, int]:
+    """A random instance and plan: any split, 1-2 pipelines, stages of 1-2 replicas, any m and schedule."""
+    layers, devices = rng.randint(2, 7), rng.randint(2, 7)
+    request = PlanRequest(random_profile(trial, layers), random_cluster(trial, devices), 16)
+    rp = rng.choice([r for r in (1, 2) if r <= devices])
+    m = rng.choice([m for m in (1, 2, 4, 8) if 16 // rp // m >= 1])
+    size = 16 // rp // m
+    count = rng.randint(1, min(layers, devices // rp))
+    cuts = [0, *sorted(rng.sample(range(1, layers), count - 1)), layers]
+    free = list(range(devices))
+    rng.shuffle(free)
+    costs, placed = StageCosts(request), []
+    for s in range(count):
+        spare = len(free) - (count - s - 1) * rp  # devices this stage may take, leaving rp for each later one
+        r = rng.choice([r for r in (1, 2) if r * rp <= spare and size % r == 0])
+        group = tuple(free.pop() for _ in range(r * rp))
+        placed.append(costs.place(cuts[s], cuts[s + 1] - 1, group, rp, size, placed[-1] if placed else None))
+    name, k = rng.choice([sch for sch in SCHEDULES if sch[0] != "kfkb" or sch[1] < m])
+    return request, placed, rp, m, size, name, k
+
+
+def test_fill_bound_never_exceeds_the_simulation() -> None:
+    """On 300 random plans (replicated stages, 1-2 pipelines, every schedule, kfkb k = 2..4) the bound of the whole
+    plan, and of each of its first stages with the suffix table's way up and back (all widths, the widths the later
+    stages may take, and those with Search.hop's transfers; and with the table's part of the last stage), is <= the
+    simulated time."""
+    rng = random.Random(23)
+    checked = 0
+    for trial in range(300):
+        request, placed, rp, m, size, name, k = random_plan(rng, trial)
+        plan = Plan(tuple(Stage(st.first, st.last, st.devices) for st in placed), rp, m, size, name, k=k)
+        simulated = simulate_plan(plan, request.model, record=False).iteration_time
+        p = len(placed)
+        assert fill_bound(placed, m, name, k, p) <= simulated * (1 + 1e-9)
+        table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size)
+        search = Search(request, SCHEDULES)
+        for j in range(p - 1):
+            widest = max(len(st.devices) // rp for st in placed[j + 1 :])  # the later stages' most devices per pipeline
+            left = tuple(d for d in range(request.cluster.num_devices) if all(d not in st.devices for st in placed[: j + 1]))
+            width = len(placed[j].devices) // rp
+            hop = search.hop(placed[j].devices[0], placed[j].last, min(width, widest), left, size)
+            for trip in (table.after, table.trip(widest), table.trip(widest) + hop):
+                assert fill_bound(placed[: j + 1], m, name, k, p, float(trip[placed[j].last])) <= simulated * (1 + 1e-9)
+            _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]
+            finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[placed[j].last + 1])
+            assert fill_bound(placed[: j + 1], m, name, k, p, 0.0, None, finish) <= simulated * (1 + 1e-9)
+            checked += 1
+    assert checked > 100
+
+
+def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
+    """The first of three stages (F 1, B 2, no transfers) under 1f1b, m 8: three warm-up forwards, idle until the
+    first gradient is back (at 1 + 6: F and B of the two stages above), B and F alternating to the last forward
+    (at 22), idle again until its gradient is back (6 more), then the last B: 30, the simulated (m + p - 1)(F + B),
+    where its compute alone gives 24."""
+    stage = Placed(0, 0, (0,), fwd=1.0, bwd=2.0, inp=1.0, wgt=1.0, allreduce=0.0, static=0, act=0, memory=1, arrive=0.0)
+    assert compute_bound(stage, 8) == 24.0
+    assert fill_bound([stage], 8, "1f1b", 1, 3, rest=6.0) == 30.0
+    assert fill_bound([stage], 8, "gpipe", 1, 3, rest=6.0) == 8.0 + 6.0 + 16.0  # all 8 forwards first, then 8 B
