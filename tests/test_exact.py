@@ -90,7 +90,7 @@ def test_schedule_bound_never_exceeds_the_simulation() -> None:
         placed = []
         for s in range(stages_count):
             group = tuple(free.pop() for _ in range(rp))
-            placed.append(search.place(bounds[s], bounds[s + 1] - 1, group, rp, size / 8, placed[-1] if placed else None))
+            placed.append(search.place(bounds[s], bounds[s + 1] - 1, group, rp, size, placed[-1] if placed else None))
         name, k = rng.choice([sch for sch in SCHEDULES if sch[0] != "kfkb" or sch[1] < m])
         plan = Plan(tuple(Stage(p.first, p.last, p.devices) for p in placed), rp, m, size, name, k=k)
         simulated = simulate_plan(plan, request.model, record=False).iteration_time
