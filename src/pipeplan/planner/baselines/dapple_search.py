@@ -60,6 +60,8 @@ def candidates(model: DappleModel, links: Links, widths: str = "any") -> list[Ca
     reuse: dict[tuple[int, bool], Levels] = {}  # dp_sets' levels, shared by the p of one rp
     for p in range(1, (min(n, MAX_PIPELINE_GPUS) if capped else n) + 1):
         rp = n // p
+        if any(key[0] != rp for key in reuse):  # p walks up, rp = n // p down: an earlier rp's levels are done with
+            reuse.clear()
         free = placement_free(links.machines, rp)
         if capped and not free:
             continue
