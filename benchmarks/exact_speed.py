@@ -1,9 +1,9 @@
 """`exact` on every small instance of the shared profiles: planning time, and the optimum kept (issue 22, point 3).
 
 Usage: .venv/bin/python benchmarks/exact_speed.py [--out rows.json] [--compare before.json] [--timeout 600]
-       [--profiles a,b] [--clusters c2,c4] [--random 50] [--check]
+       [--profiles a,b] [--clusters c2,c4] [--random 50] [--batch 256] [--check]
 
-Instances: every shared profile x the small clusters below x global batch 256, microbatch size left open
+Instances: every shared profile x the small clusters below x global batch 256 (--batch), microbatch size left open
 (as `compare` asks), schedule auto; plus `--random` seeded random instances (planner_instances: 8 layers,
 4 devices with random asymmetric links, global batch 16; the planner-quality benchmark's part 2).
 Each instance runs in a fresh process under --timeout seconds (wall clock), one at a time.
@@ -64,7 +64,7 @@ def cluster_file(name: str, folder: Path) -> str:
     return str(path)
 
 
-def one(kind: str, a: str, b: str) -> dict[str, Any]:
+def one(kind: str, a: str, b: str, batch: int = BATCH) -> dict[str, Any]:
     """Plan one instance with exact (in this process); times in ms, planning in s."""
     sys.path.insert(0, str(ROOT / "tests"))
     from pipeplan.core.errors import PipeplanError
@@ -78,7 +78,7 @@ def one(kind: str, a: str, b: str) -> dict[str, Any]:
     else:
         from pipeplan.presets.resolve import load_cluster, load_profile
 
-        request = PlanRequest(load_profile(a), load_cluster(b), BATCH)
+        request = PlanRequest(load_profile(a), load_cluster(b), batch)
     started, cpu = time.perf_counter(), time.process_time()
     try:
         result = PLANNERS["exact"](request)
@@ -103,7 +103,7 @@ def one(kind: str, a: str, b: str) -> dict[str, Any]:
 
 
 def run_child(
-    kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None, max_orders: int | None = None
+    kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None, max_orders: int | None = None, batch: int = BATCH
 ) -> dict[str, Any]:
     """`one` in a fresh process, stopped after `timeout` seconds (wall) or `cpu_limit` seconds of its CPU."""
     argv = [sys.executable, __file__, "--one", kind, a, b]
@@ -112,6 +112,8 @@ def run_child(
         argv[2:2] = ["--cpu-limit", str(cpu_limit)]
     if max_orders is not None:
         argv[2:2] = ["--max-orders", str(max_orders)]
+    if batch != BATCH:
+        argv[2:2] = ["--batch", str(batch)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -136,6 +138,7 @@ def main() -> int:
     parser.add_argument("--cpu-limit", type=int, default=None, help="stop an instance after this many CPU seconds")
     parser.add_argument("--max-orders", type=int, default=None, help="lift exact's refusal to this many device orders")
     parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
+    parser.add_argument("--batch", type=int, default=BATCH, help=f"global batch of the preset instances [{BATCH}]")
     args = parser.parse_args()
     if args.one:
         if args.cpu_limit:
@@ -144,7 +147,7 @@ def main() -> int:
             from pipeplan.planner.exact import planner
 
             planner.MAX_ORDERS = args.max_orders
-        print(json.dumps(one(*args.one)))
+        print(json.dumps(one(*args.one, batch=args.batch)))
         return 0
 
     from pipeplan.presets.resolve import list_profiles
@@ -161,7 +164,7 @@ def main() -> int:
                 "kind": kind,
                 "profile": a,
                 "cluster": c,
-                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders),
+                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders, args.batch),
             }
             row["load"] = os.getloadavg()[0]
             rows.append(row)
