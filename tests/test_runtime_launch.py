@@ -59,11 +59,11 @@ def test_all_ranks_succeeding_returns_zero(capfd) -> None:  # type: ignore[no-un
 
 
 def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+    """The process exists and is not a zombie (one that is reaped between the open and the read is gone too)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
