@@ -267,21 +267,33 @@ def report(
     return all(ok for _, ok, _ in targets)
 
 
+def read_table(path: str, flag: str) -> dict[str, Any] | None:
+    """An --out JSON (or a run's OUT.partial.jsonl rows), or None after printing why it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if path.endswith(".jsonl"):  # the rows a run wrote as it went
+                rows = [json.loads(line) for line in handle if line.strip()]
+                return {"presets": rows, "random": [], "bert48_h100_8x128_seconds": []}
+            return json.load(handle)
+    except (OSError, ValueError) as error:
+        print(f"error: {flag} {path!r}: {error}", file=sys.stderr)
+        return None
+
+
+def write_table(path: str, rows: list[dict[str, Any]], randoms: list[dict[str, Any]], walls: list[float]) -> None:
+    """The --out JSON: every preset row, the random instances, part 3's wall times."""
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"presets": rows, "random": randoms, "bert48_h100_8x128_seconds": walls}, handle, indent=1, sort_keys=True)
+
+
 def union(paths: list[str], out: str | None, check: bool) -> int:
     """Report the rows of several --out files as one table (no planning): e.g. per-cluster runs done apart."""
     rows: list[dict[str, Any]] = []
     randoms: list[dict[str, Any]] = []
     walls: list[float] = []
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                if path.endswith(".jsonl"):  # the rows a run wrote as it went (--out's .partial.jsonl)
-                    table = {"presets": [json.loads(line) for line in handle if line.strip()], "random": [],
-                             "bert48_h100_8x128_seconds": []}  # fmt: skip
-                else:
-                    table = json.load(handle)
-        except (OSError, ValueError) as error:
-            print(f"error: --union {path!r}: {error}", file=sys.stderr)
+        table = read_table(path, "--union")
+        if table is None:
             return 2
         rows += table["presets"]
         randoms = randoms or table["random"]  # the first file that has them
@@ -293,8 +305,7 @@ def union(paths: list[str], out: str | None, check: bool) -> int:
         return 2
     passed = report(rows, randoms, walls, None, 0)
     if out:
-        with open(out, "w", encoding="utf-8") as handle:
-            json.dump({"presets": rows, "random": randoms, "bert48_h100_8x128_seconds": walls}, handle, indent=1, sort_keys=True)
+        write_table(out, rows, randoms, walls)
     return 1 if check and not passed else 0
 
 
@@ -324,11 +335,8 @@ def main() -> int:
         return union(args.union.split(","), args.out, args.check)
     earlier = None
     if args.merge is not None:
-        try:
-            with open(args.merge, encoding="utf-8") as handle:
-                earlier = json.load(handle)
-        except (OSError, ValueError) as error:
-            print(f"error: --merge {args.merge!r}: {error}", file=sys.stderr)
+        earlier = read_table(args.merge, "--merge")
+        if earlier is None:
             return 2
 
     from pipeplan.presets.resolve import list_clusters, list_profiles
@@ -381,8 +389,7 @@ def main() -> int:
         walls.append(time.perf_counter() - t0)
     passed = report(rows, randoms, walls, pool_seconds, args.workers)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"presets": rows, "random": randoms, "bert48_h100_8x128_seconds": walls}, handle, indent=1, sort_keys=True)
+        write_table(args.out, rows, randoms, walls)
     return 1 if args.check and not passed else 0
 
 
