@@ -81,7 +81,7 @@ class Levels:
     gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = field(default_factory=dict)
 
     def grow(self, levels: int) -> None:
-        """Room for `levels` levels in every state's row."""
+        """Room for `levels` levels in every state's row (rows already longer stay as they are)."""
         for row, top in zip(self.cells, self.best, strict=True):
             row.extend({} for _ in range(levels - len(row)))
             top.extend(None for _ in range(levels - len(top)))
@@ -104,7 +104,7 @@ def dp_sets(
         levels = Levels([[] for _ in range(states)], [[] for _ in range(states)])
         if shared:
             reuse[rp, straight] = levels
-    levels.grow(max(p, len(levels.cells[0])))
+    levels.grow(p)  # a no-op where earlier calls made room for more levels
     cells, best = levels.cells, levels.best
     for m in range(levels.seeded, 1 if straight else p):
         gpus = place(machines, 0, (m + 1) * rp, FRESH_FIRST)

@@ -20,8 +20,6 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
@@ -37,10 +35,10 @@ from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
-from pipeplan.planner.exact.symmetry import least_in_orbit
+from pipeplan.planner.exact.symmetry import least_in_orbit, link_tables
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import link_arrays, pair_ms
+from pipeplan.sim.cost.link_model import pair_ms
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.simulator import simulate
@@ -90,10 +88,8 @@ def ring_order(request: PlanRequest) -> tuple[int, ...]:
     n = cluster.num_devices
     if n < 3 or n > RING_ORDER_DEVICES or cluster.allreduce_bytes_per_s is not None:
         return tuple(range(n))
-    rate_matrix, latency_matrix = link_arrays(cluster)
-    index = np.arange(n)
-    rate = np.asarray(rate_matrix[index[:, None], index[None, :]], dtype=float).tolist()
-    latency = np.asarray(latency_matrix[index[:, None], index[None, :]], dtype=float).tolist()
+    rates, latencies, _ = link_tables(cluster)
+    rate, latency = rates.tolist(), latencies.tolist()
     best: tuple[float, float] | None = None
     order = tuple(range(n))
     for tail in itertools.permutations(range(1, n)):
