@@ -87,3 +87,36 @@ def test_cached_ring_all_reduce_equals_the_simulators_to_the_last_bit() -> None:
         for ring in itertools.permutations(range(5), length):
             for nbytes in (0.0, 1234.5, 3.3e8):
                 assert costs.allreduce(ring, nbytes) == ring_allreduce_ms(request.cluster, ring, nbytes)
+
+
+@pytest.mark.parametrize("counts", [True, False])
+def test_suffix_table_bounds_every_later_part_of_a_simulated_plan(counts: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 300 random plans (stages of 1-2 replicas, 1-2 pipelines, every schedule), for every stage j: the end of
+    the forward before it plus the table's bound for layers first_j.. in exactly p - j stages on the devices the
+    earlier stages leave (and for any count, and the stage_row of stage j itself) is <= the simulated time; with
+    the table's stage counts and without (STAGE_COUNTS 0: one grid for any count)."""
+    from pipeplan.planner.exact import suffix
+    from test_exact_fill import random_plan
+
+    if not counts:
+        monkeypatch.setattr(suffix, "STAGE_COUNTS", 0)
+    rng = random.Random(31)
+    checked = 0
+    for trial in range(300):
+        request, placed, rp, m, size, name, k = random_plan(rng, trial)
+        plan = Plan(tuple(Stage(st.first, st.last, st.devices) for st in placed), rp, m, size, name, k=k)
+        simulated = simulate_plan(plan, request.model, record=False).iteration_time
+        bounds = ShapeBounds(request)
+        table = SuffixBound(bounds, Rings(bounds), rp, m, size)
+        assert bool(table.counts) == counts
+        p, used = len(placed), 0
+        for j, st in enumerate(placed):
+            start = placed[j - 1].arrive + placed[j - 1].fwd if j else 0.0
+            n = (request.cluster.num_devices - used) // rp
+            width = len(st.devices) // rp
+            assert start + table.stages_rest(p - j, n)[st.first] <= simulated * (1 + 1e-9)
+            assert start + table.rest[n][st.first] <= simulated * (1 + 1e-9)
+            assert start + table.stage_row(st.first, n, width)[st.last] <= simulated * (1 + 1e-9)
+            used += len(st.devices)
+            checked += 1
+    assert checked > 300

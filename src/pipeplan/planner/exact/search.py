@@ -182,11 +182,14 @@ class Search:
         layers = self.request.profile.num_layers - 1 - last.last
         for q in range(1, min(n, layers) + 1):
             p, widest = len(stages) + q, n - q + 1
+            if self.beaten(last.arrive + last.fwd + float(table.stages_rest(q, n)[last.last + 1])):
+                continue  # the table's bound for exactly q stages to come
             hop = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size)
-            rest = float(table.trip(widest)[last.last]) + hop
+            rests = {split: float(table.trip(widest, split)[last.last]) + hop for split in (False, True)}
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
                     continue
+                rest = rests[name == "zb-h1"]
                 peaks = peak_inflight(name, p, m, k)
                 if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                     continue

@@ -25,6 +25,11 @@ import numpy as np
 
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.rings import Rings
+from pipeplan.planner.exact.space import SCHEDULES
+
+STAGE_COUNTS = 5 * 10**7
+"""Most cells (devices x widths x layers^2 x stage counts) for which the table keeps a grid per count of later
+stages (a stage's warm-up forwards follow from it); above, one grid for any count."""
 
 SLACK = 1e-9
 """Relative: the table adds prefix sums (another order than the simulator's sums), so a node is pruned by it only
@@ -44,44 +49,59 @@ def spans(sums: np.ndarray) -> np.ndarray:
 class SuffixBound:
     """rest[k][a] of one shape (module docstring), with the per-stage grids it came from."""
 
-    def __init__(self, bounds: ShapeBounds, rings: Rings, rp: int, m: int, size: int) -> None:
+    def __init__(
+        self, bounds: ShapeBounds, rings: Rings, rp: int, m: int, size: int, schedules: tuple[tuple[str, int], ...] = SCHEDULES
+    ) -> None:
         request = bounds.request
-        layers = request.profile.num_layers
-        self.n = request.cluster.num_devices // rp
+        layers = self.layers = request.profile.num_layers
+        self.n, self.m = request.cluster.num_devices // rp, m
         self.widths = bounds.widths(rp, size)
         fastest = bounds.s_max
         costs = {r: bounds.costs(size / r) for r in self.widths}
+        self.costs, self.fastest, self.trips, self.tops = costs, fastest, {}, {}
         fwd_min = np.min([c[0] for c in costs.values()], axis=0)
         inp_min = np.min([c[2] for c in costs.values()], axis=0)
-        self.fwd_span = spans(prefix(fwd_min) / fastest)
-        below = prefix(inp_min)[:-1, None] / fastest  # the backward path under layer a
+        self.below = prefix(inp_min)[:-1, None] / fastest  # the backward path under layer a
         params = spans(prefix(bounds.params))
         fixed = spans(prefix(bounds.optimizer)) / fastest
         static = spans(prefix(bounds.static))
         memory = float(bounds.memory_prefix[1]) * (1 + SLACK)
         upper = np.triu(np.ones((layers, layers), dtype=bool))
-        self.grids: dict[int, np.ndarray] = {}
         after = prefix(fwd_min + inp_min)[-1] - prefix(fwd_min + inp_min)[1:]  # [e]: layers after e, F and I'
         self.after = after / fastest
-        self.costs, self.fastest, self.trips, self.tops = costs, fastest, {}, {}
         self.top_cols: dict[int, tuple[np.ndarray, ...]] = {}  # r -> [a]: F + step, B', I' of a last stage a..
         self.fwd_prefix = prefix(fwd_min) / fastest
+        self.own: dict[int, np.ndarray] = {}  # r -> F of layers a.. at width r, prefix sums
+        self.parts: dict[int, tuple[np.ndarray, ...]] = {}  # r -> [a, e]: F, B', I', step; where it fits
         for r, (fwd, back, inp) in costs.items():
             arrays = request.model.layers.arrays(size / r)
             shared = prefix(arrays.shared)
             held = spans(prefix(arrays.saved)) - (shared[None, 1:] - shared[1:, None])
             f, b, i = (spans(prefix(v)) / fastest for v in (fwd, back, inp))
             step = fixed + rings.allreduce_ms(params, r * rp)
-            turn = f + self.after[None, :]  # the stage's forward, then the way up and back to it
-            value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
-            value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
-            self.grids[r] = np.where(upper & (static + held <= memory), value, np.inf)
-            fits = (static + held <= memory)[:, layers - 1]
-            self.top_cols[r] = (np.where(fits, (f + step)[:, layers - 1], np.inf), b[:, layers - 1], i[:, layers - 1])
+            fits = upper & (static + held <= memory)
+            self.own[r] = prefix(fwd) / fastest
+            self.parts[r] = (f, b, i, step, fits)
+            top = fits[:, layers - 1]
+            self.top_cols[r] = (np.where(top, (f + step)[:, layers - 1], np.inf), b[:, layers - 1], i[:, layers - 1])
+        # the schedules' warm-up: g forwards on the last stage (1f1b, zb-h1: 1; kfkb: k; gpipe: m), split backward
+        self.kinds = sorted(
+            {
+                (m if name == "gpipe" else k if name == "kfkb" else 1, name == "zb-h1")
+                for name, k in schedules
+                if name != "kfkb" or k < m
+            }
+        )
+        self.counts = min(self.n, layers) if self.n * len(self.widths) * layers**2 * min(self.n, layers) <= STAGE_COUNTS else 0
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
         self.least: dict[int, list[float]] = {}
+        self.rows: dict[tuple[int, int], np.ndarray] = {}  # (k, r) -> [a, e]: stage_row, kept (with stage counts)
         self.rest = np.full((self.n + 1, layers + 1), np.inf)
         self.rest[:, layers] = 0.0
+        if self.counts:
+            self.count_stages()
+            return
+        self.grids = {r: self.grid(r, self.n, None) for r in self.widths}  # one grid for any count of stages after
         for k in range(1, self.n + 1):
             row = self.rest[k - 1].copy()
             for r in self.widths:
@@ -89,19 +109,78 @@ class SuffixBound:
                     row[:layers] = np.minimum(row[:layers], self.stage_row(slice(None), k, r).min(axis=1))
             self.rest[k] = row
 
+    def cap(self, k: int) -> int:
+        """The widest stage k devices per pipeline allow (0: none)."""
+        return max((r for r in self.widths if r <= k), default=0)
+
+    def grid(self, r: int, cap: int, c: int | None) -> np.ndarray:
+        """[a, e]: V_r(a, e) (module docstring) when every later stage has at most `cap` devices per pipeline and,
+        with `c`, exactly c stages come after it: the stage's first backward waits for its min(g (c + 1), m) warm-up
+        forwards and for forward g - 1 to go up and back (g = 1, k or m: the least over the schedules), then it runs
+        every backward and its other forwards, then its step or the way down (inf where it does not fit)."""
+        f, b, i, step, fits = self.parts[r]
+        m, below = self.m, self.below
+        after = {split: self.trip(cap, split)[None, :] for split in (False, True)}
+        turn = f + after[True]  # the stage's forward, then the way up and back to it
+        value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
+        value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
+        if c is not None:
+            least = np.full_like(f, np.inf)
+            for g, split in self.kinds:
+                warm = min(g * (c + 1), m)
+                least = np.minimum(least, np.maximum(warm * f, g * f + after[split]) + (m - warm) * f)
+            value = np.maximum(value, least + np.maximum(m * b + step, m * i + below))
+        return np.where(fits, value, np.inf)
+
+    def count_stages(self) -> None:
+        """exact[c][k][a]: layers a.. in exactly c stages on at most k devices per pipeline (a stage with c' stages
+        after it takes grid(r, cap, c')); rest[k] is the least over c, and rows[k, r] keep stage_row's values."""
+        layers, n = self.layers, self.n
+        self.exact = np.full((self.counts + 1, n + 1, layers + 1), np.inf)
+        self.exact[0, :, layers] = 0.0
+        for k in range(1, n + 1):
+            for r in self.widths:
+                if r <= k:
+                    self.rows[k, r] = np.full((layers, layers), np.inf)
+        own = {r: spans(self.own[r]) for r in self.widths}
+        for c in range(1, self.counts + 1):
+            grids: dict[tuple[int, int], np.ndarray] = {}
+            for k in range(1, n + 1):
+                row = self.exact[c, k - 1].copy()
+                for r in self.widths:
+                    if r > k:
+                        continue
+                    cap = self.cap(k - r)
+                    if (r, cap) not in grids:
+                        grids[r, cap] = self.grid(r, cap, c - 1)
+                    cell = np.maximum(grids[r, cap], own[r] + self.exact[c - 1, k - r, 1:])
+                    np.minimum(self.rows[k, r], cell, out=self.rows[k, r])
+                    row[:layers] = np.minimum(row[:layers], cell.min(axis=1))
+                self.exact[c, k] = row
+        self.rest = self.exact.min(axis=0)
+
     def stage_row(self, a: int | slice, k: int, r: int) -> np.ndarray:
         """Over every last layer e: the bound (less T) of a first stage a..e on r of k devices, and of the rest."""
-        return np.maximum(self.grids[r][a], self.fwd_span[a] + self.rest[k - r][1:])
+        if self.counts:
+            return self.rows[k, r][a]
+        own = self.own[r]
+        forward = own[None, 1:] - own[:-1, None] if isinstance(a, slice) else own[1:] - own[a]
+        return np.maximum(self.grids[r][a], forward + self.rest[k - r][1:])
 
-    def trip(self, k: int) -> np.ndarray:
+    def stages_rest(self, c: int, k: int) -> np.ndarray:
+        """[a]: as rest[k], for layers a.. in exactly c stages (rest[k] where the table keeps no stage counts)."""
+        return self.exact[c, k] if self.counts and c <= self.counts else self.rest[k]
+
+    def trip(self, k: int, split: bool = True) -> np.ndarray:
         """[e]: `after` for layers on stages of at most k devices per pipeline: every layer after e forward and back
-        (F and I'), each at the least of its costs over the widths r <= k, on the fastest device."""
-        got = self.trips.get(k)
+        (F, then I' under a split backward, B' = min(B, I + W) otherwise: a stage above sends the gradient down only
+        after its whole backward), each at the least of its costs over the widths r <= k, on the fastest device."""
+        got = self.trips.get((k, split))
         if got is None:
             chosen = [c for r, c in self.costs.items() if r <= k] or list(self.costs.values())
-            per_layer = np.min([c[0] + c[2] for c in chosen], axis=0)
+            per_layer = np.min([c[0] + (c[2] if split else c[1]) for c in chosen], axis=0)
             sums = prefix(per_layer)
-            got = self.trips[k] = (sums[-1] - sums[1:]) / self.fastest
+            got = self.trips[k, split] = (sums[-1] - sums[1:]) / self.fastest
         return got
 
     def top(self, k: int, split: bool, backs: int, weights: int) -> np.ndarray:
