@@ -120,3 +120,30 @@ def test_suffix_table_bounds_every_later_part_of_a_simulated_plan(counts: bool, 
             used += len(st.devices)
             checked += 1
     assert checked > 300
+
+
+def test_a_stage_anywhere_costs_no_more_than_on_any_devices() -> None:
+    """StageCosts.anywhere (exact's device-free stage) is below the placed stage on every device tuple of the free
+    devices, field by field (compute, all-reduce, transfers, arrival, chains; memory at least), after a placed
+    stage and after another device-free one, on 40 random instances with uneven links and speeds."""
+    rng = random.Random(17)
+    fields = ("fwd", "bwd", "inp", "wgt", "allreduce", "fwd_in", "bwd_out", "arrive", "chain", "chain_split")
+    for trial in range(40):
+        layers, devices = rng.randint(3, 7), rng.randint(3, 6)
+        request = PlanRequest(random_profile(trial, layers), random_cluster(trial, devices), 16)
+        costs, bounds = StageCosts(request), ShapeBounds(request)
+        size = rng.choice([2, 4, 8])
+        first_devices = (rng.randrange(devices),)
+        head = costs.place(0, 0, first_devices, 1, size, None)
+        free = tuple(d for d in range(devices) if d not in first_devices)
+        rings = Rings(bounds, free)
+        last = rng.randrange(1, layers)
+        for r in (1, 2):
+            bound = costs.anywhere(1, last, free, r, 1, size, head, rings)
+            free_bound = costs.anywhere(1, last, free, r, 1, size, costs.anywhere(0, 0, free, 1, 1, size, None, rings), rings)
+            for group in itertools.permutations(free, r):
+                placed = costs.place(1, last, group, 1, size, head)
+                for name in fields:
+                    assert getattr(bound, name) <= getattr(placed, name) * (1 + 1e-12), (trial, name)
+                assert bound.memory >= placed.memory and bound.static == placed.static and bound.act == placed.act
+                assert free_bound.fwd_in == free_bound.bwd_out == 0.0

@@ -52,6 +52,10 @@ FAN = 3
 """Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
 
 
+LOOK = 2
+"""Stages beyond a stage end that Search.hopeless looks with device-free stages before any device tuple is costed."""
+
+
 class Spent(Exception):
     """A cut-short search has used its nodes."""
 
@@ -172,7 +176,9 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
 
-    def filled(self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int) -> bool:
+    def filled(
+        self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int, hop: bool = True
+    ) -> bool:
         """Whether no completion of these first stages on the devices `left` to p stages can beat the best under any
         schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
         pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
@@ -184,8 +190,8 @@ class Search:
             p, widest = len(stages) + q, n - q + 1
             if self.beaten(last.arrive + last.fwd + float(table.stages_rest(q, n)[last.last + 1])):
                 continue  # the table's bound for exactly q stages to come
-            hop = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size)
-            rests = {split: float(table.trip(widest, split)[last.last]) + hop for split in (False, True)}
+            way = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size) if hop else 0.0
+            rests = {split: float(table.trip(widest, split)[last.last]) + way for split in (False, True)}
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
                     continue
@@ -197,6 +203,69 @@ class Search:
                 finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[last.last + 1])
                 if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"], finish)):
                     return False
+        return True
+
+    def hopeless(
+        self,
+        stages: list[Placed],
+        start: int,
+        last: int,
+        r: int,
+        free: tuple[int, ...],
+        k: int,
+        shape: tuple[int, int, int],
+        look: int = LOOK,
+    ) -> bool:
+        """Whether no stage start..last on r * rp of the devices `free`, whichever they are, can begin a plan that
+        beats the best, with k devices per pipeline for it and the stages after it: StageCosts.anywhere takes every
+        cost from below, so its bounds are below each device tuple's; the layers after it are bounded by the table
+        of `free` (its rings at least as fast as any subset's); with `look`, also when every next stage the table
+        leaves is hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
+        rp, m, size = shape
+        prev = stages[-1] if stages else None
+        stage = self.costs.anywhere(start, last, free, r, rp, size, prev, self.rings[free if self.narrow else ()])
+        cap = self.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
+        if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
+            return True
+        table = self.table(shape, free)
+        left = k - r
+        ready = stage.arrive + stage.fwd
+        if self.beaten(ready + table.rest[left][last + 1]):
+            return True
+        placed = [*stages, stage]
+        if self.filled(placed, m, table, free[: left * rp], rp, size, hop=False):
+            return True
+        if look <= 0:
+            return False
+        layers = self.request.profile.num_layers
+        for width in table.widths:
+            if width > left:
+                continue
+            row = ready + table.stage_row(last + 1, left, width)
+            for end in (row < self.best_time * (1 + SLACK)).nonzero()[0].tolist():
+                if end == layers - 1:
+                    nxt = self.costs.anywhere(
+                        last + 1, end, free, width, rp, size, stage, self.rings[free if self.narrow else ()]
+                    )
+                    if not self.whole_beaten([*placed, nxt], m):
+                        return False
+                elif left > width and not self.hopeless(placed, last + 1, end, width, free, left, shape, look - 1):
+                    return False
+        return True
+
+    def whole_beaten(self, stages: list[Placed], m: int) -> bool:
+        """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
+        p = len(stages)
+        for name, k in self.schedules:
+            if name == "kfkb" and k >= m:
+                continue
+            peaks = peak_inflight(name, p, m, k)
+            if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+                continue
+            if schedule_bound(stages, m, name == "zb-h1") >= self.best_time:
+                continue
+            if not self.beaten(fill_bound(stages, m, name, k, p)):
+                return False
         return True
 
     def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
@@ -247,6 +316,8 @@ class Search:
             if self.beaten(bound):
                 break
             rest_layers = layers - 1 - last
+            if rest_layers and k > r and self.hopeless(stages, start, last, r, free, k, (rp, m, size)):
+                continue
             for devices in canonical_list(free, r * rp, self.classes):
                 if dead.get(devices, layers) <= last or not least_in_orbit(used + devices, self.group):
                     continue

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from copy import copy
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeplan.core.errors import PipeplanError
+from pipeplan.planner.exact.rings import Rings
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import StageWork, static_bytes
 from pipeplan.sim.cost.link_model import link_arrays, ms, pair_ms, ring_allreduce_ms
@@ -155,4 +158,47 @@ class StageCosts:
             stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
             stage.chain = stage.bwd + stage.bwd_out + prev.chain
             stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
+        return stage
+
+    def anywhere(
+        self, first: int, last: int, free: tuple[int, ...], r: int, rp: int, size: int, prev: Placed | None, rings: Rings
+    ) -> Placed:
+        """A stage of layers first..last on r * rp devices of `free`, whichever they are, no costlier than any: the
+        fastest free device's compute, `ring_ms` (at most the all-reduce of any r * rp of them), the most memory,
+        and transfers from `prev` at most its fastest pair's (none after a stage of no devices: an `anywhere` one); each
+        bound place's costs take from below."""
+        cluster = self.request.cluster
+        speed = max(cluster.devices[d].speed for d in free)
+        work = self.work(first, last, size, r, speed)
+        inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
+        wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
+        stage = Placed(
+            first,
+            last,
+            (),
+            fwd=work.fwd_ms,
+            bwd=work.bwd_ms,
+            inp=inp,
+            wgt=wgt,
+            allreduce=float(rings.allreduce_ms(np.array([work.param_bytes]), r * rp)[0]) + work.optimizer_ms,
+            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
+            act=work.saved_bytes,
+            memory=max(cluster.devices[d].memory_bytes for d in free),
+            arrive=0.0,
+        )
+        if prev is None:
+            stage.chain = stage.chain_split = stage.bwd + stage.allreduce
+            return stage
+        nbytes = self.request.model.layers.cut_bytes(prev.last, size) / min(len(prev.devices) // rp or 1, r)
+        ins, outs = [], []
+        for a in prev.devices:
+            for b in free:
+                with contextlib.suppress(PipeplanError):  # no link: not a pair this stage can use
+                    ins.append(pair_ms(cluster, a, b, nbytes))
+                with contextlib.suppress(PipeplanError):
+                    outs.append(pair_ms(cluster, b, a, nbytes))
+        stage.fwd_in, stage.bwd_out = min(ins, default=0.0), min(outs, default=0.0)
+        stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
+        stage.chain = stage.bwd + stage.bwd_out + prev.chain
+        stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
         return stage
