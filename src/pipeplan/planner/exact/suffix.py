@@ -27,7 +27,7 @@ from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.rings import Rings
 from pipeplan.planner.exact.space import SCHEDULES
 
-STAGE_COUNTS = 5 * 10**7
+STAGE_COUNTS = 10**7
 """Most cells (devices x widths x layers^2 x stage counts) for which the table keeps a grid per count of later
 stages (a stage's warm-up forwards follow from it); above, one grid for any count."""
 
@@ -96,10 +96,12 @@ class SuffixBound:
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
         self.least: dict[int, list[float]] = {}
         self.rows: dict[tuple[int, int], np.ndarray] = {}  # (k, r) -> [a, e]: stage_row, kept (with stage counts)
+        self.values: dict[tuple[int, int], np.ndarray] = {}  # (r, cap) -> grid's terms that take no stage count
         self.rest = np.full((self.n + 1, layers + 1), np.inf)
         self.rest[:, layers] = 0.0
         if self.counts:
             self.count_stages()
+            self.values.clear()
             return
         self.grids = {r: self.grid(r, self.n, None) for r in self.widths}  # one grid for any count of stages after
         for k in range(1, self.n + 1):
@@ -121,16 +123,20 @@ class SuffixBound:
         f, b, i, step, fits = self.parts[r]
         m, below = self.m, self.below
         after = {split: self.trip(cap, split)[None, :] for split in (False, True)}
-        turn = f + after[True]  # the stage's forward, then the way up and back to it
-        value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
-        value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
-        if c is not None:
-            least = np.full_like(f, np.inf)
-            for g, split in self.kinds:
-                warm = min(g * (c + 1), m)
-                least = np.minimum(least, np.maximum(warm * f, g * f + after[split]) + (m - warm) * f)
-            value = np.maximum(value, least + np.maximum(m * b + step, m * i + below))
-        return np.where(fits, value, np.inf)
+        key = (r, cap)
+        value = self.values.get(key)
+        if value is None:
+            turn = f + after[True]  # the stage's forward, then the way up and back to it
+            value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
+            value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
+            value = self.values[key] = np.where(fits, value, np.inf)
+        if c is None:
+            return value
+        least = np.full_like(f, np.inf)
+        for g, split in self.kinds:
+            warm = min(g * (c + 1), m)
+            least = np.minimum(least, np.maximum(warm * f, g * f + after[split]) + (m - warm) * f)
+        return np.maximum(value, least + np.maximum(m * b + step, m * i + below))
 
     def count_stages(self) -> None:
         """exact[c][k][a]: layers a.. in exactly c stages on at most k devices per pipeline (a stage with c' stages
@@ -148,7 +154,7 @@ class SuffixBound:
             for k in range(1, n + 1):
                 row = self.exact[c, k - 1].copy()
                 for r in self.widths:
-                    if r > k:
+                    if r > k or k - r < c - 1:  # c - 1 stages need as many devices
                         continue
                     cap = self.cap(k - r)
                     if (r, cap) not in grids:
