@@ -20,6 +20,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
@@ -52,8 +54,12 @@ FAN = 3
 """Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
 
 
-LOOK = 2
+LOOK = 3
 """Stages beyond a stage end that Search.hopeless looks with device-free stages before any device tuple is costed."""
+
+
+POLISH_STEPS = (-1, 1, -2, 2, -4, 4)
+"""Layers Search.polish moves a cut of the best plan by."""
 
 
 class Spent(Exception):
@@ -150,19 +156,22 @@ class Search:
             got = self.tables[key] = SuffixBound(self.bounds, rings, *shape)
         return got
 
-    def finish(self, stages: list[Placed], rp: int, m: int, size: int) -> None:
-        """Simulate every schedule of a complete plan that could beat the best and fits."""
+    def finish(self, stages: list[Placed], rp: int, m: int, size: int, cap: float | None = None) -> float:
+        """Simulate every schedule of a complete plan that could beat `cap` (the best) and fits; the least time
+        simulated (inf when none was). A faster plan than the best becomes the best."""
+        cap = self.best_time if cap is None else cap
+        least = math.inf
         bounds = {False: schedule_bound(stages, m, False), True: schedule_bound(stages, m, True)}
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
         costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
         key: tuple[object, ...] = ()
         for name, k in self.schedules:
-            if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= self.best_time:
+            if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= cap:
                 continue
             peaks = peak_inflight(name, len(stages), m, k)
             if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                 continue
-            if self.beaten(fill_bound(stages, m, name, k, len(stages))):
+            if fill_bound(stages, m, name, k, len(stages)) >= cap * (1 + SLACK):
                 continue
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
@@ -175,6 +184,8 @@ class Search:
                 self.simulated += 1
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
+            least = min(least, seen)
+        return least
 
     def filled(
         self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int, hop: bool = True
@@ -349,8 +360,9 @@ class Search:
                         return
                     break
 
-    def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int) -> None:
-        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of ring_order."""
+    def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int, polish: bool = False) -> None:
+        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of
+        ring_order; with `polish`, then its cuts moved while that makes it faster (Search.polish)."""
         stages: list[Placed] = []
         used = 0
         for first, last, r in split:
@@ -358,7 +370,46 @@ class Search:
             used += r * rp
             stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
         if stages and all(st.static + st.act <= st.memory for st in stages):
-            self.finish(stages, rp, m, size)
+            time = self.finish(stages, rp, m, size, cap=math.inf if polish else None)
+            if polish and time < math.inf:
+                self.polish(stages, rp, m, size, time)
+
+    def polish(self, stages: list[Placed], rp: int, m: int, size: int, time: float) -> None:
+        """Move the cuts of a plan, its stages on the same devices, while a move makes it faster (each cut by
+        POLISH_STEPS layers either way, the first faster plan taken): a better incumbent before the searches."""
+        while True:
+            ends = [st.last for st in stages]
+            for i, step in itertools.product(range(len(ends) - 1), POLISH_STEPS):
+                end = ends[i] + step
+                if not (ends[i - 1] + 1 if i else 0) <= end < ends[i + 1]:
+                    continue
+                moved = [*ends[:i], end, *ends[i + 1 :]]
+                trial: list[Placed] = []
+                for s, st in enumerate(stages):
+                    first = moved[s - 1] + 1 if s else 0
+                    trial.append(self.costs.place(first, moved[s], st.devices, rp, size, trial[-1] if trial else None))
+                if all(st.static + st.act <= st.memory for st in trial):
+                    got = self.finish(trial, rp, m, size, cap=time)
+                    if got < time:
+                        stages, time = trial, got
+                        break
+            else:
+                return
+
+    def seed_even(self, rp: int, m: int, size: int) -> None:
+        """Simulate, for every stage width r of the shape, n // r stages of r devices per pipeline (ring_order), the
+        layers cut where the forward and backward times at width r add up to equal parts."""
+        layers = self.request.profile.num_layers
+        for r in self.bounds.widths(rp, size):
+            depth = min(layers, self.request.cluster.num_devices // (rp * r))
+            fwd, back, _ = self.bounds.costs(size / r)
+            sums = np.cumsum(fwd + back)
+            cuts = [0]
+            for i in range(1, depth):  # the first layer whose running sum passes i / depth of the total, >= 1 each
+                at = int(np.searchsorted(sums, sums[-1] * i / depth, side="right"))
+                cuts.append(min(max(at, cuts[-1] + 1), layers - (depth - i)))
+            cuts.append(layers)
+            self.seed([(cuts[i], cuts[i + 1] - 1, r) for i in range(depth)], rp, m, size, polish=True)
 
     def run(self) -> None:
         """Seed, then search every shape whose bound is below the incumbent, the lowest bound first."""
@@ -372,12 +423,14 @@ class Search:
             depth = min(layers, devices // rp)
             cuts = [round(i * layers / depth) for i in range(depth + 1)]
             self.seed([(cuts[i], cuts[i + 1] - 1, 1) for i in range(depth)], rp, m, size)
+        for shape in order[:SEEDED]:  # even pipelines of every stage width, cut where their compute is even
+            self.seed_even(*shape)
         everything = tuple(range(devices))
         seeded = set()
         for shape in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
             if not self.beaten(cheap[shape]):
                 seeded.add(shape)
-                self.seed(self.table(shape, everything).split(), *shape)
+                self.seed(self.table(shape, everything).split(), *shape, polish=True)
         for shape in order:  # a cut-short search of each shape: its first plans, for a better incumbent
             if self.beaten(cheap[shape]):
                 break
