@@ -135,6 +135,7 @@ class Search:
     fan: float = math.inf  # most children a node searches (a cut-short search)
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
+    polishing: bool = False  # inside Search.polish (which finishes plans itself)
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
@@ -185,6 +186,10 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
             least = min(least, seen)
+        if least < cap and not self.polishing:  # a new best: its neighbours first (Search.polish)
+            self.polishing = True
+            self.polish(stages, rp, m, size, least)
+            self.polishing = False
         return least
 
     def filled(
@@ -370,9 +375,7 @@ class Search:
             used += r * rp
             stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
         if stages and all(st.static + st.act <= st.memory for st in stages):
-            time = self.finish(stages, rp, m, size, cap=math.inf if polish else None)
-            if polish and time < math.inf:
-                self.polish(stages, rp, m, size, time)
+            self.finish(stages, rp, m, size, cap=math.inf if polish else None)
 
     def polish(self, stages: list[Placed], rp: int, m: int, size: int, time: float) -> None:
         """Move the cuts of a plan, its stages on the same devices, while a move makes it faster (each cut by
