@@ -58,6 +58,10 @@ LOOK = 3
 """Stages beyond a stage end that Search.hopeless looks with device-free stages before any device tuple is costed."""
 
 
+NARROW_LAYERS = 600
+"""Most layers for which exact keeps a suffix table per set of free devices (their rings' signature): above, one
+table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
+
 POLISH_STEPS = (-1, 1, -2, 2, -4, 4)
 """Layers Search.polish moves a cut of the best plan by."""
 
@@ -136,12 +140,13 @@ class Search:
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
     polishing: bool = False  # inside Search.polish (which finishes plans itself)
+    shared: dict[object, tuple[np.ndarray, ...]] = field(default_factory=dict)  # SuffixBound's grids of the request
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
         self.bounds = ShapeBounds(self.request)
         n = self.request.cluster.num_devices
-        self.narrow = len(set(self.classes)) == n <= MAX_DEVICES
+        self.narrow = len(set(self.classes)) == n <= MAX_DEVICES and self.request.profile.num_layers <= NARROW_LAYERS
         self.order = ring_order(self.request)
 
     def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
@@ -154,7 +159,7 @@ class Search:
         key = (shape, rings.signature())
         got = self.tables.get(key)
         if got is None:
-            got = self.tables[key] = SuffixBound(self.bounds, rings, *shape)
+            got = self.tables[key] = SuffixBound(self.bounds, rings, *shape, self.schedules, self.shared)
         return got
 
     def finish(self, stages: list[Placed], rp: int, m: int, size: int, cap: float | None = None) -> float:

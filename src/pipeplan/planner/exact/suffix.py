@@ -50,8 +50,18 @@ class SuffixBound:
     """rest[k][a] of one shape (module docstring), with the per-stage grids it came from."""
 
     def __init__(
-        self, bounds: ShapeBounds, rings: Rings, rp: int, m: int, size: int, schedules: tuple[tuple[str, int], ...] = SCHEDULES
+        self,
+        bounds: ShapeBounds,
+        rings: Rings,
+        rp: int,
+        m: int,
+        size: int,
+        schedules: tuple[tuple[str, int], ...] = SCHEDULES,
+        shared: dict[object, tuple[np.ndarray, ...]] | None = None,
     ) -> None:
+        """`shared`: grids that depend on the request and the samples per replica only, kept between the tables of
+        one request (its ShapeBounds)."""
+        shared = {} if shared is None else shared
         request = bounds.request
         layers = self.layers = request.profile.num_layers
         self.n, self.m = request.cluster.num_devices // rp, m
@@ -62,11 +72,10 @@ class SuffixBound:
         fwd_min = np.min([c[0] for c in costs.values()], axis=0)
         inp_min = np.min([c[2] for c in costs.values()], axis=0)
         self.below = prefix(inp_min)[:-1, None] / fastest  # the backward path under layer a
-        params = spans(prefix(bounds.params))
-        fixed = spans(prefix(bounds.optimizer)) / fastest
-        static = spans(prefix(bounds.static))
-        memory = float(bounds.memory_prefix[1]) * (1 + SLACK)
-        upper = np.triu(np.ones((layers, layers), dtype=bool))
+        if "common" not in shared:
+            memory = float(bounds.memory_prefix[1]) * (1 + SLACK)
+            shared["common"] = (spans(prefix(bounds.params)), spans(prefix(bounds.optimizer)) / fastest, np.array(memory))
+        params, fixed, memory = shared["common"]
         after = prefix(fwd_min + inp_min)[-1] - prefix(fwd_min + inp_min)[1:]  # [e]: layers after e, F and I'
         self.after = after / fastest
         self.top_cols: dict[int, tuple[np.ndarray, ...]] = {}  # r -> [a]: F + step, B', I' of a last stage a..
@@ -74,12 +83,14 @@ class SuffixBound:
         self.own: dict[int, np.ndarray] = {}  # r -> F of layers a.. at width r, prefix sums
         self.parts: dict[int, tuple[np.ndarray, ...]] = {}  # r -> [a, e]: F, B', I', step; where it fits
         for r, (fwd, back, inp) in costs.items():
-            arrays = request.model.layers.arrays(size / r)
-            shared = prefix(arrays.shared)
-            held = spans(prefix(arrays.saved)) - (shared[None, 1:] - shared[1:, None])
-            f, b, i = (spans(prefix(v)) / fastest for v in (fwd, back, inp))
+            if size / r not in shared:
+                arrays = request.model.layers.arrays(size / r)
+                both = prefix(arrays.shared)
+                held = spans(prefix(arrays.saved)) - (both[None, 1:] - both[1:, None])
+                fits = np.triu(spans(prefix(bounds.static)) + held <= memory)
+                shared[size / r] = (*(spans(prefix(v)) / fastest for v in (fwd, back, inp)), fits)
+            f, b, i, fits = shared[size / r]
             step = fixed + rings.allreduce_ms(params, r * rp)
-            fits = upper & (static + held <= memory)
             self.own[r] = prefix(fwd) / fastest
             self.parts[r] = (f, b, i, step, fits)
             top = fits[:, layers - 1]
