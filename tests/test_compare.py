@@ -17,8 +17,8 @@ FAST = "balanced,pipedream,exact"
 
 
 def test_compare_gives_one_row_per_planner_with_failures_as_rows() -> None:
-    """exact refuses a 53-layer model: its row is a PlannerFailure with the message; the others found plans."""
-    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x1"), 64)
+    """exact refuses 16 distinct GPUs: its row is a PlannerFailure with the message; the others found plans."""
+    request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"), 64)
     rows = compare(request, ["balanced", "pipedream", "exact"])
     assert [r.planner for r in rows] == ["balanced", "pipedream", "exact"]
     assert isinstance(rows[0], PlanResult) and isinstance(rows[1], PlanResult)
@@ -73,7 +73,7 @@ def test_speedup_is_best_baseline_over_row() -> None:
 def test_compare_json_shape(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """--json prints {"results": [...]}: plan objects with timings, and {planner, error, planning_seconds} for failures."""
     code, out, _ = run(
-        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x2-25g",
         "--global-batch", "64", "--planners", FAST, "--json",
     )  # fmt: skip
     assert code == 0
@@ -90,7 +90,7 @@ def test_compare_table_and_png(monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
     """The table names every planner, lists exact's refusal under it, and --png writes the fastest plan's timeline."""
     png = tmp_path / "best.png"
     code, out, _ = run(
-        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x1",
+        monkeypatch, capsys, "compare", "--profile", "dapple/bert-48", "--cluster", "v100-8x2-25g",
         "--global-batch", "64", "--planners", FAST, "--png", str(png),
     )  # fmt: skip
     assert code == 0

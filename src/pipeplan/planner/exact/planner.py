@@ -1,9 +1,9 @@
 """`exact`: the best plan under pipeplan's simulator over the space exact.space defines, by branch and bound.
 
-Tie rule: among plans of equal simulated time the first found wins: the seeds (exact.search), then a cut-short
-search of every shape, then the full searches: shapes (rp, m) in increasing order of their bound (rp ascending,
-then m descending on equal bounds), each seeded with its suffix table's split before its search; stages by last
-layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
+Tie rule: among plans of equal simulated time the first found wins: the seeds (exact.search; each new best plan
+is polished at once, its cuts moved while faster), then a cut-short search of every shape, then the full
+searches: shapes (rp, m) in increasing order of their bound (rp ascending, then m descending on equal bounds),
+each seeded with its suffix table's split before its search; stages by last layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
 than a search without the twin rule would, and on ties it may be another plan of the same time.
 """
 
@@ -21,13 +21,13 @@ from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules.registry import names_text
 from pipeplan.sim.cost.plan_costs import plan_costs
 
-MAX_ORDERS = 5040
+MAX_ORDERS = 10080
 """Most orders of the devices up to twins and symmetries (n! over the product of the twin classes' sizes!, over
-the automorphism group's size on clusters without twins) accepted: 7 distinct devices pass; the v100-8x1 preset
-(8! over 4 symmetries: 10,080) does not: with the limit lifted 20 of its 26 shared instances take 1-10 s of CPU,
-vgg16 and gnmt_large 11-16 s, and the 4 gnmt models pass 25 s (BENCHMARKS.md). The layers set no limit: the
-suffix table's bound prunes stage ends (4 identical GPUs take any shared profile, 1,251 layers included;
-BENCHMARKS.md)."""
+the automorphism group's size on clusters without twins) accepted: 7 distinct devices pass, and the v100-8x1 preset
+(8! over 4 symmetries: 10,080), where 25 of its 26 shared instances at global batch 256 and all but nasnetalarge
+at 2048 take 1-9 s of CPU, nasnetalarge at 2048 ~9 s and gnmt-32 at 256 minutes (BENCHMARKS.md); 16 distinct
+devices do not. The layers set no limit: the suffix table's bound prunes stage ends (4 identical GPUs take any
+shared profile, 1,251 layers included; BENCHMARKS.md)."""
 
 
 def device_orders(classes: tuple[int, ...], limit: int) -> int:
