@@ -113,7 +113,8 @@ def test_exact_refuses_large_instances() -> None:
     request = PlanRequest(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"), 64)
     with pytest.raises(
         PlanError,
-        match=r"handles at most 10,080 device orders up to twins; 16 devices in 16 twin classes give more; use --planner pipeplan",
+        match=r"handles at most 10,080 device orders up to twins; 16 devices in 16 twin classes give more; "
+        r"use --planner pipeplan",
     ):
         plan_exact(request)
 

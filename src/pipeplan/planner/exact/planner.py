@@ -3,8 +3,9 @@
 Tie rule: among plans of equal simulated time the first found wins: the seeds (exact.search; each new best plan
 is polished at once, its cuts moved while faster), then a cut-short search of every shape, then the full
 searches: shapes (rp, m) in increasing order of their bound (rp ascending, then m descending on equal bounds),
-each seeded with its suffix table's split before its search; stages by last layer, width, device tuple. On clusters with twins the plan may name other (twin) devices
-than a search without the twin rule would, and on ties it may be another plan of the same time.
+each seeded with its suffix table's split before its search; stages by last layer, width, device tuple. On
+clusters with twins the plan may name other (twin) devices than a search without the twin rule would, and on ties
+it may be another plan of the same time.
 """
 
 from __future__ import annotations
