@@ -198,21 +198,32 @@ class Search:
         return least
 
     def filled(
-        self, stages: list[Placed], m: int, table: SuffixBound, left: tuple[int, ...], rp: int, size: int, hop: bool = True
+        self,
+        stages: list[Placed],
+        m: int,
+        table: SuffixBound,
+        left: tuple[int, ...],
+        rp: int,
+        size: int,
+        hop: bool = True,
+        upto: int | None = None,
     ) -> bool:
         """Whether no completion of these first stages on the devices `left` to p stages can beat the best under any
         schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
         pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
-        last stage's part (the table's top) take the widths up to that."""
+        last stage's part (the table's top) take the widths up to that. With `upto`, for every last stage that ends
+        at a layer from its own last to `upto` (its costs those of the shortest: Search.span_hopeless): the table's
+        terms at the least over those ends (trip and top do not grow with the end)."""
         parts = {split: fill_parts(stages, split) for split in (False, True)}
         last, n = stages[-1], len(left) // rp
+        end = last.last if upto is None else upto
         layers = self.request.profile.num_layers - 1 - last.last
         for q in range(1, min(n, layers) + 1):
             p, widest = len(stages) + q, n - q + 1
-            if self.beaten(last.arrive + last.fwd + float(table.stages_rest(q, n)[last.last + 1])):
+            if self.beaten(last.arrive + last.fwd + float(table.stages_rest(q, n)[last.last + 1 : end + 2].min())):
                 continue  # the table's bound for exactly q stages to come
             way = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size) if hop else 0.0
-            rests = {split: float(table.trip(widest, split)[last.last]) + way for split in (False, True)}
+            rests = {split: float(table.trip(widest, split)[end]) + way for split in (False, True)}
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
                     continue
@@ -221,10 +232,60 @@ class Search:
                 if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
                     continue
                 _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
-                finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[last.last + 1])
+                finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[end + 1])
                 if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"], finish)):
                     return False
         return True
+
+    def span_hopeless(
+        self,
+        stages: list[Placed],
+        start: int,
+        ends: tuple[int, int],
+        r: int,
+        free: tuple[int, ...],
+        k: int,
+        shape: tuple[int, int, int],
+    ) -> bool:
+        """Whether no stage of layers start..e for any e in ends[0]..ends[1] (before the last layer) on r * rp of
+        `free` can begin a plan that beats the best: the stage start..ends[0] on no devices in particular (its costs
+        grow with its layers), with the table's and filled's terms at the least over those ends."""
+        rp, m, size = shape
+        low, high = ends
+        prev = stages[-1] if stages else None
+        stage = self.costs.anywhere(start, low, free, r, rp, size, prev, self.rings[free if self.narrow else ()])
+        cap = self.best_time * (1 + MARGIN)
+        if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
+            return True
+        table = self.table(shape, free)
+        left = k - r
+        if self.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
+            return True
+        return self.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high)
+
+    def open_ends(
+        self,
+        stages: list[Placed],
+        start: int,
+        ends: list[int],
+        r: int,
+        free: tuple[int, ...],
+        k: int,
+        shape: tuple[int, int, int],
+    ) -> list[int]:
+        """The stage ends of `ends` (ascending, none the last layer) that span_hopeless does not rule out, halving
+        each span it cannot rule out down to single ends."""
+        out, todo = [], [(0, len(ends) - 1)]
+        while todo:
+            i, j = todo.pop()
+            if self.span_hopeless(stages, start, (ends[i], ends[j]), r, free, k, shape):
+                continue
+            if i == j:
+                out.append(ends[i])
+                continue
+            mid = (i + j) // 2
+            todo += [(mid + 1, j), (i, mid)]
+        return sorted(out)
 
     def hopeless(
         self,
@@ -263,14 +324,17 @@ class Search:
             if width > left:
                 continue
             row = ready + table.stage_row(last + 1, left, width)
-            for end in (row < self.best_time * (1 + SLACK)).nonzero()[0].tolist():
-                if end == layers - 1:
-                    nxt = self.costs.anywhere(
-                        last + 1, end, free, width, rp, size, stage, self.rings[free if self.narrow else ()]
-                    )
-                    if not self.whole_beaten([*placed, nxt], m):
-                        return False
-                elif left > width and not self.hopeless(placed, last + 1, end, width, free, left, shape, look - 1):
+            ends = (row < self.best_time * (1 + SLACK)).nonzero()[0].tolist()
+            if ends and ends[-1] == layers - 1:
+                ends.pop()
+                ring = self.rings[free if self.narrow else ()]
+                nxt = self.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, ring)
+                if not self.whole_beaten([*placed, nxt], m):
+                    return False
+            if left <= width or not ends:
+                continue
+            for end in self.open_ends(placed, last + 1, ends, width, free, left, shape):
+                if not self.hopeless(placed, last + 1, end, width, free, left, shape, look - 1):
                     return False
         return True
 
