@@ -54,7 +54,7 @@ FAN = 3
 """Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
 
 
-LOOK = 3
+LOOK = 4
 """Stages beyond a stage end that Search.hopeless looks with device-free stages before any device tuple is costed."""
 
 
