@@ -2,11 +2,14 @@
 
 A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
 suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
-split that table found, on the devices in ring_order. Before the full searches, each shape gets a cut-short one
+split that table found and with even pipelines of each stage width, on the devices in ring_order, and every new
+best plan is polished (its cuts moved while faster). Before the full searches, each shape gets a cut-short one
 (at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
 finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
-(before any device tuple is costed); a device tuple is retired for every longer stage of the same first layer
+and the look-ahead (Search.hopeless: the stage on no devices in particular, every cost from below, and LOOK
+stages after it, spans of their ends ruled out at once by Search.open_ends) does not rule it out, both before any
+device tuple is costed; a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
 the table from the stage's actual forward end, and bounds.fill_bound over every stage count and schedule its
 memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
