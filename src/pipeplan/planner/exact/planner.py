@@ -25,9 +25,9 @@ from pipeplan.sim.cost.plan_costs import plan_costs
 MAX_ORDERS = 10080
 """Most orders of the devices up to twins and symmetries (n! over the product of the twin classes' sizes!, over
 the automorphism group's size on clusters without twins) accepted: 7 distinct devices pass, and the v100-8x1 preset
-(8! over 4 symmetries: 10,080), where 25 of its 26 shared instances at global batch 256 and all but nasnetalarge
-at 2048 take 1-9 s of CPU, nasnetalarge at 2048 ~9 s and gnmt-32 at 256 minutes (BENCHMARKS.md); 16 distinct
-devices do not. The layers set no limit: the suffix table's bound prunes stage ends (4 identical GPUs take any
+(8! over 4 symmetries: 10,080), where 25 of its 26 shared instances at global batch 256 and 25 of 26 at 2048
+take 1-10 s of CPU, gnmt-32 at 256 ~36 s and nasnetalarge at 2048 ~11 s (BENCHMARKS.md); 16 distinct devices do
+not. The layers set no limit: the suffix table's bound prunes stage ends (4 identical GPUs take any
 shared profile, 1,251 layers included; BENCHMARKS.md)."""
 
 
