@@ -38,6 +38,13 @@ def random_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Place
     return request, placed, rp, m, size, name, k
 
 
+def simulated_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Placed], int, int, int, str, int, float]:
+    """random_plan and its simulated iteration time."""
+    request, placed, rp, m, size, name, k = random_plan(rng, trial)
+    plan = Plan(tuple(Stage(st.first, st.last, st.devices) for st in placed), rp, m, size, name, k=k)
+    return request, placed, rp, m, size, name, k, simulate_plan(plan, request.model, record=False).iteration_time
+
+
 def test_fill_bound_never_exceeds_the_simulation() -> None:
     """On 300 random plans (replicated stages, 1-2 pipelines, every schedule, kfkb k = 2..4) the bound of the whole
     plan, and of each of its first stages with the suffix table's way up and back (all widths, the widths the later
@@ -46,9 +53,7 @@ def test_fill_bound_never_exceeds_the_simulation() -> None:
     rng = random.Random(23)
     checked = 0
     for trial in range(300):
-        request, placed, rp, m, size, name, k = random_plan(rng, trial)
-        plan = Plan(tuple(Stage(st.first, st.last, st.devices) for st in placed), rp, m, size, name, k=k)
-        simulated = simulate_plan(plan, request.model, record=False).iteration_time
+        request, placed, rp, m, size, name, k, simulated = simulated_plan(rng, trial)
         p = len(placed)
         assert fill_bound(placed, m, name, k, p) <= simulated * (1 + 1e-9)
         table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size)

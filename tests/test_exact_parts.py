@@ -96,16 +96,14 @@ def test_suffix_table_bounds_every_later_part_of_a_simulated_plan(counts: bool, 
     earlier stages leave (and for any count, and the stage_row of stage j itself) is <= the simulated time; with
     the table's stage counts and without (STAGE_COUNTS 0: one grid for any count)."""
     from pipeplan.planner.exact import suffix
-    from test_exact_fill import random_plan
+    from test_exact_fill import simulated_plan
 
     if not counts:
         monkeypatch.setattr(suffix, "STAGE_COUNTS", 0)
     rng = random.Random(31)
     checked = 0
     for trial in range(300):
-        request, placed, rp, m, size, name, k = random_plan(rng, trial)
-        plan = Plan(tuple(Stage(st.first, st.last, st.devices) for st in placed), rp, m, size, name, k=k)
-        simulated = simulate_plan(plan, request.model, record=False).iteration_time
+        request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
         bounds = ShapeBounds(request)
         table = SuffixBound(bounds, Rings(bounds), rp, m, size)
         assert bool(table.counts) == counts

@@ -119,12 +119,16 @@ class StageCosts:
         if got is not None:
             return got
         cluster = self.request.cluster
-        r = len(devices) // rp
-        speed = min(cluster.devices[d].speed for d in devices)
-        work = self.work(first, last, size, r, speed)
+        work = self.work(first, last, size, len(devices) // rp, min(cluster.devices[d].speed for d in devices))
+        memory = min(cluster.devices[d].memory_bytes for d in devices)
+        got = self.bases[key] = self.stage(first, last, devices, work, self.allreduce(devices, work.param_bytes), memory)
+        return got
+
+    def stage(self, first: int, last: int, devices: tuple[int, ...], work: StageWork, ring_ms: float, memory: float) -> Placed:
+        """A stage of this work (its all-reduce `ring_ms`, its least device memory), before any stage is put before it."""
         inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
         wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
-        got = self.bases[key] = Placed(
+        return Placed(
             first,
             last,
             devices,
@@ -132,13 +136,12 @@ class StageCosts:
             bwd=work.bwd_ms,
             inp=inp,
             wgt=wgt,
-            allreduce=self.allreduce(devices, work.param_bytes) + work.optimizer_ms,
+            allreduce=ring_ms + work.optimizer_ms,
             static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
             act=work.saved_bytes,
-            memory=min(cluster.devices[d].memory_bytes for d in devices),
+            memory=memory,
             arrive=0.0,
         )
-        return got
 
     def place(self, first: int, last: int, devices: tuple[int, ...], rp: int, size: int, prev: Placed | None) -> Placed:
         """Costs of layers first..last on `devices` after `prev`, at microbatch size `size`."""
@@ -154,38 +157,20 @@ class StageCosts:
                     self.transfer(prev, stage, rp, nbytes, True),
                     self.transfer(prev, stage, rp, nbytes, False),
                 )
-            stage.fwd_in, stage.bwd_out = links
-            stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
-            stage.chain = stage.bwd + stage.bwd_out + prev.chain
-            stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
+            follow(stage, prev, *links)
         return stage
 
     def anywhere(
         self, first: int, last: int, free: tuple[int, ...], r: int, rp: int, size: int, prev: Placed | None, rings: Rings
     ) -> Placed:
         """A stage of layers first..last on r * rp devices of `free`, whichever they are, no costlier than any: the
-        fastest free device's compute, `ring_ms` (at most the all-reduce of any r * rp of them), the most memory,
-        and transfers from `prev` at most its fastest pair's (none after a stage of no devices: an `anywhere` one); each
-        bound place's costs take from below."""
+        fastest free device's compute, the all-reduce on `rings` (the best rings of those devices), the most memory,
+        and transfers from `prev` at most its fastest pair's (none after a stage of no devices: an `anywhere` one);
+        each bound place's costs take from below."""
         cluster = self.request.cluster
-        speed = max(cluster.devices[d].speed for d in free)
-        work = self.work(first, last, size, r, speed)
-        inp = work.bwd_ms / 2 if work.bwd_input_ms is None else min(work.bwd_input_ms, work.bwd_ms)
-        wgt = work.bwd_ms / 2 if work.bwd_weight_ms is None else work.bwd_weight_ms
-        stage = Placed(
-            first,
-            last,
-            (),
-            fwd=work.fwd_ms,
-            bwd=work.bwd_ms,
-            inp=inp,
-            wgt=wgt,
-            allreduce=float(rings.allreduce_ms(np.array([work.param_bytes]), r * rp)[0]) + work.optimizer_ms,
-            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
-            act=work.saved_bytes,
-            memory=max(cluster.devices[d].memory_bytes for d in free),
-            arrive=0.0,
-        )
+        work = self.work(first, last, size, r, max(cluster.devices[d].speed for d in free))
+        ring_ms = float(rings.allreduce_ms(np.array([work.param_bytes]), r * rp)[0])
+        stage = self.stage(first, last, (), work, ring_ms, max(cluster.devices[d].memory_bytes for d in free))
         if prev is None:
             stage.chain = stage.chain_split = stage.bwd + stage.allreduce
             return stage
@@ -197,8 +182,13 @@ class StageCosts:
                     ins.append(pair_ms(cluster, a, b, nbytes))
                 with contextlib.suppress(PipeplanError):
                     outs.append(pair_ms(cluster, b, a, nbytes))
-        stage.fwd_in, stage.bwd_out = min(ins, default=0.0), min(outs, default=0.0)
-        stage.arrive = prev.arrive + prev.fwd + stage.fwd_in
-        stage.chain = stage.bwd + stage.bwd_out + prev.chain
-        stage.chain_split = stage.inp + stage.bwd_out + prev.chain_split
+        follow(stage, prev, min(ins, default=0.0), min(outs, default=0.0))
         return stage
+
+
+def follow(stage: Placed, prev: Placed, fwd_in: float, bwd_out: float) -> None:
+    """Put `stage` after `prev` with these transfers: its arrival and its chains down to stage 0."""
+    stage.fwd_in, stage.bwd_out = fwd_in, bwd_out
+    stage.arrive = prev.arrive + prev.fwd + fwd_in
+    stage.chain = stage.bwd + bwd_out + prev.chain
+    stage.chain_split = stage.inp + bwd_out + prev.chain_split
