@@ -27,7 +27,8 @@ CASES: list[tuple[str, list[str], str]] = [
     # sizes that would not fit: refused before any work, with the size needed
     ("too many microbatches", ["simulate", "1f1b", "-p", "4", "-m", "100000000"], "800,000,000 actions"),
     ("huge global batch", ["plan", *BERT[:4], "--global-batch", "1000000000"], "give a larger --microbatch-size"),
-    ("exact on a large instance", ["plan", "--planner", "exact", *BERT], "planner 'exact' handles at most"),
+    ("exact on a large instance", ["plan", "--planner", "exact", *BERT[:2], "--cluster", "v100-8x2-25g", *BERT[4:]],
+     "planner 'exact' handles at most"),
     # outputs checked before the work
     ("unwritable plan --out", ["plan", *BERT, "--out", "/nonexistent/x.json"], "--out '/nonexistent/x.json'"),
     ("unwritable simulate --trace", ["simulate", "1f1b", "-p", "4", "-m", "8", "--trace", "/nonexistent/t.json"], "--trace"),
