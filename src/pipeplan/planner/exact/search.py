@@ -66,7 +66,7 @@ NARROW_LAYERS = 600
 table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
 
 POLISH_STEPS = (-1, 1, -2, 2, -4, 4)
-"""Layers Search.polish moves a cut of the best plan by."""
+"""Layers Search.polish moves a cut of a plan by (either way)."""
 
 
 class Spent(Exception):
@@ -439,7 +439,7 @@ class Search:
 
     def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int, polish: bool = False) -> None:
         """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of
-        ring_order; with `polish`, then its cuts moved while that makes it faster (Search.polish)."""
+        ring_order; it is polished (Search.polish) when it is the best plan so far, and with `polish` in any case."""
         stages: list[Placed] = []
         used = 0
         for first, last, r in split:

@@ -17,6 +17,13 @@ it after the first input of any earlier stage. So with T the earliest first inpu
 T + rest[k][a] <= the iteration time of every plan that places layers a.. on at most k free devices per
 pipeline, whichever devices they are. The table is a min-max DP over contiguous partitions, O(layers^2) per
 (k, r) in numpy; exact consults it before costing any device tuple of a stage end.
+
+The first stage's forward is its own at width r, and the way up and back takes the widths the k - r devices left
+allow. Where it is cheap (STAGE_COUNTS), the DP also counts the stages: exact[c][k][a] places layers a.. in
+exactly c stages, so a stage knows the c' stages after it and its warm-up: it waits for min(g (c' + 1), m)
+forwards of its own and for forward g - 1 to go up and back before its first backward, then runs every backward
+and its other forwards (g = 1, k or m by schedule, the least over the request's schedules); rest[k] is the least
+over c.
 """
 
 from __future__ import annotations
