@@ -122,11 +122,15 @@ class SuffixBound:
             self.values.clear()
             return
         self.grids = {r: self.grid(r, self.n, None) for r in self.widths}  # one grid for any count of stages after
+        own = {r: spans(self.own[r]) for r in self.widths}
         for k in range(1, self.n + 1):
             row = self.rest[k - 1].copy()
             for r in self.widths:
-                if r <= k:
-                    row[:layers] = np.minimum(row[:layers], self.stage_row(slice(None), k, r).min(axis=1))
+                if r == k:  # no devices left after it: the stage takes every layer to the last (rest[0] is inf before)
+                    row[:layers] = np.minimum(row[:layers], np.maximum(self.grids[r][:, -1], own[r][:, -1]))
+                elif r < k:
+                    cell = np.maximum(self.grids[r], own[r] + self.rest[k - r][1:])
+                    row[:layers] = np.minimum(row[:layers], cell.min(axis=1))
             self.rest[k] = row
 
     def cap(self, k: int) -> int:
