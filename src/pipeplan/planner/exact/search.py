@@ -251,20 +251,38 @@ class Search:
         shape: tuple[int, int, int],
     ) -> bool:
         """Whether no stage of layers start..e for any e in ends[0]..ends[1] (before the last layer) on r * rp of
-        `free` can begin a plan that beats the best: the stage start..ends[0] on no devices in particular (its costs
-        grow with its layers), with the table's and filled's terms at the least over those ends."""
+        `free` can begin a plan that beats the best (Search.span_stage)."""
+        return self.span_stage(stages, start, ends, r, free, k, shape) is None
+
+    def span_stage(
+        self,
+        stages: list[Placed],
+        start: int,
+        ends: tuple[int, int],
+        r: int,
+        free: tuple[int, ...],
+        k: int,
+        shape: tuple[int, int, int],
+    ) -> Placed | None:
+        """The stage start..ends[0] on r * rp of `free`, no devices in particular (StageCosts.anywhere: every cost from
+        below, and they grow with its layers), or None when no stage start..e, e in ends[0]..ends[1], can begin a
+        plan that beats the best with k devices per pipeline for it and the stages after it: its own bounds, the
+        table of `free` (its rings at least as fast as any subset's) and filled, their terms at the least over
+        those ends."""
         rp, m, size = shape
         low, high = ends
         prev = stages[-1] if stages else None
         stage = self.costs.anywhere(start, low, free, r, rp, size, prev, self.rings[free if self.narrow else ()])
-        cap = self.best_time * (1 + MARGIN)
+        cap = self.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
         if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
-            return True
+            return None
         table = self.table(shape, free)
         left = k - r
         if self.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
-            return True
-        return self.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high)
+            return None
+        if self.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
+            return None
+        return stage
 
     def open_ends(
         self,
@@ -302,26 +320,16 @@ class Search:
         look: int = LOOK,
     ) -> bool:
         """Whether no stage start..last on r * rp of the devices `free`, whichever they are, can begin a plan that
-        beats the best, with k devices per pipeline for it and the stages after it: StageCosts.anywhere takes every
-        cost from below, so its bounds are below each device tuple's; the layers after it are bounded by the table
-        of `free` (its rings at least as fast as any subset's); with `look`, also when every next stage the table
-        leaves is hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
-        rp, m, size = shape
-        prev = stages[-1] if stages else None
-        stage = self.costs.anywhere(start, last, free, r, rp, size, prev, self.rings[free if self.narrow else ()])
-        cap = self.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
-        if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
-            return True
-        table = self.table(shape, free)
-        left = k - r
-        ready = stage.arrive + stage.fwd
-        if self.beaten(ready + table.rest[left][last + 1]):
-            return True
-        placed = [*stages, stage]
-        if self.filled(placed, m, table, free[: left * rp], rp, size, hop=False):
+        beats the best, with k devices per pipeline for it and the stages after it: Search.span_stage of that one
+        end (its bounds are below each device tuple's); with `look`, also when every next stage the table leaves is
+        hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
+        stage = self.span_stage(stages, start, (last, last), r, free, k, shape)
+        if stage is None:
             return True
         if look <= 0:
             return False
+        rp, m, size = shape
+        table, left, ready, placed = self.table(shape, free), k - r, stage.arrive + stage.fwd, [*stages, stage]
         layers = self.request.profile.num_layers
         for width in table.widths:
             if width > left:
