@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,6 +92,12 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     return costs.stages, flows
+
+
+def fits(stages: list[Placed], name: str, p: int, m: int, k: int) -> bool:
+    """Whether these first stages of a plan of p stages hold the microbatches the schedule keeps on each at once."""
+    peaks = peak_inflight(name, p, m, k)
+    return all(st.static + peaks[s] * st.act <= st.memory for s, st in enumerate(stages))
 
 
 RING_ORDER_DEVICES = 8
@@ -170,18 +177,10 @@ class Search:
         simulated (inf when none was). A faster plan than the best becomes the best."""
         cap = self.best_time if cap is None else cap
         least = math.inf
-        bounds = {False: schedule_bound(stages, m, False), True: schedule_bound(stages, m, True)}
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
         costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
         key: tuple[object, ...] = ()
-        for name, k in self.schedules:
-            if (name == "kfkb" and k >= m) or bounds[name == "zb-h1"] >= cap:
-                continue
-            peaks = peak_inflight(name, len(stages), m, k)
-            if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
-                continue
-            if fill_bound(stages, m, name, k, len(stages)) >= cap * (1 + SLACK):
-                continue
+        for name, k in self.open_schedules(stages, m, cap):
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
@@ -231,8 +230,7 @@ class Search:
                 if name == "kfkb" and k >= m:
                     continue
                 rest = rests[name == "zb-h1"]
-                peaks = peak_inflight(name, p, m, k)
-                if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+                if not fits(stages, name, p, m, k):
                     continue
                 _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
                 finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[end + 1])
@@ -349,20 +347,24 @@ class Search:
                     return False
         return True
 
-    def whole_beaten(self, stages: list[Placed], m: int) -> bool:
-        """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
-        p = len(stages)
+    def open_schedules(self, stages: list[Placed], m: int, cap: float) -> Iterator[tuple[str, int]]:
+        """The schedules (name, k) under which a whole plan of these stages fits in memory and its bounds
+        (schedule_bound, fill_bound) are below `cap`."""
+        bounds: dict[bool, float] = {}
         for name, k in self.schedules:
             if name == "kfkb" and k >= m:
                 continue
-            peaks = peak_inflight(name, p, m, k)
-            if any(st.static + peaks[s] * st.act > st.memory for s, st in enumerate(stages)):
+            split = name == "zb-h1"
+            if split not in bounds:
+                bounds[split] = schedule_bound(stages, m, split)
+            if bounds[split] >= cap or not fits(stages, name, len(stages), m, k):
                 continue
-            if schedule_bound(stages, m, name == "zb-h1") >= self.best_time:
-                continue
-            if not self.beaten(fill_bound(stages, m, name, k, p)):
-                return False
-        return True
+            if fill_bound(stages, m, name, k, len(stages)) < cap * (1 + SLACK):
+                yield name, k
+
+    def whole_beaten(self, stages: list[Placed], m: int) -> bool:
+        """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
+        return next(self.open_schedules(stages, m, self.best_time), None) is None
 
     def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
         """The least time of the cut after `last` from `src` to a device of `left` and back, in 1/q of its bytes: at
