@@ -3,7 +3,7 @@
 A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
 suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
 split that table found and with even pipelines of each stage width, on the devices in ring_order, and every new
-best plan is polished (its cuts moved while faster). Before the full searches, each shape gets a cut-short one
+best plan is polished (its cuts moved while faster; exact.seeds). Before the full searches, each shape gets a cut-short one
 (at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
 finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
@@ -19,7 +19,6 @@ simulated only when its per-schedule bounds (schedule_bound, fill_bound) are bel
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,10 +37,11 @@ from pipeplan.planner.exact.bounds import (
     schedule_bound,
 )
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
+from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
-from pipeplan.planner.exact.symmetry import least_in_orbit, link_tables
+from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.link_model import pair_ms
@@ -65,9 +65,6 @@ LOOK = 4
 NARROW_LAYERS = 600
 """Most layers for which exact keeps a suffix table per set of free devices (their rings' signature): above, one
 table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
-
-POLISH_STEPS = (-1, 1, -2, 2, -4, 4)
-"""Layers Search.polish moves a cut of a plan by (either way)."""
 
 
 class Spent(Exception):
@@ -100,31 +97,6 @@ def fits(stages: list[Placed], name: str, p: int, m: int, k: int) -> bool:
     return all(st.static + peaks[s] * st.act <= st.memory for s, st in enumerate(stages))
 
 
-RING_ORDER_DEVICES = 8
-"""Largest cluster whose seeds take the devices in a best ring's order (the (n - 1)! rings from device 0 are tried)."""
-
-
-def ring_order(request: PlanRequest) -> tuple[int, ...]:
-    """The devices in the order of a ring whose slowest link is fastest (then whose largest latency is least; the
-    first such ring in lexicographic order), or 0..n-1: the seeds' device order, so a seeded stage's all-reduce and
-    its neighbours' transfers use good links (uniform links keep 0..n-1)."""
-    cluster = request.cluster
-    n = cluster.num_devices
-    if n < 3 or n > RING_ORDER_DEVICES or cluster.allreduce_bytes_per_s is not None:
-        return tuple(range(n))
-    rates, latencies, _ = link_tables(cluster)
-    rate, latency = rates.tolist(), latencies.tolist()
-    best: tuple[float, float] | None = None
-    order = tuple(range(n))
-    for tail in itertools.permutations(range(1, n)):
-        ring = (0, *tail)
-        pairs = list(zip(ring, (*tail, 0), strict=True))
-        key = (-min(rate[a][b] for a, b in pairs), max(latency[a][b] for a, b in pairs))
-        if best is None or key < best:
-            best, order = key, ring
-    return order
-
-
 @dataclass(slots=True)
 class Search:
     """The branch and bound over one request."""
@@ -149,7 +121,7 @@ class Search:
     fan: float = math.inf  # most children a node searches (a cut-short search)
     narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
-    polishing: bool = False  # inside Search.polish (which finishes plans itself)
+    polishing: bool = False  # inside seeds.polish (which finishes plans itself)
     shared: dict[object, tuple[np.ndarray, ...]] = field(default_factory=dict)  # SuffixBound's grids of the request
 
     def __post_init__(self) -> None:
@@ -193,9 +165,9 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
             least = min(least, seen)
-        if least < cap and not self.polishing:  # a new best: its neighbours first (Search.polish)
+        if least < cap and not self.polishing:  # a new best: its neighbours first (seeds.polish)
             self.polishing = True
-            self.polish(stages, rp, m, size, least)
+            polish(self, stages, rp, m, size, least)
             self.polishing = False
         return least
 
@@ -447,75 +419,24 @@ class Search:
                         return
                     break
 
-    def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int, polish: bool = False) -> None:
-        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of
-        ring_order; it is polished (Search.polish) when it is the best plan so far, and with `polish` in any case."""
-        stages: list[Placed] = []
-        used = 0
-        for first, last, r in split:
-            devices = self.order[used : used + r * rp]
-            used += r * rp
-            stages.append(self.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
-        if stages and all(st.static + st.act <= st.memory for st in stages):
-            self.finish(stages, rp, m, size, cap=math.inf if polish else None)
-
-    def polish(self, stages: list[Placed], rp: int, m: int, size: int, time: float) -> None:
-        """Move the cuts of a plan, its stages on the same devices, while a move makes it faster (each cut by
-        POLISH_STEPS layers either way, the first faster plan taken): a better incumbent before the searches."""
-        while True:
-            ends = [st.last for st in stages]
-            for i, step in itertools.product(range(len(ends) - 1), POLISH_STEPS):
-                end = ends[i] + step
-                if not (ends[i - 1] + 1 if i else 0) <= end < ends[i + 1]:
-                    continue
-                moved = [*ends[:i], end, *ends[i + 1 :]]
-                trial: list[Placed] = []
-                for s, st in enumerate(stages):
-                    first = moved[s - 1] + 1 if s else 0
-                    trial.append(self.costs.place(first, moved[s], st.devices, rp, size, trial[-1] if trial else None))
-                if all(st.static + st.act <= st.memory for st in trial):
-                    got = self.finish(trial, rp, m, size, cap=time)
-                    if got < time:
-                        stages, time = trial, got
-                        break
-            else:
-                return
-
-    def seed_even(self, rp: int, m: int, size: int) -> None:
-        """Simulate, for every stage width r of the shape, n // r stages of r devices per pipeline (ring_order), the
-        layers cut where the forward and backward times at width r add up to equal parts."""
-        layers = self.request.profile.num_layers
-        for r in self.bounds.widths(rp, size):
-            depth = min(layers, self.request.cluster.num_devices // (rp * r))
-            fwd, back, _ = self.bounds.costs(size / r)
-            sums = np.cumsum(fwd + back)
-            cuts = [0]
-            for i in range(1, depth):  # the first layer whose running sum passes i / depth of the total, >= 1 each
-                at = int(np.searchsorted(sums, sums[-1] * i / depth, side="right"))
-                cuts.append(min(max(at, cuts[-1] + 1), layers - (depth - i)))
-            cuts.append(layers)
-            self.seed([(cuts[i], cuts[i + 1] - 1, r) for i in range(depth)], rp, m, size, polish=True)
-
     def run(self) -> None:
         """Seed, then search every shape whose bound is below the incumbent, the lowest bound first."""
         request = self.request
-        devices, layers = request.cluster.num_devices, request.profile.num_layers
+        devices = request.cluster.num_devices
         bounds = self.bounds
         candidates = [shape for shape in shapes(request) if bounds.fits(shape[0])]
         cheap = {shape: max(bounds.terms(shape[0], shape[2])) for shape in candidates}
         order = sorted(candidates, key=lambda shape: cheap[shape])  # stable: equal bounds keep rp up, m down
-        for rp, m, size in order:  # straight pipelines over all devices, as many stages as devices allow
-            depth = min(layers, devices // rp)
-            cuts = [round(i * layers / depth) for i in range(depth + 1)]
-            self.seed([(cuts[i], cuts[i + 1] - 1, 1) for i in range(depth)], rp, m, size)
+        for shape in order:  # straight pipelines over all devices, as many stages as devices allow
+            seed_straight(self, *shape)
         for shape in order[:SEEDED]:  # even pipelines of every stage width, cut where their compute is even
-            self.seed_even(*shape)
+            seed_even(self, *shape)
         everything = tuple(range(devices))
         seeded = set()
         for shape in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
             if not self.beaten(cheap[shape]):
                 seeded.add(shape)
-                self.seed(self.table(shape, everything).split(), *shape, polish=True)
+                seed(self, self.table(shape, everything).split(), *shape, always_polish=True)
         for shape in order:  # a cut-short search of each shape: its first plans, for a better incumbent
             if self.beaten(cheap[shape]):
                 break
@@ -531,6 +452,6 @@ class Search:
             if self.beaten(table.rest[table.n][0]):
                 continue
             if shape not in seeded:
-                self.seed(table.split(), *shape)
+                seed(self, table.split(), *shape)
             self.shapes_searched += 1
             self.grow([], everything, *shape, ())
