@@ -81,32 +81,3 @@ def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
     assert compute_bound(stage, 8) == 24.0
     assert fill_bound([stage], 8, "1f1b", 1, 3, rest=6.0) == 30.0
     assert fill_bound([stage], 8, "gpipe", 1, 3, rest=6.0) == 8.0 + 6.0 + 16.0  # all 8 forwards first, then 8 B
-
-
-def test_a_span_of_stage_ends_is_ruled_out_only_when_each_end_is() -> None:
-    """Search.span_hopeless on random instances, spans of stage ends and incumbents: whenever it rules a span out,
-    Search.hopeless (no look-ahead) rules out every end in it alone; and open_ends keeps every end hopeless keeps."""
-    rng = random.Random(41)
-    spans = 0
-    for trial in range(60):
-        layers, devices = rng.randint(4, 9), rng.randint(3, 5)
-        request = PlanRequest(random_profile(trial, layers), random_cluster(trial, devices), 16)
-        search = Search(request, SCHEDULES)
-        m, size = rng.choice([(2, 8), (4, 4), (8, 2)])
-        shape, free = (1, m, size), tuple(range(devices))
-        search.table(shape, free)
-        first = search.costs.place(0, 0, (0,), 1, size, None)
-        rest = tuple(range(1, devices))
-        search.table(shape, rest)
-        search.best_time = rng.uniform(0.5, 1.5) * first.arrive + rng.uniform(20.0, 200.0)
-        for _ in range(5):
-            low = rng.randint(1, layers - 2)
-            high = rng.randint(low, layers - 2)
-            r = 1
-            alone = [search.hopeless([first], 1, e, r, rest, devices - 1, shape, look=0) for e in range(low, high + 1)]
-            if search.span_hopeless([first], 1, (low, high), r, rest, devices - 1, shape):
-                spans += 1
-                assert all(alone)
-            kept = search.open_ends([first], 1, list(range(low, high + 1)), r, rest, devices - 1, shape)
-            assert {e for e, out in zip(range(low, high + 1), alone, strict=True) if not out} <= set(kept)
-    assert spans > 20

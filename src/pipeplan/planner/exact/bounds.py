@@ -9,6 +9,10 @@ from functools import cache
 from pipeplan.planner.exact.stages import Placed
 from pipeplan.schedules import make_schedule
 
+MARGIN = 1e-9
+"""Relative slack before a stage's own bound (compute_bound, placed_bound) retires it: sums in floating point need
+not grow by every term they gain, and a device-free stage sums in another order than a placed one."""
+
 
 def compute_bound(stage: Placed, m: int) -> float:
     """The stage's first input, its m forwards and backwards, its all-reduce: nondecreasing in its last layer."""

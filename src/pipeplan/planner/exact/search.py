@@ -7,8 +7,8 @@ best plan is polished (its cuts moved while faster; exact.seeds). Before the ful
 (at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
 finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
 A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
-and the look-ahead (Search.hopeless: the stage on no devices in particular, every cost from below, and LOOK
-stages after it, spans of their ends ruled out at once by Search.open_ends) does not rule it out, both before any
+and the look-ahead (exact.lookahead: the stage on no devices in particular, every cost from below, and LOOK
+stages after it, spans of their ends ruled out at once) does not rule it out, both before any
 device tuple is costed; a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
 the table from the stage's actual forward end, and bounds.fill_bound over every stage count and schedule its
@@ -29,6 +29,7 @@ from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import (
+    MARGIN,
     compute_bound,
     drain_counts,
     fill_bound,
@@ -36,6 +37,7 @@ from pipeplan.planner.exact.bounds import (
     placed_bound,
     schedule_bound,
 )
+from pipeplan.planner.exact.lookahead import hopeless
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
 from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
@@ -58,10 +60,6 @@ FAN = 3
 """Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
 
 
-LOOK = 4
-"""Stages beyond a stage end that Search.hopeless looks with device-free stages before any device tuple is costed."""
-
-
 NARROW_LAYERS = 600
 """Most layers for which exact keeps a suffix table per set of free devices (their rings' signature): above, one
 table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
@@ -69,11 +67,6 @@ table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more th
 
 class Spent(Exception):
     """A cut-short search has used its nodes."""
-
-
-MARGIN = 1e-9
-"""Relative slack before a bound that grows with the stage's last layer retires a device tuple (sums in floating
-point need not grow by every term they gain)."""
 
 
 def sim_key(costs: Costs) -> tuple[object, ...]:
@@ -186,7 +179,7 @@ class Search:
         schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
         pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
         last stage's part (the table's top) take the widths up to that. With `upto`, for every last stage that ends
-        at a layer from its own last to `upto` (its costs those of the shortest: Search.span_hopeless): the table's
+        at a layer from its own last to `upto` (its costs those of the shortest: lookahead.span_stage): the table's
         terms at the least over those ends (trip and top do not grow with the end)."""
         parts = {split: fill_parts(stages, split) for split in (False, True)}
         last, n = stages[-1], len(left) // rp
@@ -210,115 +203,6 @@ class Search:
                     return False
         return True
 
-    def span_hopeless(
-        self,
-        stages: list[Placed],
-        start: int,
-        ends: tuple[int, int],
-        r: int,
-        free: tuple[int, ...],
-        k: int,
-        shape: tuple[int, int, int],
-    ) -> bool:
-        """Whether no stage of layers start..e for any e in ends[0]..ends[1] (before the last layer) on r * rp of
-        `free` can begin a plan that beats the best (Search.span_stage)."""
-        return self.span_stage(stages, start, ends, r, free, k, shape) is None
-
-    def span_stage(
-        self,
-        stages: list[Placed],
-        start: int,
-        ends: tuple[int, int],
-        r: int,
-        free: tuple[int, ...],
-        k: int,
-        shape: tuple[int, int, int],
-    ) -> Placed | None:
-        """The stage start..ends[0] on r * rp of `free`, no devices in particular (StageCosts.anywhere: every cost from
-        below, and they grow with its layers), or None when no stage start..e, e in ends[0]..ends[1], can begin a
-        plan that beats the best with k devices per pipeline for it and the stages after it: its own bounds, the
-        table of `free` (its rings at least as fast as any subset's) and filled, their terms at the least over
-        those ends."""
-        rp, m, size = shape
-        low, high = ends
-        prev = stages[-1] if stages else None
-        stage = self.costs.anywhere(start, low, free, r, rp, size, prev, self.rings[free if self.narrow else ()])
-        cap = self.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
-        if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
-            return None
-        table = self.table(shape, free)
-        left = k - r
-        if self.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
-            return None
-        if self.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
-            return None
-        return stage
-
-    def open_ends(
-        self,
-        stages: list[Placed],
-        start: int,
-        ends: list[int],
-        r: int,
-        free: tuple[int, ...],
-        k: int,
-        shape: tuple[int, int, int],
-    ) -> list[int]:
-        """The stage ends of `ends` (ascending, none the last layer) that span_hopeless does not rule out, halving
-        each span it cannot rule out down to single ends."""
-        out, todo = [], [(0, len(ends) - 1)]
-        while todo:
-            i, j = todo.pop()
-            if self.span_hopeless(stages, start, (ends[i], ends[j]), r, free, k, shape):
-                continue
-            if i == j:
-                out.append(ends[i])
-                continue
-            mid = (i + j) // 2
-            todo += [(mid + 1, j), (i, mid)]
-        return sorted(out)
-
-    def hopeless(
-        self,
-        stages: list[Placed],
-        start: int,
-        last: int,
-        r: int,
-        free: tuple[int, ...],
-        k: int,
-        shape: tuple[int, int, int],
-        look: int = LOOK,
-    ) -> bool:
-        """Whether no stage start..last on r * rp of the devices `free`, whichever they are, can begin a plan that
-        beats the best, with k devices per pipeline for it and the stages after it: Search.span_stage of that one
-        end (its bounds are below each device tuple's); with `look`, also when every next stage the table leaves is
-        hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
-        stage = self.span_stage(stages, start, (last, last), r, free, k, shape)
-        if stage is None:
-            return True
-        if look <= 0:
-            return False
-        rp, m, size = shape
-        table, left, ready, placed = self.table(shape, free), k - r, stage.arrive + stage.fwd, [*stages, stage]
-        layers = self.request.profile.num_layers
-        for width in table.widths:
-            if width > left:
-                continue
-            row = ready + table.stage_row(last + 1, left, width)
-            ends = (row < self.best_time * (1 + SLACK)).nonzero()[0].tolist()
-            if ends and ends[-1] == layers - 1:
-                ends.pop()
-                ring = self.rings[free if self.narrow else ()]
-                nxt = self.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, ring)
-                if not self.whole_beaten([*placed, nxt], m):
-                    return False
-            if left <= width or not ends:
-                continue
-            for end in self.open_ends(placed, last + 1, ends, width, free, left, shape):
-                if not self.hopeless(placed, last + 1, end, width, free, left, shape, look - 1):
-                    return False
-        return True
-
     def open_schedules(self, stages: list[Placed], m: int, cap: float) -> Iterator[tuple[str, int]]:
         """The schedules (name, k) under which a whole plan of these stages fits in memory and its bounds
         (schedule_bound, fill_bound) are below `cap`."""
@@ -333,10 +217,6 @@ class Search:
                 continue
             if fill_bound(stages, m, name, k, len(stages)) < cap * (1 + SLACK):
                 yield name, k
-
-    def whole_beaten(self, stages: list[Placed], m: int) -> bool:
-        """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
-        return next(self.open_schedules(stages, m, self.best_time), None) is None
 
     def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
         """The least time of the cut after `last` from `src` to a device of `left` and back, in 1/q of its bytes: at
@@ -386,7 +266,7 @@ class Search:
             if self.beaten(bound):
                 break
             rest_layers = layers - 1 - last
-            if rest_layers and k > r and self.hopeless(stages, start, last, r, free, k, (rp, m, size)):
+            if rest_layers and k > r and hopeless(self, stages, start, last, r, free, k, (rp, m, size)):
                 continue
             for devices in canonical_list(free, r * rp, self.classes):
                 if dead.get(devices, layers) <= last or not least_in_orbit(used + devices, self.group):

@@ -1,0 +1,136 @@
+"""exact's look-ahead: before any device tuple of a stage end is costed, the stage on no devices in particular
+(StageCosts.anywhere: every cost from below) and LOOK stages after it must still be able to beat the best plan;
+spans of stage ends are ruled out at once (the shortest stage's costs, the table's terms at the least over the
+span), halved where they cannot be."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeplan.planner.exact.bounds import MARGIN, compute_bound, placed_bound
+from pipeplan.planner.exact.stages import Placed
+from pipeplan.planner.exact.suffix import SLACK
+
+if TYPE_CHECKING:
+    from pipeplan.planner.exact.search import Search
+
+LOOK = 4
+"""Stages beyond a stage end that hopeless looks at with device-free stages before any device tuple is costed."""
+
+
+def span_hopeless(
+    search: Search,
+    stages: list[Placed],
+    start: int,
+    ends: tuple[int, int],
+    r: int,
+    free: tuple[int, ...],
+    k: int,
+    shape: tuple[int, int, int],
+) -> bool:
+    """Whether no stage of layers start..e for any e in ends[0]..ends[1] (before the last layer) on r * rp of
+    `free` can begin a plan that beats the best (span_stage)."""
+    return span_stage(search, stages, start, ends, r, free, k, shape) is None
+
+
+def span_stage(
+    search: Search,
+    stages: list[Placed],
+    start: int,
+    ends: tuple[int, int],
+    r: int,
+    free: tuple[int, ...],
+    k: int,
+    shape: tuple[int, int, int],
+) -> Placed | None:
+    """The stage start..ends[0] on r * rp of `free`, no devices in particular (StageCosts.anywhere: every cost from
+    below, and they grow with its layers), or None when no stage start..e, e in ends[0]..ends[1], can begin a
+    plan that beats the best with k devices per pipeline for it and the stages after it: its own bounds, the
+    table of `free` (its rings at least as fast as any subset's) and filled, their terms at the least over
+    those ends."""
+    rp, m, size = shape
+    low, high = ends
+    prev = stages[-1] if stages else None
+    stage = search.costs.anywhere(start, low, free, r, rp, size, prev, search.rings[free if search.narrow else ()])
+    cap = search.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
+    if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
+        return None
+    table = search.table(shape, free)
+    left = k - r
+    if search.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
+        return None
+    if search.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
+        return None
+    return stage
+
+
+def open_ends(
+    search: Search,
+    stages: list[Placed],
+    start: int,
+    ends: list[int],
+    r: int,
+    free: tuple[int, ...],
+    k: int,
+    shape: tuple[int, int, int],
+) -> list[int]:
+    """The stage ends of `ends` (ascending, none the last layer) that span_hopeless does not rule out, halving
+    each span it cannot rule out down to single ends."""
+    out, todo = [], [(0, len(ends) - 1)]
+    while todo:
+        i, j = todo.pop()
+        if span_hopeless(search, stages, start, (ends[i], ends[j]), r, free, k, shape):
+            continue
+        if i == j:
+            out.append(ends[i])
+            continue
+        mid = (i + j) // 2
+        todo += [(mid + 1, j), (i, mid)]
+    return sorted(out)
+
+
+def hopeless(
+    search: Search,
+    stages: list[Placed],
+    start: int,
+    last: int,
+    r: int,
+    free: tuple[int, ...],
+    k: int,
+    shape: tuple[int, int, int],
+    look: int = LOOK,
+) -> bool:
+    """Whether no stage start..last on r * rp of the devices `free`, whichever they are, can begin a plan that
+    beats the best, with k devices per pipeline for it and the stages after it: span_stage of that one
+    end (its bounds are below each device tuple's); with `look`, also when every next stage the table leaves is
+    hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
+    stage = span_stage(search, stages, start, (last, last), r, free, k, shape)
+    if stage is None:
+        return True
+    if look <= 0:
+        return False
+    rp, m, size = shape
+    table, left, ready, placed = search.table(shape, free), k - r, stage.arrive + stage.fwd, [*stages, stage]
+    layers = search.request.profile.num_layers
+    for width in table.widths:
+        if width > left:
+            continue
+        row = ready + table.stage_row(last + 1, left, width)
+        ends = (row < search.best_time * (1 + SLACK)).nonzero()[0].tolist()
+        if ends and ends[-1] == layers - 1:
+            ends.pop()
+            ring = search.rings[free if search.narrow else ()]
+            nxt = search.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, ring)
+            if not whole_beaten(search, [*placed, nxt], m):
+                return False
+        if left <= width or not ends:
+            continue
+        for end in open_ends(search, placed, last + 1, ends, width, free, left, shape):
+            if not hopeless(search, placed, last + 1, end, width, free, left, shape, look - 1):
+                return False
+    return True
+
+
+def whole_beaten(search: Search, stages: list[Placed], m: int) -> bool:
+    """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
+    return next(search.open_schedules(stages, m, search.best_time), None) is None
