@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 
 from pipeplan.planner.exact import SCHEDULES
-from pipeplan.planner.exact.lookahead import hopeless, open_ends, span_hopeless
+from pipeplan.planner.exact.lookahead import hopeless, open_ends, span_stage
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.request import PlanRequest
 from planner_instances import random_cluster, random_profile
 
 
 def test_a_span_of_stage_ends_is_ruled_out_only_when_each_end_is() -> None:
-    """lookahead.span_hopeless on random instances, spans of stage ends and incumbents: whenever it rules a span out,
+    """lookahead.span_stage on random instances, spans of stage ends and incumbents: whenever it rules a span out,
     lookahead.hopeless (no look-ahead) rules out every end in it alone; and open_ends keeps every end hopeless keeps."""
     rng = random.Random(41)
     spans = 0
@@ -32,7 +32,7 @@ def test_a_span_of_stage_ends_is_ruled_out_only_when_each_end_is() -> None:
             high = rng.randint(low, layers - 2)
             r = 1
             alone = [hopeless(search, [first], 1, e, r, rest, devices - 1, shape, look=0) for e in range(low, high + 1)]
-            if span_hopeless(search, [first], 1, (low, high), r, rest, devices - 1, shape):
+            if span_stage(search, [first], 1, (low, high), r, rest, devices - 1, shape) is None:
                 spans += 1
                 assert all(alone)
             kept = open_ends(search, [first], 1, list(range(low, high + 1)), r, rest, devices - 1, shape)

@@ -18,21 +18,6 @@ LOOK = 4
 """Stages beyond a stage end that hopeless looks at with device-free stages before any device tuple is costed."""
 
 
-def span_hopeless(
-    search: Search,
-    stages: list[Placed],
-    start: int,
-    ends: tuple[int, int],
-    r: int,
-    free: tuple[int, ...],
-    k: int,
-    shape: tuple[int, int, int],
-) -> bool:
-    """Whether no stage of layers start..e for any e in ends[0]..ends[1] (before the last layer) on r * rp of
-    `free` can begin a plan that beats the best (span_stage)."""
-    return span_stage(search, stages, start, ends, r, free, k, shape) is None
-
-
 def span_stage(
     search: Search,
     stages: list[Placed],
@@ -74,12 +59,12 @@ def open_ends(
     k: int,
     shape: tuple[int, int, int],
 ) -> list[int]:
-    """The stage ends of `ends` (ascending, none the last layer) that span_hopeless does not rule out, halving
+    """The stage ends of `ends` (ascending, none the last layer) that span_stage does not rule out, halving
     each span it cannot rule out down to single ends."""
     out, todo = [], [(0, len(ends) - 1)]
     while todo:
         i, j = todo.pop()
-        if span_hopeless(search, stages, start, (ends[i], ends[j]), r, free, k, shape):
+        if span_stage(search, stages, start, (ends[i], ends[j]), r, free, k, shape) is None:
             continue
         if i == j:
             out.append(ends[i])
