@@ -53,6 +53,62 @@ def spans(sums: np.ndarray) -> np.ndarray:
     return sums[None, 1:] - sums[:-1, None]
 
 
+BLOCK = 256
+"""Rows of a grid computed at once: a block of rows a0.. takes the columns a0.. only (a stage ends at or after its
+first layer), so a grid of L layers costs about L^2 / 2 + BLOCK L / 2 cells instead of L^2."""
+
+
+def own_terms(
+    f: np.ndarray,
+    b: np.ndarray,
+    i: np.ndarray,
+    step: np.ndarray,
+    fits: np.ndarray,
+    below: np.ndarray,
+    trip: np.ndarray,
+    m: int,
+) -> np.ndarray:
+    """[a, e]: the terms of V_r(a, e) that take no stage count, from its F, B', I', step ([a, e]), the way down
+    below a ([a, 1]) and the way up and back after e ([1, e]); inf where it does not fit (and for e < a). With the
+    backward part x = B' (then the step) or I' (then the way down): m (F + x) after the first input; or the
+    forward, the way up and back, then m x, or m - 1 more forwards and x; that is
+    m (F + x) + max(0, trip - (m - 1) min(F, x)). In place, BLOCK rows at a time: a table of 1,251 layers
+    computes ~100 of these grids."""
+    out = np.full(f.shape, np.inf)
+    for a in range(0, f.shape[0], BLOCK):
+        rows, cols = slice(a, a + BLOCK), slice(a, None)
+        fb, bb, ib, tb = f[rows, cols], b[rows, cols], i[rows, cols], trip[:, cols]
+        high, low = np.add(fb, bb), np.minimum(fb, bb)
+        high *= m
+        high += step[rows, cols]
+        low *= m - 1
+        np.subtract(tb, low, out=low)
+        np.maximum(low, 0.0, out=low)
+        high += low  # the step's side
+        np.minimum(fb, ib, out=low)
+        low *= m - 1
+        np.subtract(tb, low, out=low)
+        np.maximum(low, 0.0, out=low)
+        low += below[rows]
+        other = np.add(fb, ib)
+        other *= m
+        low += other  # the way down's side
+        np.maximum(high, low, out=high)
+        np.copyto(out[rows, cols], high, where=fits[rows, cols])
+    return out
+
+
+def least_over_ends(grid: np.ndarray, own: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """[a]: the least over e >= a of max(grid[a, e], own[a, e] + rest[e]) (grid inf for e < a), BLOCK rows at a time."""
+    out = np.empty(grid.shape[0])
+    for a in range(0, grid.shape[0], BLOCK):
+        rows, cols = slice(a, a + BLOCK), slice(a, None)
+        cell = np.add(own[rows, cols], rest[cols])
+        np.maximum(cell, grid[rows, cols], out=cell)
+        out[rows] = cell.min(axis=1)
+    return out
+
+
 class SuffixBound:
     """rest[k][a] of one shape (module docstring), with the per-stage grids it came from."""
 
@@ -129,8 +185,7 @@ class SuffixBound:
                 if r == k:  # no devices left after it: the stage takes every layer to the last (rest[0] is inf before)
                     row[:layers] = np.minimum(row[:layers], np.maximum(self.grids[r][:, -1], own[r][:, -1]))
                 elif r < k:
-                    cell = np.maximum(self.grids[r], own[r] + self.rest[k - r][1:])
-                    row[:layers] = np.minimum(row[:layers], cell.min(axis=1))
+                    row[:layers] = np.minimum(row[:layers], least_over_ends(self.grids[r], own[r], self.rest[k - r][1:]))
             self.rest[k] = row
 
     def cap(self, k: int) -> int:
@@ -148,17 +203,34 @@ class SuffixBound:
         key = (r, cap)
         value = self.values.get(key)
         if value is None:
-            turn = f + after[True]  # the stage's forward, then the way up and back to it
-            value = np.maximum.reduce([m * (f + b) + step, m * (f + i) + below, turn + m * b + step, turn + m * i + below])
-            value = np.maximum(value, np.maximum((m - 1) * f + turn + b + step, (m - 1) * f + turn + i + below))
-            value = self.values[key] = np.where(fits, value, np.inf)
+            value = self.values[key] = own_terms(f, b, i, step, fits, below, after[True], m)
         if c is None:
             return value
-        least = np.full_like(f, np.inf)
+        # max(w F, g F + trip) + (m - w) F = m F + max(0, trip - (w - g) F) with w = min(g (c + 1), m) >= g: per
+        # kind of backward the schedule with the most forwards w - g between forward g - 1 and its first backward
+        spare: dict[bool, int] = {}
         for g, split in self.kinds:
-            warm = min(g * (c + 1), m)
-            least = np.minimum(least, np.maximum(warm * f, g * f + after[split]) + (m - warm) * f)
-        return np.maximum(value, least + np.maximum(m * b + step, m * i + below))
+            spare[split] = max(spare.get(split, 0), min(g * (c + 1), m) - g)
+        out = np.full(f.shape, np.inf)
+        for a in range(0, f.shape[0], BLOCK):
+            rows, cols = slice(a, a + BLOCK), slice(a, None)
+            fb = f[rows, cols]
+            least = None
+            for split, ahead in spare.items():
+                wait = fb * -float(ahead)
+                wait += after[split][:, cols]
+                np.maximum(wait, 0.0, out=wait)
+                least = wait if least is None else np.minimum(least, wait, out=least)
+            assert least is not None
+            least += m * fb
+            drain = np.multiply(b[rows, cols], m)
+            drain += step[rows, cols]
+            other = np.multiply(i[rows, cols], m)
+            other += below[rows]
+            np.maximum(drain, other, out=drain)
+            least += drain
+            np.maximum(least, value[rows, cols], out=out[rows, cols])
+        return out
 
     def count_stages(self) -> None:
         """exact[c][k][a]: layers a.. in exactly c stages on at most k devices per pipeline (a stage with c' stages
