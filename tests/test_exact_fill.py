@@ -81,3 +81,29 @@ def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
     assert compute_bound(stage, 8) == 24.0
     assert fill_bound([stage], 8, "1f1b", 1, 3, rest=6.0) == 30.0
     assert fill_bound([stage], 8, "gpipe", 1, 3, rest=6.0) == 8.0 + 6.0 + 16.0  # all 8 forwards first, then 8 B
+
+
+def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
+    """Search.filled without hop keeps its answers (and fill_bound's values, the fits, the table's terms) by what
+    they read; on random first stages, every span of ends after them and two incumbents, one search that keeps them
+    all answers as Search.fill computes each one afresh."""
+    rng = random.Random(7)
+    answers = []
+    for trial in range(80):
+        request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
+        if len(placed) < 2:
+            continue
+        search = Search(request, SCHEDULES)
+        devices = request.cluster.num_devices
+        for scale in (0.6, 0.9):
+            search.best_time = scale * simulated
+            fresh = Search(request, SCHEDULES, best_time=search.best_time)
+            for j in range(len(placed) - 1):
+                stages = placed[: j + 1]
+                left = tuple(d for d in range(devices) if all(d not in st.devices for st in stages))
+                table = search.table((rp, m, size), left)
+                for upto in range(stages[-1].last, request.profile.num_layers - 1):
+                    kept = search.filled(stages, m, table, left, rp, size, hop=False, upto=upto)
+                    assert kept == fresh.fill(stages, m, table, left, rp, size, False, upto)
+                    answers.append(kept)
+    assert 50 < sum(answers) < len(answers) - 50

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -12,7 +13,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.planner import device_orders
 from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.stages import StageCosts
+from pipeplan.planner.exact.stages import Placed, StageCosts, clone
 from pipeplan.planner.exact.suffix import SuffixBound
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
@@ -145,3 +146,16 @@ def test_a_stage_anywhere_costs_no_more_than_on_any_devices() -> None:
                     assert getattr(bound, name) <= getattr(placed, name) * (1 + 1e-12), (trial, name)
                 assert bound.memory >= placed.memory and bound.static == placed.static and bound.act == placed.act
                 assert free_bound.fwd_in == free_bound.bwd_out == 0.0
+
+
+def test_a_cloned_stage_equals_its_original_field_by_field() -> None:
+    """stages.clone copies every field (a field added to Placed and not to clone would fail here) into a new object."""
+    request = PlanRequest(load_profile("pipedream/gnmt"), load_cluster("v100-8x1"), 256)
+    costs = StageCosts(request)
+    first = costs.place(0, 3, (0,), 1, 32, None)
+    second = costs.place(4, 9, (1, 2), 1, 32, first)
+    for stage in (first, second):
+        copied = clone(stage)
+        assert copied is not stage
+        assert all(getattr(copied, f.name) == getattr(stage, f.name) for f in dataclasses.fields(Placed))
+    assert second.fwd_in > 0 and second.chain > 0  # the fields clone must not drop to their defaults

@@ -58,20 +58,21 @@ def open_ends(
     free: tuple[int, ...],
     k: int,
     shape: tuple[int, int, int],
-) -> list[int]:
-    """The stage ends of `ends` (ascending, none the last layer) that span_stage does not rule out, halving
-    each span it cannot rule out down to single ends."""
+) -> list[tuple[int, Placed]]:
+    """The stage ends of `ends` (ascending, none the last layer) that span_stage does not rule out, each with its
+    stage, halving each span it cannot rule out down to single ends."""
     out, todo = [], [(0, len(ends) - 1)]
     while todo:
         i, j = todo.pop()
-        if span_stage(search, stages, start, (ends[i], ends[j]), r, free, k, shape) is None:
+        stage = span_stage(search, stages, start, (ends[i], ends[j]), r, free, k, shape)
+        if stage is None:
             continue
         if i == j:
-            out.append(ends[i])
+            out.append((ends[i], stage))
             continue
         mid = (i + j) // 2
         todo += [(mid + 1, j), (i, mid)]
-    return sorted(out)
+    return sorted(out, key=lambda pair: pair[0])
 
 
 def hopeless(
@@ -84,14 +85,17 @@ def hopeless(
     k: int,
     shape: tuple[int, int, int],
     look: int = LOOK,
+    stage: Placed | None = None,
 ) -> bool:
     """Whether no stage start..last on r * rp of the devices `free`, whichever they are, can begin a plan that
     beats the best, with k devices per pipeline for it and the stages after it: span_stage of that one
-    end (its bounds are below each device tuple's); with `look`, also when every next stage the table leaves is
-    hopeless after it (look - 1 stages further), or is the last and the plan's bounds pass the best."""
-    stage = span_stage(search, stages, start, (last, last), r, free, k, shape)
+    end (its bounds are below each device tuple's; `stage`: its stage, when span_stage has already passed it);
+    with `look`, also when every next stage the table leaves is hopeless after it (look - 1 stages further), or
+    is the last and the plan's bounds pass the best."""
     if stage is None:
-        return True
+        stage = span_stage(search, stages, start, (last, last), r, free, k, shape)
+        if stage is None:
+            return True
     if look <= 0:
         return False
     rp, m, size = shape
@@ -110,8 +114,8 @@ def hopeless(
                 return False
         if left <= width or not ends:
             continue
-        for end in open_ends(search, placed, last + 1, ends, width, free, left, shape):
-            if not hopeless(search, placed, last + 1, end, width, free, left, shape, look - 1):
+        for end, nxt in open_ends(search, placed, last + 1, ends, width, free, left, shape):
+            if not hopeless(search, placed, last + 1, end, width, free, left, shape, look - 1, nxt):
                 return False
     return True
 

@@ -65,6 +65,10 @@ NARROW_LAYERS = 600
 table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
 
 
+FILLS = 200_000
+"""Most entries a memo of Search.filled keeps before it starts again (memory)."""
+
+
 class Spent(Exception):
     """A cut-short search has used its nodes."""
 
@@ -82,6 +86,25 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     return costs.stages, flows
+
+
+def values(stage: Placed) -> tuple[float, ...]:
+    """What fill_parts and fits read of a stage (its times and memory, not its layers or devices)."""
+    return (
+        stage.arrive,
+        stage.fwd,
+        stage.bwd,
+        stage.inp,
+        stage.wgt,
+        stage.allreduce,
+        stage.static,
+        stage.act,
+        stage.memory,
+        stage.fwd_in,
+        stage.bwd_out,
+        stage.chain,
+        stage.chain_split,
+    )
 
 
 def fits(stages: list[Placed], name: str, p: int, m: int, k: int) -> bool:
@@ -116,6 +139,19 @@ class Search:
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
     polishing: bool = False  # inside seeds.polish (which finishes plans itself)
     shared: dict[object, tuple[np.ndarray, ...]] = field(default_factory=dict)  # SuffixBound's grids of the request
+    # filled's memos (siblings' look-ahead stages cost the same on other devices):
+    settled: tuple[float, dict[tuple[object, ...], bool]] = field(default_factory=lambda: (math.inf, {}))  # the
+    # best time, and under it filled's answers without Search.hop by what they read (the stages' times and memory,
+    # m, the table, n, the ends)
+    fills: dict[tuple[object, ...], dict[tuple[object, ...], float]] = field(default_factory=dict)  # fill_bound's
+    # values: (fill_parts, m) -> (schedule, k, p, rest, finish) -> bound
+    rooms: dict[tuple[object, ...], dict[tuple[str, int, int], bool]] = field(default_factory=dict)  # (the stages'
+    # memory, m) -> (schedule, k, p) -> fits
+    rests: dict[tuple[object, ...], float] = field(default_factory=dict)  # Search.least_rest
+    tails: dict[tuple[object, ...], dict[tuple[str, int], tuple[bool, float, float]]] = field(default_factory=dict)
+    by_free: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, free) -> Search.table
+    lead: tuple[tuple[str, int], ...] = field(init=False)  # schedules in the order filled tries them: the last
+    # one whose bound did not pass the best first (the answer does not depend on the order, only its time)
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
@@ -123,11 +159,15 @@ class Search:
         n = self.request.cluster.num_devices
         self.narrow = len(set(self.classes)) == n <= MAX_DEVICES and self.request.profile.num_layers <= NARROW_LAYERS
         self.order = ring_order(self.request)
+        self.lead = self.schedules
 
     def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
         """The suffix table of a shape for stages on `free` only: its rings are the best those devices allow."""
         if not self.narrow:
             free = ()
+        got = self.by_free.get((shape, free))
+        if got is not None:
+            return got
         rings = self.rings.get(free)
         if rings is None:
             rings = self.rings[free] = Rings(self.bounds, free or None)
@@ -135,6 +175,7 @@ class Search:
         got = self.tables.get(key)
         if got is None:
             got = self.tables[key] = SuffixBound(self.bounds, rings, *shape, self.schedules, self.shared)
+        self.by_free[shape, free] = got
         return got
 
     def finish(self, stages: list[Placed], rp: int, m: int, size: int, cap: float | None = None) -> float:
@@ -181,27 +222,92 @@ class Search:
         last stage's part (the table's top) take the widths up to that. With `upto`, for every last stage that ends
         at a layer from its own last to `upto` (its costs those of the shortest: lookahead.span_stage): the table's
         terms at the least over those ends (trip and top do not grow with the end)."""
-        parts = {split: fill_parts(stages, split) for split in (False, True)}
         last, n = stages[-1], len(left) // rp
         end = last.last if upto is None else upto
-        layers = self.request.profile.num_layers - 1 - last.last
-        for q in range(1, min(n, layers) + 1):
-            p, widest = len(stages) + q, n - q + 1
-            if self.beaten(last.arrive + last.fwd + float(table.stages_rest(q, n)[last.last + 1 : end + 2].min())):
+        if hop:
+            return self.fill(stages, m, table, left, rp, size, hop, end)
+        if self.settled[0] != self.best_time or len(self.settled[1]) > FILLS:
+            self.settled = (self.best_time, {})
+        key = (tuple(values(st) for st in stages), m, table, n, last.last, end)
+        got = self.settled[1].get(key)
+        if got is None:
+            got = self.settled[1][key] = self.fill(stages, m, table, left, rp, size, hop, end)
+        return got
+
+    def fill(
+        self,
+        stages: list[Placed],
+        m: int,
+        table: SuffixBound,
+        left: tuple[int, ...],
+        rp: int,
+        size: int,
+        hop: bool,
+        end: int,
+    ) -> bool:
+        """filled, computed (the last stage's layers to `end`); with the schedule that last passed first."""
+        parts: dict[bool, tuple[tuple[float, ...], ...]] = {}
+        known: dict[bool, dict[tuple[object, ...], float]] = {}  # Search.fills of those parts
+        if max(len(self.fills), len(self.rests), len(self.tails)) > FILLS:  # memory: start the memos again
+            for memo in (self.fills, self.rooms, self.rests, self.tails):
+                memo.clear()
+        last, n = stages[-1], len(left) // rp
+        room = self.rooms.setdefault((tuple((st.static, st.act, st.memory) for st in stages), m), {})  # fits' answers
+        for q in range(1, min(n, self.request.profile.num_layers - 1 - last.last) + 1):
+            if self.beaten(last.arrive + last.fwd + self.least_rest(table, q, n, last.last + 1, end)):
                 continue  # the table's bound for exactly q stages to come
+            p, widest = len(stages) + q, n - q + 1
             way = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size) if hop else 0.0
-            rests = {split: float(table.trip(widest, split)[end]) + way for split in (False, True)}
+            terms = self.tail_terms(table, widest, end, p, m)
+            for name, k in self.lead:
+                got = terms.get((name, k))
+                if got is None:  # kfkb with k >= m
+                    continue
+                fit = room.get((name, k, p))
+                if fit is None:
+                    fit = room[name, k, p] = fits(stages, name, p, m, k)
+                if not fit:
+                    continue
+                split, trip, finish = got
+                if split not in parts:
+                    parts[split] = fill_parts(stages, split)
+                    known[split] = self.fills.setdefault((parts[split], m), {})
+                rest = trip + way
+                key = (name, k, p, rest, finish)
+                bound = known[split].get(key)
+                if bound is None:
+                    bound = known[split][key] = fill_bound(stages, m, name, k, p, rest, parts[split], finish)
+                if not self.beaten(bound):
+                    if self.lead[0] != (name, k):  # the schedule that passed first next time
+                        self.lead = ((name, k), *(s for s in self.lead if s != (name, k)))
+                    return False
+        return True
+
+    def least_rest(self, table: SuffixBound, q: int, n: int, first: int, end: int) -> float:
+        """The table's least rest for exactly q stages to come on n devices per pipeline, from a layer first..end + 1."""
+        key = (table, q, n, first, end)
+        got = self.rests.get(key)
+        if got is None:
+            got = self.rests[key] = float(table.stages_rest(q, n)[first : end + 2].min())
+        return got
+
+    def tail_terms(
+        self, table: SuffixBound, widest: int, end: int, p: int, m: int
+    ) -> dict[tuple[str, int], tuple[bool, float, float]]:
+        """Per schedule (name, k) of a plan of p stages: its kind of backward, the table's way up and back after layer
+        `end` and its part of the last stage (top) after it, for later stages of at most `widest` devices."""
+        key = (table, widest, end, p, m)
+        got = self.tails.get(key)
+        if got is None:
+            got = self.tails[key] = {}
             for name, k in self.schedules:
                 if name == "kfkb" and k >= m:
                     continue
-                rest = rests[name == "zb-h1"]
-                if not fits(stages, name, p, m, k):
-                    continue
+                split = name == "zb-h1"
                 _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
-                finish = float(table.top(widest, name == "zb-h1", b2 + b3, w2 + w3)[end + 1])
-                if not self.beaten(fill_bound(stages, m, name, k, p, rest, parts[name == "zb-h1"], finish)):
-                    return False
-        return True
+                finish = float(table.top(widest, split, b2 + b3, w2 + w3)[end + 1])
+                got[name, k] = (split, float(table.trip(widest, split)[end]), finish)
+        return got
 
     def open_schedules(self, stages: list[Placed], m: int, cap: float) -> Iterator[tuple[str, int]]:
         """The schedules (name, k) under which a whole plan of these stages fits in memory and its bounds
