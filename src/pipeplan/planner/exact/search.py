@@ -89,7 +89,8 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
 
 
 def values(stage: Placed) -> tuple[float, ...]:
-    """What fill_parts and fits read of a stage (its times and memory, not its layers or devices)."""
+    """What fill_parts and fits read of a stage (its times and memory, not its layers or devices; its chain, last,
+    is read only of a stage below another)."""
     return (
         stage.arrive,
         stage.fwd,
@@ -103,7 +104,6 @@ def values(stage: Placed) -> tuple[float, ...]:
         stage.fwd_in,
         stage.bwd_out,
         stage.chain,
-        stage.chain_split,
     )
 
 
@@ -146,7 +146,7 @@ class Search:
     fills: dict[tuple[object, ...], dict[tuple[object, ...], float]] = field(default_factory=dict)  # fill_bound's
     # values: (fill_parts, m) -> (schedule, k, p, rest, finish) -> bound
     rooms: dict[tuple[object, ...], dict[tuple[str, int, int], bool]] = field(default_factory=dict)  # (the stages'
-    # memory, m) -> (schedule, k, p) -> fits
+    # static, act and memory, m) -> (schedule, k, p) -> fits
     rests: dict[tuple[object, ...], float] = field(default_factory=dict)  # Search.least_rest
     tails: dict[tuple[object, ...], dict[tuple[str, int], tuple[bool, float, float]]] = field(default_factory=dict)
     by_free: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, free) -> Search.table
@@ -224,19 +224,21 @@ class Search:
         terms at the least over those ends (trip and top do not grow with the end)."""
         last, n = stages[-1], len(left) // rp
         end = last.last if upto is None else upto
+        read = (*(values(st) for st in stages[:-1]), values(last)[:-1])  # the top stage's chain is not read
         if hop:
-            return self.fill(stages, m, table, left, rp, size, hop, end)
+            return self.fill(stages, read, m, table, left, rp, size, hop, end)
         if self.settled[0] != self.best_time or len(self.settled[1]) > FILLS:
             self.settled = (self.best_time, {})
-        key = (tuple(values(st) for st in stages), m, table, n, last.last, end)
+        key = (read, m, table, n, last.last, end)
         got = self.settled[1].get(key)
         if got is None:
-            got = self.settled[1][key] = self.fill(stages, m, table, left, rp, size, hop, end)
+            got = self.settled[1][key] = self.fill(stages, read, m, table, left, rp, size, hop, end)
         return got
 
     def fill(
         self,
         stages: list[Placed],
+        read: tuple[tuple[float, ...], ...],
         m: int,
         table: SuffixBound,
         left: tuple[int, ...],
@@ -245,14 +247,15 @@ class Search:
         hop: bool,
         end: int,
     ) -> bool:
-        """filled, computed (the last stage's layers to `end`); with the schedule that last passed first."""
+        """filled, computed (the last stage's layers to `end`; `read`: values of the stages); with the schedule that
+        last passed first."""
         parts: dict[bool, tuple[tuple[float, ...], ...]] = {}
         known: dict[bool, dict[tuple[object, ...], float]] = {}  # Search.fills of those parts
         if max(len(self.fills), len(self.rests), len(self.tails)) > FILLS:  # memory: start the memos again
             for memo in (self.fills, self.rooms, self.rests, self.tails):
                 memo.clear()
         last, n = stages[-1], len(left) // rp
-        room = self.rooms.setdefault((tuple((st.static, st.act, st.memory) for st in stages), m), {})  # fits' answers
+        room = self.rooms.setdefault((tuple(values[6:9] for values in read), m), {})  # fits' answers (memory)
         for q in range(1, min(n, self.request.profile.num_layers - 1 - last.last) + 1):
             if self.beaten(last.arrive + last.fwd + self.least_rest(table, q, n, last.last + 1, end)):
                 continue  # the table's bound for exactly q stages to come
@@ -269,7 +272,7 @@ class Search:
                 if not fit:
                     continue
                 split, trip, finish = got
-                if split not in parts:
+                if split not in known:
                     parts[split] = fill_parts(stages, split)
                     known[split] = self.fills.setdefault((parts[split], m), {})
                 rest = trip + way
