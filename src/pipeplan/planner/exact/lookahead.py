@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 LOOK = 4
 """Stages beyond a stage end that hopeless looks at with device-free stages before any device tuple is costed."""
 
+FEW = 4
+"""Spans of fewer stage ends open_ends checks end by end (on gnmt-32, 95 % of spans of 2-4 ends were not ruled out
+as a whole)."""
+
 
 def span_stage(
     search: Search,
@@ -60,10 +64,13 @@ def open_ends(
     shape: tuple[int, int, int],
 ) -> list[tuple[int, Placed]]:
     """The stage ends of `ends` (ascending, none the last layer) that span_stage does not rule out, each with its
-    stage, halving each span it cannot rule out down to single ends."""
+    stage, halving each span it cannot rule out down to single ends (spans of fewer than FEW ends: end by end)."""
     out, todo = [], [(0, len(ends) - 1)]
     while todo:
         i, j = todo.pop()
+        if 1 <= j - i < FEW:  # a short span is seldom ruled out as a whole: its ends one by one
+            todo += [(e, e) for e in range(j, i - 1, -1)]
+            continue
         stage = span_stage(search, stages, start, (ends[i], ends[j]), r, free, k, shape)
         if stage is None:
             continue
