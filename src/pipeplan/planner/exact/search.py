@@ -88,9 +88,13 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
     return costs.stages, flows
 
 
+TIMES = 9
+"""values: its first TIMES are what fill_parts reads, the rest what fits reads."""
+
+
 def values(stage: Placed) -> tuple[float, ...]:
-    """What fill_parts and fits read of a stage (its times and memory, not its layers or devices; its chain, last,
-    is read only of a stage below another)."""
+    """What fill_parts and fits read of a stage (its times, then its memory; not its layers or devices; its chain is
+    read only of a stage below another)."""
     return (
         stage.arrive,
         stage.fwd,
@@ -98,12 +102,12 @@ def values(stage: Placed) -> tuple[float, ...]:
         stage.inp,
         stage.wgt,
         stage.allreduce,
-        stage.static,
-        stage.act,
-        stage.memory,
         stage.fwd_in,
         stage.bwd_out,
         stage.chain,
+        stage.static,
+        stage.act,
+        stage.memory,
     )
 
 
@@ -144,7 +148,7 @@ class Search:
     # best time, and under it filled's answers without Search.hop by what they read (the stages' times and memory,
     # m, the table, n, the ends)
     fills: dict[tuple[object, ...], dict[tuple[object, ...], float]] = field(default_factory=dict)  # fill_bound's
-    # values: (fill_parts, m) -> (schedule, k, p, rest, finish) -> bound
+    # values: (the stages' times, m, split) -> (schedule, k, p, rest, finish) -> bound
     rooms: dict[tuple[object, ...], dict[tuple[str, int, int], bool]] = field(default_factory=dict)  # (the stages'
     # static, act and memory, m) -> (schedule, k, p) -> fits
     rests: dict[tuple[object, ...], float] = field(default_factory=dict)  # Search.least_rest
@@ -224,7 +228,8 @@ class Search:
         terms at the least over those ends (trip and top do not grow with the end)."""
         last, n = stages[-1], len(left) // rp
         end = last.last if upto is None else upto
-        read = (*(values(st) for st in stages[:-1]), values(last)[:-1])  # the top stage's chain is not read
+        top = values(last)
+        read = (*(values(st) for st in stages[:-1]), (*top[: TIMES - 1], 0.0, *top[TIMES:]))  # not the top's chain
         if hop:
             return self.fill(stages, read, m, table, left, rp, size, hop, end)
         if self.settled[0] != self.best_time or len(self.settled[1]) > FILLS:
@@ -255,7 +260,8 @@ class Search:
             for memo in (self.fills, self.rooms, self.rests, self.tails):
                 memo.clear()
         last, n = stages[-1], len(left) // rp
-        room = self.rooms.setdefault((tuple(values[6:9] for values in read), m), {})  # fits' answers (memory)
+        room = self.rooms.setdefault((tuple(values[TIMES:] for values in read), m), {})  # fits' answers (memory)
+        times = tuple(values[:TIMES] for values in read)  # what fill_parts reads
         for q in range(1, min(n, self.request.profile.num_layers - 1 - last.last) + 1):
             if self.beaten(last.arrive + last.fwd + self.least_rest(table, q, n, last.last + 1, end)):
                 continue  # the table's bound for exactly q stages to come
@@ -273,12 +279,13 @@ class Search:
                     continue
                 split, trip, finish = got
                 if split not in known:
-                    parts[split] = fill_parts(stages, split)
-                    known[split] = self.fills.setdefault((parts[split], m), {})
+                    known[split] = self.fills.setdefault((times, m, split), {})
                 rest = trip + way
                 key = (name, k, p, rest, finish)
                 bound = known[split].get(key)
                 if bound is None:
+                    if split not in parts:
+                        parts[split] = fill_parts(stages, split)
                     bound = known[split][key] = fill_bound(stages, m, name, k, p, rest, parts[split], finish)
                 if not self.beaten(bound):
                     if self.lead[0] != (name, k):  # the schedule that passed first next time
