@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from pipeplan.core.plan import Plan, Stage
@@ -86,7 +87,7 @@ def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
 def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
     """Search.filled without hop keeps its answers (and fill_bound's values, the fits, the table's terms) by what
     they read; on random first stages, every span of ends after them and two incumbents, one search that keeps them
-    all answers as Search.fill computes each one afresh."""
+    all answers as a new search (no memos yet) computes each one."""
     rng = random.Random(7)
     answers = []
     for trial in range(80):
@@ -97,13 +98,43 @@ def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
         devices = request.cluster.num_devices
         for scale in (0.6, 0.9):
             search.best_time = scale * simulated
-            fresh = Search(request, SCHEDULES, best_time=search.best_time)
             for j in range(len(placed) - 1):
                 stages = placed[: j + 1]
                 left = tuple(d for d in range(devices) if all(d not in st.devices for st in stages))
                 table = search.table((rp, m, size), left)
                 for upto in range(stages[-1].last, request.profile.num_layers - 1):
                     kept = search.filled(stages, m, table, left, rp, size, hop=False, upto=upto)
-                    assert kept == fresh.fill(stages, m, table, left, rp, size, False, upto)
+                    fresh = Search(request, SCHEDULES, best_time=search.best_time)  # no memos yet
+                    assert kept == fresh.filled(stages, m, table, left, rp, size, hop=False, upto=upto)
                     answers.append(kept)
     assert 50 < sum(answers) < len(answers) - 50
+
+
+UNSPLIT = tuple(schedule for schedule in SCHEDULES if schedule[0] != "zb-h1")
+
+
+def test_filled_tells_twins_apart_by_what_they_differ_in() -> None:
+    """Twins of a partial plan that differ only in what fill_bound reads of a lower stage (its chain down to stage
+    0, read under a backward that sends the gradient down after its whole B: UNSPLIT) or in what fits reads (memory)
+    get their own answers from one search that keeps its answers, as from a new one; and the twins do change
+    answers."""
+    rng = random.Random(11)
+    changed = 0
+    for trial in range(80):
+        request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
+        if len(placed) < 3:
+            continue
+        search = Search(request, UNSPLIT, best_time=0.9 * simulated)
+        stages = placed[:2]
+        left = tuple(d for d in range(request.cluster.num_devices) if all(d not in st.devices for st in stages))
+        table = search.table((rp, m, size), left)
+        slow = [dataclasses.replace(stages[0], chain=stages[0].chain + simulated), stages[1]]
+        cramped = [dataclasses.replace(st, memory=st.static) for st in stages]
+        answers = []
+        for twin in (stages, slow, cramped):
+            kept = search.filled(twin, m, table, left, rp, size, hop=False)
+            assert kept == Search(request, UNSPLIT, best_time=search.best_time).filled(twin, m, table, left, rp, size, hop=False)
+            answers.append(kept)
+        changed += answers[1] != answers[0]
+        assert answers[2]  # no schedule fits: nothing to beat the best with
+    assert changed > 3
