@@ -9,6 +9,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact import SCHEDULES
 from pipeplan.planner.exact.bounds import compute_bound, drain_counts, fill_bound
+from pipeplan.planner.exact.filled import filled
 from pipeplan.planner.exact.rings import Rings
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.stages import Placed, StageCosts
@@ -85,7 +86,7 @@ def test_fill_bound_counts_the_warm_up_and_drain_bubbles() -> None:
 
 
 def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
-    """Search.filled without hop keeps its answers (and fill_bound's values, the fits, the table's terms) by what
+    """exact.filled without hop keeps its answers (and fill_bound's values, the fits, the table's terms) by what
     they read; on random first stages, every span of ends after them and two incumbents, one search that keeps them
     all answers as a new search (no memos yet) computes each one."""
     rng = random.Random(7)
@@ -103,9 +104,9 @@ def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
                 left = tuple(d for d in range(devices) if all(d not in st.devices for st in stages))
                 table = search.table((rp, m, size), left)
                 for upto in range(stages[-1].last, request.profile.num_layers - 1):
-                    kept = search.filled(stages, m, table, left, rp, size, hop=False, upto=upto)
+                    kept = filled(search, stages, m, table, left, rp, size, hop=False, upto=upto)
                     fresh = Search(request, SCHEDULES, best_time=search.best_time)  # no memos yet
-                    assert kept == fresh.filled(stages, m, table, left, rp, size, hop=False, upto=upto)
+                    assert kept == filled(fresh, stages, m, table, left, rp, size, hop=False, upto=upto)
                     answers.append(kept)
     assert 50 < sum(answers) < len(answers) - 50
 
@@ -132,8 +133,8 @@ def test_filled_tells_twins_apart_by_what_they_differ_in() -> None:
         cramped = [dataclasses.replace(st, memory=st.static) for st in stages]
         answers = []
         for twin in (stages, slow, cramped):
-            kept = search.filled(twin, m, table, left, rp, size, hop=False)
-            assert kept == Search(request, UNSPLIT, best_time=search.best_time).filled(twin, m, table, left, rp, size, hop=False)
+            kept = filled(search, twin, m, table, left, rp, size, hop=False)
+            assert kept == filled(Search(request, UNSPLIT, best_time=search.best_time), twin, m, table, left, rp, size, hop=False)
             answers.append(kept)
         changed += answers[1] != answers[0]
         assert answers[2]  # no schedule fits: nothing to beat the best with

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeplan.planner.exact.bounds import MARGIN, compute_bound, placed_bound
+from pipeplan.planner.exact.filled import filled
 from pipeplan.planner.exact.stages import Placed
 from pipeplan.planner.exact.suffix import SLACK
 
@@ -48,7 +49,7 @@ def span_stage(
     left = k - r
     if search.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
         return None
-    if search.filled([*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
+    if filled(search, [*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
         return None
     return stage
 

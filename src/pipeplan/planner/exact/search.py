@@ -11,8 +11,8 @@ and the look-ahead (exact.lookahead: the stage on no devices in particular, ever
 stages after it, spans of their ends ruled out at once) does not rule it out, both before any
 device tuple is costed; a device tuple is retired for every longer stage of the same first layer
 once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
-the table from the stage's actual forward end, and bounds.fill_bound over every stage count and schedule its
-memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
+the table from the stage's actual forward end, and exact.filled: bounds.fill_bound over every stage count and
+schedule its memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
 simulated only when its per-schedule bounds (schedule_bound, fill_bound) are below the incumbent and it fits.
 """
 
@@ -31,16 +31,15 @@ from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.bounds import (
     MARGIN,
     compute_bound,
-    drain_counts,
     fill_bound,
-    fill_parts,
     placed_bound,
     schedule_bound,
 )
+from pipeplan.planner.exact.filled import Memos, filled, fits
 from pipeplan.planner.exact.lookahead import hopeless
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
-from pipeplan.planner.exact.space import canonical_list, peak_inflight, shapes
+from pipeplan.planner.exact.space import canonical_list, shapes
 from pipeplan.planner.exact.stages import Placed, StageCosts
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
@@ -65,10 +64,6 @@ NARROW_LAYERS = 600
 table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
 
 
-FILLS = 200_000
-"""Most entries a memo of Search.filled keeps before it starts again (memory)."""
-
-
 class Spent(Exception):
     """A cut-short search has used its nodes."""
 
@@ -86,35 +81,6 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     return costs.stages, flows
-
-
-TIMES = 9
-"""values: its first TIMES are what fill_parts reads, the rest what fits reads."""
-
-
-def values(stage: Placed) -> tuple[float, ...]:
-    """What fill_parts and fits read of a stage (its times, then its memory; not its layers or devices; its chain is
-    read only of a stage below another)."""
-    return (
-        stage.arrive,
-        stage.fwd,
-        stage.bwd,
-        stage.inp,
-        stage.wgt,
-        stage.allreduce,
-        stage.fwd_in,
-        stage.bwd_out,
-        stage.chain,
-        stage.static,
-        stage.act,
-        stage.memory,
-    )
-
-
-def fits(stages: list[Placed], name: str, p: int, m: int, k: int) -> bool:
-    """Whether these first stages of a plan of p stages hold the microbatches the schedule keeps on each at once."""
-    peaks = peak_inflight(name, p, m, k)
-    return all(st.static + peaks[s] * st.act <= st.memory for s, st in enumerate(stages))
 
 
 @dataclass(slots=True)
@@ -143,19 +109,10 @@ class Search:
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
     polishing: bool = False  # inside seeds.polish (which finishes plans itself)
     shared: dict[object, tuple[np.ndarray, ...]] = field(default_factory=dict)  # SuffixBound's grids of the request
-    # filled's memos (siblings' look-ahead stages cost the same on other devices):
-    settled: tuple[float, dict[tuple[object, ...], bool]] = field(default_factory=lambda: (math.inf, {}))  # the
-    # best time, and under it filled's answers without Search.hop by what they read (the stages' times and memory,
-    # m, the table, n, the ends)
-    fills: dict[tuple[object, ...], dict[tuple[object, ...], float]] = field(default_factory=dict)  # fill_bound's
-    # values: (the stages' times, m, split) -> (schedule, k, p, rest, finish) -> bound
-    rooms: dict[tuple[object, ...], dict[tuple[str, int, int], bool]] = field(default_factory=dict)  # (the stages'
-    # static, act and memory, m) -> (schedule, k, p) -> fits
-    rests: dict[tuple[object, ...], float] = field(default_factory=dict)  # Search.least_rest
-    tails: dict[tuple[object, ...], dict[tuple[str, int], tuple[bool, float, float]]] = field(default_factory=dict)
+    memos: Memos = field(default_factory=Memos)  # exact.filled's
     by_free: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, free) -> Search.table
-    lead: tuple[tuple[str, int], ...] = field(init=False)  # schedules in the order filled tries them: the last
-    # one whose bound did not pass the best first (the answer does not depend on the order, only its time)
+    lead: tuple[tuple[str, int], ...] = field(init=False)  # schedules in the order exact.filled tries them: the
+    # last one whose bound did not pass the best first
 
     def __post_init__(self) -> None:
         self.costs = StageCosts(self.request)
@@ -208,116 +165,6 @@ class Search:
             polish(self, stages, rp, m, size, least)
             self.polishing = False
         return least
-
-    def filled(
-        self,
-        stages: list[Placed],
-        m: int,
-        table: SuffixBound,
-        left: tuple[int, ...],
-        rp: int,
-        size: int,
-        hop: bool = True,
-        upto: int | None = None,
-    ) -> bool:
-        """Whether no completion of these first stages on the devices `left` to p stages can beat the best under any
-        schedule their memory allows (bounds.fill_bound). With q stages to come on n = len(left) // rp devices per
-        pipeline, each takes at most n - q + 1 of them: the way up and back (the table's trip, Search.hop) and the
-        last stage's part (the table's top) take the widths up to that. With `upto`, for every last stage that ends
-        at a layer from its own last to `upto` (its costs those of the shortest: lookahead.span_stage): the table's
-        terms at the least over those ends (trip and top do not grow with the end)."""
-        last, n = stages[-1], len(left) // rp
-        end = last.last if upto is None else upto
-        top = values(last)
-        read = (*(values(st) for st in stages[:-1]), (*top[: TIMES - 1], 0.0, *top[TIMES:]))  # not the top's chain
-        if hop:
-            return self.fill(stages, read, m, table, left, rp, size, hop, end)
-        if self.settled[0] != self.best_time or len(self.settled[1]) > FILLS:
-            self.settled = (self.best_time, {})
-        key = (read, m, table, n, last.last, end)
-        got = self.settled[1].get(key)
-        if got is None:
-            got = self.settled[1][key] = self.fill(stages, read, m, table, left, rp, size, hop, end)
-        return got
-
-    def fill(
-        self,
-        stages: list[Placed],
-        read: tuple[tuple[float, ...], ...],
-        m: int,
-        table: SuffixBound,
-        left: tuple[int, ...],
-        rp: int,
-        size: int,
-        hop: bool,
-        end: int,
-    ) -> bool:
-        """filled, computed (the last stage's layers to `end`; `read`: values of the stages); with the schedule that
-        last passed first."""
-        parts: dict[bool, tuple[tuple[float, ...], ...]] = {}
-        known: dict[bool, dict[tuple[object, ...], float]] = {}  # Search.fills of those parts
-        if max(len(self.fills), len(self.rests), len(self.tails)) > FILLS:  # memory: start the memos again
-            for memo in (self.fills, self.rooms, self.rests, self.tails):
-                memo.clear()
-        last, n = stages[-1], len(left) // rp
-        room = self.rooms.setdefault((tuple(values[TIMES:] for values in read), m), {})  # fits' answers (memory)
-        times = tuple(values[:TIMES] for values in read)  # what fill_parts reads
-        for q in range(1, min(n, self.request.profile.num_layers - 1 - last.last) + 1):
-            if self.beaten(last.arrive + last.fwd + self.least_rest(table, q, n, last.last + 1, end)):
-                continue  # the table's bound for exactly q stages to come
-            p, widest = len(stages) + q, n - q + 1
-            way = self.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size) if hop else 0.0
-            terms = self.tail_terms(table, widest, end, p, m)
-            for name, k in self.lead:
-                got = terms.get((name, k))
-                if got is None:  # kfkb with k >= m
-                    continue
-                fit = room.get((name, k, p))
-                if fit is None:
-                    fit = room[name, k, p] = fits(stages, name, p, m, k)
-                if not fit:
-                    continue
-                split, trip, finish = got
-                if split not in known:
-                    known[split] = self.fills.setdefault((times, m, split), {})
-                rest = trip + way
-                key = (name, k, p, rest, finish)
-                bound = known[split].get(key)
-                if bound is None:
-                    if split not in parts:
-                        parts[split] = fill_parts(stages, split)
-                    bound = known[split][key] = fill_bound(stages, m, name, k, p, rest, parts[split], finish)
-                if not self.beaten(bound):
-                    if self.lead[0] != (name, k):  # the schedule that passed first next time
-                        self.lead = ((name, k), *(s for s in self.lead if s != (name, k)))
-                    return False
-        return True
-
-    def least_rest(self, table: SuffixBound, q: int, n: int, first: int, end: int) -> float:
-        """The table's least rest for exactly q stages to come on n devices per pipeline, from a layer first..end + 1."""
-        key = (table, q, n, first, end)
-        got = self.rests.get(key)
-        if got is None:
-            got = self.rests[key] = float(table.stages_rest(q, n)[first : end + 2].min())
-        return got
-
-    def tail_terms(
-        self, table: SuffixBound, widest: int, end: int, p: int, m: int
-    ) -> dict[tuple[str, int], tuple[bool, float, float]]:
-        """Per schedule (name, k) of a plan of p stages: its kind of backward, the table's way up and back after layer
-        `end` and its part of the last stage (top) after it, for later stages of at most `widest` devices."""
-        key = (table, widest, end, p, m)
-        got = self.tails.get(key)
-        if got is None:
-            got = self.tails[key] = {}
-            for name, k in self.schedules:
-                if name == "kfkb" and k >= m:
-                    continue
-                split = name == "zb-h1"
-                _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
-                finish = float(table.top(widest, split, b2 + b3, w2 + w3)[end + 1])
-                got[name, k] = (split, float(table.trip(widest, split)[end]), finish)
-        return got
 
     def open_schedules(self, stages: list[Placed], m: int, cap: float) -> Iterator[tuple[str, int]]:
         """The schedules (name, k) under which a whole plan of these stages fits in memory and its bounds
@@ -406,7 +253,7 @@ class Search:
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
                 placed = [*stages, stage]
-                if self.filled(placed, m, after, left, rp, size):
+                if filled(self, placed, m, after, left, rp, size):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
                 if self.fan < math.inf:  # a cut-short search: one device tuple per stage end, `fan` stage ends
