@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pipeplan.planner.exact.bounds import drain_counts, fill_bound, fill_parts
 from pipeplan.planner.exact.space import peak_inflight
 from pipeplan.planner.exact.stages import Placed
-from pipeplan.planner.exact.suffix import SuffixBound
+from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 
 if TYPE_CHECKING:
     from pipeplan.planner.exact.search import Search
@@ -125,10 +125,11 @@ def compute(
     parts: dict[bool, tuple[tuple[float, ...], ...]] = {}
     known: dict[bool, dict[tuple[object, ...], float]] = {}  # memos.bounds of these stages
     last, n = stages[-1], len(left) // rp
+    cap, ready = search.best_time * (1 + SLACK), last.arrive + last.fwd  # Search.beaten: a bound >= cap
     room = memos.rooms.setdefault((tuple(v[TIMES:] for v in read), m), {})  # fits' answers (memory)
     times = tuple(v[:TIMES] for v in read)  # what fill_parts reads
     for q in range(1, min(n, search.request.profile.num_layers - 1 - last.last) + 1):
-        if search.beaten(last.arrive + last.fwd + least_rest(search, table, q, n, last.last + 1, end)):
+        if ready + least_rest(search, table, q, n, last.last + 1, end) >= cap:
             continue  # the table's bound for exactly q stages to come
         p, widest = len(stages) + q, n - q + 1
         way = search.hop(last.devices[0], last.last, min(len(last.devices) // rp, widest), left, size) if hop else 0.0
@@ -152,7 +153,7 @@ def compute(
                 if split not in parts:
                     parts[split] = fill_parts(stages, split)
                 bound = known[split][key] = fill_bound(stages, m, name, k, p, rest, parts[split], finish)
-            if not search.beaten(bound):
+            if bound < cap:
                 if search.lead[0] != (name, k):  # the schedule that passed first next time
                     search.lead = ((name, k), *(s for s in search.lead if s != (name, k)))
                 return False
