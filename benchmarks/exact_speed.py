@@ -1,9 +1,10 @@
 """`exact` on every small instance of the shared profiles: planning time, and the optimum kept (issue 22, point 3).
 
 Usage: .venv/bin/python benchmarks/exact_speed.py [--out rows.json] [--compare before.json] [--timeout 600]
-       [--profiles a,b] [--clusters c2,c4] [--random 50] [--batch 256] [--check]
+       [--profiles a,b] [--clusters c2,c4] [--random 50] [--batch 256,2048] [--check]
 
-Instances: every shared profile x the small clusters below x global batch 256 (--batch), microbatch size left open
+Instances: every shared profile x the small clusters below x each global batch of --batch (256; `--batch
+256,2048` gives every <= 8-device instance of the planner-quality benchmark on v8), microbatch size left open
 (as `compare` asks), schedule auto; plus `--random` seeded random instances (planner_instances: 8 layers,
 4 devices with random asymmetric links, global batch 16; the planner-quality benchmark's part 2).
 Each instance runs in a fresh process under --timeout seconds (wall clock), one at a time.
@@ -14,9 +15,10 @@ Each instance runs in a fresh process under --timeout seconds (wall clock), one 
   v8   the preset v100-8x1 (8 V100 in one server)
 
 --compare reads a JSON written by --out (e.g. by the code before a change) and prints, per instance, both
-times and whether the optimum (iteration time) is the same; --check exits 1 when an instance took more than
-10 s of CPU (the child's process time: wall seconds on a shared machine measure the load) or an optimum differs
-by more than 1e-9 relative.
+times and whether the optimum (iteration time) is the same (rows written before rows named their batch count as
+the run's first batch). The last lines count the instances solved and those under the 10 s target of CPU (the
+child's process time: wall seconds on a shared machine measure the load), and name every one that was not solved,
+was slower, or changed its optimum by more than 1e-9 relative; --check exits 1 when there is one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 10.0
 BATCH = 256
+RANDOM_BATCH = 16
 SMALL = {
     "c2": (2, 25.0),
     "c3": (3, 10.0),
@@ -74,7 +77,7 @@ def one(kind: str, a: str, b: str, batch: int = BATCH) -> dict[str, Any]:
     if kind == "random":
         from planner_instances import random_cluster, random_profile
 
-        request = PlanRequest(random_profile(int(a), 8), random_cluster(int(a), 4), 16)
+        request = PlanRequest(random_profile(int(a), 8), random_cluster(int(a), 4), RANDOM_BATCH)
     else:
         from pipeplan.presets.resolve import load_cluster, load_profile
 
@@ -138,8 +141,9 @@ def main() -> int:
     parser.add_argument("--cpu-limit", type=int, default=None, help="stop an instance after this many CPU seconds")
     parser.add_argument("--max-orders", type=int, default=None, help="lift exact's refusal to this many device orders")
     parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
-    parser.add_argument("--batch", type=int, default=BATCH, help=f"global batch of the preset instances [{BATCH}]")
+    parser.add_argument("--batch", default=str(BATCH), help=f"global batches of the preset instances, comma-separated [{BATCH}]")
     args = parser.parse_args()
+    batches = [int(b) for b in args.batch.split(",")]
     if args.one:
         if args.cpu_limit:
             resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_limit, args.cpu_limit + 1))
@@ -147,7 +151,7 @@ def main() -> int:
             from pipeplan.planner.exact import planner
 
             planner.MAX_ORDERS = args.max_orders
-        print(json.dumps(one(*args.one, batch=args.batch)))
+        print(json.dumps(one(*args.one, batch=int(args.batch))))
         return 0
 
     from pipeplan.presets.resolve import list_profiles
@@ -156,57 +160,70 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pipeplan-exact-") as tmp:
-        jobs = [("random", str(seed), "") for seed in range(args.random)]
-        jobs += [("preset", p, c) for c in args.clusters.split(",") for p in profiles]
-        for kind, a, c in jobs:
+        jobs = [("random", str(seed), "", RANDOM_BATCH) for seed in range(args.random)]
+        jobs += [("preset", p, c, batch) for batch in batches for c in args.clusters.split(",") for p in profiles]
+        for kind, a, c, batch in jobs:
             b = cluster_file(c, Path(tmp)) if kind == "preset" else ""
             row = {
                 "kind": kind,
                 "profile": a,
                 "cluster": c,
-                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders, args.batch),
+                "batch": batch,
+                **run_child(kind, a, b, args.timeout, args.cpu_limit, args.max_orders, batch),
             }
             row["load"] = os.getloadavg()[0]
             rows.append(row)
             what = f"{row['ms']:.4f} ms" if "ms" in row else row["error"][:80]
-            print(
-                f"  {kind} {a} {c}: {row['s']:.2f} s, {row.get('cpu_s', math.nan):.2f} s CPU, {what}", file=sys.stderr, flush=True
-            )
+            cpu = row.get("cpu_s", math.nan)
+            print(f"  {kind} {a} {c} G={batch}: {row['s']:.2f} s, {cpu:.2f} s CPU, {what}", file=sys.stderr, flush=True)
     print(f"{len(rows)} instances in {time.perf_counter() - started:.0f} s")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1, sort_keys=True))
-    return report(rows, args.compare, args.check)
+    return report(rows, args.compare, args.check, batches[0])
 
 
-def key(row: dict[str, Any]) -> tuple[str, str, str]:
-    """An instance's identity."""
-    return row["kind"], row["profile"], row["cluster"]
+def key(row: dict[str, Any], batch: int = BATCH) -> tuple[str, str, str, int]:
+    """An instance's identity (`batch`: a preset row's that names none, written before rows did)."""
+    return row["kind"], row["profile"], row["cluster"], row.get("batch", RANDOM_BATCH if row["kind"] == "random" else batch)
 
 
-def report(rows: list[dict[str, Any]], compare: str | None, check: bool) -> int:
-    """Print the slowest instances (with the earlier run's times) and how many optima are equal."""
-    before = {key(r): r for r in json.loads(Path(compare).read_text())} if compare else {}
-    print("| instance | before s | after s | before ms | after ms | same optimum |")
-    print("|---|---|---|---|---|---|")
-    slowest = sorted(rows, key=lambda r: -(r["s"] if math.isfinite(r["s"]) else 1e9))
-    bad = []
+def label(row: dict[str, Any]) -> str:
+    """An instance's name in the table."""
+    kind, profile, cluster, batch = key(row)
+    return f"random {profile}" if kind == "random" else f"{profile} {cluster} G={batch}"
+
+
+def report(rows: list[dict[str, Any]], compare: str | None, check: bool, batch: int = BATCH) -> int:
+    """Print the slowest instances (with the earlier run's times), how many solved under the target, and every
+    instance not solved, slower than the target, or with another optimum than the earlier run's."""
+    before = {key(r, batch): r for r in json.loads(Path(compare).read_text())} if compare else {}
+    print("| instance | before s | after s | before CPU s | after CPU s | before ms | after ms | same optimum |")
+    print("|---|---|---|---|---|---|---|---|")
+    slowest = sorted(rows, key=lambda r: -r.get("cpu_s", math.inf))
+    changed, slow, failed = [], [], []
     for row in rows:
         old = before.get(key(row))
-        if old is not None and "ms" in old and "ms" in row and not math.isclose(old["ms"], row["ms"], rel_tol=1e-9):
-            bad.append(f"{key(row)}: {old['ms']!r} -> {row['ms']!r}")
+        if "ms" not in row:
+            failed.append(f"{key(row)}: {row.get('error', 'no answer')[:100]}")
+        elif old is not None and "ms" in old and not math.isclose(old["ms"], row["ms"], rel_tol=1e-9):
+            changed.append(f"{key(row)}: {old['ms']!r} -> {row['ms']!r}")
         if "ms" in row and row.get("cpu_s", row["s"]) > TARGET_SECONDS:
-            bad.append(f"{key(row)}: {row.get('cpu_s', row['s']):.1f} s of CPU")
+            slow.append(f"{key(row)}: {row.get('cpu_s', row['s']):.1f} s of CPU")
     for row in slowest[:15]:
         old = before.get(key(row), {})
         same = "-" if "ms" not in old or "ms" not in row else str(math.isclose(old["ms"], row["ms"], rel_tol=1e-9))
         cell = lambda r, f: f"{r[f]:.3f}" if f in r else r.get("error", "-")[:40]  # noqa: E731
-        print(f"| {' '.join(key(row)[1:])} | {old.get('s', math.nan):.2f} | {row['s']:.2f} | {cell(old, 'ms')} | "
+        print(f"| {label(row)} | {old.get('s', math.nan):.2f} | {row['s']:.2f} | "
+              f"{old.get('cpu_s', math.nan):.2f} | {row.get('cpu_s', math.nan):.2f} | {cell(old, 'ms')} | "
               f"{cell(row, 'ms')} | {same} |")  # fmt: skip
     both = [r for r in rows if "ms" in r and "ms" in before.get(key(r), {})]
-    print(f"optimum compared on {len(both)} instances; differing: {len(bad)}")
-    for line in bad:
-        print(f"  {line}")
-    return 1 if check and bad else 0
+    solved = [r for r in rows if "ms" in r]
+    print(f"solved {len(solved)} of {len(rows)}; under {TARGET_SECONDS:.0f} s of CPU: {len(solved) - len(slow)}")
+    print(f"optimum compared on {len(both)} instances; differing: {len(changed)}")
+    for title, lines in (("not solved", failed), ("slower than the target", slow), ("another optimum", changed)):
+        for line in lines:
+            print(f"  {title}: {line}")
+    return 1 if check and (failed or slow or changed) else 0
 
 
 if __name__ == "__main__":
