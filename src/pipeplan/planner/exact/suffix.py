@@ -176,8 +176,10 @@ class SuffixBound:
         if self.counts:
             self.count_stages()
             self.values.clear()
+            self.parts.clear()  # grid's inputs, no longer asked (a table of 1,251 layers: 12.5 MB a step matrix)
             return
         self.grids = {r: self.grid(r, self.n, None) for r in self.widths}  # one grid for any count of stages after
+        self.parts.clear()
         own = {r: spans(self.own[r]) for r in self.widths}
         for k in range(1, self.n + 1):
             row = self.rest[k - 1].copy()
