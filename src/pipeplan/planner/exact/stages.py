@@ -45,7 +45,8 @@ class StageCosts:
     bases: dict[tuple[int, int, tuple[int, ...], int, int], Placed] = field(default_factory=dict)
     links: dict[tuple[int, tuple[int, ...], tuple[int, ...], int, int], tuple[float, float]] = field(default_factory=dict)
     rings: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)  # ring -> (bytes/s, latency s)
-    free_bases: dict[tuple[object, ...], Placed] = field(default_factory=dict)  # anywhere's stages before follow
+    free_bases: dict[tuple[object, ...], tuple[Rings, Placed]] = field(default_factory=dict)  # anywhere's stages
+    # before follow, with the rings they were costed on
     cheapest: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)  # anywhere's transfers:
     # (devices before, free devices, bytes) -> the least in and out over their pairs
     params: list[float] = field(init=False)
@@ -170,14 +171,14 @@ class StageCosts:
         and transfers from `prev` at most its fastest pair's (none after a stage of no devices: an `anywhere` one);
         each bound place's costs take from below."""
         cluster = self.request.cluster
-        key = (first, last, free, r, rp, size, id(rings))  # rings: the search's, kept as long as this
-        base = self.free_bases.get(key)
-        if base is None:
+        key = (first, last, free, r, rp, size, id(rings))  # the entry holds `rings`: its id stays its own
+        got = self.free_bases.get(key)
+        if got is None:
             work = self.work(first, last, size, r, max(cluster.devices[d].speed for d in free))
             ring_ms = float(rings.allreduce_ms(np.array([work.param_bytes]), r * rp)[0])
             base = self.stage(first, last, (), work, ring_ms, max(cluster.devices[d].memory_bytes for d in free))
-            self.free_bases[key] = base
-        stage = clone(base)
+            got = self.free_bases[key] = (rings, base)
+        stage = clone(got[1])
         if prev is None:
             stage.chain = stage.chain_split = stage.bwd + stage.allreduce
             return stage
