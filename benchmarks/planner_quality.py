@@ -38,7 +38,6 @@ a baseline changes, pipeplan (which seeds from the baselines) keeps its old plan
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -66,33 +65,28 @@ RANDOM_LAYERS, RANDOM_DEVICES, RANDOM_BATCH = 8, 4, 16
 
 
 def run_planners(job: tuple[str, str, int, str, tuple[str, ...]]) -> dict[str, Any]:
-    """Plan one preset instance with each named planner; times in ms, planning in s, errors as text."""
-    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    """Plan one preset instance with each named planner as `compare` runs them (the baselines first, each once;
+    pipeplan seeded from their rows); times in ms, planning in s, errors as text."""
+    from pipeplan.planner.compare import PlannerFailure, compare
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
     profile_name, cluster_name, batch, scaling, names = job
-    planners = REGISTRY
     request = PlanRequest(load_profile(profile_name), load_cluster(cluster_name), batch, batch_scaling=scaling)
     row: dict[str, Any] = {"profile": profile_name, "cluster": cluster_name, "batch": batch}
-    runs: dict[str, Any] = {}  # the baselines' results, handed to pipeplan's seeding as `compare` does
-    for name in sorted(names, key=lambda n: n == "pipeplan"):  # the baselines first, each planned once
-        started = time.perf_counter()
-        try:
-            if name == "pipeplan" and runs:
-                result = planners[name](request, baselines=runs)
-                reused = sum(runs[b].planning_seconds for b in result.extra.get("seeds_reused", ()) if runs[b] is not None)
-                result = dataclasses.replace(result, planning_seconds=result.planning_seconds + reused)
-            else:
-                runs[name] = None
-                result = planners[name](request)
-                runs[name] = result
-            row[name] = {"ms": result.iteration_time, "s": result.planning_seconds, "plan": describe(result.plan)}
-            if name == "pipeplan" and result.plan.schedule == "list":
-                row[name].update(same_plan_times(result.plan, request))
-        except Exception as exc:
-            row[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                         "s": time.perf_counter() - started}  # fmt: skip
+    started = time.perf_counter()
+    try:
+        results = compare(request, list(names))
+    except Exception as exc:  # a fault, not a planner's refusal (compare keeps those): every planner's cell says it
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {**row, **{name: {"error": error, "s": time.perf_counter() - started} for name in names}}
+    for result in results:
+        if isinstance(result, PlannerFailure):
+            row[result.planner] = {"error": result.error, "s": result.planning_seconds}
+            continue
+        cell = row[result.planner] = {"ms": result.iteration_time, "s": result.planning_seconds, "plan": describe(result.plan)}
+        if result.planner == "pipeplan" and result.plan.schedule == "list":
+            cell.update(same_plan_times(result.plan, request))
     return row
 
 
