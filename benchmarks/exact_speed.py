@@ -3,8 +3,8 @@
 Usage: .venv/bin/python benchmarks/exact_speed.py [--out rows.json] [--compare before.json] [--timeout 600]
        [--profiles a,b] [--clusters c2,c4] [--random 50] [--batch 256,2048] [--check]
 
-Instances: every shared profile x the small clusters below x each global batch of --batch (256; `--batch
-256,2048` gives every <= 8-device instance of the planner-quality benchmark on v8), microbatch size left open
+Instances: every shared profile x the small clusters below x each global batch of --batch (256 and 2048, the
+planner-quality benchmark's: on v8 every <= 8-device instance of it), microbatch size left open
 (as `compare` asks), schedule auto; plus `--random` seeded random instances (planner_instances: 8 layers,
 4 devices with random asymmetric links, global batch 16; the planner-quality benchmark's part 2).
 Each instance runs in a fresh process under --timeout seconds (wall clock), one at a time.
@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 10.0
 BATCH = 256
+BATCHES = "256,2048"
 RANDOM_BATCH = 16
 SMALL = {
     "c2": (2, 25.0),
@@ -141,7 +142,7 @@ def main() -> int:
     parser.add_argument("--cpu-limit", type=int, default=None, help="stop an instance after this many CPU seconds")
     parser.add_argument("--max-orders", type=int, default=None, help="lift exact's refusal to this many device orders")
     parser.add_argument("--check", action="store_true", help="exit 1 on a slow instance or a changed optimum")
-    parser.add_argument("--batch", default=str(BATCH), help=f"global batches of the preset instances, comma-separated [{BATCH}]")
+    parser.add_argument("--batch", default=BATCHES, help=f"global batches of the preset instances, comma-separated [{BATCHES}]")
     args = parser.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
     if args.one:
