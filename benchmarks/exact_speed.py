@@ -110,14 +110,12 @@ def run_child(
     kind: str, a: str, b: str, timeout: float, cpu_limit: int | None = None, max_orders: int | None = None, batch: int = BATCH
 ) -> dict[str, Any]:
     """`one` in a fresh process, stopped after `timeout` seconds (wall) or `cpu_limit` seconds of its CPU."""
-    argv = [sys.executable, __file__, "--one", kind, a, b]
+    argv = [sys.executable, __file__, "--batch", str(batch), "--one", kind, a, b]
     started = time.perf_counter()
     if cpu_limit is not None:
         argv[2:2] = ["--cpu-limit", str(cpu_limit)]
     if max_orders is not None:
         argv[2:2] = ["--max-orders", str(max_orders)]
-    if batch != BATCH:
-        argv[2:2] = ["--batch", str(batch)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
