@@ -41,7 +41,7 @@ def span_stage(
     rp, m, size = shape
     low, high = ends
     prev = stages[-1] if stages else None
-    stage = search.costs.anywhere(start, low, free, r, rp, size, prev, search.rings[free if search.narrow else ()])
+    stage = search.costs.anywhere(start, low, free, r, rp, size, prev, search.rings_of(free))
     cap = search.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
     if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
         return None
@@ -116,8 +116,7 @@ def hopeless(
         ends = (row < search.best_time * (1 + SLACK)).nonzero()[0].tolist()
         if ends and ends[-1] == layers - 1:
             ends.pop()
-            ring = search.rings[free if search.narrow else ()]
-            nxt = search.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, ring)
+            nxt = search.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, search.rings_of(free))
             if not whole_beaten(search, [*placed, nxt], m):
                 return False
         if left <= width or not ends:

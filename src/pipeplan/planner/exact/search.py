@@ -129,14 +129,21 @@ class Search:
         got = self.by_free.get((shape, free))
         if got is not None:
             return got
-        rings = self.rings.get(free)
-        if rings is None:
-            rings = self.rings[free] = Rings(self.bounds, free or None)
+        rings = self.rings_of(free)
         key = (shape, rings.signature())
         got = self.tables.get(key)
         if got is None:
             got = self.tables[key] = SuffixBound(self.bounds, rings, *shape, self.schedules, self.shared)
         self.by_free[shape, free] = got
+        return got
+
+    def rings_of(self, free: tuple[int, ...]) -> Rings:
+        """The best rings the devices `free` allow (those of the whole cluster unless tables are per free set)."""
+        if not self.narrow:
+            free = ()
+        got = self.rings.get(free)
+        if got is None:
+            got = self.rings[free] = Rings(self.bounds, free or None)
         return got
 
     def finish(self, stages: list[Placed], rp: int, m: int, size: int, cap: float | None = None) -> float:
