@@ -28,6 +28,8 @@ over c.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from pipeplan.planner.bound import ShapeBounds
@@ -58,6 +60,21 @@ BLOCK = 256
 first layer), so a grid of L layers costs about L^2 / 2 + BLOCK L / 2 cells instead of L^2."""
 
 
+def blocks(layers: int) -> Iterator[tuple[slice, slice]]:
+    """(rows, columns) of a grid over `layers` layers, BLOCK rows at a time, each with the columns at or after its
+    first row (the cells a stage can have)."""
+    for a in range(0, layers, BLOCK):
+        yield slice(a, a + BLOCK), slice(a, None)
+
+
+def headroom(trip: np.ndarray, part: np.ndarray, times: float) -> np.ndarray:
+    """max(0, trip - times part), a new array: how much the way up and back passes `times` of `part`."""
+    out = np.multiply(part, times)
+    np.subtract(trip, out, out=out)
+    np.maximum(out, 0.0, out=out)
+    return out
+
+
 def own_terms(
     f: np.ndarray,
     b: np.ndarray,
@@ -75,20 +92,13 @@ def own_terms(
     m (F + x) + max(0, trip - (m - 1) min(F, x)). In place, BLOCK rows at a time: a table of 1,251 layers
     computes ~100 of these grids."""
     out = np.full(f.shape, np.inf)
-    for a in range(0, f.shape[0], BLOCK):
-        rows, cols = slice(a, a + BLOCK), slice(a, None)
+    for rows, cols in blocks(f.shape[0]):
         fb, bb, ib, tb = f[rows, cols], b[rows, cols], i[rows, cols], trip[:, cols]
-        high, low = np.add(fb, bb), np.minimum(fb, bb)
+        high = np.add(fb, bb)
         high *= m
         high += step[rows, cols]
-        low *= m - 1
-        np.subtract(tb, low, out=low)
-        np.maximum(low, 0.0, out=low)
-        high += low  # the step's side
-        np.minimum(fb, ib, out=low)
-        low *= m - 1
-        np.subtract(tb, low, out=low)
-        np.maximum(low, 0.0, out=low)
+        high += headroom(tb, np.minimum(fb, bb), m - 1)  # the step's side
+        low = headroom(tb, np.minimum(fb, ib), m - 1)
         low += below[rows]
         other = np.add(fb, ib)
         other *= m
@@ -101,8 +111,7 @@ def own_terms(
 def least_over_ends(grid: np.ndarray, own: np.ndarray, rest: np.ndarray) -> np.ndarray:
     """[a]: the least over e >= a of max(grid[a, e], own[a, e] + rest[e]) (grid inf for e < a), BLOCK rows at a time."""
     out = np.empty(grid.shape[0])
-    for a in range(0, grid.shape[0], BLOCK):
-        rows, cols = slice(a, a + BLOCK), slice(a, None)
+    for rows, cols in blocks(grid.shape[0]):
         cell = np.add(own[rows, cols], rest[cols])
         np.maximum(cell, grid[rows, cols], out=cell)
         out[rows] = cell.min(axis=1)
@@ -214,16 +223,10 @@ class SuffixBound:
         for g, split in self.kinds:
             spare[split] = max(spare.get(split, 0), min(g * (c + 1), m) - g)
         out = np.full(f.shape, np.inf)
-        for a in range(0, f.shape[0], BLOCK):
-            rows, cols = slice(a, a + BLOCK), slice(a, None)
+        for rows, cols in blocks(f.shape[0]):
             fb = f[rows, cols]
-            least = None
-            for split, ahead in spare.items():
-                wait = fb * -float(ahead)
-                wait += after[split][:, cols]
-                np.maximum(wait, 0.0, out=wait)
-                least = wait if least is None else np.minimum(least, wait, out=least)
-            assert least is not None
+            waits = [headroom(after[split][:, cols], fb, ahead) for split, ahead in spare.items()]
+            least = waits[0] if len(waits) == 1 else np.minimum(*waits)
             least += m * fb
             drain = np.multiply(b[rows, cols], m)
             drain += step[rows, cols]
