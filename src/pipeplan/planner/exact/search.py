@@ -40,7 +40,7 @@ from pipeplan.planner.exact.lookahead import hopeless
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
 from pipeplan.planner.exact.space import canonical_list, shapes
-from pipeplan.planner.exact.stages import Placed, StageCosts
+from pipeplan.planner.exact.stages import Placed, StageCosts, holds_one
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
@@ -245,7 +245,7 @@ class Search:
                 if compute_bound(stage, m) > self.best_time * (1 + MARGIN):
                     dead[devices] = last
                     continue
-                if stage.static + stage.act > stage.memory or placed_bound(stage, prev, m) >= self.best_time:
+                if not holds_one(stage) or placed_bound(stage, prev, m) >= self.best_time:
                     continue
                 if not rest_layers:
                     self.finish([*stages, stage], rp, m, size)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeplan.planner.exact.stages import Placed
+from pipeplan.planner.exact.stages import Placed, holds_one
 from pipeplan.planner.exact.symmetry import link_tables
 from pipeplan.planner.request import PlanRequest
 
@@ -57,14 +57,21 @@ def seed_straight(search: Search, rp: int, m: int, size: int) -> None:
 def seed(search: Search, split: list[tuple[int, int, int]], rp: int, m: int, size: int, always_polish: bool = False) -> None:
     """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of
     ring_order; Search.finish polishes it when it is the best plan so far, and with `always_polish` in any case."""
-    stages: list[Placed] = []
-    used = 0
+    groups, used = [], 0
     for first, last, r in split:
-        devices = search.order[used : used + r * rp]
+        groups.append((first, last, search.order[used : used + r * rp]))
         used += r * rp
-        stages.append(search.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
-    if stages and all(st.static + st.act <= st.memory for st in stages):
+    stages = place_all(search, groups, rp, size)
+    if stages and all(holds_one(st) for st in stages):
         search.finish(stages, rp, m, size, cap=math.inf if always_polish else None)
+
+
+def place_all(search: Search, groups: list[tuple[int, int, tuple[int, ...]]], rp: int, size: int) -> list[Placed]:
+    """Stages (first layer, last layer, devices), each placed after the one before it."""
+    stages: list[Placed] = []
+    for first, last, devices in groups:
+        stages.append(search.costs.place(first, last, devices, rp, size, stages[-1] if stages else None))
+    return stages
 
 
 def polish(search: Search, stages: list[Placed], rp: int, m: int, size: int, time: float) -> None:
@@ -77,11 +84,9 @@ def polish(search: Search, stages: list[Placed], rp: int, m: int, size: int, tim
             if not (ends[i - 1] + 1 if i else 0) <= end < ends[i + 1]:
                 continue
             moved = [*ends[:i], end, *ends[i + 1 :]]
-            trial: list[Placed] = []
-            for s, st in enumerate(stages):
-                first = moved[s - 1] + 1 if s else 0
-                trial.append(search.costs.place(first, moved[s], st.devices, rp, size, trial[-1] if trial else None))
-            if all(st.static + st.act <= st.memory for st in trial):
+            groups = [(moved[s - 1] + 1 if s else 0, moved[s], st.devices) for s, st in enumerate(stages)]
+            trial = place_all(search, groups, rp, size)
+            if all(holds_one(st) for st in trial):
                 got = search.finish(trial, rp, m, size, cap=time)
                 if got < time:
                     stages, time = trial, got

@@ -198,6 +198,11 @@ class StageCosts:
         return stage
 
 
+def holds_one(stage: Placed) -> bool:
+    """Whether the stage's devices hold its weights and optimizer state and one microbatch's saved activations."""
+    return stage.static + stage.act <= stage.memory
+
+
 def clone(stage: Placed) -> Placed:
     """A copy of a stage (copy.copy's generic path costs ~10 us a stage, exact copies ~350,000 of them)."""
     return Placed(
