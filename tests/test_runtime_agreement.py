@@ -408,3 +408,39 @@ def test_a_record_travels_as_json_and_one_that_does_not_read_back_differs() -> N
         found = _record(bad)
         assert found.config == (("the agreement record", f"unreadable ({len(bad):,} bytes)"),)
         assert verdict([mine, found]) is not None
+
+
+def test_agree_on_one_rank_returns_the_model_or_raises_the_builds_own_error() -> None:
+    """One process agrees with itself: the model it built comes back; a failed build is raised as it was."""
+    import torch.distributed as dist
+
+    from pipeplan.runtime.training.agreement import agree
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        model = build_model("mlp", {"hidden": 8, "blocks": 3}, "digits", "float32", 0)
+        assert agree(BASE, lambda: model, 0, 1) is model
+        boom = ValueError("the user's factory failed")
+
+        def fail() -> Any:
+            raise boom
+
+        with pytest.raises(ValueError) as caught:
+            agree(BASE, fail, 0, 1)
+        assert caught.value is boom
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_model_no_rank_can_build_is_refused_once_by_rank_0(tmp_path: Path) -> None:
+    """The same bad --opt on both ranks: the options agree, the build fails everywhere, one line says so."""
+    folders = _folders(tmp_path)
+    args = ["--schedule", "1f1b", *TINY, "--opt", "bogus=1"]
+    done = two_ranks([args, args], folders)
+    assert [d.returncode for d in done] == [2, 2], [d.stderr for d in done]
+    assert done[0].stderr.splitlines() == [
+        "error: ProfileError: rank 0: MODULE_SPEC 'mlp' has no option 'bogus'; options: hidden, blocks, in_features, seed"
+    ]
+    assert done[1].stderr == ""
+    assert snapshot(folders) == [[], []]

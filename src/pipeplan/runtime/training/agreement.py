@@ -3,11 +3,12 @@ stops the job with one line.
 
 Every rank of a job is started with its own command line (torchrun starts one per node) and reads its own files.
 A rank given another `--seed` trained on other samples' labels and exited 0; another `--steps` or `-m` ended in a
-transport timeout. So, right after joining the process group, each rank sends one record to all (one
-exchange of about 2 KB): the options that must agree (`config_fields`), whether it could build
-the model, and digests of what it built (`built_fields`: the layers' initial values, the data, the checkpoint it
-resumes). `verdict` compares the records, a pure function: the first field on which any rank differs from rank 0 is
-named with both values, by rank 0 alone; the other ranks stop without a word (`PeerRefused`), all with exit 2.
+transport timeout. So, right after joining the process group, each rank sends one record to all (`exchange`: JSON
+of about 1.3 KB): the options that must agree (`config_fields`), whether it could build the model, and digests of
+what it built (`built_fields`: the layers' initial values, the data, the checkpoint it resumes). `verdict` compares
+the records, a pure function: the first field on which any rank differs from rank 0 is named with both values, by
+rank 0 alone; the other ranks stop without a word (`PeerRefused`), all with exit 2. With two ranks on a shared
+2-core machine the check took 5 ms for a 754-parameter MLP and 0.5 s for 50.7 million parameters (hashing 200 MB).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ DATA_SAMPLES = 256
 """The first samples of the training split whose bytes the data's digest covers (with the sizes of both splits)."""
 SHOWN_CHARS = 80
 RECORD_BYTES = 1 << 20
-"""The most bytes of one rank's record that are read (a record is about 2 KB)."""
+"""The most bytes of one rank's record that are read (a record is about 1.3 KB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +122,15 @@ def agree(config: TrainConfig, build: Callable[[], Model], rank: int, world: int
     """Build this rank's model and check, with one exchange, that every rank runs the same job; return the model.
 
     Raises:
-        TrainConfigError: this rank reports a disagreement or its own build failure (the others raise PeerRefused).
-        PipeplanError: this rank's build failed (re-raised as it was, when this rank reports it).
+        TrainConfigError: this rank reports a disagreement (the others raise PeerRefused).
+        Exception: the build failed here, and this is the lowest rank it failed on (re-raised as it was; the others
+            raise PeerRefused).
     """
     model: Model | None = None
-    failure: PipeplanError | None = None
+    failure: Exception | None = None
     try:
         model = build()
-    except PipeplanError as exc:
+    except Exception as exc:  # a user's model may raise anything: said once, by the lowest rank it failed on
         failure = exc
     built = () if model is None else built_fields(config, model)
     first_line = None if failure is None else (str(failure).splitlines() or [type(failure).__name__])[0]

@@ -55,11 +55,12 @@ def check_launch_env(environ: Mapping[str, str] | None = None) -> None:
     world = counts["WORLD_SIZE"]
     if world is not None and not DEVICES.allows(world):
         raise TrainConfigError(f"environment variable {DEVICES.message('WORLD_SIZE', world)}; {_WAY_OUT}")
-    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
-        if counts[rank] is not None and counts[size] is not None and counts[rank] >= counts[size]:  # type: ignore[operator]
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        rank, size = counts[rank_name], counts[size_name]
+        if rank is not None and size is not None and rank >= size:
             raise TrainConfigError(
-                f"environment variable {rank}={_shown(env[rank])} is not below {size}={_shown(env[size])}: the ranks of "
-                f"{counts[size]} processes are 0..{counts[size] - 1}; {_WAY_OUT}"  # type: ignore[operator]
+                f"environment variable {rank_name}={_shown(env[rank_name])} is not below {size_name}={_shown(env[size_name])}: "
+                f"the ranks of {size} processes are 0..{size - 1}; {_WAY_OUT}"
             )
     if "MASTER_PORT" in env:
         port = env["MASTER_PORT"]
