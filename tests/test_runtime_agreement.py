@@ -444,3 +444,26 @@ def test_a_model_no_rank_can_build_is_refused_once_by_rank_0(tmp_path: Path) -> 
     ]
     assert done[1].stderr == ""
     assert snapshot(folders) == [[], []]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_started_with_another_seed_stop_with_one_line(tmp_path: Path) -> None:
+    """Under torchrun itself (two agents, one node each): one `error:` line in all, naming --seed; the workers exit 2."""
+    port = str(free_port())
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--master-addr", "127.0.0.1", "--master-port", port]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    agents = []
+    for rank, seed in ((0, "0"), (1, "3")):
+        argv = [*torchrun, "--node-rank", str(rank), "-m", "pipeplan", "train", "--schedule", "1f1b", *TINY, "--seed", seed]
+        agents.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        done = [agent.communicate(timeout=BOUND_S) for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    errors = [line for _, err in done for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: TrainConfigError: rank 1 disagrees with rank 0 on --seed: rank 0 has 0, rank 1 has 3{WAY_OUT}"]
+    assert all(agent.returncode != 0 for agent in agents)
+    assert all("exitcode  : 2" in err for _, err in done)  # torchrun's own report of its worker
+    assert list(tmp_path.iterdir()) == []
