@@ -78,7 +78,9 @@ def _run(
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
     from pipeplan.runtime.training.launch import finish_worker
+    from pipeplan.runtime.transport.launch_env import check_launch_env
 
+    check_launch_env()  # before anything reads RANK (a malformed one: one line, not torch's C++ log)
     steady_cpu_allocator()
     set_cpu_threads(threads)
     rank = int(os.environ.get("RANK", "0"))

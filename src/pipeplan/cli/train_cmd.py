@@ -153,7 +153,10 @@ def train(
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import check_adaptable, check_global_batch, check_seed
     from pipeplan.runtime.training.launch import launched_locally
+    from pipeplan.runtime.transport.launch_env import check_launch_env
 
+    if local is None:  # a worker: the launcher's variables, checked before anything reads them
+        check_launch_env()
     check_seed(seed)
 
     if (plan is None) == (schedule is None):
@@ -276,7 +279,8 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
+            print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(code)
     if report is not None:

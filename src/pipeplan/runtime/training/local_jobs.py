@@ -125,7 +125,8 @@ def worker_main() -> None:
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
+            print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
         os._exit(2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1)
     finish_worker()
 

@@ -35,6 +35,7 @@ from pipeplan.runtime.measurement.timeline import build_result, gather_parts, lo
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.state import checkpoint
 from pipeplan.runtime.training.adaptive import AdaptiveK
+from pipeplan.runtime.training.agreement import agree
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
 from pipeplan.runtime.transport.distributed import init_distributed
 from pipeplan.runtime.transport.link_emulation import Wire
@@ -57,12 +58,15 @@ def train(
 
     Raises:
         RuntimeFault: an action failed here or on a peer (naming rank, step and action).
-        TrainConfigError: inconsistent options.
+        TrainConfigError: inconsistent options, or ranks that disagree on their options, plan, model, data or
+            checkpoint (training.agreement: named by one rank; the others raise its silent PeerRefused).
     """
     steady_cpu_allocator()  # the allocator the profile was measured with (profiler.allocator)
     torch.set_num_threads(config.threads)
     rank, world, device = init_distributed(config.backend, config.timeout_s)
-    model = build_model(config.module, dict(config.module_options), config.dataset, config.dtype, config.seed)
+    # before any other work: every rank shows its options, model, data and checkpoint to the others (one exchange)
+    model = agree(config, lambda: build_model(config.module, dict(config.module_options), config.dataset, config.dtype,
+                                              config.seed), rank, world)  # fmt: skip
     if config.evaluate and model.dataset.test_inputs is None:
         raise TrainConfigError(f"--eval needs a dataset with a held-out split (digits, pysource); {model.dataset.name} has none")
     if config.layout is not None and config.layout.asynchronous:
