@@ -27,7 +27,7 @@ def probe(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.cli.outputs import check_files
     from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_local, check_optimizer
@@ -45,7 +45,7 @@ def probe(
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     TIMEOUT_S.check(TrainConfigError, "--timeout", timeout)
-    check_outputs([Output("--out", out)], {"--profile": profile})
+    check_files()
     model_profile = None
     if profile is not None:
         from pipeplan.presets.resolve import load_profile
@@ -96,11 +96,16 @@ def _run(
                     f"{result.overhead_alone * 1e6:.0f} us)"
                 )
     except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        from pipeplan.cli.outputs import no_space_line
+
+        full = no_space_line(exc)  # a full disk: found after the work, exit 1, naming --out
+        kind, first = type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if full is not None:
+            kind, _, first = full.partition(": ")
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        print(f"error: {kind}: {prefix}{first}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(2 if isinstance(exc, PipeplanError) else 1)
+        os._exit(2 if isinstance(exc, PipeplanError) and full is None else 1)
     finish_worker()
 
 

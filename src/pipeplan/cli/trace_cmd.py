@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pipeplan.cli.outputs import check_files
 from pipeplan.core.errors import CostError
 
 if TYPE_CHECKING:
@@ -76,13 +77,6 @@ def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
     typer.echo(f"wrote {out}: {len(trace.steps)} steps over {trace.end_ms / 1000:g} s on {named}, lowest factor {lowest:.3g}")
 
 
-def _check_out(out: str, inputs: dict[str, str | None] | None = None) -> None:
-    """The trace file --out, checked before any work against the command's inputs (the one output guard)."""
-    from pipeplan.cli.outputs import Output, check_outputs
-
-    check_outputs([Output("--out", out, (".json",))], inputs)
-
-
 @trace_app.command("periodic")
 def periodic(
     period_ms: float = typer.Option(..., "--period-ms", help="Length of one period (ms)."),
@@ -97,7 +91,7 @@ def periodic(
     """Preemption that repeats: each period begins with duty x period at the slowed factor."""
     from pipeplan.sim.trace_gen import periodic_trace
 
-    _check_out(out, {"--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     trace = periodic_trace(period_ms, duty, factor, duration_ms, pairs, start_ms)
     params = {"period_ms": period_ms, "duty": duty, "factor": factor, "links": links, "duration_ms": duration_ms}
@@ -127,7 +121,7 @@ def markov(
     """Seeded on/off preemption bursts (a two-state Markov process) with a random factor per burst."""
     from pipeplan.sim.trace_gen import markov_trace
 
-    _check_out(out, {"--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     low, high = _range(factor_range)
     trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, (low, high), duration_ms, pairs)
@@ -152,7 +146,7 @@ def replay(
     from pipeplan.io.series_csv import read_series
     from pipeplan.sim.trace_gen import replay_trace
 
-    _check_out(out, {"SERIES": series, "--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     data = read_series(series)
     trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor)
