@@ -4,9 +4,9 @@ An output is refused (OutputError, one line naming the flag and the path) when
 two outputs of the command name the same path; when it names an input of the
 same command (the same file through any symlink, hard link or relative path:
 the files its options name, the profile and cluster its plan file names, the
-module file its MODULE_SPEC imports); when its name lacks its kind's ending
-(`.json`, `.png`); when something other than a regular file stands at it (a
-folder, a named pipe, a device node, a socket, a symbolic link); when its
+module file its MODULE_SPEC imports); when something other than a regular file
+stands at it (a folder, a named pipe, a device node, a socket, a symbolic
+link); when its name lacks its kind's ending (`.json`, `.png`); when its
 folder does not exist (no folder is created for it) or cannot be written; and
 when a file stands there that pipeplan did not write, of the same kind
 (io.file_kinds: pipeplan replaces only its own files, or an empty one). A
@@ -77,11 +77,11 @@ def _check_file(output: Output) -> None:
     kind of the file it would replace."""
     flag, path, kind = output.flag, output.path, output.kind
     assert path is not None
-    if kind.suffixes and not path.lower().endswith(kind.suffixes):
-        raise OutputError(f"{flag} {path!r} must end with {' or '.join(kind.suffixes)} (pipeplan writes a {kind.name} there)")
     what = non_regular_kind(path)
     if what is not None:
         raise OutputError(f"{flag} {path!r} is {what}, not a regular file; pipeplan writes only regular files: give another path")
+    if kind.suffixes and not path.lower().endswith(kind.suffixes):
+        raise OutputError(f"{flag} {path!r} must end with {' or '.join(kind.suffixes)} (pipeplan writes a {kind.name} there)")
     _check_parent(flag, path)
     if not os.path.exists(path):
         return
