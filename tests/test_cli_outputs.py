@@ -307,6 +307,16 @@ def test_an_output_without_its_kind_s_ending_is_refused(command: str, flag: str,
     assert not (tmp_path / wrong).exists()
 
 
+def test_a_gradients_file_pipeplan_did_not_write_is_refused(tmp_path: Path) -> None:
+    """train --save-grads DIR replaces DIR/grads-rank-N.pt only when it is torch.save's zip: a file of the user's
+    there is refused before any process starts, named, untouched."""
+    write_inputs(tmp_path)
+    (tmp_path / "grads").mkdir()
+    (tmp_path / "grads" / "grads-rank-1.pt").write_text("mine\n")
+    argv = command_args("train --schedule FILE", {"--save-grads": "grads"})
+    assert_refused(tmp_path, argv, "--save-grads 'grads': 'grads-rank-1.pt' exists and is not a gradients file")
+
+
 DISK_FULL = [
     ("plan", "--out"),
     ("compare", "--png"),

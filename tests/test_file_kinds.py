@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeplan.io.file_kinds import BANDWIDTH_TRACE, CLUSTER, PERFETTO, PLAN, PNG, PROFILE, FileKind
+from pipeplan.io.file_kinds import BANDWIDTH_TRACE, CLUSTER, GRADS_FILE, PERFETTO, PLAN, PNG, PROFILE, FileKind
 
 
 def _writers() -> dict[FileKind, Callable[[Path], None]]:
@@ -120,3 +120,13 @@ def test_a_json_object_is_its_kind_exactly_when_its_format_says_so(kind: FileKin
             handle.write(json.dumps(obj, indent=2, sort_keys=True))
             handle.flush()
             assert kind.holds(handle.name) == expected, (fmt, noise)
+
+
+@pytest.mark.torch
+def test_a_gradients_file_is_what_torch_save_writes(tmp_path: Path) -> None:
+    """train's grads-rank-N.pt (torch.save's zip) is a gradients file; the other kinds' files and notes are not."""
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "grads-rank-0.pt")
+    assert GRADS_FILE.holds(tmp_path / "grads-rank-0.pt")
+    (tmp_path / "mine.pt").write_bytes(b"my notes\n")
+    assert not GRADS_FILE.holds(tmp_path / "mine.pt")

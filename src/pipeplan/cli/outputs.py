@@ -20,6 +20,7 @@ command line's context.
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -72,30 +73,29 @@ def _check_parent(flag: str, path: str) -> None:
         raise OutputError(f"{flag} {path!r} cannot be written (no permission in folder {folder!r})")
 
 
-def _check_file(output: Output) -> None:
-    """A file output: its suffix, what stands at it (absent or a regular file), its folder, permission, and the
-    kind of the file it would replace."""
+def _check_file(output: Output, within: str = "") -> None:
+    """A file output: what stands at it (absent or a regular file), its suffix, its folder, permission, and the
+    kind of the file it would replace (`within`: the folder output it is written in, named in the message)."""
     flag, path, kind = output.flag, output.path, output.kind
     assert path is not None
+    shown = f"{flag} {within!r}: {os.path.basename(path)!r}" if within else f"{flag} {path!r}"
     what = non_regular_kind(path)
     if what is not None:
-        raise OutputError(f"{flag} {path!r} is {what}, not a regular file; pipeplan writes only regular files: give another path")
+        raise OutputError(f"{shown} is {what}, not a regular file; pipeplan writes only regular files: give another path")
     if kind.suffixes and not path.lower().endswith(kind.suffixes):
-        raise OutputError(f"{flag} {path!r} must end with {' or '.join(kind.suffixes)} (pipeplan writes a {kind.name} there)")
+        raise OutputError(f"{shown} must end with {' or '.join(kind.suffixes)} (pipeplan writes a {kind.name} there)")
     _check_parent(flag, path)
     if not os.path.exists(path):
         return
     if not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path!r} cannot be written (no permission)")
+        raise OutputError(f"{shown} cannot be written (no permission)")
     try:
         ours = kind.holds(path)
     except OSError as exc:
-        raise OutputError(
-            f"{flag} {path!r} cannot be read to check that pipeplan wrote it ({exc.strerror}): give another path"
-        ) from None
+        raise OutputError(f"{shown} cannot be read to check that pipeplan wrote it ({exc.strerror}): give another path") from None
     if not ours:
         raise OutputError(
-            f"{flag} {path!r} exists and is not a {kind.name} pipeplan wrote (no {kind.mark()}); pipeplan replaces only "
+            f"{shown} exists and is not a {kind.name} pipeplan wrote (no {kind.mark()}); pipeplan replaces only "
             "its own files: remove it first, or give another path"
         )
 
@@ -107,6 +107,9 @@ def _check_folder(output: Output) -> None:
     if os.path.isdir(path):
         if not os.access(path, os.W_OK):
             raise OutputError(f"{flag} {path!r} cannot be written (no permission)")
+        for pattern, kind in output.kind.inside:  # the files it writes there replace only its own
+            for name in sorted(glob.glob(os.path.join(glob.escape(path), pattern))):
+                _check_file(Output(flag, name, kind), within=path)
         return
     if os.path.lexists(path):
         kind = non_regular_kind(path) or "a file"

@@ -33,7 +33,8 @@ PERFETTO_OPENING = b'{"displayTimeUnit":"ms","otherData":{'
 class FileKind:
     """A kind of output: its name in messages, the endings its path must have (for a folder: the file endings its
     name must not have), whether it is a folder, and how a file of it is recognised (`json_format`: the "format"
-    value's prefix; `opening`: its first bytes; `contains`: bytes it holds after them)."""
+    value's prefix; `opening`: its first bytes; `contains`: bytes it holds after them). A folder's `inside` names
+    the files it writes there: (a glob pattern, their kind)."""
 
     name: str
     suffixes: tuple[str, ...] = ()
@@ -41,14 +42,15 @@ class FileKind:
     json_format: str | None = None
     opening: bytes | None = None
     contains: bytes | None = None
+    inside: tuple[tuple[str, FileKind], ...] = ()
 
     def mark(self) -> str:
-        """How a file of this kind is recognised, for a message."""
+        """How a file of this kind is recognised, for a message ("no <mark>")."""
         if self.json_format is not None:
             return f'"format": "{self.json_format}N"'
         if self.opening == PNG_MAGIC:
-            return "the PNG signature"
-        return f"its opening {self.opening!r}"
+            return "PNG signature"
+        return f"opening {self.opening!r}"
 
     def holds(self, path: str | os.PathLike[str]) -> bool:
         """Whether the regular file at `path` is empty or a file of this kind (see the module's note).
@@ -83,4 +85,5 @@ BANDWIDTH_TRACE = FileKind("bandwidth trace", (".json",), json_format="pipeplan.
 PERFETTO = FileKind("Perfetto trace", (".json",), opening=PERFETTO_OPENING, contains=b'"traceEvents":[')
 PNG = FileKind("PNG image", (".png",), opening=PNG_MAGIC)
 FOLDER = FileKind("folder", folder=True)
-GRADS_FOLDER = FileKind("gradients folder", (".pt", ".pth", ".json"), folder=True)
+GRADS_FILE = FileKind("gradients file (torch.save's zip)", (".pt",), opening=b"PK\x03\x04")
+GRADS_FOLDER = FileKind("gradients folder", (".pt", ".pth", ".json"), folder=True, inside=(("grads-rank-*.pt", GRADS_FILE),))
