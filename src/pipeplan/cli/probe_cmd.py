@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from pipeplan.core.errors import PipeplanError
+from pipeplan.core.errors import OutputError, PipeplanError
 
 
 def probe(
@@ -73,8 +73,10 @@ def probe(
 def _run(
     out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
 ) -> None:
-    """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
-    from pipeplan.io.atomic import write_text_atomic
+    """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered);
+    a file process 0 cannot write (a full disk) is said in one line after the work, and the job leaves together, exit 1."""
+    from pipeplan.cli.outputs import no_space_line
+    from pipeplan.io.atomic import write_failure, write_text_atomic
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
     from pipeplan.runtime.training.launch import finish_worker
@@ -86,7 +88,12 @@ def _run(
         result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
-            write_text_atomic(out, text + "\n")
+            try:
+                write_text_atomic(out, text + "\n")
+            except (OSError, OutputError) as exc:  # a full disk: after the work; said once, then leave with the peers
+                line = no_space_line(exc) or f"OutputError: --out {out!r} not written: {write_failure(exc)}"
+                print(f"error: {line}", file=sys.stderr, flush=True)
+                finish_worker(1)
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
             if result.message_overhead_s or result.message_latency_s or result.overhead_alone:
@@ -96,16 +103,11 @@ def _run(
                     f"{result.overhead_alone * 1e6:.0f} us)"
                 )
     except Exception as exc:
-        from pipeplan.cli.outputs import no_space_line
-
-        full = no_space_line(exc)  # a full disk: found after the work, exit 1, naming --out
-        kind, first = type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if full is not None:
-            kind, _, first = full.partition(": ")
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        print(f"error: {kind}: {prefix}{first}", file=sys.stderr, flush=True)
+        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(2 if isinstance(exc, PipeplanError) and full is None else 1)
+        os._exit(2 if isinstance(exc, PipeplanError) else 1)
     finish_worker()
 
 
