@@ -153,3 +153,14 @@ def test_write_failure_says_no_space_for_a_full_disk(tmp_path: Path) -> None:
     error = NoSpaceError(str(tmp_path / "t.json"), "no space left on device (ENOSPC)")
     assert write_failure(error) == "no space left on device (ENOSPC)"
     assert write_failure(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device (ENOSPC)"
+
+
+def test_a_writer_s_own_error_over_a_full_disk_is_a_full_disk(tmp_path: Path) -> None:
+    """A writer that wraps the OSError its write raised (as torch.save may) still gives NoSpaceError, no temporary."""
+    target = tmp_path / "g.pt"
+    with pytest.raises(NoSpaceError, match="no space left on device"), atomic_output(target, binary=True):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise RuntimeError("enforce fail at inline_container.cc: unexpected pos") from exc
+    assert list(tmp_path.iterdir()) == []

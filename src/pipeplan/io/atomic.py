@@ -88,9 +88,15 @@ def new_file_mode(path: str | os.PathLike[str]) -> int:
 
 
 def no_space(exc: BaseException, path: str) -> NoSpaceError | None:
-    """The NoSpaceError `exc` means for output `path` when it is a full disk's OSError, else None."""
-    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
-        return NoSpaceError(path, f"no space left on device ({DISK_FULL[exc.errno]})")
+    """The NoSpaceError `exc` means for output `path` when it is, or was raised while handling, a full disk's OSError
+    (a writer such as torch.save may wrap the OSError its file's write raised), else None."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short chain: the writer's own error over the OSError
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno in DISK_FULL:
+            return NoSpaceError(path, f"no space left on device ({DISK_FULL[seen.errno]})")
+        seen = seen.__cause__ or seen.__context__
     return None
 
 
