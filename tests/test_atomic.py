@@ -126,13 +126,16 @@ def test_a_full_disk_leaves_no_file_and_no_temporary(writer: str, full_folder: P
 
 @pytest.mark.parametrize("writer", ["plan JSON", "timeline PNG"])
 def test_a_full_disk_leaves_the_old_file_as_it_was(writer: str, full_folder: Path) -> None:
-    """A file written before the disk filled keeps its bytes when rewriting it fails for space."""
-    target = full_folder / ("out.png" if "PNG" in writer else "out.json")
-    target.write_bytes(b"old bytes\n")
+    """A file of the kind written before the disk filled keeps its bytes when rewriting it fails for space."""
+    name = "out.png" if "PNG" in writer else "out.json"
+    _writers()[writer](full_folder.parent / name)  # a file of the kind, written where the disk has room
+    old = (full_folder.parent / name).read_bytes()
+    target = full_folder / name
+    target.write_bytes(old)
     fill(full_folder)
     with pytest.raises(NoSpaceError, match="no space left on device"):
         _writers()[writer](target)
-    assert target.read_bytes() == b"old bytes\n"
+    assert target.read_bytes() == old
     assert leftovers(full_folder, kept=("out.png", "out.json")) == []
 
 
@@ -164,3 +167,19 @@ def test_a_writer_s_own_error_over_a_full_disk_is_a_full_disk(tmp_path: Path) ->
         except OSError as exc:
             raise RuntimeError("enforce fail at inline_container.cc: unexpected pos") from exc
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("writer", ["plan JSON", "profile JSON", "Perfetto trace", "timeline PNG", "heat map PNG"])
+def test_a_writer_replaces_only_a_file_of_its_kind(writer: str, tmp_path: Path) -> None:
+    """Each kind's writer, called from Python (as api.save_plan calls write_plan), refuses to replace a file that is
+    not of its kind, untouched, and replaces one it wrote (or an empty one)."""
+    target = tmp_path / ("out.png" if "PNG" in writer else "out.json")
+    target.write_bytes(b"my notes\n")
+    with pytest.raises(OutputError, match=r"exists and is not a .* pipeplan wrote .*: remove it first, or give another path"):
+        _writers()[writer](target)
+    assert target.read_bytes() == b"my notes\n"
+    target.write_bytes(b"")
+    _writers()[writer](target)
+    first = target.read_bytes()
+    _writers()[writer](target)
+    assert target.read_bytes() == first and first

@@ -89,15 +89,7 @@ def _check_file(output: Output, within: str = "") -> None:
         return
     if not os.access(path, os.W_OK):
         raise OutputError(f"{shown} cannot be written (no permission)")
-    try:
-        ours = kind.holds(path)
-    except OSError as exc:
-        raise OutputError(f"{shown} cannot be read to check that pipeplan wrote it ({exc.strerror}): give another path") from None
-    if not ours:
-        raise OutputError(
-            f"{shown} exists and is not a {kind.name} pipeplan wrote (no {kind.mark()}); pipeplan replaces only "
-            "its own files: remove it first, or give another path"
-        )
+    kind.check_replaceable(path, shown)
 
 
 def _check_folder(output: Output) -> None:

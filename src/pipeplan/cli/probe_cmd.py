@@ -77,6 +77,7 @@ def _run(
     a file process 0 cannot write (a full disk) is said in one line after the work, and the job leaves together, exit 1."""
     from pipeplan.cli.outputs import no_space_line
     from pipeplan.io.atomic import write_failure, write_text_atomic
+    from pipeplan.io.file_kinds import CLUSTER
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
     from pipeplan.runtime.training.launch import finish_worker
@@ -89,7 +90,7 @@ def _run(
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
             try:
-                write_text_atomic(out, text + "\n")
+                write_text_atomic(out, text + "\n", CLUSTER)
             except (OSError, OutputError) as exc:  # a full disk: after the work; said once, then leave with the peers
                 line = no_space_line(exc) or f"OutputError: --out {out!r} not written: {write_failure(exc)}"
                 print(f"error: {line}", file=sys.stderr, flush=True)

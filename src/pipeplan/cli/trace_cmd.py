@@ -66,9 +66,10 @@ def parse_links(text: str, cluster: str | None = None) -> list[Link] | None:
 def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
     """Write {"format", "generator", "steps"} to out (whole or not at all) and print a one-line summary."""
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.file_kinds import BANDWIDTH_TRACE
 
     obj = {"format": "pipeplan.bandwidth_trace/1", "generator": generator, "steps": trace.to_json()}
-    write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n", BANDWIDTH_TRACE)
     links = trace.links()
     named = "all links" if not links else ", ".join(f"{a}->{b}" for a, b in links[:4])
     if len(links) > 4:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from pipeplan.core.errors import NoSpaceError, OutputError
+from pipeplan.io.file_kinds import FileKind
 
 DISK_FULL = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT: disk quota exceeded", errno.EFBIG: "EFBIG: file too large"}
 """The errors that mean the output does not fit where it is written."""
@@ -108,19 +109,25 @@ def _open_temporary(handle: int, binary: bool) -> IO:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike[str], binary: bool = False) -> Iterator[IO]:  # type: ignore[type-arg]
+def atomic_output(path: str | os.PathLike[str], binary: bool = False, kind: FileKind | None = None) -> Iterator[IO]:  # type: ignore[type-arg]
     """Yield a handle on a temporary file beside `path`; when the block ends without an error, rename it to `path`.
+
+    With `kind`, a file already at `path` is replaced only when it is empty or of that kind (io.file_kinds: a file
+    pipeplan wrote), so a writer called from Python (api.save_plan) keeps the rule the CLI's guard applies.
 
     An interruption (an error, a signal, a full disk) leaves either the old
     file or the new one, never a half-written file, and no temporary file behind.
 
     Raises:
-        OutputError: something other than a regular file stands at `path` (before the write or at its end).
+        OutputError: something other than a regular file stands at `path` (before the write or at its end), or a
+            file not of `kind`.
         NoSpaceError: the disk is full (the temporary file removed, `path` untouched).
         OSError: the folder cannot be written.
     """
     target = os.fspath(path)
     refuse_non_regular(target)
+    if kind is not None:
+        kind.check_replaceable(target)
     mode = new_file_mode(target)
     folder = os.path.dirname(os.path.abspath(target))
     try:
@@ -142,15 +149,15 @@ def atomic_output(path: str | os.PathLike[str], binary: bool = False) -> Iterato
         raise
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_text_atomic(path: str | os.PathLike[str], text: str, kind: FileKind | None = None) -> None:
     """Write `text` to `path` whole or not at all (see atomic_output).
 
     Raises:
-        OutputError: `path` is not a regular file (a FIFO, a device, a link, a folder).
+        OutputError: `path` is not a regular file (a FIFO, a device, a link, a folder), or not of `kind`.
         NoSpaceError: the disk is full (nothing written).
         OSError: the folder cannot be written.
     """
-    with atomic_output(path) as out:
+    with atomic_output(path, kind=kind) as out:
         out.write(text)
 
 

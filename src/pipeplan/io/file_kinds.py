@@ -20,6 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from pipeplan.core.errors import OutputError
+
 SCAN_BYTES = 1 << 28
 """How far into a file its kind is looked for (256 MiB: beyond any file pipeplan writes before its format key)."""
 
@@ -64,6 +66,27 @@ class FileKind:
                 return True
             with mmap.mmap(handle.fileno(), min(size, SCAN_BYTES), access=mmap.ACCESS_READ) as data:
                 return self._matches(data)
+
+    def check_replaceable(self, path: str | os.PathLike[str], shown: str = "") -> None:
+        """Raise OutputError unless `path` is absent, or a regular file that is empty or of this kind (`shown`: how
+        the message names the output, e.g. "--out 'p.json'"; else its path).
+
+        Raises:
+            OutputError: naming the output, the kind and the way out (remove the file or give another path).
+        """
+        shown = shown or repr(os.fspath(path))
+        if not os.path.isfile(path):
+            return
+        try:
+            ours = self.holds(path)
+        except OSError as exc:
+            why = f"({exc.strerror})"
+            raise OutputError(f"{shown} cannot be read to check that pipeplan wrote it {why}: give another path") from None
+        if not ours:
+            raise OutputError(
+                f"{shown} exists and is not a {self.name} pipeplan wrote (no {self.mark()}); pipeplan replaces only "
+                "its own files: remove it first, or give another path"
+            )
 
     def _matches(self, data: mmap.mmap) -> bool:
         """Whether the bytes `data` are of this kind."""

@@ -63,9 +63,10 @@ def render_adapt(comparison: AdaptComparison, pipeline: PipelineModel, trace: Ba
         axis.grid(alpha=0.3)
     fig.tight_layout()
     from pipeplan.io.atomic import atomic_output
+    from pipeplan.io.file_kinds import PNG
 
     try:
-        with atomic_output(path, binary=True) as handle:
+        with atomic_output(path, binary=True, kind=PNG) as handle:
             fig.savefig(handle, format="png", dpi=110)
     finally:
         plt.close(fig)
