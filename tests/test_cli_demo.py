@@ -3,6 +3,7 @@ BENCHMARKS.md / the README)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from pipeplan.cli import app
+from pipeplan.cli.demo_manifest import MANIFEST, check_folder, read_manifest
 from pipeplan.cli.demo_run import CASES, FILES, STEPS, DemoSetting, compare_schedules
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
@@ -40,7 +42,18 @@ def test_demo_writes_a_png_and_a_trace_per_schedule(demo_run: tuple[Path, Result
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
         assert json.loads(trace.read_text())["traceEvents"]
         assert str(png) in result.stdout and str(trace) in result.stdout
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*FILES, MANIFEST])
+
+
+@pytest.mark.slow
+def test_demo_records_every_file_it_wrote_so_a_rerun_may_replace_them(demo_run: tuple[Path, Result]) -> None:
+    """The manifest lists every file the demo wrote with its SHA-256, so the guard of a second run into the same
+    folder accepts them all (and would refuse any other same-named file)."""
+    out, _ = demo_run
+    recorded = read_manifest(out)
+    assert sorted(recorded) == sorted(FILES)
+    assert all(recorded[name] == hashlib.sha256((out / name).read_bytes()).hexdigest() for name in FILES)
+    check_folder(str(out), FILES)
 
 
 def test_demo_plans_gpt2_with_every_fast_planner(demo_run: tuple[Path, Result]) -> None:
@@ -122,7 +135,7 @@ def test_demo_json_is_one_object_with_every_step(tmp_path: Path) -> None:
     expected = simulate(schedule, uniform_costs(schedule, s.fwd_ms, s.bwd_ms, comm=s.comm_ms, act_bytes=float(s.act_bytes)))
     assert by_label["1f1b"]["iteration_time"] == expected.iteration_time
     assert [r["planner"] for r in got["planners"]["results"]] == ["pipeplan", "dapple", "pipedream", "balanced"]
-    assert sorted(Path(p).name for p in got["written"]) == sorted(p.name for p in tmp_path.iterdir())
+    assert sorted(Path(p).name for p in got["written"]) == sorted(p.name for p in tmp_path.iterdir() if p.name != MANIFEST)
     local = got["local"]
     assert len(local["losses"]) == 8 and local["measured_step_ms"] > 0 and local["predicted_step_ms"] > 0
     assert got["pipemare"]["utilization"] == 1.0 and got["adaptive"]["1f1b"]["k"][0] == 1

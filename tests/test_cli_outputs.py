@@ -1,5 +1,6 @@
 """The one output guard, over every command's output options: an output that names an input, another output, a
-non-regular file or a missing folder is refused before any work (exit 2, one line naming the flag), nothing changed."""
+non-regular file, a missing folder, or a file pipeplan did not write of its kind is refused before any work (exit 2,
+one line naming the flag), nothing changed; a full disk while writing is one line naming the option, exit 1."""
 
 from __future__ import annotations
 
@@ -15,24 +16,54 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from file_kinds import NON_FILES, NON_FOLDERS, snapshot
+from full_disk import fill, full_folder_fixture, leftovers  # noqa: F401 (the fixture full_folder)
 from pipeplan.cli import main
+from pipeplan.cli.file_options import COMMAND_FILES
 from pipeplan.core.plan import Plan, Stage
 
+MODULE = "pp_guard_model"
+"""The user's model module the tests write (a name no other test imports: the guard reads sys.modules first)."""
 TRAIN_OUTPUTS = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+TRACE_OUTPUT = {"--out": "trace.json"}
+PERIODIC = ["--period-ms", "100", "--duty", "0.5", "--factor", "0.5", "--duration-ms", "1000"]
 COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
     "plan": (["plan", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8"], {"--out": "o.json"},
              ("profile.json", "cluster.json")),
+    "plan --bandwidth-trace": (["plan", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8",
+                                "--bandwidth-trace", "bandwidth.json"], {"--out": "o.json"}, ("bandwidth.json",)),
     "compare": (["compare", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8"],
                 {"--png": "best.png"}, ("profile.json", "cluster.json")),
     "simulate --plan": (["simulate", "--plan", "plan.json", "--bandwidth-trace", "bandwidth.json"],
                         {"--trace": "t.json", "--png": "t.png"}, ("plan.json", "bandwidth.json", "profile.json", "cluster.json")),
-    "simulate FILE": (["simulate", "order.csv"], {"--trace": "t.json", "--png": "t.png"}, ("order.csv",)),
+    "simulate --plan --profile": (["simulate", "--plan", "plan.json", "--profile", "profile.json", "--cluster",
+                                   "cluster.json"], {"--trace": "t.json", "--png": "t.png"},
+                                  ("profile.json", "cluster.json", "plan.json")),
+    "simulate FILE": (["simulate", "order.csv", "--bandwidth-trace", "bandwidth.json"], {"--trace": "t.json", "--png": "t.png"},
+                      ("order.csv", "bandwidth.json")),
     "show cluster": (["show", "cluster", "cluster.json"], {"--png": "c.png"}, ("cluster.json",)),
-    "profile": (["profile", "mlp", "-b", "8"], {"--out": "p.json"}, ()),
+    "profile": (["profile", f"{MODULE}:build", "-b", "8"], {"--out": "p.json"}, (f"{MODULE}.py",)),
+    "adapt": (["adapt", "--plan", "plan.json", "--bandwidth-trace", "bandwidth.json", "--iterations", "2"], {"--png": "a.png"},
+              ("plan.json", "bandwidth.json", "profile.json", "cluster.json")),
+    "adapt --profile": (["adapt", "--plan", "plan.json", "--bandwidth-trace", "bandwidth.json", "--iterations", "2",
+                         "--profile", "profile.json", "--cluster", "cluster.json"], {"--png": "a.png"},
+              ("plan.json", "bandwidth.json", "profile.json", "cluster.json")),
+    "trace periodic": (["trace", "periodic", *PERIODIC, "--links", "inter-node", "--cluster", "cluster.json"], TRACE_OUTPUT,
+                       ("cluster.json",)),
+    "trace markov": (["trace", "markov", "--seed", "1", "--mean-slow-ms", "10", "--mean-fast-ms", "10", "--factor-range",
+                      "0.1,0.5", "--duration-ms", "100", "--links", "inter-node", "--cluster", "cluster.json"], TRACE_OUTPUT,
+                     ("cluster.json",)),
+    "trace replay": (["trace", "replay", "series.csv", "--nominal", "10"], TRACE_OUTPUT, ("series.csv",)),
+    "trace replay --cluster": (["trace", "replay", "series.csv", "--nominal", "10", "--links", "inter-node", "--cluster",
+                                "cluster.json"], TRACE_OUTPUT, ("cluster.json", "series.csv")),
     "probe": (["probe", "--profile", "profile.json"], {"--out": "c.json"}, ("profile.json",)),
     "train --plan": (["train", "--local", "2", "--plan", "plan.json"], TRAIN_OUTPUTS,
                      ("plan.json", "profile.json", "cluster.json")),
-    "train --schedule FILE": (["train", "--local", "2", "--schedule", "order.csv"], TRAIN_OUTPUTS, ("order.csv",)),
+    "train --plan --profile": (["train", "--local", "2", "--plan", "plan.json", "--profile", "profile.json", "--cluster",
+                                "cluster.json"], TRAIN_OUTPUTS, ("profile.json", "cluster.json", "plan.json")),
+    "train --schedule FILE": (["train", "--local", "2", "--schedule", "order.csv", "--bandwidth-trace", "bandwidth.json"],
+                              TRAIN_OUTPUTS, ("order.csv", "bandwidth.json")),
+    "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OUTPUTS,
+                       (f"{MODULE}.py",)),
     "demo": (["demo"], {"--out": "demo"}, ()),
 }  # fmt: skip
 """command -> (arguments, {output flag: a good path}, the input files it reads)."""
@@ -67,6 +98,8 @@ def write_inputs(folder: Path) -> None:
         os.chdir(cwd)
     (folder / "bandwidth.json").write_text(json.dumps({"steps": [{"t_ms": 0, "link": "all", "factor": 0.5}]}))
     write_schedule_csv(make_schedule("1f1b", 2, 4), folder / "order.csv")
+    (folder / "series.csv").write_text("time_s,value\n0,10\n1,5\n2,10\n")
+    (folder / f"{MODULE}.py").write_text("def build():\n    raise SystemExit('the guard must refuse before any import')\n")
 
 
 @contextlib.contextmanager
@@ -113,8 +146,27 @@ def command_args(command: str, outputs: dict[str, str]) -> list[str]:
     return args
 
 
+def declared_name(command: str) -> str:
+    """The name cli.file_options declares `command` (a key of COMMANDS) under."""
+    argv = COMMANDS[command][0]
+    return " ".join(argv[:2]) if argv[0] in ("show", "trace") else argv[0]
+
+
+def test_every_declared_output_and_input_option_is_tried_here() -> None:
+    """COMMANDS covers every output option of every command and every input option beside it, as declared."""
+    tried: dict[str, set[str]] = {}
+    for command, (argv, outputs, _) in COMMANDS.items():
+        tried.setdefault(declared_name(command), set()).update(outputs, (a for a in argv if a.startswith("--")))
+    for name, files in COMMAND_FILES.items():
+        if not files.outputs:
+            continue
+        wanted = {flag for flag in (*files.outputs, *files.inputs, *files.modules) if flag.startswith("--")}
+        assert wanted <= tried.get(name, set()), (name, wanted - tried.get(name, set()))
+
+
 NEEDS_TORCH = {"profile"}
 """Commands that import torch before they check their outputs (profile's batch sizes come from the torch profiler)."""
+OUTPUT_CASES_PLAIN = [(command, flag) for command, (_, outputs, _) in COMMANDS.items() for flag in outputs]
 OUTPUT_CASES = [
     pytest.param(command, flag, marks=pytest.mark.torch) if command in NEEDS_TORCH else (command, flag)
     for command, (_, outputs, _) in COMMANDS.items()
@@ -152,7 +204,9 @@ def spellings(folder: Path, name: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c, (_, _, inputs) in COMMANDS.items() if inputs])
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=pytest.mark.torch) if c in NEEDS_TORCH else c for c, (_, _, i) in COMMANDS.items() if i]
+)
 def test_an_output_naming_an_input_is_refused_however_it_is_spelled(command: str, tmp_path: Path) -> None:
     """An output that names one of the command's inputs (given, or named by its plan file), spelled any way or through
     a hard link, is refused; the input keeps its bytes."""
@@ -161,12 +215,10 @@ def test_an_output_naming_an_input_is_refused_however_it_is_spelled(command: str
     for flag in outputs:
         for name in inputs:
             for path in spellings(tmp_path, name):
-                fragments = [flag, repr(path)] + ([] if is_folder(command, flag) or flag == "--png" else ["is the input"])
-                assert_refused(tmp_path, command_args(command, {flag: path}), *fragments)
+                assert_refused(tmp_path, command_args(command, {flag: path}), flag, repr(path), "is the input")
         (tmp_path / "hard").unlink(missing_ok=True)
         os.link(tmp_path / inputs[0], tmp_path / "hard")
-        if not is_folder(command, flag) and flag != "--png":
-            assert_refused(tmp_path, command_args(command, {flag: "hard"}), flag, "is the input")
+        assert_refused(tmp_path, command_args(command, {flag: "hard"}), flag, "is the input")
 
 
 MULTI = [(command, flags) for command, (_, outputs, _) in COMMANDS.items() for flags in [list(outputs)] if len(flags) > 1]
@@ -194,17 +246,128 @@ def test_two_outputs_of_one_command_on_one_path_are_refused(case: tuple[str, lis
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", ["plan", "simulate --plan", "simulate FILE", "show cluster"])
-def test_an_existing_regular_file_that_is_no_input_is_replaced_keeping_its_mode(command: str, tmp_path: Path) -> None:
-    """The guard lets a regular file that is no input be an output: the command rewrites it, with its mode kept."""
+@pytest.mark.parametrize("command", ["plan", "simulate --plan", "simulate FILE", "show cluster", "adapt", "trace replay"])
+def test_a_file_the_command_wrote_is_replaced_keeping_its_mode(command: str, tmp_path: Path) -> None:
+    """A file of the output's kind that pipeplan wrote (or an empty one) is no input: run again, the command
+    rewrites it, with its mode kept."""
     write_inputs(tmp_path)
     outputs = COMMANDS[command][1]
-    for path in outputs.values():
-        (tmp_path / path).write_text("old\n")
-        (tmp_path / path).chmod(0o640)
     with inside(tmp_path):
+        code, err = run_cli(command_args(command, outputs))
+        assert code == 0, err
+        for path in outputs.values():
+            Path(path).write_bytes(Path(path).read_bytes() + b"\n")  # still its kind: a byte later, its own file
+            Path(path).chmod(0o640)
+        before = {path: Path(path).read_bytes() for path in outputs.values()}
         code, err = run_cli(command_args(command, outputs))
     assert code == 0, err
     for path in outputs.values():
-        assert (tmp_path / path).read_bytes() != b"old\n"
+        assert (tmp_path / path).read_bytes() != before[path]
         assert (tmp_path / path).stat().st_mode & 0o777 == 0o640
+
+
+FILE_CASES = [
+    pytest.param(command, flag, marks=pytest.mark.torch) if command in NEEDS_TORCH else (command, flag)
+    for command, flag in OUTPUT_CASES_PLAIN
+    if not is_folder(command, flag)
+]
+
+
+def _foreign(tmp_path: Path) -> dict[str, bytes]:
+    """Files an output must not replace: a model's source, notes, JSON of no pipeplan kind, and each pipeplan kind
+    (a plan, a PNG, a Perfetto trace) where another kind is written."""
+    write_inputs(tmp_path)
+    trace = b'{"displayTimeUnit":"ms","otherData":{},"traceEvents":[]}\n'
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
+    return {"source": b"def build():\n    pass\n", "notes": b"my notes\n", "json": b'{"name": "mine"}\n',
+            "plan": (tmp_path / "plan.json").read_bytes(), "png": png, "perfetto": trace}  # fmt: skip
+
+
+@pytest.mark.parametrize(("command", "flag"), FILE_CASES)
+def test_a_file_of_another_kind_at_an_output_is_refused(command: str, flag: str, tmp_path: Path) -> None:
+    """Every file output of every command, at a file pipeplan did not write of that kind (a source file, notes, a
+    JSON or PNG of another kind): refused naming the flag and the way out, the file byte-identical."""
+    kind = COMMAND_FILES[declared_name(command)].outputs[flag]
+    good = COMMANDS[command][1][flag]
+    for name, content in _foreign(tmp_path).items():
+        (tmp_path / good).write_bytes(content)
+        if kind.holds(tmp_path / good):
+            continue  # its own kind (a PNG where a PNG is written)
+        assert_refused(tmp_path, command_args(command, {flag: good}), flag, repr(good), "pipeplan replaces only its own files")
+        assert (tmp_path / good).read_bytes() == content, name
+
+
+@pytest.mark.parametrize(("command", "flag"), FILE_CASES)
+def test_an_output_without_its_kind_s_ending_is_refused(command: str, flag: str, tmp_path: Path) -> None:
+    """`--out x.py` for a JSON file, `--png x.json`: refused naming the ending the kind needs, nothing written."""
+    write_inputs(tmp_path)
+    kind = COMMAND_FILES[declared_name(command)].outputs[flag]
+    wrong = "model.py"
+    assert_refused(tmp_path, command_args(command, {flag: wrong}), flag, repr(wrong), f"must end with {kind.suffixes[0]}")
+    assert not (tmp_path / wrong).exists()
+
+
+def test_a_gradients_file_pipeplan_did_not_write_is_refused(tmp_path: Path) -> None:
+    """train --save-grads DIR replaces DIR/grads-rank-N.pt only when it is torch.save's zip: a file of the user's
+    there is refused before any process starts, named, untouched."""
+    write_inputs(tmp_path)
+    (tmp_path / "grads").mkdir()
+    (tmp_path / "grads" / "grads-rank-1.pt").write_text("mine\n")
+    argv = command_args("train --schedule FILE", {"--save-grads": "grads"})
+    assert_refused(tmp_path, argv, "--save-grads 'grads': 'grads-rank-1.pt' exists and is not a gradients file")
+
+
+DISK_FULL = [
+    ("plan", "--out"),
+    ("compare", "--png"),
+    ("simulate --plan", "--trace"),
+    ("simulate --plan", "--png"),
+    ("show cluster", "--png"),
+    ("adapt", "--png"),
+    ("trace replay", "--out"),
+]
+"""Every output a command writes in its own process (train's, probe's and demo's are written by their workers and
+steps, through the same writer: tests/test_atomic.py)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "flag"), DISK_FULL)
+def test_a_full_disk_is_one_line_naming_the_option_and_leaves_nothing(command: str, flag: str, full_folder: Path) -> None:
+    """An output on a full disk: exit 1, one line `NoSpaceError: FLAG 'PATH' not written: no space left on device`,
+    no file and no temporary file left there."""
+    folder = full_folder.parent
+    write_inputs(folder)
+    target = f"full/{COMMANDS[command][1][flag]}"
+    fill(full_folder)
+    with inside(folder):
+        code, err = run_cli(command_args(command, {flag: target}))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1, err
+    assert len(lines) == 1 and lines[0].startswith(f"error: NoSpaceError: {flag} {target!r} not written: no space left on device")
+    assert leftovers(full_folder) == []
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_train_s_outputs_on_a_full_disk_are_said_after_the_results(full_folder: Path) -> None:
+    """train --local 2 with --trace, --png and --save-grads on a full disk (a filled tmpfs: the ranks are other
+    processes): the results printed, each rank's line naming its options and "no space left on device", exit 1, and
+    no file or temporary file left."""
+    import subprocess
+    import sys
+
+    if not os.path.ismount(full_folder):
+        pytest.skip("the ranks are other processes: this needs a real full disk (a tmpfs)")
+    fill(full_folder)
+    argv = ["train", "--local", "2", "--schedule", "1f1b", "--steps", "2", "-b", "8", "-q",
+            "--trace", "full/t.json", "--png", "full/t.png", "--save-grads", "full/g"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", "from pipeplan.cli import main; main()", *argv], cwd=full_folder.parent,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "measured:" in done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors and all("not written: no space left on device (ENOSPC)" in line for line in errors), done.stderr
+    said = " ".join(errors)
+    for option in ("--trace 'full/t.json'", "--png 'full/t.png'", "--save-grads 'full/g': grads-rank-0.pt"):
+        assert option in said, done.stderr
+    assert [p for p in full_folder.rglob("*") if p.is_file() and p.name != "pad"] == []

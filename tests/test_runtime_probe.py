@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
+from full_disk import fill, full_folder_fixture, leftovers  # noqa: F401 (the fixture full_folder)
 from pipeplan.presets.resolve import load_cluster
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
@@ -192,3 +193,21 @@ def test_link_fit_recovers_a_line_and_never_reports_an_absurd_bandwidth() -> Non
     assert latency == pytest.approx(50e-6) and bandwidth == pytest.approx(5e9)
     latency, bandwidth = link_fit([8.0, 4 * 2**20], [2.0e-3, 1.9e-3])
     assert bandwidth == pytest.approx(10 * 4 * 2**20 / 1.9e-3)
+
+
+@pytest.mark.slow
+def test_probe_on_a_full_disk_says_so_once_and_leaves_nothing(full_folder: Path) -> None:
+    """probe --out on a full disk (a filled tmpfs: the workers are other processes): one error line naming --out and
+    "no space left on device", exit 1, no file and no temporary file left."""
+    if not os.path.ismount(full_folder):
+        pytest.skip("the workers are other processes: this needs a real full disk (a tmpfs)")
+    fill(full_folder)
+    out = full_folder / "c.json"
+    done = pipeplan("probe", "--local", "2", "--out", str(out), "--rounds", "2")
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: NoSpaceError: --out {str(out)!r} not written: no space left on device (ENOSPC); nothing half-written "
+        "was left: free some space or write elsewhere"
+    ], done.stderr
+    assert leftovers(full_folder) == []

@@ -51,13 +51,13 @@ for _module in (
     _module.register(app)
 
 
-def _fail(message: str) -> None:
-    """Print an error on stderr (first line prefixed) and exit with code 2."""
+def _fail(message: str, code: int = 2) -> None:
+    """Print an error on stderr (first line prefixed) and exit with `code` (2: a refusal, before any work)."""
     first, *rest = message.splitlines() or [""]
     print(f"error: {first}", file=sys.stderr)
     for line in rest:
         print(line, file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 
 
 def _allocation(message: str) -> str:
@@ -80,9 +80,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except ClickException as exc:  # usage errors: bad or missing flags
         _fail(exc.format_message() + "  (see pipeplan --help)")
-    except PipeplanError as exc:
-        _fail(f"{type(exc).__name__}: {exc}")
-    except (OSError, UnicodeDecodeError) as exc:
+    except (PipeplanError, OSError) as exc:
+        from pipeplan.cli.outputs import no_space_line
+
+        full = no_space_line(exc)  # a full disk is found while writing, after the work: exit 1, naming the option
+        if full is not None:
+            _fail(full, code=1)
+        _fail(f"{type(exc).__name__}: {exc}" if isinstance(exc, PipeplanError) else str(exc))
+    except UnicodeDecodeError as exc:
         _fail(str(exc))
     except MemoryError:
         _fail("out of memory: the request is larger than this machine's memory (see docs/troubleshooting.md)")

@@ -56,14 +56,13 @@ def adapt(
     from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.controller import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
+    from pipeplan.cli.outputs import check_files
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.trace import read_bandwidth_trace
 
-    inputs = {"--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
-    check_outputs([Output("--png", png, IMAGE_SUFFIXES)], inputs)
+    check_files()
     if iterations < 1:
         raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
     config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)

@@ -7,7 +7,6 @@ models live in cli.demo_steps; each calls pipeplan.api, never a command line.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +76,13 @@ class DemoContext:
     """The fastest plan of step 1 (a PlanResult), and below the cost model it was scored with."""
     best_model: Any = None
 
+    def wrote(self, *paths: Path) -> None:
+        """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
+        from pipeplan.cli.demo_manifest import record
+
+        self.written += paths
+        record(self.out, paths)
+
 
 def compare_schedules(ctx: DemoContext) -> None:
     """Simulate every case on the demo setting; print a comparison table; write a PNG and a trace for each."""
@@ -97,7 +103,7 @@ def compare_schedules(ctx: DemoContext) -> None:
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
         write_trace(result, str(trace))
-        ctx.written += [png, trace]
+        ctx.wrote(png, trace)
     if ctx.report is not None:
         ctx.report["schedules"] = {"setting": s.describe(), "results": [{"label": label, **r.to_json()} for label, r in rows]}
         return
@@ -125,10 +131,11 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
     """Check --out, run every step in order, then print the JSON report or the files written (`pipeplan demo`)."""
     import time
 
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.cli.demo_manifest import check_folder
+    from pipeplan.cli.outputs import check_files
 
-    check_outputs([Output("--out", out, folder=True)])
-    check_outputs([Output(f"--out {out!r}: file", os.path.join(out, name)) for name in FILES if os.path.isdir(out)])
+    check_files("demo")
+    check_folder(out, FILES)
     out_dir = Path(out)
     out_dir.mkdir(exist_ok=True)
     sizes = demo_steps.QUICK if quick else DemoSizes()

@@ -108,7 +108,7 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
         profile = api.profile_model(z.gpt2, z.gpt2_batch, project_to=z.gpu)
     path = ctx.out / GPT2_PROFILE
     write_profile_json(profile, path)
-    ctx.written.append(path)
+    ctx.wrote(path)
     say(
         ctx,
         f"   {profile.num_layers} layers, {profile.total_param_bytes / 2**30:.2f} GiB of fp32 weights; profile written to {path}",
@@ -147,7 +147,7 @@ def best_plan_files(ctx: DemoContext) -> None:
     timeline = simulate_plan(best.plan, ctx.best_model, record=True)
     render_gantt(timeline, str(png), title=f"{best.planner}: {z.gpt2} on {z.cluster}")
     write_trace(timeline, str(trace))
-    ctx.written += [plan_path, png, trace]
+    ctx.wrote(plan_path, png, trace)
     p = best.plan
     say(
         ctx,
@@ -207,7 +207,7 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
     with progress_display(ctx.report is None) as progress:
         result = api.plan(profile, cluster, z.local_batch, progress=progress)
     api.save_plan(result.plan, str(paths["plan"]), LOCAL_PROFILE, LOCAL_CLUSTER)
-    ctx.written += list(paths.values())
+    ctx.wrote(*paths.values())
     p = result.plan
     say(
         ctx,
@@ -296,7 +296,7 @@ def adaptive_k(ctx: DemoContext) -> None:
         comparison = compare_policies(pipeline, trace, n)
     png = ctx.out / ADAPT_PNG
     render_adapt(comparison, pipeline, trace, str(png), title=f"{profile} on {cluster}, inter-node links preempted")
-    ctx.written.append(png)
+    ctx.wrote(png)
     runs = comparison.policies
     say(
         ctx,

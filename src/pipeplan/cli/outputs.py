@@ -1,36 +1,51 @@
-"""The one guard on output paths, run by every command that writes before it does any work.
+"""The one guard on output paths, run by every command that writes before it does any work (check_files).
 
-An output is refused (OutputError, one line naming the flag and the path) when it
-names an input of the same command (the same file through any symlink, hard link
-or relative path), when two outputs of the command name the same path, when
-something other than a regular file stands at it (a folder, a named pipe, a
-device node, a socket, a symbolic link), when its folder does not exist (no
-folder is created for it), or when it cannot be written. A folder output (a
-checkpoint or gradient folder) must be a folder, or absent with an existing parent.
+An output is refused (OutputError, one line naming the flag and the path) when
+two outputs of the command name the same path; when it names an input of the
+same command (the same file through any symlink, hard link or relative path:
+the files its options name, the profile and cluster its plan file names, the
+module file its MODULE_SPEC imports); when something other than a regular file
+stands at it (a folder, a named pipe, a device node, a socket, a symbolic
+link); when its name lacks its kind's ending (`.json`, `.png`); when its
+folder does not exist (no folder is created for it) or cannot be written; and
+when a file stands there that pipeplan did not write, of the same kind
+(io.file_kinds: pipeplan replaces only its own files, or an empty one). A
+folder output (a checkpoint or gradient folder, demo's) must be a folder, or
+absent with an existing parent.
+
+Which options are inputs and which outputs is declared once per command, in
+cli.file_options; check_files reads the values the command was given from the
+command line's context.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeplan.core.errors import OutputError
+from pipeplan.cli.file_options import COMMAND_FILES
+from pipeplan.core.errors import NoSpaceError, OutputError
 from pipeplan.io.atomic import non_regular_kind
+from pipeplan.io.file_kinds import FileKind
 
-IMAGE_SUFFIXES = (".png",)
+_WRITTEN_BY: dict[str, str] = {}
+"""The resolved path of each output the running command checked -> its flag (flag_of names it in a late error)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """One output of a command: its flag, the path given (None: not given), whether it is a folder the command
-    writes files into (else a file), and `suffixes`: for a file, the endings its name must have; for a folder, the
-    file endings its name must not have (`--save-grads g.pt` is a slip, not a folder name)."""
+    """One output of a command: its flag, the path given (None: not given) and its kind (a file or a folder)."""
 
     flag: str
     path: str | None
-    suffixes: tuple[str, ...] = ()
-    folder: bool = False
+    kind: FileKind
+
+
+def _resolved(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
 
 
 def _identity(path: str) -> tuple[object, ...]:
@@ -38,7 +53,7 @@ def _identity(path: str) -> tuple[object, ...]:
     try:
         info = os.stat(path)
     except OSError:
-        return ("path", os.path.realpath(os.path.abspath(path)))
+        return ("path", _resolved(path))
     return ("inode", info.st_dev, info.st_ino)
 
 
@@ -58,18 +73,23 @@ def _check_parent(flag: str, path: str) -> None:
         raise OutputError(f"{flag} {path!r} cannot be written (no permission in folder {folder!r})")
 
 
-def _check_file(output: Output) -> None:
-    """A file output: its suffix, what stands at it (absent or a regular file), its folder, permission."""
-    flag, path = output.flag, output.path
+def _check_file(output: Output, within: str = "") -> None:
+    """A file output: what stands at it (absent or a regular file), its suffix, its folder, permission, and the
+    kind of the file it would replace (`within`: the folder output it is written in, named in the message)."""
+    flag, path, kind = output.flag, output.path, output.kind
     assert path is not None
-    if output.suffixes and not path.lower().endswith(output.suffixes):
-        raise OutputError(f"{flag} {path!r} must end with {' or '.join(output.suffixes)}")
-    kind = non_regular_kind(path)
-    if kind is not None:
-        raise OutputError(f"{flag} {path!r} is {kind}, not a regular file; pipeplan writes only regular files: give another path")
+    shown = f"{flag} {within!r}: {os.path.basename(path)!r}" if within else f"{flag} {path!r}"
+    what = non_regular_kind(path)
+    if what is not None:
+        raise OutputError(f"{shown} is {what}, not a regular file; pipeplan writes only regular files: give another path")
+    if kind.suffixes and not path.lower().endswith(kind.suffixes):
+        raise OutputError(f"{shown} must end with {' or '.join(kind.suffixes)} (pipeplan writes a {kind.name} there)")
     _check_parent(flag, path)
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise OutputError(f"{flag} {path!r} cannot be written (no permission)")
+    if not os.path.exists(path):
+        return
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"{shown} cannot be written (no permission)")
+    kind.check_replaceable(path, shown)
 
 
 def _check_folder(output: Output) -> None:
@@ -79,11 +99,14 @@ def _check_folder(output: Output) -> None:
     if os.path.isdir(path):
         if not os.access(path, os.W_OK):
             raise OutputError(f"{flag} {path!r} cannot be written (no permission)")
+        for pattern, kind in output.kind.inside:  # the files it writes there replace only its own
+            for name in sorted(glob.glob(os.path.join(glob.escape(path), pattern))):
+                _check_file(Output(flag, name, kind), within=path)
         return
     if os.path.lexists(path):
         kind = non_regular_kind(path) or "a file"
         raise OutputError(f"{flag} {path!r} is {kind}, not a folder")
-    for suffix in output.suffixes:
+    for suffix in output.kind.suffixes:
         if path.lower().endswith(suffix):
             raise OutputError(
                 f"{flag} {path!r} names a folder (files are written inside it) but ends with {suffix!r} like a file: "
@@ -101,13 +124,10 @@ def check_outputs(outputs: Sequence[Output], inputs: Mapping[str, str | None] | 
         OutputError: naming the flag, the path and what is wrong, on one line.
     """
     given = [o for o in outputs if o.path is not None]
-    for output in given:
-        (_check_folder if output.folder else _check_file)(output)
     seen: dict[tuple[object, ...], Output] = {}
     for output in given:
         assert output.path is not None
-        key = _identity(output.path)
-        first = seen.setdefault(key, output)
+        first = seen.setdefault(_identity(output.path), output)
         if first is not output:
             raise OutputError(
                 f"{output.flag} {output.path!r} and {first.flag} {first.path!r} name the same path: one output would "
@@ -121,6 +141,29 @@ def check_outputs(outputs: Sequence[Output], inputs: Mapping[str, str | None] | 
             raise OutputError(
                 f"{same.flag} {same.path!r} is the input {flag} {path!r}: writing it would destroy the input; give another path"
             )
+    for output in given:
+        (_check_folder if output.kind.folder else _check_file)(output)
+    for output in given:
+        assert output.path is not None
+        _WRITTEN_BY[_resolved(output.path)] = output.flag
+
+
+def flag_of(path: str) -> str | None:
+    """The flag that gave output `path` (or the folder holding it) in the running command, if the guard saw it."""
+    resolved = _resolved(path)
+    return _WRITTEN_BY.get(resolved) or _WRITTEN_BY.get(os.path.dirname(resolved))
+
+
+def no_space_line(exc: BaseException) -> str | None:
+    """The one line a full disk while writing an output gives (`NoSpaceError: --png 'a.png' not written: no space
+    left on device ...`, naming the option), or None when `exc` is not a full disk."""
+    from pipeplan.io.atomic import no_space
+
+    full = exc if isinstance(exc, NoSpaceError) else no_space(exc, getattr(exc, "filename", None) or "?")
+    if full is None:
+        return None
+    flag = flag_of(full.path)
+    return f"{type(full).__name__}: {flag + ' ' if flag else ''}{full}"
 
 
 def plan_inputs(plan: str | None, profile: str | None, cluster: str | None) -> dict[str, str | None]:
@@ -142,3 +185,61 @@ def plan_inputs(plan: str | None, profile: str | None, cluster: str | None) -> d
     if cluster is None:
         inputs[f"cluster of the plan {plan}"] = names.get("cluster")
     return inputs
+
+
+def module_file(spec: str | None) -> str | None:
+    """The file of the module MODULE_SPEC `spec` (`pkg.mod:factory`) imports, found as the import would find it
+    (sys.path, then the working folder, as models.specs does) without running it; None for a built-in name or a
+    module not found (its import fails later, before anything is written)."""
+    from importlib.machinery import PathFinder
+
+    if spec is None or ":" not in spec:
+        return None
+    name = spec.partition(":")[0].strip()
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return getattr(loaded, "__file__", None)
+    search: list[str] | None = [entry or os.getcwd() for entry in sys.path] + [os.getcwd()]
+    found = None
+    for part in name.split("."):
+        if not part or search is None:
+            return None
+        try:
+            found = PathFinder.find_spec(part, search)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        search = list(found.submodule_search_locations) if found.submodule_search_locations is not None else None
+    return found.origin if found is not None and found.has_location else None
+
+
+def check_files(command: str | None = None) -> None:
+    """The one guard for the running command: its declared outputs (cli.file_options) against its declared inputs,
+    with the values the command line gave (read from the click context).
+
+    Raises:
+        OutputError: as check_outputs.
+    """
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context()
+    if command is None:
+        names, node = [], ctx
+        while node.parent is not None:
+            names.append(node.info_name or "")
+            node = node.parent
+        command = " ".join(reversed(names))
+    declared = COMMAND_FILES[command]
+    values: dict[str, str | None] = {}
+    for param in ctx.command.params:
+        key = param.opts[0] if param.param_type_name == "option" else (param.name or "").upper()
+        value = ctx.params.get(param.name or "")
+        values[key] = value if isinstance(value, str) else None
+    inputs: dict[str, str | None] = {flag: values.get(flag) for flag in declared.inputs}
+    for flag in declared.plans:
+        inputs |= plan_inputs(values.get(flag), values.get("--profile"), values.get("--cluster"))
+    for flag in declared.modules:
+        inputs[f"{flag} {values.get(flag)!r} (its module file)"] = module_file(values.get(flag))
+    _WRITTEN_BY.clear()
+    check_outputs([Output(flag, values.get(flag), kind) for flag, kind in declared.outputs.items()], inputs)

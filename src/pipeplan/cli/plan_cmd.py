@@ -85,7 +85,7 @@ def plan(
     bound: bool = BOUND,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.cli.outputs import check_files
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.registry import run_planner
     from pipeplan.planner.request import PlanRequest
@@ -93,7 +93,7 @@ def plan(
     from pipeplan.viz.plan_tables import plan_summary, stage_table
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
-    check_outputs([Output("--out", out)], {"--profile": profile, "--cluster": cluster})
+    check_files()
     _check_factor(optimizer_factor)
     _check_samples(global_batch, microbatch_size)
     if trace_iterations is not None and (bandwidth_trace is None or trace_iterations < 1):
@@ -164,10 +164,10 @@ def compare(
     bound: bool = BOUND,
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    from pipeplan.cli.outputs import check_files
     from pipeplan.planner.compare import run_comparison
 
-    check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"--profile": profile, "--cluster": cluster})
+    check_files()
     _check_factor(optimizer_factor)
     _check_samples(global_batch, microbatch_size)
     _check_replication(replication)

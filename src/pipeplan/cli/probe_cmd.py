@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from pipeplan.core.errors import PipeplanError
+from pipeplan.core.errors import OutputError, PipeplanError
 
 
 def probe(
@@ -27,7 +27,7 @@ def probe(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.cli.outputs import check_files
     from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_local, check_optimizer
@@ -45,7 +45,7 @@ def probe(
     if not timeout > 0:
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     TIMEOUT_S.check(TrainConfigError, "--timeout", timeout)
-    check_outputs([Output("--out", out)], {"--profile": profile})
+    check_files()
     model_profile = None
     if profile is not None:
         from pipeplan.presets.resolve import load_profile
@@ -73,8 +73,11 @@ def probe(
 def _run(
     out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
 ) -> None:
-    """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered)."""
-    from pipeplan.io.atomic import write_text_atomic
+    """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered);
+    a file process 0 cannot write (a full disk) is said in one line after the work, and the job leaves together, exit 1."""
+    from pipeplan.cli.outputs import no_space_line
+    from pipeplan.io.atomic import write_failure, write_text_atomic
+    from pipeplan.io.file_kinds import CLUSTER
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
     from pipeplan.runtime.training.launch import finish_worker
@@ -88,7 +91,12 @@ def _run(
         result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
-            write_text_atomic(out, text + "\n")
+            try:
+                write_text_atomic(out, text + "\n", CLUSTER)
+            except (OSError, OutputError) as exc:  # a full disk: after the work; said once, then leave with the peers
+                line = no_space_line(exc) or f"OutputError: --out {out!r} not written: {write_failure(exc)}"
+                print(f"error: {line}", file=sys.stderr, flush=True)
+                finish_worker(1)
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
             if result.message_overhead_s or result.message_latency_s or result.overhead_alone:

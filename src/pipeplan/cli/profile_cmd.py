@@ -58,7 +58,7 @@ def profile(
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
     from pipeplan.cli.flags import parse_int_list
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.cli.outputs import check_files
 
     if dtype not in DTYPE_CHOICES:
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
@@ -78,7 +78,7 @@ def profile(
     spec_options = parse_options(options or [])
     _require_torch()
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
-    check_outputs([Output("--out", out)])
+    check_files()
     from pipeplan import api
     from pipeplan.io.profile_json import write_profile_json
     from pipeplan.profiler.projection import resolve_gpu
@@ -93,6 +93,7 @@ def profile(
     result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
                                project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
                                threads=threads, progress=not quiet, device=device)  # fmt: skip
+    check_files()  # again: the module file the import did load is an input too, whichever file it turned out to be
     write_profile_json(result, Path(out))
     if quiet:
         return

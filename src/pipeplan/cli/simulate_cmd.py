@@ -63,10 +63,9 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
+    from pipeplan.cli.outputs import check_files
 
-    inputs = {"NAME": name, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
-    check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)
+    check_files()
     if iterations is not None and iterations < 1:
         raise CostError(f"--iterations must be an integer >= 1, got {iterations}")
     if iterations is not None and name in ASYNCHRONOUS:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from pipeplan.cli.outputs import check_files
 from pipeplan.core.errors import CostError
 
 if TYPE_CHECKING:
@@ -65,22 +66,16 @@ def parse_links(text: str, cluster: str | None = None) -> list[Link] | None:
 def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
     """Write {"format", "generator", "steps"} to out (whole or not at all) and print a one-line summary."""
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.file_kinds import BANDWIDTH_TRACE
 
     obj = {"format": "pipeplan.bandwidth_trace/1", "generator": generator, "steps": trace.to_json()}
-    write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n", BANDWIDTH_TRACE)
     links = trace.links()
     named = "all links" if not links else ", ".join(f"{a}->{b}" for a, b in links[:4])
     if len(links) > 4:
         named = f"{len(links)} links ({named}, ...)"
     lowest = min((s.factor for s in trace.steps), default=1.0)
     typer.echo(f"wrote {out}: {len(trace.steps)} steps over {trace.end_ms / 1000:g} s on {named}, lowest factor {lowest:.3g}")
-
-
-def _check_out(out: str, inputs: dict[str, str | None] | None = None) -> None:
-    """The trace file --out, checked before any work against the command's inputs (the one output guard)."""
-    from pipeplan.cli.outputs import Output, check_outputs
-
-    check_outputs([Output("--out", out, (".json",))], inputs)
 
 
 @trace_app.command("periodic")
@@ -97,7 +92,7 @@ def periodic(
     """Preemption that repeats: each period begins with duty x period at the slowed factor."""
     from pipeplan.sim.trace_gen import periodic_trace
 
-    _check_out(out, {"--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     trace = periodic_trace(period_ms, duty, factor, duration_ms, pairs, start_ms)
     params = {"period_ms": period_ms, "duty": duty, "factor": factor, "links": links, "duration_ms": duration_ms}
@@ -127,7 +122,7 @@ def markov(
     """Seeded on/off preemption bursts (a two-state Markov process) with a random factor per burst."""
     from pipeplan.sim.trace_gen import markov_trace
 
-    _check_out(out, {"--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     low, high = _range(factor_range)
     trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, (low, high), duration_ms, pairs)
@@ -152,7 +147,7 @@ def replay(
     from pipeplan.io.series_csv import read_series
     from pipeplan.sim.trace_gen import replay_trace
 
-    _check_out(out, {"SERIES": series, "--cluster": cluster})
+    check_files()
     pairs = parse_links(links, cluster)
     data = read_series(series)
     trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor)

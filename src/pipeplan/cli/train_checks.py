@@ -68,30 +68,21 @@ def check_options(
     resume: bool,
     optimizer: str,
     dtype: str,
-    trace: str | None,
-    png: str | None,
-    save_grads: str | None,
     keep_last: int,
     lr_schedule: str,
-    inputs: dict[str, str | None],
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
-    output guard: none may name an input in `inputs`, another output, or anything but a regular file)."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    output guard, cli.outputs.check_files: none may name an input, another output, a non-regular file, or a file
+    pipeplan did not write)."""
+    from pipeplan.cli.outputs import check_files
     from pipeplan.runtime.options import check_local, check_train_options
 
     check_local(local)
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
                         checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule)  # fmt: skip
-    outputs = [
-        Output("--trace", trace),
-        Output("--png", png, IMAGE_SUFFIXES),
-        Output("--save-grads", save_grads, (".pt", ".pth", ".json"), folder=True),
-        Output("--checkpoint-dir", checkpoint_dir, folder=True),
-    ]
-    check_outputs(outputs, inputs)
+    check_files("train")
 
 
 def refuse_beside_plan(given: dict[str, object]) -> None:

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 
 from pipeplan.cli.flags import refuse_sizes_for_file
-from pipeplan.cli.outputs import plan_inputs
 from pipeplan.cli.train_checks import (
     async_settings,
     check_options,
@@ -177,11 +176,9 @@ def train(
                                    "--adaptive": adaptive or None})  # fmt: skip
     if plan is None and (profile is not None or cluster is not None):
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
-    inputs = {"--schedule": schedule, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                  dtype=dtype, trace=trace, png=png, save_grads=save_grads, keep_last=keep_last, lr_schedule=lr_schedule,
-                  inputs=inputs)  # fmt: skip
+                  dtype=dtype, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
     if backend not in (None, "gloo", "nccl"):
         raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
     spec_options = parse_options(options or [])

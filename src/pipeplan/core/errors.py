@@ -33,6 +33,18 @@ class OutputError(PipeplanError, ValueError):
     """An output file named on the command line cannot be written."""
 
 
+class NoSpaceError(OutputError):
+    """An output could not be written because its disk is full (ENOSPC, EDQUOT, EFBIG); nothing half-written is left.
+
+    `path` is the output's path, for the command line to name the option that gave it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path!r} not written: {reason}; nothing half-written was left: free some space or write elsewhere")
+        self.path = path
+        self.reason = reason
+
+
 class CostError(PipeplanError, ValueError):
     """Costs given to the simulator are malformed (negative, NaN, wrong length)."""
 

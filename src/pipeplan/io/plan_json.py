@@ -91,10 +91,11 @@ def write_plan(
     file's folder (read_plan resolves it from there), a built-in name as it is.
     """
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.file_kinds import PLAN
 
     folder = os.path.dirname(os.path.abspath(path))
     names = [os.path.relpath(os.path.abspath(n), folder) if os.path.isfile(n) else n for n in (profile_name, cluster_name)]
-    write_text_atomic(path, plan_dumps(plan, names[0], names[1], profile))
+    write_text_atomic(path, plan_dumps(plan, names[0], names[1], profile), PLAN)
 
 
 def _stage(obj: object, where: str) -> tuple[Stage, list[str] | None]:

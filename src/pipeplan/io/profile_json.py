@@ -371,8 +371,9 @@ def profile_dumps(profile: ModelProfile) -> str:
 def write_profile_json(profile: ModelProfile, path: str | os.PathLike[str]) -> None:
     """Write the profile (profile_dumps) to a temporary file beside `path`, then rename it: never half-written."""
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.file_kinds import PROFILE
 
-    write_text_atomic(path, profile_dumps(profile))
+    write_text_atomic(path, profile_dumps(profile), PROFILE)
 
 
 def _whole(value: float) -> int | float:

@@ -62,5 +62,11 @@ def render_adapt(comparison: AdaptComparison, pipeline: PipelineModel, trace: Ba
     for axis in (bandwidth, ks, times):
         axis.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from pipeplan.io.atomic import atomic_output
+    from pipeplan.io.file_kinds import PNG
+
+    try:
+        with atomic_output(path, binary=True, kind=PNG) as handle:
+            fig.savefig(handle, format="png", dpi=110)
+    finally:
+        plt.close(fig)

@@ -194,9 +194,10 @@ def render_gantt(result: SimResult, path: str, title: str = "", show_transfers: 
         title_fontsize=8,
     )
     from pipeplan.io.atomic import atomic_output
+    from pipeplan.io.file_kinds import PNG
 
     try:
-        with atomic_output(path, binary=True) as handle:
+        with atomic_output(path, binary=True, kind=PNG) as handle:
             fig.savefig(handle, format="png", dpi=_DPI, metadata={"Software": None})
     finally:
         plt.close(fig)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.io.atomic import atomic_output
+from pipeplan.io.file_kinds import PNG
 from pipeplan.viz.inventory import MATRIX_MAX_DEVICES
 
 
@@ -53,7 +54,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     ax.set_ylabel("sender device")
     fig.tight_layout()
     try:
-        with atomic_output(path, binary=True) as handle:
+        with atomic_output(path, binary=True, kind=PNG) as handle:
             fig.savefig(handle, format="png", dpi=110)
     finally:
         plt.close(fig)

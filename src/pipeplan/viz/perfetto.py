@@ -100,6 +100,7 @@ def write_trace(result: SimResult, path: str) -> None:
     """Write the trace of `result` to `path` as JSON (sorted keys, byte-identical for the same result), whole or not at all."""
     # json.dumps runs the C encoder; json.dump to a file would use the much slower Python one.
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.file_kinds import PERFETTO
 
     text = json.dumps(trace_events(result), sort_keys=True, separators=(",", ":"))
-    write_text_atomic(path, text + "\n")
+    write_text_atomic(path, text + "\n", PERFETTO)
