@@ -186,3 +186,10 @@ RUN_BYTES = Limit(
     "every iteration's figures (about 120 bytes; a controller's decision 600 bytes per candidate k) are kept until "
     "the run ends and printed",
 )
+EMULATED_BYTES_PER_S = Limit(
+    1e6,
+    "bytes/s",
+    "train waits out each emulated transfer in real time: below 1 MB/s (10^-3 GB/s) a 1 MB activation takes over a "
+    "second, and the 1e-9 GB/s once accepted waited out --timeout and failed naming neither",
+    least=True,
+)
