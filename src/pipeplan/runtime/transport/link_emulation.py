@@ -137,9 +137,17 @@ def slowest_link(links: EmulatedLinks) -> tuple[Link, float, float]:
     slowing it), so a transfer on it never runs slower than this.
     """
     trace = links.trace
+    named = set(trace.links()) if trace is not None else set()
+    unnamed: list[float] = []  # links no step names see only the "all" steps: one walk of the trace serves them all
 
     def lowest(link: Link) -> float:
-        return trace.min_factor(link) if trace is not None and trace.affects(link) else 1.0
+        if trace is None or not trace.affects(link):
+            return 1.0
+        if link in named:
+            return trace.min_factor(link)
+        if not unnamed:
+            unnamed.append(trace.min_factor(link))
+        return unnamed[0]
 
     link = min(links.rates, key=lambda x: (links.rates[x].bytes_per_s * lowest(x), x))
     factor = lowest(link)
