@@ -103,10 +103,18 @@ def simulate_named(
             (2 * microbatches + 1) * stages * minis, what, "use fewer --minibatches (its steady state needs the timeline)"
         )
     priced = iterations is not None and name in SCHEDULES and bool(stages and microbatches and stages > 0 and microbatches > 0)
-    if priced:  # before the schedule is generated; a schedule file is priced once read, below
+    if priced:  # before the schedule is generated, its own size checks first; a schedule file is priced once read
         assert iterations is not None and stages is not None and microbatches is not None
-        ranks = stages * (chunks if chunks > 0 else 1)
-        events = action_count(name, stages, microbatches, chunks) + 2 * (ranks - 1) * microbatches
+        from pipeplan.schedules.registry import TABLE, check_schedule_options
+        from pipeplan.schedules.sizes import check_schedule_size, check_sizes
+
+        check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
+        check_schedule_options(name, microbatches, k, chunks)
+        actions = action_count(name, stages, microbatches, chunks)
+        sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if TABLE[name].takes_chunks else {})
+        check_schedule_size(name, sizes, stages, actions)
+        ranks = stages * (chunks if TABLE[name].takes_chunks else 1)
+        events = actions + 2 * (ranks - 1) * microbatches
         check_iterations(f"{name} with p={stages}, m={microbatches}", iterations, events, trace)
     if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
         from pipeplan.schedules.pipemare import pipemare
