@@ -42,10 +42,11 @@ class Reuse:
 
     An iteration's times depend on the trace only through the factors its
     transfers' links run at while it runs. When none of those links changes
-    factor inside an iteration's span, the iteration runs exactly as any
-    other that starts at the same factors and also sees no change: so one
-    simulation per set of factors stands for all of them (`known` returns
-    it when the next change lies beyond its span). Steps far past any time a
+    factor inside an iteration's span, the iteration runs as any other that
+    starts at the same factors and also sees no change (to rounding: a
+    simulation adds the iteration's start to its times on the trace's clock
+    and takes it away): so one simulation per set of factors stands for all
+    of them (`known` returns it when the next change lies beyond its span). Steps far past any time a
     run reaches (t = 1e300) cost nothing: they are never inside a span. The
     iterations simulated in full number at most 2 x (changes) + 1, whatever
     the count of iterations (core.work prices a run with that).
