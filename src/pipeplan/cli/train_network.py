@@ -49,7 +49,8 @@ def network_for_train(
 
 def largest_message_bytes(plan: Plan | None, profile: str | None, cluster: str | None, scaling: str) -> float | None:
     """Bytes of the largest activation (or its gradient) one microbatch of `plan` sends across a stage boundary, from
-    its profile (None without a plan, profile and cluster to price it with)."""
+    its profile's cut bytes (before any split over replicated stages: an upper bound on one message), or None
+    without a plan, profile and cluster to price it with."""
     if plan is None or profile is None or cluster is None or len(plan.stages) < 2:
         return None
     from pipeplan.presets.resolve import load_cluster, load_profile
