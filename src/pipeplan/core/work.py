@@ -22,8 +22,9 @@ from pipeplan.core.errors import PipeplanError
 from pipeplan.core.limits import RUN_BYTES, SIMULATED_EVENTS, show
 
 ITERATION_EVENTS = 10.0
-"""An iteration that reuses a simulated one costs 0.3 us, and printing its figures with --json 22 us: about as much
-as simulating 10 events (docs/troubleshooting.md, "Limits on many iterations")."""
+"""An iteration that reuses a simulated one costs 0.3 us of CPU, and printing its figures with --json about 2.6 us
+(22 us of wall time on a loaded machine): priced as 10 simulated events (docs/troubleshooting.md, "Limits on many
+iterations")."""
 ITERATION_BYTES = 120.0
 """Bytes an iteration keeps until its run ends: start, time and peak memory (3 floats, in lists then tuples)."""
 EVENT_BYTES = 400.0
