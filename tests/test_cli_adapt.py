@@ -102,3 +102,31 @@ def test_simulate_iterations_reports_each_iteration(
     times, starts = iterations["iteration_ms"], iterations["start_ms"]
     assert len(times) == 4 and starts[1] == times[0] and iterations["total_ms"] == pytest.approx(sum(times))
     assert times[0] > times[-1] == 85.0
+
+
+def test_adapt_iterations_beyond_the_work_limit_are_refused_before_any_policy_runs(
+    adapt_files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """adapt --iterations 10,000,000: one line naming the flag and the most iterations that fit, before the controller
+    is built (it generates every k's schedule) or any iteration is simulated."""
+    import pipeplan.adapt.compare as compare
+
+    monkeypatch.setattr(compare, "AdaptiveController", lambda *a, **k: pytest.fail("built the controller"))
+    args = ["adapt", "--plan", "plan.json", "--bandwidth-trace", "t.json", "--iterations", "10000000"]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: AdaptError: adapt of a 2-stage pipeline, m=8")
+    assert "(--iterations 10,000,000) too large" in lines[0] and "or fewer" in lines[0]
+
+
+def test_simulate_plan_iterations_are_priced_before_the_plan_is_simulated(
+    adapt_files: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """simulate --plan --iterations over the limit: refused before the API simulates the plan's first iteration."""
+    import pipeplan.api as api
+
+    monkeypatch.setattr(api, "simulate", lambda *a, **k: pytest.fail("simulated"))
+    code, _, err = run(monkeypatch, capsys, "simulate", "--plan", "plan.json", "--iterations", "100000000")
+    assert code == 2 and "plan plan.json (--iterations 100,000,000) too large" in err
+    assert len(err.strip().splitlines()) == 1

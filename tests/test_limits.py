@@ -203,3 +203,14 @@ def test_a_schedule_file_of_more_than_the_limits_is_refused_while_it_is_read(tmp
     path.write_text(json.dumps({"format": "pipeplan.schedule/1", "ranks": [["0F0"]] * 5000}))
     with pytest.raises(ScheduleError, match=r"t\.json: 'ranks' too large: 5,000 ranks"):
         read_schedule_json(path)
+
+
+def test_the_limits_on_many_iterations_are_documented_with_their_values() -> None:
+    """docs/troubleshooting.md's section on many iterations quotes each new limit's value."""
+    from pipeplan.core.limits import EMULATED_BYTES_PER_S, RUN_BYTES, SIMULATED_EVENTS
+
+    text = (Path(__file__).parent.parent / "docs" / "troubleshooting.md").read_text()
+    section = text[text.index("## Limits on many iterations") :]
+    assert f"{int(SIMULATED_EVENTS.value):,} events" in section
+    assert f"{int(RUN_BYTES.value):,} bytes" in section
+    assert EMULATED_BYTES_PER_S.value == 1e6 and "| emulated link rate | 1 MB/s" in section

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import pytest
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
+from pipeplan.runtime.transport.link_emulation import (
+    EmulatedLinks,
+    LinkRate,
+    Wire,
+    check_emulated_rate,
+    check_emulation_time,
+    check_trace_links,
+    slowest_link,
+)
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 MB = 1_000_000
@@ -179,3 +188,53 @@ def test_two_processes_deliver_after_the_emulated_time_without_holding_the_sende
 
 if __name__ == "__main__":
     _worker(sys.argv[1])
+
+
+def test_the_slowest_link_is_the_lowest_nominal_rate_times_its_lowest_factor() -> None:
+    """slowest_link: each link's nominal rate x the smallest factor the trace ever gives it (1 where none slows it)."""
+    rates = {(0, 1): LinkRate(4e6), (1, 0): LinkRate(2e6), (1, 2): LinkRate(3e6)}
+    trace = BandwidthTrace((TraceStep(5.0, (1, 2), 0.5), TraceStep(9.0, (1, 2), 2.0)))
+    assert slowest_link(EmulatedLinks(rates, trace)) == ((1, 2), 1.5e6, 0.5)
+    assert slowest_link(EmulatedLinks(rates)) == ((1, 0), 2e6, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("gb_per_s", "factor", "refused"),
+    [(1e-9, None, True), (1e-3, None, False), (0.99e-3, None, True), (1.0, 1e-6, True), (1.0, 1e-3, False), (1.0, 0.9e-3, True)],
+)
+def test_the_emulated_rate_has_a_floor_rate_and_factor_together(gb_per_s: float, factor: float | None, refused: bool) -> None:
+    """--emulate-gb-per-s x the trace's lowest factor must reach 1 MB/s: just at it passes, just under is refused
+    naming the link, the rate, the factor and the limit."""
+    trace = BandwidthTrace((TraceStep(100.0, None, factor),)) if factor is not None else None
+    links = EmulatedLinks.uniform([0, 1], gb_per_s, trace)
+    if not refused:
+        check_emulation_time(links, f"--emulate-gb-per-s {gb_per_s:g}", 300.0, None)
+        return
+    slowed = f" x factor {factor:g} of --bandwidth-trace" if factor is not None else ""
+    named = re.escape(f"emulated link 0->1 (--emulate-gb-per-s {gb_per_s:g}{slowed}) too small: ")
+    with pytest.raises(TrainConfigError, match=rf"^{named}.* the limit is 1,000,000 bytes/s"):
+        check_emulation_time(links, f"--emulate-gb-per-s {gb_per_s:g}", 300.0, None)
+
+
+def test_the_largest_message_must_cross_the_slowest_link_within_the_timeout() -> None:
+    """A known message size: bytes / lowest rate against --timeout (10 MB at 2 MB/s is 5 s: --timeout 5 passes, 4.9 not)."""
+    links = EmulatedLinks.uniform([0, 1], 4e-3, BandwidthTrace((TraceStep(0.0, (0, 1), 0.5),)))
+    check_emulation_time(links, "--emulate-gb-per-s 0.004", 5.0, 10e6)
+    with pytest.raises(TrainConfigError, match=r"largest message, 10,000,000 bytes, takes 5 s at 2,000,000 bytes/s, longer "
+                       r"than --timeout 4.9 s"):  # fmt: skip
+        check_emulation_time(links, "--emulate-gb-per-s 0.004", 4.9, 10e6)
+
+
+def test_train_refuses_an_emulated_rate_below_the_floor_before_any_process_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """train --local 2 --emulate-gb-per-s 1e-9: exit 2, one line naming the flag and rate; nothing is launched."""
+    import pipeplan.runtime.training.launch as launch
+    from cli_runner import run
+
+    monkeypatch.setattr(launch, "launch_local", lambda *a, **k: pytest.fail("launched"))
+    args = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4", "--emulate-gb-per-s", "1e-9", "--steps", "1"]
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: emulated link 0->1 (--emulate-gb-per-s 1e-09)")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan.core.schedule import Schedule
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
-from pipeplan.sim.engine.iterations import simulate_iterations
-from pipeplan.sim.trace import bandwidth_trace_from_json
+from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.engine.iterations import Reuse, simulate_iterations, trace_changes
+from pipeplan.sim.trace import BandwidthTrace, bandwidth_trace_from_json
 
 
 def test_under_factor_one_n_iterations_take_n_times_one() -> None:
@@ -65,3 +67,76 @@ def test_offset_equals_simulating_the_shifted_trace(offset: float, steps: list[t
     shifted = simulate(schedule, costs, trace.shifted(offset))
     assert moved.iteration_time == pytest.approx(shifted.iteration_time, rel=1e-9, abs=1e-9)
     assert [t.end_ms for t in moved.transfers] == pytest.approx([t.end_ms for t in shifted.transfers], rel=1e-9, abs=1e-9)
+
+
+def brute_run(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None, iterations: int) -> list[float]:
+    """Every iteration simulated at its own offset, none reused: the reference for Reuse."""
+    t, times = 0.0, []
+    for _ in range(iterations):
+        times.append(simulate(schedule, costs, trace, record=False, offset_ms=t).iteration_time)
+        t += times[-1]
+    return times
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the offset of every full simulation simulate_iterations runs."""
+    import pipeplan.sim.engine.iterations as iterations_module
+
+    calls: list[float] = []
+    real = iterations_module.simulate
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(float(kwargs["offset_ms"]))  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(iterations_module, "simulate", spy)
+    return calls
+
+
+@pytest.mark.parametrize("far", [1e300, 1e18, 5e6])
+def test_a_step_past_the_runs_end_changes_nothing_and_costs_no_simulation(far: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step at t = 1e300 (or anywhere past the run's end): the same run as without it, each set of factors simulated
+    once (two here: before and after the slowdown at 100 ms), not every iteration."""
+    schedule = make_schedule("1f1b", 3, 6)
+    costs = uniform_costs(schedule, 1.0, 2.0, comm=1.5)
+    base = [{"t_ms": 100.0, "link": "all", "factor": 0.5}]
+    with_far = bandwidth_trace_from_json([*base, {"t_ms": far, "link": "all", "factor": 0.25}])
+    calls = counting(monkeypatch)
+    far_run = simulate_iterations(schedule, costs, with_far, 300)
+    far_calls = len(calls)
+    assert simulate_iterations(schedule, costs, bandwidth_trace_from_json(base), 300) == far_run
+    assert far_calls == len(calls) - far_calls <= 3
+    assert far_run.total_ms < far
+    assert list(far_run.iteration_ms) == pytest.approx(brute_run(schedule, costs, with_far, 300), rel=1e-12)
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 400.0), st.sampled_from(["all", (0, 1), (1, 2), (2, 1)]), st.sampled_from([0.25, 0.5, 1.0])),
+        max_size=6,
+    ),
+    st.integers(1, 40),
+)
+@settings(max_examples=40, deadline=None)
+def test_reuse_equals_simulating_every_iteration_within_2_changes_plus_1(
+    steps: list[tuple[float, object, float]], iterations: int
+) -> None:
+    """Any trace: the run equals simulating each iteration at its offset, with at most 2 x changes + 1 simulations."""
+    schedule = make_schedule("kfkb", 3, 4, k=2)
+    costs = uniform_costs(schedule, 1.0, 2.0, comm=1.0)
+    entries = [
+        {"t_ms": t, "link": link if link == "all" else list(link), "factor": f}
+        for t, link, f in sorted(steps, key=lambda s: s[0])
+    ]  # type: ignore[call-overload]
+    trace = bandwidth_trace_from_json(entries)
+    reuse = Reuse(costs, trace)
+    t, times = 0.0, []
+    for _ in range(iterations):
+        known = reuse.known(t)
+        if known is None:
+            known = reuse.keep(t, simulate(schedule, costs, trace, record=False, offset_ms=t))
+        times.append(known[0])
+        t += known[0]
+    assert times == pytest.approx(brute_run(schedule, costs, trace, iterations), rel=1e-9)
+    assert reuse.simulated <= min(iterations, 2 * trace_changes(trace) + 1)
+    assert list(simulate_iterations(schedule, costs, trace, iterations).iteration_ms) == times

@@ -122,3 +122,42 @@ def test_bad_pipemare_options_are_one_line_errors(
     code, _, err = run(monkeypatch, capsys, "simulate", *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert message in err
+
+
+def test_iterations_beyond_the_work_limit_are_refused_before_the_schedule_is_made(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """simulate --iterations 1,000,000,000: exit 2, one line naming the flag, the events and the most that fit, before
+    any schedule is generated or iteration simulated; the largest count it names runs."""
+    import pipeplan.presets.resolve as resolve
+
+    real = resolve.load_schedule
+    monkeypatch.setattr(resolve, "load_schedule", lambda *a, **k: pytest.fail("generated a schedule"))
+    code, out, err = run(monkeypatch, capsys, "simulate", "1f1b", "-p", "4", "-m", "8", "--iterations", "1000000000")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ScheduleTooLargeError: simulating 1f1b with p=4, m=8 (--iterations")
+    assert "the limit is 24,000,000 events" in lines[0]
+    most = int(lines[0].rsplit("use --iterations ", 1)[1].split(" ")[0].replace(",", ""))
+    code, _, err = run(monkeypatch, capsys, "simulate", "1f1b", "-p", "4", "-m", "8", "--iterations", str(most + 1))
+    assert code == 2 and f"use --iterations {most:,} or fewer" in err
+    monkeypatch.setattr(resolve, "load_schedule", real)
+    import pipeplan.sim.engine.iterations as iterations_module
+
+    monkeypatch.setattr(iterations_module, "simulate_iterations", lambda *a, **k: None)  # priced, not run
+    assert run(monkeypatch, capsys, "simulate", "1f1b", "-p", "4", "-m", "8", "--iterations", str(most))[0] != 2
+
+
+def test_a_schedule_file_is_priced_once_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A schedule file's size is known once it is read: its iterations are refused then, before any simulation."""
+    import pipeplan.sim.engine.iterations as iterations_module
+
+    path = tmp_path / "s.json"
+    code, out, _ = run(monkeypatch, capsys, "schedule", "gpipe", "-p", "2", "-m", "2", "--format", "json")
+    assert code == 0
+    path.write_text(out)
+    monkeypatch.setattr(iterations_module, "simulate_iterations", lambda *a, **k: pytest.fail("simulated"))
+    code, _, err = run(monkeypatch, capsys, "simulate", str(path), "--iterations", "10000000000")
+    assert code == 2 and "--iterations 10,000,000,000) too large" in err and len(err.strip().splitlines()) == 1

@@ -60,3 +60,33 @@ def test_plan_with_a_trace_reports_the_rescored_finalists(
     assert report["expected_gain"] >= 0 and isinstance(report["changed"], bool)
     code, out, _ = run(monkeypatch, capsys, *args, "--bandwidth-trace", str(trace), "--trace-iterations", "3")
     assert code == 0 and "finalists under the bandwidth trace" in out and "the trace " in out
+
+
+def test_trace_iterations_beyond_the_work_limit_are_refused_before_planning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """plan --trace-iterations 1,000,000,000: priced with the smallest finalists and refused before the planner runs."""
+    import pipeplan.planner.registry as registry
+
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps([{"t_ms": 10, "link": "all", "factor": 0.5}]))
+    monkeypatch.setattr(registry, "run_planner", lambda *a, **k: pytest.fail("planned"))
+    args = ["plan", "--profile", "dapple/bert-48", "--cluster", "v100-8x2-25g", "--global-batch", "16",
+            "--bandwidth-trace", str(trace), "--trace-iterations", "1000000000"]  # fmt: skip
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "re-scoring 4 finalists under the trace (--trace-iterations 1,000,000,000) too large" in lines[0]
+
+
+def test_rescoring_real_finalists_is_priced_from_their_sizes() -> None:
+    """check_rescoring with the finalists themselves: a count the smallest plans pass is refused for bert's plan."""
+    from pipeplan.core.errors import PlanError
+    from pipeplan.planner.search.trace_aware import check_rescoring
+
+    plan, _ = bert_plan(64)
+    trace = BandwidthTrace((TraceStep(10.0, None, 0.5),))
+    check_rescoring(None, trace, 50_000, "--trace-iterations")
+    with pytest.raises(PlanError, match=r"re-scoring 1 finalists .*\(--trace-iterations 50,000\) too large"):
+        check_rescoring([plan], trace, 50_000, "--trace-iterations")
+    check_rescoring([plan], trace, None, "--trace-iterations")  # the default: at most MAX_ITERATIONS

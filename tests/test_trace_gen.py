@@ -123,3 +123,38 @@ def test_bad_generator_parameters_raise_cost_error(build: object, message: str) 
     """Each bad parameter is a CostError naming it and its value."""
     with pytest.raises(CostError, match=message):
         build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("scale", "message"),
+    [
+        (1e306, r"time_scale 1e\+306 puts series sample 1 \(at 1 s\) at inf ms, beyond 1e\+15 ms: 2 of 3 samples would be lost"),
+        (1e12, r"time_scale 1e\+12 puts series sample 1 \(at 1 s\) at 1e\+15 ms|beyond"),
+        (1e-321, r"time_scale \S+ puts series samples 1 and 2 at the same time .*: 1 of 3 samples would merge"),
+    ],
+)
+def test_a_time_scale_that_loses_samples_is_refused_naming_how_many(scale: float, message: str) -> None:
+    """Overflow to infinity (or beyond 1e15 ms) and rounding onto one time are refused, not silently dropped."""
+    with pytest.raises(CostError, match=message):
+        replay_trace([0.0, 1.0, 1.0 + 1e-7], [1.0, 0.5, 0.25], 1.0, time_scale=scale)
+
+
+def test_the_largest_and_smallest_usable_time_scales_keep_every_sample() -> None:
+    """Just inside both edges every sample keeps its own step: the last at its scaled time."""
+    kept = replay_trace([0.0, 1.0, 2.0], [1.0, 0.5, 0.25], 1.0, time_scale=5e11)
+    assert [s.t_ms for s in kept.steps] == [0.0, 5e14, 1e15]
+    tiny = replay_trace([0.0, 1.0, 2.0], [1.0, 0.5, 0.25], 1.0, time_scale=1e-300)
+    assert len(tiny.steps) == 3 and tiny.steps[1].t_ms < tiny.steps[2].t_ms
+
+
+def test_trace_replay_names_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """trace replay --time-scale 1e306: exit 2, one line naming --time-scale, nothing written."""
+    from cli_runner import run
+
+    series = tmp_path / "s.csv"
+    series.write_text("t_s,value\n0,1\n1,2\n")
+    out = tmp_path / "r.json"
+    code, _, err = run(monkeypatch, capsys, "trace", "replay", str(series), "--nominal", "2", "--time-scale", "1e306",
+                       "--out", str(out))  # fmt: skip
+    assert code == 2 and err.startswith("error: CostError: --time-scale 1e+306 puts series sample 1")
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

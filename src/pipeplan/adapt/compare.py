@@ -10,6 +10,7 @@ from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import stage_peak_bytes
 from pipeplan.adapt.runs import PolicyRun, run_controller, run_fixed, run_oracle
 from pipeplan.core.errors import AdaptError
+from pipeplan.core.work import Run, kfkb_events
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.sim.trace import BandwidthTrace
 
@@ -70,16 +71,42 @@ class AdaptComparison:
         return obj
 
 
+def check_adapt_work(pipeline: PipelineModel, trace: BandwidthTrace | None, iterations: int, flag: str) -> None:
+    """Refuse `iterations` (given as `flag`) when every policy's run would cost more than core.limits allows
+    (core.work.adapt_runs: p, m, the transfers' flows and the trace's changes), before any is simulated.
+
+    Raises:
+        AdaptError: naming the flag, the estimate, the limit and the most iterations that fit.
+    """
+    from pipeplan.core.work import adapt_runs, check_work
+    from pipeplan.sim.engine.iterations import trace_changes
+
+    p, m = pipeline.num_stages, pipeline.microbatches
+    flows = max((len(b) for b in pipeline.costs.forward + pipeline.costs.backward), default=0)
+    events = kfkb_events(p, m, flows)
+    changes = trace_changes(trace)
+
+    def runs(n: int) -> tuple[list[Run], float]:
+        return adapt_runs(n, p, m, events, changes)
+
+    check_work(f"adapt of a {p}-stage pipeline, m={m}, every k and the oracle", flag, iterations, runs, AdaptError)
+
+
 def compare_policies(
-    pipeline: PipelineModel, trace: BandwidthTrace | None, iterations: int, config: ControllerConfig | None = None
+    pipeline: PipelineModel,
+    trace: BandwidthTrace | None,
+    iterations: int,
+    config: ControllerConfig | None = None,
+    flag: str = "iterations",
 ) -> AdaptComparison:
     """Run every policy for `iterations` iterations under `trace` (the same pipeline, the same simulator).
 
     Raises:
-        AdaptError: iterations below 1, or no k fits memory.
+        AdaptError: iterations below 1, more than core.limits allows (`flag` names them), or no k fits memory.
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise AdaptError(f"iterations must be an integer >= 1, got {iterations!r}")
+        raise AdaptError(f"{flag} must be an integer >= 1, got {iterations!r}")
+    check_adapt_work(pipeline, trace, iterations, flag)
     config = config or ControllerConfig()
     controller = AdaptiveController(pipeline, config)
     schedules = controller.predictor.schedules

@@ -11,7 +11,7 @@ from pipeplan.adapt.controller import AdaptiveController, Decision
 from pipeplan.adapt.observation import IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
-from pipeplan.sim.engine.iterations import IterationRun, peak_bytes, simulate_iterations, steady_after
+from pipeplan.sim.engine.iterations import IterationRun, Reuse, peak_bytes, simulate_iterations
 from pipeplan.sim.engine.program import Program, compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
@@ -144,7 +144,8 @@ def run_oracle(
     durations: dict[tuple[int, int], float] = {}
     peaks: dict[tuple[int, int], float] = {}
     came: dict[tuple[int, int], int] = {}
-    steady: dict[int, tuple[float, float]] = {}
+    first = Reuse(pipeline.costs, trace)
+    reuse = {k: first.fresh() for k in ks}
     for i in range(iterations):
         for k2 in ks:
             if i == 0:
@@ -154,14 +155,12 @@ def run_oracle(
             best = min(ends)
             starts[(i, k2)], came[(i, k2)] = best[0], best[2]
         for k in ks:
-            if k not in steady:
-                offset = starts[(i, k)]
+            offset = starts[(i, k)]
+            known = reuse[k].known(offset)
+            if known is None:
                 result = simulate(schedules[k], pipeline.costs, trace, record=False, offset_ms=offset, program=programs[k])
-                durations[(i, k)], peaks[(i, k)] = result.iteration_time, peak_bytes(result)
-                if steady_after(trace, offset):
-                    steady[k] = (durations[(i, k)], peaks[(i, k)])
-            else:
-                durations[(i, k)], peaks[(i, k)] = steady[k]
+                known = reuse[k].keep(offset, result)
+            durations[(i, k)], peaks[(i, k)] = known
     last = iterations - 1
     k = min(ks, key=lambda x: (starts[(last, x)] + durations[(last, x)], x))
     chosen = [k]

@@ -73,7 +73,7 @@ def adapt(
     pipeline = PipelineModel.from_plan(the_plan, model, trace)
     check_trace_links(trace, pipeline, model.cluster.num_devices, cluster)
     check_fits(the_plan, model)
-    comparison = compare_policies(pipeline, trace, iterations, config)
+    comparison = compare_policies(pipeline, trace, iterations, config, flag="--iterations")
     if as_json:
         print_json(comparison.to_json())
     else:

@@ -103,6 +103,10 @@ def plan(
         from pipeplan.sim.trace import read_bandwidth_trace
 
         trace = read_bandwidth_trace(bandwidth_trace)
+        if trace_iterations is not None:  # the smallest finalists priced before planning; the real ones after it
+            from pipeplan.planner.search.trace_aware import check_rescoring
+
+            check_rescoring(None, trace, trace_iterations, "--trace-iterations")
     model = load_profile(profile, profile_batch_size)
     machines = load_cluster(cluster)
     if trace is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeplan.cli.flags import plan_profile_and_cluster
-from pipeplan.cli.simulate_schedule import check_timeline
+from pipeplan.cli.simulate_schedule import check_iterations, check_timeline
 from pipeplan.core.errors import PlanError
 from pipeplan.schedules.registry import TABLE
 
@@ -51,6 +51,12 @@ def simulate_plan_file(
         facts = TABLE.get(plan.schedule)
         per = 3 if facts is not None and facts.split_backward else 2
         check_timeline(per * len(plan.stages) * plan.microbatches, f"plan {plan_path}")
+    if iterations is not None:  # an upper bound (every flow a boundary's devices may carry), before any simulation
+        from pipeplan.core.work import plan_events
+
+        per = 3 if TABLE.get(plan.schedule) is not None and TABLE[plan.schedule].split_backward else 2
+        events = plan_events([len(s.devices) for s in plan.stages], plan.microbatches, per)
+        check_iterations(f"plan {plan_path}", iterations, events, trace)
     profile, cluster = plan_profile_and_cluster(f"simulate --plan {plan_path}", profile, cluster, names)
     model_profile, machines = load_profile(profile, profile_batch_size), api.load_cluster(cluster)
     check_scaling(scaling)  # named as flags, before the API names them as arguments

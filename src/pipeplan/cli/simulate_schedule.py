@@ -55,6 +55,18 @@ def check_timeline(actions: int, what: str, hint: str = "leave out --png and --t
         raise ScheduleTooLargeError(f"{TIMELINE_ACTIONS.message(f'the timeline of {what}', actions)}; {hint}")
 
 
+def check_iterations(what: str, iterations: int, events: int, trace: object) -> None:
+    """Refuse `--iterations` of a schedule of `events` per iteration under `trace` when its simulation would cost more
+    than core.limits allows (core.work), before any is simulated."""
+    from pipeplan.core.errors import ScheduleTooLargeError
+    from pipeplan.core.work import check_iterations as check
+    from pipeplan.sim.engine.iterations import trace_changes
+    from pipeplan.sim.trace import BandwidthTrace
+
+    changes = trace_changes(trace if isinstance(trace, BandwidthTrace) else None)
+    check(f"simulating {what}", "--iterations", iterations, events, changes, ScheduleTooLargeError)
+
+
 def simulate_named(
     name: str,
     stages: int | None,
@@ -90,6 +102,20 @@ def simulate_named(
         check_timeline(
             (2 * microbatches + 1) * stages * minis, what, "use fewer --minibatches (its steady state needs the timeline)"
         )
+    priced = iterations is not None and name in SCHEDULES and bool(stages and microbatches and stages > 0 and microbatches > 0)
+    if priced:  # before the schedule is generated, its own size checks first; a schedule file is priced once read
+        assert iterations is not None and stages is not None and microbatches is not None
+        from pipeplan.schedules.registry import TABLE, check_schedule_options
+        from pipeplan.schedules.sizes import check_schedule_size, check_sizes
+
+        check_sizes(stages=stages, microbatches=microbatches, k=k, chunks=chunks)
+        check_schedule_options(name, microbatches, k, chunks)
+        actions = action_count(name, stages, microbatches, chunks)
+        sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if TABLE[name].takes_chunks else {})
+        check_schedule_size(name, sizes, stages, actions)
+        ranks = stages * (chunks if TABLE[name].takes_chunks else 1)
+        events = actions + 2 * (ranks - 1) * microbatches
+        check_iterations(f"{name} with p={stages}, m={microbatches}", iterations, events, trace)
     if asynchronous and minibatches is not None and stages is not None and microbatches is not None:
         from pipeplan.schedules.pipemare import pipemare
 
@@ -126,7 +152,10 @@ def simulate_named(
     title += (f", k={k}" if k != 1 else "") + (f", v={chunks}" if chunks != 1 else "")
     run = None
     if iterations is not None:
-        from pipeplan.sim.engine.iterations import simulate_iterations
+        from pipeplan.sim.engine.iterations import iteration_events, simulate_iterations
 
+        if not priced:
+            what = f"{name} with p={schedule.num_ranks}, m={schedule.num_microbatches}"
+            check_iterations(what, iterations, iteration_events(schedule, costs), trace)
         run = simulate_iterations(schedule, costs, trace if isinstance(trace, BandwidthTrace) else None, iterations)
     return simulate(schedule, costs, trace=trace, record=record), title, None, run

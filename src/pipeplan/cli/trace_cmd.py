@@ -150,7 +150,7 @@ def replay(
     check_files()
     pairs = parse_links(links, cluster)
     data = read_series(series)
-    trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor)
+    trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor, "--time-scale")
     params = {"series": os.path.basename(series), "source": list(data.comments), "nominal": nominal, "unit": data.value_name}
     clip = {"min_factor": min_factor, "max_factor": max_factor}
     _write(trace, out, {"kind": "replay", **params, "time_scale": time_scale, "links": links, **clip})

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pipeplan.core.plan import Plan
     from pipeplan.runtime.transport.network import NetworkSettings
 
 
@@ -17,14 +18,19 @@ def network_for_train(
     cluster: str | None,
     plan_devices: Sequence[int] | None,
     local: int | None,
+    timeout_s: float = 300.0,
+    message_bytes: float | None = None,
 ) -> NetworkSettings | None:
     """The emulated network, checked against the job's devices (the plan's, else one per process: --local N or
-    torchrun's WORLD_SIZE): None for the real one.
+    torchrun's WORLD_SIZE) and priced: its slowest link's lowest rate above the floor, and the largest message
+    (`message_bytes`, when known) moved within `timeout_s` (link_emulation.check_emulation_time). None for the real one.
 
     Raises:
-        TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on.
+        TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on, a rate
+            the run cannot finish on.
         CostError, ClusterError: an unreadable trace or cluster.
     """
+    from pipeplan.runtime.transport.link_emulation import check_emulation_time
     from pipeplan.runtime.transport.network import network_settings
 
     settings = network_settings(trace, gb_per_s, cluster)
@@ -33,11 +39,26 @@ def network_for_train(
     world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
     devices = list(plan_devices) if plan_devices is not None else list(range(world))
     if devices:
-        settings.links(devices)
+        rates = f"--emulate-gb-per-s {gb_per_s:g}" if gb_per_s is not None else f"cluster {cluster}'s rate"
+        check_emulation_time(settings.links(devices), rates, timeout_s, message_bytes)
     else:  # a torchrun worker: each process checks the devices again when it builds its wire
         settings.require_rate()
         settings.read_trace()
     return settings
+
+
+def largest_message_bytes(plan: Plan | None, profile: str | None, cluster: str | None, scaling: str) -> float | None:
+    """Bytes of the largest activation (or its gradient) one microbatch of `plan` sends across a stage boundary, from
+    its profile's cut bytes (before any split over replicated stages: an upper bound on one message), or None
+    without a plan, profile and cluster to price it with."""
+    if plan is None or profile is None or cluster is None or len(plan.stages) < 2:
+        return None
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.chain_view import chain_view
+    from pipeplan.sim.cost.model import CostModel
+
+    chain, model = chain_view(plan, CostModel.build(load_profile(profile), load_cluster(cluster), scaling))
+    return max(model.layers.cut_bytes(s.last_layer, chain.microbatch_size) for s in chain.stages[:-1])
 
 
 def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:

@@ -172,3 +172,24 @@ MAX_SECONDS = Limit(1e6, "s", "a latency above 11 days is a unit mistake, and la
 MIN_FACTOR = Limit(1e-6, "", "a link slowed more than a million times never finishes its transfer in finite time", least=True)
 MAX_FACTOR = Limit(1e6, "", "a link sped up more than a million times is a mistake")
 OPTIMIZER_FACTOR = Limit(1000, "", "an optimizer keeps a few copies of the weights (Adam 2, SGD with momentum 1), not thousands")
+
+# ---- work of many iterations (core.work prices a request from its sizes)
+SIMULATED_EVENTS = Limit(
+    24_000_000,
+    "events",
+    "simulate --iterations, adapt and plan --trace-iterations simulate each iteration a trace changes (an event is one "
+    "action or transfer; a reused or printed iteration counts 10) at about 400,000 events a second: about 60 s",
+)
+RUN_BYTES = Limit(
+    2 * 2**30,
+    "bytes",
+    "every iteration's figures (about 120 bytes; a controller's decision 600 bytes per candidate k) are kept until "
+    "the run ends and printed",
+)
+EMULATED_BYTES_PER_S = Limit(
+    1e6,
+    "bytes/s",
+    "train waits out each emulated transfer in real time: below 1 MB/s (10^-3 GB/s) a 1 MB activation takes over a "
+    "second, and the 1e-9 GB/s once accepted waited out --timeout and failed naming neither",
+    least=True,
+)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ class BandwidthTrace:
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
     _named: set[Link | bool | None] = field(default_factory=set, init=False, repr=False, compare=False, hash=False)
+    _fastest: dict[Link, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
@@ -108,8 +110,25 @@ class BandwidthTrace:
         return factors[bisect_right(times, t_ms) - 1] if t_ms >= 0 else 1.0
 
     def max_factor(self, link: Link) -> float:
-        """The largest multiplier `link` ever runs at (for lower bounds)."""
-        return max(self.segments(link)[1])
+        """The largest multiplier `link` ever runs at (for lower bounds; computed once per link: every simulation's
+        bound asks, and a trace may hold a million steps)."""
+        fastest = self._fastest.get(link)
+        if fastest is None:
+            fastest = self._fastest[link] = max(self.segments(link)[1])
+        return fastest
+
+    def min_factor(self, link: Link) -> float:
+        """The smallest multiplier `link` ever runs at (1.0 when no step slows it)."""
+        return min(self.segments(link)[1])
+
+    def changes(self, links: Iterable[Link]) -> tuple[float, ...]:
+        """The times (ascending, each once) at which the factor of one of `links` changes value: between two of
+        them every one of these links runs at a constant factor. A step that repeats a link's factor is no change."""
+        times: set[float] = set()
+        for link in links:
+            at, factors = self.segments(link)
+            times.update(at[i] for i in range(1, len(at)) if factors[i] != factors[i - 1])
+        return tuple(sorted(times))
 
     def shifted(self, offset_ms: float) -> BandwidthTrace:
         """The trace as seen from time `offset_ms` (which becomes 0): for simulating a later iteration.
@@ -155,6 +174,23 @@ def finish_time(times: tuple[float, ...], factors: tuple[float, ...], start_ms: 
 
 
 def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
+    if (  # the common case in one expression: a trace at the step limit is checked twice per step (reader, value)
+        type(t_ms) is float
+        and type(factor) is float
+        and 0.0 <= t_ms < math.inf
+        and MIN_FACTOR.value <= factor <= MAX_FACTOR.value
+        and (
+            link is None
+            or (
+                type(link) is tuple
+                and len(link) == 2
+                and type(link[0]) is int
+                and type(link[1]) is int
+                and 0 <= link[0] != link[1] >= 0
+            )
+        )
+    ):
+        return
     where = f"bandwidth trace entry {i}"
     if isinstance(t_ms, bool) or not isinstance(t_ms, (int, float)) or not math.isfinite(t_ms) or t_ms < 0:
         raise CostError(f"{where}: t_ms must be a finite number >= 0, got {t_ms!r}")

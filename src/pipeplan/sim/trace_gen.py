@@ -20,6 +20,9 @@ from pipeplan.sim.trace import BandwidthTrace, Link, TraceStep
 
 MAX_STEPS = 1_000_000
 """More changes than this is a mistake in the parameters (a period of microseconds over hours), not a trace."""
+MAX_TRACE_MS = 1e15
+"""The latest time a replayed sample may land at (about 31,700 years): a series stretched beyond it is a mistake in
+time_scale, and ms times beyond 1e15 lose sub-ms resolution in float (ulp 0.125 ms)."""
 
 
 def _check(name: str, value: float, low: float, high: float = math.inf, low_open: bool = True) -> float:
@@ -122,6 +125,7 @@ def replay_trace(
     links: Sequence[Link] | None = None,
     min_factor: float = 0.05,
     max_factor: float = 1.0,
+    scale_name: str = "time_scale",
 ) -> BandwidthTrace:
     """A measured series as factors: value / nominal from each sample's time on, clipped to [min_factor, max_factor].
 
@@ -130,10 +134,11 @@ def replay_trace(
     measurement) become min_factor: a link at factor 0 would never deliver.
 
     Raises:
-        CostError: an empty or unsorted series, a negative or non-finite value, or a bad nominal, scale or clip.
+        CostError: an empty or unsorted series, a negative or non-finite value, or a bad nominal, scale or clip; a
+            scale under which samples overflow (beyond MAX_TRACE_MS) or round onto each other (`scale_name` names it).
     """
     _check("nominal", nominal, 0.0)
-    _check("time_scale", time_scale, 0.0)
+    _check(scale_name, time_scale, 0.0)
     _check("min_factor", min_factor, 0.0)
     _check("max_factor", max_factor, 0.0)
     if min_factor > max_factor:
@@ -148,4 +153,25 @@ def replay_trace(
             raise CostError(f"series sample {i}: value must be a finite number >= 0, got {value!r}")
         factor = min(max_factor, max(min_factor, value / nominal))
         changes.append(((t - times_s[0]) * time_scale * 1000.0, factor))
+    _check_scaled(times_s, [t for t, _ in changes], time_scale, scale_name)
     return _steps(changes, links)
+
+
+def _check_scaled(times_s: Sequence[float], scaled_ms: Sequence[float], time_scale: float, name: str) -> None:
+    """Refuse a time_scale under which the series' samples no longer stand apart: a time that overflows to
+    infinity (beyond MAX_TRACE_MS) or rounds onto the previous sample's, naming how many samples would be lost."""
+    over = [i for i, t in enumerate(scaled_ms) if not t <= MAX_TRACE_MS]
+    if over:
+        i = over[0]
+        raise CostError(
+            f"{name} {time_scale:g} puts series sample {i} (at {times_s[i] - times_s[0]:g} s) at {scaled_ms[i]:g} ms, "
+            f"beyond {MAX_TRACE_MS:g} ms: {len(over):,} of {len(scaled_ms):,} samples would be lost; use a smaller "
+            f"{name}"
+        )
+    merged = [i for i in range(1, len(scaled_ms)) if scaled_ms[i] <= scaled_ms[i - 1]]
+    if merged:
+        i = merged[0]
+        raise CostError(
+            f"{name} {time_scale:g} puts series samples {i - 1} and {i} at the same time ({scaled_ms[i]:g} ms): "
+            f"{len(merged):,} of {len(scaled_ms):,} samples would merge into the one before; use a larger {name}"
+        )

@@ -103,6 +103,31 @@ def rescore(finalists: list[Plan], model: CostModel, trace: BandwidthTrace, iter
     return sorted(scores, key=lambda s: (s.expected_ms, s.idle_rank))
 
 
+def check_rescoring(plans: list[Plan] | None, trace: BandwidthTrace, iterations: int | None, flag: str) -> None:
+    """Refuse re-scoring `plans` (None: the smallest RESCORED plans, before planning) for `iterations` each (None:
+    up to MAX_ITERATIONS) when it would cost more than core.limits allows (core.work.rescore_runs), naming `flag`.
+
+    Raises:
+        PlanError: the estimate, the limit and the most iterations that fit.
+    """
+    from pipeplan.core.errors import PlanError
+    from pipeplan.core.work import check_work, plan_events, rescore_runs
+    from pipeplan.schedules.registry import TABLE
+    from pipeplan.sim.engine.iterations import trace_changes
+
+    sizes: list[tuple[int, int, int, bool]] = []
+    for plan in plans if plans is not None else []:
+        facts = TABLE.get(plan.schedule)
+        per = 3 if facts is not None and facts.split_backward else 2
+        events = plan_events([len(s.devices) for s in plan.stages], plan.microbatches, per)
+        sizes.append((len(plan.stages), plan.microbatches, events, plan.chunks == 1))
+    if plans is None:
+        sizes = [(1, 1, 2, True)] * RESCORED
+    changes = trace_changes(trace)
+    what = f"re-scoring {len(sizes)} finalists under the trace"
+    check_work(what, flag, iterations or MAX_ITERATIONS, lambda n: rescore_runs(n, sizes, changes), PlanError)
+
+
 def choose_under_trace(
     result: PlanResult, request: PlanRequest, trace: BandwidthTrace, iterations: int | None
 ) -> tuple[PlanResult, list[TraceScore]]:
@@ -111,6 +136,7 @@ def choose_under_trace(
     from pipeplan.sim.cost.memory import check_fits
 
     finalists = [result.plan, *result.extra.get("finalists", [])]
+    check_rescoring(list(dict.fromkeys(finalists))[:RESCORED], trace, iterations, "--trace-iterations")
     scores = rescore(finalists, request.model, trace, iterations)
     best = scores[0].plan
     if best == result.plan:

@@ -130,6 +130,60 @@ class EmulatedLinks:
         return 1.0 if self.trace is None else self.trace.factor_at(link, t_ms)
 
 
+def slowest_link(links: EmulatedLinks) -> tuple[Link, float, float]:
+    """The job's emulated link with the lowest rate it can ever see: (link, bytes/s, the trace's factor there).
+
+    The rate is the nominal one times the smallest factor the trace gives the link at any time (1.0 without a step
+    slowing it), so a transfer on it never runs slower than this.
+    """
+    trace = links.trace
+    named = set(trace.links()) if trace is not None else set()
+    unnamed: list[float] = []  # links no step names see only the "all" steps: one walk of the trace serves them all
+
+    def lowest(link: Link) -> float:
+        if trace is None or not trace.affects(link):
+            return 1.0
+        if link in named:
+            return trace.min_factor(link)
+        if not unnamed:
+            unnamed.append(trace.min_factor(link))
+        return unnamed[0]
+
+    link = min(links.rates, key=lambda x: (links.rates[x].bytes_per_s * lowest(x), x))
+    factor = lowest(link)
+    return link, links.rates[link].bytes_per_s * factor, factor
+
+
+def check_emulation_time(links: EmulatedLinks, rate_what: str, timeout_s: float, message_bytes: float | None) -> None:
+    """Refuse an emulated network a run cannot finish on, before any process starts: a link whose lowest rate is
+    below core.limits.EMULATED_BYTES_PER_S, or (when the largest message's bytes are known: a plan and its profile)
+    one that takes longer than `timeout_s` (--timeout: how long a rank waits for a peer) on the slowest link.
+
+    `rate_what` names where the nominal rates come from (`--emulate-gb-per-s 0.5`, or the cluster).
+
+    Raises:
+        TrainConfigError: naming the rate, the trace's factor, the estimate and the way out.
+    """
+    from pipeplan.core.limits import EMULATED_BYTES_PER_S, show
+
+    if not links.rates:
+        return
+    link, rate, factor = slowest_link(links)
+    slowed = f" x factor {factor:g} of --bandwidth-trace" if factor != 1.0 else ""
+    what = f"emulated link {link[0]}->{link[1]} ({rate_what}{slowed})"
+    if not EMULATED_BYTES_PER_S.allows(rate):
+        raise TrainConfigError(
+            f"{EMULATED_BYTES_PER_S.message(what, rate)}; raise --emulate-gb-per-s or the trace's lowest factor"
+        )
+    if message_bytes is not None and message_bytes / rate > timeout_s:
+        seconds = message_bytes / rate
+        raise TrainConfigError(
+            f"{what}: the plan's largest message, {show(round(message_bytes))} bytes, takes {seconds:.3g} s at "
+            f"{show(round(rate))} bytes/s, longer than --timeout {timeout_s:g} s (how long a rank waits for a peer), so "
+            f"the run cannot finish; raise --timeout above {seconds:.3g}, or the emulated rate"
+        )
+
+
 class Wire:
     """One process's end of the emulated network: stamps each message it sends with its arrival, and holds each
     message it receives until that arrival.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,69 @@ class IterationRun:
         }
 
 
-def steady_after(trace: BandwidthTrace | None, offset_ms: float) -> bool:
-    """True when no step of `trace` lies after `offset_ms`: from there every iteration of a schedule runs alike."""
-    return trace is None or trace.end_ms <= offset_ms
+class Reuse:
+    """Iterations of one schedule that ran under constant link factors, kept to stand for later ones that would too.
+
+    An iteration's times depend on the trace only through the factors its
+    transfers' links run at while it runs. When none of those links changes
+    factor inside an iteration's span, the iteration runs as any other that
+    starts at the same factors and also sees no change (to rounding: a
+    simulation adds the iteration's start to its times on the trace's clock
+    and takes it away): so one simulation per set of factors stands for all
+    of them (`known` returns it when the next change lies beyond its span). Steps far past any time a
+    run reaches (t = 1e300) cost nothing: they are never inside a span. The
+    iterations simulated in full number at most 2 x (changes) + 1, whatever
+    the count of iterations (core.work prices a run with that).
+    """
+
+    def __init__(self, costs: Costs, trace: BandwidthTrace | None) -> None:
+        used = dict.fromkeys(f.link for flows in costs.forward + costs.backward for f in flows)
+        self.links = tuple(link for link in used if trace is not None and trace.affects(link))
+        self.trace = trace
+        self.changes = trace.changes(self.links) if trace is not None else ()
+        self.simulated = 0
+        self._seen: dict[tuple[float, ...], tuple[float, float]] = {}
+
+    def fresh(self) -> Reuse:
+        """An empty Reuse for another schedule of the same costs and trace (the changes are not looked up again)."""
+        other = object.__new__(Reuse)
+        other.links, other.trace, other.changes, other.simulated, other._seen = self.links, self.trace, self.changes, 0, {}
+        return other
+
+    def _key(self, t_ms: float) -> tuple[float, ...]:
+        trace = self.trace
+        return tuple(trace.factor_at(link, t_ms) for link in self.links) if trace is not None else ()
+
+    def _clear(self, t_ms: float, iteration_ms: float) -> bool:
+        """Whether no factor changes in (t_ms, t_ms + iteration_ms]."""
+        i = bisect_right(self.changes, t_ms)
+        return i == len(self.changes) or self.changes[i] > t_ms + iteration_ms
+
+    def known(self, t_ms: float) -> tuple[float, float] | None:
+        """(iteration ms, peak bytes) of an iteration starting at `t_ms`, when one already simulated stands for it."""
+        seen = self._seen.get(self._key(t_ms))
+        return seen if seen is not None and self._clear(t_ms, seen[0]) else None
+
+    def keep(self, t_ms: float, result: SimResult) -> tuple[float, float]:
+        """Record an iteration simulated from `t_ms` on (kept when it saw no change); its (ms, peak bytes)."""
+        self.simulated += 1
+        current = (result.iteration_time, peak_bytes(result))
+        if self._clear(t_ms, current[0]):
+            self._seen.setdefault(self._key(t_ms), current)
+        return current
+
+
+def trace_changes(trace: BandwidthTrace | None) -> int:
+    """At most how often the factors of any set of links change: the trace's distinct step times after 0 (a run
+    simulates at most 2 x this + 1 iterations in full, Reuse)."""
+    return len({step.t_ms for step in trace.steps if step.t_ms > 0}) if trace is not None else 0
+
+
+def iteration_events(schedule: Schedule, costs: Costs) -> int:
+    """Events of one simulated iteration: the schedule's actions and every flow of every transfer (one per
+    microbatch, boundary and direction)."""
+    flows = sum(len(f) for f in costs.forward + costs.backward)
+    return sum(map(len, schedule.ranks)) + flows * schedule.num_microbatches
 
 
 def peak_bytes(result: SimResult) -> float:
@@ -52,24 +113,21 @@ def simulate_iterations(
     """Simulate `iterations` back-to-back iterations of one schedule, the trace's clock running across them.
 
     Iteration i starts at the end of iteration i - 1 (its last optimizer step,
-    sim.engine) and sees the trace from there (simulate's offset_ms). Once the
-    trace has no step left ahead, every later iteration runs exactly as the
-    first one past its last step, which is reused instead of simulated again.
+    sim.engine) and sees the trace from there (simulate's offset_ms). An
+    iteration that sees no change of its links' factors is simulated once per
+    set of factors and reused (Reuse): after the trace's last step, or
+    between steps far apart, iterations cost no simulation.
     """
     program = compile_schedule(schedule)
+    reuse = Reuse(costs, trace)
     starts: list[float] = []
     times: list[float] = []
     peaks: list[float] = []
     t = start_ms
-    steady: tuple[float, float] | None = None
     for _ in range(iterations):
-        if steady is None:
-            result = simulate(schedule, costs, trace, record=False, offset_ms=t, program=program)
-            current = (result.iteration_time, peak_bytes(result))
-            if steady_after(trace, t):
-                steady = current
-        else:
-            current = steady
+        current = reuse.known(t)
+        if current is None:
+            current = reuse.keep(t, simulate(schedule, costs, trace, record=False, offset_ms=t, program=program))
         starts.append(t)
         times.append(current[0])
         peaks.append(current[1])
