@@ -4,6 +4,7 @@ files a plan's step is predicted with, and the model a plan's profile was measur
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -12,6 +13,7 @@ from pipeplan.core.errors import PipeplanError
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
+    from pipeplan.core.plan import Plan
     from pipeplan.runtime.options import AsyncSettings
 
 
@@ -192,3 +194,22 @@ def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) 
             f"--predict re-profiles a chain's stages; plan {plan_path} is a graph's (its stages are sets of layers): "
             "leave --predict out (the plan's step is still predicted from its profile and cluster)"
         )
+
+
+def prepare_checkpoints(
+    checkpoint_dir: str, resume: bool, every: int, steps: int, job: dict[str, object], plan: Plan | None, local: int | None
+) -> tuple[str | None, bool]:
+    """The checkpoint folder checked before any process starts (runtime.state.checkpoint.prepare): writable, nothing
+    in it that pipeplan did not record, and with --resume every file and field of the checkpoint, against the job's
+    fields known here (`job`: model, dtype, optimizer, seed; the world size; a plan's stages and global batch).
+    Returns a note for the user and whether the run is already finished."""
+    from pipeplan.runtime.state.checkpoint import prepare
+
+    fields = dict(job)
+    world = local if local is not None else os.environ.get("WORLD_SIZE", "")
+    if isinstance(world, int) or world.isdigit():
+        fields["world_size"] = int(world)
+    if plan is not None:
+        fields["global_batch"] = plan.global_batch
+        fields["stages"] = [(s.first_layer, s.last_layer, list(s.devices)) for s in plan.stages]
+    return prepare(Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields)
