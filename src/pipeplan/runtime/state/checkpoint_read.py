@@ -100,7 +100,7 @@ def read_rank(
     index = root / LATEST
     meta = check_meta(folder / meta_name(process), read_recorded(folder, meta_name(process), files, index), step)
     if job is not None:
-        _same_job(folder / tensors_name(process), meta["fingerprint"], job)
+        _same_job(folder / meta_name(process), meta["fingerprint"], job)
     path = folder / tensors_name(process)
     state = load_tensors(path, read_recorded(folder, tensors_name(process), files, index))
     check_state(path, state, meta["fingerprint"])
