@@ -26,6 +26,7 @@ import os
 import random
 import re
 import stat
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,20 +258,20 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
 
 
 def check_writable(root: Path) -> None:
-    """That files can be made in `root` (or `root` made in its parent) on a real, writable filesystem: a folder is
-    made and removed there, so nothing is left.
+    """That folders can be made in `root` (or, while it is absent, beside it) on a real, writable filesystem: a
+    uniquely named folder is made and removed there, so nothing is left and processes checking at once do not meet.
 
     Raises:
         TrainConfigError: naming the folder and the reason (`/proc/ck`: a folder cannot be made there).
     """
-    probe = root / f".pipeplan-probe-{os.getpid()}" if root.is_dir() else root
+    where = root if root.is_dir() else root.parent
     try:
-        os.mkdir(probe)
+        probe = tempfile.mkdtemp(prefix=".pipeplan-probe-", dir=where)
     except OSError as exc:
-        where = "in it" if probe != root else "there"
+        said = "in it" if where == root else "there"
         raise TrainConfigError(
-            f"--checkpoint-dir {str(root)!r} cannot be written: a folder cannot be made {where} ({os_reason(exc, str(probe))}); "
-            "choose a folder on a writable disk"
+            f"--checkpoint-dir {str(root)!r} cannot be written: a folder cannot be made {said} "
+            f"({exc.strerror or os_reason(exc, str(where))}); choose a folder on a writable disk"
         ) from None
     os.rmdir(probe)
 
