@@ -59,8 +59,9 @@ def save(root: Path, step: int, world: int = 1, keep_last: int = 0, width: int =
     def one(rank: int) -> None:
         group.local.rank = rank
         stage, optimizer = model(width, seed=rank)
+        written = fingerprint(world, **job)
         try:
-            notes[rank] = take(root, step, rank, {rank: stage}, optimizer, step * GLOBAL_BATCH, fingerprint(world, **job),
+            notes[rank] = take(root, step, rank, {rank: stage}, optimizer, step * written["global_batch"], written,
                                keep_last, exchange=group.exchange)  # fmt: skip
         except BaseException as exc:
             errors[rank] = exc
@@ -102,5 +103,12 @@ def snapshot(root: Path) -> dict[str, object]:
     return out
 
 
-CLI_JOB = {"module": "mlp", "module_options": [], "dataset": "auto", "optimizer": "adam", "seed": 0}
-"""The fingerprint fields of `train --schedule 1f1b` with its defaults, which the launcher compares."""
+def cli_fingerprint(steps: int = 4) -> dict[str, Any]:
+    """The fingerprint of `train --local 2 --schedule 1f1b -p 2 -m 4 --steps STEPS` with its defaults (the launcher
+    compares a checkpoint's with it before reading any tensor)."""
+    from pipeplan.runtime.execution.job import ScheduleLayout
+    from pipeplan.runtime.training.resume_check import resume_targets
+    from pipeplan.runtime.training.train_config import TrainConfig
+
+    config = TrainConfig(layout=ScheduleLayout("1f1b", 2, 4, 64, 1, 1, None, steps, 0), steps=steps)
+    return resume_targets(config, 2)[0]

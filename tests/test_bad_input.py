@@ -250,8 +250,9 @@ def _hostile_checkpoint(root: Path) -> None:
     import hashlib
 
     files = {}
-    job = {"world_size": 2, "global_batch": 64, "module": "mlp", "module_options": [], "dataset": "auto",
-           "dtype": "float32", "optimizer": "adam", "seed": 0}  # fmt: skip
+    from checkpoint_files import cli_fingerprint
+
+    job = cli_fingerprint()  # the job's own: the launcher compares it before reading any tensor
     for rank in (0, 1):
         folder = root / "step-000002"
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from checkpoint_files import CLI_JOB, GLOBAL_BATCH, fingerprint, model, rerecord, save, snapshot  # noqa: E402
+from checkpoint_files import GLOBAL_BATCH, cli_fingerprint, fingerprint, model, rerecord, save, snapshot  # noqa: E402
 from cli_runner import run  # noqa: E402
 from pipeplan.core.errors import OutputError  # noqa: E402
 from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
@@ -141,7 +141,7 @@ def test_train_resume_refuses_a_hostile_checkpoint_with_one_line_and_starts_noth
     """`train --resume` on a hostile checkpoint: exit 2, one error line naming the file, no marker, no file written."""
     marker = tmp_path / "marker"
     ckpt = tmp_path / "ckpt"
-    path = _hostile(ckpt, marker, _RunsCommand, "torch", with_meta=True, **CLI_JOB)
+    path = _hostile(ckpt, marker, _RunsCommand, "torch", with_meta=True, **cli_fingerprint())
     before = sorted(p.relative_to(ckpt) for p in ckpt.rglob("*"))
     monkeypatch.chdir(tmp_path)
     argv = ["train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4", "--steps", "4", "--checkpoint-dir", str(ckpt)]
@@ -304,3 +304,31 @@ def test_train_refuses_a_bad_checkpoint_folder_in_the_launcher(tmp_path: Path, c
     assert said in lines[0], lines[0]
     if case != "proc":
         assert snapshot(ckpt) == before
+
+
+def test_prepare_checks_each_rank_against_the_stages_its_process_will_build(tmp_path: Path) -> None:
+    """A checkpoint whose weights and Adam state were consistently widened (the record rewritten to match) passes
+    every check of the file alone, and is refused by prepare once it is given the stages each process will build,
+    naming the file, the field and both shapes."""
+    save(tmp_path, 2, world=2)
+    path = rank_file(tmp_path, 2, 1)
+    state = torch.load(path, weights_only=True)
+    state["stages"][1]["0.weight"] = torch.zeros(3, 5)
+    for key in ("exp_avg", "exp_avg_sq"):
+        state["optimizer"]["state"][0][key] = torch.zeros(3, 5)
+    torch.save(state, path)
+    rerecord(tmp_path, 2, path.name)
+    assert prepare(tmp_path, resume=True, writes=True, steps=4, every=2)[1] is False
+
+    def expect() -> tuple[dict[str, Any], dict[int, Any]]:
+        targets = {}
+        for rank in (0, 1):
+            stage, optimizer = model(seed=rank)
+            targets[rank] = ({rank: stage}, optimizer)
+        return fingerprint(2), targets
+
+    with pytest.raises(
+        TrainConfigError,
+        match=r"rank-1.pt: field 'stages.1.0.weight' is torch.float32 \[3, 5\], the model's is torch.float32 \[3, 4\]",
+    ):
+        prepare(tmp_path, resume=True, writes=True, steps=4, every=2, expect=expect)

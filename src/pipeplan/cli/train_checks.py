@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -14,6 +14,7 @@ from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
     from pipeplan.core.plan import Plan
+    from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import AsyncSettings
 
 
@@ -197,19 +198,42 @@ def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) 
 
 
 def prepare_checkpoints(
-    checkpoint_dir: str, resume: bool, every: int, steps: int, job: dict[str, object], plan: Plan | None, local: int | None
+    checkpoint_dir: str,
+    resume: bool,
+    every: int,
+    steps: int,
+    job: dict[str, Any],
+    plan: tuple[Plan | None, str | None, ScheduleLayout | None],
+    local: int | None,
 ) -> tuple[str | None, bool]:
     """The checkpoint folder checked before any process starts (runtime.state.checkpoint.prepare): writable, nothing
-    in it that pipeplan did not record, and with --resume every file and field of the checkpoint, against the job's
-    fields known here (`job`: model, dtype, optimizer, seed; the world size; a plan's stages and global batch).
-    Returns a note for the user and whether the run is already finished."""
+    in it that pipeplan did not record, and with --resume every file and field of the checkpoint, and its tensors
+    against the stages each process will build (the job's model, `plan` = (plan, its path, or a --schedule layout)).
+    `job`: module, module_options (a dict), dataset, dtype, optimizer, seed, lr. Returns a note for the user and
+    whether the run is already finished."""
     from pipeplan.runtime.state.checkpoint import prepare
+    from pipeplan.runtime.training.launch import launched_locally
 
-    fields = dict(job)
     world = local if local is not None else os.environ.get("WORLD_SIZE", "")
-    if isinstance(world, int) or world.isdigit():
-        fields["world_size"] = int(world)
-    if plan is not None:
-        fields["global_batch"] = plan.global_batch
-        fields["stages"] = [(s.first_layer, s.last_layer, list(s.devices)) for s in plan.stages]
-    return prepare(Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields)
+    size = world if isinstance(world, int) else int(world) if world.isdigit() else None
+    fields = {"module": job["module"], "module_options": sorted((k, str(v)) for k, v in job["module_options"].items()),
+              "dataset": job["dataset"], "dtype": job["dtype"], "optimizer": job["optimizer"], "seed": job["seed"]}  # fmt: skip
+    if size is not None:
+        fields["world_size"] = size
+
+    def expect() -> tuple[dict[str, Any], Any]:
+        from pipeplan.runtime.training.resume_check import resume_targets
+        from pipeplan.runtime.training.train_config import TrainConfig
+
+        config = TrainConfig(plan=plan[0], plan_path=plan[1], layout=plan[2], module=job["module"],
+                             module_options=tuple(sorted(job["module_options"].items())), dataset=job["dataset"],
+                             dtype=job["dtype"], optimizer=job["optimizer"], seed=job["seed"], lr=job["lr"],
+                             steps=steps)  # fmt: skip
+        assert size is not None
+        return resume_targets(config, size)
+
+    # the --local launcher has built the stages and checked them once; its workers check the files again
+    checks_model = size is not None and not launched_locally()
+    return prepare(
+        Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields, expect=expect if checks_model else None
+    )

@@ -46,6 +46,8 @@ CHECKPOINT_FORMAT = records.FORMAT
 """Of a rank's JSON and of latest.json (format 1 was one pickle per rank, which only an unsafe load could read)."""
 _STALE = re.compile(r"\.rank-\d+\.(pt|json)\.\w+\.tmp")
 """The temporary names `take` writes rank files under (manifest.write_file); only these are ever removed as stale."""
+Expect = Callable[[], tuple[dict[str, Any], dict[int, tuple[dict[int, nn.Module], torch.optim.Optimizer]]]]
+"""What the job will load into: its whole fingerprint, and each process's stages and optimizer (resume_check)."""
 Exchange = Callable[[Any], list[Any]]
 """Give every process's value to every process (torch.distributed's all_gather_object, or a stand-in in tests)."""
 
@@ -277,7 +279,13 @@ def check_writable(root: Path) -> None:
 
 
 def prepare(
-    root: Path, resume: bool, writes: bool, steps: int, every: int = 0, job: dict[str, Any] | None = None
+    root: Path,
+    resume: bool,
+    writes: bool,
+    steps: int,
+    every: int = 0,
+    job: dict[str, Any] | None = None,
+    expect: Expect | None = None,
 ) -> tuple[str | None, bool]:
     """Check a checkpoint folder before any process starts; return a note for the user (or None) and whether the run is
     already finished.
@@ -285,7 +293,9 @@ def prepare(
     Resuming from a folder with no checkpoint starts at step 1 (a job restarted by torchrun resumes the same way
     whether or not it got as far as a checkpoint); resuming a run that already reached `steps` has nothing left to
     run. With `every`, the step folders this run will write must be absent or pipeplan's; `job` holds the
-    fingerprint fields the launcher knows, which the checkpoint must match.
+    fingerprint fields the launcher knows, which the checkpoint must match; `expect`, called only when there is a
+    checkpoint to resume, gives the job's whole fingerprint and each process's stages and optimizer, which every
+    rank's tensors must fit (names, shapes, dtypes, parameters).
 
     Raises:
         TrainConfigError: the folder is not a folder or cannot be written; it holds checkpoints and neither --resume
@@ -334,7 +344,7 @@ def prepare(
         if (step or 0) < number <= steps and number % every == 0 and not (manifest and manifest.owns(number)):
             raise TrainConfigError(_foreign_folder(folder))
     if manifest is not None and step is not None:
-        verify(root, manifest, step, job)  # what the processes will load, checked once here, before any starts
+        verify(root, manifest, step, job, expect)  # what the processes will load, checked here, before any starts
     if manifest is not None and manifest.writing is not None:
         _remove_stale(step_dir(root, manifest.writing))
     if step is None:
@@ -352,9 +362,10 @@ def _remove_stale(folder: Path) -> None:
                 path.unlink(missing_ok=True)
 
 
-def verify(root: Path, manifest: Manifest, step: int, job: dict[str, Any] | None = None) -> None:
+def verify(root: Path, manifest: Manifest, step: int, job: dict[str, Any] | None = None, expect: Expect | None = None) -> None:
     """Check every rank's files of the checkpoint after `step` before any process starts: each read as recorded, each
-    field and tensor checked, every rank of its world size there, and (with `job`) the job's fields matched.
+    field and tensor checked, every rank of its world size there, the job's fields matched (`job`, or the whole
+    fingerprint `expect` gives), and with `expect` each rank's tensors against the stages that process will build.
 
     Raises:
         TrainConfigError: naming the file and the field.
@@ -362,7 +373,10 @@ def verify(root: Path, manifest: Manifest, step: int, job: dict[str, Any] | None
     folder = step_dir(root, step)
     if not stat.S_ISDIR(os.lstat(folder).st_mode):
         raise TrainConfigError(f"checkpoint folder {folder} is a symbolic link, not a folder pipeplan made")
-    meta, _ = read_rank(root, manifest, step, 0, job)
+    targets = None
+    if expect is not None:
+        job, targets = expect()
+    meta, state = read_rank(root, manifest, step, 0, job)
     world = meta["fingerprint"]["world_size"]
     names = {n for r in range(world) for n in (tensors_name(r), meta_name(r))}
     extra = sorted(set(manifest.checkpoints[step]) - names)
@@ -370,8 +384,11 @@ def verify(root: Path, manifest: Manifest, step: int, job: dict[str, Any] | None
         raise TrainConfigError(
             f"checkpoint index {root / LATEST} records {folder / extra[0]}, which no rank of world size {world} writes"
         )
-    for process in range(1, world):
-        read_rank(root, manifest, step, process, job)
+    for process in range(world):
+        if process:
+            _, state = read_rank(root, manifest, step, process, job)
+        if targets is not None and process in targets:
+            check_against(folder / tensors_name(process), state, *targets[process])
 
 
 def load_rank(
