@@ -332,3 +332,52 @@ def test_prepare_checks_each_rank_against_the_stages_its_process_will_build(tmp_
         match=r"rank-1.pt: field 'stages.1.0.weight' is torch.float32 \[3, 5\], the model's is torch.float32 \[3, 4\]",
     ):
         prepare(tmp_path, resume=True, writes=True, steps=4, every=2, expect=expect)
+
+
+def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
+    """Writing into a folder that holds checkpoints without --resume is refused (it would mix two runs); a file is not
+    a folder; an empty or missing folder is fine."""
+    assert prepare(tmp_path / "new", resume=False, writes=True, steps=4) == (None, False)
+    save(tmp_path / "old", 2)
+    save(tmp_path / "old", 4)
+    with pytest.raises(TrainConfigError, match=r"--checkpoint-dir '.*old' already holds checkpoints \(step 4\); add --resume"):
+        prepare(tmp_path / "old", resume=False, writes=True, steps=8)
+    assert prepare(tmp_path / "old", resume=False, writes=False, steps=8) == (None, False)  # nothing would be written
+    (tmp_path / "file").write_text("")
+    with pytest.raises(TrainConfigError, match=r"--checkpoint-dir '.*file' is a file, not a folder"):
+        prepare(tmp_path / "file", resume=True, writes=True, steps=8)
+
+
+def test_resume_says_where_it_starts_and_clears_only_its_own_interrupted_writes(tmp_path: Path) -> None:
+    """--resume: no checkpoint yet starts at step 1 (said); a run already at --steps has nothing to run (finished);
+    otherwise it continues, and the temporary files a killed write left in the folder the record says was being
+    written are removed, while a file of another name there, and temporary-looking files elsewhere, are kept."""
+    note, finished = prepare(tmp_path / "empty", resume=True, writes=True, steps=8)
+    assert "no checkpoint in" in str(note) and "starting at step 1" in str(note) and not finished
+    root = tmp_path / "ck"
+    save(root, 2)
+    save(root, 4)
+    index = json.loads((root / "latest.json").read_text())
+    (root / "latest.json").write_text(json.dumps(index | {"writing": 6}))  # a run killed while writing step 6
+    (root / "step-000006").mkdir()
+    stale = root / "step-000006" / ".rank-1.pt.k2j3_x.tmp"
+    stale.write_bytes(b"half")
+    mine = [root / "step-000006" / "rank-1.tmp", root / "step-000002" / ".rank-0.pt.abc.tmp", root / ".latest.json.q.tmp"]
+    for path in mine:
+        path.write_bytes(b"user")
+    note, finished = prepare(root, resume=True, writes=True, steps=8, every=2)
+    assert note is not None and "continuing from step 4 of 8" in note and not finished
+    assert not stale.exists() and all(path.read_bytes() == b"user" for path in mine)
+    note, finished = prepare(root, resume=True, writes=True, steps=4)
+    assert note is not None and note.endswith("at step 4, and --steps is 4: nothing left to run") and finished
+
+
+def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> None:
+    """With --keep-last 2 the third checkpoint removes the first's folder and says so; --keep-last 0 keeps every one."""
+    save(tmp_path, 2)
+    save(tmp_path, 4)
+    note = save(tmp_path, 6, keep_last=2)[0]
+    assert note == f"wrote checkpoint {tmp_path / 'step-000006'}; removed 1 older (--keep-last 2)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-000004", "step-000006"]
+    save(tmp_path, 8)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-000004", "step-000006", "step-000008"]

@@ -126,3 +126,12 @@ def test_the_record_is_read_without_following_a_fifo(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "latest.json")
     with pytest.raises(TrainConfigError, match=r"latest.json: cannot read checkpoint index: is not a regular file \(a FIFO\)"):
         read_manifest(tmp_path)
+
+
+def test_a_link_at_the_record_is_not_followed(tmp_path: Path) -> None:
+    """latest.json that is a symbolic link (to a record elsewhere, or to /dev/zero) is refused, naming the link."""
+    save(tmp_path / "ck", 1)
+    (tmp_path / "ck" / "latest.json").rename(tmp_path / "elsewhere.json")
+    (tmp_path / "ck" / "latest.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(TrainConfigError, match=r"latest.json: cannot read checkpoint index: is a symbolic link"):
+        read_manifest(tmp_path / "ck")

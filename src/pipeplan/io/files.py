@@ -127,10 +127,12 @@ def read_input_bytes(
         os.close(fd)
 
 
-def read_input_text(path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES) -> str:
+def read_input_text(
+    path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES, links: bool = True
+) -> str:
     """The UTF-8 text of a regular file (read_input_bytes); bytes that are not UTF-8 are an error naming the byte."""
     source = os.fspath(path)
-    data = read_input_bytes(source, what, error, limit)
+    data = read_input_bytes(source, what, error, limit, links)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

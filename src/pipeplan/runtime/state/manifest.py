@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.core.errors import OutputError
-from pipeplan.io.files import something_at
-from pipeplan.io.json_fields import load_json_file
+from pipeplan.io.files import read_input_text, something_at
+from pipeplan.io.json_parse import parse_json
 from pipeplan.runtime.errors import TrainConfigError
 
 FORMAT = "pipeplan.checkpoint/2"
@@ -86,7 +86,7 @@ def read_manifest(root: Path) -> Manifest | None:
     path = root / LATEST
     if not something_at(str(path)):
         return None
-    index = load_json_file(path, TrainConfigError, "checkpoint index")
+    index = parse_json(read_input_text(path, "checkpoint index", TrainConfigError, links=False), str(path), TrainConfigError)
     if not isinstance(index, dict) or "step" not in index:
         raise TrainConfigError(f"checkpoint index {path} is malformed: expected an object with 'step'")
     if index.get("format", OLD_FORMATS[0]) not in OLD_FORMATS:
