@@ -228,18 +228,28 @@ def test_a_full_disk_names_the_file_and_leaves_the_last_checkpoint(
     assert prepare(tmp_path, resume=True, writes=True, steps=4, every=1)[0].startswith("--resume: continuing from step 1")
 
 
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs (mounting needs root; skipped where it cannot be done)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+def _tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at folder (mounting needs root; skipped where it cannot be done)."""
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
-        yield disk
+        yield folder
     finally:
-        subprocess.run(["umount", str(disk)], check=False)
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs."""
+    yield from _tmpfs(tmp_path / "disk", "64k")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 700 KiB tmpfs: one checkpoint of `train --opt hidden=64` on 2 processes (about 455 KB) fits, two do not."""
+    yield from _tmpfs(tmp_path / "disk", "700k")
 
 
 def test_a_full_tmpfs_names_the_file_and_leaves_nothing_half_written(tiny_disk: Path) -> None:
@@ -381,3 +391,24 @@ def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-000004", "step-000006"]
     save(tmp_path, 8)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-000004", "step-000006", "step-000008"]
+
+
+@pytest.mark.slow
+def test_train_on_a_full_disk_stops_every_rank_naming_the_file(small_disk: Path) -> None:
+    """`train --local 2 --checkpoint-every 2 --steps 4` on a disk with room for one checkpoint: the second fails with
+    "no space left on device" naming the file, every rank stops (exit 2), no temporary or half-written file is left,
+    latest.json names step 2, and --resume from there is accepted."""
+    ckpt = small_disk / "ck"
+    argv = ["--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "4", "--opt", "hidden=64", "--checkpoint-dir", str(ckpt),
+            "--checkpoint-every", "2", "-q"]  # fmt: skip
+    done = run_train([*argv, "--steps", "4"], timeout=300)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and all("checkpoint after step 4 not written: checkpoint file" in e for e in errors), done.stderr
+    assert "no space left on device" in errors[0] and "inline_container" not in done.stderr
+    names = snapshot(ckpt)
+    assert sorted(names) == ["latest.json", "step-000002", *[f"step-000002/rank-{r}.{x}" for r in (0, 1) for x in ("json", "pt")]]
+    assert json.loads((ckpt / "latest.json").read_text())["step"] == 2
+    assert (
+        prepare(ckpt, resume=True, writes=False, steps=4)[0] == f"--resume: continuing from step 2 of 4 ({ckpt / 'step-000002'})"
+    )

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeplan.core.errors import OutputError
+from pipeplan.io.atomic import current_umask
 from pipeplan.io.files import read_input_text, something_at
 from pipeplan.io.json_parse import parse_json
 from pipeplan.runtime.errors import TrainConfigError
@@ -176,6 +177,7 @@ def write_file(path: Path, data: bytes, what: str) -> None:
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         try:
+            os.fchmod(fd, 0o666 & ~current_umask())  # as open() would make it, not mkstemp's 0600
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
