@@ -247,14 +247,25 @@ def _hostile_checkpoint(root: Path) -> None:
         def __reduce__(self) -> tuple[object, tuple[str]]:
             return os.system, (f"touch {root.parent / 'MARKER'}",)
 
+    import hashlib
+
+    files = {}
+    from checkpoint_files import cli_fingerprint
+
+    job = cli_fingerprint()  # the job's own: the launcher compares it before reading any tensor
     for rank in (0, 1):
         folder = root / "step-000002"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"rank-{rank}.pt").write_bytes(pickle.dumps({"stages": Hostile()}))
-        meta = {"format": "pipeplan.checkpoint/2", "step": 2, "samples_seen": 16, "fingerprint": {},
-                "python_rng": [3, [0] * 625, None]}  # fmt: skip
-        (folder / f"rank-{rank}.json").write_text(json.dumps(meta))
-    (root / "latest.json").write_text(json.dumps({"format": "pipeplan.checkpoint/2", "step": 2}))
+        meta = {"format": "pipeplan.checkpoint/2", "step": 2, "samples_seen": 128, "fingerprint": job,
+                "python_rng": [3, [0] * 624 + [624], None]}  # fmt: skip
+        for name, data in (
+            (f"rank-{rank}.pt", pickle.dumps({"stages": Hostile()})),
+            (f"rank-{rank}.json", json.dumps(meta).encode()),
+        ):
+            (folder / name).write_bytes(data)
+            files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}  # recorded as written
+    index = {"format": "pipeplan.checkpoint/2", "step": 2, "writing": None, "checkpoints": {"2": files}}
+    (root / "latest.json").write_text(json.dumps(index))
 
 
 def _fifo(path: Path) -> None:

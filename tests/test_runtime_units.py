@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -157,85 +154,6 @@ def test_bad_fault_spec_names_the_variable() -> None:
     """A malformed PIPEPLAN_FAULT is rejected with the expected form."""
     with pytest.raises(TrainConfigError, match="PIPEPLAN_FAULT must be RANK:STEP:ACTION:MODE"):
         FaultInjector.parse("1:x:1F2:boom")
-
-
-def test_latest_checkpoint_index_is_validated(tmp_path: Path) -> None:
-    """No index means no checkpoint; a negative step is rejected with the file named."""
-    from pipeplan.runtime.state.checkpoint import latest_step, mark_latest
-
-    assert latest_step(tmp_path) is None
-    mark_latest(tmp_path, 6)
-    assert latest_step(tmp_path) == 6
-    (tmp_path / "latest.json").write_text(json.dumps({"step": -1}))
-    with pytest.raises(TrainConfigError, match="has step -1, expected an integer >= 0"):
-        latest_step(tmp_path)
-
-
-def _fake_checkpoint(root: Path, steps: list[int]) -> None:
-    """Step folders with one rank's files each (a Linear layer and SGD, saved as train saves them), and latest.json
-    naming the last."""
-    from pipeplan.runtime.state.checkpoint import mark_latest, save_rank
-
-    layer = torch.nn.Linear(2, 2)
-    for step in steps:
-        save_rank(root, step, 0, {0: layer}, torch.optim.SGD(layer.parameters(), lr=0.1), 8 * step, {})
-    mark_latest(root, steps[-1])
-
-
-def test_checkpoint_folder_is_checked_before_the_run(tmp_path: Path) -> None:
-    """Writing into a folder that holds checkpoints without --resume is refused (it would mix two runs); a file is not a
-    folder; an empty or missing folder is fine."""
-    from pipeplan.runtime.state.checkpoint import prepare
-
-    assert prepare(tmp_path / "new", resume=False, writes=True, steps=4) == (None, False)
-    _fake_checkpoint(tmp_path / "old", [2, 4])
-    with pytest.raises(TrainConfigError, match=r"--checkpoint-dir '.*old' already holds checkpoints \(step 4\); add --resume"):
-        prepare(tmp_path / "old", resume=False, writes=True, steps=8)
-    assert prepare(tmp_path / "old", resume=False, writes=False, steps=8) == (None, False)  # nothing would be written
-    (tmp_path / "file").write_text("")
-    with pytest.raises(TrainConfigError, match=r"--checkpoint-dir '.*file' is a file, not a folder"):
-        prepare(tmp_path / "file", resume=True, writes=True, steps=8)
-
-
-def test_resume_says_where_it_starts_and_clears_interrupted_writes(tmp_path: Path) -> None:
-    """--resume: no checkpoint yet starts at step 1 (said); a run already at --steps has nothing to run (finished);
-    otherwise it continues, and the .tmp files a killed write left are removed."""
-    from pipeplan.runtime.state.checkpoint import prepare
-
-    note, finished = prepare(tmp_path / "empty", resume=True, writes=True, steps=8)
-    assert "no checkpoint in" in str(note) and "starting at step 1" in str(note) and not finished
-    _fake_checkpoint(tmp_path / "ck", [2, 4])
-    stale = tmp_path / "ck" / "step-000006" / "rank-1.tmp"
-    stale.parent.mkdir()
-    stale.write_bytes(b"half")
-    note, finished = prepare(tmp_path / "ck", resume=True, writes=True, steps=8)
-    assert note is not None and "continuing from step 4 of 8" in note and not finished
-    assert not stale.exists()
-    note, finished = prepare(tmp_path / "ck", resume=True, writes=True, steps=4)
-    assert note is not None and note.endswith("at step 4, and --steps is 4: nothing left to run") and finished
-
-
-def test_keep_last_removes_all_but_the_newest_checkpoints(tmp_path: Path) -> None:
-    """mark_latest with keep_last 2 removes the older step folders and returns them; 0 keeps every one."""
-    from pipeplan.runtime.state.checkpoint import mark_latest, step_dirs
-
-    _fake_checkpoint(tmp_path, [2, 4, 6])
-    assert mark_latest(tmp_path, 6, keep_last=0) == []
-    assert [step for step, _ in step_dirs(tmp_path)] == [2, 4, 6]
-    removed = mark_latest(tmp_path, 6, keep_last=2)
-    assert [path.name for path in removed] == ["step-000002"]
-    assert [step for step, _ in step_dirs(tmp_path)] == [4, 6]
-
-
-def test_a_corrupt_checkpoint_file_is_named(tmp_path: Path) -> None:
-    """A truncated rank file fails with its path, not with torch's unpickling message alone."""
-    from pipeplan.runtime.state.checkpoint import load_rank
-
-    _fake_checkpoint(tmp_path, [2])
-    (tmp_path / "step-000002" / "rank-0.pt").write_bytes(b"x")
-    layer = torch.nn.Linear(2, 2)
-    with pytest.raises(TrainConfigError, match=r"checkpoint file .*step-000002/rank-0.pt cannot be read"):
-        load_rank(tmp_path, 0, {0: layer}, torch.optim.SGD(layer.parameters(), lr=0.1), {})
 
 
 def test_local_worker_env_uses_loopback_and_one_thread() -> None:

@@ -4,7 +4,8 @@ files a plan's step is predicted with, and the model a plan's profile was measur
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,6 +13,8 @@ from pipeplan.core.errors import PipeplanError
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
+    from pipeplan.core.plan import Plan
+    from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import AsyncSettings
 
 
@@ -183,3 +186,45 @@ def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) 
             f"--predict re-profiles a chain's stages; plan {plan_path} is a graph's (its stages are sets of layers): "
             "leave --predict out (the plan's step is still predicted from its profile and cluster)"
         )
+
+
+def prepare_checkpoints(
+    checkpoint_dir: str,
+    resume: bool,
+    every: int,
+    steps: int,
+    job: dict[str, Any],
+    plan: tuple[Plan | None, str | None, ScheduleLayout | None],
+    local: int | None,
+) -> tuple[str | None, bool]:
+    """The checkpoint folder checked before any process starts (runtime.state.checkpoint.prepare): writable, nothing
+    in it that pipeplan did not record, and with --resume every file and field of the checkpoint, and its tensors
+    against the stages each process will build (the job's model, `plan` = (plan, its path, or a --schedule layout)).
+    `job`: module, module_options (a dict), dataset, dtype, optimizer, seed, lr. Returns a note for the user and
+    whether the run is already finished."""
+    from pipeplan.runtime.state.checkpoint import prepare
+    from pipeplan.runtime.training.launch import launched_locally
+
+    world = local if local is not None else os.environ.get("WORLD_SIZE", "")
+    size = world if isinstance(world, int) else int(world) if world.isdigit() else None
+    fields = {"module": job["module"], "module_options": sorted((k, str(v)) for k, v in job["module_options"].items()),
+              "dataset": job["dataset"], "dtype": job["dtype"], "optimizer": job["optimizer"], "seed": job["seed"]}  # fmt: skip
+    if size is not None:
+        fields["world_size"] = size
+
+    def expect() -> tuple[dict[str, Any], Any]:
+        from pipeplan.runtime.training.resume_check import resume_targets
+        from pipeplan.runtime.training.train_config import TrainConfig
+
+        config = TrainConfig(plan=plan[0], plan_path=plan[1], layout=plan[2], module=job["module"],
+                             module_options=tuple(sorted(job["module_options"].items())), dataset=job["dataset"],
+                             dtype=job["dtype"], optimizer=job["optimizer"], seed=job["seed"], lr=job["lr"],
+                             steps=steps)  # fmt: skip
+        assert size is not None
+        return resume_targets(config, size)
+
+    # the --local launcher has built the stages and checked them once; its workers check the files again
+    checks_model = size is not None and not launched_locally()
+    return prepare(
+        Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields, expect=expect if checks_model else None
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +15,7 @@ from pipeplan.cli.train_checks import (
     check_plan,
     model_of_profile,
     prediction_inputs,
+    prepare_checkpoints,
     refuse_beside_plan,
     refuse_predict_for_graph,
     split_ints,
@@ -218,9 +218,10 @@ def train(
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     if checkpoint_dir is not None:
-        from pipeplan.runtime.state.checkpoint import prepare
-
-        note, finished = prepare(Path(checkpoint_dir), resume, checkpoint_every > 0, run_steps)
+        job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
+               "optimizer": optimizer, "seed": seed, "lr": lr}  # fmt: skip
+        note, finished = prepare_checkpoints(checkpoint_dir, resume, checkpoint_every, run_steps, job,
+                                             (plan_obj, plan, layout), local)  # fmt: skip
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
         if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
             typer.echo(f"note: {note}", err=True)

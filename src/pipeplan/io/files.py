@@ -5,7 +5,9 @@ bandwidth traces, checkpoint indexes) comes through `read_input_text`, so a
 directory, a FIFO, a device, a symlink loop or an unreadable file is reported
 as what it is, a FIFO never blocks (it is refused before it is opened, and
 opened without blocking should it appear in between), and no file larger
-than core.limits.FILE_BYTES is read.
+than core.limits.FILE_BYTES is read. With `links=False` (checkpoint files, which
+pipeplan writes as plain files and reads back) a symbolic link is refused too,
+so a link to /dev/zero or out of the folder is never followed.
 """
 
 from __future__ import annotations
@@ -62,18 +64,20 @@ def something_at(path: str) -> bool:
     return True
 
 
-def check_regular(path: str, what: str, error: type[PipeplanError]) -> os.stat_result:
+def check_regular(path: str, what: str, error: type[PipeplanError], links: bool = True) -> os.stat_result:
     """The stat of path when it is a readable regular file, else error `{path}: cannot read {what}: {reason}`.
 
     The reasons: does not exist, is a directory, is not a regular file (a FIFO / a character device / ...),
-    symlink loop, permission denied.
+    symlink loop, permission denied; with `links` False, also "is a symbolic link" (the link is not followed).
     """
     try:
-        info = os.stat(path)
+        info = os.stat(path) if links else os.lstat(path)
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {os_reason(exc, path)}") from None
     except ValueError:  # an embedded NUL byte
         raise error(f"{path!r}: cannot read {what}: not a valid path") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise error(f"{path}: cannot read {what}: is a symbolic link (to {os.readlink(path)!r}), not a file pipeplan wrote")
     kind = kind_of(info.st_mode)
     if kind == "a directory":
         raise error(f"{path}: cannot read {what}: is a directory")
@@ -82,19 +86,25 @@ def check_regular(path: str, what: str, error: type[PipeplanError]) -> os.stat_r
     return info
 
 
-def read_input_bytes(path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, else error naming the path and what stands there.
+def read_input_bytes(
+    path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES, links: bool = True
+) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, else error naming the path and what stands there; with
+    `links` False a symbolic link at path is refused, not followed.
 
     Raises:
         error: `{path}: cannot read {what}: {reason}`, the reason as check_regular gives it, or "too large: N bytes,
             the limit is M bytes, because ...".
     """
     source = os.fspath(path)
-    info = check_regular(source, what, error)
+    info = check_regular(source, what, error, links)
     _check_size(source, what, error, info.st_size, limit)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)  # a link put there after the check is not followed either (ELOOP)
     try:
         # O_NONBLOCK: should a FIFO replace the file after the check, opening it does not wait for a writer.
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(source, flags)
     except OSError as exc:
         raise error(f"{source}: cannot read {what}: {os_reason(exc, source)}") from None
     try:
@@ -117,10 +127,12 @@ def read_input_bytes(path: str | os.PathLike[str], what: str, error: type[Pipepl
         os.close(fd)
 
 
-def read_input_text(path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES) -> str:
+def read_input_text(
+    path: str | os.PathLike[str], what: str, error: type[PipeplanError], limit: Limit = FILE_BYTES, links: bool = True
+) -> str:
     """The UTF-8 text of a regular file (read_input_bytes); bytes that are not UTF-8 are an error naming the byte."""
     source = os.fspath(path)
-    data = read_input_bytes(source, what, error, limit)
+    data = read_input_bytes(source, what, error, limit, links)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -148,13 +148,10 @@ def train(
                 on_step(step, float(loss), (t1 - t0) * 1000.0, (t2 - t1) * 1000.0)
         done = step + 1
         if root is not None and config.checkpoint_every and done % config.checkpoint_every == 0:
-            checkpoint.save_rank(root, done, rank, executor.modules(), optimizer, done * global_batch, fingerprint)
-            dist.barrier()
-            if rank == 0:
-                removed = checkpoint.mark_latest(root, done, config.keep_last)
-                if on_note is not None:
-                    gone = f"; removed {len(removed)} older (--keep-last {config.keep_last})" if removed else ""
-                    on_note(f"wrote checkpoint {checkpoint.step_dir(root, done)}{gone}")
+            note = checkpoint.take(root, done, rank, executor.modules(), optimizer, done * global_batch, fingerprint,
+                                   config.keep_last)  # fmt: skip
+            if note is not None and on_note is not None:
+                on_note(note)
         if config.evaluate and (done % per_epoch == 0 or done == total):
             own = executor.modules() if role.replica == 0 and role.pipeline_replica == 0 else {}
             scored = evaluation(model, plan, own, device, done, per_epoch, began)
