@@ -56,7 +56,7 @@ def adapt(
     from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.controller import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
+    from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel

@@ -125,7 +125,7 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
     """Check --out, run every step in order, then print the JSON report or the files written (`pipeplan demo`)."""
     import time
 
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.api.outputs import Output, check_outputs
 
     check_outputs([Output("--out", out, folder=True)])
     check_outputs([Output(f"--out {out!r}: file", os.path.join(out, name)) for name in FILES if os.path.isdir(out)])

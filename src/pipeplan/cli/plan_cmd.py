@@ -85,7 +85,7 @@ def plan(
     bound: bool = BOUND,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.api.outputs import Output, check_outputs
     from pipeplan.io.plan_json import write_plan
     from pipeplan.planner.registry import run_planner
     from pipeplan.planner.request import PlanRequest
@@ -164,7 +164,7 @@ def compare(
     bound: bool = BOUND,
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs
     from pipeplan.planner.compare import run_comparison
 
     check_outputs([Output("--png", png, IMAGE_SUFFIXES)], {"--profile": profile, "--cluster": cluster})

@@ -27,7 +27,7 @@ def probe(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.api.outputs import Output, check_outputs
     from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_local, check_optimizer

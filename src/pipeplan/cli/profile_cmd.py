@@ -58,7 +58,7 @@ def profile(
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
     from pipeplan.cli.flags import parse_int_list
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.api.outputs import Output, check_outputs
 
     if dtype not in DTYPE_CHOICES:
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")

@@ -49,7 +49,7 @@ def show_cluster(
     png: str | None = typer.Option(None, "--png", help="Write the bandwidth matrix as a heat map PNG."),
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs
     from pipeplan.presets.resolve import load_cluster
     from pipeplan.viz.inventory import MATRIX_MAX_DEVICES, bandwidth_matrix_table, devices_table, link_classes_table
 

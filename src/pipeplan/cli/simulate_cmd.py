@@ -63,7 +63,7 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
+    from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs, plan_inputs
 
     inputs = {"NAME": name, "--bandwidth-trace": bandwidth_trace, **plan_inputs(plan, profile, cluster)}
     check_outputs([Output("--trace", trace_out), Output("--png", png_out, IMAGE_SUFFIXES)], inputs)

@@ -78,7 +78,7 @@ def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
 
 def _check_out(out: str, inputs: dict[str, str | None] | None = None) -> None:
     """The trace file --out, checked before any work against the command's inputs (the one output guard)."""
-    from pipeplan.cli.outputs import Output, check_outputs
+    from pipeplan.api.outputs import Output, check_outputs
 
     check_outputs([Output("--out", out, (".json",))], inputs)
 

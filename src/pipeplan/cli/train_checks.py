@@ -78,7 +78,7 @@ def check_options(
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
     output guard: none may name an input in `inputs`, another output, or anything but a regular file)."""
-    from pipeplan.cli.outputs import IMAGE_SUFFIXES, Output, check_outputs
+    from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs
     from pipeplan.runtime.options import check_local, check_train_options
 
     check_local(local)
