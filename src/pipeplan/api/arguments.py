@@ -312,6 +312,7 @@ def load_profile(profile: ModelProfile | str) -> ModelProfile:
     Raises:
         ProfileError: naming `profile` and the value (an unknown name lists close matches).
     """
+    check(ProfileError, {"profile": (profile, PROFILE)})
     if isinstance(profile, ModelProfile):
         return profile
     from pipeplan.presets.resolve import load_profile as resolve
@@ -325,6 +326,9 @@ def load_cluster(cluster: Cluster | str) -> Cluster:
     Raises:
         ClusterError: naming `cluster` and the value.
     """
+    from pipeplan.core.errors import ClusterError
+
+    check(ClusterError, {"cluster": (cluster, CLUSTER)})
     if isinstance(cluster, Cluster):
         return cluster
     from pipeplan.presets.resolve import load_cluster as resolve

@@ -63,7 +63,7 @@ def probe_local(
     check(ProfileError, {"profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True))})
     check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1)),
                              "rounds": (rounds, Integer(1, ROUNDS)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
-                             "name": (name, Text(optional=True)), "out": (out, Output((".json",), optional=True)),
+                             "name": (name, Text(optional=True)), "out": (out, Output(optional=True)),
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
     _check_job(nprocs, optimizer)
     with job_files(profile=profile) as paths:

@@ -57,8 +57,8 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no table."),
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
-    from pipeplan.cli.flags import parse_int_list
     from pipeplan.api.outputs import Output, check_outputs
+    from pipeplan.cli.flags import parse_int_list
 
     if dtype not in DTYPE_CHOICES:
         raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")

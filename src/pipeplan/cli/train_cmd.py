@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.api.outputs import plan_inputs
+from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.cli.train_checks import (
     async_settings,
     check_options,
