@@ -180,7 +180,7 @@ def test_a_model_option_is_checked_against_the_factory(tmp_path: Path, no_work: 
     for options, message in bad:
         with pytest.raises(ProfileError, match=message):
             api.profile_model("mlp", 8, options=options)
-    with pytest.raises(ProfileError, match="module_spec: MODULE_SPEC 'nosuch'"):
+    with pytest.raises(ProfileError, match=r"^MODULE_SPEC 'nosuch' is neither a built-in"):
         api.profile_model("nosuch", 8)
     with pytest.raises(PipeplanError, match="dataset digits needs a MODULE_SPEC with a in_features option"):
         api.profile_model("transformer", 8, dataset="digits")

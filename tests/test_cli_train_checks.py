@@ -118,9 +118,9 @@ def test_a_bad_option_is_refused_before_any_process_starts(
 def test_a_module_from_the_command_line_is_named_with_its_flag(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
-    """--module, --opt and --dataset are each named in their refusal, with the value."""
-    for args, text in ((["--module", "nosuch"], "--module: MODULE_SPEC 'nosuch'"),
-                       (["--opt", "hiden=3"], "--opt: MODULE_SPEC 'mlp' has no option 'hiden'"),
+    """--module, --opt and --dataset are each named in their refusal (MODULE_SPEC, the option), with the value."""
+    for args, text in ((["--module", "nosuch"], "ProfileError: MODULE_SPEC 'nosuch' is neither"),
+                       (["--opt", "hiden=3"], "MODULE_SPEC 'mlp' has no option 'hiden'"),
                        (["--opt", "hidden=abc"], "'hidden' must be a int, got 'abc'"),
                        (["--dataset", "nope"], "--dataset must be one of auto"),
                        (["-b", "0"], "--batch-size must be an integer >= 1"),
@@ -169,5 +169,5 @@ def test_a_plan_job_checks_its_model_flags_too(
     devices = str(len(plan.all_devices))
     code, _, err = run(monkeypatch, capsys, "train", "--local", devices, "--plan", "p.json", "--module", "mlp",
                        "--opt", "hiden=3")  # fmt: skip
-    assert (code, launches) == (2, []) and "--opt: MODULE_SPEC 'mlp' has no option 'hiden'" in err, err
+    assert (code, launches) == (2, []) and "MODULE_SPEC 'mlp' has no option 'hiden'" in err, err
     assert json.loads((tmp_path / "p.json").read_text()) == before

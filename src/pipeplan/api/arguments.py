@@ -10,7 +10,7 @@ process started. bool is not an integer or a number here, and every number must 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -235,12 +235,13 @@ def _shown(value: object, rule: Rule) -> str:
     return repr(value)[:80] if plain and not isinstance(value, bool) else given(value)
 
 
-def check_model(module_spec: str, options: Mapping[str, object], dataset: str, labels: Sequence[str]) -> None:
+def check_model(module_spec: str, options: Mapping[str, object], dataset: str, labels: tuple[str, str]) -> None:
     """The model a MODULE_SPEC, its options and a dataset name: without building it, the spec resolves (a built-in,
     or an importable package.module:factory), the factory takes each option and each value converts to the type of
     its default, the dataset is known, and a digits or pysource dataset has the option it needs (torch).
 
-    `labels` name the three for messages (module_spec, options, dataset; or --module, --opt, --dataset).
+    `labels` name the spec and the dataset for messages (module_spec and dataset, or --module and --dataset); a bad
+    spec or option is named as MODULE_SPEC's own errors name it (the spec, the option and the value).
 
     Raises:
         ProfileError: a spec that does not resolve, an option it does not take or a value that does not convert.
@@ -250,15 +251,8 @@ def check_model(module_spec: str, options: Mapping[str, object], dataset: str, l
     from pipeplan.models.build import resolve_dataset
     from pipeplan.models.specs import coerce_options, factory_of, takes_option
 
-    module_label, options_label, dataset_label = labels
-    try:
-        factory = factory_of(module_spec)
-    except ProfileError as exc:
-        raise ProfileError(f"{module_label}: {exc}") from None
-    try:
-        coerce_options(module_spec, factory, dict(options))
-    except ProfileError as exc:
-        raise ProfileError(f"{options_label}: {exc}") from None
+    module_label, dataset_label = labels
+    coerce_options(module_spec, factory_of(module_spec), dict(options))  # its errors name MODULE_SPEC and the option
     try:
         chosen = resolve_dataset(module_spec, dataset)
     except TrainConfigError as exc:

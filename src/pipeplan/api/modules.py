@@ -59,7 +59,7 @@ def profile_model(
     })  # fmt: skip
     session_batch_sizes(batch_size, batch_sizes)
     torch_device(device)
-    check_model(module_spec, options or {}, dataset, ("module_spec", "options", "dataset"))
+    check_model(module_spec, options or {}, dataset, ("module_spec", "dataset"))
     return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
                         runs, warmup, threads, progress, device)  # fmt: skip
 

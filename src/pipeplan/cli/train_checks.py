@@ -118,7 +118,7 @@ def check_model_flags(module: str, options: dict[str, str], dataset: str, given_
 
     if module != given_module and module not in BUILTIN_SPECS:
         return
-    check_model(module, options, dataset, ("--module", "--opt", "--dataset"))
+    check_model(module, options, dataset, ("--module", "--dataset"))
 
 
 def check_layout(layout: ScheduleLayout, local: int | None) -> tuple[Schedule, tuple[int, ...], int] | None:
