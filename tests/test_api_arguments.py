@@ -218,3 +218,11 @@ def test_an_output_rule_runs_the_output_guard(tmp_path: Path) -> None:
         check(PlanError, {"path": (str(tmp_path / "nodir" / "p.json"), Output())})
     with pytest.raises(OutputError):
         check(OutputError, {"path": (str(tmp_path), Output())})
+
+
+def test_an_unknown_option_of_plan_or_compare_is_named(values: dict[str, Any], no_work: None) -> None:
+    """plan's and compare's **options are plan_request's keywords: another name is a PlanError naming it, not a
+    TypeError."""
+    for function in (api.plan, api.compare):
+        with pytest.raises(PlanError, match=r"^unknown option 'microbatch'; the options are microbatch_size, "):
+            function(values["profile"], values["cluster"], 64, microbatch=8)
