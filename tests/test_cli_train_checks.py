@@ -133,12 +133,17 @@ def test_a_module_from_the_command_line_is_named_with_its_flag(
 def test_nccl_without_cuda_is_refused_in_the_launcher(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
-    """--backend nccl where torch sees no CUDA device: one line naming --backend, before any process starts."""
+    """--backend nccl where torch sees no CUDA device, or fewer than --local N: one line naming --backend, before any
+    process starts."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code, _, err = run(monkeypatch, capsys, *BASE, "--backend", "nccl")
     assert (code, launches) == (2, []) and err.startswith("error: TrainConfigError: --backend nccl needs a CUDA device")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    code, _, err = run(monkeypatch, capsys, *BASE, "--backend", "nccl")
+    assert (code, launches) == (2, []) and "--local 2 needs 2 devices, torch sees 1" in err, err
 
 
 def test_under_torchrun_the_sizes_are_checked_against_world_size(

@@ -278,15 +278,6 @@ def check_sources(profile: object, cluster: object = None, *, cluster_optional: 
         check(ClusterError, {"cluster": (cluster, CLUSTER)})
 
 
-def check_costs(batch_scaling: object, optimizer: object) -> None:
-    """batch_scaling and optimizer are ones the cost model knows.
-
-    Raises:
-        ProfileError: naming the argument and its value.
-    """
-    check(ProfileError, cost_arguments(batch_scaling, optimizer))
-
-
 def cost_arguments(batch_scaling: object, optimizer: object) -> dict[str, tuple[object, Rule]]:
     """The rules of the cost model's two choices: batch_scaling and optimizer."""
     from pipeplan.sim.cost.layers import OPTIMIZER_STATE, SCALINGS

@@ -84,9 +84,10 @@ def check_options(
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
     output guard: none may name an input in `inputs`, another output, or anything but a regular file)."""
     from pipeplan.api.outputs import IMAGE_SUFFIXES, Output, check_outputs
-    from pipeplan.runtime.options import check_global_batch, check_local, check_train_options
+    from pipeplan.runtime.options import check_backend, check_global_batch, check_local, check_train_options
 
     check_local(local)
+    check_backend(backend, local)
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
                         checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule,

@@ -67,10 +67,11 @@ def check_train_options(
         )
 
 
-def check_backend(backend: str | None) -> None:
+def check_backend(backend: str | None, processes: int | None = None) -> None:
     """Raise TrainConfigError unless `backend` is None (nccl with CUDA, else gloo), gloo, or nccl where torch sees a
-    CUDA device for this process (LOCAL_RANK under torchrun): checked before the process group forms, which would
-    otherwise fail inside torch in every process.
+    CUDA device for this process (LOCAL_RANK under torchrun) and for each of `processes` (--local N; NCCL takes one
+    process per device): checked before the process group forms, which would otherwise fail inside torch in every
+    process.
 
     Note:
         Only nccl imports torch here (to ask for CUDA); every other option stays torch-free.
@@ -85,6 +86,9 @@ def check_backend(backend: str | None) -> None:
     if count == 0:
         raise TrainConfigError("--backend nccl needs a CUDA device, and torch sees none here; use --backend gloo "
                                "(or leave --backend out: nccl when CUDA is available, else gloo)")  # fmt: skip
+    if processes is not None and processes > count:
+        raise TrainConfigError(f"--backend nccl runs one process per CUDA device: --local {processes} needs {processes} "
+                               f"devices, torch sees {count}; start at most {count}, or use --backend gloo")  # fmt: skip
     local_rank = os.environ.get("LOCAL_RANK", "0")
     if local_rank.isdigit() and int(local_rank) >= count:
         raise TrainConfigError(f"--backend nccl: LOCAL_RANK {local_rank} has no CUDA device (torch sees {count}); "
