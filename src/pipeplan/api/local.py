@@ -61,7 +61,7 @@ def probe_local(
     from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
     check(ProfileError, {"profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True))})
-    check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1)),
+    check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1, ROUNDS)),
                              "rounds": (rounds, Integer(1, ROUNDS)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
                              "name": (name, Text(optional=True)), "out": (out, Output(optional=True)),
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
