@@ -134,6 +134,7 @@ def _bad_cases() -> Iterator[tuple[str, str, str, object]]:
 CASES = list(_bad_cases())
 
 
+@pytest.mark.torch
 def test_the_good_calls_cover_the_api_and_reach_the_work(
     values: dict[str, Any], tmp_path: Path, no_work: None
 ) -> None:  # fmt: skip
@@ -147,6 +148,7 @@ def test_the_good_calls_cover_the_api_and_reach_the_work(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(("function", "argument", "label", "value"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_every_bad_argument_is_refused_by_name_before_any_work(
     function: str, argument: str, label: str, value: object, values: dict[str, Any], tmp_path: Path, no_work: None
@@ -160,6 +162,7 @@ def test_every_bad_argument_is_refused_by_name_before_any_work(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.torch
 def test_an_output_path_is_refused_before_the_work(values: dict[str, Any], tmp_path: Path, no_work: None) -> None:
     """save_plan, save_profile and probe_local refuse a path in a missing folder, a folder and a device, naming it."""
     calls = _good_calls(values, tmp_path)
@@ -172,6 +175,7 @@ def test_an_output_path_is_refused_before_the_work(values: dict[str, Any], tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.torch
 def test_a_model_option_is_checked_against_the_factory(tmp_path: Path, no_work: None) -> None:
     """profile_model's options: a dict (not a string), names the factory takes, values of its defaults' types."""
     pytest.importorskip("torch")
@@ -220,6 +224,7 @@ def test_an_output_rule_runs_the_output_guard(tmp_path: Path) -> None:
         check(OutputError, {"path": (str(tmp_path), Output())})
 
 
+@pytest.mark.torch
 def test_an_unknown_option_of_plan_or_compare_is_named(values: dict[str, Any], no_work: None) -> None:
     """plan's and compare's **options are plan_request's keywords: another name is a PlanError naming it, not a
     TypeError."""

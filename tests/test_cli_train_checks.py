@@ -13,6 +13,7 @@ from cli_runner import run
 from pipeplan.cli import train_cmd
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.torch  # the launcher's model checks import torch (make test-fast leaves them out)
 
 BASE = ["train", "--local", "2", "--schedule", "1f1b", "--steps", "1"]
 """A job the launcher accepts: the cases below change one thing each."""
