@@ -63,18 +63,20 @@ def _tiny_plan() -> Plan:
 
 
 BAD: list[tuple[str, Callable[[], object], type[PipeplanError], str]] = [
-    ("load_profile", lambda: api.load_profile(42), ProfileError, "profile must be a built-in name or a file path, got 42"),
+    ("load_profile", lambda: api.load_profile(42), ProfileError, "profile must be a ModelProfile, a profile file path or "
+     "a built-in name, got int 42"),
     ("load_cluster", lambda: api.load_cluster("no-such-cluster"), ClusterError, "unknown cluster 'no-such-cluster'"),
     ("plan_request", lambda: api.plan_request(PROFILE, CLUSTER, 0), PlanError, "global_batch must be an integer >= 1, got 0"),
-    ("run_planner", lambda: api.run_planner("nope", api.plan_request(PROFILE, CLUSTER, 64)), PlanError, "planner 'nope'"),
+    ("run_planner", lambda: api.run_planner("nope", api.plan_request(PROFILE, CLUSTER, 64)), PlanError,
+     "planner must be one of balanced, dapple, exact, pipedream, pipeplan, got 'nope'"),
     ("plan", lambda: api.plan(PROFILE, CLUSTER, 256, optimizer_factor=-1.0), PlanError, "optimizer_factor must be a finite "
      "number >= 0, got -1.0"),
     ("compare", lambda: api.compare(PROFILE, CLUSTER, 256, planners=["nope"]), PlanError, "planners ['nope']: unknown "
      "planner 'nope'"),
     ("simulate", lambda: api.simulate(_tiny_plan(), PROFILE, CLUSTER, batch_scaling="fast"), ProfileError,
      "batch_scaling must be one of auto, measured, floor, linear, got 'fast'"),
-    ("save_plan", lambda: api.save_plan("plan.json", "x.json", PROFILE, CLUSTER), PlanError, "plan must be a Plan, got str "
-     "'plan.json'"),
+    ("save_plan", lambda: api.save_plan("plan.json", "x.json", PROFILE, CLUSTER), PlanError,
+     "plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got str 'plan.json'"),
     ("save_profile", lambda: api.save_profile(PROFILE, "x.json"), ProfileError, "profile must be a ModelProfile "
      "(profile_model's), got str 'dapple/bert-48'"),
     ("profile_model", lambda: api.profile_model("mlp", 0), ProfileError, "batch_size must be an integer >= 1, got 0"),

@@ -6,12 +6,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeplan.api.arguments import load_profile, shown
+from pipeplan.api.arguments import (
+    PLAN,
+    PROFILE,
+    PROGRESS,
+    Choice,
+    Instance,
+    Integer,
+    Number,
+    Output,
+    Text,
+    check,
+    check_sources,
+    cost_arguments,
+    load_profile,
+    shown,
+)
 from pipeplan.api.simulation import simulate
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import TrainConfigError
+from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
+from pipeplan.core.limits import TIMEOUT_S
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.io import file_kinds
+
+TIMEOUT = Number(0.0, above=True, limit=TIMEOUT_S)
 
 
 def probe_local(
@@ -37,12 +56,16 @@ def probe_local(
         TrainConfigError: naming the bad argument and its value.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
+    from pipeplan.core.limits import ROUNDS
     from pipeplan.io.cluster_json import cluster_from_json
+    from pipeplan.runtime.options import OPTIMIZERS
     from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
-    for arg, value in (("nprocs", nprocs), ("steps", steps), ("rounds", rounds)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise TrainConfigError(f"{arg} must be an integer >= 1, got {value!r}")
+    check(ProfileError, {"profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True))})
+    check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1, ROUNDS)),
+                             "rounds": (rounds, Integer(1, ROUNDS)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
+                             "name": (name, Text(optional=True)), "out": (out, Output(file_kinds.CLUSTER, optional=True)),
+                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
     _check_job(nprocs, optimizer)
     with job_files(profile=profile) as paths:
         if profile is not None and load_profile(paths["profile"]).source is None:
@@ -96,10 +119,16 @@ def train_local(
         PlanError: the plan does not match the profile or cluster, or does not fit.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
+    from pipeplan.core.limits import SEED
+    from pipeplan.runtime.options import OPTIMIZERS
     from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise TrainConfigError(f"steps must be an integer >= 1, got {steps!r}")
+    check(PlanError, {"plan": (plan, PLAN)})
+    check_sources(profile, cluster)
+    check(TrainConfigError, {"steps": (steps, Integer(1)), "lr": (lr, Number(0.0)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
+                             "seed": (seed, Integer(0, SEED)), "warmup_steps": (warmup_steps, Integer(0)),
+                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
+    check(ProfileError, cost_arguments(batch_scaling, optimizer))
     _check_job(1, optimizer)
     model = load_profile(profile)
     if model.source is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.api.arguments import given
+from pipeplan.api.arguments import PLAN, Choice, Flag, Function, Integer, Number, Options, Sizes, Text, check, check_model
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
@@ -42,16 +42,24 @@ def profile_model(
     Raises:
         ProfileError: naming the bad argument and its value.
     """
+    from pipeplan.core.devices import GPU_SPECS
     from pipeplan.core.limits import BATCH, ROUNDS, THREADS
-    from pipeplan.profiler.session import profile_spec
+    from pipeplan.models.datasets import DATASETS
+    from pipeplan.profiler.session import DTYPE_CHOICES, profile_spec, session_batch_sizes, torch_device
 
-    for name, value, low, limit in (("batch_size", batch_size, 1, BATCH), ("runs", runs, 0 if project_to else 1, ROUNDS),
-                                    ("warmup", warmup, 0, ROUNDS), ("threads", threads, 1, THREADS)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ProfileError(f"{name} must be an integer >= {low}, got {value!r}")
-        limit.check(ProfileError, name, value)
-    if not isinstance(module_spec, str) or not module_spec:
-        raise ProfileError(f"module_spec must be a built-in name or package.module:factory, got {module_spec!r}")
+    check(ProfileError, {
+        "module_spec": (module_spec, Text("a built-in name or package.module:factory")),
+        "batch_size": (batch_size, Integer(1, BATCH)), "options": (options, Options(optional=True)),
+        "dataset": (dataset, Choice(("auto", *DATASETS))), "batch_sizes": (batch_sizes, Sizes(optional=True)),
+        "project_to": (project_to, Choice(tuple(GPU_SPECS), fold_case=True, optional=True)),
+        "dtype": (dtype, Choice(DTYPE_CHOICES)), "efficiency": (efficiency, Number(0.0, above=True, most=1.0)),
+        "runs": (runs, Integer(0 if project_to else 1, ROUNDS)), "warmup": (warmup, Integer(0, ROUNDS)),
+        "threads": (threads, Integer(1, THREADS)), "progress": (progress, Flag()),
+        "device": (device, Text("cpu, cuda or cuda:N")),
+    })  # fmt: skip
+    session_batch_sizes(batch_size, batch_sizes)
+    torch_device(device)
+    check_model(module_spec, options or {}, dataset, ("module_spec", "dataset"))
     return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
                         runs, warmup, threads, progress, device)  # fmt: skip
 
@@ -62,10 +70,10 @@ def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn
     Raises:
         PlanError: naming `model` when it is not a chain, or its layer count is not the plan's.
     """
-    from pipeplan.runtime.execution.in_process import split_layers
+    from pipeplan.runtime.execution.in_process import model_layers, split_layers
 
-    if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan, got {given(plan)}")
+    model_layers(model)
+    check(PlanError, {"plan": (plan, PLAN)})
     return split_layers(model, plan)
 
 
@@ -79,8 +87,8 @@ def pipeline(model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callab
     Raises:
         PlanError: naming `model`, `plan` or `loss_fn` when it does not fit.
     """
-    from pipeplan.runtime.execution.in_process import InProcessPipeline
+    from pipeplan.runtime.execution.in_process import InProcessPipeline, model_layers
 
-    if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan, got {given(plan)}")
+    model_layers(model)
+    check(PlanError, {"plan": (plan, PLAN), "loss_fn": (loss_fn, Function("a function (output, target) -> loss"))})
     return InProcessPipeline(model, plan, loss_fn)

@@ -6,9 +6,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.api.arguments import check_costs, load_cluster, load_profile
+from pipeplan.api.arguments import (
+    PROGRESS,
+    Choice,
+    Instance,
+    Integer,
+    Number,
+    check,
+    check_sources,
+    cost_arguments,
+    load_cluster,
+    load_profile,
+)
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import PlanError
+from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.profile import ModelProfile
 
 if TYPE_CHECKING:
@@ -35,14 +46,16 @@ def plan_request(
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value.
     """
-    from pipeplan.core.limits import OPTIMIZER_FACTOR
-    from pipeplan.planner.request import PlanRequest
+    from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
+    from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES, PlanRequest
 
-    if optimizer_factor is not None:
-        if isinstance(optimizer_factor, bool) or not isinstance(optimizer_factor, int | float) or not optimizer_factor >= 0:
-            raise PlanError(f"optimizer_factor must be a finite number >= 0, got {optimizer_factor!r}")
-        OPTIMIZER_FACTOR.check(PlanError, "optimizer_factor", optimizer_factor)
-    check_costs(batch_scaling, optimizer)
+    check_sources(profile, cluster)
+    check(PlanError, {"global_batch": (global_batch, Integer(1, SAMPLES)),
+                      "microbatch_size": (microbatch_size, Integer(1, SAMPLES, optional=True)),
+                      "schedule": (schedule, Choice(SCHEDULE_CHOICES))})  # fmt: skip
+    check(ProfileError, cost_arguments(batch_scaling, optimizer))
+    check(PlanError, {"optimizer_factor": (optimizer_factor, Number(0.0, limit=OPTIMIZER_FACTOR, optional=True)),
+                      "replication": (replication, Choice(REPLICATION_CHOICES))})  # fmt: skip
     return PlanRequest(load_profile(profile), load_cluster(cluster), global_batch, microbatch_size, schedule,
                        optimizer=optimizer, batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
                        replication=replication)  # fmt: skip
@@ -55,9 +68,11 @@ def run_planner(planner: str, request: PlanRequest, progress: Progress | None = 
         PlanError: naming an unknown planner, or why no plan fits.
     """
     from pipeplan.planner import registry
+    from pipeplan.planner.request import PlanRequest
 
-    if not isinstance(planner, str):
-        raise PlanError(f"unknown planner {planner!r}; choose one of {', '.join(sorted(registry.PLANNERS))}")
+    check(PlanError, {"planner": (planner, Choice(tuple(sorted(registry.PLANNERS)))),
+                      "request": (request, Instance((PlanRequest,), "a PlanRequest (plan_request's)")),
+                      "progress": (progress, PROGRESS)})  # fmt: skip
     return registry.run_planner(planner, request, progress)
 
 
@@ -78,7 +93,25 @@ def plan(
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value, or why no plan fits.
     """
+    from pipeplan.planner import registry
+
+    check(PlanError, {"planner": (planner, Choice(tuple(sorted(registry.PLANNERS)))), "progress": (progress, PROGRESS)})
+    _check_option_names(options)
     return run_planner(planner, plan_request(profile, cluster, global_batch, **options), progress)
+
+
+def _check_option_names(options: dict[str, Any]) -> None:
+    """plan's and compare's `options` are plan_request's keyword arguments.
+
+    Raises:
+        PlanError: naming the first unknown option.
+    """
+    import inspect
+
+    known = [n for n, p in inspect.signature(plan_request).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    for name in options:
+        if name not in known:
+            raise PlanError(f"unknown option {name!r}; the options are {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -113,8 +146,10 @@ def compare(
     from pipeplan.planner.compare import compare as compare_planners
     from pipeplan.planner.compare import planner_names
 
-    if planners is not None and (isinstance(planners, str) or not all(isinstance(p, str) for p in planners)):
+    if planners is not None and (not isinstance(planners, list | tuple) or not all(isinstance(p, str) for p in planners)):
         raise PlanError(f"planners must be a list of planner names, got {planners!r}")
+    check(PlanError, {"progress": (progress, PROGRESS)})
+    _check_option_names(options)
     try:
         names = planner_names(list(planners) if planners is not None else None)
     except PlanError as exc:

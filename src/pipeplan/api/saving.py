@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from pipeplan.api.arguments import given
+from pipeplan.api.arguments import PLAN, Instance, Output, Text, check
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.io import file_kinds
 
 
 def save_plan(plan: Plan, path: str, profile: str, cluster: str) -> None:
     """Write a plan file naming its profile and cluster (a file path, kept relative to the plan, or a built-in name).
 
     Raises:
-        PlanError: `profile` or `cluster` is not a name or path (a value has none: save it first).
+        PlanError: naming `plan`, `path`, `profile` or `cluster` and the value (a path that cannot be written: a
+            folder that does not exist, a folder or device at it), before anything is written.
     """
     from pipeplan.io.plan_json import write_plan
 
-    if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan, got {given(plan)}")
-    for name, value in (("profile", profile), ("cluster", cluster)):
-        if not isinstance(value, str) or not value:
-            raise PlanError(f"{name} must be the file path or built-in name the plan file records, got {given(value)}")
+    named = Text("the file path or built-in name the plan file records (a value has none: save it first)")
+    check(PlanError, {"plan": (plan, PLAN), "path": (path, Output(file_kinds.PLAN)), "profile": (profile, named),
+                      "cluster": (cluster, named)})  # fmt: skip
     write_plan(plan, path, profile, cluster)
 
 
@@ -28,10 +28,10 @@ def save_profile(profile: ModelProfile, path: str) -> None:
     """Write a profile file (pipeplan.profile JSON), whole or not at all: what `--profile` reads.
 
     Raises:
-        ProfileError: `profile` is not a ModelProfile.
+        ProfileError: `profile` is not a ModelProfile, or `path` cannot be written (as save_plan's).
     """
     from pipeplan.io.profile_json import write_profile_json
 
-    if not isinstance(profile, ModelProfile):
-        raise ProfileError(f"profile must be a ModelProfile (profile_model's), got {given(profile)}")
+    check(ProfileError, {"profile": (profile, Instance((ModelProfile,), "a ModelProfile (profile_model's)")),
+                         "path": (path, Output(file_kinds.PROFILE))})  # fmt: skip
     write_profile_json(profile, path)

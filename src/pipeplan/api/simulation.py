@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.api.arguments import check_costs, given, load_cluster, load_profile
+from pipeplan.api.arguments import PLAN, Flag, Instance, check, check_sources, cost_arguments, load_cluster, load_profile
 from pipeplan.core.cluster import Cluster
-from pipeplan.core.errors import PlanError
+from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 
@@ -44,12 +44,13 @@ def simulate(
     from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.sim.trace import BandwidthTrace
 
-    if not isinstance(plan, Plan):
-        raise PlanError(f"plan must be a Plan (api.plan(...).plan, or presets.resolve.load_plan), got {given(plan)}")
-    check_costs(batch_scaling, optimizer)
+    check(PlanError, {"plan": (plan, PLAN)})
+    check_sources(profile, cluster)
+    trace = Instance((BandwidthTrace,), "a BandwidthTrace or None", optional=True)
+    flags = {"bandwidth_trace": (bandwidth_trace, trace), "record": (record, Flag()), "check_memory": (check_memory, Flag())}
+    check(PlanError, flags)
+    check(ProfileError, cost_arguments(batch_scaling, optimizer))
     model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
-    if bandwidth_trace is not None and not isinstance(bandwidth_trace, BandwidthTrace):
-        raise PlanError(f"bandwidth_trace must be a BandwidthTrace or None, got {given(bandwidth_trace)}")
     if bandwidth_trace is not None:
         bandwidth_trace.check_devices(model.cluster.num_devices, f"cluster {model.cluster.name}")
     check_plan_matches(plan, model)

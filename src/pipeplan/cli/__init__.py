@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     except ClickException as exc:  # usage errors: bad or missing flags
         _fail(exc.format_message() + "  (see pipeplan --help)")
     except (PipeplanError, OSError) as exc:
-        from pipeplan.cli.outputs import no_space_line
+        from pipeplan.api.outputs import no_space_line
 
         full = no_space_line(exc)  # a full disk is found while writing, after the work: exit 1, naming the option
         if full is not None:

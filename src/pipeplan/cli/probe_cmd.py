@@ -75,7 +75,7 @@ def _run(
 ) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered);
     a file process 0 cannot write (a full disk) is said in one line after the work, and the job leaves together, exit 1."""
-    from pipeplan.cli.outputs import no_space_line
+    from pipeplan.api.outputs import no_space_line
     from pipeplan.io.atomic import write_failure, write_text_atomic
     from pipeplan.io.file_kinds import CLUSTER
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator

@@ -14,6 +14,7 @@ from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
     from pipeplan.core.plan import Plan
+    from pipeplan.core.schedule import Schedule
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import AsyncSettings
 
@@ -73,19 +74,63 @@ def check_options(
     dtype: str,
     keep_last: int,
     lr_schedule: str,
+    batch_scaling: str = "auto",
+    backend: str | None = None,
+    batch_size: int | None = None,
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
     output guard, cli.outputs.check_files: none may name an input, another output, a non-regular file, or a file
     pipeplan did not write)."""
     from pipeplan.cli.outputs import check_files
-    from pipeplan.runtime.options import check_local, check_train_options
+    from pipeplan.runtime.options import check_backend, check_global_batch, check_local, check_train_options
 
     check_local(local)
+    check_backend(backend, local)
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
-                        checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule)  # fmt: skip
+                        checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule,
+                        batch_scaling=batch_scaling, backend=backend)  # fmt: skip
+    if batch_size is not None:
+        check_global_batch(batch_size, "--batch-size")
     check_files("train")
+
+
+def check_model_flags(module: str, options: dict[str, str], dataset: str, given_module: str | None) -> None:
+    """--module, --opt and --dataset, checked as profile_model checks its arguments (api.arguments.check_model: the
+    factory resolved and its signature read, nothing built), so a bad one stops the launcher before any process
+    starts, and each torchrun process before its process group forms.
+
+    A module that came from a plan's profile rather than the command line is checked only when it is a built-in:
+    a profile is data and never chooses code to import here (its workers refuse it).
+
+    Raises:
+        ProfileError, TrainConfigError: naming the flag and the value.
+    """
+    from pipeplan.api.arguments import check_model
+    from pipeplan.models.builtin import BUILTIN_SPECS
+
+    if module != given_module and module not in BUILTIN_SPECS:
+        return
+    check_model(module, options, dataset, ("--module", "--dataset"))
+
+
+def check_layout(layout: ScheduleLayout, local: int | None) -> tuple[Schedule, tuple[int, ...], int] | None:
+    """A --schedule job's sizes against its processes, before any starts: --local N's, or under torchrun
+    WORLD_SIZE's (each process, before the process group forms); the schedule alone when neither is known.
+    Returns ScheduleLayout.check's (schedule, replicas per rank, pipeline copies) for --local N, else None.
+
+    Raises:
+        ScheduleError, TrainConfigError: naming the flag and the value.
+    """
+    world = os.environ.get("WORLD_SIZE", "")
+    if local is not None:
+        return layout.check(local)
+    if world.isdigit() and int(world) >= 1:
+        layout.check(int(world))
+    else:
+        layout.schedule()
+    return None
 
 
 def refuse_beside_plan(given: dict[str, object]) -> None:

@@ -11,6 +11,8 @@ import typer
 from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.cli.train_checks import (
     async_settings,
+    check_layout,
+    check_model_flags,
     check_options,
     check_plan,
     model_of_profile,
@@ -178,10 +180,10 @@ def train(
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                  dtype=dtype, keep_last=keep_last, lr_schedule=lr_schedule)  # fmt: skip
-    if backend not in (None, "gloo", "nccl"):
-        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
+                  dtype=dtype, keep_last=keep_last, lr_schedule=lr_schedule, batch_scaling=batch_scaling,
+                  backend=backend, batch_size=batch_size)  # fmt: skip
     spec_options = parse_options(options or [])
+    given_module = module
     layout = plan_obj = links_from = None
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
@@ -210,13 +212,15 @@ def train(
                  ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
         layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", replicas),
                                 run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
-        if local is not None:
-            _, per_rank, copies = layout.check(local)  # a bad name, size or world size fails here, once, before any start
+        checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
+        if checked is not None:
+            _, per_rank, copies = checked
             if adaptive:
                 check_adaptable(schedule, per_rank, copies)
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
+    check_model_flags("mlp" if module is None else module, spec_options, dataset or "auto", given_module)
     if checkpoint_dir is not None:
         job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
                "optimizer": optimizer, "seed": seed, "lr": lr}  # fmt: skip

@@ -82,6 +82,20 @@ def takes_option(spec: str, option: str) -> bool:
     Raises:
         ProfileError: the spec is neither a built-in nor an importable `package.module:factory`.
     """
+    factory = factory_of(spec)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def factory_of(spec: str) -> Callable[..., object]:
+    """The factory a MODULE_SPEC names (a built-in's, or an imported `package.module:factory`), not called.
+
+    Raises:
+        ProfileError: the spec is neither a built-in nor an importable `package.module:factory`.
+    """
     from pipeplan.models.builtin import BUILTIN_SPECS
 
     if not isinstance(spec, str) or not spec.strip():
@@ -95,11 +109,7 @@ def takes_option(spec: str, option: str) -> bool:
         raise ProfileError(
             f"MODULE_SPEC {spec!r} is neither a built-in ({', '.join(BUILTIN_SPECS)}) nor of the form package.module:factory"
         )
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-    return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return factory
 
 
 def spec_from_module(module: nn.Module, name: str = "model", sample_input: SampleFn | None = None) -> ModelSpec:

@@ -33,8 +33,12 @@ def check_train_options(
     checkpoint_dir: str | None,
     resume: bool,
     lr_schedule: str = "constant",
+    batch_scaling: str = "auto",
+    backend: str | None = None,
 ) -> None:
     """Raise TrainConfigError naming the first option (as its flag) with a value a job cannot run with."""
+    from pipeplan.sim.cost.layers import SCALINGS
+
     lower = {"--steps": (steps, 1), "--threads": (threads, 1), "--warmup-steps": (warmup_steps, 0),
              "--checkpoint-every": (checkpoint_every, 0), "--keep-last": (keep_last, 0)}  # fmt: skip
     for flag, (value, least) in lower.items():
@@ -51,6 +55,9 @@ def check_train_options(
         raise TrainConfigError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
     if dtype not in DTYPES:
         raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
+    if batch_scaling not in SCALINGS:
+        raise TrainConfigError(f"--batch-scaling must be one of {', '.join(SCALINGS)}, got {batch_scaling!r}")
+    check_backend(backend)
     if (checkpoint_every or resume) and not checkpoint_dir:
         raise TrainConfigError("--checkpoint-every and --resume need --checkpoint-dir")
     if checkpoint_dir and not checkpoint_every and not resume:
@@ -58,6 +65,34 @@ def check_train_options(
             f"--checkpoint-dir {checkpoint_dir!r} without --checkpoint-every writes no checkpoint; add --checkpoint-every N "
             "(one every N steps), or --resume to continue from the folder"
         )
+
+
+def check_backend(backend: str | None, processes: int | None = None) -> None:
+    """Raise TrainConfigError unless `backend` is None (nccl with CUDA, else gloo), gloo, or nccl where torch sees a
+    CUDA device for this process (LOCAL_RANK under torchrun) and for each of `processes` (--local N; NCCL takes one
+    process per device): checked before the process group forms, which would otherwise fail inside torch in every
+    process.
+
+    Note:
+        Only nccl imports torch here (to ask for CUDA); every other option stays torch-free.
+    """
+    if backend not in (None, "gloo", "nccl"):
+        raise TrainConfigError(f"--backend must be gloo or nccl, got {backend!r}")
+    if backend != "nccl":
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise TrainConfigError("--backend nccl needs a CUDA device, and torch sees none here; use --backend gloo "
+                               "(or leave --backend out: nccl when CUDA is available, else gloo)")  # fmt: skip
+    if processes is not None and processes > count:
+        raise TrainConfigError(f"--backend nccl runs one process per CUDA device: --local {processes} needs {processes} "
+                               f"devices, torch sees {count}; start at most {count}, or use --backend gloo")  # fmt: skip
+    local_rank = os.environ.get("LOCAL_RANK", "0")
+    if local_rank.isdigit() and int(local_rank) >= count:
+        raise TrainConfigError(f"--backend nccl: LOCAL_RANK {local_rank} has no CUDA device (torch sees {count}); "
+                               "start at most one process per device on each machine")  # fmt: skip
 
 
 def usable_cores() -> int:
@@ -100,8 +135,10 @@ def check_seed(seed: int) -> None:
 
 
 def check_global_batch(global_batch: int, where: str) -> None:
-    """Raise TrainConfigError when a job's global batch (`where`: the flag or the plan file) is larger than every
-    process can build in memory at each step (core.limits.TRAIN_BATCH)."""
+    """Raise TrainConfigError when a job's global batch (`where`: the flag or the plan file) is below 1, or larger
+    than every process can build in memory at each step (core.limits.TRAIN_BATCH)."""
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise TrainConfigError(f"{where} must be an integer >= 1 (samples per iteration), got {global_batch!r}")
     TRAIN_BATCH.check(TrainConfigError, where, global_batch)
 
 

@@ -81,7 +81,8 @@ class TrainConfig:
                             timeout_s=self.timeout_s, warmup_steps=self.warmup_steps,
                             checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
                             checkpoint_dir=self.checkpoint_dir, resume=self.resume,
-                            lr_schedule=self.lr_schedule)  # fmt: skip
+                            lr_schedule=self.lr_schedule, batch_scaling=self.batch_scaling,
+                            backend=self.backend)  # fmt: skip
         check_seed(self.seed)
         if self.plan is not None:
             check_global_batch(self.plan.global_batch, f"plan {self.plan_path or ''} global batch".replace("  ", " "))

@@ -1,0 +1,179 @@
+"""Tests of cli.train_checks: every `train` option with a bad value is refused by the launcher, exit 2, one line
+printed once, before any process starts (launch_local is replaced by one that records it was called)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run
+from pipeplan.cli import train_cmd
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.torch  # the launcher's model checks import torch (make test-fast leaves them out)
+
+BASE = ["train", "--local", "2", "--schedule", "1f1b", "--steps", "1"]
+"""A job the launcher accepts: the cases below change one thing each."""
+
+BAD: dict[str, list[list[str]]] = {
+    "plan": [["--plan", "no-such-plan.json"]],
+    "schedule": [["--schedule", "no-such-schedule"]],
+    "lr_reschedule": [["--schedule", "pipemare", "--lr-reschedule", "0"], ["--lr-reschedule", "5"]],
+    "discrepancy_decay": [["--schedule", "pipemare", "--discrepancy-decay", "1.5"],
+                          ["--schedule", "pipemare", "--discrepancy-decay", "nan"]],
+    "sync_warmup": [["--schedule", "pipemare", "--sync-warmup", "-1"], ["--schedule", "pipemare", "--sync-warmup", "5"]],
+    "weight_prediction": [["--weight-prediction"]],
+    "stages": [["-p", "0"], ["-p", "-2"], ["-p", "3"]],
+    "microbatches": [["-m", "0"], ["-m", "-1"]],
+    "k": [["--schedule", "kfkb", "--k", "0"], ["--k", "2"]],
+    "chunks": [["--schedule", "interleaved-1f1b", "-v", "0"]],
+    "replicas": [["--replicas", "a,b"], ["--replicas", "1,0"], ["--replicas", "1,1,1"]],
+    "module": [["--module", "no-such-model"], ["--module", "no_such_module_here:build"], ["--module", ""]],
+    "options": [["--opt", "no_such_option=3"], ["--opt", "hidden=abc"], ["--opt", "hidden"], ["--opt", "=3"]],
+    "dataset": [["--dataset", "no-such-data"], ["--module", "transformer", "--dataset", "digits"],
+                ["--dataset", "pysource"]],
+    "dtype": [["--dtype", "float16"]],
+    "batch_size": [["-b", "0"], ["-b", "-4"], ["-b", "6"], ["-b", "100000000"]],
+    "steps": [["--steps", "0"], ["--steps", "-3"]],
+    "epochs": [["--epochs", "0"], ["--steps", "2", "--epochs", "1"]],
+    "evaluate": [["--eval", "--schedule", "no-such-schedule"]],
+    "lr": [["--lr", "nan"], ["--lr", "inf"], ["--lr", "-0.1"]],
+    "lr_schedule": [["--lr-schedule", "linear"]],
+    "optimizer": [["--optimizer", "adagrad"]],
+    "seed": [["--seed", "-1"], ["--seed", str(2**40)]],
+    "checkpoint_dir": [["--checkpoint-dir", "ck"]],
+    "checkpoint_every": [["--checkpoint-every", "-1"], ["--checkpoint-every", "2"]],
+    "keep_last": [["--keep-last", "-1"]],
+    "resume": [["--resume"]],
+    "trace": [["--trace", "no-such-folder/t.json"], ["--trace", "."]],
+    "png": [["--png", "t.txt"], ["--png", "no-such-folder/t.png"]],
+    "predict": [["--schedule", "pipemare", "--predict"]],
+    "profile": [["--profile", "dapple/bert-48"]],
+    "cluster": [["--cluster", "v100-8x1"]],
+    "batch_scaling": [["--batch-scaling", "fast"]],
+    "warmup_steps": [["--warmup-steps", "-1"]],
+    "timeout": [["--timeout", "0"], ["--timeout", "nan"], ["--timeout", "inf"], ["--timeout", "-5"]],
+    "threads": [["--threads", "0"], ["--threads", "100000"]],
+    "bandwidth_trace": [["--bandwidth-trace", "no-such-trace.json"]],
+    "emulate_gb_per_s": [["--emulate-gb-per-s", "-1"], ["--emulate-gb-per-s", "nan"]],
+    "adaptive": [["--adaptive"]],
+    "local": [["--local", "0"], ["--local", "100000"]],
+    "backend": [["--backend", "mpi"]],
+    "save_grads": [["--save-grads", "g.pt"], ["--save-grads", "no-such-folder/g"]],
+    "as_json": [["--json", "--steps", "0"]],
+    "quiet": [["--quiet", "--steps", "0"]],
+}  # fmt: skip
+"""Each option of `train` (its parameter's name) with command-line pieces that make the job bad because of it; a
+switch with no bad value of its own is paired with a bad neighbour, to show it changes nothing."""
+
+CASES = [(option, args) for option, cases in BAD.items() for args in cases]
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
+    """launch_local replaced by one that records its command and starts nothing; the test runs in a fresh folder."""
+    from pipeplan.runtime.training import launch
+
+    started: list[list[str]] = []
+
+    def record(nprocs: int, argv: list[str], *args: object, **kwargs: object) -> int:
+        started.append(list(argv))
+        return 0
+
+    monkeypatch.setattr(launch, "launch_local", record)
+    monkeypatch.chdir(tmp_path)
+    return started
+
+
+def test_every_train_option_has_a_bad_case() -> None:
+    """BAD names every parameter of the train command, and only those."""
+    assert set(BAD) == set(inspect.signature(train_cmd.train).parameters)
+
+
+def test_the_base_job_reaches_the_launch(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
+) -> None:  # fmt: skip
+    """The job every case changes passes the launcher's checks and starts its processes once."""
+    code, _, err = run(monkeypatch, capsys, *BASE)
+    assert (code, err, len(launches)) == (0, "", 1)
+
+
+@pytest.mark.parametrize(("option", "args"), CASES, ids=[f"{o}-{' '.join(a)}" for o, a in CASES])
+def test_a_bad_option_is_refused_before_any_process_starts(
+    option: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    launches: list[list[str]], tmp_path: Path,
+) -> None:  # fmt: skip
+    """Exit 2 with one line on stderr, printed once, no process started, nothing written."""
+    base = BASE[:3] + BASE[5:] if "--plan" in args else BASE
+    code, out, err = run(monkeypatch, capsys, *base, *args)
+    lines = err.splitlines()
+    assert (code, launches) == (2, []), err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert out == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_module_from_the_command_line_is_named_with_its_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
+) -> None:  # fmt: skip
+    """--module, --opt and --dataset are each named in their refusal (MODULE_SPEC, the option), with the value."""
+    for args, text in ((["--module", "nosuch"], "ProfileError: MODULE_SPEC 'nosuch' is neither"),
+                       (["--opt", "hiden=3"], "MODULE_SPEC 'mlp' has no option 'hiden'"),
+                       (["--opt", "hidden=abc"], "'hidden' must be a int, got 'abc'"),
+                       (["--dataset", "nope"], "--dataset must be one of auto"),
+                       (["-b", "0"], "--batch-size must be an integer >= 1"),
+                       (["--batch-scaling", "x"], "--batch-scaling must be one of")):  # fmt: skip
+        code, _, err = run(monkeypatch, capsys, *BASE, *args)
+        assert code == 2 and text in err, err
+    assert launches == []
+
+
+def test_nccl_without_cuda_is_refused_in_the_launcher(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
+) -> None:  # fmt: skip
+    """--backend nccl where torch sees no CUDA device, or fewer than --local N: one line naming --backend, before any
+    process starts."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, _, err = run(monkeypatch, capsys, *BASE, "--backend", "nccl")
+    assert (code, launches) == (2, []) and err.startswith("error: TrainConfigError: --backend nccl needs a CUDA device")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    code, _, err = run(monkeypatch, capsys, *BASE, "--backend", "nccl")
+    assert (code, launches) == (2, []) and "--local 2 needs 2 devices, torch sees 1" in err, err
+
+
+def test_under_torchrun_the_sizes_are_checked_against_world_size(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
+) -> None:  # fmt: skip
+    """Without --local (torchrun), a process refuses sizes WORLD_SIZE cannot hold before it joins a process group."""
+    from pipeplan.cli import train_cmd as command
+
+    joined: list[object] = []
+    monkeypatch.setattr(command, "_run_worker", lambda *args: joined.append(args))
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    code, _, err = run(monkeypatch, capsys, "train", "--schedule", "1f1b", "--steps", "1")
+    assert (code, joined) == (2, []) and "3 processes cannot hold whole pipelines of 2 devices" in err
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, _, err = run(monkeypatch, capsys, "train", "--schedule", "1f1b", "--steps", "1", "-b", "0")
+    assert (code, joined) == (2, []) and "--batch-size must be an integer >= 1" in err
+
+
+def test_a_plan_job_checks_its_model_flags_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]], tmp_path: Path
+) -> None:  # fmt: skip
+    """With --plan, --opt is checked against the plan's model before any process starts."""
+    from pipeplan import api
+
+    plan = api.plan("pipedream/alexnet", "v100-8x1", 64, schedule="1f1b").plan
+    api.save_plan(plan, str(tmp_path / "p.json"), "pipedream/alexnet", "v100-8x1")
+    before = json.loads((tmp_path / "p.json").read_text())
+    devices = str(len(plan.all_devices))
+    code, _, err = run(monkeypatch, capsys, "train", "--local", devices, "--plan", "p.json", "--module", "mlp",
+                       "--opt", "hiden=3")  # fmt: skip
+    assert (code, launches) == (2, []) and "MODULE_SPEC 'mlp' has no option 'hiden'" in err, err
+    assert json.loads((tmp_path / "p.json").read_text()) == before
