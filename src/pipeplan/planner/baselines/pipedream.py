@@ -145,9 +145,9 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     require_schedule(request, "pipedream", "1f1b")
     graph = graph_of_profile(request.profile)
     levels = levels_of(request.cluster)
-    planning, _ = planning_states(graph)
-    options = default_options(request, levels, planning.graph.num_nodes)
-    found: PipeDreamPlan = plan_graph(graph, options)
+    planned = planning_states(graph)
+    options = default_options(request, levels, planned[0].graph.num_nodes)
+    found: PipeDreamPlan = plan_graph(graph, options, planned)
     original = [s.replicas for s in found.stages]
     note = "the original's plan"
     try:
@@ -156,7 +156,7 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
         # pipeplan cannot split the batch over these counts: the best plan whose counts divide it instead
         batch = request.microbatch_size or request.global_batch
         allowed = frozenset(c for c in range(1, max(levels.units) + 1) if batch % c == 0)
-        found = plan_graph(graph, replace(options, allowed=allowed))
+        found = plan_graph(graph, replace(options, allowed=allowed), planned)
         sizes = split_sizes(request, math.lcm(*(s.replicas for s in found.stages)))
         note = f"replica counts limited to divisors of {batch}: the original's plan has {original}"
     devices = stage_devices(levels, found.stages)
