@@ -33,7 +33,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from pipeplan.core.dag import order_from_stages
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
@@ -46,7 +45,7 @@ from pipeplan.planner.baselines.pipedream_planner import (
     plan_graph,
     planning_states,
 )
-from pipeplan.planner.baselines.rules import require_schedule
+from pipeplan.planner.baselines.rules import layer_order, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 
@@ -125,7 +124,7 @@ def to_plan(
 ) -> Plan:
     """A pipeplan Plan of the original's stages (node sets) on their devices: the layer order in which each stage
     is contiguous (core.dag.order_from_stages), stages as position ranges over it."""
-    order = order_from_stages(profile, [s.layers for s in stages])
+    order = layer_order(profile, [s.layers for s in stages])
     plan_stages = []
     first = 0
     for stage, devs in zip(stages, devices, strict=True):
