@@ -111,7 +111,7 @@ def planning_states(full: LayerGraph) -> tuple[PlanningGraph, DownsetStates]:
     except StateLimitError as error:
         raise PlanError(
             f"planner 'pipedream': {error}; its DP is quadratic in them (tables of about 40 bytes per pair of states) "
-            "and does not finish (the original's neither)"
+            "and does not finish (the original's neither); use --planner pipeplan, which plans blocks of layers"
         ) from None
     return graph, states
 
