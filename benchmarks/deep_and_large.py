@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -75,6 +76,14 @@ def chain_profile(path: Path, layers: int) -> Path:
     return path
 
 
+def make_inputs(folder: Path) -> None:
+    """Write the four cases' profiles into `folder`."""
+    notes_profile(folder / "notes.json", 52_000_000)
+    curves_profile(folder / "curves.json", 20_000, 14)
+    chain_profile(folder / "c5k.json", 5_000)
+    chain_profile(folder / "c20k.json", 20_000)
+
+
 def main() -> None:
     """Make the inputs, time every case in turn, print a table with targets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -82,11 +91,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is stopped")
     parser.add_argument("--cases", default=None, help="comma-separated case names to run (default: all)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
+    parser.add_argument("--make", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.make is not None:
+        make_inputs(Path(args.make))
+        return
     with tempfile.TemporaryDirectory(prefix="pipeplan-deep-") as tmp:
         folder = Path(tmp)
-        notes = notes_profile(folder / "notes.json", 52_000_000)
-        curves = curves_profile(folder / "curves.json", 20_000, 14)
+        # made in a child: Linux keeps a process's peak memory across exec, so every timed process forked from a
+        # parent that had built the inputs would report the parent's peak
+        subprocess.run([sys.executable, __file__, "--make", str(folder)], check=True)
+        notes, curves = folder / "notes.json", folder / "curves.json"
         plan = ["plan", "--cluster", "v100-8x1", "--global-batch", "256"]
         cases: list[tuple[str, str, list[str], float | None, float | None]] = [
             ("D1", f"show a {notes.stat().st_size / 1e6:.0f} MB profile (notes)",
@@ -94,9 +109,9 @@ def main() -> None:
             ("D2", f"show --json a {curves.stat().st_size / 1e6:.0f} MB profile/2 (20,000 layers x 14 sizes)",
              [*PIPEPLAN, "show", "profile", str(curves), "--json"], None, 10 * curves.stat().st_size / 2**20),
             ("D3", "plan a 5,000-layer chain on v100-8x1",
-             [*PIPEPLAN, *plan, "--profile", str(chain_profile(folder / "c5k.json", 5_000))], 6.0, None),
+             [*PIPEPLAN, *plan, "--profile", str(folder / "c5k.json")], 6.0, None),
             ("D4", "plan a 20,000-layer chain on v100-8x1",
-             [*PIPEPLAN, *plan, "--profile", str(chain_profile(folder / "c20k.json", 20_000))], 20.0, None),
+             [*PIPEPLAN, *plan, "--profile", str(folder / "c20k.json")], 20.0, None),
         ]  # fmt: skip
         if args.cases is not None:
             wanted = args.cases.split(",")
