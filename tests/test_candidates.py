@@ -28,3 +28,15 @@ def test_pipedream_seeds_only_models_within_its_state_budget(monkeypatch: pytest
     profile = ModelProfile("chain", 1, tuple(LayerProfile(f"l{i}", 1.0, 2.0, 10.0, 10.0) for i in range(layers)))
     Candidates(PlanRequest(profile, load_cluster("v100-8x1"), 8)).seed_from_baselines()
     assert asked == (["chain"] if seeded else [])
+
+
+@pytest.mark.parametrize(("layers", "taken"), [(6, True), (7, False)])
+def test_a_pipedream_row_from_compare_is_taken_only_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch, layers: int, taken: bool
+) -> None:
+    """compare's PipeDream row seeds the search under the same budget as plan's own call (same inputs, same seeds)."""
+    monkeypatch.setattr(candidates, "SEED_PIPEDREAM_STATES", 6)
+    profile = ModelProfile("chain", 1, tuple(LayerProfile(f"l{i}", 1.0, 2.0, 10.0, 10.0) for i in range(layers)))
+    pool = Candidates(PlanRequest(profile, load_cluster("v100-8x1"), 8), baselines={"pipedream": None})
+    pool.seed_from_baselines()
+    assert ("pipedream" in pool.reused) == taken

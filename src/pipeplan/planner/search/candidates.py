@@ -223,6 +223,8 @@ class Candidates:
         shared = self.baselines if request is self.request else {}
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             self.progress(f"seeding from planner {name}", 0.0)
+            if name == "pipedream" and not within_states(graph_of_profile(self.profile), SEED_PIPEDREAM_STATES):
+                continue  # also when `compare` ran it: plan and compare's pipeplan row start from the same seeds
             if name in shared:
                 self.reused.append(name)
                 found = shared[name]
@@ -230,8 +232,6 @@ class Candidates:
                     continue
                 result = found
             else:
-                if name == "pipedream" and not within_states(graph_of_profile(self.profile), SEED_PIPEDREAM_STATES):
-                    continue
                 try:
                     result = BASELINES[name](request)
                 except PipeplanError:
