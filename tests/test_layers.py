@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.devices import GPU_SPECS
@@ -494,3 +494,49 @@ def test_block_sums_hold_what_the_stage_holds() -> None:
     merged = block_sums(costs, ((0, 1), (2, 2)), 4.0, 4)
     assert merged.saved_bytes[0, 1] == pytest.approx(costs.stage(range(3), 4).saved_bytes)
     assert merged.saved_bytes[1, 1] == pytest.approx(costs.stage([2], 4).saved_bytes)
+
+
+def _loop_optimizer_ms(costs: LayerCosts, layers: list[int], speed: float) -> float:
+    """The optimizer step of `layers` as a plain loop: measured where the layer has it, else the weight-traffic
+    estimate (floor and measured modes on a known device), else nothing."""
+    total = 0.0
+    for i in layers:
+        layer = costs.profile.layers[i]
+        measured = layer.optimizer_step_ms(costs.optimizer)
+        if measured is not None:
+            total += measured
+        elif costs.mode != "linear" and layer.param_bytes > 0:
+            total += LAUNCH_MS + OPTIMIZER_TRAFFIC[costs.optimizer] * layer.param_bytes / 900e9 * 1000.0
+    return total / speed
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1e9), st.none() | st.floats(0, 1e3)), min_size=1, max_size=30),
+    st.sampled_from(["floor", "linear"]),
+    st.sampled_from(["adam", "sgd"]),
+    st.floats(0.1, 10.0),
+    st.data(),
+)
+def test_optimizer_and_parameter_sums_are_the_plain_loops_bit_for_bit(
+    layers: list[tuple[float, float | None]], scaling: str, optimizer: str, speed: float, data: st.DataObject
+) -> None:
+    """optimizer_ms and a stage's param_bytes (sums over per-layer arrays) equal a loop over the layers' fields, to
+    the last bit, for any layers, any subset and order, measured steps or estimated ones."""
+    profile = ModelProfile(
+        "p",
+        4,
+        tuple(
+            LayerProfile(f"l{i}", 1.0, 2.0, 10.0, params, optimizer_ms=() if step is None else ((optimizer, step),))
+            for i, (params, step) in enumerate(layers)
+        ),
+        reference_device="V100",
+    )
+    costs = LayerCosts(profile, scaling, optimizer)
+    chosen = data.draw(st.lists(st.integers(0, len(layers) - 1), unique=True))
+    assert costs.optimizer_ms(chosen, speed) == _loop_optimizer_ms(costs, chosen, speed)
+    if chosen:
+        expected = 0.0
+        for i in sorted(chosen):
+            expected += profile.layers[i].param_bytes
+        assert costs.stage(chosen, 4).param_bytes == expected

@@ -10,6 +10,7 @@ import pytest
 from pipedream_cases import case, graph
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.io.profile_json import profile_from_json
 from pipeplan.planner.baselines import pipedream_dp
 from pipeplan.planner.baselines.pipedream import plan_pipedream
 from pipeplan.planner.baselines.pipedream_dp import LevelInputs, LevelOptions, level_dp, unwind
@@ -149,3 +150,20 @@ def test_a_profiles_dag_plans_as_the_original_read_the_file() -> None:
     found = plan_graph(graph_of_profile(load_profile("pipedream/resnet50")), c.options)
     assert found.predicted_ms == pytest.approx(c.predicted_ms, rel=1e-9)
     assert [s.replicas for s in found.stages] == [8, 4, 2, 2]
+
+
+def test_more_states_than_the_limit_are_refused_before_any_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain of STATE_LIMIT + 1 layers is refused naming the limit and the way out, before the per-state
+    membership matrix (the first quadratic table) is built."""
+    from pipeplan.planner.baselines import downsets
+    from pipeplan.planner.baselines.pipedream_planner import STATE_LIMIT
+
+    def no_tables(*args: object) -> None:
+        raise AssertionError("a per-state table was built")
+
+    monkeypatch.setattr(downsets, "mask_matrix", no_tables)
+    n = STATE_LIMIT + 1
+    layers = [{"name": f"l{i}", "fwd_ms": 1.0, "bwd_ms": 2.0, "activation_bytes": 10, "param_bytes": 10} for i in range(n)]
+    profile = profile_from_json({"name": "deep", "batch_size": 1, "layers": layers})
+    with pytest.raises(PlanError, match=r"more than 8,000 reachable down-sets .* use --planner pipeplan"):
+        plan_pipedream(PlanRequest(profile, load_cluster("v100-8x1"), 8))

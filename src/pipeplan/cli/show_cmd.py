@@ -29,7 +29,7 @@ def show_profile(
 ) -> None:
     """Per-layer costs of a model: times (ms), activation, parameter and cut sizes."""
     from pipeplan.presets.resolve import load_profile
-    from pipeplan.viz.inventory import profile_layers_table, profile_summary
+    from pipeplan.viz.inventory import print_profile_layers, profile_summary
 
     profile = load_profile(spec, profile_batch_size)
     if as_json:
@@ -39,7 +39,7 @@ def show_profile(
         return
     console = wide_console()
     console.print(profile_summary(profile))
-    console.print(profile_layers_table(profile))
+    print_profile_layers(console, profile)
 
 
 @show_app.command("cluster")

@@ -22,10 +22,12 @@ import numpy as np
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.limits import JSON_DEPTH, JSON_INT_DIGITS
 
-_STRING = r'"(?:[^"\\]|\\[\s\S])*(?:"|\\?\Z)'
-"""A JSON string; an unterminated one runs to the end of the text, so a match never backtracks (linear time)."""
+_STRING = r'"(?:[^"\\]++|\\[\s\S])*+(?:"|\\?\Z)'
+"""A JSON string; an unterminated one runs to the end of the text, so a match never backtracks (linear time). The
+repeats are possessive (`++`, `*+`): a plain `*` over a group makes Python's regex engine keep one backtracking entry
+per character, about 120 bytes each (a 52 MB string took 6.1 GB); possessive ones keep none."""
 _STRINGS = re.compile(_STRING)
-_CLOSED_STRING = r'"(?:[^"\\]|\\[\s\S])*"'
+_CLOSED_STRING = r'"(?:[^"\\]++|\\[\s\S])*+"'
 _SUSPECT_NUMBER = re.compile(r"(?<!\d)\d{" + str(int(JSON_INT_DIGITS.value) + 1) + r"}|[eE][-+]?\d{3}")
 """Outside strings: an integer too long, or an exponent that may overflow; only then are numbers parsed by hooks."""
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -36,10 +38,11 @@ _TOKEN = re.compile(
 
 
 _PLAIN_RUN = re.compile(
-    r"(?:\s*(?:-?\d{1,30}(?:\.\d+)?(?:[eE][-+]?\d{1,2})?(?![\d.eE])|true|false|null|" + _CLOSED_STRING + r")\s*,)*"
+    r"(?:\s*(?:-?\d{1,30}(?:\.\d+)?(?:[eE][-+]?\d{1,2})?(?![\d.eE])|true|false|null|" + _CLOSED_STRING + r")\s*,)*+"
 )
 """Array items that cannot be refused, each followed by a comma: `locate` skips such a run at C speed (a NaN, a long
-integer, a 3-digit exponent or a nested value ends it)."""
+integer, a 3-digit exponent or a nested value ends it). Possessive (`*+`), so a run of millions of items keeps no
+backtracking entries (see _STRING)."""
 
 
 class _Flagged(Exception):
@@ -53,11 +56,13 @@ def parse_json(text: str, source: str, error: type[PipeplanError]) -> Any:
         error: invalid JSON (line and column), or a refused construct (line, column, field path and why).
     """
     outside = _STRINGS.sub('""', text)
-    if _max_depth(outside) > JSON_DEPTH.value:
-        raise error(f"{source}: {locate(text) or JSON_DEPTH.message('JSON nesting', _max_depth(outside))}")
+    depth = _max_depth(outside)
+    if depth > JSON_DEPTH.value:
+        raise error(f"{source}: {locate(text) or JSON_DEPTH.message('JSON nesting', depth)}")
     hooks: dict[str, Any] = {"object_pairs_hook": _unique_keys, "parse_constant": _refuse_constant}
     if _SUSPECT_NUMBER.search(outside):
         hooks |= {"parse_int": _bounded_int, "parse_float": _finite_float}
+    del outside  # a copy of the text's size: freed before the parsed values are built
     try:
         return json.loads(text, **hooks)
     except _Flagged as flag:
@@ -85,7 +90,7 @@ def locate(text: str) -> str | None:
                 stack[-1][2] += 1
             run = _PLAIN_RUN.match(text, pos)
             if run is not None and run.end() > pos:
-                stack[-1][2] += _STRINGS.sub("", run.group()).count(",")
+                stack[-1][2] += _commas_outside_strings(run.group())
                 pos = run.end()
             continue
         kind = match.lastgroup
@@ -128,6 +133,15 @@ def locate(text: str) -> str | None:
     return None
 
 
+def _commas_outside_strings(run: str) -> int:
+    """The commas of a run of array items that are not inside its strings (one string at a time: blanking them all at
+    once made a piece per string, 12 times the run's size)."""
+    commas = run.count(",")
+    if '"' in run:
+        commas -= sum(match.group().count(",") for match in _STRINGS.finditer(run))
+    return commas
+
+
 def _at(text: str, where: int, stack: list[list[Any]], problem: str) -> str:
     """`line L column C, at PATH: problem` for the character at index `where`."""
     line = text.count("\n", 0, where) + 1
@@ -161,13 +175,22 @@ def _path(stack: list[list[Any]]) -> str:
     return ("..." + path[-57:] if len(path) > 60 else path) or "the top level"
 
 
+_DEPTH_CHUNK = 1 << 20
+"""Brackets counted per numpy pass: a chunk's arrays take about 11 bytes a bracket (11 MiB), whatever the file's size."""
+
+
 def _max_depth(outside: str) -> int:
-    """The deepest nesting of brackets in text whose strings were blanked (numpy, no recursion, linear time)."""
+    """The deepest nesting of brackets in text whose strings were blanked (numpy, no recursion, linear time, memory
+    bounded by _DEPTH_CHUNK)."""
     brackets = np.frombuffer(outside.encode("utf-8", "surrogatepass").translate(None, _NOT_BRACKETS), dtype=np.uint8)
-    if brackets.size == 0:
-        return 0
-    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1).astype(np.int64)
-    return int(np.cumsum(steps).max())
+    depth = deepest = 0
+    for start in range(0, brackets.size, _DEPTH_CHUNK):
+        chunk = brackets[start : start + _DEPTH_CHUNK]
+        steps = np.where((chunk == ord("[")) | (chunk == ord("{")), np.int32(1), np.int32(-1))
+        running = np.cumsum(steps, dtype=np.int32) + depth
+        deepest = max(deepest, int(running.max()))
+        depth = int(running[-1])
+    return deepest
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

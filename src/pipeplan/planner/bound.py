@@ -130,7 +130,7 @@ class ShapeBounds:
         self.memory_prefix = np.concatenate([[0.0], np.cumsum(memories)])
         self.params = np.array([layer.param_bytes for layer in profile.layers], dtype=float)
         self.static = static_bytes(self.params, model.optimizer_factor)
-        self.optimizer = np.array([self.layers.optimizer_ms([i]) for i in range(profile.num_layers)], dtype=float)
+        self.optimizer = self.layers.optimizer_steps_ms.copy()
         self.split = model.bwd_split
         self.node_size = cluster.num_devices
         if cluster.num_devices > 1:

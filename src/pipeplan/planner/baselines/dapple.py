@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 
-from pipeplan.core.dag import order_from_stages
 from pipeplan.core.downsets import bits
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
@@ -38,7 +37,7 @@ from pipeplan.planner.baselines.dapple_search import FAITHFUL_GPUS, Candidate, L
 from pipeplan.planner.baselines.downsets import StateLimitError
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
-from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
+from pipeplan.planner.baselines.rules import layer_order, microbatch_sizes, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 from pipeplan.schedules.one_f_one_b import one_f_one_b
@@ -87,7 +86,7 @@ def to_plan(request: PlanRequest, model: DappleModel, blocks: list[tuple[int, ..
     sets = model.stage_layers([s.end for s in candidate.stages])
     if blocks is not None:
         sets = [sorted(layer for b in s for layer in blocks[b]) for s in sets]
-    order = order_from_stages(request.profile, sets)
+    order = layer_order(request.profile, sets)
     stages, first = [], 0
     for members, devices in zip(sets, stage_devices(links, device_of, candidate), strict=True):
         stages.append(Stage(first, first + len(members) - 1, devices))

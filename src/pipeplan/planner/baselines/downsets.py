@@ -89,10 +89,13 @@ def augmented_extra(dag: LayerGraph) -> list[int]:
     ancestry (a itself excluded)."""
     anc = ancestor_masks(dag)
     succ = successor_masks(dag)
+    # A strict ancestor p of a with one consumer c reaches a through c, so c is in a's ancestry: only nodes with two
+    # or more consumers can count (a chain has none, which made this loop quadratic in big-integer steps for nothing).
+    branching = sum(1 << p for p, consumers in enumerate(succ) if consumers & (consumers - 1))
     extra = []
     for a in range(dag.num_nodes):
         mask = 0
-        for p in bits(anc[a] & ~(1 << a)):
+        for p in bits(anc[a] & ~(1 << a) & branching):
             if succ[p] & ~anc[a]:
                 mask |= 1 << p
         extra.append(mask)
@@ -110,23 +113,40 @@ def downset_states(dag: LayerGraph, first: int, limit: int | None = None) -> Dow
     masks = tuple(found[i] for i in ranked)
     member = mask_matrix(masks, dag.num_nodes)
     work, act, par = dag.work_ms, dag.activation_bytes, dag.param_bytes
-    anc = ancestor_masks(dag)
-    extra = augmented_extra(dag)
-    augmented = []
-    for mask in masks:
-        top = maximal(mask, anc)
-        aug = top
-        for a in bits(top):
-            aug |= extra[a]
-        augmented.append(aug)
-    aug_member = mask_matrix(augmented, dag.num_nodes)
     return DownsetStates(
         masks=masks,
         work_ms=member @ work,
         activation_bytes=member @ act,
         param_bytes=member @ par,
-        cut_bytes=aug_member @ act,
+        cut_bytes=augmented_members(dag, member) @ act,
     )
+
+
+def augmented_members(dag: LayerGraph, member: np.ndarray) -> np.ndarray:
+    """Per state (a row of `member`), its augmented antichain as a bool row: the maximal nodes X of the down-set (a
+    node none of whose consumers is in it) and augmented_extra of each node of X (module docstring).
+
+    Note:
+        Whole rows in numpy, then Python only for the nodes of X that have extra nodes: walking every node of every
+        state with integer masks (core.downsets.maximal) was cubic in a chain's length (41 s at 5,000 layers).
+    """
+    consumers = dag.consumers()
+    sources = np.array([u for u, cs in enumerate(consumers) if cs], dtype=np.int64)
+    targets = np.array([w for cs in consumers for w in cs], dtype=np.int64)
+    consumed_inside = np.zeros_like(member)
+    if targets.size:
+        starts = np.cumsum([0, *[len(cs) for cs in consumers if cs][:-1]])
+        consumed_inside[:, sources] = np.logical_or.reduceat(member[:, targets], starts, axis=1)
+    augmented = member & ~consumed_inside
+    extra = augmented_extra(dag)
+    with_extra = np.array([a for a, mask in enumerate(extra) if mask], dtype=np.int64)
+    if with_extra.size:
+        for i in np.flatnonzero(augmented[:, with_extra].any(axis=1)):
+            mask = 0
+            for a in with_extra[augmented[i, with_extra]]:
+                mask |= extra[int(a)]
+            augmented[i] |= mask_matrix([mask], dag.num_nodes)[0]
+    return augmented
 
 
 def nested(states: DownsetStates, nodes: int) -> np.ndarray:

@@ -33,7 +33,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from pipeplan.core.dag import order_from_stages
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
@@ -46,7 +45,7 @@ from pipeplan.planner.baselines.pipedream_planner import (
     plan_graph,
     planning_states,
 )
-from pipeplan.planner.baselines.rules import require_schedule
+from pipeplan.planner.baselines.rules import layer_order, require_schedule
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 
@@ -125,7 +124,7 @@ def to_plan(
 ) -> Plan:
     """A pipeplan Plan of the original's stages (node sets) on their devices: the layer order in which each stage
     is contiguous (core.dag.order_from_stages), stages as position ranges over it."""
-    order = order_from_stages(profile, [s.layers for s in stages])
+    order = layer_order(profile, [s.layers for s in stages])
     plan_stages = []
     first = 0
     for stage, devs in zip(stages, devices, strict=True):
@@ -145,9 +144,9 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
     require_schedule(request, "pipedream", "1f1b")
     graph = graph_of_profile(request.profile)
     levels = levels_of(request.cluster)
-    planning, _ = planning_states(graph)
-    options = default_options(request, levels, planning.graph.num_nodes)
-    found: PipeDreamPlan = plan_graph(graph, options)
+    planned = planning_states(graph)
+    options = default_options(request, levels, planned[0].graph.num_nodes)
+    found: PipeDreamPlan = plan_graph(graph, options, planned)
     original = [s.replicas for s in found.stages]
     note = "the original's plan"
     try:
@@ -156,7 +155,7 @@ def plan_pipedream(request: PlanRequest) -> PlanResult:
         # pipeplan cannot split the batch over these counts: the best plan whose counts divide it instead
         batch = request.microbatch_size or request.global_batch
         allowed = frozenset(c for c in range(1, max(levels.units) + 1) if batch % c == 0)
-        found = plan_graph(graph, replace(options, allowed=allowed))
+        found = plan_graph(graph, replace(options, allowed=allowed), planned)
         sizes = split_sizes(request, math.lcm(*(s.replicas for s in found.stages)))
         note = f"replica counts limited to divisors of {batch}: the original's plan has {original}"
     devices = stage_devices(levels, found.stages)

@@ -24,12 +24,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.errors import PlanError
-from pipeplan.planner.baselines.downsets import DownsetStates, StateLimitError, downset_states, range_table, range_tables
+from pipeplan.planner.baselines.downsets import (
+    DownsetStates,
+    StateLimitError,
+    downset_states,
+    enumerate_downsets,
+    range_table,
+    range_tables,
+)
 from pipeplan.planner.baselines.pipedream_dp import LevelInputs, LevelOptions, level_dp, unwind
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph, PlanningGraph, planning_graph
 
-STATE_LIMIT = 20_000
-"""Reachable down-sets beyond which planning is refused: the DP is quadratic (cubic below the top level) in them."""
+STATE_LIMIT = 8_000
+"""Reachable down-sets beyond which planning is refused before any table is built: the DP is quadratic (cubic below
+the top level) in them, and its tables take about 40 bytes per pair of states (1 GB at 5,000 states, 2.5 GB at the
+limit; 20,000 would need 16 GB)."""
 WORK_LIMIT = 3e9
 """Candidate evaluations beyond which planning is refused (about a minute of numpy): the original takes hours there."""
 
@@ -94,25 +103,38 @@ def planning_states(full: LayerGraph) -> tuple[PlanningGraph, DownsetStates]:
     """The planning graph and its states.
 
     Raises:
-        PlanError: more than STATE_LIMIT states.
+        PlanError: more than STATE_LIMIT states (counted before any per-state table is built).
     """
     graph = planning_graph(full)
     try:
         states = downset_states(graph.graph, graph.first, STATE_LIMIT)
     except StateLimitError as error:
         raise PlanError(
-            f"planner 'pipedream': {error}; its DP is quadratic in them and does not finish (the original's neither)"
+            f"planner 'pipedream': {error}; its DP is quadratic in them (tables of about 40 bytes per pair of states) "
+            "and does not finish (the original's neither); use --planner pipeplan, which plans blocks of layers"
         ) from None
     return graph, states
 
 
-def plan_graph(full: LayerGraph, options: PipeDreamOptions) -> PipeDreamPlan:
-    """PipeDream's plan of `full` (module docstring).
+def within_states(full: LayerGraph, limit: int) -> bool:
+    """Whether `full` has at most `limit` planning states (the enumeration only: no tables, no sums)."""
+    graph = planning_graph(full)
+    try:
+        enumerate_downsets(graph.graph, graph.first, limit)
+    except StateLimitError:
+        return False
+    return True
+
+
+def plan_graph(
+    full: LayerGraph, options: PipeDreamOptions, planned: tuple[PlanningGraph, DownsetStates] | None = None
+) -> PipeDreamPlan:
+    """PipeDream's plan of `full` (module docstring); `planned` is planning_states(full) when the caller has it.
 
     Raises:
         PlanError: too many states or too much work, or no plan (naming the constraint and by how much).
     """
-    graph, states = planning_states(full)
+    graph, states = planned or planning_states(full)
     inputs = _level_inputs(graph, states)
     _check_work(full.name, states, inputs, options)
     tables = []

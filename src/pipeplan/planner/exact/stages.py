@@ -55,7 +55,7 @@ class StageCosts:
     def __post_init__(self) -> None:
         layers = self.request.model.layers
         self.params = [layer.param_bytes for layer in self.request.profile.layers]
-        self.steps = [layers.optimizer_ms([i]) for i in range(len(self.params))]
+        self.steps = layers.optimizer_steps_ms.tolist()
 
     def work(self, first: int, last: int, size: int, r: int, speed: float) -> StageWork:
         """LayerCosts.stage of layers first..last on r replicas of `speed` at microbatch size `size`, cached.

@@ -38,6 +38,10 @@ MAX_BLOCKS_LARGE = 32
 SEED_PLANNERS = ("dapple", "pipedream", "balanced")
 LARGE_SEED_PLANNERS = ("pipedream", "balanced")
 """Seeds above LARGE_CLUSTER: dapple takes seconds on 1024 devices, these two well under one."""
+SEED_PIPEDREAM_STATES = 2_048
+"""PipeDream seeds only a model of at most this many planning states: its DP and tables grow with their square (a
+5,000-layer chain took 34 s and 1 GB as a seed, more than the whole search); the built-in profiles it plans have at
+most 1,495 (gnmt_large), and a deep chain's blocks are searched by pipeplan's own DP."""
 POOL_GROUPS = (2,)
 BaselineRuns = Mapping[str, PlanResult | None]
 """Baseline planners already run on the very request being planned, by name: the result, or None where the
@@ -208,15 +212,19 @@ class Candidates:
             as they would by default): their stages seed the search, and their
             plans compete unchanged when their schedule is the one asked for.
             A baseline already run on this request (`baselines`) is taken as it is, not planned again; `reused`
-            names those.
+            names those. PipeDream does not seed a model of more than SEED_PIPEDREAM_STATES planning states.
         """
         from pipeplan.planner.baselines import BASELINES
+        from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
+        from pipeplan.planner.baselines.pipedream_planner import within_states
 
         wanted = self.request.schedule
         request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
         shared = self.baselines if request is self.request else {}
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             self.progress(f"seeding from planner {name}", 0.0)
+            if name == "pipedream" and not within_states(graph_of_profile(self.profile), SEED_PIPEDREAM_STATES):
+                continue  # also when `compare` ran it: plan and compare's pipeplan row start from the same seeds
             if name in shared:
                 self.reused.append(name)
                 found = shared[name]

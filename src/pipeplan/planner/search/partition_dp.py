@@ -70,7 +70,7 @@ def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: 
     # a stage of blocks i..j holds their saved bytes less what neighbours share, but for block i's first layer
     shared_first = arrays.shared[starts]
     saved = per_block(arrays.saved - arrays.shared)
-    optimizer = per_block(np.array([costs.optimizer_ms([i]) for i in range(len(layers))]))
+    optimizer = per_block(costs.optimizer_steps_ms)
     bwd = per_block(arrays.bwd)
 
     def ranges(v: np.ndarray) -> np.ndarray:
