@@ -36,7 +36,7 @@ sys.exit(1)
 
 @pytest.mark.slow
 def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
-    code = launch_local(2, [sys.executable, "-c", WORKER, str(tmp_path / "flag")], grace_s=5.0)
+    code = launch_local(2, WORKER, [str(tmp_path / "flag")], grace_s=5.0)
     err = capfd.readouterr().err
     assert "rank 1 was killed by SIGKILL" in err
     assert code == 128 + 9
@@ -45,7 +45,7 @@ def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_pat
 @pytest.mark.slow
 def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
     hang = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(60)\nsys.exit(3)\n"
-    code = launch_local(2, [sys.executable, "-c", hang], grace_s=0.5)
+    code = launch_local(2, hang, grace_s=0.5)
     err = capfd.readouterr().err
     assert "rank 0 exited with code 3; stopping the other ranks" in err
     assert "stopped ranks 1 after the failure" in err
@@ -54,7 +54,7 @@ def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ig
 
 @pytest.mark.slow
 def test_all_ranks_succeeding_returns_zero(capfd) -> None:  # type: ignore[no-untyped-def]
-    assert launch_local(2, [sys.executable, "-c", "pass"]) == 0
+    assert launch_local(2, "pass") == 0
     assert "pipeplan:" not in capfd.readouterr().err
 
 
