@@ -19,6 +19,10 @@ BUILTIN_MODELS = (
     "rescnn",
 )  # fmt: skip
 """The built-in MODULE_SPEC names (models.builtin.BUILTIN_SPECS's keys, torch-free; tests check the two agree)."""
+DATASET_NAMES = ("auto", "digits", "pysource", "sample")
+"""The datasets a source may record: auto and models.datasets.DATASETS (tests check the two agree)."""
+DTYPE_NAMES = ("float32", "float64")
+"""The dtypes a source may record: models.build.DTYPES's keys (tests check the two agree)."""
 
 
 def model_to_build(source: ProfileSource | None, given: str | None, profile: str, flag: str) -> str | None:
@@ -32,11 +36,24 @@ def model_to_build(source: ProfileSource | None, given: str | None, profile: str
         flag: how the user names a module here (`--module`, `module=`), for the way out.
 
     Raises:
-        TrainConfigError: the profile records code the user did not name, or another model than the user's.
+        TrainConfigError: the profile records code the user did not name, another model than the user's, or a
+            dataset or dtype that is not one of the known names.
     """
     if source is None:
         return given
     recorded = source.module.strip()
+    spec = _chosen(recorded, given, profile, flag)
+    for field, value, known in (("dataset", source.dataset, DATASET_NAMES), ("dtype", source.dtype, DTYPE_NAMES)):
+        if value not in known:
+            raise TrainConfigError(
+                f"profile {profile} records its model's {field} as {value!r}, not one of {', '.join(known)}: profile "
+                "the model again (pipeplan profile)"
+            )
+    return spec
+
+
+def _chosen(recorded: str, given: str | None, profile: str, flag: str) -> str:
+    """`given` when it is `recorded`; `recorded` alone when it is a built-in (see model_to_build)."""
     if given is not None:
         if given.strip() != recorded:
             raise TrainConfigError(
