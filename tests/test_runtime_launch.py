@@ -184,3 +184,101 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp
     assert errors == [f"error: OutputError: rank 0: --trace {str(trace)!r} not written: File too large"], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _launcher(code: str, preexec: object = None) -> subprocess.Popen[str]:
+    """A launcher of 2 workers running `code`, in a session of its own (as a terminal's job), its output piped."""
+    boot = f"import sys\nfrom pipeplan.runtime.training.launch import launch_local\nsys.exit(launch_local(2, {code!r}))\n"
+    return subprocess.Popen([sys.executable, "-c", boot], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=preexec)  # type: ignore[arg-type]  # fmt: skip
+
+
+UP = """import os, time
+os.write(1, f"up {os.getpid()}\\n".encode())
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    os.write(2, b"Traceback (most recent call last): KeyboardInterrupt in a worker\\n")
+    raise
+"""
+"""Worker code: say its pid, then wait in Python code (where a SIGINT becomes KeyboardInterrupt and a traceback:
+written at once here, before the launcher's SIGTERM can cut it short)."""
+
+
+def _ignored(pid: int) -> int:
+    """The mask of signals process `pid` ignores (SigIgn in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the signal masks from /proc")
+def test_a_sighup_ignored_when_the_launcher_starts_stays_ignored_by_it_and_its_workers() -> None:
+    """Under nohup (SIGHUP ignored before the launcher starts), a hang-up sent to the whole job stops nothing: the
+    launcher and both workers still ignore SIGHUP and run on; SIGTERM then stops the job as usual."""
+
+    def ignore_hup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    launcher = _launcher(UP, ignore_hup)
+    try:
+        assert launcher.stdout is not None
+        workers = [int(launcher.stdout.readline().split()[1]) for _ in range(2)]
+        hup = 1 << (signal.SIGHUP - 1)
+        assert all(_ignored(pid) & hup for pid in [launcher.pid, *workers])
+        os.killpg(launcher.pid, signal.SIGHUP)
+        time.sleep(1.0)
+        assert launcher.poll() is None and all(_alive(pid) for pid in workers)
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+        assert launcher.returncode == 128 + signal.SIGTERM
+        assert err == "pipeplan: SIGTERM received; stopping every rank\n"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        if launcher.returncode is None:
+            launcher.communicate(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_a_ctrl_c_or_hang_up_to_the_whole_job_prints_one_line_and_no_traceback(signum: int) -> None:
+    """SIGINT (Ctrl-C) or SIGHUP sent to every process of the job, as a terminal sends it: the workers leave it
+    to the launcher, which says so in one line, stops them, and exits 128 + n; no worker prints a traceback."""
+    launcher = _launcher(UP, _default_sigint)
+    try:
+        assert launcher.stdout is not None
+        workers = [int(launcher.stdout.readline().split()[1]) for _ in range(2)]
+        assert all(_ignored(pid) & (1 << (signum - 1)) for pid in workers)  # left to the launcher
+        for pid in workers:  # the whole job, the workers first (a terminal's order is not defined)
+            os.kill(pid, signum)
+        time.sleep(0.5)
+        os.kill(launcher.pid, signum)
+        _, err = launcher.communicate(timeout=30)
+        assert err == f"pipeplan: {signal.Signals(signum).name} received; stopping every rank\n"
+        assert launcher.returncode == 128 + signum
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        if launcher.returncode is None:
+            launcher.communicate(timeout=30)
+
+
+@pytest.mark.slow
+def test_an_error_every_rank_finds_is_printed_once_and_other_lines_pass_live(capfd) -> None:  # type: ignore[no-untyped-def]
+    """Both ranks print the same `error:` line (with their rank) and a line of their own: the error reaches stderr
+    once (the first rank's), both other lines pass, then the launcher's line about the failure."""
+    code = (
+        "import os, sys\nrank = os.environ['RANK']\nprint(f'note from rank {rank}', file=sys.stderr, flush=True)\n"
+        "print(f'error: TrainConfigError: rank {rank}: --opt hidden=abc is not an integer', file=sys.stderr, flush=True)\n"
+        "sys.exit(2)\n"
+    )
+    assert launch_local(2, code, grace_s=5.0) == 2
+    lines = capfd.readouterr().err.splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].endswith(": --opt hidden=abc is not an integer"), lines
+    assert sorted(line for line in lines if line.startswith("note")) == ["note from rank 0", "note from rank 1"]
+    assert lines[-1].startswith("pipeplan: rank ") and lines[-1].endswith("exited with code 2; stopping the other ranks")
