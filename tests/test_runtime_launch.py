@@ -282,3 +282,40 @@ def test_an_error_every_rank_finds_is_printed_once_and_other_lines_pass_live(cap
     assert len(errors) == 1 and errors[0].endswith(": --opt hidden=abc is not an integer"), lines
     assert sorted(line for line in lines if line.startswith("note")) == ["note from rank 0", "note from rank 1"]
     assert lines[-1].startswith("pipeplan: rank ") and lines[-1].endswith("exited with code 2; stopping the other ranks")
+
+
+API_JOB = """import sys
+from pipeplan.api import probe_local
+try:
+    probe_local(2, rounds=10000, on_progress=lambda done, total: print("polling", flush=True))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+def test_a_ctrl_c_during_an_api_local_job_stops_it_in_one_line_and_reaches_the_caller() -> None:
+    """probe_local (the launcher in the caller's thread) under SIGINT to every process: one launcher line, no worker
+    traceback, and the caller gets KeyboardInterrupt once the workers are stopped."""
+    job = subprocess.Popen([sys.executable, "-c", API_JOB], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline() == "polling\n"
+        workers = _children(job.pid)
+        assert len(workers) == 2
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(job.pid, signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert err == "pipeplan: SIGINT received; stopping every rank\n"
+        assert out.splitlines()[-1] == "interrupted" and job.returncode == 130
+        assert not [pid for pid in workers if _alive(pid)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        if job.returncode is None:
+            job.communicate(timeout=30)

@@ -19,7 +19,8 @@ Note:
     is imported (`worker_path`: never the working folder, where a stray
     `numpy.py` or `pipeplan.py` would otherwise be imported first by every
     worker), and leaves SIGINT and SIGHUP to the launcher, which stops the
-    workers itself (one line, no worker tracebacks). A signal the launcher
+    workers itself (one line, no worker tracebacks; the launcher ignores
+    them while it starts the workers, so they start ignored). A signal the launcher
     found ignored when it started (`nohup` ignores SIGHUP) stays ignored, in
     the launcher and its workers. The workers' stderr passes through the
     launcher (worker_output): live, each error said by several ranks once.
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 
 from pipeplan.runtime.errors import TrainConfigError
@@ -161,11 +162,12 @@ def launch_local(
         for signum in STOP_SIGNALS if main_thread else ():
             if previous[signum] is not signal.SIG_IGN:  # ignored (nohup): left ignored, and so inherited by the workers
                 signal.signal(signum, _raise_stopped)
-        for r in range(nprocs):
-            proc = subprocess.Popen(argv, env=worker_env(r, nprocs, store.port, base), cwd=cwd, stderr=subprocess.PIPE)
-            procs.append(proc)
-            assert proc.stderr is not None
-            relay.follow(proc.stderr, r)
+        with _ignored_while_spawning(previous):
+            for r in range(nprocs):
+                proc = subprocess.Popen(argv, env=worker_env(r, nprocs, store.port, base), cwd=cwd, stderr=subprocess.PIPE)
+                procs.append(proc)
+                assert proc.stderr is not None
+                relay.follow(proc.stderr, r)
         return _watch(procs, relay, grace_s, timeout_s, on_poll)
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.args[0] if isinstance(exc, _Stopped) else signal.SIGINT
@@ -181,6 +183,23 @@ def launch_local(
             if handler is not None:  # None: a handler set outside Python, which cannot be put back
                 signal.signal(stop, handler)
         del store
+
+
+@contextlib.contextmanager
+def _ignored_while_spawning(previous: dict[signal.Signals, object]) -> Iterator[None]:
+    """SIGINT and SIGHUP ignored in this process while it starts workers, which so start with them ignored (an
+    ignored signal stays ignored across exec; PRELUDE would leave a moment before it runs), then as they were.
+    Only where `previous` holds them (the main thread): elsewhere PRELUDE alone ignores them."""
+    held = {}
+    for name in LEFT_TO_LAUNCHER:
+        signum = getattr(signal, name, None)
+        if signum in previous and previous[signum] is not None:
+            held[signum] = signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def _watch(
