@@ -130,10 +130,10 @@ def main() -> int:
         return 0
     if args.rounds < 10:
         parser.error(f"--rounds must be >= 10, got {args.rounds}")
-    from pipeplan.runtime.training.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local, run_file
 
     out = Path(tempfile.mkdtemp()) / "result.json"
-    code = launch_local(PROCESSES, [sys.executable, __file__, "--worker", str(args.rounds), str(args.warmup), str(out)])
+    code = launch_local(PROCESSES, run_file(__file__), ["--worker", str(args.rounds), str(args.warmup), str(out)])
     if code:
         print(f"benchmark workers failed with exit code {code}", file=sys.stderr)
         return 1

@@ -117,10 +117,10 @@ def reference_grads(case: dict[str, object], world: int) -> dict[str, torch.Tens
 
 
 def run_world(world: int, tmp_path: Path) -> list[dict[str, object]]:
-    from pipeplan.runtime.training.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local, run_file
 
     cases = cases_for(world)
-    code = launch_local(world, [sys.executable, __file__, json.dumps(cases), str(tmp_path)], timeout_s=240)
+    code = launch_local(world, run_file(__file__), [json.dumps(cases), str(tmp_path)], timeout_s=240)
     assert code == 0, f"workers failed with exit code {code}"
     return cases
 

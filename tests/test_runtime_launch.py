@@ -36,7 +36,7 @@ sys.exit(1)
 
 @pytest.mark.slow
 def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
-    code = launch_local(2, [sys.executable, "-c", WORKER, str(tmp_path / "flag")], grace_s=5.0)
+    code = launch_local(2, WORKER, [str(tmp_path / "flag")], grace_s=5.0)
     err = capfd.readouterr().err
     assert "rank 1 was killed by SIGKILL" in err
     assert code == 128 + 9
@@ -45,7 +45,7 @@ def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_pat
 @pytest.mark.slow
 def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
     hang = "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(60)\nsys.exit(3)\n"
-    code = launch_local(2, [sys.executable, "-c", hang], grace_s=0.5)
+    code = launch_local(2, hang, grace_s=0.5)
     err = capfd.readouterr().err
     assert "rank 0 exited with code 3; stopping the other ranks" in err
     assert "stopped ranks 1 after the failure" in err
@@ -54,7 +54,7 @@ def test_a_hung_rank_is_stopped_and_listed(tmp_path, capfd) -> None:  # type: ig
 
 @pytest.mark.slow
 def test_all_ranks_succeeding_returns_zero(capfd) -> None:  # type: ignore[no-untyped-def]
-    assert launch_local(2, [sys.executable, "-c", "pass"]) == 0
+    assert launch_local(2, "pass") == 0
     assert "pipeplan:" not in capfd.readouterr().err
 
 
@@ -184,3 +184,138 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp
     assert errors == [f"error: OutputError: rank 0: --trace {str(trace)!r} not written: File too large"], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _launcher(code: str, preexec: object = None) -> subprocess.Popen[str]:
+    """A launcher of 2 workers running `code`, in a session of its own (as a terminal's job), its output piped."""
+    boot = f"import sys\nfrom pipeplan.runtime.training.launch import launch_local\nsys.exit(launch_local(2, {code!r}))\n"
+    return subprocess.Popen([sys.executable, "-c", boot], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=preexec)  # type: ignore[arg-type]  # fmt: skip
+
+
+UP = """import os, time
+os.write(1, f"up {os.getpid()}\\n".encode())
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    os.write(2, b"Traceback (most recent call last): KeyboardInterrupt in a worker\\n")
+    raise
+"""
+"""Worker code: say its pid, then wait in Python code (where a SIGINT becomes KeyboardInterrupt and a traceback:
+written at once here, before the launcher's SIGTERM can cut it short)."""
+
+
+def _ignored(pid: int) -> int:
+    """The mask of signals process `pid` ignores (SigIgn in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the signal masks from /proc")
+def test_a_sighup_ignored_when_the_launcher_starts_stays_ignored_by_it_and_its_workers() -> None:
+    """Under nohup (SIGHUP ignored before the launcher starts), a hang-up sent to the whole job stops nothing: the
+    launcher and both workers still ignore SIGHUP and run on; SIGTERM then stops the job as usual."""
+
+    def ignore_hup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    launcher = _launcher(UP, ignore_hup)
+    try:
+        assert launcher.stdout is not None
+        workers = [int(launcher.stdout.readline().split()[1]) for _ in range(2)]
+        hup = 1 << (signal.SIGHUP - 1)
+        assert all(_ignored(pid) & hup for pid in [launcher.pid, *workers])
+        os.killpg(launcher.pid, signal.SIGHUP)
+        time.sleep(1.0)
+        assert launcher.poll() is None and all(_alive(pid) for pid in workers)
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+        assert launcher.returncode == 128 + signal.SIGTERM
+        assert err == "pipeplan: SIGTERM received; stopping every rank\n"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        if launcher.returncode is None:
+            launcher.communicate(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_a_ctrl_c_or_hang_up_to_the_whole_job_prints_one_line_and_no_traceback(signum: int) -> None:
+    """SIGINT (Ctrl-C) or SIGHUP sent to every process of the job, as a terminal sends it: the workers leave it
+    to the launcher, which says so in one line, stops them, and exits 128 + n; no worker prints a traceback."""
+    launcher = _launcher(UP, _default_sigint)
+    try:
+        assert launcher.stdout is not None
+        workers = [int(launcher.stdout.readline().split()[1]) for _ in range(2)]
+        assert all(_ignored(pid) & (1 << (signum - 1)) for pid in workers)  # left to the launcher
+        for pid in workers:  # the whole job, the workers first (a terminal's order is not defined)
+            os.kill(pid, signum)
+        time.sleep(0.5)
+        os.kill(launcher.pid, signum)
+        _, err = launcher.communicate(timeout=30)
+        assert err == f"pipeplan: {signal.Signals(signum).name} received; stopping every rank\n"
+        assert launcher.returncode == 128 + signum
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        if launcher.returncode is None:
+            launcher.communicate(timeout=30)
+
+
+@pytest.mark.slow
+def test_an_error_every_rank_finds_is_printed_once_and_other_lines_pass_live(capfd) -> None:  # type: ignore[no-untyped-def]
+    """Both ranks print the same `error:` line (with their rank) and a line of their own: the error reaches stderr
+    once (the first rank's), both other lines pass, then the launcher's line about the failure."""
+    code = (
+        "import os, sys\nrank = os.environ['RANK']\nprint(f'note from rank {rank}', file=sys.stderr, flush=True)\n"
+        "print(f'error: TrainConfigError: rank {rank}: --opt hidden=abc is not an integer', file=sys.stderr, flush=True)\n"
+        "sys.exit(2)\n"
+    )
+    assert launch_local(2, code, grace_s=5.0) == 2
+    lines = capfd.readouterr().err.splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].endswith(": --opt hidden=abc is not an integer"), lines
+    assert sorted(line for line in lines if line.startswith("note")) == ["note from rank 0", "note from rank 1"]
+    assert lines[-1].startswith("pipeplan: rank ") and lines[-1].endswith("exited with code 2; stopping the other ranks")
+
+
+API_JOB = """import sys
+from pipeplan.api import probe_local
+try:
+    probe_local(2, rounds=10000, on_progress=lambda done, total: print("polling", flush=True))
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+def test_a_ctrl_c_during_an_api_local_job_stops_it_in_one_line_and_reaches_the_caller() -> None:
+    """probe_local (the launcher in the caller's thread) under SIGINT to every process: one launcher line, no worker
+    traceback, and the caller gets KeyboardInterrupt once the workers are stopped."""
+    job = subprocess.Popen([sys.executable, "-c", API_JOB], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True, preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        assert job.stdout is not None
+        assert job.stdout.readline() == "polling\n"
+        workers = _children(job.pid)
+        assert len(workers) == 2
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        os.kill(job.pid, signal.SIGINT)
+        out, err = job.communicate(timeout=60)
+        assert err == "pipeplan: SIGINT received; stopping every rank\n"
+        assert out.splitlines()[-1] == "interrupted" and job.returncode == 130
+        assert not [pid for pid in workers if _alive(pid)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        if job.returncode is None:
+            job.communicate(timeout=30)

@@ -170,9 +170,9 @@ def _worker(out: str) -> None:
 def test_two_processes_deliver_after_the_emulated_time_without_holding_the_sender(tmp_path: Path) -> None:
     """2 MB at 0.05 GB/s arrives 40 ms after it is sent, the next one 40 ms later, and neither send blocks its sender."""
     pytest.importorskip("torch")
-    from pipeplan.runtime.training.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local, run_file
 
-    assert launch_local(2, [sys.executable, __file__, str(tmp_path)], timeout_s=120) == 0
+    assert launch_local(2, run_file(__file__), [str(tmp_path)], timeout_s=120) == 0
     sender = json.loads((tmp_path / "rank0.json").read_text())
     receiver = json.loads((tmp_path / "rank1.json").read_text())
     transfer_ms = FLOATS * 4 / (RATE_GB_PER_S * 1e9) * 1000.0

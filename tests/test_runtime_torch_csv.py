@@ -67,7 +67,7 @@ def worker(out_dir: str, csv_paths: list[str]) -> None:
 @pytest.mark.slow
 def test_exported_gpipe_and_1f1b_csv_run_on_torch_pipelining(tmp_path: Path) -> None:
     """`pipeplan schedule NAME -p 2 -m 4 --format csv` loads into torch's runtime, whose gradients match unpipelined training."""
-    from pipeplan.runtime.training.launch import launch_local
+    from pipeplan.runtime.training.launch import launch_local, run_file
 
     paths = []
     for name in ("gpipe", "1f1b"):
@@ -77,7 +77,7 @@ def test_exported_gpipe_and_1f1b_csv_run_on_torch_pipelining(tmp_path: Path) -> 
         path = tmp_path / f"{name}.csv"
         path.write_text(done.stdout)
         paths.append(str(path))
-    code = launch_local(2, [sys.executable, __file__, str(tmp_path), *paths], timeout_s=240)
+    code = launch_local(2, run_file(__file__), [str(tmp_path), *paths], timeout_s=240)
     assert code == 0
     model = _model()
     x, y = _batch(model)

@@ -44,6 +44,7 @@ def probe_local(
     out: str | None = None,
     timeout_s: float = 60.0,
     on_progress: Callable[[int, int], None] | None = None,
+    module: str | None = None,
 ) -> Cluster:
     """Start `nprocs` processes here and measure them as a cluster (`pipeplan probe --local N`; torch).
 
@@ -51,9 +52,12 @@ def probe_local(
 
     With a profile from `profile_model` (a measured one, which records how its model was built), each process's
     speed is measured against it and the messages' costs are fitted. One thread per process, as training runs.
+    A profile never chooses code to run: when it records a `pkg.module:factory`, name that module yourself with
+    `module` (a built-in name it records needs none).
 
     Raises:
-        TrainConfigError: naming the bad argument and its value.
+        TrainConfigError: naming the bad argument and its value (a profile recording a module that `module` does
+            not name).
         RuntimeFault: a process failed (its reason printed on stderr).
     """
     from pipeplan.core.limits import ROUNDS
@@ -68,10 +72,13 @@ def probe_local(
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
     _check_job(nprocs, optimizer)
     with job_files(profile=profile) as paths:
-        if profile is not None and load_profile(paths["profile"]).source is None:
-            raise TrainConfigError(f"profile {shown(profile)} does not record how its model was built: use profile_model's")
+        spec = None
+        if profile is not None:
+            spec = _model_of(load_profile(paths["profile"]), profile, module)
+        elif module is not None:
+            raise TrainConfigError(f"module names the model of a profile; give profile too, or leave module out (got {module!r})")
         params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
-                  "optimizer": optimizer, "threads": 1, "name": name}  # fmt: skip
+                  "optimizer": optimizer, "threads": 1, "name": name, "module": spec}  # fmt: skip
         obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
     cluster = cluster_from_json(obj, f"probe of {nprocs} local processes")
     if out is not None:
@@ -109,13 +116,17 @@ def train_local(
     warmup_steps: int = 2,
     timeout_s: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
+    module: str | None = None,
 ) -> LocalRun:
     """Train the model `profile` was measured on with `plan`, one local process per device (`pipeplan train --local`).
 
     The plan's step is predicted from `profile` and `cluster` before the first step, as `pipeplan train --plan` does.
+    A profile never chooses code to run: when it records a `pkg.module:factory`, name that module yourself with
+    `module` (a built-in name it records needs none).
 
     Raises:
-        TrainConfigError: naming the bad argument and its value.
+        TrainConfigError: naming the bad argument and its value (a profile recording a module that `module` does
+            not name).
         PlanError: the plan does not match the profile or cluster, or does not fit.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
@@ -131,19 +142,37 @@ def train_local(
     check(ProfileError, cost_arguments(batch_scaling, optimizer))
     _check_job(1, optimizer)
     model = load_profile(profile)
-    if model.source is None:
-        raise TrainConfigError(f"profile {shown(profile)} does not record how its model was built: use profile_model's")
+    spec = _model_of(model, profile, module)
     simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
     _check_job(len(plan.all_devices), optimizer)
     with job_files(profile=profile, cluster=cluster, plan=plan) as paths:
         source = model.source
+        assert source is not None
         params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
                   "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
-                  "warmup_steps": warmup_steps, "module": source.module, "options": dict(source.options),
+                  "warmup_steps": warmup_steps, "module": spec, "options": dict(source.options),
                   "dataset": source.dataset}  # fmt: skip
         out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
     return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
                     out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
+
+
+def _model_of(model: ModelProfile, profile: ModelProfile | str, module: object) -> str:
+    """The MODULE_SPEC of a profile's model: its recorded built-in, or the `module` the caller named, which must be
+    the one it records (core.model_source).
+
+    Raises:
+        TrainConfigError: no source recorded, a module argument that is not a string, or core.model_source's refusal.
+    """
+    from pipeplan.core.model_source import model_to_build
+
+    if model.source is None:
+        raise TrainConfigError(f"profile {shown(profile)} does not record how its model was built: use profile_model's")
+    if module is not None and not isinstance(module, str):
+        raise TrainConfigError(f"module must be a MODULE_SPEC string, got {type(module).__name__}")
+    spec = model_to_build(model.source, module, shown(profile), "module=")
+    assert spec is not None
+    return spec
 
 
 def _check_job(processes: int, optimizer: object) -> None:

@@ -321,11 +321,15 @@ NEXT = (
     ("your model", "pipeplan profile your_package.module:factory -b 64 -o mine.json   (or --project-to H100 for a GPU)"),
     (
         "your cluster",
-        "pipeplan probe --local 2 --profile mine.json --out cluster.json   (torchrun on your nodes, or a "
-        "cluster JSON: docs/formats.md)",
+        "pipeplan probe --local 2 --profile mine.json --module your_package.module:factory --out cluster.json   "
+        "(torchrun on your nodes, or a cluster JSON: docs/formats.md)",
     ),
     ("a plan", "pipeplan plan --profile mine.json --cluster cluster.json --global-batch 64 --out plan.json"),
-    ("run it", "pipeplan train --local 2 --plan plan.json --steps 100   (torchrun --nnodes N ... train --plan on GPUs)"),
+    (
+        "run it",
+        "pipeplan train --local 2 --plan plan.json --module your_package.module:factory --steps 100   (torchrun "
+        "--nnodes N ... train --plan on GPUs)",
+    ),
     ("compare", "pipeplan compare --profile mine.json --cluster a100-8x2 --global-batch 256 --png best.png"),
     ("from Python", "import pipeplan; pipeplan.plan(...), pipeplan.pipeline(...)   (docs/api.md)"),
 )

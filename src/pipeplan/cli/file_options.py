@@ -56,7 +56,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "show profiles": CommandFiles(),
     "show clusters": CommandFiles(),
     "profile": CommandFiles(outputs={"--out": PROFILE}, modules=("MODULE_SPEC",)),
-    "probe": CommandFiles(inputs=("--profile",), outputs={"--out": CLUSTER}),
+    "probe": CommandFiles(inputs=("--profile",), outputs={"--out": CLUSTER}, modules=("--module",)),
     "plan": CommandFiles(inputs=("--profile", "--cluster", "--bandwidth-trace"), outputs={"--out": PLAN}),
     "compare": CommandFiles(inputs=("--profile", "--cluster"), outputs={"--png": PNG}),
     "adapt": CommandFiles(

@@ -16,6 +16,12 @@ def probe(
     profile: str | None = typer.Option(
         None, "--profile", help="A profile from `pipeplan profile`: every process times its model, giving its speed."
     ),
+    module: str | None = typer.Option(
+        None,
+        "--module",
+        help="With --profile: the MODULE_SPEC its model was measured on, when that is pkg.module:factory (a profile "
+        "never chooses code to run; a built-in it records needs no --module).",
+    ),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     name: str | None = typer.Option(None, "--name", help="The cluster's name [local-N]."),
     steps: int = typer.Option(16, "--steps", help="Timed steps of each calibration run (with --profile)."),
@@ -46,8 +52,9 @@ def probe(
         raise TrainConfigError(f"--timeout must be > 0 seconds, got {timeout}")
     TIMEOUT_S.check(TrainConfigError, "--timeout", timeout)
     check_files()
-    model_profile = None
+    model_profile = spec = None
     if profile is not None:
+        from pipeplan.core.model_source import model_to_build
         from pipeplan.presets.resolve import load_profile
 
         model_profile = load_profile(profile)
@@ -61,17 +68,28 @@ def probe(
                 f"--profile {profile!r} was measured with {model_profile.threads} thread(s) but --threads is {threads}: "
                 "speeds would compare different thread counts"
             )
+        spec = model_to_build(model_profile.source, module, profile, "--module")
+    elif module is not None:
+        raise TrainConfigError("--module names the model of --profile; give --profile too, or leave --module out")
     if local is not None:
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
         from pipeplan.runtime.training.launch import launch_local
 
-        argv = [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])]
-        sys.exit(launch_local(local, argv, grace_s=min(timeout, 10.0)))
-    _run(out, model_profile, name, steps, rounds, timeout, threads, optimizer)
+        modules = () if spec is None else (spec,)
+        sys.exit(launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0), modules=modules))
+    _run(out, model_profile, spec, name, steps, rounds, timeout, threads, optimizer)
 
 
 def _run(
-    out: str, profile: object, name: str | None, steps: int, rounds: int, timeout: float, threads: int, optimizer: str
+    out: str,
+    profile: object,
+    module: str | None,
+    name: str | None,
+    steps: int,
+    rounds: int,
+    timeout: float,
+    threads: int,
+    optimizer: str,
 ) -> None:
     """This process's part; process 0 writes the file. A failure prints one line and exits (2: a peer never answered);
     a file process 0 cannot write (a full disk) is said in one line after the work, and the job leaves together, exit 1."""
@@ -88,7 +106,7 @@ def _run(
     set_cpu_threads(threads)
     rank = int(os.environ.get("RANK", "0"))
     try:
-        result = probe(profile, steps, rounds, timeout, optimizer)  # type: ignore[arg-type]
+        result = probe(profile, steps, rounds, timeout, optimizer, module)  # type: ignore[arg-type]
         if result is not None:
             text = json.dumps(cluster_json(result, name or f"local-{len(result.speeds)}", profile), indent=2, sort_keys=True)  # type: ignore[arg-type]
             try:

@@ -194,10 +194,16 @@ def model_of_profile(
 ) -> tuple[str | None, dict[str, str], str | None]:
     """--module, --opt and --dataset, each taken from the plan's profile (its recorded source) when not given.
 
-    A profile that does not exist or records no source leaves them as given (train checks the layers later).
+    The profile's module is taken only when it is a built-in name; a `pkg.module:factory` it records runs only when
+    --module names it too, and a --module other than the recorded one is refused (core.model_source). A profile that
+    does not exist or records no source leaves them as given (train checks the layers later).
+
+    Raises:
+        TrainConfigError: naming the profile, the module it records and the --module to give.
     """
-    if profile is None or (module is not None and options_given and dataset is not None):
+    if profile is None:
         return module, options, dataset
+    from pipeplan.core.model_source import model_to_build
     from pipeplan.presets.resolve import load_profile
 
     try:
@@ -206,11 +212,10 @@ def model_of_profile(
         return module, options, dataset
     if source is None:
         return module, options, dataset
-    same_model = module is None or module == source.module
     return (
-        module or source.module,
-        options if options_given or not same_model else dict(source.options),
-        dataset or (source.dataset if same_model else None),
+        model_to_build(source, module, profile, "--module"),
+        options if options_given else dict(source.options),
+        dataset or source.dataset,
     )
 
 

@@ -29,8 +29,9 @@ from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 WORKER_BOOT = (
     "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
 )
-"""How --local starts each worker: first the watch on its launcher (no orphan if the launcher dies), then this same
-CLI, without --local, under the launcher's torchrun-like environment."""
+"""How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
+(no orphan if the launcher dies), then this same CLI, without --local, under the launcher's torchrun-like
+environment."""
 
 
 def _worker_argv(argv: list[str]) -> list[str]:
@@ -238,7 +239,8 @@ def train(
     if local is not None:
         from pipeplan.runtime.training.launch import launch_local
 
-        code = launch_local(local, [sys.executable, "-c", WORKER_BOOT, *_worker_argv(sys.argv[1:])], grace_s=min(timeout, 10.0))
+        code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
+                            modules=(module or "mlp",))  # fmt: skip
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.training.train_config import TrainConfig
 

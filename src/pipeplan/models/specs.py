@@ -23,6 +23,7 @@ the factory in its Python module, or the first layer when it is an
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -253,21 +254,63 @@ def _import_factory(spec: str) -> tuple[Callable[..., object], object]:
     return obj, pymodule
 
 
-def _import_here_too(module_name: str) -> object:
-    """Import `module_name`; a module missing from the path is looked for in the current folder too.
+def module_origin(spec: str) -> str | None:
+    """The file the module of a `package.module:factory` spec is imported from (its top-level package's), found as
+    the import will find it (the working folder last, see _import_here_too) but without running it; None for a
+    built-in name.
 
-    `python -m pipeplan` and the workers (`python -c`) have the current folder on sys.path, the installed
-    `pipeplan` script does not: `pipeplan profile my_model:build` run beside my_model.py finds it either way. The
-    folder goes last on the path, so it never shadows an installed package.
+    The local launcher calls this before it starts its workers: a module found only in the working folder puts that
+    folder (last) on this process's path, which the workers are given as theirs, so they import the same file.
+
+    Raises:
+        ProfileError: no such module.
+    """
+    from pipeplan.models.builtin import BUILTIN_SPECS
+
+    name = spec.strip()
+    if name in BUILTIN_SPECS or ":" not in name:
+        return None
+    top = name.partition(":")[0].partition(".")[0]
+    found = importlib.util.find_spec(top) if top else None
+    if found is None and _may_look_here():
+        sys.path.append(os.getcwd())
+        found = importlib.util.find_spec(top)
+    if found is None:
+        raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {top!r} ({_not_found_why()})")
+    return found.origin
+
+
+def _may_look_here() -> bool:
+    """Whether a module missing from the path may be looked for in the working folder: not when the interpreter was
+    told to keep that folder off its path (-P, PYTHONSAFEPATH; every --local worker runs so, with its launcher's
+    path), and not when the folder is already searched."""
+    here = os.getcwd()
+    return not sys.flags.safe_path and here not in sys.path and "" not in sys.path
+
+
+def _not_found_why() -> str:
+    """Where a missing module was looked for, for its error."""
+    if sys.flags.safe_path:
+        return "not on the import path; the working folder is not searched by a --local worker or under python -P"
+    return "not on the import path nor in the working folder"
+
+
+def _import_here_too(module_name: str) -> object:
+    """Import `module_name`; a module missing from the path is looked for in the current folder too (last).
+
+    `python -m pipeplan` drops the working folder from the front of its path (pipeplan/__main__) and the installed
+    `pipeplan` script never has it: `pipeplan profile my_model:build` run beside my_model.py still finds it, and a
+    `numpy.py` beside it is never imported. The folder goes last on the path, so it never shadows an installed
+    package. A --local worker never adds it (_may_look_here): it has its launcher's path, with the folder already
+    there when the launcher's module_origin found the module in it.
     """
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        here = os.getcwd()
         top = module_name.partition(".")[0]
-        if exc.name != top or here in sys.path or "" in sys.path:
+        if exc.name != top or not _may_look_here():
             raise
-        sys.path.append(here)
+        sys.path.append(os.getcwd())
         return importlib.import_module(module_name)
 
 

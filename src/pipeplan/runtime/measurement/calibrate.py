@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.model_source import model_to_build
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
 from pipeplan.models.build import Model, build_model
@@ -44,11 +45,15 @@ class Run:
     step_ms: float
 
 
-def build_profiled_model(profile: ModelProfile, device: torch.device) -> Model:
+def build_profiled_model(profile: ModelProfile, device: torch.device, module: str | None = None) -> Model:
     """The model the profile was measured on, built as `pipeplan profile` built it, on `device`.
 
+    `module` is the MODULE_SPEC the user named (`--module`): a profile's recorded source is built without it only
+    when it is a built-in name (core.model_source: a profile never chooses code to run).
+
     Raises:
-        TrainConfigError: the profile records no source, or its model now has another number of layers.
+        TrainConfigError: the profile records no source, code the user did not name, another model than `module`,
+            or its model now has another number of layers.
     """
     if profile.source is None:
         raise TrainConfigError(
@@ -56,7 +61,9 @@ def build_profiled_model(profile: ModelProfile, device: torch.device) -> Model:
             "or leave --profile out (every speed 1.0)"
         )
     source = profile.source
-    model = build_model(source.module, dict(source.options), source.dataset, source.dtype)
+    spec = model_to_build(source, module, repr(profile.name), "--module")
+    assert spec is not None
+    model = build_model(spec, dict(source.options), source.dataset, source.dtype)
     if len(model.layers) != profile.num_layers:
         raise TrainConfigError(
             f"--profile {profile.name!r} has {profile.num_layers} layers but its model {source.module!r} now builds "

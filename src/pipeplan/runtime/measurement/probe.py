@@ -187,8 +187,16 @@ def _barrier(timeout_s: float, what: str) -> None:
     _wait(work, timeout_s, what)
 
 
-def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: float, optimizer: str = "adam") -> ProbeResult | None:
-    """Run the probe on this process (module docstring); process 0 gets the result, the others None."""
+def probe(
+    profile: ModelProfile | None,
+    steps: int,
+    rounds: int,
+    timeout_s: float,
+    optimizer: str = "adam",
+    module: str | None = None,
+) -> ProbeResult | None:
+    """Run the probe on this process (module docstring); process 0 gets the result, the others None. `module`: the
+    MODULE_SPEC the user named for the profile's model (calibrate.build_profiled_model)."""
     from pipeplan.runtime.transport.distributed import init_distributed
 
     _, _, device = init_distributed(None, timeout_s)
@@ -202,7 +210,7 @@ def probe(profile: ModelProfile | None, steps: int, rounds: int, timeout_s: floa
     if profile is None:
         allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
     else:
-        model = build_profiled_model(profile, device)
+        model = build_profiled_model(profile, device, module)
         dp_runs = [run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in data_parallel_plans(profile, world)]
         speed = speed_of(profile, dp_runs)
         allreduce_lat = max(max(row) for row in latency)

@@ -13,6 +13,17 @@ Note:
     started by `WORKER_BOOT`-like code calls `watch_launcher`, which asks the
     kernel for SIGTERM when the launcher dies (Linux's parent-death signal)
     and watches the parent pid from a thread (everywhere else).
+
+    Every worker is this interpreter running `python -P -c PRELUDE + code`:
+    the prelude puts the launcher's own import path in place before anything
+    is imported (`worker_path`: never the working folder, where a stray
+    `numpy.py` or `pipeplan.py` would otherwise be imported first by every
+    worker), and leaves SIGINT and SIGHUP to the launcher, which stops the
+    workers itself (one line, no worker tracebacks; the launcher ignores
+    them while it starts the workers, so they start ignored). A signal the launcher
+    found ignored when it started (`nohup` ignores SIGHUP) stays ignored, in
+    the launcher and its workers. The workers' stderr passes through the
+    launcher (worker_output): live, each error said by several ranks once.
 """
 
 from __future__ import annotations
@@ -24,16 +35,28 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 
 from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.training.worker_output import StderrRelay
 
 LOOPBACK = "127.0.0.1"
 LAUNCHER_PID = "PIPEPLAN_LAUNCHER_PID"
 """The environment variable that tells a worker the pid of the --local launcher that started it."""
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, "SIGHUP") else (signal.SIGTERM,)
 """Signals the launcher turns into a clean stop of every worker (SIGINT arrives as KeyboardInterrupt)."""
+LEFT_TO_LAUNCHER = ("SIGINT", "SIGHUP")
+"""Signals a worker ignores: a terminal sends them to the whole process group, and the launcher stops every worker
+itself (SIGTERM), so a Ctrl-C gives one line instead of a traceback from every rank."""
+WORKER_PATH = "PIPEPLAN_WORKER_PATH"
+"""The environment variable holding the import path a worker runs with (the launcher's; os.pathsep between)."""
+PRELUDE = (
+    f"import os, sys; sys.path[:] = os.environ[{WORKER_PATH!r}].split(os.pathsep); import signal; "
+    f"[signal.signal(getattr(signal, s), signal.SIG_IGN) for s in {LEFT_TO_LAUNCHER!r} if hasattr(signal, s)]; "
+)
+"""What every worker runs first: os and sys are loaded before any code runs, so the path is set before the first
+import that searches it."""
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal this process receives when its parent dies."""
 WATCH_INTERVAL_S = 0.5
@@ -74,56 +97,118 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def worker_path() -> list[str]:
+    """The import path of the workers: this process's sys.path now, each folder made absolute, without `''` (the
+    working folder, which `python -c` and a REPL search first: the workers never search it)."""
+    path: list[str] = []
+    for entry in sys.path:
+        if entry and os.path.abspath(entry) not in path:
+            path.append(os.path.abspath(entry))
+    return path
+
+
+def run_file(path: str) -> str:
+    """Worker code that runs the Python file `path` as its `__main__` (sys.argv[1:] are the worker's args)."""
+    return f"import runpy; runpy.run_path({os.path.abspath(path)!r}, run_name='__main__')"
+
+
 def launch_local(
     nprocs: int,
-    argv: Sequence[str],
+    code: str,
+    args: Sequence[str] = (),
+    *,
     env: Mapping[str, str] | None = None,
     grace_s: float = 10.0,
     timeout_s: float | None = None,
     cwd: str | None = None,
+    on_poll: Callable[[], None] | None = None,
+    modules: Sequence[str] = (),
 ) -> int:
-    """Run `argv` as `nprocs` local workers; return 0 when all succeed, else the first failure's code (non-zero).
+    """Run Python `code` with `args` as `nprocs` local workers; return 0 when all succeed, else the first failure's
+    code (non-zero), or 128 + a signal's number when the launcher was stopped by it.
 
     Args:
         nprocs: number of processes (ranks 0..nprocs-1).
-        argv: the worker command line (the same for every rank).
+        code: what each worker runs (`python -c code args...`, after PRELUDE: the launcher's import path).
+        args: the worker's sys.argv[1:] (the same for every rank).
         env: base environment (default: this process's).
         grace_s: after the first failure, how long the others may take to exit on their own.
         timeout_s: kill everything after this many seconds (None: no limit); returns 124.
+        on_poll: called about every 50 ms while the workers run (progress), in this thread.
+        modules: the MODULE_SPECs the workers will build, found here first (models.specs.module_origin) so that
+            the path the workers are given leads them to the same files.
 
     Raises:
         TrainConfigError: nprocs below 1.
+        ProfileError: a module of `modules` that cannot be found.
     """
     if nprocs < 1:
         raise TrainConfigError(f"--local must be >= 1, got {nprocs}")
     from torch.distributed import TCPStore
 
+    from pipeplan.models.specs import module_origin
+
+    for spec in modules:
+        module_origin(spec)
+
+    argv = [sys.executable, "-P", "-c", PRELUDE + code, *args]
+    base = {**(os.environ if env is None else env), WORKER_PATH: os.pathsep.join(worker_path())}
     store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
     main_thread = threading.current_thread() is threading.main_thread()  # only there may a handler be set
     previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGINT)} if main_thread else {}
     procs: list[subprocess.Popen[bytes]] = []
+    relay = StderrRelay()
     try:
         for signum in STOP_SIGNALS if main_thread else ():
-            signal.signal(signum, _raise_stopped)
-        for r in range(nprocs):
-            procs.append(subprocess.Popen(list(argv), env=worker_env(r, nprocs, store.port, env), cwd=cwd))
-        return _watch(procs, grace_s, timeout_s)
+            if previous[signum] is not signal.SIG_IGN:  # ignored (nohup): left ignored, and so inherited by the workers
+                signal.signal(signum, _raise_stopped)
+        with _ignored_while_spawning(previous):
+            for r in range(nprocs):
+                proc = subprocess.Popen(argv, env=worker_env(r, nprocs, store.port, base), cwd=cwd, stderr=subprocess.PIPE)
+                procs.append(proc)
+                assert proc.stderr is not None
+                relay.follow(proc.stderr, r)
+        return _watch(procs, relay, grace_s, timeout_s, on_poll)
     except (KeyboardInterrupt, _Stopped) as exc:
         signum = exc.args[0] if isinstance(exc, _Stopped) else signal.SIGINT
         name = signal.Signals(signum).name
-        print(f"pipeplan: {name} received; stopping every rank", file=sys.stderr, flush=True)
+        relay.write(f"pipeplan: {name} received; stopping every rank")
         for stop in previous:  # a second signal must not cut the clean-up short
             signal.signal(stop, signal.SIG_IGN)
         _stop(procs)
         return 128 + int(signum)
     finally:
+        relay.finish()
         for stop, handler in previous.items():
             if handler is not None:  # None: a handler set outside Python, which cannot be put back
                 signal.signal(stop, handler)
         del store
 
 
-def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: float | None) -> int:
+@contextlib.contextmanager
+def _ignored_while_spawning(previous: dict[signal.Signals, object]) -> Iterator[None]:
+    """SIGINT and SIGHUP ignored in this process while it starts workers, which so start with them ignored (an
+    ignored signal stays ignored across exec; PRELUDE would leave a moment before it runs), then as they were.
+    Only where `previous` holds them (the main thread): elsewhere PRELUDE alone ignores them."""
+    held = {}
+    for name in LEFT_TO_LAUNCHER:
+        signum = getattr(signal, name, None)
+        if signum in previous and previous[signum] is not None:
+            held[signum] = signal.signal(signum, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+
+
+def _watch(
+    procs: list[subprocess.Popen[bytes]],
+    relay: StderrRelay,
+    grace_s: float,
+    timeout_s: float | None,
+    on_poll: Callable[[], None] | None,
+) -> int:
     """Poll the workers until all exit or a failure's grace runs out; the job's exit code (see launch_local)."""
     started = time.monotonic()
     failed: tuple[int, int] | None = None
@@ -137,24 +222,28 @@ def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: floa
             if (rank, code) in reported:
                 continue
             reported.add((rank, code))
+            relay.drain(rank)  # its last lines (its reason) before the launcher's line about it
             if failed is None:
                 failed = (rank, code)
                 deadline = time.monotonic() + grace_s
-                print(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks", file=sys.stderr, flush=True)
+                relay.write(f"pipeplan: rank {rank} {_describe_exit(code)}; stopping the other ranks")
             elif code < 0:
-                print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
+                relay.write(f"pipeplan: rank {rank} {_describe_exit(code)}")
         if all(c is not None for c in codes):
             break
         now = time.monotonic()
         if timeout_s is not None and now - started > timeout_s and failed is None:
             failed = (-1, 124)
             deadline = now
-            print(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank", file=sys.stderr, flush=True)
+            relay.write(f"pipeplan: the job ran past {timeout_s:g} s; stopping every rank")
         if deadline is not None and now >= deadline:
             signalled = _stop(procs)
             break
+        if on_poll is not None:
+            on_poll()
         time.sleep(0.05)
     codes = [p.wait() for p in procs]
+    relay.finish()
     if failed is None:
         bad = [(r, c) for r, c in enumerate(codes) if c != 0]
         failed = bad[0] if bad else None
@@ -162,10 +251,10 @@ def _watch(procs: list[subprocess.Popen[bytes]], grace_s: float, timeout_s: floa
         return 0
     for rank, code in _failures(codes):
         if code < 0 and rank not in signalled and (rank, code) not in reported:
-            print(f"pipeplan: rank {rank} {_describe_exit(code)}", file=sys.stderr, flush=True)
+            relay.write(f"pipeplan: rank {rank} {_describe_exit(code)}")
     stopped = sorted(signalled)
     if stopped:
-        print(f"pipeplan: stopped ranks {', '.join(map(str, stopped))} after the failure", file=sys.stderr, flush=True)
+        relay.write(f"pipeplan: stopped ranks {', '.join(map(str, stopped))} after the failure")
     code = failed[1]
     return code if code > 0 else 128 - code
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
-import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,10 @@ JOB_BOOT = (
     "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); "
     "from pipeplan.runtime.training.local_jobs import worker_main; worker_main()"
 )
-"""How each worker starts: the watch on its launcher first (no orphan), then the job."""
+"""How each worker starts (after launch.PRELUDE: the launcher's import path): the watch on its launcher first (no
+orphan), then the job."""
+POLL_S = 0.2
+"""How often the job's progress is read and passed to on_progress."""
 
 Progress = Callable[[int, int], None]
 """on_progress(done, total): steps finished so far (process 0's count) of the job's total."""
@@ -42,8 +46,13 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
                   timeout_s: float = 600.0) -> dict[str, Any]:  # fmt: skip
     """Run job `kind` ("probe" or "train") with `params` on `nprocs` local processes; return process 0's result.
 
+    The launcher runs in the calling thread (so a Ctrl-C there stops every worker, saying so in one line, and then
+    reaches the caller as KeyboardInterrupt); `on_progress` is called from its watch loop. The model the job builds
+    (`params["module"]`, which the API took from the caller or a built-in name) is found by the launcher first.
+
     Raises:
         RuntimeFault: a worker failed (it printed its own one-line reason on stderr) or the job ran past `timeout_s`.
+        KeyboardInterrupt: the launcher was interrupted (the workers are stopped).
     """
     from pipeplan.runtime.training.launch import launch_local
 
@@ -52,19 +61,20 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
         result, progress = Path(folder) / "result.json", Path(folder) / "progress.txt"
         job.write_text(json.dumps({"kind": kind, "params": params, "result": str(result), "progress": str(progress)}))
         env = {**os.environ, JOB_ENV: str(job)}
-        codes: list[int] = []
-        runner = threading.Thread(
-            target=lambda: codes.append(launch_local(nprocs, [sys.executable, "-c", JOB_BOOT], env=env, timeout_s=timeout_s)),
-            name="pipeplan-local-job",
-            daemon=True,
-        )
-        runner.start()
-        while runner.is_alive():
-            runner.join(0.2)
-            if on_progress is not None:
+        polled = [0.0]
+
+        def poll() -> None:
+            now = time.monotonic()
+            if on_progress is not None and now - polled[0] >= POLL_S:
+                polled[0] = now
                 on_progress(_lines(progress), total)
-        if not codes or codes[0] != 0 or not result.exists():
-            code = codes[0] if codes else "none"
+
+        module = params.get("module")
+        code = launch_local(nprocs, JOB_BOOT, env=env, timeout_s=timeout_s, on_poll=poll,
+                            modules=() if module is None else (module,))  # fmt: skip
+        if code == 128 + int(signal.SIGINT):
+            raise KeyboardInterrupt
+        if code != 0 or not result.exists():
             raise RuntimeFault(f"the local {kind} job on {nprocs} processes failed (exit code {code}; the reason is above)")
         if on_progress is not None:
             on_progress(total, total)
@@ -140,7 +150,7 @@ def _probe(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
 
     torch.set_num_threads(params["threads"])
     profile = load_profile(params["profile"]) if params["profile"] is not None else None
-    result = probe(profile, params["steps"], params["rounds"], params["timeout_s"], params["optimizer"])
+    result = probe(profile, params["steps"], params["rounds"], params["timeout_s"], params["optimizer"], params["module"])
     if result is None:
         return None
     return cluster_json(result, params["name"] or f"local-{len(result.speeds)}", profile)
