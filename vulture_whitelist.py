@@ -44,3 +44,8 @@ _.worker_main
 # pipeplan.api.LocalRun is a public result: callers read its memory fields
 _.predicted_memory_bytes
 _.measured_memory_bytes
+
+# runtime.transport.launch_env.LaunchEnv: the rendezvous address a process joins, checked and kept with its rank
+# (tests compare the whole value; torch.distributed reads the same variables itself)
+_.master_addr
+_.master_port

@@ -135,8 +135,9 @@ CASES = list(_bad_cases())
 
 
 @pytest.mark.torch
+@pytest.mark.usefixtures("no_work")
 def test_the_good_calls_cover_the_api_and_reach_the_work(
-    values: dict[str, Any], tmp_path: Path, no_work: None
+    values: dict[str, Any], tmp_path: Path
 ) -> None:  # fmt: skip
     """Each public function with its good arguments passes every check and starts its work (so a bad one is the
     only difference in the sweep below), and the sweep names every function."""
@@ -150,8 +151,9 @@ def test_the_good_calls_cover_the_api_and_reach_the_work(
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("function", "argument", "label", "value"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+@pytest.mark.usefixtures("no_work")
 def test_every_bad_argument_is_refused_by_name_before_any_work(
-    function: str, argument: str, label: str, value: object, values: dict[str, Any], tmp_path: Path, no_work: None
+    function: str, argument: str, label: str, value: object, values: dict[str, Any], tmp_path: Path
 ) -> None:  # fmt: skip
     """A PipeplanError in one line naming the argument, raised before any work function is called; nothing written."""
     call, kwargs = _good_calls(values, tmp_path)[function]
@@ -163,7 +165,8 @@ def test_every_bad_argument_is_refused_by_name_before_any_work(
 
 
 @pytest.mark.torch
-def test_an_output_path_is_refused_before_the_work(values: dict[str, Any], tmp_path: Path, no_work: None) -> None:
+@pytest.mark.usefixtures("no_work")
+def test_an_output_path_is_refused_before_the_work(values: dict[str, Any], tmp_path: Path) -> None:
     """save_plan, save_profile and probe_local refuse a path in a missing folder, a folder and a device, naming it."""
     calls = _good_calls(values, tmp_path)
     for function, argument in (("save_plan", "path"), ("save_profile", "path"), ("probe_local", "out")):
@@ -176,7 +179,8 @@ def test_an_output_path_is_refused_before_the_work(values: dict[str, Any], tmp_p
 
 
 @pytest.mark.torch
-def test_a_model_option_is_checked_against_the_factory(tmp_path: Path, no_work: None) -> None:
+@pytest.mark.usefixtures("no_work")
+def test_a_model_option_is_checked_against_the_factory(tmp_path: Path) -> None:
     """profile_model's options: a dict (not a string), names the factory takes, values of its defaults' types."""
     pytest.importorskip("torch")
     bad = [("hidden=3", "options must be a dict"), ({"hiden": 3}, "has no option 'hiden'"),
@@ -225,7 +229,8 @@ def test_an_output_rule_runs_the_output_guard(tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
-def test_an_unknown_option_of_plan_or_compare_is_named(values: dict[str, Any], no_work: None) -> None:
+@pytest.mark.usefixtures("no_work")
+def test_an_unknown_option_of_plan_or_compare_is_named(values: dict[str, Any]) -> None:
     """plan's and compare's **options are plan_request's keywords: another name is a PlanError naming it, not a
     TypeError."""
     for function in (api.plan, api.compare):
