@@ -45,6 +45,18 @@ WORK = [
 measuring, starting processes. The tests replace each with one that fails the test if called."""
 
 
+BIND_WORK = (
+    "pipeplan.runtime.training.local_jobs",
+    "pipeplan.runtime.measurement.prediction",
+    "pipeplan.runtime.execution.job",
+    "pipeplan.planner.simulated",
+    "pipeplan.planner.search.trace_aware",
+    "pipeplan.planner.search.dag_search",
+    "pipeplan.planner.search.scoring",
+)
+"""Modules that bind a WORK function by `from ... import` at their top (grep: '^from pipeplan.* import')."""
+
+
 class WorkStarted(Exception):
     """Raised by a replaced work function: the call got past its argument checks."""
 
@@ -107,8 +119,14 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> object:
         raise WorkStarted
 
-    for module, name in WORK:
-        monkeypatch.setattr(importlib.import_module(module), name, refuse)
+    # Every module is imported before any is patched: one imported while another's function is replaced would
+    # bind the replacement by its own `from ... import` and keep it after the test (later tests would fail).
+    # The modules that import a work function by name at their top are imported first for the same reason.
+    for module in BIND_WORK:
+        importlib.import_module(module)
+    modules = [(importlib.import_module(module), name) for module, name in WORK]
+    for module, name in modules:
+        monkeypatch.setattr(module, name, refuse)
     from pipeplan.planner.request import PlanRequest
 
     monkeypatch.setattr(PlanRequest, "__post_init__", refuse)  # a request is built: the class stays for isinstance

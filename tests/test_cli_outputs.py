@@ -56,6 +56,8 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
     "trace replay --cluster": (["trace", "replay", "series.csv", "--nominal", "10", "--links", "inter-node", "--cluster",
                                 "cluster.json"], TRACE_OUTPUT, ("cluster.json", "series.csv")),
     "probe": (["probe", "--profile", "profile.json"], {"--out": "c.json"}, ("profile.json",)),
+    "probe --module": (["probe", "--profile", "profile.json", "--module", f"{MODULE}:build"], {"--out": "c.json"},
+                       ("profile.json", f"{MODULE}.py")),
     "train --plan": (["train", "--local", "2", "--plan", "plan.json"], TRAIN_OUTPUTS,
                      ("plan.json", "profile.json", "cluster.json")),
     "train --plan --profile": (["train", "--local", "2", "--plan", "plan.json", "--profile", "profile.json", "--cluster",

@@ -213,4 +213,4 @@ def test_the_limits_on_many_iterations_are_documented_with_their_values() -> Non
     section = text[text.index("## Limits on many iterations") :]
     assert f"{int(SIMULATED_EVENTS.value):,} events" in section
     assert f"{int(RUN_BYTES.value):,} bytes" in section
-    assert EMULATED_BYTES_PER_S.value == 1e6 and "| emulated link rate | 1 MB/s" in section
+    assert EMULATED_BYTES_PER_S.value == 1e4 and "| emulated link rate | 10 kB/s" in section

@@ -181,7 +181,9 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp
     assert done.returncode == 1, done.stderr
     assert len(json.loads(done.stdout)["losses"]) == 2
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: OutputError: rank 0: --trace {str(trace)!r} not written: File too large"], done.stderr
+    assert errors == [
+        f"error: OutputError: rank 0: --trace {str(trace)!r} not written: no space left on device (EFBIG: file too large)"
+    ], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

@@ -200,10 +200,10 @@ def test_the_slowest_link_is_the_lowest_nominal_rate_times_its_lowest_factor() -
 
 @pytest.mark.parametrize(
     ("gb_per_s", "factor", "refused"),
-    [(1e-9, None, True), (1e-3, None, False), (0.99e-3, None, True), (1.0, 1e-6, True), (1.0, 1e-3, False), (1.0, 0.9e-3, True)],
+    [(1e-9, None, True), (1e-5, None, False), (0.99e-5, None, True), (1.0, 1e-6, True), (1.0, 1e-5, False), (1.0, 0.9e-5, True)],
 )
 def test_the_emulated_rate_has_a_floor_rate_and_factor_together(gb_per_s: float, factor: float | None, refused: bool) -> None:
-    """--emulate-gb-per-s x the trace's lowest factor must reach 1 MB/s: just at it passes, just under is refused
+    """--emulate-gb-per-s x the trace's lowest factor must reach 10 kB/s: just at it passes, just under is refused
     naming the link, the rate, the factor and the limit."""
     trace = BandwidthTrace((TraceStep(100.0, None, factor),)) if factor is not None else None
     links = EmulatedLinks.uniform([0, 1], gb_per_s, trace)
@@ -212,7 +212,7 @@ def test_the_emulated_rate_has_a_floor_rate_and_factor_together(gb_per_s: float,
         return
     slowed = f" x factor {factor:g} of --bandwidth-trace" if factor is not None else ""
     named = re.escape(f"emulated link 0->1 (--emulate-gb-per-s {gb_per_s:g}{slowed}) too small: ")
-    with pytest.raises(TrainConfigError, match=rf"^{named}.* the limit is 1,000,000 bytes/s"):
+    with pytest.raises(TrainConfigError, match=rf"^{named}.* the limit is 10,000 bytes/s"):
         check_emulation_time(links, f"--emulate-gb-per-s {gb_per_s:g}", 300.0, None)
 
 

@@ -69,7 +69,8 @@ def probe_local(
     check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1, ROUNDS)),
                              "rounds": (rounds, Integer(1, ROUNDS)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
                              "name": (name, Text(optional=True)), "out": (out, Output(file_kinds.CLUSTER, optional=True)),
-                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
+                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS),
+                             "module": (module, Text(optional=True))})  # fmt: skip
     _check_job(nprocs, optimizer)
     with job_files(profile=profile) as paths:
         spec = None
@@ -138,7 +139,8 @@ def train_local(
     check_sources(profile, cluster)
     check(TrainConfigError, {"steps": (steps, Integer(1)), "lr": (lr, Number(0.0)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
                              "seed": (seed, Integer(0, SEED)), "warmup_steps": (warmup_steps, Integer(0)),
-                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS)})  # fmt: skip
+                             "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS),
+                             "module": (module, Text(optional=True))})  # fmt: skip
     check(ProfileError, cost_arguments(batch_scaling, optimizer))
     _check_job(1, optimizer)
     model = load_profile(profile)

@@ -187,9 +187,10 @@ RUN_BYTES = Limit(
     "the run ends and printed",
 )
 EMULATED_BYTES_PER_S = Limit(
-    1e6,
+    1e4,
     "bytes/s",
-    "train waits out each emulated transfer in real time: below 1 MB/s (10^-3 GB/s) a 1 MB activation takes over a "
-    "second, and the 1e-9 GB/s once accepted waited out --timeout and failed naming neither",
+    "train waits out each emulated transfer in real time: below 10 kB/s (10^-5 GB/s) a 1 MB activation takes over "
+    "a minute and a 10 kB message a second, and the 1e-9 GB/s once accepted waited out --timeout and failed naming "
+    "neither (a known message size is also checked against --timeout)",
     least=True,
 )

@@ -146,14 +146,19 @@ def build_model(
 
 
 def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
-    """resolve_module_spec with `seed` added when the factory takes it."""
+    """resolve_module_spec with `seed` added when the factory takes it; a factory that takes none (a user's
+    `build()`) runs with torch's generator seeded from `seed` inside fork_rng, as the built-ins draw their weights,
+    so every process of a job builds the same initial model (before, each drew its own) and the caller's random
+    state is left as it was."""
     try:
         try:
             return resolve_module_spec(module, **{"seed": seed, **options})
         except ProfileError as exc:
             if "no option 'seed'" not in str(exc):
                 raise
-            return resolve_module_spec(module, **options)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return resolve_module_spec(module, **options)
     except ProfileError as exc:
         if "no option 'in_features'" in str(exc):
             raise TrainConfigError(

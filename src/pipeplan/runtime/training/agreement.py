@@ -251,11 +251,12 @@ def checkpoint_digest(config: TrainConfig) -> str:
     """The step this rank would resume from (its checkpoint index), or why none."""
     if not config.resume or config.checkpoint_dir is None:
         return "none (no --resume)"
-    from pipeplan.runtime.state.checkpoint import latest_step
+    from pipeplan.runtime.state.manifest import read_manifest
 
     root = Path(config.checkpoint_dir)
     try:
-        step = latest_step(root) if root.is_dir() else None
+        manifest = read_manifest(root) if root.is_dir() else None
+        step = None if manifest is None else manifest.step
     except PipeplanError as exc:
         return f"an unreadable index ({str(exc)[:60]})"
     return "none (no complete checkpoint)" if step is None else f"step {step}"
