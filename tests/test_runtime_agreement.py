@@ -80,7 +80,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("network", "cluster"): (WORDS, "the emulated links' cluster"),
     ("profile",): (WORDS, "--profile"),
     ("cluster",): (WORDS, "--cluster"),
-    ("batch_scaling",): (st.sampled_from(["linear", "fixed"]), "--batch-scaling"),
+    ("batch_scaling",): (st.sampled_from(["linear", "floor", "measured"]), "--batch-scaling"),
     ("backend",): (st.sampled_from(["gloo", "nccl"] if _CUDA else ["gloo"]), "--backend"),
     ("checkpoint_dir",): (WORDS, "--checkpoint-dir"),
     ("checkpoint_every",): (st.integers(2, 99), "--checkpoint-every"),

@@ -114,8 +114,8 @@ def build(in_features: int = 64) -> nn.Sequential:
 
 
 def test_a_module_named_on_the_command_line_is_imported_by_every_worker_from_the_launchers_file(tmp_path: Path) -> None:
-    """`train --local 2 --module mymodel:build` run beside mymodel.py (and a numpy.py): both workers import that
-    very file (the launcher found it in the working folder, last on its path), and no shadow is imported."""
+    """`train --local 2 --module mymodel:build` run beside mymodel.py (and a numpy.py): the launcher and both workers
+    import that very file (the launcher found it in the working folder, last on its path), and no shadow is imported."""
     here = _shadowed(tmp_path / "work", ("numpy", "torch", "pipeplan"))
     (here / "mymodel.py").write_text(USER_MODEL.format(folder=str(here)))
     argv = [*_script(tmp_path), "train", "--local", "2", *TINY[:-5], "--module", "mymodel:build", "--dataset", "digits",
@@ -123,7 +123,8 @@ def test_a_module_named_on_the_command_line_is_imported_by_every_worker_from_the
     done = _run(argv, here)
     assert done.returncode == 0, done.stderr
     loaded = [p.read_text() for p in here.iterdir() if p.name.startswith("LOADED-")]
-    assert loaded == [str(here / "mymodel.py")] * 2
+    # the launcher (it checks --module's factory before any start) and both workers: one file
+    assert loaded == [str(here / "mymodel.py")] * 3
     assert _marks(here) == []
 
 

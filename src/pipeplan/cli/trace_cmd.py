@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from pipeplan.cli.outputs import check_files
 from pipeplan.core.errors import CostError
 
 if TYPE_CHECKING:
@@ -90,6 +89,7 @@ def periodic(
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
     """Preemption that repeats: each period begins with duty x period at the slowed factor."""
+    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
     from pipeplan.sim.trace_gen import periodic_trace
 
     check_files()
@@ -120,6 +120,7 @@ def markov(
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
     """Seeded on/off preemption bursts (a two-state Markov process) with a random factor per burst."""
+    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
     from pipeplan.sim.trace_gen import markov_trace
 
     check_files()
@@ -144,6 +145,7 @@ def replay(
     """A measured throughput series replayed as factors value / nominal, clipped to [min, max]."""
     import os
 
+    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
     from pipeplan.io.series_csv import read_series
     from pipeplan.sim.trace_gen import replay_trace
 
