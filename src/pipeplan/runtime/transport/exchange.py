@@ -59,17 +59,23 @@ def all_gather_json(value: Any, limit_bytes: int = LIMIT_BYTES) -> list[Any]:
     """
     payload = encode(value)
     world = dist.get_world_size()
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(lengths, torch.tensor([len(payload)], dtype=torch.int64))
+    on = _device()
+    lengths = [torch.zeros(1, dtype=torch.int64, device=on) for _ in range(world)]
+    dist.all_gather(lengths, torch.tensor([len(payload)], dtype=torch.int64, device=on))
     sizes = [int(length) for length in lengths]
     check_sizes(sizes, limit_bytes)
     longest = max(sizes)
     ours = torch.zeros(longest, dtype=torch.uint8)
     if payload:
         ours[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    gathered = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(gathered, ours)
-    return [decode(bytes(g[:size].numpy()), rank) for rank, (g, size) in enumerate(zip(gathered, sizes, strict=True))]
+    gathered = [torch.zeros(longest, dtype=torch.uint8, device=on) for _ in range(world)]
+    dist.all_gather(gathered, ours.to(on))
+    return [decode(bytes(g[:size].cpu().numpy()), rank) for rank, (g, size) in enumerate(zip(gathered, sizes, strict=True))]
+
+
+def _device() -> torch.device:
+    """Where the group's collectives take their tensors: the process's GPU under NCCL (which moves no CPU tensor)."""
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
 def gather_json(value: Any, dst: int = 0, limit_bytes: int = LIMIT_BYTES) -> list[Any] | None:
