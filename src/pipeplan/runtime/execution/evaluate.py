@@ -1,5 +1,8 @@
 """Held-out evaluation of a pipeline-parallel model: process 0 gathers every stage's weights and runs the test split.
 
+The weights travel as tensors (point-to-point, into buffers shaped by process 0's own copies of the layers), the
+stages each process sends as JSON (exchange.py): nothing a peer sends is unpickled.
+
 The model is small enough here that copying its weights once per epoch costs
 little next to training, and evaluating on one process keeps it independent
 of the schedule (a synchronous or an asynchronous run evaluates alike).
@@ -20,9 +23,12 @@ from torch import nn
 
 from pipeplan.core.plan import Plan
 from pipeplan.models.build import Model
+from pipeplan.runtime.transport.exchange import all_gather_json
 
 EVAL_BATCH = 256
 """Test samples per forward pass."""
+WEIGHTS_TAG = 1 << 22
+"""The tag of the weights sent to process 0, apart from the pipeline's (comm.py: below 1 << 22)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +54,22 @@ def evaluate(model: Model, plan: Plan, own: Mapping[int, nn.Module], device: tor
     Process 0's own stages are `model.layers` themselves (a stage wraps the model's layer objects); the layers of
     other stages are its unused copies, which the gathered weights overwrite.
     """
-    states = {s: {k: v.detach().to("cpu") for k, v in module.state_dict().items()} for s, module in own.items()}
-    parts: list[dict[int, dict[str, torch.Tensor]]] | None = (
-        [{} for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
-    )
-    dist.gather_object(states, parts, dst=0)
-    if parts is None:
-        return None
+    owners = all_gather_json(sorted(own))  # the stages each process sends, as JSON; the weights as tensors
     order = plan.layer_order if plan.layer_order is not None else range(len(model.layers))
-    for part in parts[1:]:
-        for s, state in part.items():
-            stage = plan.stages[s]
-            nn.Sequential(*(model.layers[i] for i in order[stage.first_layer : stage.last_layer + 1])).load_state_dict(state)
+    if dist.get_rank() != 0:
+        for s in sorted(own):
+            state = own[s].state_dict()
+            for key in sorted(state):
+                dist.send(state[key].detach().to(device).contiguous(), 0, tag=WEIGHTS_TAG)
+        return None
+    for sender, stages in enumerate(owners[1:], start=1):
+        for s in stages:
+            stage = plan.stages[int(s)]
+            copy = nn.Sequential(*(model.layers[i] for i in order[stage.first_layer : stage.last_layer + 1]))
+            state = {key: torch.empty_like(value, device=device) for key, value in copy.state_dict().items()}
+            for key in sorted(state):
+                dist.recv(state[key], sender, tag=WEIGHTS_TAG)
+            copy.load_state_dict(state)
     return held_out_scores(model, device)
 
 

@@ -15,21 +15,25 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.layer_profile import LayerCurve, LayerProfile
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.profiler.measure import Measurement, measure_layers, profile_module
 from pipeplan.runtime.measurement.probe import link_fit
+from pipeplan.runtime.transport.exchange import gather_json
 from pipeplan.sim.cost.memory import memory_per_device
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -95,7 +99,7 @@ def profile_stages(
     """
     b = plan.microbatch_size
     rows = inputs[torch.arange(b) % len(inputs)]
-    mine: list[tuple[int, object]] = []
+    mine: list[tuple[int, LayerProfile]] = []
     for s in owned:
         first, last = plan.stages[s].first_layer, plan.stages[s].last_layer
         with torch.no_grad():
@@ -104,14 +108,28 @@ def profile_stages(
                 x = layer(x)
         measured = measure_layers([copy.deepcopy(m) for m in layers[first : last + 1]], x.detach(), b, runs=runs, warmup=warmup)
         mine.extend((first + i, layer) for i, layer in enumerate(stage_calibrated(measured).layers))
-    parts: list[list[tuple[int, object]]] | None = [[] for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
-    dist.gather_object(mine, parts, dst=0)
+    parts: list[list[list[Any]]] | None = gather_json([[i, _layer_json(layer)] for i, layer in mine])  # [index, layer] rows
     if parts is None:
         return None
-    by_index = dict(item for part in parts for item in part)
+    by_index = {int(i): _layer_from(layer) for part in parts for i, layer in part}
     ordered = tuple(by_index[i] for i in range(plan.num_layers))
     cuts = tuple(float(layer.activation_bytes) for layer in ordered[:-1])
     return ModelProfile("runtime", b, ordered, reference_device="local", cut_bytes=cuts, measured=True)
+
+
+def _layer_json(layer: LayerProfile) -> dict[str, Any]:
+    """A layer as JSON values for gather_json (its tuples become lists); `_layer_from` reads it back."""
+    return dataclasses.asdict(layer)
+
+
+def _layer_from(obj: dict[str, Any]) -> LayerProfile:
+    """The layer `_layer_json` wrote, its lists tuples again."""
+    curve = obj["curve"]
+    return LayerProfile(**{
+        **obj,
+        "optimizer_ms": tuple((str(name), float(ms)) for name, ms in obj["optimizer_ms"]),
+        "curve": None if curve is None else LayerCurve(**{k: None if v is None else tuple(v) for k, v in curve.items()}),
+    })  # fmt: skip
 
 
 def stage_calibrated(measured: Measurement) -> ModelProfile:

@@ -49,6 +49,7 @@ from pipeplan.runtime.measurement.calibrate import (
     run_plan,
     speed_of,
 )
+from pipeplan.runtime.transport.exchange import gather_json
 
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
 """Message sizes of the ping-pongs (8 B gives the latency, the larger ones the bandwidth)."""
@@ -221,8 +222,7 @@ def probe(
             ]
     host = socket.gethostname()
     mine = {"speed": speed, "host": host, "node": node_key(host), "memory": _memory_bytes(device), "device": _device_name(device)}
-    everyone: list[dict[str, Any]] | None = [{} for _ in range(world)] if rank == 0 else None
-    dist.gather_object(mine, everyone, dst=0)
+    everyone: list[dict[str, Any]] | None = gather_json(mine)  # str keys; numbers and strings
     if everyone is None:
         return None
     hosts = list(dict.fromkeys(p["host"] for p in everyone))

@@ -5,33 +5,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch.distributed as dist
-
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.transport.comm import TransferRecord
+from pipeplan.runtime.transport.exchange import gather_json
 from pipeplan.sim.result import ComputeSpan, RankStats, SimResult, TransferSpan
 
 
 def local_part(record: StepRecord, origin_s: float, end_s: float) -> dict[str, Any]:
-    """This process's spans in ms from `origin_s` (a moment all processes share after a barrier)."""
+    """This process's spans in ms from `origin_s` (a moment all processes share after a barrier), as JSON values:
+    a span and a message's key as lists, the stage peaks as [stage, peak] rows (`gather_parts` reads them back)."""
 
     def rel(t: float) -> float:
         return (t - origin_s) * 1000.0
 
     return {
-        "compute": [s._replace(start_ms=rel(s.start_ms), end_ms=rel(s.end_ms)) for s in record.compute],
-        "transfers": [(r.message, rel(r.at_s), r.sent) for r in record.transfers],
+        "compute": [list(s._replace(start_ms=rel(s.start_ms), end_ms=rel(s.end_ms))) for s in record.compute],
+        "transfers": [[list(_key(r.message)), rel(r.at_s), r.sent] for r in record.transfers],
         "peak_inflight": record.peak_inflight,
-        "stage_peaks": dict(record.stage_peaks),
+        "stage_peaks": [[stage, peak] for stage, peak in record.stage_peaks],
         "end_ms": rel(end_s),
     }
 
 
 def gather_parts(part: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Every process's part on process 0 (None elsewhere)."""
-    parts: list[dict[str, Any]] | None = [{} for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
-    dist.gather_object(part, parts, dst=0)
-    return parts
+    """Every process's part on process 0 (None elsewhere), through gather_json: spans as ComputeSpan, a message's
+    key as a tuple, the stage peaks as a dict."""
+    parts = gather_json(part)
+    if parts is None:
+        return None
+    return [
+        {
+            "compute": [ComputeSpan(*span) for span in p["compute"]],
+            "transfers": [(tuple(key), float(at_ms), bool(sent)) for key, at_ms, sent in p["transfers"]],
+            "peak_inflight": p["peak_inflight"],
+            "stage_peaks": {int(stage): int(peak) for stage, peak in p["stage_peaks"]},
+            "end_ms": float(p["end_ms"]),
+        }
+        for p in parts
+    ]
 
 
 def build_result(parts: Sequence[dict[str, Any]], num_stages: int, name: str) -> SimResult:
@@ -44,8 +55,8 @@ def build_result(parts: Sequence[dict[str, Any]], num_stages: int, name: str) ->
     sent: dict[tuple[object, ...], float] = {}
     arrived: dict[tuple[object, ...], float] = {}
     for p in parts:
-        for message, at_ms, is_send in p["transfers"]:
-            (sent if is_send else arrived)[_key(message)] = at_ms
+        for key, at_ms, is_send in p["transfers"]:
+            (sent if is_send else arrived)[key] = at_ms
     transfers = []
     for key, start in sorted(sent.items(), key=lambda kv: kv[1]):
         if key in arrived:

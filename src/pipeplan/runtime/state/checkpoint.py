@@ -43,7 +43,7 @@ from pipeplan.runtime.state.manifest import LATEST, FileRecord, Manifest, file_r
 CHECKPOINT_FORMAT = records.FORMAT
 """Of a rank's JSON and of latest.json (format 1 was one pickle per rank, which only an unsafe load could read)."""
 Exchange = Callable[[Any], list[Any]]
-"""Give every process's value to every process (torch.distributed's all_gather_object, or a stand-in in tests)."""
+"""Give every process's value to every process (JSON through all_gather_json, or a stand-in in tests)."""
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -79,11 +79,9 @@ def meta_file(tensors: Path) -> Path:
 
 
 def _all_gather(value: Any) -> list[Any]:
-    import torch.distributed as dist
+    from pipeplan.runtime.transport.exchange import all_gather_json
 
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
+    return all_gather_json(value)
 
 
 def take(
@@ -121,13 +119,15 @@ def take(
         _write_rank(folder, step, process, modules, optimizer, samples_seen, fingerprint, written)
     except OutputError as exc:
         failure = exc
-    gathered = exchange((written, _said(failure)))
+    rows = {name: [record.bytes, record.sha256] for name, record in written.items()}  # FileRecord as JSON
+    gathered = exchange([rows, _said(failure)])
     failed = next((said for _, said in gathered if said is not None), None)
     note = None
     if failed is None and process == 0:
         assert manifest is not None
         try:
-            note = _commit(root, step, manifest, {k: v for files, _ in gathered for k, v in files.items()}, keep_last)
+            files = {k: FileRecord(int(size), str(sha)) for theirs, _ in gathered for k, (size, sha) in theirs.items()}
+            note = _commit(root, step, manifest, files, keep_last)
         except OutputError as exc:
             failed = _said(exc)
     failed = next((said for said in exchange(failed) if said is not None), None)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from pipeplan.core.errors import PipeplanError
@@ -29,6 +28,7 @@ from pipeplan.models.build import Model
 from pipeplan.models.datasets import Dataset
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.training.train_config import TrainConfig
+from pipeplan.runtime.transport.exchange import all_gather_json
 
 Field = tuple[str, str]
 """(what, value): what a rank's field is called in a message (its flag), and its value as shown."""
@@ -147,27 +147,28 @@ def agree(config: TrainConfig, build: Callable[[], Model], rank: int, world: int
 
 
 def exchange(mine: Record, world: int) -> list[Record]:
-    """Every rank's record, rank 0 first: JSON bytes in two all_gathers (their lengths, then the bytes).
+    """Every rank's record, rank 0 first, through `all_gather_json` (JSON, never pickle; at most RECORD_BYTES each).
 
     Note:
-        A peer's record is data, never code: JSON, not pickle (all_gather_object would unpickle what a peer sent),
-        at most RECORD_BYTES each; a record that does not read back as one is a value that differs (`_record`).
+        A record that is JSON but does not read back as one is a value that differs (`_record_of`).
     """
-    payload = json.dumps(dataclasses.asdict(mine)).encode()
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(payload)], dtype=torch.int64))
-    longest = min(max(int(size) for size in sizes), RECORD_BYTES)
-    ours = torch.zeros(longest, dtype=torch.uint8)
-    ours[: min(len(payload), longest)] = torch.frombuffer(bytearray(payload[:longest]), dtype=torch.uint8)
-    gathered = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(gathered, ours)
-    return [_record(bytes(g[: min(int(size), longest)].numpy())) for g, size in zip(gathered, sizes, strict=True)]
+    del world  # the group's size: all_gather_json asks the group
+    return [_record_of(obj) for obj in all_gather_json(dataclasses.asdict(mine), RECORD_BYTES)]
 
 
 def _record(data: bytes) -> Record:
     """A peer's record from its JSON bytes; one that does not read as a record differs from every real one."""
     try:
-        obj = json.loads(data)
+        return _record_of(json.loads(data), len(data))
+    except ValueError:
+        return _unreadable(len(data))
+
+
+def _record_of(obj: object, size: int | None = None) -> Record:
+    """A peer's record from its JSON value; one that does not read as a record differs from every real one."""
+    if not isinstance(obj, dict):
+        return _unreadable(len(json.dumps(obj).encode()) if size is None else size)
+    try:
         fields = {key: [tuple(pair) for pair in obj[key]] for key in ("config", "built")}
         failure = obj["failure"]
         if all(len(pair) == 2 and all(isinstance(v, str) for v in pair) for pair in fields["config"] + fields["built"]) and (
@@ -176,7 +177,11 @@ def _record(data: bytes) -> Record:
             return Record(tuple(fields["config"]), failure, tuple(fields["built"]))  # type: ignore[arg-type]
     except (ValueError, TypeError, KeyError):
         pass
-    return Record((("the agreement record", f"unreadable ({len(data):,} bytes)"),))
+    return _unreadable(len(json.dumps(obj).encode()) if size is None else size)
+
+
+def _unreadable(size: int) -> Record:
+    return Record((("the agreement record", f"unreadable ({size:,} bytes)"),))
 
 
 def config_fields(config: TrainConfig) -> tuple[Field, ...]:

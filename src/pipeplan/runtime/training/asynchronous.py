@@ -52,6 +52,7 @@ from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer, set_r
 from pipeplan.runtime.options import AsyncSettings, check_async_settings
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
+from pipeplan.runtime.transport.exchange import gather_json
 from pipeplan.sim.delays import stage_delays
 
 
@@ -236,14 +237,12 @@ def train_asynchronous(
                 report.evals.append(scored)
     assert hooks is not None
     dist.all_reduce(losses)
-    measured: list[dict[int, int]] | None = [{} for _ in range(world)] if rank == 0 else None
-    dist.gather_object(dict(hooks.delays), measured, dst=0)
-    times: list[list[float]] | None = [[] for _ in range(world)] if rank == 0 else None
-    dist.gather_object(marks, times, dst=0)
+    measured: list[list[list[int]]] | None = gather_json(sorted(hooks.delays.items()))  # [stage, delay] rows
+    times: list[list[float]] | None = gather_json(marks)
     if rank != 0:
         return None
     assert measured is not None and times is not None
-    delays = {s: tau for part in measured for s, tau in part.items()}
+    delays = {int(s): int(tau) for part in measured for s, tau in part}
     report.losses = [float(v) for v in losses]
     report.delays = [delays[s] for s in range(schedule.num_stages)]
     report.samples_per_s = total * batch / walking

@@ -38,6 +38,7 @@ from pipeplan.runtime.training.adaptive import AdaptiveK
 from pipeplan.runtime.training.agreement import agree
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
 from pipeplan.runtime.transport.distributed import init_distributed
+from pipeplan.runtime.transport.exchange import all_gather_json, gather_json
 from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.runtime.transport.network import make_wire, shared_origin
 
@@ -160,9 +161,7 @@ def train(
     if adaptive is not None and rank == 0:
         report.adaptive = adaptive.report()
     if total > start:
-        everyone: list[int] | None = [0] * world if rank == 0 else None
-        dist.gather_object(memory, everyone, dst=0)
-        report.memory_bytes = everyone
+        report.memory_bytes = gather_json(memory)  # an int each
     if config.save_grads:
         try:
             _save_grads(Path(config.save_grads), rank, executor, plan)
@@ -205,8 +204,7 @@ def _collective(load: Callable[[], Any], world: int) -> Any:
         result = load()
     except TrainConfigError as exc:
         error = f"rank {dist.get_rank()}: {exc}"
-    errors: list[str | None] = [None] * world
-    dist.all_gather_object(errors, error)
+    errors: list[str | None] = all_gather_json(error)
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise TrainConfigError(first)

@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
@@ -81,10 +82,10 @@ def shared_origin() -> float:
     there), else the end of a barrier (processes on other hosts then disagree by the barrier's skew). Collective."""
     import torch.distributed as dist
 
+    from pipeplan.runtime.transport.exchange import all_gather_json
+
     dist.barrier()
     here = time.perf_counter()
-    everyone: list[tuple[str, float] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (socket.gethostname(), here))
-    hosts = {entry[0] for entry in everyone if entry is not None}
-    first = everyone[0]
-    return first[1] if len(hosts) == 1 and first is not None else here
+    everyone: list[list[Any]] = all_gather_json([socket.gethostname(), here])  # [host, moment] each
+    hosts = {str(host) for host, _ in everyone}
+    return float(everyone[0][1]) if len(hosts) == 1 else here
