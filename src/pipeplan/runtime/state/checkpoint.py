@@ -37,7 +37,8 @@ from pipeplan.io.files import something_at
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.state import manifest as records
 from pipeplan.runtime.state.checkpoint_prepare import Expect, foreign_folder, prepare, step_dirs, verify
-from pipeplan.runtime.state.checkpoint_read import check_against, meta_name, read_rank, tensors_name
+from pipeplan.runtime.state.checkpoint_read import meta_name, read_rank, tensors_name
+from pipeplan.runtime.state.checkpoint_state import check_against
 from pipeplan.runtime.state.manifest import LATEST, FileRecord, Manifest, file_record, read_manifest, step_dir
 
 CHECKPOINT_FORMAT = records.FORMAT

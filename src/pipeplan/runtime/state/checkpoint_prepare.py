@@ -18,7 +18,8 @@ from torch import nn
 
 from pipeplan.io.files import kind_of, os_reason, something_at
 from pipeplan.runtime.errors import TrainConfigError
-from pipeplan.runtime.state.checkpoint_read import check_against, meta_name, read_rank, tensors_name
+from pipeplan.runtime.state.checkpoint_read import meta_name, read_rank, tensors_name
+from pipeplan.runtime.state.checkpoint_state import check_against
 from pipeplan.runtime.state.manifest import LATEST, Manifest, read_manifest, step_dir
 
 _STALE = re.compile(r"\.rank-\d+\.(pt|json)\.\w+\.tmp")

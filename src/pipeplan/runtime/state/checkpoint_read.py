@@ -6,8 +6,8 @@ folder's record (manifest) lists: no link is followed, a FIFO or device is refus
 more bytes are read than the record says, and the bytes must have the recorded SHA-256. Then every field
 is checked (types, ranges, the step, samples seen = step x global batch, RNG states' type and size) and
 every tensor (a strided CPU tensor, finite, floating ones of the job's dtype, optimizer state shaped as its
-parameter), so a damaged or crafted checkpoint is refused before any process starts, naming the file and
-the field.
+parameter: checkpoint_state), so a damaged or crafted checkpoint is refused before any process starts, naming
+the file and the field.
 
 Note:
     The .pt is read with `torch.load(weights_only=True)`, whose unpickler builds tensors and plain containers
@@ -28,17 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from pipeplan.core.limits import Limit
 from pipeplan.io.files import read_input_bytes
 from pipeplan.io.json_parse import parse_json
 from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.state.checkpoint_state import DTYPES, check_state, short, whole
 from pipeplan.runtime.state.manifest import FORMAT, LATEST, FileRecord, Manifest, file_record, step_dir
 
 META_KEYS = ("format", "step", "samples_seen", "fingerprint", "python_rng")
 STATE_KEYS = ("stages", "optimizer", "rng")
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _REFUSALS = tuple(
     re.compile(pattern, re.IGNORECASE)
     for pattern in (r"(unsupported global: GLOBAL [\w.]+)", r"(unsupported GLOBAL [\w.]+)", r"(Unsupported operand \d+)",
@@ -123,24 +122,22 @@ def check_meta(path: Path, data: bytes, step: int) -> dict[str, Any]:
     unknown = sorted(set(meta) - set(META_KEYS))
     if unknown:
         raise TrainConfigError(f"{path} has unknown field {unknown[0]!r}")
-    if meta["step"] != step or not _whole(meta["step"]):
-        raise TrainConfigError(f"{path}: field 'step' is {_short(meta['step'])}, but the file lies in the folder of step {step}")
+    if meta["step"] != step or not whole(meta["step"]):
+        raise TrainConfigError(f"{path}: field 'step' is {short(meta['step'])}, but the file lies in the folder of step {step}")
     fingerprint = meta["fingerprint"]
     if not isinstance(fingerprint, dict):
-        raise TrainConfigError(f"{path}: field 'fingerprint' must be an object, got {_short(fingerprint)}")
+        raise TrainConfigError(f"{path}: field 'fingerprint' must be an object, got {short(fingerprint)}")
     for key in ("world_size", "global_batch"):
-        if not _whole(fingerprint.get(key)) or fingerprint[key] < 1:
+        if not whole(fingerprint.get(key)) or fingerprint[key] < 1:
             raise TrainConfigError(
-                f"{path}: field 'fingerprint.{key}' must be an integer >= 1, got {_short(fingerprint.get(key))}"
+                f"{path}: field 'fingerprint.{key}' must be an integer >= 1, got {short(fingerprint.get(key))}"
             )
     if fingerprint.get("dtype", "float32") not in DTYPES:
-        raise TrainConfigError(
-            f"{path}: field 'fingerprint.dtype' must be float32 or float64, got {_short(fingerprint['dtype'])}"
-        )
+        raise TrainConfigError(f"{path}: field 'fingerprint.dtype' must be float32 or float64, got {short(fingerprint['dtype'])}")
     seen, expected = meta["samples_seen"], step * fingerprint["global_batch"]
-    if not _whole(seen) or seen != expected:
+    if not whole(seen) or seen != expected:
         raise TrainConfigError(
-            f"{path}: field 'samples_seen' is {_short(seen)}, but {step} steps of global batch "
+            f"{path}: field 'samples_seen' is {short(seen)}, but {step} steps of global batch "
             f"{fingerprint['global_batch']} saw {expected}"
         )
     _check_python_rng(path, meta["python_rng"])
@@ -149,11 +146,11 @@ def check_meta(path: Path, data: bytes, step: int) -> dict[str, Any]:
 
 def _check_python_rng(path: Path, rng: object) -> None:
     """[3, [624 words < 2^32 and a position <= 624], gauss (null or a finite number)], as random.getstate gives it."""
-    bad = f"{path}: field 'python_rng' must be Python's random state [3, [625 integers], null or a number], got {_short(rng)}"
-    if not (isinstance(rng, list) and len(rng) == 3 and rng[0] == 3 and _whole(rng[0]) and isinstance(rng[1], list)):
+    bad = f"{path}: field 'python_rng' must be Python's random state [3, [625 integers], null or a number], got {short(rng)}"
+    if not (isinstance(rng, list) and len(rng) == 3 and rng[0] == 3 and whole(rng[0]) and isinstance(rng[1], list)):
         raise TrainConfigError(bad)
     words, gauss = rng[1], rng[2]
-    if len(words) != _MT_WORDS or not all(_whole(w) and 0 <= w < 2**32 for w in words) or not 0 <= words[-1] <= 624:
+    if len(words) != _MT_WORDS or not all(whole(w) and 0 <= w < 2**32 for w in words) or not 0 <= words[-1] <= 624:
         raise TrainConfigError(bad)
     if gauss is not None and (isinstance(gauss, bool) or not isinstance(gauss, (int, float)) or not math.isfinite(gauss)):
         raise TrainConfigError(bad)
@@ -211,173 +208,3 @@ def _unpickler_reason(message: str) -> str:
     file unsafely."""
     found = next((match for pattern in _REFUSALS if (match := pattern.search(message))), None)
     return found.group(1).strip()[:120] if found else "not tensors and plain values"
-
-
-def check_state(path: Path, state: dict[str, Any], fingerprint: dict[str, Any]) -> None:
-    """Every tensor and field of a rank's .pt: stages (stage index -> name -> tensor of the job's dtype, finite),
-    optimizer (its groups' parameters, finite numbers, state shaped as its parameter), RNG (torch's byte state)."""
-    dtype = DTYPES[fingerprint.get("dtype", "float32")]
-    stages = state["stages"]
-    count = len(fingerprint["stages"]) if isinstance(fingerprint.get("stages"), list) else None
-    if not isinstance(stages, dict) or not stages:
-        raise TrainConfigError(f"checkpoint file {path}: field 'stages' must map stage indexes to weights, got {_short(stages)}")
-    weights: list[torch.Tensor] = []
-    for s in sorted(stages, key=str):
-        if not _whole(s) or s < 0 or (count is not None and s >= count):
-            raise TrainConfigError(
-                f"checkpoint file {path}: field 'stages' has stage {_short(s)}, the job has stages 0..{(count or 1) - 1}"
-            )
-        tensors = stages[s]
-        if not isinstance(tensors, dict):
-            raise TrainConfigError(f"checkpoint file {path}: field 'stages.{s}' must map names to tensors, got {_short(tensors)}")
-        for name, tensor in tensors.items():
-            _check_tensor(path, f"stages.{s}.{name}", tensor, dtype)
-            weights.append(tensor)
-    _check_optimizer(path, state["optimizer"], weights)
-    _check_rng(path, state["rng"])
-
-
-def _check_tensor(path: Path, where: str, tensor: object, dtype: torch.dtype | None) -> torch.Tensor:
-    """A dense CPU tensor whose values are finite (and, with `dtype`, a floating one of that dtype)."""
-    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
-        raise TrainConfigError(f"checkpoint file {path}: field '{where}' must be a tensor, got {_short(tensor)}")
-    if tensor.is_complex() or (dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype):
-        raise TrainConfigError(f"checkpoint file {path}: field '{where}' has dtype {tensor.dtype}, the job's is {dtype}")
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-        bad = int((~torch.isfinite(tensor)).sum())
-        raise TrainConfigError(
-            f"checkpoint file {path}: field '{where}' holds {bad} value(s) that are NaN or infinite; training from it "
-            "would go on with NaN; resume from an earlier checkpoint, or start again"
-        )
-    return tensor
-
-
-def _check_optimizer(path: Path, optimizer: object, weights: list[torch.Tensor]) -> None:
-    """torch's optimizer state_dict: groups whose parameters are 0..P-1 once each, finite settings, and per parameter
-    a state of finite numbers whose non-scalar tensors have the parameter's shape (matched in order when every stage
-    tensor is a parameter)."""
-    if not isinstance(optimizer, dict) or set(optimizer) != {"state", "param_groups"}:
-        raise TrainConfigError(
-            f"checkpoint file {path}: field 'optimizer' must hold state and param_groups, got {_short(optimizer)}"
-        )
-    groups, per_param = optimizer["param_groups"], optimizer["state"]
-    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups):
-        raise TrainConfigError(f"checkpoint file {path}: field 'optimizer.param_groups' must be a list of groups with params")
-    params = [p for g in groups for p in g["params"]]
-    if sorted(params, key=str) != list(range(len(params))):
-        raise TrainConfigError(
-            f"checkpoint file {path}: field 'optimizer.param_groups' names parameters {_short(params)}, expected "
-            f"0..{len(params) - 1} once each"
-        )
-    for i, group in enumerate(groups):
-        for key, value in group.items():
-            if key != "params":
-                _check_plain(path, f"optimizer.param_groups.{i}.{key}", value)
-    if not isinstance(per_param, dict) or not all(_whole(k) and 0 <= k < len(params) for k in per_param):
-        raise TrainConfigError(
-            f"checkpoint file {path}: field 'optimizer.state' must map parameters 0..{len(params) - 1} to their state"
-        )
-    shapes = [w.shape for w in weights] if len(weights) == len(params) else None
-    for p, entries in per_param.items():
-        if not isinstance(entries, dict):
-            raise TrainConfigError(
-                f"checkpoint file {path}: field 'optimizer.state.{p}' must be an object, got {_short(entries)}"
-            )
-        for key, value in entries.items():
-            where = f"optimizer.state.{p}.{key}"
-            if isinstance(value, torch.Tensor):
-                _check_tensor(path, where, value, None)
-                if value.dim() > 0 and shapes is not None and value.shape != shapes[p]:
-                    raise TrainConfigError(
-                        f"checkpoint file {path}: field '{where}' has shape {list(value.shape)}, its parameter's is "
-                        f"{list(shapes[p])}"
-                    )
-            else:
-                _check_plain(path, where, value)
-
-
-def _check_plain(path: Path, where: str, value: object) -> None:
-    """A setting: None, a bool, a string, a finite number, or a list/tuple of them."""
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _check_plain(path, where, item)
-        return
-    if isinstance(value, torch.Tensor):
-        _check_tensor(path, where, value, None)
-        return
-    if value is None or isinstance(value, (bool, str)) or _whole(value):
-        return
-    if not isinstance(value, float) or not math.isfinite(value):
-        raise TrainConfigError(f"checkpoint file {path}: field '{where}' must be a finite number or a flag, got {_short(value)}")
-
-
-def _check_rng(path: Path, rng: object) -> None:
-    """{"torch": torch's CPU generator state (uint8, its size), "cuda": optional list of such states}."""
-    size = torch.get_rng_state().numel()
-    if not isinstance(rng, dict) or "torch" not in rng or not set(rng) <= {"torch", "cuda"}:
-        raise TrainConfigError(f"checkpoint file {path}: field 'rng' must hold torch (and cuda), got {_short(rng)}")
-    states = [("rng.torch", rng["torch"])]
-    if "cuda" in rng:
-        if not isinstance(rng["cuda"], list):
-            raise TrainConfigError(f"checkpoint file {path}: field 'rng.cuda' must be a list of generator states")
-        states += [(f"rng.cuda.{i}", s) for i, s in enumerate(rng["cuda"])]
-    for where, tensor in states:
-        ok = isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided and tensor.dtype == torch.uint8
-        if not ok or tensor.dim() != 1 or (where == "rng.torch" and tensor.numel() != size):
-            said = f"uint8 [{tensor.numel()}]" if isinstance(tensor, torch.Tensor) else _short(tensor)
-            raise TrainConfigError(
-                f"checkpoint file {path}: field '{where}' must be torch's generator state (uint8, {size} bytes), got {said}"
-            )
-
-
-def check_against(path: Path, state: dict[str, Any], modules: dict[int, nn.Module], optimizer: torch.optim.Optimizer) -> None:
-    """The checked tensors against this process's stages and optimizer: the same stages, names, shapes and dtypes,
-    and optimizer groups and state that fit its parameters.
-
-    Raises:
-        TrainConfigError: naming the file and the first field that differs, with both values.
-    """
-    if sorted(state["stages"]) != sorted(modules):
-        raise TrainConfigError(f"checkpoint {path} holds stages {sorted(state['stages'])}, this rank runs {sorted(modules)}")
-    for s, module in modules.items():
-        theirs, ours = state["stages"][s], module.state_dict()
-        for name in sorted(set(theirs) ^ set(ours)):
-            said = "holds" if name in theirs else "lacks"
-            raise TrainConfigError(
-                f"checkpoint file {path}: field 'stages.{s}' {said} {name!r}, which the model's stage "
-                f"{'lacks' if name in theirs else 'has'}"
-            )
-        for name, tensor in ours.items():
-            other = theirs[name]
-            if other.shape != tensor.shape or other.dtype != tensor.dtype:
-                raise TrainConfigError(
-                    f"checkpoint file {path}: field 'stages.{s}.{name}' is {other.dtype} {list(other.shape)}, the model's "
-                    f"is {tensor.dtype} {list(tensor.shape)}"
-                )
-    groups = state["optimizer"]["param_groups"]
-    sizes = [len(g["params"]) for g in groups]
-    own = [list(g["params"]) for g in optimizer.param_groups]
-    if sizes != [len(g) for g in own]:
-        raise TrainConfigError(
-            f"checkpoint file {path}: field 'optimizer.param_groups' holds {sizes} parameters, the model's optimizer "
-            f"{[len(g) for g in own]}"
-        )
-    params = [p for g in own for p in g]
-    for p, entries in state["optimizer"]["state"].items():
-        for key, value in entries.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != params[p].shape:
-                raise TrainConfigError(
-                    f"checkpoint file {path}: field 'optimizer.state.{p}.{key}' has shape {list(value.shape)}, the "
-                    f"model's parameter {list(params[p].shape)}"
-                )
-
-
-def _whole(value: object) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _short(value: object) -> str:
-    """A value for a message, at most 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
