@@ -34,6 +34,14 @@ sys.exit(1)
 """
 
 
+def _reap(session: subprocess.Popen[str]) -> None:
+    """Kill the session a test started (its launcher and workers), should anything be left, and wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(session.pid, signal.SIGKILL)
+    if session.returncode is None:
+        session.communicate(timeout=30)
+
+
 @pytest.mark.slow
 def test_a_killed_rank_is_named_as_the_cause_when_its_peer_exits_at_once(tmp_path, capfd) -> None:  # type: ignore[no-untyped-def]
     code = launch_local(2, WORKER, [str(tmp_path / "flag")], grace_s=5.0)
@@ -117,10 +125,7 @@ def test_killing_the_launcher_in_any_way_leaves_no_worker_alive(signum: int) -> 
             assert launcher.returncode == 128 + signum
             assert f"{signal.Signals(signum).name} received; stopping every rank" in err
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(launcher.pid, signal.SIGKILL)  # the session this test started, should anything be left
-        if launcher.returncode is None:
-            launcher.communicate(timeout=30)
+        _reap(launcher)
 
 
 ORPHAN = """
@@ -239,10 +244,7 @@ def test_a_sighup_ignored_when_the_launcher_starts_stays_ignored_by_it_and_its_w
         assert launcher.returncode == 128 + signal.SIGTERM
         assert err == "pipeplan: SIGTERM received; stopping every rank\n"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(launcher.pid, signal.SIGKILL)
-        if launcher.returncode is None:
-            launcher.communicate(timeout=30)
+        _reap(launcher)
 
 
 @pytest.mark.slow
@@ -263,10 +265,7 @@ def test_a_ctrl_c_or_hang_up_to_the_whole_job_prints_one_line_and_no_traceback(s
         assert err == f"pipeplan: {signal.Signals(signum).name} received; stopping every rank\n"
         assert launcher.returncode == 128 + signum
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(launcher.pid, signal.SIGKILL)
-        if launcher.returncode is None:
-            launcher.communicate(timeout=30)
+        _reap(launcher)
 
 
 @pytest.mark.slow
@@ -317,7 +316,4 @@ def test_a_ctrl_c_during_an_api_local_job_stops_it_in_one_line_and_reaches_the_c
         assert out.splitlines()[-1] == "interrupted" and job.returncode == 130
         assert not [pid for pid in workers if _alive(pid)]
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(job.pid, signal.SIGKILL)
-        if job.returncode is None:
-            job.communicate(timeout=30)
+        _reap(job)
