@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proc_timing import PIPEPLAN, Timing, load_line, run_in_turn
+from proc_timing import PIPEPLAN, time_cases
 
 
 def notes_profile(path: Path, notes_bytes: int) -> Path:
@@ -113,16 +113,7 @@ def main() -> None:
             ("D4", "plan a 20,000-layer chain on v100-8x1",
              [*PIPEPLAN, *plan, "--profile", str(folder / "c20k.json")], 20.0, None),
         ]  # fmt: skip
-        if args.cases is not None:
-            wanted = args.cases.split(",")
-            unknown = sorted(set(wanted) - {case[0] for case in cases})
-            if unknown:
-                parser.error(f"--cases: no case {unknown[0]}")
-            cases = [case for case in cases if case[0] in wanted]
-        timings = [Timing(label, argv) for _, label, argv, _, _ in cases]
-        print(f"before: {load_line()}")
-        run_in_turn(timings, args.runs, warmup=0, timeout_s=args.timeout)
-        print(f"after:  {load_line()}")
+        cases, timings = time_cases(cases, args.cases, args.runs, args.timeout, parser.error)
     print("| case | what | CPU s (median) | min | max | wall s (median) | peak MiB (median) | target |")
     print("|---|---|---|---|---|---|---|---|")
     failed = []

@@ -12,7 +12,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 PIPEPLAN = [sys.executable, "-c", "from pipeplan.cli import main; main()"]
 
@@ -88,6 +90,24 @@ def run_in_turn(timings: list[Timing], runs: int, warmup: int, timeout_s: float)
         for timing in timings:
             if not timing.timed_out:
                 run_once(timing, timeout_s)
+
+
+def time_cases(
+    cases: list[tuple[Any, ...]], wanted: str | None, runs: int, timeout_s: float, refuse: Callable[[str], object], hint: str = ""
+) -> tuple[list[tuple[Any, ...]], list[Timing]]:
+    """The cases (name, label, argv, ...) that `wanted` (comma-separated names; None: all) keeps, timed in turn as
+    whole processes between two load lines; `refuse(message)` is called for a name no case has (`hint` follows it)."""
+    if wanted is not None:
+        names = wanted.split(",")
+        unknown = sorted(set(names) - {case[0] for case in cases})
+        if unknown:
+            refuse(f"--cases: no case {unknown[0]}{hint}")
+        cases = [case for case in cases if case[0] in names]
+    timings = [Timing(case[1], case[2]) for case in cases]
+    print(f"before: {load_line()}")
+    run_in_turn(timings, runs, warmup=0, timeout_s=timeout_s)
+    print(f"after:  {load_line()}")
+    return cases, timings
 
 
 def load_line() -> str:

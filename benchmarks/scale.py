@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proc_timing import PIPEPLAN, Timing, load_line, run_in_turn
+from proc_timing import PIPEPLAN, time_cases
 
 NASNET = ["--profile", "pipedream/nasnetalarge", "--cluster", "h100-8x128", "--global-batch", "1024"]
 
@@ -83,16 +83,7 @@ def main() -> None:
                 ("C7", "plan bert-48 on 65,536 H100 (described)",
                  [*PIPEPLAN, "plan", *bert, "--cluster", h100_nodes(8192, folder)], 60.0, 2048.0),
             ]  # fmt: skip
-        if args.cases is not None:
-            wanted = args.cases.split(",")
-            unknown = sorted(set(wanted) - {case[0] for case in cases})
-            if unknown:
-                parser.error(f"--cases: no case {unknown[0]} (C4-C6 need --large, C7 --huge)")
-            cases = [case for case in cases if case[0] in wanted]
-        timings = [Timing(label, argv) for _, label, argv, _, _ in cases]
-        print(f"before: {load_line()}")
-        run_in_turn(timings, args.runs, warmup=0, timeout_s=args.timeout)
-        print(f"after:  {load_line()}")
+        cases, timings = time_cases(cases, args.cases, args.runs, args.timeout, parser.error, " (C4-C6 need --large, C7 --huge)")
     print("| case | what | wall s (median) | min | max | peak MiB | CPU s (median) | target |")
     print("|---|---|---|---|---|---|---|---|")
     failed = []
