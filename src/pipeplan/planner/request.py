@@ -162,7 +162,7 @@ def shared_json(plan: Plan, profile: ModelProfile, costs: Costs) -> list[dict[st
             {
                 "name": g.name,
                 "layers": list(g.layers),
-                "param_bytes": g.param_bytes,
+                "param_bytes": int(g.param_bytes) if g.param_bytes.is_integer() else g.param_bytes,
                 "stages": sorted({owner[u] for u in g.layers}),
                 "exchange_ms": 0.0 if x is None else x.exchange_ms,
                 "exchange_devices": 0 if x is None else x.devices,
