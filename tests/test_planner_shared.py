@@ -77,6 +77,17 @@ def test_dedup_makes_a_plan_fit_that_would_not_with_the_weight_counted_twice() -
         plan_exact(PlanRequest(untied, cluster, 8))
 
 
+def test_bounds_count_a_tied_weight_once_so_a_plan_that_fits_only_deduped_is_not_bounded_away() -> None:
+    """The instance above, and the same on two such devices (data parallelism all-reduces the weight once): both
+    bounds stay at most exact's optimum (counting the weight twice, they would call every plan too large)."""
+    one = Cluster("one", (Device(0, "V100", 12 * GIB, 1.0, 0),), ((0.0,),), ((0.0,),))
+    for cluster in (one, two_devices(10 * GB, 12 * GIB)):
+        request = PlanRequest(tied_chain(2 * GIB), cluster, 8)
+        best = exact_ms(request)
+        assert lower_bound(request).ms <= best * (1 + 1e-12)
+        assert lower_bound(request, stages=True).ms <= best * (1 + 1e-12)
+
+
 @settings(max_examples=15, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
