@@ -188,6 +188,24 @@ def test_the_cli_refuses_an_unplaceable_group_in_one_line(
     assert [g["name"] for g in json.loads(out)["shared_parameters"]] == ["l0.weight"]
 
 
+def test_no_plan_fits_says_which_stages_hold_a_copy_of_the_shared_weight() -> None:
+    """A 3.9 GiB tied weight (15.6 GiB with Adam) in a 4.1 GiB embedding on 16 GiB devices: no stage holding the
+    embedding fits; pipeplan's refusal names the group, its size and the stages holding copies, exact's the group."""
+    layers = (
+        LayerProfile("emb", 1.0, 2.0, 1e3, 4.1 * GIB),
+        LayerProfile("block", 5.0, 10.0, 1e3, 0.5 * GIB),
+        LayerProfile("head", 1.0, 2.0, 1e3, 3.9 * GIB),
+    )
+    profile = ModelProfile("tight", 8, layers, "V100", shared_params=(SharedGroup("emb.weight", (0, 2), 3.9 * GIB),))
+    request = PlanRequest(profile, two_devices(10 * GB, 16 * GIB), 8)
+    with pytest.raises(
+        PlanError, match=r"GiB too much .*\(shared parameters: 'emb.weight' takes 15.60 GiB on stages 0, 1, a copy each\)"
+    ):
+        PLANNERS["pipeplan"](request)
+    with pytest.raises(PlanError, match=r"keeps a whole copy: 'emb.weight' 15.60 GiB\); try more devices"):
+        plan_exact(request)
+
+
 def test_partition_dp_overlap_matches_the_set_rule_on_every_block_span() -> None:
     """The DP's [i, j] overlap over blocks equals core.shared_params.overlap_bytes of the blocks' layers."""
     groups = (SharedGroup("a", (0, 3, 6), 5.0), SharedGroup("b", (2, 7), 3.0))

@@ -13,10 +13,15 @@ all on one stage exchanges nothing.
 from __future__ import annotations
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.dag import stage_layers
 from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup, holding_stages
+from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
 from pipeplan.sim.cost.types import SharedExchange
+
+GIB = float(1 << 30)
 
 
 def exchange_devices(plan: Plan, stages: tuple[int, ...]) -> tuple[int, ...]:
@@ -65,3 +70,17 @@ def stage_exchange_ms(exchanges: tuple[SharedExchange, ...], stages: int) -> lis
         for s in x.stages:
             out[s] = max(out[s], x.exchange_ms)
     return out
+
+
+def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float) -> str:
+    """For a memory refusal: each shared parameter of `profile`, its bytes with gradient and optimizer state, and the
+    stages of `plan` holding a copy ("" without shared parameters)."""
+    if not profile.shared_params:
+        return ""
+    owner = {u: s for s, layers in enumerate(stage_layers(plan)) for u in layers}
+    parts = []
+    for g in profile.shared_params:
+        stages = sorted({owner[u] for u in g.layers})
+        held = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}, a copy each"
+        parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor) / GIB:.2f} GiB on {held}")
+    return f" (shared parameters: {'; '.join(parts)})"
