@@ -18,11 +18,11 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.schedules.registry import PLANNABLE
 from pipeplan.sim.cost.layers import static_bytes
+from pipeplan.sim.cost.memory import GIB
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.result import SimResult
 
-GIB = float(1 << 30)
 SCHEDULE_CHOICES = ("auto", *PLANNABLE)
 """What a request may ask for: auto (the planner chooses) or one schedule a plan may run (schedules.registry)."""
 REPLICATION_CHOICES = ("any", "pipelines", "none")

@@ -21,8 +21,6 @@ from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
 from pipeplan.sim.cost.types import SharedExchange
 
-GIB = float(1 << 30)
-
 
 def exchange_devices(plan: Plan, stages: tuple[int, ...]) -> tuple[int, ...]:
     """Every device of `stages`, in stage order, each once: the ring of the exchange."""
@@ -82,5 +80,5 @@ def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float) -> s
     for g in profile.shared_params:
         stages = sorted({owner[u] for u in g.layers})
         held = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}, a copy each"
-        parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor) / GIB:.2f} GiB on {held}")
+        parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor) / 2**30:.2f} GiB on {held}")
     return f" (shared parameters: {'; '.join(parts)})"
