@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from models import linear_model
 from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
-from pipeplan.sim.cost.memory import memory_per_device
+from pipeplan.sim.cost.memory import check_fits, memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
 
@@ -154,3 +155,18 @@ def test_groups_never_make_an_iteration_faster_and_change_nothing_when_held_by_o
         assert with_groups.iteration_time >= reference.iteration_time
         assert len(with_groups.exchanges) == 1
     assert with_groups.lower_bound <= with_groups.iteration_time * (1 + 1e-12)
+
+
+def test_a_stage_that_cannot_hold_its_copy_is_refused_naming_the_shared_weight() -> None:
+    """A 1.5 GB tie (5.59 GiB with Adam) on 5.5 GiB devices: both holders overflow, stage 0 the most; check_fits
+    names it and the weight it holds a copy of. A stage that overflows holding no copy gets no note."""
+    devices = tuple(Device(i, "gpu", 5.5 * 2**30, 1.0, 0) for i in range(3))
+    small = dataclasses.replace(cluster(3), devices=devices)
+    big_tie = tied(params=(1.5e9, 50e6, 1.5e9 + 4e6), tie=1.5e9)
+    note = r"\(shared parameters: 'l0.weight' takes 5.59 GiB on stages 0, 1, a copy each\)$"
+    with pytest.raises(PlanError, match=r"^stage 0 needs 5.78 GiB on device 0 .*" + note):
+        check_fits(SPLIT, linear_model(big_tie, small))
+    big_block = tied(params=(1e8, 3e9, 1.04e8))
+    three = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1,)), Stage(2, 2, (2,))), 1, 4, 2, "1f1b")
+    with pytest.raises(PlanError, match=r"^stage 1 needs 11.18 GiB on device 1 .*schedule 1f1b\)$"):
+        check_fits(three, linear_model(big_block, small))

@@ -56,7 +56,6 @@ from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
-from pipeplan.sim.cost.shared import copies_note
 
 TOP_CANDIDATES = 6
 REFINED = 2
@@ -225,8 +224,7 @@ class Search:
         try:
             check_fits(plan, self.request.model)
         except PlanError as exc:
-            note = copies_note(plan, self.request.profile, self.request.model.optimizer_factor)
-            return PlanError(f"no plan fits in memory: {exc}{note}; {remedy}")
+            return PlanError(f"no plan fits in memory: {exc}; {remedy}")
         if schedule in SCHEDULE_NEEDS:
             return PlanError(
                 f"no plan can run schedule {schedule!r} for {self.request.profile.name} on {self.request.cluster.name} "

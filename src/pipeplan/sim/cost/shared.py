@@ -12,6 +12,8 @@ all on one stage exchanges nothing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import stage_layers
 from pipeplan.core.plan import Plan
@@ -70,15 +72,17 @@ def stage_exchange_ms(exchanges: tuple[SharedExchange, ...], stages: int) -> lis
     return out
 
 
-def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float) -> str:
-    """For a memory refusal: each shared parameter of `profile`, its bytes with gradient and optimizer state, and the
-    stages of `plan` holding a copy ("" without shared parameters)."""
+def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float, stages: Collection[int]) -> str:
+    """For a memory refusal naming `stages`: each shared parameter of `profile` one of them holds, with its bytes
+    (weights, gradient and optimizer state) and every stage of `plan` holding a copy ("" when they hold none)."""
     if not profile.shared_params:
         return ""
     owner = {u: s for s, layers in enumerate(stage_layers(plan)) for u in layers}
     parts = []
     for g in profile.shared_params:
-        stages = sorted({owner[u] for u in g.layers})
-        held = f"stage {stages[0]}" if len(stages) == 1 else f"stages {', '.join(map(str, stages))}, a copy each"
+        holders = sorted({owner[u] for u in g.layers})
+        if not any(s in stages for s in holders):
+            continue
+        held = f"stage {holders[0]}" if len(holders) == 1 else f"stages {', '.join(map(str, holders))}, a copy each"
         parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor) / 2**30:.2f} GiB on {held}")
-    return f" (shared parameters: {'; '.join(parts)})"
+    return f" (shared parameters: {'; '.join(parts)})" if parts else ""
