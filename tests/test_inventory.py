@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.viz import inventory
 from pipeplan.viz.inventory import _layer_rows, plain_layer_lines, print_profile_layers, profile_layers_table
 
@@ -55,3 +55,15 @@ def test_a_deep_profile_prints_the_same_text_as_rich(monkeypatch: pytest.MonkeyP
     console = Console(width=120, file=io.StringIO(), color_system=None)
     print_profile_layers(console, p)
     assert console.file.getvalue().split("\n")[:-1] == rich_lines(p, 120)  # type: ignore[attr-defined]
+
+
+def test_the_summary_counts_a_shared_parameter_once_and_lists_it() -> None:
+    """Two layers of 3 MiB holding one 2 MiB weight: parameters 4 MiB, and a row naming the weight and its layers."""
+    mib = float(1 << 20)
+    layers = tuple(LayerProfile(f"l{i}", 1.0, 2.0, 8.0, 3 * mib) for i in range(2))
+    table = inventory.profile_summary(ModelProfile("tied", 4, layers, shared_params=(SharedGroup("l0.w", (0, 1), 2 * mib),)))
+    out = io.StringIO()
+    Console(file=out, width=100).print(table)
+    text = out.getvalue()
+    assert "parameters" in text and "4 MiB" in text
+    assert "shared l0.w" in text and "2 MiB, layers 0, 1" in text

@@ -10,7 +10,9 @@ import pytest
 from cli_runner import run, simulate_json
 from models import default_model, linear_model
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.io.plan_json import write_plan
+from pipeplan.io.profile_json import write_profile_json
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.plan_sim import simulate_plan
 
@@ -108,3 +110,22 @@ def test_a_bad_dag_plan_exits_2_naming_the_stage_and_the_layer(
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert message in err and "dag.json" in err and "stage" in err and "node" in err
+
+
+def test_a_plan_splitting_a_tied_pair_reports_its_exchange(tmp_path: Path) -> None:
+    """`simulate --plan --json` of a 2-stage plan of a profile whose first and last layers share a 400 MB weight:
+    `shared_exchanges` names it, its stages and the priced all-reduce; the one-stage plan has none."""
+    layers = tuple(LayerProfile(f"l{i}", 5.0, 10.0, 1e6, p) for i, p in enumerate((4e8, 1e8, 4e8)))
+    profile = ModelProfile("tied", 8, layers, "V100", shared_params=(SharedGroup("l0.weight", (0, 2), 4e8),))
+    write_profile_json(profile, tmp_path / "tied.json")
+    split = Plan((Stage(0, 1, (0,)), Stage(2, 2, (1,))), 1, 4, 2, "1f1b")
+    write_plan(split, tmp_path / "split.json", str(tmp_path / "tied.json"), "v100-8x1")
+    got = simulate_json("--plan", str(tmp_path / "split.json"))
+    (entry,) = got["shared_exchanges"]
+    expected = simulate_plan(split, default_model(profile, load_cluster("v100-8x1")))
+    assert (entry["name"], entry["stages"]) == ("l0.weight", [0, 1])
+    assert entry["end_ms"] == expected.exchanges[0].end_ms
+    assert entry["exchange_ms"] > 0
+    together = Plan((Stage(0, 2, (0,)),), 1, 4, 2, "1f1b")
+    write_plan(together, tmp_path / "together.json", str(tmp_path / "tied.json"), "v100-8x1")
+    assert "shared_exchanges" not in simulate_json("--plan", str(tmp_path / "together.json"))

@@ -215,4 +215,4 @@ class PipelineModel:
                     bwd_weight_ms=cost.bwd_weight_ms * scale if scale else bwd / 2,  # type: ignore[operator]
                 )
             )
-        return Costs(tuple(stages), self.costs.forward, self.costs.backward)
+        return Costs(tuple(stages), self.costs.forward, self.costs.backward, self.costs.shared)

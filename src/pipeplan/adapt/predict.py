@@ -220,7 +220,7 @@ class Predictor:
         def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
             return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
 
-        costs = Costs(base.stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)))
+        costs = Costs(base.stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)), base.shared)
         self._costs[key] = costs
         if len(self._costs) > 64:
             self._costs.popitem(last=False)

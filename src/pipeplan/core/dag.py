@@ -83,7 +83,8 @@ def reorder(profile: ModelProfile, order: Sequence[int]) -> ModelProfile:
 
     The identity order gives `profile` itself. A layer keeps its shared bytes
     (a tensor it saves with the layer before it) only when that layer stays
-    right before it; otherwise both hold their copy.
+    right before it; otherwise both hold their copy. Shared parameter groups
+    name their layers' new positions.
 
     Raises:
         PlanError: `order` is not a topological order of the profile's layers (check_order).
@@ -103,7 +104,10 @@ def reorder(profile: ModelProfile, order: Sequence[int]) -> ModelProfile:
             for j in range(len(profile.batch_sizes))
         ]
         cut_curves = tuple(zip(*per_size, strict=True))
-    return dataclasses.replace(profile, layers=layers, cut_bytes=cut_bytes, cut_curves=cut_curves, layer_inputs=inputs)
+    groups = tuple(dataclasses.replace(g, layers=tuple(sorted(position[u] for u in g.layers))) for g in profile.shared_params)
+    return dataclasses.replace(
+        profile, layers=layers, cut_bytes=cut_bytes, cut_curves=cut_curves, layer_inputs=inputs, shared_params=groups
+    )
 
 
 def _placed(layer: LayerProfile, after_its_predecessor: bool) -> LayerProfile:

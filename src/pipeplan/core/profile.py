@@ -18,10 +18,11 @@ from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, field_limit
 from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, LAYERS
+from pipeplan.core.shared_params import SharedGroup, check_groups, overlap_bytes
 
 __all__ = [
-    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "check_batch_sizes", "field_limit",
-    "live_cuts",
+    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "check_batch_sizes",
+    "field_limit", "live_cuts",
 ]  # fmt: skip
 
 
@@ -95,6 +96,8 @@ class ModelProfile:
     the model's DAG); None means a chain (layer i consumes layer i - 1), and
     inputs that describe exactly a chain are stored as None. The cut bytes
     of a DAG are those of its live sets (core.dag).
+    `shared_params` lists the parameters several layers hold (core.shared_params): each
+    layer's param_bytes counts them, and a set of layers holds each once.
     """
 
     name: str
@@ -108,6 +111,7 @@ class ModelProfile:
     threads: int | None = None
     source: ProfileSource | None = None
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
+    shared_params: tuple[SharedGroup, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -139,6 +143,7 @@ class ModelProfile:
         if self.source is not None and not isinstance(self.source, ProfileSource):
             raise ProfileError(f"profile {self.name!r} source must be a ProfileSource, got {type(self.source).__name__}")
         self._check_curves()
+        check_groups(self.shared_params, [(x.name, x.param_bytes) for x in self.layers], f"profile {self.name!r}")
 
     def _check_inputs(self) -> None:
         """layer_inputs: one ascending tuple of earlier layer indices per layer; a chain's stored as None."""
@@ -235,5 +240,15 @@ class ModelProfile:
 
     @property
     def total_param_bytes(self) -> float:
-        """Sum of parameter bytes of all layers."""
-        return sum(layer.param_bytes for layer in self.layers)
+        """Parameter bytes of the model: every layer's, each shared parameter counted once."""
+        total = sum(layer.param_bytes for layer in self.layers)
+        if self.shared_params:
+            total -= overlap_bytes(self.shared_params, range(len(self.layers)))
+        return total
+
+    def held_param_bytes(self, layers: Sequence[int]) -> float:
+        """Parameter bytes a device holding `layers` (distinct indices, in order) keeps: each shared parameter once."""
+        total = sum(self.layers[i].param_bytes for i in layers)
+        if self.shared_params:
+            total -= overlap_bytes(self.shared_params, set(layers))
+        return total

@@ -18,12 +18,14 @@ from pipeplan.core.errors import PipeplanError, ProfileError
 from pipeplan.core.limits import LAYERS, MAX_BYTES, MAX_MS, Limit
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes, field_limit
 from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
+from pipeplan.io.profile_shared import KEY as SHARED_KEY
+from pipeplan.io.profile_shared import groups_from_json, groups_to_json
 
 PROFILE_FORMAT = "pipeplan.profile/1"
 PROFILE_FORMAT_2 = "pipeplan.profile/2"
 FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
-_TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes")
+_TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes", SHARED_KEY)
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
@@ -34,10 +36,11 @@ _BYTES = (MAX_BYTES,)
 
 def needs_version_2(profile: ModelProfile) -> bool:
     """True when the profile holds anything version 1 cannot: several sizes, I/W, optimizer steps, shared bytes,
-    threads, source."""
+    threads, source, shared parameters."""
     layers = profile.layers
     return (
-        profile.batch_sizes is not None
+        bool(profile.shared_params)
+        or profile.batch_sizes is not None
         or profile.threads is not None
         or profile.source is not None
         or any(layer.bwd_input_ms is not None or layer.optimizer_ms or layer.shared_bytes for layer in layers)
@@ -62,6 +65,8 @@ def profile_to_json(profile: ModelProfile) -> dict[str, Any]:
         "cut_bytes": [[_whole(c) for c in curve] for curve in cut_curves],
         "layers": [_layer_to_json_2(layer) for layer in profile.layers],
     }
+    if profile.shared_params:
+        out[SHARED_KEY] = groups_to_json(profile.shared_params)
     return _with_inputs(profile, out)
 
 
@@ -147,7 +152,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     saved_bytes, bwd_input_ms, bwd_weight_ms and each cut an array with one
     value per batch size; per layer optimizer_ms ({name: ms}) and shared_bytes
     (an array; zeros when absent); threads and source ({module, options,
-    dataset, dtype}).
+    dataset, dtype}). Both: shared_parameters (io.profile_shared; none when absent).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -177,6 +182,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         cut_bytes=cut_bytes,
         measured=top.boolean("measured", True),
         layer_inputs=_inputs(raw_layers, source),
+        shared_params=groups_from_json(top, len(layers)),
     )
 
 
@@ -274,6 +280,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         threads=threads,
         source=_source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
         layer_inputs=_inputs(raw_layers, source),
+        shared_params=groups_from_json(top, len(layers)),
     )
 
 

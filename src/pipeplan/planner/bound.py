@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.shared_params import first_holder_params
 from pipeplan.planner.bound_fill import fill_term
 from pipeplan.planner.bound_phases import phase_term
 from pipeplan.planner.bound_stages import STAGE_DP_CELLS, stage_term
@@ -128,7 +129,10 @@ class ShapeBounds:
         self.s_max = float(speeds[0])
         memories = np.sort(np.array([d.memory_bytes for d in cluster.devices], dtype=float))[::-1]
         self.memory_prefix = np.concatenate([[0.0], np.cumsum(memories)])
-        self.params = np.array([layer.param_bytes for layer in profile.layers], dtype=float)
+        # a shared parameter counted at its first holder only: any set of layers holds at least this (a lower bound)
+        self.params = np.array(
+            first_holder_params([layer.param_bytes for layer in profile.layers], profile.shared_params), dtype=float
+        )
         self.static = static_bytes(self.params, model.optimizer_factor)
         self.optimizer = self.layers.optimizer_steps_ms.copy()
         self.split = model.bwd_split

@@ -11,11 +11,14 @@ import numpy as np
 
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.dag import stage_layers
 from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.schedules.registry import PLANNABLE
+from pipeplan.sim.cost.layers import static_bytes
+from pipeplan.sim.cost.memory import GIB
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.result import SimResult
@@ -74,6 +77,22 @@ class PlanRequest:
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "cluster", model.cluster)
         object.__setattr__(self, "optimizer_factor", model.optimizer_factor)
+        self._check_shared()
+
+    def _check_shared(self) -> None:
+        """Refuse a shared parameter no device can hold: every stage holding one of its layers keeps a whole copy
+        with its gradient and optimizer state, however the layers are split."""
+        largest = max(d.memory_bytes for d in self.cluster.devices)
+        for g in self.profile.shared_params:
+            need = static_bytes(g.param_bytes, self.model.optimizer_factor)
+            if need > largest:
+                raise PlanError(
+                    f"no plan fits in memory: shared parameter {g.name!r} of {self.profile.name} ({g.param_bytes / GIB:.2f} "
+                    f"GiB, held by layers {', '.join(map(str, g.layers))}) needs {need / GIB:.2f} GiB for its weights, "
+                    f"gradients and {self.optimizer} state on every device holding a copy (one stage or several), but the "
+                    f"largest device of {self.cluster.name} has {largest / GIB:.2f} GiB; try devices with more memory or "
+                    "an optimizer with less state (--optimizer sgd)"
+                )
 
     @property
     def stage_replicas_allowed(self) -> bool:
@@ -116,7 +135,7 @@ class PlanResult:
 
     def to_json(self, profile_name: str, cluster_name: str, profile: ModelProfile | None = None) -> dict[str, Any]:
         """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device and
-        planning_seconds (`profile` names a DAG plan's stage layers)."""
+        planning_seconds (`profile` names a DAG plan's stage layers; with shared parameters, `shared_parameters`)."""
         from pipeplan.io.plan_json import plan_to_json
 
         obj = plan_to_json(self.plan, profile_name, cluster_name, profile)
@@ -126,7 +145,30 @@ class PlanResult:
             memory_per_device=list(self.memory_per_device),
             planning_seconds=self.planning_seconds,
         )
+        if profile is not None and profile.shared_params:
+            obj["shared_parameters"] = shared_json(self.plan, profile, self.costs)
         return obj
+
+
+def shared_json(plan: Plan, profile: ModelProfile, costs: Costs) -> list[dict[str, Any]]:
+    """Each shared parameter of `profile` under `plan`: its layers and bytes, the stages holding a copy and the time
+    of its gradient exchange (0 when one stage holds all its layers)."""
+    owner = {u: s for s, layers in enumerate(stage_layers(plan)) for u in layers}
+    split = {x.name: x for x in costs.shared}
+    out = []
+    for g in profile.shared_params:
+        x = split.get(g.name)
+        out.append(
+            {
+                "name": g.name,
+                "layers": list(g.layers),
+                "param_bytes": int(g.param_bytes) if g.param_bytes.is_integer() else g.param_bytes,
+                "stages": sorted({owner[u] for u in g.layers}),
+                "exchange_ms": 0.0 if x is None else x.exchange_ms,
+                "exchange_devices": 0 if x is None else x.devices,
+            }
+        )
+    return out
 
 
 Progress = Callable[[str, float], None]

@@ -153,4 +153,5 @@ def assemble(
         threads=threads,
         source=source,
         layer_inputs=top.layer_inputs,
+        shared_params=top.shared,
     )

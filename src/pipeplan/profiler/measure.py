@@ -39,7 +39,8 @@ from torch import nn
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile, live_cuts
+from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, live_cuts
+from pipeplan.models.shared import shared_parameters
 from pipeplan.models.specs import ModelSpec, layers_of
 from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
@@ -68,7 +69,7 @@ class LayerSizes:
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """Everything measured about a chain at one batch size: per-layer sizes and median times (I and W when split),
-    and the whole chain's median times."""
+    the whole chain's median times, and the parameters several layers hold (`shared`)."""
 
     device: str
     batch_size: int
@@ -80,6 +81,7 @@ class Measurement:
     bwd_input_ms: tuple[float, ...] | None = None
     bwd_weight_ms: tuple[float, ...] | None = None
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
+    shared: tuple[SharedGroup, ...] = ()
 
     def cuts(self, values: Sequence[float]) -> tuple[float, ...]:
         """Each cut's bytes from per-layer output bytes: a chain's cut i is layer i's output, a graph's the live set
@@ -116,6 +118,7 @@ class Measurement:
             cut_bytes=cuts,
             measured=True,
             layer_inputs=self.layer_inputs,
+            shared_params=self.shared,
         )
 
 
@@ -223,7 +226,13 @@ def measure_layers(
         bwd_input_ms=medians["I"] if split else None,
         bwd_weight_ms=medians["W"] if split else None,
         layer_inputs=graph,
+        shared=shared_groups(layers, names),
     )
+
+
+def shared_groups(layers: Sequence[nn.Module], names: Sequence[str]) -> tuple[SharedGroup, ...]:
+    """The profile's groups of the parameters several layers hold (models.shared finds them: tied weights)."""
+    return tuple(SharedGroup(p.name, p.layers, float(p.nbytes)) for p in shared_parameters(layers, names))
 
 
 def _chain(

@@ -44,6 +44,15 @@ class FlowSpan(NamedTuple):
     end_ms: float
 
 
+class ExchangeSpan(NamedTuple):
+    """The gradient exchange of one shared parameter between the (chunk-)stages holding a copy (sim.cost.shared)."""
+
+    name: str
+    stages: tuple[int, ...]
+    start_ms: float
+    end_ms: float
+
+
 class RankStats(NamedTuple):
     """Per-rank totals: compute time, idle time within the iteration, in-flight and memory peaks."""
 
@@ -64,7 +73,8 @@ class SimResult:
     links and all-reduces). They agree only when every rank is equally busy:
     98.8 % efficiency with a 9.5 % bubble is a schedule near its bound on an
     unbalanced split. `flows` (recorded runs only): the wire times of flows the
-    general transfer queue timed (FlowSpan).
+    general transfer queue timed (FlowSpan). `exchanges`: the gradient
+    exchange of every shared parameter the plan splits over stages.
     """
 
     iteration_time: float
@@ -76,6 +86,7 @@ class SimResult:
     transfers: tuple[TransferSpan, ...]
     schedule_name: str = ""
     flows: tuple[FlowSpan, ...] = ()
+    exchanges: tuple[ExchangeSpan, ...] = ()
 
     @property
     def efficiency(self) -> float:
@@ -99,4 +110,20 @@ class SimResult:
                 }
                 for r in self.per_rank
             ],
+            **(
+                {
+                    "shared_exchanges": [
+                        {
+                            "name": x.name,
+                            "stages": list(x.stages),
+                            "start_ms": x.start_ms,
+                            "end_ms": x.end_ms,
+                            "exchange_ms": x.end_ms - x.start_ms,
+                        }
+                        for x in self.exchanges
+                    ]
+                }
+                if self.exchanges
+                else {}
+            ),
         }

@@ -39,7 +39,9 @@ def profile_summary(profile: ModelProfile) -> Table:
     for name in sorted(steps):
         total = sum(layer.optimizer_step_ms(name) or 0.0 for layer in profile.layers)
         table.add_row(f"{name} step (ms)", f"{total:.3f}")
-    table.add_row("parameters", format_bytes(profile.total_param_bytes))
+    table.add_row("parameters", format_bytes(profile.total_param_bytes))  # each shared parameter once
+    for g in profile.shared_params:
+        table.add_row(f"shared {g.name}", f"{format_bytes(g.param_bytes)}, layers {', '.join(map(str, g.layers))}")
     table.add_row("largest cut", format_bytes(max(profile.cut_bytes or (0.0,))))
     return table
 

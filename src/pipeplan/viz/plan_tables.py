@@ -54,7 +54,8 @@ def stage_table(result: PlanResult) -> Table:
 
 
 def plan_summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, model: CostModel) -> Table:
-    """Planner, schedule, batching, memory, iteration time, efficiency and planning time."""
+    """Planner, schedule, batching, memory, iteration time (each shared parameter's exchange), efficiency and
+    planning time."""
     plan, sim = result.plan, result.sim
     capacity = min(cluster.devices[d].memory_bytes for d in plan.all_devices)
     schedule = plan.schedule + (f" (k={plan.k})" if plan.schedule == "kfkb" else "")
@@ -76,6 +77,8 @@ def plan_summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, mo
         ("bubble fraction", f"{sim.bubble_fraction:.1%}"),
         ("planning time (s)", f"{result.planning_seconds:.2f}"),
     ]
+    for x in result.costs.shared:  # a shared parameter split over stages: its gradient exchange every iteration
+        rows.insert(-4, (f"shared {x.name} (ms)", f"{format_ms(x.exchange_ms)} on stages {', '.join(map(str, x.stages))}"))
     for name, value in rows:
         table.add_row(name, value)
     return table

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeplan.core.partition import quantile_starts
-from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
+from pipeplan.core.shared_params import span_overlap_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +53,25 @@ def merge_layers(profile: ModelProfile, max_blocks: int) -> Blocks:
                 fwd_ms=sum(layer.fwd_ms for layer in group),
                 bwd_ms=sum(layer.bwd_ms for layer in group),
                 activation_bytes=group[-1].activation_bytes,
-                param_bytes=sum(layer.param_bytes for layer in group),
+                param_bytes=sum(layer.param_bytes for layer in group) - span_overlap_bytes(profile.shared_params, first, last),
                 saved_bytes=sum(layer.saved_bytes or 0.0 for layer in group) - sum(layer.shared_bytes for layer in group[1:]),
                 shared_bytes=group[0].shared_bytes,
             )
         )
     cuts = tuple(profile.cut_bytes[starts[b + 1] - 1] for b in range(len(starts) - 1))  # type: ignore[index]
-    merged = ModelProfile(profile.name, profile.batch_size, tuple(layers), profile.reference_device, cuts, profile.measured)
+    block_of = [b for b, first in enumerate(starts) for _ in range(first, starts[b + 1] if b + 1 < len(starts) else n)]
+    groups = []
+    for g in profile.shared_params:  # a parameter held by layers in two or more blocks: shared by those blocks
+        holders = tuple(sorted({block_of[u] for u in g.layers}))
+        if len(holders) > 1:
+            groups.append(SharedGroup(g.name, holders, g.param_bytes))
+    merged = ModelProfile(
+        profile.name,
+        profile.batch_size,
+        tuple(layers),
+        profile.reference_device,
+        cuts,
+        profile.measured,
+        shared_params=tuple(groups),
+    )
     return Blocks(merged, tuple(starts), n)

@@ -20,6 +20,8 @@ from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules.registry import names_text
+from pipeplan.sim.cost.layers import static_bytes
+from pipeplan.sim.cost.memory import GIB
 from pipeplan.sim.cost.plan_costs import plan_costs
 
 MAX_ORDERS = 10080
@@ -70,9 +72,14 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     search = Search(request, schedules, classes, group)
     search.run()
     if search.best_plan is None:
+        copies = ", ".join(
+            f"{g.name!r} {static_bytes(g.param_bytes, request.model.optimizer_factor) / GIB:.2f} GiB"
+            for g in request.profile.shared_params
+        )
+        note = f" (a device holding a layer of a shared parameter keeps a whole copy: {copies})" if copies else ""
         raise PlanError(
             f"planner 'exact' found no plan that fits in memory for {request.profile.name} on "
-            f"{request.cluster.name} (global batch {request.global_batch}); try more devices or a smaller batch"
+            f"{request.cluster.name} (global batch {request.global_batch}){note}; try more devices or a smaller batch"
         )
     try:
         result, memory = evaluate(request, search.best_plan, record=True)

@@ -69,8 +69,9 @@ class Spent(Exception):
 
 
 def sim_key(costs: Costs) -> tuple[object, ...]:
-    """All a one-stage-per-rank simulation without trace reads of its costs: the stages' costs and each transfer's
-    flows, their resources renamed in order of first use (sim.engine.transfers.TransferTable numbers them so).
+    """All a one-stage-per-rank simulation without trace reads of its costs: the stages' costs, each transfer's
+    flows, their resources renamed in order of first use (sim.engine.transfers.TransferTable numbers them so), and
+    the shared parameters' exchanges.
 
     Two plans of equal keys simulate to the same iteration time under a schedule (same name, k and m), whichever
     devices they name: exact simulates each key once.
@@ -80,7 +81,8 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         tuple((tuple(names.setdefault(r, len(names)) for r in f.resources), f.latency_ms, f.work_ms) for f in boundary)
         for boundary in costs.forward + costs.backward
     )
-    return costs.stages, flows
+    exchanges = tuple((x.stages, x.exchange_ms) for x in costs.shared)  # a shared parameter's ring: its devices' links
+    return costs.stages, flows, exchanges
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.shared_params import span_overlap_bytes
 from pipeplan.planner.exact.rings import Rings
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import StageWork, static_bytes
@@ -79,7 +80,11 @@ class StageCosts:
         inp = None if arrays.bwd_input is None else float(arrays.bwd_input[span].sum()) / speed
         wgt = None if arrays.bwd_weight is None else float(arrays.bwd_weight[span].sum()) / speed
         fwd, bwd = float(arrays.fwd[span].sum()) / speed, float(arrays.bwd[span].sum()) / speed
-        got = self.works[key] = StageWork(fwd, bwd, inp, wgt, held, sum(self.params[span]), sum(self.steps[span]) / speed)
+        params = sum(self.params[span])
+        groups = self.request.profile.shared_params
+        if groups:  # LayerCosts.stage's own subtraction, the same float
+            params -= span_overlap_bytes(groups, first, last)
+        got = self.works[key] = StageWork(fwd, bwd, inp, wgt, held, params, sum(self.steps[span]) / speed)
         return got
 
     def allreduce(self, devices: tuple[int, ...], nbytes: float) -> float:

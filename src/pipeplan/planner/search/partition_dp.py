@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.shared_params import SharedGroup
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
 from pipeplan.sim.cost.link_model import link_arrays, ring_allreduce_terms
@@ -83,13 +84,28 @@ def block_sums(costs: LayerCosts, blocks: tuple[tuple[int, int], ...], samples: 
     bwd_before = np.concatenate([[0.0], np.cumsum(bwd)[:-1]])
     return BlockSums(
         np.where(upper, ranges(work), INF),
-        ranges(params),
+        ranges(params) - shared_overlap(costs.profile.shared_params, blocks),
         ranges(saved) + shared_first[:, None],
         ranges(optimizer),
         cut_after,
         bwd_before,
         blocks,
     )
+
+
+def shared_overlap(groups: tuple[SharedGroup, ...], blocks: tuple[tuple[int, int], ...]) -> np.ndarray | float:
+    """[i, j]: the bytes a stage of blocks i..j would count twice (core.shared_params.overlap_bytes; 0 without groups)."""
+    if not groups:
+        return 0.0
+    first = np.array([a for a, _ in blocks], dtype=np.int64)
+    out = np.zeros((len(blocks), len(blocks)))
+    for g in groups:
+        block = np.searchsorted(first, np.array(g.layers), side="right") - 1  # each member's block
+        members = np.bincount(block, minlength=len(blocks)).astype(float)
+        c = np.concatenate([[0.0], np.cumsum(members)])
+        count = c[None, 1:] - c[:-1, None]  # [i, j] = members in blocks i..j
+        out += np.maximum(count - 1, 0.0) * g.param_bytes
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ import numpy as np
 from pipeplan.core.devices import GpuSpec, device_spec
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.sim.cost.speeds import profile_kind
 
 SCALINGS = ("auto", "measured", "floor", "linear")
@@ -284,6 +285,8 @@ class LayerCosts:
         selected = sorted(set(layers))
         profile_layers = self.profile.layers
         params = _in_order_sum(self._reference["params"], selected)  # type: ignore[arg-type]
+        if self.profile.shared_params:  # a parameter several of these layers hold is held once
+            params -= overlap_bytes(self.profile.shared_params, set(selected))
         optimizer = self.optimizer_ms(selected, speed)
         if self.mode == "linear":
             chosen = [profile_layers[i] for i in selected]

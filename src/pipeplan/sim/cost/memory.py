@@ -13,6 +13,7 @@ from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.held import peak_held
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.shared import copies_note
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.result import SimResult
 
@@ -120,7 +121,8 @@ def check_fits(plan: Plan, model: CostModel, result: SimResult | None = None) ->
     """Return memory_per_device, or raise PlanError for the device that overflows the most.
 
     Raises:
-        PlanError: naming the stage, device, need and capacity in GiB and the excess.
+        PlanError: naming the stage, device, need and capacity in GiB and the excess (and the shared parameters the
+            stage holds a copy of).
     """
     if result is not None:
         per_rank = result_memory(plan, result)
@@ -128,5 +130,8 @@ def check_fits(plan: Plan, model: CostModel, result: SimResult | None = None) ->
         per_rank = rank_memory(plan, plan_costs(plan, model), plan_schedule(plan))
     error = fit_error(plan, model.cluster, per_rank, model.profile.name)
     if error is not None:
-        raise error
+        rank = memory_excess(plan, model.cluster, per_rank)[1]
+        stages = [s for s in range(len(plan.stages)) if s % plan.num_ranks == rank]
+        note = copies_note(plan, model.profile, model.optimizer_factor, stages)  # why a shared weight weighs there
+        raise PlanError(f"{error}{note}") if note else error
     return per_device(plan, model.cluster, per_rank)

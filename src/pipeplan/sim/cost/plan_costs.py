@@ -15,6 +15,7 @@ from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
 from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.shared import shared_exchanges
 from pipeplan.sim.cost.types import Costs, StageCost
 from pipeplan.sim.trace import BandwidthTrace
 
@@ -116,7 +117,8 @@ def plan_costs(
 
     Returns:
         Costs with per-stage compute, memory, all-reduce and optimizer step,
-        and the flows of every boundary in both directions.
+        the flows of every boundary in both directions, and the gradient
+        exchange of every shared parameter the plan splits over stages.
 
     Raises:
         PlanError: the plan does not match the profile or cluster.
@@ -144,7 +146,8 @@ def plan_costs(
     overhead = model.cluster.message_overhead_s * 1000.0
     if overhead > 0:
         charge_messages(stages, forward, backward, overhead)
-    return Costs(tuple(stages), tuple(forward), tuple(backward))
+    shared = shared_exchanges(plan, model.cluster, model.profile.shared_params)
+    return Costs(tuple(stages), tuple(forward), tuple(backward), shared)
 
 
 def _remembered(plan: Plan, model: CostModel, s: int, memo: dict[StageKey, StageCost]) -> StageCost:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -69,18 +70,37 @@ class StageCost:
 
 
 @dataclass(frozen=True, slots=True)
+class SharedExchange:
+    """The all-reduce of one shared parameter: its name, bytes, the (chunk-)stages holding a copy, the number of
+    devices it runs over and its time."""
+
+    name: str
+    param_bytes: float
+    stages: tuple[int, ...]
+    devices: int
+    exchange_ms: float
+
+    def __post_init__(self) -> None:
+        if len(self.stages) < 2 or any(a >= b for a, b in itertools.pairwise(self.stages)):
+            raise CostError(f"shared exchange {self.name!r} must name at least 2 ascending stages, got {list(self.stages)}")
+        check_nonneg_float(CostError, f"shared exchange {self.name!r} exchange_ms", self.exchange_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class Costs:
     """Costs of every stage and every stage boundary.
 
     `forward[b]` are the flows of the activation from stage b to b+1,
     `backward[b]` those of the gradient from stage b+1 to b; an empty tuple
     means the two stages share a device (no transfer). The transfer ends when
-    its slowest flow ends.
+    its slowest flow ends. `shared` holds the gradient exchange of every
+    shared parameter whose layers are on several stages (sim.cost.shared).
     """
 
     stages: tuple[StageCost, ...]
     forward: tuple[tuple[Flow, ...], ...]
     backward: tuple[tuple[Flow, ...], ...]
+    shared: tuple[SharedExchange, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.stages)
@@ -90,3 +110,6 @@ class Costs:
             got = len(getattr(self, field))
             if got != n - 1:
                 raise CostError(f"costs {field} must have {n - 1} entries (one per stage boundary), got {got}")
+        for x in self.shared:
+            if x.stages[-1] >= n:
+                raise CostError(f"shared exchange {x.name!r} names stage {x.stages[-1]} but the costs have stages 0..{n - 1}")

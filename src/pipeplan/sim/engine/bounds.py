@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
+from pipeplan.sim.cost.shared import stage_exchange_ms
 from pipeplan.sim.cost.types import Costs, Flow
 from pipeplan.sim.engine.program import program_for
 from pipeplan.sim.trace import BandwidthTrace
@@ -48,7 +49,9 @@ def bound_from_parts(
     if not any(busy):
         return 0.0
     optimizer = rank_optimizer_ms(schedule, costs, stages_with_u)
-    tails = [c.allreduce_ms + optimizer[schedule.stage_to_rank[s]] for s, c in enumerate(stages)]
+    # after its last backward a stage waits for its all-reduce and for the exchange of every shared parameter it holds
+    exchange = stage_exchange_ms(costs.shared, len(stages))
+    tails = [max(c.allreduce_ms, exchange[s]) + optimizer[schedule.stage_to_rank[s]] for s, c in enumerate(stages)]
     best = 0.0
     for rank, rank_busy in enumerate(busy):
         own = schedule.stages_of(rank)

@@ -13,7 +13,7 @@ from pipeplan.sim.engine.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
 from pipeplan.sim.engine.transfers import TransferTable
-from pipeplan.sim.result import FlowSpan, RankStats, SimResult
+from pipeplan.sim.result import ExchangeSpan, FlowSpan, RankStats, SimResult
 from pipeplan.sim.trace import BandwidthTrace
 
 
@@ -112,6 +112,11 @@ def _simulate(
         if outcome.backward_end[s] >= 0:
             rank = schedule.stage_to_rank[s]
             ready[rank] = max(ready[rank], outcome.backward_end[s] + c.allreduce_ms)
+    exchanges = shared_spans(costs, outcome.backward_end)
+    for span in exchanges:  # a shared parameter's copies are summed before the ranks holding them step
+        for s in span.stages:
+            rank = schedule.stage_to_rank[s]
+            ready[rank] = max(ready[rank], span.end_ms)
     optimizer = rank_optimizer_ms(schedule, costs, program.stages_with_u)
     iteration = max((ready[r] + optimizer[r] for r in range(len(ready))), default=0.0)
     compute = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
@@ -135,7 +140,20 @@ def _simulate(
         *(timeline(program, outcome) if record else ((), ())),
         schedule.name,
         flow_spans(costs, table.flow_log) if record else (),
+        exchanges,
     )
+
+
+def shared_spans(costs: Costs, backward_end: list[float]) -> tuple[ExchangeSpan, ...]:
+    """Each shared parameter's exchange in time: from the last backward of the stages holding a copy, for its
+    all-reduce's time (sim.cost.shared); groups whose stages ran no backward (none in the schedule) are left out."""
+    out = []
+    for x in costs.shared:
+        ends = [backward_end[s] for s in x.stages]
+        if min(ends) >= 0:
+            start = max(ends)
+            out.append(ExchangeSpan(x.name, x.stages, start, start + x.exchange_ms))
+    return tuple(out)
 
 
 def flow_spans(costs: Costs, log: list[tuple[int, int, float, float]] | None) -> tuple[FlowSpan, ...]:
