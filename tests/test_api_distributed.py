@@ -24,6 +24,7 @@ from pipeplan import api
 from pipeplan.core.errors import PlanError, TrainConfigError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.io.plan_json import write_plan
+from pipeplan.models.specs import spec_from_module
 
 pytestmark = pytest.mark.torch
 
@@ -171,3 +172,31 @@ def test_one_process_gives_the_plain_models_gradient_state_and_refusals() -> Non
     state["0.weight"] = torch.zeros(2, 2)
     with pytest.raises(PlanError, match=r"^state\['0.weight'\] is \(2, 2\) but the model's is \(8, 4\)"):
         pipe.load_state_dict(state)
+
+
+class _Residual(nn.Module):
+    """A graph (a skip connection around two linear layers), not a chain: distribute traces it as profile does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner, self.outer, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.outer(torch.tanh(self.inner(x)))) + x)
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.zeros(batch_size, 4, dtype=torch.float64)
+
+
+@pytest.mark.usefixtures("one_process")
+def test_a_traced_graph_runs_and_keeps_its_own_state_dict_keys() -> None:
+    """A branching model's traced layers run the plan and give the plain module's loss; its state_dict keys are the
+    module's own (`inner.weight`, ...), not the traced layers'."""
+    model, reference = _Residual().double(), _Residual().double()
+    layers = len(spec_from_module(model).layers)  # the traced nodes, the input among them
+    pipe = api.distribute(model, Plan((Stage(0, layers - 1, (0,)),), 1, 2, 3, "1f1b"), nn.functional.cross_entropy)
+    inputs, targets = torch.randn(6, 4, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1, 2])
+    want = nn.functional.cross_entropy(reference(inputs), targets).detach()
+    assert abs(pipe.step(inputs, targets) - float(want)) <= TOLERANCE
+    assert list(pipe.state_dict()) == list(reference.state_dict())
