@@ -38,7 +38,7 @@ WORK = [
     ("pipeplan.profiler.session", "profile_spec"),
     ("pipeplan.runtime.execution.in_process", "split_layers"),
     ("pipeplan.runtime.execution.in_process", "InProcessPipeline"),
-    ("pipeplan.runtime.execution.distributed_pipeline", "DistributedPipeline"),
+    ("pipeplan.runtime.execution.distributed_pipeline", "start_pipeline"),
     ("pipeplan.presets.resolve", "load_plan"),
     ("pipeplan.runtime.training.local_jobs", "job_files"),
     ("pipeplan.runtime.training.local_jobs", "run_local_job"),

@@ -65,11 +65,11 @@ def distribute(
         "profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True)),
         "backend": (backend, Choice(BACKENDS, optional=True)), "timeout_s": (timeout_s, TIMEOUT),
     })  # fmt: skip
-    from pipeplan.runtime.execution.distributed_pipeline import DistributedPipeline, model_spec
+    from pipeplan.runtime.execution.distributed_pipeline import model_spec, start_pipeline
 
     spec = model_spec(model)
     check_layers(spec, plan, None if profile is None else load_profile(profile))
-    return DistributedPipeline(model, spec, plan, loss_fn, backend, timeout_s)
+    return start_pipeline(model, spec, plan, loss_fn, backend, timeout_s)
 
 
 def check_layers(spec: ModelSpec, plan: Plan, profile: ModelProfile | None) -> None:

@@ -14,6 +14,7 @@ give every process the same answer (runtime.execution.whole_model).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,7 @@ from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.distributed import init_distributed
+from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
@@ -50,40 +52,43 @@ def model_spec(model: nn.Module) -> ModelSpec:
 
 
 class DistributedPipeline:
-    """This process's part of `plan` on `model` (see the module docstring); built on every process of the job.
+    """This process's part of a plan on a model (see the module docstring); built on every process of the job.
+
+    `start_pipeline` joins the process group and builds it from the user's model (pipeplan.distribute); the
+    constructor builds it from the runtime's parts, in a group already joined (`pipeplan train`'s worker).
 
     Args:
-        model: the user's whole model (every process builds the same one).
-        spec: its layers (`model_spec(model)`), checked against the plan by the caller.
-        plan: a synchronous plan on as many devices as the job has processes.
+        model: the whole model as one module over `layers` (its state_dict keys name the whole model's state).
+        layers: its layers as the plan splits them (the module's own objects; every process builds them all).
+        graph: a branching model's edges and shapes (None: a chain).
+        topology: the plan and its schedule on the job's processes.
+        rank: this process.
         loss_fn: `loss_fn(output, target)`, a mean over the samples of its batch.
-        backend: the process group's backend (None: nccl with CUDA, else gloo); unused when a group already exists.
+        device: where this process's stages run.
         timeout_s: bound on every wait for a peer.
-
-    Raises:
-        PlanError: an asynchronous schedule, or a plan on another number of devices than the job's processes.
-        TrainConfigError: not started by torchrun or a launcher setting its variables.
+        lookahead: actions ahead whose receives are posted early.
+        wire: the emulated network the messages travel on (None: the real one).
     """
 
     def __init__(
-        self, model: nn.Module, spec: ModelSpec, plan: Plan, loss_fn: LossFn, backend: str | None, timeout_s: float
+        self,
+        model: nn.Module,
+        layers: Sequence[nn.Module],
+        graph: LayerGraph | None,
+        topology: Topology,
+        rank: int,
+        loss_fn: LossFn,
+        device: torch.device,
+        timeout_s: float,
+        lookahead: int = 2,
+        wire: Wire | None = None,
     ) -> None:
-        if plan.schedule in ASYNCHRONOUS:
-            raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
-        schedule = plan_schedule(plan)
-        try:
-            self.rank, self.world_size, self.device = init_distributed(backend, timeout_s)
-        except TrainConfigError as exc:
-            raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
-        self.plan = plan
-        self.topology = Topology(plan, schedule, self.world_size)
-        self.role = self.topology.roles[self.rank]
-        layers = list(spec.layers)
-        graph = None
-        if spec.layer_inputs is not None:
-            graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
-        self.executor = Executor(self.topology, self.role, layers, loss_fn, self.device, timeout_s, graph=graph)
-        self.whole = WholeModel(model, layers, self.topology, self.role, self.device)
+        self.rank, self.world_size, self.device = rank, topology.world_size, device
+        self.plan = topology.plan
+        self.topology = topology
+        self.role = topology.roles[rank]
+        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph)
+        self.whole = WholeModel(model, layers, topology, self.role, device)
 
     @property
     def stages(self) -> tuple[int, ...]:
@@ -150,6 +155,30 @@ class DistributedPipeline:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load a whole-model state (a `state_dict()` of any plan, or the plain model's) on every process."""
         self.whole.load_state_dict(state)
+
+
+def start_pipeline(
+    model: nn.Module, spec: ModelSpec, plan: Plan, loss_fn: LossFn, backend: str | None, timeout_s: float
+) -> DistributedPipeline:
+    """Join the process group torchrun set up and build this process's stages of `model` (its layers: `spec`,
+    checked against the plan by the caller): what pipeplan.distribute returns.
+
+    Raises:
+        PlanError: an asynchronous schedule, or a plan on another number of devices than the job's processes.
+        TrainConfigError: not started by torchrun or a launcher setting its variables.
+    """
+    if plan.schedule in ASYNCHRONOUS:
+        raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
+    schedule = plan_schedule(plan)
+    try:
+        rank, world, device = init_distributed(backend, timeout_s)
+    except TrainConfigError as exc:
+        raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
+    layers = list(spec.layers)
+    graph = None
+    if spec.layer_inputs is not None:
+        graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
+    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s)
 
 
 def _check_number(name: str, value: object, least: float, allow_inf: bool = False, above: bool = False) -> None:
