@@ -31,6 +31,7 @@ POLICY_ORDER
 _.pytestmark
 _.one_torch_thread  # tests/conftest.py, named in usefixtures by test_profiler and test_profiler_graph
 _.no_work  # tests/test_api_arguments.py, named in usefixtures by the sweep over every API argument
+_.one_process  # tests/test_api_distributed.py: a process group of this process alone, named in usefixtures
 _._no_blocking  # tests/test_io.py
 _.full_folder_fixture  # tests/full_disk.py: the fixture full_folder (by its name=), imported by the disk-full tests
 # torch.distributed.pipelining's CSV loader reads it from the stub stage in tests/test_schedule_io.py

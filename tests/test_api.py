@@ -62,6 +62,20 @@ def _tiny_plan() -> Plan:
     return Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 4, 2, "1f1b")
 
 
+def _chain(layers: int) -> object:
+    """An nn.Sequential of `layers` small linear layers (torch imported here)."""
+    from torch import nn
+
+    return nn.Sequential(*(nn.Linear(2, 2) for _ in range(layers)))
+
+
+def nn_loss() -> Callable[..., object]:
+    """torch's cross-entropy (torch imported here)."""
+    from torch.nn import functional
+
+    return functional.cross_entropy
+
+
 BAD: list[tuple[str, Callable[[], object], type[PipeplanError], str]] = [
     ("load_profile", lambda: api.load_profile(42), ProfileError, "profile must be a ModelProfile, a profile file path or "
      "a built-in name, got int 42"),
@@ -84,6 +98,9 @@ BAD: list[tuple[str, Callable[[], object], type[PipeplanError], str]] = [
      "nn.ModuleList or a list of nn.Module layers (the chain the profile measured), got int 42"),
     ("pipeline", lambda: api.pipeline([], _tiny_plan(), 3), PlanError, "loss_fn must be a function (output, target) -> "
      "loss, got int 3"),
+    ("load_plan", lambda: api.load_plan("no-such-plan.json"), PlanError, "no-such-plan.json"),
+    ("distribute", lambda: api.distribute(_chain(3), _tiny_plan(), nn_loss()), PlanError, "model Sequential has 3 layers "
+     "(0-linear, 1-linear, 2-linear) but the plan's stages cover 4"),
     ("probe_local", lambda: api.probe_local(0), TrainConfigError, "nprocs must be an integer >= 1, got 0"),
     ("train_local", lambda: api.train_local(_tiny_plan(), PROFILE, CLUSTER, steps=0), TrainConfigError,
      "steps must be an integer >= 1, got 0"),
@@ -102,7 +119,7 @@ def test_a_bad_argument_is_a_typed_one_line_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """The error is the CLI's typed error, one line naming the argument and the value; nothing is written."""
-    if name in ("profile_model", "stage_modules", "pipeline", "probe_local", "train_local"):
+    if name in ("profile_model", "stage_modules", "pipeline", "probe_local", "train_local", "distribute"):
         pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(error) as caught:
@@ -118,7 +135,7 @@ def test_the_documented_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     pytest.importorskip("sklearn")
     text = (ROOT / "docs" / "api.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2  # the second is the torchrun script tests/test_api_distributed.py runs
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "docs/api.md", "exec"), {"__name__": "__main__"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "profile.json", "two-cpus.json"]

@@ -38,6 +38,8 @@ WORK = [
     ("pipeplan.profiler.session", "profile_spec"),
     ("pipeplan.runtime.execution.in_process", "split_layers"),
     ("pipeplan.runtime.execution.in_process", "InProcessPipeline"),
+    ("pipeplan.runtime.execution.distributed_pipeline", "start_pipeline"),
+    ("pipeplan.presets.resolve", "load_plan"),
     ("pipeplan.runtime.training.local_jobs", "job_files"),
     ("pipeplan.runtime.training.local_jobs", "run_local_job"),
 ]
@@ -72,7 +74,7 @@ def values() -> dict[str, Any]:
     plan = api.plan(profile, cluster, 64).plan
     layers = [nn.Linear(2, 2) for _ in range(profile.num_layers)]
     return {"profile": profile, "cluster": cluster, "plan": plan, "request": api.plan_request(profile, cluster, 64),
-            "model": layers}  # fmt: skip
+            "model": layers, "chain": nn.Sequential(*layers)}  # fmt: skip
 
 
 def _good_calls(values: dict[str, Any], folder: Path) -> dict[str, tuple[Callable[..., object], dict[str, Any]]]:
@@ -103,6 +105,9 @@ def _good_calls(values: dict[str, Any], folder: Path) -> dict[str, tuple[Callabl
                                               "progress": False, "device": "cpu"}),
         "stage_modules": (api.stage_modules, {"model": values["model"], "plan": values["plan"]}),
         "pipeline": (api.pipeline, {"model": values["model"], "plan": values["plan"], "loss_fn": lambda o, t: o}),
+        "load_plan": (api.load_plan, {"path": out}),
+        "distribute": (api.distribute, {"model": values["chain"], "plan": values["plan"], "loss_fn": lambda o, t: o,
+                                        "profile": None, "backend": "gloo", "timeout_s": 30.0}),
         "probe_local": (api.probe_local, {"nprocs": 1, "profile": None, "steps": 4, "rounds": 2, "optimizer": "sgd",
                                           "name": "here", "out": out, "timeout_s": 5.0, "on_progress": None}),
         "train_local": (api.train_local, {"plan": values["plan"], "profile": p, "cluster": c, "steps": 2, "lr": 0.1,

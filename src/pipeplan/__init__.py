@@ -1,8 +1,8 @@
 """pipeplan: plan, simulate and run pipeline-parallel training of large DNNs.
 
 The public API (pipeplan.api: plan, compare, simulate, profile_model, stage_modules, pipeline, probe_local,
-train_local, ...) is reachable from here too, loaded on first use: `import pipeplan` imports neither torch nor the
-planners.
+train_local, load_plan, distribute, ...) is reachable from here too, loaded on first use: `import pipeplan` imports
+neither torch nor the planners.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = (
-    "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "load_cluster", "load_profile", "pipeline", "plan",
-    "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "save_profile", "simulate",
-    "stage_modules", "train_local",
+    "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "distribute", "load_cluster", "load_plan", "load_profile",
+    "pipeline", "plan", "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "save_profile",
+    "simulate", "stage_modules", "train_local",
 )  # fmt: skip
 """pipeplan.api.__all__, named here so that reaching one loads the API (tests/test_api.py checks the two agree)."""
 

@@ -17,6 +17,7 @@ from pipeplan.models.allocator import steady_cpu_allocator
 from pipeplan.models.build import Model, build_model
 from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.execution.distributed_pipeline import DistributedPipeline
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
@@ -85,10 +86,11 @@ def train(
     role = topology.roles[rank]
     torch.manual_seed(config.seed * 7919 + rank)
     wire = make_wire(config.network, topology.devices) if config.network is not None else None
-    executor = Executor(
-        topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire, graph=model.graph
-    )
-    params = executor.parameters()
+    # the library's object (pipeplan.distribute's), built from this job's parts: train is its first user
+    pipe = DistributedPipeline(model.reference(), model.layers, model.graph, topology, rank, model.loss_fn, device,
+                               config.timeout_s, config.lookahead, wire)  # fmt: skip
+    executor = pipe.executor
+    params = pipe.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
     root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     fingerprint = config.fingerprint(plan, schedule, world)

@@ -1,0 +1,197 @@
+"""A plan run from the user's own script: this process's stages of the user's model, one step per global batch.
+
+A script started by torchrun (or `pipeplan`'s `--local` launcher) on as many
+processes as the plan has devices builds a `DistributedPipeline` on every
+process. Each builds the whole model, keeps the layers of its own stages
+(models.specs.spec_from_module: the chain or graph the profiler measured) and
+walks its actions of the plan's schedule with the runtime's Executor, the code
+`pipeplan train` runs: the same messages, the same gradient all-reduce between
+replicas. The user's optimizer steps `parameters()`; the loss, the gradient
+norm and the model's state are collectives that every process calls and that
+give every process the same answer (runtime.execution.whole_model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from pipeplan.core.errors import PlanError, TrainConfigError
+from pipeplan.core.plan import Plan
+from pipeplan.models.graph import LayerGraph
+from pipeplan.models.model_spec import ModelSpec
+from pipeplan.models.stage import LossFn
+from pipeplan.runtime.execution.executor import Executor
+from pipeplan.runtime.execution.whole_model import WholeModel
+from pipeplan.runtime.placement import Topology
+from pipeplan.runtime.transport.distributed import init_distributed
+from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.schedules.registry import ASYNCHRONOUS
+
+
+def model_spec(model: nn.Module) -> ModelSpec:
+    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph).
+
+    Raises:
+        ProfileError: the model is neither a chain of blocks nor a graph that traces.
+    """
+    from pipeplan.models.specs import spec_from_module
+
+    def no_sample(batch_size: int) -> torch.Tensor:
+        raise PlanError(
+            f"model {type(model).__name__} is a graph: its edges are measured on a sample batch; give the module a "
+            "sample_input(batch_size) method"
+        )
+
+    return spec_from_module(model, type(model).__name__, sample_input=no_sample)
+
+
+class DistributedPipeline:
+    """This process's part of a plan on a model (see the module docstring); built on every process of the job.
+
+    `start_pipeline` joins the process group and builds it from the user's model (pipeplan.distribute); the
+    constructor builds it from the runtime's parts, in a group already joined (`pipeplan train`'s worker).
+
+    Args:
+        model: the whole model as one module over `layers` (its state_dict keys name the whole model's state).
+        layers: its layers as the plan splits them (the module's own objects; every process builds them all).
+        graph: a branching model's edges and shapes (None: a chain).
+        topology: the plan and its schedule on the job's processes.
+        rank: this process.
+        loss_fn: `loss_fn(output, target)`, a mean over the samples of its batch.
+        device: where this process's stages run.
+        timeout_s: bound on every wait for a peer.
+        lookahead: actions ahead whose receives are posted early.
+        wire: the emulated network the messages travel on (None: the real one).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: Sequence[nn.Module],
+        graph: LayerGraph | None,
+        topology: Topology,
+        rank: int,
+        loss_fn: LossFn,
+        device: torch.device,
+        timeout_s: float,
+        lookahead: int = 2,
+        wire: Wire | None = None,
+    ) -> None:
+        self.rank, self.world_size, self.device = rank, topology.world_size, device
+        self.plan = topology.plan
+        self.topology = topology
+        self.role = topology.roles[rank]
+        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph)
+        self.whole = WholeModel(model, layers, topology, self.role, device)
+
+    @property
+    def stages(self) -> tuple[int, ...]:
+        """The plan's (chunk-)stages this process runs."""
+        return self.role.stages
+
+    @property
+    def replica(self) -> int:
+        """The pipeline replica this process belongs to (its share of every global batch)."""
+        return self.role.pipeline_replica
+
+    @property
+    def is_first_stage(self) -> bool:
+        """True when this process runs the plan's first stage (it reads the inputs)."""
+        return 0 in self.role.stages
+
+    @property
+    def is_last_stage(self) -> bool:
+        """True when this process runs the plan's last stage (it computes the loss)."""
+        return len(self.plan.stages) - 1 in self.role.stages
+
+    def parameters(self) -> list[nn.Parameter]:
+        """This process's trained parameters (its stages', each once), for the user's optimizer."""
+        seen: set[int] = set()
+        out = []
+        for p in self.executor.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """One iteration of the plan's schedule on a global batch (every process passes the same one; each takes its
+        rows). The gradients replace those of the last step; the caller steps its optimizer. Returns the batch's mean
+        loss on every process.
+
+        Raises:
+            PlanError: the batch is not the plan's global batch, or inputs and targets differ in length.
+            RuntimeFault: an action failed here or on a peer (naming rank, step and action).
+        """
+        batch = self.plan.global_batch
+        if not isinstance(inputs, torch.Tensor) or len(inputs) != batch:
+            got = f"{len(inputs)} samples" if isinstance(inputs, torch.Tensor) and inputs.dim() else type(inputs).__name__
+            raise PlanError(f"inputs must be a tensor of the plan's global batch ({batch} samples), got {got}")
+        if not isinstance(targets, torch.Tensor) or targets.dim() == 0 or len(targets) != batch:
+            got = f"{len(targets)} samples" if isinstance(targets, torch.Tensor) and targets.dim() else type(targets).__name__
+            raise PlanError(f"targets must be a tensor of {batch} samples (one per input), got {got}")
+        record = self.executor.run(inputs, targets)
+        loss = torch.tensor([record.loss], dtype=torch.float64, device=self.device)
+        dist.all_reduce(loss)
+        return float(loss)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
+        """Clip the whole model's gradient to norm `max_norm` as torch.nn.utils.clip_grad_norm_ does over all of its
+        parameters; returns the norm before clipping on every process."""
+        _check_number("max_norm", max_norm, 0.0)
+        _check_number("norm_type", norm_type, 0.0, allow_inf=True, above=True)
+        return self.whole.clip_grad_norm_(float(max_norm), float(norm_type))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model's state under its own state_dict keys, on every process, whatever the plan."""
+        return self.whole.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a whole-model state (a `state_dict()` of any plan, or the plain model's) on every process."""
+        self.whole.load_state_dict(state)
+
+
+def start_pipeline(
+    model: nn.Module, spec: ModelSpec, plan: Plan, loss_fn: LossFn, backend: str | None, timeout_s: float
+) -> DistributedPipeline:
+    """Join the process group torchrun set up and build this process's stages of `model` (its layers: `spec`,
+    checked against the plan by the caller): what pipeplan.distribute returns.
+
+    Raises:
+        PlanError: an asynchronous schedule, or a plan on another number of devices than the job's processes.
+        TrainConfigError: not started by torchrun or a launcher setting its variables.
+    """
+    if plan.schedule in ASYNCHRONOUS:
+        raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
+    schedule = plan_schedule(plan)
+    try:
+        rank, world, device = init_distributed(backend, timeout_s)
+    except TrainConfigError as exc:
+        raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
+    layers = list(spec.layers)
+    graph = None
+    if spec.layer_inputs is not None:
+        graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
+    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s)
+
+
+def _check_number(name: str, value: object, least: float, allow_inf: bool = False, above: bool = False) -> None:
+    """A method's number argument: an int or float (not a bool), finite unless `allow_inf`, >= (or >) `least`.
+
+    Raises:
+        PlanError: naming the argument and the value.
+    """
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok:
+        number = float(value)  # type: ignore[arg-type]
+        ok = math.isfinite(number) or (allow_inf and number == math.inf)
+        ok = ok and (number > least if above else number >= least)
+    if not ok:
+        bound = f"{'>' if above else '>='} {least:g}"
+        raise PlanError(f"{name} must be a {'' if allow_inf else 'finite '}number {bound}, got {value!r:.60}")
