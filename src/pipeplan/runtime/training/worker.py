@@ -19,6 +19,7 @@ from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
+from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.execution.optim import make_optimizer
 from pipeplan.runtime.measurement.prediction import (
@@ -34,6 +35,7 @@ from pipeplan.runtime.measurement.prediction import (
 from pipeplan.runtime.measurement.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.state import checkpoint
+from pipeplan.runtime.state.faults import overflow_at
 from pipeplan.runtime.training.adaptive import AdaptiveK
 from pipeplan.runtime.training.agreement import agree
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
@@ -85,9 +87,9 @@ def train(
     role = topology.roles[rank]
     torch.manual_seed(config.seed * 7919 + rank)
     wire = make_wire(config.network, topology.devices) if config.network is not None else None
-    executor = Executor(
-        topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire, graph=model.graph
-    )
+    scaler = LossScaler() if config.precision == "fp16" else None
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire,
+                        graph=model.graph, precision=config.precision, scaler=scaler)  # fmt: skip
     params = executor.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
     root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
@@ -122,7 +124,10 @@ def train(
         result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
         rates.apply(optimizer, step)
-        optimizer.step()
+        if scaler is None:
+            optimizer.step()
+        else:  # every rank steps, or every rank skips (an overflow anywhere)
+            scaler.step(optimizer, params, injected=overflow_at(rank, step))
         t2 = time.perf_counter()
         if meter is not None:
             memory = static_bytes(params, optimizer) + meter.peak_bytes
@@ -160,6 +165,8 @@ def train(
                 report.evals.append(scored)
     if adaptive is not None and rank == 0:
         report.adaptive = adaptive.report()
+    if scaler is not None:
+        report.loss_scale, report.skipped_steps = scaler.scale, list(scaler.skipped)
     if total > start:
         report.memory_bytes = gather_json(memory)  # an int each
     if config.save_grads:
