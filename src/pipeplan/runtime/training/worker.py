@@ -16,6 +16,7 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.models.allocator import steady_cpu_allocator
 from pipeplan.models.build import Model, build_model
 from pipeplan.models.datasets import batch_indices
+from pipeplan.models.precision import autocast
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
@@ -183,7 +184,7 @@ def train(
         if parts is not None:
             report.timeline = build_result(parts, topology.num_stages, schedule.name)
     if config.predict:
-        _predict(report, plan, schedule, model, device, role, world)
+        _predict(report, plan, schedule, model, device, role, world, config.precision)
     return report if rank == 0 else None
 
 
@@ -248,14 +249,25 @@ def _is_chain(inputs: tuple[tuple[int, ...], ...] | None) -> bool:
 
 
 def _predict(
-    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, role: Role, world: int
+    report: TrainReport,
+    plan: Plan,
+    schedule: Schedule,
+    model: Model,
+    device: torch.device,
+    role: Role,
+    world: int,
+    precision: str = "full",
 ) -> None:
-    """Profile every stage where it runs, measure the link, simulate: report.predicted on process 0."""
+    """Profile every stage where it runs (its forwards under the run's autocast), measure the link, simulate:
+    report.predicted on process 0."""
     latency, bandwidth = measure_link(device)
     owned = role.stages if role.replica == 0 and role.pipeline_replica == 0 else ()
     # fresh copies each time (one untimed round so gradients accumulate, one timed), medians over repetitions:
     # closer to a training iteration than many rounds in a tight loop, whose caches and allocator stay warm.
-    profiles = [profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)]
+    with autocast(precision, device):
+        profiles = [
+            profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)
+        ]
     if profiles[0] is not None:
         profile = median_profile([p for p in profiles if p is not None])
         report.link = (latency, bandwidth)
