@@ -124,3 +124,20 @@ def test_static_memory_is_the_master_weights_gradients_and_adam_state_as_the_run
     loss.backward()
     optimizer.step()
     assert measured_static(list(net.parameters()), optimizer) == predicted + 4 * 4  # + Adam's 4 float32 step counters
+
+
+@pytest.mark.torch
+def test_profile_under_bf16_measures_the_16_bit_activations_autocast_produces() -> None:
+    """mlp blocks (Linear, ReLU) under bf16 autocast output bfloat16: each layer's activation is 2 bytes a value,
+    half of float32's, and the source records bf16 (measured under the autocast, not cast)."""
+    pytest.importorskip("torch")
+    from pipeplan import api
+
+    def measured(precision: str) -> list[float]:
+        profile = api.profile_model("mlp", 4, options={"hidden": 16, "blocks": 2}, dataset="sample", batch_sizes=[4],
+                                    runs=1, warmup=0, precision=precision)  # fmt: skip
+        assert profile.source is not None and profile.source.precision == precision
+        return [layer.activation_bytes for layer in profile.layers]
+
+    assert measured("full") == [4 * 16 * 4.0] * 2
+    assert measured("bf16") == [4 * 16 * 2.0] * 2

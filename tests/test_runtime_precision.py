@@ -12,33 +12,43 @@ from runtime_cli import run_train
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-OPTIONS = {"d_model": 16, "heads": 2, "layers": 3, "seq_len": 8, "dropout": 0.0}
-"""A tiny transformer (attention, LayerNorm, GELU-free FFN) without dropout: its masks are no part of this test."""
+MODELS = {
+    "transformer": {"d_model": 16, "heads": 2, "layers": 3, "seq_len": 8, "dropout": 0.0},
+    "mlp": {"hidden": 16, "blocks": 4},
+}
+"""A tiny transformer without dropout (its masks are no part of this test: attention, LayerNorm and softmax under
+autocast; its residual adds hand float32 to the next stage), and an mlp whose stages hand over bfloat16 (Linear, ReLU)."""
 STEPS, BATCH, MICRO, LR, SEED = 3, 16, 4, 0.01, 5
 
 
-def train_args(precision: str, steps: int = STEPS) -> list[str]:
-    """`pipeplan train` on 2 local ranks: 1F1B, 4 microbatches of 4, Adam, the tiny transformer."""
-    opts = [piece for key, value in OPTIONS.items() for piece in ("--opt", f"{key}={value}")]
+def train_args(precision: str, module: str = "transformer") -> list[str]:
+    """`pipeplan train` on 2 local ranks: 1F1B, 4 microbatches of 4, Adam, a tiny model of MODELS."""
+    opts = [piece for key, value in MODELS[module].items() for piece in ("--opt", f"{key}={value}")]
     return ["--local", "2", "--schedule", "1f1b", "-p", "2", "-m", str(BATCH // MICRO), "-b", str(BATCH), "--module",
-            "transformer", *opts, "--dataset", "sample", "--steps", str(steps), "--lr", str(LR), "--seed", str(SEED),
+            module, *opts, "--dataset", "sample", "--steps", str(STEPS), "--lr", str(LR), "--seed", str(SEED),
             "--precision", precision, "--no-predict", "--json"]  # fmt: skip
 
 
-def one_process_losses(precision: str, steps: int = STEPS, skip: tuple[int, ...] = ()) -> list[float]:
+def build(module: str) -> object:
+    """The model `pipeplan train` builds for `module` of MODELS (the same seed, the same layers)."""
+    from pipeplan.models.build import build_model
+
+    return build_model(module, {k: str(v) for k, v in MODELS[module].items()}, "sample", seed=SEED)
+
+
+def one_process_losses(precision: str, skip: tuple[int, ...] = (), module: str = "transformer") -> list[float]:
     """The whole model in one process, as torch's mixed-precision recipe trains it: each microbatch's forward and loss
     under torch.autocast, its backward outside; fp16 scales the loss by 2^16 and unscales the gradients before Adam
     (the steps in `skip` are not taken, as after an overflow, and halve the scale); full: float32, no autocast."""
-    from pipeplan.models.build import build_model
     from pipeplan.models.datasets import batch_indices
 
-    model = build_model("transformer", {k: str(v) for k, v in OPTIONS.items()}, "sample", seed=SEED)
+    model = build(module)
     net = model.reference()
     optimizer = torch.optim.Adam(net.parameters(), lr=LR)
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)  # full: no autocast
     scale = 2.0**16 if precision == "fp16" else 1.0
     losses = []
-    for step in range(steps):
+    for step in range(STEPS):
         idx = batch_indices(len(model.dataset), BATCH, step, SEED)
         x, y = model.dataset.inputs[idx], model.dataset.targets[idx]
         optimizer.zero_grad(set_to_none=True)
@@ -59,14 +69,20 @@ def one_process_losses(precision: str, steps: int = STEPS, skip: tuple[int, ...]
 
 
 @pytest.mark.slow
-def test_bf16_on_two_ranks_gives_the_losses_of_one_process_under_the_same_autocast() -> None:
-    """Activations and gradients cross the stages in bfloat16 (as the layers produce them); the per-step losses equal
-    the one-process loop's exactly, and differ from float32's (autocast is in effect)."""
-    done = run_train(train_args("bf16"), timeout=600)
+@pytest.mark.parametrize(("module", "crossing"), [("transformer", "float32"), ("mlp", "bfloat16")])
+def test_bf16_on_two_ranks_gives_the_losses_of_one_process_under_the_same_autocast(module: str, crossing: str) -> None:
+    """Activations and gradients cross the stages in the dtype the layers produce (bfloat16 out of the mlp's first
+    stage, over gloo); the per-step losses equal the one-process loop's exactly, and differ from float32's (autocast
+    is in effect)."""
+    model = build(module)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        handed = torch.nn.Sequential(*model.layers[: len(model.layers) // 2])(model.batch(MICRO))
+    assert handed.dtype == getattr(torch, crossing)
+    done = run_train(train_args("bf16", module), timeout=600)
     assert done.returncode == 0, done.stderr
     losses = json.loads(done.stdout)["losses"]
-    assert losses == one_process_losses("bf16")
-    assert losses[0] != pytest.approx(one_process_losses("full")[0], rel=1e-6, abs=0)
+    assert losses == one_process_losses("bf16", module=module)
+    assert losses[0] != pytest.approx(one_process_losses("full", module=module)[0], rel=1e-6, abs=0)
 
 
 @pytest.mark.slow
