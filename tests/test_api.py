@@ -143,3 +143,37 @@ def test_the_documented_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     plan, names = load_plan(str(tmp_path / "plan.json"))
     assert api.simulate(plan, names["profile"], names["cluster"]).iteration_time > 0
+
+
+def test_train_local_refuses_a_dtype_or_precision_its_profile_was_not_measured_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A profile measured under bf16 autocast: asked for float32 full, or float64, train_local refuses in one line
+    naming both numbers and the way out before any process starts; not asked, it trains in the profile's numbers."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from pipeplan.core.profile import ProfileSource
+    from pipeplan.presets.resolve import load_profile
+    from pipeplan.runtime.training import local_jobs
+
+    started: list[dict[str, object]] = []
+
+    def record(kind: str, nprocs: int, params: dict[str, object], *args: object, **kwargs: object) -> object:
+        started.append(params)
+        raise RuntimeError("started")
+
+    monkeypatch.setattr(local_jobs, "run_local_job", record)
+    profile = replace(load_profile(PROFILE), source=ProfileSource("mlp", dtype="float32", precision="bf16"))
+    plan = api.plan(profile, "v100-8x1", 64, schedule="1f1b").plan
+    with pytest.raises(ProfileError) as caught:
+        api.train_local(plan, profile, "v100-8x1", precision="full")
+    text = str(caught.value)
+    assert "measured in bf16 autocast over float32, but this run trains in float32" in text and "\n" not in text
+    assert "again with --dtype float32" in text
+    with pytest.raises(TrainConfigError, match="precision bf16 computes over float32 master weights, got dtype float64"):
+        api.train_local(plan, profile, "v100-8x1", dtype="float64")
+    assert started == []
+    with pytest.raises(RuntimeError, match="started"):
+        api.train_local(plan, profile, "v100-8x1")
+    assert (started[0]["dtype"], started[0]["precision"]) == ("float32", "bf16")

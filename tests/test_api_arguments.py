@@ -102,7 +102,7 @@ def _good_calls(values: dict[str, Any], folder: Path) -> dict[str, tuple[Callabl
         "profile_model": (api.profile_model, {"module_spec": "mlp", "batch_size": 8, "options": {"hidden": 16},
                                               "dataset": "auto", "batch_sizes": [4, 8], "project_to": "A100",
                                               "dtype": "fp32", "efficiency": 0.5, "runs": 2, "warmup": 1, "threads": 1,
-                                              "progress": False, "device": "cpu"}),
+                                              "progress": False, "device": "cpu", "precision": "full"}),
         "stage_modules": (api.stage_modules, {"model": values["model"], "plan": values["plan"]}),
         "pipeline": (api.pipeline, {"model": values["model"], "plan": values["plan"], "loss_fn": lambda o, t: o}),
         "load_plan": (api.load_plan, {"path": out}),
@@ -112,7 +112,8 @@ def _good_calls(values: dict[str, Any], folder: Path) -> dict[str, tuple[Callabl
                                           "name": "here", "out": out, "timeout_s": 5.0, "on_progress": None}),
         "train_local": (api.train_local, {"plan": values["plan"], "profile": p, "cluster": c, "steps": 2, "lr": 0.1,
                                           "optimizer": "adam", "seed": 3, "batch_scaling": "auto", "warmup_steps": 1,
-                                          "timeout_s": 30.0, "on_progress": None}),
+                                          "timeout_s": 30.0, "on_progress": None, "dtype": "float32",
+                                          "precision": "full"}),
     }  # fmt: skip
 
 

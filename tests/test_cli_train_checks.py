@@ -36,6 +36,8 @@ BAD: dict[str, list[list[str]]] = {
     "dataset": [["--dataset", "no-such-data"], ["--module", "transformer", "--dataset", "digits"],
                 ["--dataset", "pysource"]],
     "dtype": [["--dtype", "float16"]],
+    "precision": [["--precision", "fp8"], ["--dtype", "float64", "--precision", "bf16"],
+                  ["--schedule", "pipemare", "--precision", "fp16"]],
     "batch_size": [["-b", "0"], ["-b", "-4"], ["-b", "6"], ["-b", "100000000"]],
     "steps": [["--steps", "0"], ["--steps", "-3"]],
     "epochs": [["--epochs", "0"], ["--steps", "2", "--epochs", "1"]],
@@ -177,3 +179,63 @@ def test_a_plan_job_checks_its_model_flags_too(
                        "--opt", "hiden=3")  # fmt: skip
     assert (code, launches) == (2, []) and "MODULE_SPEC 'mlp' has no option 'hiden'" in err, err
     assert json.loads((tmp_path / "p.json").read_text()) == before
+
+
+@pytest.fixture
+def bf16_plan(tmp_path: Path) -> Path:
+    """A 2-stage 1f1b plan (p.json) over a profile of mlp measured under bf16 autocast (bf16.json), on two CPUs."""
+    from pipeplan import api
+
+    profile = api.profile_model("mlp", 4, options={"hidden": 8}, batch_sizes=[4], runs=1, warmup=0, precision="bf16")
+    api.save_profile(profile, str(tmp_path / "bf16.json"))
+    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
+               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
+    (tmp_path / "two.json").write_text(json.dumps(cluster))
+    plan = api.plan(profile, str(tmp_path / "two.json"), 8, schedule="1f1b", replication="none").plan
+    api.save_plan(plan, str(tmp_path / "p.json"), "bf16.json", "two.json")
+    return tmp_path / "p.json"
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [(["--profile", "bf16.json"], ("bf16 autocast over float32", "trains in float32", "--dtype float32")),
+     (["--predict", "--dtype", "float64"], ("bf16 autocast over float32", "trains in float64", "--dtype float64")),
+     (["--profile", "bf16.json", "--precision", "fp16"], ("bf16 autocast", "trains in fp16 autocast", "--precision fp16"))],
+)  # fmt: skip
+def test_a_prediction_asked_in_other_numbers_is_refused_before_any_process_starts(
+    bf16_plan: Path, args: list[str], names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], launches: list[list[str]],
+) -> None:  # fmt: skip
+    """--profile (or --predict) measured in another dtype or precision than the run's: exit 2, one line naming both
+    numbers and the option that measures the run's, no process started."""
+    code, out, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", "p.json", "--steps", "1", *args)
+    assert (code, launches, out) == (2, [], ""), err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ProfileError: profile "), err
+    assert all(name in err for name in names) and "profile the model again with" in err, err
+
+
+def test_the_plans_own_profile_in_other_numbers_predicts_nothing_and_the_run_starts(
+    bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
+) -> None:  # fmt: skip
+    """The plan's own profile, not asked for, in other numbers: the job starts (its process 0 notes why nothing is
+    predicted); in the profile's own numbers it starts too."""
+    for extra in ([], ["--precision", "bf16"]):
+        code, _, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", "p.json", "--steps", "1", *extra)
+        assert (code, err) == (0, ""), err
+    assert len(launches) == 2
+
+
+def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
+    bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # fmt: skip
+    """prediction_numerics on process 0 of a job says in one note line why there is no prediction; False."""
+    from pipeplan.cli.train_checks import prediction_numerics
+
+    monkeypatch.chdir(bf16_plan.parent)
+    monkeypatch.setenv("RANK", "0")
+    assert not prediction_numerics("bf16.json", False, ("float64", "full"), say=True)
+    err = capsys.readouterr().err
+    assert err.startswith("note: no predicted step: profile bf16.json was measured in bf16 autocast over float32, but "
+                          "this run trains in float64") and len(err.splitlines()) == 1  # fmt: skip
+    assert prediction_numerics("bf16.json", True, ("float32", "bf16"), say=True)
+    assert capsys.readouterr().err == ""

@@ -149,7 +149,7 @@ def test_cli_projects_onto_a_gpu_with_options(tmp_path: Path) -> None:
         (["resnet"], "error: ProfileError: MODULE_SPEC 'resnet' is neither a built-in"),
         (["mlp", "--project-to", "tpu"], "error: ProfileError: --project-to must be one of V100, A100"),
         (["mlp", "--opt", "hidden"], "error: ProfileError: --opt must be KEY=VALUE, got 'hidden'"),
-        (["mlp", "--dtype", "fp8"], "error: ProfileError: --dtype must be one of fp32, bf16, got 'fp8'"),
+        (["mlp", "--dtype", "fp8"], "error: ProfileError: --dtype must be one of fp32, bf16, float32, float64, got 'fp8'"),
         (["mlp", "--opt", "blocks=0"], "error: ProfileError: mlp option blocks must be an integer >= 1, got 0"),
     ],
 )

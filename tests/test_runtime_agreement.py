@@ -54,6 +54,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("module_options",): (OPTIONS, "--opt"),
     ("dataset",): (WORDS, "--dataset"),
     ("dtype",): (st.just("float64"), "--dtype"),
+    ("precision",): (st.just("bf16"), "--precision"),
     ("steps",): (st.integers(1, 10**6), "--steps"),
     ("lr",): (st.floats(0, 10), "--lr"),
     ("lr_schedule",): (st.just("cosine"), "--lr-schedule"),

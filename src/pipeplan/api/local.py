@@ -53,11 +53,14 @@ def probe_local(
     With a profile from `profile_model` (a measured one, which records how its model was built), each process's
     speed is measured against it and the messages' costs are fitted. One thread per process, as training runs.
     A profile never chooses code to run: when it records a `pkg.module:factory`, name that module yourself with
-    `module` (a built-in name it records needs none).
+    `module` (a built-in name it records needs none). The run trains in the numbers the profile was measured in
+    (its dtype and precision, core.precision) unless `dtype` (float32, float64) or `precision` (full, bf16, fp16)
+    says otherwise; a profile measured in other numbers than those asked is refused (it would predict another run).
 
     Raises:
         TrainConfigError: naming the bad argument and its value (a profile recording a module that `module` does
             not name).
+        ProfileError: `dtype` or `precision` other than the profile's, naming both and the way out.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
     from pipeplan.core.limits import ROUNDS
@@ -118,20 +121,26 @@ def train_local(
     timeout_s: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
     module: str | None = None,
+    dtype: str | None = None,
+    precision: str | None = None,
 ) -> LocalRun:
     """Train the model `profile` was measured on with `plan`, one local process per device (`pipeplan train --local`).
 
     The plan's step is predicted from `profile` and `cluster` before the first step, as `pipeplan train --plan` does.
     A profile never chooses code to run: when it records a `pkg.module:factory`, name that module yourself with
-    `module` (a built-in name it records needs none).
+    `module` (a built-in name it records needs none). The run trains in the numbers the profile was measured in
+    (its dtype and precision, core.precision) unless `dtype` (float32, float64) or `precision` (full, bf16, fp16)
+    says otherwise; a profile measured in other numbers than those asked is refused (it would predict another run).
 
     Raises:
         TrainConfigError: naming the bad argument and its value (a profile recording a module that `module` does
             not name).
+        ProfileError: `dtype` or `precision` other than the profile's, naming both and the way out.
         PlanError: the plan does not match the profile or cluster, or does not fit.
         RuntimeFault: a process failed (its reason printed on stderr).
     """
     from pipeplan.core.limits import SEED
+    from pipeplan.core.precision import DTYPES, PRECISIONS, check_numerics, prediction_mismatch
     from pipeplan.runtime.options import OPTIMIZERS
     from pipeplan.runtime.training.local_jobs import job_files, run_local_job
 
@@ -140,10 +149,17 @@ def train_local(
     check(TrainConfigError, {"steps": (steps, Integer(1)), "lr": (lr, Number(0.0)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
                              "seed": (seed, Integer(0, SEED)), "warmup_steps": (warmup_steps, Integer(0)),
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS),
-                             "module": (module, Text(optional=True))})  # fmt: skip
+                             "module": (module, Text(optional=True)),
+                             "dtype": (dtype, Choice(DTYPES, optional=True)),
+                             "precision": (precision, Choice(PRECISIONS, optional=True))})  # fmt: skip
     check(ProfileError, cost_arguments(batch_scaling, optimizer))
     _check_job(1, optimizer)
     model = load_profile(profile)
+    numerics = (dtype or model.numerics[0], precision or model.numerics[1])
+    check_numerics(*numerics, TrainConfigError, ("dtype", "precision"))
+    mismatch = prediction_mismatch(shown(profile), model.numerics, numerics)
+    if mismatch is not None:
+        raise ProfileError(mismatch)
     spec = _model_of(model, profile, module)
     simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
     _check_job(len(plan.all_devices), optimizer)
@@ -153,7 +169,7 @@ def train_local(
         params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
                   "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
                   "warmup_steps": warmup_steps, "module": spec, "options": dict(source.options),
-                  "dataset": source.dataset}  # fmt: skip
+                  "dataset": source.dataset, "dtype": numerics[0], "precision": numerics[1]}  # fmt: skip
         out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
     return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
                     out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip

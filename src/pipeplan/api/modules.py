@@ -32,36 +32,43 @@ def profile_model(
     threads: int = 1,
     progress: bool = False,
     device: str = "cpu",
+    precision: str = "full",
 ) -> ModelProfile:
     """Measure MODULE_SPEC layer by layer at several batch sizes, or project it onto a GPU (`pipeplan profile`; torch).
 
-    `options` are the factory's (hidden=512); `dataset` fixes the layers as training builds them (digits, sample or
-    auto); without `batch_sizes`, powers of two up to batch_size. `project_to` (A100, H100, ...) counts FLOPs and
-    bytes on the meta device instead of measuring. `device` is where to measure (cpu, cuda, cuda:N).
+        `options` are the factory's (hidden=512); `dataset` fixes the layers as training builds them (digits, sample or
+        auto); without `batch_sizes`, powers of two up to batch_size. `project_to` (A100, H100, ...) counts FLOPs and
+        bytes on the meta device instead of measuring. `device` is where to measure (cpu, cuda, cuda:N). `dtype` is the
+    weights' (fp32 = float32, float64; bf16: a bfloat16 model, projected only) and `precision` what the layers compute in
+    (full: the dtype; bf16 or fp16: autocast over float32 weights, measured only); the profile records both, and a run
+    is predicted only from a profile in its own numbers (core.precision).
 
-    Raises:
-        ProfileError: naming the bad argument and its value.
+        Raises:
+            ProfileError: naming the bad argument and its value.
     """
     from pipeplan.core.devices import GPU_SPECS
     from pipeplan.core.limits import BATCH, ROUNDS, THREADS
+    from pipeplan.core.precision import PRECISIONS, PROFILE_DTYPES, check_profile_numerics
     from pipeplan.models.datasets import DATASETS
-    from pipeplan.profiler.session import DTYPE_CHOICES, profile_spec, session_batch_sizes, torch_device
+    from pipeplan.profiler.session import profile_spec, session_batch_sizes, torch_device
 
     check(ProfileError, {
         "module_spec": (module_spec, Text("a built-in name or package.module:factory")),
         "batch_size": (batch_size, Integer(1, BATCH)), "options": (options, Options(optional=True)),
         "dataset": (dataset, Choice(("auto", *DATASETS))), "batch_sizes": (batch_sizes, Sizes(optional=True)),
         "project_to": (project_to, Choice(tuple(GPU_SPECS), fold_case=True, optional=True)),
-        "dtype": (dtype, Choice(DTYPE_CHOICES)), "efficiency": (efficiency, Number(0.0, above=True, most=1.0)),
+        "dtype": (dtype, Choice(PROFILE_DTYPES)), "precision": (precision, Choice(PRECISIONS)),
+        "efficiency": (efficiency, Number(0.0, above=True, most=1.0)),
         "runs": (runs, Integer(0 if project_to else 1, ROUNDS)), "warmup": (warmup, Integer(0, ROUNDS)),
         "threads": (threads, Integer(1, THREADS)), "progress": (progress, Flag()),
         "device": (device, Text("cpu, cuda or cuda:N")),
     })  # fmt: skip
+    check_profile_numerics(dtype, precision, project_to is not None)
     session_batch_sizes(batch_size, batch_sizes)
     torch_device(device)
     check_model(module_spec, options or {}, dataset, ("module_spec", "dataset"))
     return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
-                        runs, warmup, threads, progress, device)  # fmt: skip
+                        runs, warmup, threads, progress, device, precision)  # fmt: skip
 
 
 def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:

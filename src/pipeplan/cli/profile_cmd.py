@@ -14,8 +14,6 @@ from pipeplan.viz.tables import wide_console
 if TYPE_CHECKING:
     pass
 
-DTYPE_CHOICES = ("fp32", "bf16")
-
 
 def profile(
     module_spec: str = typer.Argument(
@@ -38,7 +36,17 @@ def profile(
         help="Project times onto this GPU (V100, A100, A100-80GB, H100, H200, L4) from counted FLOPs, bytes and kernels "
         "at every batch size instead of measuring; the model is built on the meta device (no memory, no compute).",
     ),
-    dtype: str = typer.Option("fp32", "--dtype", help="Model dtype: fp32 or bf16 (bf16 with --project-to only)."),
+    dtype: str = typer.Option(
+        "fp32",
+        "--dtype",
+        help="The weights' dtype: fp32 (float32) or float64, as train --dtype; bf16 (a bfloat16 model) with --project-to only.",
+    ),
+    precision: str = typer.Option(
+        "full",
+        "--precision",
+        help="What the layers compute in, as train --precision: full (the dtype), or bf16 / fp16 autocast over float32 "
+        "weights (measured only).",
+    ),
     dataset: str = typer.Option(
         "auto",
         "--dataset",
@@ -59,9 +67,9 @@ def profile(
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
     from pipeplan.cli.flags import parse_int_list
     from pipeplan.cli.outputs import check_files
+    from pipeplan.core.precision import check_profile_numerics
 
-    if dtype not in DTYPE_CHOICES:
-        raise ProfileError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
+    check_profile_numerics(dtype, precision, project_to is not None, ("--dtype", "--precision"), "--project-to")
     if batch_size < 1:
         raise ProfileError(f"--batch-size must be an integer >= 1, got {batch_size}")
     BATCH.check(ProfileError, "--batch-size", batch_size)
@@ -73,8 +81,6 @@ def profile(
         raise ProfileError(f"--threads must be >= 1, got {threads}")
     for flag, value, limit in (("--runs", runs, ROUNDS), ("--warmup", warmup, ROUNDS), ("--threads", threads, THREADS)):
         limit.check(ProfileError, flag, value)
-    if dtype == "bf16" and project_to is None:
-        raise ProfileError("--dtype bf16 is for --project-to only: train runs float32 (or float64) on this machine")
     spec_options = parse_options(options or [])
     _require_torch()
     sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
@@ -92,7 +98,8 @@ def profile(
         torch_device(device, "--device")
     result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
                                project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
-                               threads=threads, progress=not quiet, device=device)  # fmt: skip
+                               threads=threads, progress=not quiet, device=device,
+                               precision=precision)  # fmt: skip
     check_files()  # again: the module file the import did load is an input too, whichever file it turned out to be
     write_profile_json(result, Path(out))
     if quiet:
@@ -103,8 +110,14 @@ def profile(
     console.print(profile_summary(result))
     console.print(profile_layers_table(result))
     total_flops = sum(layer.flops or 0.0 for layer in result.layers)
-    console.print(f"{total_flops / 1e9:.3f} GFLOP per batch of {result.batch_size} (forward + backward, {dtype})")
+    numbers = _numbers(dtype, precision)
+    console.print(f"{total_flops / 1e9:.3f} GFLOP per batch of {result.batch_size} (forward + backward, {numbers})")
     console.print(f"wrote {out}")
+
+
+def _numbers(dtype: str, precision: str) -> str:
+    """How the summary names what the profile was measured in."""
+    return dtype if precision == "full" else f"{precision} autocast over {dtype}"
 
 
 def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:

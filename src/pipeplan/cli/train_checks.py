@@ -77,6 +77,7 @@ def check_options(
     batch_scaling: str = "auto",
     backend: str | None = None,
     batch_size: int | None = None,
+    precision: str = "full",
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
@@ -90,7 +91,7 @@ def check_options(
     check_train_options(steps=steps, lr=lr, optimizer=optimizer, dtype=dtype, threads=threads, timeout_s=timeout,
                         warmup_steps=warmup_steps, checkpoint_every=checkpoint_every, keep_last=keep_last,
                         checkpoint_dir=checkpoint_dir, resume=resume, lr_schedule=lr_schedule,
-                        batch_scaling=batch_scaling, backend=backend)  # fmt: skip
+                        batch_scaling=batch_scaling, backend=backend, precision=precision)  # fmt: skip
     if batch_size is not None:
         check_global_batch(batch_size, "--batch-size")
     check_files("train")
@@ -187,6 +188,32 @@ def prediction_inputs(
             return None, None
         chosen.append(own)
     return chosen[0], chosen[1]
+
+
+def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str, str], say: bool) -> bool:
+    """Whether `profile` may predict a run in `numerics` (--dtype, --precision): only when it was measured in them.
+
+    A profile measured in other numbers never predicts this run (core.precision): when the user asked for that
+    prediction (`explicit`: --profile or --predict) the command is refused before any process starts; the plan's own
+    profile, not asked for, gives no prediction and one note says why (on process 0, `say`).
+
+    Raises:
+        ProfileError: an `explicit` profile measured in other numbers, naming both and the way out.
+    """
+    if profile is None:
+        return False
+    from pipeplan.core.errors import ProfileError
+    from pipeplan.core.precision import prediction_mismatch
+    from pipeplan.presets.resolve import load_profile
+
+    mismatch = prediction_mismatch(profile, load_profile(profile).numerics, numerics)
+    if mismatch is None:
+        return True
+    if explicit:
+        raise ProfileError(mismatch)
+    if say and int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(f"note: no predicted step: {mismatch}", err=True)
+    return False
 
 
 def model_of_profile(

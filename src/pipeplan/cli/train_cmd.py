@@ -17,6 +17,7 @@ from pipeplan.cli.train_checks import (
     check_plan,
     model_of_profile,
     prediction_inputs,
+    prediction_numerics,
     prepare_checkpoints,
     refuse_beside_plan,
     refuse_predict_for_graph,
@@ -88,7 +89,13 @@ def train(
         help="digits (scikit-learn's), sample (the spec's own samples) or auto: digits when the model "
         "takes in_features (mlp), else sample.",
     ),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
+    dtype: str = typer.Option("float32", "--dtype", help="The weights' (master) dtype: float32 or float64."),
+    precision: str = typer.Option(
+        "full",
+        "--precision",
+        help="What the layers compute in: full (the --dtype), bf16 (bfloat16 autocast) or fp16 (float16 autocast with "
+        "dynamic loss scaling), both over float32 weights and optimizer state.",
+    ),
     batch_size: int | None = typer.Option(
         None, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule) [64]."
     ),
@@ -153,7 +160,7 @@ def train(
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.execution.job import ScheduleLayout
-    from pipeplan.runtime.options import check_adaptable, check_global_batch, check_seed
+    from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
     from pipeplan.runtime.training.launch import launched_locally
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
@@ -177,15 +184,18 @@ def train(
                                    "--predict": predict or None, "--save-grads": save_grads,
                                    "--bandwidth-trace": bandwidth_trace, "--emulate-gb-per-s": emulate_gb_per_s,
                                    "--adaptive": adaptive or None})  # fmt: skip
+    if asynchronous is not None:
+        check_async_precision(precision, str(schedule))
     if plan is None and (profile is not None or cluster is not None):
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
     check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
                   checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
                   dtype=dtype, keep_last=keep_last, lr_schedule=lr_schedule, batch_scaling=batch_scaling,
-                  backend=backend, batch_size=batch_size)  # fmt: skip
+                  backend=backend, batch_size=batch_size, precision=precision)  # fmt: skip
     spec_options = parse_options(options or [])
     given_module = module
     layout = plan_obj = links_from = None
+    predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
 
@@ -194,7 +204,9 @@ def train(
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
+        explicit = profile is not None or predict
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
+        predicting = prediction_numerics(profile, explicit, (dtype, precision), say=local is None)
         if not launched_locally():  # the --local launcher has checked the plan once for every worker
             check_plan(plan, profile, cluster, batch_scaling, optimizer)
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
@@ -247,11 +259,12 @@ def train(
     config = TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
         module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
-        dtype=dtype, steps=run_steps, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer, seed=seed,
-        checkpoint_dir=checkpoint_dir,
+        dtype=dtype, precision=precision, steps=run_steps, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer,
+        seed=seed, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
         trace=trace is not None or png is not None,
-        threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
+        threads=threads, save_grads=save_grads, predict=predict, backend=backend,
+        profile=profile if predicting else None, cluster=cluster if predicting else None,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
         epochs=epochs or 0, network=network, adaptive=adaptive,
     )  # fmt: skip

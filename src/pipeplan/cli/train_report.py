@@ -76,6 +76,8 @@ def print_results(report: Any, as_json: bool) -> None:
         }
         if report.adaptive is not None:  # --adaptive: k per iteration, the controller's decisions
             out["adaptive"] = report.adaptive
+        if report.loss_scale is not None:  # --precision fp16: the scale at the end, the steps skipped on every rank
+            out |= {"loss_scale": report.loss_scale, "skipped_steps": report.skipped_steps}
         if report.delays is not None:  # pipemare: measured delays per stage (optimizer steps), throughput
             out |= {"delays": report.delays, "samples_per_s": report.samples_per_s}
         if report.evals:
@@ -101,6 +103,13 @@ def print_results(report: Any, as_json: bool) -> None:
             f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
             f"ratio {measured / predicted:.3f}"
         )
+    if report.loss_scale is not None:
+        skipped = (
+            f"steps {[s + 1 for s in report.skipped_steps]} skipped on every rank (an overflow)"
+            if report.skipped_steps
+            else "no step skipped"
+        )
+        typer.echo(f"fp16:      loss scale {report.loss_scale:g} at the end; {skipped}")
     for e in report.evals:
         typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
     if report.delays is not None:

@@ -12,6 +12,7 @@ Note:
 from __future__ import annotations
 
 from pipeplan.core.errors import TrainConfigError
+from pipeplan.core.precision import PRECISIONS
 from pipeplan.core.profile import ProfileSource
 
 BUILTIN_MODELS = (
@@ -37,13 +38,17 @@ def model_to_build(source: ProfileSource | None, given: str | None, profile: str
 
     Raises:
         TrainConfigError: the profile records code the user did not name, another model than the user's, or a
-            dataset or dtype that is not one of the known names.
+            dataset, dtype or precision that is not one of the known names.
     """
     if source is None:
         return given
     recorded = source.module.strip()
     spec = _chosen(recorded, given, profile, flag)
-    for field, value, known in (("dataset", source.dataset, DATASET_NAMES), ("dtype", source.dtype, DTYPE_NAMES)):
+    for field, value, known in (
+        ("dataset", source.dataset, DATASET_NAMES),
+        ("dtype", source.dtype, DTYPE_NAMES),
+        ("precision", source.precision, PRECISIONS),
+    ):
         if value not in known:
             raise TrainConfigError(
                 f"profile {profile} records its model's {field} as {value!r}, not one of {', '.join(known)}: profile "

@@ -62,15 +62,17 @@ def live_cuts(values: Sequence[float], inputs: Sequence[Sequence[int]]) -> tuple
 
 @dataclass(frozen=True, slots=True)
 class ProfileSource:
-    """How a measured profile's model was built (`pipeplan profile`), so `pipeplan probe` can build it again."""
+    """How a measured profile's model was built (`pipeplan profile`), so `pipeplan probe` can build it again, and the
+    numbers it was measured in: `dtype` of the weights and `precision` of the compute (core.precision)."""
 
     module: str
     options: tuple[tuple[str, str], ...] = ()
     dataset: str = "auto"
     dtype: str = "float32"
+    precision: str = "full"
 
     def __post_init__(self) -> None:
-        for field in ("module", "dataset", "dtype"):
+        for field in ("module", "dataset", "dtype", "precision"):
             value = getattr(self, field)
             if not isinstance(value, str) or not value:
                 raise ProfileError(f"profile source {field} must be a non-empty string, got {value!r}")
@@ -252,3 +254,12 @@ class ModelProfile:
         if self.shared_params:
             total -= overlap_bytes(self.shared_params, set(layers))
         return total
+
+    @property
+    def numerics(self) -> tuple[str, str]:
+        """(dtype, precision) the profile was measured in (core.precision); float32, full when it records none."""
+        from pipeplan.core.precision import source_numerics
+
+        if self.source is None:
+            return source_numerics(None, None)
+        return source_numerics(self.source.dtype, self.source.precision)

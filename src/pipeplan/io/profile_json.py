@@ -29,7 +29,7 @@ _TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cu
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
-_SOURCE_KEYS = ("module", "options", "dataset", "dtype")
+_SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 _MS = (MAX_MS,)
 _BYTES = (MAX_BYTES,)
 
@@ -137,7 +137,13 @@ def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
 
 
 def _source_to_json(source: ProfileSource) -> dict[str, Any]:
-    return {"module": source.module, "options": dict(source.options), "dataset": source.dataset, "dtype": source.dtype}
+    return {
+        "module": source.module,
+        "options": dict(source.options),
+        "dataset": source.dataset,
+        "dtype": source.dtype,
+        "precision": source.precision,
+    }
 
 
 def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
@@ -152,7 +158,8 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     saved_bytes, bwd_input_ms, bwd_weight_ms and each cut an array with one
     value per batch size; per layer optimizer_ms ({name: ms}) and shared_bytes
     (an array; zeros when absent); threads and source ({module, options,
-    dataset, dtype}). Both: shared_parameters (io.profile_shared; none when absent).
+    dataset, dtype, precision}: dtype float32 and precision full when absent). Both: shared_parameters
+    (io.profile_shared; none when absent).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -355,6 +362,7 @@ def _source_from_json(obj: object, where: str) -> ProfileSource:
             options=tuple(pairs),
             dataset=fields.string("dataset", default="auto"),
             dtype=fields.string("dtype", default="float32"),
+            precision=fields.string("precision", default="full"),
         )
     except ProfileError as exc:
         raise ProfileError(f"{where}: {exc}") from None

@@ -106,6 +106,10 @@ class StageModule:
         """The stage's layers on `inputs` (a chain: composed in order); the output the next stage receives."""
         return self.module(inputs)
 
+    def output_of(self, microbatch: int) -> torch.Tensor:
+        """What the forward of `microbatch` returned (on the last stage: its scaled loss), until its last backward."""
+        return self._saved[microbatch].output
+
     def backward(self, microbatch: int, grad_output: torch.Tensor | None) -> torch.Tensor | None:
         """Full backward (op B): accumulate weight gradients, return the input gradient (None on the first stage)."""
         saved = self._saved.pop(microbatch)

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import torch
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.precision import MEASURED_DTYPES, PROFILE_DTYPES, check_profile_numerics
 from pipeplan.core.profile import ModelProfile, ProfileSource, check_batch_sizes
 
-DTYPE_CHOICES = ("fp32", "bf16")
+DTYPE_CHOICES = PROFILE_DTYPES
 
 
 def torch_device(name: str, label: str = "device") -> torch.device:
@@ -47,18 +48,17 @@ def session_batch_sizes(batch_size: int, given: Sequence[int] | None, name: str 
 
 def profile_spec(module_spec: str, batch_size: int, options: dict[str, object], dataset: str,
                  batch_sizes: Sequence[int] | None, project_to: str | None, dtype: str, efficiency: float, runs: int,
-                 warmup: int, threads: int, progress: bool, device: str = "cpu") -> ModelProfile:  # fmt: skip
-    """Build MODULE_SPEC as `pipeplan train` does and measure it at every size (one `threads` count), or project it.
+                 warmup: int, threads: int, progress: bool, device: str = "cpu",
+                 precision: str = "full") -> ModelProfile:  # fmt: skip
+    """Build MODULE_SPEC as `pipeplan train` does (in `dtype`) and measure it at every size (one `threads` count), its
+    forwards under `precision`'s autocast, or project it.
 
     Raises:
-        ProfileError: a bad dtype, GPU, efficiency or size, or a model that is not a chain of tensors.
+        ProfileError: a bad dtype, precision, GPU, efficiency or size, or a model that is not a chain of tensors.
     """
     from pipeplan.profiler.projection import project_curves, resolve_gpu
 
-    if dtype not in DTYPE_CHOICES:
-        raise ProfileError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {dtype!r}")
-    if dtype == "bf16" and project_to is None:
-        raise ProfileError("dtype bf16 is for projections only (project_to): train runs float32 (or float64) here")
+    check_profile_numerics(dtype, precision, project_to is not None)
     sizes = session_batch_sizes(batch_size, batch_sizes)
     texts = {key: str(value) for key, value in options.items()}  # as a profile's source records them: train builds alike
     from pipeplan.models.allocator import set_cpu_threads
@@ -72,10 +72,14 @@ def profile_spec(module_spec: str, batch_size: int, options: dict[str, object], 
     from pipeplan.profiler.curves import profile_batch_sizes
 
     steady_cpu_allocator()  # the allocator train runs with (models.allocator)
-    model = build_model(module_spec, dict(texts), dataset)
+    from pipeplan.models.precision import autocast
+
+    model = build_model(module_spec, dict(texts), dataset, MEASURED_DTYPES[dtype])
     target = torch_device(device)
     for layer in model.layers:
         layer.to(target)
-    source = ProfileSource(module_spec, tuple(sorted(texts.items())), model.dataset.name, "float32")
-    return profile_batch_sizes(model.chain_spec(), sizes, runs=runs, warmup=warmup, threads=threads, source=source,
-                               progress=progress)  # fmt: skip
+    source = ProfileSource(module_spec, tuple(sorted(texts.items())), model.dataset.name, MEASURED_DTYPES[dtype],
+                           precision)  # fmt: skip
+    with autocast(precision, target):  # forwards and backwards alike: their gradients are the same (test_precision)
+        return profile_batch_sizes(model.chain_spec(), sizes, runs=runs, warmup=warmup, threads=threads, source=source,
+                                   progress=progress)  # fmt: skip

@@ -13,6 +13,7 @@ from pipeplan.runtime.errors import TrainConfigError
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 """What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""
 DTYPES = ("float32", "float64")
+"""The master weights' dtypes (core.precision.DTYPES; --precision is checked with them there)."""
 PROCESSES_PER_CORE = 4
 """The most --local processes per usable CPU core (see check_local)."""
 LR_SCHEDULES = ("constant", "cosine")
@@ -35,8 +36,10 @@ def check_train_options(
     lr_schedule: str = "constant",
     batch_scaling: str = "auto",
     backend: str | None = None,
+    precision: str = "full",
 ) -> None:
     """Raise TrainConfigError naming the first option (as its flag) with a value a job cannot run with."""
+    from pipeplan.core.precision import check_numerics
     from pipeplan.sim.cost.layers import SCALINGS
 
     lower = {"--steps": (steps, 1), "--threads": (threads, 1), "--warmup-steps": (warmup_steps, 0),
@@ -53,8 +56,7 @@ def check_train_options(
     check_optimizer(optimizer)
     if lr_schedule not in LR_SCHEDULES:
         raise TrainConfigError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, got {lr_schedule!r}")
-    if dtype not in DTYPES:
-        raise TrainConfigError(f"--dtype must be {' or '.join(DTYPES)}, got {dtype!r}")
+    check_numerics(dtype, precision, TrainConfigError)
     if batch_scaling not in SCALINGS:
         raise TrainConfigError(f"--batch-scaling must be one of {', '.join(SCALINGS)}, got {batch_scaling!r}")
     check_backend(backend)
@@ -195,4 +197,14 @@ def check_adaptable(schedule: str, replicas: tuple[int, ...] | None = None, copi
             "--adaptive runs one pipeline with one process per stage; this job has "
             f"{copies} pipeline cop{'ies' if copies != 1 else 'y'}"
             + (f" and {list(replicas)} processes per stage" if replicas else "")
+        )
+
+
+def check_async_precision(precision: str, schedule: str) -> None:
+    """Raise TrainConfigError for fp16 on an asynchronous schedule: its loss scale skips whole steps on every rank
+    at once (runtime.execution.loss_scale), which a schedule that steps inside itself has no place for."""
+    if precision == "fp16":
+        raise TrainConfigError(
+            f"--precision fp16 scales the loss and skips overflowing steps on every rank; --schedule {schedule} steps "
+            "inside its schedule: give --precision bf16 (no loss scale) or a synchronous schedule"
         )

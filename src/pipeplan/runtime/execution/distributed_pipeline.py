@@ -26,6 +26,7 @@ from pipeplan.models.graph import LayerGraph
 from pipeplan.models.model_spec import ModelSpec
 from pipeplan.models.stage import LossFn
 from pipeplan.runtime.execution.executor import Executor
+from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.distributed import init_distributed
@@ -82,12 +83,15 @@ class DistributedPipeline:
         timeout_s: float,
         lookahead: int = 2,
         wire: Wire | None = None,
+        precision: str = "full",
+        scaler: LossScaler | None = None,
     ) -> None:
         self.rank, self.world_size, self.device = rank, topology.world_size, device
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
-        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph)
+        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
+                                 precision=precision, scaler=scaler)  # fmt: skip
         self.whole = WholeModel(model, layers, topology, self.role, device)
 
     @property

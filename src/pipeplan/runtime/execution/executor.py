@@ -15,8 +15,10 @@ from torch import nn
 from pipeplan.core.schedule import Action
 from pipeplan.models.graph import LayerGraph
 from pipeplan.models.graph_stage import GraphStage
+from pipeplan.models.precision import autocast
 from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.execution.replicas import GradSync
 from pipeplan.runtime.placement import Role, Topology
@@ -70,6 +72,10 @@ class Executor:
         wire: the emulated network the messages travel on (None: the real one).
         graph: a branching model's edges and shapes (models.graph): its stages run the layers at their positions of
             the plan's layer order as graphs, sending the packed live sets (models.graph_stage); None: a chain.
+        precision: what the forwards compute in (core.precision): `full`, or `bf16` / `fp16` under torch.autocast
+            (the backwards run outside it, as in torch's recipe); the activations and gradients that cross stages
+            travel in the dtype the layers produce.
+        scaler: fp16's loss scale: the backward of each microbatch's loss starts from its scale instead of 1.
     """
 
     def __init__(
@@ -86,8 +92,12 @@ class Executor:
         loss_samples: int | None = None,
         wire: Wire | None = None,
         graph: LayerGraph | None = None,
+        precision: str = "full",
+        scaler: LossScaler | None = None,
     ) -> None:
         self.topology = topology
+        self.precision = precision
+        self.scaler = scaler
         self.hooks = hooks
         self.loss_samples = loss_samples or topology.plan.global_batch
         self.microbatch_losses: dict[int, float] = {}
@@ -242,7 +252,8 @@ class Executor:
             start = time.perf_counter()
             target = targets[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_last else None
             scale = (hi - lo) / self.loss_samples
-            with self.hooks.forward(action.stage, mb) if self.hooks is not None else contextlib.nullcontext():
+            hooked = self.hooks.forward(action.stage, mb) if self.hooks is not None else contextlib.nullcontext()
+            with hooked, autocast(self.precision, self.device):
                 out = stage.forward(mb, x, target, self.loss_fn, scale)
             if stage.is_last:
                 value = out.detach().to("cpu", torch.float64)
@@ -263,7 +274,7 @@ class Executor:
             return start
         if action.op not in "BI":
             raise RuntimeFault(f"op {action.op!r} of action {action} is not supported by the runtime")
-        grad = None if stage.is_last else self._receive(action)
+        grad = self._loss_seed(stage, mb) if stage.is_last else self._receive(action)
         start = time.perf_counter()
         backward: Callable[[int, torch.Tensor | None], torch.Tensor | None]
         backward = stage.backward if action.op == "B" else stage.backward_input
@@ -272,6 +283,12 @@ class Executor:
         if not stage.is_first:
             self.comm.send(action, grad_in)
         return start
+
+    def _loss_seed(self, stage: StageModule, microbatch: int) -> torch.Tensor | None:
+        """Where the backward of a microbatch's loss starts: its loss scale under fp16, else 1 (None)."""
+        if self.scaler is None:
+            return None
+        return self.scaler.seed(stage.output_of(microbatch))
 
     def _receive(self, action: Action) -> torch.Tensor:
         tensor = self.comm.receive(action)

@@ -4,6 +4,9 @@
 RANK, at iteration STEP, just before action ACTION, do MODE: `raise` (an
 exception), `exit` (exit code 13 without cleanup), `kill` (SIGKILL itself,
 as the OOM killer would) or `hang` (sleep forever).
+
+`PIPEPLAN_OVERFLOW=RANK:STEP` makes process RANK find an fp16 overflow in its gradients at iteration STEP (as a
+too large loss scale would): the whole job must skip that step and halve the scale (runtime.execution.loss_scale).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pipeplan.core.schedule import Action
 from pipeplan.runtime.errors import TrainConfigError
 
 FAULT_ENV = "PIPEPLAN_FAULT"
+OVERFLOW_ENV = "PIPEPLAN_OVERFLOW"
 MODES = ("raise", "exit", "kill", "hang")
 
 
@@ -63,3 +67,18 @@ class FaultInjector:
             os.kill(os.getpid(), signal.SIGKILL)
         while True:
             time.sleep(3600)
+
+
+def overflow_at(process: int, step: int) -> bool:
+    """True when $PIPEPLAN_OVERFLOW names this process and iteration.
+
+    Raises:
+        TrainConfigError: naming the variable and its value when it is not RANK:STEP.
+    """
+    text = os.environ.get(OVERFLOW_ENV, "")
+    if not text:
+        return False
+    parts = text.split(":")
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise TrainConfigError(f"{OVERFLOW_ENV} must be RANK:STEP, got {text!r}")
+    return (int(parts[0]), int(parts[1])) == (process, step)

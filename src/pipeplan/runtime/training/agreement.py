@@ -188,7 +188,8 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
     """Every option of `config` that all ranks must share, as (flag, value) in the order a message names the first."""
     fields: list[Field] = [("the pipeplan version", _version())]
     fields += [("--module", config.module), ("--opt", _options(config.module_options)), ("--dataset", config.dataset),
-               ("--dtype", config.dtype), ("--seed", str(config.seed)), ("--steps", str(config.steps)),
+               ("--dtype", config.dtype), ("--precision", config.precision), ("--seed", str(config.seed)),
+               ("--steps", str(config.steps)),
                ("--epochs", str(config.epochs)), ("--lr", repr(config.lr)), ("--lr-schedule", config.lr_schedule),
                ("--optimizer", config.optimizer)]  # fmt: skip
     if config.plan is not None:

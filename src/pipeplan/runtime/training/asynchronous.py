@@ -203,7 +203,7 @@ def train_asynchronous(
         topology = Topology(seg_plan, seg_schedule, world)
         role = topology.roles[rank]
         executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead,
-                            loss_samples=batch, graph=model.graph)  # fmt: skip
+                            loss_samples=batch, graph=model.graph, precision=config.precision)  # fmt: skip
         if hooks is None:
             updaters = {
                 s: StageUpdater(

@@ -167,7 +167,8 @@ def _train(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
         plan=plan, plan_path=params["plan"], module=params["module"], module_options=tuple(sorted(params["options"].items())),
         dataset=params["dataset"], steps=params["steps"], lr=params["lr"], optimizer=params["optimizer"],
         seed=params["seed"], timeout_s=params["timeout_s"], profile=params["profile"], cluster=params["cluster"],
-        batch_scaling=params["batch_scaling"], warmup_steps=params["warmup_steps"],
+        batch_scaling=params["batch_scaling"], warmup_steps=params["warmup_steps"], dtype=params["dtype"],
+        precision=params["precision"],
     )  # fmt: skip
 
     def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:

@@ -16,7 +16,14 @@ from pipeplan.runtime.execution.evaluate import EvalResult
 from pipeplan.runtime.execution.job import ScheduleLayout
 from pipeplan.runtime.execution.optim import RateSchedule
 from pipeplan.runtime.measurement.prediction import PlanPrediction
-from pipeplan.runtime.options import AsyncSettings, check_async_settings, check_global_batch, check_seed, check_train_options
+from pipeplan.runtime.options import (
+    AsyncSettings,
+    check_async_precision,
+    check_async_settings,
+    check_global_batch,
+    check_seed,
+    check_train_options,
+)
 from pipeplan.runtime.transport.network import NetworkSettings
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.plan_costs import layer_span
@@ -35,6 +42,7 @@ class TrainConfig:
     module_options: tuple[tuple[str, object], ...] = ()
     dataset: str = "auto"
     dtype: str = "float32"
+    precision: str = "full"
     steps: int = 10
     lr: float = 1e-3
     lr_schedule: str = "constant"
@@ -82,7 +90,7 @@ class TrainConfig:
                             checkpoint_every=self.checkpoint_every, keep_last=self.keep_last,
                             checkpoint_dir=self.checkpoint_dir, resume=self.resume,
                             lr_schedule=self.lr_schedule, batch_scaling=self.batch_scaling,
-                            backend=self.backend)  # fmt: skip
+                            backend=self.backend, precision=self.precision)  # fmt: skip
         check_seed(self.seed)
         if self.plan is not None:
             check_global_batch(self.plan.global_batch, f"plan {self.plan_path or ''} global batch".replace("  ", " "))
@@ -90,6 +98,8 @@ class TrainConfig:
             raise TrainConfigError(f"lookahead must be >= 0, got {self.lookahead}")
         if self.asynchronous is not None and not self.epochs:
             check_async_settings(self.asynchronous, self.steps)
+        if self.layout is not None and self.layout.asynchronous:
+            check_async_precision(self.precision, self.layout.name)
 
     def resolve(self, num_layers: int, world_size: int) -> tuple[Plan, Schedule]:
         """The plan and schedule this job runs for a model of `num_layers` layers on `world_size` processes."""
@@ -153,6 +163,10 @@ class TrainReport:
     samples_per_s: float | None = None
     link: tuple[float, float] | None = None
     adaptive: dict[str, Any] | None = None
+    loss_scale: float | None = None
+    """fp16: the loss scale after the last step."""
+    skipped_steps: list[int] = field(default_factory=list)
+    """fp16: the steps skipped on every rank for an overflow (0-based, of this run)."""
     model: Model | None = None
     plan: Plan | None = None
     schedule: Schedule | None = None

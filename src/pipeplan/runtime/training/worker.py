@@ -16,10 +16,12 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.models.allocator import steady_cpu_allocator
 from pipeplan.models.build import Model, build_model
 from pipeplan.models.datasets import batch_indices
+from pipeplan.models.precision import autocast
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.distributed_pipeline import DistributedPipeline
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
+from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.execution.optim import make_optimizer
 from pipeplan.runtime.measurement.prediction import (
@@ -35,6 +37,7 @@ from pipeplan.runtime.measurement.prediction import (
 from pipeplan.runtime.measurement.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.state import checkpoint
+from pipeplan.runtime.state.faults import overflow_at
 from pipeplan.runtime.training.adaptive import AdaptiveK
 from pipeplan.runtime.training.agreement import agree
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
@@ -86,9 +89,10 @@ def train(
     role = topology.roles[rank]
     torch.manual_seed(config.seed * 7919 + rank)
     wire = make_wire(config.network, topology.devices) if config.network is not None else None
+    scaler = LossScaler() if config.precision == "fp16" else None
     # the library's object (pipeplan.distribute's), built from this job's parts: train is its first user
     pipe = DistributedPipeline(model.reference(), model.layers, model.graph, topology, rank, model.loss_fn, device,
-                               config.timeout_s, config.lookahead, wire)  # fmt: skip
+                               config.timeout_s, config.lookahead, wire, config.precision, scaler)  # fmt: skip
     executor = pipe.executor
     params = pipe.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
@@ -124,7 +128,10 @@ def train(
         result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
         rates.apply(optimizer, step)
-        optimizer.step()
+        if scaler is None:
+            optimizer.step()
+        else:  # every rank steps, or every rank skips (an overflow anywhere)
+            scaler.step(optimizer, params, injected=overflow_at(rank, step))
         t2 = time.perf_counter()
         if meter is not None:
             memory = static_bytes(params, optimizer) + meter.peak_bytes
@@ -162,6 +169,8 @@ def train(
                 report.evals.append(scored)
     if adaptive is not None and rank == 0:
         report.adaptive = adaptive.report()
+    if scaler is not None:
+        report.loss_scale, report.skipped_steps = scaler.scale, list(scaler.skipped)
     if total > start:
         report.memory_bytes = gather_json(memory)  # an int each
     if config.save_grads:
@@ -178,7 +187,7 @@ def train(
         if parts is not None:
             report.timeline = build_result(parts, topology.num_stages, schedule.name)
     if config.predict:
-        _predict(report, plan, schedule, model, device, role, world)
+        _predict(report, plan, schedule, model, device, role, world, config.precision)
     return report if rank == 0 else None
 
 
@@ -243,14 +252,25 @@ def _is_chain(inputs: tuple[tuple[int, ...], ...] | None) -> bool:
 
 
 def _predict(
-    report: TrainReport, plan: Plan, schedule: Schedule, model: Model, device: torch.device, role: Role, world: int
+    report: TrainReport,
+    plan: Plan,
+    schedule: Schedule,
+    model: Model,
+    device: torch.device,
+    role: Role,
+    world: int,
+    precision: str = "full",
 ) -> None:
-    """Profile every stage where it runs, measure the link, simulate: report.predicted on process 0."""
+    """Profile every stage where it runs (its forwards under the run's autocast), measure the link, simulate:
+    report.predicted on process 0."""
     latency, bandwidth = measure_link(device)
     owned = role.stages if role.replica == 0 and role.pipeline_replica == 0 else ()
     # fresh copies each time (one untimed round so gradients accumulate, one timed), medians over repetitions:
     # closer to a training iteration than many rounds in a tight loop, whose caches and allocator stay warm.
-    profiles = [profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)]
+    with autocast(precision, device):
+        profiles = [
+            profile_stages(model.layers, model.dataset.inputs, plan, owned, runs=1, warmup=1) for _ in range(PROFILE_REPEATS)
+        ]
     if profiles[0] is not None:
         profile = median_profile([p for p in profiles if p is not None])
         report.link = (latency, bandwidth)
