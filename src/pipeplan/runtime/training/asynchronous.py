@@ -203,7 +203,8 @@ def train_asynchronous(
         topology = Topology(seg_plan, seg_schedule, world)
         role = topology.roles[rank]
         executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead,
-                            loss_samples=batch, graph=model.graph)  # fmt: skip
+                            loss_samples=batch, graph=model.graph, seed=config.seed)  # fmt: skip
+        executor.step_index = first  # its rows are steps first..end-1's batches: the layers' RNG seeds name those steps
         if hooks is None:
             updaters = {
                 s: StageUpdater(

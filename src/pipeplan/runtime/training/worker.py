@@ -86,7 +86,16 @@ def train(
     torch.manual_seed(config.seed * 7919 + rank)
     wire = make_wire(config.network, topology.devices) if config.network is not None else None
     executor = Executor(
-        topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead, wire=wire, graph=model.graph
+        topology,
+        role,
+        model.layers,
+        model.loss_fn,
+        device,
+        config.timeout_s,
+        config.lookahead,
+        wire=wire,
+        graph=model.graph,
+        seed=config.seed,
     )
     params = executor.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
