@@ -30,6 +30,13 @@ correction leave; BENCHMARKS.md, PipeMare C6).
 τ_i is the delay the schedule's order gives stage i (sim.delays); the run
 also measures every microbatch's delay (the weight versions its forward and
 backward ran on) and reports the largest per stage.
+
+Randomness: a walk's rows are several steps' global batches (row r is sample
+r mod B of step r div B, counted from the walk's first step), and each
+layer call is seeded from that step and sample (models.layer_rng), so every
+layer draws the numbers a synchronous run draws for the same samples. The
+losses still depend on the plan: the delays τ_i come from the split and the
+schedule (with every step synchronous they are 1F1B's).
 """
 
 from __future__ import annotations
