@@ -185,14 +185,16 @@ def test_graph_stages_draw_what_the_plain_graph_draws_at_every_cut(order: list[i
 
 @pytest.mark.slow
 def test_train_local_losses_equal_the_plain_seeded_loop_on_any_plan() -> None:
-    """`train --local` with dropout on, float64: 2 ranks 1F1B (layers 2+2), 3 ranks ZB-H1 (2+1+1) and 2 pipeline
-    replicas of one stage under GPipe, and PipeMare's walk over every step at once (all synchronous: its rows are
-    several steps' batches) all give the plain seeded loop's per-step losses to 1e-9."""
+    """`train --local` with dropout on, float64: 2 ranks 1F1B (layers 2+2, the adaptive runtime's kfkb at k=1),
+    3 ranks ZB-H1 (2+1+1), 2 pipeline replicas of one stage under GPipe, and PipeMare's walk over every step at
+    once (all synchronous: its rows are several steps' batches) all give the plain seeded loop's per-step losses
+    to 1e-9."""
     common = ["--module", "transformer", *(f"--opt={k}={v}" for k, v in OPTIONS.items()), "--dtype", "float64",
               "-b", str(BATCH), "--steps", str(STEPS), "--optimizer", "sgd", "--lr", str(LR), "--seed", str(SEED),
               "--json", "-q"]  # fmt: skip
     runs = {
-        "2 ranks 1f1b": ["--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "2"],
+        "2 ranks 1f1b (kfkb k=1), adaptive": ["--local", "2", "--schedule", "kfkb", "--k", "1", "--adaptive", "-p", "2",
+                                              "-m", "2"],
         "3 ranks zb-h1": ["--local", "3", "--schedule", "zb-h1", "-p", "3", "-m", "2"],
         "2 replicas gpipe": ["--local", "2", "--schedule", "gpipe", "-p", "1", "-m", "1"],
         "2 ranks pipemare, all synchronous": ["--local", "2", "--schedule", "pipemare", "-p", "2", "-m", "2",
