@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.api.arguments import PLAN, PROFILE, Choice, Function, Instance, Text, check, load_profile
+from pipeplan.api.arguments import PLAN, PROFILE, Choice, Function, Instance, Integer, Text, check, load_profile
 from pipeplan.api.local import TIMEOUT
 from pipeplan.core.errors import PlanError
+from pipeplan.core.limits import SEED
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 
@@ -42,13 +43,16 @@ def distribute(
     profile: ModelProfile | str | None = None,
     backend: str | None = None,
     timeout_s: float = 300.0,
+    seed: int = 0,
 ) -> DistributedPipeline:
     """This process's part of `plan` on your model, in a script started by `torchrun --nproc-per-node N` (N the
     plan's devices): `.parameters()` for your optimizer, `.step(inputs, targets)` on each global batch (the mean loss,
     on every process), `.clip_grad_norm_(max_norm)`, `.state_dict()` / `.load_state_dict(state)` of the whole model.
 
     Every process builds the same `model` (an nn.Module: a chain of blocks or a graph that traces, split as the
-    profiler splits it) and calls this; `loss_fn(output, target)` is a mean over its samples. With `profile` (the
+    profiler splits it) and calls this; `loss_fn(output, target)` is a mean over its samples. Dropout and every other
+    random draw inside a layer are seeded per layer call from `seed` (docs/architecture.md, "Randomness"), so they
+    do not depend on the plan. With `profile` (the
     plan's profile: a value, a file path or a built-in name), the model's layer names must be the profile's.
 
     Raises:
@@ -64,12 +68,13 @@ def distribute(
         "loss_fn": (loss_fn, Function("a function (output, target) -> loss")),
         "profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True)),
         "backend": (backend, Choice(BACKENDS, optional=True)), "timeout_s": (timeout_s, TIMEOUT),
+        "seed": (seed, Integer(0, SEED)),
     })  # fmt: skip
     from pipeplan.runtime.execution.distributed_pipeline import model_spec, start_pipeline
 
     spec = model_spec(model)
     check_layers(spec, plan, None if profile is None else load_profile(profile))
-    return start_pipeline(model, spec, plan, loss_fn, backend, timeout_s)
+    return start_pipeline(model, spec, plan, loss_fn, backend, timeout_s, seed)
 
 
 def check_layers(spec: ModelSpec, plan: Plan, profile: ModelProfile | None) -> None:

@@ -84,18 +84,25 @@ def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn
     return split_layers(model, plan)
 
 
-def pipeline(model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callable[..., Any]) -> InProcessPipeline:
+def pipeline(
+    model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: Callable[..., Any], *, seed: int = 0
+) -> InProcessPipeline:
     """The plan's schedule in your own loop: `pipe.step(inputs, targets)` runs one iteration in this process.
 
     Every rank's actions run in their order, interleaved as their messages allow, activations and gradients handed
     over in memory: the losses and gradients of the distributed run, not its timing (one process does all the work).
     Step your optimizer after it. On several processes, `train_local` (or `pipeplan train`) runs the plan.
+    Dropout and every other random draw inside a layer are seeded per layer call from `seed`, the step (counted
+    by the pipeline from 0), the microbatch's first sample and the layer (docs/architecture.md, "Randomness"), as
+    `train --seed` seeds them: the same numbers on any plan; your own generator state is left as it was.
 
     Raises:
-        PlanError: naming `model`, `plan` or `loss_fn` when it does not fit.
+        PlanError: naming `model`, `plan`, `loss_fn` or `seed` when it does not fit.
     """
+    from pipeplan.core.limits import SEED
     from pipeplan.runtime.execution.in_process import InProcessPipeline, model_layers
 
     model_layers(model)
-    check(PlanError, {"plan": (plan, PLAN), "loss_fn": (loss_fn, Function("a function (output, target) -> loss"))})
-    return InProcessPipeline(model, plan, loss_fn)
+    check(PlanError, {"plan": (plan, PLAN), "loss_fn": (loss_fn, Function("a function (output, target) -> loss")),
+                      "seed": (seed, Integer(0, SEED))})  # fmt: skip
+    return InProcessPipeline(model, plan, loss_fn, seed)

@@ -111,7 +111,7 @@ def train(
         "constant", "--lr-schedule", help="The base rate over the run: constant, or cosine (annealed from --lr to 0)."
     ),
     optimizer: str = typer.Option("adam", "--optimizer", help="adam, sgd or sgd_momentum (momentum 0.9)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the model weights and the sample order."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the weights, the sample order and the layers' dropout."),
     checkpoint_dir: str | None = typer.Option(None, "--checkpoint-dir", help="Directory for checkpoints."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every N iterations (0: never)."),
     keep_last: int = typer.Option(0, "--keep-last", help="Keep only the newest N checkpoints (0: keep every one)."),

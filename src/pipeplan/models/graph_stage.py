@@ -8,7 +8,8 @@ them again by their known per-sample shapes (models.graph.LayerGraph). A
 tensor made before the stage and read after it is unpacked and packed again:
 the stage forwards it. Packing and unpacking are autograd operations, so the
 gradient of the received tensor is the packed gradient of every piece.
-Everything else (saved state, B, the zero-bubble split) is StageModule's.
+Everything else (saved state, B, the zero-bubble split, the seeding of each
+layer call from an RngKey) is StageModule's.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class GraphStage(StageModule):
         if sorted(order) != list(range(len(layers))):
             raise ProfileError(f"a layer order must list each of the model's {len(layers)} layers once, got {list(order)}")
         self.layer_ids = tuple(order[first : last + 1])
-        super().__init__(index, [layers[i] for i in self.layer_ids], first == 0, is_last, split_backward)
+        super().__init__(index, [layers[i] for i in self.layer_ids], first == 0, is_last, split_backward, self.layer_ids)
         self.graph = graph
         self.received = graph.live_after(order, first - 1) if first > 0 else ()
         self.sent = () if is_last else graph.live_after(order, last)
@@ -83,6 +84,7 @@ class GraphStage(StageModule):
             values.update(zip(self.received, unpack(inputs, [graph.shapes[i] for i in self.received]), strict=True))
         for layer_id, layer in zip(self.layer_ids, self._layers, strict=True):
             sources = graph.inputs[layer_id]
+            self._seed(layer_id)
             values[layer_id] = layer(*(values[s] for s in sources)) if sources else layer(inputs)
         if self.is_last:
             return values[self.layer_ids[-1]]

@@ -13,6 +13,11 @@ Note:
     each call walks only that module's part of the graph. Parameters whose
     module output is not a single tensor, or that are shared between
     modules, fall back to one call from the stage output at W.
+
+    A forward given an `RngKey` seeds torch's generator before each layer call
+    from the key and the layer's index in the model (models.layer_rng), so
+    dropout draws the same masks on any plan; without one (the profiler), the
+    layers draw from the generator as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from pipeplan.models.layer_rng import LayerSeeding, RngKey
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -44,9 +51,20 @@ class StageModule:
     so summing over microbatches and replicas gives the mean over the global batch.
     """
 
-    def __init__(self, index: int, layers: Sequence[nn.Module], is_first: bool, is_last: bool, split_backward: bool) -> None:
+    def __init__(
+        self,
+        index: int,
+        layers: Sequence[nn.Module],
+        is_first: bool,
+        is_last: bool,
+        split_backward: bool,
+        layer_ids: Sequence[int] | None = None,
+    ) -> None:
         self.index = index
         self.module = nn.Sequential(*layers)
+        self.layer_ids: tuple[int, ...] = tuple(layer_ids) if layer_ids is not None else tuple(range(len(layers)))
+        """The model's index of each of `layers` (the layer's part of the RNG seed; default 0, 1, ...)."""
+        self._seed: Callable[[int], None] = _unseeded
         self.is_first = is_first
         self.is_last = is_last
         self.params = [p for p in self.module.parameters() if p.requires_grad]
@@ -86,16 +104,32 @@ class StageModule:
         return len(self._saved)
 
     def forward(
-        self, microbatch: int, inputs: torch.Tensor, target: torch.Tensor | None, loss_fn: LossFn | None, loss_scale: float
+        self,
+        microbatch: int,
+        inputs: torch.Tensor,
+        target: torch.Tensor | None,
+        loss_fn: LossFn | None,
+        loss_scale: float,
+        key: RngKey | None = None,
     ) -> torch.Tensor:
-        """Run the layers on `inputs`; on the last stage return the scaled loss, else the output activation."""
+        """Run the layers on `inputs`; on the last stage return the scaled loss, else the output activation.
+
+        With `key`, each layer call draws from torch's generator seeded by the key and the layer's index (module
+        docstring); the generator's state is restored afterwards.
+        """
         if not self.is_first and inputs.is_floating_point():
             inputs = inputs.detach().requires_grad_(True)
         self._capture = [] if self._point_modules else None
         try:
-            output = self.run(inputs)
+            if key is None:
+                output = self.run(inputs)
+            else:
+                with LayerSeeding(key, inputs.device) as seeding:
+                    self._seed = seeding.seed
+                    output = self.run(inputs)
         finally:
             points, self._capture = self._capture or [], None
+            self._seed = _unseeded
         if self.is_last:
             assert loss_fn is not None and target is not None
             output = loss_fn(output, target) * loss_scale
@@ -104,7 +138,10 @@ class StageModule:
 
     def run(self, inputs: torch.Tensor) -> torch.Tensor:
         """The stage's layers on `inputs` (a chain: composed in order); the output the next stage receives."""
-        return self.module(inputs)
+        for layer_id, layer in zip(self.layer_ids, self.module, strict=True):
+            self._seed(layer_id)
+            inputs = layer(inputs)
+        return inputs
 
     def output_of(self, microbatch: int) -> torch.Tensor:
         """What the forward of `microbatch` returned (on the last stage: its scaled loss), until its last backward."""
@@ -146,6 +183,10 @@ class StageModule:
     def clear(self) -> None:
         """Drop every saved microbatch (after a failed or aborted iteration)."""
         self._saved.clear()
+
+
+def _unseeded(layer: int) -> None:
+    """A forward without an RngKey: the layers draw from torch's generator as it stands."""
 
 
 def _accumulate(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]) -> None:

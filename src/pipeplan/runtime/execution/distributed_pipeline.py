@@ -85,13 +85,14 @@ class DistributedPipeline:
         wire: Wire | None = None,
         precision: str = "full",
         scaler: LossScaler | None = None,
+        seed: int = 0,
     ) -> None:
         self.rank, self.world_size, self.device = rank, topology.world_size, device
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
         self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
-                                 precision=precision, scaler=scaler)  # fmt: skip
+                                 precision=precision, scaler=scaler, seed=seed)  # fmt: skip
         self.whole = WholeModel(model, layers, topology, self.role, device)
 
     @property
@@ -162,7 +163,7 @@ class DistributedPipeline:
 
 
 def start_pipeline(
-    model: nn.Module, spec: ModelSpec, plan: Plan, loss_fn: LossFn, backend: str | None, timeout_s: float
+    model: nn.Module, spec: ModelSpec, plan: Plan, loss_fn: LossFn, backend: str | None, timeout_s: float, seed: int = 0
 ) -> DistributedPipeline:
     """Join the process group torchrun set up and build this process's stages of `model` (its layers: `spec`,
     checked against the plan by the caller): what pipeplan.distribute returns.
@@ -182,7 +183,7 @@ def start_pipeline(
     graph = None
     if spec.layer_inputs is not None:
         graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
-    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s)
+    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s, seed=seed)
 
 
 def _check_number(name: str, value: object, least: float, allow_inf: bool = False, above: bool = False) -> None:

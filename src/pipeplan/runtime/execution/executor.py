@@ -15,6 +15,7 @@ from torch import nn
 from pipeplan.core.schedule import Action
 from pipeplan.models.graph import LayerGraph
 from pipeplan.models.graph_stage import GraphStage
+from pipeplan.models.layer_rng import RngKey
 from pipeplan.models.precision import autocast
 from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.runtime.errors import RuntimeFault
@@ -76,6 +77,10 @@ class Executor:
             (the backwards run outside it, as in torch's recipe); the activations and gradients that cross stages
             travel in the dtype the layers produce.
         scaler: fp16's loss scale: the backward of each microbatch's loss starts from its scale instead of 1.
+        seed: the run's seed. Every forward seeds each layer call from (seed, step, the microbatch's first sample in
+            its step's global batch, the layer's index; models.layer_rng), so the random numbers a layer draws do not
+            depend on the plan. Row i of `run`'s inputs is sample i mod `loss_samples` of step `step_index` +
+            i div `loss_samples` (an asynchronous walk holds several steps' rows).
     """
 
     def __init__(
@@ -94,10 +99,12 @@ class Executor:
         graph: LayerGraph | None = None,
         precision: str = "full",
         scaler: LossScaler | None = None,
+        seed: int = 0,
     ) -> None:
         self.topology = topology
         self.precision = precision
         self.scaler = scaler
+        self.seed = seed
         self.hooks = hooks
         self.loss_samples = loss_samples or topology.plan.global_batch
         self.microbatch_losses: dict[int, float] = {}
@@ -120,7 +127,7 @@ class Executor:
             for i in order[first : last + 1]:
                 layers[i].to(device)
             if graph is None:
-                self.stages[s] = StageModule(s, layers[first : last + 1], s == 0, is_last, split)
+                self.stages[s] = StageModule(s, layers[first : last + 1], s == 0, is_last, split, range(first, last + 1))
             else:
                 self.stages[s] = GraphStage(s, layers, graph, list(order), first, last, is_last, split)
         self.timeout_s = timeout_s
@@ -157,11 +164,7 @@ class Executor:
 
     def layer_ids(self, stage: int) -> tuple[int, ...]:
         """The model's indices of the layers of local `stage`, in the order its module holds them."""
-        st = self.stages[stage]
-        if isinstance(st, GraphStage):
-            return st.layer_ids
-        first = self.topology.plan.stages[stage].first_layer
-        return tuple(range(first, first + len(st.module)))
+        return self.stages[stage].layer_ids
 
     def modules(self) -> dict[int, nn.Module]:
         """stage index -> that stage's nn.Sequential (its layers in position order)."""
@@ -252,9 +255,11 @@ class Executor:
             start = time.perf_counter()
             target = targets[lo:hi].to(self.device, non_blocking=True, copy=True) if stage.is_last else None
             scale = (hi - lo) / self.loss_samples
+            step, first = divmod(lo, self.loss_samples)
+            key = RngKey(self.seed, self.step_index + step, first)
             hooked = self.hooks.forward(action.stage, mb) if self.hooks is not None else contextlib.nullcontext()
             with hooked, autocast(self.precision, self.device):
-                out = stage.forward(mb, x, target, self.loss_fn, scale)
+                out = stage.forward(mb, x, target, self.loss_fn, scale, key)
             if stage.is_last:
                 value = out.detach().to("cpu", torch.float64)
                 self._loss += value

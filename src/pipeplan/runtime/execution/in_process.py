@@ -9,7 +9,11 @@ it needs has run (the same dependencies the distributed runtime waits for
 over the wire). Activations and gradients pass between stages in memory. The
 losses and the gradients are those of the distributed run (each microbatch's
 loss scaled by its share of the global batch); the timing is not: one
-process does every rank's work, one action at a time.
+process does every rank's work, one action at a time. Each layer call draws
+its random numbers (dropout) from the seed the distributed run gives it
+(models.layer_rng: the pipeline's seed, its step count, the microbatch's
+first sample, the layer), and the caller's generator state is restored after
+each forward.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from torch import nn
 from pipeplan.core.errors import DeadlockError, PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
+from pipeplan.models.layer_rng import RngKey
 from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import ASYNCHRONOUS
@@ -62,9 +67,13 @@ def split_layers(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.
 
 
 class InProcessPipeline:
-    """One process running a plan's schedule on the user's layers (see the module docstring for what it is not)."""
+    """One process running a plan's schedule on the user's layers (see the module docstring for what it is not).
 
-    def __init__(self, model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: LossFn) -> None:
+    `seed` is the run's seed of the layers' random numbers; `step_index` the step the next `step` seeds them with
+    (0 first, then one more after each step; set it to resume a run's numbering).
+    """
+
+    def __init__(self, model: nn.Module | Sequence[nn.Module], plan: Plan, loss_fn: LossFn, seed: int = 0) -> None:
         if not callable(loss_fn):
             raise PlanError(f"loss_fn must be a function (output, target) -> loss, got {type(loss_fn).__name__} {loss_fn!r:.60}")
         if plan.schedule in ASYNCHRONOUS:
@@ -73,9 +82,12 @@ class InProcessPipeline:
         self.schedule: Schedule = plan_schedule(plan)
         split = self.schedule.split_backward
         self.stages = [
-            StageModule(s, list(seq), s == 0, s == len(plan.stages) - 1, split) for s, seq in enumerate(split_layers(model, plan))
+            StageModule(s, list(seq), s == 0, s == len(plan.stages) - 1, split, range(st.first_layer, st.last_layer + 1))
+            for (s, seq), st in zip(enumerate(split_layers(model, plan)), plan.stages, strict=True)
         ]
         self.loss_fn = loss_fn
+        self.seed = seed
+        self.step_index = 0
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Every stage's parameters (the model's own), for an optimizer."""
@@ -98,11 +110,13 @@ class InProcessPipeline:
         total = 0.0
         for replica in range(self.plan.pipeline_replicas):
             part = slice(replica * per_replica, (replica + 1) * per_replica)
-            total += self._replica(inputs[part], targets[part], lambda a, r=replica: on_action and on_action(r, a))
+            total += self._replica(inputs[part], targets[part], part.start, lambda a, r=replica: on_action and on_action(r, a))
+        self.step_index += 1
         return total
 
-    def _replica(self, inputs: torch.Tensor, targets: torch.Tensor, notify: Callable[[Action], object]) -> float:
-        """One pipeline replica's microbatches through the schedule; the sum of their scaled losses."""
+    def _replica(self, inputs: torch.Tensor, targets: torch.Tensor, offset: int, notify: Callable[[Action], object]) -> float:
+        """One pipeline replica's microbatches (its rows from `offset` of the global batch) through the schedule;
+        the sum of their scaled losses."""
         b, last = self.plan.microbatch_size, len(self.stages) - 1
         scale = b / self.plan.global_batch
         acts: dict[tuple[int, int], torch.Tensor] = {}
@@ -120,7 +134,8 @@ class InProcessPipeline:
                     if a.op == "F":
                         x = inputs[i * b : (i + 1) * b] if a.stage == 0 else acts.pop((a.stage - 1, i))
                         target = targets[i * b : (i + 1) * b] if a.stage == last else None
-                        out = stage.forward(i, x, target, self.loss_fn if a.stage == last else None, scale)
+                        key = RngKey(self.seed, self.step_index, offset + i * b)
+                        out = stage.forward(i, x, target, self.loss_fn if a.stage == last else None, scale, key)
                         if a.stage == last:
                             loss += float(out.detach())
                         else:

@@ -30,6 +30,13 @@ correction leave; BENCHMARKS.md, PipeMare C6).
 τ_i is the delay the schedule's order gives stage i (sim.delays); the run
 also measures every microbatch's delay (the weight versions its forward and
 backward ran on) and reports the largest per stage.
+
+Randomness: a walk's rows are several steps' global batches (row r is sample
+r mod B of step r div B, counted from the walk's first step), and each
+layer call is seeded from that step and sample (models.layer_rng), so every
+layer draws the numbers a synchronous run draws for the same samples. The
+losses still depend on the plan: the delays τ_i come from the split and the
+schedule (with every step synchronous they are 1F1B's).
 """
 
 from __future__ import annotations
@@ -203,7 +210,8 @@ def train_asynchronous(
         topology = Topology(seg_plan, seg_schedule, world)
         role = topology.roles[rank]
         executor = Executor(topology, role, model.layers, model.loss_fn, device, config.timeout_s, config.lookahead,
-                            loss_samples=batch, graph=model.graph, precision=config.precision)  # fmt: skip
+                            loss_samples=batch, graph=model.graph, precision=config.precision, seed=config.seed)  # fmt: skip
+        executor.step_index = first  # its rows are steps first..end-1's batches: the layers' RNG seeds name those steps
         if hooks is None:
             updaters = {
                 s: StageUpdater(

@@ -92,7 +92,8 @@ def train(
     scaler = LossScaler() if config.precision == "fp16" else None
     # the library's object (pipeplan.distribute's), built from this job's parts: train is its first user
     pipe = DistributedPipeline(model.reference(), model.layers, model.graph, topology, rank, model.loss_fn, device,
-                               config.timeout_s, config.lookahead, wire, config.precision, scaler)  # fmt: skip
+                               config.timeout_s, config.lookahead, wire, config.precision, scaler,
+                               seed=config.seed)  # fmt: skip
     executor = pipe.executor
     params = pipe.parameters()
     optimizer = make_optimizer(config.optimizer, params, config.lr)
