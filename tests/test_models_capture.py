@@ -1,0 +1,152 @@
+"""Capturing stock models with torch.export (models.capture, models.capture_spec): layers along the module
+hierarchy that compute exactly what the model computes, tied weights kept as one object."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch import nn  # noqa: E402
+
+from hf_tiny import KINDS, build  # noqa: E402
+from pipeplan.core.errors import ProfileError  # noqa: E402
+from pipeplan.models.graph import GraphNet  # noqa: E402
+from pipeplan.models.shared import shared_parameters  # noqa: E402
+from pipeplan.models.specs import spec_from_module  # noqa: E402
+from pipeplan.models.stock import call_model  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+NAMES = {
+    "gpt2": ("transformer.wte", "transformer.drop", "transformer.h.0", "transformer.h.1",
+             "transformer.ln_f", "lm_head"),
+    "bert": ("bert.embeddings", "bert.encoder.layer.0", "bert.encoder.layer.1", "cls"),
+    "llama": ("model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"),
+    "vit": ("vit.embeddings", "vit.layers.0", "vit.layers.1", "vit.layernorm", "classifier"),
+    "resnet": ("resnet.embedder", "resnet.encoder.stages.0.layers.0",
+               "resnet.encoder.stages.1.layers.0", "resnet.pooler", "classifier.0", "classifier.1"),
+}  # fmt: skip
+
+
+def _float64_input(spec: object, batch: int) -> torch.Tensor:
+    x = spec.sample_input(batch)  # type: ignore[attr-defined]
+    return x.double() if x.is_floating_point() else x
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_captured_layers_give_the_models_logits_and_gradients(kind: str) -> None:
+    """For two batch sizes the layers composed give the model's own logits (1e-12), and the default loss's
+    backward the model's own parameter gradients (1e-10), every parameter reached."""
+    model = build(kind)
+    spec = spec_from_module(model, kind)
+    net = GraphNet(spec.layers, spec.layer_inputs)
+    params = dict(model.named_parameters())
+    for batch in (2, 5):
+        x, y = _float64_input(spec, batch), spec.sample_target(batch)
+        torch.testing.assert_close(net(x), call_model(model, x), rtol=0, atol=1e-12)
+        model.zero_grad(set_to_none=True)
+        spec.loss_fn(call_model(model, x), y).backward()
+        expected = {name: p.grad.clone() for name, p in params.items() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        spec.loss_fn(net(x), y).backward()
+        got = {name: p.grad for name, p in params.items() if p.grad is not None}
+        assert got.keys() == expected.keys() and len(got) == len(params)
+        for name, grad in got.items():
+            torch.testing.assert_close(grad, expected[name], rtol=0, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("kind", sorted(NAMES))
+def test_layers_are_the_models_modules(kind: str) -> None:
+    """One layer per block and per top-level leaf, named by its path; layer 0 reads the input (GPT-2: n + 4)."""
+    spec = spec_from_module(build(kind), kind)
+    assert spec.layer_names == NAMES[kind]
+
+
+@pytest.mark.parametrize(("kind", "embedding", "head"), [("gpt2", 0, 5), ("bert", 0, 3)])
+def test_a_tied_weight_is_one_object_held_by_two_layers(kind: str, embedding: int, head: int) -> None:
+    """GPT-2's lm_head / BERT's decoder weight is the embedding's own Parameter, in both layers."""
+    model = build(kind)
+    spec = spec_from_module(model, kind)
+    (shared,) = shared_parameters(spec.layers, spec.layer_names)
+    assert shared.layers == (embedding, head)
+    tied = model.get_input_embeddings().weight
+    for index in shared.layers:
+        assert any(p is tied for p in spec.layers[index].parameters())
+    held = {id(p) for layer in spec.layers for p in layer.parameters()}
+    assert held == {id(p) for p in model.parameters()}  # every parameter, and no copy
+
+
+def test_an_untied_llama_shares_nothing() -> None:
+    """tie_word_embeddings=False: the head's weight is its own."""
+    spec = spec_from_module(build("llama", tied=False), "llama")
+    assert shared_parameters(spec.layers, spec.layer_names) == ()
+
+
+def test_dropout_follows_each_layers_mode() -> None:
+    """Exported in training mode with dropout 0.5, the layers in eval mode give the model's eval logits exactly,
+    and in training mode they drop (the export fixed the mode; the layers read their own `training`)."""
+    model = build("gpt2", dropout=0.5)
+    spec = spec_from_module(model, "gpt2")
+    net = GraphNet(spec.layers, spec.layer_inputs)
+    x = spec.sample_input(3)
+    model.eval()
+    net.eval()
+    torch.testing.assert_close(net(x), call_model(model, x), rtol=0, atol=0)
+    net.train()
+    assert not torch.equal(net(x), call_model(model, x))
+
+
+def test_cast_captures_again_in_the_new_dtype() -> None:
+    """A float32 capture cast to float64 is exported again: its graph's own casts follow (logits to 1e-12)."""
+    model = build("llama").float()
+    spec = spec_from_module(model, "llama").cast(torch.float64)
+    assert all(p.dtype == torch.float64 for layer in spec.layers for p in layer.parameters())
+    x = spec.sample_input(3)
+    torch.testing.assert_close(GraphNet(spec.layers, spec.layer_inputs)(x), call_model(model, x), rtol=0, atol=1e-12)
+
+
+class _DataDependent(nn.Module):
+    """A forward whose branch depends on the input's values: neither fx nor the export can capture it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y if bool(y.sum() > 0) else -y
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.ones(batch_size, 4)
+
+
+def test_a_model_nothing_captures_gets_one_line_with_the_way_out() -> None:
+    """Each capture's reason and the way out (a chain), in one line."""
+    with pytest.raises(ProfileError) as caught:
+        spec_from_module(_DataDependent(), "dd")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "cannot be traced with torch.fx" in message and "cannot be captured with torch.export" in message
+    assert "return an nn.Sequential or give the model a pipeline_layers() method" in message
+
+
+class _Branchy(nn.Module):
+    """No chain, no fx (a data-dependent Python assert), no sample input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] != 4:
+            raise ValueError("4 features")
+        return self.lin(x)[:, : int(x.shape[1])]
+
+
+def test_an_export_needs_a_sample_input() -> None:
+    """Without a sample input the export cannot run: the error says how to give one."""
+    with pytest.raises(ProfileError, match=r"to capture it with torch.export give the module a sample_input"):
+        spec_from_module(_Branchy(), "branchy")
