@@ -3,6 +3,12 @@ hierarchy that compute exactly what the model computes, tied weights kept as one
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,12 +16,13 @@ pytest.importorskip("transformers")
 
 from torch import nn  # noqa: E402
 
-from hf_tiny import KINDS, build  # noqa: E402
+from hf_tiny import KINDS, SOURCE, build  # noqa: E402
 from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.models.graph import GraphNet  # noqa: E402
 from pipeplan.models.shared import shared_parameters  # noqa: E402
 from pipeplan.models.specs import spec_from_module  # noqa: E402
 from pipeplan.models.stock import call_model  # noqa: E402
+from runtime_cli import BOOT  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -150,3 +157,82 @@ def test_an_export_needs_a_sample_input() -> None:
     """Without a sample input the export cannot run: the error says how to give one."""
     with pytest.raises(ProfileError, match=r"to capture it with torch.export give the module a sample_input"):
         spec_from_module(_Branchy(), "branchy")
+
+
+CUTS = {
+    "llama": (["model.embed_tokens", "model.layers.0"], ["model.layers.1", "model.norm", "lm_head"]),
+    "vit": (["vit.embeddings", "vit.layers.0"], ["vit.layers.1", "vit.layernorm", "classifier"]),
+}
+OPTIONS = {"llama": ["--opt", "kind=llama", "--opt", "tied=false"], "vit": ["--opt", "kind=vit"]}
+
+
+def _cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`pipeplan ARGS` in a fresh interpreter in `cwd`, with `cwd` (the user's folder) on the import path."""
+    path = os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-c", BOOT, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, "PYTHONPATH": path})
+
+
+def _write_plan(folder: Path, stages: tuple[list[str], list[str]]) -> Path:
+    """A 1f1b plan of 4 microbatches of 8 over the two stages (layer names), stage s on CPU s."""
+    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
+               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
+    (folder / "cluster.json").write_text(json.dumps(cluster))
+    entries, first = [], 0
+    for s, names in enumerate(stages):
+        entries.append({"devices": [s], "first_layer": first, "last_layer": first + len(names) - 1, "layers": names})
+        first += len(names)
+    plan = {"format": "pipeplan.plan/1", "profile": "profile.json", "cluster": "cluster.json", "schedule": "1f1b",
+            "pipeline_replicas": 1, "microbatches": 4, "microbatch_size": 8, "k": 1, "chunks": 1, "order": None,
+            "stages": entries}  # fmt: skip
+    (folder / "plan.json").write_text(json.dumps(plan))
+    return folder / "plan.json"
+
+
+def _one_process_losses(kind: str, steps: int, lr: float) -> list[float]:
+    """The stock model trained by a plain torch loop on train's samples: 4 microbatches of 8 per step, Adam, float64;
+    the loss written out here (next-token or class cross-entropy: HF's own, which computes it in float32)."""
+    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.stock import hf_defaults
+
+    model = build(kind, tied=False) if kind == "llama" else build(kind)
+    defaults = hf_defaults(model)
+    assert defaults is not None
+    inputs, targets = defaults.sample_input(1024), defaults.sample_target(1024)
+    inputs = inputs.double() if inputs.is_floating_point() else inputs
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for step in range(steps):
+        rows = batch_indices(len(inputs), 32, step, 0)
+        x, y = inputs[rows], targets[rows]
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for lo in range(0, 32, 8):
+            logits, labels = model(x[lo : lo + 8]).logits, y[lo : lo + 8]
+            if kind == "llama":  # position t predicts token t + 1
+                logits, labels = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+            loss = torch.nn.functional.cross_entropy(logits, labels) * (8 / 32)
+            loss.backward()
+            total += float(loss.detach())
+        optimizer.step()
+        losses.append(total)
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(CUTS))
+def test_a_stock_model_profiles_and_trains_on_two_processes_as_on_one(kind: str, tmp_path: Path) -> None:
+    """`pipeplan profile user_mod:build` of the unmodified HF model, then `train --local 2` of a plan cutting it in
+    two stages, in float64: the losses of a plain torch loop of the model itself on the same samples."""
+    (tmp_path / "user_mod.py").write_text(SOURCE)
+    profiled = _cli(["profile", "user_mod:build", *OPTIONS[kind], "-b", "4", "--batch-sizes", "2,4", "-o",
+                     "profile.json", "--runs", "1", "--warmup", "0", "-q"], tmp_path)  # fmt: skip
+    assert profiled.returncode == 0, profiled.stderr
+    layers = [row["name"] for row in json.loads((tmp_path / "profile.json").read_text())["layers"]]
+    assert layers == [*CUTS[kind][0], *CUTS[kind][1]]
+    plan = _write_plan(tmp_path, CUTS[kind])
+    trained = _cli(["train", "--plan", str(plan), "--module", "user_mod:build", "--local", "2", "--steps", "3", "--lr", "0.01", "--dtype", "float64",
+                    "--json"], tmp_path, timeout=600)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    losses = json.loads(trained.stdout)["losses"]
+    assert losses == pytest.approx(_one_process_losses(kind, 3, 0.01), rel=1e-9, abs=1e-12)
