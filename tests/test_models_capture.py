@@ -18,6 +18,7 @@ from torch import nn  # noqa: E402
 
 from hf_tiny import KINDS, SOURCE, build  # noqa: E402
 from pipeplan.core.errors import ProfileError  # noqa: E402
+from pipeplan.models.capture_nodes import BatchExpression  # noqa: E402
 from pipeplan.models.graph import GraphNet  # noqa: E402
 from pipeplan.models.shared import shared_parameters  # noqa: E402
 from pipeplan.models.specs import spec_from_module  # noqa: E402
@@ -236,3 +237,70 @@ def test_a_stock_model_profiles_and_trains_on_two_processes_as_on_one(kind: str,
     assert trained.returncode == 0, trained.stderr
     losses = json.loads(trained.stdout)["losses"]
     assert losses == pytest.approx(_one_process_losses(kind, 3, 0.01), rel=1e-9, abs=1e-12)
+
+
+class _Fold(nn.Module):
+    """Folds the sequence into the batch and back: sizes the export writes as 3 * batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x.reshape(x.shape[0] * x.shape[1], 4)).reshape(x.shape[0], x.shape[1], 4)
+
+
+class _Folded(nn.Module):
+    """Blocks that fold sizes, behind a shape check fx cannot trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = nn.ModuleList([_Fold(), _Fold()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] != 3:
+            raise ValueError("3 positions")
+        return self.stack[1](self.stack[0](x) + 1).sum(dim=1)
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.randn(batch_size, 3, 4)
+
+
+def test_sizes_made_from_the_batch_follow_each_microbatch() -> None:
+    """A size the export writes as 3 * batch is evaluated from each call's batch: batches 1, 2 and 7 run exactly."""
+    net = _Folded()
+    spec = spec_from_module(net, "folded")
+    assert spec.layer_names == ("stack.0", "stack.1", "sum_1")  # the add joins its one reader; the sum is the output
+    assert any(isinstance(m, BatchExpression) for layer in spec.layers for m in layer.modules())
+    whole = GraphNet(spec.layers, spec.layer_inputs)
+    for batch in (1, 2, 7):
+        x = torch.randn(batch, 3, 4)
+        torch.testing.assert_close(whole(x), net(x), rtol=0, atol=0)
+
+
+class _Pair(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x * 3
+
+
+class _TwoOut(nn.Module):
+    """A block that passes two tensors to two later layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = nn.ModuleList([_Pair(), nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] != 4:
+            raise ValueError("4 features")
+        a, b = self.stack[0](x)
+        return self.stack[1](a) + self.stack[2](b)
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.randn(batch_size, 4)
+
+
+def test_a_module_that_passes_two_tensors_on_is_refused_with_the_way_out() -> None:
+    """Each layer passes one tensor: a block whose two outputs go to two layers is named, with the way out."""
+    with pytest.raises(ProfileError, match=r"layer 'stack.0' passes 2 values \(mul, mul_1\) to other layers.*pipeline_layers"):
+        spec_from_module(_TwoOut(), "two")

@@ -39,6 +39,7 @@ import torch
 from torch import fx, nn
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.models.capture_nodes import BatchExpression, follow_mode, is_size, mutates, quiet
 from pipeplan.models.graph import InputLayer
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
@@ -47,24 +48,6 @@ _WRAPPED = "model"
 MODEL_INPUT = -1
 """The source of the one layer that reads the model's input itself (it has no input layers: layer 0)."""
 LayerParts = tuple[tuple[nn.Module, ...], tuple[str, ...], tuple[tuple[int, ...], ...]]
-
-
-class BatchExpression(nn.Module):
-    """A size the export expressed through the batch size (`s0`, `8*s0`): evaluated from a batch-first input."""
-
-    def __init__(self, expression: Any, symbol: Any) -> None:
-        super().__init__()
-        self.expression = expression
-        self.symbol = symbol
-
-    def forward(self, batch_first: torch.Tensor) -> int:
-        """The size for the batch of `batch_first`."""
-        return int(self.expression.xreplace({self.symbol: batch_first.shape[0]}))
-
-
-def _train_only(training: bool, value: float) -> float:
-    """An attention dropout probability while training, 0 in evaluation (the model's own `self.training` test)."""
-    return value if training else 0.0
 
 
 def export_layers(module: nn.Module, name: str, sample: torch.Tensor, call: Callable[..., torch.Tensor]) -> LayerParts:
@@ -84,7 +67,8 @@ def export_layers(module: nn.Module, name: str, sample: torch.Tensor, call: Call
     module.train()
     try:
         batch = torch.export.Dim("batch", min=1)
-        program = torch.export.export(wrapper, (sample,), dynamic_shapes=({0: batch},), strict=False)
+        with quiet():
+            program = torch.export.export(wrapper, (sample,), dynamic_shapes=({0: batch},), strict=False)
     except Exception as exc:  # export raises many kinds (UserError, GuardOnDataDependentSymNode, TypeError, ...)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ProfileError(
@@ -170,7 +154,7 @@ class _Grouping:
         dependent: set[fx.Node] = set()
         for node in self.graph.nodes:
             if node is self.input or (
-                node.op == "call_function" and not _is_size(node) and any(a in dependent for a in node.all_input_nodes)
+                node.op == "call_function" and not is_size(node) and any(a in dependent for a in node.all_input_nodes)
             ):
                 dependent.add(node)
         return dependent
@@ -206,10 +190,10 @@ class _Grouping:
                 produced[a]
                 for n in members[g]
                 for a in n.all_input_nodes
-                if a in self.dependent and group.get(a) != g and not _is_size(a)
+                if a in self.dependent and group.get(a) != g and not is_size(a)
             }
             if MODEL_INPUT in read and len(read) > 1:
-                raise ProfileError(f"model {self.name!r}: layer {g!r} reads the model's input and another layer")
+                raise ProfileError(f"model {self.name!r}: layer {_strip(g)!r} reads the model's input and another layer")
             sources = sorted(read - {MODEL_INPUT})
             layers.append(self._build(g, members[g], out, sorted(read), produced))
             names.append(_strip(g))
@@ -225,7 +209,7 @@ class _Grouping:
         nodes = [n for n in self.graph.nodes if n.op == "call_function"]
         for node in reversed(nodes):
             if node not in self.dependent:
-                root = self._root(node) if _mutates(node) else None
+                root = self._root(node) if mutates(node) else None
                 if root is not None:
                     group[node] = root
                 continue
@@ -248,7 +232,7 @@ class _Grouping:
             for a in node.all_input_nodes:
                 if a in group and group[a] != g and a in self.dependent and where[group[a]] > where[g]:
                     raise ProfileError(
-                        f"model {self.name!r}: layers {group[a]!r} and {g!r} read each other's values; "
+                        f"model {self.name!r}: layers {_strip(group[a])!r} and {_strip(g)!r} read each other's values; "
                         "return an nn.Sequential or give the model a pipeline_layers() method"
                     )
         return order
@@ -262,7 +246,7 @@ class _Grouping:
         ]
         if len(outs) != 1:
             raise ProfileError(
-                f"model {self.name!r}: layer {g!r} passes {len(outs)} values ({', '.join(n.name for n in outs)}) to "
+                f"model {self.name!r}: layer {_strip(g)!r} passes {len(outs)} values ({', '.join(n.name for n in outs)}) to "
                 "other layers, not one tensor; return an nn.Sequential or give the model a pipeline_layers() method"
             )
         return outs[0]
@@ -296,10 +280,10 @@ class _Grouping:
             elif node.op == "get_attr":
                 attrs[node.target] = getattr(self.program_module, node.target)
                 env[node] = graph.get_attr(node.target)
-            elif _is_size(node):
+            elif is_size(node):
                 env[node] = self._size(graph, node, batch_first, attrs)
             elif node in self.dependent and node not in member_set:
-                raise ProfileError(f"model {self.name!r}: layer {g!r} reads {node.name!r} from a layer that does not pass it")
+                raise ProfileError(f"model {self.name!r}: layer {_strip(g)!r} reads {node.name!r} from a layer that does not pass it")
             else:
                 env[node] = copy(node)
             return env[node]
@@ -307,7 +291,7 @@ class _Grouping:
         def copy(node: fx.Node) -> fx.Node:
             args = fx.node.map_arg(node.args, value)
             kwargs = fx.node.map_arg(node.kwargs, value)
-            args, kwargs = _follow_mode(node.target, args, dict(kwargs), training)
+            args, kwargs = follow_mode(node.target, args, dict(kwargs), training)
             made = graph.call_function(node.target, tuple(args), kwargs)
             made.meta.update(node.meta)
             return made
@@ -315,7 +299,7 @@ class _Grouping:
         for node in members:
             value(node)
         graph.output(env[out])
-        graph.eliminate_dead_code(is_impure_node=lambda n: n.is_impure() or _mutates(n))
+        graph.eliminate_dead_code(is_impure_node=lambda n: n.op in ("placeholder", "output") or mutates(n))
         return fx.GraphModule(attrs, graph, class_name="CapturedLayer")
 
     def _batch_first(self, node: fx.Node) -> bool:
@@ -334,40 +318,6 @@ class _Grouping:
         target = f"size_{node.name}"
         attrs[target] = BatchExpression(expression, self.symbol)
         return graph.call_module(target, (batch_first,))
-
-
-def _follow_mode(target: object, args: list[Any] | tuple[Any, ...], kwargs: dict[str, Any], training: fx.Node) -> Any:
-    """Dropout, batch norm and attention dropout made to read the layer's `training` flag (export fixed them)."""
-    args = list(args)
-    aten = torch.ops.aten
-    if target in (aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default) and len(args) == 3:
-        args[2] = training
-    elif target is aten.batch_norm.default and len(args) >= 6:
-        args[5] = training
-    elif target is aten.scaled_dot_product_attention.default:
-        if len(args) > 4:
-            args[4] = _mode_value(args[4], training)
-        elif "dropout_p" in kwargs:
-            kwargs["dropout_p"] = _mode_value(kwargs["dropout_p"], training)
-    return args, kwargs
-
-
-def _mode_value(p: object, training: fx.Node) -> object:
-    """`p` while training, 0 in evaluation (an fx node), or p itself when it is 0."""
-    if isinstance(p, (int, float)) and p == 0:
-        return p
-    return training.graph.call_function(_train_only, (training, p))
-
-
-def _is_size(node: fx.Node) -> bool:
-    """Whether node computes a size (a SymInt), not a tensor."""
-    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
-
-
-def _mutates(node: fx.Node) -> bool:
-    """Whether node writes one of its inputs in place (a buffer update, an in-place op)."""
-    schema = getattr(node.target, "_schema", None)
-    return bool(schema is not None and schema.is_mutable)
 
 
 def _batch_symbol(node: fx.Node) -> Any:
