@@ -232,8 +232,8 @@ def test_a_stock_model_profiles_and_trains_on_two_processes_as_on_one(kind: str,
     layers = [row["name"] for row in json.loads((tmp_path / "profile.json").read_text())["layers"]]
     assert layers == [*CUTS[kind][0], *CUTS[kind][1]]
     plan = _write_plan(tmp_path, CUTS[kind])
-    trained = _cli(["train", "--plan", str(plan), "--module", "user_mod:build", "--local", "2", "--steps", "3", "--lr", "0.01", "--dtype", "float64",
-                    "--json"], tmp_path, timeout=600)  # fmt: skip
+    trained = _cli(["train", "--plan", str(plan), "--module", "user_mod:build", "--local", "2", "--steps", "3",
+                    "--lr", "0.01", "--dtype", "float64", "--json"], tmp_path, timeout=600)  # fmt: skip
     assert trained.returncode == 0, trained.stderr
     losses = json.loads(trained.stdout)["losses"]
     assert losses == pytest.approx(_one_process_losses(kind, 3, 0.01), rel=1e-9, abs=1e-12)

@@ -283,7 +283,9 @@ class _Grouping:
             elif is_size(node):
                 env[node] = self._size(graph, node, batch_first, attrs)
             elif node in self.dependent and node not in member_set:
-                raise ProfileError(f"model {self.name!r}: layer {_strip(g)!r} reads {node.name!r} from a layer that does not pass it")
+                raise ProfileError(
+                    f"model {self.name!r}: layer {_strip(g)!r} reads {node.name!r} from a layer that does not pass it"
+                )
             else:
                 env[node] = copy(node)
             return env[node]
