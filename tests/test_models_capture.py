@@ -304,3 +304,21 @@ def test_a_module_that_passes_two_tensors_on_is_refused_with_the_way_out() -> No
     """Each layer passes one tensor: a block whose two outputs go to two layers is named, with the way out."""
     with pytest.raises(ProfileError, match=r"layer 'stack.0' passes 2 values \(mul, mul_1\) to other layers.*pipeline_layers"):
         spec_from_module(_TwoOut(), "two")
+
+
+def test_batch_norm_follows_each_layers_mode() -> None:
+    """ResNet's batch norms in eval mode use and keep their running statistics (no step counted), as the model's
+    own do; in training mode they update them as the model does."""
+    model = build("resnet")
+    spec = spec_from_module(model, "resnet")
+    net = GraphNet(spec.layers, spec.layer_inputs)
+    norm = model.resnet.embedder.embedder.normalization
+    x = spec.sample_input(4).double()
+    net.train()
+    net(x)
+    assert int(norm.num_batches_tracked) == 1
+    before = norm.running_mean.clone()
+    model.eval()
+    net.eval()
+    torch.testing.assert_close(net(x), call_model(model, x), rtol=0, atol=1e-12)
+    assert int(norm.num_batches_tracked) == 1 and torch.equal(norm.running_mean, before)

@@ -39,7 +39,7 @@ import torch
 from torch import fx, nn
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.models.capture_nodes import BatchExpression, follow_mode, is_size, mutates, quiet
+from pipeplan.models.capture_nodes import BatchExpression, add_while_training, follow_mode, is_size, mutates, quiet
 from pipeplan.models.graph import InputLayer
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
@@ -294,14 +294,19 @@ class _Grouping:
             args = fx.node.map_arg(node.args, value)
             kwargs = fx.node.map_arg(node.kwargs, value)
             args, kwargs = follow_mode(node.target, args, dict(kwargs), training)
-            made = graph.call_function(node.target, tuple(args), kwargs)
+            if node.target is torch.ops.aten.add_.Tensor and node not in self.dependent and not kwargs:
+                made = graph.call_function(add_while_training, (training, *args))  # a step counter
+            else:
+                made = graph.call_function(node.target, tuple(args), kwargs)
             made.meta.update(node.meta)
             return made
 
         for node in members:
             value(node)
         graph.output(env[out])
-        graph.eliminate_dead_code(is_impure_node=lambda n: n.op in ("placeholder", "output") or mutates(n))
+        graph.eliminate_dead_code(
+            is_impure_node=lambda n: n.op in ("placeholder", "output") or mutates(n) or n.target is add_while_training
+        )
         return fx.GraphModule(attrs, graph, class_name="CapturedLayer")
 
     def _batch_first(self, node: fx.Node) -> bool:

@@ -3,8 +3,9 @@
 An export with a dynamic batch expresses sizes through the batch symbol
 (`s0`, `8*s0`); inside a layer `BatchExpression` evaluates one from the
 batch of a batch-first input. An export also fixes the training mode into
-the graph (dropout's `train`, batch norm's `training`, attention's
-`dropout_p`); `follow_mode` makes those read the layer's own `training` flag.
+the graph (dropout's `train`, batch norm's `training` and its step counter,
+attention's `dropout_p`); `follow_mode` and `add_while_training` make those
+read the layer's own `training` flag.
 `quiet` silences torch while it exports (a failed export prints its partial
 graph; pipeplan says one line).
 """
@@ -53,6 +54,12 @@ def follow_mode(target: object, args: list[Any] | tuple[Any, ...], kwargs: dict[
         elif "dropout_p" in kwargs:
             kwargs["dropout_p"] = mode_value(kwargs["dropout_p"], training)
     return args, kwargs
+
+
+def add_while_training(training: bool, counter: torch.Tensor, step: object) -> torch.Tensor:
+    """`counter += step` while training only: a buffer counted in place from no data (batch norm's
+    num_batches_tracked) counts training steps, as the module's own `if self.training` does."""
+    return counter.add_(step) if training else counter
 
 
 def mode_value(p: object, training: fx.Node) -> object:
