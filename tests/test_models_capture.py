@@ -322,3 +322,26 @@ def test_batch_norm_follows_each_layers_mode() -> None:
     net.eval()
     torch.testing.assert_close(net(x), call_model(model, x), rtol=0, atol=1e-12)
     assert int(norm.num_batches_tracked) == 1 and torch.equal(norm.running_mean, before)
+
+
+class _PadMask(nn.Module):
+    """Embeds its ids and masks the padding read from the same ids in a later block: the ids feed two layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.stack = nn.ModuleList([nn.Linear(4, 4)])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if ids.dim() != 2:
+            raise ValueError("ids")
+        return self.stack[0](self.embed(ids)) * (ids != 0).unsqueeze(-1)
+
+    def sample_input(self, batch_size: int) -> torch.Tensor:
+        return torch.arange(batch_size * 3).reshape(batch_size, 3) % 10
+
+
+def test_integer_ids_read_by_two_layers_are_refused_at_capture() -> None:
+    """Ids would have to cross a cut to reach the second reader: refused when captured, naming both layers."""
+    with pytest.raises(ProfileError, match=r"reads its torch.int64 input in 2 layers \(embed, mul\): only floating"):
+        spec_from_module(_PadMask(), "pad")

@@ -182,6 +182,13 @@ class _Grouping:
         inputs: list[tuple[int, ...]] = []
         produced: dict[fx.Node, int] = {self.input: MODEL_INPUT}
         if len(readers) != 1:  # several layers read the input: an input layer passes it on (models.graph)
+            value = self.input.meta.get("val")
+            if isinstance(value, torch.Tensor) and not value.is_floating_point():
+                raise ProfileError(
+                    f"model {self.name!r} reads its {value.dtype} input in {len(readers)} layers "
+                    f"({', '.join(sorted(_strip(r) for r in readers))}): only floating-point tensors cross stages; "
+                    "return an nn.Sequential or give the model a pipeline_layers() method"
+                )
             layers, names, inputs = [InputLayer()], [_input_name(self.wrapper)], [()]
             produced[self.input] = 0
         for g in order:
