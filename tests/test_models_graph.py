@@ -57,15 +57,6 @@ def test_live_after_holds_every_earlier_output_a_later_layer_reads() -> None:
     assert live_after(inputs, [0, 1, 3, 2, 4], 3) == (3, 2)  # in position order
 
 
-class _ReadsWeight(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(3))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.weight
-
-
 class _CallsTwice(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -83,15 +74,44 @@ class _TwoInputs(nn.Module):
 @pytest.mark.parametrize(
     ("module", "message"),
     [
-        (_ReadsWeight(), "node 'weight' reads 'weight' outside a module call"),
         (_CallsTwice(), "calls module 'lin' twice"),
         (_TwoInputs(), "must take exactly one input tensor, its forward takes 2"),
     ],
 )
 def test_models_that_cannot_be_split_into_layers_are_refused(module: nn.Module, message: str) -> None:
-    """A parameter outside a module call, a module called twice, or two inputs: one ProfileError naming it."""
+    """A module with parameters called twice, or two inputs: one ProfileError naming it."""
     with pytest.raises(ProfileError, match=message):
         trace_layers(module, "m")
+
+
+class _TokenAndReLUTwice(nn.Module):
+    """A class token and a position table read outside any module call, and one ReLU module called twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, 3))
+        self.register_buffer("positions", torch.randn(3, 3))
+        self.lin = nn.Linear(3, 3)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1) + self.positions
+        return self.act(self.act(self.lin(h)) * self.token)
+
+
+def test_a_parameter_read_outside_a_module_call_belongs_to_each_layer_that_reads_it() -> None:
+    """The token is the model's own Parameter, held by both layers that read it (one shared object); the buffer by
+    its reader; the parameter-free ReLU called twice is two layers; the layers compute the module's output."""
+    from pipeplan.models.shared import shared_parameters
+
+    net = _TokenAndReLUTwice()
+    layers, names, inputs = trace_layers(net, "net")
+    assert names == ("x", "getattr_1", "getitem", "expand", "cat", "add", "lin", "act", "mul", "act_1")
+    (shared,) = shared_parameters(layers, names)
+    assert shared.layers == (3, 8) and all(any(p is net.token for p in layers[i].parameters()) for i in shared.layers)
+    assert any(b is net.positions for b in layers[5].buffers())
+    x = torch.randn(4, 2, 3)
+    torch.testing.assert_close(run_layers(layers, inputs, x)[-1], net(x), rtol=0, atol=0)
 
 
 def test_rescnn_refuses_an_input_that_is_not_a_square_image() -> None:

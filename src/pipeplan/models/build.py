@@ -106,7 +106,7 @@ def build_model(
     if dataset == "digits":
         data = digits()
         opts.setdefault("in_features", data.features)
-        spec = _resolve(module, opts, seed)
+        spec = _resolve(module, opts, seed, torch_dtype)
         out_width = _output_width(spec, data.inputs[:2])
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 7919)
@@ -116,7 +116,7 @@ def build_model(
         inputs = None if spec.layer_inputs is None else (*spec.layer_inputs, (len(spec.layers) - 1,))
         loss_fn: LossFn = functional.cross_entropy
     elif dataset == "pysource":
-        spec = _resolve(module, opts, seed)
+        spec = _resolve(module, opts, seed, torch_dtype)
         if spec.loss_fn is None or not takes_option(module, "seq_len"):
             raise TrainConfigError(
                 f"--dataset pysource needs a character model with a seq_len option (such as charlm), got {module!r}"
@@ -125,7 +125,7 @@ def build_model(
         data = pysource(seq_len)
         layers, names, loss_fn, inputs = spec.layers, spec.layer_names, spec.loss_fn, spec.layer_inputs
     elif dataset == "sample":
-        spec = _resolve(module, opts, seed)
+        spec = _resolve(module, opts, seed, torch_dtype)
         if spec.loss_fn is None:
             raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
         data = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
@@ -145,7 +145,13 @@ def build_model(
     return Model(tuple(layers), tuple(names), loss_fn, data, spec, graph)
 
 
-def _resolve(module: str, options: dict[str, object], seed: int) -> ModelSpec:
+def _resolve(module: str, options: dict[str, object], seed: int, dtype: torch.dtype) -> ModelSpec:
+    """_resolve_float32 in dtype (a captured model is captured again in it: models.model_spec.ModelSpec.cast)."""
+    spec = _resolve_float32(module, options, seed)
+    return spec if spec.recapture is None else spec.cast(dtype)
+
+
+def _resolve_float32(module: str, options: dict[str, object], seed: int) -> ModelSpec:
     """resolve_module_spec with `seed` added when the factory takes it; a factory that takes none (a user's
     `build()`) runs with torch's generator seeded from `seed` inside fork_rng, as the built-ins draw their weights,
     so every process of a job builds the same initial model (before, each drew its own) and the caller's random

@@ -4,8 +4,12 @@
 graph's placeholder, an identity), then one `NodeLayer` per call_module,
 call_function and call_method node in the graph's (topological) order. A
 layer's inputs are the layers whose outputs its node reads, ascending; it is
-called with their outputs in that order. A call_module node owns its module,
-so every parameter belongs to exactly one layer. `LayerGraph` holds the edges
+called with their outputs in that order. A call_module node owns its module;
+a parameter or buffer the forward reads outside a module call (a class token,
+a position table) belongs to the layer that reads it: that layer holds the
+model's own object, so one read by two layers is one parameter held by both
+(models.shared). A module without parameters may be called more than once
+(one ReLU after each residual add): each call is a layer. `LayerGraph` holds the edges
 and every layer's per-sample output shape, which is what a pipeline stage
 needs to pack the tensors that cross a cut into one (models.graph_stage).
 """
@@ -29,6 +33,17 @@ class _Slot:
     index: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Attr:
+    """Where a node's argument reads the layer's own attribute `name` (a parameter or buffer of the model)."""
+
+    name: str
+
+
+_RESERVED = frozenset({"kind", "fn", "target", "template_args", "template_kwargs", "training"})
+"""NodeLayer's own attributes: a model attribute of one of these names is held under `attr_<name>`."""
+
+
 class InputLayer(nn.Module):
     """Layer 0 of a traced model: the model's input, passed on as it is."""
 
@@ -40,8 +55,22 @@ class InputLayer(nn.Module):
 class NodeLayer(nn.Module):
     """One fx node as a layer: a module call, a function call or a method call on the outputs of its inputs."""
 
-    def __init__(self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        attrs: dict[str, object] | None = None,
+    ) -> None:
         super().__init__()
+        for attr, value in (attrs or {}).items():  # the model's own objects, so tying is kept
+            if isinstance(value, nn.Parameter):
+                self.register_parameter(attr, value)
+            elif isinstance(value, torch.Tensor):
+                self.register_buffer(attr, value)
+            else:
+                setattr(self, attr, value)
         self.kind = kind
         if kind == "call_module":
             self.fn = target  # a child: its parameters belong to this layer
@@ -52,7 +81,12 @@ class NodeLayer(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         """The node's value, its arguments filled with `inputs` (the outputs of its input layers, ascending)."""
-        fill = lambda a: inputs[a.index] if isinstance(a, _Slot) else a  # noqa: E731
+
+        def fill(a: Any) -> Any:
+            if isinstance(a, _Slot):
+                return inputs[a.index]
+            return getattr(self, a.name) if isinstance(a, _Attr) else a
+
         args = fx.node.map_aggregate(self.template_args, fill)
         kwargs = fx.node.map_aggregate(self.template_kwargs, fill)
         if self.kind == "call_module":
@@ -70,8 +104,8 @@ def trace_layers(module: nn.Module, name: str) -> tuple[tuple[nn.Module, ...], t
 
     Raises:
         ProfileError: the module does not trace, takes other than one input, returns other than one tensor node,
-            reads a parameter or buffer outside a module call, calls a module twice, or has a node that reads no
-            other node (its value would not depend on the model's input).
+            calls a module with parameters twice, or has a node that reads no other node (its value would not depend
+            on the model's input).
     """
     try:
         graph = fx.symbolic_trace(module).graph
@@ -94,32 +128,43 @@ def trace_layers(module: nn.Module, name: str) -> tuple[tuple[nn.Module, ...], t
         if node.op in ("placeholder", "output"):
             continue
         if node.op == "get_attr":
-            raise ProfileError(
-                f"model {name!r} node {node.name!r} reads {node.target!r} outside a module call: every parameter must "
-                "belong to a submodule that the forward calls"
-            )
-        sources = sorted({index[n] for n in node.all_input_nodes})
+            continue  # read by the layers of its users (below)
+        read = [n for n in node.all_input_nodes if n.op != "get_attr"]
+        sources = sorted({index[n] for n in read})
         if not sources:
             raise ProfileError(f"model {name!r} node {node.name!r} reads no other node: it does not depend on the input")
-        slot = {n: _Slot(sources.index(index[n])) for n in node.all_input_nodes}
+        slot: dict[fx.Node, Any] = {n: _Slot(sources.index(index[n])) for n in read}
+        attrs = {}
+        for n in node.all_input_nodes:
+            if n.op == "get_attr":
+                attr = str(n.target).replace(".", "_")
+                attr = attr if attr not in _RESERVED else f"attr_{attr}"
+                attrs[attr] = _fetch(module, str(n.target))
+                slot[n] = _Attr(attr)
         args = fx.node.map_arg(node.args, slot.__getitem__)
         kwargs = fx.node.map_arg(node.kwargs, slot.__getitem__)
         target: Any = node.target
         if node.op == "call_module":
-            if node.target in called:
+            target = module.get_submodule(node.target)
+            if node.target in called and any(True for _ in target.parameters()):
                 raise ProfileError(
                     f"model {name!r} calls module {node.target!r} twice ({called[node.target]}, {node.name}): "
-                    "a parameter would belong to two layers"
+                    "its parameters would belong to two layers; call one module per use"
                 )
             called[node.target] = node.name
-            target = module.get_submodule(node.target)
         index[node] = len(layers)
-        layers.append(NodeLayer(node.op, target, tuple(args), dict(kwargs)))
+        layers.append(NodeLayer(node.op, target, tuple(args), dict(kwargs), attrs))
         names.append(node.name)
         inputs.append(tuple(sources))
     if index[output.args[0]] != len(layers) - 1:  # after dead-code elimination every node feeds the output
         raise ProfileError(f"model {name!r} must return the value of its last node")
     return tuple(layers), tuple(names), tuple(inputs)
+
+
+def _fetch(module: nn.Module, target: str) -> object:
+    """The object an fx get_attr node reads: the module's own parameter, buffer or attribute at `target`."""
+    owner_path, _, attr = target.rpartition(".")
+    return getattr(module.get_submodule(owner_path) if owner_path else module, attr)
 
 
 def consumers(inputs: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:

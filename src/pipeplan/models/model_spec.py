@@ -28,6 +28,9 @@ class ModelSpec:
     (None: a chain) makes it a graph (models.graph): layer i is called with
     the outputs of the layers `layer_inputs[i]` (earlier ones, ascending), a
     layer with none with the model's input; the last layer is the output.
+    `recapture(dtype)` (a model captured with torch.export, models.capture)
+    converts the model and captures it again: an export fixes the dtypes its
+    graph casts to, so `cast` re-exports rather than converting the layers.
     """
 
     name: str
@@ -37,6 +40,7 @@ class ModelSpec:
     sample_target: SampleFn | None = None
     loss_fn: LossFn | None = None
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
+    recapture: Callable[[torch.dtype], tuple[nn.Module, ...]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -80,9 +84,15 @@ class ModelSpec:
     def cast(self, dtype: torch.dtype) -> ModelSpec:
         """Convert the layers' floating-point parameters and buffers to dtype in place; floating sample inputs follow.
 
-        Integer inputs (token ids) and targets are left as they are.
+        Integer inputs (token ids) and targets are left as they are. A captured model (`recapture`) is converted
+        and captured again in dtype: new layer objects with the same names and inputs.
         """
-        for layer in self.layers:
+        layers = self.layers
+        if self.recapture is not None and any(
+            p.is_floating_point() and p.dtype != dtype for layer in layers for p in layer.parameters()
+        ):
+            layers = self.recapture(dtype)
+        for layer in layers:
             layer.to(dtype)
         base = self.sample_input
 
@@ -90,7 +100,7 @@ class ModelSpec:
             x = base(batch_size)
             return x.to(dtype) if x.is_floating_point() else x
 
-        return replace(self, sample_input=sample_input)
+        return replace(self, layers=layers, sample_input=sample_input)
 
 
 def seeded_randn(shape: Sequence[int], seed: int = 0) -> torch.Tensor:

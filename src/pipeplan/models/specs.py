@@ -13,10 +13,14 @@ keyword arguments and may return:
     (modules, or (name, module) pairs) whose composition is the model;
   - a module whose `blocks` or `layers` ModuleList holds all its parameters;
   - any other module that torch.fx traces: a graph, one layer per node that
-    computes (models.graph), e.g. one with branches and skip connections.
+    computes (models.graph), e.g. one with branches and skip connections;
+  - any other module that torch.export captures (Hugging Face transformers
+    models, which fx cannot trace, go straight there): a graph, one layer per
+    module of its hierarchy (models.capture, models.capture_spec).
 The sample input then comes from, in order: the returned module's
 `sample_input(batch_size)` method, a `sample_input(batch_size)` function beside
-the factory in its Python module, or the first layer when it is an
+the factory in its Python module, a transformers model's config (with its
+own sample target and loss, models.stock), or the first layer when it is an
 `nn.Linear` (a standard normal batch of `in_features`).
 """
 
@@ -120,23 +124,28 @@ def spec_from_module(module: nn.Module, name: str = "model", sample_input: Sampl
     Raises:
         ProfileError: when the module exposes no chain of blocks and does not trace, or gives no way to make an input.
     """
+    from pipeplan.models.stock import hf_defaults
+
+    defaults = hf_defaults(module)
+    if callable(getattr(module, "sample_input", None)):
+        sample_input = module.sample_input
+    if sample_input is None and defaults is not None:
+        sample_input = defaults.sample_input
     inputs = None
+    recapture = None
     try:
         named = layers_of(module, name)
     except ProfileError as not_chain:
-        from pipeplan.models.graph import trace_layers
+        from pipeplan.models.capture_spec import capture
 
-        try:
-            layers, names, inputs = trace_layers(module, name)
-        except ProfileError as not_graph:
-            raise ProfileError(f"{not_chain}; nor does it trace as a graph: {not_graph}") from None
+        layers, names, inputs, recapture = capture(module, name, sample_input, str(not_chain))
         named = list(zip(names, layers, strict=True))
-    if callable(getattr(module, "sample_input", None)):
-        sample_input = module.sample_input
     if sample_input is None:
         sample_input = _infer_sample_input(named[0][1], name)
     target = module.sample_target if callable(getattr(module, "sample_target", None)) else None
     loss = module.loss_fn if callable(getattr(module, "loss_fn", None)) else None
+    if defaults is not None and target is None and loss is None:
+        target, loss = defaults.sample_target, defaults.loss_fn
     return ModelSpec(
         name=name,
         layers=tuple(layer for _, layer in named),
@@ -145,6 +154,7 @@ def spec_from_module(module: nn.Module, name: str = "model", sample_input: Sampl
         sample_target=target,
         loss_fn=loss,
         layer_inputs=inputs,
+        recapture=recapture,
     )
 
 
