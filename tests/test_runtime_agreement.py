@@ -470,3 +470,14 @@ def test_two_torchrun_nodes_started_with_another_seed_stop_with_one_line(tmp_pat
     assert all(agent.returncode != 0 for agent in agents)
     assert all("exitcode  : 2" in err for _, err in done)  # torchrun's own report of its worker
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sharing_names_each_tied_parameter_and_its_layers() -> None:
+    """A model whose head's weight is its embedding's: named with layers 0 and 2; the same weights untied: none."""
+    from pipeplan.runtime.training.agreement import sharing
+
+    embed, head = torch.nn.Embedding(4, 3), torch.nn.Linear(3, 4, bias=False)
+    untied = sharing([embed, torch.nn.Linear(3, 3), head], ["embed", "mid", "head"])
+    head.weight = embed.weight
+    assert sharing([embed, torch.nn.Linear(3, 3), head], ["embed", "mid", "head"]) == "embed.weight in layers [0, 2]"
+    assert untied == "none"

@@ -134,6 +134,28 @@ def check_layout(layout: ScheduleLayout, local: int | None) -> tuple[Schedule, t
     return None
 
 
+def refuse_asynchronous_split(
+    layout: ScheduleLayout | None, local: int | None, model: tuple[str, dict[str, str], str, str, int]
+) -> None:
+    """--schedule pipemare with a model whose tied weights its stages split: refused before any process starts, the
+    model built as each worker will build it (module, options, dataset, dtype, seed). The processes are --local N's,
+    or under torchrun WORLD_SIZE's (each process, before the process group forms).
+
+    Raises:
+        TrainConfigError: naming the parameter, its layers and stages (runtime.execution.shared_grads).
+    """
+    world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0") or 0)
+    if layout is None or not layout.asynchronous or world < 1:
+        return
+    from pipeplan.models.build import build_model
+    from pipeplan.runtime.execution.shared_grads import check_asynchronous_sharing
+
+    module, options, dataset, dtype, seed = model
+    built = build_model(module, dict(options), dataset, dtype, seed)
+    plan, _ = layout.build(len(built.layers), world)
+    check_asynchronous_sharing(built.layers, built.layer_names, plan, layout.name)
+
+
 def refuse_beside_plan(given: dict[str, object]) -> None:
     """Raise TrainConfigError for the first flag given (not None) beside --plan whose value a plan file fixes (stages,
     microbatches, batch size, k, chunks, replicas), naming it and its value."""

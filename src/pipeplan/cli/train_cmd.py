@@ -19,6 +19,7 @@ from pipeplan.cli.train_checks import (
     prediction_inputs,
     prediction_numerics,
     prepare_checkpoints,
+    refuse_asynchronous_split,
     refuse_beside_plan,
     refuse_predict_for_graph,
     split_ints,
@@ -234,6 +235,7 @@ def train(
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     check_model_flags("mlp" if module is None else module, spec_options, dataset or "auto", given_module)
+    refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset or "auto", dtype, seed))
     if checkpoint_dir is not None:
         job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
                "optimizer": optimizer, "seed": seed, "lr": lr}  # fmt: skip

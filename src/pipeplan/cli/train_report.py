@@ -74,6 +74,8 @@ def print_results(report: Any, as_json: bool) -> None:
             if report.link is None
             else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
         }
+        if report.shared:  # a plan that splits tied weights over stages: what is exchanged for them
+            out["shared_parameters"] = [c.to_json() for c in report.shared]
         if report.adaptive is not None:  # --adaptive: k per iteration, the controller's decisions
             out["adaptive"] = report.adaptive
         if report.loss_scale is not None:  # --precision fp16: the scale at the end, the steps skipped on every rank
@@ -87,6 +89,8 @@ def print_results(report: Any, as_json: bool) -> None:
         sys.stdout.write("\n")
         sys.stdout.flush()
         return
+    for shared in report.shared:
+        typer.echo(f"shared:    {shared.describe()}")
     if step is not None:
         skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
         typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "

@@ -21,7 +21,9 @@ from pipeplan.models.stage import LossFn, StageModule
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
+from pipeplan.runtime.execution.optim import distinct
 from pipeplan.runtime.execution.replicas import GradSync
+from pipeplan.runtime.execution.shared_grads import SharedGradSync, shared_copies
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.state.faults import FaultInjector
 from pipeplan.runtime.transport.comm import Comm, TransferRecord
@@ -135,10 +137,26 @@ class Executor:
         self._comms: dict[tuple[tuple[Action, ...], ...], Comm] = {}
         self.use(topology)
         self.sync = GradSync(topology, role, timeout_s)
+        self._shared_sync(layers, timeout_s)
         self.step_index = 0
         self._loss = torch.zeros((), dtype=torch.float64)
         self._peak = 0  # most microbatches in flight on this process in the current iteration
         self._current: Action | None = None
+
+    def _shared_sync(self, layers: Sequence[nn.Module], timeout_s: float) -> None:
+        """The parameters several layers hold (tied weights): summed over every process holding a copy
+        (runtime.execution.shared_grads), and so left out of the stages' own data-parallel all-reduce."""
+        found = shared_copies(layers, self.topology)
+        self.shared = tuple(copies for copies, _ in found)
+        params: dict[int, nn.Parameter] = {}
+        holders: dict[int, tuple[int, ...]] = {}
+        for i, (_, param) in enumerate(found):
+            local = tuple(s for s, st in sorted(self.stages.items()) if any(q is param for q in st.module.parameters()))
+            if local and param.requires_grad:
+                params[i], holders[i] = param, local
+        self.shared_sync = SharedGradSync(self.shared, params, holders, self.role, timeout_s)
+        kept = {id(p) for p in params.values()}
+        self._plain = {s: [p for p in st.params if id(p) not in kept] for s, st in self.stages.items()}
 
     def use(self, topology: Topology) -> None:
         """Walk `topology`'s schedule from the next iteration on: the same stages, weights and processes in another
@@ -159,8 +177,8 @@ class Executor:
                 self._last_backward[a.stage] = i
 
     def parameters(self) -> list[nn.Parameter]:
-        """Parameters of this process's stages, stage by stage."""
-        return [p for s in sorted(self.stages) for p in self.stages[s].module.parameters()]
+        """Parameters of this process's stages, stage by stage, each once (a weight two local stages hold is one)."""
+        return distinct(p for s in sorted(self.stages) for p in self.stages[s].module.parameters())
 
     def layer_ids(self, stage: int) -> tuple[int, ...]:
         """The model's indices of the layers of local `stage`, in the order its module holds them."""
@@ -184,6 +202,7 @@ class Executor:
         for p in self.parameters():
             p.grad = None
         self.comm.begin_step(record)
+        self.shared_sync.begin()
         self._loss = torch.zeros((), dtype=torch.float64)
         self.microbatch_losses = {}
         spans: list[ComputeSpan] = []
@@ -195,6 +214,7 @@ class Executor:
                 self._walk(inputs, targets, record, spans, stage_peaks, meter)
             self.comm.finish_step(None)
             self.sync.finish()
+            self.shared_sync.finish()
         except Exception as exc:
             for st in self.stages.values():
                 st.clear()
@@ -238,7 +258,8 @@ class Executor:
             self._peak = max(self._peak, sum(st.inflight for st in self.stages.values()))
             stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)
             if self._last_backward.get(action.stage) == i:
-                self.sync.start(action.stage, self.stages[action.stage].params)
+                self.sync.start(action.stage, self._plain[action.stage])
+                self.shared_sync.stage_done(action.stage)
             if meter is not None:
                 meter.sample()
         self._current = None

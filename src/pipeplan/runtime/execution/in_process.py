@@ -28,6 +28,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action, Schedule
 from pipeplan.models.layer_rng import RngKey
 from pipeplan.models.stage import LossFn, StageModule
+from pipeplan.runtime.execution.optim import distinct
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
@@ -90,8 +91,8 @@ class InProcessPipeline:
         self.step_index = 0
 
     def parameters(self) -> list[torch.nn.Parameter]:
-        """Every stage's parameters (the model's own), for an optimizer."""
-        return [p for stage in self.stages for p in stage.module.parameters()]
+        """Every stage's parameters (the model's own), each once (a tied weight two stages hold is one), for an optimizer."""
+        return distinct(p for stage in self.stages for p in stage.module.parameters())
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor, on_action: Callable[[int, Action], None] | None = None) -> float:
         """Run one iteration on a global batch; gradients accumulate into the parameters; return the mean loss.

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T", bound=torch.Tensor)
 
 MOMENTUM = 0.9
 """SGD's momentum under `sgd_momentum` (as the profiler times it: profiler.curves.OPTIMIZERS)."""
@@ -42,6 +45,18 @@ def set_rate(optimizer: torch.optim.Optimizer, rate: float) -> None:
     """Set every parameter group of `optimizer` to learning rate `rate`."""
     for group in optimizer.param_groups:
         group["lr"] = rate
+
+
+def distinct(params: Iterable[T]) -> list[T]:
+    """Each parameter once, in first-seen order, by identity: a tied weight that two stages of one process hold is
+    one tensor, stepped once (an optimizer given it twice would step it twice)."""
+    seen: set[int] = set()
+    out = []
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
 
 
 def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torch.optim.Optimizer:

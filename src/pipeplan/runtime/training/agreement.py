@@ -26,6 +26,7 @@ from torch import nn
 from pipeplan.core.errors import PipeplanError
 from pipeplan.models.build import Model
 from pipeplan.models.datasets import Dataset
+from pipeplan.models.shared import shared_parameters
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.training.train_config import TrainConfig
 from pipeplan.runtime.transport.exchange import all_gather_json
@@ -224,6 +225,7 @@ def built_fields(config: TrainConfig, model: Model) -> tuple[Field, ...]:
     """Digests of what this rank built and reads: the layers' initial parameters, the data, the checkpoint it resumes."""
     return (
         (f"the model's initial parameters (--module {config.module})", model_digest(model.layers)),
+        (f"the model's shared parameters (--module {config.module})", sharing(model.layers, model.layer_names)),
         (f"the data (--dataset {model.dataset.name})", data_digest(model.dataset)),
         ("the checkpoint to resume (--checkpoint-dir, --resume)", checkpoint_digest(config)),
     )
@@ -240,6 +242,13 @@ def model_digest(layers: Sequence[nn.Module]) -> str:
             digest.update(flat.view(torch.uint8).numpy().data)
             tensors, values = tensors + 1, values + flat.numel()
     return f"{len(layers)} layers, {tensors} tensors, {values:,} values (sha256 {digest.hexdigest()[:12]})"
+
+
+def sharing(layers: Sequence[nn.Module], names: Sequence[str]) -> str:
+    """Every parameter several layers hold (tied weights) and its layers: a rank whose model ties otherwise would
+    train another model, and its peers' exchange of the tied gradients would not match."""
+    found = shared_parameters(layers, names)
+    return "; ".join(f"{s.name} in layers {list(s.layers)}" for s in found) or "none"
 
 
 def data_digest(data: Dataset) -> str:

@@ -56,6 +56,7 @@ from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer, set_rate, warm_up
+from pipeplan.runtime.execution.shared_grads import check_asynchronous_sharing
 from pipeplan.runtime.options import AsyncSettings, check_async_settings
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
@@ -194,6 +195,9 @@ def train_asynchronous(
     bounds = [*list(range(0, total, per_epoch if config.evaluate else total)), total]
     full = dataclasses.replace(layout, minibatches=total, sync_minibatches=settings.sync_warmup)
     plan, schedule = full.build(len(model.layers), world)
+    check_asynchronous_sharing(
+        model.layers, model.layer_names, plan, layout.name
+    )  # the launcher checked it: here for any other caller
     taus = stage_delays(schedule).delays  # the run's delays: its steady state, as one walk would see it
     report = TrainReport(start_step=0, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
     hooks: PipeMareHooks | None = None

@@ -12,7 +12,7 @@ from torch import nn
 from pipeplan.models.build import build_model
 from pipeplan.models.graph_stage import GraphStage
 from pipeplan.models.stage import StageModule
-from pipeplan.runtime.execution.optim import make_optimizer
+from pipeplan.runtime.execution.optim import distinct, make_optimizer
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.training.train_config import TrainConfig
 
@@ -43,6 +43,6 @@ def resume_targets(config: TrainConfig, world: int) -> tuple[dict[str, Any], Tar
                 else:
                     built[s] = GraphStage(s, model.layers, model.graph, order, first, last, is_last, False).module
         modules = {s: built[s] for s in sorted(role.stages)}
-        params = [p for s in sorted(modules) for p in modules[s].parameters()]
+        params = distinct(p for s in sorted(modules) for p in modules[s].parameters())
         targets[role.process] = (modules, make_optimizer(config.optimizer, params, config.lr))
     return config.fingerprint(plan, schedule, world), targets

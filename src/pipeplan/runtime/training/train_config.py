@@ -15,6 +15,7 @@ from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.evaluate import EvalResult
 from pipeplan.runtime.execution.job import ScheduleLayout
 from pipeplan.runtime.execution.optim import RateSchedule
+from pipeplan.runtime.execution.shared_grads import SharedCopies
 from pipeplan.runtime.measurement.prediction import PlanPrediction
 from pipeplan.runtime.options import (
     AsyncSettings,
@@ -170,6 +171,8 @@ class TrainReport:
     model: Model | None = None
     plan: Plan | None = None
     schedule: Schedule | None = None
+    shared: list[SharedCopies] = field(default_factory=list)
+    """The shared parameters (tied weights) the plan splits over stages: their gradients exchanged every iteration."""
 
     def measured_ms(self) -> float | None:
         """Median pipeline time per iteration, leaving out the first iteration (warm-up) when there are more."""

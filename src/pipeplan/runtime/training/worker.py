@@ -24,6 +24,7 @@ from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.execution.optim import make_optimizer
+from pipeplan.runtime.execution.shared_grads import shared_copies
 from pipeplan.runtime.measurement.prediction import (
     PlanPrediction,
     local_cluster,
@@ -105,6 +106,7 @@ def train(
         start = resumed.step if resumed is not None else 0
         executor.step_index = start
     report = TrainReport(start_step=start, model=model, plan=plan, schedule=schedule, warmup_steps=config.warmup_steps)
+    report.shared = [c for c, _ in shared_copies(model.layers, topology, model.layer_names) if c.split]
     if rank == 0 and config.plan is not None and config.profile is not None and config.cluster is not None:
         report.plan_prediction = _plan_prediction(config, plan, model)  # made before the first step
     data = model.dataset
