@@ -88,6 +88,18 @@ def train(
         help="digits (scikit-learn's), sample (the spec's own samples) or auto: digits when the model "
         "takes in_features (mlp), else sample.",
     ),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Your own samples instead of --dataset: MODULE:FACTORY returning a map-style Dataset or a list of (input, "
+        "target) pairs or dicts (input_ids/pixel_values + labels), or a pair (train, held_out) of them.",
+    ),
+    loss: str | None = typer.Option(
+        None, "--loss", help="MODULE:FN, called FN(output, target) -> scalar mean loss [the model's own loss]."
+    ),
+    eval_fraction: float = typer.Option(
+        0.0, "--eval-fraction", help="With --data: hold out this share of the samples (seeded) for --eval."
+    ),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or float64."),
     batch_size: int | None = typer.Option(
         None, "--batch-size", "-b", help="Global batch: samples per iteration (with --schedule) [64]."
@@ -150,6 +162,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
+    from pipeplan.api.data_checks import check_user_data, user_dataset
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.execution.job import ScheduleLayout
@@ -222,9 +235,14 @@ def train(
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
     check_model_flags("mlp" if module is None else module, spec_options, dataset or "auto", given_module)
+    dataset = user_dataset(dataset, data, plan, profile)
+    # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
+    check_user_data(module or "mlp", spec_options, dataset, data=data, loss=loss, eval_fraction=eval_fraction,
+                    evaluate=evaluate, dtype=dtype, seed=seed, build=local is not None)  # fmt: skip
     if checkpoint_dir is not None:
         job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
-               "optimizer": optimizer, "seed": seed, "lr": lr}  # fmt: skip
+               "optimizer": optimizer, "seed": seed, "lr": lr, "data": data, "loss": loss,
+               "eval_fraction": eval_fraction}  # fmt: skip
         note, finished = prepare_checkpoints(checkpoint_dir, resume, checkpoint_every, run_steps, job,
                                              (plan_obj, plan, layout), local)  # fmt: skip
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
@@ -240,7 +258,7 @@ def train(
         from pipeplan.runtime.training.launch import launch_local
 
         code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
-                            modules=(module or "mlp",))  # fmt: skip
+                            modules=(module or "mlp", *(spec for spec in (data, loss) if spec is not None)))  # fmt: skip
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.training.train_config import TrainConfig
 
@@ -253,7 +271,7 @@ def train(
         trace=trace is not None or png is not None,
         threads=threads, save_grads=save_grads, predict=predict, backend=backend, profile=profile, cluster=cluster,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0, network=network, adaptive=adaptive,
+        epochs=epochs or 0, network=network, adaptive=adaptive, data=data, loss=loss, eval_fraction=eval_fraction,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 

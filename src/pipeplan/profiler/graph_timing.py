@@ -18,6 +18,7 @@ from torch import nn
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.models.graph import consumers, run_layers
+from pipeplan.models.stage import grad_entry
 from pipeplan.profiler.timing import Loss
 
 
@@ -69,10 +70,13 @@ class GraphTimer:
         leaves: list[tuple[torch.Tensor, ...]] = []
         outs: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            args = tuple(a.detach().requires_grad_(a.requires_grad) for a in self.args[i]) if self.inputs[i] else self.args[i]
+            # fresh leaves over copies, entered as a stage enters its input (models.stage.grad_entry): a layer may
+            # change its input in place, and the kept inputs stay as they are for the next round
+            args = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in self.args[i])
+            entries = tuple(grad_entry(a)[1] if a.requires_grad else a for a in args)
             self.sync()
             t0 = time.perf_counter()
-            out = layer(*args)
+            out = layer(*entries)
             if i == last and self.loss is not None:
                 out = self.loss[0](out, self.loss[1])
             self.sync()

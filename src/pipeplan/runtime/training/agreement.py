@@ -190,7 +190,8 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
     fields += [("--module", config.module), ("--opt", _options(config.module_options)), ("--dataset", config.dataset),
                ("--dtype", config.dtype), ("--seed", str(config.seed)), ("--steps", str(config.steps)),
                ("--epochs", str(config.epochs)), ("--lr", repr(config.lr)), ("--lr-schedule", config.lr_schedule),
-               ("--optimizer", config.optimizer)]  # fmt: skip
+               ("--optimizer", config.optimizer), ("--data", str(config.data)), ("--loss", str(config.loss)),
+               ("--eval-fraction", repr(config.eval_fraction))]  # fmt: skip
     if config.plan is not None:
         p = config.plan  # frozen values of tuples: their repr is canonical (the pipeplan version is compared first)
         summary = f"{p.schedule}, {len(p.stages)} stages, {p.microbatches} microbatches, global batch {p.global_batch}"
