@@ -72,8 +72,8 @@ class GraphTimer:
         for i, layer in enumerate(self.layers):
             # fresh leaves over copies, entered as a stage enters its input (models.stage.grad_entry): a layer may
             # change its input in place, and the kept inputs stay as they are for the next round
-            args = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in self.args[i])
-            entries = tuple(grad_entry(a)[1] if a.requires_grad else a for a in args)
+            entered = [grad_entry(a.detach().clone()) if a.requires_grad else _same(a.clone()) for a in self.args[i]]
+            args, entries = tuple(leaf for leaf, _ in entered), tuple(arg for _, arg in entered)
             self.sync()
             t0 = time.perf_counter()
             out = layer(*entries)
@@ -105,3 +105,7 @@ class GraphTimer:
             if leaf.grad is not None:
                 grads.append(leaf.grad)
         return None if not grads else grads[0] if len(grads) == 1 else torch.stack(grads).sum(0)
+
+
+def _same(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x, x

@@ -294,8 +294,8 @@ def _count_layer(
     """
     # fresh leaves over copies (the kept inputs stay as they are), each entered as a stage enters its input
     # (models.stage.grad_entry): a layer may change its input in place, as it may in a run
-    xs = tuple(one.detach().clone().requires_grad_(one.requires_grad) for one in (x if isinstance(x, tuple) else (x,)))
-    args = tuple(grad_entry(one)[1] if one.requires_grad else one for one in xs)
+    entered = [grad_entry(one.detach().clone()) if one.requires_grad else _same(one.clone()) for one in _tuple(x)]
+    xs, args = tuple(leaf for leaf, _ in entered), tuple(arg for _, arg in entered)
     fused = FusedAttentionMode() if xs[0].device.type == "meta" else contextlib.nullcontext()
     fwd_kernels, bwd_kernels = KernelCounter(), KernelCounter()
     meter = SavedTensorMeter(exclude=layer.parameters())
@@ -325,6 +325,14 @@ def _count_layer(
         name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
     )
     return LayerSizes(name, out_bytes, p_bytes, saved, work), grad, ends
+
+
+def _tuple(x: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _same(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x, x
 
 
 def _no_sync() -> None:
