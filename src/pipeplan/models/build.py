@@ -158,7 +158,10 @@ def build_model(
     elif dataset == "sample":
         spec = _resolve(module, opts, seed)
         if spec.loss_fn is None and loss is None:
-            raise TrainConfigError(f"MODULE_SPEC {module!r} defines no loss; use --dataset digits")
+            raise TrainConfigError(
+                f"MODULE_SPEC {module!r} defines no loss; give your samples and loss with --data MODULE:FACTORY --loss "
+                "MODULE:FN, or use --dataset digits (a factory that takes in_features)"
+            )
         samples = sample_dataset(spec.sample_input, spec.sample_target, sample_size)
         layers, names, loss_fn, inputs = spec.layers, spec.layer_names, spec.loss_fn, spec.layer_inputs  # type: ignore[assignment]
     else:  # resolve_dataset leaves only the three
@@ -211,7 +214,8 @@ def _resolve(module: str, options: dict[str, object], seed: int, fallback_input:
     except ProfileError as exc:
         if "no option 'in_features'" in str(exc):
             raise TrainConfigError(
-                f"--dataset digits needs a MODULE_SPEC with an in_features option (such as mlp), got {module!r}"
+                f"--dataset digits needs a MODULE_SPEC with an in_features option (such as mlp), got {module!r}; give "
+                "your own samples with --data MODULE:FACTORY"
             ) from None
         raise
 
