@@ -61,8 +61,8 @@ def test_eval_is_fine_for_data_with_a_split() -> None:
 
 
 def test_a_profile_of_your_data_needs_data_again() -> None:
-    assert user_dataset("data", "d:f", "p.json", "prof.json") == "auto"
-    assert user_dataset("digits", None, "p.json", "prof.json") == "digits"
+    assert user_dataset("data", "d:f", "p.json", None) == "auto"
+    assert user_dataset("digits", None, "p.json", None) == "digits"
     with pytest.raises(TrainConfigError, match=r"plan p.json's profile prof.json was measured on your own samples"):
         user_dataset("data", None, "p.json", "prof.json")
 

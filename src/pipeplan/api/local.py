@@ -28,6 +28,7 @@ from pipeplan.api.simulation import simulate
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
 from pipeplan.core.limits import TIMEOUT_S
+from pipeplan.core.model_source import USER_DATA
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.io import file_kinds
@@ -167,7 +168,12 @@ def train_local(
     _check_job(len(plan.all_devices), optimizer)
     source = model.source
     assert source is not None
-    dataset = user_dataset(source.dataset, data, "plan", shown(profile))
+    if source.dataset == USER_DATA and data is None:
+        raise TrainConfigError(
+            f"profile {shown(profile)} was measured on your own samples (data=), which a profile does not record: give "
+            "data='package.module:factory' again"
+        )
+    dataset = user_dataset(source.dataset, data, None, None)
     check_user_data(spec, dict(source.options), dataset, data=data, loss=loss, eval_fraction=eval_fraction,
                     evaluate=evaluate, seed=seed)  # fmt: skip
     with job_files(profile=profile, cluster=cluster, plan=plan) as paths:

@@ -234,8 +234,8 @@ def train(
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
-    check_model_flags("mlp" if module is None else module, spec_options, dataset or "auto", given_module)
-    dataset = user_dataset(dataset, data, plan, profile)
+    dataset = user_dataset(dataset, data, plan, profile)  # a profile of your samples records the dataset `data`
+    check_model_flags("mlp" if module is None else module, spec_options, dataset, given_module)
     # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
     check_user_data(module or "mlp", spec_options, dataset, data=data, loss=loss, eval_fraction=eval_fraction,
                     evaluate=evaluate, dtype=dtype, seed=seed, build=local is not None)  # fmt: skip
