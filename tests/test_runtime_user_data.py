@@ -147,3 +147,41 @@ def test_bad_data_or_loss_is_one_line_from_the_launcher(tmp_path: Path, args: li
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("error: TrainConfigError: ") and message in lines[0] and "rank" not in lines[0], lines
     assert done.stdout == ""
+
+
+@pytest.mark.slow
+def test_a_profile_of_your_data_needs_it_again_and_trains_on_it_through_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """profile_model(data=, loss=) measures your samples and records only that it did; `train --plan` without --data
+    is refused by the launcher (one line, no rank); train_local(data=, loss=) runs the plan on 2 processes with the
+    plain loop's losses (the first epoch's 2 batches of 8)."""
+    import sys
+
+    from pipeplan import api
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.cluster_json import cluster_to_json
+    from pipeplan.io.plan_json import write_plan
+    from pipeplan.runtime.measurement.prediction import local_cluster
+
+    env = _user_files(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    profile = api.profile_model("umodel:build", 4, data="udata:pairs", loss="uloss:ce", runs=1, warmup=0)
+    assert profile.source is not None and profile.source.dataset == "data"
+    api.save_profile(profile, str(tmp_path / "prof.json"))
+    cluster = tmp_path / "cpus.json"
+    obj = cluster_to_json(local_cluster(2, 1e-5, 1e9))
+    for device in obj["devices"]:
+        device["kind"] = "cpu"
+    cluster.write_text(json.dumps(obj))
+    plan = Plan((Stage(0, 1, (0,)), Stage(2, 4, (1,))), 1, 2, 4, "1f1b")
+    write_plan(plan, tmp_path / "plan.json", str(tmp_path / "prof.json"), str(cluster))
+    done = run_train(["--local", "2", "--plan", str(tmp_path / "plan.json"), "--module", "umodel:build", "--steps", "1"],
+                     env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "was measured on your own samples (--data)" in done.stderr and "rank" not in done.stderr
+    run = api.train_local(plan, str(tmp_path / "prof.json"), str(cluster), steps=2, seed=SEED, module="umodel:build",
+                          data="udata:pairs", loss="uloss:ce")  # fmt: skip
+    losses, _ = _reference(1, 8, 0.0)
+    assert run.losses == pytest.approx(losses, rel=1e-5)

@@ -198,7 +198,7 @@ def train(
                   backend=backend, batch_size=batch_size)  # fmt: skip
     spec_options = parse_options(options or [])
     given_module = module
-    layout = plan_obj = links_from = None
+    layout = plan_obj = links_from = plan_profile = None
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
 
@@ -207,6 +207,7 @@ def train(
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
+        plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
         if not launched_locally():  # the --local launcher has checked the plan once for every worker
             check_plan(plan, profile, cluster, batch_scaling, optimizer)
@@ -234,7 +235,7 @@ def train(
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
-    dataset = user_dataset(dataset, data, plan, profile)  # a profile of your samples records the dataset `data`
+    dataset = user_dataset(dataset, data, plan, plan_profile)  # a profile of your samples records the dataset `data`
     check_model_flags("mlp" if module is None else module, spec_options, dataset, given_module)
     # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
     check_user_data(module or "mlp", spec_options, dataset, data=data, loss=loss, eval_fraction=eval_fraction,
