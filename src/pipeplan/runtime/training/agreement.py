@@ -224,7 +224,7 @@ def built_fields(config: TrainConfig, model: Model) -> tuple[Field, ...]:
     """Digests of what this rank built and reads: the layers' initial parameters, the data, the checkpoint it resumes."""
     return (
         (f"the model's initial parameters (--module {config.module})", model_digest(model.layers)),
-        (f"the data (--dataset {model.dataset.name})", data_digest(model.dataset)),
+        (f"the data ({'--data' if config.data else '--dataset'} {model.dataset.name})", data_digest(model.dataset)),
         ("the checkpoint to resume (--checkpoint-dir, --resume)", checkpoint_digest(config)),
     )
 
