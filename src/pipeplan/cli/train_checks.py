@@ -135,11 +135,13 @@ def check_layout(layout: ScheduleLayout, local: int | None) -> tuple[Schedule, t
 
 
 def refuse_asynchronous_split(
-    layout: ScheduleLayout | None, local: int | None, model: tuple[str, dict[str, str], str, str, int]
+    layout: ScheduleLayout | None,
+    local: int | None,
+    model: tuple[str, dict[str, str], str, str, int, str | None, str | None],
 ) -> None:
     """--schedule pipemare with a model whose tied weights its stages split: refused before any process starts, the
-    model built as each worker will build it (module, options, dataset, dtype, seed). The processes are --local N's,
-    or under torchrun WORLD_SIZE's (each process, before the process group forms).
+    model built as each worker will build it (module, options, dataset, dtype, seed, --data, --loss). The processes
+    are --local N's, or under torchrun WORLD_SIZE's (each process, before the process group forms).
 
     Raises:
         TrainConfigError: naming the parameter, its layers and stages (runtime.execution.shared_grads).
@@ -150,8 +152,8 @@ def refuse_asynchronous_split(
     from pipeplan.models.build import build_model
     from pipeplan.runtime.execution.shared_grads import check_asynchronous_sharing
 
-    module, options, dataset, dtype, seed = model
-    built = build_model(module, dict(options), dataset, dtype, seed)
+    module, options, dataset, dtype, seed, data, loss = model
+    built = build_model(module, dict(options), dataset, dtype, seed, data=data, loss=loss)
     plan, _ = layout.build(len(built.layers), world)
     check_asynchronous_sharing(built.layers, built.layer_names, plan, layout.name)
 
@@ -308,6 +310,9 @@ def prepare_checkpoints(
     size = world if isinstance(world, int) else int(world) if world.isdigit() else None
     fields = {"module": job["module"], "module_options": sorted((k, str(v)) for k, v in job["module_options"].items()),
               "dataset": job["dataset"], "dtype": job["dtype"], "optimizer": job["optimizer"], "seed": job["seed"]}  # fmt: skip
+    fields |= {key: job[key] for key in ("data", "loss") if job.get(key) is not None}
+    if job.get("eval_fraction"):
+        fields["eval_fraction"] = job["eval_fraction"]
     if size is not None:
         fields["world_size"] = size
 
@@ -318,7 +323,8 @@ def prepare_checkpoints(
         config = TrainConfig(plan=plan[0], plan_path=plan[1], layout=plan[2], module=job["module"],
                              module_options=tuple(sorted(job["module_options"].items())), dataset=job["dataset"],
                              dtype=job["dtype"], optimizer=job["optimizer"], seed=job["seed"], lr=job["lr"],
-                             steps=steps)  # fmt: skip
+                             steps=steps, data=job.get("data"), loss=job.get("loss"),
+                             eval_fraction=job.get("eval_fraction", 0.0))  # fmt: skip
         assert size is not None
         return resume_targets(config, size)
 
