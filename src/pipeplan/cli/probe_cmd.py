@@ -75,7 +75,8 @@ def probe(
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
         from pipeplan.runtime.training.launch import launch_local
 
-        modules = () if spec is None else (spec,)
+        source = None if model_profile is None else model_profile.source
+        modules = () if spec is None or source is None else ((spec, dict(source.options)),)
         sys.exit(launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0), modules=modules))
     _run(out, model_profile, spec, name, steps, rounds, timeout, threads, optimizer)
 

@@ -240,7 +240,7 @@ def train(
         from pipeplan.runtime.training.launch import launch_local
 
         code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
-                            modules=(module or "mlp",))  # fmt: skip
+                            modules=((module or "mlp", spec_options),))  # fmt: skip
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.training.train_config import TrainConfig
 

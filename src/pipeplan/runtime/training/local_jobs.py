@@ -71,7 +71,7 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
 
         module = params.get("module")
         code = launch_local(nprocs, JOB_BOOT, env=env, timeout_s=timeout_s, on_poll=poll,
-                            modules=() if module is None else (module,))  # fmt: skip
+                            modules=() if module is None else ((module, params.get("options", {})),))  # fmt: skip
         if code == 128 + int(signal.SIGINT):
             raise KeyboardInterrupt
         if code != 0 or not result.exists():
