@@ -267,6 +267,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
     """
     from pipeplan.cli.train_report import report_results
     from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
     from pipeplan.runtime.training.worker import train as run_training
 
@@ -287,7 +288,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
         if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
-            print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+            say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
         sys.stdout.flush()
         os._exit(code)
     if report is not None:
