@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.models.specs import resolve_module_spec  # noqa: E402
-from pipeplan.models.user_code import call_factory, check_factory, find_module_folder, missing_module  # noqa: E402
+from pipeplan.core.errors import ProfileError
+from pipeplan.models.specs import resolve_module_spec
+from pipeplan.models.user_code import call_factory, check_factory, find_module_folder, missing_module
 
 pytestmark = pytest.mark.torch
 
@@ -211,9 +211,7 @@ def test_profile_run_from_another_folder_says_where_the_module_is(tmp_path: Path
 # ---- a factory that raises or returns no model
 
 
-@pytest.mark.parametrize(
-    ("factory", "shown"), [("gives_none", "None"), ("gives_tensor", "a Tensor"), ("gives_text", "a str")]
-)
+@pytest.mark.parametrize(("factory", "shown"), [("gives_none", "None"), ("gives_tensor", "a Tensor"), ("gives_text", "a str")])
 def test_a_factory_that_returns_no_model_is_one_line(models_on_path: Path, factory: str, shown: str) -> None:
     """None, a tensor or a string from the factory: one line naming the spec and what came back, and the way out."""
     with pytest.raises(ProfileError) as caught:
@@ -243,7 +241,7 @@ def test_call_factory_passes_a_model_and_a_pipeplan_error_through() -> None:
     def refuses() -> nn.Module:
         raise ProfileError("width must be even")
 
-    with pytest.raises(ProfileError, match="^width must be even$"):
+    with pytest.raises(ProfileError, match=r"^width must be even$"):
         call_factory("x:y", refuses, {})
 
 
