@@ -107,7 +107,7 @@ def test_no_torchvision_installed_is_not_a_reason(monkeypatch: pytest.MonkeyPatc
 
 # ---- a real torchvision (skipped where none imports: CI installs none)
 
-CLASSIFIERS = '''
+CLASSIFIERS = """
 import torch
 import torchvision
 
@@ -130,7 +130,7 @@ def vit_b_16():
 
 def sample_input(batch_size):
     return torch.randn(batch_size, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-'''
+"""
 
 
 @pytest.fixture(scope="module")

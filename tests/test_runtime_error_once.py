@@ -104,7 +104,7 @@ def test_a_flag_refusal_under_torchrun_is_said_once_before_the_group_forms(tmp_p
     assert "exitcode  : 2" in done.stderr
 
 
-SCRIPT = '''
+SCRIPT = """
 import os
 import torch.distributed as dist
 from pipeplan.runtime.training.error_once import say_error
@@ -116,7 +116,7 @@ if rank == 2:
     say_error("error: ProfileError: rank 2: only this rank's file is missing")
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 def _by_hand(script: Path, nprocs: int = 3) -> subprocess.CompletedProcess[str]:
