@@ -81,6 +81,10 @@ def huge():
     return nn.Linear(200_000, 200_000)  # 160 GB of weights in float32: only the meta device can hold it
 
 
+def needs_width(width):
+    return None  # never called by check_factory: the build supplies what has no default
+
+
 def reads_values():
     layer = nn.Linear(2, 2)
     if float(torch.ones(1).sum().item()) != 1.0:  # reading a value: impossible on the meta device
@@ -247,12 +251,16 @@ def test_call_factory_passes_a_model_and_a_pipeplan_error_through() -> None:
 
 def test_check_factory_builds_on_the_meta_device_and_retries_for_real(models_on_path: Path) -> None:
     """A 160 GB model is checked without memory (meta device); a factory that reads a value (fails on meta) passes
-    on its real call; torch's random state is left as it was; a built-in is not called."""
+    on its real call; torch's random state is left as it was; a built-in is not called, nor a factory missing a
+    parameter the build supplies."""
     state = torch.random.get_rng_state()
     check_factory("user_models_h32:huge", {})
     check_factory("user_models_h32:reads_values", {})
     assert torch.equal(torch.random.get_rng_state(), state)
     check_factory("mlp", {"hidden": "bogus"})  # pipeplan's own: never called here (its options are checked elsewhere)
+    check_factory("user_models_h32:needs_width", {})
+    with pytest.raises(ProfileError, match="the factory returned None"):
+        check_factory("user_models_h32:needs_width", {"width": "3"})
     with pytest.raises(ProfileError, match="the factory returned None"):
         check_factory("user_models_h32:gives_none", {})
     with pytest.raises(ProfileError, match=r"the factory raised RuntimeError: cannot load weights for width 3 "):

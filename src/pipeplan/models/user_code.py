@@ -13,6 +13,7 @@ Note:
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -136,7 +137,8 @@ def check_factory(spec: str, options: Mapping[str, object]) -> None:
 
     The call runs on the meta device (shapes only: a large model costs no memory), with torch's random state left
     as it was. A factory that raises there is called once more on the CPU, so that only what fails for real is
-    refused (code that reads a tensor's values cannot run on the meta device).
+    refused (code that reads a tensor's values cannot run on the meta device). A factory with a parameter that has
+    no default and no option (`in_features`, `seed`: the build supplies them) is left to the build.
 
     Raises:
         ProfileError: as call_factory, or as the import of the spec's module (import_user_module).
@@ -147,6 +149,8 @@ def check_factory(spec: str, options: Mapping[str, object]) -> None:
         return
     factory = factory_of(spec)
     coerced = coerce_options(spec, factory, dict(options))
+    if not _binds(factory, coerced):
+        return  # a parameter without a default that the build supplies (in_features, seed): checked when built
     with torch.random.fork_rng(devices=[]):
         try:
             with torch.device("meta"):
@@ -156,6 +160,17 @@ def check_factory(spec: str, options: Mapping[str, object]) -> None:
             if "the factory raised" not in str(on_meta):
                 raise
         call_factory(spec, factory, coerced)
+
+
+def _binds(factory: Callable[..., object], options: Mapping[str, object]) -> bool:
+    """Whether `factory` can be called with `options` alone (every parameter without a default given)."""
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): call it
+        return True
+    return True
 
 
 def _folders_below(start: Path) -> Iterator[Path]:
