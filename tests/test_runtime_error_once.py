@@ -71,6 +71,22 @@ def test_a_line_rank_0_does_not_say_is_said_by_the_first_rank_that_has_it(
     assert speaks("error: ProfileError: rank 2: cuda:2 is not a device here")
 
 
+def test_once_rank_0_said_another_line_a_rank_speaks_without_waiting(store: TCPStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 failed with one line; rank 1's other line is said at once (not one poll of the wait: torchrun stops
+    the workers soon after rank 0 exits), rank 2's copy of rank 1's line is not, nor its copy of rank 0's."""
+    polls: list[float] = []
+    monkeypatch.setattr(error_once, "WAIT_S", 60.0)
+    monkeypatch.setattr(error_once.time, "sleep", polls.append)
+    _as_rank(monkeypatch, 0)
+    assert speaks(SHARED.format(rank=0))
+    _as_rank(monkeypatch, 1)
+    assert speaks("error: RuntimeFault: rank 1: peer 0 closed the connection")
+    _as_rank(monkeypatch, 2)
+    assert not speaks("error: RuntimeFault: rank 2: peer 0 closed the connection")
+    assert not speaks(SHARED.format(rank=2))
+    assert polls == []
+
+
 def test_every_process_speaks_without_a_job_or_a_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """One process, a world of 1, no launcher's store and no group: each process says its own line."""
     for key in ("RANK", "WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE"):

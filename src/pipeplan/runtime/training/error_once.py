@@ -7,9 +7,11 @@ Note:
     but torchrun has no such relay. So each process asks the job's store (the one torchrun's agent and the --local
     launcher host before any process group forms, TORCHELASTIC_USE_AGENT_STORE; else the group's own) before it
     prints: rank 0 records the line (its rank left out, worker_output.error_key) and prints it; any other rank
-    waits up to WAIT_S for rank 0 to record the same line, and stays quiet if it does. A line rank 0 does not say
-    is printed by the first other rank that said it (naming its rank, as every worker's error does). Without a
-    store to ask (one process, a store that cannot be reached) every process prints its own line, as before.
+    waits up to WAIT_S for rank 0 to record a line, and stays quiet if it is the same. A line rank 0 does not say
+    is printed by the first other rank that said it (naming its rank, as every worker's error does): at once when
+    rank 0 has said another, else after WAIT_S (torchrun stops every worker soon after one exits, so a rank must
+    not wait long once rank 0 has failed otherwise). Without a store to ask (one process, a store that cannot be
+    reached) every process prints its own line, as before.
 """
 
 from __future__ import annotations
@@ -50,16 +52,16 @@ def speaks(line: str) -> bool:
         return True
     digest = hashlib.sha256((error_key(line) or line).encode()).hexdigest()[:20]
     job = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    said_by_0, said_by_others = f"{KEY}/{job}/{digest}/0", f"{KEY}/{job}/{digest}/others"
+    said_by_0, said_by_others = f"{KEY}/{job}/rank0", f"{KEY}/{job}/{digest}/others"
     try:
         if rank == 0:
-            store.set(said_by_0, "1")
+            store.set(said_by_0, digest)
             return True
         first = store.add(said_by_others, 1) == 1
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            if store.check([said_by_0]):
-                return False
+            if store.check([said_by_0]):  # rank 0 has failed: quiet when with this line, at once when with another
+                return bytes(store.get(said_by_0)).decode() != digest and first
             time.sleep(POLL_S)
         return first
     except Exception:  # the store's host has gone (rank 0 hosted it and failed first): say it here
