@@ -166,3 +166,42 @@ def test_errors_after_the_group_forms_are_said_once_and_a_rank_s_own_names_it(tm
         "error: ProfileError: rank 2: only this rank's file is missing",
         "error: TrainConfigError: rank 0: the dataset has no held-out split",
     ], done.stderr
+
+
+WORKERS_ONLY = """
+import os
+from torch import nn
+
+
+def build(in_features: int = 64):
+    if os.environ.get("RANK"):  # the launcher (no RANK) builds it; every worker fails alike
+        raise RuntimeError("weights are on the launcher's disk only")
+    return nn.Sequential(nn.Linear(in_features, 8), nn.ReLU(), nn.Linear(8, 8))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["train", "probe"])
+def test_a_failure_every_local_rank_meets_is_said_once(tmp_path: Path, command: str) -> None:
+    """train --local 3 and probe --local 3 whose three workers each fail to build the model: one `error:` line (rank
+    0's), then the launcher's line about rank 0; exit 2."""
+    (tmp_path / "workers_only_h32.py").write_text(WORKERS_ONLY)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=SRC, OMP_NUM_THREADS="1")
+
+    def pipeplan(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pipeplan", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    spec = "workers_only_h32:build"
+    if command == "train":
+        done = pipeplan("train", "--schedule", "gpipe", "-p", "3", "-m", "3", "-b", "9", "--module", spec, "--steps", "1",
+                        "--local", "3", "--timeout", "60")  # fmt: skip
+    else:
+        made = pipeplan("profile", spec, "-b", "2", "--runs", "1", "--warmup", "0", "-o", "p.json")
+        assert made.returncode == 0, made.stderr
+        done = pipeplan("probe", "--local", "3", "--profile", "p.json", "--module", spec, "-o", "c.json", "--rounds", "1")
+    assert done.returncode == 2, done.stderr
+    errors = _errors(done)
+    assert len(errors) == 1 and "the factory raised RuntimeError: weights are on the launcher's disk only" in errors[0]
+    assert "rank 0: " in errors[0], done.stderr
