@@ -92,6 +92,29 @@ def test_a_torchvision_that_cannot_import_is_absent_and_gpt2_small_still_builds(
     assert done.stdout.strip() == "(2, 8, 50257) None OSError: libcudart.so.13: cannot open shared object file"
 
 
+@pytest.mark.slow
+def test_a_user_module_importing_a_torchvision_that_cannot_import_says_why(tmp_path: Path) -> None:
+    """A user's module that imports such a torchvision: one line naming the module and torchvision's reason."""
+    site = _fake_torchvision(tmp_path, BROKEN)
+    (tmp_path / "vision_user_h32.py").write_text("import torchvision\n")
+    done = _python(
+        """
+        from pipeplan.core.errors import ProfileError
+        from pipeplan.models.specs import resolve_module_spec
+        try:
+            resolve_module_spec("vision_user_h32:build")
+        except ProfileError as exc:
+            print(exc)
+        """,
+        site,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "MODULE_SPEC 'vision_user_h32:build': cannot import module 'vision_user_h32' (torchvision is installed but "
+        "cannot be imported beside this torch: OSError: libcudart.so.13: cannot open shared object file)"
+    )
+
+
 def test_no_torchvision_installed_is_not_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where torchvision is not installed nothing is imported or marked, and no reason is given."""
     import importlib.util

@@ -45,7 +45,7 @@ def import_user_module(module_name: str, spec: str) -> object:
     Raises:
         ProfileError: the module is not found (missing_module's line), or importing it fails (its first line).
     """
-    from pipeplan.models.vision_compat import prepare_torchvision
+    from pipeplan.models.vision_compat import prepare_torchvision, unavailable_reason
 
     prepare_torchvision()  # before the user's code, which may import torchvision (or transformers, which does)
     top = module_name.partition(".")[0]
@@ -60,7 +60,10 @@ def import_user_module(module_name: str, spec: str) -> object:
     except ModuleNotFoundError as exc:
         if exc.name == top:
             raise ProfileError(missing_module(spec, top)) from None
-        raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {module_name!r} ({_first_line(exc)})") from None
+        why = _first_line(exc)
+        if exc.name == "torchvision" and unavailable_reason() is not None:
+            why = f"torchvision is installed but cannot be imported beside this torch: {unavailable_reason()}"
+        raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {module_name!r} ({why})") from None
     except Exception as exc:  # the user's module raised while it was imported: one line, not a traceback
         raise ProfileError(
             f"MODULE_SPEC {spec!r}: importing module {module_name!r} raised {type(exc).__name__}: {_first_line(exc)}{_where(exc)}"
