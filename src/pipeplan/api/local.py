@@ -79,13 +79,15 @@ def probe_local(
                              "module": (module, Text(optional=True))})  # fmt: skip
     _check_job(nprocs, optimizer)
     with job_files(profile=profile) as paths:
-        spec = None
+        spec, options = None, {}
         if profile is not None:
-            spec = _model_of(load_profile(paths["profile"]), profile, module)
+            measured = load_profile(paths["profile"])
+            spec = _model_of(measured, profile, module)
+            options = dict(measured.source.options) if measured.source is not None else {}
         elif module is not None:
             raise TrainConfigError(f"module names the model of a profile; give profile too, or leave module out (got {module!r})")
         params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
-                  "optimizer": optimizer, "threads": 1, "name": name, "module": spec}  # fmt: skip
+                  "optimizer": optimizer, "threads": 1, "name": name, "module": spec, "options": options}  # fmt: skip
         obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
     cluster = cluster_from_json(obj, f"probe of {nprocs} local processes")
     if out is not None:

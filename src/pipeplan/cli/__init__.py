@@ -54,10 +54,23 @@ for _module in (
 def _fail(message: str, code: int = 2) -> None:
     """Print an error on stderr (first line prefixed) and exit with `code` (2: a refusal, before any work)."""
     first, *rest = message.splitlines() or [""]
+    if _in_job():  # a process of torchrun or --local: the same refusal is said once for the job, not once a rank
+        from pipeplan.runtime.training.error_once import speaks
+
+        if not speaks(f"error: {first}"):
+            sys.exit(code)
     print(f"error: {first}", file=sys.stderr)
     for line in rest:
         print(line, file=sys.stderr)
     sys.exit(code)
+
+
+def _in_job() -> bool:
+    """Whether this process is one of several of a job (torchrun's or --local's variables: WORLD_SIZE above 1)."""
+    import os
+
+    world = os.environ.get("WORLD_SIZE", "")
+    return world.isdigit() and int(world) > 1 and os.environ.get("RANK", "").isdigit()
 
 
 def _allocation(message: str) -> str:

@@ -75,7 +75,8 @@ def probe(
         from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
         from pipeplan.runtime.training.launch import launch_local
 
-        modules = () if spec is None else (spec,)
+        source = None if model_profile is None else model_profile.source
+        modules = () if spec is None or source is None else ((spec, dict(source.options)),)
         sys.exit(launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0), modules=modules))
     _run(out, model_profile, spec, name, steps, rounds, timeout, threads, optimizer)
 
@@ -98,6 +99,7 @@ def _run(
     from pipeplan.io.file_kinds import CLUSTER
     from pipeplan.models.allocator import set_cpu_threads, steady_cpu_allocator
     from pipeplan.runtime.measurement.probe import cluster_json, probe
+    from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
@@ -126,7 +128,7 @@ def _run(
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+        say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
         sys.stdout.flush()
         os._exit(2 if isinstance(exc, PipeplanError) else 1)
     finish_worker()

@@ -273,7 +273,8 @@ def train(
         from pipeplan.runtime.training.launch import launch_local
 
         code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
-                            modules=(module or "mlp", *(spec for spec in (data, loss) if spec is not None)))  # fmt: skip
+                            modules=((module or "mlp", spec_options),
+                                     *(spec for spec in (data, loss) if spec is not None)))  # fmt: skip
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.training.train_config import TrainConfig
 
@@ -301,6 +302,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
     """
     from pipeplan.cli.train_report import report_results
     from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
     from pipeplan.runtime.training.worker import train as run_training
 
@@ -321,7 +323,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
         if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
-            print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+            say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
         sys.stdout.flush()
         os._exit(code)
     if report is not None:

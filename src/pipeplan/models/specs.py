@@ -39,6 +39,7 @@ from torch import nn
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import MODEL_BYTES
 from pipeplan.models.model_spec import ModelSpec, SampleFn
+from pipeplan.models.user_code import call_factory, import_user_module, may_look_here, missing_module
 
 
 def resolve_module_spec(spec: str, fallback_input: SampleFn | None = None, **options: object) -> ModelSpec:
@@ -56,8 +57,8 @@ def resolve_module_spec(spec: str, fallback_input: SampleFn | None = None, **opt
         The ModelSpec, with the layers on the CPU in float32 (as the factory made them).
 
     Raises:
-        ProfileError: unknown spec, import failure, unknown option, or a
-            factory result that is not a chain of blocks.
+        ProfileError: unknown spec, import failure, unknown option, a factory that raises or returns no model
+            (models.user_code.call_factory), or a factory result that is not a chain of blocks.
     """
     from pipeplan.models.builtin import BUILTIN_SPECS
 
@@ -74,11 +75,9 @@ def resolve_module_spec(spec: str, fallback_input: SampleFn | None = None, **opt
             f"MODULE_SPEC {spec!r} is neither a built-in ({', '.join(BUILTIN_SPECS)}) nor of the form package.module:factory"
         )
     factory, pymodule = _import_factory(spec)
-    result = factory(**coerce_options(spec, factory, options))
+    result = call_factory(spec, factory, coerce_options(spec, factory, options))
     if isinstance(result, ModelSpec):
         return result
-    if not isinstance(result, nn.Module):
-        raise ProfileError(f"MODULE_SPEC {spec!r}: the factory returned {type(result).__name__}, not an nn.Module or ModelSpec")
     fallback = getattr(pymodule, "sample_input", None)
     return spec_from_module(result, name=spec, sample_input=fallback if callable(fallback) else fallback_input)
 
@@ -252,10 +251,7 @@ def _import_factory(spec: str) -> tuple[Callable[..., object], object]:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise ProfileError(f"MODULE_SPEC {spec!r} must be of the form package.module:factory")
-    try:
-        pymodule = _import_here_too(module_name)
-    except ImportError as exc:
-        raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {module_name!r} ({exc})") from None
+    pymodule = import_user_module(module_name, spec)
     obj: object = pymodule
     for part in attr_path.split("."):
         if not hasattr(obj, part):
@@ -268,7 +264,7 @@ def _import_factory(spec: str) -> tuple[Callable[..., object], object]:
 
 def module_origin(spec: str) -> str | None:
     """The file the module of a `package.module:factory` spec is imported from (its top-level package's), found as
-    the import will find it (the working folder last, see _import_here_too) but without running it; None for a
+    the import will find it (the working folder last, see models.user_code.import_user_module) but without running it; None for a
     built-in name.
 
     The local launcher calls this before it starts its workers: a module found only in the working folder puts that
@@ -284,46 +280,12 @@ def module_origin(spec: str) -> str | None:
         return None
     top = name.partition(":")[0].partition(".")[0]
     found = importlib.util.find_spec(top) if top else None
-    if found is None and _may_look_here():
+    if found is None and may_look_here():
         sys.path.append(os.getcwd())
         found = importlib.util.find_spec(top)
     if found is None:
-        raise ProfileError(f"MODULE_SPEC {spec!r}: cannot import module {top!r} ({_not_found_why()})")
+        raise ProfileError(missing_module(spec, top))
     return found.origin
-
-
-def _may_look_here() -> bool:
-    """Whether a module missing from the path may be looked for in the working folder: not when the interpreter was
-    told to keep that folder off its path (-P, PYTHONSAFEPATH; every --local worker runs so, with its launcher's
-    path), and not when the folder is already searched."""
-    here = os.getcwd()
-    return not sys.flags.safe_path and here not in sys.path and "" not in sys.path
-
-
-def _not_found_why() -> str:
-    """Where a missing module was looked for, for its error."""
-    if sys.flags.safe_path:
-        return "not on the import path; the working folder is not searched by a --local worker or under python -P"
-    return "not on the import path nor in the working folder"
-
-
-def _import_here_too(module_name: str) -> object:
-    """Import `module_name`; a module missing from the path is looked for in the current folder too (last).
-
-    `python -m pipeplan` drops the working folder from the front of its path (pipeplan/__main__) and the installed
-    `pipeplan` script never has it: `pipeplan profile my_model:build` run beside my_model.py still finds it, and a
-    `numpy.py` beside it is never imported. The folder goes last on the path, so it never shadows an installed
-    package. A --local worker never adds it (_may_look_here): it has its launcher's path, with the folder already
-    there when the launcher's module_origin found the module in it.
-    """
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        top = module_name.partition(".")[0]
-        if exc.name != top or not _may_look_here():
-            raise
-        sys.path.append(os.getcwd())
-        return importlib.import_module(module_name)
 
 
 def _holds_all_parameters(blocks: nn.ModuleList, module: nn.Module) -> bool:

@@ -122,7 +122,7 @@ def launch_local(
     timeout_s: float | None = None,
     cwd: str | None = None,
     on_poll: Callable[[], None] | None = None,
-    modules: Sequence[str] = (),
+    modules: Sequence[str | tuple[str, Mapping[str, object]]] = (),
 ) -> int:
     """Run Python `code` with `args` as `nprocs` local workers; return 0 when all succeed, else the first failure's
     code (non-zero), or 128 + a signal's number when the launcher was stopped by it.
@@ -136,20 +136,26 @@ def launch_local(
         timeout_s: kill everything after this many seconds (None: no limit); returns 124.
         on_poll: called about every 50 ms while the workers run (progress), in this thread.
         modules: the MODULE_SPECs the workers will build, found here first (models.specs.module_origin) so that
-            the path the workers are given leads them to the same files.
+            the path the workers are given leads them to the same files; a (spec, options) pair also has its
+            factory called here once (models.user_code.check_factory), so that a factory that raises or returns no
+            model is refused in one line before any worker starts.
 
     Raises:
         TrainConfigError: nprocs below 1.
-        ProfileError: a module of `modules` that cannot be found.
+        ProfileError: a module of `modules` that cannot be found, or whose factory fails.
     """
     if nprocs < 1:
         raise TrainConfigError(f"--local must be >= 1, got {nprocs}")
     from torch.distributed import TCPStore
 
     from pipeplan.models.specs import module_origin
+    from pipeplan.models.user_code import check_factory
 
-    for spec in modules:
+    for item in modules:
+        spec, options = (item, None) if isinstance(item, str) else item
         module_origin(spec)
+        if options is not None:
+            check_factory(spec, options)
 
     argv = [sys.executable, "-P", "-c", PRELUDE + code, *args]
     base = {**(os.environ if env is None else env), WORKER_PATH: os.pathsep.join(worker_path())}

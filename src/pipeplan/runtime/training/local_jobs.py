@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -69,7 +68,9 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
                 polled[0] = now
                 on_progress(_lines(progress), total)
 
-        modules = tuple(params[key] for key in ("module", "data", "loss") if params.get(key) is not None)
+        module = params.get("module")
+        given = tuple(params[key] for key in ("data", "loss") if params.get(key) is not None)
+        modules = (*(() if module is None else ((module, params.get("options", {})),)), *given)
         code = launch_local(nprocs, JOB_BOOT, env=env, timeout_s=timeout_s, on_poll=poll, modules=modules)
         if code == 128 + int(signal.SIGINT):
             raise KeyboardInterrupt
@@ -121,6 +122,7 @@ def _lines(path: Path) -> int:
 def worker_main() -> None:
     """A worker of run_local_job: run the job named by JOB_ENV; process 0 writes the result; exit with the peers."""
     from pipeplan.models.allocator import steady_cpu_allocator
+    from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
 
     job = json.loads(Path(os.environ[JOB_ENV]).read_text())
@@ -135,7 +137,7 @@ def worker_main() -> None:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         prefix = "" if first.startswith("rank ") else f"rank {rank}: "
         if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
-            print(f"error: {type(exc).__name__}: {prefix}{first}", file=sys.stderr, flush=True)
+            say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
         os._exit(2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1)
     finish_worker()
 
