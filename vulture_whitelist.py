@@ -51,3 +51,8 @@ _.measured_memory_bytes
 # (tests compare the whole value; torch.distributed reads the same variables itself)
 _.master_addr
 _.master_port
+
+# pytest finds fixtures by name: test_models_user_code's models_on_path (usefixtures); the HF-style forward signature
+# whose second parameter test_user_data's input_name_of test reads
+_.models_on_path
+_.attention_mask

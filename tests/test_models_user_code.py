@@ -92,7 +92,6 @@ def reads_values():
     return nn.Sequential(layer)
 '''
 BROKEN_IMPORT = "raise KeyError('MODEL_HOME is not set')\n"
-ONE_LINE = "one line"
 
 
 def _line_of(text: str) -> int:
@@ -216,7 +215,8 @@ def test_profile_run_from_another_folder_says_where_the_module_is(tmp_path: Path
 
 
 @pytest.mark.parametrize(("factory", "shown"), [("gives_none", "None"), ("gives_tensor", "a Tensor"), ("gives_text", "a str")])
-def test_a_factory_that_returns_no_model_is_one_line(models_on_path: Path, factory: str, shown: str) -> None:
+@pytest.mark.usefixtures("models_on_path")
+def test_a_factory_that_returns_no_model_is_one_line(factory: str, shown: str) -> None:
     """None, a tensor or a string from the factory: one line naming the spec and what came back, and the way out."""
     with pytest.raises(ProfileError) as caught:
         resolve_module_spec(f"user_models_h32:{factory}")
@@ -226,7 +226,8 @@ def test_a_factory_that_returns_no_model_is_one_line(models_on_path: Path, facto
     )
 
 
-def test_a_factory_that_raises_is_one_line_with_its_type_message_and_place(models_on_path: Path) -> None:
+@pytest.mark.usefixtures("models_on_path")
+def test_a_factory_that_raises_is_one_line_with_its_type_message_and_place() -> None:
     """The factory's exception: its type, its first line and the line of the user's file that raised."""
     with pytest.raises(ProfileError) as caught:
         resolve_module_spec("user_models_h32:raises", width="7")
@@ -249,7 +250,8 @@ def test_call_factory_passes_a_model_and_a_pipeplan_error_through() -> None:
         call_factory("x:y", refuses, {})
 
 
-def test_check_factory_builds_on_the_meta_device_and_retries_for_real(models_on_path: Path) -> None:
+@pytest.mark.usefixtures("models_on_path")
+def test_check_factory_builds_on_the_meta_device_and_retries_for_real() -> None:
     """A 160 GB model is checked without memory (meta device); a factory that reads a value (fails on meta) passes
     on its real call; torch's random state is left as it was; a built-in is not called, nor a factory missing a
     parameter the build supplies."""
@@ -267,7 +269,8 @@ def test_check_factory_builds_on_the_meta_device_and_retries_for_real(models_on_
         check_factory("user_models_h32:raises", {"width": "3"})
 
 
-def test_check_factory_refuses_what_fails_for_real_after_meta(models_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("models_on_path")
+def test_check_factory_refuses_what_fails_for_real_after_meta(monkeypatch: pytest.MonkeyPatch) -> None:
     """A factory that raises on the meta device and for real is refused with the real call's error."""
     calls: list[str] = []
 
@@ -283,7 +286,8 @@ def test_check_factory_refuses_what_fails_for_real_after_meta(models_on_path: Pa
     assert calls == ["meta", "cpu"]
 
 
-def test_profile_model_refuses_a_factory_that_returns_no_model(models_on_path: Path) -> None:
+@pytest.mark.usefixtures("models_on_path")
+def test_profile_model_refuses_a_factory_that_returns_no_model() -> None:
     """The API: profile_model raises the one-line ProfileError before measuring anything."""
     from pipeplan.api import profile_model
 

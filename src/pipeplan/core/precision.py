@@ -31,7 +31,6 @@ MIXED = ("bf16", "fp16")
 """The precisions that autocast over float32 master weights."""
 DEFAULT_NUMERICS = ("float32", "full")
 """What a profile that records no dtype or precision was measured in."""
-BYTES_PER_PARAMETER = {"float32": 4, "float64": 8}
 """Bytes of one master weight (and of its gradient, and of each optimizer state tensor's element)."""
 PROFILE_DTYPES = ("fp32", "bf16", "float32", "float64")
 """What `profile --dtype` takes: fp32 (= float32) and float64 measured, fp32 projected too; bf16 (a bfloat16 model)

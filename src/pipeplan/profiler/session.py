@@ -8,10 +8,8 @@ import torch
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
 from pipeplan.core.model_source import USER_DATA
-from pipeplan.core.precision import MEASURED_DTYPES, PROFILE_DTYPES, check_profile_numerics
+from pipeplan.core.precision import MEASURED_DTYPES, check_profile_numerics
 from pipeplan.core.profile import ModelProfile, ProfileSource, check_batch_sizes
-
-DTYPE_CHOICES = PROFILE_DTYPES
 
 
 def torch_device(name: str, label: str = "device") -> torch.device:
