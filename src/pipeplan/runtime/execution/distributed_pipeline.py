@@ -36,12 +36,14 @@ from pipeplan.schedules.registry import ASYNCHRONOUS
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
-    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph).
+    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph; a stock Hugging Face
+    model captured on its own sample input, models.stock).
 
     Raises:
         ProfileError: the model is neither a chain of blocks nor a graph that traces.
     """
     from pipeplan.models.specs import spec_from_module
+    from pipeplan.models.stock import hf_defaults
 
     def no_sample(batch_size: int) -> torch.Tensor:
         raise PlanError(
@@ -49,7 +51,8 @@ def model_spec(model: nn.Module) -> ModelSpec:
             "sample_input(batch_size) method"
         )
 
-    return spec_from_module(model, type(model).__name__, sample_input=no_sample)
+    own = callable(getattr(model, "sample_input", None)) or hf_defaults(model) is not None
+    return spec_from_module(model, type(model).__name__, sample_input=None if own else no_sample)
 
 
 class DistributedPipeline:
