@@ -5,6 +5,7 @@ the same losses, the same clipped global gradient norms (the tied weight counted
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,33 @@ def test_stock_hf_models_split_over_two_processes_train_as_the_plain_loop(tmp_pa
         assert list(saved) == list(model.state_dict())
         for key, value in model.state_dict().items():
             assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), key
+
+
+@pytest.fixture
+def one_process() -> Iterator[None]:
+    """A process group of this process alone (an in-memory store: no port)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_process")
+def test_a_batch_of_another_shape_than_the_export_is_refused_in_one_line_before_the_step() -> None:
+    """torch.export fixed every dimension but the batch's (GPT-2's 16 positions): 8 positions are one PlanError line
+    naming both shapes and the way out, and the model is left as it was (no gradient)."""
+    import pipeplan
+    from pipeplan.core.errors import PlanError
+    from pipeplan.core.plan import Plan, Stage
+
+    model = hf_tiny.build("gpt2")
+    assert isinstance(model, nn.Module)
+    pipe = pipeplan.distribute(model, Plan((Stage(0, 5, (0,)),), 1, 2, 2, "gpipe"), nn.functional.cross_entropy)
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    with pytest.raises(PlanError, match=r"^inputs have shape \(4, 8\) but the model was captured with torch.export on "
+                       r"inputs of shape \(4, 16\) \(only the batch dimension may vary\): pad or cut every batch"):  # fmt: skip
+        pipe.step(ids, ids)
+    assert all(p.grad is None for p in model.parameters())
