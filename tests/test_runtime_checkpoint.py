@@ -412,3 +412,31 @@ def test_train_on_a_full_disk_stops_every_rank_naming_the_file(small_disk: Path)
     assert (
         prepare(ckpt, resume=True, writes=False, steps=4)[0] == f"--resume: continuing from step 2 of 4 ({ckpt / 'step-000002'})"
     )
+
+
+def test_a_checkpoint_of_stages_past_9_and_over_10_parameters_restores_in_numeric_order(tmp_path: Path) -> None:
+    """Indexes are numbers, not strings: an optimizer of 12 parameters (0..11) and a process running stages 2 and 10
+    (the optimizer holds stage 2's parameters first) load back exactly (the built-in transformer's --resume had failed
+    with "names parameters [0, 1, ...], expected 0..23 once each", its 24 indexes ordered as text)."""
+
+    def stages(seed: int) -> tuple[dict[int, torch.nn.Module], torch.optim.Optimizer]:
+        torch.manual_seed(seed)
+        modules: dict[int, torch.nn.Module] = {
+            2: torch.nn.Sequential(torch.nn.Linear(4, 3)),
+            10: torch.nn.Sequential(*(torch.nn.Linear(3 if i == 0 else 5, 5) for i in range(5))),
+        }
+        optimizer = torch.optim.Adam([p for s in sorted(modules) for p in modules[s].parameters()], lr=0.01)
+        modules[10](modules[2](torch.randn(2, 4))).pow(2).sum().backward()
+        optimizer.step()
+        return modules, optimizer
+
+    job = fingerprint(stages=[[0, 0, [0]]] * 11)
+    modules, optimizer = stages(0)
+    assert len([p for g in optimizer.state_dict()["param_groups"] for p in g["params"]]) == 12
+    take(tmp_path, 1, 0, modules, optimizer, GLOBAL_BATCH, job, exchange=lambda v: [v])
+    fresh, fresh_optimizer = stages(5)
+    resumed = load_rank(tmp_path, 0, fresh, fresh_optimizer, job)
+    assert resumed is not None and resumed.step == 1
+    for s in modules:
+        torch.testing.assert_close(fresh[s].state_dict(), modules[s].state_dict(), rtol=0, atol=0)
+    torch.testing.assert_close(fresh_optimizer.state_dict()["state"], optimizer.state_dict()["state"], rtol=0, atol=0)

@@ -49,10 +49,10 @@ def distribute(
     plan's devices): `.parameters()` for your optimizer, `.step(inputs, targets)` on each global batch (the mean loss,
     on every process), `.clip_grad_norm_(max_norm)`, `.state_dict()` / `.load_state_dict(state)` of the whole model.
 
-    Every process builds the same `model` (an nn.Module: a chain of blocks or a graph that traces, split as the
-    profiler splits it) and calls this; `loss_fn(output, target)` is a mean over its samples. Dropout and every other
-    random draw inside a layer are seeded per layer call from `seed` (docs/architecture.md, "Randomness"), so they
-    do not depend on the plan. With `profile` (the
+    Every process builds the same `model` (an nn.Module: a chain of blocks, a graph that traces, or a stock Hugging
+    Face model captured with torch.export, split as the profiler splits it) and calls this; `loss_fn(output,
+    target)` is a mean over its samples. Dropout and every other random draw inside a layer are seeded per layer
+    call from `seed` (docs/architecture.md, "Randomness"), so they do not depend on the plan. With `profile` (the
     plan's profile: a value, a file path or a built-in name), the model's layer names must be the profile's.
 
     Raises:

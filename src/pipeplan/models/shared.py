@@ -2,9 +2,12 @@
 
 A model's layers are its own module objects, so a parameter tied between two
 layers (GPT-2's `lm_head.weight` is `wte.weight`) is the same `nn.Parameter`
-object in both. `shared_parameters` finds every such object once, by identity,
-with the ascending layers that hold it; a parameter used twice inside one
-layer is not shared between layers. Profiles count each one once, the planner
+object in both. `holdings` finds every tensor object (parameter, and with
+`buffers` buffer) once, by identity, with the ascending layers that hold it;
+`shared_parameters` keeps the parameters held by two or more layers (a
+parameter used twice inside one layer is not shared between layers), and the
+runtime's whole-model state (runtime.execution.whole_model) gives each tensor
+to its first holder. Profiles count each one once, the planner
 prices the gradient exchange between the stages holding copies, and the
 runtime performs it (docs/architecture.md, "Shared parameters").
 """
@@ -12,8 +15,9 @@ runtime performs it (docs/architecture.md, "Shared parameters").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 
@@ -27,24 +31,38 @@ class SharedParameter:
     nbytes: int
 
 
+@dataclass(slots=True)
+class Holding:
+    """One tensor object of the layers: the tensor, its path in its first holder, and the ascending layers holding it."""
+
+    tensor: torch.Tensor
+    path: str
+    layers: list[int] = field(default_factory=list)
+
+
+def holdings(layers: Sequence[nn.Module], buffers: bool = False) -> dict[int, Holding]:
+    """Every parameter object (and with `buffers`, buffer object) of `layers`, keyed by id, once each, in the order of
+    its first holder and its path there (a layer's parameters before its buffers)."""
+    out: dict[int, Holding] = {}
+    for index, layer in enumerate(layers):
+        named = list(layer.named_parameters(remove_duplicate=True))
+        if buffers:
+            named += list(layer.named_buffers(remove_duplicate=True))
+        for path, tensor in named:
+            holding = out.setdefault(id(tensor), Holding(tensor, path))
+            if not holding.layers or holding.layers[-1] != index:
+                holding.layers.append(index)
+    return out
+
+
 def shared_parameters(layers: Sequence[nn.Module], names: Sequence[str]) -> tuple[SharedParameter, ...]:
     """Every parameter object that two or more of `layers` hold, in the order of its first holder and name there.
 
     `names[i]` names `layers[i]`; a shared parameter is named `<layer name>.<parameter path>` after its first holder.
     """
-    holders: dict[int, list[int]] = {}
-    first: dict[int, tuple[str, nn.Parameter]] = {}
-    for index, layer in enumerate(layers):
-        for path, param in layer.named_parameters(remove_duplicate=True):
-            key = id(param)
-            if key not in holders:
-                holders[key] = []
-                first[key] = (f"{names[index]}.{path}", param)
-            if not holders[key] or holders[key][-1] != index:
-                holders[key].append(index)
     out = []
-    for key, where in holders.items():
-        if len(where) > 1:
-            name, param = first[key]
-            out.append(SharedParameter(name, tuple(where), param.numel(), param.numel() * param.element_size()))
+    for h in holdings(layers).values():
+        if len(h.layers) > 1:
+            numel = h.tensor.numel()
+            out.append(SharedParameter(f"{names[h.layers[0]]}.{h.path}", tuple(h.layers), numel, numel * h.tensor.element_size()))
     return tuple(out)

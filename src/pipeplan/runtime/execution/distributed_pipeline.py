@@ -36,12 +36,14 @@ from pipeplan.schedules.registry import ASYNCHRONOUS
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
-    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph).
+    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph; a stock Hugging Face
+    model captured on its own sample input, models.stock).
 
     Raises:
         ProfileError: the model is neither a chain of blocks nor a graph that traces.
     """
     from pipeplan.models.specs import spec_from_module
+    from pipeplan.models.stock import hf_defaults
 
     def no_sample(batch_size: int) -> torch.Tensor:
         raise PlanError(
@@ -49,7 +51,8 @@ def model_spec(model: nn.Module) -> ModelSpec:
             "sample_input(batch_size) method"
         )
 
-    return spec_from_module(model, type(model).__name__, sample_input=no_sample)
+    own = callable(getattr(model, "sample_input", None)) or hf_defaults(model) is not None
+    return spec_from_module(model, type(model).__name__, sample_input=None if own else no_sample)
 
 
 class DistributedPipeline:
@@ -86,8 +89,12 @@ class DistributedPipeline:
         precision: str = "full",
         scaler: LossScaler | None = None,
         seed: int = 0,
+        sample_shape: tuple[int, ...] | None = None,
     ) -> None:
         self.rank, self.world_size, self.device = rank, topology.world_size, device
+        self.sample_shape = sample_shape
+        """One sample's input shape when the model was captured with torch.export (every dimension fixed but the
+        batch's); None: any."""
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
@@ -116,14 +123,8 @@ class DistributedPipeline:
         return len(self.plan.stages) - 1 in self.role.stages
 
     def parameters(self) -> list[nn.Parameter]:
-        """This process's trained parameters (its stages', each once), for the user's optimizer."""
-        seen: set[int] = set()
-        out = []
-        for p in self.executor.parameters():
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-        return out
+        """This process's trained parameters (its stages', each once: Executor.parameters), for the user's optimizer."""
+        return self.executor.parameters()
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """One iteration of the plan's schedule on a global batch (every process passes the same one; each takes its
@@ -141,6 +142,13 @@ class DistributedPipeline:
         if not isinstance(targets, torch.Tensor) or targets.dim() == 0 or len(targets) != batch:
             got = f"{len(targets)} samples" if isinstance(targets, torch.Tensor) and targets.dim() else type(targets).__name__
             raise PlanError(f"targets must be a tensor of {batch} samples (one per input), got {got}")
+        if self.sample_shape is not None and tuple(inputs.shape[1:]) != self.sample_shape:
+            want = ", ".join(map(str, (batch, *self.sample_shape)))
+            raise PlanError(
+                f"inputs have shape {tuple(inputs.shape)} but the model was captured with torch.export on inputs of "
+                f"shape ({want}) (only the batch dimension may vary): pad or cut every batch to that shape, or give "
+                "the model a sample_input(batch_size) of your batches' shape"
+            )
         record = self.executor.run(inputs, targets)
         loss = torch.tensor([record.loss], dtype=torch.float64, device=self.device)
         dist.all_reduce(loss)
@@ -183,7 +191,11 @@ def start_pipeline(
     graph = None
     if spec.layer_inputs is not None:
         graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
-    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s, seed=seed)
+    # torch.export fixes every dimension but the batch's: the shape one sample must have (one line, before any work)
+    sample = spec.sample_input(2) if spec.recapture is not None else None
+    shape = tuple(sample.shape[1:]) if isinstance(sample, torch.Tensor) else None
+    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s,
+                               seed=seed, sample_shape=shape)  # fmt: skip
 
 
 def _check_number(name: str, value: object, least: float, allow_inf: bool = False, above: bool = False) -> None:

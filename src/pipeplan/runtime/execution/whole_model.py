@@ -3,9 +3,10 @@
 Every process builds the whole model (the user's module), but trains only the
 layers of its own stages. Each entry of the model's `state_dict` (a parameter or
 a buffer) is owned by one process: the one running pipeline replica 0, replica 0
-of the stage holding the first layer that uses the tensor (a tensor tied between
-layers, such as GPT-2's `lm_head.weight` and `wte.weight`, is owned once; a
-tensor no layer holds, by process 0). The copies elsewhere (data-parallel
+of the stage holding the first layer that holds the tensor (models.shared's
+`holdings`, the one finder of tensors several layers hold: a tensor tied
+between layers, such as GPT-2's `lm_head.weight` and `wte.weight`, is owned
+once; a tensor no layer holds, by process 0). The copies elsewhere (data-parallel
 replicas, the other stages' copies of a tied weight) hold the same values after
 each step's gradient exchange, so the owners' tensors are the model.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import chain
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
+from pipeplan.models.shared import holdings
 from pipeplan.runtime.placement import Role, Topology
 
 
@@ -53,10 +54,7 @@ class WholeModel:
         self.model = model
         self.device = device
         stage_of = layer_stages(topology.plan, len(layers))
-        first_layer: dict[int, int] = {}
-        for index, layer in enumerate(layers):
-            for tensor in chain(layer.parameters(), layer.buffers()):
-                first_layer.setdefault(id(tensor), index)
+        first_layer = {key: holding.layers[0] for key, holding in holdings(layers, buffers=True).items()}
         self.owner: dict[str, int] = {}
         for key, tensor in model.state_dict(keep_vars=True).items():
             index = first_layer.get(id(tensor))

@@ -28,7 +28,7 @@ def check_state(path: Path, state: dict[str, Any], fingerprint: dict[str, Any]) 
     if not isinstance(stages, dict) or not stages:
         raise TrainConfigError(f"checkpoint file {path}: field 'stages' must map stage indexes to weights, got {short(stages)}")
     weights: list[torch.Tensor] = []
-    for s in sorted(stages, key=str):
+    for s in sorted(stages, key=index_order):
         if not whole(s) or s < 0 or (count is not None and s >= count):
             raise TrainConfigError(
                 f"checkpoint file {path}: field 'stages' has stage {short(s)}, the job has stages 0..{(count or 1) - 1}"
@@ -70,7 +70,7 @@ def _check_optimizer(path: Path, optimizer: object, weights: list[torch.Tensor])
     if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups):
         raise TrainConfigError(f"checkpoint file {path}: field 'optimizer.param_groups' must be a list of groups with params")
     params = [p for g in groups for p in g["params"]]
-    if sorted(params, key=str) != list(range(len(params))):
+    if not all(whole(p) for p in params) or sorted(params) != list(range(len(params))):
         raise TrainConfigError(
             f"checkpoint file {path}: field 'optimizer.param_groups' names parameters {short(params)}, expected "
             f"0..{len(params) - 1} once each"
@@ -174,6 +174,14 @@ def check_against(path: Path, state: dict[str, Any], modules: dict[int, nn.Modul
                     f"checkpoint file {path}: field 'optimizer.state.{p}.{key}' has shape {list(value.shape)}, the "
                     f"model's parameter {list(params[p].shape)}"
                 )
+
+
+def index_order(key: object) -> tuple[int, int, str]:
+    """A sort key for a file's index keys: whole numbers first, in numeric order (stage 10 after stage 2, as the
+    optimizer holds their parameters), then anything else by its repr (a damaged file's keys sort without a TypeError)."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return (0, key, "")
+    return (1, 0, repr(key))
 
 
 def whole(value: object) -> bool:
