@@ -92,3 +92,41 @@ def test_an_antichain_plan_on_two_processes_trains_as_one_process_does(tmp_path:
     out = json.loads(two.stdout)
     assert out["losses"] == pytest.approx(single_process_losses(4, 0.01), rel=1e-6, abs=1e-7)
     assert out["predicted_step_ms"] > 0 and out["measured_step_ms"] > 0
+
+
+def test_predict_re_profiles_a_captured_model_whose_layers_form_a_chain(tmp_path: Path) -> None:
+    """A stock model captured by torch.export is a graph whose layers may form a chain (GPT-2: wte, drop, h.0, h.1,
+    ln_f, lm_head); its profile stores that as a chain, and `train --plan --predict` re-profiles its stages instead of
+    refusing the run in its workers after the check before them let it through."""
+    import os
+    import subprocess
+    import sys
+
+    from hf_tiny import SOURCE
+
+    (tmp_path / "user_mod.py").write_text(SOURCE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    def cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", "from pipeplan.cli import main; main()", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+
+    profiled = cli(["profile", "user_mod:build", "-b", "4", "--batch-sizes", "2,4", "-o", "profile.json", "--runs", "1",
+                    "--warmup", "0", "-q"])  # fmt: skip
+    assert profiled.returncode == 0, profiled.stderr
+    layers = [row["name"] for row in json.loads((tmp_path / "profile.json").read_text())["layers"]]
+    assert layers == ["transformer.wte", "transformer.drop", "transformer.h.0", "transformer.h.1", "transformer.ln_f",
+                      "lm_head"]  # fmt: skip
+    plan = {"format": "pipeplan.plan/1", "profile": "profile.json", "cluster": "cluster.json", "schedule": "1f1b",
+            "pipeline_replicas": 1, "microbatches": 2, "microbatch_size": 4, "k": 1, "chunks": 1, "order": None,
+            "stages": [{"devices": [0], "first_layer": 0, "last_layer": 2},
+                       {"devices": [1], "first_layer": 3, "last_layer": 5}]}  # fmt: skip
+    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
+               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
+    trained = cli(["train", "--plan", "plan.json", "--module", "user_mod:build", "--local", "2", "--steps", "3",
+                   "--predict", "--json", "-q"])  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    out = json.loads(trained.stdout)
+    assert out["predicted_ms"] > 0 and out["measured_ms"] > 0 and out["predicted_step_ms"] > 0

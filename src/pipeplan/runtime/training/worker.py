@@ -79,7 +79,7 @@ def train(
 
         torch.manual_seed(config.seed * 7919 + rank)
         return train_asynchronous(config, model, rank, world, device, on_step)
-    if model.graph is not None and config.predict:
+    if model.graph is not None and not _is_chain(model.layer_inputs) and config.predict:
         raise TrainConfigError(
             f"--predict re-profiles a chain's stages; --module {config.module} is a graph (its stages are sets of "
             "layers): leave --predict out (a plan's step is still predicted from its profile and cluster)"
