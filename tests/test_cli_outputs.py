@@ -66,6 +66,10 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
                               TRAIN_OUTPUTS, ("order.csv", "bandwidth.json")),
     "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OUTPUTS,
                        (f"{MODULE}.py",)),
+    "train --data": (["train", "--local", "2", "--schedule", "1f1b", "--data", f"{MODULE}:build", "--loss",
+                      f"{MODULE}:build"], TRAIN_OUTPUTS, (f"{MODULE}.py",)),
+    "profile --data": (["profile", "mlp", "-b", "8", "--data", f"{MODULE}:build", "--loss", f"{MODULE}:build"],
+                       {"--out": "p.json"}, (f"{MODULE}.py",)),
     "demo": (["demo"], {"--out": "demo"}, ()),
 }  # fmt: skip
 """command -> (arguments, {output flag: a good path}, the input files it reads)."""

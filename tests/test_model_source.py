@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.errors import TrainConfigError
-from pipeplan.core.model_source import BUILTIN_MODELS, DATASET_NAMES, DTYPE_NAMES, model_to_build
+from pipeplan.core.model_source import BUILTIN_MODELS, DATASET_NAMES, DTYPE_NAMES, USER_DATA, model_to_build
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile, ProfileSource
 from pipeplan.io.plan_json import write_plan
@@ -86,7 +86,7 @@ def test_the_torch_free_name_lists_are_the_models_own() -> None:
     from pipeplan.models.datasets import DATASETS
 
     assert tuple(BUILTIN_SPECS) == BUILTIN_MODELS
-    assert ("auto", *DATASETS) == DATASET_NAMES
+    assert ("auto", *DATASETS, USER_DATA) == DATASET_NAMES
     assert tuple(DTYPES) == DTYPE_NAMES
 
 

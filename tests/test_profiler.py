@@ -303,3 +303,21 @@ def test_model_spec_rejects_mismatched_names() -> None:
     """A ModelSpec needs one distinct name per layer."""
     with pytest.raises(ProfileError, match="has 2 layers but 1 layer_names"):
         ModelSpec("m", (nn.ReLU(), nn.ReLU()), ("a",), lambda b: torch.zeros(b))
+
+
+ACTIVATIONS = {"relu": lambda: nn.ReLU(inplace=True), "hardswish": lambda: nn.Hardswish(inplace=True),
+               "dropout": lambda: nn.Dropout(0.2, inplace=True)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_a_layer_that_changes_its_input_in_place_profiles_at_every_size(name: str) -> None:
+    """An in-place activation as a layer of its own and first in a layer (its input needs a gradient: autograd
+    refuses an in-place change of a leaf that does): measured at every size of the curve."""
+    from pipeplan.profiler.curves import profile_batch_sizes
+
+    torch.manual_seed(0)
+    make = ACTIVATIONS[name]
+    layers = (nn.Linear(4, 8), make(), nn.Linear(8, 8), nn.Sequential(make(), nn.Linear(8, 3)))
+    spec = ModelSpec("inplace", layers, ("a", "act", "b", "c"), sample_input=lambda b: torch.randn(b, 4))
+    profile = profile_batch_sizes(spec, (1, 2, 4), runs=1, warmup=0)
+    assert profile.batch_sizes == (1, 2, 4) and len(profile.layers) == 4

@@ -49,7 +49,7 @@ def test_digits_hold_out_every_fifth_sample() -> None:
         (["--steps", "3", "--epochs", "1"], "give --steps or --epochs, not both"),
         (["--epochs", "0"], "--epochs must be >= 1, got 0"),
         (["--module", "transformer", "--opt", "layers=2", "--opt", "d_model=16", "--opt", "heads=2", "--eval"],
-         "--eval needs a dataset with a held-out split (digits, pysource); sample has none"),
+         "--eval needs data with a held-out split; --module transformer's own samples (--dataset sample) has none"),
     ],
 )  # fmt: skip
 def test_bad_eval_and_epoch_options_are_one_line_errors(args: list[str], message: str) -> None:

@@ -269,6 +269,7 @@ def check_model(module_spec: str, options: Mapping[str, object], dataset: str, l
         raise TrainConfigError(
             f"{dataset_label} {chosen} needs a MODULE_SPEC with a {needs} option (such as "
             f"{'mlp' if chosen == 'digits' else 'charlm'}), got {module_label} {module_spec!r}"
+            + ("; give your own samples with --data MODULE:FACTORY" if chosen == "digits" else "")
         )
 
 

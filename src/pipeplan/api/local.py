@@ -4,13 +4,14 @@ its prediction beside the measurement."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeplan.api.arguments import (
     PLAN,
     PROFILE,
     PROGRESS,
     Choice,
+    Flag,
     Instance,
     Integer,
     Number,
@@ -22,10 +23,12 @@ from pipeplan.api.arguments import (
     load_profile,
     shown,
 )
+from pipeplan.api.data_checks import DATA_SPEC, LOSS_SPEC, check_user_data, user_dataset
 from pipeplan.api.simulation import simulate
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
 from pipeplan.core.limits import TIMEOUT_S
+from pipeplan.core.model_source import USER_DATA
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.io import file_kinds
@@ -105,6 +108,8 @@ class LocalRun:
     predicted_memory_bytes: list[float] | None
     measured_memory_bytes: list[int] | None
     schedule: str
+    evals: list[dict[str, float]] = field(default_factory=list)
+    """With `evaluate`: each held-out evaluation (step, epoch, test_accuracy, test_loss, elapsed_s)."""
 
 
 def train_local(
@@ -123,6 +128,11 @@ def train_local(
     module: str | None = None,
     dtype: str | None = None,
     precision: str | None = None,
+    data: str | None = None,
+    loss: str | None = None,
+    eval_fraction: float = 0.0,
+    evaluate: bool = False,
+    epochs: int = 0,
 ) -> LocalRun:
     """Train the model `profile` was measured on with `plan`, one local process per device (`pipeplan train --local`).
 
@@ -132,9 +142,16 @@ def train_local(
     (its dtype and precision, core.precision) unless `dtype` (float32, float64) or `precision` (full, bf16, fp16)
     says otherwise; a profile measured in other numbers than those asked is refused (it would predict another run).
 
+    `data` (`package.module:factory`, models.user_data) trains on your own samples (a profile measured on them
+    records only that it was: name them again here), `eval_fraction` of them held out; `loss`
+    (`package.module:function`) replaces the model's loss. `evaluate` scores the held-out split after each epoch and
+    at the end (`evals`); `epochs` > 0 runs that many passes instead of `steps`. The data, the loss and the held-out
+    split are checked on one batch here, before any process starts.
+
     Raises:
         TrainConfigError: naming the bad argument and its value (a profile recording a module that `module` does
-            not name).
+            not name, data that does not fit the model, a loss that is not a scalar, `evaluate` without a held-out
+            split).
         ProfileError: `dtype` or `precision` other than the profile's, naming both and the way out.
         PlanError: the plan does not match the profile or cluster, or does not fit.
         RuntimeFault: a process failed (its reason printed on stderr).
@@ -149,7 +166,9 @@ def train_local(
     check(TrainConfigError, {"steps": (steps, Integer(1)), "lr": (lr, Number(0.0)), "optimizer": (optimizer, Choice(OPTIMIZERS)),
                              "seed": (seed, Integer(0, SEED)), "warmup_steps": (warmup_steps, Integer(0)),
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS),
-                             "module": (module, Text(optional=True)),
+                             "module": (module, Text(optional=True)), "data": (data, Text(DATA_SPEC, optional=True)),
+                             "loss": (loss, Text(LOSS_SPEC, optional=True)), "eval_fraction": (eval_fraction, Number(0.0)),
+                             "evaluate": (evaluate, Flag()), "epochs": (epochs, Integer(0)),
                              "dtype": (dtype, Choice(DTYPES, optional=True)),
                              "precision": (precision, Choice(PRECISIONS, optional=True))})  # fmt: skip
     check(ProfileError, cost_arguments(batch_scaling, optimizer))
@@ -163,16 +182,26 @@ def train_local(
     spec = _model_of(model, profile, module)
     simulate(plan, model, cluster, batch_scaling=batch_scaling, optimizer=optimizer)  # every check of train --plan
     _check_job(len(plan.all_devices), optimizer)
+    source = model.source
+    assert source is not None
+    if source.dataset == USER_DATA and data is None:
+        raise TrainConfigError(
+            f"profile {shown(profile)} was measured on your own samples (data=), which a profile does not record: give "
+            "data='package.module:factory' again"
+        )
+    dataset = user_dataset(source.dataset, data, None, None)
+    check_user_data(spec, dict(source.options), dataset, data=data, loss=loss, eval_fraction=eval_fraction,
+                    evaluate=evaluate, dtype=numerics[0], seed=seed)  # fmt: skip
     with job_files(profile=profile, cluster=cluster, plan=plan) as paths:
-        source = model.source
-        assert source is not None
         params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
                   "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
                   "warmup_steps": warmup_steps, "module": spec, "options": dict(source.options),
-                  "dataset": source.dataset, "dtype": numerics[0], "precision": numerics[1]}  # fmt: skip
+                  "dataset": dataset, "dtype": numerics[0], "precision": numerics[1], "data": data, "loss": loss,
+                  "eval_fraction": eval_fraction, "evaluate": evaluate, "epochs": epochs}  # fmt: skip
         out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
     return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
-                    out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"])  # fmt: skip
+                    out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"],
+                    out.get("evals", []))  # fmt: skip
 
 
 def _model_of(model: ModelProfile, profile: ModelProfile | str, module: object) -> str:

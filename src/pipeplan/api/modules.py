@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.api.arguments import PLAN, Choice, Flag, Function, Integer, Number, Options, Sizes, Text, check, check_model
+from pipeplan.api.data_checks import DATA_SPEC, LOSS_SPEC, check_user_data
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
@@ -33,6 +34,8 @@ def profile_model(
     progress: bool = False,
     device: str = "cpu",
     precision: str = "full",
+    data: str | None = None,
+    loss: str | None = None,
 ) -> ModelProfile:
     """Measure MODULE_SPEC layer by layer at several batch sizes, or project it onto a GPU (`pipeplan profile`; torch).
 
@@ -41,7 +44,10 @@ def profile_model(
         bytes on the meta device instead of measuring. `device` is where to measure (cpu, cuda, cuda:N). `dtype` is the
     weights' (fp32 = float32, float64; bf16: a bfloat16 model, projected only) and `precision` what the layers compute in
     (full: the dtype; bf16 or fp16: autocast over float32 weights, measured only); the profile records both, and a run
-    is predicted only from a profile in its own numbers (core.precision).
+    is predicted only from a profile in its own numbers (core.precision). `data`
+    (`package.module:factory`, models.user_data) measures on batches of your own samples instead of a dataset, and
+    `loss` (`package.module:function`) times your loss with the last layer; both are imported because you name them,
+    and checked on one batch before anything is measured (a projection takes neither).
 
         Raises:
             ProfileError: naming the bad argument and its value.
@@ -61,14 +67,18 @@ def profile_model(
         "efficiency": (efficiency, Number(0.0, above=True, most=1.0)),
         "runs": (runs, Integer(0 if project_to else 1, ROUNDS)), "warmup": (warmup, Integer(0, ROUNDS)),
         "threads": (threads, Integer(1, THREADS)), "progress": (progress, Flag()),
-        "device": (device, Text("cpu, cuda or cuda:N")),
+        "device": (device, Text("cpu, cuda or cuda:N")), "data": (data, Text(DATA_SPEC, optional=True)),
+        "loss": (loss, Text(LOSS_SPEC, optional=True)),
     })  # fmt: skip
     check_profile_numerics(dtype, precision, project_to is not None)
     session_batch_sizes(batch_size, batch_sizes)
     torch_device(device)
     check_model(module_spec, options or {}, dataset, ("module_spec", "dataset"))
+    if project_to is not None and (data is not None or loss is not None):
+        raise ProfileError("data and loss are measured on this machine; a projection (project_to) counts shapes only")
+    check_user_data(module_spec, options or {}, dataset, data=data, loss=loss, build=False, error=ProfileError)
     return profile_spec(module_spec, batch_size, dict(options or {}), dataset, batch_sizes, project_to, dtype, efficiency,
-                        runs, warmup, threads, progress, device, precision)  # fmt: skip
+                        runs, warmup, threads, progress, device, precision, data, loss)  # fmt: skip
 
 
 def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:

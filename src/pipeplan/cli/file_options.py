@@ -55,7 +55,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "show cluster": CommandFiles(inputs=("SPEC",), outputs={"--png": PNG}),
     "show profiles": CommandFiles(),
     "show clusters": CommandFiles(),
-    "profile": CommandFiles(outputs={"--out": PROFILE}, modules=("MODULE_SPEC",)),
+    "profile": CommandFiles(outputs={"--out": PROFILE}, modules=("MODULE_SPEC", "--data", "--loss")),
     "probe": CommandFiles(inputs=("--profile",), outputs={"--out": CLUSTER}, modules=("--module",)),
     "plan": CommandFiles(inputs=("--profile", "--cluster", "--bandwidth-trace"), outputs={"--out": PLAN}),
     "compare": CommandFiles(inputs=("--profile", "--cluster"), outputs={"--png": PNG}),
@@ -69,7 +69,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
         inputs=("--plan", "--schedule", "--profile", "--cluster", "--bandwidth-trace"),
         outputs={"--trace": PERFETTO, "--png": PNG, "--save-grads": GRADS_FOLDER, "--checkpoint-dir": FOLDER},
         plans=("--plan",),
-        modules=("--module",),
+        modules=("--module", "--data", "--loss"),
     ),
     "demo": CommandFiles(outputs={"--out": DEMO_FOLDER}),
 }

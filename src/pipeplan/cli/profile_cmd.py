@@ -53,6 +53,15 @@ def profile(
         help="The data train runs on, which fixes the model's layers exactly as train builds them: "
         "digits, sample or auto (digits when the model takes in_features, else sample).",
     ),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Measure on your own samples: MODULE:FACTORY returning a map-style Dataset or a list of (input, target) "
+        "pairs or dicts (input_ids/pixel_values + labels); train takes the same --data.",
+    ),
+    loss: str | None = typer.Option(
+        None, "--loss", help="MODULE:FN, called FN(output, target) -> scalar, timed with the last layer [the model's]."
+    ),
     runs: int = typer.Option(10, "--runs", help="Timed rounds; each layer's median is kept."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed rounds before the timed ones."),
     options: Annotated[
@@ -99,7 +108,7 @@ def profile(
     result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
                                project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
                                threads=threads, progress=not quiet, device=device,
-                               precision=precision)  # fmt: skip
+                               precision=precision, data=data, loss=loss)  # fmt: skip
     check_files()  # again: the module file the import did load is an input too, whichever file it turned out to be
     write_profile_json(result, Path(out))
     if quiet:

@@ -308,6 +308,9 @@ def prepare_checkpoints(
     size = world if isinstance(world, int) else int(world) if world.isdigit() else None
     fields = {"module": job["module"], "module_options": sorted((k, str(v)) for k, v in job["module_options"].items()),
               "dataset": job["dataset"], "dtype": job["dtype"], "optimizer": job["optimizer"], "seed": job["seed"]}  # fmt: skip
+    fields |= {key: job[key] for key in ("data", "loss") if job.get(key) is not None}
+    if job.get("eval_fraction"):
+        fields["eval_fraction"] = job["eval_fraction"]
     if size is not None:
         fields["world_size"] = size
 
@@ -318,7 +321,8 @@ def prepare_checkpoints(
         config = TrainConfig(plan=plan[0], plan_path=plan[1], layout=plan[2], module=job["module"],
                              module_options=tuple(sorted(job["module_options"].items())), dataset=job["dataset"],
                              dtype=job["dtype"], optimizer=job["optimizer"], seed=job["seed"], lr=job["lr"],
-                             steps=steps)  # fmt: skip
+                             steps=steps, data=job.get("data"), loss=job.get("loss"),
+                             eval_fraction=job.get("eval_fraction", 0.0))  # fmt: skip
         assert size is not None
         return resume_targets(config, size)
 

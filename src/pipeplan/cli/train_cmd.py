@@ -90,6 +90,18 @@ def train(
         help="digits (scikit-learn's), sample (the spec's own samples) or auto: digits when the model "
         "takes in_features (mlp), else sample.",
     ),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Your own samples instead of --dataset: MODULE:FACTORY returning a map-style Dataset or a list of (input, "
+        "target) pairs or dicts (input_ids/pixel_values + labels), or a pair (train, held_out) of them.",
+    ),
+    loss: str | None = typer.Option(
+        None, "--loss", help="MODULE:FN, called FN(output, target) -> scalar mean loss [the model's own loss]."
+    ),
+    eval_fraction: float = typer.Option(
+        0.0, "--eval-fraction", help="With --data: hold out this share of the samples (seeded) for --eval."
+    ),
     dtype: str = typer.Option("float32", "--dtype", help="The weights' (master) dtype: float32 or float64."),
     precision: str = typer.Option(
         "full",
@@ -158,6 +170,7 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
+    from pipeplan.api.data_checks import check_user_data, user_dataset
     from pipeplan.cli.profile_cmd import parse_options
     from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.execution.job import ScheduleLayout
@@ -195,7 +208,7 @@ def train(
                   backend=backend, batch_size=batch_size, precision=precision)  # fmt: skip
     spec_options = parse_options(options or [])
     given_module = module
-    layout = plan_obj = links_from = None
+    layout = plan_obj = links_from = plan_profile = None
     predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
@@ -206,6 +219,7 @@ def train(
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
         links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
         explicit = profile is not None or predict
+        plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
         profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
         predicting = prediction_numerics(profile, explicit, (dtype, precision), say=local is None)
         if not launched_locally():  # the --local launcher has checked the plan once for every worker
@@ -234,11 +248,16 @@ def train(
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
-    check_model_flags("mlp" if module is None else module, spec_options, dataset or "auto", given_module)
-    refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset or "auto", dtype, seed))
+    dataset = user_dataset(dataset, data, plan, plan_profile)  # a profile of your samples records the dataset `data`
+    check_model_flags("mlp" if module is None else module, spec_options, dataset, given_module)
+    refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset, dtype, seed))
+    # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
+    check_user_data(module or "mlp", spec_options, dataset, data=data, loss=loss, eval_fraction=eval_fraction,
+                    evaluate=evaluate, dtype=dtype, seed=seed, build=local is not None)  # fmt: skip
     if checkpoint_dir is not None:
         job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
-               "optimizer": optimizer, "seed": seed, "lr": lr}  # fmt: skip
+               "optimizer": optimizer, "seed": seed, "lr": lr, "data": data, "loss": loss,
+               "eval_fraction": eval_fraction}  # fmt: skip
         note, finished = prepare_checkpoints(checkpoint_dir, resume, checkpoint_every, run_steps, job,
                                              (plan_obj, plan, layout), local)  # fmt: skip
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
@@ -254,7 +273,7 @@ def train(
         from pipeplan.runtime.training.launch import launch_local
 
         code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
-                            modules=(module or "mlp",))  # fmt: skip
+                            modules=(module or "mlp", *(spec for spec in (data, loss) if spec is not None)))  # fmt: skip
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
     from pipeplan.runtime.training.train_config import TrainConfig
 
@@ -268,7 +287,7 @@ def train(
         threads=threads, save_grads=save_grads, predict=predict, backend=backend,
         profile=profile if predicting else None, cluster=cluster if predicting else None,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0, network=network, adaptive=adaptive,
+        epochs=epochs or 0, network=network, adaptive=adaptive, data=data, loss=loss, eval_fraction=eval_fraction,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 

@@ -81,6 +81,14 @@ def sample_dataset(
     return Dataset("sample", sample_input(size), sample_target(size))
 
 
+def eval_without_split(name: str) -> str:
+    """The refusal of --eval for data `name` that holds nothing out (said by the launcher, and by a rank)."""
+    return (
+        f"--eval needs data with a held-out split; {name} has none: use --dataset digits or pysource, or --data with "
+        "--eval-fraction F, or a --data factory that returns (train, held_out)"
+    )
+
+
 def batch_indices(num_samples: int, global_batch: int, step: int, seed: int) -> torch.Tensor:
     """Row indices of iteration `step`: the stream of per-epoch seeded permutations, cut into global batches.
 

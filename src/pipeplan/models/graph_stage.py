@@ -36,7 +36,9 @@ def unpack(packed: torch.Tensor, shapes: Sequence[tuple[int, ...]]) -> list[torc
     widths = [math.prod(shape) for shape in shapes]
     if packed.dim() != 2 or packed.shape[1] != sum(widths):
         raise ProfileError(f"a stage received shape {tuple(packed.shape)}, expected (batch, {sum(widths)})")
-    pieces = torch.split(packed, widths, dim=1) if len(widths) > 1 else (packed,)
+    # narrow, not split: each piece is a view of its own, which a layer may change in place (split's views may not be)
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    pieces = [packed.narrow(1, start, width) for start, width in zip(starts, widths, strict=True)]
     return [piece.reshape(packed.shape[0], *shape) for piece, shape in zip(pieces, shapes, strict=True)]
 
 

@@ -41,12 +41,14 @@ from pipeplan.core.limits import MODEL_BYTES
 from pipeplan.models.model_spec import ModelSpec, SampleFn
 
 
-def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
+def resolve_module_spec(spec: str, fallback_input: SampleFn | None = None, **options: object) -> ModelSpec:
     """Build the ModelSpec a MODULE_SPEC names: a built-in name or `package.module:factory`.
 
     Args:
         spec: `mlp`, `transformer`, `gpt2-small`, `gpt2-medium`, `gpt2-large`,
             `gpt2-xl`, `bert-base`, `bert-large`, or `package.module:factory`.
+        fallback_input: a factory's nn.Module that gives no sample_input of its own (nor does its Python module)
+            is given this one (`--data`'s first samples, models.user_data).
         **options: keyword arguments for the factory; strings (from the CLI)
             are converted to the type of the factory parameter's default.
 
@@ -78,7 +80,7 @@ def resolve_module_spec(spec: str, **options: object) -> ModelSpec:
     if not isinstance(result, nn.Module):
         raise ProfileError(f"MODULE_SPEC {spec!r}: the factory returned {type(result).__name__}, not an nn.Module or ModelSpec")
     fallback = getattr(pymodule, "sample_input", None)
-    return spec_from_module(result, name=spec, sample_input=fallback if callable(fallback) else None)
+    return spec_from_module(result, name=spec, sample_input=fallback if callable(fallback) else fallback_input)
 
 
 def takes_option(spec: str, option: str) -> bool:

@@ -33,6 +33,30 @@ from pipeplan.models.layer_rng import LayerSeeding, RngKey
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+class _Entry(torch.autograd.Function):
+    """The identity from a stage's input leaf into its graph: the output shares the leaf's storage (no copy) but is
+    not the leaf, nor a view of it, so the stage's first layer may change it in place (`ReLU(inplace=True)`), which
+    autograd refuses on a leaf that requires a gradient; the gradient reaching it is the leaf's."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, leaf: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return leaf.detach()
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return grad
+
+
+def grad_entry(inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(leaf, entry): a leaf requiring a gradient over `inputs`' storage, whose `.grad` is the input gradient, and
+    what the layers run on (the leaf itself when it cannot take a gradient: an integer tensor). The one way a stage,
+    and the profiler timing a layer as one, takes a tensor that needs its gradient (see _Entry)."""
+    if not inputs.is_floating_point():
+        return inputs, inputs
+    leaf = inputs.detach().requires_grad_(True)
+    return leaf, _Entry.apply(leaf)
+
+
 @dataclass
 class _Saved:
     """What a microbatch leaves on a stage between its forward and its (last) backward."""
@@ -117,16 +141,17 @@ class StageModule:
         With `key`, each layer call draws from torch's generator seeded by the key and the layer's index (module
         docstring); the generator's state is restored afterwards.
         """
+        entry = inputs
         if not self.is_first and inputs.is_floating_point():
-            inputs = inputs.detach().requires_grad_(True)
+            inputs, entry = grad_entry(inputs)
         self._capture = [] if self._point_modules else None
         try:
             if key is None:
-                output = self.run(inputs)
+                output = self.run(entry)
             else:
                 with LayerSeeding(key, inputs.device) as seeding:
                     self._seed = seeding.seed
-                    output = self.run(inputs)
+                    output = self.run(entry)
         finally:
             points, self._capture = self._capture or [], None
             self._seed = _unseeded

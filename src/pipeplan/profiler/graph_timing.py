@@ -18,6 +18,7 @@ from torch import nn
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.models.graph import consumers, run_layers
+from pipeplan.models.stage import grad_entry
 from pipeplan.profiler.timing import Loss
 
 
@@ -69,10 +70,13 @@ class GraphTimer:
         leaves: list[tuple[torch.Tensor, ...]] = []
         outs: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            args = tuple(a.detach().requires_grad_(a.requires_grad) for a in self.args[i]) if self.inputs[i] else self.args[i]
+            # fresh leaves over copies, entered as a stage enters its input (models.stage.grad_entry): a layer may
+            # change its input in place, and the kept inputs stay as they are for the next round
+            entered = [grad_entry(a.detach().clone()) if a.requires_grad else _same(a.clone()) for a in self.args[i]]
+            args, entries = tuple(leaf for leaf, _ in entered), tuple(arg for _, arg in entered)
             self.sync()
             t0 = time.perf_counter()
-            out = layer(*args)
+            out = layer(*entries)
             if i == last and self.loss is not None:
                 out = self.loss[0](out, self.loss[1])
             self.sync()
@@ -101,3 +105,7 @@ class GraphTimer:
             if leaf.grad is not None:
                 grads.append(leaf.grad)
         return None if not grads else grads[0] if len(grads) == 1 else torch.stack(grads).sum(0)
+
+
+def _same(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x, x

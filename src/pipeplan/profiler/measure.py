@@ -42,9 +42,11 @@ from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, live_cuts
 from pipeplan.models.shared import shared_parameters
 from pipeplan.models.specs import ModelSpec, layers_of
+from pipeplan.models.stage import grad_entry
 from pipeplan.profiler.attention import FusedAttentionMode
 from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_counter
 from pipeplan.profiler.graph_timing import GraphTimer, graph_inputs
+from pipeplan.profiler.norms import single_value_norms
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
 from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
@@ -180,7 +182,7 @@ def measure_layers(
     rounds = warmup + runs if runs else 0
     graph = model.layer_inputs if isinstance(model, ModelSpec) else None
     split = split and graph is None  # a graph's layers are timed without the zero-bubble split (profiler.graph_timing)
-    with _progress_bar(progress, len(layers) + rounds) as advance:
+    with _progress_bar(progress, len(layers) + rounds) as advance, single_value_norms(layers):
         inputs: Sequence[torch.Tensor | tuple[torch.Tensor, ...]]
         inputs = _layer_inputs(layers, x0) if graph is None else graph_inputs(layers, graph, names, x0)
         sizes, grads = [], []
@@ -207,7 +209,10 @@ def measure_layers(
             for r in range(rounds):
                 timer.round(keep=r >= warmup)
                 if whole:
-                    f_ms, b_ms = time_step(lambda: run_chain(layers, x0, loss, graph), x0, None if loss else grads[-1], sync)
+                    x_in = x0.clone()  # a first layer may change its input in place: every round gets the same one
+                    f_ms, b_ms = time_step(
+                        lambda x_in=x_in: run_chain(layers, x_in, loss, graph), x_in, None if loss else grads[-1], sync
+                    )
                     if r >= warmup:
                         whole_f.append(f_ms)
                         whole_b.append(b_ms)
@@ -268,7 +273,7 @@ def _layer_inputs(layers: Sequence[nn.Module], x0: torch.Tensor) -> list[torch.T
     with torch.no_grad():
         x = x0
         for i, layer in enumerate(layers[:-1]):
-            x = layer(x)
+            x = layer(x.clone())  # a copy: a layer that changes its input in place leaves the one kept here as it was
             if not isinstance(x, torch.Tensor):
                 raise ProfileError(
                     f"layer {i} ({type(layer).__name__}) returned {type(x).__name__}; each layer must return one tensor"
@@ -296,12 +301,15 @@ def _count_layer(
     random gradient of its output's shape for the timing rounds, and the bytes of its input's and of its output's
     storage among those it saves (0 when not saved). A layer of a graph takes a tuple `x` of its inputs' outputs.
     """
-    xs = x if isinstance(x, tuple) else (x,)
+    # fresh leaves over copies (the kept inputs stay as they are), each entered as a stage enters its input
+    # (models.stage.grad_entry): a layer may change its input in place, as it may in a run
+    entered = [grad_entry(one.detach().clone()) if one.requires_grad else _same(one.clone()) for one in _tuple(x)]
+    xs, args = tuple(leaf for leaf, _ in entered), tuple(arg for _, arg in entered)
     fused = FusedAttentionMode() if xs[0].device.type == "meta" else contextlib.nullcontext()
     fwd_kernels, bwd_kernels = KernelCounter(), KernelCounter()
     meter = SavedTensorMeter(exclude=layer.parameters())
     with torch.enable_grad(), fused, flop_counter() as fwd_counter, meter, fwd_kernels:
-        out = layer(*xs)
+        out = layer(*args)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         raise ProfileError(f"layer {name!r} must return one floating-point tensor, got {type(out).__name__}")
     ends = (meter.bytes_of(xs[0]), meter.bytes_of(out))  # the storages a neighbouring layer may save too
@@ -326,6 +334,14 @@ def _count_layer(
         name, int(fwd_counter.get_total_flops()), int(bwd_flops), fwd_moved, bwd_moved, fwd_kernels.count, bwd_kernels.count
     )
     return LayerSizes(name, out_bytes, p_bytes, saved, work), grad, ends
+
+
+def _tuple(x: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _same(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x, x
 
 
 def _no_sync() -> None:

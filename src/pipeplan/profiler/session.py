@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from pipeplan.core.errors import ProfileError
+from pipeplan.core.errors import ProfileError, TrainConfigError
+from pipeplan.core.model_source import USER_DATA
 from pipeplan.core.precision import MEASURED_DTYPES, PROFILE_DTYPES, check_profile_numerics
 from pipeplan.core.profile import ModelProfile, ProfileSource, check_batch_sizes
 
@@ -49,9 +50,13 @@ def session_batch_sizes(batch_size: int, given: Sequence[int] | None, name: str 
 def profile_spec(module_spec: str, batch_size: int, options: dict[str, object], dataset: str,
                  batch_sizes: Sequence[int] | None, project_to: str | None, dtype: str, efficiency: float, runs: int,
                  warmup: int, threads: int, progress: bool, device: str = "cpu",
-                 precision: str = "full") -> ModelProfile:  # fmt: skip
+                 precision: str = "full", data: str | None = None, loss: str | None = None) -> ModelProfile:  # fmt: skip
     """Build MODULE_SPEC as `pipeplan train` does (in `dtype`) and measure it at every size (one `threads` count), its
     forwards under `precision`'s autocast, or project it.
+
+    With `data` (models.user_data) every size measures the first samples of the user's data (cycled when it holds
+    fewer), and the source records the dataset as `data` (the factory itself is never recorded: a profile does not
+    choose code to run); `loss` replaces the spec's loss.
 
     Raises:
         ProfileError: a bad dtype, precision, GPU, efficiency or size, or a model that is not a chain of tensors.
@@ -74,12 +79,17 @@ def profile_spec(module_spec: str, batch_size: int, options: dict[str, object], 
     steady_cpu_allocator()  # the allocator train runs with (models.allocator)
     from pipeplan.models.precision import autocast
 
-    model = build_model(module_spec, dict(texts), dataset, MEASURED_DTYPES[dtype])
+    try:
+        model = build_model(module_spec, dict(texts), dataset, MEASURED_DTYPES[dtype], data=data, loss=loss)
+    except TrainConfigError as exc:
+        if data is None and loss is None:
+            raise
+        raise ProfileError(str(exc)) from None  # the user's data or loss refused (models.user_data), as profile says it
     target = torch_device(device)
     for layer in model.layers:
         layer.to(target)
-    source = ProfileSource(module_spec, tuple(sorted(texts.items())), model.dataset.name, MEASURED_DTYPES[dtype],
-                           precision)  # fmt: skip
+    recorded = USER_DATA if data is not None else model.dataset.name
+    source = ProfileSource(module_spec, tuple(sorted(texts.items())), recorded, MEASURED_DTYPES[dtype], precision)
     with autocast(precision, target):  # forwards and backwards alike: their gradients are the same (test_precision)
         return profile_batch_sizes(model.chain_spec(), sizes, runs=runs, warmup=warmup, threads=threads, source=source,
                                    progress=progress)  # fmt: skip

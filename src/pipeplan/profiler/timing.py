@@ -49,7 +49,7 @@ class ChainTimer:
             stage.close()
 
     def _forward(self, stages: list[StageModule], keep: bool) -> None:
-        x = self.x0
+        x = self.x0.clone()  # a first layer may change its input in place: every round gets the same one
         for i, stage in enumerate(stages):
             self.sync()
             t0 = time.perf_counter()

@@ -7,7 +7,8 @@ The model is small enough here that copying its weights once per epoch costs
 little next to training, and evaluating on one process keeps it independent
 of the schedule (a synchronous or an asynchronous run evaluates alike).
 Accuracy is the share of correct argmax predictions over the last dimension
-(classes for digits, the next character at every position for pysource);
+(classes for digits, the next character at every position for pysource), for integer targets of the output's
+shape less its last dimension (negative targets left out); other targets (a regression's) have none (NaN);
 loss is the model's loss function, a mean over the test samples.
 """
 
@@ -101,8 +102,10 @@ def held_out_scores(model: Model, device: torch.device) -> tuple[float, float]:
                 y = data.test_targets[lo : lo + EVAL_BATCH].to(device)
                 out = chain(x)
                 loss_sum += float(model.loss_fn(out, y)) * len(x)
-                correct += int((out.argmax(dim=-1) == y).sum())
-                total += y.numel()
+                if not y.is_floating_point() and tuple(out.shape[:-1]) == tuple(y.shape):
+                    scored = y >= 0  # a negative class (Hugging Face's -100) is a position left out of the loss
+                    correct += int(((out.argmax(dim=-1) == y) & scored).sum())
+                    total += int(scored.sum())
     finally:
         chain.train(training)
-    return correct / total, loss_sum / len(data.test_inputs)
+    return (correct / total if total else float("nan")), loss_sum / len(data.test_inputs)

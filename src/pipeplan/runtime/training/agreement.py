@@ -192,7 +192,8 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
                ("--dtype", config.dtype), ("--precision", config.precision), ("--seed", str(config.seed)),
                ("--steps", str(config.steps)),
                ("--epochs", str(config.epochs)), ("--lr", repr(config.lr)), ("--lr-schedule", config.lr_schedule),
-               ("--optimizer", config.optimizer)]  # fmt: skip
+               ("--optimizer", config.optimizer), ("--data", str(config.data)), ("--loss", str(config.loss)),
+               ("--eval-fraction", repr(config.eval_fraction))]  # fmt: skip
     if config.plan is not None:
         p = config.plan  # frozen values of tuples: their repr is canonical (the pipeplan version is compared first)
         summary = f"{p.schedule}, {len(p.stages)} stages, {p.microbatches} microbatches, global batch {p.global_batch}"
@@ -226,7 +227,7 @@ def built_fields(config: TrainConfig, model: Model) -> tuple[Field, ...]:
     return (
         (f"the model's initial parameters (--module {config.module})", model_digest(model.layers)),
         (f"the model's shared parameters (--module {config.module})", sharing(model.layers, model.layer_names)),
-        (f"the data (--dataset {model.dataset.name})", data_digest(model.dataset)),
+        (f"the data ({'--data' if config.data else '--dataset'} {model.dataset.name})", data_digest(model.dataset)),
         ("the checkpoint to resume (--checkpoint-dir, --resume)", checkpoint_digest(config)),
     )
 

@@ -69,9 +69,8 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
                 polled[0] = now
                 on_progress(_lines(progress), total)
 
-        module = params.get("module")
-        code = launch_local(nprocs, JOB_BOOT, env=env, timeout_s=timeout_s, on_poll=poll,
-                            modules=() if module is None else (module,))  # fmt: skip
+        modules = tuple(params[key] for key in ("module", "data", "loss") if params.get(key) is not None)
+        code = launch_local(nprocs, JOB_BOOT, env=env, timeout_s=timeout_s, on_poll=poll, modules=modules)
         if code == 128 + int(signal.SIGINT):
             raise KeyboardInterrupt
         if code != 0 or not result.exists():
@@ -168,7 +167,9 @@ def _train(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
         dataset=params["dataset"], steps=params["steps"], lr=params["lr"], optimizer=params["optimizer"],
         seed=params["seed"], timeout_s=params["timeout_s"], profile=params["profile"], cluster=params["cluster"],
         batch_scaling=params["batch_scaling"], warmup_steps=params["warmup_steps"], dtype=params["dtype"],
-        precision=params["precision"],
+        precision=params["precision"], data=params.get("data"), loss=params.get("loss"),
+        eval_fraction=params.get("eval_fraction", 0.0), evaluate=params.get("evaluate", False),
+        epochs=params.get("epochs", 0),
     )  # fmt: skip
 
     def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
@@ -190,4 +191,5 @@ def _train(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
         "predicted_memory_bytes": list(planned.memory_bytes) if planned is not None else None,
         "measured_memory_bytes": report.memory_bytes,
         "warmup_steps": report.warmup_steps,
+        "evals": [e.to_json() for e in report.evals],
     }

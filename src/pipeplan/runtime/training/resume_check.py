@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeplan.models.build import build_model
 from pipeplan.models.graph_stage import GraphStage
 from pipeplan.models.stage import StageModule
 from pipeplan.runtime.execution.optim import distinct, make_optimizer
@@ -27,7 +26,7 @@ def resume_targets(config: TrainConfig, world: int) -> tuple[dict[str, Any], Tar
     Raises:
         PipeplanError: the model, plan or schedule do not fit (as a worker would say it).
     """
-    model = build_model(config.module, dict(config.module_options), config.dataset, config.dtype, config.seed)
+    model = config.build()
     plan, schedule = config.resolve(len(model.layers), world)
     topology = Topology(plan, schedule, world)
     order = list(plan.layer_order) if plan.layer_order is not None else list(range(len(model.layers)))

@@ -69,6 +69,17 @@ class TrainConfig:
     epochs: int = 0
     network: NetworkSettings | None = None
     adaptive: bool = False
+    data: str | None = None
+    loss: str | None = None
+    eval_fraction: float = 0.0
+
+    def build(self) -> Model:
+        """This job's model: --module with its options, its data (--dataset, or --data with --eval-fraction), its loss
+        (--loss, else the spec's), dtype and seed (models.build.build_model)."""
+        from pipeplan.models.build import build_model
+
+        return build_model(self.module, dict(self.module_options), self.dataset, self.dtype, self.seed, data=self.data,
+                           loss=self.loss, eval_fraction=self.eval_fraction)  # fmt: skip
 
     def total_steps(self, train_samples: int, global_batch: int) -> int:
         """The run's steps: --steps, or --epochs x the steps of one epoch (the whole batches in the training split)."""
@@ -141,6 +152,8 @@ class TrainConfig:
             "dtype": self.dtype,
             "optimizer": self.optimizer,
             "seed": self.seed,
+            **{key: value for key, value in (("data", self.data), ("loss", self.loss)) if value is not None},
+            **({"eval_fraction": self.eval_fraction} if self.eval_fraction else {}),
         }
 
 

@@ -14,8 +14,8 @@ from pipeplan.core.errors import OutputError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.models.allocator import steady_cpu_allocator
-from pipeplan.models.build import Model, build_model
-from pipeplan.models.datasets import batch_indices
+from pipeplan.models.build import Model
+from pipeplan.models.datasets import batch_indices, eval_without_split
 from pipeplan.models.precision import autocast
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.distributed_pipeline import DistributedPipeline
@@ -71,10 +71,9 @@ def train(
     torch.set_num_threads(config.threads)
     rank, world, device = init_distributed(config.backend, config.timeout_s)
     # before any other work: every rank shows its options, model, data and checkpoint to the others (one exchange)
-    model = agree(config, lambda: build_model(config.module, dict(config.module_options), config.dataset, config.dtype,
-                                              config.seed), rank, world)  # fmt: skip
-    if config.evaluate and model.dataset.test_inputs is None:
-        raise TrainConfigError(f"--eval needs a dataset with a held-out split (digits, pysource); {model.dataset.name} has none")
+    model = agree(config, config.build, rank, world)
+    if config.evaluate and model.dataset.test_inputs is None:  # the launcher refuses it first (api.data_checks)
+        raise TrainConfigError(eval_without_split(model.dataset.name))
     if config.layout is not None and config.layout.asynchronous:
         from pipeplan.runtime.training.asynchronous import train_asynchronous
 
