@@ -200,3 +200,23 @@ def test_a_traced_graph_runs_and_keeps_its_own_state_dict_keys() -> None:
     want = nn.functional.cross_entropy(reference(inputs), targets).detach()
     assert abs(pipe.step(inputs, targets) - float(want)) <= TOLERANCE
     assert list(pipe.state_dict()) == list(reference.state_dict())
+
+
+def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+@pytest.mark.usefixtures("one_process")
+def test_a_stock_hugging_face_model_is_captured_on_its_own_sample() -> None:
+    """An unmodified transformers GPT-2 (tied head, no sample_input method) is exported on the sample its config
+    gives, as `pipeplan profile` captures it (before, distribute asked the model for a sample_input method): its
+    step is the plain model's loss and its state_dict keys are the model's own."""
+    pytest.importorskip("transformers")
+    from hf_tiny import build
+
+    model, reference = build("gpt2"), build("gpt2")
+    pipe = api.distribute(model, Plan((Stage(0, 5, (0,)),), 1, 2, 2, "1f1b"), _next_token_loss)
+    ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(0))
+    want = _next_token_loss(reference(ids).logits, ids).detach()
+    assert abs(pipe.step(ids, ids) - float(want)) <= TOLERANCE
+    assert list(pipe.state_dict()) == list(reference.state_dict())

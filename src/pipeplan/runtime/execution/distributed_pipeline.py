@@ -36,12 +36,17 @@ from pipeplan.schedules.registry import ASYNCHRONOUS
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
-    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph).
+    """The layers of `model` as the profiler measures them (a chain of blocks, or a traced or exported graph).
+
+    A graph is captured on a sample batch: the module's own `sample_input(batch_size)`, else a transformers model's
+    sample from its config (models.stock.hf_defaults, as `pipeplan profile` captures it), else it is refused.
 
     Raises:
         ProfileError: the model is neither a chain of blocks nor a graph that traces.
+        PlanError: a graph with no sample batch.
     """
     from pipeplan.models.specs import spec_from_module
+    from pipeplan.models.stock import hf_defaults
 
     def no_sample(batch_size: int) -> torch.Tensor:
         raise PlanError(
@@ -49,7 +54,8 @@ def model_spec(model: nn.Module) -> ModelSpec:
             "sample_input(batch_size) method"
         )
 
-    return spec_from_module(model, type(model).__name__, sample_input=no_sample)
+    defaults = hf_defaults(model)  # a sample given here would take the place of the model's own
+    return spec_from_module(model, type(model).__name__, sample_input=no_sample if defaults is None else None)
 
 
 class DistributedPipeline:
