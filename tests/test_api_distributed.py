@@ -209,14 +209,25 @@ def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
 @pytest.mark.usefixtures("one_process")
 def test_a_stock_hugging_face_model_is_captured_on_its_own_sample() -> None:
     """An unmodified transformers GPT-2 (tied head, no sample_input method) is exported on the sample its config
-    gives, as `pipeplan profile` captures it (before, distribute asked the model for a sample_input method): its
-    step is the plain model's loss and its state_dict keys are the model's own."""
+    gives (16 tokens), as `pipeplan profile` captures it (before, distribute asked the model for a sample_input
+    method): its step is the plain model's loss and its state_dict keys are the model's own. Samples of another
+    length are refused in one line (the export computed its sizes from 16 tokens: 8-token batches gave 16 positions);
+    a sample_input attribute of their shape captures it on them."""
     pytest.importorskip("transformers")
     from hf_tiny import build
 
+    plan = Plan((Stage(0, 5, (0,)),), 1, 2, 2, "1f1b")
     model, reference = build("gpt2"), build("gpt2")
-    pipe = api.distribute(model, Plan((Stage(0, 5, (0,)),), 1, 2, 2, "1f1b"), _next_token_loss)
+    pipe = api.distribute(model, plan, _next_token_loss)
     ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(0))
     want = _next_token_loss(reference(ids).logits, ids).detach()
     assert abs(pipe.step(ids, ids) - float(want)) <= TOLERANCE
     assert list(pipe.state_dict()) == list(reference.state_dict())
+    with pytest.raises(PlanError, match=r"^inputs must be samples of shape \(16,\) \(the sample the model was captured "
+                       r"on\), got \(8,\): give the model a sample_input"):  # fmt: skip
+        pipe.step(ids[:, :8], ids[:, :8])
+    model = build("gpt2")
+    model.sample_input = lambda batch_size: torch.zeros(batch_size, 8, dtype=torch.long)
+    pipe = api.distribute(model, plan, _next_token_loss)
+    want = _next_token_loss(build("gpt2")(ids[:, :8]).logits, ids[:, :8]).detach()
+    assert abs(pipe.step(ids[:, :8], ids[:, :8]) - float(want)) <= TOLERANCE

@@ -75,6 +75,8 @@ class DistributedPipeline:
         timeout_s: bound on every wait for a peer.
         lookahead: actions ahead whose receives are posted early.
         wire: the emulated network the messages travel on (None: the real one).
+        sample_shape: a graph's input per sample (after the batch dimension) as it was captured or traced: `step`
+            refuses batches of another shape (a captured graph computes its sizes from that sample; None: any).
     """
 
     def __init__(
@@ -92,8 +94,10 @@ class DistributedPipeline:
         precision: str = "full",
         scaler: LossScaler | None = None,
         seed: int = 0,
+        sample_shape: tuple[int, ...] | None = None,
     ) -> None:
         self.rank, self.world_size, self.device = rank, topology.world_size, device
+        self.sample_shape = sample_shape
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
@@ -137,7 +141,8 @@ class DistributedPipeline:
         loss on every process.
 
         Raises:
-            PlanError: the batch is not the plan's global batch, or inputs and targets differ in length.
+            PlanError: the batch is not the plan's global batch, inputs and targets differ in length, or a graph's
+                inputs are not of the shape it was captured on.
             RuntimeFault: an action failed here or on a peer (naming rank, step and action).
         """
         batch = self.plan.global_batch
@@ -147,6 +152,12 @@ class DistributedPipeline:
         if not isinstance(targets, torch.Tensor) or targets.dim() == 0 or len(targets) != batch:
             got = f"{len(targets)} samples" if isinstance(targets, torch.Tensor) and targets.dim() else type(targets).__name__
             raise PlanError(f"targets must be a tensor of {batch} samples (one per input), got {got}")
+        if self.sample_shape is not None and tuple(inputs.shape[1:]) != self.sample_shape:
+            raise PlanError(
+                f"inputs must be samples of shape {self.sample_shape} (the sample the model was captured on), got "
+                f"{tuple(inputs.shape[1:])}: give the model a sample_input(batch_size) method (or attribute) returning a "
+                "batch of your samples' shape before pipeplan.distribute"
+            )
         record = self.executor.run(inputs, targets)
         loss = torch.tensor([record.loss], dtype=torch.float64, device=self.device)
         dist.all_reduce(loss)
@@ -186,10 +197,13 @@ def start_pipeline(
     except TrainConfigError as exc:
         raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
     layers = list(spec.layers)
-    graph = None
+    graph = shape = None
     if spec.layer_inputs is not None:
-        graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
-    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s, seed=seed)
+        sample = spec.sample_input(2)
+        graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, sample)
+        shape = tuple(sample.shape[1:])
+    return DistributedPipeline(model, layers, graph, Topology(plan, schedule, world), rank, loss_fn, device, timeout_s,
+                               seed=seed, sample_shape=shape)  # fmt: skip
 
 
 def _check_number(name: str, value: object, least: float, allow_inf: bool = False, above: bool = False) -> None:
