@@ -200,3 +200,34 @@ def test_a_traced_graph_runs_and_keeps_its_own_state_dict_keys() -> None:
     want = nn.functional.cross_entropy(reference(inputs), targets).detach()
     assert abs(pipe.step(inputs, targets) - float(want)) <= TOLERANCE
     assert list(pipe.state_dict()) == list(reference.state_dict())
+
+
+def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+@pytest.mark.usefixtures("one_process")
+def test_a_stock_hugging_face_model_is_captured_on_its_own_sample() -> None:
+    """An unmodified transformers GPT-2 (tied head, no sample_input method) is exported on the sample its config
+    gives (16 tokens), as `pipeplan profile` captures it (before, distribute asked the model for a sample_input
+    method): its step is the plain model's loss and its state_dict keys are the model's own. Samples of another
+    length are refused in one line (the export computed its sizes from 16 tokens: 8-token batches gave 16 positions);
+    a sample_input attribute of their shape captures it on them."""
+    pytest.importorskip("transformers")
+    from hf_tiny import build
+
+    plan = Plan((Stage(0, 5, (0,)),), 1, 2, 2, "1f1b")
+    model, reference = build("gpt2"), build("gpt2")
+    pipe = api.distribute(model, plan, _next_token_loss)
+    ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(0))
+    want = _next_token_loss(reference(ids).logits, ids).detach()
+    assert abs(pipe.step(ids, ids) - float(want)) <= TOLERANCE
+    assert list(pipe.state_dict()) == list(reference.state_dict())
+    with pytest.raises(PlanError, match=r"^inputs have shape \(4, 8\) but the model was captured with torch.export on "
+                       r"inputs of shape \(4, 16\) \(only the batch dimension may vary\)"):  # fmt: skip
+        pipe.step(ids[:, :8], ids[:, :8])
+    model = build("gpt2")
+    model.sample_input = lambda batch_size: torch.zeros(batch_size, 8, dtype=torch.long)
+    pipe = api.distribute(model, plan, _next_token_loss)
+    want = _next_token_loss(build("gpt2")(ids[:, :8]).logits, ids[:, :8]).detach()
+    assert abs(pipe.step(ids[:, :8], ids[:, :8]) - float(want)) <= TOLERANCE
