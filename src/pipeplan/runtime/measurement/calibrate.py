@@ -74,8 +74,11 @@ def build_profiled_model(profile: ModelProfile, device: torch.device, module: st
     return model
 
 
-def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float, optimizer: str) -> Run:
-    """Run `plan` as `pipeplan train` runs it, two warm-up steps and `steps` timed ones. A collective call.
+def run_plan(
+    plan: Plan, model: Model, device: torch.device, steps: int, timeout_s: float, optimizer: str, precision: str = "full"
+) -> Run:
+    """Run `plan` as `pipeplan train` runs it, two warm-up steps and `steps` timed ones, its forwards under
+    `precision`'s autocast (the profile's: a bf16 profile's speeds are bf16 steps'). A collective call.
 
     A step is the executor's iteration, the optimizer's step and the all-reduce of the loss that ends a training
     step (the optimizer streams every weight and its state through memory, so the next step's compute meets cold
@@ -89,7 +92,8 @@ def run_plan(plan: Plan, model: Model, device: torch.device, steps: int, timeout
 
     topology = Topology(plan, plan_schedule(plan), dist.get_world_size())
     role = topology.roles[dist.get_rank()]
-    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s, graph=model.graph)
+    executor = Executor(topology, role, model.layers, model.loss_fn, device, timeout_s, graph=model.graph,
+                        precision=precision)  # fmt: skip
     rows = torch.arange(plan.global_batch) % len(model.dataset)
     inputs, targets = model.dataset.inputs[rows], model.dataset.targets[rows]
     params = executor.parameters()

@@ -212,13 +212,16 @@ def probe(
         allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
     else:
         model = build_profiled_model(profile, device, module)
-        dp_runs = [run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in data_parallel_plans(profile, world)]
+        precision = profile.numerics[1]  # the steps timed as the profile was measured (core.precision)
+        dp_runs = [
+            run_plan(plan, model, device, steps, timeout_s, optimizer, precision) for plan in data_parallel_plans(profile, world)
+        ]
         speed = speed_of(profile, dp_runs)
         allreduce_lat = max(max(row) for row in latency)
         allreduce_bw = allreduce_of(dp_runs, profile.total_param_bytes, world, allreduce_lat) if world > 1 else None
         if world > 1:
             pipeline_runs = [
-                run_plan(plan, model, device, steps, timeout_s, optimizer) for plan in pipeline_plans(profile, world)
+                run_plan(plan, model, device, steps, timeout_s, optimizer, precision) for plan in pipeline_plans(profile, world)
             ]
     host = socket.gethostname()
     mine = {"speed": speed, "host": host, "node": node_key(host), "memory": _memory_bytes(device), "device": _device_name(device)}
