@@ -1,4 +1,5 @@
-"""Shared test settings: hypothesis profiles sized for a 2-core CI machine, and the one-thread fixture of timing tests."""
+"""Shared test settings: hypothesis profiles sized for a 2-core CI machine, the one-thread fixture of timing tests and
+one_process (a process group of this process alone)."""
 
 import os
 from collections.abc import Iterator
@@ -22,3 +23,15 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_process() -> Iterator[None]:
+    """A process group of this process alone (an in-memory store: no port): pipeplan.distribute on one rank."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import re
 import runpy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from pipeplan import api
@@ -131,16 +129,6 @@ def test_a_model_the_plan_was_not_made_for_is_refused_before_the_group(monkeypat
         api.distribute(_model(), fits, nn.functional.cross_entropy, profile=profile)
     with pytest.raises(TrainConfigError, match=r"^pipeplan.distribute must run under torchrun .*\(missing RANK"):
         api.distribute(_model(), fits, nn.functional.cross_entropy)
-
-
-@pytest.fixture
-def one_process() -> Iterator[None]:
-    """A process group of this process alone (an in-memory store: no port)."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.usefixtures("one_process")

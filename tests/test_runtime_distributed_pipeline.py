@@ -5,7 +5,6 @@ the same losses, the same clipped global gradient norms (the tied weight counted
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,18 +106,6 @@ def test_stock_hf_models_split_over_two_processes_train_as_the_plain_loop(tmp_pa
         assert list(saved) == list(model.state_dict())
         for key, value in model.state_dict().items():
             assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), key
-
-
-@pytest.fixture
-def one_process() -> Iterator[None]:
-    """A process group of this process alone (an in-memory store: no port)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.usefixtures("one_process")

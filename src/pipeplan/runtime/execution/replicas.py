@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -16,6 +17,22 @@ from pipeplan.runtime.placement import Role, Topology
 def flat_bucket(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """One flat tensor holding every gradient (the bucket one all-reduce sums)."""
     return _flatten_dense_tensors(list(grads))
+
+
+def finish_all(pending: Iterable[tuple[Any, torch.Tensor, Sequence[torch.Tensor], str]], timeout: timedelta) -> None:
+    """Wait for each launched all-reduce (work, bucket, its gradients, what it is) and write its sums back into the
+    gradients; a failed one is a RuntimeFault naming what it was.
+
+    Raises:
+        RuntimeFault: an all-reduce failed or timed out.
+    """
+    for work, bucket, grads, what in pending:
+        try:
+            work.wait(timeout)
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0]
+            raise RuntimeFault(f"{what} failed: {first}") from exc
+        scatter_back(bucket, grads)
 
 
 def scatter_back(bucket: torch.Tensor, grads: Sequence[torch.Tensor]) -> None:
@@ -62,12 +79,7 @@ class GradSync:
 
     def finish(self) -> None:
         """Wait for every launched all-reduce and write the sums back into the gradients."""
-        for work, bucket, grads, stage in self._pending:
-            try:
-                work.wait(self.timeout)
-            except RuntimeError as exc:
-                first = str(exc).splitlines()[0]
-                what = f"gradient all-reduce of stage {stage} over processes {list(self.members)}"
-                raise RuntimeFault(f"{what} failed: {first}") from exc
-            scatter_back(bucket, grads)
+        members = list(self.members)
+        finish_all(((w, b, g, f"gradient all-reduce of stage {stage} over processes {members}") for w, b, g, stage in
+                    self._pending), self.timeout)  # fmt: skip
         self._pending = []

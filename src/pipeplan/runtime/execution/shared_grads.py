@@ -37,7 +37,7 @@ from torch import nn
 from pipeplan.core.plan import Plan
 from pipeplan.models.shared import shared_parameters
 from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
-from pipeplan.runtime.execution.replicas import flat_bucket, scatter_back
+from pipeplan.runtime.execution.replicas import finish_all, flat_bucket
 from pipeplan.runtime.placement import Role, Topology
 
 
@@ -195,12 +195,6 @@ class SharedGradSync:
         if len(self._started) != len(self.buckets):
             missing = [b for b in range(len(self.buckets)) if b not in self._started]
             raise RuntimeFault(f"shared parameters' buckets {missing} never had all their stages' backwards run")
-        for work, bucket, grads, members in self._pending:
-            try:
-                work.wait(self.timeout)
-            except RuntimeError as exc:
-                first = str(exc).splitlines()[0]
-                what = f"shared parameters' gradient all-reduce over processes {list(members)}"
-                raise RuntimeFault(f"{what} failed: {first}") from exc
-            scatter_back(bucket, grads)
+        finish_all(((w, b, g, f"shared parameters' gradient all-reduce over processes {list(members)}") for w, b, g, members
+                    in self._pending), self.timeout)  # fmt: skip
         self._pending = []
