@@ -2,7 +2,10 @@
 one_process (a process group of this process alone)."""
 
 import os
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -35,3 +38,13 @@ def one_process() -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def importable(folder: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Path:
+    """A user module `name` (dedented `source`) written to `folder` and importable from there for one test: the
+    folder first on the path, no bytecode written, any earlier import of it forgotten."""
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return folder

@@ -3,12 +3,11 @@ and data= / loss= through profile_model and train_local."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from conftest import importable
 from pipeplan.api.data_checks import check_user_data, user_dataset
 from pipeplan.core.errors import ProfileError, TrainConfigError
 
@@ -31,11 +30,7 @@ def ce(out, target):
 
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "cdata.py").write_text(textwrap.dedent(DATA))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.delitem(sys.modules, "cdata", raising=False)
-    return tmp_path
+    return importable(tmp_path, monkeypatch, "cdata", DATA)
 
 
 @pytest.mark.parametrize(

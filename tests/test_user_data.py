@@ -3,11 +3,11 @@ fraction), a loss named by the user, and the one-batch check of both against the
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from conftest import importable
 
 torch = pytest.importorskip("torch")
 
@@ -81,11 +81,7 @@ def ce(out, target):
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user module `udata` on the import path (its own folder, no bytecode written)."""
-    (tmp_path / "udata.py").write_text(textwrap.dedent(DATA))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    monkeypatch.delitem(sys.modules, "udata", raising=False)
-    return tmp_path
+    return importable(tmp_path, monkeypatch, "udata", DATA)
 
 
 def test_pairs_and_a_torch_dataset_stack_into_the_same_tensors(user: Path) -> None:
