@@ -46,11 +46,12 @@ policy side by side, `pipeplan adapt`).
 
 from pipeplan.adapt.controller import AdaptiveController
 from pipeplan.adapt.decision import ControllerConfig, Decision
-from pipeplan.adapt.observation import IterationObservation, Link, Transfer
+from pipeplan.adapt.observation import Collective, IterationObservation, Link, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 
 __all__ = [
     "AdaptiveController",
+    "Collective",
     "ControllerConfig",
     "Decision",
     "IterationObservation",

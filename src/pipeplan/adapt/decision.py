@@ -54,6 +54,7 @@ class ControllerConfig:
         the same observations decides alike; BENCHMARKS.md reports the decision time it gives).
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
     initial_k: the k of the first iteration (None: the best k at nominal bandwidth).
+    memory_budget_bytes: the most any device may hold at any candidate k (None: each device's memory limit).
     """
 
     gain_threshold: float = 0.02
@@ -67,6 +68,7 @@ class ControllerConfig:
     simulated_events_per_ms: float = 800.0
     k_choices: tuple[int, ...] | None = None
     initial_k: int | None = None
+    memory_budget_bytes: float | None = None
     change_ratio: float = 1.25
     confirm: int = 2
     segment_half_life: float = 2.0

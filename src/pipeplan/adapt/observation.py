@@ -44,6 +44,23 @@ class Transfer:
 
 
 @dataclass(frozen=True, slots=True)
+class Collective:
+    """The data-parallel all-reduce of one stage's gradients as measured (the stage's replicas, and the same stage
+    of every pipeline copy, summing them): it ran from start_ms to end_ms on the transfers' clock."""
+
+    stage: int
+    start_ms: float
+    end_ms: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stage, bool) or not isinstance(self.stage, int) or self.stage < 0:
+            raise AdaptError(f"collective stage must be an integer >= 0, got {self.stage!r}")
+        start = _check_time("collective start_ms", self.start_ms)
+        if _check_time("collective end_ms", self.end_ms) < start:
+            raise AdaptError(f"collective of stage {self.stage} ends at {self.end_ms} ms, before it starts at {start} ms")
+
+
+@dataclass(frozen=True, slots=True)
 class IterationObservation:
     """What one iteration measured: the k it ran with, its time, per-stage compute and its transfers.
 
@@ -51,7 +68,8 @@ class IterationObservation:
     ms of each stage, averaged over the iteration (empty: not measured; the
     controller keeps the costs it was built with). `start_ms` is the
     iteration's start on the transfers' clock (the iteration ends at
-    start_ms + iteration_ms).
+    start_ms + iteration_ms). `collectives`: the data-parallel all-reduces of
+    the iteration (empty: none, or not measured).
     """
 
     index: int
@@ -61,6 +79,7 @@ class IterationObservation:
     stage_bwd_ms: tuple[float, ...] = ()
     transfers: tuple[Transfer, ...] = ()
     start_ms: float = 0.0
+    collectives: tuple[Collective, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:

@@ -55,6 +55,16 @@ def _plain_device_ids(devices: tuple[object, ...]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class AdaptiveSetting:
+    """What an adaptive (Ada-Grouper) run of a kfkb plan starts from: the plan's `k` is the first iteration's,
+    `k_choices` the k the controller may pick (ascending, each 1..microbatches), `memory_budget_bytes` the most any
+    device may hold at any k (the controller keeps every candidate under it)."""
+
+    k_choices: tuple[int, ...]
+    memory_budget_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """Everything needed to run one synchronous iteration.
 
@@ -67,6 +77,7 @@ class Plan:
     plan places the profile's layers (a topological order of its DAG,
     core.dag): `Stage.first_layer` / `last_layer` are positions in it; None
     (and the identity, stored as None) means positions are layer indices.
+    `adaptive`: for a kfkb plan, the setting its runs adapt k with (None: k stays fixed).
     """
 
     stages: tuple[Stage, ...]
@@ -78,6 +89,7 @@ class Plan:
     chunks: int = 1
     order: tuple[tuple[Action, ...], ...] | None = None
     layer_order: tuple[int, ...] | None = None
+    adaptive: AdaptiveSetting | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stages, tuple) or not self.stages:
