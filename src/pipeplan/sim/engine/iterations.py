@@ -41,7 +41,7 @@ class Reuse:
     """Iterations of one schedule that ran under constant link factors, kept to stand for later ones that would too.
 
     An iteration's times depend on the trace only through the factors its
-    transfers' links run at while it runs. When none of those links changes
+    transfers' links and its all-reduces' ring links run at while it runs (used_links). When none of those links changes
     factor inside an iteration's span, the iteration runs as any other that
     starts at the same factors and also sees no change (to rounding: a
     simulation adds the iteration's start to its times on the trace's clock
@@ -53,8 +53,7 @@ class Reuse:
     """
 
     def __init__(self, costs: Costs, trace: BandwidthTrace | None) -> None:
-        used = dict.fromkeys(f.link for flows in costs.forward + costs.backward for f in flows)
-        self.links = tuple(link for link in used if trace is not None and trace.affects(link))
+        self.links = trace.representatives(used_links(costs)) if trace is not None else ()
         self.trace = trace
         self.changes = trace.changes(self.links) if trace is not None else ()
         self.simulated = 0
@@ -87,6 +86,17 @@ class Reuse:
         if self._clear(t_ms, current[0]):
             self._seen.setdefault(self._key(t_ms), current)
         return current
+
+
+def used_links(costs: Costs) -> list[tuple[int, int]]:
+    """Every link an iteration's traffic uses: the transfers' flows, each stage's all-reduce ring and each shared
+    parameter's exchange ring."""
+    links = [f.link for flows in costs.forward + costs.backward for f in flows]
+    for c in costs.stages:
+        links += c.allreduce_links
+    for x in costs.shared:
+        links += x.links
+    return links
 
 
 def trace_changes(trace: BandwidthTrace | None) -> int:
