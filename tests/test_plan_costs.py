@@ -10,7 +10,7 @@ from pipeplan.core.errors import ClusterError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.link_model import ring_allreduce_ms, ring_allreduce_parts, ring_links
 from pipeplan.sim.cost.memory import check_fits, memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
 
@@ -143,6 +143,26 @@ def test_allreduce_ring_formula() -> None:
     plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1, 3))), 2, 2, 4, "1f1b")
     costs = plan_costs(plan, linear_model(profile(), c))
     assert costs.stages[0].allreduce_ms == pytest.approx((2e8 / (10 * GB) + 2e-5) * 1000)
+
+
+def test_allreduce_knows_its_ring_links_latency_and_work() -> None:
+    """Each stage's all-reduce carries its ring's ordered pairs (device order, wrapping) and its latency part; the total
+    is ring_allreduce_ms's float, and the work is the bytes over the slowest ring link (as the formula splits)."""
+    c = cluster()
+    assert ring_links((0, 1, 2, 3)) == ((0, 1), (1, 2), (2, 3), (3, 0))
+    assert ring_links((2, 0)) == ((2, 0), (0, 2)) and ring_links((3,)) == ()
+    for devices in ((0, 1, 2, 3), (0, 1), (1, 3, 0), (3,)):
+        total, latency = ring_allreduce_parts(c, devices, 2e8)
+        assert total == ring_allreduce_ms(c, devices, 2e8)
+    total, latency = ring_allreduce_parts(c, (0, 1, 2, 3), 2e8)
+    assert latency == pytest.approx(2 * 3 * 1e-5 * 1000) and total - latency == pytest.approx(2 * 3 / 4 * 2e8 / (10 * GB) * 1000)
+    plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b")
+    costs = plan_costs(plan, linear_model(profile(), c))
+    first, second = costs.stages
+    assert first.allreduce_links == ((0, 2), (2, 0)) and second.allreduce_links == ()
+    assert first.allreduce_latency_ms == pytest.approx(2e-5 * 1000)
+    assert first.allreduce_work_ms == pytest.approx(2e8 / (10 * GB) * 1000)
+    assert second.allreduce_ms == second.allreduce_latency_ms == 0.0
 
 
 def test_pipeline_replicas_use_slowest_replica_transfer() -> None:
