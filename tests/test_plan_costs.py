@@ -10,9 +10,10 @@ from pipeplan.core.errors import ClusterError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import ring_allreduce_ms, ring_allreduce_parts, ring_links
+from pipeplan.sim.cost.link_model import ring_allreduce_ms, ring_allreduce_parts
 from pipeplan.sim.cost.memory import check_fits, memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import ring_links
 
 GB = 1e9
 
@@ -159,7 +160,7 @@ def test_allreduce_knows_its_ring_links_latency_and_work() -> None:
     plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b")
     costs = plan_costs(plan, linear_model(profile(), c))
     first, second = costs.stages
-    assert first.allreduce_links == ((0, 2), (2, 0)) and second.allreduce_links == ()
+    assert first.allreduce_links == ((0, 2), (2, 0)) and second.allreduce_links == () == second.allreduce_ring
     assert first.allreduce_latency_ms == pytest.approx(2e-5 * 1000)
     assert first.allreduce_work_ms == pytest.approx(2e8 / (10 * GB) * 1000)
     assert second.allreduce_ms == second.allreduce_latency_ms == 0.0

@@ -149,7 +149,7 @@ def test_a_change_on_a_ring_link_alone_is_not_reused_past() -> None:
     after the step run slower, as simulating each one at its offset gives; they record each stage's all-reduce."""
     schedule = make_schedule("1f1b", 2, 4)
     costs = uniform_costs(schedule, 1.0, 2.0, comm=0.5)
-    ring = dataclasses.replace(costs.stages[0], allreduce_ms=5.0, allreduce_latency_ms=1.0, allreduce_links=((7, 8), (8, 7)))
+    ring = dataclasses.replace(costs.stages[0], allreduce_ms=5.0, allreduce_latency_ms=1.0, allreduce_ring=(7, 8))
     costs = dataclasses.replace(costs, stages=(ring, costs.stages[1]))
     trace = bandwidth_trace_from_json([{"t_ms": 60, "link": [8, 7], "factor": 0.25}])
     run = simulate_iterations(schedule, costs, trace, 6)

@@ -149,15 +149,15 @@ def test_unreadable_trace_files_raise_cost_error(tmp_path: Path) -> None:
         read_bandwidth_trace(bad)
 
 
-RING = ((10, 11), (11, 10))
-"""The all-reduce ring of stage 0 in the tests below: two devices no transfer uses."""
+RING = (10, 11)
+"""The all-reduce ring of stage 0 in the tests below: two devices no transfer uses (links (10, 11) and (11, 10))."""
 
 
 def _ring_costs(latency: float = 1.0, work: float = 8.0) -> tuple[Schedule, Costs]:
     """GPipe p=2, m=1, f=b=1, c=2 (stage 0's last backward ends at 8) with a ring all-reduce on stage 0."""
     schedule = make_schedule("gpipe", 2, 1)
     costs = uniform_costs(schedule, 1.0, 1.0, comm=2.0)
-    ring = dataclasses.replace(costs.stages[0], allreduce_ms=latency + work, allreduce_latency_ms=latency, allreduce_links=RING)
+    ring = dataclasses.replace(costs.stages[0], allreduce_ms=latency + work, allreduce_latency_ms=latency, allreduce_ring=RING)
     return schedule, dataclasses.replace(costs, stages=(ring, costs.stages[1]))
 
 
@@ -199,7 +199,7 @@ def test_a_ring_sped_up_lowers_the_lower_bound_so_it_stays_a_bound() -> None:
     result = simulate(schedule, costs, trace)
     assert result.iteration_time == 8.0
     assert result.lower_bound <= result.iteration_time
-    nominal_ring = dataclasses.replace(costs, stages=(dataclasses.replace(costs.stages[0], allreduce_links=()), costs.stages[1]))
+    nominal_ring = dataclasses.replace(costs, stages=(dataclasses.replace(costs.stages[0], allreduce_ring=()), costs.stages[1]))
     assert lower_bound(schedule, nominal_ring, trace) == 14.0
 
 

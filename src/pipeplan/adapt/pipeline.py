@@ -11,7 +11,7 @@ from pipeplan.adapt.observation import Link
 from pipeplan.core.errors import AdaptError, CostError
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.model import CostModel
-from pipeplan.sim.cost.types import Costs, Flow, StageCost
+from pipeplan.sim.cost.types import Costs, Flow, StageCost, ring_links
 from pipeplan.sim.trace import BandwidthTrace, is_link
 
 SYNCHRONOUS = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
@@ -210,7 +210,7 @@ class PipelineModel:
                     static_bytes=float(static_bytes[s]),
                     allreduce_ms=float(per_stage["allreduce_ms"][s]),
                     optimizer_ms=float(per_stage["optimizer_ms"][s]),
-                    allreduce_links=_ring(s, per_stage["ring_links"][s]),  # type: ignore[arg-type]
+                    allreduce_ring=_ring(s, per_stage["ring_links"][s]),  # type: ignore[arg-type]
                     allreduce_latency_ms=float(per_stage["allreduce_latency_ms"][s]),
                 )
                 for s in range(p)
@@ -262,12 +262,19 @@ class PipelineModel:
         return Costs(tuple(stages), self.costs.forward, self.costs.backward, self.costs.shared)
 
 
-def _ring(stage: int, links: Sequence[Link]) -> tuple[Link, ...]:
-    """A stage's ring links as tuples of two ints, each a valid Link (AdaptError naming the stage otherwise)."""
-    out = []
+def _ring(stage: int, links: Sequence[Link]) -> tuple[int, ...]:
+    """The devices of a stage's ring, in ring order, from its links (each a valid Link, each starting where the one
+    before ends, the last ending where the first starts); AdaptError naming the stage otherwise."""
+    pairs = []
     for link in links:
         pair = tuple(link) if isinstance(link, (tuple, list)) else link
         if not is_link(pair):
             raise AdaptError(f"ring_links[{stage}] must hold pairs of two different device ids, got {link!r}")
-        out.append(pair)
-    return tuple(out)  # type: ignore[return-value]
+        pairs.append(pair)
+    devices = tuple(int(a) for a, _ in pairs)  # type: ignore[misc]
+    if ring_links(devices) != tuple(pairs):
+        raise AdaptError(
+            f"ring_links[{stage}] must form a ring (each pair starting where the one before ends, the last ending where "
+            f"the first starts), got {[list(p) for p in pairs]}"  # type: ignore[arg-type]
+        )
+    return devices

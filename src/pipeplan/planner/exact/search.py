@@ -83,8 +83,8 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     exchanges = tuple((x.stages, x.exchange_ms) for x in costs.shared)  # a shared parameter's ring: its devices' links
-    # an all-reduce's ring links name devices, and only a trace reads them: left out, as the flows' device names
-    stages = tuple(dataclasses.replace(c, allreduce_links=()) if c.allreduce_links else c for c in costs.stages)
+    # an all-reduce's ring names devices, and only a trace reads it: left out, as the flows' device names
+    stages = tuple(dataclasses.replace(c, allreduce_ring=()) if c.allreduce_ring else c for c in costs.stages)
     return stages, flows, exchanges
 
 

@@ -10,7 +10,7 @@ The one place these formulas live (ARCHITECTURE.md, "Cost model (sim)"):
   link on the ring) + 2(k-1) * (largest latency on the ring), or the same
   with the cluster's measured all-reduce bus bandwidth and latency; its
   links are the ring's ordered pairs (each device to the next, the last to
-  the first), the same with a measured rate. Only the ring all-reduce is
+  the first: sim.cost.types.ring_links), the same with a measured rate. Only the ring all-reduce is
   modelled: a tree all-reduce would use other links and other times.
 Planners that estimate costs (partition DP, exact's bounds, list scheduling)
 take these functions or their array forms from here.
@@ -104,14 +104,6 @@ def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float)
         return 0.0
     bandwidth, latency = _ring_links(cluster, devices)
     return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
-
-
-def ring_links(devices: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """The ordered device pairs of a ring over `devices` in their order: each to the next, the last to the first
-    (none for fewer than 2 devices; 2 devices give both directions of their pair)."""
-    if len(devices) < 2:
-        return ()
-    return tuple(zip(devices, devices[1:] + devices[:1], strict=True))
 
 
 def ring_allreduce_parts(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:

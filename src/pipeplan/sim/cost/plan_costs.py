@@ -13,7 +13,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.chain_view import chain_view
 from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import ring_allreduce_parts, ring_links
+from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
 from pipeplan.sim.cost.types import Costs, StageCost
@@ -91,7 +91,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
             static_bytes=static_bytes(work.param_bytes, model.optimizer_factor),
             allreduce_ms=allreduce_ms,
             optimizer_ms=work.optimizer_ms,
-            allreduce_links=ring_links(stage.devices),
+            allreduce_ring=stage.devices if len(stage.devices) > 1 else (),
             allreduce_latency_ms=allreduce_latency_ms,
         )
     except CostError as exc:  # a derived value out of range: name the inputs it was derived from

@@ -20,7 +20,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup, holding_stages
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import ring_allreduce_parts, ring_links
+from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.types import SharedExchange
 
 
@@ -57,7 +57,7 @@ def shared_exchanges(plan: Plan, cluster: Cluster, groups: tuple[SharedGroup, ..
         if len(stages) > 1:
             devices = exchange_devices(plan, stages)
             total, latency = ring_allreduce_parts(cluster, devices, g.param_bytes)
-            out.append(SharedExchange(g.name, g.param_bytes, stages, len(devices), total, ring_links(devices), latency))
+            out.append(SharedExchange(g.name, g.param_bytes, stages, len(devices), total, devices, latency))
     return tuple(out)
 
 

@@ -10,6 +10,14 @@ from pipeplan.core.checks import check_nonneg_float
 from pipeplan.core.errors import CostError
 
 
+def ring_links(devices: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The ordered device pairs of a ring over `devices` in their order: each to the next, the last to the first
+    (none for fewer than 2 devices; 2 devices give both directions of their pair)."""
+    if len(devices) < 2:
+        return ()
+    return tuple(zip(devices, devices[1:] + devices[:1], strict=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """One point-to-point piece of a transfer, on one ordered device pair.
@@ -44,10 +52,11 @@ class StageCost:
     `allreduce_ms` runs after the stage's last backward; `optimizer_ms` is the stage's
     part of its rank's optimizer step, which runs once the rank has finished all
     its actions and all-reduces (the steps of a rank's stages one after another).
-    `allreduce_links` are the ordered device pairs of the all-reduce's ring (each device to the next in the
-    stage's device order, the last back to the first; none for one device) and `allreduce_latency_ms` the
-    fixed part of `allreduce_ms`; the rest (`allreduce_work_ms`) is the bytes over the ring's slowest rate,
-    which a bandwidth trace stretches by 1 / the slowest ring link's factor (sim.engine.simulator).
+    `allreduce_ring` holds the devices of the all-reduce's ring in ring order (empty: none, or not known), whose
+    ordered pairs are `allreduce_links` (each device to the next, the last back to the first; none for one
+    device), and `allreduce_latency_ms` is the fixed part of `allreduce_ms`; the rest (`allreduce_work_ms`) is
+    the bytes over the ring's slowest rate, which a bandwidth trace stretches by 1 / the slowest ring link's
+    factor (sim.engine.simulator).
     """
 
     fwd_ms: float
@@ -58,7 +67,7 @@ class StageCost:
     static_bytes: float = 0.0
     allreduce_ms: float = 0.0
     optimizer_ms: float = 0.0
-    allreduce_links: tuple[tuple[int, int], ...] = ()
+    allreduce_ring: tuple[int, ...] = ()
     allreduce_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
@@ -80,6 +89,11 @@ class StageCost:
         check_nonneg_float(CostError, "bwd_weight_ms", self.bwd_weight_ms)
 
     @property
+    def allreduce_links(self) -> tuple[tuple[int, int], ...]:
+        """The ordered device pairs of the all-reduce's ring (ring_links of `allreduce_ring`)."""
+        return ring_links(self.allreduce_ring)
+
+    @property
     def allreduce_work_ms(self) -> float:
         """The part of `allreduce_ms` that moves bytes at the ring's nominal rate (what a slower link stretches)."""
         return self.allreduce_ms - self.allreduce_latency_ms
@@ -88,15 +102,15 @@ class StageCost:
 @dataclass(frozen=True, slots=True)
 class SharedExchange:
     """The all-reduce of one shared parameter: its name, bytes, the (chunk-)stages holding a copy, the number of
-    devices it runs over and its time; `links` its ring's ordered device pairs and `latency_ms` the fixed part of
-    `exchange_ms` (a trace stretches the rest as a stage's all-reduce, StageCost)."""
+    devices it runs over and its time; `ring` its devices in ring order (`links`: their ordered pairs) and
+    `latency_ms` the fixed part of `exchange_ms` (a trace stretches the rest as a stage's all-reduce, StageCost)."""
 
     name: str
     param_bytes: float
     stages: tuple[int, ...]
     devices: int
     exchange_ms: float
-    links: tuple[tuple[int, int], ...] = ()
+    ring: tuple[int, ...] = ()
     latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
@@ -108,6 +122,11 @@ class SharedExchange:
             raise CostError(
                 f"shared exchange {self.name!r} latency_ms {self.latency_ms!r} exceeds its exchange_ms {self.exchange_ms!r}"
             )
+
+    @property
+    def links(self) -> tuple[tuple[int, int], ...]:
+        """The ordered device pairs of the exchange's ring (ring_links of `ring`)."""
+        return ring_links(self.ring)
 
     @property
     def work_ms(self) -> float:

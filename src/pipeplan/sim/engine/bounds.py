@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.shared import stage_exchange_ms
-from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.cost.types import Costs, Flow, ring_links
 from pipeplan.sim.engine.program import program_for
 from pipeplan.sim.trace import BandwidthTrace
 
@@ -54,7 +54,7 @@ def bound_from_parts(
     # after its last backward a stage waits for its all-reduce and for the exchange of every shared parameter it holds
     exchange = stage_exchange_ms(costs.shared, len(stages)) if trace is None else _fastest_exchanges(costs, trace)
     tails = [
-        max(_fastest_ring(c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_links, trace), exchange[s])
+        max(_fastest_ring(c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace), exchange[s])
         + optimizer[schedule.stage_to_rank[s]]
         for s, c in enumerate(stages)
     ]
@@ -85,10 +85,13 @@ def rank_optimizer_ms(schedule: Schedule, costs: Costs, stages_with_u: frozenset
     return steps
 
 
-def _fastest_ring(total_ms: float, latency_ms: float, links: tuple[tuple[int, int], ...], trace: BandwidthTrace | None) -> float:
+def _fastest_ring(total_ms: float, latency_ms: float, ring: tuple[int, ...], trace: BandwidthTrace | None) -> float:
     """A ring all-reduce's least duration under `trace`: latency + work / the ring's fastest factor (its total, the
     same float, when no step changes its links)."""
-    if trace is None or not links or trace.ring_segments(links) is None:
+    if trace is None or len(ring) < 2:
+        return total_ms
+    links = ring_links(ring)
+    if trace.ring_segments(links) is None:
         return total_ms
     return latency_ms + (total_ms - latency_ms) / trace.ring_max_factor(links)
 
@@ -97,7 +100,7 @@ def _fastest_exchanges(costs: Costs, trace: BandwidthTrace) -> list[float]:
     """stage_exchange_ms with each exchange at its ring's fastest rate under `trace` (_fastest_ring)."""
     out = [0.0] * len(costs.stages)
     for x in costs.shared:
-        fastest = _fastest_ring(x.exchange_ms, x.latency_ms, x.links, trace)
+        fastest = _fastest_ring(x.exchange_ms, x.latency_ms, x.ring, trace)
         for s in x.stages:
             out[s] = max(out[s], fastest)
     return out

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
-from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.cost.types import Costs, ring_links
 from pipeplan.sim.engine.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
@@ -113,7 +113,7 @@ def _simulate(
         start = outcome.backward_end[s]
         if start >= 0:
             rank = schedule.stage_to_rank[s]
-            end = ring_end(start, c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_links, trace, offset_ms)
+            end = ring_end(start, c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace, offset_ms)
             ready[rank] = max(ready[rank], end)
             if c.allreduce_ms > 0:
                 collectives.append(CollectiveSpan(s, start, end))
@@ -154,14 +154,15 @@ def ring_end(
     start_ms: float,
     total_ms: float,
     latency_ms: float,
-    links: tuple[tuple[int, int], ...],
+    ring: tuple[int, ...],
     trace: BandwidthTrace | None,
     offset_ms: float,
 ) -> float:
-    """When a ring all-reduce that starts at `start_ms` ends: after its latency, its work (total - latency) at the
-    factor of its slowest ring link at each moment (BandwidthTrace.ring_segments, on the trace's clock: offset_ms);
-    start + total, the same float as without a trace, when no step changes its links."""
-    segments = trace.ring_segments(links) if trace is not None and links else None
+    """When a ring all-reduce over `ring` (devices in ring order) that starts at `start_ms` ends: after its latency,
+    its work (total - latency) at the factor of its slowest ring link at each moment (BandwidthTrace.ring_segments,
+    on the trace's clock: offset_ms); start + total, the same float as without a trace, when no step changes its
+    links."""
+    segments = trace.ring_segments(ring_links(ring)) if trace is not None and len(ring) > 1 else None
     if segments is None:
         return start_ms + total_ms
     work = total_ms - latency_ms
@@ -181,7 +182,7 @@ def shared_spans(
         ends = [backward_end[s] for s in x.stages]
         if min(ends) >= 0:
             start = max(ends)
-            end = ring_end(start, x.exchange_ms, x.latency_ms, x.links, trace, offset_ms)
+            end = ring_end(start, x.exchange_ms, x.latency_ms, x.ring, trace, offset_ms)
             out.append(ExchangeSpan(x.name, x.stages, start, end))
     return tuple(out)
 
