@@ -99,13 +99,16 @@ class PipelineModel:
         return self.flows[link].latency_ms
 
     def nominal_gb_per_s(self, link: Link) -> float:
-        """The nominal effective rate of `link` in GB/s (inf when its transfers take no wire time or, on a ring
-        link, its all-reduce's bytes are not known): a transfer's link from its transfers, a ring link from the
-        bytes each ring link carries, 2(n-1)/n x the stage's gradient bytes, over the all-reduce's work."""
+        """The nominal effective rate of `link` in GB/s: a transfer's link from its transfers, a ring link from the
+        bytes each ring link carries, 2(n-1)/n x the stage's gradient bytes, over the all-reduce's work (inf when
+        its transfers take no wire time, when the all-reduce's bytes are not known, and on a link only a shared
+        parameter's exchange uses)."""
         flow = self.flows.get(link)
         if flow is not None:
             return self.link_bytes[link] / flow.work_ms / 1e6 if flow.work_ms > 0 else math.inf
-        s = self.ring_stage[link]
+        s = self.ring_stage.get(link)
+        if s is None:
+            return math.inf  # a shared parameter's exchange ring only: its bytes per link are not kept
         cost = self.costs.stages[s]
         n = len(cost.allreduce_links)
         nbytes = 2 * (n - 1) / n * self.allreduce_bytes[s] if self.allreduce_bytes else 0.0
