@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from models import linear_model
@@ -164,6 +166,11 @@ def test_allreduce_knows_its_ring_links_latency_and_work() -> None:
     assert first.allreduce_latency_ms == pytest.approx(2e-5 * 1000)
     assert first.allreduce_work_ms == pytest.approx(2e8 / (10 * GB) * 1000)
     assert second.allreduce_ms == second.allreduce_latency_ms == 0.0
+    # a measured all-reduce: the same ring's links, its bus rate and per-step latency
+    measured = dataclasses.replace(c, allreduce_bytes_per_s=5 * GB, allreduce_latency_s=2e-5)
+    total, latency = ring_allreduce_parts(measured, (0, 1, 2, 3), 2e8)
+    assert latency == pytest.approx(2 * 3 * 2e-5 * 1000) and total - latency == pytest.approx(2 * 3 / 4 * 2e8 / (5 * GB) * 1000)
+    assert plan_costs(plan, linear_model(profile(), measured)).stages[0].allreduce_links == ((0, 2), (2, 0))
 
 
 def test_pipeline_replicas_use_slowest_replica_transfer() -> None:
@@ -250,7 +257,6 @@ def test_memory_from_result_matches_order_based() -> None:
 def test_message_overhead_is_charged_to_the_consuming_action_and_latency_to_the_flow() -> None:
     """The cluster's message overhead lengthens stage 1's forward and stage 0's backward (and I) by the same ms;
     its message latency lengthens both flows; chunk-stages on one device pay neither."""
-    import dataclasses
 
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 4, 4, "zb-h1")
     base = plan_costs(plan, linear_model(profile(), cluster()))
