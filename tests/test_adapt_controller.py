@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from adapt_cases import bert_plan, numbers
+from adapt_cases import RING_FACTOR, bert_plan, numbers, replicated_plan
 from pipeplan.adapt import AdaptiveController, ControllerConfig, IterationObservation, PipelineModel, Transfer
 from pipeplan.adapt.estimate import LinkEstimator, wire_samples
 from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.adapt.runs import run_controller
 from pipeplan.core.errors import AdaptError
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 
 def _slow(index: int, k: int, factor: float, links: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))) -> IterationObservation:
@@ -196,3 +198,28 @@ def test_repeated_searches_in_one_state_cover_every_k_within_their_budgets() -> 
         assert predictor.simulations - before <= 3
     assert sorted(seen) == list(range(1, 17))
     assert seen == predictor.times({(1, 2): 0.3})
+
+
+def test_a_slower_all_reduce_ring_is_predicted_after_observing_it() -> None:
+    """A trace on a link only stage 0's all-reduce uses slows the simulated iteration; once the controller has
+    observed an iteration (its Collective), its T(k) equals the simulator's under the same trace to 1e-9, for every
+    k tried, where before it predicted the nominal all-reduce."""
+    plan, model = replicated_plan()
+    pipeline = PipelineModel.from_plan(plan, model)
+    ring = pipeline.ring_links[0]
+    assert ring == ((4, 5), (5, 4)) and not set(ring) & set(pipeline.links) and set(ring) <= set(pipeline.traffic_links)
+    trace = BandwidthTrace(tuple(TraceStep(0.0, link, RING_FACTOR) for link in ring))
+    schedule = make_schedule("1f1b", 4, 16)
+    assert simulate(schedule, pipeline.costs, trace).iteration_time > simulate(schedule, pipeline.costs).iteration_time
+    controller = AdaptiveController(pipeline)
+    nominal = controller.predictor.time(1, controller.views["now"].factors())
+    assert nominal == simulate(schedule, pipeline.costs).iteration_time
+    run_controller(controller, trace, 2)
+    factors = controller.views["now"].factors()
+    assert factors[(4, 5)] == pytest.approx(RING_FACTOR, rel=1e-12) and factors[(6, 7)] == pytest.approx(1.0, rel=1e-12)
+    for k in (1, 2, 3, 4):
+        truth = simulate(make_schedule("kfkb", 4, 16, k=k), pipeline.costs, trace).iteration_time
+        assert controller.predictor.time(k, factors) == pytest.approx(truth, rel=1e-9, abs=0)
+    assert controller.decisions[-1].bandwidth_gb_per_s[(4, 5)] == pytest.approx(
+        RING_FACTOR * pipeline.nominal_gb_per_s((4, 5)), rel=1e-12
+    )

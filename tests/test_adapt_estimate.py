@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from adapt_cases import numbers
-from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
-from pipeplan.adapt.estimate import SegmentEstimator
+from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, IterationObservation, PipelineModel
+from pipeplan.adapt.estimate import SegmentEstimator, collective_samples
 from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.core.errors import AdaptError
 
@@ -82,3 +82,21 @@ def test_bad_estimate_constants_raise_naming_the_field(field: str, value: object
     """Each new constant is checked at construction, and the error names it."""
     with pytest.raises(AdaptError, match=field):
         ControllerConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_collective_estimates_its_rings_links_that_no_transfer_uses() -> None:
+    """factor = nominal work / (measured - latency), given to each ring link no transfer crosses: stage 0's ring
+    (0,5),(5,0) takes 0.5; stage 1's ring links (1,0),(0,1) are the boundary's, so they keep the transfers'
+    estimate and its collective gives no sample; a stage out of range is refused."""
+    base = numbers(p=2, m=4)
+    pipeline = PipelineModel.from_measurements(
+        **base, allreduce_ms=[5.0, 3.0], allreduce_latency_ms=[1.0, 0.5], ring_links=[((0, 5), (5, 0)), ((1, 0), (0, 1))]
+    )
+    samples = collective_samples(pipeline, [Collective(0, 10.0, 10.0 + 1.0 + 4.0 / 0.5), Collective(1, 0.0, 20.0)])
+    assert samples == [((0, 5), 4.0, 8.0, 19.0), ((5, 0), 4.0, 8.0, 19.0)]
+    assert collective_samples(pipeline, [Collective(0, 10.0, 10.5)]) == []  # within its latency: says nothing
+    with pytest.raises(AdaptError, match=r"collective of stage 2, but the pipeline has stages 0\.\.1"):
+        collective_samples(pipeline, [Collective(2, 0.0, 1.0)])
+    controller = AdaptiveController(pipeline)
+    controller.observe(IterationObservation(0, 1, 30.0, collectives=(Collective(0, 10.0, 19.0),)))
+    assert controller.views["now"].factors() == {(0, 5): pytest.approx(0.5), (5, 0): pytest.approx(0.5)}

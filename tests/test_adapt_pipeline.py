@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapt_cases import bert_plan, numbers
+from adapt_cases import bert_plan, numbers, replicated_plan
 from pipeplan.adapt import IterationObservation, PipelineModel, Transfer
 from pipeplan.core.errors import AdaptError
 from pipeplan.presets.resolve import load_cluster, load_profile
@@ -99,3 +99,29 @@ def test_cost_model_of_the_shared_profiles_builds() -> None:
     """The plan fixture is a real shared profile on a preset cluster (the tests below rely on it)."""
     model = CostModel.build(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"))
     assert model.profile.num_layers == 53
+
+
+def test_ring_links_join_the_traffic_and_price_their_nominal_rate() -> None:
+    """from_plan keeps each stage's ring (its devices in order, wrapping) and its gradient bytes; traffic_links lists
+    the transfers' links then the rings'; a ring link's nominal rate is 2(n-1)/n x bytes over the all-reduce's work.
+    from_measurements takes rings per stage and refuses a bad pair, pairs that do not close a ring, or a latency
+    beyond the all-reduce."""
+    plan, model = replicated_plan()
+    pipeline = PipelineModel.from_plan(plan, model)
+    assert pipeline.ring_links == tuple(((a, b), (b, a)) for a, b in ((4, 5), (6, 7), (8, 9), (10, 11)))
+    assert pipeline.traffic_links == pipeline.links + tuple(link for ring in pipeline.ring_links for link in ring)
+    cost = pipeline.costs.stages[0]
+    params = model.layers.stage(range(0, 14), 2, 2, 1.0).param_bytes
+    assert pipeline.nominal_gb_per_s((5, 4)) == pytest.approx(params / cost.allreduce_work_ms / 1e6)
+    measured = PipelineModel.from_measurements(
+        **numbers(p=2, m=4), allreduce_ms=[5.0, 0.0], allreduce_latency_ms=[1.0, 0.0], ring_links=[[(0, 5), (5, 0)], []],
+        allreduce_bytes=[2e6, 0.0],
+    )  # fmt: skip
+    assert measured.ring_links == (((0, 5), (5, 0)), ())
+    assert measured.nominal_gb_per_s((0, 5)) == pytest.approx(2e6 / 4.0 / 1e6)
+    with pytest.raises(AdaptError, match=r"ring_links\[0\] must hold pairs of two different device ids, got \(3, 3\)"):
+        PipelineModel.from_measurements(**numbers(p=2, m=4), ring_links=[[(3, 3)], []])
+    with pytest.raises(AdaptError, match=r"ring_links\[1\] must form a ring .*got \[\[0, 5\], \[6, 0\]\]"):
+        PipelineModel.from_measurements(**numbers(p=2, m=4), ring_links=[[], [(0, 5), (6, 0)]])
+    with pytest.raises(AdaptError, match=r"allreduce_latency_ms 2\.0 exceeds allreduce_ms 1\.0"):
+        PipelineModel.from_measurements(**numbers(p=2, m=4), allreduce_ms=[1.0, 0.0], allreduce_latency_ms=[2.0, 0.0])

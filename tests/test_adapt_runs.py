@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapt_cases import bert_plan, numbers
-from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
+from adapt_cases import RING_FACTOR, bert_plan, numbers, replicated_plan
+from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, PipelineModel
 from pipeplan.adapt.compare import compare_policies
 from pipeplan.adapt.predict import fitting_ks
 from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
@@ -128,3 +128,23 @@ def test_memory_stays_within_the_limit_at_every_iteration(seed: int, slow: float
     for name in ("adaptive", "oracle", "best_static"):
         assert max(comparison.policies[name].peak_bytes) <= limit
     assert all(d.k <= comparison.k_max for d in comparison.decisions)
+
+
+def test_observations_report_each_stages_all_reduce_on_the_trace_clock() -> None:
+    """observe_result turns SimResult.collectives into Collectives moved by the iteration's start; the runs keep each
+    stage's all-reduce ms per iteration, longer under a trace on the ring than at nominal."""
+    plan, model = replicated_plan(8)
+    pipeline = PipelineModel.from_plan(plan, model)
+    trace = BandwidthTrace(tuple(TraceStep(0.0, link, RING_FACTOR) for link in pipeline.ring_links[2]))
+    result = simulate(make_schedule("1f1b", 4, 8), pipeline.costs, trace, offset_ms=100.0)
+    observed = observe_result(pipeline, result, 3, 1, 100.0).collectives
+    assert observed == tuple(Collective(c.stage, 100.0 + c.start_ms, 100.0 + c.end_ms) for c in result.collectives)
+    assert [c.stage for c in observed] == [0, 1, 2, 3]
+    cost = pipeline.costs.stages[2]
+    assert observed[2].end_ms - observed[2].start_ms == pytest.approx(
+        cost.allreduce_latency_ms + cost.allreduce_work_ms / RING_FACTOR, rel=1e-12
+    )
+    schedules, _ = fitting_ks(pipeline)
+    run = run_fixed("1f1b", 1, schedules[1], pipeline, trace, 3)
+    assert run.allreduce_ms[0][2] == pytest.approx(observed[2].end_ms - observed[2].start_ms, rel=1e-12)
+    assert run.allreduce_ms[0][1] == pytest.approx(pipeline.costs.stages[1].allreduce_ms, rel=1e-12)

@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run
+from pipeplan.adapt import PipelineModel
+from pipeplan.io.plan_json import read_plan
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim import read_bandwidth_trace
+from pipeplan.sim.cost.model import CostModel
 from test_bad_input import ADAPT_PLAN
 
 DATA = Path(__file__).parent / "data" / "norway_train_1.csv"
@@ -130,3 +134,35 @@ def test_simulate_plan_iterations_are_priced_before_the_plan_is_simulated(
     code, _, err = run(monkeypatch, capsys, "simulate", "--plan", "plan.json", "--iterations", "100000000")
     assert code == 2 and "plan plan.json (--iterations 100,000,000) too large" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_adapt_json_shows_the_all_reduces_slowdown_and_the_rings_estimate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan of two 2-device stages under a trace that slows only stage 0's ring (4,5),(5,4) to 0.25: the trace is
+    accepted (it names a link the plan's all-reduces use), each run's "allreduce" shows stage 0's mean all-reduce
+    latency + 4 x its work against the nominal one, stage 1's unchanged, and from the second decision on the
+    controller's "ring_factors" give stage 0's ring 0.25."""
+    plan = {**ADAPT_PLAN, "stages": [{"first_layer": 0, "last_layer": 26, "devices": [4, 5]},
+                                     {"first_layer": 27, "last_layer": 52, "devices": [8, 9]}]}  # fmt: skip
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "t.json").write_text(json.dumps([{"t_ms": 0, "link": link, "factor": 0.25} for link in ([4, 5], [5, 4])]))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(
+        monkeypatch, capsys, "adapt", "--plan", "plan.json", "--bandwidth-trace", "t.json", "--iterations", "4", "--json"
+    )
+    assert code == 0, err
+    obj = json.loads(out)
+    model = CostModel.build(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"))
+    stage = PipelineModel.from_plan(read_plan(tmp_path / "plan.json")[0], model).costs.stages[0]
+    for name in ("adaptive", "1f1b", "oracle"):
+        allreduce = obj["policies"][name]["allreduce"]
+        assert allreduce["stages"] == [0, 1]
+        assert allreduce["nominal_ms"][0] == stage.allreduce_ms
+        slowed = stage.allreduce_latency_ms + 4 * stage.allreduce_work_ms
+        assert allreduce["mean_ms"][0] == pytest.approx(slowed, rel=1e-9)
+        assert allreduce["slowdown"][0] == pytest.approx(slowed / stage.allreduce_ms, rel=1e-9) and allreduce["slowdown"][0] > 3
+        assert allreduce["mean_ms"][1] == pytest.approx(allreduce["nominal_ms"][1], rel=1e-9)
+    assert obj["decisions"][0]["ring_factors"] == {"0": 1.0, "1": 1.0}
+    assert obj["decisions"][1]["ring_factors"]["0"] == pytest.approx(0.25, rel=1e-9)
+    assert obj["decisions"][1]["ring_factors"]["1"] == pytest.approx(1.0, rel=1e-9)

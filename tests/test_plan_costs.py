@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from models import linear_model
@@ -10,9 +12,10 @@ from pipeplan.core.errors import ClusterError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.link_model import ring_allreduce_ms, ring_allreduce_parts
 from pipeplan.sim.cost.memory import check_fits, memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.types import ring_links
 
 GB = 1e9
 
@@ -145,6 +148,31 @@ def test_allreduce_ring_formula() -> None:
     assert costs.stages[0].allreduce_ms == pytest.approx((2e8 / (10 * GB) + 2e-5) * 1000)
 
 
+def test_allreduce_knows_its_ring_links_latency_and_work() -> None:
+    """Each stage's all-reduce carries its ring's ordered pairs (device order, wrapping) and its latency part; the total
+    is ring_allreduce_ms's float, and the work is the bytes over the slowest ring link (as the formula splits)."""
+    c = cluster()
+    assert ring_links((0, 1, 2, 3)) == ((0, 1), (1, 2), (2, 3), (3, 0))
+    assert ring_links((2, 0)) == ((2, 0), (0, 2)) and ring_links((3,)) == ()
+    for devices in ((0, 1, 2, 3), (0, 1), (1, 3, 0), (3,)):
+        total, latency = ring_allreduce_parts(c, devices, 2e8)
+        assert total == ring_allreduce_ms(c, devices, 2e8)
+    total, latency = ring_allreduce_parts(c, (0, 1, 2, 3), 2e8)
+    assert latency == pytest.approx(2 * 3 * 1e-5 * 1000) and total - latency == pytest.approx(2 * 3 / 4 * 2e8 / (10 * GB) * 1000)
+    plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1,))), 1, 2, 4, "1f1b")
+    costs = plan_costs(plan, linear_model(profile(), c))
+    first, second = costs.stages
+    assert first.allreduce_links == ((0, 2), (2, 0)) and second.allreduce_links == () == second.allreduce_ring
+    assert first.allreduce_latency_ms == pytest.approx(2e-5 * 1000)
+    assert first.allreduce_work_ms == pytest.approx(2e8 / (10 * GB) * 1000)
+    assert second.allreduce_ms == second.allreduce_latency_ms == 0.0
+    # a measured all-reduce: the same ring's links, its bus rate and per-step latency
+    measured = dataclasses.replace(c, allreduce_bytes_per_s=5 * GB, allreduce_latency_s=2e-5)
+    total, latency = ring_allreduce_parts(measured, (0, 1, 2, 3), 2e8)
+    assert latency == pytest.approx(2 * 3 * 2e-5 * 1000) and total - latency == pytest.approx(2 * 3 / 4 * 2e8 / (5 * GB) * 1000)
+    assert plan_costs(plan, linear_model(profile(), measured)).stages[0].allreduce_links == ((0, 2), (2, 0))
+
+
 def test_pipeline_replicas_use_slowest_replica_transfer() -> None:
     """With rp=2 the boundary takes the flows of the replica whose transfer is slowest."""
     plan = Plan((Stage(0, 1, (0, 2)), Stage(2, 3, (1, 3))), 2, 2, 4, "1f1b")
@@ -229,7 +257,6 @@ def test_memory_from_result_matches_order_based() -> None:
 def test_message_overhead_is_charged_to_the_consuming_action_and_latency_to_the_flow() -> None:
     """The cluster's message overhead lengthens stage 1's forward and stage 0's backward (and I) by the same ms;
     its message latency lengthens both flows; chunk-stages on one device pay neither."""
-    import dataclasses
 
     plan = Plan((Stage(0, 1, (0,)), Stage(2, 3, (1,))), 1, 4, 4, "zb-h1")
     base = plan_costs(plan, linear_model(profile(), cluster()))

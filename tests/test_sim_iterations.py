@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,3 +142,17 @@ def test_reuse_equals_simulating_every_iteration_within_2_changes_plus_1(
     assert times == pytest.approx(brute_run(schedule, costs, trace, iterations), rel=1e-9)
     assert reuse.simulated <= min(iterations, 2 * trace_changes(trace) + 1)
     assert list(simulate_iterations(schedule, costs, trace, iterations).iteration_ms) == times
+
+
+def test_a_change_on_a_ring_link_alone_is_not_reused_past() -> None:
+    """A trace that slows only a stage's all-reduce ring: Reuse counts the ring's links as used, so the iterations
+    after the step run slower, as simulating each one at its offset gives; they record each stage's all-reduce."""
+    schedule = make_schedule("1f1b", 2, 4)
+    costs = uniform_costs(schedule, 1.0, 2.0, comm=0.5)
+    ring = dataclasses.replace(costs.stages[0], allreduce_ms=5.0, allreduce_latency_ms=1.0, allreduce_ring=(7, 8))
+    costs = dataclasses.replace(costs, stages=(ring, costs.stages[1]))
+    trace = bandwidth_trace_from_json([{"t_ms": 60, "link": [8, 7], "factor": 0.25}])
+    run = simulate_iterations(schedule, costs, trace, 6)
+    assert list(run.iteration_ms) == brute_run(schedule, costs, trace, 6)
+    assert run.iteration_ms[0] < run.iteration_ms[-1] == run.iteration_ms[0] + 4.0 * 3
+    assert run.allreduce_ms[0] == (5.0, 0.0) and run.allreduce_ms[-1] == (1.0 + 4.0 / 0.25, 0.0)

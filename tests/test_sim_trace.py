@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.schedule import Schedule
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import BandwidthTrace, bandwidth_trace_from_json, lower_bound, read_bandwidth_trace, simulate, uniform_costs
+from pipeplan.sim import (
+    BandwidthTrace,
+    Costs,
+    bandwidth_trace_from_json,
+    lower_bound,
+    read_bandwidth_trace,
+    simulate,
+    uniform_costs,
+)
 from pipeplan.sim.trace import finish_time
 
 
@@ -135,3 +147,113 @@ def test_unreadable_trace_files_raise_cost_error(tmp_path: Path) -> None:
     bad.write_text('[{"t_ms": 0, "link": "all", "factor": -1}]')
     with pytest.raises(CostError, match=r"bad.json: bandwidth trace entry 0: factor .*-1"):
         read_bandwidth_trace(bad)
+
+
+RING = (10, 11)
+"""The all-reduce ring of stage 0 in the tests below: two devices no transfer uses (links (10, 11) and (11, 10))."""
+
+
+def _ring_costs(latency: float = 1.0, work: float = 8.0) -> tuple[Schedule, Costs]:
+    """GPipe p=2, m=1, f=b=1, c=2 (stage 0's last backward ends at 8) with a ring all-reduce on stage 0."""
+    schedule = make_schedule("gpipe", 2, 1)
+    costs = uniform_costs(schedule, 1.0, 1.0, comm=2.0)
+    ring = dataclasses.replace(costs.stages[0], allreduce_ms=latency + work, allreduce_latency_ms=latency, allreduce_ring=RING)
+    return schedule, dataclasses.replace(costs, stages=(ring, costs.stages[1]))
+
+
+def test_a_ring_all_reduce_under_a_step_trace_ends_at_the_closed_form() -> None:
+    """Latency 1 then 8 ms of work from the last backward at 8: a ring link at 0.25 from t0 = 12 leaves 8 - (12 - 9)
+    to run at 0.25, so the ring ends at 12 + 5 / 0.25 = 32; its slower link sets the pace (the ring's minimum)."""
+    schedule, costs = _ring_costs()
+    plain = simulate(schedule, costs)
+    assert plain.collectives == ((0, 8.0, 17.0),) and plain.iteration_time == 17.0
+    start, latency, work, t0 = 8.0, 1.0, 8.0, 12.0
+    trace = bandwidth_trace_from_json([{"t_ms": t0, "link": [10, 11], "factor": 0.25}])
+    result = simulate(schedule, costs, trace)
+    expected = t0 + (work - (t0 - (start + latency))) / 0.25
+    assert result.collectives[0].end_ms == pytest.approx(expected, rel=0, abs=1e-12) and expected == 32.0
+    assert result.iteration_time == pytest.approx(expected, rel=0, abs=1e-12)
+    # one link at 0.5 from 0, the other at 0.25 from t0: the ring runs at 0.5 until t0, then at 0.25
+    trace = bandwidth_trace_from_json(
+        [{"t_ms": 0, "link": [10, 11], "factor": 0.5}, {"t_ms": t0, "link": [11, 10], "factor": 0.25}]
+    )
+    expected = t0 + (work - 0.5 * (t0 - (start + latency))) / 0.25
+    assert simulate(schedule, costs, trace).collectives[0].end_ms == pytest.approx(expected, rel=0, abs=1e-12)
+    # a later iteration sees the trace from its offset
+    shifted = bandwidth_trace_from_json([{"t_ms": t0 + 5.0, "link": [10, 11], "factor": 0.25}])
+    assert simulate(schedule, costs, shifted, offset_ms=5.0).collectives[0].end_ms == pytest.approx(32.0, rel=0, abs=1e-12)
+
+
+def test_a_trace_on_other_links_leaves_the_ring_all_reduce_exact() -> None:
+    """The ring's links untouched: the all-reduce ends at start + allreduce_ms, the same float as without a trace."""
+    schedule, costs = _ring_costs(0.3, 7.7)
+    trace = bandwidth_trace_from_json([{"t_ms": 0, "link": [3, 4], "factor": 0.1}])
+    assert simulate(schedule, costs, trace).collectives == simulate(schedule, costs).collectives == ((0, 8.0, 8.0 + 8.0),)
+
+
+def test_a_ring_sped_up_lowers_the_lower_bound_so_it_stays_a_bound() -> None:
+    """Factors may exceed 1 (core.limits.MAX_FACTOR): under "all" at 4 the ring's work takes 2 ms and the iteration 8;
+    the bound reads the ring's fastest factor (at its nominal time the path bound would be 14)."""
+    schedule, costs = _ring_costs()
+    trace = bandwidth_trace_from_json([{"t_ms": 0, "link": "all", "factor": 4.0}])
+    result = simulate(schedule, costs, trace)
+    assert result.iteration_time == 8.0
+    assert result.lower_bound <= result.iteration_time
+    nominal_ring = dataclasses.replace(costs, stages=(dataclasses.replace(costs.stages[0], allreduce_ring=()), costs.stages[1]))
+    assert lower_bound(schedule, nominal_ring, trace) == 14.0
+
+
+_steps = st.lists(st.tuples(st.floats(0.0, 40.0), st.sampled_from([(10, 11), (11, 10), "all"]), st.floats(0.05, 1.0)), max_size=6)
+
+
+@given(_steps, st.floats(0.0, 30.0))
+@settings(max_examples=60, deadline=None)
+def test_factors_at_most_1_never_end_a_ring_all_reduce_earlier(steps: list[tuple[float, object, float]], offset: float) -> None:
+    """With every factor <= 1 the all-reduce (and the iteration) never ends earlier than without the trace."""
+    schedule, costs = _ring_costs()
+    entries = [
+        {"t_ms": t, "link": link if link == "all" else list(link), "factor": f}
+        for t, link, f in sorted(steps, key=lambda s: s[0])
+    ]  # type: ignore[call-overload]
+    trace = bandwidth_trace_from_json(entries)
+    plain, slowed = simulate(schedule, costs), simulate(schedule, costs, trace, offset_ms=offset)
+    assert slowed.collectives[0].end_ms >= plain.collectives[0].end_ms
+    assert slowed.iteration_time >= plain.iteration_time
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 40.0), st.sampled_from([(10, 11), (11, 10), (0, 1), "all"]), st.floats(0.05, 8.0)), max_size=6
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_the_lower_bound_holds_under_any_trace_of_the_ring(steps: list[tuple[float, object, float]]) -> None:
+    """Factors below and above 1 on the ring's and a transfer's links: the bound never exceeds the iteration."""
+    schedule, costs = _ring_costs()
+    entries = [
+        {"t_ms": t, "link": link if link == "all" else list(link), "factor": f}
+        for t, link, f in sorted(steps, key=lambda s: s[0])
+    ]  # type: ignore[call-overload]
+    result = simulate(schedule, costs, bandwidth_trace_from_json(entries))
+    assert result.lower_bound <= result.iteration_time + 1e-9
+
+
+def test_ring_segments_are_the_lower_envelope_of_the_rings_links() -> None:
+    """The ring's factor is its slowest link's at every moment; a link no step names holds it at 1 at most; a trace
+    of "all" steps gives every link alike (one link read for the whole ring)."""
+    trace = bandwidth_trace_from_json(
+        [
+            {"t_ms": 0, "link": [1, 2], "factor": 2.0},
+            {"t_ms": 5, "link": [2, 1], "factor": 0.5},
+            {"t_ms": 9, "link": [1, 2], "factor": 0.25},
+        ]
+    )
+    assert trace.ring_segments(((1, 2), (2, 1))) == ((0.0, 5.0, 9.0), (1.0, 0.5, 0.25))
+    assert trace.ring_segments(((1, 2),)) == ((0.0, 9.0), (2.0, 0.25))
+    assert trace.ring_segments(((1, 2), (2, 3))) == ((0.0, 9.0), (1.0, 0.25))
+    assert trace.ring_segments(((3, 4), (4, 3))) is None
+    assert trace.ring_max_factor(((1, 2),)) == 2.0 and trace.ring_max_factor(((3, 4),)) == 1.0
+    everything = bandwidth_trace_from_json([{"t_ms": 3, "link": "all", "factor": 0.5}])
+    ring = tuple((d, (d + 1) % 1000) for d in range(1000))
+    assert everything.representatives(ring) == ((0, 1),)
+    assert everything.ring_segments(ring) == ((0.0, 3.0), (1.0, 0.5))

@@ -14,7 +14,9 @@ from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.io.plan_json import write_plan
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.presets.resolve import load_cluster, load_profile
+from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
+from pipeplan.sim.trace import read_bandwidth_trace
 
 
 def write_vgg_plan(path: Path) -> Plan:
@@ -129,3 +131,22 @@ def test_a_plan_splitting_a_tied_pair_reports_its_exchange(tmp_path: Path) -> No
     together = Plan((Stage(0, 2, (0,)),), 1, 4, 2, "1f1b")
     write_plan(together, tmp_path / "together.json", str(tmp_path / "tied.json"), "v100-8x1")
     assert "shared_exchanges" not in simulate_json("--plan", str(tmp_path / "together.json"))
+
+
+def test_a_trace_on_a_replicated_stages_ring_slows_simulate_plan(tmp_path: Path) -> None:
+    """`simulate --plan --bandwidth-trace` of bert-48 on two 2-device stages, the trace slowing only stage 0's all-reduce
+    ring (4,5),(5,4) to 0.25: the iteration is what the library gives under the trace, and slower than untraced by
+    3 x the ring's work (its work takes 4x; stage 0's all-reduce ends the iteration)."""
+    plan = Plan((Stage(0, 26, (4, 5)), Stage(27, 52, (8, 9))), 1, 8, 2, "1f1b")
+    write_plan(plan, tmp_path / "plan.json", "dapple/bert-48", "v100-8x2-25g")
+    steps = [{"t_ms": 0, "link": link, "factor": 0.25} for link in ([4, 5], [5, 4])]
+    (tmp_path / "t.json").write_text(json.dumps(steps))
+    plain = simulate_json("--plan", str(tmp_path / "plan.json"))
+    slowed = simulate_json("--plan", str(tmp_path / "plan.json"), "--bandwidth-trace", str(tmp_path / "t.json"))
+    model = default_model(load_profile("dapple/bert-48"), load_cluster("v100-8x2-25g"))
+    expected = simulate_plan(plan, model, read_bandwidth_trace(tmp_path / "t.json"))
+    assert slowed["iteration_time"] == expected.iteration_time
+    work = (
+        expected.collectives[0].end_ms - expected.collectives[0].start_ms - plan_costs(plan, model).stages[0].allreduce_latency_ms
+    )
+    assert slowed["iteration_time"] - plain["iteration_time"] == pytest.approx(work * 3 / 4, rel=1e-9)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeplan.adapt.controller import AdaptiveController, ControllerConfig, Decision
+from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import stage_peak_bytes
 from pipeplan.adapt.runs import PolicyRun, run_controller, run_fixed, run_oracle
@@ -24,7 +26,9 @@ class AdaptComparison:
 
     `policies`: adaptive, 1f1b, gpipe (when all m microbatches fit), best_static
     (the fixed k with the least total time) and oracle; `fixed[k]`: every
-    fixed k that fits; `not_run`: policies left out, with the reason.
+    fixed k that fits; `not_run`: policies left out, with the reason;
+    `allreduce_nominal_ms` and `ring_links`: each stage's data-parallel all-reduce at nominal rate and its ring
+    (what the JSON's all-reduce slowdown is measured against).
     """
 
     policies: dict[str, PolicyRun]
@@ -35,6 +39,8 @@ class AdaptComparison:
     k_max: int
     memory_limit_bytes: float
     not_run: dict[str, str] = field(default_factory=dict)
+    allreduce_nominal_ms: tuple[float, ...] = ()
+    ring_links: tuple[tuple[Link, ...], ...] = ()
 
     def speedup(self, name: str, over: str = "1f1b") -> float:
         """Total time of `over` / total time of `name` (above 1: `name` is faster)."""
@@ -50,12 +56,15 @@ class AdaptComparison:
     def to_json(self, timing: bool = True) -> dict[str, Any]:
         """{"policies": {name: run}, "fixed_k": {k: run}, "decisions": [...], "k_max", "memory_limit_bytes",
         "not_run", and with `timing` "controller": {decision_ms_mean, decision_ms_max, decision_share_max,
-        decision_cpu_ms_mean}} (wall and CPU times of the controller's steps: they differ from run to run)."""
+        decision_cpu_ms_mean}} (wall and CPU times of the controller's steps: they differ from run to run).
+        Each run adds "allreduce" (allreduce_json: every stage with an all-reduce, its nominal, mean and longest
+        ms over the run, mean / nominal) and each decision "ring_factors" (per such stage, the factor of its
+        ring's slowest link under the decision's estimates)."""
         obj: dict[str, Any] = {
-            "policies": {name: run.to_json() for name, run in self.policies.items()},
-            "fixed_k": {str(k): run.to_json() for k, run in self.fixed.items()},
+            "policies": {name: self.run_json(run) for name, run in self.policies.items()},
+            "fixed_k": {str(k): self.run_json(run) for k, run in self.fixed.items()},
             "best_static_k": self.policies["best_static"].k[0],
-            "decisions": [d.to_json() for d in self.decisions],
+            "decisions": [{**d.to_json(), "ring_factors": self.ring_factors(d.factors)} for d in self.decisions],
             "k_max": self.k_max,
             "memory_limit_bytes": self.memory_limit_bytes,
             "not_run": dict(self.not_run),
@@ -69,6 +78,31 @@ class AdaptComparison:
                 "decision_cpu_ms_mean": sum(self.decision_cpu_ms or [0.0]) / max(1, len(self.decision_cpu_ms)),
             }
         return obj
+
+    def run_json(self, run: PolicyRun) -> dict[str, Any]:
+        """The run's JSON with its "allreduce": {"stages", "nominal_ms", "mean_ms", "max_ms", "slowdown"} (one
+        entry per stage that has an all-reduce; slowdown = mean / nominal)."""
+        stages = [s for s, nominal in enumerate(self.allreduce_nominal_ms) if nominal > 0]
+        count = max(1, len(run.allreduce_ms))
+        mean = [sum(row[s] for row in run.allreduce_ms) / count for s in stages]
+        longest = [max((row[s] for row in run.allreduce_ms), default=0.0) for s in stages]
+        nominal = [self.allreduce_nominal_ms[s] for s in stages]
+        allreduce = {
+            "stages": stages,
+            "nominal_ms": nominal,
+            "mean_ms": mean,
+            "max_ms": longest,
+            "slowdown": [m / n for m, n in zip(mean, nominal, strict=True)],
+        }
+        return {**run.to_json(), "allreduce": allreduce}
+
+    def ring_factors(self, factors: Mapping[Link, float]) -> dict[str, float]:
+        """Per stage with an all-reduce ring, its slowest link's factor under `factors` (absent links: 1)."""
+        return {
+            str(s): min(factors.get(link, 1.0) for link in ring)
+            for s, ring in enumerate(self.ring_links)
+            if ring and self.allreduce_nominal_ms[s] > 0
+        }
 
 
 def check_adapt_work(pipeline: PipelineModel, trace: BandwidthTrace | None, iterations: int, flag: str) -> None:
@@ -135,11 +169,13 @@ def compare_policies(
         controller.k_max,
         min(pipeline.memory_limit_bytes),
         not_run,
+        tuple(c.allreduce_ms for c in pipeline.costs.stages),
+        pipeline.ring_links,
     )
 
 
 def _renamed(run: PolicyRun, name: str) -> PolicyRun:
-    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, run.k)
+    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, run.k, allreduce_ms=run.allreduce_ms)
 
 
 def _gpipe_misses(pipeline: PipelineModel) -> str:

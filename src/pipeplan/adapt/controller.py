@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipeplan.adapt.decision import ControllerConfig, Decision
-from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEstimator, wire_samples
+from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEstimator, collective_samples, wire_samples
 from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
@@ -107,12 +107,14 @@ class AdaptiveController:
         """Take in one finished iteration's measurements.
 
         Raises:
-            AdaptError: per-stage values for another number of stages, or a transfer on a link the pipeline does not use.
+            AdaptError: per-stage values for another number of stages, a transfer on a link the pipeline does not use,
+                or a collective of a stage it does not have.
         """
         p = self.pipeline.num_stages
         if observation.stage_fwd_ms and len(observation.stage_fwd_ms) != p:
             raise AdaptError(f"observation has {len(observation.stage_fwd_ms)} stage times for a {p}-stage pipeline")
         samples = wire_samples(self.pipeline, observation.transfers)
+        samples += collective_samples(self.pipeline, observation.collectives)  # the rings' links no transfer uses
         measured = LinkEstimator.of(samples)
         if measured:
             w = self._error_weight

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pipeplan.adapt.observation import Link, Transfer
+from pipeplan.adapt.observation import Collective, Link, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.core.errors import AdaptError
 
 Sample = tuple[Link, float, float, float]
 """(link, wire ms at the nominal rate, measured wire ms, end ms) of one transfer."""
@@ -45,6 +46,30 @@ def wire_samples(pipeline: PipelineModel, transfers: Sequence[Transfer]) -> list
         nominal = t.nbytes * per_byte
         if nominal > 0 and measured > 0:
             samples.append((link, nominal, measured, t.end_ms))
+    return samples
+
+
+def collective_samples(pipeline: PipelineModel, collectives: Sequence[Collective]) -> list[Sample]:
+    """Each measured all-reduce as a rate of its ring: nominal work ms against measured ms less its latency,
+    given to every link of the stage's ring that no transfer of the pipeline uses.
+
+    A ring runs at its slowest link, so a collective tells the ring's rate, not which link held it: a link a
+    transfer also crosses keeps the transfers' estimate (per link). A collective whose time does not exceed its
+    latency, or of a stage without a ring or work, gives no sample.
+
+    Raises:
+        AdaptError: a collective of a stage the pipeline does not have.
+    """
+    stages = pipeline.costs.stages
+    samples: list[Sample] = []
+    for c in collectives:
+        if c.stage >= len(stages):
+            raise AdaptError(f"collective of stage {c.stage}, but the pipeline has stages 0..{len(stages) - 1}")
+        cost = stages[c.stage]
+        nominal = cost.allreduce_work_ms
+        measured = c.end_ms - c.start_ms - cost.allreduce_latency_ms
+        if nominal > 0 and measured > 0:
+            samples.extend((link, nominal, measured, c.end_ms) for link in cost.allreduce_links if link not in pipeline.flows)
     return samples
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -11,7 +12,7 @@ from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.sim.cost.memory import order_peak_activation
-from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.cost.types import Costs, Flow, SharedExchange, StageCost
 from pipeplan.sim.engine.program import Program, compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 
@@ -91,8 +92,9 @@ class Predictor:
         self._guide: list[tuple[float, dict[int, float]]] = []  # (log factor, T(k)) with every link at that factor
 
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
-        """The rounded state a prediction depends on: link factors (absent: nominal) and stage times (None: the model's)."""
-        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.links)
+        """The rounded state a prediction depends on: the factors of every link its traffic uses (transfers and
+        all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's)."""
+        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.traffic_links)
         if compute is None:
             return (rates, None)
         return (rates, tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part))
@@ -123,7 +125,7 @@ class Predictor:
     def seed_guide(self, factors: Sequence[float]) -> None:
         """Simulate every candidate with all links at each of `factors` (and nominal): the landscape `ranked` reads."""
         grid = sorted({1.0, *factors}, reverse=True)
-        links = self.pipeline.links
+        links = self.pipeline.traffic_links
         self._guide = [(math.log(f), {k: self.time(k, dict.fromkeys(links, f)) for k in self.schedules}) for f in grid]
 
     def ranked(self, factors: Mapping[Link, float]) -> list[int]:
@@ -210,7 +212,7 @@ class Predictor:
             return cached
         rates, times = key
         grid = 1.0 + self.step
-        factor = dict(zip(self.pipeline.links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
+        factor = dict(zip(self.pipeline.traffic_links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
         base = self.pipeline.costs
         if times is not None:
             values = [0.0 if q is None else grid**q for q in times]  # type: ignore[attr-defined]
@@ -220,8 +222,31 @@ class Predictor:
         def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
             return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
 
-        costs = Costs(base.stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)), base.shared)
+        stages = tuple(_ring_scaled(c, factor) for c in base.stages)
+        shared = tuple(_exchange_scaled(x, factor) for x in base.shared)
+        costs = Costs(stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)), shared)
         self._costs[key] = costs
         if len(self._costs) > 64:
             self._costs.popitem(last=False)
         return costs
+
+
+def _ring_factor(links: tuple[Link, ...], factor: Mapping[Link, float]) -> float:
+    """A ring's factor: its slowest link's (a ring all-reduce runs at its slowest link, sim.trace.ring_segments)."""
+    return min((factor[link] for link in links), default=1.0)
+
+
+def _ring_scaled(cost: StageCost, factor: Mapping[Link, float]) -> StageCost:
+    """The stage's cost with its all-reduce's work at its ring's factor (the same object when that is 1)."""
+    f = _ring_factor(cost.allreduce_links, factor)
+    if f == 1.0 or cost.allreduce_work_ms <= 0:
+        return cost
+    return dataclasses.replace(cost, allreduce_ms=cost.allreduce_latency_ms + cost.allreduce_work_ms / f)
+
+
+def _exchange_scaled(exchange: SharedExchange, factor: Mapping[Link, float]) -> SharedExchange:
+    """A shared parameter's exchange with its work at its ring's factor (the same object when that is 1)."""
+    f = _ring_factor(exchange.links, factor)
+    if f == 1.0 or exchange.work_ms <= 0:
+        return exchange
+    return dataclasses.replace(exchange, exchange_ms=exchange.latency_ms + exchange.work_ms / f)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeplan.adapt.controller import AdaptiveController, Decision
-from pipeplan.adapt.observation import IterationObservation, Transfer
+from pipeplan.adapt.observation import Collective, IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.schedule import Schedule
-from pipeplan.sim.engine.iterations import IterationRun, Reuse, peak_bytes, simulate_iterations
+from pipeplan.sim.engine.iterations import IterationRun, Reuse, allreduce_durations, peak_bytes, simulate_iterations
 from pipeplan.sim.engine.program import Program, compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
@@ -41,11 +41,12 @@ def run_fixed(
 ) -> PolicyRun:
     """`iterations` iterations of one schedule (sim.iterations.simulate_iterations), labelled with its k."""
     run = simulate_iterations(schedule, pipeline.costs, trace, iterations)
-    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, (k,) * iterations)
+    return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, (k,) * iterations, allreduce_ms=run.allreduce_ms)
 
 
 def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: int, start_ms: float) -> IterationObservation:
-    """What the simulated iteration shows a controller: per-stage mean F and B, and every transfer on its links.
+    """What the simulated iteration shows a controller: per-stage mean F and B, every transfer on its links and
+    every stage's data-parallel all-reduce (a Collective of each SimResult.collectives span).
 
     Each flow's own wire time: the FlowSpans where the transfer queue timed
     flows one by one (several pairs, a NIC, a traced link), else the transfer
@@ -74,7 +75,8 @@ def observe_result(pipeline: PipelineModel, result: SimResult, index: int, k: in
         flows = costs.forward[boundary] if span.kind == "act" else costs.backward[boundary]
         link = flows[0].link
         transfers.append(Transfer(link, link_bytes[link], start_ms + span.start_ms, start_ms + span.end_ms))
-    return IterationObservation(index, k, result.iteration_time, fwd, bwd, tuple(transfers), start_ms)
+    collectives = tuple(Collective(c.stage, start_ms + c.start_ms, start_ms + c.end_ms) for c in result.collectives)
+    return IterationObservation(index, k, result.iteration_time, fwd, bwd, tuple(transfers), start_ms, collectives)
 
 
 @dataclass
@@ -100,6 +102,7 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
     starts: list[float] = []
     times: list[float] = []
     peaks: list[float] = []
+    allreduce: list[tuple[float, ...]] = []
     spent: list[float] = []
     cpu: list[float] = []
     t = 0.0
@@ -112,6 +115,7 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
         starts.append(t)
         times.append(result.iteration_time)
         peaks.append(peak_bytes(result))
+        allreduce.append(allreduce_durations(result, pipeline.num_stages))
         t += result.iteration_time
         if i + 1 < iterations:
             observation = observe_result(pipeline, result, i, k, starts[-1])
@@ -122,7 +126,7 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
             if decision.k != k:
                 t += switch_ms
             k = decision.k
-    run = PolicyRun(tuple(starts), tuple(times), tuple(peaks), "adaptive", tuple(ks))
+    run = PolicyRun(tuple(starts), tuple(times), tuple(peaks), "adaptive", tuple(ks), allreduce_ms=tuple(allreduce))
     return ControllerRun(run, list(controller.decisions), spent, cpu)
 
 
@@ -143,6 +147,7 @@ def run_oracle(
     starts: dict[tuple[int, int], float] = {}
     durations: dict[tuple[int, int], float] = {}
     peaks: dict[tuple[int, int], float] = {}
+    allreduce: dict[tuple[int, int], tuple[float, ...]] = {}
     came: dict[tuple[int, int], int] = {}
     first = Reuse(pipeline.costs, trace)
     reuse = {k: first.fresh() for k in ks}
@@ -160,7 +165,7 @@ def run_oracle(
             if known is None:
                 result = simulate(schedules[k], pipeline.costs, trace, record=False, offset_ms=offset, program=programs[k])
                 known = reuse[k].keep(offset, result)
-            durations[(i, k)], peaks[(i, k)] = known
+            durations[(i, k)], peaks[(i, k)], allreduce[(i, k)] = known
     last = iterations - 1
     k = min(ks, key=lambda x: (starts[(last, x)] + durations[(last, x)], x))
     chosen = [k]
@@ -175,4 +180,5 @@ def run_oracle(
         tuple(peaks[p] for p in pairs),
         "oracle",
         tuple(chosen),
+        allreduce_ms=tuple(allreduce[p] for p in pairs),
     )

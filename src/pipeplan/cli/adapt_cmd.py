@@ -21,19 +21,21 @@ FIXED_SHOWN = 6
 
 
 def check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: int, cluster: str) -> None:
-    """A trace must name devices of the cluster, and some step must touch a link the plan's transfers use (a trace
-    written for the whole cluster may name more; one that touches none of the plan's would change nothing).
+    """A trace must name devices of the cluster, and some step must touch a link the plan's traffic uses (its
+    transfers and its all-reduce rings, PipelineModel.traffic_links; a trace written for the whole cluster may name
+    more; one that touches none of the plan's would change nothing).
 
     Raises:
         CostError: a device beyond the cluster.
         AdaptError: no step names "all" or a link of the plan, naming the plan's links.
     """
     trace.check_devices(devices, f"cluster {cluster}")
-    used = set(pipeline.flows)
+    used = set(pipeline.traffic_links)
     if trace.steps and not any(step.link is None or step.link in used for step in trace.steps):
-        known = ", ".join(f"{a}-{b}" for a, b in pipeline.flows) or "none: one stage"
+        known = ", ".join(f"{a}-{b}" for a, b in pipeline.traffic_links) or "none: one stage"
+        rings = " or its all-reduce rings" if len(used) > len(pipeline.flows) else ""
         raise AdaptError(
-            f"bandwidth trace: no step names a link the plan's transfers use, so it would change nothing "
+            f"bandwidth trace: no step names a link the plan's transfers{rings} use, so it would change nothing "
             f"(the plan's links: {known})"
         )
 

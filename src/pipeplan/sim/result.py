@@ -53,6 +53,15 @@ class ExchangeSpan(NamedTuple):
     end_ms: float
 
 
+class CollectiveSpan(NamedTuple):
+    """The data-parallel all-reduce of one (chunk-)stage's gradients: from its last backward until the ring ends
+    (its latency, then its work at the slowest ring link's rate under a trace)."""
+
+    stage: int
+    start_ms: float
+    end_ms: float
+
+
 class RankStats(NamedTuple):
     """Per-rank totals: compute time, idle time within the iteration, in-flight and memory peaks."""
 
@@ -75,6 +84,8 @@ class SimResult:
     unbalanced split. `flows` (recorded runs only): the wire times of flows the
     general transfer queue timed (FlowSpan). `exchanges`: the gradient
     exchange of every shared parameter the plan splits over stages.
+    `collectives`: the all-reduce of every stage that has one (allreduce_ms > 0), in stage order; like
+    `exchanges` it is kept whether or not the run records its timeline (both set when the ranks step).
     """
 
     iteration_time: float
@@ -87,6 +98,7 @@ class SimResult:
     schedule_name: str = ""
     flows: tuple[FlowSpan, ...] = ()
     exchanges: tuple[ExchangeSpan, ...] = ()
+    collectives: tuple[CollectiveSpan, ...] = ()
 
     @property
     def efficiency(self) -> float:

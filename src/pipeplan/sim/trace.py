@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeplan.core.errors import CostError
 from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
 
@@ -53,6 +55,9 @@ class BandwidthTrace:
     )
     _named: set[Link | bool | None] = field(default_factory=set, init=False, repr=False, compare=False, hash=False)
     _fastest: dict[Link, float] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+    _rings: dict[tuple[tuple[Link, ...], bool], tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
@@ -75,12 +80,59 @@ class BandwidthTrace:
                     f"{count} devices (0..{count - 1})"
                 )
 
-    def affects(self, link: Link) -> bool:
-        """True when some step changes `link` (by name or through "all")."""
+    def _names(self) -> set[Link | bool | None]:
+        """The links the steps name, None when a step names "all" (filled once)."""
         if not self._named:
             self._named.update(s.link for s in self.steps)
             self._named.add(False)  # marks the set as filled (an empty trace names nothing)
-        return None in self._named or link in self._named
+        return self._named
+
+    def affects(self, link: Link) -> bool:
+        """True when some step changes `link` (by name or through "all")."""
+        named = self._names()
+        return None in named or link in named
+
+    def representatives(self, links: Iterable[Link]) -> tuple[Link, ...]:
+        """The links of `links` that some step changes, each once, and of those that only "all" steps change, the
+        first alone: they all run at the same factors at every moment (so a ring of thousands of devices under a
+        trace of "all" steps reads one link's segments, not thousands)."""
+        named = self._names()
+        everything = None in named
+        out: dict[Link, None] = {}
+        unnamed = False
+        for link in links:
+            if link in named:
+                out[link] = None
+            elif everything and not unnamed:
+                out[link] = None
+                unnamed = True
+        return tuple(out)
+
+    def ring_segments(self, links: tuple[Link, ...]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """The factor a ring over `links` runs at, as breakpoints (segments' form): at every moment the smallest
+        of its links' factors (a ring moves its data through every link in turn, so it runs at its slowest one),
+        or None when no step changes any of them (the ring runs at its nominal rate). Cached per set of links."""
+        reps = self.representatives(links)
+        if not reps:
+            return None
+        named = self._names()
+        capped = None not in named and len(reps) < len(links) and any(link not in named for link in links)
+        key = (reps, capped)
+        cached = self._rings.get(key)
+        if cached is not None:
+            return cached
+        if len(reps) == 1 and not capped:
+            ring = self.segments(reps[0])
+        else:
+            ring = _lower_envelope([self.segments(link) for link in reps], capped)
+        self._rings[key] = ring
+        return ring
+
+    def ring_max_factor(self, links: tuple[Link, ...]) -> float:
+        """The largest factor the ring over `links` ever runs at (ring_segments; 1.0 when no step changes its links):
+        its all-reduce's work divided by this is a lower bound on the work's time under the trace."""
+        ring = self.ring_segments(links)
+        return 1.0 if ring is None else max(ring[1])
 
     def segments(self, link: Link) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """The factor of `link` as breakpoints: (times, factors), factor[i] holding from times[i] until times[i+1].
@@ -152,6 +204,21 @@ class BandwidthTrace:
         return [
             {"t_ms": s.t_ms, "link": "all" if s.link is None else [s.link[0], s.link[1]], "factor": s.factor} for s in self.steps
         ]
+
+
+def _lower_envelope(
+    series: list[tuple[tuple[float, ...], tuple[float, ...]]], capped: bool
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The pointwise minimum of piecewise-constant factor series (each from t = 0), with 1.0 too when `capped`
+    (a link of the ring that no step changes); consecutive equal factors merged."""
+    times = np.unique(np.concatenate([np.asarray(t, dtype=np.float64) for t, _ in series]))
+    low = np.full(len(times), 1.0 if capped else np.inf)
+    for at, factors in series:
+        index = np.searchsorted(np.asarray(at, dtype=np.float64), times, side="right") - 1
+        low = np.minimum(low, np.asarray(factors, dtype=np.float64)[index])
+    keep = np.ones(len(times), dtype=bool)
+    keep[1:] = low[1:] != low[:-1]
+    return tuple(times[keep].tolist()), tuple(low[keep].tolist())
 
 
 def finish_time(times: tuple[float, ...], factors: tuple[float, ...], start_ms: float, work_ms: float) -> float:

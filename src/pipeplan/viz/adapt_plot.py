@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -17,9 +19,14 @@ COLORS = {"adaptive": "#0072B2", "1f1b": "#D55E00", "oracle": "#009E73"}
 
 
 def _bandwidth_steps(trace: BandwidthTrace, pipeline: PipelineModel, end_ms: float) -> dict[str, tuple[list[float], list[float]]]:
-    """Per link the trace changes (or all, as one line when only "all" steps exist): step points in (s, GB/s)."""
+    """Per link the trace changes (or all, as one line when only "all" steps exist): step points in (s, GB/s); the
+    transfers' links and the all-reduce rings' (PipelineModel.traffic_links) whose nominal rate is known."""
     lines: dict[str, tuple[list[float], list[float]]] = {}
-    links = [link for link in pipeline.links if trace.affects(link)]
+    links = [
+        link
+        for link in pipeline.traffic_links
+        if trace.affects(link) and (link in pipeline.flows or math.isfinite(pipeline.nominal_gb_per_s(link)))
+    ]
     seen: set[tuple[tuple[float, ...], tuple[float, ...]]] = set()
     for link in links:
         times, factors = trace.segments(link)

@@ -19,6 +19,7 @@ simulated only when its per-schedule bounds (schedule_bound, fill_bound) are bel
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -82,7 +83,9 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
         for boundary in costs.forward + costs.backward
     )
     exchanges = tuple((x.stages, x.exchange_ms) for x in costs.shared)  # a shared parameter's ring: its devices' links
-    return costs.stages, flows, exchanges
+    # an all-reduce's ring names devices, and only a trace reads it: left out, as the flows' device names
+    stages = tuple(dataclasses.replace(c, allreduce_ring=()) if c.allreduce_ring else c for c in costs.stages)
+    return stages, flows, exchanges
 
 
 @dataclass(slots=True)

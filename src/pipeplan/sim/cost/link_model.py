@@ -8,7 +8,10 @@ The one place these formulas live (ARCHITECTURE.md, "Cost model (sim)"):
   in sim/flow_sets.py);
 - a ring all-reduce of n bytes over k devices takes 2(k-1)/k * n / (slowest
   link on the ring) + 2(k-1) * (largest latency on the ring), or the same
-  with the cluster's measured all-reduce bus bandwidth and latency.
+  with the cluster's measured all-reduce bus bandwidth and latency; its
+  links are the ring's ordered pairs (each device to the next, the last to
+  the first: sim.cost.types.ring_links), the same with a measured rate. Only the ring all-reduce is
+  modelled: a tree all-reduce would use other links and other times.
 Planners that estimate costs (partition DP, exact's bounds, list scheduling)
 take these functions or their array forms from here.
 """
@@ -101,6 +104,22 @@ def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float)
         return 0.0
     bandwidth, latency = _ring_links(cluster, devices)
     return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+
+
+def ring_allreduce_parts(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+    """ring_allreduce_ms and its fixed part: (total ms, latency ms), the total the same float as ring_allreduce_ms's.
+
+    The rest (total - latency) moves the bytes at the ring's slowest rate: what a slower ring link stretches.
+
+    Raises:
+        ClusterError: two neighbours on the ring cannot talk.
+    """
+    n = len(devices)
+    if n < 2:
+        return 0.0, 0.0
+    bandwidth, latency = _ring_links(cluster, devices)
+    fixed = 2 * (n - 1) * latency
+    return ms(2 * (n - 1) / n * nbytes / bandwidth + fixed), min(ms(fixed), ms(2 * (n - 1) / n * nbytes / bandwidth + fixed))
 
 
 def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:

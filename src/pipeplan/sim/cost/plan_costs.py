@@ -13,7 +13,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.chain_view import chain_view
 from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
 from pipeplan.sim.cost.types import Costs, StageCost
@@ -70,6 +70,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     Every device of the stage (all its replicas, in every pipeline replica)
     runs at the slowest one's speed; each holds the stage's whole weights,
     gradients and optimizer state, and its share of the microbatch's saved bytes.
+    Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work).
     """
     stage = plan.stages[s]
     cluster = model.cluster
@@ -79,6 +80,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
     if model.bwd_split is not None:
         bwd_input, bwd_weight = work.bwd_ms * model.bwd_split[0], work.bwd_ms * model.bwd_split[1]
+    allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, stage.devices, work.param_bytes)
     try:
         return StageCost(
             fwd_ms=work.fwd_ms,
@@ -87,8 +89,10 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
             bwd_weight_ms=bwd_weight,
             saved_bytes=work.saved_bytes,
             static_bytes=static_bytes(work.param_bytes, model.optimizer_factor),
-            allreduce_ms=ring_allreduce_ms(cluster, stage.devices, work.param_bytes),
+            allreduce_ms=allreduce_ms,
             optimizer_ms=work.optimizer_ms,
+            allreduce_ring=stage.devices if len(stage.devices) > 1 else (),
+            allreduce_latency_ms=allreduce_latency_ms,
         )
     except CostError as exc:  # a derived value out of range: name the inputs it was derived from
         raise CostError(

@@ -4,7 +4,7 @@ When a parameter's layers (core.shared_params) are on several stages of a
 plan, each of those stages holds a copy, and every iteration the copies'
 gradients are summed: one ring all-reduce of the parameter's bytes over every
 device of those stages, all data-parallel replicas and pipeline replicas
-included (as Megatron's embedding group, widened to the replicas). It starts
+included (as Megatron's embedding group, widened to the replicas; its ring's links in that device order). It starts
 once every holding stage has run its last backward and delays those stages'
 optimizer step until it ends (sim.engine.simulator). A group whose layers are
 all on one stage exchanges nothing.
@@ -20,7 +20,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup, holding_stages
 from pipeplan.sim.cost.layers import static_bytes
-from pipeplan.sim.cost.link_model import ring_allreduce_ms
+from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.types import SharedExchange
 
 
@@ -56,9 +56,8 @@ def shared_exchanges(plan: Plan, cluster: Cluster, groups: tuple[SharedGroup, ..
         stages = holding_stages(g, where)
         if len(stages) > 1:
             devices = exchange_devices(plan, stages)
-            out.append(
-                SharedExchange(g.name, g.param_bytes, stages, len(devices), ring_allreduce_ms(cluster, devices, g.param_bytes))
-            )
+            total, latency = ring_allreduce_parts(cluster, devices, g.param_bytes)
+            out.append(SharedExchange(g.name, g.param_bytes, stages, len(devices), total, devices, latency))
     return tuple(out)
 
 

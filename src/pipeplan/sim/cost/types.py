@@ -10,6 +10,14 @@ from pipeplan.core.checks import check_nonneg_float
 from pipeplan.core.errors import CostError
 
 
+def ring_links(devices: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The ordered device pairs of a ring over `devices` in their order: each to the next, the last to the first
+    (none for fewer than 2 devices; 2 devices give both directions of their pair)."""
+    if len(devices) < 2:
+        return ()
+    return tuple(zip(devices, devices[1:] + devices[:1], strict=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """One point-to-point piece of a transfer, on one ordered device pair.
@@ -44,6 +52,11 @@ class StageCost:
     `allreduce_ms` runs after the stage's last backward; `optimizer_ms` is the stage's
     part of its rank's optimizer step, which runs once the rank has finished all
     its actions and all-reduces (the steps of a rank's stages one after another).
+    `allreduce_ring` holds the devices of the all-reduce's ring in ring order (empty: none, or not known), whose
+    ordered pairs are `allreduce_links` (each device to the next, the last back to the first; none for one
+    device), and `allreduce_latency_ms` is the fixed part of `allreduce_ms`; the rest (`allreduce_work_ms`) is
+    the bytes over the ring's slowest rate, which a bandwidth trace stretches by 1 / the slowest ring link's
+    factor (sim.engine.simulator).
     """
 
     fwd_ms: float
@@ -54,10 +67,17 @@ class StageCost:
     static_bytes: float = 0.0
     allreduce_ms: float = 0.0
     optimizer_ms: float = 0.0
+    allreduce_ring: tuple[int, ...] = ()
+    allreduce_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for field in ("fwd_ms", "bwd_ms", "saved_bytes", "static_bytes", "allreduce_ms", "optimizer_ms"):
+        for field in ("fwd_ms", "bwd_ms", "saved_bytes", "static_bytes", "allreduce_ms", "optimizer_ms", "allreduce_latency_ms"):
             check_nonneg_float(CostError, field, getattr(self, field))
+        if self.allreduce_latency_ms > self.allreduce_ms:
+            raise CostError(
+                f"allreduce_latency_ms {self.allreduce_latency_ms!r} exceeds allreduce_ms {self.allreduce_ms!r} "
+                "(the latency is a part of the all-reduce's time)"
+            )
         if self.bwd_input_ms is None and self.bwd_weight_ms is None:
             object.__setattr__(self, "bwd_input_ms", self.bwd_ms / 2)
             object.__setattr__(self, "bwd_weight_ms", self.bwd_ms / 2)
@@ -68,22 +88,50 @@ class StageCost:
         check_nonneg_float(CostError, "bwd_input_ms", self.bwd_input_ms)
         check_nonneg_float(CostError, "bwd_weight_ms", self.bwd_weight_ms)
 
+    @property
+    def allreduce_links(self) -> tuple[tuple[int, int], ...]:
+        """The ordered device pairs of the all-reduce's ring (ring_links of `allreduce_ring`)."""
+        return ring_links(self.allreduce_ring)
+
+    @property
+    def allreduce_work_ms(self) -> float:
+        """The part of `allreduce_ms` that moves bytes at the ring's nominal rate (what a slower link stretches)."""
+        return self.allreduce_ms - self.allreduce_latency_ms
+
 
 @dataclass(frozen=True, slots=True)
 class SharedExchange:
     """The all-reduce of one shared parameter: its name, bytes, the (chunk-)stages holding a copy, the number of
-    devices it runs over and its time."""
+    devices it runs over and its time; `ring` its devices in ring order (`links`: their ordered pairs) and
+    `latency_ms` the fixed part of `exchange_ms` (a trace stretches the rest as a stage's all-reduce, StageCost)."""
 
     name: str
     param_bytes: float
     stages: tuple[int, ...]
     devices: int
     exchange_ms: float
+    ring: tuple[int, ...] = ()
+    latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.stages) < 2 or any(a >= b for a, b in itertools.pairwise(self.stages)):
             raise CostError(f"shared exchange {self.name!r} must name at least 2 ascending stages, got {list(self.stages)}")
         check_nonneg_float(CostError, f"shared exchange {self.name!r} exchange_ms", self.exchange_ms)
+        check_nonneg_float(CostError, f"shared exchange {self.name!r} latency_ms", self.latency_ms)
+        if self.latency_ms > self.exchange_ms:
+            raise CostError(
+                f"shared exchange {self.name!r} latency_ms {self.latency_ms!r} exceeds its exchange_ms {self.exchange_ms!r}"
+            )
+
+    @property
+    def links(self) -> tuple[tuple[int, int], ...]:
+        """The ordered device pairs of the exchange's ring (ring_links of `ring`)."""
+        return ring_links(self.ring)
+
+    @property
+    def work_ms(self) -> float:
+        """The part of `exchange_ms` that moves bytes at the ring's nominal rate."""
+        return self.exchange_ms - self.latency_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.shared import stage_exchange_ms
-from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.cost.types import Costs, Flow, ring_links
 from pipeplan.sim.engine.program import program_for
 from pipeplan.sim.trace import BandwidthTrace
 
@@ -21,7 +21,9 @@ def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None =
     stage s: one microbatch's path through every forward and transfer, the
     backwards from the last stage down to s (I for split stages, then W of s),
     s's all-reduce and its rank's optimizer step. Transfers count
-    their unqueued duration, at the fastest rate `trace` ever gives their link.
+    their unqueued duration, at the fastest rate `trace` ever gives their link; an all-reduce (and a shared
+    parameter's exchange) its latency plus its work at the fastest rate its ring ever runs at (a factor may
+    exceed 1: core.limits.MAX_FACTOR).
 
     Raises:
         CostError: costs cover a different number of stages than the schedule.
@@ -50,8 +52,12 @@ def bound_from_parts(
         return 0.0
     optimizer = rank_optimizer_ms(schedule, costs, stages_with_u)
     # after its last backward a stage waits for its all-reduce and for the exchange of every shared parameter it holds
-    exchange = stage_exchange_ms(costs.shared, len(stages))
-    tails = [max(c.allreduce_ms, exchange[s]) + optimizer[schedule.stage_to_rank[s]] for s, c in enumerate(stages)]
+    exchange = stage_exchange_ms(costs.shared, len(stages)) if trace is None else _fastest_exchanges(costs, trace)
+    tails = [
+        max(_fastest_ring(c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace), exchange[s])
+        + optimizer[schedule.stage_to_rank[s]]
+        for s, c in enumerate(stages)
+    ]
     best = 0.0
     for rank, rank_busy in enumerate(busy):
         own = schedule.stages_of(rank)
@@ -77,6 +83,27 @@ def rank_optimizer_ms(schedule: Schedule, costs: Costs, stages_with_u: frozenset
         if s not in stages_with_u:
             steps[schedule.stage_to_rank[s]] += cost.optimizer_ms
     return steps
+
+
+def _fastest_ring(total_ms: float, latency_ms: float, ring: tuple[int, ...], trace: BandwidthTrace | None) -> float:
+    """A ring all-reduce's least duration under `trace`: latency + work / the ring's fastest factor (its total, the
+    same float, when no step changes its links)."""
+    if trace is None or len(ring) < 2:
+        return total_ms
+    links = ring_links(ring)
+    if trace.ring_segments(links) is None:
+        return total_ms
+    return latency_ms + (total_ms - latency_ms) / trace.ring_max_factor(links)
+
+
+def _fastest_exchanges(costs: Costs, trace: BandwidthTrace) -> list[float]:
+    """stage_exchange_ms with each exchange at its ring's fastest rate under `trace` (_fastest_ring)."""
+    out = [0.0] * len(costs.stages)
+    for x in costs.shared:
+        fastest = _fastest_ring(x.exchange_ms, x.latency_ms, x.ring, trace)
+        for s in x.stages:
+            out[s] = max(out[s], fastest)
+    return out
 
 
 def _unqueued(flows: tuple[Flow, ...], trace: BandwidthTrace | None) -> float:

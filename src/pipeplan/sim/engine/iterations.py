@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeplan.core.schedule import Schedule
@@ -16,11 +16,14 @@ from pipeplan.sim.trace import BandwidthTrace
 
 @dataclass(frozen=True, slots=True)
 class IterationRun:
-    """Per-iteration start (on the trace's clock), duration and peak memory (the largest rank's bytes)."""
+    """Per-iteration start (on the trace's clock), duration and peak memory (the largest rank's bytes); `allreduce_ms`:
+    per iteration, each stage's data-parallel all-reduce from its start to its end (0 for a stage without one;
+    empty when not recorded)."""
 
     start_ms: tuple[float, ...]
     iteration_ms: tuple[float, ...]
     peak_bytes: tuple[float, ...]
+    allreduce_ms: tuple[tuple[float, ...], ...] = field(default=(), kw_only=True)
 
     @property
     def total_ms(self) -> float:
@@ -37,11 +40,15 @@ class IterationRun:
         }
 
 
+Iteration = tuple[float, float, tuple[float, ...]]
+"""One simulated iteration as a run keeps it: (ms, peak bytes, each stage's all-reduce ms)."""
+
+
 class Reuse:
     """Iterations of one schedule that ran under constant link factors, kept to stand for later ones that would too.
 
     An iteration's times depend on the trace only through the factors its
-    transfers' links run at while it runs. When none of those links changes
+    transfers' links and its all-reduces' ring links run at while it runs (used_links). When none of those links changes
     factor inside an iteration's span, the iteration runs as any other that
     starts at the same factors and also sees no change (to rounding: a
     simulation adds the iteration's start to its times on the trace's clock
@@ -53,17 +60,18 @@ class Reuse:
     """
 
     def __init__(self, costs: Costs, trace: BandwidthTrace | None) -> None:
-        used = dict.fromkeys(f.link for flows in costs.forward + costs.backward for f in flows)
-        self.links = tuple(link for link in used if trace is not None and trace.affects(link))
+        self.links = trace.representatives(used_links(costs)) if trace is not None else ()
+        self.stages = costs.stages
         self.trace = trace
         self.changes = trace.changes(self.links) if trace is not None else ()
         self.simulated = 0
-        self._seen: dict[tuple[float, ...], tuple[float, float]] = {}
+        self._seen: dict[tuple[float, ...], Iteration] = {}
 
     def fresh(self) -> Reuse:
         """An empty Reuse for another schedule of the same costs and trace (the changes are not looked up again)."""
         other = object.__new__(Reuse)
         other.links, other.trace, other.changes, other.simulated, other._seen = self.links, self.trace, self.changes, 0, {}
+        other.stages = self.stages
         return other
 
     def _key(self, t_ms: float) -> tuple[float, ...]:
@@ -75,18 +83,31 @@ class Reuse:
         i = bisect_right(self.changes, t_ms)
         return i == len(self.changes) or self.changes[i] > t_ms + iteration_ms
 
-    def known(self, t_ms: float) -> tuple[float, float] | None:
-        """(iteration ms, peak bytes) of an iteration starting at `t_ms`, when one already simulated stands for it."""
+    def known(self, t_ms: float) -> Iteration | None:
+        """(iteration ms, peak bytes, all-reduce ms per stage) of an iteration starting at `t_ms`, when one already
+        simulated stands for it."""
         seen = self._seen.get(self._key(t_ms))
         return seen if seen is not None and self._clear(t_ms, seen[0]) else None
 
-    def keep(self, t_ms: float, result: SimResult) -> tuple[float, float]:
-        """Record an iteration simulated from `t_ms` on (kept when it saw no change); its (ms, peak bytes)."""
+    def keep(self, t_ms: float, result: SimResult) -> Iteration:
+        """Record an iteration simulated from `t_ms` on (kept when it saw no change); its (ms, peak bytes, all-reduce
+        ms per stage)."""
         self.simulated += 1
-        current = (result.iteration_time, peak_bytes(result))
+        current = (result.iteration_time, peak_bytes(result), allreduce_durations(result, len(self.stages)))
         if self._clear(t_ms, current[0]):
             self._seen.setdefault(self._key(t_ms), current)
         return current
+
+
+def used_links(costs: Costs) -> list[tuple[int, int]]:
+    """Every link an iteration's traffic uses: the transfers' flows, each stage's all-reduce ring and each shared
+    parameter's exchange ring."""
+    links = [f.link for flows in costs.forward + costs.backward for f in flows]
+    for c in costs.stages:
+        links += c.allreduce_links
+    for x in costs.shared:
+        links += x.links
+    return links
 
 
 def trace_changes(trace: BandwidthTrace | None) -> int:
@@ -100,6 +121,14 @@ def iteration_events(schedule: Schedule, costs: Costs) -> int:
     microbatch, boundary and direction)."""
     flows = sum(len(f) for f in costs.forward + costs.backward)
     return sum(map(len, schedule.ranks)) + flows * schedule.num_microbatches
+
+
+def allreduce_durations(result: SimResult, stages: int) -> tuple[float, ...]:
+    """Each stage's all-reduce in `result`, end - start (0 for a stage without one)."""
+    out = [0.0] * stages
+    for span in result.collectives:
+        out[span.stage] = span.end_ms - span.start_ms
+    return tuple(out)
 
 
 def peak_bytes(result: SimResult) -> float:
@@ -123,6 +152,7 @@ def simulate_iterations(
     starts: list[float] = []
     times: list[float] = []
     peaks: list[float] = []
+    allreduce: list[tuple[float, ...]] = []
     t = start_ms
     for _ in range(iterations):
         current = reuse.known(t)
@@ -131,5 +161,6 @@ def simulate_iterations(
         starts.append(t)
         times.append(current[0])
         peaks.append(current[1])
+        allreduce.append(current[2])
         t += current[0]
-    return IterationRun(tuple(starts), tuple(times), tuple(peaks))
+    return IterationRun(tuple(starts), tuple(times), tuple(peaks), allreduce_ms=tuple(allreduce))

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
-from pipeplan.sim.cost.types import Costs
+from pipeplan.sim.cost.types import Costs, ring_links
 from pipeplan.sim.engine.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
 from pipeplan.sim.engine.transfers import TransferTable
-from pipeplan.sim.result import ExchangeSpan, FlowSpan, RankStats, SimResult
-from pipeplan.sim.trace import BandwidthTrace
+from pipeplan.sim.result import CollectiveSpan, ExchangeSpan, FlowSpan, RankStats, SimResult
+from pipeplan.sim.trace import BandwidthTrace, finish_time
 
 
 def simulate(
@@ -108,11 +108,16 @@ def _simulate(
     # a rank steps its optimizer once, after its last action and the all-reduces of all its stages (the runtime's
     # order); asynchronous schedules step inside the schedule instead (U actions)
     ready = list(outcome.free)
+    collectives = []
     for s, c in enumerate(costs.stages):
-        if outcome.backward_end[s] >= 0:
+        start = outcome.backward_end[s]
+        if start >= 0:
             rank = schedule.stage_to_rank[s]
-            ready[rank] = max(ready[rank], outcome.backward_end[s] + c.allreduce_ms)
-    exchanges = shared_spans(costs, outcome.backward_end)
+            end = ring_end(start, c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace, offset_ms)
+            ready[rank] = max(ready[rank], end)
+            if c.allreduce_ms > 0:
+                collectives.append(CollectiveSpan(s, start, end))
+    exchanges = shared_spans(costs, outcome.backward_end, trace, offset_ms)
     for span in exchanges:  # a shared parameter's copies are summed before the ranks holding them step
         for s in span.stages:
             rank = schedule.stage_to_rank[s]
@@ -141,18 +146,44 @@ def _simulate(
         schedule.name,
         flow_spans(costs, table.flow_log) if record else (),
         exchanges,
+        tuple(collectives),
     )
 
 
-def shared_spans(costs: Costs, backward_end: list[float]) -> tuple[ExchangeSpan, ...]:
+def ring_end(
+    start_ms: float,
+    total_ms: float,
+    latency_ms: float,
+    ring: tuple[int, ...],
+    trace: BandwidthTrace | None,
+    offset_ms: float,
+) -> float:
+    """When a ring all-reduce over `ring` (devices in ring order) that starts at `start_ms` ends: after its latency,
+    its work (total - latency) at the factor of its slowest ring link at each moment (BandwidthTrace.ring_segments,
+    on the trace's clock: offset_ms); start + total, the same float as without a trace, when no step changes its
+    links."""
+    segments = trace.ring_segments(ring_links(ring)) if trace is not None and len(ring) > 1 else None
+    if segments is None:
+        return start_ms + total_ms
+    work = total_ms - latency_ms
+    if offset_ms:
+        return finish_time(*segments, offset_ms + start_ms + latency_ms, work) - offset_ms
+    return finish_time(*segments, start_ms + latency_ms, work)
+
+
+def shared_spans(
+    costs: Costs, backward_end: list[float], trace: BandwidthTrace | None = None, offset_ms: float = 0.0
+) -> tuple[ExchangeSpan, ...]:
     """Each shared parameter's exchange in time: from the last backward of the stages holding a copy, for its
-    all-reduce's time (sim.cost.shared); groups whose stages ran no backward (none in the schedule) are left out."""
+    all-reduce's time (sim.cost.shared; under `trace` stretched as a stage's all-reduce, ring_end); groups whose
+    stages ran no backward (none in the schedule) are left out."""
     out = []
     for x in costs.shared:
         ends = [backward_end[s] for s in x.stages]
         if min(ends) >= 0:
             start = max(ends)
-            out.append(ExchangeSpan(x.name, x.stages, start, start + x.exchange_ms))
+            end = ring_end(start, x.exchange_ms, x.latency_ms, x.ring, trace, offset_ms)
+            out.append(ExchangeSpan(x.name, x.stages, start, end))
     return tuple(out)
 
 
