@@ -112,10 +112,11 @@ def print_results(report: Any, as_json: bool) -> None:
     for a in report.allreduce or ():
         from pipeplan.viz.tables import format_bytes
 
+        steps = len(a["spans_ms"])
         typer.echo(
             f"all-reduce: stage {a['stage']}'s {format_bytes(a['bytes'])} over devices {a['devices']}: {a['mean_ms']:.2f} ms "
-            f"per step on the emulated network (mean of {len(a['spans_ms'])} steps), {a['nominal_ms']:.2f} ms at its "
-            "nominal rates"
+            f"per step on the emulated network (mean of {steps} step{'s' if steps != 1 else ''}), {a['nominal_ms']:.2f} "
+            "ms at its nominal rates"
         )
     if report.loss_scale is not None:
         skipped = (

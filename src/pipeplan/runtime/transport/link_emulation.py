@@ -172,6 +172,18 @@ class EmulatedLinks:
             return start_ms + total
         return finish_time(*factors, start_ms + latency, total - latency)
 
+    def ring_slowest(self, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+        """The longest a ring all-reduce of `nbytes` over `devices` can take under the trace: (ms, the ring's lowest
+        factor), its work all at that factor after its latency.
+
+        Raises:
+            TrainConfigError: two neighbours on the ring have no emulated link.
+        """
+        total, latency = self.ring_parts(devices, nbytes)
+        factors = self._ring_factors(ring_links(devices)) if self.trace is not None else None
+        lowest = min(factors[1]) if factors is not None else 1.0
+        return latency + (total - latency) / lowest, lowest
+
     def _rate(self, link: Link) -> LinkRate:
         spec = self.rates.get(link)
         if spec is None:
@@ -302,3 +314,30 @@ class Wire:
         wait_s = (arrival_ms - self.now_ms()) / 1000.0
         if wait_s > 0:
             self._sleep(wait_s)
+
+
+def check_allreduce_time(
+    links: EmulatedLinks, rate_what: str, timeout_s: float, allreduces: Iterable[tuple[int, tuple[int, ...], float]]
+) -> None:
+    """Refuse, before any process starts, a data-parallel all-reduce (stage, its ring's devices, its gradient bytes:
+    a plan's stages priced by its profile) that takes longer than `timeout_s` on its emulated ring at the ring's
+    lowest trace factor: its participants hold the sums that long, and every peer waits for them at most --timeout.
+
+    `rate_what` names where the nominal rates come from (`--emulate-gb-per-s 0.5`, or the cluster).
+
+    Raises:
+        TrainConfigError: naming the stage, its devices and bytes, the time, the factor and the way out.
+    """
+    from pipeplan.core.limits import show
+
+    for stage, devices, nbytes in allreduces:
+        ms, factor = links.ring_slowest(devices, nbytes)
+        seconds = ms / 1000.0
+        if seconds > timeout_s:
+            slowed = f" x factor {factor:g} of --bandwidth-trace" if factor != 1.0 else ""
+            raise TrainConfigError(
+                f"stage {stage}'s data-parallel all-reduce of {show(round(nbytes))} bytes over devices {list(devices)} "
+                f"takes {seconds:.3g} s on its emulated ring ({rate_what}{slowed}), longer than --timeout {timeout_s:g} s "
+                f"(how long a rank waits for a peer), so the run cannot finish; raise --timeout above {seconds:.3g}, or "
+                "the emulated rate"
+            )
