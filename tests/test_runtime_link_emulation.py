@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.runtime.errors import TrainConfigError
@@ -18,6 +22,7 @@ from pipeplan.runtime.transport.link_emulation import (
     check_emulated_rate,
     check_emulation_time,
     check_trace_links,
+    ring_links,
     slowest_link,
 )
 from pipeplan.sim.trace import BandwidthTrace, TraceStep
@@ -113,6 +118,101 @@ def test_the_wire_stamps_with_the_run_clock_and_holds_a_message_until_its_arriva
     assert slept == [pytest.approx(0.010)]
     wire.deliver(999.0)  # already past: no sleep
     assert len(slept) == 1
+
+
+# ---- a ring all-reduce on the emulated links ----------------------------------------------------------------------
+
+
+def test_a_ring_all_reduce_at_a_uniform_rate_takes_the_closed_form() -> None:
+    """6 MB over 3 devices at 0.1 GB/s: 2(n-1)/n x 6 MB / 1e8 B/s = 80 ms, from whenever it starts; 1 device: 0."""
+    links = EmulatedLinks.uniform([0, 1, 2], 0.1)
+    assert links.ring_parts((0, 1, 2), 6 * MB) == (pytest.approx(80.0, rel=1e-12), 0.0)
+    assert links.ring_end((2, 0, 1), 6 * MB, 12.5) == pytest.approx(92.5, rel=1e-12)
+    assert links.ring_end((1,), 6 * MB, 12.5) == 12.5
+    assert ring_links((0, 1, 2)) == ((0, 1), (1, 2), (2, 0)) and ring_links((3, 5)) == ((3, 5), (5, 3))
+
+
+def test_a_step_trace_on_one_ring_link_stretches_the_rest_of_the_work_by_its_factor() -> None:
+    """Ring 0->1->2->0, 80 ms of work from 20 ms; link 1->2 drops to 0.25 at 50 ms: 30 ms done at full rate, the other
+    50 ms take 200 ms (ends at 250 ms). Link 0->2, off that ring, changes nothing, but it slows the ring 0->2->1->0
+    100x; after the drop the work is all 4x, and half the bytes from 5 ms end before the drop."""
+    trace = BandwidthTrace((TraceStep(0.0, (0, 2), 0.01), TraceStep(50.0, (1, 2), 0.25)))
+    links = EmulatedLinks.uniform([0, 1, 2], 0.1, trace)
+    t, f, start, work = 50.0, 0.25, 20.0, 80.0
+    assert links.ring_end((0, 1, 2), 6 * MB, start) == pytest.approx(t + (work - (t - start)) / f, rel=1e-12)
+    assert links.ring_end((0, 1, 2), 6 * MB, 60.0) == pytest.approx(60.0 + work / f, rel=1e-12)
+    assert links.ring_end((0, 1, 2), 3 * MB, 5.0) == pytest.approx(5.0 + work / 2, rel=1e-12)  # over before the drop
+    assert links.ring_end((0, 2, 1), 6 * MB, 100.0) == pytest.approx(100.0 + work / 0.01, rel=1e-12)  # the other way: 0->2
+
+
+def test_the_ring_runs_at_its_slowest_link_at_every_moment_and_the_latency_comes_first() -> None:
+    """Two ring links slowed at different times (0.5 on 0->1 from 10 ms, 0.25 on 1->0 from 30 to 60 ms), 1 ms latency
+    each: the 2-device ring starts its 40 ms of work at 2 ms, at 1.0 until 10 (8 done), 0.5 until 30 (10 more), 0.25
+    until 60 (7.5 more), then 0.5: the last 14.5 take 29 ms, so it ends at 89 ms."""
+    rates = {(0, 1): LinkRate(1e8, 1.0), (1, 0): LinkRate(2e8, 0.5)}
+    trace = BandwidthTrace((TraceStep(10.0, (0, 1), 0.5), TraceStep(30.0, (1, 0), 0.25), TraceStep(60.0, (1, 0), 1.0)))
+    links = EmulatedLinks(rates, trace)
+    assert links.ring_parts((0, 1), 4 * MB) == (pytest.approx(42.0, rel=1e-12), 2.0)  # 1/1 x 4 MB / 1e8 + 2 x 1 ms
+    assert links.ring_end((0, 1), 4 * MB, 0.0) == pytest.approx(89.0, rel=1e-12)
+
+
+def test_the_ring_time_without_a_trace_is_the_simulator_s() -> None:
+    """From a cluster (rates 1-3 GB/s, latencies 10-40 us, a NIC cap): ring_parts equals link_model.ring_allreduce_ms
+    in any ring order; with the cluster's measured all-reduce, that one's rate and latency."""
+    from dataclasses import replace
+
+    from pipeplan.sim.cost.link_model import ring_allreduce_ms
+
+    devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, node=i) for i in range(4))
+    rate = tuple(tuple(0.0 if a == b else (1 + (a + b) % 3) * 1e9 for b in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 if a == b else (10 + 10 * ((a * b) % 4)) * 1e-6 for b in range(4)) for a in range(4))
+    cluster = Cluster("four", devices, rate, latency, nic_bytes_per_s=2.5e9)
+    measured = replace(cluster, allreduce_bytes_per_s=7e8, allreduce_latency_s=3e-5)
+    for c in (cluster, measured):
+        links = EmulatedLinks.from_cluster(c, range(4))
+        for ring in ((0, 1, 2, 3), (3, 1, 0, 2), (2, 3), (1, 0, 3)):
+            expected = ring_allreduce_ms(c, ring, 5e6)
+            assert links.ring_parts(ring, 5e6)[0] == pytest.approx(expected, rel=1e-12)
+            assert links.ring_end(ring, 5e6, 7.0) == pytest.approx(7.0 + expected, rel=1e-12)
+
+
+def _reference_ring_end(trace: BandwidthTrace, ring: tuple[int, ...], start: float, latency: float, work: float) -> float:
+    """Plain walk: at each breakpoint of any ring link the ring's factor is the least factor_at of its links."""
+    links = ring_links(ring)
+    cuts = sorted({s.t_ms for s in trace.steps if s.t_ms > start + latency} | {math.inf})
+    t, left = start + latency, work
+    for cut in cuts:
+        factor = min(trace.factor_at(link, t) for link in links)
+        if (cut - t) * factor >= left:
+            return t + left / factor
+        left -= (cut - t) * factor
+        t = cut
+    raise AssertionError("unreachable: the last segment is endless")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.floats(0, 200),
+            st.sampled_from([None, (0, 1), (1, 2), (2, 0), (0, 2), (2, 1)]),
+            st.sampled_from([0.1, 0.5, 1.0, 2.0]),
+        ),
+        max_size=8,
+    ),
+    ring=st.sampled_from([(0, 1, 2), (2, 1, 0), (0, 2), (1, 2)]),
+    start=st.floats(0, 150),
+)
+def test_the_ring_end_under_any_trace_is_the_plain_walk_over_its_slowest_link(
+    steps: list[tuple[float, tuple[int, int] | None, float]], ring: tuple[int, ...], start: float
+) -> None:
+    """Any step trace, any ring: ring_end equals a plain walk whose factor is the least of the ring links' factors."""
+    trace = BandwidthTrace(tuple(TraceStep(t, link, f) for t, link, f in sorted(steps, key=lambda s: s[0])))
+    rates = {(a, b): LinkRate(1e8, 0.25) for a in range(3) for b in range(3) if a != b}
+    links = EmulatedLinks(rates, trace)
+    total, latency = links.ring_parts(ring, 3 * MB)
+    expected = _reference_ring_end(trace, ring, start, latency, total - latency)
+    assert links.ring_end(ring, 3 * MB, start) == pytest.approx(expected, rel=1e-9)
 
 
 # ---- two processes: the real transport under emulation ---------------------------------------------------------
@@ -238,3 +338,64 @@ def test_train_refuses_an_emulated_rate_below_the_floor_before_any_process_start
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: emulated link 0->1 (--emulate-gb-per-s 1e-09)")
+
+
+# ---- train: a replicated stage's all-reduce under an emulated network and a trace --------------------------------
+
+ALLREDUCE_GB_PER_S = 0.001  # 1e6 bytes/s: stage 0's 4,736-byte bucket takes 4.736 ms at the nominal rate
+DROP_MS = 60.0  # link 1->0 drops from 0.2 to 0.1 here (0->1 stays at 0.2 throughout)
+
+
+def _replicated_train(tmp_path: Path, *emulation: str) -> dict[str, object]:
+    """`train --local 3 --plan` of the mlp with stage 0 (layers 0-1) on devices 0 and 1, stage 1 on device 2."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.plan_json import write_plan
+    from runtime_cli import run_train
+
+    plan = tmp_path / "plan.json"
+    write_plan(Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 3, "1f1b"), plan, "mlp", "local")
+    args = ["--local", "3", "--plan", str(plan), "--opt", "hidden=8", "--opt", "blocks=3", "--dtype", "float64",
+            "--steps", "4", "--seed", "4", "--no-predict", "--json", *emulation]  # fmt: skip
+    done = run_train(args, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_replicated_stage_s_all_reduce_takes_the_emulated_ring_time_under_the_trace(tmp_path: Path) -> None:
+    """Stage 0's all-reduce over devices [0, 1] (a ring of links 0->1 and 1->0, which no pipeline message uses) at
+    1e6 bytes/s, slowed to 0.2 and to 0.1 from 60 ms: every step's recorded span is the closed form of its start (its
+    bytes / rate / the ring's slowest factor, piecewise across the drop), the report's mean is theirs, and the losses
+    are the real network's to the bit (the emulation only delays)."""
+    from pipeplan.models.build import build_model
+
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([{"t_ms": 0.0, "link": [0, 1], "factor": 0.2},
+                                 {"t_ms": DROP_MS, "link": [1, 0], "factor": 0.1}]))  # fmt: skip
+    real = _replicated_train(tmp_path)
+    emulated = _replicated_train(tmp_path, "--emulate-gb-per-s", str(ALLREDUCE_GB_PER_S), "--bandwidth-trace", str(trace))
+    assert emulated["losses"] == real["losses"] and len(real["losses"]) == 4
+    assert "allreduce" not in real
+
+    model = build_model("mlp", {"hidden": 8, "blocks": 3}, "digits", "float64", seed=4)
+    nbytes = sum(p.numel() * p.element_size() for layer in model.layers[:2] for p in layer.parameters())
+    assert nbytes == 4736
+    work = nbytes / (ALLREDUCE_GB_PER_S * 1e9) * 1000.0  # 2(n-1)/n = 1 for two devices; no latency
+
+    def closed_form(start: float) -> float:
+        if start >= DROP_MS:
+            return start + work / 0.1
+        if start + work / 0.2 <= DROP_MS:
+            return start + work / 0.2
+        return DROP_MS + (work - (DROP_MS - start) * 0.2) / 0.1
+
+    ((stage,),) = (emulated["allreduce"],)  # type: ignore[misc]
+    assert (stage["stage"], stage["devices"], stage["bytes"]) == (0, [0, 1], nbytes)
+    assert stage["nominal_ms"] == pytest.approx(work, rel=1e-9)
+    spans = stage["spans_ms"]
+    assert len(spans) == 4 and all(b[0] >= a[1] for a, b in itertools.pairwise(spans))
+    for start, end in spans:
+        assert end == pytest.approx(closed_form(start), rel=1e-9, abs=1e-9)
+    assert stage["mean_ms"] == pytest.approx(sum(closed_form(s) - s for s, _ in spans) / 4, rel=1e-9)
+    assert any(s >= DROP_MS for s, _ in spans)  # the later steps ran after the drop: 47.36 ms each

@@ -24,7 +24,7 @@ from pipeplan.cli.train_checks import (
     refuse_predict_for_graph,
     split_ints,
 )
-from pipeplan.cli.train_network import largest_message_bytes, network_for_train
+from pipeplan.cli.train_network import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.core.errors import PipeplanError
 from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 
@@ -267,8 +267,9 @@ def train(
             sys.exit(0)
     emulated = bandwidth_trace is not None or emulate_gb_per_s is not None
     message = largest_message_bytes(plan_obj, profile, cluster, batch_scaling) if emulated else None
+    allreduces = stage_allreduces(plan_obj, profile, cluster, batch_scaling) if emulated else []
     network = network_for_train(bandwidth_trace, emulate_gb_per_s, links_from, plan_obj.all_devices if plan_obj else None,
-                                local, timeout, message)  # fmt: skip
+                                local, timeout, message, allreduces)  # fmt: skip
     if local is not None:
         from pipeplan.runtime.training.launch import launch_local
 

@@ -76,6 +76,8 @@ def print_results(report: Any, as_json: bool) -> None:
         }
         if report.shared:  # a plan that splits tied weights over stages: what is exchanged for them
             out["shared_parameters"] = [c.to_json() for c in report.shared]
+        if report.allreduce:  # an emulated network: each replicated stage's all-reduce, measured and nominal
+            out["allreduce"] = report.allreduce
         if report.adaptive is not None:  # --adaptive: k per iteration, the controller's decisions
             out["adaptive"] = report.adaptive
         if report.loss_scale is not None:  # --precision fp16: the scale at the end, the steps skipped on every rank
@@ -106,6 +108,15 @@ def print_results(report: Any, as_json: bool) -> None:
             f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
             f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
             f"ratio {measured / predicted:.3f}"
+        )
+    for a in report.allreduce or ():
+        from pipeplan.viz.tables import format_bytes
+
+        steps = len(a["spans_ms"])
+        typer.echo(
+            f"all-reduce: stage {a['stage']}'s {format_bytes(a['bytes'])} over devices {a['devices']}: {a['mean_ms']:.2f} ms "
+            f"per step on the emulated network (mean of {steps} step{'s' if steps != 1 else ''}), {a['nominal_ms']:.2f} "
+            "ms at its nominal rates"
         )
     if report.loss_scale is not None:
         skipped = (

@@ -22,7 +22,7 @@ from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.execution.optim import distinct
-from pipeplan.runtime.execution.replicas import GradSync
+from pipeplan.runtime.execution.replicas import AllReduceSpan, GradSync
 from pipeplan.runtime.execution.shared_grads import SharedGradSync, shared_copies
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.state.faults import FaultInjector
@@ -37,6 +37,7 @@ class StepRecord:
 
     `busy_s[i]`, when recorded, is what action i cost its process: its whole time (posting receives, the compute,
     handing its output over) less the time it waited for its input; a compute span is the compute alone.
+    `collectives`, on an emulated network, are its stages' data-parallel all-reduces (ms on the trace's clock).
     """
 
     loss: float
@@ -45,6 +46,7 @@ class StepRecord:
     peak_inflight: int
     stage_peaks: tuple[tuple[int, int], ...]
     busy_s: tuple[float, ...] = ()
+    collectives: tuple[AllReduceSpan, ...] = ()
 
 
 class StageHooks(Protocol):
@@ -136,7 +138,7 @@ class Executor:
         self.wire = wire
         self._comms: dict[tuple[tuple[Action, ...], ...], Comm] = {}
         self.use(topology)
-        self.sync = GradSync(topology, role, timeout_s)
+        self.sync = GradSync(topology, role, timeout_s, wire)
         self._shared_sync(layers, timeout_s)
         self.step_index = 0
         self._loss = torch.zeros((), dtype=torch.float64)
@@ -154,7 +156,7 @@ class Executor:
             local = tuple(s for s, st in sorted(self.stages.items()) if any(q is param for q in st.module.parameters()))
             if local and param.requires_grad:
                 params[i], holders[i] = param, local
-        self.shared_sync = SharedGradSync(self.shared, params, holders, self.role, timeout_s)
+        self.shared_sync = SharedGradSync(self.shared, params, holders, self.role, timeout_s, self.wire, self.topology.plan)
         kept = {id(p) for p in params.values()}
         self._plain = {s: [p for p in st.params if id(p) not in kept] for s, st in self.stages.items()}
 
@@ -213,7 +215,7 @@ class Executor:
             with meter if meter is not None else contextlib.nullcontext():
                 self._walk(inputs, targets, record, spans, stage_peaks, meter)
             self.comm.finish_step(None)
-            self.sync.finish()
+            collectives = self.sync.finish()
             self.shared_sync.finish()
         except Exception as exc:
             for st in self.stages.values():
@@ -231,6 +233,7 @@ class Executor:
             self._peak,
             tuple(sorted(stage_peaks.items())),
             tuple(self._busy),
+            collectives,
         )
 
     def _walk(

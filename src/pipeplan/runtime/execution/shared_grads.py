@@ -20,7 +20,10 @@ Note:
     last backward (B or W), overlapping the rest of its actions, as GradSync
     does; the executor waits for it before the optimizer steps. One process
     group per distinct set of processes, created by every process in the same
-    order (new_group is collective).
+    order (new_group is collective). On an emulated network it takes the time of
+    a ring over the devices of the stages holding its parameters, in stage order
+    (sim.cost.shared.exchange_devices: the simulator's ring), as a stage's
+    data-parallel all-reduce does (runtime.execution.replicas).
 """
 
 from __future__ import annotations
@@ -30,15 +33,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import torch
 import torch.distributed as dist
 from torch import nn
 
 from pipeplan.core.plan import Plan
 from pipeplan.models.shared import shared_parameters
 from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
-from pipeplan.runtime.execution.replicas import finish_all, flat_bucket
+from pipeplan.runtime.execution.replicas import Launched, finish_all, launch
 from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.sim.cost.shared import exchange_devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class SharedGradSync:
         holders: this process's local stages holding each of those parameters, by the same index.
         role: this process's role.
         timeout_s: bound on the wait for the peers.
+        wire: the emulated network (None: the real one); with it, `plan` (whose devices the rings run over).
     """
 
     def __init__(
@@ -152,23 +157,30 @@ class SharedGradSync:
         holders: dict[int, tuple[int, ...]],
         role: Role,
         timeout_s: float,
+        wire: Wire | None = None,
+        plan: Plan | None = None,
     ) -> None:
         self.timeout = timedelta(seconds=timeout_s)
         self.process = role.process
+        self.wire = wire
         groups: dict[tuple[int, ...], dist.ProcessGroup] = {}
         for c in copies:  # every process, in the same order: one group per distinct set of processes
             if len(c.processes) > 1 and c.processes not in groups:
                 groups[c.processes] = dist.new_group(list(c.processes), timeout=self.timeout)
-        # one bucket per group this process is in: its parameters in `copies`' order, the stages that must finish first
-        self.buckets: list[tuple[dist.ProcessGroup, tuple[int, ...], list[nn.Parameter], frozenset[int]]] = []
+        # one bucket per group this process is in: its parameters in `copies`' order, the stages that must finish first,
+        # and the devices of its emulated ring (every stage holding one of its parameters, in stage order)
+        self.buckets: list[tuple[dist.ProcessGroup, tuple[int, ...], list[nn.Parameter], frozenset[int], tuple[int, ...]]]
+        self.buckets = []
         for members, group in groups.items():
             mine = [i for i, c in enumerate(copies) if c.processes == members and i in params]
             if mine:
                 stages = frozenset(s for i in mine for s in holders[i])
-                self.buckets.append((group, members, [params[i] for i in mine], stages))
+                held = tuple(sorted({s for i in mine for s in copies[i].stages}))
+                ring = exchange_devices(plan, held) if plan is not None else ()
+                self.buckets.append((group, members, [params[i] for i in mine], stages, ring))
         self._done: set[int] = set()
         self._started: set[int] = set()
-        self._pending: list[tuple[Any, torch.Tensor, list[torch.Tensor], tuple[int, ...]]] = []
+        self._pending: list[Launched] = []
 
     def begin(self) -> None:
         """A new iteration: no stage's backward has finished."""
@@ -179,22 +191,17 @@ class SharedGradSync:
     def stage_done(self, stage: int) -> None:
         """Local `stage` ran its last backward: launch every bucket whose stages have all finished (without waiting)."""
         self._done.add(stage)
-        for b, (group, members, params, stages) in enumerate(self.buckets):
+        for b, (group, members, params, stages, ring) in enumerate(self.buckets):
             if b in self._started or not stages <= self._done:
                 continue
             self._started.add(b)
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            for p, g in zip(params, grads, strict=True):
-                p.grad = g
-            bucket = flat_bucket(grads)
-            work = dist.all_reduce(bucket, group=group, async_op=True)
-            self._pending.append((work, bucket, grads, members))
+            what = f"shared parameters' gradient all-reduce over processes {list(members)}"
+            self._pending.append(launch(params, group, what, self.wire, ring))
 
     def finish(self) -> None:
         """Wait for every launched all-reduce and write the sums back into the gradients."""
         if len(self._started) != len(self.buckets):
             missing = [b for b in range(len(self.buckets)) if b not in self._started]
             raise RuntimeFault(f"shared parameters' buckets {missing} never had all their stages' backwards run")
-        finish_all(((w, b, g, f"shared parameters' gradient all-reduce over processes {list(members)}") for w, b, g, members
-                    in self._pending), self.timeout)  # fmt: skip
+        finish_all(self._pending, self.timeout)
         self._pending = []

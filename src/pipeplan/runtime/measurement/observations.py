@@ -2,7 +2,8 @@
 controller's IterationObservation built from every process's numbers (torch-free).
 
 Note:
-    A process's slot holds HEADER's values, then one RECORD per message it sent or received. Times are ms on the
+    A process's slot holds HEADER's values, then one RECORD per message it sent or received, then one COLLECTIVE per
+    emulated data-parallel all-reduce of its stages (the same span on every participant). Times are ms on the
     run's clock (0 when the run started, the same on every process). On an emulated network a transfer's start and
     arrival are the sender's stamps; on the real one, a message whose receiver had to wait for it (longer than
     BLOCKED_MS) arrived when the wait ended, and moved from when its sender handed it over or, when later, when
@@ -16,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.adapt import IterationObservation, Transfer
+from pipeplan.adapt import Collective, IterationObservation, Transfer
 
 if TYPE_CHECKING:
     from pipeplan.runtime.execution.executor import StepRecord
@@ -25,17 +26,20 @@ BLOCKED_MS = 0.1
 """A receive whose wait took longer than this was waited for: its message arrived when the wait ended."""
 
 HEADER = ("k", "stage", "fwd_ms", "bwd_ms", "start_ms", "end_ms", "optimizer_ms", "static_bytes", "activation_bytes",
-          "memory_limit_bytes", "records")  # fmt: skip
+          "memory_limit_bytes", "records", "collective_records")  # fmt: skip
 RECORD = ("sent", "grad", "boundary", "microbatch", "src", "dst", "nbytes", "at_ms", "wait_ms", "wire_start_ms", "wire_end_ms",
           "posted_ms")  # fmt: skip
+
+COLLECTIVE = ("stage", "start_ms", "end_ms")
 
 Key = tuple[str, int, int, int, int]
 """A message: (kind, boundary, microbatch, sender process, receiver process)."""
 
 
-def slot_size(microbatches: int) -> int:
-    """Values one process's slot needs: its F and B each receive and send at most one message per microbatch."""
-    return len(HEADER) + len(RECORD) * 4 * microbatches
+def slot_size(microbatches: int, stages: int = 1) -> int:
+    """Values one process's slot needs: its F and B each receive and send at most one message per microbatch, and
+    each of its `stages` runs at most one all-reduce."""
+    return len(HEADER) + len(RECORD) * 4 * microbatches + len(COLLECTIVE) * stages
 
 
 def pack(
@@ -51,7 +55,7 @@ def pack(
 ) -> list[float]:
     """One process's slot: what it ran (k, its stage), its mean forward and backward per microbatch (what each cost
     the process: StepRecord.busy_s), the iteration's start and the end of its optimizer step (`times_s`,
-    perf_counter s), its memory figures, and every message it sent or received."""
+    perf_counter s), its memory figures, every message it sent or received and its emulated all-reduces."""
 
     def ms(t_s: float) -> float:
         return (t_s - origin_s) * 1000.0
@@ -68,13 +72,15 @@ def pack(
                  r.wait_s * 1000.0, *wire, ms(r.posted_s) if r.posted_s else 0.0]  # fmt: skip
     header = [k, stage, statistics.fmean(fwd) if fwd else 0.0, statistics.fmean(bwd) if bwd else 0.0, ms(times_s[0]),
               ms(times_s[1]), optimizer_ms, static_bytes, activation_bytes, memory_limit_bytes,
-              len(record.transfers)]  # fmt: skip
+              len(record.transfers), len(record.collectives)]  # fmt: skip
+    for c in record.collectives:
+        rows += [c.stage, c.start_ms, c.end_ms]
     return [float(x) for x in header + rows]
 
 
 def unpack(values: Sequence[float]) -> dict[str, Any]:
     """A slot as a dict: HEADER's names, `sent` {message: ms handed over}, `received` [(message, bytes, ms consumed,
-    ms waited, (wire start, wire end), ms its receive was posted)]."""
+    ms waited, (wire start, wire end), ms its receive was posted)], `collectives` [Collective]."""
     part: dict[str, Any] = dict(zip(HEADER, values, strict=False))
     part["k"], part["stage"] = int(part["k"]), int(part["stage"])
     part["sent"], part["received"] = {}, []
@@ -87,6 +93,10 @@ def unpack(values: Sequence[float]) -> dict[str, Any]:
             part["sent"][key] = at_ms
         else:
             part["received"].append((key, nbytes, at_ms, wait_ms, (start, end), posted))
+    first += int(part["records"]) * width
+    width = len(COLLECTIVE)
+    rows = [values[first + i * width : first + (i + 1) * width] for i in range(int(part.get("collective_records", 0)))]
+    part["collectives"] = [Collective(int(stage), start, end) for stage, start, end in rows]
     return part
 
 
@@ -109,7 +119,7 @@ def observation(
     index: int, k: int, parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated: bool
 ) -> IterationObservation:
     """Iteration `index` as the controller observes it: from stage 0's start to the last optimizer step's end,
-    per-stage compute in stage order, every known transfer."""
+    per-stage compute in stage order, every known transfer, each stage's emulated all-reduce (once)."""
     by_stage = sorted(parts, key=lambda p: p["stage"])
     start = by_stage[0]["start_ms"]
     return IterationObservation(
@@ -120,4 +130,11 @@ def observation(
         stage_bwd_ms=tuple(p["bwd_ms"] for p in by_stage),
         transfers=transfers(parts, devices, emulated),
         start_ms=start,
+        collectives=collectives(parts),
     )
+
+
+def collectives(parts: Sequence[dict[str, Any]]) -> tuple[Collective, ...]:
+    """Each stage's all-reduce once (every participant recorded the same span), in stage order."""
+    by_stage = {c.stage: c for p in parts for c in p.get("collectives", ())}
+    return tuple(by_stage[s] for s in sorted(by_stage))

@@ -186,6 +186,8 @@ class TrainReport:
     schedule: Schedule | None = None
     shared: list[SharedCopies] = field(default_factory=list)
     """The shared parameters (tied weights) the plan splits over stages: their gradients exchanged every iteration."""
+    allreduce: list[dict[str, Any]] | None = None
+    """On an emulated network: each replicated stage's all-reduce, measured (runtime.measurement.allreduces)."""
 
     def measured_ms(self) -> float | None:
         """Median pipeline time per iteration, leaving out the first iteration (warm-up) when there are more."""

@@ -25,6 +25,7 @@ from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.execution.optim import make_optimizer
 from pipeplan.runtime.execution.shared_grads import shared_copies
+from pipeplan.runtime.measurement.allreduces import gather_allreduces, span_row
 from pipeplan.runtime.measurement.prediction import (
     PlanPrediction,
     local_cluster,
@@ -114,6 +115,7 @@ def train(
     per_epoch = config.steps_per_epoch(len(data), global_batch)
     rates = config.rates(total)
     last_part: dict[str, Any] | None = None
+    allreduces: list[list[float]] = []  # this process's emulated all-reduces over the run (span_row)
     origin = shared_origin() if wire is not None or config.adaptive else 0.0  # the trace's time 0
     if wire is not None:
         wire.origin_s = origin
@@ -129,6 +131,7 @@ def train(
         t0 = time.perf_counter()
         result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
+        allreduces += [span_row(c) for c in result.collectives]
         rates.apply(optimizer, step)
         if scaler is None:
             optimizer.step()
@@ -175,6 +178,8 @@ def train(
         report.loss_scale, report.skipped_steps = scaler.scale, list(scaler.skipped)
     if total > start:
         report.memory_bytes = gather_json(memory)  # an int each
+    if wire is not None:  # every process, collectively: each stage's emulated all-reduces, summed up on process 0
+        report.allreduce = gather_allreduces(allreduces, plan)
     if config.save_grads:
         try:
             _save_grads(Path(config.save_grads), rank, executor, plan)

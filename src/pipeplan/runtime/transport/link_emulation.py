@@ -10,6 +10,13 @@ Note:
     link queue behind each other as on a wire, and compute overlaps them: what a slow network does to a pipeline.
     Times are ms on the trace's clock, which starts when the run starts (every process's clock is set at one
     barrier) and runs across iterations.
+
+    A data-parallel all-reduce (and a shared parameter's exchange) is a ring over its devices in the plan's order, timed
+    as the simulator times it (sim.cost.link_model.ring_allreduce_ms): 2(n-1) x the ring's largest latency, then
+    2(n-1)/n x its bytes at the ring's slowest nominal rate (or the cluster's measured all-reduce rate and latency),
+    that work stretched at every moment by the smallest trace factor of the ring's links (`ring_end`). It starts
+    when its last participant starts it, so every participant computes the same end; it does not queue on the links
+    behind the pipeline's transfers (nor they behind it), as in the simulator.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.runtime.errors import TrainConfigError
@@ -64,12 +73,18 @@ class EmulatedLinks:
     Args:
         rates: the nominal rate and latency of each ordered device pair that may carry a transfer.
         trace: factors of the nominal rates over time (None: always 1).
+        allreduce: a measured all-reduce's bus rate and latency (a cluster's), which a ring all-reduce runs at instead
+            of its links' (None: its links').
     """
 
-    def __init__(self, rates: dict[Link, LinkRate], trace: BandwidthTrace | None = None) -> None:
+    def __init__(
+        self, rates: dict[Link, LinkRate], trace: BandwidthTrace | None = None, allreduce: LinkRate | None = None
+    ) -> None:
         self.rates = dict(rates)
         self.trace = trace
+        self.allreduce = allreduce
         self._segments: dict[Link, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self._rings: dict[tuple[Link, ...], tuple[tuple[float, ...], tuple[float, ...]] | None] = {}
         self._free_ms: dict[Link, float] = {}
 
     @classmethod
@@ -96,7 +111,9 @@ class EmulatedLinks:
                 if a != b:
                     cluster.require_link(a, b)
                     links[(a, b)] = LinkRate(float(rate[a, b]), float(latency[a, b]) * 1000.0)
-        return cls(links, trace)
+        measured = cluster.allreduce_bytes_per_s
+        allreduce = LinkRate(measured, cluster.allreduce_latency_s * 1000.0) if measured is not None else None
+        return cls(links, trace, allreduce)
 
     def free_ms(self, link: Link) -> float:
         """When `link` finishes the transfers queued on it so far (0 before any)."""
@@ -108,11 +125,7 @@ class EmulatedLinks:
         Raises:
             TrainConfigError: the link is not emulated (a device pair outside the job).
         """
-        spec = self.rates.get(link)
-        if spec is None:
-            raise TrainConfigError(
-                f"no emulated link {list(link)}: the emulated devices are {sorted({d for p in self.rates for d in p})}"
-            )
+        spec = self._rate(link)
         start = max(issued_ms, self._free_ms.get(link, 0.0))
         work_ms = nbytes / spec.bytes_per_s * 1000.0
         if self.trace is None or not self.trace.affects(link):
@@ -128,6 +141,84 @@ class EmulatedLinks:
     def factor_at(self, link: Link, t_ms: float) -> float:
         """The trace's factor on `link` at `t_ms` (1 without a trace)."""
         return 1.0 if self.trace is None else self.trace.factor_at(link, t_ms)
+
+    def ring_parts(self, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+        """A ring all-reduce of `nbytes` over `devices` (in that order) at the nominal rates: (total ms, latency ms),
+        2(n-1)/n x nbytes / the ring's slowest rate + 2(n-1) x its largest latency (0 for fewer than 2 devices).
+
+        Raises:
+            TrainConfigError: two neighbours on the ring have no emulated link.
+        """
+        n = len(devices)
+        if n < 2:
+            return 0.0, 0.0
+        ring = [self._rate(link) for link in ring_links(devices)]
+        rate = min(r.bytes_per_s for r in ring) if self.allreduce is None else self.allreduce.bytes_per_s
+        latency = max(r.latency_ms for r in ring) if self.allreduce is None else self.allreduce.latency_ms
+        fixed = 2 * (n - 1) * latency
+        return 2 * (n - 1) / n * nbytes / rate * 1000.0 + fixed, fixed
+
+    def ring_end(self, devices: tuple[int, ...], nbytes: float, start_ms: float) -> float:
+        """When a ring all-reduce of `nbytes` over `devices` that starts at `start_ms` (trace ms) ends: after its latency,
+        its work at each moment at the smallest factor of the ring's links (start + ring_parts' total when no step of
+        the trace changes them).
+
+        Raises:
+            TrainConfigError: two neighbours on the ring have no emulated link.
+        """
+        total, latency = self.ring_parts(devices, nbytes)
+        factors = self._ring_factors(ring_links(devices)) if self.trace is not None else None
+        if factors is None:
+            return start_ms + total
+        return finish_time(*factors, start_ms + latency, total - latency)
+
+    def ring_slowest(self, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:
+        """The longest a ring all-reduce of `nbytes` over `devices` can take under the trace: (ms, the ring's lowest
+        factor), its work all at that factor after its latency.
+
+        Raises:
+            TrainConfigError: two neighbours on the ring have no emulated link.
+        """
+        total, latency = self.ring_parts(devices, nbytes)
+        factors = self._ring_factors(ring_links(devices)) if self.trace is not None else None
+        lowest = min(factors[1]) if factors is not None else 1.0
+        return latency + (total - latency) / lowest, lowest
+
+    def _rate(self, link: Link) -> LinkRate:
+        spec = self.rates.get(link)
+        if spec is None:
+            raise TrainConfigError(
+                f"no emulated link {list(link)}: the emulated devices are {sorted({d for p in self.rates for d in p})}"
+            )
+        return spec
+
+    def _ring_factors(self, links: tuple[Link, ...]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+        """The factor a ring over `links` runs at, as breakpoints (BandwidthTrace.segments' form): at every moment the
+        smallest of its links' factors (1.0 for a link no step changes), or None when no step changes any. Cached."""
+        if links in self._rings:
+            return self._rings[links]
+        assert self.trace is not None
+        distinct = tuple(dict.fromkeys(links))
+        changed = [self.trace.segments(link) for link in distinct if self.trace.affects(link)]
+        ring = None
+        if changed:
+            times = np.unique(np.concatenate([np.asarray(t, dtype=np.float64) for t, _ in changed]))
+            low = np.full(len(times), 1.0 if len(changed) < len(distinct) else np.inf)
+            for at, factors in changed:
+                index = np.searchsorted(np.asarray(at, dtype=np.float64), times, side="right") - 1
+                low = np.minimum(low, np.asarray(factors, dtype=np.float64)[index])
+            keep = np.ones(len(times), dtype=bool)
+            keep[1:] = low[1:] != low[:-1]
+            ring = (tuple(times[keep].tolist()), tuple(low[keep].tolist()))
+        self._rings[links] = ring
+        return ring
+
+
+def ring_links(devices: tuple[int, ...]) -> tuple[Link, ...]:
+    """The ordered device pairs of a ring over `devices` in their order: each to the next, the last to the first."""
+    if len(devices) < 2:
+        return ()
+    return tuple(zip(devices, devices[1:] + devices[:1], strict=True))
 
 
 def slowest_link(links: EmulatedLinks) -> tuple[Link, float, float]:
@@ -223,3 +314,30 @@ class Wire:
         wait_s = (arrival_ms - self.now_ms()) / 1000.0
         if wait_s > 0:
             self._sleep(wait_s)
+
+
+def check_allreduce_time(
+    links: EmulatedLinks, rate_what: str, timeout_s: float, allreduces: Iterable[tuple[int, tuple[int, ...], float]]
+) -> None:
+    """Refuse, before any process starts, a data-parallel all-reduce (stage, its ring's devices, its gradient bytes:
+    a plan's stages priced by its profile) that takes longer than `timeout_s` on its emulated ring at the ring's
+    lowest trace factor: its participants hold the sums that long, and every peer waits for them at most --timeout.
+
+    `rate_what` names where the nominal rates come from (`--emulate-gb-per-s 0.5`, or the cluster).
+
+    Raises:
+        TrainConfigError: naming the stage, its devices and bytes, the time, the factor and the way out.
+    """
+    from pipeplan.core.limits import show
+
+    for stage, devices, nbytes in allreduces:
+        ms, factor = links.ring_slowest(devices, nbytes)
+        seconds = ms / 1000.0
+        if seconds > timeout_s:
+            slowed = f" x factor {factor:g} of --bandwidth-trace" if factor != 1.0 else ""
+            raise TrainConfigError(
+                f"stage {stage}'s data-parallel all-reduce of {show(round(nbytes))} bytes over devices {list(devices)} "
+                f"takes {seconds:.3g} s on its emulated ring ({rate_what}{slowed}), longer than --timeout {timeout_s:g} s "
+                f"(how long a rank waits for a peer), so the run cannot finish; raise --timeout above {seconds:.3g}, or "
+                "the emulated rate"
+            )
