@@ -26,10 +26,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
 from pipeplan.core.cluster import Cluster
 from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.sim.cost.types import ring_links
 from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
 
 
@@ -84,7 +83,6 @@ class EmulatedLinks:
         self.trace = trace
         self.allreduce = allreduce
         self._segments: dict[Link, tuple[tuple[float, ...], tuple[float, ...]]] = {}
-        self._rings: dict[tuple[Link, ...], tuple[tuple[float, ...], tuple[float, ...]] | None] = {}
         self._free_ms: dict[Link, float] = {}
 
     @classmethod
@@ -167,7 +165,7 @@ class EmulatedLinks:
             TrainConfigError: two neighbours on the ring have no emulated link.
         """
         total, latency = self.ring_parts(devices, nbytes)
-        factors = self._ring_factors(ring_links(devices)) if self.trace is not None else None
+        factors = self.trace.ring_segments(ring_links(devices)) if self.trace is not None else None
         if factors is None:
             return start_ms + total
         return finish_time(*factors, start_ms + latency, total - latency)
@@ -180,7 +178,7 @@ class EmulatedLinks:
             TrainConfigError: two neighbours on the ring have no emulated link.
         """
         total, latency = self.ring_parts(devices, nbytes)
-        factors = self._ring_factors(ring_links(devices)) if self.trace is not None else None
+        factors = self.trace.ring_segments(ring_links(devices)) if self.trace is not None else None
         lowest = min(factors[1]) if factors is not None else 1.0
         return latency + (total - latency) / lowest, lowest
 
@@ -191,34 +189,6 @@ class EmulatedLinks:
                 f"no emulated link {list(link)}: the emulated devices are {sorted({d for p in self.rates for d in p})}"
             )
         return spec
-
-    def _ring_factors(self, links: tuple[Link, ...]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-        """The factor a ring over `links` runs at, as breakpoints (BandwidthTrace.segments' form): at every moment the
-        smallest of its links' factors (1.0 for a link no step changes), or None when no step changes any. Cached."""
-        if links in self._rings:
-            return self._rings[links]
-        assert self.trace is not None
-        distinct = tuple(dict.fromkeys(links))
-        changed = [self.trace.segments(link) for link in distinct if self.trace.affects(link)]
-        ring = None
-        if changed:
-            times = np.unique(np.concatenate([np.asarray(t, dtype=np.float64) for t, _ in changed]))
-            low = np.full(len(times), 1.0 if len(changed) < len(distinct) else np.inf)
-            for at, factors in changed:
-                index = np.searchsorted(np.asarray(at, dtype=np.float64), times, side="right") - 1
-                low = np.minimum(low, np.asarray(factors, dtype=np.float64)[index])
-            keep = np.ones(len(times), dtype=bool)
-            keep[1:] = low[1:] != low[:-1]
-            ring = (tuple(times[keep].tolist()), tuple(low[keep].tolist()))
-        self._rings[links] = ring
-        return ring
-
-
-def ring_links(devices: tuple[int, ...]) -> tuple[Link, ...]:
-    """The ordered device pairs of a ring over `devices` in their order: each to the next, the last to the first."""
-    if len(devices) < 2:
-        return ()
-    return tuple(zip(devices, devices[1:] + devices[:1], strict=True))
 
 
 def slowest_link(links: EmulatedLinks) -> tuple[Link, float, float]:
