@@ -146,3 +146,73 @@ def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_
     real = out["real"]["adaptive"]
     assert len(real["k"]) == 12 and len(real["decisions"]) == 12  # built after the warm-up, then one per iteration
     assert all(p > 0 for p in real["predicted_ms"][1:])
+
+
+# ---- every plan adapts: a replicated stage, two pipeline copies ---------------------------------------------------
+
+
+def stage_plan(path: Path, devices: list[list[int]], copies: int, microbatch_size: int, profile: str, cluster: str) -> None:
+    """A kfkb plan (k = 4) of the tiny model, layers 0-1 and 2-3, on the given devices per stage."""
+    path.write_text(json.dumps({
+        "format": "pipeplan.plan/1", "profile": profile, "cluster": cluster, "pipeline_replicas": copies,
+        "microbatches": 4, "microbatch_size": microbatch_size, "schedule": "kfkb", "k": 4, "chunks": 1, "order": None,
+        "stages": [{"first_layer": 0, "last_layer": 1, "devices": devices[0]},
+                   {"first_layer": 2, "last_layer": 3, "devices": devices[1]}],
+    }))  # fmt: skip
+
+
+def local_cluster_file(path: Path, devices: int) -> None:
+    """A cluster of `devices` CPU devices joined by 0.01 GB/s links (the emulated network's rates)."""
+    from pipeplan.io.cluster_json import cluster_to_json
+    from pipeplan.runtime.measurement.prediction import local_cluster
+
+    data = cluster_to_json(local_cluster(devices, 1e-5, 1e7))
+    for device in data["devices"]:
+        device["kind"] = "cpu"
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.slow
+def test_a_replicated_stage_and_two_pipeline_copies_adapt_under_a_trace_and_lose_what_fixed_k_loses(tmp_path: Path) -> None:
+    """A plan with stage 0 on 2 processes and stage 1 on 1 (its profile and cluster known: the controller is built
+    before the first step) and a plan of 2 pipeline copies (built from the warm-up) both change k under a trace that
+    slows every link, report each k's measured peak memory, and give fixed k = 1's losses up to the order in which
+    the data-parallel gradients are summed (float64)."""
+    import subprocess
+    import sys
+
+    from runtime_cli import BOOT, run_train
+
+    profile, cluster = tmp_path / "p.json", tmp_path / "c.json"
+    made = subprocess.run([sys.executable, "-c", BOOT, "profile", "mlp", "--opt", "hidden=16", "--opt", "blocks=4",
+                           "--dataset", "sample", "--dtype", "float64", "-b", "8", "-o", str(profile), "--runs", "2",
+                           "--warmup", "1", "-q"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    local_cluster_file(cluster, 3)
+    trace = tmp_path / "slow.json"
+    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.05}]))
+    replicated, copies = tmp_path / "replicated.json", tmp_path / "copies.json"
+    stage_plan(replicated, [[0, 1], [2]], 1, 8, "p.json", "c.json")
+    stage_plan(copies, [[0, 2], [1, 3]], 2, 4, "none.json", "none.json")
+    traced = ["--adaptive", "--bandwidth-trace", str(trace)]
+    runs = {
+        "fixed": run_train([*TINY, "--k", "1"]),
+        "replicated": run_train(["--local", "3", *PLAN_FREE, "--plan", str(replicated), *traced]),
+        "copies": run_train(["--local", "4", *PLAN_FREE, "--plan", str(copies), *traced, "--emulate-gb-per-s", "0.01"]),
+    }
+    out = {}
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr)
+        out[name] = json.loads(done.stdout)
+    fixed = out["fixed"]["losses"]
+    for name in ("replicated", "copies"):
+        assert out[name]["losses"] == pytest.approx(fixed, rel=1e-12, abs=0), name
+        adaptive = out[name]["adaptive"]
+        assert adaptive["k"][0] == 4 and min(adaptive["k"]) < 4, (name, adaptive["k"])  # every link slowed: k comes down
+        used = {str(k) for k in adaptive["k"]}
+        assert set(adaptive["peak_memory_bytes_by_k"]) == used, name  # measured at every k used, none other
+        assert adaptive["peak_memory_bytes"] == max(adaptive["peak_memory_bytes_by_k"].values())
+        assert max(out[name]["measured_memory_bytes"]) == adaptive["peak_memory_bytes"]
+    # built from the plan before the first step: a decision (and a prediction) for the warm-up too
+    assert len(out["replicated"]["adaptive"]["decisions"]) == 13 and out["replicated"]["adaptive"]["predicted_ms"][0] > 0
+    assert len(out["copies"]["adaptive"]["decisions"]) == 12 and out["copies"]["adaptive"]["predicted_ms"][0] is None
