@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
@@ -14,6 +16,7 @@ from pipeplan.runtime.measurement.observations import observation, pack, slot_si
 from pipeplan.runtime.placement import Message
 from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.sim.result import ComputeSpan
+from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
@@ -89,6 +92,59 @@ def test_an_iteration_runs_from_stage_0_s_start_to_the_last_optimizer_step_with_
     seen = observation(3, 1, list(reversed(parts_of_two_stages(wait_ms=3.0))), (4, 7), emulated=True)
     assert (seen.index, seen.k, seen.start_ms, seen.iteration_ms) == (3, 1, 0.0, pytest.approx(45.0))
     assert seen.stage_fwd_ms == pytest.approx((2.0, 2.0)) and seen.stage_bwd_ms == pytest.approx((4.0, 4.0))
+
+
+# ---- no look-ahead: the runtime's decisions read only what has happened -----------------------------------------
+
+REPLAY_PLAN = {"profile": "none.json", "cluster": "none.json", "pipeline_replicas": 1, "microbatches": 4,
+               "microbatch_size": 8, "schedule": "kfkb", "k": 1, "chunks": 1, "order": None,
+               "stages": [{"first_layer": 0, "last_layer": 1, "devices": [0, 1]},
+                          {"first_layer": 2, "last_layer": 3, "devices": [2]}]}  # fmt: skip
+"""A replicated stage 0 (2 processes) before stage 1 (1 process), starting at k = 1."""
+
+
+def step_trace(factors: list[float], every_ms: float) -> BandwidthTrace:
+    """Every link at factors[i] from i * every_ms on."""
+    return BandwidthTrace(tuple(TraceStep(i * every_ms, None, f) for i, f in enumerate(factors)))
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    shared=st.lists(st.sampled_from([1.0, 0.5, 0.1, 0.05]), min_size=1, max_size=8),
+    after_a=st.lists(st.sampled_from([1.0, 0.3, 0.05]), min_size=1, max_size=6),
+    after_b=st.lists(st.sampled_from([1.0, 0.3, 0.05]), min_size=1, max_size=6),
+)
+def test_the_runtime_s_decisions_before_t_never_depend_on_the_trace_after_t(
+    shared: list[float], after_a: list[float], after_b: list[float]
+) -> None:
+    """Two traces equal up to t (the end of `shared`'s steps) and different after: the replayed job (its messages
+    through the runtime's link emulation, every process's slot through AdaptiveK.after_step) runs the same k and
+    makes the same decisions, to the last field, for every iteration that starts before t."""
+    from adaptive_replay import replay
+    from pipeplan.io.plan_json import plan_from_json
+
+    every_ms = 15.0
+    t_ms = len(shared) * every_ms
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    compute = {"F": 1.0, "B": 2.0}
+    runs = [replay(plan, step_trace(shared + after, every_ms), 0.004, 14, compute, 2048) for after in (after_a, after_b)]
+    a, b = runs
+    before = sum(1 for start in a.start_ms if start < t_ms)
+    assert a.start_ms[:before] == b.start_ms[:before]
+    assert a.k_used[:before] == b.k_used[:before]
+    # decisions[j] chose iteration j + 1's k at the end of iteration j, before iteration j + 1 started
+    made = max(0, before - 1)
+    assert [d.to_json() for d in a.decisions[:made]] == [d.to_json() for d in b.decisions[:made]]
+
+
+def test_the_replayed_runtime_switches_k_when_the_trace_slows_every_link() -> None:
+    """The replay the property runs is not idle: a link slowed to 0.05 from 30 ms on makes the controller leave k = 1."""
+    from adaptive_replay import replay
+    from pipeplan.io.plan_json import plan_from_json
+
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    loop = replay(plan, step_trace([1.0, 1.0, 0.05], 15.0), 0.004, 14, {"F": 1.0, "B": 2.0}, 2048)
+    assert loop.k_used[0] == 1 and max(loop.k_used) > 1, loop.k_used
 
 
 # ---- two processes: k changes, the mathematics does not -----------------------------------------------------------
