@@ -40,6 +40,19 @@ from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.schedules.registry import make_schedule
 from pipeplan.sim.cost.model import CostModel
 
+COMPUTE_HALF_LIFE = 4.0
+"""Iterations at which a measured stage time weighs half in the runtime controller's compute estimate.
+
+Note:
+    The controller's default (ControllerConfig.short_half_life, 0.5) trusts the last iteration's stage times: in the
+    simulator they are exact. Measured ones carry noise that does not persist to the next iteration (another
+    process taking the core, the allocator); following them predicts last iteration's noise. On a 2-core machine
+    at load 2 (benchmarks/adaptive_run.py's 1F1B/adaptive pair, BENCHMARKS.md) the median forecast error of the
+    simulated iteration with the true trace and the compute estimate at half-life 0.5 / 1 / 2 / 4 / 8 was
+    22.5 / 18.4 / 13.8 / 12.7 / 11.2 %, and 7 % with each iteration's own compute (the noise no forecast has).
+    4 keeps a real change of compute (a k whose groups run otherwise) followed within a few iterations.
+"""
+
 
 def memory_per_process() -> float:
     """This host's physical memory shared by the job's processes on it (the limit k must fit without a cluster)."""
@@ -103,10 +116,11 @@ class AdaptiveK:
         self.setup_ms = 0.0
         """What building the controller cost (before the first step with a plan, else after the warm-up)."""
         self._next_prediction: float | None = None
+        self._from_warmup = cost_model is None
         if cost_model is not None:
             began = time.perf_counter()
             pipeline = plan_pipeline(plan, executor.topology, cost_model, self._rates(), memory_limit_bytes)
-            self.controller = AdaptiveController(pipeline, ControllerConfig(initial_k=self.k))
+            self.controller = AdaptiveController(pipeline, self._config())
             self._next_prediction = self.controller.decisions[-1].predicted_ms.get(self.k)
             self.setup_ms = (time.perf_counter() - began) * 1000.0
 
@@ -202,7 +216,11 @@ class AdaptiveK:
                 link_bytes[(self.devices[key[3]], self.devices[key[4]])] = nbytes
         pipeline = measured_pipeline(self.executor.topology, by_stage, link_bytes, self._rates(),
                                      self.memory_limit_bytes)  # fmt: skip
-        return AdaptiveController(pipeline, ControllerConfig(initial_k=self.k))
+        return AdaptiveController(pipeline, self._config())
+
+    def _config(self) -> ControllerConfig:
+        """The controller's constants in the runtime: the starting k, measured compute smoothed (COMPUTE_HALF_LIFE)."""
+        return ControllerConfig(initial_k=self.k, short_half_life=COMPUTE_HALF_LIFE)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -211,9 +229,12 @@ class AdaptiveK:
 
     def report(self) -> dict[str, Any]:
         """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
-        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch and this loop's
-        own cost; every decision."""
+        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch (its slowest
+        replica's) and this loop's own cost; what building the controller cost (`setup_ms`) and from what
+        (`built_from`: "plan", before the first step, or "warm-up"); every decision."""
         return {
+            "setup_ms": self.setup_ms,
+            "built_from": "warm-up" if self._from_warmup else "plan",
             "k": self.k_used,
             "start_ms": self.start_ms,
             "iteration_ms": self.iteration_ms,
