@@ -94,6 +94,20 @@ def test_an_iteration_runs_from_stage_0_s_start_to_the_last_optimizer_step_with_
     assert seen.stage_fwd_ms == pytest.approx((2.0, 2.0)) and seen.stage_bwd_ms == pytest.approx((4.0, 4.0))
 
 
+def test_a_replicated_stage_is_observed_at_its_slowest_replica_from_stage_0_s_earliest_start() -> None:
+    """Stage 0 on two processes (forwards of 2 and 3 ms, starts at 1 and 0 ms), stage 1 on one: stage 0 is observed
+    at 3 ms forward and 6 ms backward, and the iteration from 0 ms to the last end, 45 ms."""
+
+    def part(stage: int, fwd: float, start_ms: float, end_ms: float) -> dict[str, object]:
+        return {"k": 1, "stage": stage, "fwd_ms": fwd, "bwd_ms": 2 * fwd, "start_ms": start_ms, "end_ms": end_ms,
+                "sent": {}, "received": []}  # fmt: skip
+
+    parts = [part(1, 4.0, 0.5, 45.0), part(0, 2.0, 1.0, 40.0), part(0, 3.0, 0.0, 41.0)]
+    seen = observation(2, 1, parts, (0, 1, 2), emulated=True)
+    assert seen.stage_fwd_ms == (3.0, 4.0) and seen.stage_bwd_ms == (6.0, 8.0)
+    assert (seen.start_ms, seen.iteration_ms) == (0.0, 45.0)
+
+
 # ---- no look-ahead: the runtime's decisions read only what has happened -----------------------------------------
 
 REPLAY_PLAN = {"profile": "none.json", "cluster": "none.json", "pipeline_replicas": 1, "microbatches": 4,
