@@ -260,7 +260,8 @@ def test_a_replicated_stage_and_two_pipeline_copies_adapt_under_a_trace_and_lose
     assert made.returncode == 0, made.stderr
     local_cluster_file(cluster, 3)
     trace = tmp_path / "slow.json"
-    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.05}]))
+    # a piece of 512 B (4 samples of 16 float64) takes 10 ms from 40 ms on: longer than any forward even under load
+    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.005}]))
     replicated, copies = tmp_path / "replicated.json", tmp_path / "copies.json"
     stage_plan(replicated, [[0, 1], [2]], 1, 8, "p.json", "c.json")
     stage_plan(copies, [[0, 2], [1, 3]], 2, 4, "none.json", "none.json")
