@@ -49,8 +49,9 @@ Note:
     process taking the core, the allocator); following them predicts last iteration's noise. On a 2-core machine
     at load 2 (benchmarks/adaptive_run.py's 1F1B/adaptive pair, BENCHMARKS.md) the median forecast error of the
     simulated iteration with the true trace and the compute estimate at half-life 0.5 / 1 / 2 / 4 / 8 was
-    22.5 / 18.4 / 13.8 / 12.7 / 11.2 %, and 7 % with each iteration's own compute (the noise no forecast has).
-    4 keeps a real change of compute (a k whose groups run otherwise) followed within a few iterations.
+    22.5 / 18.4 / 13.8 / 12.7 / 11.2 %, and 7 % with each iteration's own compute (the noise no forecast has);
+    at load 5-12 (5 pairs) 11.4 / 10.7 / 11.5 / 12.3 / 11.9 %, against 3.9 %. 4 is never far from the best and
+    keeps a real change of compute (a k whose groups run otherwise) followed within a few iterations.
 """
 
 
