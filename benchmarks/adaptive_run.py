@@ -1,7 +1,8 @@
 """Ada-Grouper on the real transport: the adaptive controller against fixed 1F1B, 2 local processes, an emulated link
 under a preempted bandwidth trace.
 
-Usage: .venv/bin/python benchmarks/adaptive_run.py [--pairs N] [--steps S] [--check] [--json OUT]
+Usage: .venv/bin/python benchmarks/adaptive_run.py [--case pipeline|replicated] [--pairs N] [--steps S] [--check]
+       [--json OUT]
 
 Model: the built-in `mlp` (8 blocks of Linear 512x512 + ReLU, MSE loss), float32, SGD, global batch 1024 in 16
 microbatches of 64, 4 + 4 blocks on 2 processes (gloo over loopback, one thread each, `train --local 2`). A
@@ -16,6 +17,10 @@ every transfer behind compute even under 1F1B. That ratio is where the simulator
 simulated events, fixed 1F1B, the trace at F = 0.04, 32 iterations) gives the controller 15-20 % over the run for forwards
 of 2 to 8 ms (backwards twice that). Under 1F1B each slowed transfer lands on the critical path; kFkB with k >= 2
 hides it behind the other microbatches of its group.
+
+Case `replicated` (issue 35: every plan adapts): the same model on 3 processes, stage 0 replicated on 2 (each
+runs half of every microbatch and sends its half to stage 1, on its own emulated link), stage 1 on 1
+(`--local 3 --replicas 2,1`); the trace slows both links.
 
 Runs alternate A B A B ... (A: `--schedule 1f1b`, B: `--schedule kfkb --k 1 --adaptive`, both under the same
 emulated link and trace), so drifts in machine load hit both alike; each run is S iterations, its time the sum of
@@ -65,10 +70,23 @@ def write_trace(path: Path, duration_ms: float, factor: float) -> Any:
     return trace
 
 
+CASES = {"pipeline": (2, [], 1), "replicated": (3, ["--replicas", "2,1"], 2)}
+"""Each case's processes, its train options beyond the schedule's, and the pieces a microbatch's activation is cut in."""
+CASE = "pipeline"
+"""The case this run measures (--case)."""
+
+
+def piece_bytes() -> float:
+    """Bytes of one message (a microbatch's activation, or its share from one replica)."""
+    return ACTIVATION_BYTES / CASES[CASE][2]
+
+
 def command(policy: str, steps: int, trace: Path | None) -> list[str]:
     """The `pipeplan train` command line of one run (no trace: the link at its nominal rate)."""
     schedule = ["--schedule", "1f1b"] if policy == "1f1b" else ["--schedule", "kfkb", "--k", "1", "--adaptive"]
-    return ["train", "--local", "2", *schedule, "-p", "2", "-m", str(MICROBATCHES), "--batch-size", str(BATCH),
+    processes, options, _ = CASES[CASE]
+    return ["train", "--local", str(processes), *schedule, *options, "-p", "2", "-m", str(MICROBATCHES),
+            "--batch-size", str(BATCH),
             "--opt", f"hidden={HIDDEN}", "--opt", f"blocks={BLOCKS}", "--dataset", "sample", "--optimizer", "sgd",
             "--lr", "1e-3", "--steps", str(steps), "--emulate-gb-per-s", str(GB_PER_S), "--no-predict", "--json",
             *(["--bandwidth-trace", str(trace)] if trace is not None else [])]  # fmt: skip
@@ -79,7 +97,7 @@ def calibrated_factor(steps: int = 8) -> tuple[float, float]:
     microbatch as this machine runs them now (the median over an adaptive run at nominal rate, warm-up left out)."""
     out = run("adaptive", steps, None)
     forward = statistics.median(statistics.fmean(f) for f in out["adaptive"]["stage_fwd_ms"][1:])
-    nominal_ms = ACTIVATION_BYTES / (GB_PER_S * 1e9) * 1000.0
+    nominal_ms = piece_bytes() / (GB_PER_S * 1e9) * 1000.0
     return min(0.5, nominal_ms / (SLOWED_FORWARDS * forward)), forward
 
 
@@ -130,14 +148,20 @@ def hindsight_errors(runs: list[dict[str, Any]], trace: Any) -> list[float]:
         a = out["adaptive"]
         for i in range(1, len(a["k"])):
             model = PipelineModel.from_measurements(
-                fwd_ms=a["stage_fwd_ms"][i], bwd_ms=a["stage_bwd_ms"][i], boundary_bytes=[ACTIVATION_BYTES],
+                fwd_ms=a["stage_fwd_ms"][i], bwd_ms=a["stage_bwd_ms"][i], boundary_bytes=[piece_bytes()],
                 boundary_links=[(0, 1)], bandwidth_gb_per_s=[GB_PER_S], static_bytes=[0, 0], activation_bytes=[0, 0],
-                memory_limit_bytes=[1e12, 1e12], microbatches=MICROBATCHES, optimizer_ms=out["optimizer_ms_by_process"][i],
+                memory_limit_bytes=[1e12, 1e12], microbatches=MICROBATCHES, optimizer_ms=stage_optimizer_ms(out, i),
             )  # fmt: skip
             schedule = kfkb(2, MICROBATCHES, a["k"][i])
             simulated = simulate(schedule, model.costs, trace, record=False, offset_ms=a["start_ms"][i]).iteration_time
             errors.append(abs(simulated / a["iteration_ms"][i] - 1))
     return errors
+
+
+def stage_optimizer_ms(out: dict[str, Any], i: int) -> list[float]:
+    """Iteration i's optimizer step per stage: its slowest process's (stage 0 is every process but the last)."""
+    per_process = out["optimizer_ms_by_process"][i]
+    return [max(per_process[:-1]), per_process[-1]]
 
 
 def k_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[int]]:
@@ -169,18 +193,21 @@ def response_to_slowdowns(out: dict[str, Any], trace: Any) -> list[tuple[int, in
 def main() -> None:
     """Run the pairs, print the table and the targets; --check exits 1 when a target fails."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=sorted(CASES), default="pipeline", help="the job (see the docstring)")
     parser.add_argument("--pairs", type=int, default=3, help="A B pairs (runs alternate A B A B ...)")
     parser.add_argument("--steps", type=int, default=48, help="iterations per run")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     parser.add_argument("--json", help="write every run's report here")
     parser.add_argument("--factor", type=float, help="the slowed links' factor (default: calibrated, see the docstring)")
     args = parser.parse_args()
+    global CASE
+    CASE = args.case
     work = Path(tempfile.mkdtemp(prefix="adaptive-run-"))
     trace_path = work / "trace.json"
     if args.factor is None:
         factor, forward = calibrated_factor()
         print(f"calibration: a forward of {forward:.2f} ms per microbatch -> factor {factor:.4f} (a slowed message "
-              f"{ACTIVATION_BYTES / (GB_PER_S * 1e6 * factor):.1f} ms)", flush=True)  # fmt: skip
+              f"{piece_bytes() / (GB_PER_S * 1e6 * factor):.1f} ms)", flush=True)  # fmt: skip
     else:
         factor = args.factor
     trace = write_trace(trace_path, 600_000.0, factor)
@@ -208,6 +235,12 @@ def main() -> None:
     print(f"\nmedian run: 1F1B {statistics.median(fixed):.0f} ms, adaptive {median_adaptive:.0f} ms: "
           f"the controller {speedup:.1%} faster (target >= {TARGET_SPEEDUP:.0%}); per pair "
           f"{[f'{x:.1%}' for x in paired]}")  # fmt: skip
+    first = {p: [round(r["step_ms"][0]) for r in runs if r["policy"] == p] for p in ("1f1b", "adaptive")}
+    setup = [round(r["adaptive"].get("setup_ms", 0.0), 1) for r in adaptive]
+    print(
+        f"first step: 1F1B {first['1f1b']} ms, adaptive {first['adaptive']} ms (controller set-up, outside the "
+        f"step: {setup} ms); load average {min(r['load'][0] for r in runs):.2f}-{max(r['load'][1] for r in runs):.2f}"
+    )
     mean_k = [(statistics.fmean(p["slowed"]), statistics.fmean(p["nominal"])) for p in phases]
     for phase in ("slowed", "nominal"):
         medians = {p: [statistics.median(steps_by_phase(r, trace)[phase]) for r in runs if r["policy"] == p]

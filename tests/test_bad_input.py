@@ -513,7 +513,8 @@ KFKB = ["train", "--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4"]
 NETWORK_CASES: list[tuple[str, list[str], str]] = [
     ("--adaptive with 1f1b", [*TRAIN, "--adaptive"], "schedule '1f1b' has no k to adapt"),
     ("--adaptive with pipemare", [*KFKB[:4], "pipemare", *KFKB[5:], "--adaptive"], "--adaptive is not supported with"),
-    ("--adaptive with pipeline copies", ["train", "--local", "4", *KFKB[3:], "--adaptive"], "one process per stage"),
+    ("--adaptive with interleaved chunks", [*KFKB[:4], "interleaved-1f1b", *KFKB[5:], "--chunks", "2", "--adaptive"],
+     "interleaves 2 chunks (virtual stages) per process, over which kFkB is not defined"),
     ("--adaptive with a 1f1b plan", ["train", "--local", "1", "--plan", "PLAN", "--adaptive"], "has no k to adapt"),
     ("trace without a rate", [*KFKB, "--bandwidth-trace", "SLOW"], "needs a rate to emulate: give --emulate-gb-per-s"),
     ("trace naming a device outside the job", [*KFKB, "--emulate-gb-per-s", "1", "--bandwidth-trace", "TRACE"],

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
@@ -14,6 +16,7 @@ from pipeplan.runtime.measurement.observations import observation, pack, slot_si
 from pipeplan.runtime.placement import Message
 from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.sim.result import ComputeSpan
+from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
@@ -91,6 +94,73 @@ def test_an_iteration_runs_from_stage_0_s_start_to_the_last_optimizer_step_with_
     assert seen.stage_fwd_ms == pytest.approx((2.0, 2.0)) and seen.stage_bwd_ms == pytest.approx((4.0, 4.0))
 
 
+def test_a_replicated_stage_is_observed_at_its_slowest_replica_from_stage_0_s_earliest_start() -> None:
+    """Stage 0 on two processes (forwards of 2 and 3 ms, starts at 1 and 0 ms), stage 1 on one: stage 0 is observed
+    at 3 ms forward and 6 ms backward, and the iteration from 0 ms to the last end, 45 ms."""
+
+    def part(stage: int, fwd: float, start_ms: float, end_ms: float) -> dict[str, object]:
+        return {"k": 1, "stage": stage, "fwd_ms": fwd, "bwd_ms": 2 * fwd, "start_ms": start_ms, "end_ms": end_ms,
+                "sent": {}, "received": []}  # fmt: skip
+
+    parts = [part(1, 4.0, 0.5, 45.0), part(0, 2.0, 1.0, 40.0), part(0, 3.0, 0.0, 41.0)]
+    seen = observation(2, 1, parts, (0, 1, 2), emulated=True)
+    assert seen.stage_fwd_ms == (3.0, 4.0) and seen.stage_bwd_ms == (6.0, 8.0)
+    assert (seen.start_ms, seen.iteration_ms) == (0.0, 45.0)
+
+
+# ---- no look-ahead: the runtime's decisions read only what has happened -----------------------------------------
+
+REPLAY_PLAN = {"profile": "none.json", "cluster": "none.json", "pipeline_replicas": 1, "microbatches": 4,
+               "microbatch_size": 8, "schedule": "kfkb", "k": 1, "chunks": 1, "order": None,
+               "stages": [{"first_layer": 0, "last_layer": 1, "devices": [0, 1]},
+                          {"first_layer": 2, "last_layer": 3, "devices": [2]}]}  # fmt: skip
+"""A replicated stage 0 (2 processes) before stage 1 (1 process), starting at k = 1."""
+
+
+def step_trace(factors: list[float], every_ms: float) -> BandwidthTrace:
+    """Every link at factors[i] from i * every_ms on."""
+    return BandwidthTrace(tuple(TraceStep(i * every_ms, None, f) for i, f in enumerate(factors)))
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    shared=st.lists(st.sampled_from([1.0, 0.5, 0.1, 0.05]), min_size=1, max_size=8),
+    after_a=st.lists(st.sampled_from([1.0, 0.3, 0.05]), min_size=1, max_size=6),
+    after_b=st.lists(st.sampled_from([1.0, 0.3, 0.05]), min_size=1, max_size=6),
+)
+def test_the_runtime_s_decisions_before_t_never_depend_on_the_trace_after_t(
+    shared: list[float], after_a: list[float], after_b: list[float]
+) -> None:
+    """Two traces equal up to t (the end of `shared`'s steps) and different after: the replayed job (its messages
+    through the runtime's link emulation, every process's slot through AdaptiveK.after_step) runs the same k and
+    makes the same decisions, to the last field, for every iteration that starts before t."""
+    from adaptive_replay import replay
+    from pipeplan.io.plan_json import plan_from_json
+
+    every_ms = 15.0
+    t_ms = len(shared) * every_ms
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    compute = {"F": 1.0, "B": 2.0}
+    runs = [replay(plan, step_trace(shared + after, every_ms), 0.004, 14, compute, 2048) for after in (after_a, after_b)]
+    a, b = runs
+    before = sum(1 for start in a.start_ms if start < t_ms)
+    assert a.start_ms[:before] == b.start_ms[:before]
+    assert a.k_used[:before] == b.k_used[:before]
+    # decisions[j] chose iteration j + 1's k at the end of iteration j, before iteration j + 1 started
+    made = max(0, before - 1)
+    assert [d.to_json() for d in a.decisions[:made]] == [d.to_json() for d in b.decisions[:made]]
+
+
+def test_the_replayed_runtime_switches_k_when_the_trace_slows_every_link() -> None:
+    """The replay the property runs is not idle: a link slowed to 0.05 from 30 ms on makes the controller leave k = 1."""
+    from adaptive_replay import replay
+    from pipeplan.io.plan_json import plan_from_json
+
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    loop = replay(plan, step_trace([1.0, 1.0, 0.05], 15.0), 0.004, 14, {"F": 1.0, "B": 2.0}, 2048)
+    assert loop.k_used[0] == 1 and max(loop.k_used) > 1, loop.k_used
+
+
 # ---- two processes: k changes, the mathematics does not -----------------------------------------------------------
 
 TINY = ["--local", "2", "--schedule", "kfkb", "-p", "2", "-m", "4", "--steps", "12", "--opt", "hidden=16", "--opt",
@@ -146,3 +216,74 @@ def test_adaptive_training_changes_k_under_a_trace_and_loses_exactly_what_fixed_
     real = out["real"]["adaptive"]
     assert len(real["k"]) == 12 and len(real["decisions"]) == 12  # built after the warm-up, then one per iteration
     assert all(p > 0 for p in real["predicted_ms"][1:])
+
+
+# ---- every plan adapts: a replicated stage, two pipeline copies ---------------------------------------------------
+
+
+def stage_plan(path: Path, devices: list[list[int]], copies: int, microbatch_size: int, profile: str, cluster: str) -> None:
+    """A kfkb plan (k = 4) of the tiny model, layers 0-1 and 2-3, on the given devices per stage."""
+    path.write_text(json.dumps({
+        "format": "pipeplan.plan/1", "profile": profile, "cluster": cluster, "pipeline_replicas": copies,
+        "microbatches": 4, "microbatch_size": microbatch_size, "schedule": "kfkb", "k": 4, "chunks": 1, "order": None,
+        "stages": [{"first_layer": 0, "last_layer": 1, "devices": devices[0]},
+                   {"first_layer": 2, "last_layer": 3, "devices": devices[1]}],
+    }))  # fmt: skip
+
+
+def local_cluster_file(path: Path, devices: int) -> None:
+    """A cluster of `devices` CPU devices joined by 0.01 GB/s links (the emulated network's rates)."""
+    from pipeplan.io.cluster_json import cluster_to_json
+    from pipeplan.runtime.measurement.prediction import local_cluster
+
+    data = cluster_to_json(local_cluster(devices, 1e-5, 1e7))
+    for device in data["devices"]:
+        device["kind"] = "cpu"
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.slow
+def test_a_replicated_stage_and_two_pipeline_copies_adapt_under_a_trace_and_lose_what_fixed_k_loses(tmp_path: Path) -> None:
+    """A plan with stage 0 on 2 processes and stage 1 on 1 (its profile and cluster known: the controller is built
+    before the first step) and a plan of 2 pipeline copies (built from the warm-up) both change k under a trace that
+    slows every link, report each k's measured peak memory, and give fixed k = 1's losses up to the order in which
+    the data-parallel gradients are summed (float64)."""
+    import subprocess
+    import sys
+
+    from runtime_cli import BOOT, run_train
+
+    profile, cluster = tmp_path / "p.json", tmp_path / "c.json"
+    made = subprocess.run([sys.executable, "-c", BOOT, "profile", "mlp", "--opt", "hidden=16", "--opt", "blocks=4",
+                           "--dataset", "sample", "--dtype", "float64", "-b", "8", "-o", str(profile), "--runs", "2",
+                           "--warmup", "1", "-q"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    local_cluster_file(cluster, 3)
+    trace = tmp_path / "slow.json"
+    # a piece of 512 B (4 samples of 16 float64) takes 10 ms from 40 ms on: longer than any forward even under load
+    trace.write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 1.0}, {"t_ms": 40, "link": "all", "factor": 0.005}]))
+    replicated, copies = tmp_path / "replicated.json", tmp_path / "copies.json"
+    stage_plan(replicated, [[0, 1], [2]], 1, 8, "p.json", "c.json")
+    stage_plan(copies, [[0, 2], [1, 3]], 2, 4, "none.json", "none.json")
+    traced = ["--adaptive", "--bandwidth-trace", str(trace)]
+    runs = {
+        "fixed": run_train([*TINY, "--k", "1"]),
+        "replicated": run_train(["--local", "3", *PLAN_FREE, "--plan", str(replicated), *traced]),
+        "copies": run_train(["--local", "4", *PLAN_FREE, "--plan", str(copies), *traced, "--emulate-gb-per-s", "0.01"]),
+    }
+    out = {}
+    for name, done in runs.items():
+        assert done.returncode == 0, (name, done.stderr)
+        out[name] = json.loads(done.stdout)
+    fixed = out["fixed"]["losses"]
+    for name in ("replicated", "copies"):
+        assert out[name]["losses"] == pytest.approx(fixed, rel=1e-12, abs=0), name
+        adaptive = out[name]["adaptive"]
+        assert adaptive["k"][0] == 4 and min(adaptive["k"]) < 4, (name, adaptive["k"])  # every link slowed: k comes down
+        used = {str(k) for k in adaptive["k"]}
+        assert set(adaptive["peak_memory_bytes_by_k"]) == used, name  # measured at every k used, none other
+        assert adaptive["peak_memory_bytes"] == max(adaptive["peak_memory_bytes_by_k"].values())
+        assert max(out[name]["measured_memory_bytes"]) == adaptive["peak_memory_bytes"]
+    # built from the plan before the first step: a decision (and a prediction) for the warm-up too
+    assert len(out["replicated"]["adaptive"]["decisions"]) == 13 and out["replicated"]["adaptive"]["predicted_ms"][0] > 0
+    assert len(out["copies"]["adaptive"]["decisions"]) == 12 and out["copies"]["adaptive"]["predicted_ms"][0] is None

@@ -228,13 +228,11 @@ def train(
         if predict:
             refuse_predict_for_graph(plan, plan_obj, profile)
         if adaptive:
-            check_adaptable(
-                plan_obj.schedule, tuple(map(plan_obj.replicas_of, range(plan_obj.num_ranks))), plan_obj.pipeline_replicas
-            )
+            check_adaptable(plan_obj.schedule, plan_obj.chunks)
     else:
         assert schedule is not None
         if adaptive:
-            check_adaptable(schedule)
+            check_adaptable(schedule, chunks if chunks is not None else 1)
         refuse_sizes_for_file(schedule, stages, microbatches, k if k is not None else 1, chunks if chunks is not None else 1)
         sizes = [value if value is not None else default for value, default in
                  ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
@@ -243,8 +241,6 @@ def train(
         checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
         if checked is not None:
             _, per_rank, copies = checked
-            if adaptive:
-                check_adaptable(schedule, per_rank, copies)
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip

@@ -96,4 +96,13 @@ def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:
         lines.append(
             f"           controller: {max(decision_ms):.2f} ms per decision at most, {share:.2%} of the iterations' time"
         )
+    peaks = adaptive.get("peak_memory_bytes_by_k")
+    if peaks:
+        from pipeplan.viz.tables import format_bytes
+
+        each = ", ".join(f"k={k} {format_bytes(b)}" for k, b in sorted(peaks.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"           peak memory per k used (the most any process held): {each}")
+    if adaptive.get("setup_ms") is not None:
+        when = "before the first step, from the plan" if adaptive.get("built_from") == "plan" else "after the warm-up"
+        lines.append(f"           controller built {when} in {adaptive['setup_ms']:.1f} ms (not in any step's time)")
     return lines

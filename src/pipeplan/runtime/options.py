@@ -184,19 +184,22 @@ def check_async_settings(settings: AsyncSettings, steps: int | None) -> AsyncSet
     return settings
 
 
-def check_adaptable(schedule: str, replicas: tuple[int, ...] | None = None, copies: int = 1) -> None:
-    """Raise TrainConfigError unless --adaptive can run the job: kfkb (whose k it chooses), one pipeline (`copies`),
-    one process per stage (`replicas`: the processes of each stage, when known): what the controller models."""
+def check_adaptable(schedule: str, chunks: int = 1) -> None:
+    """Raise TrainConfigError unless --adaptive can run the job: a kfkb schedule (whose k it chooses) with one stage
+    per process (`chunks`). Replicated stages and several pipeline copies adapt (every process switches at the same
+    iteration); this is the one place that says why the others cannot."""
+    interleaved = schedule.startswith("interleaved") or chunks != 1
+    if interleaved:
+        raise TrainConfigError(
+            f"--adaptive regroups kfkb's k over one stage per process; schedule {schedule!r} interleaves "
+            f"{chunks if chunks != 1 else 'several'} chunks (virtual stages) per process, over which kFkB is not "
+            "defined (a group of k microbatches would have to pass every chunk of a process before the next group "
+            "enters, which is another schedule); train a plan with one stage per process (chunks 1), or leave out --adaptive"
+        )
     if schedule != "kfkb":
         raise TrainConfigError(
             f"--adaptive chooses kfkb's k between iterations; schedule {schedule!r} has no k to adapt "
             "(use --schedule kfkb, or a kfkb plan; 1f1b is kfkb with --k 1)"
-        )
-    if copies != 1 or (replicas is not None and max(replicas) != 1):
-        raise TrainConfigError(
-            "--adaptive runs one pipeline with one process per stage; this job has "
-            f"{copies} pipeline cop{'ies' if copies != 1 else 'y'}"
-            + (f" and {list(replicas)} processes per stage" if replicas else "")
         )
 
 

@@ -115,19 +115,28 @@ def transfers(parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated:
     return tuple(sorted(out, key=lambda t: (t.start_ms, t.link)))
 
 
+def slowest(parts: Sequence[dict[str, Any]], name: str) -> tuple[float, ...]:
+    """Per stage, in stage order, the largest value of `name` among its processes (its replicas in every pipeline
+    copy): the replica the pipeline waits for."""
+    by_stage: dict[int, float] = {}
+    for p in parts:
+        by_stage[p["stage"]] = max(by_stage.get(p["stage"], p[name]), p[name])
+    return tuple(by_stage[s] for s in sorted(by_stage))
+
+
 def observation(
     index: int, k: int, parts: Sequence[dict[str, Any]], devices: Sequence[int], emulated: bool
 ) -> IterationObservation:
-    """Iteration `index` as the controller observes it: from stage 0's start to the last optimizer step's end,
-    per-stage compute in stage order, every known transfer, each stage's emulated all-reduce (once)."""
-    by_stage = sorted(parts, key=lambda p: p["stage"])
-    start = by_stage[0]["start_ms"]
+    """Iteration `index` as the controller observes it: from the earliest start among stage 0's processes to the
+    last optimizer step's end, per-stage compute in stage order (a replicated stage's: its slowest replica's, in
+    any pipeline copy), every known transfer on its (src device, dst device) link, each stage's emulated all-reduce (once)."""
+    start = min(p["start_ms"] for p in parts if p["stage"] == 0)
     return IterationObservation(
         index=index,
         k=k,
         iteration_ms=max(p["end_ms"] for p in parts) - start,
-        stage_fwd_ms=tuple(p["fwd_ms"] for p in by_stage),
-        stage_bwd_ms=tuple(p["bwd_ms"] for p in by_stage),
+        stage_fwd_ms=slowest(parts, "fwd_ms"),
+        stage_bwd_ms=slowest(parts, "bwd_ms"),
         transfers=transfers(parts, devices, emulated),
         start_ms=start,
         collectives=collectives(parts),

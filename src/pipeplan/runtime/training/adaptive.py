@@ -2,14 +2,19 @@
 controller (pipeplan.adapt) chooses the next iteration's k, and every process switches to it at that boundary.
 
 Note:
-    The first iteration (warm-up) only measures what the controller is built from: each stage's forward and
-    backward per microbatch, optimizer step, static bytes and saved bytes per in-flight microbatch, and the bytes
-    a microbatch moves across each boundary; the links' nominal rates are the emulated ones, or on the real
-    network a ping-pong between processes 0 and 1 (runtime.predict.measure_link). From the second iteration on,
-    each iteration is observed (runtime.observations). Each process's numbers travel in the all-reduce that
-    already sums the loss (each in its own slot), so every process holds the same numbers and runs the same
-    controller: the same observations give the same decisions (pipeplan.adapt), without an extra collective.
-    Each process also reports the k it ran, so a disagreement is an error, never a silent divergence.
+    The controller's pipeline (runtime.measurement.controller_pipeline) is the runtime's: one pipeline whose stage
+    s runs at its slowest replica (in any pipeline copy) and whose boundaries move the runtime's pieces between
+    process pairs, on the job's device links. With a plan, its profile and cluster (`cost_model`), it is built
+    before the first step from the plan's costs, and the measured stage times calibrate its compute (the
+    controller's ComputeEstimator). Without them, the first iteration (warm-up) measures what it is built from:
+    each stage's forward and backward per microbatch, optimizer step, static bytes and saved bytes per in-flight
+    microbatch, and the bytes each piece moves; that build is this loop's cost, not the step's. The links'
+    nominal rates are the emulated ones, or on the real network a ping-pong between processes 0 and 1
+    (runtime.predict.measure_link). The warm-up's compute (first-touch allocations, channel set-up) is not fed to
+    the controller, its transfers are. Each process's numbers travel in the all-reduce that already sums the loss
+    (each in its own slot), so every process holds the same numbers and runs the same controller: the same
+    observations give the same decisions (pipeplan.adapt), without an extra collective. Each process also reports
+    the k it ran, so a disagreement is an error, never a silent divergence.
 """
 
 from __future__ import annotations
@@ -21,17 +26,33 @@ from typing import Any
 
 import torch
 
-from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision
+from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision, Link
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.executor import Executor, StepRecord
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.measurement import observations
+from pipeplan.runtime.measurement.controller_pipeline import measured_pipeline, plan_pipeline
 from pipeplan.runtime.options import check_adaptable
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.schedules.registry import make_schedule
+from pipeplan.sim.cost.model import CostModel
+
+COMPUTE_HALF_LIFE = 4.0
+"""Iterations at which a measured stage time weighs half in the runtime controller's compute estimate.
+
+Note:
+    The controller's default (ControllerConfig.short_half_life, 0.5) trusts the last iteration's stage times: in the
+    simulator they are exact. Measured ones carry noise that does not persist to the next iteration (another
+    process taking the core, the allocator); following them predicts last iteration's noise. On a 2-core machine
+    at load 2 (benchmarks/adaptive_run.py's 1F1B/adaptive pair, BENCHMARKS.md) the median forecast error of the
+    simulated iteration with the true trace and the compute estimate at half-life 0.5 / 1 / 2 / 4 / 8 was
+    22.5 / 18.4 / 13.8 / 12.7 / 11.2 %, and 7 % with each iteration's own compute (the noise no forecast has);
+    at load 5-12 (5 pairs) 11.4 / 10.7 / 11.5 / 12.3 / 11.9 %, against 3.9 %. 4 is never far from the best and
+    keeps a real change of compute (a k whose groups run otherwise) followed within a few iterations.
+"""
 
 
 def memory_per_process() -> float:
@@ -48,11 +69,15 @@ class AdaptiveK:
         executor: this process's executor (switched with `Executor.use`).
         origin_s: the run's start on perf_counter (the clock of the observations and of a bandwidth trace).
         wire: the emulated network, or None (the real one; its rate measured once, collectively, here).
-        memory_limit_bytes: this process's memory, which its stage's in-flight microbatches must fit in (None: this
-            host's memory per process).
+        memory_limit_bytes: what each process's stage (weights, state and its in-flight microbatches) must fit in
+            at every candidate k (None: the plan's devices' memory with `cost_model`, else this host's memory per
+            process).
+        cost_model: the plan's profile and cluster: the controller is built here, before the first step, from the
+            plan's costs (None: from the warm-up iteration's measurements).
 
     Raises:
-        TrainConfigError: the job is not one kfkb pipeline with one process per stage.
+        TrainConfigError: the job's schedule has no k to adapt (runtime.options.check_adaptable).
+        AdaptError, PlanError: the plan does not match `cost_model`, or no k fits the memory limit.
     """
 
     def __init__(
@@ -63,8 +88,9 @@ class AdaptiveK:
         origin_s: float,
         wire: Wire | None,
         memory_limit_bytes: float | None = None,
+        cost_model: CostModel | None = None,
     ) -> None:
-        check_adaptable(schedule.name, tuple(map(plan.replicas_of, range(plan.num_ranks))), plan.pipeline_replicas)
+        check_adaptable(schedule.name, plan.chunks)
         self.plan = plan
         self.executor = executor
         self.origin_s = origin_s
@@ -72,7 +98,7 @@ class AdaptiveK:
         self.k = plan.k
         self._topologies = {plan.k: executor.topology}
         self.devices = executor.topology.devices
-        self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else memory_per_process()
+        self.memory_limit_bytes = memory_limit_bytes
         self.slot = observations.slot_size(plan.microbatches)
         self.size = self.slot * len(self.devices)
         """Values this loop adds to the all-reduce: one slot per process."""
@@ -88,7 +114,16 @@ class AdaptiveK:
         self.stage_ms: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
         self.predicted_ms: list[float | None] = []
         self.overhead_ms: list[float] = []
+        self.setup_ms = 0.0
+        """What building the controller cost (before the first step with a plan, else after the warm-up)."""
         self._next_prediction: float | None = None
+        self._from_warmup = cost_model is None
+        if cost_model is not None:
+            began = time.perf_counter()
+            pipeline = plan_pipeline(plan, executor.topology, cost_model, self._rates(), memory_limit_bytes)
+            self.controller = AdaptiveController(pipeline, self._config())
+            self._next_prediction = self.controller.decisions[-1].predicted_ms.get(self.k)
+            self.setup_ms = (time.perf_counter() - began) * 1000.0
 
     def pack(
         self,
@@ -112,14 +147,19 @@ class AdaptiveK:
         stage = self.executor.role.stages[0]
         peak = dict(record.stage_peaks).get(stage, 0)
         activation = meter.peak_bytes / peak if meter is not None and peak else 0.0
+        limit = self.memory_limit_bytes if self.memory_limit_bytes is not None else memory_per_process()
         values = observations.pack(record, self.origin_s, self.k, stage, times_s, optimizer_ms, static_bytes, activation,
-                                   self.memory_limit_bytes)  # fmt: skip
+                                   limit)  # fmt: skip
         lo = self.executor.role.process * self.slot
         shared[lo : lo + len(values)] = torch.tensor(values, dtype=torch.float64)
 
-    def after_step(self, index: int, shared: torch.Tensor) -> None:
-        """Observe iteration `index` from every process's slot (0: the warm-up, which builds the controller), decide
-        the next k (the same on every process) and switch to it.
+    def after_step(self, index: int, shared: torch.Tensor) -> float:
+        """Observe iteration `index` from every process's slot (0: the warm-up), decide the next k (the same on every
+        process) and switch to it.
+
+        Returns:
+            The ms this call spent building the controller (the warm-up's build without a plan; else 0): the
+            loop's set-up, which the caller leaves out of the step's time.
 
         Raises:
             RuntimeFault: the processes ran the iteration with different k.
@@ -135,16 +175,21 @@ class AdaptiveK:
         self.iteration_ms.append(seen.iteration_ms)
         self.stage_ms.append((seen.stage_fwd_ms, seen.stage_bwd_ms))
         self.predicted_ms.append(self._next_prediction)
+        built = 0.0
         if self.controller is None:
-            self.controller = self._build(sorted(parts, key=lambda p: p["stage"]))
+            self.controller = self._build(parts)
             decision = self.controller.decisions[-1]
+            built = self.setup_ms = (time.perf_counter() - began) * 1000.0
         else:
+            if index == 0:  # the warm-up's compute is first-touch work: its transfers only
+                seen = dataclasses.replace(seen, stage_fwd_ms=(), stage_bwd_ms=())
             decision = self.controller.step(seen)
         self._next_prediction = decision.predicted_ms.get(decision.k)
         if decision.k != self.k:
             self.executor.use(self._topology(decision.k))
             self.k = decision.k
         self.overhead_ms.append((time.perf_counter() - began) * 1000.0)
+        return built
 
     def _topology(self, k: int) -> Topology:
         topology = self._topologies.get(k)
@@ -154,37 +199,29 @@ class AdaptiveK:
             topology = self._topologies[k] = Topology(plan, schedule, len(self.devices))
         return topology
 
-    def _build(self, by_stage: list[dict[str, Any]]) -> AdaptiveController:
-        """The controller of this pipeline from the warm-up iteration's measurements (stage order)."""
-        p = len(by_stage)
-        boundary_bytes = [0.0] * (p - 1)
-        for part in by_stage:
-            for key, nbytes, *_ in part["received"]:
-                if key[0] == "act":
-                    boundary_bytes[key[1]] = nbytes
-        links = [(self.devices[b], self.devices[b + 1]) for b in range(p - 1)]
+    def _rates(self) -> dict[Link, tuple[float, float]]:
+        """Each link's nominal (bytes/s, latency ms): the emulated ones, else the measured link on every pair."""
         if self.wire is not None:
-            rates = [self.wire.links.rates[link] for link in links]
-            gb_per_s = [r.bytes_per_s / 1e9 for r in rates]
-            latency_ms = [r.latency_ms for r in rates]
-        else:
-            assert self.link is not None
-            gb_per_s = [self.link[1] / 1e9] * (p - 1)
-            latency_ms = [self.link[0] * 1000.0] * (p - 1)
-        return AdaptiveController.from_measurements(
-            ControllerConfig(initial_k=self.k),
-            fwd_ms=[s["fwd_ms"] for s in by_stage],
-            bwd_ms=[s["bwd_ms"] for s in by_stage],
-            boundary_bytes=boundary_bytes,
-            boundary_links=links,
-            bandwidth_gb_per_s=gb_per_s,
-            static_bytes=[s["static_bytes"] for s in by_stage],
-            activation_bytes=[s["activation_bytes"] for s in by_stage],
-            memory_limit_bytes=[s["memory_limit_bytes"] for s in by_stage],
-            microbatches=self.plan.microbatches,
-            latency_ms=latency_ms,
-            optimizer_ms=[s["optimizer_ms"] for s in by_stage],
-        )
+            return {link: (r.bytes_per_s, r.latency_ms) for link, r in self.wire.links.rates.items()}
+        assert self.link is not None
+        latency_s, per_s = self.link
+        return {(a, b): (per_s, latency_s * 1000.0) for a in self.devices for b in self.devices if a != b}
+
+    def _build(self, parts: list[dict[str, Any]]) -> AdaptiveController:
+        """The controller of this job from the warm-up iteration's measurements (every process's slot)."""
+        by_stage: dict[int, list[dict[str, Any]]] = {}
+        link_bytes: dict[Link, float] = {}
+        for part in parts:
+            by_stage.setdefault(part["stage"], []).append(part)
+            for key, nbytes, *_ in part["received"]:
+                link_bytes[(self.devices[key[3]], self.devices[key[4]])] = nbytes
+        pipeline = measured_pipeline(self.executor.topology, by_stage, link_bytes, self._rates(),
+                                     self.memory_limit_bytes)  # fmt: skip
+        return AdaptiveController(pipeline, self._config())
+
+    def _config(self) -> ControllerConfig:
+        """The controller's constants in the runtime: the starting k, measured compute smoothed (COMPUTE_HALF_LIFE)."""
+        return ControllerConfig(initial_k=self.k, short_half_life=COMPUTE_HALF_LIFE)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -193,9 +230,12 @@ class AdaptiveK:
 
     def report(self) -> dict[str, Any]:
         """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
-        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch and this loop's
-        own cost; every decision."""
+        trace's), measured and predicted ms, each stage's mean forward and backward per microbatch (its slowest
+        replica's) and this loop's own cost; what building the controller cost (`setup_ms`) and from what
+        (`built_from`: "plan", before the first step, or "warm-up"); every decision."""
         return {
+            "setup_ms": self.setup_ms,
+            "built_from": "warm-up" if self._from_warmup else "plan",
             "k": self.k_used,
             "start_ms": self.start_ms,
             "iteration_ms": self.iteration_ms,

@@ -27,6 +27,7 @@ from pipeplan.runtime.execution.optim import make_optimizer
 from pipeplan.runtime.execution.shared_grads import shared_copies
 from pipeplan.runtime.measurement.allreduces import gather_allreduces, span_row
 from pipeplan.runtime.measurement.prediction import (
+    TRAIN_OPTIMIZERS,
     PlanPrediction,
     local_cluster,
     measure_link,
@@ -120,6 +121,7 @@ def train(
     if wire is not None:
         wire.origin_s = origin
     adaptive = _adaptive(config, plan, schedule, executor, origin, wire) if config.adaptive else None
+    memory_by_k: dict[int, int] = {}  # this process's peak bytes at each k used
     began = time.perf_counter()
     for step in range(start, total):
         idx = batch_indices(len(data), global_batch, step, config.seed)
@@ -127,7 +129,9 @@ def train(
         record = (config.trace and step == total - 1) or adaptive is not None
         if config.trace and step == total - 1:
             dist.barrier()
-        meter = SavedMemoryMeter(exclude=params) if step == start else None  # the first step is warm-up anyway
+        k_now = adaptive.k if adaptive is not None else plan.k
+        # memory at a k is the same every iteration: measured on the first iteration of each k used (a warm-up anyway)
+        meter = SavedMemoryMeter(exclude=params) if k_now not in memory_by_k else None
         t0 = time.perf_counter()
         result = executor.run(inputs, targets, record=record, meter=meter)
         t1 = time.perf_counter()
@@ -139,7 +143,7 @@ def train(
             scaler.step(optimizer, params, injected=overflow_at(rank, step))
         t2 = time.perf_counter()
         if meter is not None:
-            memory = static_bytes(params, optimizer) + meter.peak_bytes
+            memory_by_k[k_now] = static_bytes(params, optimizer) + meter.peak_bytes
         if config.trace and step == total - 1:
             last_part = local_part(result, t0, t1)
         # the loss and every process's optimizer ms (--adaptive: and what it observed), one all-reduce
@@ -150,9 +154,8 @@ def train(
             adaptive.pack(shared[1 + world :], result, (t0, t2), (t2 - t1) * 1000.0, own, meter)
         dist.all_reduce(shared)
         loss = shared[0]
-        if adaptive is not None:
-            adaptive.after_step(step - start, shared[1 + world :])
-        t3 = time.perf_counter()
+        setup_ms = adaptive.after_step(step - start, shared[1 + world :]) if adaptive is not None else 0.0
+        t3 = time.perf_counter() - setup_ms / 1000.0  # building the controller is the loop's set-up, not this step
         if rank == 0:
             report.step_ms.append((t3 - t0) * 1000.0)
             report.losses.append(float(loss))
@@ -172,12 +175,13 @@ def train(
             scored = evaluation(model, plan, own, device, done, per_epoch, began)
             if scored is not None:
                 report.evals.append(scored)
+    by_k: list[dict[str, int]] = gather_json({str(k): v for k, v in memory_by_k.items()}) if adaptive is not None else []
     if adaptive is not None and rank == 0:
-        report.adaptive = adaptive.report()
+        report.adaptive = adaptive.report() | peak_memory(by_k)
     if scaler is not None:
         report.loss_scale, report.skipped_steps = scaler.scale, list(scaler.skipped)
     if total > start:
-        report.memory_bytes = gather_json(memory)  # an int each
+        report.memory_bytes = gather_json(max(memory_by_k.values()))  # an int each: its peak over the whole run
     if wire is not None:  # every process, collectively: each stage's emulated all-reduces, summed up on process 0
         report.allreduce = gather_allreduces(allreduces, plan)
     if config.save_grads:
@@ -201,13 +205,31 @@ def train(
 def _adaptive(
     config: TrainConfig, plan: Plan, schedule: Schedule, executor: Executor, origin: float, wire: Wire | None
 ) -> AdaptiveK:
-    """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's)."""
-    limit = None
-    if config.plan is not None and config.cluster is not None:
-        from pipeplan.presets.resolve import load_cluster
+    """The adaptive loop of --adaptive. With the plan's profile and cluster its controller is built here, before the
+    first step, from the plan's costs; k must fit the plan's devices' memory (a --schedule run: this host's)."""
+    if config.plan is None or config.cluster is None:
+        return AdaptiveK(plan, schedule, executor, origin, wire)
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.model import CostModel
 
-        limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
-    return AdaptiveK(plan, schedule, executor, origin, wire, limit)
+    cluster = load_cluster(config.cluster)
+    limit = float(cluster.devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
+    model = None
+    if config.profile is not None:
+        optimizer = TRAIN_OPTIMIZERS.get(config.optimizer, config.optimizer)
+        model = CostModel.build(load_profile(config.profile), cluster, config.batch_scaling, optimizer)
+    return AdaptiveK(plan, schedule, executor, origin, wire, limit if model is None else None, model)
+
+
+def peak_memory(by_process: list[dict[str, int]]) -> dict[str, Any]:
+    """What `train --json`'s "adaptive" adds about memory: each process's measured peak bytes at each k used
+    (`memory_bytes_by_k`: k -> bytes in process order), the most any process held at each k (`peak_memory_bytes_by_k`)
+    and over the whole run (`peak_memory_bytes`)."""
+    ks = sorted({int(k) for part in by_process for k in part})
+    per_k = {str(k): [part.get(str(k), 0) for part in by_process] for k in ks}
+    peaks = {k: max(values) for k, values in per_k.items()}
+    return {"memory_bytes_by_k": per_k, "peak_memory_bytes_by_k": peaks,
+            "peak_memory_bytes": max(peaks.values(), default=0)}  # fmt: skip
 
 
 def _collective(load: Callable[[], Any], world: int) -> Any:
