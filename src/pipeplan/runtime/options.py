@@ -187,11 +187,11 @@ def check_async_settings(settings: AsyncSettings, steps: int | None) -> AsyncSet
 def check_adaptable(schedule: str, replicas: tuple[int, ...] | None = None, copies: int = 1) -> None:
     """Raise TrainConfigError unless --adaptive can run the job: kfkb (whose k it chooses), one pipeline (`copies`),
     one process per stage (`replicas`: the processes of each stage, when known): what the controller models."""
-    if schedule != "kfkb":
-        raise TrainConfigError(
-            f"--adaptive chooses kfkb's k between iterations; schedule {schedule!r} has no k to adapt "
-            "(use --schedule kfkb, or a kfkb plan; 1f1b is kfkb with --k 1)"
-        )
+    from pipeplan.schedules.registry import no_k_to_adapt
+
+    refusal = no_k_to_adapt(schedule)
+    if refusal is not None:
+        raise TrainConfigError(refusal)
     if copies != 1 or (replicas is not None and max(replicas) != 1):
         raise TrainConfigError(
             "--adaptive runs one pipeline with one process per stage; this job has "
