@@ -196,12 +196,16 @@ def train(
 def _adaptive(
     config: TrainConfig, plan: Plan, schedule: Schedule, executor: Executor, origin: float, wire: Wire | None
 ) -> AdaptiveK:
-    """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's)."""
+    """The adaptive loop of --adaptive; k must fit the plan's devices' memory (a --schedule run: this host's) and the
+    memory budget (--memory-budget or the plan's adaptive setting), the smaller of them."""
     limit = None
     if config.plan is not None and config.cluster is not None:
         from pipeplan.presets.resolve import load_cluster
 
         limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
+    budget = config.memory_budget_bytes
+    if budget is not None:
+        limit = budget if limit is None else min(limit, budget)
     return AdaptiveK(plan, schedule, executor, origin, wire, limit)
 
 
