@@ -37,11 +37,16 @@ def check_budget(pipeline: PipelineModel, budget: float, name: str = "memory_bud
     s = max(range(len(peaks)), key=lambda i: peaks[i])
     if peaks[s] > budget:
         raise AdaptError(
-            f"{name} {budget / GIB:.3g} GiB is below 1F1B's peak: k=1 holds {peaks[s] / GIB:.3g} GiB on stage {s} "
-            f"({(peaks[s] - budget) / GIB:.3g} GiB over the budget); give at least {math.ceil(peaks[s] / 2**20)}MiB, "
+            f"{name} {_size(budget)} is below 1F1B's peak: k=1 holds {_size(peaks[s])} on stage {s} "
+            f"({_size(peaks[s] - budget)} over the budget); give at least {math.ceil(peaks[s] / 2**20)}MiB, "
             f"or leave it out (default: the device memory less {MEMORY_MARGIN:.0%})"
         )
     return float(budget)
+
+
+def _size(nbytes: float) -> str:
+    """Bytes in GiB from 1 GiB up, else in MiB, 3 significant digits (a message's sizes)."""
+    return f"{nbytes / GIB:.3g} GiB" if nbytes >= GIB else f"{nbytes / 2**20:.3g} MiB"
 
 
 def resolve_budget(pipeline: PipelineModel, given: float | None, name: str = "memory_budget_bytes") -> float:

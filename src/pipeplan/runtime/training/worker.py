@@ -205,7 +205,9 @@ def _adaptive(
         limit = float(load_cluster(config.cluster).devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
     budget = config.memory_budget_bytes
     if budget is not None:
-        limit = budget if limit is None else min(limit, budget)
+        from pipeplan.runtime.training.adaptive import memory_per_process
+
+        limit = min(memory_per_process() if limit is None else limit, budget)
     return AdaptiveK(plan, schedule, executor, origin, wire, limit)
 
 
