@@ -79,4 +79,4 @@ def test_a_budget_limits_the_k_and_adapt_plan_runs_within_the_block(
     assert obj["decisions"][0]["k"] == plan.k and obj["decisions"][0]["reason"].startswith("start: k=")
     code, out, err = run(monkeypatch, capsys, *args, "--memory-budget", f"{peak[3] / GIB + 0.5:.3f}GiB")
     assert code == 0, err
-    assert "peak memory of each k used: k=" in out and "fixed k=3" in out  # the flag overrides the block's budget
+    assert "per device; peak of each k used: k=" in out and "fixed k=3" in out  # the flag overrides the block's budget

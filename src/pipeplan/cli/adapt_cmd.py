@@ -141,15 +141,15 @@ def print_report(comparison: AdaptComparison, plan: str, iterations: int) -> Non
     print_tables(table)
     if len(shown) < len(fixed):
         typer.echo(f"fixed k: the {len(shown)} fastest of {len(fixed)} shown (--json lists every one)")
-    budget = comparison.memory_budget_bytes
-    within = "" if budget is None else f", budget {format_bytes(budget)}"
     typer.echo(
-        f"k_max {comparison.k_max} (memory limit {format_bytes(comparison.memory_limit_bytes)} per device{within}); "
-        f"best fixed k in hindsight: k={comparison.policies['best_static'].k[0]}"
+        f"k_max {comparison.k_max} (memory limit {format_bytes(comparison.memory_limit_bytes)} per device); best fixed k "
+        f"in hindsight: k={comparison.policies['best_static'].k[0]}"
     )
     used = sorted({k for name in ("adaptive", "best_static", "oracle") for k in comparison.policies[name].k})
     peaks = comparison.peak_bytes_per_k
-    typer.echo("peak memory of each k used: " + ", ".join(f"k={k} {format_bytes(peaks[k])}" for k in used if k in peaks))
+    budget = comparison.memory_budget_bytes
+    within = "no memory budget" if budget is None else f"memory budget {format_bytes(budget)} per device"
+    typer.echo(f"{within}; peak of each k used: " + ", ".join(f"k={k} {format_bytes(peaks[k])}" for k in used if k in peaks))
     for name, reason in comparison.not_run.items():
         typer.echo(f"{name} not run: {reason}")
     switches = [d for d in comparison.decisions if d.switched]
