@@ -80,3 +80,21 @@ def test_a_budget_limits_the_k_and_adapt_plan_runs_within_the_block(
     code, out, err = run(monkeypatch, capsys, *args, "--memory-budget", f"{peak[3] / GIB + 0.5:.3f}GiB")
     assert code == 0, err
     assert "per device; peak of each k used: k=" in out and "fixed k=3" in out  # the flag overrides the block's budget
+
+
+def test_plan_bandwidth_trace_writes_the_setting_when_its_plan_is_kfkb_and_none_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--bandwidth-trace with --schedule kfkb: the chosen plan carries the block (default budget); under auto the
+    trace's choice here is an interleaved plan, which has no k, so it is written without one."""
+    (tmp_path / "two.json").write_text(json.dumps(CLUSTER))
+    (tmp_path / "tr.json").write_text(json.dumps([{"t_ms": 0, "link": "all", "factor": 0.3},
+                                                  {"t_ms": 3000, "link": "all", "factor": 1.0}]))  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    for schedule, name in (("kfkb", "k.json"), ("auto", "a.json")):
+        code, _, err = run(monkeypatch, capsys, *PLAN, "--schedule", schedule, "--bandwidth-trace", "tr.json", "--out", name)
+        assert code == 0, err
+    kfkb, _ = read_plan(tmp_path / "k.json")
+    assert kfkb.adaptive is not None and kfkb.k in kfkb.adaptive.k_choices
+    auto, _ = read_plan(tmp_path / "a.json")
+    assert auto.schedule == "interleaved-1f1b" and auto.adaptive is None

@@ -147,10 +147,11 @@ def plan(
 
         idle = result
         result, scores = choose_under_trace(result, request, trace, trace_iterations, budget)
-    if adaptive or (scores is not None and scores[0].adapted and schedule in ("auto", "kfkb")):
-        from pipeplan.planner.adaptive_plan import adaptive_plan
+    if adaptive or (trace is not None and schedule in ("auto", "kfkb")):
+        from pipeplan.planner.adaptive_plan import adaptive_plan, as_kfkb
 
-        result = adaptive_plan(result, request, budget)  # a budget below the plan's 1F1B peak: refused, nothing written
+        if adaptive or as_kfkb(result.plan) is not None:  # a budget below the plan's 1F1B peak: refused, nothing written
+            result = adaptive_plan(result, request, budget)
     measured = None
     if bound:
         from pipeplan.planner.bound_plan import Bounds

@@ -45,8 +45,6 @@ class TraceScore:
     expected_ms: float
     how: str
     iterations: int
-    adapted: bool = False
-    """Whether the controller's adaptive kFkB gave the expected time (else the plan's own schedule)."""
 
     def to_json(self) -> dict[str, Any]:
         """{"idle_rank", "idle_ms", "expected_ms", "how", "iterations", "schedule", "stages", "pipeline_replicas", ...}."""
@@ -92,7 +90,7 @@ def score_under_trace(
     idle = simulate_plan(plan, model, record=False).iteration_time
     count = iterations or iterations_to_cover(trace, idle)
     own = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, trace), trace, count)
-    best_ms, how, adapted = own.total_ms / count, f"its own {plan.schedule} schedule", False
+    best_ms, how = own.total_ms / count, f"its own {plan.schedule} schedule"
     try:
         config = ControllerConfig(memory_budget_bytes=budget)
         controller = AdaptiveController(PipelineModel.from_plan(plan, model, trace), config)
@@ -102,8 +100,7 @@ def score_under_trace(
         adaptive = run_controller(controller, trace, count).run
         if adaptive.total_ms / count < best_ms:
             best_ms, how = adaptive.total_ms / count, f"adaptive kFkB (k {min(adaptive.k)}..{max(adaptive.k)})"
-            adapted = True
-    return TraceScore(plan, idle_rank, idle, best_ms, how, count, adapted)
+    return TraceScore(plan, idle_rank, idle, best_ms, how, count)
 
 
 def rescore(
