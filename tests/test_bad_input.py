@@ -548,3 +548,64 @@ def test_bad_adaptive_or_network_input_exits_2_with_one_line(
     assert fragment in lines[0], (case, lines[0])
     assert "Traceback" not in out + err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.json" for name in files), case
+
+
+# ---- issue 35: the memory budget and a plan's adaptive setting (plan, adapt, train refuse before any work) ----
+
+BUDGET_PLAN = {**ADAPT_PLAN, "schedule": "kfkb", "adaptive": {"k": 1, "k_choices": [1, 2], "memory_budget_bytes": 1e12}}
+"""ADAPT_PLAN (bert-48 on devices 7 and 8 of v100-8x2-25g) with an adaptive setting; its 1F1B peak is about 4.5 GiB."""
+BUDGET_FILES = {
+    "plan.json": BUDGET_PLAN,
+    "small.json": {**BUDGET_PLAN, "adaptive": {**BUDGET_PLAN["adaptive"], "memory_budget_bytes": 1e9}},
+    "onef.json": {**BUDGET_PLAN, "schedule": "1f1b"},
+    "outside.json": {**BUDGET_PLAN, "k": 3, "adaptive": {**BUDGET_PLAN["adaptive"], "k": 3}},
+    "t.json": [{"t_ms": 0, "link": [7, 8], "factor": 0.5}],
+}
+BUDGET_ADAPT = ["adapt", "--iterations", "3", "--bandwidth-trace", "t.json", "--plan"]
+BUDGET_TRAIN = ["train", "--local", "2", "--plan"]
+BUDGET_CASES: list[tuple[str, list[str], str]] = [
+    ("plan: budget below 1F1B", [*_PLAN, "dapple/bert-48", "--adaptive", "--memory-budget", "1MiB", "--out", "p.json"],
+     "--memory-budget 1 MiB is below 1F1B's peak: k=1 holds"),
+    ("plan: --adaptive with gpipe", [*_PLAN, "dapple/bert-48", "--adaptive", "--schedule", "gpipe"],
+     "--adaptive chooses kfkb's k between iterations; schedule 'gpipe' has no k to adapt"),
+    ("plan: --adaptive with interleaved", [*_PLAN, "dapple/bert-48", "--adaptive", "--schedule", "interleaved-1f1b"],
+     "schedule 'interleaved-1f1b' has no k to adapt"),
+    ("plan: budget without --adaptive", [*_PLAN, "dapple/bert-48", "--memory-budget", "8GiB"],
+     "--memory-budget 8GiB bounds an adaptive setting's k; give --adaptive"),
+    ("plan: budget not a size", [*_PLAN, "dapple/bert-48", "--adaptive", "--memory-budget", "lots"],
+     "--memory-budget must be a byte size such as 14GiB"),
+    ("plan: budget 0", [*_PLAN, "dapple/bert-48", "--adaptive", "--memory-budget", "0"],
+     "--memory-budget must be a byte size > 0"),
+    ("adapt: budget below 1F1B", [*BUDGET_ADAPT, "plan.json", "--memory-budget", "2GiB"],
+     "--memory-budget 2 GiB is below 1F1B's peak: k=1 holds"),
+    ("adapt: the plan's budget below 1F1B", [*BUDGET_ADAPT, "small.json"],
+     "plan small.json adaptive.memory_budget_bytes 954 MiB is below 1F1B's peak"),
+    ("adapt: block on a 1f1b plan", [*BUDGET_ADAPT, "onef.json"],
+     "an adaptive setting changes kfkb's k, but the plan's schedule is '1f1b'"),
+    ("adapt: start k outside k_choices", [*BUDGET_ADAPT, "outside.json"], "adaptive.k 3 is not among adaptive.k_choices [1, 2]"),
+    ("train: budget below 1F1B", [*BUDGET_TRAIN, "plan.json", "--memory-budget", "2GiB"],
+     "--memory-budget 2 GiB is below 1F1B's peak"),
+    ("train: the plan's budget below 1F1B", [*BUDGET_TRAIN, "small.json"],
+     "plan small.json adaptive.memory_budget_bytes 954 MiB is below 1F1B's peak"),
+    ("train: block on a 1f1b plan", [*BUDGET_TRAIN, "onef.json"], "but the plan's schedule is '1f1b'"),
+    ("train: budget without --adaptive", [*KFKB, "--memory-budget", "1GiB"],
+     "--memory-budget 1GiB bounds the k of an adaptive run; give --adaptive too"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "argv", "fragment"), BUDGET_CASES, ids=[c[0] for c in BUDGET_CASES])
+def test_bad_budget_or_adaptive_setting_exits_2_with_one_line(
+    case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A budget below 1F1B's peak (flag or plan), an adaptive block that contradicts its plan, --adaptive on a schedule
+    with no k, a budget with nothing to bound: exit 2, one `error:` line holding the fragment, nothing written."""
+    for name, content in BUDGET_FILES.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *argv)
+    assert code == 2, (case, out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
+    assert fragment in lines[0], (case, lines[0])
+    assert "Traceback" not in out + err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(BUDGET_FILES), case

@@ -66,6 +66,8 @@ BAD: dict[str, list[list[str]]] = {
     "bandwidth_trace": [["--bandwidth-trace", "no-such-trace.json"]],
     "emulate_gb_per_s": [["--emulate-gb-per-s", "-1"], ["--emulate-gb-per-s", "nan"]],
     "adaptive": [["--adaptive"]],
+    "memory_budget": [["--memory-budget", "lots"], ["--memory-budget", "0"], ["--memory-budget", "1GiB"],
+                      ["--schedule", "kfkb", "--adaptive", "--memory-budget", "-1"]],
     "local": [["--local", "0"], ["--local", "100000"]],
     "backend": [["--backend", "mpi"]],
     "save_grads": [["--save-grads", "g.pt"], ["--save-grads", "no-such-folder/g"]],

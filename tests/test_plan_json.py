@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from pipeplan.core.errors import PlanError
-from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.plan import AdaptiveSetting, Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.schedule import Action
 from pipeplan.io.plan_json import PLAN_FORMAT, plan_dumps, plan_from_json, plan_to_json, read_plan, write_plan
@@ -156,3 +157,44 @@ def test_bad_stage_layers_name_the_stage_and_the_layer(tmp_path: Path, layers: l
     path.write_text(json.dumps(obj))
     with pytest.raises(PlanError, match=f"bad.json: {message}"):
         read_plan(path, diamond())
+
+
+def adaptive_plan() -> Plan:
+    """sample_plan (kfkb, k = 2, m = 8) with an adaptive setting: k 1..4 within 12 GB."""
+    return dataclasses.replace(sample_plan(), adaptive=AdaptiveSetting((1, 2, 3, 4), 12e9))
+
+
+def test_an_adaptive_plan_round_trips_with_its_block_and_a_plain_one_is_written_as_before(tmp_path: Path) -> None:
+    """The "adaptive" block holds the start k (the plan's), k_choices and the budget; without a setting, no block."""
+    path = tmp_path / "plan.json"
+    write_plan(adaptive_plan(), path, "p", "c")
+    obj = json.loads(path.read_text())
+    assert obj["adaptive"] == {"k": 2, "k_choices": [1, 2, 3, 4], "memory_budget_bytes": 12_000_000_000}
+    assert read_plan(path)[0] == adaptive_plan()
+    assert "adaptive" not in plan_to_json(sample_plan(), "p", "c")
+
+
+ADAPTIVE_BAD = [
+    ({"adaptive": {"k": 3, "k_choices": [1, 2, 3], "memory_budget_bytes": 1e9}},
+     "adaptive.k 3 contradicts the plan's k 2"),
+    ({"adaptive": {"k": 2, "k_choices": [1, 3], "memory_budget_bytes": 1e9}}, "adaptive.k 2 is not among adaptive.k_choices"),
+    ({"adaptive": {"k": 2, "k_choices": [2, 1], "memory_budget_bytes": 1e9}}, "k_choices must be ascending"),
+    ({"adaptive": {"k": 2, "k_choices": [1, 2, 9], "memory_budget_bytes": 1e9}}, "holds k=9, above the plan's microbatches 8"),
+    ({"adaptive": {"k": 2, "k_choices": [0, 2], "memory_budget_bytes": 1e9}}, r"k_choices\[0\] must be an integer >= 1, got 0"),
+    ({"adaptive": {"k": 2, "k_choices": [2], "memory_budget_bytes": 0}}, "'memory_budget_bytes' must be a finite number > 0"),
+    ({"adaptive": {"k": 2, "k_choices": [2]}}, "missing field 'memory_budget_bytes'"),
+    ({"adaptive": {"k": 2, "k_choices": [2], "memory_budget_bytes": 1e9, "budget": 1}}, "unknown field 'budget'"),
+    ({"schedule": "1f1b", "k": 1, "adaptive": {"k": 1, "k_choices": [1, 2], "memory_budget_bytes": 1e9}},
+     "an adaptive setting changes kfkb's k, but the plan's schedule is '1f1b'"),
+    ({"schedule": "interleaved-1f1b", "k": 1, "adaptive": {"k": 1, "k_choices": [1], "memory_budget_bytes": 1e9}},
+     "but the plan's schedule is 'interleaved-1f1b'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), ADAPTIVE_BAD)
+def test_an_adaptive_block_that_contradicts_its_plan_is_refused_naming_the_field(change: dict, message: str) -> None:
+    """A start k other than the plan's or outside k_choices, k_choices unordered or beyond m, a budget <= 0, a
+    schedule without k: PlanError naming the file and the field."""
+    obj = {**plan_to_json(sample_plan(), "p", "c"), **change}
+    with pytest.raises(PlanError, match=rf"^p\.json: .*{message}"):
+        plan_from_json(obj, "p.json")

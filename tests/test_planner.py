@@ -173,16 +173,20 @@ def test_interleaved_at_a_small_batch_finds_ranks_that_divide_the_microbatches(p
 
 @pytest.mark.parametrize(
     ("schedule", "batch", "message"),
-    [
-        ("kfkb", 2, r"no plan can run schedule 'kfkb' .* with global batch 2: it needs .* m >= 3 per pipeline"),
-        ("interleaved-1f1b", 1, r"no plan can run schedule 'interleaved-1f1b' .* with m a multiple of p per pipeline"),
-    ],
+    [("interleaved-1f1b", 1, r"no plan can run schedule 'interleaved-1f1b' .* with m a multiple of p per pipeline")],
 )
 def test_a_schedule_that_cannot_run_says_what_it_needs(schedule: str, batch: int, message: str) -> None:
     """Memory is not the problem here: the error names the schedule's own need and a remedy (not a GiB shortfall)."""
     request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x1"), batch, schedule=schedule)
     with pytest.raises(PlanError, match=message + r"; try a larger --global-batch"):
         plan_pipeplan(request)
+
+
+def test_kfkb_runs_at_any_microbatch_count_as_k_1_to_m() -> None:
+    """--schedule kfkb tries every k from 1 (1F1B's order) to m (GPipe's), so two microbatches still give a kfkb plan."""
+    request = PlanRequest(load_profile("dapple/bert-24"), load_cluster("v100-8x1"), 2, schedule="kfkb")
+    plan = plan_pipeplan(request).plan
+    assert plan.schedule == "kfkb" and 1 <= plan.k <= plan.microbatches
 
 
 def test_registry_holds_every_planner_by_plain_import() -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.search.schedule_choice import INTERLEAVE_CHUNKS, KFKB_GROUPS, interleave, schedule_variants
+from pipeplan.planner.search.schedule_choice import (
+    INTERLEAVE_CHUNKS,
+    KFKB_EVERY_K,
+    interleave,
+    kfkb_groups,
+    schedule_variants,
+)
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules.registry import GENERATED
 from pipeplan.sim.cost.model import CostModel
@@ -26,12 +34,28 @@ def straight(model: CostModel, ranks: int = 4, microbatches: int = 8) -> Plan:
 
 
 def test_auto_tries_every_generated_schedule_1f1b_first(model: CostModel) -> None:
-    """auto gives 1f1b first, then every generated schedule; kfkb once per k below m, interleaved once per v."""
+    """auto gives 1f1b first, then every generated schedule; kfkb once per k in 2..m-1, interleaved once per v."""
     variants = schedule_variants(straight(model), model)
     assert variants[0].schedule == "1f1b"
     assert {v.schedule for v in variants} == set(GENERATED)
-    assert sorted(v.k for v in variants if v.schedule == "kfkb") == [k for k in KFKB_GROUPS if k < 8]
+    assert sorted(v.k for v in variants if v.schedule == "kfkb") == [2, 3, 4, 5, 6, 7]
     assert sorted(v.chunks for v in variants if v.schedule == "interleaved-1f1b") == list(INTERLEAVE_CHUNKS)
+
+
+def test_kfkb_asked_gives_every_k_from_1f1b_to_gpipe(model: CostModel) -> None:
+    """only='kfkb' (what plan --adaptive plans) gives k = 1..m: 1F1B's and GPipe's orders are kFkB at k = 1 and m."""
+    variants = schedule_variants(straight(model, microbatches=6), model, "kfkb")
+    assert [(v.schedule, v.k) for v in variants] == [("kfkb", k) for k in range(1, 7)]
+
+
+def test_kfkb_groups_are_every_k_up_to_the_dense_limit_then_a_ladder() -> None:
+    """Every k up to KFKB_EVERY_K; above it each k at most 1.25 x the one before, the last m - 1, no repeats."""
+    assert kfkb_groups(2) == [] and kfkb_groups(3) == [2] and kfkb_groups(1, ends=True) == [1]
+    assert kfkb_groups(KFKB_EVERY_K + 1) == list(range(2, KFKB_EVERY_K + 1))
+    ks = kfkb_groups(1000)
+    assert ks[: KFKB_EVERY_K - 1] == list(range(2, KFKB_EVERY_K + 1)) and ks[-1] == 999
+    assert all(a < b <= max(a + 1, round(a * 1.25)) for a, b in itertools.pairwise(ks))
+    assert kfkb_groups(10, ends=True) == list(range(1, 11))
 
 
 def test_one_schedule_asked_gives_only_it(model: CostModel) -> None:

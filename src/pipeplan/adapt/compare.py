@@ -26,9 +26,10 @@ class AdaptComparison:
 
     `policies`: adaptive, 1f1b, gpipe (when all m microbatches fit), best_static
     (the fixed k with the least total time) and oracle; `fixed[k]`: every
-    fixed k that fits; `not_run`: policies left out, with the reason;
+    fixed k that fits memory and the budget; `not_run`: policies left out, with the reason;
     `allreduce_nominal_ms` and `ring_links`: each stage's data-parallel all-reduce at nominal rate and its ring
-    (what the JSON's all-reduce slowdown is measured against).
+    (what the JSON's all-reduce slowdown is measured against); `memory_budget_bytes`: the controller's budget
+    (None: the devices' memory); `peak_bytes_per_k`: each candidate k's largest per-device peak.
     """
 
     policies: dict[str, PolicyRun]
@@ -41,6 +42,9 @@ class AdaptComparison:
     not_run: dict[str, str] = field(default_factory=dict)
     allreduce_nominal_ms: tuple[float, ...] = ()
     ring_links: tuple[tuple[Link, ...], ...] = ()
+    memory_budget_bytes: float | None = None
+    peak_bytes_per_k: dict[int, float] = field(default_factory=dict)
+    """The largest per-device peak of each candidate k (the controller's `peak_bytes`)."""
 
     def speedup(self, name: str, over: str = "1f1b") -> float:
         """Total time of `over` / total time of `name` (above 1: `name` is faster)."""
@@ -55,11 +59,11 @@ class AdaptComparison:
 
     def to_json(self, timing: bool = True) -> dict[str, Any]:
         """{"policies": {name: run}, "fixed_k": {k: run}, "decisions": [...], "k_max", "memory_limit_bytes",
-        "not_run", and with `timing` "controller": {decision_ms_mean, decision_ms_max, decision_share_max,
-        decision_cpu_ms_mean}} (wall and CPU times of the controller's steps: they differ from run to run).
-        Each run adds "allreduce" (allreduce_json: every stage with an all-reduce, its nominal, mean and longest
-        ms over the run, mean / nominal) and each decision "ring_factors" (per such stage, the factor of its
-        ring's slowest link under the decision's estimates)."""
+        "memory_budget_bytes", "peak_bytes_per_k": {k: bytes}, "not_run", and with `timing` "controller":
+        {decision_ms_mean, decision_ms_max, decision_share_max, decision_cpu_ms_mean}} (wall and CPU times of the
+        controller's steps: they differ from run to run). Each run adds "allreduce" (allreduce_json: every stage
+        with an all-reduce, its nominal, mean and longest ms over the run, mean / nominal) and each decision
+        "ring_factors" (per such stage, the factor of its ring's slowest link under the decision's estimates)."""
         obj: dict[str, Any] = {
             "policies": {name: self.run_json(run) for name, run in self.policies.items()},
             "fixed_k": {str(k): self.run_json(run) for k, run in self.fixed.items()},
@@ -67,6 +71,8 @@ class AdaptComparison:
             "decisions": [{**d.to_json(), "ring_factors": self.ring_factors(d.factors)} for d in self.decisions],
             "k_max": self.k_max,
             "memory_limit_bytes": self.memory_limit_bytes,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "peak_bytes_per_k": {str(k): b for k, b in self.peak_bytes_per_k.items()},
             "not_run": dict(self.not_run),
         }
         if timing:
@@ -157,7 +163,7 @@ def compare_policies(
     if m in fixed:
         policies["gpipe"] = _renamed(fixed[m], "gpipe")
     else:
-        not_run["gpipe"] = _gpipe_misses(pipeline)
+        not_run["gpipe"] = _gpipe_misses(pipeline, controller.memory_budget_bytes)
     policies["best_static"] = _renamed(fixed[best_k], "best_static")
     policies["oracle"] = run_oracle(schedules, pipeline, trace, iterations, config.switch_ms)
     return AdaptComparison(
@@ -171,6 +177,8 @@ def compare_policies(
         not_run,
         tuple(c.allreduce_ms for c in pipeline.costs.stages),
         pipeline.ring_links,
+        controller.memory_budget_bytes,
+        dict(controller.peak_bytes),
     )
 
 
@@ -178,15 +186,18 @@ def _renamed(run: PolicyRun, name: str) -> PolicyRun:
     return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, run.k, allreduce_ms=run.allreduce_ms)
 
 
-def _gpipe_misses(pipeline: PipelineModel) -> str:
-    """Why GPipe (all m microbatches in flight) is left out: the stage that overflows the most, or the k_choices."""
+def _gpipe_misses(pipeline: PipelineModel, budget: float | None = None) -> str:
+    """Why GPipe (all m microbatches in flight) is left out: the stage that overflows its device (or the memory
+    budget) the most, or the controller's k_choices."""
     m = pipeline.microbatches
     peaks = stage_peak_bytes(pipeline, kfkb(pipeline.num_stages, m, m))
-    over = [need - limit for need, limit in zip(peaks, pipeline.memory_limit_bytes, strict=True)]
+    limits = [limit if budget is None else min(limit, budget) for limit in pipeline.memory_limit_bytes]
+    over = [need - limit for need, limit in zip(peaks, limits, strict=True)]
     s = max(range(len(over)), key=lambda i: over[i])
     if over[s] <= 0:
         return f"k={m} (GPipe) is not among the controller's k_choices"
+    what = "its" if budget is None or limits[s] < budget else "the memory budget's"
     return (
         f"GPipe holds all {m} microbatches: {peaks[s] / GIB:.2f} GiB on stage {s}, "
-        f"{over[s] / GIB:.2f} GiB over its {pipeline.memory_limit_bytes[s] / GIB:.2f} GiB"
+        f"{over[s] / GIB:.2f} GiB over {what} {limits[s] / GIB:.2f} GiB"
     )

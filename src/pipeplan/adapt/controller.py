@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pipeplan.adapt.budget import check_budget
 from pipeplan.adapt.decision import ControllerConfig, Decision
 from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEstimator, collective_samples, wire_samples
 from pipeplan.adapt.observation import IterationObservation, Link
@@ -43,7 +44,10 @@ class AdaptiveController:
     def __init__(self, pipeline: PipelineModel, config: ControllerConfig | None = None) -> None:
         self.pipeline = pipeline
         self.config = config or ControllerConfig()
-        schedules, peaks = fitting_ks(pipeline)
+        self.memory_budget_bytes = self.config.memory_budget_bytes
+        if self.memory_budget_bytes is not None:  # a budget below 1F1B's peak: refused, naming both (adapt.budget)
+            check_budget(pipeline, self.memory_budget_bytes)
+        schedules, peaks = fitting_ks(pipeline, self.memory_budget_bytes)
         if not schedules:
             raise AdaptError(_no_fit(pipeline, peaks[1]))
         if self.config.k_choices is not None:
@@ -51,8 +55,8 @@ class AdaptiveController:
             outside = sorted(wanted - set(schedules))
             if outside:
                 raise AdaptError(
-                    f"k_choices holds k={outside[0]}, which does not fit memory or exceeds m={pipeline.microbatches} "
-                    f"(k_max {max(schedules)})"
+                    f"k_choices holds k={outside[0]}, which does not fit memory (or the budget) or exceeds "
+                    f"m={pipeline.microbatches} (k_max {max(schedules)})"
                 )
             schedules = {k: s for k, s in schedules.items() if k in wanted}
         self.k_max = max(schedules)

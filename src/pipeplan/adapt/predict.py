@@ -34,20 +34,26 @@ def stage_peak_bytes(pipeline: PipelineModel, schedule: Schedule) -> tuple[float
     return tuple(c.static_bytes + a for c, a in zip(pipeline.costs.stages, activation, strict=True))
 
 
-def fitting_ks(pipeline: PipelineModel) -> tuple[dict[int, Schedule], dict[int, tuple[float, ...]]]:
-    """The kFkB schedules that fit every stage's memory limit, k = 1..m, and the peak bytes per stage of each k tried.
+def fitting_ks(
+    pipeline: PipelineModel, budget_bytes: float | None = None
+) -> tuple[dict[int, Schedule], dict[int, tuple[float, ...]]]:
+    """The kFkB schedules that fit every stage's memory limit and the budget, k = 1..m, and the peak bytes per stage
+    of each k tried.
 
-    Stage r holds min(k (p - r), m) microbatches, so memory grows with k: the
-    search stops at the first k that does not fit (its peaks are returned too,
-    so a caller can say by how much it misses).
+    Stage s may hold min(its device's memory, `budget_bytes`) (None: its device's memory). Stage r holds
+    min(k (p - r), m) microbatches, so memory grows with k: the search stops at the first k that does not fit
+    (its peaks are returned too, so a caller can say by how much it misses).
     """
     p, m = pipeline.num_stages, pipeline.microbatches
+    limits = pipeline.memory_limit_bytes
+    if budget_bytes is not None:
+        limits = tuple(min(limit, budget_bytes) for limit in limits)
     schedules: dict[int, Schedule] = {}
     peaks: dict[int, tuple[float, ...]] = {}
     for k in range(1, m + 1):
         schedule = kfkb(p, m, k)
         peaks[k] = stage_peak_bytes(pipeline, schedule)
-        if any(need > limit for need, limit in zip(peaks[k], pipeline.memory_limit_bytes, strict=True)):
+        if any(need > limit for need, limit in zip(peaks[k], limits, strict=True)):
             break
         schedules[k] = schedule
     return schedules, peaks

@@ -6,13 +6,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, plan_profile_and_cluster
+from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_budget, plan_profile_and_cluster
 from pipeplan.core.errors import AdaptError
 from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
     from pipeplan.adapt.compare import AdaptComparison
+    from pipeplan.adapt.decision import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.core.plan import Plan
     from pipeplan.sim.trace import BandwidthTrace
 
 
@@ -40,6 +42,28 @@ def check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: i
         )
 
 
+def controller_config(
+    plan: Plan, path: str, pipeline: PipelineModel, given: float | None, base: ControllerConfig
+) -> ControllerConfig:
+    """`base` with the plan's adaptive setting: its memory budget, k_choices and start k (plan.k) when it has one;
+    --memory-budget (`given`) overrides the budget, and then the k that fit it are the candidates and the best at
+    nominal bandwidth starts. Without either, the default budget (adapt.budget.resolve_budget).
+
+    Raises:
+        AdaptError: a budget below 1F1B's peak, naming --memory-budget or the plan's field, the peak, stage and excess.
+    """
+    import dataclasses
+
+    from pipeplan.adapt.budget import resolve_budget
+
+    setting = plan.adaptive
+    if given is not None or setting is None:
+        budget = resolve_budget(pipeline, given, "--memory-budget")
+        return dataclasses.replace(base, memory_budget_bytes=budget)
+    budget = resolve_budget(pipeline, setting.memory_budget_bytes, f"plan {path} adaptive.memory_budget_bytes")
+    return dataclasses.replace(base, memory_budget_bytes=budget, k_choices=setting.k_choices, initial_k=plan.k)
+
+
 def adapt(
     plan: str = typer.Option(..., "--plan", help="Plan file whose stages the controller regroups."),
     bandwidth_trace: str = typer.Option(..., "--bandwidth-trace", help="Bandwidth trace JSON (pipeplan trace writes one)."),
@@ -53,6 +77,7 @@ def adapt(
     profile_batch_size: int | None = typer.Option(None, "--profile-batch-size", help=PBS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print every policy's run and every decision as JSON."),
     png: str | None = typer.Option(None, "--png", help="Plot bandwidth, k and iteration time against time (controller, 1F1B)."),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Run the adaptive controller, fixed 1F1B, GPipe, every fixed k and the oracle under one bandwidth trace."""
     from pipeplan.adapt.compare import compare_policies
@@ -67,7 +92,8 @@ def adapt(
     check_files()
     if iterations < 1:
         raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
-    config = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
+    given = parse_budget("--memory-budget", memory_budget)
+    base = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
     trace = read_bandwidth_trace(bandwidth_trace)
     the_plan, names = load_plan(plan, profile, profile_batch_size)
     profile, cluster = plan_profile_and_cluster(f"adapt --plan {plan}", profile, cluster, names)
@@ -75,6 +101,7 @@ def adapt(
     pipeline = PipelineModel.from_plan(the_plan, model, trace)
     check_trace_links(trace, pipeline, model.cluster.num_devices, cluster)
     check_fits(the_plan, model)
+    config = controller_config(the_plan, plan, pipeline, given, base)
     comparison = compare_policies(pipeline, trace, iterations, config, flag="--iterations")
     if as_json:
         print_json(comparison.to_json())
@@ -120,6 +147,11 @@ def print_report(comparison: AdaptComparison, plan: str, iterations: int) -> Non
         f"k_max {comparison.k_max} (memory limit {format_bytes(comparison.memory_limit_bytes)} per device); best fixed k "
         f"in hindsight: k={comparison.policies['best_static'].k[0]}"
     )
+    used = sorted({k for name in ("adaptive", "best_static", "oracle") for k in comparison.policies[name].k})
+    peaks = comparison.peak_bytes_per_k
+    budget = comparison.memory_budget_bytes
+    within = "no memory budget" if budget is None else f"memory budget {format_bytes(budget)} per device"
+    typer.echo(f"{within}; peak of each k used: " + ", ".join(f"k={k} {format_bytes(peaks[k])}" for k in used if k in peaks))
     for name, reason in comparison.not_run.items():
         typer.echo(f"{name} not run: {reason}")
     switches = [d for d in comparison.decisions if d.switched]

@@ -7,6 +7,7 @@ import re
 
 from pipeplan.core.errors import CostError, PlanError
 from pipeplan.core.limits import MAX_BYTES, MAX_MS
+from pipeplan.core.plan import MEMORY_MARGIN
 
 SIZE_UNITS = {
     "": 1, "b": 1,
@@ -66,6 +67,33 @@ def parse_numbers(flag: str, text: str | None, sizes: bool = False) -> list[floa
         (MAX_BYTES if sizes else MAX_MS).check(CostError, flag, value)
         values.append(value)
     return values
+
+
+MEMORY_BUDGET_HELP = (
+    "Adaptive k: the most any device may hold at any k, in bytes or with a suffix (14GiB, 15G) [the plan's adaptive "
+    f"setting, else the device memory less {MEMORY_MARGIN:.0%}]."
+)
+"""Help of --memory-budget (plan, adapt, train)."""
+
+
+def parse_budget(flag: str, text: str | None) -> float | None:
+    """A memory budget flag (bytes, or a SIZE_UNITS suffix: 14GiB), None when not given.
+
+    Raises:
+        AdaptError: not a size, or not a finite number > 0 within core.limits.MAX_BYTES, naming the flag.
+    """
+    from pipeplan.core.errors import AdaptError
+
+    if text is None:
+        return None
+    try:
+        value = parse_size(text)
+    except ValueError:
+        raise AdaptError(f"{flag} must be a byte size such as 14GiB, 15G or 15000000000, got {_cut(text)}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise AdaptError(f"{flag} must be a byte size > 0 (e.g. 14GiB), got {_cut(text)}")
+    MAX_BYTES.check(AdaptError, flag, value)
+    return value
 
 
 def _cut(text: str) -> str:

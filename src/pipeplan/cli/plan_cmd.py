@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP
+from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, parse_budget
 from pipeplan.core.errors import PlanError
 from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
-from pipeplan.schedules.registry import PLANNABLE, names_text
+from pipeplan.schedules.registry import PLANNABLE, names_text, no_k_to_adapt
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.progress import progress_display
 
@@ -55,6 +55,26 @@ def _check_factor(factor: float | None) -> None:
         OPTIMIZER_FACTOR.check(PlanError, "--optimizer-factor", factor)
 
 
+def _check_adaptive(adaptive: bool, schedule: str, memory_budget: str | None, trace: bool) -> float | None:
+    """--adaptive and --memory-budget, before planning: --adaptive needs a schedule with a k (auto plans kfkb), and a
+    budget needs --adaptive or --bandwidth-trace (what writes an adaptive setting). Returns the budget in bytes.
+
+    Raises:
+        PlanError: --adaptive with a schedule that has no k (schedules.registry.no_k_to_adapt), a budget for no
+            adaptive setting.
+        AdaptError: a budget that is not a byte size > 0.
+    """
+    budget = parse_budget("--memory-budget", memory_budget)
+    refusal = no_k_to_adapt(schedule) if adaptive and schedule != "auto" else None
+    if refusal is not None:
+        raise PlanError(refusal)
+    if budget is not None and not (adaptive or trace):
+        raise PlanError(
+            f"--memory-budget {memory_budget} bounds an adaptive setting's k; give --adaptive (or --bandwidth-trace) too"
+        )
+    return budget
+
+
 def _check_samples(global_batch: int, microbatch_size: int | None) -> None:
     """--global-batch and --microbatch-size within core.limits.SAMPLES, named as flags (PlanRequest checks them too)."""
     for flag, value in (("--global-batch", global_batch), ("--microbatch-size", microbatch_size)):
@@ -83,6 +103,10 @@ def plan(
         None, "--trace-iterations", help="With --bandwidth-trace: iterations per run [enough to cover the trace, 10..200]."
     ),
     bound: bool = BOUND,
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="Plan kfkb and write its adaptive setting: the start k, the k within the budget, the budget."
+    ),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import check_files
@@ -98,6 +122,7 @@ def plan(
     _check_samples(global_batch, microbatch_size)
     if trace_iterations is not None and (bandwidth_trace is None or trace_iterations < 1):
         raise PlanError(f"--trace-iterations needs --bandwidth-trace and an integer >= 1, got {trace_iterations}")
+    budget = _check_adaptive(adaptive, schedule, memory_budget, bandwidth_trace is not None)
     trace = None
     if bandwidth_trace is not None:
         from pipeplan.sim.trace import read_bandwidth_trace
@@ -111,7 +136,7 @@ def plan(
     machines = load_cluster(cluster)
     if trace is not None:
         trace.check_devices(machines.num_devices, f"cluster {cluster}")
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
+    request = PlanRequest(model, machines, global_batch, microbatch_size, "kfkb" if adaptive else schedule, optimizer=optimizer,
                           batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
                           replication=_check_replication(replication))  # fmt: skip
     with progress_display(not as_json) as progress:
@@ -121,7 +146,12 @@ def plan(
         from pipeplan.planner.search.trace_aware import choose_under_trace, trace_json
 
         idle = result
-        result, scores = choose_under_trace(result, request, trace, trace_iterations)
+        result, scores = choose_under_trace(result, request, trace, trace_iterations, budget)
+    if adaptive or (trace is not None and schedule in ("auto", "kfkb")):
+        from pipeplan.planner.adaptive_plan import adaptive_plan, as_kfkb
+
+        if adaptive or as_kfkb(result.plan) is not None:  # a budget below the plan's 1F1B peak: refused, nothing written
+            result = adaptive_plan(result, request, budget)
     measured = None
     if bound:
         from pipeplan.planner.bound_plan import Bounds
@@ -137,6 +167,10 @@ def plan(
     else:
         print_tables(plan_summary(result, model, request.cluster, request.model), stage_table(result))
         typer.echo(METRICS_NOTE)
+        if result.plan.adaptive is not None:
+            from pipeplan.viz.plan_tables import adaptive_line
+
+            typer.echo(adaptive_line(result.plan))
         if scores is not None:
             from pipeplan.viz.plan_tables import trace_table, trace_verdict
 

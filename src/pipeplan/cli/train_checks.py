@@ -333,3 +333,26 @@ def prepare_checkpoints(
     return prepare(
         Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields, expect=expect if checks_model else None
     )
+
+
+def adaptive_budget(
+    plan: Plan, given: float | None, name: str, files: tuple[str | None, str | None], batch_scaling: str, optimizer: str
+) -> float | None:
+    """The memory budget of `train --plan` with --adaptive (or a plan's adaptive setting), checked before any process
+    starts against the plan's 1F1B peak under its profile and cluster (`files`; adapt.budget.resolve_budget: `given`,
+    named `name`, else the device memory less the margin, never below 1F1B's peak). Without a profile and cluster
+    `given` is returned unchecked (the controller checks it against the measured peaks).
+
+    Raises:
+        AdaptError: a budget below 1F1B's peak, naming `name`, the peak, the stage and by how much.
+    """
+    profile, cluster = files
+    if profile is None or cluster is None:
+        return given
+    from pipeplan.adapt.budget import resolve_budget
+    from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.model import CostModel
+
+    model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
+    return resolve_budget(PipelineModel.from_plan(plan, model), given, name)

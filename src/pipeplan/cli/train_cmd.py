@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from pipeplan.cli.flags import refuse_sizes_for_file
+from pipeplan.cli.flags import MEMORY_BUDGET_HELP, parse_budget, refuse_sizes_for_file
 from pipeplan.cli.train_checks import (
+    adaptive_budget,
     async_settings,
     check_layout,
     check_model_flags,
@@ -156,8 +157,12 @@ def train(
         None, "--emulate-gb-per-s", help="Emulate every link at X GB/s (with --plan: default the cluster's link rates)."
     ),
     adaptive: bool = typer.Option(
-        False, "--adaptive", help="kfkb: choose k between iterations from the measured times (Ada-Grouper)."
+        False,
+        "--adaptive",
+        help="kfkb: choose k between iterations from the measured times (Ada-Grouper); a plan with an adaptive setting "
+        "adapts without it.",
     ),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
     save_grads: str | None = typer.Option(
@@ -181,6 +186,7 @@ def train(
     if local is None:  # a worker: the launcher's variables, checked before anything reads them
         check_launch_env()
     check_seed(seed)
+    budget = parse_budget("--memory-budget", memory_budget)
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
@@ -227,8 +233,13 @@ def train(
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
         if predict:
             refuse_predict_for_graph(plan, plan_obj, profile)
+        adaptive = adaptive or plan_obj.adaptive is not None  # a plan's adaptive setting adapts with no other flag
         if adaptive:
             check_adaptable(plan_obj.schedule, plan_obj.chunks)
+            setting = plan_obj.adaptive
+            named = "--memory-budget" if budget is not None or setting is None else f"plan {plan} adaptive.memory_budget_bytes"
+            given = budget if budget is not None or setting is None else setting.memory_budget_bytes
+            budget = adaptive_budget(plan_obj, given, named, (profile, cluster), batch_scaling, optimizer)
     else:
         assert schedule is not None
         if adaptive:
@@ -244,6 +255,11 @@ def train(
             if copies > 1:
                 typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                            f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
+    if budget is not None and not adaptive:
+        raise TrainConfigError(
+            f"--memory-budget {memory_budget} bounds the k of an adaptive run; give --adaptive too (or a plan with an "
+            "adaptive setting: pipeplan plan --adaptive)"
+        )
     dataset = user_dataset(dataset, data, plan, plan_profile)  # a profile of your samples records the dataset `data`
     check_model_flags("mlp" if module is None else module, spec_options, dataset, given_module)
     # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
@@ -285,7 +301,8 @@ def train(
         threads=threads, save_grads=save_grads, predict=predict, backend=backend,
         profile=profile if predicting else None, cluster=cluster if predicting else None,
         batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0, network=network, adaptive=adaptive, data=data, loss=loss, eval_fraction=eval_fraction,
+        epochs=epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=data, loss=loss,
+        eval_fraction=eval_fraction,
     )  # fmt: skip
     _run_worker(config, trace, png, as_json, quiet)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -54,6 +56,11 @@ def _plain_device_ids(devices: tuple[object, ...]) -> bool:
     return min(ids) >= 0 and DEVICE_INDEX.allows(max(ids)) and len(set(ids)) == len(ids)
 
 
+MEMORY_MARGIN = 0.10
+"""An adaptive run's default memory budget is the smallest device's memory less this share (adapt.budget): room for
+what the cost model does not count (the framework's own buffers, the allocator's fragmentation, receive buffers)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AdaptiveSetting:
     """What an adaptive (Ada-Grouper) run of a kfkb plan starts from: the plan's `k` is the first iteration's,
@@ -62,6 +69,18 @@ class AdaptiveSetting:
 
     k_choices: tuple[int, ...]
     memory_budget_bytes: float
+
+    def __post_init__(self) -> None:
+        choices = self.k_choices
+        if not isinstance(choices, tuple) or not choices:
+            raise PlanError(f"plan adaptive.k_choices must list at least one k, got {choices!r}")
+        for k in choices:
+            check_positive_int(PlanError, "plan adaptive.k_choices entry", k)
+        if any(b <= a for a, b in itertools.pairwise(choices)):
+            raise PlanError(f"plan adaptive.k_choices must be ascending without repeats, got {list(choices)}")
+        budget = self.memory_budget_bytes
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or budget <= 0:
+            raise PlanError(f"plan adaptive.memory_budget_bytes must be a finite number of bytes > 0, got {budget!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +144,33 @@ class Plan:
                     f"({self.stages[i % self.num_ranks].devices}), got {stage.devices}"
                 )
         self._check_layer_order()
+        self._check_adaptive()
         ranks = self.stages[: self.num_ranks]
         if len(set().union(*(s.devices for s in ranks))) != sum(len(s.devices) for s in ranks):
             used = [d for s in ranks for d in s.devices]
             twice = sorted(d for d, n in Counter(used).items() if n > 1)
             raise PlanError(f"plan uses device(s) {twice[:10]} in two stages")
+
+    def _check_adaptive(self) -> None:
+        """adaptive: only on a kfkb plan (the schedule whose k it changes), every k within 1..microbatches.
+
+        The plan's k is the first iteration's; a run may change it to any of k_choices (the file reader also
+        checks that the plan's k is one of them, io.plan_json)."""
+        setting = self.adaptive
+        if setting is None:
+            return
+        if not isinstance(setting, AdaptiveSetting):
+            raise PlanError(f"plan adaptive must be an AdaptiveSetting or None, got {type(setting).__name__}")
+        if self.schedule != "kfkb":
+            raise PlanError(
+                f"plan adaptive: an adaptive setting changes kfkb's k, but the plan's schedule is {self.schedule!r}; "
+                "make the schedule kfkb (1f1b is kfkb with k 1) or leave out the adaptive block"
+            )
+        if setting.k_choices[-1] > self.microbatches:
+            raise PlanError(
+                f"plan adaptive.k_choices holds k={setting.k_choices[-1]}, above the plan's microbatches "
+                f"{self.microbatches} (k lies in 1..microbatches)"
+            )
 
     def _check_layer_order(self) -> None:
         """layer_order: a permutation of the stages' layers; the identity is stored as None."""

@@ -9,7 +9,8 @@ from typing import Any
 
 from pipeplan.core.dag import order_from_stages, stage_layers
 from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.core.plan import Plan, Stage
+from pipeplan.core.limits import MAX_BYTES
+from pipeplan.core.plan import AdaptiveSetting, Plan, Stage
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Action
 from pipeplan.io.files import something_at
@@ -30,7 +31,11 @@ PLAN_KEYS = (
     "k",
     "chunks",
     "order",
+    "adaptive",
 )
+ADAPTIVE_KEYS = ("k", "k_choices", "memory_budget_bytes")
+"""The optional "adaptive" block of a kfkb plan: the first iteration's k (the plan's "k"), the k a run may pick, the
+memory budget (core.plan.AdaptiveSetting)."""
 STAGE_KEYS = ("first_layer", "last_layer", "devices", "layers")
 
 ProfileFor = ModelProfile | Callable[[str], ModelProfile] | None
@@ -42,12 +47,13 @@ def plan_to_json(plan: Plan, profile_name: str, cluster_name: str, profile: Mode
     """The JSON object of a plan: its fields, the profile and cluster names; `order` null unless `list`.
 
     A plan with a layer order (core.dag) also lists each stage's `layers` by
-    name, which needs `profile`; a plan without one is written as before.
+    name, which needs `profile`; a plan without one is written as before. A plan with an adaptive setting adds
+    "adaptive": {"k", "k_choices", "memory_budget_bytes"}; one without is written as before.
 
     Raises:
         PlanError: the plan has a layer order and no profile is given, or the profile's layer count differs.
     """
-    return {
+    obj: dict[str, Any] = {
         "format": PLAN_FORMAT,
         "profile": profile_name,
         "cluster": cluster_name,
@@ -60,6 +66,14 @@ def plan_to_json(plan: Plan, profile_name: str, cluster_name: str, profile: Mode
         "chunks": plan.chunks,
         "order": None if plan.order is None else [[str(a) for a in rank] for rank in plan.order],
     }
+    if plan.adaptive is not None:
+        budget = plan.adaptive.memory_budget_bytes
+        obj["adaptive"] = {
+            "k": plan.k,
+            "k_choices": list(plan.adaptive.k_choices),
+            "memory_budget_bytes": int(budget) if float(budget).is_integer() else budget,
+        }
+    return obj
 
 
 def _stages_to_json(plan: Plan, profile: ModelProfile | None) -> list[dict[str, Any]]:
@@ -175,6 +189,36 @@ def _order(value: object, where: str) -> tuple[tuple[Action, ...], ...] | None:
     return tuple(ranks)
 
 
+def _adaptive(value: object, source: str, k: int) -> AdaptiveSetting | None:
+    """The "adaptive" block (absent or null: None): its fields checked, and its "k" the plan's own k (the start).
+
+    Raises:
+        PlanError: naming the source, the field (adaptive.k, adaptive.k_choices, adaptive.memory_budget_bytes) and
+            the value.
+    """
+    if value is None:
+        return None
+    fields = Fields(value, f"{source}: adaptive", PlanError)
+    fields.check_keys(ADAPTIVE_KEYS)
+    start = fields.integer("k", 1)
+    choices = fields.array("k_choices", 1)
+    for i, c in enumerate(choices):
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise PlanError(f"{source}: adaptive.k_choices[{i}] must be an integer >= 1, got {c!r}")
+    budget = fields.number("memory_budget_bytes", positive=True, limits=(MAX_BYTES,))
+    if start != k:
+        raise PlanError(
+            f"{source}: adaptive.k {start} contradicts the plan's k {k} (the adaptive block's k is the plan's starting "
+            "k): make them equal"
+        )
+    if start not in choices:
+        raise PlanError(f"{source}: adaptive.k {start} is not among adaptive.k_choices {choices}: add it, or start at one")
+    try:
+        return AdaptiveSetting(tuple(choices), budget)
+    except PlanError as exc:
+        raise PlanError(f"{source}: {exc}") from None
+
+
 def _names(fields: Fields) -> dict[str, str]:
     """The plan object's keys and format checked; its "profile" and "cluster" names."""
     fields.check_keys(PLAN_KEYS)
@@ -221,6 +265,7 @@ def plan_from_json(
             chunks=fields.integer("chunks", 1),
             order=_order(fields.raw("order"), source),
             layer_order=layer_order,
+            adaptive=_adaptive(fields.obj.get("adaptive"), source, fields.integer("k", 1)),
         )
     except PlanError as exc:
         if str(exc).startswith(source):

@@ -196,11 +196,11 @@ def check_adaptable(schedule: str, chunks: int = 1) -> None:
             "defined (a group of k microbatches would have to pass every chunk of a process before the next group "
             "enters, which is another schedule); train a plan with one stage per process (chunks 1), or leave out --adaptive"
         )
-    if schedule != "kfkb":
-        raise TrainConfigError(
-            f"--adaptive chooses kfkb's k between iterations; schedule {schedule!r} has no k to adapt "
-            "(use --schedule kfkb, or a kfkb plan; 1f1b is kfkb with --k 1)"
-        )
+    from pipeplan.schedules.registry import no_k_to_adapt
+
+    refusal = no_k_to_adapt(schedule)
+    if refusal is not None:
+        raise TrainConfigError(refusal)
 
 
 def check_async_precision(precision: str, schedule: str) -> None:

@@ -78,6 +78,21 @@ def names_text(names: tuple[str, ...] | list[str], last: str = "or") -> str:
     return f"{', '.join(names[:-1])} {last} {names[-1]}" if len(names) > 1 else "".join(names)
 
 
+def no_k_to_adapt(name: str) -> str | None:
+    """Why --adaptive cannot run schedule `name`, or None when it can (a schedule with a k: kfkb). The one message
+    plan, adapt and train give for it.
+
+    Note:
+        1F1B is kFkB with k = 1, but a run named 1f1b says its k stays 1; adaptive runs are named kfkb.
+    """
+    if name in TAKES_K:
+        return None
+    return (
+        f"--adaptive chooses kfkb's k between iterations; schedule {name!r} has no k to adapt "
+        "(use --schedule kfkb, or a kfkb plan; 1f1b is kfkb with --k 1)"
+    )
+
+
 def check_schedule_options(name: str, microbatches: int, k: int, chunks: int) -> None:
     """Refuse a k or a chunk count that schedule `name` would not use, and a kfkb group larger than m.
 

@@ -160,3 +160,16 @@ BOUND_NOTE = "over bound: this time / the proven lower bound of its plan's class
 """Printed under `planners_table` with bounds; {bounds} lists each class's bound."""
 SPEEDUP_NOTE = f"speed-up: best baseline ({', '.join(BASELINES)}) time / this time; plan: ranks x pipelines"
 """Printed under `planners_table`."""
+
+
+def adaptive_line(plan: Plan) -> str:
+    """One line: a plan's adaptive setting (start k, the k a run may pick, the memory budget)."""
+    setting = plan.adaptive
+    if setting is None:
+        return "adaptive: none (k stays fixed)"
+    ks = setting.k_choices
+    shown = ",".join(map(str, ks)) if len(ks) <= 8 else f"{ks[0]}..{ks[-1]} ({len(ks)} values)"
+    return (
+        f"adaptive: starts at k={plan.k} (the fastest at nominal bandwidth); k {shown} fit the memory budget "
+        f"{format_bytes(setting.memory_budget_bytes)} per device"
+    )

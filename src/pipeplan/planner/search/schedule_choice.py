@@ -11,8 +11,25 @@ from pipeplan.schedules.registry import GENERATED
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import device_speeds
 
-KFKB_GROUPS = (2, 3, 4, 8)
+KFKB_EVERY_K = 32
+"""kfkb is tried at every k up to this; above it at a ladder of k about KFKB_LADDER apart (kfkb_groups)."""
+KFKB_LADDER = 1.25
 INTERLEAVE_CHUNKS = (2, 3, 4)
+
+
+def kfkb_groups(microbatches: int, ends: bool = False) -> list[int]:
+    """The k a plan of m microbatches is tried with under kfkb: every k in 2..min(m - 1, KFKB_EVERY_K), then k about
+    KFKB_LADDER x apart up to m - 1; with `ends` also k = 1 (1F1B's order) and k = m (GPipe's), which --schedule auto
+    tries under their own names."""
+    top = microbatches - 1
+    ks = list(range(2, min(top, KFKB_EVERY_K) + 1))
+    k = KFKB_EVERY_K
+    while k < top:
+        k = min(top, max(k + 1, round(k * KFKB_LADDER)))
+        ks.append(k)
+    if ends:
+        ks = [1, *ks, microbatches] if microbatches > 1 else [1]
+    return ks
 
 
 def interleave(plan: Plan, model: CostModel, chunks: int) -> Plan | None:
@@ -48,8 +65,10 @@ def schedule_variants(plan: Plan, model: CostModel, only: str = "auto") -> list[
 
     An interleaved plan (chunks > 1) is returned as it is: its chunk-stages do not map back to p stages.
 
-    kfkb uses k in KFKB_GROUPS below m (k >= m is gpipe); interleaved-1f1b
-    uses v in INTERLEAVE_CHUNKS when m is a multiple of p.
+    kfkb uses every k of kfkb_groups (Ada-Grouper's schedule: k = 2..m - 1 under auto, whose 1f1b and gpipe are
+    k = 1 and m; 1..m when kfkb is asked for); a k whose warm-up does not fit memory is dropped by the caller's
+    ranking (memory is a closed form there, so it costs no simulation); interleaved-1f1b uses v in
+    INTERLEAVE_CHUNKS when m is a multiple of p.
     """
     if plan.chunks != 1:
         return [plan] if only in ("auto", plan.schedule) else []
@@ -58,7 +77,8 @@ def schedule_variants(plan: Plan, model: CostModel, only: str = "auto") -> list[
     names = GENERATED if only == "auto" else (only,)
     for name in names:
         if name == "kfkb":
-            variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in KFKB_GROUPS if k < plan.microbatches]
+            ks = kfkb_groups(plan.microbatches, ends=only == "kfkb")
+            variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in ks]
         elif name == "interleaved-1f1b":
             for v in INTERLEAVE_CHUNKS:
                 chunked = interleave(base, model, v)

@@ -33,7 +33,8 @@ Search space (restricted to stay fast):
 - at most 32 stages; DP cuts between blocks of layers (at most 64, 32 on
   clusters above 64 devices, cut where few bytes cross), refined later to
   any layer;
-- kfkb k in 2, 3, 4, 8; interleaved-1f1b v in 2, 3, 4; list when 2pm <= 200,000.
+- kfkb at every k up to 32, then k about 1.25x apart (schedule_choice.kfkb_groups); interleaved-1f1b v in 2, 3, 4;
+  list when 2pm <= 200,000.
 Everything is deterministic: no clocks or random numbers steer the search.
 """
 
@@ -64,7 +65,6 @@ LIST_MAX_ACTIONS = 200_000
 REFINE_ACTIONS = 400_000
 SEED_REFINE_MARGIN = 1.2
 SCHEDULE_NEEDS = {
-    "kfkb": "groups of k >= 2 forwards below the microbatch count m, so m >= 3 per pipeline",
     "interleaved-1f1b": "p >= 2 ranks of 2 or more layers each, with m a multiple of p per pipeline",
 }
 """What a schedule needs beyond memory, for the error when no candidate can run it."""

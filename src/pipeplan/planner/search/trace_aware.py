@@ -72,23 +72,30 @@ def iterations_to_cover(trace: BandwidthTrace, idle_ms: float) -> int:
 
 
 def score_under_trace(
-    plan: Plan, model: CostModel, trace: BandwidthTrace, idle_rank: int, iterations: int | None = None
+    plan: Plan,
+    model: CostModel,
+    trace: BandwidthTrace,
+    idle_rank: int,
+    iterations: int | None = None,
+    budget: float | None = None,
 ) -> TraceScore:
     """Expected iteration ms of `plan` under `trace`: the better of the controller's run and the plan's own schedule.
 
     Slowed iterations take longer, so a run of a fixed count of iterations
     would see less of the trace for a slower plan; instead each plan runs
     until it has passed the trace's last step (`iterations_to_cover` of its
-    idle time, or `iterations` when given) and is scored by its mean.
+    idle time, or `iterations` when given) and is scored by its mean. The controller keeps every k within `budget`
+    (None: the devices' memory); a plan whose 1F1B exceeds the budget runs its own schedule.
     """
     idle = simulate_plan(plan, model, record=False).iteration_time
     count = iterations or iterations_to_cover(trace, idle)
     own = simulate_iterations(plan_schedule(plan), plan_costs(plan, model, trace), trace, count)
     best_ms, how = own.total_ms / count, f"its own {plan.schedule} schedule"
     try:
-        controller = AdaptiveController(PipelineModel.from_plan(plan, model, trace), ControllerConfig())
+        config = ControllerConfig(memory_budget_bytes=budget)
+        controller = AdaptiveController(PipelineModel.from_plan(plan, model, trace), config)
     except AdaptError:
-        controller = None  # interleaved or asynchronous: k cannot change, the plan runs its own schedule
+        controller = None  # interleaved, asynchronous or over the budget: k cannot change, it runs its own schedule
     if controller is not None:
         adaptive = run_controller(controller, trace, count).run
         if adaptive.total_ms / count < best_ms:
@@ -96,10 +103,16 @@ def score_under_trace(
     return TraceScore(plan, idle_rank, idle, best_ms, how, count)
 
 
-def rescore(finalists: list[Plan], model: CostModel, trace: BandwidthTrace, iterations: int | None = None) -> list[TraceScore]:
+def rescore(
+    finalists: list[Plan],
+    model: CostModel,
+    trace: BandwidthTrace,
+    iterations: int | None = None,
+    budget: float | None = None,
+) -> list[TraceScore]:
     """Score the first RESCORED distinct finalists (idle-network order) under the trace, fastest expected first."""
     chosen = list(dict.fromkeys(finalists))[:RESCORED]
-    scores = [score_under_trace(plan, model, trace, rank, iterations) for rank, plan in enumerate(chosen)]
+    scores = [score_under_trace(plan, model, trace, rank, iterations, budget) for rank, plan in enumerate(chosen)]
     return sorted(scores, key=lambda s: (s.expected_ms, s.idle_rank))
 
 
@@ -129,15 +142,16 @@ def check_rescoring(plans: list[Plan] | None, trace: BandwidthTrace, iterations:
 
 
 def choose_under_trace(
-    result: PlanResult, request: PlanRequest, trace: BandwidthTrace, iterations: int | None
+    result: PlanResult, request: PlanRequest, trace: BandwidthTrace, iterations: int | None, budget: float | None = None
 ) -> tuple[PlanResult, list[TraceScore]]:
     """The plan with the least expected time under the trace among the search's finalists (the idle choice first),
-    as a PlanResult with its idle-network simulation, costs and memory, and every score."""
+    as a PlanResult with its idle-network simulation, costs and memory, and every score (the controller within
+    `budget`: score_under_trace)."""
     from pipeplan.sim.cost.memory import check_fits
 
     finalists = [result.plan, *result.extra.get("finalists", [])]
     check_rescoring(list(dict.fromkeys(finalists))[:RESCORED], trace, iterations, "--trace-iterations")
-    scores = rescore(finalists, request.model, trace, iterations)
+    scores = rescore(finalists, request.model, trace, iterations, budget)
     best = scores[0].plan
     if best == result.plan:
         return result, scores

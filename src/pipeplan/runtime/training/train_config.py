@@ -69,6 +69,9 @@ class TrainConfig:
     epochs: int = 0
     network: NetworkSettings | None = None
     adaptive: bool = False
+    memory_budget_bytes: float | None = None
+    """--adaptive: the most any process may hold at any k (--memory-budget, or the plan's adaptive setting); None: its
+    device's memory (the plan's cluster), else this host's memory per process."""
     data: str | None = None
     loss: str | None = None
     eval_fraction: float = 0.0

@@ -206,9 +206,15 @@ def _adaptive(
     config: TrainConfig, plan: Plan, schedule: Schedule, executor: Executor, origin: float, wire: Wire | None
 ) -> AdaptiveK:
     """The adaptive loop of --adaptive. With the plan's profile and cluster its controller is built here, before the
-    first step, from the plan's costs; k must fit the plan's devices' memory (a --schedule run: this host's)."""
+    first step, from the plan's costs; k must fit the plan's devices' memory (a --schedule run: this host's) and the
+    memory budget (--memory-budget or the plan's adaptive setting), the smaller of them."""
+    budget = config.memory_budget_bytes
     if config.plan is None or config.cluster is None:
-        return AdaptiveK(plan, schedule, executor, origin, wire)
+        if budget is None:
+            return AdaptiveK(plan, schedule, executor, origin, wire)
+        from pipeplan.runtime.training.adaptive import memory_per_process
+
+        return AdaptiveK(plan, schedule, executor, origin, wire, min(memory_per_process(), budget))
     from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.sim.cost.model import CostModel
 
@@ -218,7 +224,9 @@ def _adaptive(
     if config.profile is not None:
         optimizer = TRAIN_OPTIMIZERS.get(config.optimizer, config.optimizer)
         model = CostModel.build(load_profile(config.profile), cluster, config.batch_scaling, optimizer)
-    return AdaptiveK(plan, schedule, executor, origin, wire, limit if model is None else None, model)
+    if budget is not None:
+        limit = min(limit, budget)
+    return AdaptiveK(plan, schedule, executor, origin, wire, limit if model is None or budget is not None else None, model)
 
 
 def peak_memory(by_process: list[dict[str, int]]) -> dict[str, Any]:
