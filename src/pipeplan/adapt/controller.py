@@ -202,10 +202,11 @@ class AdaptiveController:
 
     def dwell_ms(self) -> float:
         """The expected remaining time of the network's current state (adapt.dwell over the "now" view's change
-        points; prior: `dwell_prior` iterations of the current k at nominal bandwidth, one state per link)."""
+        points; prior: `dwell_prior` iterations of the current k at nominal bandwidth and the model's compute, one
+        state per link)."""
         now = self.views["now"]
         assert isinstance(now, SegmentEstimator)
-        reference = self.predictor.time(self.k, {}, self._compute())
+        reference = self.predictor.guided({}).get(self.k) or self.predictor.time(self.k, {})  # no simulation once seeded
         return expected_dwell_ms(now.durations_ms, now.age_ms(), self.config.dwell_prior * reference, max(1, now.links))
 
     def _pays(
