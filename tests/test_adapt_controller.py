@@ -236,3 +236,17 @@ def test_a_k_holding_much_more_memory_must_gain_memory_gain() -> None:
     assert AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.0, memory_gain=0.3), **case).k == 2
     roomy = AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.0, memory_gain=0.4, memory_ratio=3.0), **case)
     assert roomy.k == 2
+
+
+def test_a_mixed_estimate_must_beat_the_measured_forecast_error() -> None:
+    """While "lately" decides, the band is at least time_error (the relative miss of the T it forecast for the k
+    run, averaged with long_half_life): here every iteration measured 100 ms against its forecast."""
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(12):
+        controller.step(_slow(i, controller.k, 0.2 if i % 2 == 0 else 1.0))
+    weight = 1.0 - 2.0 ** (-1.0 / 4.0)
+    expected = 0.0
+    for d in controller.decisions[:-1]:
+        expected += weight * (abs(d.predicted_ms[d.k] - 100.0) / 100.0 - expected)
+    assert controller.time_error == pytest.approx(expected) and controller.time_error > 0.02
+    assert controller.decisions[-1].view == "lately" and controller._band(1, 2) == controller.time_error

@@ -73,10 +73,12 @@ class AdaptiveController:
         self.decisions: list[Decision] = []
         self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
         self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
+        self.time_error = 0.0  # |predicted - measured| / measured of T(k) run, averaged with long_half_life
         self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
         if self.k not in schedules:
             raise AdaptError(f"initial_k {self.k} is not a candidate (k that fit memory: 1..{self.k_max})")
         self._best = self.k  # the best k of the last evaluation: searched first next time
+        self._mixed = False  # the decision predicts with "lately", a mix of states: its gains must beat time_error
         self._decide(0, first=True)
 
     @classmethod
@@ -143,6 +145,10 @@ class AdaptiveController:
 
     def _decide(self, iteration: int, first: bool = False) -> Decision:
         started = time.perf_counter()
+        ran = self.decisions[-1] if self.decisions else None
+        if not first and ran is not None and self._iteration_ms > 0 and ran.k in ran.predicted_ms:
+            miss = abs(ran.predicted_ms[ran.k] - self._iteration_ms) / self._iteration_ms
+            self.time_error += self._error_weight * (miss - self.time_error)
         factors = {view: estimator.factors() for view, estimator in self.views.items()}
         view = min(self.forecast_error, key=lambda v: (self.forecast_error[v], v != "now"))
         compute = self._compute()
@@ -158,6 +164,7 @@ class AdaptiveController:
         else:
             predicted = last[1]  # type: ignore[index]
         best = min(predicted, key=lambda k: (predicted[k], k))
+        self._mixed = view == "lately"
         target = min(k for k in predicted if self._near(k, best, predicted))  # the least memory among the near ones
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if first and self.config.initial_k is not None:
@@ -198,7 +205,8 @@ class AdaptiveController:
         """memory_gain when `best` holds more than memory_ratio x k's peak memory, else gain_threshold."""
         cfg = self.config
         dearer = self.peak_bytes[best] > cfg.memory_ratio * self.peak_bytes[k]
-        return cfg.memory_gain if dearer else cfg.gain_threshold
+        band = cfg.memory_gain if dearer else cfg.gain_threshold
+        return max(band, self.time_error) if self._mixed else band
 
     def dwell_ms(self) -> float:
         """The expected remaining time of the network's current state (adapt.dwell over the "now" view's change

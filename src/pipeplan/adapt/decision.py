@@ -26,7 +26,11 @@ class ControllerConfig:
     even a costly switch pay.
 
     gain_threshold: the band (a fraction of the fastest k's T) within which predicted times count as equal, so the
-        smaller k is taken and the current k kept: what separates a gain from a prediction's error.
+        smaller k is taken and the current k kept: what separates a gain from a prediction's error. When the view
+        "lately" decides (the network flips faster than the view "now" forecasts it, so T(k) is predicted at a mix
+        of rates), the band is at least the controller's measured forecast error of T (`time_error`: |predicted -
+        measured| / measured of each iteration's T(k) for the k run, averaged with long_half_life): a gain a
+        mixed estimate predicts counts only when it exceeds how far such predictions have missed.
     dwell_prior: before (and beside) the change points seen, each link's state is expected to last this many
         iterations (of the last measured one); it weighs as one observed state per link.
     short_half_life: age (iterations) at which a stage's measured compute weighs half.
