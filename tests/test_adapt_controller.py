@@ -107,22 +107,24 @@ def test_threshold_keeps_k_when_the_gain_is_small() -> None:
     assert controller.decisions[0].reason == "start: k=1 as configured (k=2 is the fastest at nominal bandwidth)"
     decision = controller.step(_slow(0, 1, 1.0))
     assert decision.k == 1 and not decision.switched
-    assert "would take 63 ms against 85 ms" in decision.reason
-    assert "a gain of 25.9%, not above the threshold 50%" in decision.reason
+    assert "stay: k=1 (85 ms) is within 50% of the fastest k=2 (63 ms)" in decision.reason
 
 
 def test_switches_under_a_sustained_slowdown_and_logs_the_link() -> None:
-    """Starting at k=1, a middle link at 0.25 moves k up to the fastest predicted k at the next boundary, naming the link."""
+    """Starting at k=1, a middle link at 0.25 moves k up at the next boundary, naming the link, and onto the fastest
+    predicted k once the search has simulated every candidate (2 per decision here); then it stays."""
     config = ControllerConfig(initial_k=1, k_choices=(1, 2, 4))
     controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
-    decisions = [controller.step(_slow(i, controller.k, 0.25)) for i in range(3)]
+    decisions = [controller.step(_slow(i, controller.k, 0.25)) for i in range(4)]
     switch = decisions[0]
     assert switch.switched and switch.k_before == 1 and switch.k > 1
     assert switch.k == min(switch.predicted_ms, key=switch.predicted_ms.__getitem__)
     assert switch.predicted_ms[switch.k] < switch.predicted_ms[1]
     assert "link 1->2 0.25 GB/s (0.25 x nominal)" in switch.reason
     assert switch.to_json()["bandwidth_gb_per_s"]["1->2"] == pytest.approx(0.25)
-    assert not any(d.switched for d in decisions[1:])
+    settled = decisions[1]
+    assert set(settled.predicted_ms) == {1, 2, 4} and settled.k == min(settled.predicted_ms, key=settled.predicted_ms.__getitem__)
+    assert not any(d.switched for d in decisions[2:])
 
 
 def test_an_alternating_network_does_not_make_k_flap() -> None:
@@ -223,3 +225,55 @@ def test_a_slower_all_reduce_ring_is_predicted_after_observing_it() -> None:
     assert controller.decisions[-1].bandwidth_gb_per_s[(4, 5)] == pytest.approx(
         RING_FACTOR * pipeline.nominal_gb_per_s((4, 5)), rel=1e-12
     )
+
+
+def test_a_switch_pays_when_its_gain_over_the_expected_dwell_beats_its_cost() -> None:
+    """Every link at 0.25 and no change point seen: the dwell is the prior (8 nominal iterations of the current k)
+    less the state's age (96 ms since the first transfer ended); a switch gaining 50 ms per iteration is made
+    against a switch_ms of 60 ms, as dwell x gain / T exceeds it, and refused against 200 ms."""
+    links = ((0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2))
+    cheap = AdaptiveController.from_measurements(
+        ControllerConfig(initial_k=1, k_choices=(1, 4), switch_ms=60.0), **numbers(p=4, m=16)
+    )
+    decision = cheap.step(_slow(0, 1, 0.25, links=links))
+    t1, t4 = decision.predicted_ms[1], decision.predicted_ms[4]
+    assert 49.0 < t1 - t4 < 60.0 and decision.switched and decision.k == 4
+    dwell = 8.0 * cheap.predictor.time(1, {}) - 96.0
+    assert f"saves {dwell * (t1 - t4) / t1:.4g} ms over the state's expected {dwell:.4g} ms" in decision.reason
+    assert cheap.dwell_ms() == pytest.approx(8.0 * cheap.predictor.time(4, {}) - 96.0)  # the prior follows the current k
+    dear = AdaptiveController.from_measurements(
+        ControllerConfig(initial_k=1, k_choices=(1, 4), switch_ms=200.0), **numbers(p=4, m=16)
+    )
+    refused = dear.step(_slow(0, 1, 0.25, links=links))
+    assert not refused.switched and "not more than the switch's 200 ms" in refused.reason
+
+
+def test_the_smaller_k_is_taken_among_those_within_the_threshold() -> None:
+    """At nominal bandwidth T(1) = 85 ms and T(2) = 63 ms: a 40 % threshold starts at k=1 (85 <= 1.4 x 63), 30 % at 2."""
+    wide = AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.4), **numbers(p=4, m=16))
+    assert wide.k == 1 and wide.decisions[0].reason.endswith("near the fastest k=2 with less memory)")
+    assert AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.3), **numbers(p=4, m=16)).k == 2
+
+
+def test_a_k_holding_much_more_memory_must_gain_memory_gain() -> None:
+    """k=2 holds twice k=1's activations (over memory_ratio 1.2): it must be faster by memory_gain, not gain_threshold."""
+    case = numbers(p=4, m=16, activation_bytes=1e9)
+    lenient = AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.0, memory_gain=0.4), **case)
+    assert lenient.peak_bytes[2] > 1.2 * lenient.peak_bytes[1] and lenient.k == 1
+    assert AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.0, memory_gain=0.3), **case).k == 2
+    roomy = AdaptiveController.from_measurements(ControllerConfig(gain_threshold=0.0, memory_gain=0.4, memory_ratio=3.0), **case)
+    assert roomy.k == 2
+
+
+def test_a_mixed_estimate_must_beat_the_measured_forecast_error() -> None:
+    """While "lately" decides, the band is at least time_error (the relative miss of the T it forecast for the k
+    run, averaged with long_half_life): here every iteration measured 100 ms against its forecast."""
+    controller = AdaptiveController.from_measurements(**numbers(p=4, m=16))
+    for i in range(12):
+        controller.step(_slow(i, controller.k, 0.2 if i % 2 == 0 else 1.0))
+    weight = 1.0 - 2.0 ** (-1.0 / 4.0)
+    expected = 0.0
+    for d in controller.decisions[:-1]:
+        expected += weight * (abs(d.predicted_ms[d.k] - 100.0) / 100.0 - expected)
+    assert controller.time_error == pytest.approx(expected) and controller.time_error > 0.02
+    assert controller.decisions[-1].view == "lately" and controller._band(1, 2) == controller.time_error

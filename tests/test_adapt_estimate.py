@@ -64,19 +64,36 @@ def test_guide_ranks_the_candidates_by_their_simulated_time_at_the_slowest_link(
     assert predictor.ranked({})[0] == 2  # T(2) = 63 ms is the fastest at nominal bandwidth (issue 20)
 
 
-def test_the_switch_doubling_is_dropped_while_now_forecasts_well() -> None:
-    """After a switch the threshold doubles, unless the "now" view's error is under trust_ratio x the "lately" one's."""
-    controller = AdaptiveController.from_measurements(ControllerConfig(trust_ratio=0.5), **numbers(p=4, m=16))
-    controller._last_switch, controller._churn = (5, 1, 2), 1
-    controller.forecast_error = {"now": 0.2, "lately": 0.3}
-    assert controller._churn_now(6, "now") == 1
-    controller.forecast_error = {"now": 0.1, "lately": 0.3}
-    assert controller._churn_now(6, "now") == 0
+def test_change_points_give_the_durations_the_age_and_the_rate_before() -> None:
+    """A link at 0.5, then 0.25 from the transfer ending at 13 ms, then 0.5 again from 27 ms: two finished segments
+    (10 ms from its first transfer at 3 ms to 13 ms, then 14 ms), the current one 3 ms old at the iteration's 30 ms end,
+    and the rate before the latest change 0.25."""
+    estimator = SegmentEstimator(1.25, 2.0, 2)
+    rates = [0.5] * 5 + [0.25] * 7 + [0.5] * 2
+    estimator.add_iteration([(LINK, 1.0, 1.0 / f, 3.0 + 2 * i) for i, f in enumerate(rates)], 30.0, 30.0)
+    assert estimator.durations_ms == [10.0, 14.0]
+    assert estimator.age_ms() == 3.0 and estimator.links == 1
+    assert estimator.previous_factors() == {LINK: pytest.approx(0.25)} and estimator.factors() == {LINK: pytest.approx(0.5)}
+
+
+def test_a_lone_outlier_is_no_change_point() -> None:
+    """One deviating transfer folded back into the segment leaves no duration; the previous rate is the current one."""
+    estimator = SegmentEstimator(1.25, 2.0, 2)
+    _feed(estimator, [0.5, 0.5, 0.1, 0.5, 0.5])
+    assert estimator.durations_ms == [] and estimator.previous_factors() == estimator.factors()
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("change_ratio", 1.0), ("confirm", 0), ("trust_ratio", -1.0), ("segment_half_life", 0.0), ("guide_factors", (0.0,))],
+    [
+        ("change_ratio", 1.0),
+        ("confirm", 0),
+        ("dwell_prior", 0.0),
+        ("memory_ratio", -1.0),
+        ("memory_gain", float("nan")),
+        ("segment_half_life", 0.0),
+        ("guide_factors", (0.0,)),
+    ],
 )
 def test_bad_estimate_constants_raise_naming_the_field(field: str, value: object) -> None:
     """Each new constant is checked at construction, and the error names it."""

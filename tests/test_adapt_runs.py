@@ -148,3 +148,58 @@ def test_observations_report_each_stages_all_reduce_on_the_trace_clock() -> None
     run = run_fixed("1f1b", 1, schedules[1], pipeline, trace, 3)
     assert run.allreduce_ms[0][2] == pytest.approx(observed[2].end_ms - observed[2].start_ms, rel=1e-12)
     assert run.allreduce_ms[0][1] == pytest.approx(pipeline.costs.stages[1].allreduce_ms, rel=1e-12)
+
+
+def _steps(changes: list[tuple[float, float]], links: tuple[tuple[int, int], ...]) -> tuple[TraceStep, ...]:
+    return tuple(TraceStep(t, link, f) for t, f in changes for link in links)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    gaps=st.lists(st.floats(5.0, 120.0), min_size=1, max_size=12),
+    factors=st.lists(st.floats(0.05, 1.0), min_size=24, max_size=24),
+    cut=st.floats(20.0, 700.0),
+    switch_ms=st.sampled_from([0.0, 3.0]),
+)
+def test_the_controller_never_looks_ahead(gaps: list[float], factors: list[float], cut: float, switch_ms: float) -> None:
+    """Two traces equal up to t = cut and different after it: every decision for an iteration that starts before t
+    (so made from iterations that ended before t) is the same in both runs; the runs differ only from there on."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    links = ((1, 2), (2, 1), (0, 1))
+    times = list(itertools.accumulate(gaps))
+    before = [(t, f) for t, f in zip(times, factors, strict=False) if t < cut]
+    after_a = [(cut + t, f) for t, f in zip(times, factors[12:], strict=False)]
+    after_b = [
+        (cut, 1.0 if factors[-1] < 0.5 else 0.05),
+        *((cut + t, 1.05 - f) for t, f in zip(times, factors[12:], strict=False)),
+    ]
+    trace_a = BandwidthTrace(_steps(before + after_a, links))
+    trace_b = BandwidthTrace(_steps(before + after_b, links))
+    config = ControllerConfig(switch_ms=switch_ms)
+    run_a = run_controller(AdaptiveController(pipeline, config), trace_a, 14)
+    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, 14)
+    starts = run_a.run.start_ms
+    early = sum(1 for s in starts if s < cut)
+    assert starts[:early] == run_b.run.start_ms[:early]
+    decided_a = [d for d in run_a.decisions if d.iteration < early]
+    decided_b = [d for d in run_b.decisions if d.iteration < early]
+    assert len(decided_a) == early and decided_a == decided_b
+    assert run_a.run.k[:early] == run_b.run.k[:early]
+
+
+def test_a_wrong_model_runs_against_the_truth() -> None:
+    """With `truth`, the simulator runs the true pipeline (fixed k=1's times) while the controller keeps its own
+    model; `distort` sees every observation before the controller does."""
+    truth = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    wrong = PipelineModel.from_measurements(**{**numbers(p=4, m=8), "fwd_ms": [2.0] * 4})
+    seen: list[int] = []
+
+    def distort(observation: object) -> object:
+        seen.append(observation.index)  # type: ignore[attr-defined]
+        return observation
+
+    controller = AdaptiveController(wrong, ControllerConfig(k_choices=(1,)))
+    run = run_controller(controller, None, 3, truth=truth, distort=distort)  # type: ignore[arg-type]
+    fixed = run_fixed("k=1", 1, controller.predictor.schedules[1], truth, None, 3)
+    assert run.run.iteration_ms == pytest.approx(fixed.iteration_ms) and seen == [0, 1]
+    assert controller.decisions[0].predicted_ms[1] > fixed.iteration_ms[0]

@@ -9,6 +9,7 @@ from typing import Any
 
 from pipeplan.adapt.budget import check_budget
 from pipeplan.adapt.decision import ControllerConfig, Decision
+from pipeplan.adapt.dwell import expected_dwell_ms
 from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEstimator, collective_samples, wire_samples
 from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
@@ -35,10 +36,11 @@ class AdaptiveController:
     take the view whose estimates came closer to what the following
     iterations measured; simulate the next iteration under it for the k that
     fit memory (k = 1..k_max, sim.engine, memoized; the k a precomputed
-    landscape ranks fastest first, within a simulation budget); switch to
-    the fastest when it beats the current k by more than the threshold (and
-    the switch's cost), else stay. When no estimate moved by more than
-    `reevaluate_change` since the last evaluation, it stays without predicting.
+    landscape ranks fastest first, within a simulation budget); then the rule
+    of ControllerConfig: the smallest k near the fastest, reached only when
+    the switch pays over the current network state's expected remaining
+    dwell (adapt.dwell). When no estimate moved by more than
+    `reevaluate_change` since the last evaluation, its predictions are reused.
     """
 
     def __init__(self, pipeline: PipelineModel, config: ControllerConfig | None = None) -> None:
@@ -74,13 +76,13 @@ class AdaptiveController:
         self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
         self.decisions: list[Decision] = []
         self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
-        self._last_switch: tuple[int, int, int] | None = None  # (iteration, k before, k after)
-        self._churn = 0  # recent switches: each doubles the threshold; one is forgiven per reversal_window without any
         self._iteration_ms = 0.0  # the last observed iteration (the decision budget's measure)
+        self.time_error = 0.0  # |predicted - measured| / measured of T(k) run, averaged with long_half_life
         self.k = self.config.initial_k if self.config.initial_k is not None else min(schedules)
         if self.k not in schedules:
             raise AdaptError(f"initial_k {self.k} is not a candidate (k that fit memory: 1..{self.k_max})")
         self._best = self.k  # the best k of the last evaluation: searched first next time
+        self._mixed = False  # the decision predicts with "lately", a mix of states: its gains must beat time_error
         self._decide(0, first=True)
 
     @classmethod
@@ -149,6 +151,10 @@ class AdaptiveController:
 
     def _decide(self, iteration: int, first: bool = False) -> Decision:
         started = time.perf_counter()
+        ran = self.decisions[-1] if self.decisions else None
+        if not first and ran is not None and self._iteration_ms > 0 and ran.k in ran.predicted_ms:
+            miss = abs(ran.predicted_ms[ran.k] - self._iteration_ms) / self._iteration_ms
+            self.time_error += self._error_weight * (miss - self.time_error)
         factors = {view: estimator.factors() for view, estimator in self.views.items()}
         view = min(self.forecast_error, key=lambda v: (self.forecast_error[v], v != "now"))
         compute = self._compute()
@@ -156,82 +162,108 @@ class AdaptiveController:
         state = (view, factors["now"], factors["lately"], tuple(self.compute.fwd_ms + self.compute.bwd_ms))
         last = self._evaluated
         complete = last is not None and len(last[1]) == len(self.predictor.schedules)
-        if not first and last is not None and complete and not self._moved(last[0], state):
-            reason = (
-                f"stay: k={current}; every link's estimated rate and every stage's compute is within "
-                f"{self.config.reevaluate_change:.0%} of the last evaluation's"
-            )
-            return self._log(iteration, current, current, reason, view, factors[view], last[1], started, evaluated=False)
-        guide = self.predictor.ranked(factors[view])
-        predicted = self.predictor.search(self.predictor.key(factors[view], compute), (current, self._best), self.budget(), guide)
-        best = min(predicted, key=lambda k: (predicted[k], k != current, k))
-        turned = self._turns_back(iteration, current, best)
-        churn = self._churn_now(iteration, view)
-        threshold = self.config.gain_threshold * 2**churn
-        gain = predicted[current] - predicted[best]
+        evaluated = first or last is None or not complete or self._moved(last[0], state)
+        if evaluated:
+            guide = self.predictor.ranked(factors[view])
+            key = self.predictor.key(factors[view], compute)
+            predicted = self.predictor.search(key, (current, self._best), self.budget(), guide)
+        else:
+            predicted = last[1]  # type: ignore[index]
+        best = min(predicted, key=lambda k: (predicted[k], k))
+        self._mixed = view == "lately"
+        target = min(k for k in predicted if self._near(k, best, predicted))  # the least memory among the near ones
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if first and self.config.initial_k is not None:
             chosen, reason = current, f"start: k={current} as configured (k={best} is the fastest at nominal bandwidth)"
         elif first:
-            chosen, reason = best, f"start: k={best} is the fastest at nominal bandwidth ({predicted[best]:.4g} ms)"
+            near = "" if target == best else f", near the fastest k={best} with less memory"
+            chosen, reason = target, f"start: k={target} is the fastest at nominal bandwidth ({predicted[target]:.4g} ms{near})"
+        elif not evaluated and self._near(current, best, predicted):
+            chosen = current
+            reason = (
+                f"stay: k={current}; every link's estimated rate and every stage's compute is within "
+                f"{self.config.reevaluate_change:.0%} of the last evaluation's"
+            )
         elif best == current:
             chosen, reason = current, f"stay: k={current} is the fastest ({predicted[current]:.4g} ms) under {seen}"
-        elif gain <= threshold * predicted[current] + self.config.switch_ms:
-            chosen = current
-            switch = f" plus the switch's {self.config.switch_ms:g} ms" if self.config.switch_ms else ""
-            doubled = f" (doubled {churn} times for the recent switches)" if churn else ""
-            reason = (
-                f"stay: k={best} would take {predicted[best]:.4g} ms against {predicted[current]:.4g} ms under {seen}, "
-                f"a gain of {gain / predicted[current]:.1%}, not above the threshold {threshold:.0%}{doubled}{switch}"
-            )
-        elif (
-            turned is not None
-            and not (view == "now" and self.forecast_error["now"] <= self.forecast_error["lately"])
-            and (lately := self.predictor.time(best, factors["lately"], compute))
-            >= (was := self.predictor.time(current, factors["lately"], compute)) * (1 - threshold)
-        ):
+        elif self._near(current, best, predicted):
             chosen = current
             reason = (
-                f"stay: k={best} would gain {gain / predicted[current]:.1%} under {seen}, but it turns back the switch "
-                f"k={turned[1]} -> {turned[2]} of iteration {turned[0]} and the network as measured lately does not "
-                f"favour it ({lately:.4g} ms against {was:.4g} ms)"
+                f"stay: k={current} ({predicted[current]:.4g} ms) is within {self._band(current, best):.0%} of the "
+                f"fastest k={best} ({predicted[best]:.4g} ms) under {seen}"
             )
         else:
-            chosen = best
-            reason = (
-                f"switch: k={current} -> {best}, predicted {predicted[current]:.4g} -> {predicted[best]:.4g} ms "
-                f"({-gain / predicted[current]:+.1%}) under {seen}"
-            )
-            self._last_switch = (iteration, current, best)
-            self._churn = churn + 1
-        self._best = best
-        self._evaluated = (state, predicted)
+            chosen, reason = self._pays(current, target, predicted, factors[view], seen)
+        if evaluated:
+            self._best = best
+            self._evaluated = (state, predicted)
         if first and self.config.initial_k is not None:
             self._evaluated = None  # the configured k was not chosen by this evaluation: evaluate again next time
         before = chosen if first else current
-        return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started)
+        return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started, evaluated)
 
-    def _churn_now(self, iteration: int, view: str) -> int:
-        """The recent-switch count at `iteration`: 0 while "now" forecasts far better than "lately" (trust_ratio);
-        deciding with "now" (the network holds still long enough for the short view to forecast it), it is
-        forgotten after reversal_window quiet iterations; deciding with "lately" (it flips faster than k can
-        follow), one switch is forgiven per reversal_window quiet iterations."""
-        if self._last_switch is None:
-            return 0
-        quiet = iteration - self._last_switch[0]
-        errors = self.forecast_error
-        if errors["now"] < self.config.trust_ratio * errors["lately"]:
-            return 0
-        if view == "now":
-            return self._churn if quiet <= self.config.reversal_window else 0
-        return max(0, self._churn - quiet // max(1, self.config.reversal_window))
+    def _near(self, k: int, best: int, predicted: dict[int, float]) -> bool:
+        """True when k is as good as the fastest: within gain_threshold of it, or within memory_gain when the
+        fastest holds more than memory_ratio x k's peak memory."""
+        return predicted[k] <= predicted[best] * (1 + self._band(k, best))
 
-    def _turns_back(self, iteration: int, current: int, best: int) -> tuple[int, int, int] | None:
-        """The last switch when moving from current to best reverses its direction within reversal_window, else None."""
-        last = self._last_switch
-        if last is None or iteration - last[0] > self.config.reversal_window:
-            return None
-        return last if (best - current) * (last[2] - last[1]) < 0 else None
+    def _band(self, k: int, best: int) -> float:
+        """memory_gain when `best` holds more than memory_ratio x k's peak memory, else gain_threshold."""
+        cfg = self.config
+        dearer = self.peak_bytes[best] > cfg.memory_ratio * self.peak_bytes[k]
+        band = cfg.memory_gain if dearer else cfg.gain_threshold
+        return max(band, self.time_error) if self._mixed else band
+
+    def dwell_ms(self) -> float:
+        """The expected remaining time of the network's current state (adapt.dwell over the "now" view's change
+        points; prior: `dwell_prior` iterations of the current k at nominal bandwidth and the model's compute, one
+        state per link)."""
+        now = self.views["now"]
+        assert isinstance(now, SegmentEstimator)
+        reference = self.predictor.guided({}).get(self.k) or self.predictor.time(self.k, {})  # no simulation once seeded
+        return expected_dwell_ms(now.durations_ms, now.age_ms(), self.config.dwell_prior * reference, max(1, now.links))
+
+    def _pays(
+        self,
+        current: int,
+        target: int,
+        predicted: dict[int, float],
+        factors: dict[Link, float],
+        seen: str,
+    ) -> tuple[int, str]:
+        """Switch to `target` when what it saves over the current state's expected remaining dwell beats its cost.
+
+        Saved: dwell x (T(current) - T(target)) / T(current), the time the
+        faster k wins while the state lasts. Cost: switch_ms, plus, when the
+        network the state returns to (each link at its rate before its latest
+        change; T(k) there read off the start-up landscape, predict.Predictor.guided)
+        favours the current k, the iteration run on `target` there before the
+        controller can turn back, and that switch back.
+        """
+        gain = predicted[current] - predicted[target]
+        dwell = self.dwell_ms()
+        saved = dwell * gain / predicted[current]
+        cost = self.config.switch_ms
+        back = 0.0
+        before = self.views["now"].previous_factors()  # type: ignore[union-attr]
+        if saved > cost and self.predictor.key(before) != self.predictor.key(factors):
+            landscape = self.predictor.guided(before)  # no simulation: the decision's budget is the search's
+            after = landscape[target] - landscape[current] if landscape else 0.0
+            if after > 0:
+                back = after + self.config.switch_ms
+        cost += back
+        if saved <= cost:
+            turn = f" and {back:.4g} ms to turn back once it ends (the network before the change favours k={current})"
+            return current, (
+                f"stay: k={target} would take {predicted[target]:.4g} ms against {predicted[current]:.4g} ms under {seen}; "
+                f"over the state's expected {dwell:.4g} ms more it saves {saved:.4g} ms, not more than the switch's "
+                f"{self.config.switch_ms:g} ms{turn if back else ''}"
+            )
+        return target, (
+            f"switch: k={current} -> {target}, predicted {predicted[current]:.4g} -> {predicted[target]:.4g} ms "
+            f"({-gain / predicted[current]:+.1%}) under {seen}; saves {saved:.4g} ms over the state's expected "
+            f"{dwell:.4g} ms, against {cost:.4g} ms of switching"
+        )
 
     def _moved(self, before: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
         """True when the view changed, or a link factor (either view) or stage time moved by more than

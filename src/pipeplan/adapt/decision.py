@@ -14,8 +14,25 @@ from pipeplan.core.errors import AdaptError
 class ControllerConfig:
     """The controller's constants (frozen for the benchmark; BENCHMARKS.md, "Ada-Grouper (simulated)").
 
-    gain_threshold: switch only when the best k is predicted faster than the current one by more than this
-        fraction of the current k's time (plus `switch_ms`).
+    The decision rule (controller.AdaptiveController._decide): predict T(k) for the candidates under the chosen
+    view; the target is the smallest k (the least memory) whose T(k) is within `gain_threshold` of the fastest;
+    stay while the current k is itself within it; else switch when what the target saves over the network state's
+    expected remaining dwell, dwell x (T(current) - T(target)) / T(current), beats what the switch costs:
+    `switch_ms`, plus, when the network as measured "lately" favours the current k, one iteration's loss on the
+    target under it and the switch back (the network a short state returns to). The dwell (adapt.dwell) is the
+    mean time between change points of the "now" view, pooled over links, with a prior of `dwell_prior`
+    iterations per link before any is seen: a network that flips every iteration or two gives a short dwell, so
+    a switch pays only when it also pays on the network the state returns to, while one that holds still makes
+    even a costly switch pay.
+
+    gain_threshold: the band (a fraction of the fastest k's T) within which predicted times count as equal, so the
+        smaller k is taken and the current k kept: what separates a gain from a prediction's error. When the view
+        "lately" decides (the network flips faster than the view "now" forecasts it, so T(k) is predicted at a mix
+        of rates), the band is at least the controller's measured forecast error of T (`time_error`: |predicted -
+        measured| / measured of each iteration's T(k) for the k run, averaged with long_half_life): a gain a
+        mixed estimate predicts counts only when it exceeds how far such predictions have missed.
+    dwell_prior: before (and beside) the change points seen, each link's state is expected to last this many
+        iterations (of the last measured one); it weighs as one observed state per link.
     short_half_life: age (iterations) at which a stage's measured compute weighs half.
     long_half_life: age (iterations) at which a link measurement weighs half in the view of the network "lately".
         Each decision predicts with the view whose estimate of each link's rate was closer to what the next
@@ -27,24 +44,15 @@ class ControllerConfig:
         agree with each other make it the segment (what came before the change is dropped, so the first decision
         after a step predicts with the new rate, not a mix); a lone outlier is folded back. The segment ages with
         `segment_half_life` (iterations), so a rate that drifts without a step is followed too.
-    trust_ratio: the doubling of the threshold after switches (reversal_window) is not applied while the "now"
-        view's forecast error is below this fraction of the "lately" view's: the network then holds still long
-        enough to be forecast from its latest segment, so a switch it predicts pays, and making it dearer only
-        keeps a slow k on a fast network (or the reverse) for several iterations.
     guide_factors: at construction every candidate k is simulated with all links at each of these factors (and
         at nominal); a decision tries first the two k that this landscape ranks fastest at the estimated slowest
         link's factor (interpolated), so a budget of 2-3 simulations per decision still finds the best k of a
         network it has not seen (predict.Predictor.seed_guide).
-    switch_ms: what changing k costs at an iteration boundary (ms); counted against the predicted gain.
+    switch_ms: what changing k costs at an iteration boundary (ms); counted against the gain over the dwell.
     factor_step: predictions are memoized on link factors and stage times rounded to a grid of ratio 1 + step.
     reevaluate_change: predictions are redone only when a link's estimated rate (either view) or a stage's
-        compute moved by more than this fraction since the last evaluation; otherwise the controller stays at once.
-    reversal_window: every switch doubles the threshold of the next ones; after this many iterations without
-        a switch the doubling is forgotten when the "now" view decides, and undone one step per such window when
-        "lately" decides (the network flips faster than k can follow); a switch that turns back the last one's
-        direction (k up, then down again) within this many iterations must gain under the "lately" view too,
-        unless the "now" view forecasts at least as well: the hysteresis that keeps a network flipping at about
-        the control period from making k flap.
+        compute moved by more than this fraction since the last evaluation; otherwise the last evaluation's
+        predictions are reused (the rule still runs: the dwell grows with the state's age).
     decision_budget: the share of an iteration a decision may spend simulating: each decision simulates at
         most decision_budget x (last iteration ms) x simulated_events_per_ms / (events per simulation: 2 p m
         compute actions and 2 (p - 1) m transfers) candidates, at least 2 (predict.Predictor.search: the current
@@ -55,6 +63,9 @@ class ControllerConfig:
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
     initial_k: the k of the first iteration (None: the best k at nominal bandwidth).
     memory_budget_bytes: the most any device may hold at any candidate k (None: each device's memory limit).
+    memory_ratio, memory_gain: a k is as good as the fastest k when within gain_threshold of it, or within
+        memory_gain when the fastest holds more than memory_ratio x its peak memory (so a k that raises the peak
+        by over 20 % must be more than 5 % faster: the memory a run holds is set by the largest k it ever runs).
     """
 
     gain_threshold: float = 0.02
@@ -63,7 +74,9 @@ class ControllerConfig:
     switch_ms: float = 0.0
     factor_step: float = 0.01
     reevaluate_change: float = 0.03
-    reversal_window: int = 8
+    dwell_prior: float = 8.0
+    memory_ratio: float = 1.2
+    memory_gain: float = 0.05
     decision_budget: float = 0.003
     simulated_events_per_ms: float = 800.0
     k_choices: tuple[int, ...] | None = None
@@ -72,7 +85,6 @@ class ControllerConfig:
     change_ratio: float = 1.25
     confirm: int = 2
     segment_half_life: float = 2.0
-    trust_ratio: float = 0.5
     guide_factors: tuple[float, ...] = (0.6, 0.35, 0.2, 0.1)
 
     def __post_init__(self) -> None:
@@ -80,19 +92,18 @@ class ControllerConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise AdaptError(f"controller {name} must be a finite number >= 0, got {value!r}")
-        if isinstance(self.reversal_window, bool) or not isinstance(self.reversal_window, int) or self.reversal_window < 0:
-            raise AdaptError(f"controller reversal_window must be an integer >= 0, got {self.reversal_window!r}")
         if not (isinstance(self.change_ratio, (int, float)) and math.isfinite(self.change_ratio) and self.change_ratio > 1):
             raise AdaptError(f"controller change_ratio must be a finite number > 1, got {self.change_ratio!r}")
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or self.confirm < 1:
             raise AdaptError(f"controller confirm must be an integer >= 1, got {self.confirm!r}")
-        if not (isinstance(self.trust_ratio, (int, float)) and math.isfinite(self.trust_ratio) and self.trust_ratio >= 0):
-            raise AdaptError(f"controller trust_ratio must be a finite number >= 0, got {self.trust_ratio!r}")
         for f in self.guide_factors:
             if not (isinstance(f, (int, float)) and math.isfinite(f) and 0 < f <= 1):
                 raise AdaptError(f"controller guide_factors must lie in (0, 1], got {f!r}")
         for name in (
             "segment_half_life",
+            "dwell_prior",
+            "memory_ratio",
+            "memory_gain",
             "short_half_life",
             "long_half_life",
             "factor_step",

@@ -154,6 +154,13 @@ class SegmentEstimator:
     that straddled the change, or noise) is folded into the segment when the
     next one agrees with the segment again. Each iteration ages the segment by
     `half_life` (iterations), so a rate that drifts without a jump is tracked too.
+
+    It also keeps what the dwell model (adapt.dwell) reads: `durations_ms`,
+    every finished segment's duration on every link (from a link's first
+    transfer or change point to its next change point; a change is dated at
+    the end of its first deviating transfer), `age_ms()`, how long ago the
+    latest change on any link began, and `previous_factors()`, each link's
+    rate before its latest change (the network a short state returns to).
     """
 
     def __init__(self, change_ratio: float, half_life: float, confirm: int = 2) -> None:
@@ -161,7 +168,11 @@ class SegmentEstimator:
         self._decay = 2.0 ** (-1.0 / half_life)
         self._confirm = confirm
         self._segment: dict[Link, list[float]] = {}  # [nominal ms, measured ms] summed over the segment
-        self._pending: dict[Link, list[float]] = {}  # [nominal, measured, count] of deviating transfers not yet confirmed
+        self._pending: dict[Link, list[float]] = {}  # [nominal, measured, count, first end ms] of unconfirmed deviants
+        self._began_ms: dict[Link, float] = {}  # when each link's current segment began
+        self._previous: dict[Link, float] = {}  # each link's factor over the segment before its current one
+        self._now_ms = 0.0
+        self.durations_ms: list[float] = []
 
     def add_iteration(self, samples: Sequence[Sample], end_ms: float, iteration_ms: float) -> None:
         """Age the segments by one iteration, then read this iteration's samples in order."""
@@ -169,13 +180,28 @@ class SegmentEstimator:
         for sums in self._segment.values():
             sums[0] *= decay
             sums[1] *= decay
-        for link, nominal, measured, _ in samples:
-            self._add(link, nominal, measured)
+        for link, nominal, measured, t_end in samples:
+            self._add(link, nominal, measured, t_end)
+        self._now_ms = max(self._now_ms, end_ms)
 
-    def _add(self, link: Link, nominal: float, measured: float) -> None:
+    def age_ms(self) -> float:
+        """Time from the start of the newest segment on any link to the latest iteration's end (0: nothing seen)."""
+        return max(0.0, self._now_ms - max(self._began_ms.values(), default=self._now_ms))
+
+    @property
+    def links(self) -> int:
+        """Links measured so far."""
+        return len(self._began_ms)
+
+    def previous_factors(self) -> dict[Link, float]:
+        """Each link's factor over the segment before its current one (its current factor before any change)."""
+        return {**self.factors(), **self._previous}
+
+    def _add(self, link: Link, nominal: float, measured: float, t_end: float) -> None:
         segment = self._segment.get(link)
         if segment is None:
             self._segment[link] = [nominal, measured]
+            self._began_ms[link] = t_end
             return
         x = math.log(nominal / measured)
         tolerance = self._tolerance
@@ -193,13 +219,23 @@ class SegmentEstimator:
             pending[1] += measured
             pending[2] += 1
             if pending[2] >= self._confirm:
-                self._segment[link] = pending[:2]
-                del self._pending[link]
+                self._confirmed(link, pending)
             return
         if pending is not None:
             segment[0] += pending[0]
             segment[1] += pending[1]
-        self._pending[link] = [nominal, measured, 1]
+        self._pending[link] = [nominal, measured, 1, t_end]
+
+    def _confirmed(self, link: Link, pending: list[float]) -> None:
+        """The deviating transfers become the link's segment: a change point, dated at the first one's end."""
+        old = self._segment[link]
+        if old[1] > 0:
+            self._previous[link] = min(MAX_FACTOR, max(MIN_FACTOR, old[0] / old[1]))
+        self._segment[link] = pending[:2]
+        del self._pending[link]
+        began = pending[3]
+        self.durations_ms.append(max(0.0, began - self._began_ms[link]))
+        self._began_ms[link] = began
 
     def factors(self) -> dict[Link, float]:
         """The factor of every link seen so far over its current segment."""

@@ -136,8 +136,14 @@ class Predictor:
 
     def ranked(self, factors: Mapping[Link, float]) -> list[int]:
         """Candidates ordered by the guide's T(k) at the slowest link's factor (interpolated in log factor)."""
+        values = self.guided(factors)
+        return sorted(values, key=lambda k: (values[k], k))
+
+    def guided(self, factors: Mapping[Link, float]) -> dict[int, float]:
+        """The guide's T(k) of every candidate at the slowest link's factor, interpolated in log factor (no
+        simulation: a rough T(k) with every link at that factor and the model's compute; empty before seed_guide)."""
         if not self._guide:
-            return []
+            return {}
         x = math.log(min(factors.values(), default=1.0))
         guide = self._guide
         if x >= guide[0][0]:
@@ -149,7 +155,7 @@ class Predictor:
             (x0, a), (x1, b) = guide[i - 1], guide[i]
             w = (x - x0) / (x1 - x0)
             values = {k: (1 - w) * a[k] + w * b[k] for k in a}
-        return sorted(values, key=lambda k: (values[k], k))
+        return dict(values)
 
     def search(self, key: Key, first: Sequence[int], budget: int, guide: Sequence[int] = ()) -> dict[int, float]:
         """Predictions of the candidates in the rounded state `key`, simulating at most `budget` (memoized ones are free).

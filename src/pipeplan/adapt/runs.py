@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,12 +90,22 @@ class ControllerRun:
     decision_cpu_ms: list[float]
 
 
-def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None, iterations: int) -> ControllerRun:
+def run_controller(
+    controller: AdaptiveController,
+    trace: BandwidthTrace | None,
+    iterations: int,
+    truth: PipelineModel | None = None,
+    distort: Callable[[IterationObservation], IterationObservation] | None = None,
+) -> ControllerRun:
     """Run the controller's k in the simulator under the true trace, feeding it each iteration's events.
 
     A change of k delays the next iteration by the controller's switch_ms.
+    `truth` (default: the controller's own model) is the pipeline the
+    simulator runs and measures, so a controller can be run with a wrong model
+    of it; `distort` maps each observation before the controller reads it
+    (measurement noise). Each decision sees only iterations that have ended.
     """
-    pipeline = controller.pipeline
+    pipeline = truth if truth is not None else controller.pipeline
     programs: dict[int, Program] = {}
     switch_ms = controller.config.switch_ms
     ks: list[int] = []
@@ -119,6 +129,8 @@ def run_controller(controller: AdaptiveController, trace: BandwidthTrace | None,
         t += result.iteration_time
         if i + 1 < iterations:
             observation = observe_result(pipeline, result, i, k, starts[-1])
+            if distort is not None:
+                observation = distort(observation)
             started, started_cpu = time.perf_counter(), time.process_time()
             decision = controller.step(observation)
             spent.append((time.perf_counter() - started) * 1000.0)
