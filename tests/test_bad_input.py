@@ -495,16 +495,30 @@ def test_adapt_and_trace_bad_input_exits_2_with_one_line(
 ) -> None:
     """Traces that are unsorted, negative, NaN or name unknown links, a zero iteration count and bad trace parameters:
     exit 2, one `error:` line holding the fragment, nothing written."""
-    for name, text in ADAPT_FILES.items():
-        (tmp_path / name).write_text(text)
-    monkeypatch.chdir(tmp_path)
+    refused_in(tmp_path, ADAPT_FILES, case, argv, fragment, monkeypatch, capsys)
+
+
+def refused_in(
+    folder: Path,
+    files: dict[str, str],
+    case: str,
+    argv: list[str],
+    fragment: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Run `argv` in `folder` holding `files` (name -> text): exit 2, one `error:` line holding `fragment`, no
+    traceback, and nothing written beside the files."""
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    monkeypatch.chdir(folder)
     code, out, err = run(monkeypatch, capsys, *argv)
     assert code == 2, (case, out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
     assert fragment in lines[0], (case, lines[0])
     assert "Traceback" not in out + err
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(ADAPT_FILES), case
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files), case
 
 
 # ---- issue 20, the runtime: --adaptive and an emulated network (train checks them before any process starts) ----
@@ -599,13 +613,5 @@ def test_bad_budget_or_adaptive_setting_exits_2_with_one_line(
 ) -> None:
     """A budget below 1F1B's peak (flag or plan), an adaptive block that contradicts its plan, --adaptive on a schedule
     with no k, a budget with nothing to bound: exit 2, one `error:` line holding the fragment, nothing written."""
-    for name, content in BUDGET_FILES.items():
-        (tmp_path / name).write_text(json.dumps(content))
-    monkeypatch.chdir(tmp_path)
-    code, out, err = run(monkeypatch, capsys, *argv)
-    assert code == 2, (case, out, err)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), (case, err)
-    assert fragment in lines[0], (case, lines[0])
-    assert "Traceback" not in out + err
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(BUDGET_FILES), case
+    files = {name: json.dumps(content) for name, content in BUDGET_FILES.items()}
+    refused_in(tmp_path, files, case, argv, fragment, monkeypatch, capsys)
