@@ -95,8 +95,10 @@ def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b"
 
 
 def cross_node_links(pipeline: Any, cluster: Any) -> list[tuple[int, int]]:
-    """Every ordered device pair a transfer of the pipeline uses between two nodes."""
-    return [link for link in pipeline.flows if cluster.devices[link[0]].node != cluster.devices[link[1]].node]
+    """Every ordered device pair the pipeline's traffic uses between two nodes: its transfers and its data-parallel
+    all-reduce rings (PipelineModel.traffic_links), so every trace family preempts all of the traffic."""
+    devices = cluster.devices
+    return [link for link in pipeline.traffic_links if devices[link[0]].node != devices[link[1]].node]
 
 
 def make_trace(name: str, idle_ms: float, links: list[tuple[int, int]], seed: int, iterations: int) -> Any:
