@@ -7,7 +7,7 @@ Part 1, the controller. Instances: 3 shared profiles (dapple/bert-48 at microbat
 dapple/xlnet-36 at 2) x 2 presets whose inter-node links are slow and shared (v100-8x2-25g: one 25 Gb/s NIC per
 8 GPUs; pcie-4x4-10g: one 10 Gb/s NIC per 4 GPUs), 32 microbatches per pipeline; the plan is pipeplan's fastest
 1F1B plan on the idle network. Each instance runs 60 iterations under five traces on every inter-node pair the
-plan's transfers use (T = the plan's idle 1F1B iteration):
+plan's traffic uses, its transfers and its data-parallel all-reduce rings (T = the plan's idle 1F1B iteration):
   idle         no trace;
   periodic     preempted to 0.25 for the first half of every 20 T;
   markov       seeded on/off bursts, mean 10 T slowed (factor uniform in 0.1..0.5), mean 15 T nominal;
