@@ -7,7 +7,7 @@ Part 1, the controller. Instances: 3 shared profiles (dapple/bert-48 at microbat
 dapple/xlnet-36 at 2) x 2 presets whose inter-node links are slow and shared (v100-8x2-25g: one 25 Gb/s NIC per
 8 GPUs; pcie-4x4-10g: one 10 Gb/s NIC per 4 GPUs), 32 microbatches per pipeline; the plan is pipeplan's fastest
 1F1B plan on the idle network. Each instance runs 60 iterations under five traces on every inter-node pair the
-plan's transfers use (T = the plan's idle 1F1B iteration):
+plan's traffic uses, its transfers and its data-parallel all-reduce rings (T = the plan's idle 1F1B iteration):
   idle         no trace;
   periodic     preempted to 0.25 for the first half of every 20 T;
   markov       seeded on/off bursts, mean 10 T slowed (factor uniform in 0.1..0.5), mean 15 T nominal;
@@ -95,8 +95,10 @@ def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b"
 
 
 def cross_node_links(pipeline: Any, cluster: Any) -> list[tuple[int, int]]:
-    """Every ordered device pair a transfer of the pipeline uses between two nodes."""
-    return [link for link in pipeline.flows if cluster.devices[link[0]].node != cluster.devices[link[1]].node]
+    """Every ordered device pair the pipeline's traffic uses between two nodes: its transfers and its data-parallel
+    all-reduce rings (PipelineModel.traffic_links), so every trace family preempts all of the traffic."""
+    devices = cluster.devices
+    return [link for link in pipeline.traffic_links if devices[link[0]].node != devices[link[1]].node]
 
 
 def make_trace(name: str, idle_ms: float, links: list[tuple[int, int]], seed: int, iterations: int) -> Any:
