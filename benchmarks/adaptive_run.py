@@ -20,7 +20,7 @@ hides it behind the other microbatches of its group.
 
 Case `replicated` (issue 35: every plan adapts): the same model on 3 processes, stage 0 replicated on 2 (each
 runs half of every microbatch and sends its half to stage 1, on its own emulated link), stage 1 on 1
-(`--local 3 --replicas 2,1`); the trace slows both links.
+(`--local 3 --replicas 2,1`); the trace slows both transfer links, not stage 0's all-reduce ring (slowed_links).
 
 Runs alternate A B A B ... (A: `--schedule 1f1b`, B: `--schedule kfkb --k 1 --adaptive`, both under the same
 emulated link and trace), so drifts in machine load hit both alike; each run is S iterations, its time the sum of
@@ -62,10 +62,11 @@ BOOT = "from pipeplan.cli import main; main()"
 
 
 def write_trace(path: Path, duration_ms: float, factor: float) -> Any:
-    """The periodic preemption trace (pipeplan.sim.trace_gen, what `pipeplan trace periodic` writes)."""
+    """The periodic preemption trace (pipeplan.sim.trace_gen, what `pipeplan trace periodic` writes) on the case's
+    transfer links (slowed_links)."""
     from pipeplan.sim.trace_gen import periodic_trace
 
-    trace = periodic_trace(PERIOD_MS, DUTY, factor, duration_ms, start_ms=START_MS)
+    trace = periodic_trace(PERIOD_MS, DUTY, factor, duration_ms, slowed_links(), start_ms=START_MS)
     path.write_text(json.dumps({"format": "pipeplan.bandwidth_trace/1", "steps": trace.to_json()}))
     return trace
 
@@ -74,6 +75,32 @@ CASES = {"pipeline": (2, [], 1), "replicated": (3, ["--replicas", "2,1"], 2)}
 """Each case's processes, its train options beyond the schedule's, and the pieces a microbatch's activation is cut in."""
 CASE = "pipeline"
 """The case this run measures (--case)."""
+
+
+def slowed_links() -> list[tuple[int, int]] | None:
+    """The links the trace slows: every link (None) in case `pipeline`; in case `replicated` the pipeline's transfers
+    between each stage-0 replica (devices 0, 1) and stage 1 (device 2), not the stage's all-reduce ring 0 <-> 1.
+
+    Note:
+        The emulated all-reduce of stage 0's 4 MiB of gradients takes 10.5 ms at 0.4 GB/s; at the factor calibrated
+        for a message (~0.01 under load) it takes over 1 s, longer than an iteration's compute, that no k hides.
+        Slowed with the transfers it made each slowed iteration ~1.5 s, so the trace's 3 s slowdowns held two
+        iterations and its phases changed within almost every iteration: the controller's forecast median error
+        was 83 % (1F1B 8.9 % faster; 2026-11-28 04:10-04:18, load 1.7-3.3). The all-reduce under a trace is
+        tested in tests/test_runtime_adaptive.py; this case measures k against 1F1B.
+    """
+    return None if CASE == "pipeline" else [(0, 2), (1, 2), (2, 0), (2, 1)]
+
+
+def links_option() -> str:
+    """slowed_links as `pipeplan trace periodic --links` takes them ("" for every link)."""
+    links = slowed_links()
+    return "" if links is None else " --links " + ",".join(f"{a}-{b}" for a, b in links)
+
+
+def probe_link() -> tuple[int, int]:
+    """A link the trace slows, whose factor says whether an iteration ran slowed: stage 0's first device to stage 1's."""
+    return (0, CASES[CASE][0] - 1)
 
 
 def piece_bytes() -> float:
@@ -130,7 +157,7 @@ def prediction_errors(runs: list[dict[str, Any]], trace: Any) -> tuple[list[floa
             error = abs(pred / meas - 1)
             every.append(error)
             since = a["start_ms"][i - 1] if i > 0 else start
-            if len({trace.factor_at((0, 1), t) for t in (since, start, start + meas)}) == 1:
+            if len({trace.factor_at(probe_link(), t) for t in (since, start, start + meas)}) == 1:
                 steady.append(error)
     return every, steady
 
@@ -149,7 +176,7 @@ def hindsight_errors(runs: list[dict[str, Any]], trace: Any) -> list[float]:
         for i in range(1, len(a["k"])):
             model = PipelineModel.from_measurements(
                 fwd_ms=a["stage_fwd_ms"][i], bwd_ms=a["stage_bwd_ms"][i], boundary_bytes=[piece_bytes()],
-                boundary_links=[(0, 1)], bandwidth_gb_per_s=[GB_PER_S], static_bytes=[0, 0], activation_bytes=[0, 0],
+                boundary_links=[probe_link()], bandwidth_gb_per_s=[GB_PER_S], static_bytes=[0, 0], activation_bytes=[0, 0],
                 memory_limit_bytes=[1e12, 1e12], microbatches=MICROBATCHES, optimizer_ms=stage_optimizer_ms(out, i),
             )  # fmt: skip
             schedule = kfkb(2, MICROBATCHES, a["k"][i])
@@ -168,7 +195,7 @@ def k_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[int]]:
     """The k of each iteration of an adaptive run, by the trace's factor at its start (slowed or nominal)."""
     phases: dict[str, list[int]] = {"slowed": [], "nominal": []}
     for k, start in zip(out["adaptive"]["k"], out["adaptive"]["start_ms"], strict=True):
-        phases["slowed" if trace.factor_at((0, 1), start) < 1 else "nominal"].append(k)
+        phases["slowed" if trace.factor_at(probe_link(), start) < 1 else "nominal"].append(k)
     return phases
 
 
@@ -177,7 +204,7 @@ def steps_by_phase(out: dict[str, Any], trace: Any) -> dict[str, list[float]]:
     phases: dict[str, list[float]] = {"slowed": [], "nominal": []}
     start = 0.0
     for ms in out["step_ms"]:
-        phases["slowed" if trace.factor_at((0, 1), start) < 1 else "nominal"].append(ms)
+        phases["slowed" if trace.factor_at(probe_link(), start) < 1 else "nominal"].append(ms)
         start += ms
     return phases
 
@@ -186,7 +213,7 @@ def response_to_slowdowns(out: dict[str, Any], trace: Any) -> list[tuple[int, in
     """For each slowdown the run saw: (k of the last iteration before it, largest k of the 3 iterations after it
     began), the first iteration after it being the first observed slowed (the controller decides from it)."""
     a = out["adaptive"]
-    slowed = [trace.factor_at((0, 1), t) < 1 for t in a["start_ms"]]
+    slowed = [trace.factor_at(probe_link(), t) < 1 for t in a["start_ms"]]
     return [(a["k"][i - 1], max(a["k"][i + 1 : i + 4])) for i in range(1, len(slowed) - 3) if slowed[i] and not slowed[i - 1]]
 
 
@@ -263,7 +290,7 @@ def main() -> None:
     print(f"controller: {statistics.median(decision_ms):.2f} ms per decision (median), max {max(decision_ms):.2f} ms, "
           f"{share:.2%} of the iterations' time")  # fmt: skip
     print(f"trace: pipeplan trace periodic --period-ms {PERIOD_MS:g} --duty {DUTY:g} --factor {factor:.4f} --start-ms "
-          f"{START_MS:g} --duration-ms 600000 --out trace.json")  # fmt: skip
+          f"{START_MS:g} --duration-ms 600000{links_option()} --out trace.json")  # fmt: skip
     print("command of each run: pipeplan " + " ".join(command("adaptive", args.steps, Path("trace.json"))))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1))

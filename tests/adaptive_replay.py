@@ -5,6 +5,7 @@ its controller built as the runtime builds it)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +14,7 @@ import torch
 
 from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.execution.replicas import AllReduceSpan
 from pipeplan.runtime.measurement import observations
 from pipeplan.runtime.placement import Message, Topology
 from pipeplan.runtime.training.adaptive import AdaptiveK
@@ -79,25 +81,48 @@ def walk(
     return [StepRecord(0.0, tuple(spans[q]), tuple(moved[q]), 1, ((topology.roles[q].stages[0], 1),)) for q in range(world)]
 
 
+def with_allreduces(topology: Topology, links: EmulatedLinks, records: list[StepRecord], nbytes: int) -> list[StepRecord]:
+    """Each replicated stage's processes' records with the stage's emulated ring all-reduce of `nbytes` (over the
+    plan's stage devices, from the last of their last backwards), as runtime.execution.replicas times it."""
+    out = list(records)
+    for s, stage in enumerate(topology.plan.stages):
+        members = [q for q in range(topology.world_size) if topology.roles[q].stages[0] == s]
+        if len(stage.devices) < 2 or not nbytes:
+            continue
+        start = max(records[q].compute[-1].end_ms for q in members) * 1000.0 - ORIGIN_S * 1000.0
+        end = links.ring_end(tuple(stage.devices), nbytes, start)
+        span = AllReduceSpan(s, start, end, nbytes, links.ring_parts(tuple(stage.devices), nbytes)[0])
+        for q in members:
+            out[q] = dataclasses.replace(records[q], collectives=(span,))
+    return out
+
+
 def replay(plan: Plan, trace: BandwidthTrace, gb_per_s: float, iterations: int, compute_ms: dict[str, float],
-           nbytes: int) -> AdaptiveK:  # fmt: skip
-    """`iterations` of `plan` (kfkb) under `trace` on links emulated at `gb_per_s`, every decision AdaptiveK's."""
+           nbytes: int, gradient_bytes: int = 0, activation_bytes: float = 0.0,
+           memory_limit_bytes: float = 1e12) -> AdaptiveK:  # fmt: skip
+    """`iterations` of `plan` (kfkb) under `trace` on links emulated at `gb_per_s`, every decision AdaptiveK's; with
+    `gradient_bytes`, each replicated stage all-reduces that many bytes after its last backward. Every process holds
+    1,000 static bytes and `activation_bytes` per microbatch in flight, within `memory_limit_bytes`."""
     schedule = make_schedule("kfkb", len(plan.stages), plan.microbatches, k=plan.k)
     topology = Topology(plan, schedule, len(plan.all_devices))
     links = EmulatedLinks.uniform(topology.devices, gb_per_s, trace)
     executor: Any = ReplayExecutor(topology)
-    loop = AdaptiveK(plan, schedule, executor, ORIGIN_S, SimpleNamespace(links=links), memory_limit_bytes=1e12)  # type: ignore[arg-type]
+    loop = AdaptiveK(plan, schedule, executor, ORIGIN_S, SimpleNamespace(links=links), memory_limit_bytes)  # type: ignore[arg-type]
     start = 0.0
     for index in range(iterations):
-        records = walk(executor.topology, links, start, compute_ms, nbytes)
+        records = with_allreduces(executor.topology, links, walk(executor.topology, links, start, compute_ms, nbytes),
+                                  gradient_bytes)  # fmt: skip
         shared = torch.zeros(loop.size, dtype=torch.float64)
         ends = []
         for q, record in enumerate(records):
-            end_ms = record.compute[-1].end_ms * 1000.0 - ORIGIN_S * 1000.0 + 0.5  # a 0.5 ms optimizer step
+            done_ms = record.compute[-1].end_ms * 1000.0 - ORIGIN_S * 1000.0
+            done_ms = max([done_ms] + [c.end_ms for c in record.collectives])
+            end_ms = done_ms + 0.5  # a 0.5 ms optimizer step
             ends.append(end_ms)
             times = (ORIGIN_S + start / 1000.0, ORIGIN_S + end_ms / 1000.0)
             stage = executor.topology.roles[q].stages[0]
-            values = observations.pack(record, ORIGIN_S, loop.k, stage, times, 0.5, 1000.0, 0.0, 1e12)
+            values = observations.pack(record, ORIGIN_S, loop.k, stage, times, 0.5, 1000.0, activation_bytes,
+                                       memory_limit_bytes)  # fmt: skip
             shared[q * loop.slot : q * loop.slot + len(values)] = torch.tensor(values, dtype=torch.float64)
         loop.after_step(index, shared)
         start = max(ends) + 0.2  # the loss's all-reduce

@@ -33,11 +33,13 @@ def slot(process: int, stage: int, collectives: tuple[AllReduceSpan, ...]) -> li
 
 
 def test_a_slot_carries_its_all_reduce_spans_after_its_messages() -> None:
-    """A process's emulated all-reduce comes back from its slot as a Collective with its exact times; none without."""
+    """A process's emulated all-reduce comes back from its slot as a Collective with its exact times and its bucket's
+    bytes; none without."""
     span = AllReduceSpan(0, 12.25, 59.625, 4736, 4.736)
-    assert unpack(slot(0, 0, (span,)))["collectives"] == [Collective(0, 12.25, 59.625)]
+    part = unpack(slot(0, 0, (span,)))
+    assert (part["collectives"], part["allreduce_bytes"]) == ([Collective(0, 12.25, 59.625)], {0: 4736})
     assert unpack(slot(2, 1, ()))["collectives"] == []
-    assert slot_size(4, stages=2) - slot_size(4) == 3  # each stage of a process adds room for one all-reduce
+    assert slot_size(4, stages=2) - slot_size(4) == 4  # each stage of a process adds room for one all-reduce
 
 
 def test_the_observation_holds_each_stage_s_all_reduce_once_in_stage_order() -> None:

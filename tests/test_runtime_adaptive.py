@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
+from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack
 from pipeplan.runtime.placement import Message
@@ -287,3 +290,59 @@ def test_a_replicated_stage_and_two_pipeline_copies_adapt_under_a_trace_and_lose
     # built from the plan before the first step: a decision (and a prediction) for the warm-up too
     assert len(out["replicated"]["adaptive"]["decisions"]) == 13 and out["replicated"]["adaptive"]["predicted_ms"][0] > 0
     assert len(out["copies"]["adaptive"]["decisions"]) == 12 and out["copies"]["adaptive"]["predicted_ms"][0] is None
+
+
+def test_the_warm_up_build_prices_a_replicated_stage_s_ring_and_sees_a_trace_slow_only_that_ring() -> None:
+    """Stage 0 on devices 0 and 1 all-reduces 8,000 gradient bytes over links at 4 MB/s: the controller built from the
+    warm-up holds the ring (0, 1) at 2(n-1)/n x 8,000 B / 4 MB/s = 2 ms; when the trace slows only the ring's links to
+    0.1 (from 40 ms on; no transfer crosses them), its decisions read the ring at 0.1 of nominal, 0.0004 GB/s."""
+    from adaptive_replay import replay
+    from pipeplan.io.plan_json import plan_from_json
+
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    trace = BandwidthTrace((TraceStep(40.0, (0, 1), 0.1), TraceStep(40.0, (1, 0), 0.1)))
+    loop = replay(plan, trace, 0.004, 10, {"F": 1.0, "B": 2.0}, 2048, gradient_bytes=8000)
+    assert loop.controller is not None
+    ring = loop.controller.pipeline.costs.stages[0]
+    assert (ring.allreduce_ring, ring.allreduce_ms, ring.allreduce_latency_ms) == ((0, 1), pytest.approx(2.0), 0.0)
+    assert loop.controller.pipeline.allreduce_bytes == (8000.0, 0.0)
+    assert loop.controller.pipeline.costs.stages[1].allreduce_ring == ()
+    # decision j read iteration j - 1, which ran from start_ms[j - 1] to about start_ms[j]
+    ended = loop.start_ms[1:]
+    before = [d for d in loop.decisions[1:] if d.iteration < len(ended) + 1 and ended[d.iteration - 1] < 40.0]
+    after = [d for d in loop.decisions[1:] if loop.start_ms[d.iteration - 1] >= 40.0]
+    assert before and all(d.factors[(0, 1)] == pytest.approx(1.0) for d in before)
+    ring_seen = [d.factors[(0, 1)] for d in after]  # the nominal samples weigh less each iteration: down towards 0.1
+    assert len(after) >= 5 and ring_seen == sorted(ring_seen, reverse=True) and 0.1 <= ring_seen[-1] < 0.11
+    last = after[-1]
+    assert last.factors[(1, 0)] == pytest.approx(ring_seen[-1])
+    assert last.bandwidth_gb_per_s[(0, 1)] == pytest.approx(0.004 * ring_seen[-1])
+    assert last.factors[(0, 2)] == pytest.approx(1.0)  # the transfers' links are not slowed
+
+
+def test_a_plan_s_k_choices_are_the_runtime_s_candidates_less_those_over_its_memory_limit() -> None:
+    """Each process holds 1,000 static bytes and 100 per microbatch in flight (stage 0: 2 at k = 1, 4 from k = 2 on).
+    With room for all, the plan's k_choices (1, 2, 4) are exactly the candidates (not 3) and every k run is one of
+    them; at a 1,300-byte limit 2 and 4 are over: dropped (reported), k stays 1; a plan starting at the dropped k = 2
+    runs it once (the warm-up) and moves to the one that fits."""
+    from adaptive_replay import replay
+    from pipeplan.core.plan import AdaptiveSetting
+    from pipeplan.io.plan_json import plan_from_json
+
+    plan, _ = plan_from_json({"format": "pipeplan.plan/1", **REPLAY_PLAN})
+    plan = dataclasses.replace(plan, adaptive=AdaptiveSetting((1, 2, 4), 1e12))
+    trace = step_trace([1.0, 1.0, 0.05], 15.0)
+
+    def run(plan: Plan, limit: float) -> Any:
+        return replay(plan, trace, 0.004, 10, {"F": 1.0, "B": 2.0}, 2048, activation_bytes=100.0, memory_limit_bytes=limit)
+
+    roomy = run(plan, 1e12)
+    assert roomy.controller.k_choices == (1, 2, 4) and roomy.k_dropped == ()
+    assert set(roomy.k_used) <= {1, 2, 4} and max(roomy.k_used) > 1, roomy.k_used
+    tight = run(plan, 1300.0)
+    assert tight.controller.k_choices == (1,) and tight.k_dropped == (2, 4) and set(tight.k_used) == {1}
+    assert tight.report()["k_dropped"] == [2, 4]
+    moved = run(dataclasses.replace(plan, k=2), 1300.0)
+    assert moved.k_used[0] == 2 and set(moved.k_used[1:]) == {1}
+    unset = run(dataclasses.replace(plan, adaptive=None), 1300.0)
+    assert unset.controller.k_choices == (1,) and unset.k_dropped == ()

@@ -90,6 +90,9 @@ def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:
     switches = [d for d in adaptive["decisions"] if d["switched"] and d["iteration"] < len(ks)]  # not after the last
     lines = [f"adaptive:  k per step {ks}; {len(switches)} switch{'es' if len(switches) != 1 else ''}"]
     lines += [f"           before step {d['iteration'] + 1}: {d['reason']}" for d in switches]
+    if adaptive.get("k_dropped"):
+        lines.append(f"           note: the plan's k_choices {adaptive['k_dropped']} do not fit this run's memory limit "
+                     f"(the runtime's pipeline): left out; candidates {adaptive['k_choices']}")  # fmt: skip
     decision_ms = [d["decision_ms"] for d in adaptive["decisions"]]
     if decision_ms and adaptive["iteration_ms"]:
         share = sum(decision_ms) / sum(adaptive["iteration_ms"])

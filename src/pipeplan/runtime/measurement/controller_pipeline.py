@@ -15,7 +15,8 @@ Note:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pipeplan.adapt import PipelineModel
@@ -28,6 +29,10 @@ from pipeplan.sim.cost.types import Costs, Flow, StageCost
 
 Pieces = list[list[tuple[Link, float]]]
 """Per boundary, (link, share of one microbatch's rows) of every piece the transfer is sent in."""
+
+RingTime = Callable[[tuple[int, ...], float], tuple[float, float]]
+"""A ring all-reduce's nominal (total ms, latency ms) over its devices for its bytes (the emulated wire's
+EmulatedLinks.ring_parts)."""
 
 
 def pieces(topology: Topology) -> tuple[Pieces, Pieces]:
@@ -53,14 +58,17 @@ def runtime_pipeline(
     memory_limit_bytes: Sequence[float],
     link_bytes: Mapping[Link, float],
     rates: Mapping[Link, tuple[float, float]],
+    allreduce_bytes: Sequence[float] = (),
 ) -> PipelineModel:
     """The controller's pipeline of `topology`: `stages` per stage, each boundary's pieces as flows.
 
     Args:
-        stages: per stage, its compute, memory, all-reduce and optimizer step (the slowest replica's).
+        stages: per stage, its compute, memory, all-reduce (its ring and nominal time) and optimizer step (the
+            slowest replica's).
         memory_limit_bytes: per stage, what its devices may hold.
         link_bytes: bytes of one microbatch's piece on each link a piece uses.
         rates: per link, (nominal bytes/s, latency ms).
+        allreduce_bytes: per stage, the gradient bytes its all-reduce sums (empty: not known).
     """
     forward, backward = pieces(topology)
 
@@ -75,7 +83,16 @@ def runtime_pipeline(
     costs = Costs(tuple(stages), tuple(map(flows, forward)), tuple(map(flows, backward)))
     used = {link for boundary in forward + backward for link, _ in boundary}
     return PipelineModel(costs, topology.plan.microbatches, tuple(map(float, memory_limit_bytes)),
-                         {link: float(link_bytes[link]) for link in used})  # fmt: skip
+                         {link: float(link_bytes[link]) for link in used}, tuple(map(float, allreduce_bytes)))  # fmt: skip
+
+
+def with_ring(stage: StageCost, ring: tuple[int, ...], nbytes: float, ring_time: RingTime) -> StageCost:
+    """`stage` whose all-reduce is a ring over `ring`'s devices (the runtime's: the plan's stage devices, in order)
+    moving `nbytes` at the nominal time `ring_time` gives; no all-reduce for one device or no bytes."""
+    if len(ring) < 2 or nbytes <= 0:
+        return dataclasses.replace(stage, allreduce_ms=0.0, allreduce_ring=(), allreduce_latency_ms=0.0)
+    total, latency = ring_time(ring, nbytes)
+    return dataclasses.replace(stage, allreduce_ms=total, allreduce_ring=ring, allreduce_latency_ms=latency)
 
 
 def plan_pipeline(
@@ -84,11 +101,14 @@ def plan_pipeline(
     model: CostModel,
     rates: Mapping[Link, tuple[float, float]],
     memory_limit_bytes: float | None,
+    ring_time: RingTime | None = None,
 ) -> PipelineModel:
     """The pipeline of a plan before it runs: its stages as `model` prices them (adapt.PipelineModel.from_plan, as
     `pipeplan adapt` builds it; the controller calibrates their compute from the measured stage times), each
     boundary's cut bytes split into the runtime's pieces at the network's `rates`; every stage may hold
-    `memory_limit_bytes` (None: its devices' memory in the plan's cluster).
+    `memory_limit_bytes` (None: its devices' memory in the plan's cluster). A replicated stage's all-reduce is
+    the plan's ring over its devices (sim.cost.plan_costs), its bytes the stage's parameters; on an emulated
+    network (`ring_time`) priced as the wire runs it, else at the plan's cluster.
 
     Raises:
         AdaptError, PlanError: the plan does not match the profile or cluster, or is not one the controller regroups.
@@ -102,7 +122,11 @@ def plan_pipeline(
     link_bytes = {link: cuts[b] * share for side in (forward, backward) for b, group in enumerate(side)
                   for link, share in group}  # fmt: skip
     limits = priced.memory_limit_bytes if memory_limit_bytes is None else (memory_limit_bytes,) * len(plan.stages)
-    return runtime_pipeline(topology, priced.costs.stages, limits, link_bytes, rates)
+    stages = priced.costs.stages
+    if ring_time is not None:
+        stages = tuple(with_ring(c, tuple(st.devices), b, ring_time)
+                       for c, st, b in zip(stages, plan.stages, priced.allreduce_bytes, strict=True))  # fmt: skip
+    return runtime_pipeline(topology, stages, limits, link_bytes, rates, priced.allreduce_bytes)
 
 
 def measured_pipeline(
@@ -111,12 +135,24 @@ def measured_pipeline(
     link_bytes: Mapping[Link, float],
     rates: Mapping[Link, tuple[float, float]],
     memory_limit_bytes: float | None,
+    ring_time: RingTime | None = None,
 ) -> PipelineModel:
     """The pipeline as the warm-up iteration measured it: per stage the slowest of its processes' forward, backward,
     optimizer step and memory (`by_stage`: each stage's processes' slots, runtime.measurement.observations.unpack),
-    each stage limited to `memory_limit_bytes` (None: the least its processes reported)."""
+    each stage limited to `memory_limit_bytes` (None: the least its processes reported).
+
+    A replicated stage's all-reduce is a ring over the plan's stage devices moving the gradient bytes its processes
+    measured (their slots' `allreduce_bytes`), at the nominal time `ring_time` gives (the emulated wire's). On the
+    real network (`ring_time` None) the stages keep no all-reduce: the runtime records no span for a real
+    all-reduce (runtime.execution.replicas.finish_all times only emulated ones; a gloo all-reduce launched after a
+    stage's last backward overlaps the other stages' work, and only its exposed tail, in the wait before the
+    optimizer step, is in the measured iteration), so there is no measured duration to take as its nominal and no
+    Collective for the controller to estimate a ring from; that tail is a prediction error the controller does
+    not learn (small beside a stage's compute over loopback).
+    """
     stages = []
     limits = []
+    gradients = []
     for s in sorted(by_stage):
         parts = by_stage[s]
 
@@ -126,4 +162,7 @@ def measured_pipeline(
         stages.append(StageCost(fwd_ms=most("fwd_ms"), bwd_ms=most("bwd_ms"), saved_bytes=most("activation_bytes"),
                                 static_bytes=most("static_bytes"), optimizer_ms=most("optimizer_ms")))  # fmt: skip
         limits.append(memory_limit_bytes if memory_limit_bytes is not None else min(p["memory_limit_bytes"] for p in parts))
-    return runtime_pipeline(topology, stages, limits, link_bytes, rates)
+        gradients.append(float(max(p.get("allreduce_bytes", {}).get(s, 0.0) for p in parts)))
+        if ring_time is not None:
+            stages[-1] = with_ring(stages[-1], tuple(topology.plan.stages[s].devices), gradients[-1], ring_time)
+    return runtime_pipeline(topology, stages, limits, link_bytes, rates, gradients)

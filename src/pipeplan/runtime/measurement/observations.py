@@ -30,7 +30,7 @@ HEADER = ("k", "stage", "fwd_ms", "bwd_ms", "start_ms", "end_ms", "optimizer_ms"
 RECORD = ("sent", "grad", "boundary", "microbatch", "src", "dst", "nbytes", "at_ms", "wait_ms", "wire_start_ms", "wire_end_ms",
           "posted_ms")  # fmt: skip
 
-COLLECTIVE = ("stage", "start_ms", "end_ms")
+COLLECTIVE = ("stage", "start_ms", "end_ms", "nbytes")
 
 Key = tuple[str, int, int, int, int]
 """A message: (kind, boundary, microbatch, sender process, receiver process)."""
@@ -74,13 +74,14 @@ def pack(
               ms(times_s[1]), optimizer_ms, static_bytes, activation_bytes, memory_limit_bytes,
               len(record.transfers), len(record.collectives)]  # fmt: skip
     for c in record.collectives:
-        rows += [c.stage, c.start_ms, c.end_ms]
+        rows += [c.stage, c.start_ms, c.end_ms, c.nbytes]
     return [float(x) for x in header + rows]
 
 
 def unpack(values: Sequence[float]) -> dict[str, Any]:
     """A slot as a dict: HEADER's names, `sent` {message: ms handed over}, `received` [(message, bytes, ms consumed,
-    ms waited, (wire start, wire end), ms its receive was posted)], `collectives` [Collective]."""
+    ms waited, (wire start, wire end), ms its receive was posted)], `collectives` [Collective], `allreduce_bytes`
+    {stage: the gradient bytes its all-reduce summed}."""
     part: dict[str, Any] = dict(zip(HEADER, values, strict=False))
     part["k"], part["stage"] = int(part["k"]), int(part["stage"])
     part["sent"], part["received"] = {}, []
@@ -96,7 +97,8 @@ def unpack(values: Sequence[float]) -> dict[str, Any]:
     first += int(part["records"]) * width
     width = len(COLLECTIVE)
     rows = [values[first + i * width : first + (i + 1) * width] for i in range(int(part.get("collective_records", 0)))]
-    part["collectives"] = [Collective(int(stage), start, end) for stage, start, end in rows]
+    part["collectives"] = [Collective(int(stage), start, end) for stage, start, end, _ in rows]
+    part["allreduce_bytes"] = {int(stage): nbytes for stage, _, _, nbytes in rows}
     return part
 
 

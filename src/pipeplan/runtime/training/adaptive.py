@@ -26,14 +26,15 @@ from typing import Any
 
 import torch
 
-from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision, Link
+from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision, Link, PipelineModel
+from pipeplan.adapt.predict import fitting_ks
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.executor import Executor, StepRecord
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.measurement import observations
-from pipeplan.runtime.measurement.controller_pipeline import measured_pipeline, plan_pipeline
+from pipeplan.runtime.measurement.controller_pipeline import RingTime, measured_pipeline, plan_pipeline
 from pipeplan.runtime.options import check_adaptable
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.link_emulation import Wire
@@ -118,10 +119,12 @@ class AdaptiveK:
         """What building the controller cost (before the first step with a plan, else after the warm-up)."""
         self._next_prediction: float | None = None
         self._from_warmup = cost_model is None
+        self.k_dropped: tuple[int, ...] = ()
+        """The plan's adaptive k_choices that the controller's pipeline finds over memory (left out; see _config)."""
         if cost_model is not None:
             began = time.perf_counter()
-            pipeline = plan_pipeline(plan, executor.topology, cost_model, self._rates(), memory_limit_bytes)
-            self.controller = AdaptiveController(pipeline, self._config())
+            pipeline = plan_pipeline(plan, executor.topology, cost_model, self._rates(), memory_limit_bytes, self._ring_time())
+            self.controller = AdaptiveController(pipeline, self._config(pipeline))
             self._next_prediction = self.controller.decisions[-1].predicted_ms.get(self.k)
             self.setup_ms = (time.perf_counter() - began) * 1000.0
 
@@ -207,6 +210,10 @@ class AdaptiveK:
         latency_s, per_s = self.link
         return {(a, b): (per_s, latency_s * 1000.0) for a in self.devices for b in self.devices if a != b}
 
+    def _ring_time(self) -> RingTime | None:
+        """A ring all-reduce's nominal time on the emulated wire (None on the real network)."""
+        return None if self.wire is None else self.wire.links.ring_parts
+
     def _build(self, parts: list[dict[str, Any]]) -> AdaptiveController:
         """The controller of this job from the warm-up iteration's measurements (every process's slot)."""
         by_stage: dict[int, list[dict[str, Any]]] = {}
@@ -216,12 +223,29 @@ class AdaptiveK:
             for key, nbytes, *_ in part["received"]:
                 link_bytes[(self.devices[key[3]], self.devices[key[4]])] = nbytes
         pipeline = measured_pipeline(self.executor.topology, by_stage, link_bytes, self._rates(),
-                                     self.memory_limit_bytes)  # fmt: skip
-        return AdaptiveController(pipeline, self._config())
+                                     self.memory_limit_bytes, self._ring_time())  # fmt: skip
+        return AdaptiveController(pipeline, self._config(pipeline))
 
-    def _config(self) -> ControllerConfig:
-        """The controller's constants in the runtime: the starting k, measured compute smoothed (COMPUTE_HALF_LIFE)."""
-        return ControllerConfig(initial_k=self.k, short_half_life=COMPUTE_HALF_LIFE)
+    def _config(self, pipeline: PipelineModel) -> ControllerConfig:
+        """The controller's constants in the runtime: the starting k, measured compute smoothed (COMPUTE_HALF_LIFE),
+        and the candidates: the plan's adaptive k_choices (every k that fits without an adaptive block).
+
+        Note:
+            A k_choice that `pipeline` (the runtime's: the warm-up's measurements or the plan's costs, at this run's
+            memory limit) finds over memory is dropped, with a note in the report (`k_dropped`), not refused: the
+            runtime's pipeline exists only in the started processes (a refusal belongs before any start, and
+            `train` already refuses there a budget below 1F1B's peak under the plan's profile and cluster), and
+            the plan's own model chose k_choices within its budget. If the starting k is dropped the run moves to
+            the smallest fitting k_choice after the first iteration; if none fits, every k that fits is a candidate.
+        """
+        setting = self.plan.adaptive
+        if setting is None:
+            return ControllerConfig(initial_k=self.k, short_half_life=COMPUTE_HALF_LIFE)
+        fitting, _ = fitting_ks(pipeline)
+        choices = tuple(k for k in setting.k_choices if k in fitting) or tuple(fitting)
+        self.k_dropped = tuple(k for k in setting.k_choices if k not in fitting)
+        start = self.k if self.k in choices else choices[0]
+        return ControllerConfig(initial_k=start, short_half_life=COMPUTE_HALF_LIFE, k_choices=choices)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -232,10 +256,13 @@ class AdaptiveK:
         """What `train --json` adds under "adaptive": per iteration its k, start (ms on the run's clock, a bandwidth
         trace's), measured and predicted ms, each stage's mean forward and backward per microbatch (its slowest
         replica's) and this loop's own cost; what building the controller cost (`setup_ms`) and from what
-        (`built_from`: "plan", before the first step, or "warm-up"); every decision."""
+        (`built_from`: "plan", before the first step, or "warm-up"); the candidates (`k_choices`) and the plan's
+        k_choices left out as over memory (`k_dropped`); every decision."""
         return {
             "setup_ms": self.setup_ms,
             "built_from": "warm-up" if self._from_warmup else "plan",
+            "k_choices": [] if self.controller is None else list(self.controller.k_choices),
+            "k_dropped": list(self.k_dropped),
             "k": self.k_used,
             "start_ms": self.start_ms,
             "iteration_ms": self.iteration_ms,
