@@ -1,4 +1,4 @@
-"""How far pipeplan's plans are from a proven lower bound (planner.bound) on every planner-quality instance.
+"""How far pipeplan's plans are from a proven lower bound (planner.bound.shape_bounds) on every planner-quality instance.
 
 Usage: .venv/bin/python benchmarks/bound_gap.py [--rows results.json] [--bounds gaps.jsonl] [--out gaps.jsonl]
                                                 [--workers 2] [--worst 12] [--bounds-only]
@@ -12,9 +12,9 @@ of every instance without planning; `--bounds FILE` reuses the bounds of an earl
 batch) instead of computing them again. `--report` prints the tables of a finished or partial --out.
 For each instance this script computes two bounds and the gap pipeplan's plan leaves:
 
-- all plans: `planner.bound.lower_bound(request)`, which holds for every plan the simulator scores (any schedule,
+- all plans: `planner.bound.shape_bounds.lower_bound(request)`, which holds for every plan the simulator scores (any schedule,
   interleaved or `list` with chunks included, any layer order of a DAG profile);
-- one stage per rank: `planner.bound_orders.stage_bound_over_orders(request)`, which holds for every plan whose
+- one stage per rank: `planner.bound.over_orders.stage_bound_over_orders(request)`, which holds for every plan whose
   ranks each run one contiguous stage (gpipe, 1f1b, kfkb, zb-h1, `list` without chunks) in the profile's layer
   order or one of the DAG orders pipeplan's search plans on.
 
@@ -46,8 +46,8 @@ BOUND_KEYS = ("bound_ms", "bound_term", "bound_shape", "stages_bound_ms", "stage
 
 def bound_row(row: dict[str, Any], scaling: str, plan_it: bool, known: dict[str, Any] | None) -> dict[str, Any]:
     """Both bounds of one instance (or `known` ones), with pipeplan's time and plan (planned here when asked)."""
-    from pipeplan.planner.bound import lower_bound
-    from pipeplan.planner.bound_orders import stage_bound_over_orders
+    from pipeplan.planner.bound.over_orders import stage_bound_over_orders
+    from pipeplan.planner.bound.shape_bounds import lower_bound
     from pipeplan.planner.registry import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
@@ -168,8 +168,8 @@ def exact_row(seed: int) -> dict[str, Any]:
     plan and the bound of pipeplan's plan's class."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from bound_exact import Unpruned
-    from pipeplan.planner.bound import lower_bound
-    from pipeplan.planner.bound_orders import stage_bound_over_orders
+    from pipeplan.planner.bound.over_orders import stage_bound_over_orders
+    from pipeplan.planner.bound.shape_bounds import lower_bound
     from pipeplan.planner.exact import plan_exact
     from pipeplan.planner.registry import PLANNERS
     from pipeplan.planner.request import PlanRequest

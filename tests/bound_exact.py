@@ -1,10 +1,10 @@
-"""exact's optimum with its shape pruning switched off, so that a test of planner.bound against it is no circle."""
+"""exact's optimum with its shape pruning switched off, so that a test of planner.bound.shape_bounds against it is no circle."""
 
 from __future__ import annotations
 
 from unittest import mock
 
-from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.bound.shape_bounds import ShapeBounds
 from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.request import PlanRequest
 
@@ -24,5 +24,5 @@ class Unpruned(ShapeBounds):
 def exact_ms(request: PlanRequest) -> float:
     """exact's optimum (ms) found without pruning shapes by the bound under test (exact's own suffix table, tested
     against simulation in test_exact_parts, still prunes)."""
-    with mock.patch("pipeplan.planner.exact.search.ShapeBounds", Unpruned):
+    with mock.patch("pipeplan.planner.exact.search_tables.ShapeBounds", Unpruned):
         return plan_exact(request).iteration_time

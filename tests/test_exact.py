@@ -10,8 +10,8 @@ import pytest
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.bound.placed_bounds import placed_bound, schedule_bound
 from pipeplan.planner.exact import SCHEDULES, canonical_tuples, ordered_groups, plan_exact, search_space
-from pipeplan.planner.exact.bounds import placed_bound, schedule_bound
 from pipeplan.planner.exact.stages import StageCosts
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest

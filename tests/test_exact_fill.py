@@ -1,4 +1,4 @@
-"""exact.bounds.fill_bound: the warm-up and drain bound, on complete plans and on their first stages."""
+"""placed_bounds.fill_bound and exact.filled: the warm-up and drain bound, on complete plans and on first stages."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import dataclasses
 import random
 
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.bound.best_rings import Rings
+from pipeplan.planner.bound.placed_bounds import Placed, compute_bound, drain_counts, fill_bound
+from pipeplan.planner.bound.shape_bounds import ShapeBounds
+from pipeplan.planner.bound.suffix_table import SuffixBound
 from pipeplan.planner.exact import SCHEDULES
-from pipeplan.planner.exact.bounds import compute_bound, drain_counts, fill_bound
 from pipeplan.planner.exact.filled import filled
-from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.search import Search
-from pipeplan.planner.exact.stages import Placed, StageCosts
-from pipeplan.planner.exact.suffix import SuffixBound
+from pipeplan.planner.exact.search_tables import tables_for
+from pipeplan.planner.exact.stages import StageCosts
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.plan_sim import simulate_plan
 from planner_instances import random_cluster, random_profile
@@ -50,7 +50,7 @@ def simulated_plan(rng: random.Random, trial: int) -> tuple[PlanRequest, list[Pl
 def test_fill_bound_never_exceeds_the_simulation() -> None:
     """On 300 random plans (replicated stages, 1-2 pipelines, every schedule, kfkb k = 2..4) the bound of the whole
     plan, and of each of its first stages with the suffix table's way up and back (all widths, the widths the later
-    stages may take, and those with Search.hop's transfers; and with the table's part of the last stage), is <= the
+    stages may take, and those with Tables.hop's transfers; and with the table's part of the last stage), is <= the
     simulated time."""
     rng = random.Random(23)
     checked = 0
@@ -58,13 +58,13 @@ def test_fill_bound_never_exceeds_the_simulation() -> None:
         request, placed, rp, m, size, name, k, simulated = simulated_plan(rng, trial)
         p = len(placed)
         assert fill_bound(placed, m, name, k, p) <= simulated * (1 + 1e-9)
-        table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size)
-        search = Search(request, SCHEDULES)
+        table = SuffixBound(ShapeBounds(request), Rings(ShapeBounds(request)), rp, m, size, SCHEDULES)
+        tables = tables_for(request, SCHEDULES)
         for j in range(p - 1):
             widest = max(len(st.devices) // rp for st in placed[j + 1 :])  # the later stages' most devices per pipeline
             left = tuple(d for d in range(request.cluster.num_devices) if all(d not in st.devices for st in placed[: j + 1]))
             width = len(placed[j].devices) // rp
-            hop = search.hop(placed[j].devices[0], placed[j].last, min(width, widest), left, size)
+            hop = tables.hop(placed[j].devices[0], placed[j].last, min(width, widest), left, size)
             for trip in (table.after, table.trip(widest), table.trip(widest) + hop):
                 assert fill_bound(placed[: j + 1], m, name, k, p, float(trip[placed[j].last])) <= simulated * (1 + 1e-9)
             _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]
@@ -95,18 +95,18 @@ def test_filled_answers_from_its_memos_as_computed_afresh() -> None:
         request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
         if len(placed) < 2:
             continue
-        search = Search(request, SCHEDULES)
+        tables = tables_for(request, SCHEDULES)
         devices = request.cluster.num_devices
         for scale in (0.6, 0.9):
-            search.best_time = scale * simulated
+            best = scale * simulated
             for j in range(len(placed) - 1):
                 stages = placed[: j + 1]
                 left = tuple(d for d in range(devices) if all(d not in st.devices for st in stages))
-                table = search.table((rp, m, size), left)
+                table = tables.table((rp, m, size), left)
                 for upto in range(stages[-1].last, request.profile.num_layers - 1):
-                    kept = filled(search, stages, m, table, left, rp, size, hop=False, upto=upto)
-                    fresh = Search(request, SCHEDULES, best_time=search.best_time)  # no memos yet
-                    assert kept == filled(fresh, stages, m, table, left, rp, size, hop=False, upto=upto)
+                    kept = filled(tables, best, stages, m, table, left, rp, size, hop=False, upto=upto)
+                    fresh = tables_for(request, SCHEDULES)  # no memos yet
+                    assert kept == filled(fresh, best, stages, m, table, left, rp, size, hop=False, upto=upto)
                     answers.append(kept)
     assert 50 < sum(answers) < len(answers) - 50
 
@@ -125,16 +125,16 @@ def test_filled_tells_twins_apart_by_what_they_differ_in() -> None:
         request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
         if len(placed) < 3:
             continue
-        search = Search(request, UNSPLIT, best_time=0.9 * simulated)
+        tables, best = tables_for(request, UNSPLIT), 0.9 * simulated
         stages = placed[:2]
         left = tuple(d for d in range(request.cluster.num_devices) if all(d not in st.devices for st in stages))
-        table = search.table((rp, m, size), left)
+        table = tables.table((rp, m, size), left)
         slow = [dataclasses.replace(stages[0], chain=stages[0].chain + simulated), stages[1]]
         cramped = [dataclasses.replace(st, memory=st.static) for st in stages]
         answers = []
         for twin in (stages, slow, cramped):
-            kept = filled(search, twin, m, table, left, rp, size, hop=False)
-            assert kept == filled(Search(request, UNSPLIT, best_time=search.best_time), twin, m, table, left, rp, size, hop=False)
+            kept = filled(tables, best, twin, m, table, left, rp, size, hop=False)
+            assert kept == filled(tables_for(request, UNSPLIT), best, twin, m, table, left, rp, size, hop=False)
             answers.append(kept)
         changed += answers[1] != answers[0]
         assert answers[2]  # no schedule fits: nothing to beat the best with

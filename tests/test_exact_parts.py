@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.bound.best_rings import Rings
+from pipeplan.planner.bound.placed_bounds import Placed
+from pipeplan.planner.bound.shape_bounds import ShapeBounds
+from pipeplan.planner.bound.suffix_table import SuffixBound
+from pipeplan.planner.exact import SCHEDULES
 from pipeplan.planner.exact.planner import device_orders
-from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.stages import Placed, StageCosts, clone
-from pipeplan.planner.exact.suffix import SuffixBound
+from pipeplan.planner.exact.stages import StageCosts, clone
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
@@ -54,7 +56,7 @@ def test_suffix_table_never_exceeds_a_simulated_plan() -> None:
         stages = tuple(Stage(cuts[s], cuts[s + 1] - 1, tuple(free.pop() for _ in range(rp))) for s in range(count))
         plan = Plan(stages, rp, m, size, rng.choice(["1f1b", "gpipe", "zb-h1"]))
         simulated = simulate_plan(plan, request.model, record=False).iteration_time
-        table = SuffixBound(bounds, Rings(bounds), rp, m, size)
+        table = SuffixBound(bounds, Rings(bounds), rp, m, size, SCHEDULES)
         assert table.rest[table.n][0] <= simulated * (1 + 1e-9)
 
 
@@ -96,7 +98,7 @@ def test_suffix_table_bounds_every_later_part_of_a_simulated_plan(counts: bool, 
     the forward before it plus the table's bound for layers first_j.. in exactly p - j stages on the devices the
     earlier stages leave (and for any count, and the stage_row of stage j itself) is <= the simulated time; with
     the table's stage counts and without (STAGE_COUNTS 0: one grid for any count)."""
-    from pipeplan.planner.exact import suffix
+    from pipeplan.planner.bound import suffix_table as suffix
     from test_exact_fill import simulated_plan
 
     if not counts:
@@ -106,7 +108,7 @@ def test_suffix_table_bounds_every_later_part_of_a_simulated_plan(counts: bool, 
     for trial in range(300):
         request, placed, rp, m, size, _, _, simulated = simulated_plan(rng, trial)
         bounds = ShapeBounds(request)
-        table = SuffixBound(bounds, Rings(bounds), rp, m, size)
+        table = SuffixBound(bounds, Rings(bounds), rp, m, size, SCHEDULES)
         assert bool(table.counts) == counts
         p, used = len(placed), 0
         for j, st in enumerate(placed):

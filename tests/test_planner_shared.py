@@ -21,7 +21,7 @@ from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.planner.baselines.layer_groups import merge_layers
-from pipeplan.planner.bound import lower_bound
+from pipeplan.planner.bound.shape_bounds import lower_bound
 from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest

@@ -20,7 +20,7 @@ from pipeplan.schedules import (
 )
 from pipeplan.schedules.interleaved import interleaved_warmup
 from pipeplan.schedules.pipemare import pipemare
-from pipeplan.schedules.registry import ASYNCHRONOUS
+from pipeplan.schedules.registry import ASYNCHRONOUS, warmup_forwards, warmup_group
 from pipeplan.sim import simulate, uniform_costs
 
 NAMES = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1")
@@ -397,3 +397,29 @@ def test_peak_inflight_closed_forms(stages: int, microbatches: int, k: int) -> N
     assert peaks(gpipe(stages, microbatches)) == [microbatches] * stages
     assert peaks(one_f_one_b(stages, microbatches)) == [min(stages - r, microbatches) for r in ranks]
     assert peaks(kfkb(stages, microbatches, k)) == [min(k * (stages - r), microbatches) for r in ranks]
+
+
+@given(
+    st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1"]),
+    st.integers(min_value=1, max_value=6),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=12),
+)
+def test_warmup_forwards_count_the_forwards_before_each_first_backward(name: str, p: int, m: int, k: int) -> None:
+    """registry.warmup_forwards (from warmup_group) is, on every rank of the generated schedule, the number of its
+    forwards before its first backward (zb-h1: I), counted in the order itself."""
+    k = min(k, m) if name == "kfkb" else 1
+    counted = []
+    for order in make_schedule(name, p, m, k=k).ranks:
+        ops = [a.op for a in order]
+        first = next(i for i, op in enumerate(ops) if op in ("B", "I"))
+        counted.append(ops[:first].count("F"))
+    assert warmup_forwards(name, p, m, k) == tuple(counted)
+    assert warmup_group(name, m, k) == counted[-1]  # the last stage runs g forwards first
+
+
+@pytest.mark.parametrize("name", ["interleaved-1f1b", "list", "pipemare"])
+def test_a_schedule_without_one_warmup_group_is_refused(name: str) -> None:
+    """Only gpipe, 1f1b, kfkb and zb-h1 have one warm-up group."""
+    with pytest.raises(ScheduleError, match=name):
+        warmup_group(name, 4)

@@ -15,11 +15,11 @@ from pipeplan.viz.json_print import print_json
 from pipeplan.viz.progress import progress_display
 
 if TYPE_CHECKING:
-    from pipeplan.planner.bound_plan import PlanBound
+    from pipeplan.planner.bound.plan_bound import PlanBound
     from pipeplan.planner.compare import Comparison
 
 BOUND_HELP = "Also compute the proven lower bound of the plan's class and the time over it (seconds; minutes on 1,000+ GPUs)."
-"""--bound of plan and compare (planner.bound_plan)."""
+"""--bound of plan and compare (planner.bound.plan_bound)."""
 SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
 
@@ -154,7 +154,7 @@ def plan(
             result = adaptive_plan(result, request, budget)
     measured = None
     if bound:
-        from pipeplan.planner.bound_plan import Bounds
+        from pipeplan.planner.bound.plan_bound import Bounds
 
         measured = Bounds(request).of(result.plan, result.iteration_time)
     if as_json:
@@ -217,7 +217,7 @@ def compare(
                              replication=replication)  # fmt: skip
     measured = None
     if bound:
-        from pipeplan.planner.bound_plan import Bounds
+        from pipeplan.planner.bound.plan_bound import Bounds
         from pipeplan.planner.request import PlanResult
 
         bounds = Bounds(run.request)

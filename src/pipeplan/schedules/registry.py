@@ -156,3 +156,27 @@ def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) ->
     sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if TABLE[name].takes_chunks else {})
     check_schedule_size(name, sizes, stages, action_count(name, stages, microbatches, chunks))
     return SCHEDULES[name](stages, microbatches, k=k, chunks=chunks)
+
+
+def warmup_group(name: str, microbatches: int, k: int = 1) -> int:
+    """g, the schedule's warm-up group: its last stage runs g forwards before its first backward, and stage s of p
+    runs min(g (p - s), m) (warmup_forwards). m under gpipe (every forward first), k under kfkb (at most m), 1 under
+    1f1b and zb-h1.
+
+    Raises:
+        ScheduleError: a schedule without one warm-up group (interleaved, list, pipemare).
+    """
+    if name == "gpipe":
+        return microbatches
+    if name in TAKES_K:
+        return min(k, microbatches)
+    if name in ("1f1b", "zb-h1"):
+        return 1
+    raise ScheduleError(f"schedule {name!r} has no single warm-up group; only gpipe, 1f1b, kfkb and zb-h1 have one")
+
+
+def warmup_forwards(name: str, stages: int, microbatches: int, k: int = 1) -> tuple[int, ...]:
+    """Per stage s of `stages`, the forwards it runs before its first backward: min(g (stages - s), m), g the
+    schedule's warmup_group (the microbatches it holds at once under gpipe, 1f1b and kfkb)."""
+    g = warmup_group(name, microbatches, k)
+    return tuple(min(g * (stages - s), microbatches) for s in range(stages))

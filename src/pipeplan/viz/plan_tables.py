@@ -9,7 +9,7 @@ from rich.table import Table
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
-from pipeplan.planner.bound_plan import PlanBound
+from pipeplan.planner.bound.plan_bound import PlanBound
 from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
 from pipeplan.planner.request import PlanResult
 from pipeplan.planner.search.trace_aware import TraceScore
@@ -156,7 +156,7 @@ def failure_lines(rows: Sequence[PlanResult | PlannerFailure]) -> list[str]:
     return [f"{r.planner}: {r.error}" for r in rows if not isinstance(r, PlanResult)]
 
 
-BOUND_NOTE = "over bound: this time / the proven lower bound of its plan's class ({bounds}; planner.bound_plan)"
+BOUND_NOTE = "over bound: this time / the proven lower bound of its plan's class ({bounds}; planner.bound.plan_bound)"
 """Printed under `planners_table` with bounds; {bounds} lists each class's bound."""
 SPEEDUP_NOTE = f"speed-up: best baseline ({', '.join(BASELINES)}) time / this time; plan: ranks x pipelines"
 """Printed under `planners_table`."""

@@ -1,8 +1,10 @@
 """`exact`: the best plan under pipeplan's simulator for small instances, by branch and bound.
 
 Modules, one idea each: space (the plan space and how to walk it once), stages (a stage's costs, cached),
-bounds (bounds from placed stages), suffix (the best-split bound on the layers left), search (the branch and
-bound), planner (the entry point and its refusals).
+symmetry (the cluster's automorphisms), search_tables (what the search reads besides its incumbent), search (the
+branch and bound), filled and lookahead (its pruning steps, on those tables and the best time), first_plans (its
+early incumbents), planner (the entry point and its refusals). Its bounds are in planner.bound (placed_bounds,
+suffix_table, best_rings).
 """
 
 from pipeplan.planner.exact.planner import MAX_ORDERS, plan_exact

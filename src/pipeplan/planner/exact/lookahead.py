@@ -5,15 +5,10 @@ span), halved where they cannot be."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pipeplan.planner.exact.bounds import MARGIN, compute_bound, placed_bound
-from pipeplan.planner.exact.filled import filled
-from pipeplan.planner.exact.stages import Placed
-from pipeplan.planner.exact.suffix import SLACK
-
-if TYPE_CHECKING:
-    from pipeplan.planner.exact.search import Search
+from pipeplan.planner.bound.placed_bounds import MARGIN, Placed, compute_bound, placed_bound
+from pipeplan.planner.bound.suffix_table import SLACK
+from pipeplan.planner.exact.filled import filled, open_schedules
+from pipeplan.planner.exact.search_tables import Tables
 
 LOOK = 4
 """Stages beyond a stage end that hopeless looks at with device-free stages before any device tuple is costed."""
@@ -24,7 +19,8 @@ as a whole)."""
 
 
 def span_stage(
-    search: Search,
+    tables: Tables,
+    best: float,
     stages: list[Placed],
     start: int,
     ends: tuple[int, int],
@@ -35,27 +31,28 @@ def span_stage(
 ) -> Placed | None:
     """The stage start..ends[0] on r * rp of `free`, no devices in particular (StageCosts.anywhere: every cost from
     below, and they grow with its layers), or None when no stage start..e, e in ends[0]..ends[1], can begin a
-    plan that beats the best with k devices per pipeline for it and the stages after it: its own bounds, the
+    plan that beats `best` with k devices per pipeline for it and the stages after it: its own bounds, the
     table of `free` (its rings at least as fast as any subset's) and filled, their terms at the least over
     those ends."""
     rp, m, size = shape
     low, high = ends
     prev = stages[-1] if stages else None
-    stage = search.costs.anywhere(start, low, free, r, rp, size, prev, search.rings_of(free))
-    cap = search.best_time * (1 + MARGIN)  # its sums are another order than a placed stage's
+    stage = tables.costs.anywhere(start, low, free, r, rp, size, prev, tables.rings_of(free))
+    cap = best * (1 + MARGIN)  # its sums are another order than a placed stage's
     if compute_bound(stage, m) > cap or placed_bound(stage, prev, m) > cap:
         return None
-    table = search.table(shape, free)
+    table = tables.table(shape, free)
     left = k - r
-    if search.beaten(stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min())):
-        return None
-    if filled(search, [*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
+    if stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min()) >= best * (1 + SLACK):
+        return None  # Search.beaten
+    if filled(tables, best, [*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
         return None
     return stage
 
 
 def open_ends(
-    search: Search,
+    tables: Tables,
+    best: float,
     stages: list[Placed],
     start: int,
     ends: list[int],
@@ -72,7 +69,7 @@ def open_ends(
         if 1 <= j - i < FEW:  # a short span is seldom ruled out as a whole: its ends one by one
             todo += [(e, e) for e in range(j, i - 1, -1)]
             continue
-        stage = span_stage(search, stages, start, (ends[i], ends[j]), r, free, k, shape)
+        stage = span_stage(tables, best, stages, start, (ends[i], ends[j]), r, free, k, shape)
         if stage is None:
             continue
         if i == j:
@@ -84,7 +81,8 @@ def open_ends(
 
 
 def hopeless(
-    search: Search,
+    tables: Tables,
+    best: float,
     stages: list[Placed],
     start: int,
     last: int,
@@ -101,32 +99,27 @@ def hopeless(
     with `look`, also when every next stage the table leaves is hopeless after it (look - 1 stages further), or
     is the last and the plan's bounds pass the best."""
     if stage is None:
-        stage = span_stage(search, stages, start, (last, last), r, free, k, shape)
+        stage = span_stage(tables, best, stages, start, (last, last), r, free, k, shape)
         if stage is None:
             return True
     if look <= 0:
         return False
     rp, m, size = shape
-    table, left, ready, placed = search.table(shape, free), k - r, stage.arrive + stage.fwd, [*stages, stage]
-    layers = search.request.profile.num_layers
+    table, left, ready, placed = tables.table(shape, free), k - r, stage.arrive + stage.fwd, [*stages, stage]
+    layers = tables.layers
     for width in table.widths:
         if width > left:
             continue
         row = ready + table.stage_row(last + 1, left, width)
-        ends = (row < search.best_time * (1 + SLACK)).nonzero()[0].tolist()
+        ends = (row < best * (1 + SLACK)).nonzero()[0].tolist()
         if ends and ends[-1] == layers - 1:
             ends.pop()
-            nxt = search.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, search.rings_of(free))
-            if not whole_beaten(search, [*placed, nxt], m):
+            nxt = tables.costs.anywhere(last + 1, layers - 1, free, width, rp, size, stage, tables.rings_of(free))
+            if next(open_schedules(tables.schedules, [*placed, nxt], m, best), None) is not None:  # not beaten
                 return False
         if left <= width or not ends:
             continue
-        for end, nxt in open_ends(search, placed, last + 1, ends, width, free, left, shape):
-            if not hopeless(search, placed, last + 1, end, width, free, left, shape, look - 1, nxt):
+        for end, nxt in open_ends(tables, best, placed, last + 1, ends, width, free, left, shape):
+            if not hopeless(tables, best, placed, last + 1, end, width, free, left, shape, look - 1, nxt):
                 return False
     return True
-
-
-def whole_beaten(search: Search, stages: list[Placed], m: int) -> bool:
-    """Whether a whole plan of these stages cannot beat the best under any schedule its memory allows."""
-    return next(search.open_schedules(stages, m, search.best_time), None) is None

@@ -1,19 +1,21 @@
 """exact's branch and bound over one request: shapes best-bound first, stages placed left to right.
 
-A shape (rp, m) is searched only while planner.bound's proven bound for it (compute, path, all-reduce) and the
-suffix table's (exact.suffix: the best split into stages) are below the incumbent; it is seeded first with the
-split that table found and with even pipelines of each stage width, on the devices in ring_order, and every new
-best plan is polished (its cuts moved while faster; exact.seeds). Before the full searches, each shape gets a cut-short one
-(at most PROBED nodes, FAN stage ends per node, each on its first device tuple) for a better incumbent: it only
-finds plans sooner, the full searches still cover every plan. Stages are placed left to right, depth first.
-A stage end is tried only when the table says the stage and the layers after it can still beat the incumbent
-and the look-ahead (exact.lookahead: the stage on no devices in particular, every cost from below, and LOOK
-stages after it, spans of their ends ruled out at once) does not rule it out, both before any
-device tuple is costed; a device tuple is retired for every longer stage of the same first layer
-once its stage alone passes the incumbent; a partial plan is dropped when a bound on any completion (exact.bounds,
-the table from the stage's actual forward end, and exact.filled: bounds.fill_bound over every stage count and
-schedule its memory allows, with the table's way up and back and Search.hop) reaches the incumbent; a complete plan is
-simulated only when its per-schedule bounds (schedule_bound, fill_bound) are below the incumbent and it fits.
+A shape (rp, m) is searched only while planner.bound.shape_bounds's proven bound for it (compute, path,
+all-reduce) and the suffix table's (planner.bound.suffix_table: the best split into stages) are below the
+incumbent; it is seeded first with the split that table found and with even pipelines of each stage width, on the
+devices in ring_order, and every new best plan is polished (its cuts moved while faster; exact.first_plans makes
+these plans). Before the full searches, each shape gets a cut-short one (at most PROBED nodes, FAN stage ends per
+node, each on its first device tuple) for a better incumbent: it only finds plans sooner, the full searches still
+cover every plan. Stages are placed left to right, depth first. A stage end is tried only when the table says the
+stage and the layers after it can still beat the incumbent and the look-ahead (exact.lookahead: the stage on no
+devices in particular, every cost from below, and LOOK stages after it, spans of their ends ruled out at once)
+does not rule it out, both before any device tuple is costed; a device tuple is retired for every longer stage of
+the same first layer once its stage alone passes the incumbent; a partial plan is dropped when a bound on any
+completion (planner.bound.placed_bounds, the table from the stage's actual forward end, and exact.filled:
+placed_bounds.fill_bound over every stage count and schedule its memory allows, with the table's way up and back
+and Tables.hop) reaches the incumbent; a complete plan is simulated only when its per-schedule bounds
+(schedule_bound, fill_bound) are below the incumbent and it fits. What the search reads besides its incumbent is
+its Tables (exact.search_tables), which filled and lookahead take as an argument with the best time.
 """
 
 from __future__ import annotations
@@ -21,32 +23,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.bound import ShapeBounds
-from pipeplan.planner.exact.bounds import (
+from pipeplan.planner.bound.placed_bounds import (
     MARGIN,
+    Placed,
     compute_bound,
-    fill_bound,
     placed_bound,
-    schedule_bound,
 )
-from pipeplan.planner.exact.filled import Memos, filled, fits
+from pipeplan.planner.bound.suffix_table import SLACK
+from pipeplan.planner.exact.filled import filled, open_schedules
+from pipeplan.planner.exact.first_plans import even_splits, moves, place_split, ring_order, straight_split
 from pipeplan.planner.exact.lookahead import hopeless
-from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
-from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
+from pipeplan.planner.exact.search_tables import Tables, tables_for
 from pipeplan.planner.exact.space import canonical_list, shapes
-from pipeplan.planner.exact.stages import Placed, StageCosts, holds_one
-from pipeplan.planner.exact.suffix import SLACK, SuffixBound
+from pipeplan.planner.exact.stages import holds_one
 from pipeplan.planner.exact.symmetry import least_in_orbit
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.sim.cost.link_model import pair_ms
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.simulator import simulate
@@ -58,11 +53,6 @@ PROBED = 60
 
 FAN = 3
 """Stage ends each node of a cut-short search may search (the lowest bounds first), each on its first device tuple."""
-
-
-NARROW_LAYERS = 600
-"""Most layers for which exact keeps a suffix table per set of free devices (their rings' signature): above, one
-table per shape serves every node (a table of 1,251 layers costs ~0.5 s, more than the nodes it would prune)."""
 
 
 class Spent(Exception):
@@ -101,55 +91,16 @@ class Search:
     simulated: int = 0
     nodes: int = 0
     shapes_searched: int = 0
-    costs: StageCosts = field(init=False)
-    bounds: ShapeBounds = field(init=False)
-    rings: dict[tuple[int, ...], Rings] = field(default_factory=dict)  # free devices -> their rings
-    tables: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, ring signature) -> table
-
+    tables: Tables = field(init=False)  # what the search reads besides its incumbent (tables_for)
     seen: dict[tuple[object, ...], float] = field(default_factory=dict)  # (schedule, k, m, rp, sim_key) -> time
-    hops: dict[tuple[object, ...], float] = field(default_factory=dict)  # (src, last, q, free, size) -> Search.hop
     limit: float = math.inf  # most nodes before Spent (a cut-short search)
     fan: float = math.inf  # most children a node searches (a cut-short search)
-    narrow: bool = field(init=False)  # tables per set of free devices (no twins, at most rings.MAX_DEVICES devices)
-    order: tuple[int, ...] = field(init=False)  # the seeds' device order (ring_order)
-    polishing: bool = False  # inside seeds.polish (which finishes plans itself)
-    shared: dict[object, tuple[np.ndarray, ...]] = field(default_factory=dict)  # SuffixBound's grids of the request
-    memos: Memos = field(default_factory=Memos)  # exact.filled's
-    by_free: dict[tuple[object, ...], SuffixBound] = field(default_factory=dict)  # (shape, free) -> Search.table
-    lead: tuple[tuple[str, int], ...] = field(init=False)  # schedules in the order exact.filled tries them: the
-    # last one whose bound did not pass the best first
+    order: tuple[int, ...] = field(init=False)  # the seeds' device order (first_plans.ring_order)
+    polishing: bool = False  # inside Search.polish (which finishes plans itself)
 
     def __post_init__(self) -> None:
-        self.costs = StageCosts(self.request)
-        self.bounds = ShapeBounds(self.request)
-        n = self.request.cluster.num_devices
-        self.narrow = len(set(self.classes)) == n <= MAX_DEVICES and self.request.profile.num_layers <= NARROW_LAYERS
+        self.tables = tables_for(self.request, self.schedules, self.classes)
         self.order = ring_order(self.request)
-        self.lead = self.schedules
-
-    def table(self, shape: tuple[int, int, int], free: tuple[int, ...]) -> SuffixBound:
-        """The suffix table of a shape for stages on `free` only: its rings are the best those devices allow."""
-        if not self.narrow:
-            free = ()
-        got = self.by_free.get((shape, free))
-        if got is not None:
-            return got
-        rings = self.rings_of(free)
-        key = (shape, rings.signature())
-        got = self.tables.get(key)
-        if got is None:
-            got = self.tables[key] = SuffixBound(self.bounds, rings, *shape, self.schedules, self.shared)
-        self.by_free[shape, free] = got
-        return got
-
-    def rings_of(self, free: tuple[int, ...]) -> Rings:
-        """The best rings the devices `free` allow (those of the whole cluster unless tables are per free set)."""
-        if not self.narrow:
-            free = ()
-        got = self.rings.get(free)
-        if got is None:
-            got = self.rings[free] = Rings(self.bounds, free or None)
-        return got
 
     def finish(self, stages: list[Placed], rp: int, m: int, size: int, cap: float | None = None) -> float:
         """Simulate every schedule of a complete plan that could beat `cap` (the best) and fits; the least time
@@ -159,7 +110,7 @@ class Search:
         plan_stages = tuple(Stage(st.first, st.last, st.devices) for st in stages)
         costs: Costs | None = None  # one plan's costs serve every schedule (plan_costs reads no schedule)
         key: tuple[object, ...] = ()
-        for name, k in self.open_schedules(stages, m, cap):
+        for name, k in open_schedules(self.schedules, stages, m, cap):
             plan = Plan(plan_stages, rp, m, size, name, k=k)
             if costs is None:
                 costs = plan_costs(plan, self.request.model)
@@ -172,44 +123,30 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
             least = min(least, seen)
-        if least < cap and not self.polishing:  # a new best: its neighbours first (seeds.polish)
+        if least < cap and not self.polishing:  # a new best: its neighbours first (Search.polish)
             self.polishing = True
-            polish(self, stages, rp, m, size, least)
+            self.polish(stages, rp, m, size, least)
             self.polishing = False
         return least
 
-    def open_schedules(self, stages: list[Placed], m: int, cap: float) -> Iterator[tuple[str, int]]:
-        """The schedules (name, k) under which a whole plan of these stages fits in memory and its bounds
-        (schedule_bound, fill_bound) are below `cap`."""
-        bounds: dict[bool, float] = {}
-        for name, k in self.schedules:
-            if name == "kfkb" and k >= m:
-                continue
-            split = name == "zb-h1"
-            if split not in bounds:
-                bounds[split] = schedule_bound(stages, m, split)
-            if bounds[split] >= cap or not fits(stages, name, len(stages), m, k):
-                continue
-            if fill_bound(stages, m, name, k, len(stages)) < cap * (1 + SLACK):
-                yield name, k
+    def seed(self, split: list[tuple[int, int, int]], rp: int, m: int, size: int, always_polish: bool = False) -> None:
+        """Simulate a split ((first, last, devices per pipeline) per stage), each stage on the next devices of
+        ring_order; finish polishes it when it is the best plan so far, and with `always_polish` in any case."""
+        stages = place_split(self.tables.costs, self.order, split, rp, size)
+        if stages and all(holds_one(st) for st in stages):
+            self.finish(stages, rp, m, size, cap=math.inf if always_polish else None)
 
-    def hop(self, src: int, last: int, q: int, left: tuple[int, ...], size: int) -> float:
-        """The least time of the cut after `last` from `src` to a device of `left` and back, in 1/q of its bytes: at
-        most the next stage's transfer in and the gradient's transfer out of its first pair (StageCosts.transfer
-        splits the bytes over at most q pairs and takes the slowest)."""
-        key = (src, last, q, left, size)
-        got = self.hops.get(key)
-        if got is None:
-            cluster = self.request.cluster
-            nbytes = self.request.model.layers.cut_bytes(last, size) / q
-            times = []
-            for d in left:
-                try:
-                    times.append(pair_ms(cluster, src, d, nbytes) + pair_ms(cluster, d, src, nbytes))
-                except PipeplanError:  # no link: that device cannot follow src
-                    continue
-            got = self.hops[key] = min(times, default=0.0)
-        return got
+    def polish(self, stages: list[Placed], rp: int, m: int, size: int, time: float) -> None:
+        """Move the cuts of a plan, its stages on the same devices, while a move makes it faster (first_plans.moves,
+        the first faster plan taken): a better incumbent before the searches."""
+        while True:
+            for trial in moves(self.tables.costs, stages, rp, size):
+                got = self.finish(trial, rp, m, size, cap=time)
+                if got < time:
+                    stages, time = trial, got
+                    break
+            else:
+                return
 
     def beaten(self, bound: float) -> bool:
         """Whether a bound from the suffix table (prefix sums) cannot beat the incumbent."""
@@ -220,8 +157,9 @@ class Search:
         self.nodes += 1
         if self.nodes > self.limit:
             raise Spent
-        table = self.table((rp, m, size), free)
-        layers = self.request.profile.num_layers
+        tables = self.tables
+        table = tables.table((rp, m, size), free)
+        layers = tables.layers
         prev = stages[-1] if stages else None
         start = prev.last + 1 if prev is not None else 0
         ready = prev.arrive + prev.fwd if prev is not None else 0.0  # no stage of layer start begins before
@@ -241,12 +179,12 @@ class Search:
             if self.beaten(bound):
                 break
             rest_layers = layers - 1 - last
-            if rest_layers and k > r and hopeless(self, stages, start, last, r, free, k, (rp, m, size)):
+            if rest_layers and k > r and hopeless(tables, self.best_time, stages, start, last, r, free, k, (rp, m, size)):
                 continue
             for devices in canonical_list(free, r * rp, self.classes):
                 if dead.get(devices, layers) <= last or not least_in_orbit(used + devices, self.group):
                     continue
-                stage = self.costs.place(start, last, devices, rp, size, prev)
+                stage = tables.costs.place(start, last, devices, rp, size, prev)
                 if compute_bound(stage, m) > self.best_time * (1 + MARGIN):
                     dead[devices] = last
                     continue
@@ -256,7 +194,7 @@ class Search:
                     self.finish([*stages, stage], rp, m, size)
                     continue
                 left = tuple(d for d in free if d not in devices)
-                after = self.table((rp, m, size), left) if self.narrow else table
+                after = tables.table((rp, m, size), left) if tables.narrow else table
                 if self.beaten(stage.arrive + stage.fwd + after.rest[len(left) // rp][last + 1]):
                     continue
                 # the layers left, on the devices left: at least their least compute per sample, each sample
@@ -265,7 +203,7 @@ class Search:
                 if self.beaten(stage.arrive + stage.fwd + m * size * per_sample / ((len(left) // rp) * fastest)):
                     continue
                 placed = [*stages, stage]
-                if filled(self, placed, m, after, left, rp, size):
+                if filled(tables, self.best_time, placed, m, after, left, rp, size):
                     continue
                 self.grow(placed, left, rp, m, size, used + devices)
                 if self.fan < math.inf:  # a cut-short search: one device tuple per stage end, `fan` stage ends
@@ -278,24 +216,25 @@ class Search:
         """Seed, then search every shape whose bound is below the incumbent, the lowest bound first."""
         request = self.request
         devices = request.cluster.num_devices
-        bounds = self.bounds
+        bounds, tables = self.tables.bounds, self.tables
         candidates = [shape for shape in shapes(request) if bounds.fits(shape[0])]
         cheap = {shape: max(bounds.terms(shape[0], shape[2])) for shape in candidates}
         order = sorted(candidates, key=lambda shape: cheap[shape])  # stable: equal bounds keep rp up, m down
         for shape in order:  # straight pipelines over all devices, as many stages as devices allow
-            seed_straight(self, *shape)
+            self.seed(straight_split(tables.layers, devices, shape[0]), *shape)
         for shape in order[:SEEDED]:  # even pipelines of every stage width, cut where their compute is even
-            seed_even(self, *shape)
+            for split in even_splits(bounds, devices, shape[0], shape[2]):
+                self.seed(split, *shape, always_polish=True)
         everything = tuple(range(devices))
         seeded = set()
         for shape in order[:SEEDED]:  # the best splits of the shapes with the lowest bounds
             if not self.beaten(cheap[shape]):
                 seeded.add(shape)
-                seed(self, self.table(shape, everything).split(), *shape, always_polish=True)
+                self.seed(tables.table(shape, everything).split(), *shape, always_polish=True)
         for shape in order:  # a cut-short search of each shape: its first plans, for a better incumbent
             if self.beaten(cheap[shape]):
                 break
-            if not self.beaten(self.table(shape, everything).rest[-1][0]):
+            if not self.beaten(tables.table(shape, everything).rest[-1][0]):
                 self.limit, self.fan = self.nodes + PROBED, FAN
                 with contextlib.suppress(Spent):
                     self.grow([], everything, *shape, ())
@@ -303,10 +242,10 @@ class Search:
         for shape in order:
             if self.beaten(cheap[shape]):
                 break
-            table = self.table(shape, everything)
+            table = tables.table(shape, everything)
             if self.beaten(table.rest[table.n][0]):
                 continue
             if shape not in seeded:
-                seed(self, table.split(), *shape)
+                self.seed(table.split(), *shape)
             self.shapes_searched += 1
             self.grow([], everything, *shape, ())

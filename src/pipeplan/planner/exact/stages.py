@@ -9,32 +9,11 @@ import numpy as np
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.shared_params import span_overlap_bytes
-from pipeplan.planner.exact.rings import Rings
+from pipeplan.planner.bound.best_rings import Rings
+from pipeplan.planner.bound.placed_bounds import Placed
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import StageWork, static_bytes
 from pipeplan.sim.cost.link_model import link_arrays, ms, pair_ms, ring_allreduce_ms
-
-
-@dataclass(slots=True)
-class Placed:
-    """One placed stage at a fixed (rp, m): its layers, devices and times for a microbatch."""
-
-    first: int
-    last: int
-    devices: tuple[int, ...]
-    fwd: float
-    bwd: float
-    inp: float  # I of the zero-bubble split (at most B)
-    wgt: float  # W of the zero-bubble split
-    allreduce: float  # all-reduce, then the optimizer step
-    static: float
-    act: float
-    memory: float
-    arrive: float  # earliest start of its first forward: the forward path up to it
-    fwd_in: float = 0.0  # transfer from the previous stage, unqueued
-    bwd_out: float = 0.0  # gradient transfer back to the previous stage, unqueued
-    chain: float = 0.0  # from the start of a backward here to the end of stage 0's backward and all-reduce
-    chain_split: float = 0.0  # the same when stages above 0 run only I (zero-bubble)
 
 
 @dataclass(slots=True)

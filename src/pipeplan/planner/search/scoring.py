@@ -10,6 +10,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.schedules.registry import warmup_forwards
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
@@ -121,8 +122,7 @@ class Evaluator:
             # steady state frees k before it opens k), as the generated orders give (tests/test_scoring.py)
             costs = self.costs(plan)
             p, m = plan.num_ranks, plan.microbatches
-            k = plan.k if plan.schedule == "kfkb" else 1
-            held = [m if plan.schedule == "gpipe" else min(k * (p - r), m) for r in range(p)]
+            held = warmup_forwards(plan.schedule, p, m, plan.k)
             return tuple(costs.stages[r].static_bytes + held[r] * costs.stages[r].saved_bytes for r in range(p))
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)

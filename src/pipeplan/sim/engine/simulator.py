@@ -9,8 +9,8 @@ from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
 from pipeplan.sim.cost.types import Costs, ring_links
-from pipeplan.sim.engine.bounds import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
+from pipeplan.sim.engine.lower_bound import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
 from pipeplan.sim.engine.transfers import TransferTable
 from pipeplan.sim.result import CollectiveSpan, ExchangeSpan, FlowSpan, RankStats, SimResult

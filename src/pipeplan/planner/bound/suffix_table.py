@@ -3,8 +3,8 @@
 For one shape (rp pipelines, m microbatches of b samples) let n = N // rp. A stage of layers a..e on r devices
 per pipeline (r | b) cannot end its part of the iteration before it has seen its first input, run its m
 forwards and backwards and then its all-reduce and optimizer step, or run its m forwards and backward-input
-parts and then passed the last gradient down through every layer below it (planner.bound, term 4: the same
-per-stage terms, at the fastest device's speed and the best ring of r rp devices (exact.rings); inf when the stage's weights and
+parts and then passed the last gradient down through every layer below it (planner.bound.shape_bounds, term 4: the same
+per-stage terms, at the fastest device's speed and the best ring of r rp devices (best_rings); inf when the stage's weights and
 one microbatch's saved bytes fit no device). Nor can it start its first backward before one microbatch has gone
 through its forward, the forwards of every later layer and their backward(-input) parts (the way up and back),
 nor its last before the m-th forward has taken that way: so also that start + m backwards (or the last
@@ -32,9 +32,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from pipeplan.planner.bound import ShapeBounds
-from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.space import SCHEDULES
+from pipeplan.planner.bound.best_rings import Rings
+from pipeplan.planner.bound.shape_bounds import ShapeBounds
+from pipeplan.schedules.registry import warmup_group
 
 STAGE_COUNTS = 10**7
 """Most cells (devices x widths x layers^2 x stage counts) for which the table keeps a grid per count of later
@@ -128,7 +128,7 @@ class SuffixBound:
         rp: int,
         m: int,
         size: int,
-        schedules: tuple[tuple[str, int], ...] = SCHEDULES,
+        schedules: tuple[tuple[str, int], ...],
         shared: dict[object, tuple[np.ndarray, ...]] | None = None,
     ) -> None:
         """`shared`: grids that depend on the request and the samples per replica only, kept between the tables of
@@ -167,14 +167,8 @@ class SuffixBound:
             self.parts[r] = (f, b, i, step, fits)
             top = fits[:, layers - 1]
             self.top_cols[r] = (np.where(top, (f + step)[:, layers - 1], np.inf), b[:, layers - 1], i[:, layers - 1])
-        # the schedules' warm-up: g forwards on the last stage (1f1b, zb-h1: 1; kfkb: k; gpipe: m), split backward
-        self.kinds = sorted(
-            {
-                (m if name == "gpipe" else k if name == "kfkb" else 1, name == "zb-h1")
-                for name, k in schedules
-                if name != "kfkb" or k < m
-            }
-        )
+        # the schedules' warm-up group g (schedules.registry.warmup_group) and split backward
+        self.kinds = sorted({(warmup_group(name, m, k), name == "zb-h1") for name, k in schedules if name != "kfkb" or k < m})
         self.counts = min(self.n, layers) if self.n * len(self.widths) * layers**2 * min(self.n, layers) <= STAGE_COUNTS else 0
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
         self.least: dict[int, list[float]] = {}

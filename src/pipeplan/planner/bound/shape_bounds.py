@@ -29,9 +29,9 @@ at least the largest of:
    over two nodes has a link between them), or the cluster's measured all-reduce; 0 for k = 1.
    Phases: no rank's backward starts before one microbatch's forward has passed every layer, and every rank's
    forwards end before one microbatch's whole backward path: term 1 also takes the largest convex combination
-   of compute, path and these two (planner.bound_phases, where the argument is).
+   of compute, path and these two (planner.bound.phase_term, where the argument is).
 4. fill: the ranks' first layers are distinct, and a rank that starts at a later layer loses the path before it
-   (planner.bound_fill, where the argument is).
+   (planner.bound.fill_term, where the argument is).
 
 A shape counts only when a pipeline's devices can hold every layer's weights, gradients and optimizer state once
 (sum_i static_i <= the memory of its n largest devices) and every layer fits one device. The bound is the least,
@@ -42,7 +42,7 @@ its all-reduces; transfers, queues and activation memory only add.
 5. stages (`lower_bound(request, stages=True)`): for plans with one contiguous stage per rank only (every
    schedule but interleaving and chunked `list`), in the profile's own layer order, the least over every split
    into stages of the largest stage bound, with the transfer into each stage, one microbatch's memory, and the
-   nodes a plan must cross (planner.bound_stages); planner.bound_orders takes it over the layer orders
+   nodes a plan must cross (planner.bound.stage_term); planner.bound.over_orders takes it over the layer orders
    pipeplan's search plans on. A plan's gap is measured over the bound of its class (benchmarks/bound_gap.py):
    term 5 for a plan with one stage per rank, which belongs to that class, else the all-plan bound.
 """
@@ -56,9 +56,9 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.shared_params import first_holder_params
-from pipeplan.planner.bound_fill import fill_term
-from pipeplan.planner.bound_phases import phase_term
-from pipeplan.planner.bound_stages import STAGE_DP_CELLS, stage_term
+from pipeplan.planner.bound.fill_term import fill_term
+from pipeplan.planner.bound.phase_term import phase_term
+from pipeplan.planner.bound.stage_term import STAGE_DP_CELLS, stage_term
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
@@ -212,7 +212,7 @@ class ShapeBounds:
 
     def stages(self, rp: int, b: int) -> float:
         """The least, over every split of the layers into contiguous stages of r_s devices each (sum r_s <= n), of
-        the largest stage bound (planner.bound_stages); nan when the shape is too large to search."""
+        the largest stage bound (planner.bound.stage_term); nan when the shape is too large to search."""
         return stage_term(self, rp, b)
 
 

@@ -9,8 +9,8 @@ from bound_exact import exact_ms
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.bound import ShapeBounds, lower_bound
-from pipeplan.planner.bound_orders import search_orders, stage_bound_over_orders
+from pipeplan.planner.bound.over_orders import search_orders, stage_bound_over_orders
+from pipeplan.planner.bound.shape_bounds import ShapeBounds, lower_bound
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.plan_sim import simulate_plan

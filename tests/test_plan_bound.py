@@ -9,9 +9,9 @@ import pytest
 from cli_runner import run
 from pipeplan.core.dag import inputs_of
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.bound import lower_bound
-from pipeplan.planner.bound_orders import search_orders, stage_bound_over_orders
-from pipeplan.planner.bound_plan import EVERY_PLAN, ONE_STAGE, Bounds
+from pipeplan.planner.bound.over_orders import search_orders, stage_bound_over_orders
+from pipeplan.planner.bound.plan_bound import EVERY_PLAN, ONE_STAGE, Bounds
+from pipeplan.planner.bound.shape_bounds import lower_bound
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile

@@ -4,10 +4,34 @@ against the simulation on random plans."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
-from pipeplan.planner.exact.stages import Placed
 from pipeplan.schedules import make_schedule
+from pipeplan.schedules.registry import warmup_forwards, warmup_group
+
+
+@dataclass(slots=True)
+class Placed:
+    """One placed stage at a fixed (rp, m): its layers, devices and times for a microbatch."""
+
+    first: int
+    last: int
+    devices: tuple[int, ...]
+    fwd: float
+    bwd: float
+    inp: float  # I of the zero-bubble split (at most B)
+    wgt: float  # W of the zero-bubble split
+    allreduce: float  # all-reduce, then the optimizer step
+    static: float
+    act: float
+    memory: float
+    arrive: float  # earliest start of its first forward: the forward path up to it
+    fwd_in: float = 0.0  # transfer from the previous stage, unqueued
+    bwd_out: float = 0.0  # gradient transfer back to the previous stage, unqueued
+    chain: float = 0.0  # from the start of a backward here to the end of stage 0's backward and all-reduce
+    chain_split: float = 0.0  # the same when stages above 0 run only I (zero-bubble)
+
 
 MARGIN = 1e-9
 """Relative slack before a stage's own bound (compute_bound, placed_bound) retires it: sums in floating point need
@@ -149,8 +173,7 @@ def fill_bound(
 def fill_plan(name: str, p: int, m: int, k: int) -> tuple[int, tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """What fill_bound reads of a schedule of p stages: g, each stage's warm-up forwards w_s = min(g (p - s), m),
     and drain_counts."""
-    g = m if name == "gpipe" else min(k if name == "kfkb" else 1, m)
-    return g, tuple(min(g * (p - s), m) for s in range(p)), drain_counts(name, p, m, k)
+    return warmup_group(name, m, k), warmup_forwards(name, p, m, k), drain_counts(name, p, m, k)
 
 
 def fill_parts(stages: list[Placed], split: bool) -> tuple[tuple[float, ...], ...]:

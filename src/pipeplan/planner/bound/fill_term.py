@@ -1,6 +1,6 @@
 """The fill-and-drain term of the all-plan lower bound: ranks that start late lose the path before their first layer.
 
-It holds for every plan planner.bound covers, chunk-stages (interleaved, `list` with chunks) included. Take a plan
+It holds for every plan planner.bound.shape_bounds covers, chunk-stages (interleaved, `list` with chunks) included. Take a plan
 of shape (rp, b), m = G / (rp b) microbatches per pipeline. Its pipeline has ranks k = 0..p-1, rank k on r_k
 devices per pipeline replica (sum r_k <= n = N // rp) whose slowest has speed s_k; it runs the chunk-stages
 L_k (any layers) and its first layer is a_k (the ranks' first layers are distinct; the rank of layer 0 has
@@ -38,7 +38,7 @@ FILL_MIXES = 11
 
 
 def fill_term(bounds: Any, rp: int, b: int) -> float:
-    """The fill-and-drain bound of shape (rp, b) (module docstring); `bounds` is a planner.bound.ShapeBounds."""
+    """The fill-and-drain bound of shape (rp, b) (module docstring); `bounds` is a planner.bound.shape_bounds.ShapeBounds."""
     request = bounds.request
     n = request.cluster.num_devices // rp
     m = request.global_batch // (rp * b)

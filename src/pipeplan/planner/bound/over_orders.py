@@ -1,6 +1,6 @@
 """The one-stage-per-rank bound over every layer order pipeplan's search may place a DAG profile's layers in.
 
-planner.bound's stage term splits the layers into stages contiguous in the profile's order; a plan of a DAG
+planner.bound.shape_bounds's stage term splits the layers into stages contiguous in the profile's order; a plan of a DAG
 profile may place its layers in another topological order (core.dag), where its stages are contiguous instead.
 pipeplan's search (planner.search.dag_search) plans on the profile's order and on each order of
 planner.search.dag_orders, so every plan it returns with one stage per rank is one of the plans the stage term
@@ -15,8 +15,8 @@ import dataclasses
 import math
 
 from pipeplan.core.dag import reorder
-from pipeplan.planner.bound import TERMS, LowerBound, ShapeBounds, shapes
-from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.bound.fill_term import fill_term
+from pipeplan.planner.bound.shape_bounds import TERMS, LowerBound, ShapeBounds, shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.dag_orders import dag_orders
 from pipeplan.planner.search.dag_search import slowest_rate_bytes_per_ms
@@ -29,7 +29,7 @@ def search_orders(request: PlanRequest) -> list[tuple[int, ...] | None]:
 
 
 def stage_bound_over_orders(request: PlanRequest) -> LowerBound:
-    """The least, over the shapes, of the largest of planner.bound's terms and the least over search_orders of the
+    """The least, over the shapes, of the largest of planner.bound.shape_bounds's terms and the least over search_orders of the
     stage term on the profile reordered so (module docstring): lower_bound(stages=True) over those orders."""
     base = ShapeBounds(request)
     ordered = [base] + [

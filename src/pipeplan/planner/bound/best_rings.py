@@ -6,14 +6,14 @@ distinct devices, the slowest link is at most the best bottleneck (the largest r
 cycle of k devices uses only links of rate >= R_k) and the largest latency at least the least one (L_k likewise),
 so 2 (k - 1) / k * n / R_k + 2 (k - 1) * L_k bounds it from below. Both come from a search over device subsets
 (a directed Hamiltonian-cycle DP per threshold), done for clusters of at most MAX_DEVICES devices; larger ones,
-and clusters with a measured all-reduce, keep planner.bound's cluster-wide values.
+and clusters with a measured all-reduce, keep planner.bound.shape_bounds's cluster-wide values.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.planner.bound import ShapeBounds
+from pipeplan.planner.bound.shape_bounds import ShapeBounds
 from pipeplan.sim.cost.link_model import link_arrays
 
 MAX_DEVICES = 10

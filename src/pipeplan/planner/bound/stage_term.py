@@ -59,7 +59,7 @@ def spans(values: np.ndarray) -> np.ndarray:
 def stage_term(bounds: Any, rp: int, b: int) -> float:
     """The stage term of shape (rp, b) (module docstring); nan when the shape is too large to search.
 
-    `bounds` is a planner.bound.ShapeBounds.
+    `bounds` is a planner.bound.shape_bounds.ShapeBounds.
     """
     request = bounds.request
     devices = request.cluster.num_devices

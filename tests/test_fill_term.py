@@ -13,8 +13,8 @@ from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.bound import ShapeBounds, lower_bound
-from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.bound.fill_term import fill_term
+from pipeplan.planner.bound.shape_bounds import ShapeBounds, lower_bound
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.link_model import ring_allreduce_ms
 from pipeplan.sim.cost.memory import check_fits

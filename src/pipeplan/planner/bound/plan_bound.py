@@ -1,11 +1,11 @@
 """The proven lower bound a plan is measured against: the bound of its plan's class (`plan --bound`, `compare --bound`).
 
-Two bounds hold for a request (planner.bound's docstring gives each term's argument):
+Two bounds hold for a request (planner.bound.shape_bounds's docstring gives each term's argument):
 
 - every plan: `lower_bound(request)`, for every plan the simulator scores (interleaved and chunked `list` plans,
   any layer order of a DAG profile);
 - one stage per rank: `stage_bound_over_orders(request)`, for plans whose ranks each run one stage contiguous in
-  the profile's layer order or in one of the DAG orders pipeplan's search plans on (planner.bound_orders); it adds
+  the profile's layer order or in one of the DAG orders pipeplan's search plans on (planner.bound.over_orders); it adds
   the stage DP's term, so it is the tighter of the two where it applies.
 
 A plan's class is the second when it has one chunk per rank and its layer order is one of those orders, else the
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeplan.core.plan import Plan
-from pipeplan.planner.bound import LowerBound, lower_bound
-from pipeplan.planner.bound_orders import search_orders, stage_bound_over_orders
+from pipeplan.planner.bound.over_orders import search_orders, stage_bound_over_orders
+from pipeplan.planner.bound.shape_bounds import LowerBound, lower_bound
 from pipeplan.planner.request import PlanRequest
 
 EVERY_PLAN = "every plan"

@@ -7,8 +7,8 @@ import math
 from bound_exact import exact_ms
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.bound import ShapeBounds, lower_bound
-from pipeplan.planner.bound_phases import phase_term
+from pipeplan.planner.bound.phase_term import phase_term
+from pipeplan.planner.bound.shape_bounds import ShapeBounds, lower_bound
 from pipeplan.planner.request import PlanRequest
 
 GIB = float(1 << 30)
