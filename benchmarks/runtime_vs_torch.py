@@ -157,7 +157,7 @@ def worker(case_name: str, rounds: int, warmup: int, out: str) -> None:
                 times[key].append(float(elapsed) * 1000.0)
 
     if rank == 0:
-        Path(out).write_text(json.dumps({"times": times, "predicted": predicted, "latency_s": latency, "bandwidth": bandwidth}))
+        Path(out).write_text(json.dumps({"times": times, "predicted": predicted, "latency_ms": latency, "bandwidth": bandwidth}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -181,6 +181,7 @@ def spread(values: list[float]) -> str:
 
 def run_case(name: str, rounds: int, warmup: int) -> list[str]:
     """Run one case on PROCESSES local processes and print its table; the targets it fails."""
+    from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
     from pipeplan.runtime.training.launch import launch_local, run_file
 
     case = CASES[name]
@@ -193,7 +194,8 @@ def run_case(name: str, rounds: int, warmup: int) -> list[str]:
     model = f"{case.what}, batch {case.batch} in {case.microbatches} microbatches"
     print(f"case {name}: runtime vs torch.distributed.pipelining: {model},")
     print(f"{PROCESSES} processes, gloo, 1 thread each; {rounds} alternating rounds after {warmup} warm-up")
-    print(f"link (ping-pong): latency {result['latency_s'] * 1e6:.0f} us, bandwidth {result['bandwidth'] / 1e9:.2f} GB/s")
+    latency_us, gb_per_s = ms_to_us(result["latency_ms"]), bytes_per_s_to_gb_per_s(result["bandwidth"])
+    print(f"link (ping-pong): latency {latency_us:.0f} us, bandwidth {gb_per_s:.2f} GB/s")
     print()
     header = f"{'schedule':<8} {'pipeplan ms':>12} {'torch ms':>10} {'ratio median':>13}  {'ratio min / q1 / q3 / max':<30}"
     print(header + f" {'predicted ms':>13} {'meas/pred':>10}  {'meas/pred min / q1 / q3 / max':<30}")

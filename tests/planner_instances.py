@@ -6,6 +6,7 @@ import random
 
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.core.units import s_to_ms, us_to_s
 from pipeplan.planner.request import PlanRequest
 
 GIB = float(1 << 30)
@@ -44,7 +45,9 @@ def random_cluster(seed: int, devices: int, memory_gib: float = 16.0) -> Cluster
         for i in range(devices)
     )
     bandwidth = tuple(tuple(0.0 if a == b else rng.uniform(1.0, 50.0) * 1e9 for b in range(devices)) for a in range(devices))
-    latency = tuple(tuple(0.0 if a == b else rng.uniform(2.0, 50.0) * 1e-6 for b in range(devices)) for a in range(devices))
+    latency = tuple(
+        tuple(0.0 if a == b else s_to_ms(us_to_s(rng.uniform(2.0, 50.0))) for b in range(devices)) for a in range(devices)
+    )  # 2 to 50 us
     return Cluster(f"random-{seed}-{devices}", devs, bandwidth, latency)
 
 
@@ -90,8 +93,9 @@ def fuzz_request(seed: int, large: bool = False) -> PlanRequest:
         return base * (rng.uniform(0.3, 1.0) if noisy else 1.0)
 
     bandwidth = tuple(tuple(0.0 if a == b else rate(a, b) for b in range(n)) for a in range(n))
+    near, far = s_to_ms(5e-6), s_to_ms(20e-6)  # 5 and 20 us, through seconds: the floats the golden plans were made with
     latency = tuple(
-        tuple(0.0 if a == b else (5e-6 if devices[a].node == devices[b].node else 20e-6) for b in range(n)) for a in range(n)
+        tuple(0.0 if a == b else (near if devices[a].node == devices[b].node else far) for b in range(n)) for a in range(n)
     )
     nic = rng.uniform(5, 50) * 1e9 if nodes > 1 and rng.random() < 0.6 else None
     cluster = Cluster(f"fuzz-{seed}", tuple(devices), bandwidth, latency, nic)

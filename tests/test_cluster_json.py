@@ -52,7 +52,7 @@ def test_matrix_form_converts_units() -> None:
     assert cluster.num_devices == 3
     assert cluster.bandwidth_bytes_per_s[0][1] == 50e9
     assert cluster.bandwidth_bytes_per_s[1][0] == 25e9  # asymmetric is allowed
-    assert cluster.latency_s[0][2] == pytest.approx(40e-6)
+    assert cluster.latency_ms[0][2] == pytest.approx(0.04)
     assert cluster.nic_bytes_per_s == 3.125e9
     assert cluster.devices[0].memory_bytes == 32 * GIB
     assert cluster.devices[1].kind == "V100"
@@ -66,8 +66,8 @@ def test_matrix_form_accepts_one_latency_for_every_pair() -> None:
     obj = matrix_form()
     obj["latency_us"] = 7
     cluster = cluster_from_json(obj)
-    assert cluster.latency_s[1][2] == pytest.approx(7e-6)
-    assert cluster.latency_s[2][2] == 0.0
+    assert cluster.latency_ms[1][2] == pytest.approx(0.007)
+    assert cluster.latency_ms[2][2] == 0.0
 
 
 def test_description_form_builds_two_levels_and_an_ordered_override() -> None:
@@ -81,9 +81,9 @@ def test_description_form_builds_two_levels_and_an_ordered_override() -> None:
     assert cluster.bandwidth_bytes_per_s[1][6] == 25e9
     assert cluster.bandwidth_bytes_per_s[0][5] == 12.5e9
     assert cluster.bandwidth_bytes_per_s[5][0] == 25e9
-    assert cluster.latency_s[0][5] == pytest.approx(20e-6)
-    assert cluster.latency_s[1][6] == pytest.approx(10e-6)
-    assert cluster.latency_s[2][3] == pytest.approx(5e-6)
+    assert cluster.latency_ms[0][5] == pytest.approx(0.02)
+    assert cluster.latency_ms[1][6] == pytest.approx(0.01)
+    assert cluster.latency_ms[2][3] == pytest.approx(0.005)
     assert all(cluster.bandwidth_bytes_per_s[i][i] == 0 for i in range(8))
     assert cluster.nic_bytes_per_s == 100e9
 
@@ -95,7 +95,7 @@ def test_description_and_its_matrix_form_give_the_same_cluster() -> None:
     assert again.devices == cluster.devices
     assert again.nic_bytes_per_s == cluster.nic_bytes_per_s
     assert again.bandwidth_bytes_per_s == cluster.bandwidth_bytes_per_s
-    for row, other in zip(cluster.latency_s, again.latency_s, strict=True):
+    for row, other in zip(cluster.latency_ms, again.latency_ms, strict=True):
         assert other == pytest.approx(row, abs=1e-15)
 
 
@@ -256,13 +256,13 @@ def test_a_generic_device_needs_a_speed() -> None:
 def test_description_form_accepts_one_latency_for_every_pair() -> None:
     """A scalar `latency_us` sets the same latency inside and between nodes (0 on the diagonal)."""
     cluster = cluster_from_json(edit(description_form(), "latency_us", 7))
-    assert cluster.latency_s[0][1] == pytest.approx(7e-6)
-    assert cluster.latency_s[1][6] == pytest.approx(7e-6)
-    assert cluster.latency_s[0][5] == pytest.approx(20e-6)  # the override still wins
-    assert cluster.latency_s[3][3] == 0.0
+    assert cluster.latency_ms[0][1] == pytest.approx(0.007)
+    assert cluster.latency_ms[1][6] == pytest.approx(0.007)
+    assert cluster.latency_ms[0][5] == pytest.approx(0.02)  # the override still wins
+    assert cluster.latency_ms[3][3] == 0.0
     one_node = {"name": "one", "nodes": 1, "gpus_per_node": 2, "device": {"kind": "H100"}, "intra_node_gb_per_s": 450,
                 "latency_us": 3}  # fmt: skip
-    assert cluster_from_json(one_node).latency_s.dense().tolist() == [[0.0, pytest.approx(3e-6)], [pytest.approx(3e-6), 0.0]]
+    assert cluster_from_json(one_node).latency_ms.dense().tolist() == [[0.0, pytest.approx(0.003)], [pytest.approx(0.003), 0.0]]
     with pytest.raises(ClusterError, match=r"d\.json: field 'latency_us' must be a finite number >= 0, got -1"):
         cluster_from_json(edit(description_form(), "latency_us", -1), "d.json")
 
@@ -274,17 +274,17 @@ def test_a_measured_allreduce_round_trips_through_to_json(form: Any) -> None:
     obj["allreduce"] = {"gb_per_s": 150, "latency_us": 12.5}
     cluster = cluster_from_json(obj)
     assert cluster.allreduce_bytes_per_s == 150e9
-    assert cluster.allreduce_latency_s == pytest.approx(12.5e-6)
+    assert cluster.allreduce_latency_ms == pytest.approx(0.0125)
     out = cluster_to_json(cluster)
     assert out["allreduce"] == {"gb_per_s": 150, "latency_us": 12.5}
     again = cluster_from_json(json.loads(json.dumps(out)))
-    assert (again.allreduce_bytes_per_s, again.allreduce_latency_s) == (cluster.allreduce_bytes_per_s, pytest.approx(12.5e-6))
+    assert (again.allreduce_bytes_per_s, again.allreduce_latency_ms) == (cluster.allreduce_bytes_per_s, pytest.approx(0.0125))
 
 
 def test_a_measured_allreduce_latency_defaults_to_zero_and_bandwidth_must_be_positive() -> None:
     """allreduce.latency_us defaults to 0; a zero rate or an unknown key names the field."""
     cluster = cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 40}))
-    assert (cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s) == (40e9, 0.0)
+    assert (cluster.allreduce_bytes_per_s, cluster.allreduce_latency_ms) == (40e9, 0.0)
     assert "allreduce" not in cluster_to_json(cluster_from_json(matrix_form()))
     with pytest.raises(ClusterError, match=r"c\.json: allreduce: field 'gb_per_s' must be a finite number > 0, got 0"):
         cluster_from_json(edit(matrix_form(), "allreduce", {"gb_per_s": 0}), "c.json")
@@ -301,7 +301,7 @@ def test_message_costs_round_trip_and_must_not_be_negative(form: Any) -> None:
     obj = form()
     obj["message_overhead_us"], obj["message_latency_us"] = 800, 1750
     cluster = cluster_from_json(obj)
-    assert (cluster.message_overhead_s, cluster.message_latency_s) == (pytest.approx(800e-6), pytest.approx(1750e-6))
+    assert (cluster.message_overhead_ms, cluster.message_latency_ms) == (pytest.approx(0.8), pytest.approx(1.75))
     out = cluster_to_json(cluster)
     assert (out["message_overhead_us"], out["message_latency_us"]) == (800, 1750)
     plain = cluster_to_json(cluster_from_json(form()))

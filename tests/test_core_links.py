@@ -86,7 +86,7 @@ def test_a_described_cluster_of_16384_gpus_holds_kilobytes() -> None:
     assert (
         cluster.link_bandwidth(0, 7) == 450e9 and cluster.link_bandwidth(0, 8) == 50e9 and cluster.link_bandwidth(0, 16383) == 1e9
     )
-    assert cluster.latency_s[np.array([0, 0]), np.array([1, 9])].tolist() == pytest.approx([3e-6, 10e-6])
+    assert cluster.latency_ms[np.array([0, 0]), np.array([1, 9])].tolist() == pytest.approx([3e-3, 10e-3])
     assert cluster.bandwidth_bytes_per_s.extremes(cluster.bandwidth_bytes_per_s.nodes) == (450e9, 1e9)
 
 

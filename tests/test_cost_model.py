@@ -23,7 +23,7 @@ def profile(reference_device: str = "V100") -> ModelProfile:
 def cluster() -> Cluster:
     """Two in-memory devices of speed 2 (speed_reference None)."""
     devices = (Device(0, "gpu", 2**34, 2.0), Device(1, "gpu", 2**34, 2.0))
-    return Cluster("two", devices, ((0.0, 1e10), (1e10, 0.0)), ((0.0, 1e-6), (1e-6, 0.0)))
+    return Cluster("two", devices, ((0.0, 1e10), (1e10, 0.0)), ((0.0, 1e-3), (1e-3, 0.0)))
 
 
 @pytest.mark.parametrize(("optimizer", "factor"), [("adam", 2.0), ("sgd", 0.0), ("sgd_momentum", 1.0)])

@@ -25,7 +25,7 @@ def branchy() -> ModelProfile:
 def two_nodes() -> Cluster:
     """Two 80 GiB devices on two nodes joined by 1 GB/s."""
     devices = tuple(Device(i, "gpu", 80 * 2**30, 1.0, i) for i in range(2))
-    return Cluster("two", devices, ((0.0, 1 * GB), (1 * GB, 0.0)), ((0.0, 1e-5), (1e-5, 0.0)))
+    return Cluster("two", devices, ((0.0, 1 * GB), (1 * GB, 0.0)), ((0.0, 1e-2), (1e-2, 0.0)))
 
 
 def test_an_antichain_cut_wins_where_every_default_cut_carries_a_big_tensor() -> None:

@@ -142,7 +142,7 @@ def test_exact_equals_brute_force_on_twin_devices() -> None:
     gib = float(1 << 30)
     devices = tuple(Device(i, "gpu", 16 * gib, 1.0, 0) for i in range(3))
     links = tuple(tuple(0.0 if a == b else 10e9 for b in range(3)) for a in range(3))
-    latency = tuple(tuple(0.0 if a == b else 5e-6 for b in range(3)) for a in range(3))
+    latency = tuple(tuple(0.0 if a == b else 5e-3 for b in range(3)) for a in range(3))
     for seed in (0, 1):
         request = PlanRequest(random_profile(seed, 4), Cluster("twins", devices, links, latency), 4)
         result = plan_exact(request)

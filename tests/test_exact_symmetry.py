@@ -26,7 +26,7 @@ def ring_cluster(seed: int) -> Cluster:
     fast, mid, slow = (rng.uniform(lo, hi) * 1e9 for lo, hi in ((30, 50), (10, 25), (1, 5)))
     level = {frozenset({0, 1}): fast, frozenset({2, 3}): fast, frozenset({1, 2}): mid, frozenset({0, 3}): mid}
     bandwidth = tuple(tuple(0.0 if a == b else level.get(frozenset({a, b}), slow) for b in range(4)) for a in range(4))
-    latency = tuple(tuple(0.0 if a == b else 5e-6 for b in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 if a == b else 5e-3 for b in range(4)) for a in range(4))
     devices = tuple(Device(i, "gpu", 16 * GIB, 1.0, 0) for i in range(4))
     return Cluster(f"ring-{seed}", devices, bandwidth, latency)
 

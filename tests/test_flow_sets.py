@@ -35,12 +35,12 @@ def random_cluster(rng: random.Random, nodes: int, per_node: int) -> Cluster:
     n = nodes * per_node
     devices = tuple(Device(i, "gpu", 64 * 2**30, 1.0, i // per_node) for i in range(n))
     bw = [[0.0 if a == b else (100 * GB if a // per_node == b // per_node else 10 * GB) for b in range(n)] for a in range(n)]
-    lat = [[0.0 if a == b else (1e-6 if a // per_node == b // per_node else 1e-5) for b in range(n)] for a in range(n)]
+    lat = [[0.0 if a == b else (1e-3 if a // per_node == b // per_node else 1e-2) for b in range(n)] for a in range(n)]  # ms
     for _ in range(rng.randrange(3) if n > 1 else 0):
         a, b = rng.sample(range(n), 2)
         bw[a][b] = rng.choice((2 * GB, 40 * GB))
     nic = rng.choice((None, 5 * GB, 20 * GB))
-    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency_s=rng.choice((0.0, 2e-6)))
+    return Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic, message_latency_ms=rng.choice((0.0, 2e-3)))
 
 
 def random_plan(rng: random.Random, cluster: Cluster) -> Plan | None:
@@ -73,7 +73,7 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
         return list(zip(plan.replica_devices(src_stage, t)[:q], plan.replica_devices(dst_stage, t)[:q], strict=True))
 
     def pair_time(a: int, b: int) -> float:
-        return 0.0 if a == b else cluster.link_latency(a, b) + (nbytes / q) / cluster.link_bandwidth(a, b)
+        return 0.0 if a == b else cluster.link_latency(a, b) + nbytes / q / cluster.link_bandwidth(a, b) * 1000.0
 
     best = max(range(rp), key=lambda t: (max(pair_time(a, b) for a, b in pairs(t)), -t))
     flows = []
@@ -82,9 +82,7 @@ def reference_flows(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int
             continue
         crossing = nic is not None and node[a] != node[b]
         resources = (f"pair:{a}->{b}",) + ((f"nic_out:{node[a]}", f"nic_in:{node[b]}") if crossing else ())
-        flows.append(
-            Flow(resources, (a, b), cluster.link_latency(a, b) * 1000.0, nbytes / q / cluster.link_bandwidth(a, b) * 1000.0)
-        )
+        flows.append(Flow(resources, (a, b), cluster.link_latency(a, b), nbytes / q / cluster.link_bandwidth(a, b) * 1000.0))
     if rp == 1 or nic is None:
         return tuple(flows)
     out_load: dict[int, int] = {}
@@ -141,7 +139,7 @@ def two_level(nodes: int, per_node: int, nic: float | None) -> Cluster:
     bw = tuple(
         tuple(0.0 if a == b else (100 * GB if a // per_node == b // per_node else 10 * GB) for b in range(n)) for a in range(n)
     )
-    lat = tuple(tuple(0.0 if a == b else 5e-6 for b in range(n)) for a in range(n))
+    lat = tuple(tuple(0.0 if a == b else 5e-3 for b in range(n)) for a in range(n))
     return Cluster("two-level", devices, bw, lat, nic)
 
 

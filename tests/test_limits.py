@@ -100,9 +100,9 @@ def test_clusters_accept_the_device_limit_and_refuse_one_more() -> None:
     n = int(DEVICES.value)
     nodes = np.arange(n + 1) // 8
     devices = tuple(Device(i, "V100", 2**34, 1.0, int(nodes[i])) for i in range(n + 1))
-    assert Cluster("c", devices[:n], NodeLinks(nodes[:n], 1e11, 1e10), NodeLinks(nodes[:n], 1e-6, 1e-5)).num_devices == n
+    assert Cluster("c", devices[:n], NodeLinks(nodes[:n], 1e11, 1e10), NodeLinks(nodes[:n], 1e-3, 1e-2)).num_devices == n
     with pytest.raises(ClusterError, match="cluster 'c' too large: 65,537 devices, the limit is 65,536 devices"):
-        Cluster("c", devices, NodeLinks(nodes, 1e11, 1e10), NodeLinks(nodes, 1e-6, 1e-5))
+        Cluster("c", devices, NodeLinks(nodes, 1e11, 1e10), NodeLinks(nodes, 1e-3, 1e-2))
     with pytest.raises(ClusterError, match=r"nodes x gpus_per_node \(65,537 x 1\) too large: 65,537 devices"):
         cluster_from_json(CLUSTER | {"nodes": n + 1, "gpus_per_node": 1}, "c.json")
 

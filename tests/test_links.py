@@ -20,8 +20,8 @@ def cluster(nic: float | None = None) -> Cluster:
     """Four devices, two per node: 100 GB/s and 1 us inside a node, 10 GB/s and 10 us between; 2 -> 3 is 50 GB/s, 3 us."""
     n = 4
     bw = [[0.0 if a == b else (100 * GB if a // 2 == b // 2 else 10 * GB) for b in range(n)] for a in range(n)]
-    lat = [[0.0 if a == b else (1e-6 if a // 2 == b // 2 else 1e-5) for b in range(n)] for a in range(n)]
-    bw[2][3], lat[2][3] = 50 * GB, 3e-6
+    lat = [[0.0 if a == b else (1e-3 if a // 2 == b // 2 else 1e-2) for b in range(n)] for a in range(n)]  # ms
+    bw[2][3], lat[2][3] = 50 * GB, 3e-3
     devices = tuple(Device(i, "gpu", 16 * 2**30, 1.0, i // 2) for i in range(n))
     return Cluster("links", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)), nic)
 
@@ -95,10 +95,10 @@ def test_ring_allreduce_uses_the_slowest_link_and_largest_latency() -> None:
     """2(n-1)/n * bytes / min ring bandwidth + 2(n-1) * max ring latency, over the ring in the given order."""
     c = cluster()
     # ring 0->1->2->3->0: links 100, 10, 50, 10 GB/s; latencies 1, 10, 3, 10 us
-    assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx((2 * 3 / 4 * 4e9 / (10 * GB) + 6 * 1e-5) * 1000)
+    assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx(2 * 3 / 4 * 4e9 / (10 * GB) * 1000 + 6 * 1e-2)
     # ring 2->3->2: 50 GB/s one way, 100 the other, latencies 3 and 1 us
-    assert ring_allreduce_ms(c, (2, 3), 4e9) == pytest.approx((4e9 / (50 * GB) + 2 * 3e-6) * 1000)
-    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx((4e9 / (100 * GB) + 2 * 1e-6) * 1000)
+    assert ring_allreduce_ms(c, (2, 3), 4e9) == pytest.approx(4e9 / (50 * GB) * 1000 + 2 * 3e-3)
+    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx(4e9 / (100 * GB) * 1000 + 2 * 1e-3)
 
 
 def test_ring_allreduce_over_one_device_is_free() -> None:
@@ -110,19 +110,19 @@ def test_ring_allreduce_over_one_device_is_free() -> None:
 def test_ring_allreduce_is_capped_by_the_nic() -> None:
     """A ring crossing nodes runs at no more than the NIC rate."""
     c = cluster(nic=5 * GB)
-    assert ring_allreduce_ms(c, (0, 2), 4e9) == pytest.approx((4e9 / (5 * GB) + 2 * 1e-5) * 1000)
+    assert ring_allreduce_ms(c, (0, 2), 4e9) == pytest.approx(4e9 / (5 * GB) * 1000 + 2 * 1e-2)
 
 
 def test_measured_allreduce_replaces_the_ring_links() -> None:
     """With allreduce_bytes_per_s/latency on the cluster, every ring uses them instead of its links."""
-    c = dataclasses.replace(cluster(), allreduce_bytes_per_s=20 * GB, allreduce_latency_s=7e-6)
-    expected = (2 * 3 / 4 * 4e9 / (20 * GB) + 6 * 7e-6) * 1000
+    c = dataclasses.replace(cluster(), allreduce_bytes_per_s=20 * GB, allreduce_latency_ms=7e-3)
+    expected = 2 * 3 / 4 * 4e9 / (20 * GB) * 1000 + 6 * 7e-3
     assert ring_allreduce_ms(c, (0, 1, 2, 3), 4e9) == pytest.approx(expected)
-    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx((4e9 / (20 * GB) + 2 * 7e-6) * 1000)
+    assert ring_allreduce_ms(c, (0, 1), 4e9) == pytest.approx(4e9 / (20 * GB) * 1000 + 2 * 7e-3)
     assert ring_allreduce_ms(c, (3,), 4e9) == 0.0
     per_byte, fixed = ring_allreduce_terms(c, (0, 1, 2, 3))
     assert per_byte == pytest.approx(1000 * 1.5 / (20 * GB))
-    assert fixed == pytest.approx(1000 * 6 * 7e-6)
+    assert fixed == pytest.approx(6 * 7e-3)
 
 
 def test_measured_allreduce_latency_defaults_to_zero() -> None:
@@ -138,7 +138,7 @@ def test_ring_allreduce_terms_agree_with_ring_allreduce_ms(
     """per_byte * bytes + fixed equals ring_allreduce_ms on any ring, with or without NIC and measured collective."""
     c = cluster(nic=5 * GB if nic else None)
     if measured:
-        c = dataclasses.replace(c, allreduce_bytes_per_s=20 * GB, allreduce_latency_s=7e-6)
+        c = dataclasses.replace(c, allreduce_bytes_per_s=20 * GB, allreduce_latency_ms=7e-3)
     ring = tuple(order[:n])
     per_byte, fixed = ring_allreduce_terms(c, ring)
     assert per_byte * nbytes + fixed == pytest.approx(ring_allreduce_ms(c, ring, nbytes), rel=1e-12, abs=1e-12)
@@ -161,15 +161,15 @@ def test_message_latency_adds_to_every_pair_but_not_to_a_device_itself() -> None
     """A cluster's message latency is part of every off-device message: pair_ms, flows and the planners' arrays."""
     from pipeplan.sim.cost.link_model import link_arrays
 
-    c = dataclasses.replace(cluster(), message_latency_s=2e-3)
-    assert c.link_latency(0, 1) == pytest.approx(1e-6 + 2e-3)
+    c = dataclasses.replace(cluster(), message_latency_ms=2.0)
+    assert c.link_latency(0, 1) == pytest.approx(1e-3 + 2.0)
     assert c.link_latency(1, 1) == 0.0
     assert pair_ms(c, 0, 1, 1e9) == pytest.approx(1e-3 + 2.0 + 10.0)
     assert pair_ms(c, 2, 2, 1e9) == 0.0
     (flow,) = boundary_flows(c, (1,), (2,), 1e9)
     assert flow.latency_ms == pytest.approx(1e-2 + 2.0)
     _, latency = link_arrays(c)
-    assert latency[2, 3] == pytest.approx(3e-6 + 2e-3)
+    assert latency[2, 3] == pytest.approx(3e-3 + 2.0)
     assert latency[3, 3] == 0.0
     # the ring's latency is a message's too (the cluster measured no all-reduce of its own)
     base = ring_allreduce_ms(cluster(), (0, 1), 1e9)

@@ -32,7 +32,7 @@ def cluster(memory_gib: tuple[float, ...] = (1.0, 1.0, 1.0, 8.0)) -> Cluster:
     n = len(memory_gib)
     devices = tuple(Device(i, "gpu", m * GIB) for i, m in enumerate(memory_gib))
     bw = tuple(tuple(0.0 if a == b else 100e9 for b in range(n)) for a in range(n))
-    lat = tuple(tuple(0.0 if a == b else 1e-6 for b in range(n)) for a in range(n))
+    lat = tuple(tuple(0.0 if a == b else 1e-3 for b in range(n)) for a in range(n))
     return Cluster("mem", devices, bw, lat)
 
 

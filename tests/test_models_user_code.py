@@ -331,7 +331,7 @@ def test_train_local_refuses_a_bad_factory_before_any_rank(
         measured = profile_model("api_models_h32:tiny", 4, runs=1, warmup=0)
         chosen = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1,))), 1, 2, 2, "1f1b")
         link = ((0.0, 1e9), (1e9, 0.0))
-        cluster = Cluster("two", (Device(0, "cpu", 1e10), Device(1, "cpu", 1e10)), link, ((0.0, 1e-5), (1e-5, 0.0)))
+        cluster = Cluster("two", (Device(0, "cpu", 1e10), Device(1, "cpu", 1e10)), link, ((0.0, 1e-2), (1e-2, 0.0)))
         monkeypatch.setenv("BROKEN", "none")
         capfd.readouterr()
         with pytest.raises(ProfileError, match=r"^MODULE_SPEC 'api_models_h32:tiny': the factory returned None"):

@@ -43,7 +43,7 @@ def random_instance(seed: int, layers: int = 6, devices: int = 4) -> tuple[Model
     )
     devs = tuple(Device(i, "gpu", 16 * GIB, rng.choice([1.0, 1.0, 2.0]), i // 2) for i in range(devices))
     bandwidth = tuple(tuple(0.0 if a == b else rng.uniform(1e9, 50e9) for b in range(devices)) for a in range(devices))
-    latency = tuple(tuple(0.0 if a == b else 5e-6 for b in range(devices)) for a in range(devices))
+    latency = tuple(tuple(0.0 if a == b else 5e-3 for b in range(devices)) for a in range(devices))
     return profile, Cluster("random", devs, bandwidth, latency)
 
 

@@ -51,7 +51,7 @@ def tied_chain(tie: float, compute_ms: float = 50.0) -> ModelProfile:
 def two_devices(bandwidth: float, memory: float = 32 * GIB) -> Cluster:
     """Two V100-kind devices on one link of `bandwidth` bytes/s, 10 us."""
     devices = tuple(Device(i, "V100", memory, 1.0, i) for i in range(2))
-    return Cluster("pair", devices, ((0.0, bandwidth), (bandwidth, 0.0)), ((0.0, 1e-5), (1e-5, 0.0)))
+    return Cluster("pair", devices, ((0.0, bandwidth), (bandwidth, 0.0)), ((0.0, 1e-2), (1e-2, 0.0)))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -17,7 +17,7 @@ def reference_twins(cluster: Cluster) -> tuple[int, ...]:
     speed and memory, the same links to and from every other device, and a->b equal to b->a (bandwidth and latency:
     swapping a and b turns one into the other)."""
     n = cluster.num_devices
-    bw, lat = cluster.bandwidth_bytes_per_s, cluster.latency_s
+    bw, lat = cluster.bandwidth_bytes_per_s, cluster.latency_ms
     classes = list(range(n))
     for b in range(n):
         for a in range(b):
@@ -45,12 +45,12 @@ def test_twin_classes_follow_the_definition(n: int, nodes: int, rng: random.Rand
     reference's."""
     devices = tuple(Device(i, "gpu", 16 * 2**30 * rng.choice((1, 1, 2)), 1.0, i % nodes) for i in range(n))
     bw = [[0.0 if a == b else (50e9 if a % nodes == b % nodes else 10e9) for b in range(n)] for a in range(n)]
-    lat = [[0.0 if a == b else 5e-6 for b in range(n)] for a in range(n)]
+    lat = [[0.0 if a == b else 5e-3 for b in range(n)] for a in range(n)]
     for _ in range(overrides if n > 1 else 0):
         a, b = rng.sample(range(n), 2)
         bw[a][b] = rng.choice((10e9, 25e9))
         if rng.random() < 0.5:
-            lat[b][a] = 9e-6
+            lat[b][a] = 9e-3
     cluster = Cluster("r", devices, tuple(map(tuple, bw)), tuple(map(tuple, lat)))
     assert twin_classes(cluster) == reference_twins(cluster)
 

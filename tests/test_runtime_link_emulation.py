@@ -77,7 +77,7 @@ def test_the_trace_clock_runs_across_iterations_with_the_queue() -> None:
 def test_a_cluster_gives_each_pair_its_rate_and_latency_which_hold_the_link() -> None:
     """From a cluster file: 2 GB/s and 50 us between nodes, so 1 MB takes 0.55 ms and the next one queues behind it."""
     devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, node=i) for i in range(2))
-    cluster = Cluster("two", devices, ((0.0, 2e9), (2e9, 0.0)), ((0.0, 50e-6), (50e-6, 0.0)))
+    cluster = Cluster("two", devices, ((0.0, 2e9), (2e9, 0.0)), ((0.0, 0.05), (0.05, 0.0)))
     links = EmulatedLinks.from_cluster(cluster, [0, 1])
     rate = links.rates[(0, 1)]
     assert rate.bytes_per_s == 2e9 and rate.latency_ms == pytest.approx(0.05)
@@ -165,9 +165,9 @@ def test_the_ring_time_without_a_trace_is_the_simulator_s() -> None:
 
     devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, node=i) for i in range(4))
     rate = tuple(tuple(0.0 if a == b else (1 + (a + b) % 3) * 1e9 for b in range(4)) for a in range(4))
-    latency = tuple(tuple(0.0 if a == b else (10 + 10 * ((a * b) % 4)) * 1e-6 for b in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 if a == b else (10 + 10 * ((a * b) % 4)) * 1e-3 for b in range(4)) for a in range(4))
     cluster = Cluster("four", devices, rate, latency, nic_bytes_per_s=2.5e9)
-    measured = replace(cluster, allreduce_bytes_per_s=7e8, allreduce_latency_s=3e-5)
+    measured = replace(cluster, allreduce_bytes_per_s=7e8, allreduce_latency_ms=3e-2)
     for c in (cluster, measured):
         links = EmulatedLinks.from_cluster(c, range(4))
         for ring in ((0, 1, 2, 3), (3, 1, 0, 2), (2, 3), (1, 0, 3)):

@@ -143,18 +143,18 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     layers = tuple(layer(i) for i in range(6))
     profile = ModelProfile("six", 4, layers, batch_sizes=(1, 4), cut_curves=((5e4, 2e5),) * 5)
     devices = tuple(Device(i, "cpu", 8 * 2**30, 1.0, 0) for i in range(2))
-    base = Cluster("two", devices, ((0.0, 3e9), (3e9, 0.0)), ((0.0, 1e-4), (1e-4, 0.0)))
-    truth = dataclasses.replace(base, message_overhead_s=overhead_us * 1e-6, message_latency_s=latency_us * 1e-6)
+    base = Cluster("two", devices, ((0.0, 3e9), (3e9, 0.0)), ((0.0, 0.1), (0.1, 0.0)))
+    truth = dataclasses.replace(base, message_overhead_ms=overhead_us / 1000, message_latency_ms=latency_us / 1000)
     model = CostModel.build(profile, truth, optimizer="sgd")
     plans = pipeline_plans(profile, 2)
     assert {p.schedule for p in plans} == {"gpipe", "1f1b"} and {p.microbatch_size for p in plans} == {1, 4}
     runs = [Run(p, (), 0.0, simulate_plan(p, model, record=False).iteration_time) for p in plans]
     overhead, latency = fit_messages(profile, base, runs, "sgd")
-    assert (overhead, latency) == (pytest.approx(overhead_us * 1e-6), pytest.approx(latency_us * 1e-6))
+    assert (overhead, latency) == (pytest.approx(overhead_us / 1000), pytest.approx(latency_us / 1000))
     alone, none = fit_messages(profile, base, runs, "sgd", with_latency=False)  # the one-cost model, on the same runs
     assert none == 0.0
     if latency_us == 0:
-        assert alone == pytest.approx(overhead_us * 1e-6)
+        assert alone == pytest.approx(overhead_us / 1000)
 
 
 def test_speed_is_the_median_step_so_one_slowed_step_does_not_move_it() -> None:

@@ -73,7 +73,7 @@ def test_bound_is_infinite_when_no_plan_holds_the_weights() -> None:
     """Weights beyond every device's memory: no shape counts and the bound is inf (no plan exists)."""
     layer = LayerProfile("huge", fwd_ms=1.0, bwd_ms=1.0, activation_bytes=1.0, param_bytes=8 * GIB)
     devices = (Device(0, "gpu", 16 * GIB, 1.0, 0), Device(1, "gpu", 16 * GIB, 1.0, 0))
-    cluster = Cluster("small", devices, ((0.0, 1e10), (1e10, 0.0)), ((0.0, 1e-6), (1e-6, 0.0)))
+    cluster = Cluster("small", devices, ((0.0, 1e10), (1e10, 0.0)), ((0.0, 1e-3), (1e-3, 0.0)))
     request = PlanRequest(ModelProfile("huge", 1, (layer,), "random"), cluster, 2)
     assert lower_bound(request).ms == math.inf
 

@@ -43,8 +43,8 @@ def stripped(profile: ModelProfile) -> ModelProfile:
     return dataclasses.replace(profile, layers=layers, shared_params=())
 
 
-def cluster(n: int = 2, bandwidth: float = 10 * GB, latency: float = 1e-5) -> Cluster:
-    """n devices of 80 GiB, two per node, every pair at `bandwidth` and `latency`."""
+def cluster(n: int = 2, bandwidth: float = 10 * GB, latency: float = 1e-2) -> Cluster:
+    """n devices of 80 GiB, two per node, every pair at `bandwidth` and `latency` (ms)."""
     devices = tuple(Device(i, "gpu", 80 * 2**30, 1.0, i // 2) for i in range(n))
     bw = tuple(tuple(0.0 if a == b else bandwidth for b in range(n)) for a in range(n))
     lat = tuple(tuple(0.0 if a == b else latency for b in range(n)) for a in range(n))
@@ -61,7 +61,7 @@ def test_a_split_pair_prices_one_ring_all_reduce_of_the_weight_over_both_stages(
     costs = plan_costs(SPLIT, linear_model(tied(), cluster()))
     (x,) = costs.shared
     assert (x.name, x.stages, x.devices, x.param_bytes) == ("l0.weight", (0, 1), 2, TIE)
-    assert x.exchange_ms == pytest.approx(TIE / (10 * GB) * 1000 + 2 * 1e-5 * 1000, rel=1e-12)
+    assert x.exchange_ms == pytest.approx(TIE / (10 * GB) * 1000 + 2 * 1e-2, rel=1e-12)
     assert plan_costs(TOGETHER, linear_model(tied(), cluster())).shared == ()
 
 
@@ -110,7 +110,7 @@ def test_replicated_holders_all_join_the_ring() -> None:
     plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 2, (2, 3))), 1, 4, 2, "1f1b")
     (x,) = plan_costs(plan, linear_model(tied(), cluster(4))).shared
     assert x.devices == 4
-    assert x.exchange_ms == pytest.approx(2 * 3 / 4 * TIE / (10 * GB) * 1000 + 6 * 1e-5 * 1000, rel=1e-12)
+    assert x.exchange_ms == pytest.approx(2 * 3 / 4 * TIE / (10 * GB) * 1000 + 6 * 1e-2, rel=1e-12)
 
 
 @st.composite

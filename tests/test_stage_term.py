@@ -32,7 +32,7 @@ def two_layers(cut_bytes: float, rate: float) -> PlanRequest:
     big = LayerProfile("big", fwd_ms=1.0, bwd_ms=2.0, activation_bytes=cut_bytes, param_bytes=3 * GIB)
     profile = ModelProfile("two", 1, (big, big), "random")
     devices = tuple(Device(i, "gpu", 16 * GIB, 1.0, 0) for i in range(2))
-    cluster = Cluster("pair", devices, ((0.0, rate), (rate, 0.0)), ((0.0, 1e-6), (1e-6, 0.0)))
+    cluster = Cluster("pair", devices, ((0.0, rate), (rate, 0.0)), ((0.0, 1e-3), (1e-3, 0.0)))
     return PlanRequest(profile, cluster, 1, replication="none")
 
 
@@ -53,7 +53,7 @@ def test_crossing_nodes_raises_the_stage_bound() -> None:
     profile = ModelProfile("four", 8, (layer,) * 4, "random")
     devices = tuple(Device(i, "gpu", 16 * GIB, 1.0, i // 2) for i in range(4))
     rate = tuple(tuple(0.0 if a == c else (100e9 if a // 2 == c // 2 else 1e9) for c in range(4)) for a in range(4))
-    latency = tuple(tuple(0.0 if a == c else 1e-5 for c in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 if a == c else 1e-2 for c in range(4)) for a in range(4))
     request = PlanRequest(profile, Cluster("two-nodes", devices, rate, latency), 8, replication="none")
     bounds = ShapeBounds(request)
     crossing = bounds.stages(1, 1)

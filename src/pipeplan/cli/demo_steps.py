@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
+
 if TYPE_CHECKING:
     from pipeplan.cli.demo_run import DemoContext
 
@@ -199,10 +201,11 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
             on_progress=update,
         )
     speeds = ", ".join(f"{d.speed:.3f}" for d in cluster.devices)
+    link = bytes_per_s_to_gb_per_s(cluster.bandwidth_bytes_per_s[0, 1])
     say(
         ctx,
-        f"   speeds {speeds} (1.0: the profile's own process); link {cluster.bandwidth_bytes_per_s[0, 1] / 1e9:.2f} GB/s, "
-        f"message overhead {cluster.message_overhead_s * 1e6:.0f} us",
+        f"   speeds {speeds} (1.0: the profile's own process); link {link:.2f} GB/s, "
+        f"message overhead {ms_to_us(cluster.message_overhead_ms):.0f} us",
     )
     with progress_display(ctx.report is None) as progress:
         result = api.plan(profile, cluster, z.local_batch, progress=progress)

@@ -9,6 +9,7 @@ import sys
 import typer
 
 from pipeplan.core.errors import OutputError, PipeplanError
+from pipeplan.core.units import ms_to_us
 
 
 def probe(
@@ -119,11 +120,11 @@ def _run(
                 finish_worker(1)
             speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
             typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
-            if result.message_overhead_s or result.message_latency_s or result.overhead_alone:
+            if result.message_overhead_ms or result.message_latency_ms or result.overhead_alone_ms:
                 typer.echo(
-                    f"message costs: overhead {result.message_overhead_s * 1e6:.0f} us + latency "
-                    f"{result.message_latency_s * 1e6:.0f} us (fitted alone, the overhead would be "
-                    f"{result.overhead_alone * 1e6:.0f} us)"
+                    f"message costs: overhead {ms_to_us(result.message_overhead_ms):.0f} us + latency "
+                    f"{ms_to_us(result.message_latency_ms):.0f} us (fitted alone, the overhead would be "
+                    f"{ms_to_us(result.overhead_alone_ms):.0f} us)"
                 )
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

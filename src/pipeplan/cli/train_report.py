@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from pipeplan.core.errors import OutputError
+from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 
 
 def report_results(report: Any, trace: str | None, png: str | None, as_json: bool) -> list[str]:
@@ -72,7 +73,7 @@ def print_results(report: Any, as_json: bool) -> None:
             "predicted_ms": predicted,
             "link": None
             if report.link is None
-            else {"latency_us": report.link[0] * 1e6, "bandwidth_gb_per_s": report.link[1] / 1e9},
+            else {"latency_us": ms_to_us(report.link[0]), "bandwidth_gb_per_s": bytes_per_s_to_gb_per_s(report.link[1])},
         }
         if report.shared:  # a plan that splits tied weights over stages: what is exchanged for them
             out["shared_parameters"] = [c.to_json() for c in report.shared]
@@ -106,7 +107,8 @@ def print_results(report: Any, as_json: bool) -> None:
         latency, bandwidth = report.link
         typer.echo(
             f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
-            f"link {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s) against {measured:.2f} ms of pipeline per step; "
+            f"link {ms_to_us(latency):.0f} us, {bytes_per_s_to_gb_per_s(bandwidth):.2f} GB/s) "
+            f"against {measured:.2f} ms of pipeline per step; "
             f"ratio {measured / predicted:.3f}"
         )
     for a in report.allreduce or ():

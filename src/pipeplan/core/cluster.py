@@ -14,7 +14,7 @@ from pipeplan.core.limits import (
     DEVICES,
     MAX_BYTES,
     MAX_BYTES_PER_S,
-    MAX_SECONDS,
+    MAX_LATENCY_MS,
     MAX_SPEED,
     MIN_BYTES_PER_S,
     MIN_SPEED,
@@ -46,7 +46,7 @@ class Device:
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """Devices with bandwidth (bytes/s) and latency (seconds) for every ordered pair.
+    """Devices with bandwidth (bytes/s) and latency (ms) for every ordered pair.
 
     `bandwidth[a][b]` (or `bandwidth[a, b]`) is the rate from a to b (0 = no
     path; the diagonal is ignored). Both are LinkMatrix values (core.links):
@@ -55,12 +55,12 @@ class Cluster:
     direction, a resource shared by all transfers leaving or entering the node.
     `speed_reference` is the device kind whose throughput is 1.0 in each
     device's `speed` (None: speeds are relative to whatever profile is used;
-    see sim.speeds). `allreduce_bytes_per_s` (bytes/s) and `allreduce_latency_s`
-    (s), when measured, replace the ring over the links in every all-reduce:
+    see sim.speeds). `allreduce_bytes_per_s` (bytes/s) and `allreduce_latency_ms`
+    (ms), when measured, replace the ring over the links in every all-reduce:
     bus bandwidth and per-step latency of the real collective.
-    `message_overhead_s` (s) is the time a stage-to-stage message costs the
+    `message_overhead_ms` (ms) is the time a stage-to-stage message costs the
     action that consumes it beyond the link's latency and bandwidth (the
-    runtime's receive path on a loaded machine), and `message_latency_s` (s)
+    runtime's receive path on a loaded machine), and `message_latency_ms` (ms)
     what every message between two devices takes beyond the link's measured
     latency (the scheduling of communication threads while every core
     computes); both as `pipeplan probe` fits them, 0 when unknown.
@@ -69,13 +69,13 @@ class Cluster:
     name: str
     devices: tuple[Device, ...]
     bandwidth_bytes_per_s: LinkMatrix
-    latency_s: LinkMatrix
+    latency_ms: LinkMatrix
     nic_bytes_per_s: float | None = None
     speed_reference: str | None = None
     allreduce_bytes_per_s: float | None = None
-    allreduce_latency_s: float = 0.0
-    message_overhead_s: float = 0.0
-    message_latency_s: float = 0.0
+    allreduce_latency_ms: float = 0.0
+    message_overhead_ms: float = 0.0
+    message_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -85,7 +85,7 @@ class Cluster:
         for i, device in enumerate(self.devices):
             if device.id != i:
                 raise ClusterError(f"cluster {self.name!r} device {i} has id {device.id}; ids must be 0..{n - 1} in order")
-        for field, label in (("bandwidth_bytes_per_s", "bandwidth"), ("latency_s", "latency")):
+        for field, label in (("bandwidth_bytes_per_s", "bandwidth"), ("latency_ms", "latency")):
             object.__setattr__(self, field, _link_matrix(self.name, label, getattr(self, field), n))
         rate = {"least": MIN_BYTES_PER_S, "most": MAX_BYTES_PER_S}
         if self.nic_bytes_per_s is not None:
@@ -94,8 +94,8 @@ class Cluster:
             raise ClusterError(f"cluster {self.name!r} speed_reference must be a device kind, got {self.speed_reference!r}")
         if self.allreduce_bytes_per_s is not None:
             check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bytes_per_s", self.allreduce_bytes_per_s, **rate)
-        for field in ("allreduce_latency_s", "message_overhead_s", "message_latency_s"):
-            check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), MAX_SECONDS)
+        for field in ("allreduce_latency_ms", "message_overhead_ms", "message_latency_ms"):
+            check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), MAX_LATENCY_MS)
 
     @property
     def num_devices(self) -> int:
@@ -120,11 +120,11 @@ class Cluster:
         return rate
 
     def link_latency(self, src: int, dst: int) -> float:
-        """Seconds a message from src to dst takes before its bytes move: the pair's latency plus the cluster's
+        """Milliseconds a message from src to dst takes before its bytes move: the pair's latency plus the cluster's
         message latency (0 for src == dst)."""
         if src == dst:
             return 0.0
-        return self.latency_s.at(src, dst) + self.message_latency_s
+        return self.latency_ms.at(src, dst) + self.message_latency_ms
 
     def require_link(self, src: int, dst: int) -> float:
         """Like link_bandwidth, but raise ClusterError when the two devices cannot talk."""
@@ -144,7 +144,7 @@ def _link_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:
 
 def _check_bounds(name: str, field: str, matrix: LinkMatrix) -> None:
     """Off the diagonal, a bandwidth is 0 (no link) or within MIN_BYTES_PER_S..MAX_BYTES_PER_S, a latency at most
-    MAX_SECONDS: so every transfer time stays finite. The first entry out of bounds is named with its position."""
+    MAX_LATENCY_MS: so every transfer time stays finite. The first entry out of bounds is named with its position."""
     if isinstance(matrix, NodeLinks):
         labelled = [("intra", matrix.intra), ("inter", matrix.inter)]
         labelled += [
@@ -166,14 +166,14 @@ def _check_bounds(name: str, field: str, matrix: LinkMatrix) -> None:
 
 def _bounds(field: str) -> tuple[Limit, ...]:
     """The limits of one entry of `field` (bandwidth or latency), beyond 0."""
-    return (MIN_BYTES_PER_S, MAX_BYTES_PER_S) if field == "bandwidth" else (MAX_SECONDS,)
+    return (MIN_BYTES_PER_S, MAX_BYTES_PER_S) if field == "bandwidth" else (MAX_LATENCY_MS,)
 
 
 def _within(field: str, value: Any) -> Any:
     """Whether value (a float or an array) is within `field`'s bounds; 0 always is."""
     if field == "bandwidth":
         return (value == 0) | ((value >= MIN_BYTES_PER_S.value) & (value <= MAX_BYTES_PER_S.value))
-    return value <= MAX_SECONDS.value
+    return value <= MAX_LATENCY_MS.value
 
 
 def _finite_matrix(name: str, field: str, value: object, n: int) -> LinkMatrix:

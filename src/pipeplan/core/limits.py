@@ -168,7 +168,7 @@ MIN_BYTES_PER_S = Limit(
     least=True,
 )
 MAX_BYTES_PER_S = Limit(1e18, "bytes/s", "no link moves an exabyte a second (10^9 GB/s)")
-MAX_SECONDS = Limit(1e6, "s", "a latency above 11 days is a unit mistake, and latencies are summed over every message")
+MAX_LATENCY_MS = Limit(1e9, "ms", "a latency above 11 days is a unit mistake, and latencies are summed over every message")
 MIN_FACTOR = Limit(1e-6, "", "a link slowed more than a million times never finishes its transfer in finite time", least=True)
 MAX_FACTOR = Limit(1e6, "", "a link sped up more than a million times is a mistake")
 OPTIMIZER_FACTOR = Limit(1000, "", "an optimizer keeps a few copies of the weights (Adam 2, SGD with momentum 1), not thousands")

@@ -16,6 +16,7 @@ Note:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,14 +24,23 @@ import numpy as np
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.devices import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 from pipeplan.core.errors import ClusterError
-from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_SECONDS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
+from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_LATENCY_MS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
 from pipeplan.core.links import LinkMatrix, NodeLinks
+from pipeplan.core.units import (
+    BYTES_PER_GB,
+    BYTES_PER_GIB,
+    US_PER_MS,
+    bytes_per_s_to_gb_per_s,
+    bytes_to_gib,
+    gb_per_s_to_bytes_per_s,
+    gib_to_bytes,
+    ms_to_us,
+    s_to_ms,
+    us_to_s,
+)
 from pipeplan.io.json_fields import Fields, check_number, load_json_file
 
 CLUSTER_FORMAT = "pipeplan.cluster/1"
-GIB = 2**30
-GB_PER_S = 1e9
-US = 1e-6
 
 _MATRIX_KEYS = (
     "format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "message_overhead_us",
@@ -53,10 +63,10 @@ _DESCRIPTION_KEYS = (
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
-RATE = (MIN_BYTES_PER_S.scaled(GB_PER_S, "GB/s"), MAX_BYTES_PER_S.scaled(GB_PER_S, "GB/s"))
+RATE = (MIN_BYTES_PER_S.scaled(BYTES_PER_GB, "GB/s"), MAX_BYTES_PER_S.scaled(BYTES_PER_GB, "GB/s"))
 """Bounds of a rate in GB/s (0, where allowed, means no link)."""
-LATENCY = (MAX_SECONDS.scaled(US, "us"),)
-MEMORY = (MAX_BYTES.scaled(GIB, "GiB"),)
+LATENCY = (MAX_LATENCY_MS.scaled(1 / US_PER_MS, "us"),)
+MEMORY = (MAX_BYTES.scaled(BYTES_PER_GIB, "GiB"),)
 SPEED = (MIN_SPEED, MAX_SPEED)
 
 
@@ -66,22 +76,25 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         "format": CLUSTER_FORMAT,
         "name": cluster.name,
         "devices": [
-            {"kind": d.kind, "memory_gb": _clean(d.memory_bytes / GIB), "speed": d.speed, "node": d.node} for d in cluster.devices
+            {"kind": d.kind, "memory_gb": _clean(bytes_to_gib(d.memory_bytes)), "speed": d.speed, "node": d.node}
+            for d in cluster.devices
         ],
-        "bandwidth_gb_per_s": [[_clean(v / GB_PER_S) for v in row] for row in cluster.bandwidth_bytes_per_s.dense().tolist()],
-        "latency_us": [[_clean(v / US) for v in row] for row in cluster.latency_s.dense().tolist()],
+        "bandwidth_gb_per_s": [
+            [_clean(bytes_per_s_to_gb_per_s(v)) for v in row] for row in cluster.bandwidth_bytes_per_s.dense().tolist()
+        ],
+        "latency_us": [[_clean(ms_to_us(v)) for v in row] for row in cluster.latency_ms.dense().tolist()],
     }
     if cluster.nic_bytes_per_s is not None:
-        result["nic_gb_per_s"] = _clean(cluster.nic_bytes_per_s / GB_PER_S)
+        result["nic_gb_per_s"] = _clean(bytes_per_s_to_gb_per_s(cluster.nic_bytes_per_s))
     if cluster.allreduce_bytes_per_s is not None:
         result["allreduce"] = {
-            "gb_per_s": _clean(cluster.allreduce_bytes_per_s / GB_PER_S),
-            "latency_us": _clean(cluster.allreduce_latency_s / US),
+            "gb_per_s": _clean(bytes_per_s_to_gb_per_s(cluster.allreduce_bytes_per_s)),
+            "latency_us": _clean(ms_to_us(cluster.allreduce_latency_ms)),
         }
-    if cluster.message_overhead_s > 0:
-        result["message_overhead_us"] = _clean(cluster.message_overhead_s / US)
-    if cluster.message_latency_s > 0:
-        result["message_latency_us"] = _clean(cluster.message_latency_s / US)
+    if cluster.message_overhead_ms > 0:
+        result["message_overhead_us"] = _clean(ms_to_us(cluster.message_overhead_ms))
+    if cluster.message_latency_ms > 0:
+        result["message_latency_us"] = _clean(ms_to_us(cluster.message_latency_ms))
     return result
 
 
@@ -125,16 +138,16 @@ def _from_matrix_form(top: Fields) -> Cluster:
         kind, memory_bytes, speed, node = _device_fields(item, f"{source}: devices[{i}]", has_node=True)
         devices.append(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=node))
     n = len(devices)
-    bandwidth = _matrix(top, "bandwidth_gb_per_s", n, GB_PER_S, RATE)
+    bandwidth = _matrix(top, "bandwidth_gb_per_s", n, gb_per_s_to_bytes_per_s, RATE)
     raw_latency = top.raw("latency_us")
     if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
         # One number: the same latency between every pair of distinct devices.
-        value = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY) * US
+        value = _latency_ms(check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY))
         latency = tuple(tuple(0.0 if a == b else value for b in range(n)) for a in range(n))
     else:
-        latency = _matrix(top, "latency_us", n, US, LATENCY)
+        latency = _matrix(top, "latency_us", n, _latency_ms, LATENCY)
     nic = top.optional_number("nic_gb_per_s", positive=True, limits=RATE)
-    return _cluster(top, name, tuple(devices), bandwidth, latency, None if nic is None else nic * GB_PER_S)
+    return _cluster(top, name, tuple(devices), bandwidth, latency, None if nic is None else gb_per_s_to_bytes_per_s(nic))
 
 
 def _from_description_form(top: Fields) -> Cluster:
@@ -149,17 +162,18 @@ def _from_description_form(top: Fields) -> Cluster:
     template = top.raw("device")
     kind, memory_bytes, speed, _ = _device_fields(template, f"{source}: device", has_node=False)
     devices = tuple(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node) for i in range(n))
-    intra = top.number("intra_node_gb_per_s", limits=RATE) * GB_PER_S if per_node > 1 else 0.0
-    inter = top.number("inter_node_gb_per_s", limits=RATE) * GB_PER_S if nodes > 1 else 0.0
+    intra = gb_per_s_to_bytes_per_s(top.number("intra_node_gb_per_s", limits=RATE)) if per_node > 1 else 0.0
+    inter = gb_per_s_to_bytes_per_s(top.number("inter_node_gb_per_s", limits=RATE)) if nodes > 1 else 0.0
     raw_latency = top.raw("latency_us")
     if isinstance(raw_latency, (int, float)) and not isinstance(raw_latency, bool):
         # one number: the same latency inside and between nodes
-        intra_lat = inter_lat = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY) * US
+        one = check_number(raw_latency, f"{source}: field 'latency_us'", ClusterError, limits=LATENCY)
+        intra_lat = inter_lat = _latency_ms(one)
     else:
         latency_fields = Fields(raw_latency, f"{source}: latency_us", ClusterError)
         latency_fields.check_keys(("intra", "inter"))
-        intra_lat = latency_fields.number("intra", limits=LATENCY) * US if per_node > 1 else 0.0
-        inter_lat = latency_fields.number("inter", limits=LATENCY) * US if nodes > 1 else 0.0
+        intra_lat = _latency_ms(latency_fields.number("intra", limits=LATENCY)) if per_node > 1 else 0.0
+        inter_lat = _latency_ms(latency_fields.number("inter", limits=LATENCY)) if nodes > 1 else 0.0
     intra_lat = intra_lat if per_node > 1 else 0.0
     inter_lat = inter_lat if nodes > 1 else 0.0
     overrides = top.array("overrides") if top.has("overrides") else []
@@ -175,7 +189,7 @@ def _from_description_form(top: Fields) -> Cluster:
         devices,
         NodeLinks(node_of, intra, inter, 0.0, bandwidth_pairs),
         NodeLinks(node_of, intra_lat, inter_lat, 0.0, latency_pairs),
-        None if nic is None else nic * GB_PER_S,
+        None if nic is None else gb_per_s_to_bytes_per_s(nic),
     )
 
 
@@ -194,9 +208,9 @@ def _apply_override(
     ):
         raise ClusterError(f"{where}: field 'pair' must be two different device ids in 0..{n - 1}, got {pair!r}")
     a, b = pair
-    bandwidth[(a, b)] = fields.number("gb_per_s", limits=RATE) * GB_PER_S
+    bandwidth[(a, b)] = gb_per_s_to_bytes_per_s(fields.number("gb_per_s", limits=RATE))
     if fields.has("latency_us"):
-        latency[(a, b)] = fields.number("latency_us", limits=LATENCY) * US
+        latency[(a, b)] = _latency_ms(fields.number("latency_us", limits=LATENCY))
 
 
 def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
@@ -215,23 +229,25 @@ def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float,
         memory_gb = fields.number("memory_gb", positive=True, default=spec.memory_gib, limits=MEMORY)
     speed = fields.number("speed", positive=True, default=None if spec is None else spec.speed, limits=SPEED)
     node = fields.integer("node", 0, default=0) if has_node else 0
-    return kind, memory_gb * GIB, speed, node
+    return kind, gib_to_bytes(memory_gb), speed, node
 
 
-def _matrix(top: Fields, key: str, n: int, scale: float, limits: tuple[Limit, ...]) -> tuple[tuple[float, ...], ...]:
+def _matrix(
+    top: Fields, key: str, n: int, convert: Callable[[float], float], limits: tuple[Limit, ...]
+) -> tuple[tuple[float, ...], ...]:
     """An n x n matrix of finite numbers >= 0 within limits off the diagonal (0 spared by a lower limit), each
-    multiplied by scale."""
+    in internal units (`convert`: a core.units conversion from the file's unit)."""
     rows = top.raw(key)
     if not isinstance(rows, list) or len(rows) != n or not all(isinstance(r, list) and len(r) == n for r in rows):
         shape = _shape(rows)
         raise ClusterError(f"{top.where}: field {key!r} must be a {n}x{n} matrix (one row per device), got {shape}")
     if _plain_numbers(rows, limits):  # numpy checks every entry at once; else the loop names the first bad one
-        return tuple(tuple(v * scale for v in row) for row in rows)
+        return tuple(tuple(convert(v) for v in row) for row in rows)
     result = []
     for a, row in enumerate(rows):
         result.append(
             tuple(
-                check_number(v, f"{top.where}: {key}[{a}][{b}]", ClusterError, limits=() if a == b else limits) * scale
+                convert(check_number(v, f"{top.where}: {key}[{a}][{b}]", ClusterError, limits=() if a == b else limits))
                 for b, v in enumerate(row)
             )
         )
@@ -278,18 +294,24 @@ def _cluster(
     if top.has("allreduce"):
         fields = Fields(top.raw("allreduce"), f"{source}: allreduce", ClusterError)
         fields.check_keys(("gb_per_s", "latency_us"))
-        allreduce_bw = fields.number("gb_per_s", positive=True, limits=RATE) * GB_PER_S
-        allreduce_lat = fields.number("latency_us", default=0.0, limits=LATENCY) * US
-    overhead = top.number("message_overhead_us", default=0.0, limits=LATENCY) * US
-    message_latency_s = top.number("message_latency_us", default=0.0, limits=LATENCY) * US
+        allreduce_bw = gb_per_s_to_bytes_per_s(fields.number("gb_per_s", positive=True, limits=RATE))
+        allreduce_lat = _latency_ms(fields.number("latency_us", default=0.0, limits=LATENCY))
+    overhead = _latency_ms(top.number("message_overhead_us", default=0.0, limits=LATENCY))
+    message_latency = _latency_ms(top.number("message_latency_us", default=0.0, limits=LATENCY))
     try:
         return Cluster(
-            name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_s=latency, nic_bytes_per_s=nic,
-            speed_reference=scales.pop(), allreduce_bytes_per_s=allreduce_bw, allreduce_latency_s=allreduce_lat,
-            message_overhead_s=overhead, message_latency_s=message_latency_s,
+            name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_ms=latency, nic_bytes_per_s=nic,
+            speed_reference=scales.pop(), allreduce_bytes_per_s=allreduce_bw, allreduce_latency_ms=allreduce_lat,
+            message_overhead_ms=overhead, message_latency_ms=message_latency,
         )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None
+
+
+def _latency_ms(us: float) -> float:
+    """A file's latency (us) in ms, through seconds (us x 1e-6 x 1000): the float the cost model has priced a file's
+    latency at since clusters kept seconds, so plans and simulated times stay those of the golden records."""
+    return s_to_ms(us_to_s(us))
 
 
 def _clean(value: float) -> int | float:

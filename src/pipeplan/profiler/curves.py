@@ -19,6 +19,7 @@ from torch import nn
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes
+from pipeplan.core.units import s_to_ms
 from pipeplan.models.specs import ModelSpec
 from pipeplan.profiler.measure import Measurement, measure_layers
 
@@ -67,7 +68,7 @@ def optimizer_step_ms(layers: Sequence[nn.Module], runs: int = 10, warmup: int =
                 t0 = time.perf_counter()
                 optimizer.step()
                 if r >= warmup:
-                    samples[i].append((time.perf_counter() - t0) * 1e3)
+                    samples[i].append(s_to_ms(time.perf_counter() - t0))
         for i, times in enumerate(samples):
             if times:
                 out[i][name] = statistics.median(times)

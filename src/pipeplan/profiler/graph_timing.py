@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.units import s_to_ms
 from pipeplan.models.graph import consumers, run_layers
 from pipeplan.models.stage import grad_entry
 from pipeplan.profiler.timing import Loss
@@ -81,7 +82,7 @@ class GraphTimer:
                 out = self.loss[0](out, self.loss[1])
             self.sync()
             if keep:
-                self.samples["F"][i].append((time.perf_counter() - t0) * 1e3)
+                self.samples["F"][i].append(s_to_ms(time.perf_counter() - t0))
             leaves.append(args)
             outs.append(out)
         for i in range(last, -1, -1):
@@ -95,7 +96,7 @@ class GraphTimer:
             torch.autograd.backward(outs[i], grad)
             self.sync()
             if keep:
-                self.samples["B"][i].append((time.perf_counter() - t0) * 1e3)
+                self.samples["B"][i].append(s_to_ms(time.perf_counter() - t0))
 
     def _grad_of(self, layer: int, leaves: list[tuple[torch.Tensor, ...]]) -> torch.Tensor | None:
         """The gradient of `layer`'s output: the sum of the gradients its readers left on their leaves of it."""

@@ -27,6 +27,7 @@ from dataclasses import replace
 from pipeplan.core.devices import GPU_SPECS, GpuSpec
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.units import gb_per_s_to_bytes_per_s, s_to_ms, us_to_ms
 from pipeplan.profiler.flops import LayerWork
 
 DTYPES = ("fp32", "bf16")
@@ -66,8 +67,8 @@ def roofline_ms(
     and the launches."""
     _check_efficiency(efficiency)
     compute_s = flops / (peak_flops_per_s(gpu, dtype) * efficiency)
-    memory_s = bytes_moved / (gpu.hbm_gb_per_s * 1e9)
-    return max(compute_s * 1e3, memory_s * 1e3, kernels * gpu.launch_us / 1e3)
+    memory_s = bytes_moved / gb_per_s_to_bytes_per_s(gpu.hbm_gb_per_s)
+    return max(s_to_ms(compute_s), s_to_ms(memory_s), us_to_ms(kernels * gpu.launch_us))
 
 
 def project_profile(

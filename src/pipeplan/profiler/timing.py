@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from pipeplan.core.units import s_to_ms
 from pipeplan.models.graph import run_layers
 from pipeplan.models.stage import LossFn, StageModule
 
@@ -57,7 +58,7 @@ class ChainTimer:
             x = stage.forward(0, x, target, loss_fn, 1.0)
             self.sync()
             if keep:
-                self.samples["F"][i].append((time.perf_counter() - t0) * 1e3)
+                self.samples["F"][i].append(s_to_ms(time.perf_counter() - t0))
 
     def _backward(self, op: str, keep: bool) -> None:
         grad: torch.Tensor | None = self.last_grad
@@ -73,7 +74,7 @@ class ChainTimer:
                 stages[i].backward_weight(0)
             self.sync()
             if keep:
-                self.samples[op][i].append((time.perf_counter() - t0) * 1e3)
+                self.samples[op][i].append(s_to_ms(time.perf_counter() - t0))
 
     def round(self, keep: bool) -> None:
         """One timing round: F then B over the chain; with split also F, every I, then every W."""
@@ -99,7 +100,7 @@ def time_step(
         sync()
     t2 = time.perf_counter()
     x.grad = None
-    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+    return s_to_ms(t1 - t0), s_to_ms(t2 - t1)
 
 
 def run_chain(

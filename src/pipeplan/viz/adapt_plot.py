@@ -6,6 +6,8 @@ import math
 
 import matplotlib
 
+from pipeplan.core.units import ms_to_s
+
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
@@ -34,7 +36,7 @@ def _bandwidth_steps(trace: BandwidthTrace, pipeline: PipelineModel, end_ms: flo
         if (times, factors) in seen and len(lines) >= 1:
             continue  # both directions of a boundary usually move alike: draw one
         seen.add((times, factors))
-        xs = [t / 1000 for t in times if t <= end_ms] + [end_ms / 1000]
+        xs = [ms_to_s(t) for t in times if t <= end_ms] + [ms_to_s(end_ms)]
         ys = [f * nominal for t, f in zip(times, factors, strict=True) if t <= end_ms]
         lines[f"{link[0]}->{link[1]}"] = (xs, [*ys, ys[-1]])
     return lines
@@ -52,8 +54,8 @@ def render_adapt(comparison: AdaptComparison, pipeline: PipelineModel, trace: Ba
     bandwidth.legend(loc="upper right", fontsize=8)
     bandwidth.set_title(title or "adaptive k under a bandwidth trace", fontsize=10, loc="left")
     for name, run in runs.items():
-        starts = [t / 1000 for t in run.start_ms]
-        edges = [*starts, run.total_ms / 1000]
+        starts = [ms_to_s(t) for t in run.start_ms]
+        edges = [*starts, ms_to_s(run.total_ms)]
         style = {"color": COLORS[name], "label": name, "linewidth": 1.4 if name != "oracle" else 1.0}
         if name == "oracle":
             style["linestyle"] = ":"

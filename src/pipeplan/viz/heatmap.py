@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.units import bytes_per_s_to_gb_per_s
 from pipeplan.io.atomic import atomic_output
 from pipeplan.io.file_kinds import PNG
 from pipeplan.viz.inventory import MATRIX_MAX_DEVICES
@@ -20,7 +21,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     from matplotlib.colors import LogNorm
 
     n = cluster.num_devices
-    gb = cluster.bandwidth_bytes_per_s.dense() / 1e9
+    gb = bytes_per_s_to_gb_per_s(cluster.bandwidth_bytes_per_s.dense())
     np.fill_diagonal(gb, np.nan)
     masked = np.ma.masked_invalid(np.where(gb > 0, gb, np.nan))
     size = min(12.0, max(5.0, 0.55 * n + 2.0))
@@ -48,7 +49,7 @@ def draw_bandwidth_heatmap(cluster: Cluster, path: Path) -> None:
     for boundary in _node_boundaries(cluster):
         ax.axhline(boundary - 0.5, color="white", linewidth=1.5)
         ax.axvline(boundary - 0.5, color="white", linewidth=1.5)
-    nic = "" if cluster.nic_bytes_per_s is None else f"; NIC {cluster.nic_bytes_per_s / 1e9:g} GB/s per node"
+    nic = "" if cluster.nic_bytes_per_s is None else f"; NIC {bytes_per_s_to_gb_per_s(cluster.nic_bytes_per_s):g} GB/s per node"
     ax.set_title(f"{cluster.name}: bandwidth GB/s, sender row -> receiver column{nic}", fontsize=10)
     ax.set_xlabel("receiver device")
     ax.set_ylabel("sender device")

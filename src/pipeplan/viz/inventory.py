@@ -12,6 +12,7 @@ from rich.table import Table
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 from pipeplan.viz.tables import format_bytes, id_runs
 
 MATRIX_MAX_DEVICES = 16
@@ -150,7 +151,7 @@ def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], 
     classes: Counter[tuple[bool, float, float]] = Counter()
     example: dict[tuple[bool, float, float], tuple[int, int]] = {}
     nodes = np.array([d.node for d in cluster.devices])
-    bandwidth, latency = cluster.bandwidth_bytes_per_s, cluster.latency_s
+    bandwidth, latency = cluster.bandwidth_bytes_per_s, cluster.latency_ms
     if isinstance(bandwidth, NodeLinks) and isinstance(latency, NodeLinks) and np.array_equal(bandwidth.nodes, nodes):
         # by structure: the overridden pairs one by one, every other pair by its kind (no n x n pass)
         special = sorted({*map(int, bandwidth.keys), *map(int, latency.keys)})
@@ -190,14 +191,24 @@ def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], 
 def link_classes_table(cluster: Cluster) -> Table:
     """Distinct (bandwidth, latency, same node?) link classes with their ordered-pair counts."""
     classes, example = link_classes(cluster)
-    nic = "no NIC limit" if cluster.nic_bytes_per_s is None else f"NIC {cluster.nic_bytes_per_s / 1e9:g} GB/s per node, shared"
+    nic = (
+        "no NIC limit"
+        if cluster.nic_bytes_per_s is None
+        else f"NIC {bytes_per_s_to_gb_per_s(cluster.nic_bytes_per_s):g} GB/s per node, shared"
+    )
     table = Table(title="links (ordered pairs)", caption=nic, caption_justify="left", title_justify="left", box=box.SIMPLE)
     for header in ("where", "GB/s", "latency us", "pairs", "e.g."):
         table.add_column(header, justify="left" if header in ("where", "e.g.") else "right")
     for key in sorted(classes, key=lambda k: (not k[0], -k[1], k[2])):
         same, bw, lat = key
         a, b = example[key]
-        table.add_row("intra-node" if same else "inter-node", f"{bw / 1e9:g}", f"{lat * 1e6:g}", str(classes[key]), f"{a}->{b}")
+        table.add_row(
+            "intra-node" if same else "inter-node",
+            f"{bytes_per_s_to_gb_per_s(bw):g}",
+            f"{ms_to_us(lat):g}",
+            str(classes[key]),
+            f"{a}->{b}",
+        )
     return table
 
 
@@ -208,7 +219,7 @@ def bandwidth_matrix_table(cluster: Cluster) -> Table:
     for b in range(cluster.num_devices):
         table.add_column(str(b), justify="right")
     for a, row in enumerate(cluster.bandwidth_bytes_per_s.dense().tolist()):
-        table.add_row(str(a), *("-" if a == b else f"{v / 1e9:g}" for b, v in enumerate(row)))
+        table.add_row(str(a), *("-" if a == b else f"{bytes_per_s_to_gb_per_s(v):g}" for b, v in enumerate(row)))
     return table
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pipeplan.core.units import ms_to_us
 from pipeplan.sim.result import SimResult
 
 COMPUTE_TID = 0
@@ -59,8 +60,8 @@ def trace_events(result: SimResult) -> dict[str, Any]:
                 "tid": COMPUTE_TID,
                 "name": f"{span.stage}{span.op}{span.microbatch}",
                 "cat": span.op,
-                "ts": span.start_ms * 1000.0,
-                "dur": (span.end_ms - span.start_ms) * 1000.0,
+                "ts": ms_to_us(span.start_ms),
+                "dur": ms_to_us(span.end_ms - span.start_ms),
                 "args": {"stage": span.stage, "op": span.op, "microbatch": span.microbatch},
             }
         )
@@ -72,8 +73,8 @@ def trace_events(result: SimResult) -> dict[str, Any]:
                 "tid": SEND_TID,
                 "name": f"{t.kind} {t.src_stage}->{t.dst_stage} mb{t.microbatch}",
                 "cat": t.kind,
-                "ts": t.start_ms * 1000.0,
-                "dur": (t.end_ms - t.start_ms) * 1000.0,
+                "ts": ms_to_us(t.start_ms),
+                "dur": ms_to_us(t.end_ms - t.start_ms),
                 "args": {
                     "kind": t.kind,
                     "microbatch": t.microbatch,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeplan.core.units import ms_to_s
 from pipeplan.planner.baselines.downsets import DownsetStates, downset_states, mask_matrix, range_table, range_tables
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph, PlanningGraph, planning_graph
 
@@ -78,13 +79,13 @@ def dapple_model(full: LayerGraph, global_batch: int, limit: int | None = None) 
     scale = global_batch / full.batch_size
     member = mask_matrix(states.masks, graph.graph.num_nodes)
     valid, preds = range_tables(states, graph.graph.num_nodes)
-    compute = states.work_ms / 1000.0 * scale
+    compute = ms_to_s(states.work_ms) * scale
     return DappleModel(
         graph=graph,
         states=states,
         compute_s=compute,
-        fwd_s=member @ graph.graph.fwd_ms / 1000.0 * scale,
-        bwd_s=member @ graph.graph.bwd_ms / 1000.0 * scale,
+        fwd_s=ms_to_s(member @ graph.graph.fwd_ms) * scale,
+        bwd_s=ms_to_s(member @ graph.graph.bwd_ms) * scale,
         cut_bytes=states.cut_bytes * scale,
         param_bytes=states.param_bytes,
         preds=preds,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeplan.core.units import wire_ms
 from pipeplan.planner.bound.shape_bounds import ShapeBounds
 from pipeplan.sim.cost.link_model import link_arrays
 
@@ -43,7 +44,7 @@ def cycle_sizes(allowed: np.ndarray) -> set[int]:
 
 
 class Rings:
-    """Per device count k, the best bottleneck rate R_k (bytes/s) and least largest latency L_k (s) of a ring."""
+    """Per device count k, the best bottleneck rate R_k (bytes/s) and least largest latency L_k (ms) of a ring."""
 
     def __init__(self, bounds: ShapeBounds, devices: tuple[int, ...] | None = None) -> None:
         """Rings over the cluster's devices, or only over `devices` (a bound for stages that may use no others)."""
@@ -76,4 +77,4 @@ class Rings:
         if devices not in self.rate or devices not in self.latency:
             return self.bounds.allreduce_ms(nbytes, devices)
         k = devices
-        return 1000.0 * (2 * (k - 1) / k * nbytes / self.rate[k] + 2 * (k - 1) * self.latency[k])
+        return wire_ms(2 * (k - 1) / k * nbytes, self.rate[k]) + 2 * (k - 1) * self.latency[k]

@@ -56,6 +56,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.shared_params import first_holder_params
+from pipeplan.core.units import wire_ms
 from pipeplan.planner.bound.fill_term import fill_term
 from pipeplan.planner.bound.phase_term import phase_term
 from pipeplan.planner.bound.stage_term import STAGE_DP_CELLS, stage_term
@@ -100,7 +101,7 @@ def shapes(request: PlanRequest) -> list[tuple[int, int]]:
 
 
 def across_nodes(cluster: Cluster) -> tuple[int, float, float]:
-    """(devices of the largest node, fastest link between two nodes in bytes/s, least latency between nodes in s)."""
+    """(devices of the largest node, fastest link between two nodes in bytes/s, least latency between nodes in ms)."""
     rate, latency = link_arrays(cluster)
     nodes = device_nodes(cluster)
     size = int(np.bincount(nodes).max())
@@ -145,7 +146,7 @@ class ShapeBounds:
             self.rate, self.latency = math.inf, 0.0
         self.transfer_rate, self.transfer_latency = self.rate, self.latency  # stage boundaries: always the links
         if cluster.allreduce_bytes_per_s is not None:
-            self.rate, self.latency = cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
+            self.rate, self.latency = cluster.allreduce_bytes_per_s, cluster.allreduce_latency_ms
             self.node_size = cluster.num_devices  # the measured collective replaces every ring
 
     def saved_spans(self, samples: float) -> np.ndarray:
@@ -180,7 +181,7 @@ class ShapeBounds:
         k = devices
         inside = k <= self.node_size and not (across and self.node_size < self.request.cluster.num_devices)
         rate, latency = (self.rate, self.latency) if inside else (self.rate_across, self.latency_across)
-        return 1000.0 * (2 * (k - 1) / k * nbytes / rate + 2 * (k - 1) * latency)
+        return wire_ms(2 * (k - 1) / k * nbytes, rate) + 2 * (k - 1) * latency
 
     def fits(self, rp: int) -> bool:
         """Whether n = N // rp devices can hold every layer's static bytes once, and each layer fits one device."""

@@ -44,6 +44,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pipeplan.core.units import wire_ms
+
 STAGE_DP_CELLS = 60_000_000
 """Most (layer, layer, devices, width) cells the stage DP of one shape may visit; larger shapes skip it."""
 SEGMENT_DP_CELLS = 100_000_000
@@ -89,7 +91,7 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
     for r, (fwd, back, inp) in costs.items():
         fits = upper & (static + bounds.saved_spans(b / r) <= bounds.memory_prefix[1])
         work = Work(m * spans(fwd) / s, m * spans(back) / s + steps, m * spans(inp) / s)
-        moved = 1000.0 * (bounds.transfer_latency + cuts / r / bounds.transfer_rate)
+        moved = bounds.transfer_latency + wire_ms(cuts / r, bounds.transfer_rate)
         moved[0] = 0.0
         near = bounds.allreduce_ms(params, r * rp)
         grid = stage_grid(before_fwd, before_inp, turn, moved, work, near)
@@ -103,7 +105,7 @@ def stage_term(bounds: Any, rp: int, b: int) -> float:
         across = bounds.allreduce_ms(params, r * rp, across=True)
         spread = stage_grid(before_fwd, before_inp, turn, moved, work, across)
         spread = spread if r * rp >= 2 else np.full_like(spread, np.inf)
-        far = 1000.0 * (bounds.latency_across + cuts / r / bounds.rate_across)
+        far = bounds.latency_across + wire_ms(cuts / r, bounds.rate_across)
         far[0] = np.inf  # nothing flows into the first stage
         link = (before_fwd + (m + 1) * far + before_inp)[:, None] + spans(fwd + inp) / s
         cut = np.maximum(stage_grid(before_fwd, before_inp, turn, far, work, near), link)

@@ -9,11 +9,12 @@ import numpy as np
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.shared_params import span_overlap_bytes
+from pipeplan.core.units import wire_ms
 from pipeplan.planner.bound.best_rings import Rings
 from pipeplan.planner.bound.placed_bounds import Placed
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import StageWork, static_bytes
-from pipeplan.sim.cost.link_model import link_arrays, ms, pair_ms, ring_allreduce_ms
+from pipeplan.sim.cost.link_model import link_arrays, pair_ms, ring_allreduce_ms
 
 
 @dataclass(slots=True)
@@ -24,7 +25,7 @@ class StageCosts:
     works: dict[tuple[int, int, int, int, float], StageWork] = field(default_factory=dict)
     bases: dict[tuple[int, int, tuple[int, ...], int, int], Placed] = field(default_factory=dict)
     links: dict[tuple[int, tuple[int, ...], tuple[int, ...], int, int], tuple[float, float]] = field(default_factory=dict)
-    rings: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)  # ring -> (bytes/s, latency s)
+    rings: dict[tuple[int, ...], tuple[float, float]] = field(default_factory=dict)  # ring -> (bytes/s, latency ms)
     free_bases: dict[tuple[object, ...], tuple[Rings, Placed]] = field(default_factory=dict)  # anywhere's stages
     # before follow, with the rings they were costed on
     cheapest: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)  # anywhere's transfers:
@@ -77,7 +78,7 @@ class StageCosts:
             cluster = self.request.cluster
             ring_allreduce_ms(cluster, devices, 0.0)  # raises ClusterError, naming the pair, on a missing link
             if cluster.allreduce_bytes_per_s is not None:
-                links = (cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s)
+                links = (cluster.allreduce_bytes_per_s, cluster.allreduce_latency_ms)
             else:
                 rate, latency = link_arrays(cluster)
                 src = np.array(devices)
@@ -85,7 +86,7 @@ class StageCosts:
                 links = (float(rate[src, dst].min()), float(latency[src, dst].max()))
             self.rings[devices] = links
         bandwidth, latency = links
-        return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+        return wire_ms(2 * (n - 1) / n * nbytes, bandwidth) + 2 * (n - 1) * latency
 
     def transfer(self, before: Placed, after: Placed, rp: int, nbytes: float, forward: bool) -> float:
         """Slowest pair over all pipeline replicas (each pair carries 1/q of the bytes)."""

@@ -15,6 +15,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.shared_params import SharedGroup
+from pipeplan.core.units import MS_PER_S
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
 from pipeplan.sim.cost.link_model import link_arrays, ring_allreduce_terms
@@ -167,7 +168,7 @@ def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.n
             rate = np.minimum(inp.bandwidth[src, dst], inp.bandwidth[dst, src]).min(axis=1)
             out_rate[first[below]] = np.where(rate > 0, rate * r, 0.0)
             latency = np.maximum(inp.latency[src, dst].max(axis=1), inp.latency[dst, src].max(axis=1))
-            out_latency[first[below]] = 1000.0 * latency
+            out_latency[first[below]] = latency
     return {
         "speed": speed,
         "memory": memory,
@@ -214,11 +215,11 @@ def _ring_terms(cluster: Cluster, devs: np.ndarray) -> tuple[np.ndarray, np.ndar
     n = devs.shape[1]
     if cluster.allreduce_bytes_per_s is not None:
         bandwidth = np.full(len(devs), cluster.allreduce_bytes_per_s)
-        slowest_latency = np.full(len(devs), cluster.allreduce_latency_s)
+        slowest_latency = np.full(len(devs), cluster.allreduce_latency_ms)
     else:
         bandwidth = rates.min(axis=1)
         slowest_latency = latency[devs, nxt].max(axis=1)
-    return 1000.0 * 2 * (n - 1) / n / bandwidth, 1000.0 * 2 * (n - 1) * slowest_latency
+    return MS_PER_S * 2 * (n - 1) / n / bandwidth, 2 * (n - 1) * slowest_latency
 
 
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
@@ -248,7 +249,7 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
         t = sums.work_ms[:, :, None] / speed
         rate = arr["out_rate"][None, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
-            moved = 1000.0 * sums.cut_after[None, :, None] / rate
+            moved = MS_PER_S * sums.cut_after[None, :, None] / rate
             c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
         c = np.nan_to_num(c, nan=INF)
         ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]

@@ -49,7 +49,7 @@ def twin_classes(cluster: Cluster) -> tuple[int, ...]:
 
 def _twins(cluster: Cluster, a: int, b: int) -> bool:
     """Whether a and b have the same bandwidth and latency to and from every other device, and a->b equals b->a."""
-    return cluster.bandwidth_bytes_per_s.twins(a, b) and cluster.latency_s.twins(a, b)
+    return cluster.bandwidth_bytes_per_s.twins(a, b) and cluster.latency_ms.twins(a, b)
 
 
 def placement_moves(plan: Plan, cluster: Cluster, twins: tuple[int, ...]) -> Iterator[list[tuple[int, ...]]]:

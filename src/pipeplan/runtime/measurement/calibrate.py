@@ -30,6 +30,7 @@ from pipeplan.core.cluster import Cluster
 from pipeplan.core.model_source import model_to_build
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.units import ms_to_s, s_to_ms
 from pipeplan.models.build import Model, build_model
 from pipeplan.runtime.errors import TrainConfigError
 
@@ -112,11 +113,11 @@ def run_plan(
             continue
         ops: dict[str, float] = {}
         for span in record.compute:
-            ops[span.op] = ops.get(span.op, 0.0) + (span.end_ms - span.start_ms) * 1000.0
+            ops[span.op] = ops.get(span.op, 0.0) + s_to_ms(span.end_ms - span.start_ms)
         compute.append(ops)
         last = max((span.end_ms for span in record.compute), default=t0)
-        tails.append((end - last) * 1000.0)
-        totals.append((done - t0) * 1000.0)
+        tails.append(s_to_ms(end - last))
+        totals.append(s_to_ms(done - t0))
     slowest = torch.tensor([statistics.median(tails), statistics.median(totals)], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return Run(plan, tuple(compute), float(slowest[0]), float(slowest[1]))
@@ -169,20 +170,20 @@ def speed_of(profile: ModelProfile, runs: list[Run]) -> float:
 
 def allreduce_of(runs: list[Run], param_bytes: float, world: int, latency_s: float) -> float:
     """The all-reduce's bus bandwidth (bytes/s) from the data-parallel runs' tails, the per-step latency given."""
-    tail_s = statistics.median(run.tail_ms for run in runs) / 1000.0
+    tail_s = ms_to_s(statistics.median(run.tail_ms for run in runs))
     steps = 2 * (world - 1)
     moving = max(tail_s - steps * latency_s, 1e-6)
     return steps / world * param_bytes / moving
 
 
-MESSAGE_GRID_S = tuple(i * 250e-6 for i in range(21))
+MESSAGE_GRID_MS = tuple(i * 0.25 for i in range(21))
 """The coarse grid of fit_messages (0 to 5 ms in 250 us steps, for each of the two costs); it then refines by 25 us."""
 
 
 def fit_messages(
     profile: ModelProfile, cluster: Cluster, runs: list[Run], optimizer: str, with_latency: bool = True
 ) -> tuple[float, float]:
-    """The (overhead s, latency s) of a stage-to-stage message with which the simulator best predicts the pipeline
+    """The (overhead ms, latency ms) of a stage-to-stage message with which the simulator best predicts the pipeline
     runs' whole steps: least squares of the log ratio, on a grid and then on a finer one around its best point
     (ties: the smaller values, so the fit is deterministic). Without `with_latency` only the overhead is fitted
     (latency 0): the one-cost model, kept to compare the two on the same runs."""
@@ -195,7 +196,7 @@ def fit_messages(
 
     def error(point: tuple[float, float]) -> float:
         overhead, latency = point
-        priced = dataclasses.replace(cluster, message_overhead_s=overhead, message_latency_s=latency)
+        priced = dataclasses.replace(cluster, message_overhead_ms=overhead, message_latency_ms=latency)
         model = CostModel.build(profile, priced, optimizer=optimizer)
         total = 0.0
         for run, schedule in zip(runs, schedules, strict=True):
@@ -206,10 +207,10 @@ def fit_messages(
     def best(grid_a: list[float], grid_b: list[float]) -> tuple[float, float]:
         return min(((a, b) for a in grid_a for b in grid_b), key=lambda point: (error(point), point))
 
-    latencies = list(MESSAGE_GRID_S) if with_latency else [0.0]
-    overhead, latency = best(list(MESSAGE_GRID_S), latencies)
+    latencies = list(MESSAGE_GRID_MS) if with_latency else [0.0]
+    overhead, latency = best(list(MESSAGE_GRID_MS), latencies)
 
     def around(x: float) -> list[float]:
-        return [x + i * 25e-6 for i in range(-10, 11) if x + i * 25e-6 >= 0]
+        return [x + i * 0.025 for i in range(-10, 11) if x + i * 0.025 >= 0]
 
     return best(around(overhead), around(latency) if with_latency else [0.0])

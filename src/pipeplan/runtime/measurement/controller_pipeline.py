@@ -23,6 +23,7 @@ from pipeplan.adapt import PipelineModel
 from pipeplan.adapt.observation import Link
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Action
+from pipeplan.core.units import wire_ms
 from pipeplan.runtime.placement import Topology
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs, Flow, StageCost
@@ -76,7 +77,7 @@ def runtime_pipeline(
         out = []
         for link, _ in boundary:
             per_s, latency_ms = rates[link]
-            work_ms = link_bytes[link] / per_s * 1000.0
+            work_ms = wire_ms(link_bytes[link], per_s)
             out.append(Flow((f"pair:{link[0]}->{link[1]}",), link, float(latency_ms), float(work_ms)))
         return tuple(out)
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.adapt import Collective, IterationObservation, Transfer
+from pipeplan.core.units import s_to_ms
 
 if TYPE_CHECKING:
     from pipeplan.runtime.execution.executor import StepRecord
@@ -58,18 +59,18 @@ def pack(
     perf_counter s), its memory figures, every message it sent or received and its emulated all-reduces."""
 
     def ms(t_s: float) -> float:
-        return (t_s - origin_s) * 1000.0
+        return s_to_ms(t_s - origin_s)
 
     # what each action cost its process (compute and its own handling of messages; its spans when not recorded)
     busy = record.busy_s or tuple(s.end_ms - s.start_ms for s in record.compute)
-    fwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op == "F"]
-    bwd = [b * 1000.0 for s, b in zip(record.compute, busy, strict=True) if s.op != "F"]
+    fwd = [s_to_ms(b) for s, b in zip(record.compute, busy, strict=True) if s.op == "F"]
+    bwd = [s_to_ms(b) for s, b in zip(record.compute, busy, strict=True) if s.op != "F"]
     rows: list[float] = []
     for r in record.transfers:
         m = r.message
         wire = r.emulated or (0.0, 0.0)
         rows += [float(r.sent), float(m.kind == "grad"), m.boundary, m.microbatch, m.src, m.dst, r.nbytes, ms(r.at_s),
-                 r.wait_s * 1000.0, *wire, ms(r.posted_s) if r.posted_s else 0.0]  # fmt: skip
+                 s_to_ms(r.wait_s), *wire, ms(r.posted_s) if r.posted_s else 0.0]  # fmt: skip
     header = [k, stage, statistics.fmean(fwd) if fwd else 0.0, statistics.fmean(bwd) if bwd else 0.0, ms(times_s[0]),
               ms(times_s[1]), optimizer_ms, static_bytes, activation_bytes, memory_limit_bytes,
               len(record.transfers), len(record.collectives)]  # fmt: skip

@@ -31,6 +31,7 @@ from pipeplan.core.layer_profile import LayerCurve, LayerProfile
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
+from pipeplan.core.units import s_to_ms
 from pipeplan.profiler.measure import Measurement, measure_layers, profile_module
 from pipeplan.runtime.measurement.probe import link_fit
 from pipeplan.runtime.transport.exchange import gather_json
@@ -43,7 +44,7 @@ from pipeplan.sim.result import SimResult
 
 
 def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 << 22) -> tuple[float, float]:
-    """(latency s, bandwidth bytes/s) between processes 0 and 1 from ping-pongs of 8 bytes and of `large_bytes`.
+    """(latency ms, bandwidth bytes/s) between processes 0 and 1 from ping-pongs of 8 bytes and of `large_bytes`.
 
     A collective call: every process must make it; processes other than 0
     and 1 only wait. With one process returns (0, inf).
@@ -68,14 +69,15 @@ def measure_link(device: torch.device, rounds: int = 20, large_bytes: int = 1 <<
     info = torch.tensor(results, dtype=torch.float64)
     dist.broadcast(info, 0)
     small, large = float(info[0]), float(info[1])
-    return link_fit([8.0, float(large_bytes)], [small, large])
+    latency_s, bandwidth = link_fit([8.0, float(large_bytes)], [small, large])
+    return s_to_ms(latency_s), bandwidth
 
 
-def local_cluster(world_size: int, latency_s: float, bandwidth: float) -> Cluster:
+def local_cluster(world_size: int, latency_ms: float, bandwidth: float) -> Cluster:
     """This job's processes as `world_size` identical devices joined by one measured link each way."""
     devices = tuple(Device(i, "local", 1e12, 1.0, 0) for i in range(world_size))
     bw = tuple(tuple(0.0 if a == b else min(bandwidth, 1e15) for b in range(world_size)) for a in range(world_size))
-    lat = tuple(tuple(0.0 if a == b else latency_s for b in range(world_size)) for a in range(world_size))
+    lat = tuple(tuple(0.0 if a == b else latency_ms for b in range(world_size)) for a in range(world_size))
     return Cluster("local", devices, bw, lat)
 
 

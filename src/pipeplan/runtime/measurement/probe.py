@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from pipeplan.core.profile import ModelProfile
+from pipeplan.core.units import bytes_per_s_to_gb_per_s, bytes_to_gib, ms_to_us, s_to_ms
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.measurement.calibrate import (
     allreduce_of,
@@ -60,20 +61,20 @@ HANG_ENV = "PIPEPLAN_PROBE_HANG"
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
-    """What the probe measured (bytes/s, seconds), as process 0 knows it."""
+    """What the probe measured (bytes/s, ms), as process 0 knows it."""
 
     speeds: tuple[float, ...]
     bandwidth_bytes_per_s: tuple[tuple[float, ...], ...]
-    latency_s: tuple[tuple[float, ...], ...]
+    latency_ms: tuple[tuple[float, ...], ...]
     allreduce_bytes_per_s: float | None
-    allreduce_latency_s: float
+    allreduce_latency_ms: float
     nodes: tuple[int, ...]
     memory_bytes: tuple[float, ...]
     kind: str
     backend: str
-    message_overhead_s: float = 0.0
-    message_latency_s: float = 0.0
-    overhead_alone: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
+    message_overhead_ms: float = 0.0
+    message_latency_ms: float = 0.0
+    overhead_alone_ms: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -235,9 +236,9 @@ def probe(
     result = ProbeResult(
         speeds=tuple(p["speed"] for p in everyone),
         bandwidth_bytes_per_s=tuple(tuple(row) for row in bandwidth),
-        latency_s=tuple(tuple(row) for row in latency),
+        latency_ms=tuple(tuple(s_to_ms(v) for v in row) for row in latency),
         allreduce_bytes_per_s=allreduce_bw,
-        allreduce_latency_s=allreduce_lat,
+        allreduce_latency_ms=s_to_ms(allreduce_lat),
         nodes=tuple(node_keys.index(p["node"]) for p in everyone),
         memory_bytes=tuple(p["memory"] / (per_host[p["host"]] if kind == "cpu" else 1) for p in everyone),
         kind=kind,
@@ -250,7 +251,7 @@ def probe(
         cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
         overhead, latency = fit_messages(profile, cluster, pipeline_runs, optimizer)
         alone, _ = fit_messages(profile, cluster, pipeline_runs, optimizer, with_latency=False)
-        result = dataclasses.replace(result, message_overhead_s=overhead, message_latency_s=latency, overhead_alone=alone)
+        result = dataclasses.replace(result, message_overhead_ms=overhead, message_latency_ms=latency, overhead_alone_ms=alone)
     return result
 
 
@@ -292,7 +293,7 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
         reference = profile_kind(profile)
         scale = (nominal_speed(reference) or 1.0) if reference is not None else 1.0
     devices = [
-        {"kind": kind, "memory_gb": round(memory / 2**30, 3), "speed": round(speed * scale, 4), "node": node}
+        {"kind": kind, "memory_gb": round(bytes_to_gib(memory), 3), "speed": round(speed * scale, 4), "node": node}
         for speed, memory, node in zip(result.speeds, result.memory_bytes, result.nodes, strict=True)
     ]
     n = len(devices)
@@ -301,19 +302,20 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
         "name": name,
         "devices": devices,
         "bandwidth_gb_per_s": [
-            [round(result.bandwidth_bytes_per_s[a][b] / 1e9, 4) if a != b else 0 for b in range(n)] for a in range(n)
+            [round(bytes_per_s_to_gb_per_s(result.bandwidth_bytes_per_s[a][b]), 4) if a != b else 0 for b in range(n)]
+            for a in range(n)
         ],
-        "latency_us": [[round(result.latency_s[a][b] * 1e6, 2) if a != b else 0 for b in range(n)] for a in range(n)],
+        "latency_us": [[round(ms_to_us(result.latency_ms[a][b]), 2) if a != b else 0 for b in range(n)] for a in range(n)],
         "notes": f"measured by pipeplan probe over {result.backend}"
         + (f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"),
     }
-    if result.message_overhead_s > 0:
-        out["message_overhead_us"] = round(result.message_overhead_s * 1e6, 1)
-    if result.message_latency_s > 0:
-        out["message_latency_us"] = round(result.message_latency_s * 1e6, 1)
+    if result.message_overhead_ms > 0:
+        out["message_overhead_us"] = round(ms_to_us(result.message_overhead_ms), 1)
+    if result.message_latency_ms > 0:
+        out["message_latency_us"] = round(ms_to_us(result.message_latency_ms), 1)
     if result.allreduce_bytes_per_s is not None:
         out["allreduce"] = {
-            "gb_per_s": round(result.allreduce_bytes_per_s / 1e9, 4),
-            "latency_us": round(result.allreduce_latency_s * 1e6, 2),
+            "gb_per_s": round(bytes_per_s_to_gb_per_s(result.allreduce_bytes_per_s), 4),
+            "latency_us": round(ms_to_us(result.allreduce_latency_ms), 2),
         }
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pipeplan.core.units import s_to_ms
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.runtime.transport.exchange import gather_json
@@ -16,7 +17,7 @@ def local_part(record: StepRecord, origin_s: float, end_s: float) -> dict[str, A
     a span and a message's key as lists, the stage peaks as [stage, peak] rows (`gather_parts` reads them back)."""
 
     def rel(t: float) -> float:
-        return (t - origin_s) * 1000.0
+        return s_to_ms(t - origin_s)
 
     return {
         "compute": [list(s._replace(start_ms=rel(s.start_ms), end_ms=rel(s.end_ms))) for s in record.compute],

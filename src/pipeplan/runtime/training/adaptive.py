@@ -30,6 +30,7 @@ from pipeplan.adapt import AdaptiveController, ControllerConfig, Decision, Link,
 from pipeplan.adapt.predict import fitting_ks
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.core.units import s_to_ms
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.executor import Executor, StepRecord
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
@@ -107,7 +108,7 @@ class AdaptiveK:
         if wire is None:
             from pipeplan.runtime.measurement.prediction import measure_link
 
-            self.link = measure_link(executor.device)  # (latency s, bytes/s), the same on every process
+            self.link = measure_link(executor.device)  # (latency ms, bytes/s), the same on every process
         self.controller: AdaptiveController | None = None
         self.k_used: list[int] = []
         self.start_ms: list[float] = []
@@ -126,7 +127,7 @@ class AdaptiveK:
             pipeline = plan_pipeline(plan, executor.topology, cost_model, self._rates(), memory_limit_bytes, self._ring_time())
             self.controller = AdaptiveController(pipeline, self._config(pipeline))
             self._next_prediction = self.controller.decisions[-1].predicted_ms.get(self.k)
-            self.setup_ms = (time.perf_counter() - began) * 1000.0
+            self.setup_ms = s_to_ms(time.perf_counter() - began)
 
     def pack(
         self,
@@ -182,7 +183,7 @@ class AdaptiveK:
         if self.controller is None:
             self.controller = self._build(parts)
             decision = self.controller.decisions[-1]
-            built = self.setup_ms = (time.perf_counter() - began) * 1000.0
+            built = self.setup_ms = s_to_ms(time.perf_counter() - began)
         else:
             if index == 0:  # the warm-up's compute is first-touch work: its transfers only
                 seen = dataclasses.replace(seen, stage_fwd_ms=(), stage_bwd_ms=())
@@ -191,7 +192,7 @@ class AdaptiveK:
         if decision.k != self.k:
             self.executor.use(self._topology(decision.k))
             self.k = decision.k
-        self.overhead_ms.append((time.perf_counter() - began) * 1000.0)
+        self.overhead_ms.append(s_to_ms(time.perf_counter() - began))
         return built
 
     def _topology(self, k: int) -> Topology:
@@ -207,8 +208,8 @@ class AdaptiveK:
         if self.wire is not None:
             return {link: (r.bytes_per_s, r.latency_ms) for link, r in self.wire.links.rates.items()}
         assert self.link is not None
-        latency_s, per_s = self.link
-        return {(a, b): (per_s, latency_s * 1000.0) for a in self.devices for b in self.devices if a != b}
+        latency_ms, per_s = self.link
+        return {(a, b): (per_s, latency_ms) for a in self.devices for b in self.devices if a != b}
 
     def _ring_time(self) -> RingTime | None:
         """A ring all-reduce's nominal time on the emulated wire (None on the real network)."""

@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from pipeplan.core.units import s_to_ms
 from pipeplan.models.build import Model
 from pipeplan.models.datasets import batch_indices
 from pipeplan.runtime.execution.evaluate import evaluation
@@ -259,8 +260,8 @@ def train_asynchronous(
     report.delays = [delays[s] for s in range(schedule.num_stages)]
     report.samples_per_s = total * batch / walking
     for step, seconds in enumerate(next((t for t in times if t), [])):
-        report.step_ms.append(seconds * 1000.0)  # from one of stage 0's steps to its next (the first: from the start)
-        report.pipeline_ms.append(seconds * 1000.0)
+        report.step_ms.append(s_to_ms(seconds))  # from one of stage 0's steps to its next (the first: from the start)
+        report.pipeline_ms.append(s_to_ms(seconds))
         report.optimizer_ms.append(0.0)
         if on_step is not None:
             on_step(step, report.losses[step], report.step_ms[-1], 0.0)

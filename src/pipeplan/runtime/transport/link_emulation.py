@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_to_s, s_to_ms, wire_ms
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links
 from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
@@ -88,7 +89,7 @@ class EmulatedLinks:
     @classmethod
     def uniform(cls, devices: Iterable[int], gb_per_s: float, trace: BandwidthTrace | None = None) -> EmulatedLinks:
         """Every ordered pair of `devices` at `gb_per_s` (10^9 bytes/s), no latency: --emulate-gb-per-s."""
-        rate = LinkRate(check_emulated_rate(gb_per_s) * 1e9)
+        rate = LinkRate(gb_per_s_to_bytes_per_s(check_emulated_rate(gb_per_s)))
         ids = sorted(set(devices))
         return cls({(a, b): rate for a in ids for b in ids if a != b}, trace)
 
@@ -108,9 +109,9 @@ class EmulatedLinks:
             for b in ids:
                 if a != b:
                     cluster.require_link(a, b)
-                    links[(a, b)] = LinkRate(float(rate[a, b]), float(latency[a, b]) * 1000.0)
+                    links[(a, b)] = LinkRate(float(rate[a, b]), float(latency[a, b]))
         measured = cluster.allreduce_bytes_per_s
-        allreduce = LinkRate(measured, cluster.allreduce_latency_s * 1000.0) if measured is not None else None
+        allreduce = LinkRate(measured, cluster.allreduce_latency_ms) if measured is not None else None
         return cls(links, trace, allreduce)
 
     def free_ms(self, link: Link) -> float:
@@ -125,7 +126,7 @@ class EmulatedLinks:
         """
         spec = self._rate(link)
         start = max(issued_ms, self._free_ms.get(link, 0.0))
-        work_ms = nbytes / spec.bytes_per_s * 1000.0
+        work_ms = wire_ms(nbytes, spec.bytes_per_s)
         if self.trace is None or not self.trace.affects(link):
             end = start + spec.latency_ms + work_ms
         else:
@@ -154,7 +155,7 @@ class EmulatedLinks:
         rate = min(r.bytes_per_s for r in ring) if self.allreduce is None else self.allreduce.bytes_per_s
         latency = max(r.latency_ms for r in ring) if self.allreduce is None else self.allreduce.latency_ms
         fixed = 2 * (n - 1) * latency
-        return 2 * (n - 1) / n * nbytes / rate * 1000.0 + fixed, fixed
+        return wire_ms(2 * (n - 1) / n * nbytes, rate) + fixed, fixed
 
     def ring_end(self, devices: tuple[int, ...], nbytes: float, start_ms: float) -> float:
         """When a ring all-reduce of `nbytes` over `devices` that starts at `start_ms` (trace ms) ends: after its latency,
@@ -273,7 +274,7 @@ class Wire:
 
     def now_ms(self) -> float:
         """Ms since the run started (the trace's clock)."""
-        return (self._clock() - self.origin_s) * 1000.0
+        return s_to_ms(self._clock() - self.origin_s)
 
     def send(self, src: int, dst: int, nbytes: int) -> tuple[float, float]:
         """Queue a message of `nbytes` from process `src` to process `dst` now; its (start, arrival) in trace ms."""
@@ -281,7 +282,7 @@ class Wire:
 
     def deliver(self, arrival_ms: float) -> None:
         """Return at `arrival_ms` on the trace's clock (at once when it has passed)."""
-        wait_s = (arrival_ms - self.now_ms()) / 1000.0
+        wait_s = ms_to_s(arrival_ms - self.now_ms())
         if wait_s > 0:
             self._sleep(wait_s)
 
@@ -302,7 +303,7 @@ def check_allreduce_time(
 
     for stage, devices, nbytes in allreduces:
         ms, factor = links.ring_slowest(devices, nbytes)
-        seconds = ms / 1000.0
+        seconds = ms_to_s(ms)
         if seconds > timeout_s:
             slowed = f" x factor {factor:g} of --bandwidth-trace" if factor != 1.0 else ""
             raise TrainConfigError(

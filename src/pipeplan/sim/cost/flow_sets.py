@@ -23,6 +23,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.plan import Plan
+from pipeplan.core.units import ms_to_s, wire_ms
 from pipeplan.sim.cost.link_model import device_nodes, flows_time, link_arrays
 from pipeplan.sim.cost.types import Flow
 
@@ -58,7 +59,7 @@ def transfer_pairs(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int,
     if rp > 1:
         rate, latency = link_arrays(cluster)
         with np.errstate(divide="ignore"):
-            pair_ms = latency.values(src_all, dst_all) + (nbytes / q) / rate.values(src_all, dst_all)
+            pair_ms = latency.values(src_all, dst_all) + wire_ms(nbytes / q, rate.values(src_all, dst_all))
             times = np.where(src_all == dst_all, 0.0, pair_ms)
         best = int(np.argmax(times.max(axis=1)))
     pairs, raw, rate = _pairs(cluster, src_all[best], dst_all[best], nbytes)
@@ -83,8 +84,8 @@ def _pairs(
     if len(rate) and not (rate > 0).all():
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    latency_ms = (cluster.latency_s.values(src, dst) + cluster.message_latency_s) * 1000.0
-    work_ms = (nbytes / len(senders) / rate) * 1000.0 if len(senders) else np.zeros(0)
+    latency_ms = cluster.latency_ms.values(src, dst) + cluster.message_latency_ms
+    work_ms = wire_ms(nbytes / len(senders), rate) if len(senders) else np.zeros(0)
     return PairArrays(src, dst, nic, latency_ms, work_ms), raw, rate
 
 
@@ -136,9 +137,9 @@ def _share_nics(
     slowed = nic & (factor > 1.0)
     if not slowed.any():
         return work_ms
-    nbytes = work_ms / 1000.0 * rate
+    nbytes = ms_to_s(work_ms) * rate
     shared_rate = np.minimum(raw, nic_rate / np.where(slowed, factor, 1.0))
-    return np.where(slowed, (nbytes / shared_rate) * 1000.0, work_ms)
+    return np.where(slowed, wire_ms(nbytes, shared_rate), work_ms)
 
 
 def plan_flows(

@@ -48,6 +48,7 @@ from pipeplan.core.devices import GpuSpec, device_spec
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import overlap_bytes
+from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_per_byte, us_to_ms, wire_ms
 from pipeplan.sim.cost.speeds import profile_kind
 
 SCALINGS = ("auto", "measured", "floor", "linear")
@@ -218,8 +219,8 @@ class LayerCosts:
         if self.spec is None:
             zeros = np.zeros(len(params))
             return {"fwd": zeros, "bwd": zeros, "bwd_input": zeros, "bwd_weight": zeros}
-        launch = self.spec.launch_us / 1000.0
-        per_byte = 1000.0 / (self.spec.hbm_gb_per_s * 1e9)
+        launch = us_to_ms(self.spec.launch_us)
+        per_byte = ms_per_byte(gb_per_s_to_bytes_per_s(self.spec.hbm_gb_per_s))
         fixed = {
             "fwd": FWD_KERNELS * launch + params * per_byte,
             "bwd": BWD_KERNELS * launch + 2 * params * per_byte,
@@ -343,7 +344,7 @@ class LayerCosts:
                 out[i] = measured
             elif self.mode != "linear" and self.spec is not None and layer.param_bytes > 0:
                 traffic = OPTIMIZER_TRAFFIC[self.optimizer] * layer.param_bytes
-                out[i] = self.spec.launch_us / 1000.0 + traffic / (self.spec.hbm_gb_per_s * 1e9) * 1000.0
+                out[i] = us_to_ms(self.spec.launch_us) + wire_ms(traffic, gb_per_s_to_bytes_per_s(self.spec.hbm_gb_per_s))
         return out
 
     def per_layer_ms(self, samples: float) -> np.ndarray:

@@ -22,19 +22,14 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.links import LinkMatrix
+from pipeplan.core.units import MS_PER_S, wire_ms
 from pipeplan.sim.cost.types import Flow
-
-
-def ms(seconds: float) -> float:
-    """Seconds to milliseconds."""
-    return seconds * 1000.0
-
 
 _LINKS: dict[int, tuple[Cluster, LinkMatrix, LinkMatrix]] = {}
 
 
 def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
-    """(effective bytes/s with NIC caps, latency s) as link matrices, cached for the last few clusters.
+    """(effective bytes/s with NIC caps, latency ms) as link matrices, cached for the last few clusters.
 
     Off the diagonal the latency includes the cluster's message latency (Cluster.link_latency); the diagonal keeps
     the cluster's own values (unused: a device does not send to itself). Both index like numpy arrays
@@ -45,7 +40,7 @@ def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
         return cached[1], cached[2]
     nodes = device_nodes(cluster)
     rate = cluster.bandwidth_bytes_per_s.transformed(nodes, cluster.nic_bytes_per_s, 0.0, None)
-    latency = cluster.latency_s.transformed(nodes, None, cluster.message_latency_s, None)
+    latency = cluster.latency_ms.transformed(nodes, None, cluster.message_latency_ms, None)
     if len(_LINKS) >= 4:
         _LINKS.pop(next(iter(_LINKS)))
     _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
@@ -81,7 +76,7 @@ def pair_ms(cluster: Cluster, src: int, dst: int, nbytes: float) -> float:
     """
     if src == dst:
         return 0.0
-    return cluster.link_latency(src, dst) * 1000.0 + nbytes / cluster.require_link(src, dst) * 1000.0
+    return cluster.link_latency(src, dst) + wire_ms(nbytes, cluster.require_link(src, dst))
 
 
 def flows_time(flows: tuple[Flow, ...]) -> float:
@@ -103,7 +98,7 @@ def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float)
     if n < 2:
         return 0.0
     bandwidth, latency = _ring_links(cluster, devices)
-    return ms(2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+    return wire_ms(2 * (n - 1) / n * nbytes, bandwidth) + 2 * (n - 1) * latency
 
 
 def ring_allreduce_parts(cluster: Cluster, devices: tuple[int, ...], nbytes: float) -> tuple[float, float]:
@@ -119,7 +114,8 @@ def ring_allreduce_parts(cluster: Cluster, devices: tuple[int, ...], nbytes: flo
         return 0.0, 0.0
     bandwidth, latency = _ring_links(cluster, devices)
     fixed = 2 * (n - 1) * latency
-    return ms(2 * (n - 1) / n * nbytes / bandwidth + fixed), min(ms(fixed), ms(2 * (n - 1) / n * nbytes / bandwidth + fixed))
+    total = wire_ms(2 * (n - 1) / n * nbytes, bandwidth) + fixed
+    return total, min(fixed, total)
 
 
 def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
@@ -128,11 +124,11 @@ def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[fl
     if n < 2:
         return 0.0, 0.0
     bandwidth, latency = _ring_links(cluster, devices)
-    return 1000.0 * 2 * (n - 1) / n / bandwidth, 1000.0 * 2 * (n - 1) * latency
+    return MS_PER_S * 2 * (n - 1) / n / bandwidth, 2 * (n - 1) * latency
 
 
 def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
-    """(bytes/s, s) of a ring over devices: its slowest link and largest latency, or the measured collective's."""
+    """(bytes/s, ms) of a ring over devices: its slowest link and largest latency, or the measured collective's."""
     rate, latency = link_arrays(cluster)
     src = np.array(devices)
     dst = np.roll(src, -1)
@@ -141,5 +137,5 @@ def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, floa
         bad = int(np.argmin(rates > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
     if cluster.allreduce_bytes_per_s is not None:
-        return cluster.allreduce_bytes_per_s, cluster.allreduce_latency_s
+        return cluster.allreduce_bytes_per_s, cluster.allreduce_latency_ms
     return float(rates.min()), float(latency[src, dst].max())

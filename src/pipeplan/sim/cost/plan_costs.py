@@ -147,7 +147,7 @@ def plan_costs(
     keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
     flows = plan_flows(plan, model.cluster, cuts, keep)
     forward, backward = list(flows[0]), list(flows[1])
-    overhead = model.cluster.message_overhead_s * 1000.0
+    overhead = model.cluster.message_overhead_ms
     if overhead > 0:
         charge_messages(stages, forward, backward, overhead)
     shared = shared_exchanges(plan, model.cluster, model.profile.shared_params)

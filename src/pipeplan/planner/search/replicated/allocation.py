@@ -14,6 +14,7 @@ import numpy as np
 
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.partition import prefix_sums
+from pipeplan.core.units import ms_per_byte
 from pipeplan.planner.baselines.layer_groups import Blocks
 from pipeplan.planner.search.replicated.latency import FRESH_FIRST, POLICIES, allocate_replicas
 from pipeplan.sim.cost.layers import static_factor
@@ -165,7 +166,7 @@ class ReplicaSearch:
         rates = self._rates[a, b]
         if not rates.min() > 0:
             self.cluster.require_link(int(a[rates.argmin()]), int(b[rates.argmin()]))  # raises, naming the pair
-        terms = set(zip((self._latency[a, b] * 1000.0).tolist(), (1000.0 / (q * rates)).tolist(), strict=True))
+        terms = set(zip(self._latency[a, b].tolist(), ms_per_byte(q * rates).tolist(), strict=True))
         ordered = sorted(terms, key=lambda x: (-x[1], -x[0]))
         kept: list[tuple[float, float]] = []
         for lat, slope in ordered:  # steepest first; keep a term only if its latency beats all steeper ones
