@@ -38,11 +38,11 @@ def simulate(
         PlanDoesNotFit: with `check_memory`, a device cannot hold its stages.
         ProfileError: naming batch_scaling or optimizer and the value.
     """
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.cost.plan_costs import check_plan_matches
     from pipeplan.sim.plan_sim import simulate_plan
-    from pipeplan.sim.trace import BandwidthTrace
 
     check(PlanError, {"plan": (plan, PLAN)})
     check_sources(profile, cluster)

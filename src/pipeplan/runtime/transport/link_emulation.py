@@ -26,10 +26,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.links import Link
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links
-from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
 
 
 @dataclass(frozen=True, slots=True)
