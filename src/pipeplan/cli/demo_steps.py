@@ -1,17 +1,19 @@
 """The demo's steps on real models: GPT-2 planned on two A100 servers, the whole chain on this machine, the seeds'
-other ideas, and what to try next. Each step calls pipeplan.api (or the library under it), never a command line."""
+other ideas, and what to try next; and what every step shares (DemoContext: where to write and print, the sizes).
+Each step calls pipeplan.api (or the library under it), never a command line."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
 
-if TYPE_CHECKING:
-    from pipeplan.cli.demo_run import DemoContext
+MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,49 @@ QUICK = DemoSizes(
     adapt_iterations=6,
 )
 """--quick: the same steps on smaller sizes."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSetting:
+    """The synthetic pipeline every schedule in the demo runs on."""
+
+    stages: int = 4
+    microbatches: int = 8
+    fwd_ms: float = 1.0
+    bwd_ms: float = 2.0
+    comm_ms: float = 0.25
+    act_bytes: int = 64 * MIB
+
+    def describe(self) -> str:
+        """One line naming the setting."""
+        return (
+            f"p={self.stages}, m={self.microbatches}, F={self.fwd_ms:g} ms, B={self.bwd_ms:g} ms, "
+            f"transfers {self.comm_ms:g} ms, {self.act_bytes // MIB} MiB saved per microbatch"
+        )
+
+
+@dataclass
+class DemoContext:
+    """What the steps share: where to write, where to print, and the files written so far."""
+
+    out: Path
+    console: Console
+    setting: DemoSetting = field(default_factory=DemoSetting)
+    written: list[Path] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    """With --json: what each step found, printed as one object at the end (tables are not printed)."""
+    sizes: DemoSizes = field(default_factory=DemoSizes)
+    best: Any = None
+    """The fastest plan of step 1 (a PlanResult), and below the cost model it was scored with."""
+    best_model: Any = None
+
+    def wrote(self, *paths: Path) -> None:
+        """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
+        from pipeplan.cli.demo_manifest import record
+
+        self.written += paths
+        record(self.out, paths)
+
 
 GPT2_PROFILE, GPT2_PLAN, BEST_PNG, BEST_TRACE = "gpt2-a100.json", "gpt2-plan.json", "plan_best.png", "plan_best.trace.json"
 LOCAL_PROFILE, LOCAL_CLUSTER, LOCAL_PLAN, ADAPT_PNG = "local-profile.json", "local-cluster.json", "local-plan.json", "adapt.png"
