@@ -325,16 +325,15 @@ def adaptive_k(ctx: DemoContext) -> None:
     from pipeplan import api
     from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.api.network_traces import markov_trace
     from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.trace_gen import markov_trace
     from pipeplan.viz.adapt_plot import render_adapt
 
     profile, cluster, n = "dapple/bert-48", "pcie-4x4-10g", ctx.sizes.adapt_iterations
     heading(ctx, "   Ada-Grouper: kFkB with k chosen at every iteration while the network is preempted")
     machines = api.load_cluster(cluster)
     plan = api.plan(profile, machines, 128, microbatch_size=4, schedule="1f1b").plan
-    links = [(a.id, b.id) for a in machines.devices for b in machines.devices if a.node != b.node]
-    trace = markov_trace(7, 12_000.0, 18_000.0, (0.1, 0.5), 4_000.0 * n, links)
+    trace = markov_trace(7, 12_000.0, 18_000.0, "0.1,0.5", 4_000.0 * n, links="inter-node", cluster=cluster)
     model = CostModel.build(api.load_profile(profile), machines)
     pipeline = PipelineModel.from_plan(plan, model, trace)
     with waiting(ctx, f"{n} iterations of every policy"):

@@ -60,8 +60,8 @@ MEMORY = (MAX_BYTES.scaled(GIB, "GiB"),)
 SPEED = (MIN_SPEED, MAX_SPEED)
 
 
-def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
-    """The cluster in matrix form: GB/s, microseconds, GiB."""
+def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any]:
+    """The cluster in matrix form: GB/s, microseconds, GiB; with `notes`, its "notes" (where it came from)."""
     result: dict[str, Any] = {
         "format": CLUSTER_FORMAT,
         "name": cluster.name,
@@ -82,6 +82,8 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         result["message_overhead_us"] = _clean(cluster.message_overhead_s / US)
     if cluster.message_latency_s > 0:
         result["message_latency_us"] = _clean(cluster.message_latency_s / US)
+    if notes is not None:
+        result["notes"] = notes
     return result
 
 
