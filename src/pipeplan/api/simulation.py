@@ -31,7 +31,7 @@ def simulate(
 ) -> SimResult:
     """Simulate one iteration of `plan` on `profile` and `cluster` (`pipeplan simulate --plan`).
 
-    `bandwidth_trace` is a sim.trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
+    `bandwidth_trace` is a core.bandwidth_trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
 
     Raises:
         PlanError: `plan` is not a Plan, or does not match the profile or cluster.

@@ -80,8 +80,8 @@ class DemoContext:
     """With --json: what each step found, printed as one object at the end (tables are not printed)."""
     sizes: DemoSizes = field(default_factory=DemoSizes)
     best: Any = None
-    """The fastest plan of step 1 (a PlanResult), and below the cost model it was scored with."""
-    best_model: Any = None
+    """The fastest plan of step 1 (a PlanResult), and below the profile it was planned on (its cluster: sizes.cluster)."""
+    best_profile: Any = None
 
     def wrote(self, *paths: Path) -> None:
         """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
@@ -175,13 +175,12 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
     best = run.best
     if best is None:
         raise typer.Exit(1)
-    ctx.best, ctx.best_model = best, run.request.model
+    ctx.best, ctx.best_profile = best, profile
 
 
 def best_plan_files(ctx: DemoContext) -> None:
     """The winning plan's file, its simulated timeline as a PNG and as a Perfetto trace."""
     from pipeplan import api
-    from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.viz.gantt import render_gantt
     from pipeplan.viz.perfetto import write_trace
 
@@ -189,7 +188,7 @@ def best_plan_files(ctx: DemoContext) -> None:
     heading(ctx, "2. The winning plan: its file, its timeline and a trace")
     plan_path, png, trace = ctx.out / GPT2_PLAN, ctx.out / BEST_PNG, ctx.out / BEST_TRACE
     api.save_plan(best.plan, str(plan_path), GPT2_PROFILE, z.cluster)
-    timeline = simulate_plan(best.plan, ctx.best_model, record=True)
+    timeline = api.simulate(best.plan, ctx.best_profile, z.cluster, record=True)
     render_gantt(timeline, str(png), title=f"{best.planner}: {z.gpt2} on {z.cluster}")
     write_trace(timeline, str(trace))
     ctx.wrote(plan_path, png, trace)
