@@ -124,9 +124,9 @@ def run_instance(job: tuple[str, int, str, int, int, bool, bool]) -> list[dict[s
     wrong model with `perturbed`); one row per trace."""
     from adaptive_traces import FLIP_SLOW, HELD_OUT, held_out_trace
     from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
     from pipeplan.schedules.kfkb import kfkb
     from pipeplan.sim.engine.simulator import simulate
-    from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
     profile, batch, cluster, iterations, seed, held_out, perturbed = job
     request, result = plan_instance(profile, batch, cluster)

@@ -64,10 +64,11 @@ BOOT = "from pipeplan.cli import main; main()"
 def write_trace(path: Path, duration_ms: float, factor: float) -> Any:
     """The periodic preemption trace (pipeplan.sim.trace_gen, what `pipeplan trace periodic` writes) on the case's
     transfer links (slowed_links)."""
+    from pipeplan.io.bandwidth_trace_json import bandwidth_trace_to_json
     from pipeplan.sim.trace_gen import periodic_trace
 
     trace = periodic_trace(PERIOD_MS, DUTY, factor, duration_ms, slowed_links(), start_ms=START_MS)
-    path.write_text(json.dumps({"format": "pipeplan.bandwidth_trace/1", "steps": trace.to_json()}))
+    path.write_text(json.dumps({"format": "pipeplan.bandwidth_trace/1", "steps": bandwidth_trace_to_json(trace)}))
     return trace
 
 

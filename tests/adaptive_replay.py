@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.execution.replicas import AllReduceSpan
@@ -22,7 +23,6 @@ from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks
 from pipeplan.schedules.registry import make_schedule
 from pipeplan.sim.result import ComputeSpan
-from pipeplan.sim.trace import BandwidthTrace
 
 ORIGIN_S = 50.0
 """The run's start on the replay's clock (s)."""

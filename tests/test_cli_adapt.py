@@ -9,9 +9,9 @@ import pytest
 
 from cli_runner import run
 from pipeplan.adapt import PipelineModel
+from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 from pipeplan.io.plan_json import read_plan
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.sim import read_bandwidth_trace
 from pipeplan.sim.cost.model import CostModel
 from test_bad_input import ADAPT_PLAN
 

@@ -18,6 +18,7 @@ def _writers() -> dict[FileKind, Callable[[Path], None]]:
     """Each file kind and pipeplan's writer of it."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.atomic import write_text_atomic
+    from pipeplan.io.bandwidth_trace_json import write_bandwidth_trace
     from pipeplan.io.cluster_json import cluster_to_json
     from pipeplan.io.plan_json import write_plan
     from pipeplan.io.profile_json import write_profile_json
@@ -33,13 +34,12 @@ def _writers() -> dict[FileKind, Callable[[Path], None]]:
     result = simulate(schedule, rank_costs(schedule, 1.0, 2.0, 0.5, 0.0), record=True)
     plan = Plan((Stage(0, 12, (0,)), Stage(13, 25, (1,))), 1, 4, 2, "1f1b")
     trace = periodic_trace(100.0, 0.5, 0.5, 1000.0, None, 0.0)
-    trace_text = json.dumps({"format": "pipeplan.bandwidth_trace/1", "generator": {}, "steps": trace.to_json()}, indent=1)
     cluster_text = json.dumps(cluster_to_json(load_cluster("v100-8x1")), indent=2, sort_keys=True)
     return {
         PLAN: lambda p: write_plan(plan, p, "dapple/vgg-19", "v100-8x1"),
         PROFILE: lambda p: write_profile_json(load_profile("dapple/vgg-19"), p),
         CLUSTER: lambda p: write_text_atomic(p, cluster_text),
-        BANDWIDTH_TRACE: lambda p: write_text_atomic(p, trace_text),
+        BANDWIDTH_TRACE: lambda p: write_bandwidth_trace(trace, p, {}),
         PERFETTO: lambda p: write_trace(result, str(p)),
         PNG: lambda p: render_gantt(result, str(p)),
     }

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models import linear_model
+from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
@@ -20,7 +21,6 @@ from pipeplan.sim import simulate
 from pipeplan.sim.cost.flow_sets import plan_flows
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs, Flow
-from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 GB = 1e9
 

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from pipeplan.core.errors import ClusterError, CostError, PipeplanError, PlanError, ProfileError, ScheduleError
 from pipeplan.io import files
+from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 from pipeplan.io.cluster_json import read_cluster_json
 from pipeplan.io.graph_txt import read_graph_txt
 from pipeplan.io.plan_json import read_plan
 from pipeplan.io.profile_json import read_profile_json
 from pipeplan.io.schedule_io import read_schedule_csv, read_schedule_json
 from pipeplan.presets.resolve import load_cluster, load_profile, load_schedule
-from pipeplan.sim.trace import read_bandwidth_trace
 
 READERS: dict[str, tuple[Callable[[str], Any], type[PipeplanError], str, str]] = {
     # name: (reader, its error, file name, the word its messages use)

@@ -32,12 +32,12 @@ from pipeplan.core.links import NodeLinks
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.schedule import Action, Schedule
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json
 from pipeplan.io.cluster_json import cluster_from_json
 from pipeplan.io.graph_txt import parse_graph_txt
 from pipeplan.io.profile_json import profile_from_json
 from pipeplan.schedules import make_schedule
 from pipeplan.schedules.pipemare import pipemare
-from pipeplan.sim.trace import bandwidth_trace_from_json
 
 LAYER = {"name": "l", "fwd_ms": 1.0, "bwd_ms": 2.0, "activation_bytes": 1e6, "param_bytes": 1e6}
 CLUSTER = {
@@ -119,9 +119,11 @@ def test_plans_hold_indices_within_the_limits() -> None:
 
 def test_trace_steps_are_counted_before_they_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bandwidth trace longer than TRACE_STEPS is refused on its list's length (here with a limit of 3)."""
-    import pipeplan.sim.trace as trace
+    import pipeplan.core.bandwidth_trace as value
+    import pipeplan.io.bandwidth_trace_json as reader
 
-    monkeypatch.setattr(trace, "TRACE_STEPS", Limit(3, "steps", "a test"))
+    for module in (value, reader):
+        monkeypatch.setattr(module, "TRACE_STEPS", Limit(3, "steps", "a test"))
     steps = [{"t_ms": i, "link": "all", "factor": 1.0} for i in range(4)]
     assert len(bandwidth_trace_from_json(steps[:3]).steps) == 3
     with pytest.raises(CostError, match="bandwidth trace too large: 4 steps, the limit is 3 steps"):

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack
 from pipeplan.runtime.placement import Message
 from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.sim.result import ComputeSpan
-from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 

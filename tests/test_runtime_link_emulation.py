@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import (
@@ -25,7 +26,6 @@ from pipeplan.runtime.transport.link_emulation import (
     ring_links,
     slowest_link,
 )
-from pipeplan.sim.trace import BandwidthTrace, TraceStep
 
 MB = 1_000_000
 

@@ -211,3 +211,30 @@ def test_probe_on_a_full_disk_says_so_once_and_leaves_nothing(full_folder: Path)
         "was left: free some space or write elsewhere"
     ], done.stderr
     assert leftovers(full_folder) == []
+
+
+def test_the_probe_s_cluster_file_is_io_s_matrix_form_of_its_rounded_values() -> None:
+    """Two CPU processes: GB/s to 4 decimals, us to 2 (the message costs to 1), GiB to 3, with the probe's notes;
+    whole numbers are JSON integers, as in every cluster file io writes."""
+    from pipeplan.runtime.measurement.probe import ProbeResult, cluster_json
+
+    result = ProbeResult(
+        speeds=(1.0, 0.987654), bandwidth_bytes_per_s=((0.0, 2.345678e9), (3e9, 0.0)),
+        latency_ms=((0.0, 41.234e-3), (35e-3, 0.0)), allreduce_bytes_per_s=1.23456789e9, allreduce_latency_ms=12.3456e-3,
+        nodes=(0, 0), memory_bytes=(16.0004 * 2**30, 7.12345 * 2**30), kind="cpu", backend="gloo",
+        message_overhead_ms=123.44e-3, message_latency_ms=0.0,
+    )  # fmt: skip
+    expected = {
+        "format": "pipeplan.cluster/1",
+        "name": "two",
+        "devices": [
+            {"kind": "cpu", "memory_gb": 16, "speed": 1.0, "node": 0},
+            {"kind": "cpu", "memory_gb": 7.123, "speed": 0.9877, "node": 0},
+        ],
+        "bandwidth_gb_per_s": [[0, 2.3457], [3, 0]],
+        "latency_us": [[0, 41.23], [35, 0]],
+        "allreduce": {"gb_per_s": 1.2346, "latency_us": 12.35},
+        "message_overhead_us": 123.4,
+        "notes": "measured by pipeplan probe over gloo (no profile: speeds 1.0)",
+    }
+    assert json.dumps(cluster_json(result, "two", None), sort_keys=True) == json.dumps(expected, sort_keys=True)

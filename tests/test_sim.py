@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from pipeplan.core.errors import CostError, DeadlockError, ScheduleError
 from pipeplan.core.schedule import Schedule
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import Costs, Flow, StageCost, bandwidth_trace_from_json, lower_bound, simulate, uniform_costs
+from pipeplan.sim import Costs, Flow, StageCost, lower_bound, simulate, uniform_costs
 from pipeplan.sim.engine.simulator import simulate_in_time_order
 
 F, B = 1.0, 2.0

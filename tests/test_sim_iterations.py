@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.iterations import Reuse, simulate_iterations, trace_changes
-from pipeplan.sim.trace import BandwidthTrace, bandwidth_trace_from_json
 
 
 def test_under_factor_one_n_iterations_take_n_times_one() -> None:

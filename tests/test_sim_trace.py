@@ -10,19 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json, bandwidth_trace_to_json, read_bandwidth_trace
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import (
-    BandwidthTrace,
-    Costs,
-    bandwidth_trace_from_json,
-    lower_bound,
-    read_bandwidth_trace,
-    simulate,
-    uniform_costs,
-)
-from pipeplan.sim.trace import finish_time
+from pipeplan.sim import Costs, lower_bound, simulate, uniform_costs
 
 
 def _gpipe_one_microbatch(trace: BandwidthTrace | None) -> tuple[float, list[tuple[str, float, float]]]:
@@ -107,7 +100,7 @@ def test_read_and_round_trip_a_trace_file(tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(steps))
     trace = read_bandwidth_trace(path)
-    assert trace.to_json() == steps
+    assert bandwidth_trace_to_json(trace) == steps
     assert bandwidth_trace_from_json({"format": "pipeplan.bandwidth_trace/1", "steps": steps}) == trace
 
 

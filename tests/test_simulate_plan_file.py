@@ -11,12 +11,12 @@ from cli_runner import run, simulate_json
 from models import default_model, linear_model
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
+from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 from pipeplan.io.plan_json import write_plan
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
-from pipeplan.sim.trace import read_bandwidth_trace
 
 
 def write_vgg_plan(path: Path) -> Plan:

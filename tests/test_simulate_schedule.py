@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from cli_runner import run, simulate_json
+from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 from pipeplan.schedules import make_schedule
-from pipeplan.sim import read_bandwidth_trace, simulate, uniform_costs
+from pipeplan.sim import simulate, uniform_costs
 
 
 def library_json(name: str, p: int, m: int, k: int = 1, chunks: int = 1, trace: object = None, **costs: Any) -> dict[str, Any]:

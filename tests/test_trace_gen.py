@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeplan.core.errors import CostError
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json, bandwidth_trace_to_json
 from pipeplan.io.series_csv import read_series
-from pipeplan.sim.trace import bandwidth_trace_from_json
 from pipeplan.sim.trace_gen import markov_trace, periodic_trace, replay_trace
 
 DATA = Path(__file__).parent / "data" / "norway_train_1.csv"
@@ -37,7 +37,7 @@ def test_periodic_traces_are_sorted_valid_and_slow_exactly_the_duty(
     """Any periodic trace reads back, and the time at the slow factor over whole periods is duty x duration."""
     duration = period * periods
     trace = periodic_trace(period, duty, factor, duration, [(2, 3), (3, 2)])
-    assert bandwidth_trace_from_json(trace.to_json()) == trace
+    assert bandwidth_trace_from_json(bandwidth_trace_to_json(trace)) == trace
     times, factors = trace.segments((2, 3))
     ends = (*times[1:], duration)
     slow = sum(end - start for start, end, f in zip(times, ends, factors, strict=True) if f == factor and factor != 1.0)
@@ -53,7 +53,7 @@ def test_markov_traces_are_seeded_sorted_and_in_range(seed: int, slow: float, fa
     high = min(1.0, low * 3)
     first = markov_trace(seed, slow, fast, (low, high), 2000.0, [(0, 1)])
     assert first == markov_trace(seed, slow, fast, (low, high), 2000.0, [(0, 1)])
-    assert bandwidth_trace_from_json(first.to_json()) == first
+    assert bandwidth_trace_from_json(bandwidth_trace_to_json(first)) == first
     assert all(s.factor == 1.0 or low <= s.factor <= high for s in first.steps)
     assert first.factor_at((0, 1), 2000.0) == 1.0
 

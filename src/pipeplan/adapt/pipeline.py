@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeplan.adapt.observation import Link
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError, CostError
+from pipeplan.core.links import is_link
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs, Flow, StageCost, ring_links
-from pipeplan.sim.trace import BandwidthTrace, is_link
 
 SYNCHRONOUS = ("gpipe", "1f1b", "kfkb", "interleaved-1f1b", "zb-h1", "list")
 """Schedules whose plans the controller can regroup: one flush per iteration (pipemare streams without one)."""

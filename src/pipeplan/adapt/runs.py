@@ -10,12 +10,12 @@ from typing import Any
 from pipeplan.adapt.controller import AdaptiveController, Decision
 from pipeplan.adapt.observation import Collective, IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.engine.iterations import IterationRun, Reuse, allreduce_durations, peak_bytes, simulate_iterations
 from pipeplan.sim.engine.program import Program, compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.trace import BandwidthTrace
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,42 @@ def profile_model(
                         runs, warmup, threads, progress, device, precision, data, loss)  # fmt: skip
 
 
+def profile_batch_sizes(batch_size: int, given: Sequence[int] | None, flag: str = "--batch-sizes") -> tuple[int, ...]:
+    """The sizes `pipeplan profile` measures: `given` (from `flag`) checked against batch_size, or the default powers
+    of two up to it.
+
+    Raises:
+        ProfileError: sizes that are not increasing, or do not end at batch_size, naming `flag`.
+    """
+    from pipeplan.core.profile import check_batch_sizes
+    from pipeplan.profiler.curves import default_batch_sizes
+
+    if given is None:
+        return default_batch_sizes(batch_size)
+    sizes = check_batch_sizes(list(given), flag)
+    if sizes[-1] != batch_size:
+        raise ProfileError(f"{flag} must end at --batch-size {batch_size} (the reference size), got {list(sizes)}")
+    return sizes
+
+
+def check_profile_target(project_to: str | None, efficiency: float, device: str) -> None:
+    """`pipeplan profile`'s --project-to (a GPU pipeplan knows) and --efficiency in (0, 1], or --device (one here).
+
+    Raises:
+        ProfileError: naming the flag and its value.
+    """
+    if project_to is not None:
+        from pipeplan.profiler.projection import resolve_gpu
+
+        resolve_gpu(project_to)
+        if not 0 < efficiency <= 1:
+            raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
+    else:
+        from pipeplan.profiler.session import torch_device
+
+        torch_device(device, "--device")
+
+
 def stage_modules(model: nn.Module | Sequence[nn.Module], plan: Plan) -> list[nn.Sequential]:
     """The plan's (chunk-)stages of `model` (an nn.Sequential or a list of layers) as nn.Sequentials sharing its layers.
 

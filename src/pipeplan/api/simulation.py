@@ -31,18 +31,18 @@ def simulate(
 ) -> SimResult:
     """Simulate one iteration of `plan` on `profile` and `cluster` (`pipeplan simulate --plan`).
 
-    `bandwidth_trace` is a sim.trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
+    `bandwidth_trace` is a core.bandwidth_trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
 
     Raises:
         PlanError: `plan` is not a Plan, or does not match the profile or cluster.
         PlanDoesNotFit: with `check_memory`, a device cannot hold its stages.
         ProfileError: naming batch_scaling or optimizer and the value.
     """
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.cost.plan_costs import check_plan_matches
     from pipeplan.sim.plan_sim import simulate_plan
-    from pipeplan.sim.trace import BandwidthTrace
 
     check(PlanError, {"plan": (plan, PLAN)})
     check_sources(profile, cluster)

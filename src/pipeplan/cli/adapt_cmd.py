@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from pipeplan.adapt.compare import AdaptComparison
     from pipeplan.adapt.decision import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.core.plan import Plan
-    from pipeplan.sim.trace import BandwidthTrace
 
 
 FIXED_SHOWN = 6
@@ -84,10 +84,10 @@ def adapt(
     from pipeplan.adapt.controller import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import check_files
+    from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.trace import read_bandwidth_trace
 
     check_files()
     if iterations < 1:

@@ -8,38 +8,15 @@ models live in cli.demo_steps; each calls pipeplan.api, never a command line.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 
 from pipeplan.cli import demo_steps
-from pipeplan.cli.demo_steps import DemoSizes
+from pipeplan.cli.demo_steps import DemoContext, DemoSizes
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.tables import wide_console
-
-MIB = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class DemoSetting:
-    """The synthetic pipeline every schedule in the demo runs on."""
-
-    stages: int = 4
-    microbatches: int = 8
-    fwd_ms: float = 1.0
-    bwd_ms: float = 2.0
-    comm_ms: float = 0.25
-    act_bytes: int = 64 * MIB
-
-    def describe(self) -> str:
-        """One line naming the setting."""
-        return (
-            f"p={self.stages}, m={self.microbatches}, F={self.fwd_ms:g} ms, B={self.bwd_ms:g} ms, "
-            f"transfers {self.comm_ms:g} ms, {self.act_bytes // MIB} MiB saved per microbatch"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,29 +36,6 @@ CASES = (
     DemoCase("interleaved-1f1b v=2", "interleaved-1f1b", chunks=2),
     DemoCase("zb-h1", "zb-h1"),
 )
-
-
-@dataclass
-class DemoContext:
-    """What the steps share: where to write, where to print, and the files written so far."""
-
-    out: Path
-    console: Console
-    setting: DemoSetting = field(default_factory=DemoSetting)
-    written: list[Path] = field(default_factory=list)
-    report: dict[str, Any] | None = None
-    """With --json: what each step found, printed as one object at the end (tables are not printed)."""
-    sizes: DemoSizes = field(default_factory=DemoSizes)
-    best: Any = None
-    """The fastest plan of step 1 (a PlanResult), and below the cost model it was scored with."""
-    best_model: Any = None
-
-    def wrote(self, *paths: Path) -> None:
-        """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
-        from pipeplan.cli.demo_manifest import record
-
-        self.written += paths
-        record(self.out, paths)
 
 
 def compare_schedules(ctx: DemoContext) -> None:

@@ -1,19 +1,21 @@
 """The demo's steps on real models: GPT-2 planned on two A100 servers, the whole chain on this machine, the seeds'
-other ideas, and what to try next. Each step calls pipeplan.api (or the library under it), never a command line."""
+other ideas, and what to try next; and what every step shares (DemoContext: where to write and print, the sizes).
+Each step calls pipeplan.api (or the library under it), never a command line."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
 
 from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 
-if TYPE_CHECKING:
-    from pipeplan.cli.demo_run import DemoContext
+MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,49 @@ QUICK = DemoSizes(
     adapt_iterations=6,
 )
 """--quick: the same steps on smaller sizes."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSetting:
+    """The synthetic pipeline every schedule in the demo runs on."""
+
+    stages: int = 4
+    microbatches: int = 8
+    fwd_ms: float = 1.0
+    bwd_ms: float = 2.0
+    comm_ms: float = 0.25
+    act_bytes: int = 64 * MIB
+
+    def describe(self) -> str:
+        """One line naming the setting."""
+        return (
+            f"p={self.stages}, m={self.microbatches}, F={self.fwd_ms:g} ms, B={self.bwd_ms:g} ms, "
+            f"transfers {self.comm_ms:g} ms, {self.act_bytes // MIB} MiB saved per microbatch"
+        )
+
+
+@dataclass
+class DemoContext:
+    """What the steps share: where to write, where to print, and the files written so far."""
+
+    out: Path
+    console: Console
+    setting: DemoSetting = field(default_factory=DemoSetting)
+    written: list[Path] = field(default_factory=list)
+    report: dict[str, Any] | None = None
+    """With --json: what each step found, printed as one object at the end (tables are not printed)."""
+    sizes: DemoSizes = field(default_factory=DemoSizes)
+    best: Any = None
+    """The fastest plan of step 1 (a PlanResult), and below the profile it was planned on (its cluster: sizes.cluster)."""
+    best_profile: Any = None
+
+    def wrote(self, *paths: Path) -> None:
+        """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
+        from pipeplan.cli.demo_manifest import record
+
+        self.written += paths
+        record(self.out, paths)
+
 
 GPT2_PROFILE, GPT2_PLAN, BEST_PNG, BEST_TRACE = "gpt2-a100.json", "gpt2-plan.json", "plan_best.png", "plan_best.trace.json"
 LOCAL_PROFILE, LOCAL_CLUSTER, LOCAL_PLAN, ADAPT_PNG = "local-profile.json", "local-cluster.json", "local-plan.json", "adapt.png"
@@ -132,13 +177,12 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
     best = run.best
     if best is None:
         raise typer.Exit(1)
-    ctx.best, ctx.best_model = best, run.request.model
+    ctx.best, ctx.best_profile = best, profile
 
 
 def best_plan_files(ctx: DemoContext) -> None:
     """The winning plan's file, its simulated timeline as a PNG and as a Perfetto trace."""
     from pipeplan import api
-    from pipeplan.sim.plan_sim import simulate_plan
     from pipeplan.viz.gantt import render_gantt
     from pipeplan.viz.perfetto import write_trace
 
@@ -146,7 +190,7 @@ def best_plan_files(ctx: DemoContext) -> None:
     heading(ctx, "2. The winning plan: its file, its timeline and a trace")
     plan_path, png, trace = ctx.out / GPT2_PLAN, ctx.out / BEST_PNG, ctx.out / BEST_TRACE
     api.save_plan(best.plan, str(plan_path), GPT2_PROFILE, z.cluster)
-    timeline = simulate_plan(best.plan, ctx.best_model, record=True)
+    timeline = api.simulate(best.plan, ctx.best_profile, z.cluster, record=True)
     render_gantt(timeline, str(png), title=f"{best.planner}: {z.gpt2} on {z.cluster}")
     write_trace(timeline, str(trace))
     ctx.wrote(plan_path, png, trace)
@@ -283,16 +327,15 @@ def adaptive_k(ctx: DemoContext) -> None:
     from pipeplan import api
     from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.api.network_traces import markov_trace
     from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.trace_gen import markov_trace
     from pipeplan.viz.adapt_plot import render_adapt
 
     profile, cluster, n = "dapple/bert-48", "pcie-4x4-10g", ctx.sizes.adapt_iterations
     heading(ctx, "   Ada-Grouper: kFkB with k chosen at every iteration while the network is preempted")
     machines = api.load_cluster(cluster)
     plan = api.plan(profile, machines, 128, microbatch_size=4, schedule="1f1b").plan
-    links = [(a.id, b.id) for a in machines.devices for b in machines.devices if a.node != b.node]
-    trace = markov_trace(7, 12_000.0, 18_000.0, (0.1, 0.5), 4_000.0 * n, links)
+    trace = markov_trace(7, 12_000.0, 18_000.0, "0.1,0.5", 4_000.0 * n, links="inter-node", cluster=cluster)
     model = CostModel.build(api.load_profile(profile), machines)
     pipeline = PipelineModel.from_plan(plan, model, trace)
     with waiting(ctx, f"{n} iterations of every policy"):

@@ -125,7 +125,7 @@ def plan(
     budget = _check_adaptive(adaptive, schedule, memory_budget, bandwidth_trace is not None)
     trace = None
     if bandwidth_trace is not None:
-        from pipeplan.sim.trace import read_bandwidth_trace
+        from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 
         trace = read_bandwidth_trace(bandwidth_trace)
         if trace_iterations is not None:  # the smallest finalists priced before planning; the real ones after it

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
 from pipeplan.viz.tables import wide_console
-
-if TYPE_CHECKING:
-    pass
 
 
 def profile(
@@ -92,19 +89,14 @@ def profile(
         limit.check(ProfileError, flag, value)
     spec_options = parse_options(options or [])
     _require_torch()
-    sizes = _batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
-    check_files()
     from pipeplan import api
-    from pipeplan.io.profile_json import write_profile_json
-    from pipeplan.profiler.projection import resolve_gpu
-    from pipeplan.profiler.session import torch_device
+    from pipeplan.api.modules import check_profile_target, profile_batch_sizes
 
-    if project_to is not None:
-        resolve_gpu(project_to)
-        if not 0 < efficiency <= 1:
-            raise ProfileError(f"--efficiency must be in (0, 1], got {efficiency}")
-    else:
-        torch_device(device, "--device")
+    sizes = profile_batch_sizes(batch_size, parse_int_list("--batch-sizes", batch_sizes))
+    check_files()
+    from pipeplan.io.profile_json import write_profile_json
+
+    check_profile_target(project_to, efficiency, device)
     result = api.profile_model(module_spec, batch_size, options=spec_options, dataset=dataset, batch_sizes=sizes,
                                project_to=project_to, dtype=dtype, efficiency=efficiency, runs=runs, warmup=warmup,
                                threads=threads, progress=not quiet, device=device,
@@ -127,19 +119,6 @@ def profile(
 def _numbers(dtype: str, precision: str) -> str:
     """How the summary names what the profile was measured in."""
     return dtype if precision == "full" else f"{precision} autocast over {dtype}"
-
-
-def _batch_sizes(batch_size: int, given: list[int] | None) -> tuple[int, ...]:
-    """--batch-sizes checked against --batch-size, or the default powers of two."""
-    from pipeplan.core.profile import check_batch_sizes
-    from pipeplan.profiler.curves import default_batch_sizes
-
-    if given is None:
-        return default_batch_sizes(batch_size)
-    sizes = check_batch_sizes(given, "--batch-sizes")
-    if sizes[-1] != batch_size:
-        raise ProfileError(f"--batch-sizes must end at --batch-size {batch_size} (the reference size), got {list(sizes)}")
-    return sizes
 
 
 def parse_options(pairs: list[str]) -> dict[str, str]:

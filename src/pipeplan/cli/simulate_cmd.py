@@ -72,7 +72,7 @@ def simulate(
         raise ScheduleError("--iterations does not apply to pipemare (it streams minibatches without a flush)")
     trace = None
     if bandwidth_trace is not None:
-        from pipeplan.sim.trace import read_bandwidth_trace
+        from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 
         trace = read_bandwidth_trace(bandwidth_trace)
     record = trace_out is not None or png_out is not None

@@ -41,10 +41,10 @@ def simulate_plan_file(
             `check_memory`).
     """
     from pipeplan import api
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.presets.resolve import load_plan, load_profile
     from pipeplan.sim.cost.layers import check_optimizer, check_scaling
     from pipeplan.sim.cost.model import CostModel
-    from pipeplan.sim.trace import BandwidthTrace
 
     plan, names = load_plan(plan_path, profile, profile_batch_size)
     if record:

@@ -58,10 +58,10 @@ def check_timeline(actions: int, what: str, hint: str = "leave out --png and --t
 def check_iterations(what: str, iterations: int, events: int, trace: object) -> None:
     """Refuse `--iterations` of a schedule of `events` per iteration under `trace` when its simulation would cost more
     than core.limits allows (core.work), before any is simulated."""
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.core.errors import ScheduleTooLargeError
     from pipeplan.core.work import check_iterations as check
     from pipeplan.sim.engine.iterations import trace_changes
-    from pipeplan.sim.trace import BandwidthTrace
 
     changes = trace_changes(trace if isinstance(trace, BandwidthTrace) else None)
     check(f"simulating {what}", "--iterations", iterations, events, changes, ScheduleTooLargeError)
@@ -82,9 +82,9 @@ def simulate_named(
     """Generate schedule `name` (or read the schedule file `name`) and simulate it with the synthetic costs of the
     flags in `costs_text`; return the result, its title (name, p, m and k or v when not 1), for pipemare its
     steady state, and with `iterations` the run of that many iterations on the trace's clock."""
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.presets.resolve import load_schedule
     from pipeplan.sim import simulate, uniform_costs
-    from pipeplan.sim.trace import BandwidthTrace
 
     asynchronous = name in ASYNCHRONOUS
     if minibatches is not None and not asynchronous:

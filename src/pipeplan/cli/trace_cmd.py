@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.core.errors import CostError
-
 if TYPE_CHECKING:
-    from pipeplan.sim.trace import BandwidthTrace, Link
+    from pipeplan.core.bandwidth_trace import BandwidthTrace
 
 trace_app = typer.Typer(
     name="trace",
@@ -28,47 +24,8 @@ LINKS_HELP = (
 CLUSTER_HELP = 'Cluster (path or built-in name) whose nodes "--links inter-node" reads.'
 
 
-def parse_links(text: str, cluster: str | None = None) -> list[Link] | None:
-    """--links: None for "all", every cross-node pair of `cluster` for "inter-node", else the ordered device pairs
-    ("a-b" one direction, "a=b" both), in the order given.
-
-    Raises:
-        CostError: naming the part that is not a-b or a=b with two different device ids, or "inter-node" without a
-            cluster of several nodes.
-    """
-    if cluster is not None and text.strip() != "inter-node":
-        raise CostError(f"--cluster applies only with --links inter-node, got --links {text!r}")
-    if text.strip() == "all":
-        return None
-    if text.strip() == "inter-node":
-        if cluster is None:
-            raise CostError("--links inter-node needs --cluster (whose nodes it reads)")
-        from pipeplan.presets.resolve import load_cluster
-
-        devices = load_cluster(cluster).devices
-        pairs = [(a.id, b.id) for a in devices for b in devices if a.node != b.node]
-        if not pairs:
-            raise CostError(f"--links inter-node: cluster {cluster!r} has one node, so no link between nodes")
-        return pairs
-    links: list[Link] = []
-    for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*([-=])\s*(\d+)\s*", part)
-        if match is None or match.group(1) == match.group(3):
-            raise CostError(f'--links must be "all" or a list of a-b / a=b with two different device ids, got {part.strip()!r}')
-        a, b = int(match.group(1)), int(match.group(3))
-        links.append((a, b))
-        if match.group(2) == "=":
-            links.append((b, a))
-    return list(dict.fromkeys(links))
-
-
-def _write(trace: BandwidthTrace, out: str, generator: dict[str, Any]) -> None:
-    """Write {"format", "generator", "steps"} to out (whole or not at all) and print a one-line summary."""
-    from pipeplan.io.atomic import write_text_atomic
-    from pipeplan.io.file_kinds import BANDWIDTH_TRACE
-
-    obj = {"format": "pipeplan.bandwidth_trace/1", "generator": generator, "steps": trace.to_json()}
-    write_text_atomic(out, json.dumps(obj, indent=1, sort_keys=True) + "\n", BANDWIDTH_TRACE)
+def _say(trace: BandwidthTrace, out: str) -> None:
+    """The one-line summary of a written trace: its steps, its length, the links it names and its lowest factor."""
     links = trace.links()
     named = "all links" if not links else ", ".join(f"{a}->{b}" for a, b in links[:4])
     if len(links) > 4:
@@ -89,23 +46,11 @@ def periodic(
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
     """Preemption that repeats: each period begins with duty x period at the slowed factor."""
-    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.sim.trace_gen import periodic_trace
+    from pipeplan.api.network_traces import periodic_trace  # not at the top: `pipeplan --help` imports no numpy
+    from pipeplan.cli.outputs import check_files
 
     check_files()
-    pairs = parse_links(links, cluster)
-    trace = periodic_trace(period_ms, duty, factor, duration_ms, pairs, start_ms)
-    params = {"period_ms": period_ms, "duty": duty, "factor": factor, "links": links, "duration_ms": duration_ms}
-    _write(trace, out, {"kind": "periodic", **params, "start_ms": start_ms})
-
-
-def _range(text: str) -> tuple[float, float]:
-    """--factor-range LOW,HIGH as two numbers (checked by the generator)."""
-    try:
-        low, high = (float(x) for x in text.split(","))
-    except ValueError:
-        raise CostError(f"--factor-range must be two numbers LOW,HIGH, got {text!r}") from None
-    return low, high
+    _say(periodic_trace(period_ms, duty, factor, duration_ms, links=links, cluster=cluster, start_ms=start_ms, out=out), out)
 
 
 @trace_app.command("markov")
@@ -120,15 +65,12 @@ def markov(
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
     """Seeded on/off preemption bursts (a two-state Markov process) with a random factor per burst."""
-    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.sim.trace_gen import markov_trace
+    from pipeplan.api.network_traces import markov_trace  # not at the top: `pipeplan --help` imports no numpy
+    from pipeplan.cli.outputs import check_files
 
     check_files()
-    pairs = parse_links(links, cluster)
-    low, high = _range(factor_range)
-    trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, (low, high), duration_ms, pairs)
-    params = {"seed": seed, "mean_slow_ms": mean_slow_ms, "mean_fast_ms": mean_fast_ms, "factor_range": [low, high]}
-    _write(trace, out, {"kind": "markov", **params, "links": links, "duration_ms": duration_ms})
+    trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, factor_range, duration_ms, links=links, cluster=cluster, out=out)
+    _say(trace, out)
 
 
 @trace_app.command("replay")
@@ -143,19 +85,13 @@ def replay(
     out: str = typer.Option(..., "--out", help="Trace JSON file to write."),
 ) -> None:
     """A measured throughput series replayed as factors value / nominal, clipped to [min, max]."""
-    import os
-
-    from pipeplan.cli.outputs import check_files  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.io.series_csv import read_series
-    from pipeplan.sim.trace_gen import replay_trace
+    from pipeplan.api.network_traces import replay_trace  # not at the top: `pipeplan --help` imports no numpy
+    from pipeplan.cli.outputs import check_files
 
     check_files()
-    pairs = parse_links(links, cluster)
-    data = read_series(series)
-    trace = replay_trace(data.times_s, data.values, nominal, time_scale, pairs, min_factor, max_factor, "--time-scale")
-    params = {"series": os.path.basename(series), "source": list(data.comments), "nominal": nominal, "unit": data.value_name}
-    clip = {"min_factor": min_factor, "max_factor": max_factor}
-    _write(trace, out, {"kind": "replay", **params, "time_scale": time_scale, "links": links, **clip})
+    trace = replay_trace(series, nominal, time_scale=time_scale, links=links, cluster=cluster, min_factor=min_factor,
+                         max_factor=max_factor, out=out)  # fmt: skip
+    _say(trace, out)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""Link matrices: a value (bytes/s or seconds) for every ordered device pair, held dense or by structure.
+"""Links: an ordered device pair (`Link`), and link matrices: a value (bytes/s or seconds) for every ordered device
+pair, held dense or by structure.
 
 A cluster of n devices has n x n bandwidths and latencies. Measured and small
 clusters hold them as one array (`DenseLinks`); a described cluster of
@@ -16,6 +17,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+Link = tuple[int, int]
+"""An ordered device pair (src, dst), as bandwidth traces and the controller's observations name it."""
+
+
+def is_link(value: object) -> bool:
+    """True for a tuple of two different device ids (ints >= 0, not bools): a valid Link."""
+    return (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
+        and value[0] != value[1]
+    )
+
 
 DENSE_UP_TO = 1024
 """A NodeLinks of at most this many devices also keeps its dense array once read (8 MB at 1024): numpy-speed

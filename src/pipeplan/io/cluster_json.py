@@ -70,8 +70,8 @@ MEMORY = (MAX_BYTES.scaled(BYTES_PER_GIB, "GiB"),)
 SPEED = (MIN_SPEED, MAX_SPEED)
 
 
-def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
-    """The cluster in matrix form: GB/s, microseconds, GiB."""
+def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any]:
+    """The cluster in matrix form: GB/s, microseconds, GiB; with `notes`, its "notes" (where it came from)."""
     result: dict[str, Any] = {
         "format": CLUSTER_FORMAT,
         "name": cluster.name,
@@ -95,6 +95,8 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
         result["message_overhead_us"] = _clean(ms_to_us(cluster.message_overhead_ms))
     if cluster.message_latency_ms > 0:
         result["message_latency_us"] = _clean(ms_to_us(cluster.message_latency_ms))
+    if notes is not None:
+        result["notes"] = notes
     return result
 
 

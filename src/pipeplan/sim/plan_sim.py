@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.trace import BandwidthTrace
 
 
 def simulate_plan(plan: Plan, model: CostModel, trace: BandwidthTrace | None = None, record: bool = True) -> SimResult:

@@ -15,8 +15,9 @@ import math
 import random
 from collections.abc import Sequence
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.errors import CostError
-from pipeplan.sim.trace import BandwidthTrace, Link, TraceStep
+from pipeplan.core.links import Link
 
 MAX_STEPS = 1_000_000
 """More changes than this is a mistake in the parameters (a period of microseconds over hours), not a trace."""

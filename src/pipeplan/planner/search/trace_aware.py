@@ -18,6 +18,7 @@ from typing import Any
 from pipeplan.adapt.controller import AdaptiveController, ControllerConfig
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.runs import run_controller
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.plan import Plan
 from pipeplan.planner.request import PlanRequest, PlanResult
@@ -26,7 +27,6 @@ from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.engine.iterations import simulate_iterations
 from pipeplan.sim.plan_sim import simulate_plan
-from pipeplan.sim.trace import BandwidthTrace
 
 RESCORED = 4
 """Finalists of the idle-network search re-scored under the trace (each costs a few hundred simulations)."""

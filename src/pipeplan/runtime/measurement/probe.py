@@ -38,8 +38,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from pipeplan.core.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
-from pipeplan.core.units import bytes_per_s_to_gb_per_s, bytes_to_gib, ms_to_us, s_to_ms
+from pipeplan.core.units import (
+    bytes_per_s_to_gb_per_s,
+    bytes_to_gib,
+    gb_per_s_to_bytes_per_s,
+    gib_to_bytes,
+    ms_to_us,
+    s_to_ms,
+    us_to_s,
+)
 from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.measurement.calibrate import (
     allreduce_of,
@@ -245,10 +254,8 @@ def probe(
         backend=dist.get_backend(),
     )
     if pipeline_runs:
-        from pipeplan.io.cluster_json import cluster_from_json
-
         assert profile is not None
-        cluster = cluster_from_json(cluster_json(result, "probe", profile), "probe")
+        cluster = probe_cluster(result, "probe", profile)
         overhead, latency = fit_messages(profile, cluster, pipeline_runs, optimizer)
         alone, _ = fit_messages(profile, cluster, pipeline_runs, optimizer, with_latency=False)
         result = dataclasses.replace(result, message_overhead_ms=overhead, message_latency_ms=latency, overhead_alone_ms=alone)
@@ -278,13 +285,15 @@ def _device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -> dict[str, Any]:
-    """The probe's result as a `pipeplan.cluster/1` object in matrix form (GB/s, microseconds, GiB).
+def probe_cluster(result: ProbeResult, name: str, profile: ModelProfile | None) -> Cluster:
+    """The probe's result as a Cluster, every value rounded as its file records it (GB/s to 4 decimals, microseconds
+    to 2, 1 for the message costs, GiB to 3, speeds to 4).
 
     CPU processes are kind `cpu` with speeds relative to the profile's CPU. GPUs are their kind when pipeplan knows
     it (else `generic`) with speeds on the GPU scale: the measured ratio times the profile's kind's speed.
     """
-    from pipeplan.core.devices import kind_of_device_name, nominal_speed
+    from pipeplan.core.cluster import Device
+    from pipeplan.core.devices import kind_of_device_name, nominal_speed, speed_scale
     from pipeplan.sim.cost.speeds import profile_kind
 
     kind = "cpu" if result.kind == "cpu" else (kind_of_device_name(result.kind) or "generic")
@@ -292,30 +301,35 @@ def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -
     if kind != "cpu" and profile is not None:
         reference = profile_kind(profile)
         scale = (nominal_speed(reference) or 1.0) if reference is not None else 1.0
-    devices = [
-        {"kind": kind, "memory_gb": round(bytes_to_gib(memory), 3), "speed": round(speed * scale, 4), "node": node}
-        for speed, memory, node in zip(result.speeds, result.memory_bytes, result.nodes, strict=True)
-    ]
+    devices = tuple(
+        Device(i, kind, gib_to_bytes(round(bytes_to_gib(memory), 3)), round(speed * scale, 4), node)
+        for i, (speed, memory, node) in enumerate(zip(result.speeds, result.memory_bytes, result.nodes, strict=True))
+    )
     n = len(devices)
-    out: dict[str, Any] = {
-        "format": "pipeplan.cluster/1",
-        "name": name,
-        "devices": devices,
-        "bandwidth_gb_per_s": [
-            [round(bytes_per_s_to_gb_per_s(result.bandwidth_bytes_per_s[a][b]), 4) if a != b else 0 for b in range(n)]
-            for a in range(n)
-        ],
-        "latency_us": [[round(ms_to_us(result.latency_ms[a][b]), 2) if a != b else 0 for b in range(n)] for a in range(n)],
-        "notes": f"measured by pipeplan probe over {result.backend}"
-        + (f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"),
-    }
-    if result.message_overhead_ms > 0:
-        out["message_overhead_us"] = round(ms_to_us(result.message_overhead_ms), 1)
-    if result.message_latency_ms > 0:
-        out["message_latency_us"] = round(ms_to_us(result.message_latency_ms), 1)
-    if result.allreduce_bytes_per_s is not None:
-        out["allreduce"] = {
-            "gb_per_s": round(bytes_per_s_to_gb_per_s(result.allreduce_bytes_per_s), 4),
-            "latency_us": round(ms_to_us(result.allreduce_latency_ms), 2),
-        }
-    return out
+
+    def rate(value: float) -> float:  # the file's GB/s, 4 decimals
+        return gb_per_s_to_bytes_per_s(round(bytes_per_s_to_gb_per_s(value), 4))
+
+    def latency(value_ms: float, digits: int) -> float:  # the file's us, read back as io reads it (through seconds)
+        return s_to_ms(us_to_s(round(ms_to_us(value_ms), digits)))
+
+    bandwidth = [[rate(result.bandwidth_bytes_per_s[a][b]) if a != b else 0.0 for b in range(n)] for a in range(n)]
+    latency_ms = [[latency(result.latency_ms[a][b], 2) if a != b else 0.0 for b in range(n)] for a in range(n)]
+    allreduce = result.allreduce_bytes_per_s
+    return Cluster(
+        name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_ms=latency_ms, speed_reference=speed_scale(kind),
+        allreduce_bytes_per_s=None if allreduce is None else rate(allreduce),
+        allreduce_latency_ms=latency(result.allreduce_latency_ms, 2) if allreduce is not None else 0.0,
+        message_overhead_ms=latency(result.message_overhead_ms, 1) if result.message_overhead_ms > 0 else 0.0,
+        message_latency_ms=latency(result.message_latency_ms, 1) if result.message_latency_ms > 0 else 0.0,
+    )  # fmt: skip
+
+
+def cluster_json(result: ProbeResult, name: str, profile: ModelProfile | None) -> dict[str, Any]:
+    """The probe's result as a `pipeplan.cluster/1` object in matrix form (io.cluster_json's, with the probe's notes)."""
+    from pipeplan.io.cluster_json import cluster_to_json
+
+    notes = f"measured by pipeplan probe over {result.backend}" + (
+        f" against profile {profile.name}" if profile is not None else " (no profile: speeds 1.0)"
+    )
+    return cluster_to_json(probe_cluster(result, name, profile), notes)

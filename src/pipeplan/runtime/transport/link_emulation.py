@@ -26,11 +26,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.cluster import Cluster
+from pipeplan.core.links import Link
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_to_s, s_to_ms, wire_ms
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links
-from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
 
 
 @dataclass(frozen=True, slots=True)

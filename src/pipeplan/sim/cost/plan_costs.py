@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from operator import attrgetter, itemgetter
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import check_order
 from pipeplan.core.errors import CostError, PlanError
@@ -17,7 +18,6 @@ from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
 from pipeplan.sim.cost.types import Costs, StageCost
-from pipeplan.sim.trace import BandwidthTrace
 
 
 def layer_span(first: int, last: int) -> str:

@@ -6,12 +6,12 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.program import compile_schedule
 from pipeplan.sim.engine.simulator import simulate
 from pipeplan.sim.result import SimResult
-from pipeplan.sim.trace import BandwidthTrace
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import CostError
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.shared import stage_exchange_ms
 from pipeplan.sim.cost.types import Costs, Flow, ring_links
 from pipeplan.sim.engine.program import program_for
-from pipeplan.sim.trace import BandwidthTrace
 
 
 def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None = None) -> float:

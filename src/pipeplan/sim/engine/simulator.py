@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
@@ -14,7 +15,6 @@ from pipeplan.sim.engine.lower_bound import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
 from pipeplan.sim.engine.transfers import TransferTable
 from pipeplan.sim.result import CollectiveSpan, ExchangeSpan, FlowSpan, RankStats, SimResult
-from pipeplan.sim.trace import BandwidthTrace, finish_time
 
 
 def simulate(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.sim.cost.types import Costs
-from pipeplan.sim.trace import BandwidthTrace, finish_time
 
 NO_TRANSFER = -1
 """`fast_resource` of a boundary whose stages share a rank (nothing moves)."""

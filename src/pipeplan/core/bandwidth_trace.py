@@ -1,32 +1,18 @@
-"""Bandwidth traces: piecewise-constant multipliers of each link's nominal rate over time."""
+"""Bandwidth traces: piecewise-constant multipliers of each link's nominal rate over time (the value; its file format
+is io.bandwidth_trace_json), and `finish_time`, the end of work under such a factor."""
 
 from __future__ import annotations
 
 import math
-import os
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from pipeplan.core.errors import CostError
 from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
-
-Link = tuple[int, int]
-"""An ordered device pair (src, dst), as bandwidth traces and the controller's observations name it."""
-
-
-def is_link(value: object) -> bool:
-    """True for a tuple of two different device ids (ints >= 0, not bools): a valid Link."""
-    return (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
-        and value[0] != value[1]
-    )
+from pipeplan.core.links import Link, is_link
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +49,7 @@ class BandwidthTrace:
         TRACE_STEPS.check(CostError, "bandwidth trace", len(self.steps))
         previous = 0.0
         for i, step in enumerate(self.steps):
-            _check_step(i, step.t_ms, step.link, step.factor)
+            check_step(i, step.t_ms, step.link, step.factor)
             if step.t_ms < previous:
                 raise CostError(
                     f"bandwidth trace entry {i}: t_ms {step.t_ms!r} is before the previous entry's {previous!r} "
@@ -199,12 +185,6 @@ class BandwidthTrace:
         """The time of the last step (0.0 for an empty trace): after it every factor holds forever."""
         return self.steps[-1].t_ms if self.steps else 0.0
 
-    def to_json(self) -> list[dict[str, Any]]:
-        """The JSON list form read by `bandwidth_trace_from_json`."""
-        return [
-            {"t_ms": s.t_ms, "link": "all" if s.link is None else [s.link[0], s.link[1]], "factor": s.factor} for s in self.steps
-        ]
-
 
 def _lower_envelope(
     series: list[tuple[tuple[float, ...], tuple[float, ...]]], capped: bool
@@ -240,7 +220,9 @@ def finish_time(times: tuple[float, ...], factors: tuple[float, ...], start_ms: 
         i += 1
 
 
-def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
+def check_step(i: int, t_ms: object, link: object, factor: object) -> None:
+    """Raise CostError naming bandwidth trace entry `i` when its t_ms, link or factor is bad (the reader and the value
+    both check)."""
     if (  # the common case in one expression: a trace at the step limit is checked twice per step (reader, value)
         type(t_ms) is float
         and type(factor) is float
@@ -267,60 +249,3 @@ def _check_step(i: int, t_ms: object, link: object, factor: object) -> None:
     MAX_FACTOR.check(CostError, f"{where}: factor", factor)
     if link is not None and not is_link(link):
         raise CostError(f'{where}: link must be "all" or two different device ids [a, b], got {link!r}')
-
-
-def bandwidth_trace_from_json(obj: object) -> BandwidthTrace:
-    """Build a trace from its JSON form: a list of {"t_ms", "link": [a, b] | "all", "factor"}, sorted by t_ms.
-
-    An object {"steps": [...]} (optionally with "format": "pipeplan.bandwidth_trace/1" and "generator": {...}, how
-    `pipeplan trace` made it; read and ignored) is accepted too.
-
-    Raises:
-        CostError: naming the bad entry and value.
-    """
-    if isinstance(obj, dict):
-        unknown = sorted(set(obj) - {"format", "steps", "generator"})
-        if unknown:
-            raise CostError(f"bandwidth trace: unknown key {unknown[0]!r} (expected 'steps', 'format', 'generator')")
-        fmt = obj.get("format", "pipeplan.bandwidth_trace/1")
-        if fmt != "pipeplan.bandwidth_trace/1":
-            raise CostError(f"bandwidth trace: format must be 'pipeplan.bandwidth_trace/1', got {fmt!r}")
-        obj = obj.get("steps")
-    if not isinstance(obj, list):
-        raise CostError(f"bandwidth trace must be a JSON list of steps, got {type(obj).__name__}")
-    TRACE_STEPS.check(CostError, "bandwidth trace", len(obj))  # before any step is built
-    steps = []
-    for i, entry in enumerate(obj):
-        if not isinstance(entry, dict):
-            raise CostError(f"bandwidth trace entry {i} must be an object with t_ms, link, factor, got {entry!r}")
-        unknown = sorted(set(entry) - {"t_ms", "link", "factor"})
-        if unknown:
-            raise CostError(f"bandwidth trace entry {i}: unknown key {unknown[0]!r} (expected t_ms, link, factor)")
-        missing = [k for k in ("t_ms", "link", "factor") if k not in entry]
-        if missing:
-            raise CostError(f"bandwidth trace entry {i}: missing {missing[0]!r}")
-        raw_link = entry["link"]
-        if raw_link == "all":
-            link: Link | None = None
-        elif isinstance(raw_link, list):
-            link = tuple(raw_link)  # type: ignore[assignment]
-        else:
-            raise CostError(f'bandwidth trace entry {i}: link must be "all" or [a, b], got {raw_link!r}')
-        _check_step(i, entry["t_ms"], link, entry["factor"])
-        steps.append(TraceStep(float(entry["t_ms"]), link, float(entry["factor"])))
-    return BandwidthTrace(tuple(steps))  # checks the order
-
-
-def read_bandwidth_trace(path: str | Path) -> BandwidthTrace:
-    """Read a bandwidth trace JSON file (through io's one JSON reader).
-
-    Raises:
-        CostError: the file cannot be read (what stands there, its size), is not JSON, or has a bad entry.
-    """
-    from pipeplan.io.json_fields import load_json_file
-
-    obj = load_json_file(path, CostError, "bandwidth trace")
-    try:
-        return bandwidth_trace_from_json(obj)
-    except CostError as exc:
-        raise CostError(f"{os.fspath(path)}: {exc}") from None
