@@ -15,8 +15,9 @@ import dataclasses
 import math
 
 from pipeplan.core.dag import reorder
-from pipeplan.planner.bound import TERMS, LowerBound, ShapeBounds, shapes
+from pipeplan.planner.bound import TERMS, LowerBound, ShapeBounds
 from pipeplan.planner.bound_fill import fill_term
+from pipeplan.planner.plan_space import shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.dag_orders import dag_orders
 from pipeplan.planner.search.dag_search import slowest_rate_bytes_per_ms

@@ -156,3 +156,19 @@ def _generate(name: str, stages: int, microbatches: int, k: int, chunks: int) ->
     sizes = {"stages": stages, "microbatches": microbatches} | ({"chunks": chunks} if TABLE[name].takes_chunks else {})
     check_schedule_size(name, sizes, stages, action_count(name, stages, microbatches, chunks))
     return SCHEDULES[name](stages, microbatches, k=k, chunks=chunks)
+
+
+def splits_backward(name: str) -> bool:
+    """Whether schedule `name` runs B as I and W (zb-h1: three actions per stage and microbatch); False for a name
+    the table does not hold (a request's "auto")."""
+    facts = TABLE.get(name)
+    return facts is not None and facts.split_backward
+
+
+INTERLEAVED = frozenset(n for n, f in TABLE.items() if f.takes_chunks and f.generator is not None)
+"""Generated schedules with v chunk-stages per rank (interleaved-1f1b): they need p | m, so a planner steps m by p."""
+WARMUP_FAMILY = frozenset(n for n in GENERATED if not TABLE[n].takes_chunks and not TABLE[n].split_backward)
+"""The kFkB family (1f1b is k = 1, gpipe k = m): g forwards of warm-up, then k forwards and k backwards in turn;
+rank r holds min(k (p - r), m) activations at its peak (a closed form)."""
+PLAIN = GENERATED[0]
+"""The plain schedule every variant of a plan starts from (1f1b)."""

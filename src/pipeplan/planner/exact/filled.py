@@ -16,6 +16,7 @@ from pipeplan.planner.exact.bounds import drain_counts, fill_bound, fill_parts
 from pipeplan.planner.exact.space import peak_inflight
 from pipeplan.planner.exact.stages import Placed
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
+from pipeplan.schedules.registry import TAKES_K, splits_backward
 
 if TYPE_CHECKING:
     from pipeplan.planner.exact.search import Search
@@ -179,9 +180,9 @@ def tail_terms(
     if got is None:
         got = search.memos.tails[key] = {}
         for name, k in search.schedules:
-            if name == "kfkb" and k >= m:
+            if name in TAKES_K and k >= m:
                 continue
-            split = name == "zb-h1"
+            split = splits_backward(name)
             _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
             finish = float(table.top(widest, split, b2 + b3, w2 + w3)[end + 1])
             got[name, k] = (split, float(table.trip(widest, split)[end]), finish)

@@ -40,12 +40,14 @@ from pipeplan.planner.exact.filled import Memos, filled, fits
 from pipeplan.planner.exact.lookahead import hopeless
 from pipeplan.planner.exact.rings import MAX_DEVICES, Rings
 from pipeplan.planner.exact.seeds import polish, ring_order, seed, seed_even, seed_straight
-from pipeplan.planner.exact.space import canonical_list, shapes
+from pipeplan.planner.exact.space import canonical_list
 from pipeplan.planner.exact.stages import Placed, StageCosts, holds_one
 from pipeplan.planner.exact.suffix import SLACK, SuffixBound
 from pipeplan.planner.exact.symmetry import least_in_orbit
+from pipeplan.planner.plan_space import shapes_with_counts as shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.schedules.registry import TAKES_K, splits_backward
 from pipeplan.sim.cost.link_model import pair_ms
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs
@@ -183,9 +185,9 @@ class Search:
         (schedule_bound, fill_bound) are below `cap`."""
         bounds: dict[bool, float] = {}
         for name, k in self.schedules:
-            if name == "kfkb" and k >= m:
+            if name in TAKES_K and k >= m:
                 continue
-            split = name == "zb-h1"
+            split = splits_backward(name)
             if split not in bounds:
                 bounds[split] = schedule_bound(stages, m, split)
             if bounds[split] >= cap or not fits(stages, name, len(stages), m, k):

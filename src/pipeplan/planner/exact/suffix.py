@@ -34,7 +34,8 @@ import numpy as np
 
 from pipeplan.planner.bound import ShapeBounds
 from pipeplan.planner.exact.rings import Rings
-from pipeplan.planner.exact.space import SCHEDULES
+from pipeplan.planner.plan_space import EXACT_SCHEDULES as SCHEDULES
+from pipeplan.schedules.registry import TAKES_K, splits_backward
 
 STAGE_COUNTS = 10**7
 """Most cells (devices x widths x layers^2 x stage counts) for which the table keeps a grid per count of later
@@ -170,9 +171,9 @@ class SuffixBound:
         # the schedules' warm-up: g forwards on the last stage (1f1b, zb-h1: 1; kfkb: k; gpipe: m), split backward
         self.kinds = sorted(
             {
-                (m if name == "gpipe" else k if name == "kfkb" else 1, name == "zb-h1")
+                (m if name == "gpipe" else k if name == "kfkb" else 1, splits_backward(name))
                 for name, k in schedules
-                if name != "kfkb" or k < m
+                if name not in TAKES_K or k < m
             }
         )
         self.counts = min(self.n, layers) if self.n * len(self.widths) * layers**2 * min(self.n, layers) <= STAGE_COUNTS else 0

@@ -47,8 +47,9 @@ import time
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.plan_space import divisors
 from pipeplan.planner.request import PlanRequest, PlanResult
-from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress, divisors
+from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress
 from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
