@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from pipeplan.planner.plan_space import (
     EXACT_COVERED,
     EXACT_SCHEDULES,
+    allows_order,
     divisors,
     full_splits,
     microbatch_sizes,
@@ -67,3 +68,10 @@ def test_full_splits_use_every_device(devices: int, batch: int) -> None:
 def test_exact_schedules() -> None:
     assert EXACT_SCHEDULES == (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
     assert set(EXACT_COVERED) == {"gpipe", "1f1b", "kfkb", "zb-h1"}
+
+
+def test_allows_order_is_auto_or_list() -> None:
+    assert [n for n in ("auto", "list", "1f1b", "gpipe", "kfkb", "zb-h1", "interleaved-1f1b") if allows_order(n)] == [
+        "auto",
+        "list",
+    ]

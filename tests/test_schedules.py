@@ -401,10 +401,11 @@ def test_peak_inflight_closed_forms(stages: int, microbatches: int, k: int) -> N
 
 def test_registry_facts_the_planners_read() -> None:
     """The facts planners read instead of comparing names: split backward, interleaving, the kFkB family, the plain one."""
-    from pipeplan.schedules.registry import INTERLEAVED, PLAIN, TABLE, WARMUP_FAMILY, splits_backward
+    from pipeplan.schedules.registry import INTERLEAVED, ORDERED, PLAIN, TABLE, WARMUP_FAMILY, splits_backward
 
     assert [n for n in TABLE if splits_backward(n)] == ["zb-h1"]
     assert not splits_backward("auto")
     assert {"interleaved-1f1b"} == INTERLEAVED
     assert {"gpipe", "1f1b", "kfkb"} == WARMUP_FAMILY
     assert PLAIN == "1f1b"
+    assert {"list"} == ORDERED

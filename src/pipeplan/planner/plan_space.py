@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 
 from pipeplan.planner.request import PlanRequest
-from pipeplan.schedules.registry import PLANNABLE, TABLE
+from pipeplan.schedules.registry import ORDERED, PLANNABLE, TABLE
 
 
 def divisors(n: int) -> list[int]:
@@ -71,3 +71,8 @@ EXACT_SCHEDULES = (("1f1b", 1), ("zb-h1", 1), *(("kfkb", k) for k in KFKB_GROUPS
 """(schedule, k) in the order exact tries them (a tie keeps the first)."""
 EXACT_COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
 """The schedules exact searches: every generated one of p stages (interleaving re-cuts a plan into chunk-stages)."""
+
+
+def allows_order(schedule: str) -> bool:
+    """Whether a request's schedule lets a planner write an explicit order: "auto" or an ordered one (list)."""
+    return schedule == "auto" or schedule in ORDERED

@@ -172,3 +172,5 @@ WARMUP_FAMILY = frozenset(n for n in GENERATED if not TABLE[n].takes_chunks and 
 rank r holds min(k (p - r), m) activations at its peak (a closed form)."""
 PLAIN = GENERATED[0]
 """The plain schedule every variant of a plan starts from (1f1b)."""
+ORDERED = frozenset(n for n, f in TABLE.items() if f.generator is None)
+"""Schedules that are an explicit order a planner makes from costs (list), not a generator's."""

@@ -17,7 +17,7 @@ import numpy as np
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.plan_space import divisors, microbatch_sizes, replica_counts
+from pipeplan.planner.plan_space import allows_order, divisors, microbatch_sizes, replica_counts
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
@@ -209,7 +209,7 @@ class Candidates:
         from pipeplan.planner.baselines.pipedream_planner import within_states
 
         wanted = self.request.schedule
-        request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
+        request = self.request if allows_order(wanted) else dataclasses.replace(self.request, schedule=PLAIN)
         shared = self.baselines if request is self.request else {}
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             self.progress(f"seeding from planner {name}", 0.0)

@@ -46,7 +46,7 @@ from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
 from pipeplan.planner.plan_space import full_splits
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.replicated.allocation import ReplicaSearch
-from pipeplan.planner.search.replicated.latency import (
+from pipeplan.planner.search.replicated.placing import (
     ring_allreduce_ms,
 )
 from pipeplan.planner.simulated import best_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeplan.planner.search.replicated.latency import (
+from pipeplan.planner.search.replicated.placing import (
     APPEND_FIRST,
     FRESH_FIRST,
     SCATTER_FIRST,
