@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from pipedream_cases import graph
-from pipeplan.planner.baselines.dapple_devices import Machines
-from pipeplan.planner.baselines.dapple_dp import DappleStage
-from pipeplan.planner.baselines.dapple_hpgo import HpgoCandidate, hpgo_candidates, hpgo_speedup
-from pipeplan.planner.baselines.dapple_links import HPGO_RATES, transfer_s
-from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
+from pipeplan.planner.baselines.dapple.comm_times import HPGO_RATES, transfer_s
+from pipeplan.planner.baselines.dapple.dp import DappleStage
+from pipeplan.planner.baselines.dapple.gpus import Machines
+from pipeplan.planner.baselines.dapple.hpgo import HpgoCandidate, hpgo_candidates, hpgo_speedup
+from pipeplan.planner.baselines.dapple.planning_model import DappleModel, dapple_model
 
 DATA = Path(__file__).resolve().parent / "data"
 REL = 1e-9

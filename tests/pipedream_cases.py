@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeplan.io.graph_txt import parse_graph
-from pipeplan.planner.baselines.downsets import DownsetStates
+from pipeplan.planner.baselines.downset_tables import DownsetStates
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph, graph_of_model_graph
 from pipeplan.planner.baselines.pipedream_planner import PipeDreamOptions, PipeDreamPlan, plan_graph, planning_states
 from pipeplan.presets.profiles import builtin_profile_text

@@ -16,7 +16,7 @@ from pipeplan.core.downsets import (
     maximal,
     membership,
 )
-from pipeplan.planner.baselines import downsets as pipedream_downsets
+from pipeplan.planner.baselines import downset_tables as pipedream_downsets
 
 DIAMOND = ((), (0,), (0,), (1, 2))
 

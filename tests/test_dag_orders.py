@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pipeplan.core.dag import check_order
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.search.dag_orders import banded_partitions, bottleneck_partitions, dag_orders
-from pipeplan.planner.search.downsets import all_downsets, membership
+from pipeplan.planner.search.dag_states import all_downsets, membership
 from pipeplan.presets.resolve import load_profile
 
 

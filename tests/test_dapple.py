@@ -6,10 +6,10 @@ import pytest
 
 from pipeplan.core.errors import PlanError
 from pipeplan.io.cluster_json import cluster_from_json, cluster_to_json
-from pipeplan.planner.baselines.dapple import plan_dapple, planning_model
-from pipeplan.planner.baselines.dapple_devices import machines_of
-from pipeplan.planner.baselines.dapple_links import rates_of
-from pipeplan.planner.baselines.dapple_search import FAITHFUL_GPUS, Links, candidates
+from pipeplan.planner.baselines.dapple.baseline import plan_dapple, planning_model
+from pipeplan.planner.baselines.dapple.comm_times import rates_of
+from pipeplan.planner.baselines.dapple.gpus import machines_of
+from pipeplan.planner.baselines.dapple.ranking import FAITHFUL_GPUS, Links, candidates
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits

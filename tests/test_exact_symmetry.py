@@ -10,8 +10,8 @@ import pytest
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.exact.search import Search
-from pipeplan.planner.exact.space import SCHEDULES
 from pipeplan.planner.exact.symmetry import automorphisms, least_in_orbit
+from pipeplan.planner.plan_space import EXACT_SCHEDULES as SCHEDULES
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.presets.resolve import load_cluster

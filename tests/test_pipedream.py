@@ -155,7 +155,7 @@ def test_a_profiles_dag_plans_as_the_original_read_the_file() -> None:
 def test_more_states_than_the_limit_are_refused_before_any_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain of STATE_LIMIT + 1 layers is refused naming the limit and the way out, before the per-state
     membership matrix (the first quadratic table) is built."""
-    from pipeplan.planner.baselines import downsets
+    from pipeplan.planner.baselines import downset_tables as downsets
     from pipeplan.planner.baselines.pipedream_planner import STATE_LIMIT
 
     def no_tables(*args: object) -> None:

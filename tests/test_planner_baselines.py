@@ -1,4 +1,4 @@
-"""Tests of the baseline planners: balanced, DAPPLE's plans (its pieces: test_dapple_search; PipeDream: test_pipedream)."""
+"""Tests of the baseline planners: balanced, DAPPLE's plans (its pieces: test_dapple_ranking; PipeDream: test_pipedream)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from pipeplan.core.errors import PlanError
 from pipeplan.planner.baselines.balanced import plan_balanced
-from pipeplan.planner.baselines.dapple import plan_dapple
+from pipeplan.planner.baselines.dapple.baseline import plan_dapple
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile

@@ -423,3 +423,15 @@ def test_a_schedule_without_one_warmup_group_is_refused(name: str) -> None:
     """Only gpipe, 1f1b, kfkb and zb-h1 have one warm-up group."""
     with pytest.raises(ScheduleError, match=name):
         warmup_group(name, 4)
+
+
+def test_registry_facts_the_planners_read() -> None:
+    """The facts planners read instead of comparing names: split backward, interleaving, the kFkB family, the plain one."""
+    from pipeplan.schedules.registry import INTERLEAVED, ORDERED, PLAIN, TABLE, WARMUP_FAMILY, splits_backward
+
+    assert [n for n in TABLE if splits_backward(n)] == ["zb-h1"]
+    assert not splits_backward("auto")
+    assert {"interleaved-1f1b"} == INTERLEAVED
+    assert {"gpipe", "1f1b", "kfkb"} == WARMUP_FAMILY
+    assert PLAIN == "1f1b"
+    assert {"list"} == ORDERED

@@ -11,7 +11,8 @@ from bound_exact import exact_ms
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.bound.shape_bounds import lower_bound, shapes
+from pipeplan.planner.bound.shape_bounds import lower_bound
+from pipeplan.planner.plan_space import shapes
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from pipeplan.io.graph_txt import parse_graph, profile_name_from_file
-from pipeplan.planner.baselines.downsets import ancestor_masks, downset_states
+from pipeplan.planner.baselines.downset_tables import ancestor_masks, downset_states
 from pipeplan.planner.baselines.pipedream_graph import graph_of_model_graph, planning_graph
 from pipeplan.presets.profiles import builtin_profile_text
 

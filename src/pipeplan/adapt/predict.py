@@ -244,7 +244,7 @@ class Predictor:
 
 
 def _ring_factor(links: tuple[Link, ...], factor: Mapping[Link, float]) -> float:
-    """A ring's factor: its slowest link's (a ring all-reduce runs at its slowest link, sim.trace.ring_segments)."""
+    """A ring's factor: its slowest link's (a ring all-reduce runs at its slowest link, core.bandwidth_trace.BandwidthTrace.ring_segments)."""
     return min((factor[link] for link in links), default=1.0)
 
 

@@ -3,8 +3,8 @@
 A stage boundary of a DAG plan is a down-set D: every node before the
 boundary, closed under inputs (the antichain of D's maximal nodes generates
 it). Bit i of a mask is node i; `inputs[v]` are the nodes v consumes. Both the
-DAG search (planner.search.downsets: every down-set) and PipeDream's planner
-(planner.baselines.downsets: the down-sets reachable from its first source)
+DAG search (planner.search.dag_states: every down-set) and PipeDream's planner
+(planner.baselines.downset_tables: the down-sets reachable from its first source)
 enumerate with `downsets`.
 """
 

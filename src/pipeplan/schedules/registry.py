@@ -180,3 +180,21 @@ def warmup_forwards(name: str, stages: int, microbatches: int, k: int = 1) -> tu
     schedule's warmup_group (the microbatches it holds at once under gpipe, 1f1b and kfkb)."""
     g = warmup_group(name, microbatches, k)
     return tuple(min(g * (stages - s), microbatches) for s in range(stages))
+
+
+def splits_backward(name: str) -> bool:
+    """Whether schedule `name` runs B as I and W (zb-h1: three actions per stage and microbatch); False for a name
+    the table does not hold (a request's "auto")."""
+    facts = TABLE.get(name)
+    return facts is not None and facts.split_backward
+
+
+INTERLEAVED = frozenset(n for n, f in TABLE.items() if f.takes_chunks and f.generator is not None)
+"""Generated schedules with v chunk-stages per rank (interleaved-1f1b): they need p | m, so a planner steps m by p."""
+WARMUP_FAMILY = frozenset(n for n in GENERATED if not TABLE[n].takes_chunks and not TABLE[n].split_backward)
+"""The kFkB family (1f1b is k = 1, gpipe k = m): g forwards of warm-up, then k forwards and k backwards in turn;
+rank r holds min(k (p - r), m) activations at its peak (a closed form)."""
+PLAIN = GENERATED[0]
+"""The plain schedule every variant of a plan starts from (1f1b)."""
+ORDERED = frozenset(n for n, f in TABLE.items() if f.generator is None)
+"""Schedules that are an explicit order a planner makes from costs (list), not a generator's."""

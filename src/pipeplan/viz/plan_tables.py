@@ -13,6 +13,7 @@ from pipeplan.planner.bound.plan_bound import PlanBound
 from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
 from pipeplan.planner.request import PlanResult
 from pipeplan.planner.search.trace_aware import TraceScore
+from pipeplan.schedules.registry import TAKES_K
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.viz.tables import format_bytes, format_ms, id_runs
 
@@ -58,7 +59,7 @@ def plan_summary(result: PlanResult, profile: ModelProfile, cluster: Cluster, mo
     planning time."""
     plan, sim = result.plan, result.sim
     capacity = min(cluster.devices[d].memory_bytes for d in plan.all_devices)
-    schedule = plan.schedule + (f" (k={plan.k})" if plan.schedule == "kfkb" else "")
+    schedule = plan.schedule + (f" (k={plan.k})" if plan.schedule in TAKES_K else "")
     schedule += f" (v={plan.chunks})" if plan.chunks > 1 else ""
     table = Table(title=f"plan for {profile.name} on {cluster.name}", show_header=False, title_justify="left")
     table.add_column("quantity")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeplan.planner.baselines.balanced import plan_balanced
-from pipeplan.planner.baselines.dapple import plan_dapple
+from pipeplan.planner.baselines.dapple.baseline import plan_dapple
 from pipeplan.planner.baselines.pipedream import plan_pipedream
 from pipeplan.planner.request import Planner, guarded
 

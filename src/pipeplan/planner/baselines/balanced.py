@@ -12,7 +12,8 @@ import time
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.partition import solve
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.baselines.rules import powers_of_two_dividing, require_schedule
+from pipeplan.planner.baselines.rules import require_schedule
+from pipeplan.planner.plan_space import divisors, microbatch_sizes, power_of_two
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import evaluate
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -27,7 +28,7 @@ def default_microbatch_sizes(global_batch: int, stages: int) -> list[int]:
     those the largest microbatch runs each kernel most efficiently. Smaller
     sizes follow, for when memory does not fit.
     """
-    sizes = sorted(powers_of_two_dividing(global_batch), reverse=True)
+    sizes = [b for b in reversed(divisors(global_batch)) if power_of_two(b)]
     good = [b for b in sizes if global_batch // b >= 4 * stages]
     return good + [b for b in sizes if b not in good] if good else sorted(sizes)
 
@@ -63,7 +64,7 @@ def plan_balanced(request: PlanRequest) -> PlanResult:
     )
     replica_batch = request.global_batch // replicas
     if request.microbatch_size:
-        sizes = [request.microbatch_size] if replica_batch % request.microbatch_size == 0 else []
+        sizes = microbatch_sizes(request, replica_batch)
     else:
         sizes = default_microbatch_sizes(replica_batch, stages_count)
     error: PipeplanError | None = None

@@ -46,6 +46,7 @@ from pipeplan.planner.baselines.pipedream_planner import (
     planning_states,
 )
 from pipeplan.planner.baselines.rules import layer_order, require_schedule
+from pipeplan.planner.plan_space import microbatch_sizes, power_of_two
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import best_of
 
@@ -91,20 +92,18 @@ def stage_devices(levels: Levels, stages: tuple[PipeDreamStage, ...]) -> list[tu
 
 def split_sizes(request: PlanRequest, step: int) -> list[int]:
     """Microbatch sizes for a plan whose stage replica counts have least common multiple `step`: the request's,
-    else step x 2^i dividing the global batch, at most MAX_MICROBATCHES microbatches, largest first.
+    else step x 2^i dividing the global batch, at most MAX_MICROBATCHES microbatches, smallest first (a filter on
+    planner.plan_space).
 
     Raises:
         PlanError: no such size (naming the replica counts' multiple and the global batch).
     """
     gb = request.global_batch
-    if request.microbatch_size is not None:
-        sizes = [request.microbatch_size] if request.microbatch_size % step == 0 else []
-    else:
-        sizes = [
-            step << i
-            for i in range(gb.bit_length())
-            if (step << i) <= gb and gb % (step << i) == 0 and gb // (step << i) <= MAX_MICROBATCHES
-        ]
+
+    def keep(b: int) -> bool:
+        return b % step == 0 and power_of_two(b // step) and gb // b <= MAX_MICROBATCHES
+
+    sizes = [b for b in microbatch_sizes(request, gb, keep) if b % step == 0]
     if not sizes:
         given = f"microbatch size {request.microbatch_size}" if request.microbatch_size is not None else f"global batch {gb}"
         raise PlanError(

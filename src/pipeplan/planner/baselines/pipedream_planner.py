@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.errors import PlanError
-from pipeplan.planner.baselines.downsets import (
+from pipeplan.planner.baselines.downset_tables import (
     DownsetStates,
     StateLimitError,
     downset_states,

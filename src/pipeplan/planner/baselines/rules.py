@@ -9,33 +9,22 @@ from collections.abc import Sequence
 from pipeplan.core.dag import order_from_stages
 from pipeplan.core.errors import PlanError
 from pipeplan.core.profile import ModelProfile
+from pipeplan.planner.plan_space import microbatch_sizes as microbatch_sizes_of
+from pipeplan.planner.plan_space import power_of_two
 from pipeplan.planner.request import PlanRequest
-
-
-def powers_of_two_dividing(n: int) -> list[int]:
-    """1, 2, 4, ... up to n, keeping those that divide n."""
-    out = []
-    b = 1
-    while b <= n:
-        if n % b == 0:
-            out.append(b)
-        b *= 2
-    return out
 
 
 def microbatch_sizes(request: PlanRequest, replica_batch: int, max_microbatches: int = 512) -> list[int]:
     """Microbatch sizes a baseline tries for one pipeline replica's batch, largest first.
 
-    The request's size when it sets one (if it divides the batch); else the
+    A filter on planner.plan_space: the request's size when it sets one (if it divides the batch); else the
     powers of two dividing the batch, plus the profile's own batch size, that
     give at most `max_microbatches` microbatches.
     """
-    if request.microbatch_size is not None:
-        return [request.microbatch_size] if replica_batch % request.microbatch_size == 0 else []
-    sizes = set(powers_of_two_dividing(replica_batch))
-    if replica_batch % request.profile.batch_size == 0:
-        sizes.add(request.profile.batch_size)
-    return sorted((b for b in sizes if replica_batch // b <= max_microbatches), reverse=True)
+    batch = request.profile.batch_size
+    return microbatch_sizes_of(
+        request, replica_batch, lambda b: (power_of_two(b) or b == batch) and replica_batch // b <= max_microbatches
+    )[::-1]
 
 
 def require_schedule(request: PlanRequest, planner: str, schedule: str) -> None:

@@ -16,7 +16,8 @@ import math
 
 from pipeplan.core.dag import reorder
 from pipeplan.planner.bound.fill_term import fill_term
-from pipeplan.planner.bound.shape_bounds import TERMS, LowerBound, ShapeBounds, shapes
+from pipeplan.planner.bound.shape_bounds import TERMS, LowerBound, ShapeBounds
+from pipeplan.planner.plan_space import shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.dag_orders import dag_orders
 from pipeplan.planner.search.dag_search import slowest_rate_bytes_per_ms

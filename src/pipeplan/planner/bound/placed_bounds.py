@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from pipeplan.schedules import make_schedule
-from pipeplan.schedules.registry import warmup_forwards, warmup_group
+from pipeplan.schedules.registry import splits_backward, warmup_forwards, warmup_group
 
 
 @dataclass(slots=True)
@@ -127,9 +127,9 @@ def fill_bound(
     - finish: at most the time from the end of the last forward on the last given stage to the end of the
       iteration (the later stages' part of the last microbatch; 0 for a whole plan), after that forward's end.
 
-    `parts`: fill_parts(stages, name == "zb-h1"), when the caller has it.
+    `parts`: fill_parts(stages, splits_backward(name)), when the caller has it.
     """
-    parts = fill_parts(stages, name == "zb-h1") if parts is None else parts
+    parts = fill_parts(stages, splits_backward(name)) if parts is None else parts
     g, warms, counts = fill_plan(name, p, m, k)
     top = len(parts) - 1
     # the same sums as written in the docstring's order; comparisons inline (builtin max costs a call, and exact

@@ -60,12 +60,13 @@ from pipeplan.core.units import wire_ms
 from pipeplan.planner.bound.fill_term import fill_term
 from pipeplan.planner.bound.phase_term import phase_term
 from pipeplan.planner.bound.stage_term import STAGE_DP_CELLS, stage_term
+from pipeplan.planner.plan_space import divisors, shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 TERMS = ("compute", "path", "all-reduce", "fill", "stages")
-__all__ = ["STAGE_DP_CELLS", "TERMS", "LowerBound", "ShapeBounds", "lower_bound", "shapes"]
+__all__ = ["STAGE_DP_CELLS", "TERMS", "LowerBound", "ShapeBounds", "lower_bound"]
 MIXES = 41
 """Weights w in [0, 1] tried for the joint compute-and-path term (each gives a valid bound; the largest counts)."""
 
@@ -79,25 +80,6 @@ class LowerBound:
     microbatch_size: int
     term: str
     terms: tuple[float, ...]
-
-
-def divisors(n: int) -> list[int]:
-    """Divisors of n, increasing."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
-
-
-def shapes(request: PlanRequest) -> list[tuple[int, int]]:
-    """Every (pipeline replicas, microbatch size) a plan of the request may have."""
-    g, devices = request.global_batch, request.cluster.num_devices
-    counts = [rp for rp in divisors(g) if rp <= devices] if request.pipelines_allowed else [1]
-    out = []
-    for rp in counts:
-        sizes = divisors(g // rp)
-        if request.microbatch_size is not None:
-            sizes = [request.microbatch_size] if request.microbatch_size in sizes else []
-        out += [(rp, b) for b in sizes]
-    return out
 
 
 def across_nodes(cluster: Cluster) -> tuple[int, float, float]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from pipeplan.planner.bound.best_rings import Rings
 from pipeplan.planner.bound.shape_bounds import ShapeBounds
-from pipeplan.schedules.registry import warmup_group
+from pipeplan.schedules.registry import TAKES_K, splits_backward, warmup_group
 
 STAGE_COUNTS = 10**7
 """Most cells (devices x widths x layers^2 x stage counts) for which the table keeps a grid per count of later
@@ -168,7 +168,9 @@ class SuffixBound:
             top = fits[:, layers - 1]
             self.top_cols[r] = (np.where(top, (f + step)[:, layers - 1], np.inf), b[:, layers - 1], i[:, layers - 1])
         # the schedules' warm-up group g (schedules.registry.warmup_group) and split backward
-        self.kinds = sorted({(warmup_group(name, m, k), name == "zb-h1") for name, k in schedules if name != "kfkb" or k < m})
+        self.kinds = sorted(
+            {(warmup_group(name, m, k), splits_backward(name)) for name, k in schedules if name not in TAKES_K or k < m}
+        )
         self.counts = min(self.n, layers) if self.n * len(self.widths) * layers**2 * min(self.n, layers) <= STAGE_COUNTS else 0
         self.size, self.per_layer = size, request.model.layers.per_layer_ms
         self.least: dict[int, list[float]] = {}

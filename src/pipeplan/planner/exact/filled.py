@@ -15,6 +15,7 @@ from pipeplan.planner.bound.placed_bounds import Placed, drain_counts, fill_boun
 from pipeplan.planner.bound.suffix_table import SLACK, SuffixBound
 from pipeplan.planner.exact.search_tables import FILLS, Tables
 from pipeplan.planner.exact.space import peak_inflight
+from pipeplan.schedules.registry import TAKES_K, splits_backward
 
 TIMES = 9
 """values: its first TIMES are what fill_parts reads, the rest what fits reads."""
@@ -153,9 +154,9 @@ def tail_terms(
     if got is None:
         got = tables.memos.tails[key] = {}
         for name, k in tables.schedules:
-            if name == "kfkb" and k >= m:
+            if name in TAKES_K and k >= m:
                 continue
-            split = name == "zb-h1"
+            split = splits_backward(name)
             _, b2, w2, _, b3, w3 = drain_counts(name, p, m, k)[-1][3:]  # the last stage: its actions after its last F
             finish = float(table.top(widest, split, b2 + b3, w2 + w3)[end + 1])
             got[name, k] = (split, float(table.trip(widest, split)[end]), finish)
@@ -167,9 +168,9 @@ def open_schedules(schedules: tuple[tuple[str, int], ...], stages: list[Placed],
     (schedule_bound, fill_bound) are below `cap`."""
     bounds: dict[bool, float] = {}
     for name, k in schedules:
-        if name == "kfkb" and k >= m:
+        if name in TAKES_K and k >= m:
             continue
-        split = name == "zb-h1"
+        split = splits_backward(name)
         if split not in bounds:
             bounds[split] = schedule_bound(stages, m, split)
         if bounds[split] >= cap or not fits(stages, name, len(stages), m, k):

@@ -1,4 +1,4 @@
-"""`exact`: the best plan under pipeplan's simulator over the space exact.space defines, by branch and bound.
+"""`exact`: the best plan under pipeplan's simulator over its part of planner.plan_space, by branch and bound.
 
 Tie rule: among plans of equal simulated time the first found wins: the seeds (exact.search; each new best plan
 is polished at once, its cuts moved while faster), then a cut-short search of every shape, then the full
@@ -14,8 +14,10 @@ import time
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.exact.search import Search
-from pipeplan.planner.exact.space import COVERED, SCHEDULES, search_space
+from pipeplan.planner.exact.space import search_space
 from pipeplan.planner.exact.symmetry import MAX_GROUP, automorphisms
+from pipeplan.planner.plan_space import EXACT_COVERED as COVERED
+from pipeplan.planner.plan_space import EXACT_SCHEDULES as SCHEDULES
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.simulated import evaluate

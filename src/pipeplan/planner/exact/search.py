@@ -37,9 +37,10 @@ from pipeplan.planner.exact.filled import filled, open_schedules
 from pipeplan.planner.exact.first_plans import even_splits, moves, place_split, ring_order, straight_split
 from pipeplan.planner.exact.lookahead import hopeless
 from pipeplan.planner.exact.search_tables import Tables, tables_for
-from pipeplan.planner.exact.space import canonical_list, shapes
+from pipeplan.planner.exact.space import canonical_list
 from pipeplan.planner.exact.stages import holds_one
 from pipeplan.planner.exact.symmetry import least_in_orbit
+from pipeplan.planner.plan_space import shapes_with_counts as shapes
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.plan_costs import plan_costs

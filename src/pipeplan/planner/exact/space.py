@@ -1,13 +1,14 @@
-"""The plan space `exact` searches, and how to walk it without repeating a plan: shapes, schedules, device tuples.
+"""How `exact` walks its part of the plan space without repeating a plan: device tuples up to twins, the space's size.
 
-The space is every plan the cost model can score without interleaving:
+exact's part of planner.plan_space is every plan the cost model can score without interleaving:
 
 - every pipeline-replica count rp that divides the global batch (at most the device count), and every
   microbatch count m dividing the per-replica batch (or the one the request's microbatch size gives);
 - every contiguous partition of the layers, and for each stage an ordered tuple of unused devices of length
   r * rp (replica-major, r data-parallel replicas with r | the microbatch size; order matters: it fixes which
   replicas pair up for transfers and the all-reduce ring); devices may stay unused;
-- every schedule among gpipe, 1f1b, kfkb (k = 2..4, k < m) and zb-h1 (or the request's schedule).
+- every schedule among gpipe, 1f1b, kfkb (k = 2..4, k < m) and zb-h1 (or the request's schedule):
+  plan_space.EXACT_SCHEDULES.
 
 Twins (planner.search.refine.twin_classes: same node, speed, memory and links) are interchangeable, so a stage
 takes of every twin class only its lowest unused device next (canonical_tuples): every plan of the space is a
@@ -20,31 +21,8 @@ import math
 from collections.abc import Iterator
 from functools import cache, lru_cache
 
-from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules import make_schedule
-from pipeplan.schedules.registry import PLANNABLE, TABLE
 from pipeplan.sim.cost.memory import order_peak_activation
-
-COVERED = tuple(n for n in PLANNABLE if TABLE[n].generator is not None and not TABLE[n].takes_chunks)
-"""The schedules exact searches: every generated one of p stages (interleaving re-cuts a plan into chunk-stages)."""
-SCHEDULES = (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
-"""(schedule, k) in the order exact tries them (a tie keeps the first)."""
-
-
-def shapes(request: PlanRequest) -> list[tuple[int, int, int]]:
-    """Every (pipeline replicas rp, microbatches m, microbatch size) of the space: rp ascending, m descending."""
-    devices = request.cluster.num_devices
-    out = []
-    for rp in range(1, (devices if request.pipelines_allowed else 1) + 1):
-        if request.global_batch % rp:
-            continue
-        replica_batch = request.global_batch // rp
-        for m in range(replica_batch, 0, -1):
-            size = replica_batch // m
-            if replica_batch % m or (request.microbatch_size and size != request.microbatch_size):
-                continue
-            out.append((rp, m, size))
-    return out
 
 
 @lru_cache(maxsize=4096)

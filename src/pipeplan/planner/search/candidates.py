@@ -17,6 +17,7 @@ import numpy as np
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.plan_space import allows_order, divisors, microbatch_sizes, replica_counts
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
@@ -24,6 +25,7 @@ from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.schedules.registry import INTERLEAVED, PLAIN
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_matrices
 
@@ -46,12 +48,6 @@ POOL_GROUPS = (2,)
 BaselineRuns = Mapping[str, PlanResult | None]
 """Baseline planners already run on the very request being planned, by name: the result, or None where the
 planner found no plan (a PipeplanError). `compare` hands its rows over so the search does not plan them again."""
-
-
-def divisors(n: int) -> list[int]:
-    """Divisors of n in increasing order."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 class Candidates:
@@ -90,17 +86,11 @@ class Candidates:
     # ---- candidate generation -------------------------------------------------------------
     def replica_counts(self) -> list[int]:
         """Pipeline replica counts rp: divisors of the device count that divide the global batch."""
-        g = self.request.global_batch
-        if not self.request.pipelines_allowed:
-            return [1]
-        return [rp for rp in divisors(self.cluster.num_devices) if g % rp == 0]
+        return [rp for rp in replica_counts(self.request) if self.cluster.num_devices % rp == 0]
 
     def microbatch_sizes(self, rp: int) -> list[int]:
         """Microbatch sizes b for rp pipeline replicas: the request's or every divisor of the per-replica batch."""
-        per_replica = self.request.global_batch // rp
-        if self.request.microbatch_size is not None:
-            return [self.request.microbatch_size] if per_replica % self.request.microbatch_size == 0 else []
-        return divisors(per_replica)
+        return microbatch_sizes(self.request, self.request.global_batch // rp)
 
     def lower_bound(self, rp: int, b: int) -> float:
         """A bound no plan with rp pipeline replicas and microbatch size b beats (ms).
@@ -219,7 +209,7 @@ class Candidates:
         from pipeplan.planner.baselines.pipedream_planner import within_states
 
         wanted = self.request.schedule
-        request = self.request if wanted in ("auto", "list") else dataclasses.replace(self.request, schedule="1f1b")
+        request = self.request if allows_order(wanted) else dataclasses.replace(self.request, schedule=PLAIN)
         shared = self.baselines if request is self.request else {}
         for name in LARGE_SEED_PLANNERS if self.large else SEED_PLANNERS:
             self.progress(f"seeding from planner {name}", 0.0)
@@ -249,8 +239,8 @@ class Candidates:
         if self.evaluator.score(result.plan).fits:
             self.pool.append(result.plan)
             self.best_time = min(self.best_time, self.evaluator.score(result.plan).time_ms)
-        if result.plan.schedule != "1f1b" and result.plan.chunks == 1:
-            self.add(dataclasses.replace(result.plan, schedule="1f1b", k=1, order=None))
+        if result.plan.schedule != PLAIN and result.plan.chunks == 1:
+            self.add(dataclasses.replace(result.plan, schedule=PLAIN, k=1, order=None))
 
     def generate(self) -> None:
         """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every
@@ -262,7 +252,7 @@ class Candidates:
                 plan = self.straight(order, b)
                 if plan is not None:
                     self.add(plan)
-            if self.request.schedule == "interleaved-1f1b":
+            if self.request.schedule in INTERLEAVED:
                 # interleaving needs p | m and two layers per rank: straight pipelines of the three deepest such p
                 m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
                 for p in [p for p in divisors(m) if 2 <= p <= n][-3:]:

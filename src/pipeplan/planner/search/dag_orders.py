@@ -26,7 +26,7 @@ What the orders cover (the argument, not a measurement):
    without free sources and sinks has at most STATE_LIMIT of them; over all
    down-sets of the graph with series chains merged, boundaries within a
    band of k/p of the work, up to MERGED_LIMIT; else over the lattice or the
-   prefixes named by downsets.states). Π_p is contiguous in the order of its
+   prefixes named by dag_states.states). Π_p is contiguous in the order of its
    group (chain_groups), in the default order when all its boundaries are
    prefixes of it, or is left out when MAX_ORDERS groups came before its own
    (the extra-order budget: then the search never saw it as one order).
@@ -47,7 +47,7 @@ import numpy as np
 
 from pipeplan.core.dag import is_identity
 from pipeplan.core.profile import ModelProfile
-from pipeplan.planner.search.downsets import STATE_LIMIT, Reduced, live_bytes, membership, states
+from pipeplan.planner.search.dag_states import STATE_LIMIT, Reduced, live_bytes, membership, states
 
 MAX_STAGES = 16
 """The largest stage count the DP plans for (the search's stages are at most 32; a DAG's antichain cuts matter most

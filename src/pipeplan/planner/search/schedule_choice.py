@@ -7,7 +7,7 @@ import functools
 
 from pipeplan.core.partition import solve_scaled
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.schedules.registry import GENERATED
+from pipeplan.schedules.registry import GENERATED, INTERLEAVED, TAKES_K
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import device_speeds
 
@@ -76,10 +76,10 @@ def schedule_variants(plan: Plan, model: CostModel, only: str = "auto") -> list[
     variants: list[Plan] = []
     names = GENERATED if only == "auto" else (only,)
     for name in names:
-        if name == "kfkb":
-            ks = kfkb_groups(plan.microbatches, ends=only == "kfkb")
-            variants += [dataclasses.replace(base, schedule="kfkb", k=k) for k in ks]
-        elif name == "interleaved-1f1b":
+        if name in TAKES_K:
+            ks = kfkb_groups(plan.microbatches, ends=only in TAKES_K)
+            variants += [dataclasses.replace(base, schedule=name, k=k) for k in ks]
+        elif name in INTERLEAVED:
             for v in INTERLEAVE_CHUNKS:
                 chunked = interleave(base, model, v)
                 if chunked is not None:

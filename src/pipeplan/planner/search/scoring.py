@@ -10,7 +10,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.schedules.registry import warmup_forwards
+from pipeplan.schedules.registry import INTERLEAVED, WARMUP_FAMILY, splits_backward, warmup_forwards
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
@@ -92,7 +92,7 @@ class Evaluator:
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
         m = plan.microbatches
-        step = plan.num_ranks if plan.schedule == "interleaved-1f1b" else 1
+        step = plan.num_ranks if plan.schedule in INTERLEAVED else 1
         m1 = max(step, (RANK_MICROBATCHES // step) * step)
         m2 = max(step, ((m1 // 2) // step) * step)
         if m2 >= m1:  # interleaved with more than RANK_MICROBATCHES / 2 ranks: two runs one step apart
@@ -109,7 +109,7 @@ class Evaluator:
     def busiest_rank_ms(self, plan: Plan) -> float:
         """The largest compute time one microbatch puts on a rank (F + B, or F + I + W, of all its chunk-stages)."""
         per_rank = [0.0] * plan.num_ranks
-        split = plan.schedule == "zb-h1"
+        split = splits_backward(plan.schedule)
         for s, cost in enumerate(self.costs(plan).stages):
             backward = cost.bwd_input_ms + cost.bwd_weight_ms if split else cost.bwd_ms  # type: ignore[operator]
             per_rank[s % plan.num_ranks] += cost.fwd_ms + backward
@@ -117,7 +117,7 @@ class Evaluator:
 
     def rank_memory(self, plan: Plan) -> tuple[float, ...]:
         """Peak bytes per rank at the full microbatch count (sim.memory.rank_memory on a short schedule where it can)."""
-        if plan.order is None and plan.chunks == 1 and plan.schedule in ("gpipe", "1f1b", "kfkb"):
+        if plan.order is None and plan.chunks == 1 and plan.schedule in WARMUP_FAMILY:
             # closed forms: GPipe holds all m; 1F1B and kFkB hold their warm-up, min(k (p - r), m), on rank r (the
             # steady state frees k before it opens k), as the generated orders give (tests/test_scoring.py)
             costs = self.costs(plan)

@@ -47,15 +47,16 @@ import time
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.plan_space import allows_order, divisors
 from pipeplan.planner.request import PlanRequest, PlanResult
-from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress, divisors
+from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress
 from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.schedules.one_f_one_b import one_f_one_b
-from pipeplan.schedules.registry import MAX_ACTIONS
+from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
 
 TOP_CANDIDATES = 6
@@ -102,7 +103,7 @@ class Search:
     def with_list(self, plan: Plan) -> list[Plan]:
         """Explicit-order versions of `plan`: list scheduling under memory budgets (also capped at DAPPLE's
         2(p-s)-1 warm-up), and DAPPLE's early backward with that warm-up (1F1B's extra_warmup order)."""
-        if plan.chunks != 1 or self.request.schedule not in ("auto", "list"):
+        if plan.chunks != 1 or not allows_order(self.request.schedule):
             return []
         if 2 * plan.num_ranks * plan.microbatches > LIST_MAX_ACTIONS:
             return []
@@ -140,7 +141,7 @@ class Search:
     def choose(self) -> Plan:
         """Best plan: schedules for the top candidates, placement and boundary refinement, list, exact check."""
         only = self.request.schedule
-        generated_only = "auto" if only in ("auto", "list") else only
+        generated_only = "auto" if allows_order(only) else only
         widen = 1 if self.candidates.large else 2
         # the fastest candidates that can run the schedule(s) allowed: with --schedule kfkb or interleaved-1f1b
         # the fastest ones may not (too few microbatches, m not a multiple of p), so read down the ranking
@@ -181,7 +182,7 @@ class Search:
             for other in self.ranked(self.resized(plan), 1):
                 refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
         finalists = self.ranked(refined + contenders, FINALISTS)
-        if only in ("auto", "list"):
+        if allows_order(only):
             for plan in list(finalists):
                 finalists += self.ranked(self.with_list(plan), 1)
         # the baselines' own plans compete in the final round as they are (seed_from_baselines)
@@ -211,7 +212,7 @@ class Search:
         sizes = self.candidates.microbatch_sizes(1) or [1]
         b = sizes[0]
         plan = self.candidates.straight(self.candidates.orders[0], b, by_memory=True)
-        if self.request.schedule not in ("auto", "1f1b") and plan is not None:
+        if self.request.schedule not in ("auto", PLAIN) and plan is not None:
             plan = dataclasses.replace(plan, schedule=self.request.schedule)
         remedy = "try more devices or devices with more memory"
         if b > 1:  # at microbatch size 1 a smaller one is no remedy

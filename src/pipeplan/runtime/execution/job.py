@@ -111,7 +111,7 @@ class ScheduleLayout:
         bounds = split_evenly(num_layers, num_stages)
         stages = tuple(Stage(lo, hi - 1, tuple(devices[schedule.stage_to_rank[s]])) for s, (lo, hi) in enumerate(bounds))
         kind = schedule.name if schedule.name in GENERATED else "list"
-        order = schedule.ranks if kind == "list" else None
+        order = None if kind in GENERATED else schedule.ranks
         size = self.global_batch // (copies * (self.microbatches if self.asynchronous else m))
         plan = Plan(stages, copies, m, size, kind, k=self.k, chunks=num_stages // ranks, order=order)
         return plan, schedule

@@ -5,7 +5,7 @@ Note:
     stamps each message with its arrival, as the simulator's transfer queue (sim.transfers) times it: a transfer
     issued at t starts at max(t, the link's free time), holds the link for latency + bytes / rate, the rate being
     nominal x the trace's factor (read when the transfer starts and re-read at every step of the trace while it is
-    in flight: sim.trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The
+    in flight: core.bandwidth_trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The
     receiver does not consume the message before that time. The sender's compute is never delayed, transfers on a
     link queue behind each other as on a wire, and compute overlaps them: what a slow network does to a pipeline.
     Times are ms on the trace's clock, which starts when the run starts (every process's clock is set at one

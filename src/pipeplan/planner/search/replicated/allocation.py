@@ -16,7 +16,7 @@ from pipeplan.core.cluster import Cluster
 from pipeplan.core.partition import prefix_sums
 from pipeplan.core.units import ms_per_byte
 from pipeplan.planner.baselines.layer_groups import Blocks
-from pipeplan.planner.search.replicated.latency import FRESH_FIRST, POLICIES, allocate_replicas
+from pipeplan.planner.search.replicated.placing import FRESH_FIRST, POLICIES, allocate_replicas
 from pipeplan.sim.cost.layers import static_factor
 from pipeplan.sim.cost.link_model import link_matrices
 
@@ -205,7 +205,7 @@ class ReplicaSearch:
         return bisect_right(self._params, budget * (1 + 1e-12)) - 2
 
     def allreduce_ms(self, first: int, ends: range, devices: Devices) -> np.ndarray:
-        """The all-reduce estimate (latency.ring_allreduce_ms) of blocks first..j for every j in ends, over `devices` (ms)."""
+        """The all-reduce estimate (placing.ring_allreduce_ms) of blocks first..j for every j in ends, over `devices` (ms)."""
         n = len(devices)
         if n < 2:
             return np.zeros(len(ends))

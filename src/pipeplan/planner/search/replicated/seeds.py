@@ -16,7 +16,7 @@ reading lives on here because its plans seed pipeplan's search well:
 2. Straight plans (one GPU per stage) with g = 2 and g = D, and two-stage
    splits of all D GPUs; g = 1 is plain data parallelism.
 3. Every candidate is ranked by the pivot-stage latency model
-   (latency.pivot_latency) with M = GBS / (rp * microbatch size), stage times
+   (baselines.dapple.pivot.latency) with M = GBS / (rp * microbatch size), stage times
    taken at the microbatch size; the best one that fits in memory wins. The
    schedule is 1F1B, with K_i = min(2(S-i)-1, M) warm-up forwards when
    transfers are comparable to compute (a boundary's transfer takes at least
@@ -40,12 +40,13 @@ from dataclasses import dataclass
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.baselines.dapple.pivot import latency
 from pipeplan.planner.baselines.layer_groups import Blocks, merge_layers
 from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
+from pipeplan.planner.plan_space import full_splits
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.replicated.allocation import ReplicaSearch
-from pipeplan.planner.search.replicated.latency import (
-    pivot_latency,
+from pipeplan.planner.search.replicated.placing import (
     ring_allreduce_ms,
 )
 from pipeplan.planner.simulated import best_of
@@ -98,11 +99,10 @@ def candidates(search: ReplicaSearch, global_batch: int, replication: str = "any
     one_pipeline = replication == "none"
     wide_stages = replication == "any"
     out = [] if one_pipeline and total > 1 else [Candidate(((0, last, tuple(range(total))),), total, "data-parallel")]
-    divisors = [g for g in range(2, min(total, MAX_GPUS_PER_PIPELINE) + 1) if total % g == 0]
-    for g in divisors:
-        replica_batch, rest = divmod(global_batch, total // g)
-        if rest or (one_pipeline and g != total):
+    for rp, g in full_splits(total, global_batch):
+        if not 2 <= g <= MAX_GPUS_PER_PIPELINE or (one_pipeline and g != total):
             continue
+        replica_batch = global_batch // rp
         # a stage's GPUs split each microbatch, so their count must divide the pipeline replica's batch
         counts = [c for c in stage_gpu_counts(total, search.node_size, g) if replica_batch % c == 0 and (wide_stages or c == 1)]
         found = search.best_pipeline(g, total // g, counts, per_replica / (total // g))
@@ -153,7 +153,7 @@ def latency_of(model: CostModel, search: ReplicaSearch, candidate: Candidate, mi
         bwd.append(b)
         allreduce.append(ring_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
         prev = (first, last, devices)
-    return pivot_latency(fwd, bwd, allreduce, microbatches)[0]
+    return latency(fwd, bwd, allreduce, microbatches)[0]
 
 
 def to_plan(blocks: Blocks, candidate: Candidate, microbatch_size: int, microbatches: int, extra_warmup: bool) -> Plan:

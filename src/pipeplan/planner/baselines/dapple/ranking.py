@@ -3,10 +3,10 @@
 Candidates:
 - hybrid: for every p = 1..N GPUs per pipeline replica, rp = floor(N / p)
   replicas (GPUs left over stay idle); the partition-and-placement DP
-  (dapple_dp) gives the plan, and the same DP with one GPU per stage the
+  (dapple.dp) gives the plan, and the same DP with one GPU per stage the
   straight plan (p <= states). p = 1 is data parallelism.
 - two stages over all N GPUs: every cut, first-stage size and placement pair.
-Each is ranked by the paper's pivot latency (dapple_latency) with
+Each is ranked by the paper's pivot latency (dapple.pivot) with
 M = gbs / (rp · microbatch size) microbatches; transfers between stages are
 stages of their own.
 
@@ -14,7 +14,7 @@ Caps (above FAITHFUL_GPUS GPUs, where the enumeration does not finish: p up
 to N is N DPs over up to N GPUs each, 3^rp placement sequences per stage):
 p runs over 1..MAX_PIPELINE_GPUS only, and only where rp exceeds the largest
 machine's GPU count, so that every placement of a stage costs the same
-(dapple_dp's exact reduction; the paper's search over the others is dropped);
+(dapple.dp's exact reduction; the paper's search over the others is dropped);
 straight pipelines likewise; a two-stage split's first stage takes 2^i or
 N - 2^i GPUs, Fresh First.
 """
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeplan.planner.baselines.dapple_devices import Machines, placements
-from pipeplan.planner.baselines.dapple_dp import DappleStage, Levels, dp_counts, dp_sets, move_rate, placement_free
-from pipeplan.planner.baselines.dapple_latency import latency
-from pipeplan.planner.baselines.dapple_links import LinkRates, allreduce_s, spread_allreduce_s, transfer_s
-from pipeplan.planner.baselines.dapple_model import DappleModel
+from pipeplan.planner.baselines.dapple.comm_times import LinkRates, allreduce_s, spread_allreduce_s, transfer_s
+from pipeplan.planner.baselines.dapple.dp import DappleStage, Levels, dp_counts, dp_sets, move_rate, placement_free
+from pipeplan.planner.baselines.dapple.gpus import Machines, placements
+from pipeplan.planner.baselines.dapple.pivot import latency
+from pipeplan.planner.baselines.dapple.planning_model import DappleModel
 
 FAITHFUL_GPUS = 64
 """Up to this many GPUs the search is the paper's in full; above it, the caps of the module docstring."""
@@ -124,7 +124,7 @@ def rank(model: DappleModel, links: Links, candidate: Candidate, microbatch_size
 
 
 def stage_transfer_s(model: DappleModel, links: Links, a: DappleStage, b: DappleStage, rp: int, num_bytes: float) -> float:
-    """transfer_s between two stages; placement-free stages (no GPUs yet) at dapple_dp.move_rate."""
+    """transfer_s between two stages; placement-free stages (no GPUs yet) at dapple.dp.move_rate."""
     if a.parts is None or b.parts is None:
         return num_bytes * move_rate(links.machines, links.rates)
     return transfer_s(links.machines, links.rates, a.gpus, b.gpus, num_bytes)

@@ -1,4 +1,5 @@
-"""The replicated-pipeline seeds' analytical pieces: pivot-stage latency, all-reduce estimate, GPU placement policies.
+"""The replicated-pipeline seeds' analytical pieces: all-reduce estimate, GPU placement policies (the pivot-stage
+latency is DAPPLE's own: baselines.dapple.pivot).
 
 pipeplan's own seed generator (search.replicated.seeds), not the `dapple` baseline: these pieces come from the
 earlier reading of Fan et al., "DAPPLE: A Pipelined Data Parallel Approach for Training Large
@@ -9,7 +10,6 @@ repository (AlibabaPAI/DAPPLE, `planner/`). Pure functions over lists.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,50 +18,6 @@ FRESH_FIRST = "fresh-first"
 APPEND_FIRST = "append-first"
 SCATTER_FIRST = "scatter-first"
 POLICIES = (FRESH_FIRST, APPEND_FIRST, SCATTER_FIRST)
-
-
-def pivot_stage(fwd: Sequence[float], bwd: Sequence[float], microbatches: int) -> int:
-    """The pivot Q: scanning from the last stage down, stage s takes over when its steady phase outlasts Q's.
-
-    s replaces Q when (M-1)(F_s+B_s) > (M-1)(F_Q+B_Q) + sum_{s<t<=Q}(F_t+B_t):
-    the extra steady work of s is more than the work s's microbatches still
-    meet between s and Q. Ties keep the later stage.
-    """
-    q = len(fwd) - 1
-    between = 0.0  # sum of F_t + B_t for s < t <= q
-    for s in range(len(fwd) - 2, -1, -1):
-        between += fwd[s + 1] + bwd[s + 1]
-        if (microbatches - 1) * (fwd[s] + bwd[s]) > (microbatches - 1) * (fwd[q] + bwd[q]) + between:
-            q = s
-            between = 0.0
-    return q
-
-
-def pivot_latency(fwd: Sequence[float], bwd: Sequence[float], allreduce: Sequence[float], microbatches: int) -> tuple[float, int]:
-    """The pivot model's iteration latency (DAPPLE's) L = T_w + T_s + T_e and its pivot stage Q.
-
-    Args:
-        fwd, bwd: per-stage time of one microbatch; transfers between stages
-            enter as stages of their own (F = B = transfer time, no all-reduce).
-        allreduce: per-stage gradient all-reduce time AR(P_s, r_s).
-        microbatches: M.
-
-    Returns:
-        (L, Q) with warm-up T_w = sum_{s<=Q} F_s, steady T_s = (M-1)(F_Q+B_Q),
-        ending T_e = max_s AR_s + K_s, where K_s = sum_{s<=t<=Q} B_t is the
-        backward work of the last microbatch still ahead of stage s's last
-        backward for s <= Q, and K_s = -sum_{Q<t<s} B_t for s > Q (those stages
-        finished their last backward before Q started its own).
-    """
-    q = pivot_stage(fwd, bwd, microbatches)
-    warmup = sum(fwd[: q + 1])
-    steady = (microbatches - 1) * (fwd[q] + bwd[q])
-    ending = -math.inf
-    ahead = sum(bwd[: q + 1])  # K_0; each step down the pipeline removes that stage's backward
-    for s in range(len(fwd)):
-        ending = max(ending, allreduce[s] + ahead)
-        ahead -= bwd[s]
-    return warmup + steady + ending, q
 
 
 def ring_allreduce_ms(param_bytes: float, replicas: int, slowest_bytes_per_ms: float) -> float:

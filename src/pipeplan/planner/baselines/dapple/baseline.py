@@ -2,17 +2,17 @@
 
 What the request maps to:
 - the graph: the profile's DAG (`layer_inputs`; a chain without them) with
-  PipeDream's states (dapple_model), as the authors' planner (HPGO) reads
+  PipeDream's states (dapple.planning_model), as the authors' planner (HPGO) reads
   it; a graph over STATE_LIMIT states, or over SET_DP_STATES where the
-  placement DP has to track GPU sets (dapple_dp), is planned over
+  placement DP has to track GPU sets (dapple.dp), is planned over
   MAX_BLOCKS blocks of consecutive layers instead (layer_groups; a cap, the
   original does not finish there);
 - the cluster: machines from Device.node, link rates from its links
-  (dapple_links.rates_of; HPGO hard-codes V100 rates);
-- the search (dapple_search): every p with floor(N/p) replicas, any stage
+  (dapple.comm_times.rates_of; HPGO hard-codes V100 rates);
+- the search (dapple.ranking): every p with floor(N/p) replicas, any stage
   GPU count, every placement-policy sequence over the replicas, DAPPLE's DP,
   ranked by the paper's pivot latency (HPGO's analytic ranking:
-  dapple_hpgo, checked against its saved plans in the tests).
+  dapple.hpgo, checked against its saved plans in the tests).
 The microbatch size is an input of DAPPLE: when the request leaves it open,
 each power of two is planned and the plan that simulates fastest is kept,
 as a user tuning that flag would. Per size the best-ranked candidate that
@@ -29,12 +29,12 @@ import time
 from pipeplan.core.downsets import bits
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.planner.baselines.dapple_devices import machines_of
-from pipeplan.planner.baselines.dapple_dp import DappleStage
-from pipeplan.planner.baselines.dapple_links import rates_of
-from pipeplan.planner.baselines.dapple_model import DappleModel, dapple_model
-from pipeplan.planner.baselines.dapple_search import FAITHFUL_GPUS, Candidate, Links, candidates, rank, stage_transfer_s
-from pipeplan.planner.baselines.downsets import StateLimitError
+from pipeplan.planner.baselines.dapple.comm_times import rates_of
+from pipeplan.planner.baselines.dapple.dp import DappleStage
+from pipeplan.planner.baselines.dapple.gpus import machines_of
+from pipeplan.planner.baselines.dapple.planning_model import DappleModel, dapple_model
+from pipeplan.planner.baselines.dapple.ranking import FAITHFUL_GPUS, Candidate, Links, candidates, rank, stage_transfer_s
+from pipeplan.planner.baselines.downset_tables import StateLimitError
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.baselines.pipedream_graph import graph_of_profile
 from pipeplan.planner.baselines.rules import layer_order, microbatch_sizes, require_schedule

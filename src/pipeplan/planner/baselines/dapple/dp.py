@@ -6,7 +6,7 @@ to j on m+1 GPUs per replica whose GPUs are `taken`; its value is the slowest
 block: a stage's compute over its m'·rp GPUs, or the transfer of 2x the cut
 activations into it from the previous stage's GPUs. The first stage takes
 its GPUs Fresh First (no all-reduce term: HPGO leaves it out); each later
-stage every placement of its replicas (dapple_devices). Per (j, m) the best
+stage every placement of its replicas (dapple.gpus). Per (j, m) the best
 cell over all GPU sets is kept and unwound at the end:
 
     A[j, m, T ∪ G] = min over k ⊂ j, m', placements G of m' GPUs x rp after T:
@@ -15,7 +15,7 @@ cell over all GPU sets is kept and unwound at the end:
 Reduction (dp_counts): when every GPU set a stage can get costs the same for
 its size (all GPUs on one machine, or rp above the largest machine's GPU
 count, so each stage spans machines: transfers and all-reduces then take the
-collective rate whatever the placement, dapple_links), the taken set drops
+collective rate whatever the placement, dapple.comm_times), the taken set drops
 out and the DP runs over (j, m) only. Every count sequence is placeable
 (Scatter First takes any free GPUs), so its value is the full DP's exactly.
 Ties between equal plans may fall otherwise than in HPGO (which visits states
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeplan.planner.baselines.dapple_devices import FRESH_FIRST, Machines, place, replica_placements
-from pipeplan.planner.baselines.dapple_links import LinkRates, transfer_s
-from pipeplan.planner.baselines.dapple_model import DappleModel
+from pipeplan.planner.baselines.dapple.comm_times import LinkRates, transfer_s
+from pipeplan.planner.baselines.dapple.gpus import FRESH_FIRST, Machines, place, replica_placements
+from pipeplan.planner.baselines.dapple.planning_model import DappleModel
 
 
 @dataclass(frozen=True, slots=True)

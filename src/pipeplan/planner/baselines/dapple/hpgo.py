@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.planner.baselines.dapple_devices import Machines, placements
-from pipeplan.planner.baselines.dapple_dp import DappleStage, dp_counts, dp_sets, move_rate, placement_free
-from pipeplan.planner.baselines.dapple_links import LinkRates, allreduce_s, transfer_s
-from pipeplan.planner.baselines.dapple_model import DappleModel
+from pipeplan.planner.baselines.dapple.comm_times import LinkRates, allreduce_s, transfer_s
+from pipeplan.planner.baselines.dapple.dp import DappleStage, dp_counts, dp_sets, move_rate, placement_free
+from pipeplan.planner.baselines.dapple.gpus import Machines, placements
+from pipeplan.planner.baselines.dapple.planning_model import DappleModel
 
 
 @dataclass(frozen=True, slots=True)

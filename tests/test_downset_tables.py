@@ -1,4 +1,4 @@
-"""PipeDream's planning states (planner.baselines.downsets): the vectorized augmented antichains and extra nodes equal
+"""PipeDream's planning states (planner.baselines.downset_tables): the vectorized augmented antichains and extra nodes equal
 the plain definitions (every node of every state walked with integer masks) on any DAG."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.downsets import bits, maximal
-from pipeplan.planner.baselines.downsets import ancestor_masks, augmented_extra, downset_states, successor_masks
+from pipeplan.planner.baselines.downset_tables import ancestor_masks, augmented_extra, downset_states, successor_masks
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph
 
 

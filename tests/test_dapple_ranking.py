@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from pipeplan.core.downsets import bits
 from pipeplan.core.errors import PlanError
-from pipeplan.planner.baselines.dapple_devices import (
+from pipeplan.planner.baselines.dapple.comm_times import HPGO_RATES, allreduce_s, transfer_s
+from pipeplan.planner.baselines.dapple.dp import dp_counts, dp_sets, move_rate, placement_free
+from pipeplan.planner.baselines.dapple.gpus import (
     APPEND_FIRST,
     FRESH_FIRST,
     SCATTER_FIRST,
@@ -19,10 +21,8 @@ from pipeplan.planner.baselines.dapple_devices import (
     place,
     replica_placements,
 )
-from pipeplan.planner.baselines.dapple_dp import dp_counts, dp_sets, move_rate, placement_free
-from pipeplan.planner.baselines.dapple_latency import latency, pivot
-from pipeplan.planner.baselines.dapple_links import HPGO_RATES, allreduce_s, transfer_s
-from pipeplan.planner.baselines.dapple_model import dapple_model
+from pipeplan.planner.baselines.dapple.pivot import latency, pivot
+from pipeplan.planner.baselines.dapple.planning_model import dapple_model
 from pipeplan.planner.baselines.pipedream_graph import _graph
 
 TWO = Machines((4, 8))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeplan.core.units import ms_to_s
-from pipeplan.planner.baselines.downsets import DownsetStates, downset_states, mask_matrix, range_table, range_tables
+from pipeplan.planner.baselines.downset_tables import DownsetStates, downset_states, mask_matrix, range_table, range_tables
 from pipeplan.planner.baselines.pipedream_graph import LayerGraph, PlanningGraph, planning_graph
 
 

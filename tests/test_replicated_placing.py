@@ -1,36 +1,18 @@
-"""Tests of the replicated seeds' analytical pieces: pivot-stage latency, all-reduce estimate, placement policies."""
+"""Tests of the replicated seeds' analytical pieces: all-reduce estimate, placement policies."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipeplan.planner.search.replicated.latency import (
+from pipeplan.planner.search.replicated.placing import (
     APPEND_FIRST,
     FRESH_FIRST,
     SCATTER_FIRST,
     allocate,
     allocate_replicas,
-    pivot_latency,
-    pivot_stage,
     ring_allreduce_ms,
 )
-
-
-def test_pivot_latency_uniform_is_the_1f1b_closed_form() -> None:
-    """Equal stages without all-reduce: L = (M + S - 1)(F + B), pivot the last stage."""
-    latency, pivot = pivot_latency([1.0] * 3, [2.0] * 3, [0.0] * 3, 4)
-    assert pivot == 2
-    assert latency == pytest.approx((4 + 3 - 1) * 3.0)
-
-
-def test_pivot_latency_hand_case_with_slow_middle_stage() -> None:
-    """F=[1,3,1], B=[2,6,2], M=4: the middle stage is the pivot, L = 4 + 3*9 + 8; a last-stage all-reduce of 20 ends it."""
-    assert pivot_stage([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], 4) == 1
-    latency, _ = pivot_latency([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], [0.0, 0.0, 0.0], 4)
-    assert latency == pytest.approx(4 + 27 + 8)
-    latency, _ = pivot_latency([1.0, 3.0, 1.0], [2.0, 6.0, 2.0], [0.0, 0.0, 20.0], 4)
-    assert latency == pytest.approx(4 + 27 + 20)
 
 
 def test_allreduce_estimate_formula() -> None:

@@ -1,4 +1,4 @@
-"""Tests of planner.search.downsets: the DP's graph (free layers placed around others) and its states (the
+"""Tests of planner.search.dag_states: the DP's graph (free layers placed around others) and its states (the
 enumeration itself: tests/test_core_downsets.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pipeplan.core.dag import check_order, reorder
 from pipeplan.core.downsets import all_downsets, membership
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.search.downsets import latest_order, live_bytes, reduce, states
+from pipeplan.planner.search.dag_states import latest_order, live_bytes, reduce, states
 from pipeplan.presets.resolve import load_profile
 
 

@@ -1,0 +1,77 @@
+"""Tests of planner.plan_space against brute force: every shape, microbatch size and split of the space."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeplan.planner.plan_space import (
+    EXACT_COVERED,
+    EXACT_SCHEDULES,
+    allows_order,
+    divisors,
+    full_splits,
+    microbatch_sizes,
+    power_of_two,
+    shapes,
+    shapes_with_counts,
+)
+from pipeplan.planner.request import PlanRequest
+from planner_instances import random_cluster, random_profile
+
+
+def _request(devices: int, batch: int, size: int | None, replication: str) -> PlanRequest:
+    return PlanRequest(random_profile(0, 4), random_cluster(0, devices), batch, microbatch_size=size, replication=replication)
+
+
+@given(st.integers(1, 5000))
+def test_divisors_are_every_divisor_ascending(n: int) -> None:
+    assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_power_of_two() -> None:
+    assert [n for n in range(0, 70) if power_of_two(n)] == [1, 2, 4, 8, 16, 32, 64]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 96), st.booleans(), st.sampled_from(["any", "none"]))
+def test_shapes_are_every_replica_count_and_size_by_brute_force(devices: int, batch: int, fixed: bool, replication: str) -> None:
+    size = next((b for b in (3, 2, 1) if batch % b == 0), 1) if fixed else None
+    request = _request(devices, batch, size, replication)
+    expected = [
+        (rp, b)
+        for rp in range(1, devices + 1)
+        if batch % rp == 0 and (replication == "any" or rp == 1)
+        for b in range(1, batch // rp + 1)
+        if (batch // rp) % b == 0 and (size is None or b == size)
+    ]
+    assert shapes(request) == expected
+    assert shapes_with_counts(request) == [(rp, batch // (rp * b), b) for rp, b in expected]
+
+
+def test_microbatch_sizes_filter_and_the_requests_own() -> None:
+    request = _request(4, 48, None, "any")
+    assert microbatch_sizes(request, 48) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 48]
+    assert microbatch_sizes(request, 48, power_of_two) == [1, 2, 4, 8, 16]
+    # a request's size is the whole space, whatever a planner's filter keeps
+    assert microbatch_sizes(_request(4, 48, 6, "any"), 48, power_of_two) == [6]
+    assert microbatch_sizes(_request(4, 48, 6, "any"), 12 * 5, power_of_two) == [6]
+    assert microbatch_sizes(_request(4, 48, 6, "any"), 8) == []
+
+
+@given(st.integers(1, 200), st.integers(1, 300))
+def test_full_splits_use_every_device(devices: int, batch: int) -> None:
+    expected = [(devices // g, g) for g in range(1, devices + 1) if devices % g == 0 and batch % (devices // g) == 0]
+    assert full_splits(devices, batch) == expected
+
+
+def test_exact_schedules() -> None:
+    assert EXACT_SCHEDULES == (("1f1b", 1), ("zb-h1", 1), ("kfkb", 2), ("kfkb", 3), ("kfkb", 4), ("gpipe", 1))
+    assert set(EXACT_COVERED) == {"gpipe", "1f1b", "kfkb", "zb-h1"}
+
+
+def test_allows_order_is_auto_or_list() -> None:
+    assert [n for n in ("auto", "list", "1f1b", "gpipe", "kfkb", "zb-h1", "interleaved-1f1b") if allows_order(n)] == [
+        "auto",
+        "list",
+    ]
