@@ -56,11 +56,19 @@ def pytest_configure(config: pytest.Config) -> None:
         sys.meta_path.insert(0, _TorchRefused())
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+class _LeftOut(pytest.Module):
+    """A test file wholly marked torch, under a selection that leaves torch out: nothing collected, nothing imported."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
     """A test file wholly marked torch is not even imported when torch tests are left out: every test in it would
     be deselected, and importing it would import torch."""
-    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and _leaves_torch_out(config):
-        return True if _marked_torch_whole(collection_path) else None
+    if _leaves_torch_out(parent.config) and _marked_torch_whole(module_path):
+        return _LeftOut.from_parent(parent, path=module_path)
     return None
 
 
