@@ -151,6 +151,7 @@ def test_the_documented_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert api.simulate(plan, names["profile"], names["cluster"]).iteration_time > 0
 
 
+@pytest.mark.torch
 def test_train_local_refuses_a_dtype_or_precision_its_profile_was_not_measured_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip

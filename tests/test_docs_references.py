@@ -2,7 +2,7 @@
 
 The rule: in the comments and strings (docstrings included) of src/pipeplan, and in README.md and docs/*.md, a
 dotted name that starts with `pipeplan.` or with the name of one of pipeplan's packages (`sim.cost.layers`,
-`core.units`, `io.cluster_to_json`) names a module, or a module and then names defined in it: its longest part that
+`core.plan.Plan`, `io.cluster_json`) names a module, or a module and then names defined in it: its longest part that
 is a module file must exist, the next part must be defined at the top of that module (def, class, assignment or
 import), and a part after a class must be defined in the class's body. A name like `models.py` or `docs/api.md`
 (a file) is no reference. Resolved by reading the modules' files (ast), never importing them, so the test runs
