@@ -113,14 +113,19 @@ def test_every_public_function_is_driven_with_a_bad_argument() -> None:
     assert {name for name, *_ in BAD} == functions
 
 
-@pytest.mark.parametrize(("name", "call", "error", "message"), BAD, ids=[case[0] for case in BAD])
+TORCH_FUNCTIONS = ("profile_model", "stage_modules", "pipeline", "probe_local", "train_local", "distribute")
+"""The functions whose checks run with torch imported: their cases carry the torch marker."""
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "error", "message"),
+    [pytest.param(*case, id=case[0], marks=[pytest.mark.torch] * (case[0] in TORCH_FUNCTIONS)) for case in BAD],
+)
 def test_a_bad_argument_is_a_typed_one_line_error(
     name: str, call: Callable[[], object], error: type[PipeplanError], message: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """The error is the CLI's typed error, one line naming the argument and the value; nothing is written."""
-    if name in ("profile_model", "stage_modules", "pipeline", "probe_local", "train_local", "distribute"):
-        pytest.importorskip("torch")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(error) as caught:
         call()
@@ -129,6 +134,7 @@ def test_a_bad_argument_is_a_typed_one_line_error(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.torch
 def test_the_documented_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/api.md's python block runs as it is and writes the files it names."""
     pytest.importorskip("torch")
@@ -145,6 +151,7 @@ def test_the_documented_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert api.simulate(plan, names["profile"], names["cluster"]).iteration_time > 0
 
 
+@pytest.mark.torch
 def test_train_local_refuses_a_dtype_or_precision_its_profile_was_not_measured_in(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip

@@ -540,7 +540,15 @@ NETWORK_CASES: list[tuple[str, list[str], str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "argv", "fragment"), NETWORK_CASES, ids=[c[0] for c in NETWORK_CASES])
+NETWORK_TORCH_CASES = {"trace without a rate", "trace naming a device outside the job", "unsorted trace", "negative factor",
+                       "zero emulated rate", "NaN emulated rate"}  # fmt: skip
+"""The cases train refuses with torch imported (the emulated network's checks): they carry the torch marker."""
+
+
+@pytest.mark.parametrize(
+    ("case", "argv", "fragment"),
+    [pytest.param(*c, id=c[0], marks=[pytest.mark.torch] * (c[0] in NETWORK_TORCH_CASES)) for c in NETWORK_CASES],
+)
 def test_bad_adaptive_or_network_input_exits_2_with_one_line(
     case: str, argv: list[str], fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -170,7 +170,7 @@ def test_every_declared_output_and_input_option_is_tried_here() -> None:
         assert wanted <= tried.get(name, set()), (name, wanted - tried.get(name, set()))
 
 
-NEEDS_TORCH = {"profile"}
+NEEDS_TORCH = {"profile", "profile --data"}
 """Commands that import torch before they check their outputs (profile's batch sizes come from the torch profiler)."""
 OUTPUT_CASES_PLAIN = [(command, flag) for command, (_, outputs, _) in COMMANDS.items() for flag in outputs]
 OUTPUT_CASES = [

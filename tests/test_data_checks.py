@@ -39,7 +39,11 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ({"eval_fraction": 1.0, "data": "d:f"}, "--eval-fraction must be a number >= 0 and < 1"),
         ({"eval_fraction": 0.2}, "--eval-fraction 0.2 holds out part of --data; without --data"),
         ({"data": "d:f", "dataset": "digits"}, "give --data or --dataset, not both"),
-        ({"evaluate": True, "dataset": "sample"}, "--eval needs data with a held-out split; --module mlp's own samples"),
+        pytest.param(
+            {"evaluate": True, "dataset": "sample"},
+            "--eval needs data with a held-out split; --module mlp's own samples",
+            marks=pytest.mark.torch,  # the model's own samples are read with torch
+        ),
     ],
 )
 def test_flags_that_do_not_go_together_are_refused_without_building(kwargs: dict[str, object], message: str) -> None:
@@ -50,6 +54,7 @@ def test_flags_that_do_not_go_together_are_refused_without_building(kwargs: dict
         check_user_data("mlp", {}, str(dataset), build=False, **args)  # type: ignore[arg-type]
 
 
+@pytest.mark.torch
 def test_eval_is_fine_for_data_with_a_split() -> None:
     check_user_data("mlp", {}, "digits", evaluate=True, build=False)
     check_user_data("charlm", {}, "auto", evaluate=True, build=False)

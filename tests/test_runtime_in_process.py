@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.torch  # every test here runs torch (make test-fast leaves them out)
+
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 

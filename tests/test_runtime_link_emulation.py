@@ -325,6 +325,7 @@ def test_the_largest_message_must_cross_the_slowest_link_within_the_timeout() ->
         check_emulation_time(links, "--emulate-gb-per-s 0.004", 4.9, 10e6)
 
 
+@pytest.mark.torch
 def test_train_refuses_an_emulated_rate_below_the_floor_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -63,6 +63,7 @@ def test_network_for_train_prices_each_all_reduce_on_its_ring_at_the_lowest_fact
         network_for_train(str(trace), 0.004, None, [0, 1, 2], 3, 4.0, None, ring)
 
 
+@pytest.mark.torch
 def test_train_refuses_an_all_reduce_longer_than_the_timeout_before_any_process_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

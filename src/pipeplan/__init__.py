@@ -20,7 +20,7 @@ _API = (
 
 
 def __getattr__(name: str) -> Any:
-    """pipeplan.NAME for a name of the API: import pipeplan.api on first use."""
+    """A name of the API reached from pipeplan (pipeplan.plan, ...): import pipeplan.api on first use."""
     if name in _API:
         from pipeplan import api
 

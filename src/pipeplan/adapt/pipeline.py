@@ -117,7 +117,7 @@ class PipelineModel:
 
     @classmethod
     def from_plan(cls, plan: Plan, model: CostModel, trace: BandwidthTrace | None = None) -> PipelineModel:
-        """The pipeline of `plan` under `model` (sim.stage_costs.plan_costs), its schedule left to the controller.
+        """The pipeline of `plan` under `model` (sim.cost.plan_costs.plan_costs), its schedule left to the controller.
 
         Raises:
             AdaptError: the plan interleaves chunks or runs an asynchronous schedule (no flush to switch k at).

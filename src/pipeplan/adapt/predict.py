@@ -28,7 +28,7 @@ RECALL_SIZE = 256
 
 
 def stage_peak_bytes(pipeline: PipelineModel, schedule: Schedule) -> tuple[float, ...]:
-    """Peak bytes per stage under `schedule`: static bytes plus its in-flight microbatches' saved bytes (sim.memory)."""
+    """Peak bytes per stage under `schedule`: static bytes plus its in-flight microbatches' saved bytes (sim.cost.memory)."""
     saved = tuple(c.saved_bytes for c in pipeline.costs.stages)
     activation = order_peak_activation(schedule, saved)
     return tuple(c.static_bytes + a for c, a in zip(pipeline.costs.stages, activation, strict=True))
@@ -244,7 +244,7 @@ class Predictor:
 
 
 def _ring_factor(links: tuple[Link, ...], factor: Mapping[Link, float]) -> float:
-    """A ring's factor: its slowest link's (a ring all-reduce runs at its slowest link, core.bandwidth_trace.BandwidthTrace.ring_segments)."""
+    """A ring's factor: its slowest link's (a ring runs at its slowest link: BandwidthTrace.ring_segments)."""
     return min((factor[link] for link in links), default=1.0)
 
 

@@ -39,7 +39,7 @@ class PolicyRun(IterationRun):
 def run_fixed(
     name: str, k: int, schedule: Schedule, pipeline: PipelineModel, trace: BandwidthTrace | None, iterations: int
 ) -> PolicyRun:
-    """`iterations` iterations of one schedule (sim.iterations.simulate_iterations), labelled with its k."""
+    """`iterations` iterations of one schedule (sim.engine.iterations.simulate_iterations), labelled with its k."""
     run = simulate_iterations(schedule, pipeline.costs, trace, iterations)
     return PolicyRun(run.start_ms, run.iteration_ms, run.peak_bytes, name, (k,) * iterations, allreduce_ms=run.allreduce_ms)
 

@@ -25,7 +25,7 @@ def save_plan(plan: Plan, path: str, profile: str, cluster: str) -> None:
 
 
 def save_profile(profile: ModelProfile, path: str) -> None:
-    """Write a profile file (pipeplan.profile JSON), whole or not at all: what `--profile` reads.
+    """Write a profile file (pipeplan.profile/2 JSON), whole or not at all: what `--profile` reads.
 
     Raises:
         ProfileError: `profile` is not a ModelProfile, or `path` cannot be written (as save_plan's).

@@ -20,7 +20,7 @@ def profile(
         "gpt2-xl, bert-base, bert-large) or package.module:factory.",
     ),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="The largest (reference) batch size measured."),
-    out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile JSON here."),
+    out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.profile/2 JSON here."),
     batch_sizes: str | None = typer.Option(
         None,
         "--batch-sizes",

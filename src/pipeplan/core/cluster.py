@@ -55,7 +55,7 @@ class Cluster:
     direction, a resource shared by all transfers leaving or entering the node.
     `speed_reference` is the device kind whose throughput is 1.0 in each
     device's `speed` (None: speeds are relative to whatever profile is used;
-    see sim.speeds). `allreduce_bytes_per_s` (bytes/s) and `allreduce_latency_ms`
+    see sim.cost.speeds). `allreduce_bytes_per_s` (bytes/s) and `allreduce_latency_ms`
     (ms), when measured, replace the ring over the links in every all-reduce:
     bus bandwidth and per-step latency of the real collective.
     `message_overhead_ms` (ms) is the time a stage-to-stage message costs the

@@ -16,7 +16,7 @@ Note:
     the CPU a profile was measured on (`pipeplan probe` measures each
     process's speed against it). A profile measured on (or projected to)
     kind X runs on a device of kind Y at speed(Y) / speed(X); a CPU profile
-    on GPUs, or the reverse, is refused (sim.speeds).
+    on GPUs, or the reverse, is refused (sim.cost.speeds).
 
     `launch_us` is the least time one kernel (one operator, on the CPU)
     takes however small its input: launch and dispatch overhead of an eager
@@ -66,7 +66,7 @@ CPU_KIND = "cpu"
 """A CPU process: speeds relative to the CPU its profile was measured on; memory_gb must be given."""
 
 CPU_SPEC = GpuSpec(CPU_KIND, fp32_tflops=0.1, bf16_tflops=0.1, hbm_gb_per_s=10.0, memory_gib=0.0, speed=1.0, launch_us=10.0)
-"""Nominal single-thread figures of a CPU for the floor of one-size CPU profiles (sim.layer_costs): 10 GB/s of
+"""Nominal single-thread figures of a CPU for the floor of one-size CPU profiles (sim.cost.layers): 10 GB/s of
 memory traffic and 10 us per operator (PyTorch's eager dispatch); the FLOP rates are placeholders, never projected to."""
 
 GENERIC_KIND = "generic"

@@ -4,7 +4,7 @@ A profile holds each layer's costs at its `batch_size` and, when it was
 measured at several batch sizes, the same values at every size of
 `batch_sizes` (a `LayerCurve` per layer). How times follow the microbatch
 size between and beyond those sizes is the cost model's business
-(`sim.layer_costs`), not the profile's. One layer's values are
+(`sim.cost.layers`), not the profile's. One layer's values are
 core.layer_profile's (LayerProfile, LayerCurve: importable from here too).
 """
 

@@ -1,6 +1,6 @@
 """A small character-level GPT as a MODULE_SPEC (`charlm`): embedding, causal transformer blocks, head.
 
-Made for the `pysource` dataset (profiler.text): (batch, seq_len) character
+Made for the `pysource` dataset (models.text): (batch, seq_len) character
 ids in, (batch, seq_len, vocab) logits out, cross-entropy of every next
 character. Layers: `embed` (character and learned position embeddings),
 `block0` .. `block{n-1}` (pre-norm nn.TransformerEncoderLayer under a causal

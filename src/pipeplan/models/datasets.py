@@ -11,7 +11,7 @@ from pipeplan.core.errors import TrainConfigError
 
 DATASETS = ("digits", "pysource", "sample")
 """digits: scikit-learn's 8x8 handwritten digits (1797 samples, 10 classes; every fifth held out); pysource: the
-next character of the Python standard library's sources (profiler.text; every tenth file held out); sample: the
+next character of the Python standard library's sources (models.text; every tenth file held out); sample: the
 MODULE_SPEC's own samples (no held-out split)."""
 
 
@@ -61,7 +61,7 @@ def digits() -> Dataset:
 
 
 def pysource(seq_len: int) -> Dataset:
-    """Next-character prediction on the Python standard library's sources, windows of `seq_len` (profiler.text)."""
+    """Next-character prediction on the Python standard library's sources, windows of `seq_len` (models.text)."""
     from pipeplan.models.text import VOCAB, python_corpus
 
     (inputs, targets), (test_inputs, test_targets) = python_corpus(seq_len)

@@ -1,7 +1,7 @@
 """ModelSpec: a model as an ordered chain of blocks with sample inputs, targets and loss; seeded sample tensors.
 
 A ModelSpec is what the profiler measures and what the runtime splits into
-stages (profiler.specs resolves a MODULE_SPEC name into one; the built-in
+stages (models.specs resolves a MODULE_SPEC name into one; the built-in
 factories build them).
 """
 

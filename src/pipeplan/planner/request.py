@@ -40,8 +40,8 @@ class PlanRequest:
     `optimizer` is the optimizer whose step is part of the iteration;
     `optimizer_factor` its state per parameter byte (None: the optimizer's
     own, 2 for Adam). `batch_scaling` says how layer times follow the
-    microbatch size (sim.layer_costs). `model` is the request's cost model;
-    `cluster` holds the speeds on the profile's scale (sim.speeds).
+    microbatch size (sim.cost.layers). `model` is the request's cost model;
+    `cluster` holds the speeds on the profile's scale (sim.cost.speeds).
     `replication` is one of REPLICATION_CHOICES; every planner honours it.
     """
 

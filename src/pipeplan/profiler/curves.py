@@ -3,7 +3,7 @@
 Times follow the microbatch size in no simple way on real hardware (kernel
 launches, weight reads and low occupancy make small batches cost more per
 sample), so `pipeplan profile` measures every layer at several sizes and the
-cost model interpolates between them (sim.layer_costs). Activation and saved
+cost model interpolates between them (sim.cost.layers). Activation and saved
 bytes are measured at every size too, not assumed linear.
 """
 

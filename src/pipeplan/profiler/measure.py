@@ -6,7 +6,7 @@ Method:
   2. One counting pass per layer under saved-tensor hooks and the FLOP
      counter gives output bytes, saved bytes, forward and backward FLOPs.
   3. `warmup + runs` timing rounds. Each layer runs as a one-layer stage of
-     the runtime (profiler.stage.StageModule: the code a training run
+     the runtime (models.stage.StageModule: the code a training run
      executes), and a round runs them as a pipeline stage does, in chain
      order: every forward, layer 0 first, then every backward, the last layer
      first, each on the gradient the layer after it produced (the last layer

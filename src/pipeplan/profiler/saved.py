@@ -43,7 +43,7 @@ def param_bytes(layer: nn.Module) -> int:
 class SavedTensorHooks:
     """Saved-tensor hooks that hand every storage autograd saves (but those of `exclude`) to `_record`, as a context
     manager that may be entered again (what it records adds up). The profiler's meter (SavedTensorMeter) and the
-    runtime's (runtime.memory_meter) differ only in what they record."""
+    runtime's (runtime.execution.memory_meter) differ only in what they record."""
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
         self._exclude = {storage_key(t) for t in exclude}

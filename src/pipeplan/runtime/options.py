@@ -17,7 +17,7 @@ DTYPES = ("float32", "float64")
 PROCESSES_PER_CORE = 4
 """The most --local processes per usable CPU core (see check_local)."""
 LR_SCHEDULES = ("constant", "cosine")
-"""The base learning-rate schedules of train (runtime.optim.RateSchedule): constant, or cosine annealing to 0."""
+"""The base learning-rate schedules of train (runtime.execution.optim.RateSchedule): constant, or cosine annealing to 0."""
 
 
 def check_train_options(

@@ -263,7 +263,7 @@ class Candidates:
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for index, rp in enumerate(counts):
             self.progress(f"partition DP: {rp} pipeline replica(s)", index / max(1, len(counts)))
-            # every microbatch size that divides the batch: times follow the size (sim.layer_costs), so a
+            # every microbatch size that divides the batch: times follow the size (sim.cost.layers), so a
             # larger microbatch can be faster per sample; only sizes no plan of which can win are skipped
             for b in self.microbatch_sizes(rp):
                 unit, _, choices = self.units(rp, b)

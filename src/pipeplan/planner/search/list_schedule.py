@@ -4,7 +4,7 @@ Each rank, whenever it is idle, starts the ready task with the longest
 remaining path to the end of the iteration (ties: lowest microbatch), where
 a forward may start only while the stage holds fewer in-flight microbatches
 than its activation budget. Transfers are timed by the simulator's own
-queue (sim.transfers.TransferTable: flows first-come first-served on their resources). The order each rank
+queue (sim.engine.transfers.TransferTable: flows first-come first-served on their resources). The order each rank
 followed is the schedule; the simulator then times it like any other.
 
 Note:

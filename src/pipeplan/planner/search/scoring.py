@@ -116,7 +116,7 @@ class Evaluator:
         return max(per_rank)
 
     def rank_memory(self, plan: Plan) -> tuple[float, ...]:
-        """Peak bytes per rank at the full microbatch count (sim.memory.rank_memory on a short schedule where it can)."""
+        """Peak bytes per rank at the full microbatch count (sim.cost.memory.rank_memory on a short schedule where it can)."""
         if plan.order is None and plan.chunks == 1 and plan.schedule in WARMUP_FAMILY:
             # closed forms: GPipe holds all m; 1F1B and kFkB hold their warm-up, min(k (p - r), m), on rank r (the
             # steady state frees k before it opens k), as the generated orders give (tests/test_scoring.py)

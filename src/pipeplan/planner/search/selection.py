@@ -20,7 +20,7 @@ Search space (restricted to stay fast):
 - pipeline replicas rp: divisors of the device count that divide the global
   batch, largest first;
 - microbatch size b: the request's, else every divisor of global_batch / rp
-  (layer times follow b: sim.layer_costs); a size whose (m, devices per
+  (layer times follow b: sim.cost.layers); a size whose (m, devices per
   stage over all replicas) a larger rp already covered is skipped, and so is
   one whose lower bound (Candidates.lower_bound) cannot beat the best
   candidate found so far;
@@ -29,7 +29,7 @@ Search space (restricted to stay fast):
   pipeline (unit 1 up to 64 devices per pipeline);
 - device orders: the greedy fastest-link chain, speed groups chained, node
   order; every order (up to twin devices) on clusters of at most 5 devices;
-  layouts replica-major and stage-major (topology.py);
+  layouts replica-major and stage-major (mapping);
 - at most 32 stages; DP cuts between blocks of layers (at most 64, 32 on
   clusters above 64 devices, cut where few bytes cross), refined later to
   any layer;

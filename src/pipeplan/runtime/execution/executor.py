@@ -50,7 +50,7 @@ class StepRecord:
 
 
 class StageHooks(Protocol):
-    """What an asynchronous run adds around the actions (runtime.asynchronous): it wraps each forward and each
+    """What an asynchronous run adds around the actions (runtime.training.asynchronous): it wraps each forward and each
     backward (B or I; the weights they run on) and performs each optimizer step (U)."""
 
     def forward(self, stage: int, microbatch: int) -> AbstractContextManager[None]: ...

@@ -1,6 +1,6 @@
 """The probe's calibration runs: the profiled model run by the real executor, to price what the runtime will do.
 
-Three quantities of a cluster are measured this way (runtime.probe):
+Three quantities of a cluster are measured this way (runtime.measurement.probe):
 Each run is a few training steps as `pipeplan train` takes them (the
 executor's iteration, the optimizer's step, the loss exchange).
 - speed: every process runs the whole model as a data-parallel replica, all
@@ -8,7 +8,7 @@ executor's iteration, the optimizer's step, the loss exchange).
   process's speed is the profile's time of the forwards and backwards it
   ran over the time its executor spent in them (its compute spans);
 - all-reduce: the same runs end with the runtime's gradient all-reduce of
-  the whole model (runtime.replicas: one bucket, flattened, summed, copied
+  the whole model (runtime.execution.replicas: one bucket, flattened, summed, copied
   back); its time is what a step takes after its last backward;
 - messages: straight GPipe and 1F1B pipelines over every process at the
   profile's smallest and middle batch sizes; the per-message overhead (time

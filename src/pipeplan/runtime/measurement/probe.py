@@ -7,7 +7,7 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    bandwidth (1 / slope), each direction measured on its own.
 2. With a profile that records how its model was built (`pipeplan profile`
    writes its source), calibration runs of that model by the real executor
-   (runtime.calibrate): each process's speed (the profile's time of the
+   (runtime.measurement.calibrate): each process's speed (the profile's time of the
    forwards and backwards it ran over the time they took), the runtime's
    gradient all-reduce of the whole model, and the overhead and latency of
    a stage-to-stage message (GPipe and 1F1B runs at the profile's smallest
@@ -163,7 +163,7 @@ def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, 
 
     A least-squares line through the medians at 1, 8 and 32 MB.
 
-    The runtime sums a stage's gradients as one bucket (runtime.replicas: flatten, all-reduce, copy back), so
+    The runtime sums a stage's gradients as one bucket (runtime.execution.replicas: flatten, all-reduce, copy back), so
     that is what is timed, on four gradient-like tensors: the copies are part of what a plan's all-reduce costs.
     """
     from pipeplan.runtime.execution.replicas import flat_bucket, scatter_back

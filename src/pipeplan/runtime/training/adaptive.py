@@ -10,7 +10,7 @@ Note:
     each stage's forward and backward per microbatch, optimizer step, static bytes and saved bytes per in-flight
     microbatch, and the bytes each piece moves; that build is this loop's cost, not the step's. The links'
     nominal rates are the emulated ones, or on the real network a ping-pong between processes 0 and 1
-    (runtime.predict.measure_link). The warm-up's compute (first-touch allocations, channel set-up) is not fed to
+    (runtime.measurement.prediction.measure_link). The warm-up's compute (first-touch allocations, channel set-up) is not fed to
     the controller, its transfers are. Each process's numbers travel in the all-reduce that already sums the loss
     (each in its own slot), so every process holds the same numbers and runs the same controller: the same
     observations give the same decisions (pipeplan.adapt), without an extra collective. Each process also reports

@@ -147,7 +147,7 @@ class StageUpdater:
 
 
 class PipeMareHooks:
-    """The executor's hooks (runtime.executor.StageHooks) for this process's stages: steps, predicted forwards,
+    """The executor's hooks (runtime.execution.executor.StageHooks) for this process's stages: steps, predicted forwards,
     corrected backwards, and the weight version each microbatch's forward and backward ran on (the measured delays)."""
 
     def __init__(self, updaters: dict[int, StageUpdater], microbatches: int, sync_minibatches: int) -> None:
@@ -182,7 +182,7 @@ class PipeMareHooks:
 def train_asynchronous(
     config: TrainConfig, model: Model, rank: int, world: int, device: torch.device, on_step: StepCallback | None
 ) -> TrainReport | None:
-    """An asynchronous training job on this process (runtime.worker.train hands it over): one walk of a pipemare
+    """An asynchronous training job on this process (runtime.training.worker.train hands it over): one walk of a pipemare
     schedule per segment, every step's rows at once, each stage stepping at its U actions. Without --eval the
     whole run is one segment; with it, one per epoch (the pipeline drains to evaluate). Losses per step,
     evaluations, measured delays and samples/s go to process 0."""

@@ -69,7 +69,7 @@ def train(
         TrainConfigError: inconsistent options, or ranks that disagree on their options, plan, model, data or
             checkpoint (training.agreement: named by one rank; the others raise its silent PeerRefused).
     """
-    steady_cpu_allocator()  # the allocator the profile was measured with (profiler.allocator)
+    steady_cpu_allocator()  # the allocator the profile was measured with (models.allocator)
     torch.set_num_threads(config.threads)
     rank, world, device = init_distributed(config.backend, config.timeout_s)
     # before any other work: every rank shows its options, model, data and checkpoint to the others (one exchange)
@@ -260,7 +260,7 @@ def _collective(load: Callable[[], Any], world: int) -> Any:
 
 
 def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPrediction:
-    """The plan simulated with its profile and cluster (runtime.predict.predict_plan), checked against the model run.
+    """The plan simulated with its profile and cluster (runtime.measurement.prediction.predict_plan), checked against the run.
 
     Raises:
         TrainConfigError: the profile's layers are not the model's (another MODULE_SPEC, options or dataset).

@@ -7,7 +7,7 @@ Note:
     matching is exact under gloo (tags) and under NCCL (order). The first
     message of a channel (kind, boundary, sender, receiver) is preceded by
     a small shape message; later messages reuse the shape. On an emulated
-    network (runtime.link_emulation) each message is preceded by a stamp of
+    network (runtime.transport.link_emulation) each message is preceded by a stamp of
     its emulated start and arrival, and the receiver holds it until then.
 """
 

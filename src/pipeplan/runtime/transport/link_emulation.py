@@ -2,7 +2,7 @@
 
 Note:
     The sender of an ordered link is the only process that puts bytes on it, so it keeps the link's free time and
-    stamps each message with its arrival, as the simulator's transfer queue (sim.transfers) times it: a transfer
+    stamps each message with its arrival, as the simulator's transfer queue (sim.engine.transfers) times it: a transfer
     issued at t starts at max(t, the link's free time), holds the link for latency + bytes / rate, the rate being
     nominal x the trace's factor (read when the transfer starts and re-read at every step of the trace while it is
     in flight: core.bandwidth_trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The

@@ -5,7 +5,7 @@ The one place these formulas live (ARCHITECTURE.md, "Cost model (sim)"):
 - a transfer of n bytes between a stage on r1 and one on r2 devices uses
   q = min(r1, r2) pairs (replica t with replica t, in device order), each
   carrying n / q; a pair takes latency + bytes / rate (its flows are built
-  in sim/flow_sets.py);
+  in sim/cost/flow_sets.py);
 - a ring all-reduce of n bytes over k devices takes 2(k-1)/k * n / (slowest
   link on the ring) + 2(k-1) * (largest latency on the ring), or the same
   with the cluster's measured all-reduce bus bandwidth and latency; its

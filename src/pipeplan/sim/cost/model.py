@@ -18,7 +18,7 @@ from pipeplan.sim.cost.speeds import on_profile_scale
 class CostModel:
     """Everything that prices a plan (ARCHITECTURE.md, "Cost model (sim)"); build it with `CostModel.build`.
 
-    `cluster` has its speeds on the profile's scale (sim.speeds). `layers`
+    `cluster` has its speeds on the profile's scale (sim.cost.speeds). `layers`
     answers every question about layer times and bytes. `optimizer_factor`
     is optimizer state per parameter byte (memory); `bwd_split`, when set,
     overrides the zero-bubble split of every stage's backward with fractions

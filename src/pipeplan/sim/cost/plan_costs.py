@@ -115,7 +115,7 @@ def plan_costs(
         plan: the plan; for interleaved plans the stage list holds p*v chunk-stages.
         model: the cost model (profile, cluster, scaling, optimizer).
         trace: the bandwidth trace the costs will be simulated under, if any (flows on the links it names are
-            kept one by one; sim/flow_sets.py drops only copies that would run exactly alike).
+            kept one by one; sim/cost/flow_sets.py drops only copies that would run exactly alike).
         stage_memo: stage costs already computed with `model` (a planner's Evaluator keeps one): read and filled
             here, as most stages recur from plan to plan in a search (a stage on 8,192 devices costs ~0.3 ms).
 

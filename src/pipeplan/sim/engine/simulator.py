@@ -38,7 +38,7 @@ def simulate(
         record: build the timeline (`compute`, `transfers`, `flows`); False leaves them empty, for speed.
         offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
             the result stays relative to the iteration's start.
-        program: `schedule` compiled (sim.program.compile_schedule) by a caller that simulates it many times
+        program: `schedule` compiled (sim.engine.program.compile_schedule) by a caller that simulates it many times
             (the adaptive controller); None compiles it here, remembering the last few.
 
     Raises:

@@ -89,7 +89,7 @@ def two_stage_first_counts(total: int) -> list[int]:
 def candidates(search: ReplicaSearch, global_batch: int, replication: str = "any") -> list[Candidate]:
     """Every plan the generator considers: data parallel, hybrid per g, straight, two-stage splits.
 
-    `replication` (planner.base.REPLICATION_CHOICES) keeps only the candidates it allows: "pipelines" those whose
+    `replication` (planner.request.REPLICATION_CHOICES) keeps only the candidates it allows: "pipelines" those whose
     stages have one GPU per pipeline replica (data parallel, straight pipelines and hybrids of one-GPU stages,
     two-stage splits of two GPUs), "none" besides those only one pipeline replica (straight over all GPUs).
     """
@@ -125,7 +125,7 @@ def candidates(search: ReplicaSearch, global_batch: int, replication: str = "any
 def stage_times(model: CostModel, search: ReplicaSearch, first: int, last: int, devices: tuple[int, ...], replicas: int,
                 microbatch_size: int) -> tuple[float, float]:  # fmt: skip
     """(F, B) ms of blocks first..last per microbatch on their devices: DAPPLE (and this generator) profiles at the
-    microbatch size planned for, so the times are the cost model's at b / r samples per device (sim.layer_costs)."""
+    microbatch size planned for, so the times are the cost model's at b / r samples per device (sim.cost.layers)."""
     lo, hi = search.blocks.layer_range(first, last)
     work = model.layers.stage(range(lo, hi + 1), microbatch_size, len(devices) // replicas, search.speed(devices))
     return work.fwd_ms, work.bwd_ms
