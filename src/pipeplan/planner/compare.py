@@ -146,4 +146,3 @@ class Comparison:
                 for r in self.rows
             ]
         }
-
