@@ -84,7 +84,7 @@ BAD: list[tuple[str, Callable[[], object], type[PipeplanError], str]] = [
     ("run_planner", lambda: api.run_planner("nope", api.plan_request(PROFILE, CLUSTER, 64)), PlanError,
      "planner must be one of balanced, dapple, exact, pipedream, pipeplan, got 'nope'"),
     ("plan", lambda: api.plan(PROFILE, CLUSTER, 256, optimizer_factor=-1.0), PlanError, "optimizer_factor must be a finite "
-     "number >= 0, got -1.0"),
+     "number >= 0 (state bytes per parameter byte), got -1.0"),
     ("compare", lambda: api.compare(PROFILE, CLUSTER, 256, planners=["nope"]), PlanError, "planners ['nope']: unknown "
      "planner 'nope'"),
     ("simulate", lambda: api.simulate(_tiny_plan(), PROFILE, CLUSTER, batch_scaling="fast"), ProfileError,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.cli.flags import parse_numbers
+from pipeplan.api.scheduling import parse_numbers
 from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, CostError, PlanError, ProfileError, ScheduleError, ScheduleTooLargeError
 from pipeplan.core.limits import (

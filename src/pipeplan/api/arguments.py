@@ -59,17 +59,20 @@ class Integer:
 
 @dataclass(frozen=True, slots=True)
 class Number:
-    """A finite int or float (not a bool) >= `least` (> it with `above`), at most `most` when given."""
+    """A finite int or float (not a bool) >= `least` (> it with `above`), at most `most` when given; `unit` says what
+    it counts (shown in brackets after the range)."""
 
     least: float = 0.0
     above: bool = False
     most: float | None = None
     limit: Limit | None = None
     optional: bool = False
+    unit: str = ""
 
     def expects(self) -> str:
         bound = f"{'>' if self.above else '>='} {self.least:g}"
-        return f"a finite number {bound}" + (f" and <= {self.most:g}" if self.most is not None else "")
+        most = f" and <= {self.most:g}" if self.most is not None else ""
+        return f"a finite number {bound}{most}" + (f" ({self.unit})" if self.unit else "")
 
     def fits(self, value: object) -> bool:
         if not _is_number(value) or not math.isfinite(value):  # type: ignore[arg-type]
@@ -205,11 +208,14 @@ class Output:
         return Text().fits(value)
 
 
-def check(error: type[PipeplanError], arguments: Mapping[str, tuple[object, Rule]]) -> None:
+def check(
+    error: type[PipeplanError], arguments: Mapping[str, tuple[object, Rule]], labels: Mapping[str, str] | None = None
+) -> None:
     """Check every argument against its rule, in order, before the caller does any work.
 
     `arguments` maps each argument's name to (value, rule); None passes an optional rule. Output paths go through
-    the output guard (api.outputs) once every other argument is known good.
+    the output guard (api.outputs) once every other argument is known good. `labels` names arguments as the caller
+    gave them (the command line passes its flags: `--global-batch`); an argument without a label is named as is.
 
     Raises:
         error: naming the first bad argument and its value (a wrong type shown with its type name).
@@ -218,11 +224,12 @@ def check(error: type[PipeplanError], arguments: Mapping[str, tuple[object, Rule
     for name, (value, rule) in arguments.items():
         if value is None and rule.optional:
             continue
+        label = (labels or {}).get(name, name)
         if not rule.fits(value):
-            raise error(f"{name} must be {rule.expects()}, got {_shown(value, rule)}")
+            raise error(f"{label} must be {rule.expects()}, got {_shown(value, rule)}")
         limit = getattr(rule, "limit", None)
         if limit is not None:
-            limit.check(error, name, value)  # type: ignore[arg-type]
+            limit.check(error, label, value)  # type: ignore[arg-type]
         if isinstance(rule, Output):
             outputs.append((name, value, rule))
     if outputs:
@@ -311,6 +318,20 @@ def load_profile(profile: ModelProfile | str) -> ModelProfile:
     from pipeplan.presets.resolve import load_profile as resolve
 
     return resolve(profile)
+
+
+def profile_of(profile: ModelProfile | str, profile_batch_size: int | None = None) -> ModelProfile:
+    """load_profile with the batch a graph.txt profile was measured with (`--profile-batch-size`), when its file name
+    has no -pbs-N.
+
+    Raises:
+        ProfileError: as load_profile, or a batch size the profile contradicts.
+    """
+    if profile_batch_size is None or isinstance(profile, ModelProfile):
+        return load_profile(profile)
+    from pipeplan.presets.resolve import load_profile as resolve
+
+    return resolve(profile, profile_batch_size)
 
 
 def load_cluster(cluster: Cluster | str) -> Cluster:

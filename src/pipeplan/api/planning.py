@@ -1,9 +1,11 @@
-"""Planning through the API: the request every planner takes, one planner's plan, and every planner compared."""
+"""Planning through the API: the request every planner takes (its arguments checked here, once), one planner's plan,
+every planner compared, and what `pipeplan plan` and `compare` print (plan_outcome, compare_outcome)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.api.arguments import (
@@ -16,15 +18,17 @@ from pipeplan.api.arguments import (
     check_sources,
     cost_arguments,
     load_cluster,
-    load_profile,
+    profile_of,
 )
 from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.profile import ModelProfile
 
 if TYPE_CHECKING:
-    from pipeplan.planner.compare import Row
+    from pipeplan.planner.bound.plan_bound import PlanBound
+    from pipeplan.planner.compare import Comparison, Row
     from pipeplan.planner.request import PlanRequest, PlanResult
+    from pipeplan.planner.search.trace_aware import TraceScore
 
 Progress = Callable[[str, float], None]
 
@@ -46,19 +50,63 @@ def plan_request(
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value.
     """
-    from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
-    from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES, PlanRequest
+    options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication)
+    return request_of(profile, cluster, global_batch, options)
 
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """plan_request's options, with what the command line adds: the batch a graph.txt profile was measured with,
+    and `labels`, the flags that name the arguments in refusals (api.arguments.check)."""
+
+    microbatch_size: int | None = None
+    schedule: str = "auto"
+    batch_scaling: str = "auto"
+    optimizer: str = "adam"
+    optimizer_factor: float | None = None
+    replication: str = "any"
+    profile_batch_size: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def check_request(profile: object, cluster: object, global_batch: object, options: RequestOptions) -> None:
+    """Every argument of a planning problem against its rule (the one place they are checked), before any file is
+    read.
+
+    Raises:
+        PlanError, ProfileError, ClusterError: naming the bad argument (by its label) and its value.
+    """
+    from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
+    from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES
+
+    o, labels = options, options.labels
     check_sources(profile, cluster)
     check(PlanError, {"global_batch": (global_batch, Integer(1, SAMPLES)),
-                      "microbatch_size": (microbatch_size, Integer(1, SAMPLES, optional=True)),
-                      "schedule": (schedule, Choice(SCHEDULE_CHOICES))})  # fmt: skip
-    check(ProfileError, cost_arguments(batch_scaling, optimizer))
-    check(PlanError, {"optimizer_factor": (optimizer_factor, Number(0.0, limit=OPTIMIZER_FACTOR, optional=True)),
-                      "replication": (replication, Choice(REPLICATION_CHOICES))})  # fmt: skip
-    return PlanRequest(load_profile(profile), load_cluster(cluster), global_batch, microbatch_size, schedule,
-                       optimizer=optimizer, batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
-                       replication=replication)  # fmt: skip
+                      "microbatch_size": (o.microbatch_size, Integer(1, SAMPLES, optional=True)),
+                      "schedule": (o.schedule, Choice(SCHEDULE_CHOICES))}, labels)  # fmt: skip
+    check(ProfileError, cost_arguments(o.batch_scaling, o.optimizer)
+          | {"profile_batch_size": (o.profile_batch_size, Integer(1, optional=True))}, labels)  # fmt: skip
+    factor = Number(0.0, limit=OPTIMIZER_FACTOR, optional=True, unit="state bytes per parameter byte")
+    check(PlanError, {"optimizer_factor": (o.optimizer_factor, factor),
+                      "replication": (o.replication, Choice(REPLICATION_CHOICES))}, labels)  # fmt: skip
+
+
+def request_of(
+    profile: ModelProfile | str, cluster: Cluster | str, global_batch: int, options: RequestOptions, checked: bool = False
+) -> PlanRequest:
+    """The PlanRequest of a planning problem, its arguments checked first (unless already `checked`).
+
+    Raises:
+        PlanError, ProfileError, ClusterError: naming the bad argument and its value.
+    """
+    from pipeplan.planner.request import PlanRequest
+
+    if not checked:
+        check_request(profile, cluster, global_batch, options)
+    o = options
+    return PlanRequest(profile_of(profile, o.profile_batch_size), load_cluster(cluster), global_batch, o.microbatch_size,
+                       o.schedule, optimizer=o.optimizer, batch_scaling=o.batch_scaling,
+                       optimizer_factor=o.optimizer_factor, replication=o.replication)  # fmt: skip
 
 
 def run_planner(planner: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
@@ -156,3 +204,160 @@ def compare(
         raise PlanError(f"planners {list(planners or [])!r}: {exc}") from None
     request = plan_request(profile, cluster, global_batch, **options)
     return PlannerComparison(request, list(compare_planners(request, names, progress)))
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """plan_outcome's answer: the request, the plan chosen, and what the options added: the finalists' scores under a
+    bandwidth trace with the idle-network choice they were weighed against, the lower bound of the plan's class."""
+
+    request: PlanRequest
+    result: PlanResult
+    trace_scores: list[TraceScore] | None = None
+    idle: PlanResult | None = None
+    bound: PlanBound | None = None
+
+    def to_json(self, profile: str, cluster: str) -> dict[str, Any]:
+        """`plan --json`: the plan and its timings, with "bandwidth_trace" and "lower_bound" when measured."""
+        obj = self.result.to_json(profile, cluster, self.request.profile)
+        if self.trace_scores is not None and self.idle is not None:
+            from pipeplan.planner.search.trace_aware import trace_json
+
+            obj["bandwidth_trace"] = trace_json(self.trace_scores, self.idle)
+        if self.bound is not None:
+            obj["lower_bound"] = self.bound.to_json()
+        return obj
+
+
+def plan_outcome(
+    profile: ModelProfile | str,
+    cluster: Cluster | str,
+    global_batch: int,
+    options: RequestOptions,
+    *,
+    planner: str = "pipeplan",
+    progress: Progress | None = None,
+    bandwidth_trace: str | None = None,
+    trace_iterations: int | None = None,
+    adaptive: bool = False,
+    memory_budget: float | None = None,
+    bound: bool = False,
+) -> PlanOutcome:
+    """The plan `pipeplan plan` prints: planner `planner` on the request, then with `bandwidth_trace` (a trace file)
+    the finalist with the least expected time under it (`trace_iterations` each, the controller within
+    `memory_budget` bytes), with `adaptive` made kfkb with its adaptive setting, with `bound` its class's lower bound.
+
+    Raises:
+        PlanError, ProfileError, ClusterError, CostError: naming the bad argument (by its label) and its value,
+            before planning; or why no plan fits.
+    """
+    from pipeplan.planner import registry
+    from pipeplan.schedules.registry import no_k_to_adapt
+
+    label = {n: options.labels.get(n, n) for n in ("trace_iterations", "bandwidth_trace", "memory_budget", "adaptive")}
+    check_request(profile, cluster, global_batch, options)
+    if trace_iterations is not None and (bandwidth_trace is None or trace_iterations < 1):
+        raise PlanError(
+            f"{label['trace_iterations']} needs {label['bandwidth_trace']} and an integer >= 1, got {trace_iterations}"
+        )
+    refusal = no_k_to_adapt(options.schedule) if adaptive and options.schedule != "auto" else None
+    if refusal is not None:
+        raise PlanError(refusal)
+    if memory_budget is not None and not (adaptive or bandwidth_trace is not None):
+        raise PlanError(
+            f"{label['memory_budget']} bounds an adaptive setting's k; give {label['adaptive']} "
+            f"(or {label['bandwidth_trace']}) too"
+        )
+    trace = None
+    if bandwidth_trace is not None:
+        from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
+
+        trace = read_bandwidth_trace(bandwidth_trace)
+        if trace_iterations is not None:  # the smallest finalists priced before planning; the real ones after it
+            from pipeplan.planner.search.trace_aware import check_rescoring
+
+            check_rescoring(None, trace, trace_iterations, label["trace_iterations"])
+    model, machines = profile_of(profile, options.profile_batch_size), load_cluster(cluster)
+    if trace is not None:
+        trace.check_devices(machines.num_devices, f"cluster {cluster}")
+    schedule = "kfkb" if adaptive else options.schedule
+    request = request_of(model, machines, global_batch, dataclasses.replace(options, schedule=schedule), checked=True)
+    result = registry.run_planner(planner, request, progress)
+    scores = idle = None
+    if trace is not None:
+        from pipeplan.planner.search.trace_aware import choose_under_trace
+
+        idle = result
+        result, scores = choose_under_trace(result, request, trace, trace_iterations, memory_budget)
+    if adaptive or (trace is not None and options.schedule in ("auto", "kfkb")):
+        from pipeplan.planner.adaptive_plan import adaptive_plan, as_kfkb
+
+        if adaptive or as_kfkb(result.plan) is not None:  # a budget below the plan's 1F1B peak: refused, nothing written
+            result = adaptive_plan(result, request, memory_budget)
+    measured = None
+    if bound:
+        from pipeplan.planner.bound.plan_bound import Bounds
+
+        measured = Bounds(request).of(result.plan, result.iteration_time)
+    return PlanOutcome(request, result, scores, idle, measured)
+
+
+@dataclass(frozen=True)
+class ComparisonOutcome:
+    """compare_outcome's answer: every planner's row (planner.compare.Comparison: profile and cluster as given, the
+    model's name, the request, the rows) and, when asked, each plan's lower bound of its class."""
+
+    comparison: Comparison
+    bounds: dict[str, PlanBound] | None = None
+
+    @property
+    def best(self) -> PlanResult | None:
+        """The fastest plan found, or None when no planner found one."""
+        from pipeplan.planner.compare import best_row
+
+        return best_row(self.comparison.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        """`compare --json`: one `plan --json` object per planner (with its "lower_bound" when measured), or its error."""
+        obj = self.comparison.to_json()
+        if self.bounds is not None:
+            for entry in obj["results"]:
+                if entry["planner"] in self.bounds:
+                    entry["lower_bound"] = self.bounds[entry["planner"]].to_json()
+        return obj
+
+
+def compare_outcome(
+    profile: str,
+    cluster: str,
+    global_batch: int,
+    options: RequestOptions,
+    *,
+    planners: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    bound: bool = False,
+) -> ComparisonOutcome:
+    """What `pipeplan compare` prints: the planners `planners` (all registered when None) on one problem, each plan
+    with its class's lower bound when `bound`.
+
+    Raises:
+        PlanError, ProfileError, ClusterError: naming the bad argument (planners by its label) and its value.
+    """
+    from pipeplan.planner.compare import Comparison, planner_names
+    from pipeplan.planner.compare import compare as compare_planners
+    from pipeplan.planner.request import PlanResult
+
+    check_request(profile, cluster, global_batch, options)
+    try:
+        names = planner_names(planners)
+    except PlanError as exc:
+        raise PlanError(f"{options.labels.get('planners', f'planners {planners!r}')}: {exc}") from None
+    request = request_of(profile, cluster, global_batch, options, checked=True)
+    run = Comparison(profile, cluster, request.profile.name, request, compare_planners(request, names, progress))
+    measured = None
+    if bound:
+        from pipeplan.planner.bound.plan_bound import Bounds
+
+        bounds = Bounds(request)
+        measured = {r.planner: bounds.of(r.plan, r.iteration_time) for r in run.rows if isinstance(r, PlanResult)}
+    return ComparisonOutcome(run, measured)

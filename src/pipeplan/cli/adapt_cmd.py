@@ -6,62 +6,16 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_budget, plan_profile_and_cluster
-from pipeplan.core.errors import AdaptError
+from pipeplan.api.simulation import adapt_policies
+from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_budget
 from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
-    from pipeplan.adapt.compare import AdaptComparison
-    from pipeplan.adapt.decision import ControllerConfig
-    from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
-    from pipeplan.core.plan import Plan
+    from pipeplan.api.simulation import AdaptComparison
 
 
 FIXED_SHOWN = 6
 """Fixed-k rows the table prints when more k fit (the fastest ones)."""
-
-
-def check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: int, cluster: str) -> None:
-    """A trace must name devices of the cluster, and some step must touch a link the plan's traffic uses (its
-    transfers and its all-reduce rings, PipelineModel.traffic_links; a trace written for the whole cluster may name
-    more; one that touches none of the plan's would change nothing).
-
-    Raises:
-        CostError: a device beyond the cluster.
-        AdaptError: no step names "all" or a link of the plan, naming the plan's links.
-    """
-    trace.check_devices(devices, f"cluster {cluster}")
-    used = set(pipeline.traffic_links)
-    if trace.steps and not any(step.link is None or step.link in used for step in trace.steps):
-        known = ", ".join(f"{a}-{b}" for a, b in pipeline.traffic_links) or "none: one stage"
-        rings = " or its all-reduce rings" if len(used) > len(pipeline.flows) else ""
-        raise AdaptError(
-            f"bandwidth trace: no step names a link the plan's transfers{rings} use, so it would change nothing "
-            f"(the plan's links: {known})"
-        )
-
-
-def controller_config(
-    plan: Plan, path: str, pipeline: PipelineModel, given: float | None, base: ControllerConfig
-) -> ControllerConfig:
-    """`base` with the plan's adaptive setting: its memory budget, k_choices and start k (plan.k) when it has one;
-    --memory-budget (`given`) overrides the budget, and then the k that fit it are the candidates and the best at
-    nominal bandwidth starts. Without either, the default budget (adapt.budget.resolve_budget).
-
-    Raises:
-        AdaptError: a budget below 1F1B's peak, naming --memory-budget or the plan's field, the peak, stage and excess.
-    """
-    import dataclasses
-
-    from pipeplan.adapt.budget import resolve_budget
-
-    setting = plan.adaptive
-    if given is not None or setting is None:
-        budget = resolve_budget(pipeline, given, "--memory-budget")
-        return dataclasses.replace(base, memory_budget_bytes=budget)
-    budget = resolve_budget(pipeline, setting.memory_budget_bytes, f"plan {path} adaptive.memory_budget_bytes")
-    return dataclasses.replace(base, memory_budget_bytes=budget, k_choices=setting.k_choices, initial_k=plan.k)
 
 
 def adapt(
@@ -80,29 +34,14 @@ def adapt(
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Run the adaptive controller, fixed 1F1B, GPipe, every fixed k and the oracle under one bandwidth trace."""
-    from pipeplan.adapt.compare import compare_policies
-    from pipeplan.adapt.controller import ControllerConfig
-    from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import check_files
-    from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
-    from pipeplan.presets.resolve import load_cluster, load_plan, load_profile
-    from pipeplan.sim.cost.memory import check_fits
-    from pipeplan.sim.cost.model import CostModel
 
     check_files()
-    if iterations < 1:
-        raise AdaptError(f"--iterations must be an integer >= 1, got {iterations}")
     given = parse_budget("--memory-budget", memory_budget)
-    base = ControllerConfig(gain_threshold=gain_threshold, switch_ms=switch_ms)
-    trace = read_bandwidth_trace(bandwidth_trace)
-    the_plan, names = load_plan(plan, profile, profile_batch_size)
-    profile, cluster = plan_profile_and_cluster(f"adapt --plan {plan}", profile, cluster, names)
-    model = CostModel.build(load_profile(profile, profile_batch_size), load_cluster(cluster), batch_scaling, optimizer)
-    pipeline = PipelineModel.from_plan(the_plan, model, trace)
-    check_trace_links(trace, pipeline, model.cluster.num_devices, cluster)
-    check_fits(the_plan, model)
-    config = controller_config(the_plan, plan, pipeline, given, base)
-    comparison = compare_policies(pipeline, trace, iterations, config, flag="--iterations")
+    ran = adapt_policies(plan, bandwidth_trace, iterations, profile=profile, cluster=cluster, switch_ms=switch_ms,
+                         gain_threshold=gain_threshold, batch_scaling=batch_scaling, optimizer=optimizer,
+                         profile_batch_size=profile_batch_size, memory_budget=given)  # fmt: skip
+    comparison = ran.comparison
     if as_json:
         print_json(comparison.to_json())
     else:
@@ -110,7 +49,7 @@ def adapt(
     if png is not None:
         from pipeplan.viz.adapt_plot import render_adapt
 
-        render_adapt(comparison, pipeline, trace, png, title=f"{plan} under {bandwidth_trace}")
+        render_adapt(comparison, ran.pipeline, ran.trace, png, title=f"{plan} under {bandwidth_trace}")
         typer.echo(f"wrote {png}", err=as_json)
 
 

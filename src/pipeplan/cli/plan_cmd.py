@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import typer
 
+from pipeplan.api.planning import RequestOptions, compare_outcome, plan_outcome
+from pipeplan.api.scheduling import PLANNABLE_TEXT
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, parse_budget
 from pipeplan.core.errors import PlanError
-from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
-from pipeplan.schedules.registry import PLANNABLE, names_text, no_k_to_adapt
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.progress import progress_display
 
 if TYPE_CHECKING:
-    from pipeplan.planner.bound.plan_bound import PlanBound
-    from pipeplan.planner.compare import Comparison
+    from pipeplan.api.planning import Comparison, PlanBound, PlanResult
 
 BOUND_HELP = "Also compute the proven lower bound of the plan's class and the time over it (seconds; minutes on 1,000+ GPUs)."
 """--bound of plan and compare (planner.bound.plan_bound)."""
-SCHEDULE_HELP = f"auto, {names_text(PLANNABLE)}."
+SCHEDULE_HELP = f"auto, {PLANNABLE_TEXT}."
 """--schedule of plan and compare: the schedules a plan may run (schedules.registry.TABLE)."""
 
 # The options plan and compare share (one declaration each; typer reads them, never changes them).
@@ -38,48 +36,14 @@ OPTIMIZER_FACTOR_OPTION = typer.Option(
 )
 
 
-def _check_replication(replication: str) -> str:
-    """--replication is one of REPLICATION_CHOICES."""
-    from pipeplan.planner.request import REPLICATION_CHOICES
-
-    if replication not in REPLICATION_CHOICES:
-        raise PlanError(f"--replication must be one of {', '.join(REPLICATION_CHOICES)}, got {replication!r}")
-    return replication
-
-
-def _check_factor(factor: float | None) -> None:
-    """--optimizer-factor, when given, is a finite number >= 0."""
-    if factor is not None and not (math.isfinite(factor) and factor >= 0):
-        raise PlanError(f"--optimizer-factor must be a finite number >= 0 (state bytes per parameter byte), got {factor}")
-    if factor is not None:
-        OPTIMIZER_FACTOR.check(PlanError, "--optimizer-factor", factor)
-
-
-def _check_adaptive(adaptive: bool, schedule: str, memory_budget: str | None, trace: bool) -> float | None:
-    """--adaptive and --memory-budget, before planning: --adaptive needs a schedule with a k (auto plans kfkb), and a
-    budget needs --adaptive or --bandwidth-trace (what writes an adaptive setting). Returns the budget in bytes.
-
-    Raises:
-        PlanError: --adaptive with a schedule that has no k (schedules.registry.no_k_to_adapt), a budget for no
-            adaptive setting.
-        AdaptError: a budget that is not a byte size > 0.
-    """
-    budget = parse_budget("--memory-budget", memory_budget)
-    refusal = no_k_to_adapt(schedule) if adaptive and schedule != "auto" else None
-    if refusal is not None:
-        raise PlanError(refusal)
-    if budget is not None and not (adaptive or trace):
-        raise PlanError(
-            f"--memory-budget {memory_budget} bounds an adaptive setting's k; give --adaptive (or --bandwidth-trace) too"
-        )
-    return budget
-
-
-def _check_samples(global_batch: int, microbatch_size: int | None) -> None:
-    """--global-batch and --microbatch-size within core.limits.SAMPLES, named as flags (PlanRequest checks them too)."""
-    for flag, value in (("--global-batch", global_batch), ("--microbatch-size", microbatch_size)):
-        if value is not None:
-            SAMPLES.check(PlanError, flag, value)
+FLAGS = {
+    "global_batch": "--global-batch", "microbatch_size": "--microbatch-size", "batch_scaling": "--batch-scaling",
+    "optimizer": "--optimizer", "optimizer_factor": "--optimizer-factor", "replication": "--replication",
+    "profile_batch_size": "--profile-batch-size", "trace_iterations": "--trace-iterations",
+    "bandwidth_trace": "--bandwidth-trace", "adaptive": "--adaptive",
+}  # fmt: skip
+"""How plan's and compare's refusals name the API's arguments (api.arguments.check's labels); the schedule keeps
+its argument's name, as PlanRequest has always said it."""
 
 
 def plan(
@@ -111,59 +75,22 @@ def plan(
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.outputs import check_files
     from pipeplan.io.plan_json import write_plan
-    from pipeplan.planner.registry import run_planner
-    from pipeplan.planner.request import PlanRequest
-    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.viz.plan_tables import plan_summary, stage_table
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_files()
-    _check_factor(optimizer_factor)
-    _check_samples(global_batch, microbatch_size)
-    if trace_iterations is not None and (bandwidth_trace is None or trace_iterations < 1):
-        raise PlanError(f"--trace-iterations needs --bandwidth-trace and an integer >= 1, got {trace_iterations}")
-    budget = _check_adaptive(adaptive, schedule, memory_budget, bandwidth_trace is not None)
-    trace = None
-    if bandwidth_trace is not None:
-        from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
-
-        trace = read_bandwidth_trace(bandwidth_trace)
-        if trace_iterations is not None:  # the smallest finalists priced before planning; the real ones after it
-            from pipeplan.planner.search.trace_aware import check_rescoring
-
-            check_rescoring(None, trace, trace_iterations, "--trace-iterations")
-    model = load_profile(profile, profile_batch_size)
-    machines = load_cluster(cluster)
-    if trace is not None:
-        trace.check_devices(machines.num_devices, f"cluster {cluster}")
-    request = PlanRequest(model, machines, global_batch, microbatch_size, "kfkb" if adaptive else schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor,
-                          replication=_check_replication(replication))  # fmt: skip
+    budget = parse_budget("--memory-budget", memory_budget)
+    labels = FLAGS | {"memory_budget": f"--memory-budget {memory_budget}"}
+    options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
+                             profile_batch_size, labels)  # fmt: skip
     with progress_display(not as_json) as progress:
-        result = run_planner(planner, request, progress)
-    scores = None
-    if trace is not None:
-        from pipeplan.planner.search.trace_aware import choose_under_trace, trace_json
-
-        idle = result
-        result, scores = choose_under_trace(result, request, trace, trace_iterations, budget)
-    if adaptive or (trace is not None and schedule in ("auto", "kfkb")):
-        from pipeplan.planner.adaptive_plan import adaptive_plan, as_kfkb
-
-        if adaptive or as_kfkb(result.plan) is not None:  # a budget below the plan's 1F1B peak: refused, nothing written
-            result = adaptive_plan(result, request, budget)
-    measured = None
-    if bound:
-        from pipeplan.planner.bound.plan_bound import Bounds
-
-        measured = Bounds(request).of(result.plan, result.iteration_time)
+        outcome = plan_outcome(profile, cluster, global_batch, options, planner=planner, progress=progress,
+                               bandwidth_trace=bandwidth_trace, trace_iterations=trace_iterations, adaptive=adaptive,
+                               memory_budget=budget, bound=bound)  # fmt: skip
+    result, request, scores, measured = outcome.result, outcome.request, outcome.trace_scores, outcome.bound
+    model = request.profile
     if as_json:
-        obj = result.to_json(profile, cluster, model)
-        if scores is not None:
-            obj["bandwidth_trace"] = trace_json(scores, idle)
-        if measured is not None:
-            obj["lower_bound"] = measured.to_json()
-        print_json(obj)
+        print_json(outcome.to_json(profile, cluster))
     else:
         print_tables(plan_summary(result, model, request.cluster, request.model), stage_table(result))
         typer.echo(METRICS_NOTE)
@@ -175,7 +102,8 @@ def plan(
             from pipeplan.viz.plan_tables import trace_table, trace_verdict
 
             print_tables(trace_table(scores))
-            typer.echo(trace_verdict(scores, idle))
+            assert outcome.idle is not None
+            typer.echo(trace_verdict(scores, outcome.idle))
         if measured is not None:
             from pipeplan.viz.plan_tables import bound_line
 
@@ -203,51 +131,22 @@ def compare(
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from pipeplan.cli.outputs import check_files
-    from pipeplan.planner.compare import run_comparison
 
     check_files()
-    _check_factor(optimizer_factor)
-    _check_samples(global_batch, microbatch_size)
-    _check_replication(replication)
-    names = _planner_list(planners)
+    names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
+    labels = FLAGS | {"planners": f"--planners {planners!r}"}
+    options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
+                             profile_batch_size, labels)  # fmt: skip
     with progress_display(not as_json) as progress:
-        run = run_comparison(profile, cluster, global_batch, names, progress, microbatch_size=microbatch_size,
-                             schedule=schedule, batch_scaling=batch_scaling, optimizer=optimizer,
-                             optimizer_factor=optimizer_factor, profile_batch_size=profile_batch_size,
-                             replication=replication)  # fmt: skip
-    measured = None
-    if bound:
-        from pipeplan.planner.bound.plan_bound import Bounds
-        from pipeplan.planner.request import PlanResult
-
-        bounds = Bounds(run.request)
-        measured = {r.planner: bounds.of(r.plan, r.iteration_time) for r in run.rows if isinstance(r, PlanResult)}
+        outcome = compare_outcome(profile, cluster, global_batch, options, planners=names, progress=progress, bound=bound)
+    run, measured = outcome.comparison, outcome.bounds
     if as_json:
-        obj = run.to_json()
-        if measured is not None:
-            for entry in obj["results"]:
-                if entry["planner"] in measured:
-                    entry["lower_bound"] = measured[entry["planner"]].to_json()
-        print_json(obj)
+        print_json(outcome.to_json())
     else:
         print_comparison(run, measured)
     if png is not None:
-        draw_best(run, png)
+        draw_best(run, outcome.best, png)
         typer.echo(f"wrote {png}", err=as_json)
-
-
-def _planner_list(planners: str | None) -> list[str] | None:
-    """--planners as names (None: all registered), checked against the registry.
-
-    Raises:
-        PlanError: naming --planners and the bad value.
-    """
-    from pipeplan.planner.compare import planner_names
-
-    try:
-        return planner_names([n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None)
-    except PlanError as exc:
-        raise PlanError(f"--planners {planners!r}: {exc}") from None
 
 
 def print_comparison(run: Comparison, measured: dict[str, PlanBound] | None = None) -> None:
@@ -264,16 +163,14 @@ def print_comparison(run: Comparison, measured: dict[str, PlanBound] | None = No
         typer.echo(line)
 
 
-def draw_best(run: Comparison, png: str) -> None:
-    """The fastest plan's simulated timeline (recorded by its planner) as a PNG.
+def draw_best(run: Comparison, best: PlanResult | None, png: str) -> None:
+    """The fastest plan's (`best`) simulated timeline (recorded by its planner) as a PNG.
 
     Raises:
         PlanError: no planner found a plan.
     """
-    from pipeplan.planner.compare import best_row
     from pipeplan.viz.gantt import render_gantt
 
-    best = best_row(run.rows)
     if best is None:
         raise PlanError(f"no planner found a plan for {run.name} on {run.cluster}; nothing to draw in {png}")
     render_gantt(best.sim, png, title=f"{best.planner}: {run.name} on {run.cluster}")

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from pipeplan.api.scheduling import ASYNCHRONOUS_NAMES, SCHEDULE_NAMES, schedule_of
 from pipeplan.cli.flags import refuse_sizes_for_file
 from pipeplan.core.errors import ScheduleError
-from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 from pipeplan.viz.json_print import print_json
 
 
 def schedule(
     name: str = typer.Argument(
         ...,
-        help=f"Schedule name: {', '.join(n for n in SCHEDULES if n not in ASYNCHRONOUS)}; or a schedule .csv/.json file "
-        "to convert.",
+        help=f"Schedule name: {', '.join(n for n in SCHEDULE_NAMES if n not in ASYNCHRONOUS_NAMES)}; or a schedule "
+        ".csv/.json file to convert.",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p (with a name)."),
     microbatches: int | None = typer.Option(None, "--microbatches", "-m", help="Microbatches m per iteration (with a name)."),
@@ -25,7 +25,6 @@ def schedule(
 ) -> None:
     """Generate a schedule (or read a schedule file) and print each rank's actions."""
     from pipeplan.io.schedule_io import schedule_to_csv, schedule_to_json
-    from pipeplan.presets.resolve import load_schedule
 
     if fmt not in ("text", "json", "csv"):
         raise ScheduleError(f"--format must be text, json or csv, got {fmt!r}")
@@ -33,7 +32,7 @@ def schedule(
         raise ScheduleError(f"--json and --format {fmt} disagree; give one of them")
     fmt = "json" if as_json else fmt
     refuse_sizes_for_file(name, stages, microbatches, k, chunks)
-    sched = load_schedule(name, stages, microbatches, k=k, chunks=chunks)
+    sched = schedule_of(name, stages, microbatches, k=k, chunks=chunks)
     if fmt == "json":
         print_json(schedule_to_json(sched))
     elif fmt == "csv":

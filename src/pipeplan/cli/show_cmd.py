@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import typer
@@ -28,10 +27,10 @@ def show_profile(
     ),
 ) -> None:
     """Per-layer costs of a model: times (ms), activation, parameter and cut sizes."""
-    from pipeplan.presets.resolve import load_profile
+    from pipeplan.api.arguments import profile_of
     from pipeplan.viz.inventory import print_profile_layers, profile_summary
 
-    profile = load_profile(spec, profile_batch_size)
+    profile = profile_of(spec, profile_batch_size)
     if as_json:
         from pipeplan.io.profile_json import profile_to_json
 
@@ -49,8 +48,8 @@ def show_cluster(
     png: str | None = typer.Option(None, "--png", help="Write the bandwidth matrix as a heat map PNG."),
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
+    from pipeplan.api.arguments import load_cluster
     from pipeplan.cli.outputs import check_files
-    from pipeplan.presets.resolve import load_cluster
     from pipeplan.viz.inventory import MATRIX_MAX_DEVICES, bandwidth_matrix_table, devices_table, link_classes_table
 
     check_files()
@@ -76,23 +75,10 @@ def show_cluster(
 @show_app.command("profiles")
 def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in profiles with their sizes and totals."""
-    from pipeplan.presets.resolve import list_profiles, load_profile
+    from pipeplan.api.catalog import builtin_profiles
     from pipeplan.viz.inventory import profiles_list_table
 
-    rows = []
-    for name in list_profiles():
-        p = load_profile(name)
-        rows.append(
-            {
-                "name": name,
-                "batch_size": p.batch_size,
-                "layers": p.num_layers,
-                "fwd_ms": round(p.total_fwd_ms, 6),
-                "bwd_ms": round(p.total_bwd_ms, 6),
-                "param_bytes": int(p.total_param_bytes),
-                "reference_device": p.reference_device,
-            }
-        )
+    rows = builtin_profiles()
     if as_json:
         print_json({"profiles": rows}, compact=True)
         return
@@ -102,24 +88,10 @@ def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
 @show_app.command("clusters")
 def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the list as JSON.")) -> None:
     """List the built-in clusters."""
-    from pipeplan.presets.clusters import CLUSTER_BUILDERS
-    from pipeplan.presets.resolve import list_clusters, load_cluster
+    from pipeplan.api.catalog import builtin_clusters
     from pipeplan.viz.inventory import clusters_list_table
 
-    rows = []
-    for name in list_clusters():
-        c = load_cluster(name)
-        kinds = Counter(d.kind for d in c.devices)
-        rows.append(
-            {
-                "name": name,
-                "devices": c.num_devices,
-                "nodes": c.num_nodes,
-                "kinds": dict(sorted(kinds.items())),
-                "nic_gb_per_s": None if c.nic_bytes_per_s is None else c.nic_bytes_per_s / 1e9,
-                "notes": CLUSTER_BUILDERS[name]().get("notes", ""),
-            }
-        )
+    rows = builtin_clusters()
     if as_json:
         print_json({"clusters": rows}, compact=True)
         return

@@ -1,29 +1,21 @@
-"""The `pipeplan simulate` command: simulate a named schedule with synthetic costs (simulate_schedule), or a plan file
-(simulate_plan_file); print the result and write the timelines asked for."""
+"""The `pipeplan simulate` command: a named schedule with synthetic costs (api.scheduling.simulate_schedule), or a plan
+file (api.simulation.simulate_plan_file); print the result and write the timelines asked for."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import typer
 
+from pipeplan.api.scheduling import ASYNCHRONOUS_NAMES, GENERATORS_TEXT, SCHEDULE_NAMES, ScheduleRun, simulate_schedule
+from pipeplan.api.simulation import simulate_plan_file
 from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, refuse_sizes_for_file
-from pipeplan.cli.simulate_plan_file import simulate_plan_file
-from pipeplan.cli.simulate_schedule import simulate_named
-from pipeplan.core.errors import CostError, PlanError, ScheduleError
-from pipeplan.schedules.registry import ASYNCHRONOUS, GENERATOR_NAMES, SCHEDULES
+from pipeplan.core.errors import PlanError, ScheduleError
 from pipeplan.viz.json_print import print_json
-
-if TYPE_CHECKING:
-    from pipeplan.sim.engine.iterations import IterationRun
-    from pipeplan.sim.result import SimResult
-    from pipeplan.sim.steady import SteadyState
 
 
 def simulate(
     name: str | None = typer.Argument(
         None,
-        help=f"Schedule: {', '.join(n + (' (asynchronous)' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}, or a "
+        help=f"Schedule: {', '.join(n + (' (asynchronous)' if n in ASYNCHRONOUS_NAMES else '') for n in SCHEDULE_NAMES)}, or a "
         "schedule .csv/.json file (omit with --plan).",
     ),
     stages: int | None = typer.Option(None, "--stages", "-p", help="Pipeline ranks p."),
@@ -66,17 +58,7 @@ def simulate(
     from pipeplan.cli.outputs import check_files
 
     check_files()
-    if iterations is not None and iterations < 1:
-        raise CostError(f"--iterations must be an integer >= 1, got {iterations}")
-    if iterations is not None and name in ASYNCHRONOUS:
-        raise ScheduleError("--iterations does not apply to pipemare (it streams minibatches without a flush)")
-    trace = None
-    if bandwidth_trace is not None:
-        from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
-
-        trace = read_bandwidth_trace(bandwidth_trace)
     record = trace_out is not None or png_out is not None
-    steady = None
     if plan is not None:
         given = [flag for flag, value in costs_text.items() if value is not None]
         given += [flag for flag, value in (("--stages", stages), ("--microbatches", microbatches)) if value is not None]
@@ -85,37 +67,29 @@ def simulate(
             raise PlanError(f"simulate takes a schedule NAME or --plan, not both (got {name!r} and --plan {plan})")
         if given:
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
-        result, run = simulate_plan_file(plan, profile, cluster, trace, record, batch_scaling or "auto", optimizer or "adam",
-                                         check_memory=not ignore_memory, profile_batch_size=profile_batch_size,
-                                         iterations=iterations)  # fmt: skip
         if minibatches is not None:
             raise PlanError("--minibatches does not apply to --plan (it sets pipemare's minibatches)")
-        title = f"plan {plan} ({result.schedule_name})"
-    else:
-        if name is None:
-            raise ScheduleError(f"simulate needs a schedule NAME ({GENERATOR_NAMES}) or --plan FILE")
-        for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
-                            ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
-                            ("--profile-batch-size", profile_batch_size)):  # fmt: skip
-            if value is not None:
-                raise PlanError(f"{flag} applies only with --plan")
-        refuse_sizes_for_file(name, stages, microbatches, k, chunks)
-        result, title, steady, run = simulate_named(
-            name, stages, microbatches, costs_text, k, chunks, trace, record, minibatches, iterations
-        )
-    report(result, title, as_json, trace_out, png_out, steady, run)
+        result, run = simulate_plan_file(plan, profile, cluster, bandwidth_trace, record, batch_scaling or "auto",
+                                         optimizer or "adam", check_memory=not ignore_memory,
+                                         profile_batch_size=profile_batch_size, iterations=iterations)  # fmt: skip
+        report(ScheduleRun(result, f"plan {plan} ({result.schedule_name})", None, run), as_json, trace_out, png_out)
+        return
+    if name is None:
+        raise ScheduleError(f"simulate needs a schedule NAME ({GENERATORS_TEXT}) or --plan FILE")
+    for flag, value in (("--profile", profile), ("--cluster", cluster), ("--batch-scaling", batch_scaling),
+                        ("--optimizer", optimizer), ("--ignore-memory", ignore_memory or None),
+                        ("--profile-batch-size", profile_batch_size)):  # fmt: skip
+        if value is not None:
+            raise PlanError(f"{flag} applies only with --plan")
+    refuse_sizes_for_file(name, stages, microbatches, k, chunks)
+    simulated = simulate_schedule(name, stages, microbatches, costs_text, k=k, chunks=chunks, bandwidth_trace=bandwidth_trace,
+                                  record=record, minibatches=minibatches, iterations=iterations)  # fmt: skip
+    report(simulated, as_json, trace_out, png_out)
 
 
-def report(
-    result: SimResult,
-    title: str,
-    as_json: bool,
-    trace_out: str | None,
-    png_out: str | None,
-    steady: SteadyState | None = None,
-    run: IterationRun | None = None,
-) -> None:
+def report(simulated: ScheduleRun, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
     """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
+    result, title, steady, run = simulated.result, simulated.title, simulated.steady, simulated.run
     if as_json:
         extra = {"pipemare": steady.to_json()} if steady is not None else {}
         print_json(result.to_json() | extra | ({"iterations": run.to_json()} if run is not None else {}))

@@ -183,7 +183,7 @@ def check_plan(plan: str, profile: str | None, cluster: str | None, batch_scalin
     """
     if profile is None or cluster is None:
         return
-    from pipeplan.cli.simulate_plan_file import simulate_plan_file
+    from pipeplan.api.simulation import simulate_plan_file
 
     simulate_plan_file(plan, profile, cluster, None, False, batch_scaling, optimizer,
                        remedy="train would run out of memory; make a plan that fits (pipeplan plan), or name the "

@@ -10,7 +10,7 @@ from typing import Any
 
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.registry import PLANNERS
-from pipeplan.planner.request import Planner, PlanRequest, PlanResult, Progress
+from pipeplan.planner.request import Planner, PlanRequest, PlanResult
 
 BASELINES = ("dapple", "pipedream", "balanced")
 """The published planners pipeplan is measured against (exact is a reference, not a baseline)."""
@@ -146,33 +146,3 @@ class Comparison:
                 for r in self.rows
             ]
         }
-
-
-def run_comparison(
-    profile: str,
-    cluster: str,
-    global_batch: int,
-    names: Sequence[str] | None,
-    progress: Progress | None,
-    *,
-    microbatch_size: int | None = None,
-    schedule: str = "auto",
-    batch_scaling: str = "auto",
-    optimizer: str = "adam",
-    optimizer_factor: float | None = None,
-    profile_batch_size: int | None = None,
-    replication: str = "any",
-) -> Comparison:
-    """Load the problem (a profile and a cluster: names or paths) and run the planners `names` (all when None) on it.
-
-    Raises:
-        PlanError, ProfileError, ClusterError: an unknown planner, a bad profile, cluster or request.
-    """
-    from pipeplan.presets.resolve import load_cluster, load_profile
-
-    chosen = planner_names(names)
-    model = load_profile(profile, profile_batch_size)
-    machines = load_cluster(cluster)
-    request = PlanRequest(model, machines, global_batch, microbatch_size, schedule, optimizer=optimizer,
-                          batch_scaling=batch_scaling, optimizer_factor=optimizer_factor, replication=replication)  # fmt: skip
-    return Comparison(profile, cluster, model.name, request, compare(request, chosen, progress))
