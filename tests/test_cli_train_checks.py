@@ -1,5 +1,5 @@
-"""Tests of api.train_setup (through cli.train_cmd): every `train` option with a bad value is refused by the launcher, exit 2, one line
-printed once, before any process starts (launch_local is replaced by one that records it was called)."""
+"""Tests of api.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
+exit 2, one line printed once, before any process starts (launch_local is replaced by one that records it was called)."""
 
 from __future__ import annotations
 
