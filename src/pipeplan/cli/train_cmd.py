@@ -160,7 +160,18 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
-    flags = TrainFlags(**locals())
+    flags = TrainFlags(
+        plan=plan, schedule=schedule, lr_reschedule=lr_reschedule, discrepancy_decay=discrepancy_decay,
+        sync_warmup=sync_warmup, weight_prediction=weight_prediction, stages=stages, microbatches=microbatches, k=k,
+        chunks=chunks, replicas=replicas, module=module, options=options, dataset=dataset, data=data, loss=loss,
+        eval_fraction=eval_fraction, dtype=dtype, precision=precision, batch_size=batch_size, steps=steps,
+        epochs=epochs, evaluate=evaluate, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer, seed=seed,
+        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume,
+        trace=trace, png=png, predict=predict, profile=profile, cluster=cluster, batch_scaling=batch_scaling,
+        warmup_steps=warmup_steps, timeout=timeout, threads=threads, bandwidth_trace=bandwidth_trace,
+        emulate_gb_per_s=emulate_gb_per_s, adaptive=adaptive, memory_budget=memory_budget, local=local,
+        backend=backend, save_grads=save_grads, as_json=as_json, quiet=quiet,
+    )  # fmt: skip
     code = training.train(flags, TrainHooks(
         say=lambda line: typer.echo(line, err=True), echo=typer.echo, check_outputs=lambda: check_files("train"),
         parse_options=parse_options, parse_budget=parse_budget, refuse_sizes_for_file=refuse_sizes_for_file,
