@@ -318,19 +318,22 @@ def network_for_train(
     """The emulated network, checked against the job's devices (the plan's, else one per process: --local N or
     torchrun's WORLD_SIZE) and priced: its slowest link's lowest rate above the floor, and the largest message
     (`message_bytes`, when known) moved within `timeout_s` (link_emulation.check_emulation_time), and each of
-    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one.
+    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one. A worker
+    that --local started gets the settings unchecked: its launcher checked them for the same devices (the trace file
+    is then read once more per worker, by the wire it builds, not twice).
 
     Raises:
         TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on, a rate
             the run cannot finish on.
         CostError, ClusterError: an unreadable trace or cluster.
     """
+    from pipeplan.runtime.training.launch import launched_locally
     from pipeplan.runtime.transport.link_emulation import check_allreduce_time, check_emulation_time
     from pipeplan.runtime.transport.network import network_settings
 
     settings = network_settings(trace, gb_per_s, cluster)
-    if settings is None:
-        return None
+    if settings is None or (local is None and launched_locally()):
+        return settings  # a --local worker: its launcher checked and priced this network once, for every worker
     world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
     devices = list(plan_devices) if plan_devices is not None else list(range(world))
     if devices:
