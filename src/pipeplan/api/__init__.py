@@ -7,7 +7,8 @@ error the CLI prints (core.errors), in one line naming the argument and the valu
 Modules: arguments (a profile or cluster as a value, path or name; shared checks), planning (plan_request,
 run_planner, plan, compare), simulation (simulate), saving (save_plan, save_profile), modules (a torch model:
 profile_model, stage_modules, pipeline), local (local processes: probe_local, train_local), distributed (your own
-training script on N processes: load_plan, distribute).
+training script on N processes: load_plan, distribute), training (the `train` command wired once: train, with
+train_setup's checks before any process starts).
 """
 
 from __future__ import annotations
