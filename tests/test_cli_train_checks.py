@@ -1,5 +1,5 @@
-"""Tests of cli.train_checks: every `train` option with a bad value is refused by the launcher, exit 2, one line
-printed once, before any process starts (launch_local is replaced by one that records it was called)."""
+"""Tests of api.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
+exit 2, one line printed once, before any process starts (launch_local is replaced by one that records it was called)."""
 
 from __future__ import annotations
 
@@ -159,10 +159,10 @@ def test_under_torchrun_the_sizes_are_checked_against_world_size(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
     """Without --local (torchrun), a process refuses sizes WORLD_SIZE cannot hold before it joins a process group."""
-    from pipeplan.cli import train_cmd as command
+    from pipeplan.api import training
 
     joined: list[object] = []
-    monkeypatch.setattr(command, "_run_worker", lambda *args: joined.append(args))
+    monkeypatch.setattr(training, "_run_worker", lambda *args: joined.append(args))
     monkeypatch.setenv("WORLD_SIZE", "3")
     code, _, err = run(monkeypatch, capsys, "train", "--schedule", "1f1b", "--steps", "1")
     assert (code, joined) == (2, []) and "3 processes cannot hold whole pipelines of 2 devices" in err
@@ -235,7 +235,7 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
     bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # fmt: skip
     """prediction_numerics on process 0 of a job says in one note line why there is no prediction; False."""
-    from pipeplan.cli.train_checks import prediction_numerics
+    from pipeplan.api.train_setup import prediction_numerics
 
     monkeypatch.chdir(bf16_plan.parent)
     monkeypatch.setenv("RANK", "0")

@@ -9,7 +9,8 @@ run_planner, plan, compare; plan_outcome, compare_outcome: what `plan` and `comp
 simulate_plan_file, adapt_policies), scheduling (schedule_of, simulate_schedule: `schedule`, `simulate NAME`),
 catalog (the built-in profiles and clusters), saving (save_plan, save_profile), modules (a torch model:
 profile_model, stage_modules, pipeline), local (local processes: probe_local, train_local), distributed (your own
-training script on N processes: load_plan, distribute).
+training script on N processes: load_plan, distribute), training (the `train` command wired once: train, with
+train_setup's checks before any process starts).
 """
 
 from __future__ import annotations

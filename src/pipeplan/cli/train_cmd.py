@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from pipeplan.api import training
+from pipeplan.api.training import SCHEDULE_NAMES, TrainFlags, TrainHooks
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, parse_budget, refuse_sizes_for_file
-from pipeplan.cli.train_checks import (
-    adaptive_budget,
-    async_settings,
-    check_layout,
-    check_model_flags,
-    check_options,
-    check_plan,
-    model_of_profile,
-    prediction_inputs,
-    prediction_numerics,
-    prepare_checkpoints,
-    refuse_asynchronous_split,
-    refuse_beside_plan,
-    refuse_predict_for_graph,
-    split_ints,
-)
-from pipeplan.cli.train_network import largest_message_bytes, network_for_train, stage_allreduces
-from pipeplan.core.errors import PipeplanError
-from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
+from pipeplan.cli.outputs import check_files
+from pipeplan.cli.profile_cmd import parse_options
+from pipeplan.cli.train_report import report_results
 
 WORKER_BOOT = (
     "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
@@ -58,8 +43,7 @@ def train(
     schedule: str | None = typer.Option(
         None,
         "--schedule",
-        help=f"Schedule name ({', '.join(n + (': asynchronous' if n in ASYNCHRONOUS else '') for n in SCHEDULES)}) or a "
-        "schedule .csv/.json file.",
+        help=f"Schedule name ({SCHEDULE_NAMES}) or a schedule .csv/.json file.",
     ),
     lr_reschedule: int | None = typer.Option(
         None, "--lr-reschedule", help="pipemare: learning rate α/τ^(1-min(k/K,1)) at asynchronous step k (K >= 1)."
@@ -175,176 +159,25 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
-    from pipeplan.api.data_checks import check_user_data, user_dataset
-    from pipeplan.cli.profile_cmd import parse_options
-    from pipeplan.runtime.errors import TrainConfigError
-    from pipeplan.runtime.execution.job import ScheduleLayout
-    from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
-    from pipeplan.runtime.training.launch import launched_locally
-    from pipeplan.runtime.transport.launch_env import check_launch_env
-
-    if local is None:  # a worker: the launcher's variables, checked before anything reads them
-        check_launch_env()
-    check_seed(seed)
-    budget = parse_budget("--memory-budget", memory_budget)
-
-    if (plan is None) == (schedule is None):
-        raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
-    if plan is not None:
-        refuse_beside_plan({"--stages": stages, "--microbatches": microbatches, "--batch-size": batch_size, "--k": k,
-                            "--chunks": chunks, "--replicas": replicas})  # fmt: skip
-    if steps is not None and epochs is not None:
-        raise TrainConfigError("give --steps or --epochs, not both")
-    if epochs is not None and epochs < 1:
-        raise TrainConfigError(f"--epochs must be >= 1, got {epochs}")
-    run_steps = steps if steps is not None else 10
-    asynchronous = async_settings(schedule, lr_reschedule, discrepancy_decay, sync_warmup, weight_prediction,
-                                  None if epochs else run_steps,
-                                  {"--checkpoint-dir": checkpoint_dir, "--trace": trace, "--png": png,
-                                   "--predict": predict or None, "--save-grads": save_grads,
-                                   "--bandwidth-trace": bandwidth_trace, "--emulate-gb-per-s": emulate_gb_per_s,
-                                   "--adaptive": adaptive or None})  # fmt: skip
-    if asynchronous is not None:
-        check_async_precision(precision, str(schedule))
-    if plan is None and (profile is not None or cluster is not None):
-        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
-    check_options(local=local, steps=run_steps, lr=lr, threads=threads, timeout=timeout, warmup_steps=warmup_steps,
-                  checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir, resume=resume, optimizer=optimizer,
-                  dtype=dtype, keep_last=keep_last, lr_schedule=lr_schedule, batch_scaling=batch_scaling,
-                  backend=backend, batch_size=batch_size, precision=precision)  # fmt: skip
-    spec_options = parse_options(options or [])
-    given_module = module
-    layout = plan_obj = links_from = plan_profile = None
-    predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
-    if plan is not None:
-        from pipeplan.presets.resolve import load_plan
-
-        plan_obj, names = load_plan(plan, profile)
-        check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
-        if local is not None and len(plan_obj.all_devices) != local:
-            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
-        links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
-        explicit = profile is not None or predict
-        plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
-        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
-        predicting = prediction_numerics(profile, explicit, (dtype, precision), say=local is None)
-        if not launched_locally():  # the --local launcher has checked the plan once for every worker
-            check_plan(plan, profile, cluster, batch_scaling, optimizer)
-        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, options is not None)
-        if predict:
-            refuse_predict_for_graph(plan, plan_obj, profile)
-        adaptive = adaptive or plan_obj.adaptive is not None  # a plan's adaptive setting adapts with no other flag
-        if adaptive:
-            check_adaptable(plan_obj.schedule, plan_obj.chunks)
-            setting = plan_obj.adaptive
-            named = "--memory-budget" if budget is not None or setting is None else f"plan {plan} adaptive.memory_budget_bytes"
-            given = budget if budget is not None or setting is None else setting.memory_budget_bytes
-            budget = adaptive_budget(plan_obj, given, named, (profile, cluster), batch_scaling, optimizer)
-    else:
-        assert schedule is not None
-        if adaptive:
-            check_adaptable(schedule, chunks if chunks is not None else 1)
-        refuse_sizes_for_file(schedule, stages, microbatches, k if k is not None else 1, chunks if chunks is not None else 1)
-        sizes = [value if value is not None else default for value, default in
-                 ((stages, 2), (microbatches, 4), (batch_size, 64), (k, 1), (chunks, 1))]  # fmt: skip
-        layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", replicas),
-                                run_steps if epochs is None else max(sync_warmup, 1), sync_warmup)  # fmt: skip
-        checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
-        if checked is not None:
-            _, per_rank, copies = checked
-            if copies > 1:
-                typer.echo(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
-                           f"(data parallel); --local {sum(per_rank)} runs one", err=True)  # fmt: skip
-    if budget is not None and not adaptive:
-        raise TrainConfigError(
-            f"--memory-budget {memory_budget} bounds the k of an adaptive run; give --adaptive too (or a plan with an "
-            "adaptive setting: pipeplan plan --adaptive)"
-        )
-    dataset = user_dataset(dataset, data, plan, plan_profile)  # a profile of your samples records the dataset `data`
-    check_model_flags("mlp" if module is None else module, spec_options, dataset, given_module)
-    # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
-    check_user_data(module or "mlp", spec_options, dataset, data=data, loss=loss, eval_fraction=eval_fraction,
-                    evaluate=evaluate, dtype=dtype, seed=seed, build=local is not None)  # fmt: skip
-    refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset, dtype, seed, data, loss))
-    if checkpoint_dir is not None:
-        job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto", "dtype": dtype,
-               "optimizer": optimizer, "seed": seed, "lr": lr, "data": data, "loss": loss,
-               "eval_fraction": eval_fraction}  # fmt: skip
-        note, finished = prepare_checkpoints(checkpoint_dir, resume, checkpoint_every, run_steps, job,
-                                             (plan_obj, plan, layout), local)  # fmt: skip
-        # Said once: by the launcher when nothing will start, else by process 0 of the job.
-        if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
-            typer.echo(f"note: {note}", err=True)
-        if finished:
-            sys.exit(0)
-    emulated = bandwidth_trace is not None or emulate_gb_per_s is not None
-    message = largest_message_bytes(plan_obj, profile, cluster, batch_scaling) if emulated else None
-    allreduces = stage_allreduces(plan_obj, profile, cluster, batch_scaling) if emulated else []
-    network = network_for_train(bandwidth_trace, emulate_gb_per_s, links_from, plan_obj.all_devices if plan_obj else None,
-                                local, timeout, message, allreduces)  # fmt: skip
-    if local is not None:
-        from pipeplan.runtime.training.launch import launch_local
-
-        code = launch_local(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), grace_s=min(timeout, 10.0),
-                            modules=((module or "mlp", spec_options),
-                                     *(spec for spec in (data, loss) if spec is not None)))  # fmt: skip
-        sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
-    from pipeplan.runtime.training.train_config import TrainConfig
-
-    config = TrainConfig(
-        plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
-        module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
-        dtype=dtype, precision=precision, steps=run_steps, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer,
-        seed=seed, checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume, timeout_s=timeout,
-        trace=trace is not None or png is not None,
-        threads=threads, save_grads=save_grads, predict=predict, backend=backend,
-        profile=profile if predicting else None, cluster=cluster if predicting else None,
-        batch_scaling=batch_scaling, warmup_steps=warmup_steps, asynchronous=asynchronous, evaluate=evaluate,
-        epochs=epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=data, loss=loss,
-        eval_fraction=eval_fraction,
+    flags = TrainFlags(
+        plan=plan, schedule=schedule, lr_reschedule=lr_reschedule, discrepancy_decay=discrepancy_decay,
+        sync_warmup=sync_warmup, weight_prediction=weight_prediction, stages=stages, microbatches=microbatches, k=k,
+        chunks=chunks, replicas=replicas, module=module, options=options, dataset=dataset, data=data, loss=loss,
+        eval_fraction=eval_fraction, dtype=dtype, precision=precision, batch_size=batch_size, steps=steps,
+        epochs=epochs, evaluate=evaluate, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer, seed=seed,
+        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume,
+        trace=trace, png=png, predict=predict, profile=profile, cluster=cluster, batch_scaling=batch_scaling,
+        warmup_steps=warmup_steps, timeout=timeout, threads=threads, bandwidth_trace=bandwidth_trace,
+        emulate_gb_per_s=emulate_gb_per_s, adaptive=adaptive, memory_budget=memory_budget, local=local,
+        backend=backend, save_grads=save_grads, as_json=as_json, quiet=quiet,
     )  # fmt: skip
-    _run_worker(config, trace, png, as_json, quiet)
-
-
-def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, quiet: bool) -> None:
-    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang).
-
-    A result file that cannot be written at the end (a full disk, a folder gone) is not such a failure: the
-    results already computed are printed and the other files written, then one line names what was not written,
-    and the process leaves with its peers and exits 1.
-    """
-    from pipeplan.cli.train_report import report_results
-    from pipeplan.runtime.errors import RuntimeFault
-    from pipeplan.runtime.training.error_once import say_error
-    from pipeplan.runtime.training.launch import finish_worker
-    from pipeplan.runtime.training.worker import train as run_training
-
-    rank = int(os.environ.get("RANK", "0"))
-
-    def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
-        if not quiet and not as_json:
-            times = f"pipeline {pipeline_ms:8.2f} ms  optimizer {optimizer_ms:7.2f} ms"
-            of = "" if config.epochs else f"/{config.steps}"
-            typer.echo(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}")
-
-    failures: list[str] = []  # results this process could not write: said once at the end, the job goes on
-    try:
-        report = run_training(config, on_step, on_note=lambda line: None if as_json else typer.echo(line),
-                              on_write_error=failures.append)  # fmt: skip
-    except Exception as exc:
-        code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
-            say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
-        sys.stdout.flush()
-        os._exit(code)
-    if report is not None:
-        failures += report_results(report, trace, png, as_json)
-    if failures:
-        print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
-    finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone
+    code = training.train(flags, TrainHooks(
+        say=lambda line: typer.echo(line, err=True), echo=typer.echo, check_outputs=lambda: check_files("train"),
+        parse_options=parse_options, parse_budget=parse_budget, refuse_sizes_for_file=refuse_sizes_for_file,
+        render=report_results, worker=(WORKER_BOOT, _worker_argv(sys.argv[1:])),
+    ))  # fmt: skip
+    if code is not None:
+        sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
 
 
 def register(app: typer.Typer) -> None:

@@ -133,7 +133,32 @@ def print_results(report: Any, as_json: bool) -> None:
         typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
                    f"{report.delays}")  # fmt: skip
     if report.adaptive is not None:
-        from pipeplan.cli.train_network import adaptive_lines
-
         for line in adaptive_lines(report.adaptive):
             typer.echo(line)
+
+
+def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:
+    """The human summary of an adaptive run: k per iteration, each switch with its reason, the controller's cost."""
+    ks = adaptive["k"]
+    switches = [d for d in adaptive["decisions"] if d["switched"] and d["iteration"] < len(ks)]  # not after the last
+    lines = [f"adaptive:  k per step {ks}; {len(switches)} switch{'es' if len(switches) != 1 else ''}"]
+    lines += [f"           before step {d['iteration'] + 1}: {d['reason']}" for d in switches]
+    if adaptive.get("k_dropped"):
+        lines.append(f"           note: the plan's k_choices {adaptive['k_dropped']} do not fit this run's memory limit "
+                     f"(the runtime's pipeline): left out; candidates {adaptive['k_choices']}")  # fmt: skip
+    decision_ms = [d["decision_ms"] for d in adaptive["decisions"]]
+    if decision_ms and adaptive["iteration_ms"]:
+        share = sum(decision_ms) / sum(adaptive["iteration_ms"])
+        lines.append(
+            f"           controller: {max(decision_ms):.2f} ms per decision at most, {share:.2%} of the iterations' time"
+        )
+    peaks = adaptive.get("peak_memory_bytes_by_k")
+    if peaks:
+        from pipeplan.viz.tables import format_bytes
+
+        each = ", ".join(f"k={k} {format_bytes(b)}" for k, b in sorted(peaks.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"           peak memory per k used (the most any process held): {each}")
+    if adaptive.get("setup_ms") is not None:
+        when = "before the first step, from the plan" if adaptive.get("built_from") == "plan" else "after the warm-up"
+        lines.append(f"           controller built {when} in {adaptive['setup_ms']:.1f} ms (not in any step's time)")
+    return lines

@@ -1,13 +1,13 @@
-"""What `pipeplan train` checks and resolves before any process starts: flags' values, PipeMare's switches, the
+"""What `pipeplan train` (api.training) checks and resolves before any process starts: flags' values, PipeMare's switches, the
 files a plan's step is predicted with, and the model a plan's profile was measured on."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import typer
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.schedules.registry import ASYNCHRONOUS
@@ -78,12 +78,12 @@ def check_options(
     backend: str | None = None,
     batch_size: int | None = None,
     precision: str = "full",
+    check_outputs: Callable[[], None] = lambda: None,
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
-    output guard, cli.outputs.check_files: none may name an input, another output, a non-regular file, or a file
-    pipeplan did not write)."""
-    from pipeplan.cli.outputs import check_files
+    output guard the caller gives as `check_outputs`: none may name an input, another output, a non-regular file, or
+    a file pipeplan did not write)."""
     from pipeplan.runtime.options import check_backend, check_global_batch, check_local, check_train_options
 
     check_local(local)
@@ -94,7 +94,7 @@ def check_options(
                         batch_scaling=batch_scaling, backend=backend, precision=precision)  # fmt: skip
     if batch_size is not None:
         check_global_batch(batch_size, "--batch-size")
-    check_files("train")
+    check_outputs()
 
 
 def check_model_flags(module: str, options: dict[str, str], dataset: str, given_module: str | None) -> None:
@@ -171,8 +171,13 @@ def refuse_beside_plan(given: dict[str, object]) -> None:
             )
 
 
-def check_plan(plan: str, profile: str | None, cluster: str | None, batch_scaling: str, optimizer: str) -> None:
-    """Everything `simulate --plan` checks, with the same code (simulate_plan_file): the plan against its profile
+def check_plan(
+    plan: str,
+    profile: str | None,
+    cluster: str | None,
+    costs: tuple[str, str],
+) -> None:
+    """Everything `simulate --plan` checks, with the same code (api.simulation.simulate_plan_file): the plan against its profile
     and cluster (layers, devices, replicas, schedule) and whether each device holds its stages (`optimizer`'s state).
 
     Without a profile and a cluster (the plan's own cannot be loaded and none was given) there is nothing to check
@@ -185,6 +190,7 @@ def check_plan(plan: str, profile: str | None, cluster: str | None, batch_scalin
         return
     from pipeplan.api.simulation import simulate_plan_file
 
+    batch_scaling, optimizer = costs
     simulate_plan_file(plan, profile, cluster, None, False, batch_scaling, optimizer,
                        remedy="train would run out of memory; make a plan that fits (pipeplan plan), or name the "
                        "machines it runs on with --cluster")  # fmt: skip
@@ -208,7 +214,7 @@ def prediction_inputs(
             loader(own)
         except PipeplanError as exc:
             if say and int(os.environ.get("RANK", "0")) == 0:
-                typer.echo(f"note: no predicted step: {exc}", err=True)
+                print(f"note: no predicted step: {exc}", file=sys.stderr, flush=True)
             return None, None
         chosen.append(own)
     return chosen[0], chosen[1]
@@ -236,7 +242,7 @@ def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str
     if explicit:
         raise ProfileError(mismatch)
     if say and int(os.environ.get("RANK", "0")) == 0:
-        typer.echo(f"note: no predicted step: {mismatch}", err=True)
+        print(f"note: no predicted step: {mismatch}", file=sys.stderr, flush=True)
     return False
 
 
