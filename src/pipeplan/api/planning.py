@@ -176,6 +176,12 @@ class PlannerComparison:
 
         return best_row(self.rows)
 
+    def outcome(self, profile: str, cluster: str) -> ComparisonOutcome:
+        """These rows as `compare` prints them, naming the profile and cluster as `profile` and `cluster` (no bounds)."""
+        from pipeplan.planner.compare import Comparison
+
+        return ComparisonOutcome(Comparison(profile, cluster, self.request.profile.name, self.request, self.rows))
+
 
 def compare(
     profile: ModelProfile | str,

@@ -218,6 +218,26 @@ def adapt_policies(
     return AdaptRun(compare_policies(pipeline, trace, iterations, config, flag="--iterations"), pipeline, trace)
 
 
+def adapt_plan(
+    plan: Plan, profile: ModelProfile | str, cluster: Cluster | str, trace: BandwidthTrace, iterations: int
+) -> AdaptRun:
+    """The adaptive controller (its default setting: each device's memory limit), fixed 1F1B, GPipe, every fixed k and
+    the oracle on `plan` under `trace`, priced on `profile` and `cluster` (the demo's Ada-Grouper step).
+
+    Raises:
+        PlanError: `plan` is not a Plan; ProfileError, ClusterError: a bad profile or cluster.
+        AdaptError: iterations below 1 or more than core.limits allows.
+    """
+    from pipeplan.adapt.compare import compare_policies
+    from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.sim.cost.model import CostModel
+
+    check(PlanError, {"plan": (plan, PLAN)})
+    check_sources(profile, cluster)
+    pipeline = PipelineModel.from_plan(plan, CostModel.build(load_profile(profile), load_cluster(cluster)), trace)
+    return AdaptRun(compare_policies(pipeline, trace, iterations), pipeline, trace)
+
+
 def _check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: int, cluster: str) -> None:
     """A trace must name devices of the cluster, and some step must touch a link the plan's traffic uses (its
     transfers and its all-reduce rings, PipelineModel.traffic_links; a trace written for the whole cluster may name

@@ -40,19 +40,16 @@ CASES = (
 
 def compare_schedules(ctx: DemoContext) -> None:
     """Simulate every case on the demo setting; print a comparison table; write a PNG and a trace for each."""
-    from pipeplan.schedules import make_schedule
-    from pipeplan.sim import simulate
-    from pipeplan.sim.cost.synthetic import rank_costs
+    from pipeplan.api.scheduling import simulate_schedule
     from pipeplan.viz.gantt import render_gantt
     from pipeplan.viz.perfetto import write_trace
     from pipeplan.viz.tables import comparison_table
 
     s = ctx.setting
+    costs = {"--fwd": repr(s.fwd_ms), "--bwd": repr(s.bwd_ms), "--comm": repr(s.comm_ms), "--act-bytes": str(s.act_bytes)}
     rows = []
     for case in CASES:
-        schedule = make_schedule(case.name, s.stages, s.microbatches, k=case.k, chunks=case.chunks)
-        costs = rank_costs(schedule, s.fwd_ms, s.bwd_ms, s.comm_ms, float(s.act_bytes))
-        result = simulate(schedule, costs, record=True)
+        result = simulate_schedule(case.name, s.stages, s.microbatches, costs, k=case.k, chunks=case.chunks, record=True).result
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
