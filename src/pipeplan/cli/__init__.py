@@ -9,7 +9,6 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from pipeplan.cli import (
     adapt_cmd,
-    demo_cmd,
     plan_cmd,
     probe_cmd,
     profile_cmd,
@@ -19,6 +18,7 @@ from pipeplan.cli import (
     trace_cmd,
     train_cmd,
 )
+from pipeplan.cli.demo import demo_cmd
 from pipeplan.core.errors import PipeplanError
 
 app = typer.Typer(

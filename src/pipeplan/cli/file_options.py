@@ -24,7 +24,7 @@ from pipeplan.io.file_kinds import (
 )
 
 DEMO_FOLDER = FileKind("demo folder", folder=True)
-"""demo --out: a folder; the files in it are checked against the demo's manifest (cli.demo_manifest)."""
+"""demo --out: a folder; the files in it are checked against the demo's manifest (cli.demo.demo_manifest)."""
 
 
 @dataclass(frozen=True, slots=True)

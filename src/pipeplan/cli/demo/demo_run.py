@@ -1,8 +1,8 @@
 """The demo's run: its steps (`STEPS`), each a function of a `DemoContext`, and `run_demo`, which `pipeplan demo`
-calls (cli.demo_cmd only parses; this module is imported when the demo runs, not at every command's start).
+calls (cli.demo.demo_cmd only parses; this module is imported when the demo runs, not at every command's start).
 
 Later features add a step rather than editing the others. The steps on real
-models live in cli.demo_steps; each calls pipeplan.api, never a command line.
+models live in cli.demo.demo_steps; each calls pipeplan.api, never a command line.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from pipeplan.cli import demo_steps
-from pipeplan.cli.demo_steps import DemoContext, DemoSizes
+from pipeplan.cli.demo import demo_steps
+from pipeplan.cli.demo.demo_steps import DemoContext, DemoSizes
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.tables import wide_console
 
@@ -82,7 +82,7 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
     """Check --out, run every step in order, then print the JSON report or the files written (`pipeplan demo`)."""
     import time
 
-    from pipeplan.cli.demo_manifest import check_folder
+    from pipeplan.cli.demo.demo_manifest import check_folder
     from pipeplan.cli.outputs import check_files
 
     check_files("demo")

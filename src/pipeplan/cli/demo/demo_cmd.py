@@ -1,6 +1,6 @@
 """The `pipeplan demo` command: the main job end to end, on real models, in a few minutes (`--quick`: under one).
 
-The command parses its flags and calls cli.demo_run.run_demo (the steps), imported only when the demo runs.
+The command parses its flags and calls cli.demo.demo_run.run_demo (the steps), imported only when the demo runs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def demo(
 ) -> None:
     """Run the main job end to end: GPT-2 planned on A100s against the baselines, the profile-probe-plan-train chain on
     this machine (predicted against measured), PipeMare and Ada-Grouper; writes plans, timelines and traces."""
-    from pipeplan.cli.demo_run import run_demo
+    from pipeplan.cli.demo.demo_run import run_demo
 
     run_demo(out, as_json, quick)
 

@@ -87,7 +87,7 @@ class DemoContext:
 
     def wrote(self, *paths: Path) -> None:
         """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
-        from pipeplan.cli.demo_manifest import record
+        from pipeplan.cli.demo.demo_manifest import record
 
         self.written += paths
         record(self.out, paths)
