@@ -124,7 +124,7 @@ def run_instance(job: tuple[str, int, str, int, int, bool, bool]) -> list[dict[s
     wrong model with `perturbed`); one row per trace."""
     from adaptive_traces import FLIP_SLOW, HELD_OUT, held_out_trace
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
     from pipeplan.schedules.kfkb import kfkb
     from pipeplan.sim.engine.simulator import simulate
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.dag import stage_layers
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.registry import PLANNERS
 from pipeplan.planner.request import PlanRequest

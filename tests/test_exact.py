@@ -137,7 +137,7 @@ def test_exact_honours_a_requested_schedule() -> None:
 
 def test_exact_equals_brute_force_on_twin_devices() -> None:
     """3 identical devices on equal links (all twins), 4 layers, batch 4: skipping twins keeps the brute-force optimum."""
-    from pipeplan.core.cluster import Cluster, Device
+    from pipeplan.core.hardware.cluster import Cluster, Device
 
     gib = float(1 << 30)
     devices = tuple(Device(i, "gpu", 16 * gib, 1.0, 0) for i in range(3))

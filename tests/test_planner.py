@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from cli_runner import run
 from models import linear_model
 from pipeplan.cli import app
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.plan_json import plan_dumps

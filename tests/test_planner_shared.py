@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from bound_exact import exact_ms
 from cli_runner import run
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.io.profile_json import write_profile_json

@@ -10,7 +10,7 @@ import pytest
 
 from adapt_cases import bert_plan
 from cli_runner import run
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.planner.search.trace_aware import MAX_ITERATIONS, MIN_ITERATIONS, iterations_to_cover, rescore, score_under_trace
 from pipeplan.sim.plan_sim import simulate_plan
 

@@ -25,8 +25,8 @@ from pipeplan.api.arguments import (
 )
 from pipeplan.api.data_checks import DATA_SPEC, LOSS_SPEC, check_user_data, user_dataset
 from pipeplan.api.simulation import simulate
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import TIMEOUT_S
 from pipeplan.core.model_source import USER_DATA
 from pipeplan.core.plan import Plan

@@ -20,8 +20,8 @@ from pipeplan.api.arguments import (
     load_cluster,
     profile_of,
 )
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 
 if TYPE_CHECKING:

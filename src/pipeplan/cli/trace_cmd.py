@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 
 trace_app = typer.Typer(
     name="trace",

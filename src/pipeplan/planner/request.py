@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.checks import check_positive_int
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import stage_layers
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
