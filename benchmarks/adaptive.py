@@ -86,7 +86,7 @@ PUBLISHED = (1.04, 1.30)
 
 def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b") -> Any:
     """pipeplan's plan of `profile` at microbatch size `batch` on `cluster` (MICROBATCHES per pipeline)."""
-    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.planners import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 

@@ -13,7 +13,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound.placed_bounds import placed_bound, schedule_bound
 from pipeplan.planner.exact import SCHEDULES, canonical_tuples, ordered_groups, plan_exact, search_space
 from pipeplan.planner.exact.stages import StageCosts
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits

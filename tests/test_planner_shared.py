@@ -23,7 +23,7 @@ from pipeplan.io.profile_json import write_profile_json
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.bound.shape_bounds import lower_bound
 from pipeplan.planner.exact import plan_exact
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.partition_dp import shared_overlap
 from pipeplan.sim.cost.memory import check_fits

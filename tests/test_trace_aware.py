@@ -66,7 +66,7 @@ def test_trace_iterations_beyond_the_work_limit_are_refused_before_planning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """plan --trace-iterations 1,000,000,000: priced with the smallest finalists and refused before the planner runs."""
-    import pipeplan.planner.registry as registry
+    import pipeplan.planner.planners as registry
 
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps([{"t_ms": 10, "link": "all", "factor": 0.5}]))

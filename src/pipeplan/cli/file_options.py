@@ -1,5 +1,5 @@
 """Which options of each command name files it reads and which name files it writes (and of what kind): one
-declaration per command, read by the one output guard (cli.outputs.check_files) before the command does any work.
+declaration per command, read by the one output guard (cli.declared_files.check_files) before the command does any work.
 
 An option is named as on the command line (`--out`), an argument by its name in capitals (`NAME`, `MODULE_SPEC`).
 tests/test_cli_file_options.py walks the typer app: every option that takes text must be declared here or listed

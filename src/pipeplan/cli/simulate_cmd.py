@@ -55,7 +55,7 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     record = trace_out is not None or png_out is not None

@@ -81,9 +81,9 @@ def check_options(
 ) -> None:
     """Every option that needs no torch and no peer, checked once before any process starts (one line, exit 2):
     the job's own (runtime.options, as TrainConfig checks them on every process), --local and the outputs (the one
-    output guard, cli.outputs.check_files: none may name an input, another output, a non-regular file, or a file
+    output guard, cli.declared_files.check_files: none may name an input, another output, a non-regular file, or a file
     pipeplan did not write)."""
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
     from pipeplan.runtime.options import check_backend, check_global_batch, check_local, check_train_options
 
     check_local(local)

@@ -175,7 +175,7 @@ Progress = Callable[[str, float], None]
 """Called with (message, fraction of the current phase) while a planner works."""
 
 Planner = Callable[..., PlanResult]
-"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name); pipeplan's also
+"""A planner: planner(request, progress=None) -> PlanResult (planner.planners holds them by name); pipeplan's also
 takes baselines= (planner.compare)."""
 
 

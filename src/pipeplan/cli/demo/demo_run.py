@@ -82,8 +82,8 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
     """Check --out, run every step in order, then print the JSON report or the files written (`pipeplan demo`)."""
     import time
 
+    from pipeplan.cli.declared_files import check_files
     from pipeplan.cli.demo.demo_manifest import check_folder
-    from pipeplan.cli.outputs import check_files
 
     check_files("demo")
     check_folder(out, FILES)
