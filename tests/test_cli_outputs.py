@@ -281,7 +281,7 @@ FILE_CASES = [
 
 def _foreign(tmp_path: Path) -> dict[str, bytes]:
     """Files an output must not replace: a model's source, notes, JSON of no pipeplan kind, and each pipeplan kind
-    (a plan, a PNG, a Perfetto trace) where another kind is written."""
+    (a plan, a PNG, a Perfetto timeline) where another kind is written."""
     write_inputs(tmp_path)
     trace = b'{"displayTimeUnit":"ms","otherData":{},"traceEvents":[]}\n'
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16

@@ -115,8 +115,8 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     return values
 
 
-def check_timeline(actions: int, what: str, hint: str = "leave out --png and --trace") -> None:
-    """Refuse a timeline (--png, --trace, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
+def check_timeline(actions: int, what: str, hint: str = "leave out --png and --timeline") -> None:
+    """Refuse a timeline (--png, --timeline, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
     before the simulation."""
     from pipeplan.core.errors import ScheduleTooLargeError
     from pipeplan.core.limits import TIMELINE_ACTIONS

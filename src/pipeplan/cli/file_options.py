@@ -48,7 +48,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "schedule": CommandFiles(inputs=("NAME",)),
     "simulate": CommandFiles(
         inputs=("NAME", "--plan", "--profile", "--cluster", "--bandwidth-trace"),
-        outputs={"--trace": PERFETTO, "--png": PNG},
+        outputs={"--timeline": PERFETTO, "--trace": PERFETTO, "--png": PNG},
         plans=("--plan",),
     ),
     "show profile": CommandFiles(inputs=("SPEC",)),

@@ -9,7 +9,7 @@ import typer
 
 
 def demo(
-    out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG) and Perfetto traces."),
+    out: str = typer.Option("out", "--out", help="Directory for the timelines (PNG and Perfetto)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (what every step found, the files written)."),
     quick: bool = typer.Option(False, "--quick", help="The same steps on smaller sizes: under a minute (CI)."),
 ) -> None:

@@ -39,10 +39,10 @@ CASES = (
 
 
 def compare_schedules(ctx: DemoContext) -> None:
-    """Simulate every case on the demo setting; print a comparison table; write a PNG and a trace for each."""
+    """Simulate every case on the demo setting; print a comparison table; write a PNG and a Perfetto timeline for each."""
     from pipeplan.api.scheduling import simulate_schedule
     from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
     from pipeplan.viz.tables import comparison_table
 
     s = ctx.setting
@@ -53,7 +53,7 @@ def compare_schedules(ctx: DemoContext) -> None:
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
-        write_trace(result, str(trace))
+        write_timeline(result, str(trace))
         ctx.wrote(png, trace)
     if ctx.report is not None:
         ctx.report["schedules"] = {"setting": s.describe(), "results": [{"label": label, **r.to_json()} for label, r in rows]}
@@ -106,7 +106,7 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
                     "written": [str(path) for path in ctx.written]})  # fmt: skip
         return
     # Plain echo: rich would wrap long paths, and paths must stay copyable.
-    typer.echo(f"\nDone in {seconds:.0f} s. Wrote {len(ctx.written)} files (PNG timelines; traces open in "
-               "https://ui.perfetto.dev):")  # fmt: skip
+    typer.echo(f"\nDone in {seconds:.0f} s. Wrote {len(ctx.written)} files (PNG timelines; the .trace.json "
+               "timelines open in https://ui.perfetto.dev):")  # fmt: skip
     for path in ctx.written:
         typer.echo(f"  {path}")

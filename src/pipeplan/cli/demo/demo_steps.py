@@ -180,18 +180,18 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
 
 
 def best_plan_files(ctx: DemoContext) -> None:
-    """The winning plan's file, its simulated timeline as a PNG and as a Perfetto trace."""
+    """The winning plan's file, its simulated timeline as a PNG and as a Perfetto timeline."""
     from pipeplan import api
     from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
 
     best, z = ctx.best, ctx.sizes
-    heading(ctx, "2. The winning plan: its file, its timeline and a trace")
+    heading(ctx, "2. The winning plan: its file and its timeline, as a picture and for Perfetto")
     plan_path, png, trace = ctx.out / GPT2_PLAN, ctx.out / BEST_PNG, ctx.out / BEST_TRACE
     api.save_plan(best.plan, str(plan_path), GPT2_PROFILE, z.cluster)
     timeline = api.simulate(best.plan, ctx.best_profile, z.cluster, record=True)
     render_gantt(timeline, str(png), title=f"{best.planner}: {z.gpt2} on {z.cluster}")
-    write_trace(timeline, str(trace))
+    write_timeline(timeline, str(trace))
     ctx.wrote(plan_path, png, trace)
     p = best.plan
     say(
@@ -199,7 +199,7 @@ def best_plan_files(ctx: DemoContext) -> None:
         f"   {best.planner}: {p.schedule}, {p.num_ranks} stages x {p.pipeline_replicas} pipeline replicas, "
         f"{p.microbatches} microbatches of {p.microbatch_size}; {best.iteration_time:.1f} ms per iteration",
     )
-    say(ctx, f"   plan      {plan_path}\n   timeline  {png}\n   trace     {trace}  (open in https://ui.perfetto.dev)")
+    say(ctx, f"   plan      {plan_path}\n   picture   {png}\n   timeline  {trace}  (open in https://ui.perfetto.dev)")
     if ctx.report is not None:
         ctx.report["best_plan"] = {
             "planner": best.planner,
