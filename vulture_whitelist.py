@@ -9,7 +9,7 @@ from pipeplan.runtime.training.launch import watch_launcher  # named in train's 
 
 _root, show_cluster, show_clusters, show_profile, show_profiles, markov, periodic, replay, core_getattr, watch_launcher
 
-# numpy reads it: `array.flags.writeable = False` makes the link matrices read-only (core/links.py)
+# numpy reads it: `array.flags.writeable = False` makes the link matrices read-only (core/hardware/links.py)
 _ = object()
 _.writeable
 

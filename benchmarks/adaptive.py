@@ -86,7 +86,7 @@ PUBLISHED = (1.04, 1.30)
 
 def plan_instance(profile: str, batch: int, cluster: str, schedule: str = "1f1b") -> Any:
     """pipeplan's plan of `profile` at microbatch size `batch` on `cluster` (MICROBATCHES per pipeline)."""
-    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.planners import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
@@ -124,7 +124,7 @@ def run_instance(job: tuple[str, int, str, int, int, bool, bool]) -> list[dict[s
     wrong model with `perturbed`); one row per trace."""
     from adaptive_traces import FLIP_SLOW, HELD_OUT, held_out_trace
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
     from pipeplan.schedules.kfkb import kfkb
     from pipeplan.sim.engine.simulator import simulate
 

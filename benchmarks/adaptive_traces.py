@@ -41,7 +41,7 @@ def series_trace(name: str, bin_ms: float, links: list[tuple[int, int]], nominal
 def flip_trace(seed: int, fast_ms: float, slow_ms: float, duration_ms: float, links: list[tuple[int, int]]) -> Any:
     """Nominal and FLIP_SLOW in turn from nominal at 0, each phase uniform in 1-2 x its own iteration (fast_ms or
     slow_ms), seeded."""
-    from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 
     rng = random.Random(seed)
     steps, t, slow = [], 0.0, False
@@ -54,7 +54,7 @@ def flip_trace(seed: int, fast_ms: float, slow_ms: float, duration_ms: float, li
 
 def drift_trace(idle_ms: float, reach_ms: float, links: list[tuple[int, int]]) -> Any:
     """From nominal down to DRIFT_FLOOR geometrically over reach_ms, a step every idle_ms / 4, then held."""
-    from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 
     bins = max(1, math.ceil(reach_ms / (idle_ms / 4)))
     steps = [TraceStep(i * reach_ms / bins, link, DRIFT_FLOOR ** (i / bins)) for i in range(1, bins + 1) for link in links]

@@ -48,7 +48,7 @@ def bound_row(row: dict[str, Any], scaling: str, plan_it: bool, known: dict[str,
     """Both bounds of one instance (or `known` ones), with pipeplan's time and plan (planned here when asked)."""
     from pipeplan.planner.bound.over_orders import stage_bound_over_orders
     from pipeplan.planner.bound.shape_bounds import lower_bound
-    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.planners import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 
@@ -171,7 +171,7 @@ def exact_row(seed: int) -> dict[str, Any]:
     from pipeplan.planner.bound.over_orders import stage_bound_over_orders
     from pipeplan.planner.bound.shape_bounds import lower_bound
     from pipeplan.planner.exact import plan_exact
-    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.planners import PLANNERS
     from pipeplan.planner.request import PlanRequest
     from planner_instances import random_cluster, random_profile
 

@@ -72,7 +72,7 @@ def one(kind: str, a: str, b: str, batch: int = BATCH) -> dict[str, Any]:
     """Plan one instance with exact (in this process); times in ms, planning in s."""
     sys.path.insert(0, str(ROOT / "tests"))
     from pipeplan.core.errors import PipeplanError
-    from pipeplan.planner.registry import PLANNERS
+    from pipeplan.planner.planners import PLANNERS
     from pipeplan.planner.request import PlanRequest
 
     if kind == "random":

@@ -26,7 +26,7 @@ PLANNERS = ("pipeplan", "dapple", "pipedream", "balanced")
 
 def run(job: tuple[int, bool]) -> dict[str, Any]:
     """Audit one seeded request."""
-    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.planners import PLANNERS as REGISTRY
     from planner_audit import audit
     from planner_instances import fuzz_request
 

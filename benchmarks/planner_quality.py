@@ -115,7 +115,7 @@ def same_plan_times(plan: Any, request: Any) -> dict[str, float]:
 
 def run_random(seed: int) -> dict[str, Any]:
     """One random instance: exact and pipeplan (and the baselines, for context)."""
-    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.planners import PLANNERS as REGISTRY
     from pipeplan.planner.request import PlanRequest
     from planner_instances import random_cluster, random_profile
 
@@ -371,7 +371,7 @@ def main() -> int:
         randoms = earlier["random"]
     rows.sort(key=lambda r: (clusters.index(r["cluster"]), profiles.index(r["profile"]), r["batch"]))
 
-    from pipeplan.planner.registry import PLANNERS as REGISTRY
+    from pipeplan.planner.planners import PLANNERS as REGISTRY
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.execution.replicas import AllReduceSpan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 from pipeplan.sim.cost.model import CostModel
 

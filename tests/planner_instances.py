@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.units import s_to_ms, us_to_s
 from pipeplan.planner.request import PlanRequest

@@ -9,8 +9,8 @@ from pipeplan.adapt import AdaptiveController, ControllerConfig, IterationObserv
 from pipeplan.adapt.estimate import LinkEstimator, wire_samples
 from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.adapt.runs import run_controller
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.errors import AdaptError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.plan_costs import plan_costs

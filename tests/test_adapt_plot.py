@@ -6,7 +6,7 @@ import pytest
 
 from adapt_cases import replicated_plan
 from pipeplan.adapt import PipelineModel
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.viz.adapt_plot import _bandwidth_steps
 
 

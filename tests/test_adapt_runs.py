@@ -13,7 +13,7 @@ from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, Pip
 from pipeplan.adapt.compare import compare_policies
 from pipeplan.adapt.predict import fitting_ks
 from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.engine.iterations import simulate_iterations

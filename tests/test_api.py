@@ -49,6 +49,32 @@ def test_plan_simulate_and_compare_agree() -> None:
     assert comparison.best is comparison.rows[0]
 
 
+def test_compare_outcome_names_the_profile_and_cluster_as_given() -> None:
+    """PlannerComparison.outcome: the same rows, labelled with the names given (compare --json's shape, no bounds)."""
+    comparison = api.compare(PROFILE, CLUSTER, 256, planners=["pipeplan", "balanced"])
+    obj = comparison.outcome("my-profile.json", "my-cluster").to_json()
+    assert [entry["planner"] for entry in obj["results"]] == ["pipeplan", "balanced"]
+    assert all((entry["profile"], entry["cluster"]) == ("my-profile.json", "my-cluster") for entry in obj["results"])
+    assert comparison.outcome("p", "c").best is comparison.best
+    assert all("lower_bound" not in entry for entry in obj["results"])
+
+
+def test_adapt_plan_runs_every_policy_for_each_iteration() -> None:
+    """adapt_plan: a plan object under a trace object; every policy runs `iterations` iterations, and a plan that is
+    not a Plan is refused by name before any work."""
+    from pipeplan.api.network_traces import markov_trace
+    from pipeplan.api.simulation import adapt_plan
+
+    plan = api.plan(PROFILE, CLUSTER, 256, schedule="1f1b").plan
+    trace = markov_trace(3, 50.0, 50.0, "0.2,0.5", 2_000.0)
+    run = adapt_plan(plan, PROFILE, CLUSTER, trace, 3)
+    assert {"1f1b", "adaptive", "best_static", "oracle"} <= set(run.comparison.policies)
+    assert all(len(policy.k) == 3 for policy in run.comparison.policies.values())
+    assert run.trace is trace and run.pipeline.num_stages == plan.num_ranks
+    with pytest.raises(PlanError, match="plan"):
+        adapt_plan("plan.json", PROFILE, CLUSTER, trace, 3)  # type: ignore[arg-type]
+
+
 def test_simulate_refuses_a_plan_that_does_not_fit() -> None:
     """simulate raises PlanDoesNotFit (a PlanError) naming the device, unless check_memory is off."""
     one_stage = Plan((Stage(0, api.load_profile(PROFILE).num_layers - 1, (0,)),), 1, 1, 256, "1f1b")

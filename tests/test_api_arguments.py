@@ -28,7 +28,7 @@ BAD_VALUES: list[tuple[str, object]] = [
 """Values no argument of the API takes (True aside for a True/False argument)."""
 
 WORK = [
-    ("pipeplan.planner.registry", "run_planner"),
+    ("pipeplan.planner.planners", "run_planner"),
     ("pipeplan.planner.compare", "compare"),
     ("pipeplan.sim.plan_sim", "simulate_plan"),
     ("pipeplan.io.plan_json", "write_plan"),

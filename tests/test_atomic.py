@@ -93,7 +93,7 @@ def _writers() -> dict[str, Callable[[Path], None]]:
     from pipeplan.sim.cost.synthetic import rank_costs
     from pipeplan.viz.gantt import render_gantt
     from pipeplan.viz.heatmap import draw_bandwidth_heatmap
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
 
     schedule = make_schedule("1f1b", 2, 4)
     result = simulate(schedule, rank_costs(schedule, 1.0, 2.0, 0.5, 0.0), record=True)
@@ -103,7 +103,7 @@ def _writers() -> dict[str, Callable[[Path], None]]:
         "plan JSON": lambda p: write_plan(plan, p, "dapple/vgg-19", "v100-8x1"),
         "profile JSON": lambda p: write_profile_json(load_profile("dapple/vgg-19"), p),
         "cluster JSON": lambda p: write_text_atomic(p, cluster_text),
-        "Perfetto trace": lambda p: write_trace(result, str(p)),
+        "Perfetto timeline": lambda p: write_timeline(result, str(p)),
         "timeline PNG": lambda p: render_gantt(result, str(p)),
         "heat map PNG": lambda p: draw_bandwidth_heatmap(load_cluster("v100-8x1"), p),
         "schedule CSV": lambda p: write_schedule_csv(schedule, p),
@@ -169,7 +169,7 @@ def test_a_writer_s_own_error_over_a_full_disk_is_a_full_disk(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("writer", ["plan JSON", "profile JSON", "Perfetto trace", "timeline PNG", "heat map PNG"])
+@pytest.mark.parametrize("writer", ["plan JSON", "profile JSON", "Perfetto timeline", "timeline PNG", "heat map PNG"])
 def test_a_writer_replaces_only_a_file_of_its_kind(writer: str, tmp_path: Path) -> None:
     """Each kind's writer, called from Python (as api.save_plan calls write_plan), refuses to replace a file that is
     not of its kind, untouched, and replaces one it wrote (or an empty one)."""

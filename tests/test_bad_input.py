@@ -31,7 +31,8 @@ CASES: list[tuple[str, list[str], str]] = [
      "planner 'exact' handles at most"),
     # outputs checked before the work
     ("unwritable plan --out", ["plan", *BERT, "--out", "/nonexistent/x.json"], "--out '/nonexistent/x.json'"),
-    ("unwritable simulate --trace", ["simulate", "1f1b", "-p", "4", "-m", "8", "--trace", "/nonexistent/t.json"], "--trace"),
+    ("unwritable simulate --timeline", ["simulate", "1f1b", "-p", "4", "-m", "8", "--timeline", "/nonexistent/t.json"],
+     "--timeline"),
     ("--png with another suffix", ["simulate", "1f1b", "-p", "4", "-m", "8", "--png", "out.xyz"], "must end with .png"),
     ("unwritable profile -o", ["profile", "mlp", "-b", "8", "-o", "/nonexistent/p.json"], "--out '/nonexistent/p.json'"),
     # names: suggestions for typos, every flag's own values
@@ -123,9 +124,9 @@ ISSUE_19_CASES: list[tuple[str, list[str], str]] = [
     # class 2: an output never destroys an input, another output, or what is not a regular file
     ("plan --out is its --profile", ["plan", "--profile", "PROFILE_JSON", "--cluster", "v100-8x1", "--global-batch", "8",
                                      "--out", "PROFILE_JSON"], "is the input --profile"),
-    ("simulate --trace is its --plan", ["simulate", "--plan", "BERT_PLAN", "--trace", "BERT_PLAN"], "is the input --plan"),
-    ("two outputs on one path", ["simulate", "1f1b", "-p", "2", "-m", "4", "--trace", "t.png", "--png", "./t.png"],
-     "--png './t.png' and --trace 't.png' name the same path"),
+    ("simulate --timeline is its --plan", ["simulate", "--plan", "BERT_PLAN", "--timeline", "BERT_PLAN"], "is the input --plan"),
+    ("two outputs on one path", ["simulate", "1f1b", "-p", "2", "-m", "4", "--timeline", "t.png", "--png", "./t.png"],
+     "--png './t.png' and --timeline 't.png' name the same path"),
     ("--trace on a FIFO", ["simulate", "1f1b", "-p", "2", "-m", "4", "--trace", "FIFO"], "is a named pipe (FIFO), not a regular"),
     ("train --trace on a symlink", [*TRAIN_1F1B, "--trace", "LINK"], "is a symbolic link (to "),
     ("demo --out on a file", ["demo", "--out", "BERT_PLAN"], "is a file, not a folder"),

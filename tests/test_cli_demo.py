@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from pipeplan.cli import app
-from pipeplan.cli.demo_manifest import MANIFEST, check_folder, read_manifest
-from pipeplan.cli.demo_run import CASES, FILES, STEPS, compare_schedules
-from pipeplan.cli.demo_steps import DemoSetting
+from pipeplan.cli.demo.demo_manifest import MANIFEST, check_folder, read_manifest
+from pipeplan.cli.demo.demo_run import CASES, FILES, STEPS, compare_schedules
+from pipeplan.cli.demo.demo_steps import DemoSetting
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate, uniform_costs
 from pipeplan.viz.tables import format_ms

@@ -34,11 +34,13 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
     "compare": (["compare", "--profile", "profile.json", "--cluster", "cluster.json", "--global-batch", "8"],
                 {"--png": "best.png"}, ("profile.json", "cluster.json")),
     "simulate --plan": (["simulate", "--plan", "plan.json", "--bandwidth-trace", "bandwidth.json"],
-                        {"--trace": "t.json", "--png": "t.png"}, ("plan.json", "bandwidth.json", "profile.json", "cluster.json")),
+                        {"--timeline": "t.json", "--png": "t.png"},
+                        ("plan.json", "bandwidth.json", "profile.json", "cluster.json")),
     "simulate --plan --profile": (["simulate", "--plan", "plan.json", "--profile", "profile.json", "--cluster",
                                    "cluster.json"], {"--trace": "t.json", "--png": "t.png"},
                                   ("profile.json", "cluster.json", "plan.json")),
-    "simulate FILE": (["simulate", "order.csv", "--bandwidth-trace", "bandwidth.json"], {"--trace": "t.json", "--png": "t.png"},
+    "simulate FILE": (["simulate", "order.csv", "--bandwidth-trace", "bandwidth.json"],
+                      {"--timeline": "t.json", "--png": "t.png"},
                       ("order.csv", "bandwidth.json")),
     "show cluster": (["show", "cluster", "cluster.json"], {"--png": "c.png"}, ("cluster.json",)),
     "profile": (["profile", f"{MODULE}:build", "-b", "8"], {"--out": "p.json"}, (f"{MODULE}.py",)),
@@ -281,7 +283,7 @@ FILE_CASES = [
 
 def _foreign(tmp_path: Path) -> dict[str, bytes]:
     """Files an output must not replace: a model's source, notes, JSON of no pipeplan kind, and each pipeplan kind
-    (a plan, a PNG, a Perfetto trace) where another kind is written."""
+    (a plan, a PNG, a Perfetto timeline) where another kind is written."""
     write_inputs(tmp_path)
     trace = b'{"displayTimeUnit":"ms","otherData":{},"traceEvents":[]}\n'
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
@@ -326,7 +328,7 @@ def test_a_gradients_file_pipeplan_did_not_write_is_refused(tmp_path: Path) -> N
 DISK_FULL = [
     ("plan", "--out"),
     ("compare", "--png"),
-    ("simulate --plan", "--trace"),
+    ("simulate --plan", "--timeline"),
     ("simulate --plan", "--png"),
     ("show cluster", "--png"),
     ("adapt", "--png"),

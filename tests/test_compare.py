@@ -28,7 +28,7 @@ def test_compare_gives_one_row_per_planner_with_failures_as_rows() -> None:
 def test_compare_runs_each_baseline_once_and_pipeplan_seeds_from_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each baseline plans once in a comparison; pipeplan takes their rows as seeds and finds the plan `plan` finds."""
     import pipeplan.planner.baselines as baselines
-    import pipeplan.planner.registry as registry
+    import pipeplan.planner.planners as registry
 
     request = PlanRequest(random_profile(3, 6), random_cluster(3, 4), 16)
     alone = registry.PLANNERS["pipeplan"](request)

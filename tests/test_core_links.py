@@ -1,4 +1,4 @@
-"""Tests of core/links.py: a described cluster's structured matrix answers exactly what its dense matrix does."""
+"""Tests of core/hardware/links.py: a described cluster's structured matrix answers exactly what its dense matrix does."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
-from pipeplan.core.links import DenseLinks, LinkMatrix, NodeLinks
+from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.hardware.links import DenseLinks, LinkMatrix, NodeLinks
 from pipeplan.io.cluster_json import cluster_from_json
 
 

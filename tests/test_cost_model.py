@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, PlanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.presets.resolve import load_cluster
 from pipeplan.sim.cost.model import CostModel

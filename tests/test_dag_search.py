@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.dag import stage_layers
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.selection import search_order
 from pipeplan.sim.plan_sim import simulate_plan

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from file_kinds import snapshot
 from pipeplan.cli import main
-from pipeplan.cli.demo_manifest import MANIFEST, check_folder, digest, read_manifest, record
-from pipeplan.cli.demo_run import FILES
+from pipeplan.cli.demo.demo_manifest import MANIFEST, check_folder, digest, read_manifest, record
+from pipeplan.cli.demo.demo_run import FILES
 from pipeplan.core.errors import OutputError
 
 

@@ -13,7 +13,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound.placed_bounds import placed_bound, schedule_bound
 from pipeplan.planner.exact import SCHEDULES, canonical_tuples, ordered_groups, plan_exact, search_space
 from pipeplan.planner.exact.stages import StageCosts
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits
@@ -137,7 +137,7 @@ def test_exact_honours_a_requested_schedule() -> None:
 
 def test_exact_equals_brute_force_on_twin_devices() -> None:
     """3 identical devices on equal links (all twins), 4 layers, batch 4: skipping twins keeps the brute-force optimum."""
-    from pipeplan.core.cluster import Cluster, Device
+    from pipeplan.core.hardware.cluster import Cluster, Device
 
     gib = float(1 << 30)
     devices = tuple(Device(i, "gpu", 16 * gib, 1.0, 0) for i in range(3))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.planner.exact import plan_exact
 from pipeplan.planner.exact.search import Search
 from pipeplan.planner.exact.symmetry import automorphisms, least_in_orbit

@@ -28,7 +28,7 @@ def _writers() -> dict[FileKind, Callable[[Path], None]]:
     from pipeplan.sim.cost.synthetic import rank_costs
     from pipeplan.sim.trace_gen import periodic_trace
     from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
 
     schedule = make_schedule("1f1b", 2, 4)
     result = simulate(schedule, rank_costs(schedule, 1.0, 2.0, 0.5, 0.0), record=True)
@@ -40,7 +40,7 @@ def _writers() -> dict[FileKind, Callable[[Path], None]]:
         PROFILE: lambda p: write_profile_json(load_profile("dapple/vgg-19"), p),
         CLUSTER: lambda p: write_text_atomic(p, cluster_text),
         BANDWIDTH_TRACE: lambda p: write_bandwidth_trace(trace, p, {}),
-        PERFETTO: lambda p: write_trace(result, str(p)),
+        PERFETTO: lambda p: write_timeline(result, str(p)),
         PNG: lambda p: render_gantt(result, str(p)),
     }
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bound_exact import exact_ms
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.bound.fill_term import fill_term

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models import linear_model
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule

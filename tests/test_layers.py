@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.devices import GPU_SPECS
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.hardware.devices import GPU_SPECS
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
 from pipeplan.sim.cost.layers import OPTIMIZER_TRAFFIC, LayerCosts, StageWork, check_optimizer, check_scaling, interpolate
 

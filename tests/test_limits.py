@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.api.scheduling import parse_numbers
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, CostError, PlanError, ProfileError, ScheduleError, ScheduleTooLargeError
+from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.hardware.links import NodeLinks
 from pipeplan.core.limits import (
     DEVICES,
     LAYERS,
@@ -28,7 +29,6 @@ from pipeplan.core.limits import (
     Limit,
     show,
 )
-from pipeplan.core.links import NodeLinks
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.core.schedule import Action, Schedule
@@ -119,7 +119,7 @@ def test_plans_hold_indices_within_the_limits() -> None:
 
 def test_trace_steps_are_counted_before_they_are_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """A bandwidth trace longer than TRACE_STEPS is refused on its list's length (here with a limit of 3)."""
-    import pipeplan.core.bandwidth_trace as value
+    import pipeplan.core.hardware.bandwidth_trace as value
     import pipeplan.io.bandwidth_trace_json as reader
 
     for module in (value, reader):

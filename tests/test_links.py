@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.sim.cost.flow_sets import boundary_flows, transfer_ms
 from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms, ring_allreduce_terms
 

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.cluster import Cluster, Device
-from pipeplan.core.links import DenseLinks, NodeLinks
+from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.hardware.links import DenseLinks, NodeLinks
 from pipeplan.planner.search.mapping import EXHAUSTIVE_ORDERS, Layout, chain_order, device_orders
 from pipeplan.presets.resolve import load_cluster
 from pipeplan.sim.cost.link_model import link_matrices

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models import default_model, linear_model
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
 from pipeplan.schedules.registry import make_schedule

@@ -322,7 +322,7 @@ def test_train_local_refuses_a_bad_factory_before_any_rank(
     """The API: train_local of a profile whose factory now returns None raises the one-line ProfileError from the
     launcher; no worker starts (nothing on stderr)."""
     from pipeplan.api import profile_model, train_local
-    from pipeplan.core.cluster import Cluster, Device
+    from pipeplan.core.hardware.cluster import Cluster, Device
     from pipeplan.core.plan import Plan, Stage
 
     folder = _models(tmp_path, "api_models_h32")

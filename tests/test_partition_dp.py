@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.candidates import MAX_STAGES, Candidates
 from pipeplan.planner.search.mapping import Layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from bound_exact import exact_ms
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.bound.phase_term import phase_term
 from pipeplan.planner.bound.shape_bounds import ShapeBounds, lower_bound

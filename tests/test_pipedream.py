@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pipedream_cases import case, graph
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.io.profile_json import profile_from_json
 from pipeplan.planner.baselines import pipedream_dp
 from pipeplan.planner.baselines.pipedream import plan_pipedream

@@ -12,7 +12,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound.over_orders import search_orders, stage_bound_over_orders
 from pipeplan.planner.bound.plan_bound import EVERY_PLAN, ONE_STAGE, Bounds
 from pipeplan.planner.bound.shape_bounds import lower_bound
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.plan_sim import simulate_plan

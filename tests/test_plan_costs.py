@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from models import linear_model
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import ClusterError, PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.schedules.plan_schedule import plan_schedule

@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 from cli_runner import run
 from models import linear_model
 from pipeplan.cli import app
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PipeplanError, PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.plan_json import plan_dumps
 from pipeplan.planner.plan_space import divisors
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.selection import plan_pipeplan

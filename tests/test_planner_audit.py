@@ -8,7 +8,7 @@ import re
 import pytest
 
 from pipeplan.core.errors import PlanError
-from pipeplan.planner.registry import PLANNERS as REGISTRY
+from pipeplan.planner.planners import PLANNERS as REGISTRY
 from pipeplan.planner.request import PlanRequest, PlanResult
 from planner_audit import audit
 from planner_instances import fuzz_request

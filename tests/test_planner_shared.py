@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 
 from bound_exact import exact_ms
 from cli_runner import run
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.planner.baselines.layer_groups import merge_layers
 from pipeplan.planner.bound.shape_bounds import lower_bound
 from pipeplan.planner.exact import plan_exact
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.partition_dp import shared_overlap
 from pipeplan.sim.cost.memory import check_fits

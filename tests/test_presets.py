@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.core.devices import DEVICE_KINDS, GPU_SPECS, canonical_kind, gpu_spec
 from pipeplan.core.errors import ClusterError, ProfileError
+from pipeplan.core.hardware.devices import DEVICE_KINDS, GPU_SPECS, canonical_kind, gpu_spec
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.presets.clusters import DGX1_NVLINKS
 from pipeplan.presets.resolve import list_clusters, list_profiles, load_cluster, load_profile

@@ -15,8 +15,8 @@ from torch import nn  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from pipeplan.cli import app, main  # noqa: E402
-from pipeplan.core.devices import GPU_SPECS  # noqa: E402
 from pipeplan.core.errors import ProfileError  # noqa: E402
+from pipeplan.core.hardware.devices import GPU_SPECS  # noqa: E402
 from pipeplan.core.profile import LayerProfile, ModelProfile  # noqa: E402
 from pipeplan.io.profile_json import read_profile_json  # noqa: E402
 from pipeplan.models.specs import resolve_module_spec  # noqa: E402

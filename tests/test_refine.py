@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.presets.resolve import load_cluster
 

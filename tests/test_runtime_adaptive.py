@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.plan import Plan
 from pipeplan.runtime.execution.executor import StepRecord
 from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import (
     EmulatedLinks,

@@ -129,7 +129,7 @@ def test_fit_messages_recovers_the_message_costs_that_made_the_steps(overhead_us
     fit back to those two values: GPipe and 1F1B runs tell them apart."""
     import dataclasses
 
-    from pipeplan.core.cluster import Cluster, Device
+    from pipeplan.core.hardware.cluster import Cluster, Device
     from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
     from pipeplan.runtime.measurement.calibrate import Run, fit_messages, pipeline_plans
     from pipeplan.sim.cost.model import CostModel

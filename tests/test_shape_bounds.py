@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bound_exact import exact_ms
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.bound.shape_bounds import lower_bound
 from pipeplan.planner.plan_space import shapes
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.plan_sim import simulate_plan

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models import linear_model
-from pipeplan.core.cluster import Cluster, Device
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup
 from pipeplan.sim.cost.memory import check_fits, memory_per_device

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.errors import CostError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.schedule import Schedule
 from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json, bandwidth_trace_to_json, read_bandwidth_trace
 from pipeplan.schedules import make_schedule

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeplan.core.cluster import Cluster, Device
-from pipeplan.core.devices import kind_of_device_name
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.hardware.devices import kind_of_device_name
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.io.cluster_json import cluster_from_json
 from pipeplan.presets.resolve import load_cluster, load_profile

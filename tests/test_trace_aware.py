@@ -10,7 +10,7 @@ import pytest
 
 from adapt_cases import bert_plan
 from cli_runner import run
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.planner.search.trace_aware import MAX_ITERATIONS, MIN_ITERATIONS, iterations_to_cover, rescore, score_under_trace
 from pipeplan.sim.plan_sim import simulate_plan
 
@@ -66,7 +66,7 @@ def test_trace_iterations_beyond_the_work_limit_are_refused_before_planning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """plan --trace-iterations 1,000,000,000: priced with the smallest finalists and refused before the planner runs."""
-    import pipeplan.planner.registry as registry
+    import pipeplan.planner.planners as registry
 
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps([{"t_ms": 10, "link": "all", "factor": 0.5}]))

@@ -1,4 +1,4 @@
-"""Tests of viz: the Gantt PNG, the Perfetto trace and the rich tables, on hand-built results."""
+"""Tests of viz: the Gantt PNG, the Perfetto timeline and the rich tables, on hand-built results."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from pipeplan.sim.result import ComputeSpan, RankStats, SimResult, TransferSpan
 from pipeplan.viz.gantt import figure_size, render_gantt
-from pipeplan.viz.perfetto import trace_events, write_trace
+from pipeplan.viz.perfetto import timeline_events, write_timeline
 from pipeplan.viz.tables import comparison_table, format_bytes, rank_table, summary_table, wide_console
 
 
@@ -119,7 +119,7 @@ def test_gantt_handles_split_backward_and_chunks(tmp_path: Path) -> None:
 def test_trace_has_one_complete_event_per_action_with_exact_times() -> None:
     """Every compute span becomes one "X" event named like 2F0 with ts/dur in microseconds."""
     result = two_rank_result()
-    trace = trace_events(result)
+    trace = timeline_events(result)
     assert trace["displayTimeUnit"] == "ms"
     compute = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
     assert len(compute) == len(result.compute)
@@ -134,7 +134,7 @@ def test_trace_has_one_complete_event_per_action_with_exact_times() -> None:
 
 def test_trace_puts_transfers_on_the_senders_send_thread() -> None:
     """Transfers are complete events on thread 1 of the sending rank, with their endpoints in args."""
-    trace = trace_events(two_rank_result())
+    trace = timeline_events(two_rank_result())
     sends = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
     assert [(e["pid"], e["name"], e["ts"], e["dur"]) for e in sends] == [
         (0, "act 0->1 mb0", 1000.0, 500.0),
@@ -147,7 +147,7 @@ def test_trace_puts_transfers_on_the_senders_send_thread() -> None:
 
 def test_trace_names_each_rank_process_and_its_threads() -> None:
     """Metadata events name process r "rank r" and its threads "compute" and "send"."""
-    meta = [e for e in trace_events(two_rank_result())["traceEvents"] if e["ph"] == "M"]
+    meta = [e for e in timeline_events(two_rank_result())["traceEvents"] if e["ph"] == "M"]
     names = {(e["pid"], e.get("tid"), e["name"]): e["args"] for e in meta}
     assert names[(1, None, "process_name")] == {"name": "rank 1"}
     assert names[(0, 0, "thread_name")] == {"name": "compute"}
@@ -158,17 +158,17 @@ def test_trace_leaves_out_transfers_that_take_no_time() -> None:
     """With zero-duration transfers there is no send thread and no transfer event."""
     result = two_rank_result()
     instant = tuple(t._replace(end_ms=t.start_ms) for t in result.transfers)
-    events = trace_events(dataclasses.replace(result, transfers=instant))
+    events = timeline_events(dataclasses.replace(result, transfers=instant))
     assert all(e.get("tid") != 1 for e in events["traceEvents"])
 
 
-def test_write_trace_is_loadable_and_deterministic(tmp_path: Path) -> None:
-    """The trace file is JSON equal to trace_events, and byte-identical across writes."""
+def test_write_timeline_is_loadable_and_deterministic(tmp_path: Path) -> None:
+    """The trace file is JSON equal to timeline_events, and byte-identical across writes."""
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    write_trace(two_rank_result(), str(a))
-    write_trace(two_rank_result(), str(b))
+    write_timeline(two_rank_result(), str(a))
+    write_timeline(two_rank_result(), str(b))
     assert a.read_bytes() == b.read_bytes()
-    assert json.loads(a.read_text()) == trace_events(two_rank_result())
+    assert json.loads(a.read_text()) == timeline_events(two_rank_result())
 
 
 def test_format_bytes_uses_binary_prefixes() -> None:

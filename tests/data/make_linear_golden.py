@@ -16,7 +16,7 @@ from pipeplan.sim.plan_costs import memory_per_device, simulate_plan
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.io.plan_json import plan_to_json
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from planner_instances import fuzz_request

@@ -11,8 +11,8 @@ from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import stage_peak_bytes
 from pipeplan.adapt.runs import PolicyRun, run_controller, run_fixed, run_oracle
-from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.work import Run, kfkb_events
 from pipeplan.schedules.kfkb import kfkb
 

@@ -14,8 +14,8 @@ from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEsti
 from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
-from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.model import CostModel
 

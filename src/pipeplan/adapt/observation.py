@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from pipeplan.core.errors import AdaptError
-from pipeplan.core.links import Link, is_link
+from pipeplan.core.hardware.links import Link, is_link
 
 
 def _check_time(field: str, value: object) -> float:

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeplan.adapt.observation import Link
-from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError, CostError
-from pipeplan.core.links import is_link
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.links import is_link
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs, Flow, StageCost, ring_links

@@ -10,7 +10,7 @@ from typing import Any
 from pipeplan.adapt.controller import AdaptiveController, Decision
 from pipeplan.adapt.observation import Collective, IterationObservation, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
-from pipeplan.core.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.engine.iterations import IterationRun, Reuse, allreduce_durations, peak_bytes, simulate_iterations
 from pipeplan.sim.engine.program import Program, compile_schedule

@@ -6,7 +6,7 @@ error the CLI prints (core.errors), in one line naming the argument and the valu
 
 Modules: arguments (a profile or cluster as a value, path or name; shared checks), planning (plan_request,
 run_planner, plan, compare; plan_outcome, compare_outcome: what `plan` and `compare` print), simulation (simulate;
-simulate_plan_file, adapt_policies), scheduling (schedule_of, simulate_schedule: `schedule`, `simulate NAME`),
+simulate_plan_file, adapt_policies, adapt_plan), scheduling (schedule_of, simulate_schedule: `schedule`, `simulate NAME`),
 catalog (the built-in profiles and clusters), saving (save_plan, save_profile), modules (a torch model:
 profile_model, stage_modules, pipeline), local (local processes: probe_local, train_local), distributed (your own
 training script on N processes: load_plan, distribute), training (the `train` command wired once: train, with

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PipeplanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.io.file_kinds import FileKind

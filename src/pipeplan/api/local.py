@@ -25,8 +25,8 @@ from pipeplan.api.arguments import (
 )
 from pipeplan.api.data_checks import DATA_SPEC, LOSS_SPEC, check_user_data, user_dataset
 from pipeplan.api.simulation import simulate
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError, TrainConfigError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import TIMEOUT_S
 from pipeplan.core.model_source import USER_DATA
 from pipeplan.core.plan import Plan
@@ -239,3 +239,11 @@ def _check_job(processes: int, optimizer: object) -> None:
         check_local(processes)
     except TrainConfigError as exc:
         raise TrainConfigError(str(exc).replace("--local", "nprocs", 1)) from None
+
+
+def job_speaks(line: str) -> bool:
+    """Whether this process of a torchrun or --local job is the one that says `line`, an error every rank meets
+    (runtime.training.error_once.speaks, through the job's store): the CLI's one line per job, not one per rank."""
+    from pipeplan.runtime.training.error_once import speaks
+
+    return speaks(line)

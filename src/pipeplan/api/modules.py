@@ -53,7 +53,7 @@ def profile_model(
         Raises:
             ProfileError: naming the bad argument and its value.
     """
-    from pipeplan.core.devices import GPU_SPECS
+    from pipeplan.core.hardware.devices import GPU_SPECS
     from pipeplan.core.limits import BATCH, ROUNDS, THREADS
     from pipeplan.core.precision import PRECISIONS, PROFILE_DTYPES, check_profile_numerics
     from pipeplan.models.datasets import DATASETS

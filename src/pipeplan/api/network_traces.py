@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pipeplan.core.errors import CostError
 
 if TYPE_CHECKING:
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
-    from pipeplan.core.links import Link
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.links import Link
 
 
 def trace_links(text: str, cluster: str | None = None) -> list[Link] | None:

@@ -15,7 +15,7 @@ absent with an existing parent.
 
 The guard lives below the command line so that the API's writers (save_plan, save_profile, probe_local's out) pass
 it too. Which options of a command are inputs and which outputs is declared once per command, in
-cli.file_options; cli.outputs.check_files reads the values the command was given from the command line's context
+cli.file_options; cli.declared_files.check_files reads the values the command was given from the command line's context
 and runs this guard.
 """
 

@@ -20,8 +20,8 @@ from pipeplan.api.arguments import (
     load_cluster,
     profile_of,
 )
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 
 if TYPE_CHECKING:
@@ -115,13 +115,13 @@ def run_planner(planner: str, request: PlanRequest, progress: Progress | None = 
     Raises:
         PlanError: naming an unknown planner, or why no plan fits.
     """
-    from pipeplan.planner import registry
+    from pipeplan.planner import planners
     from pipeplan.planner.request import PlanRequest
 
-    check(PlanError, {"planner": (planner, Choice(tuple(sorted(registry.PLANNERS)))),
+    check(PlanError, {"planner": (planner, Choice(tuple(sorted(planners.PLANNERS)))),
                       "request": (request, Instance((PlanRequest,), "a PlanRequest (plan_request's)")),
                       "progress": (progress, PROGRESS)})  # fmt: skip
-    return registry.run_planner(planner, request, progress)
+    return planners.run_planner(planner, request, progress)
 
 
 def plan(
@@ -141,9 +141,9 @@ def plan(
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value, or why no plan fits.
     """
-    from pipeplan.planner import registry
+    from pipeplan.planner import planners
 
-    check(PlanError, {"planner": (planner, Choice(tuple(sorted(registry.PLANNERS)))), "progress": (progress, PROGRESS)})
+    check(PlanError, {"planner": (planner, Choice(tuple(sorted(planners.PLANNERS)))), "progress": (progress, PROGRESS)})
     _check_option_names(options)
     return run_planner(planner, plan_request(profile, cluster, global_batch, **options), progress)
 
@@ -175,6 +175,12 @@ class PlannerComparison:
         from pipeplan.planner.compare import best_row
 
         return best_row(self.rows)
+
+    def outcome(self, profile: str, cluster: str) -> ComparisonOutcome:
+        """These rows as `compare` prints them, naming the profile and cluster as `profile` and `cluster` (no bounds)."""
+        from pipeplan.planner.compare import Comparison
+
+        return ComparisonOutcome(Comparison(profile, cluster, self.request.profile.name, self.request, self.rows))
 
 
 def compare(
@@ -251,7 +257,7 @@ def plan_outcome(
         PlanError, ProfileError, ClusterError, CostError: naming the bad argument (by its label) and its value,
             before planning; or why no plan fits.
     """
-    from pipeplan.planner import registry
+    from pipeplan.planner import planners
     from pipeplan.schedules.registry import no_k_to_adapt
 
     label = {n: options.labels.get(n, n) for n in ("trace_iterations", "bandwidth_trace", "memory_budget", "adaptive")}
@@ -282,7 +288,7 @@ def plan_outcome(
         trace.check_devices(machines.num_devices, f"cluster {cluster}")
     schedule = "kfkb" if adaptive else options.schedule
     request = request_of(model, machines, global_batch, dataclasses.replace(options, schedule=schedule), checked=True)
-    result = registry.run_planner(planner, request, progress)
+    result = planners.run_planner(planner, request, progress)
     scores = idle = None
     if trace is not None:
         from pipeplan.planner.search.trace_aware import choose_under_trace

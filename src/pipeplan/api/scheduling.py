@@ -115,8 +115,8 @@ def stage_values(flag: str, text: str | None, schedule: Schedule, per_boundary: 
     return values
 
 
-def check_timeline(actions: int, what: str, hint: str = "leave out --png and --trace") -> None:
-    """Refuse a timeline (--png, --trace, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
+def check_timeline(actions: int, what: str, hint: str = "leave out --png and --timeline") -> None:
+    """Refuse a timeline (--png, --timeline, pipemare's steady state) of more actions than core.limits.TIMELINE_ACTIONS,
     before the simulation."""
     from pipeplan.core.errors import ScheduleTooLargeError
     from pipeplan.core.limits import TIMELINE_ACTIONS
@@ -138,8 +138,8 @@ def check_iteration_count(iterations: int | None) -> None:
 def check_iterations(what: str, iterations: int, events: int, trace: object) -> None:
     """Refuse `--iterations` of a schedule of `events` per iteration under `trace` when its simulation would cost more
     than core.limits allows (core.work), before any is simulated."""
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
     from pipeplan.core.errors import ScheduleTooLargeError
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.core.work import check_iterations as check
     from pipeplan.sim.engine.iterations import trace_changes
 
@@ -266,7 +266,7 @@ def _simulated(
 ) -> ScheduleRun:
     """`schedule` priced with the costs' text and simulated: pipemare with its steady state, any other once, and with
     `iterations` that many back to back on the trace's clock (priced first unless already)."""
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.sim import simulate, uniform_costs
 
     text = {flag: costs.get(flag) if costs.get(flag) is not None else DEFAULTS.get(flag) for flag in COST_FLAGS}

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.api.arguments import PLAN, Flag, Instance, check, check_sources, cost_arguments, load_cluster, load_profile
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pipeplan.adapt.compare import AdaptComparison
     from pipeplan.adapt.decision import ControllerConfig
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.sim.engine.iterations import IterationRun
     from pipeplan.sim.result import SimResult
 
@@ -39,14 +39,15 @@ def simulate(
 ) -> SimResult:
     """Simulate one iteration of `plan` on `profile` and `cluster` (`pipeplan simulate --plan`).
 
-    `bandwidth_trace` is a core.bandwidth_trace.BandwidthTrace (or None); `record` keeps every action's span (for timelines).
+    `bandwidth_trace` is a core.hardware.bandwidth_trace.BandwidthTrace (or None); `record` keeps every action's span
+    (for timelines).
 
     Raises:
         PlanError: `plan` is not a Plan, or does not match the profile or cluster.
         PlanDoesNotFit: with `check_memory`, a device cannot hold its stages.
         ProfileError: naming batch_scaling or optimizer and the value.
     """
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.sim.cost.memory import check_fits
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.cost.plan_costs import check_plan_matches
@@ -121,7 +122,7 @@ def simulate_plan_file(
     """
     from pipeplan.api.arguments import profile_of
     from pipeplan.api.scheduling import check_iteration_count, check_iterations, check_timeline
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
     from pipeplan.presets.resolve import load_plan
     from pipeplan.sim.cost.layers import check_optimizer, check_scaling
@@ -216,6 +217,26 @@ def adapt_policies(
     check_fits(the_plan, model)
     config = _controller_config(the_plan, plan_path, pipeline, memory_budget, base)
     return AdaptRun(compare_policies(pipeline, trace, iterations, config, flag="--iterations"), pipeline, trace)
+
+
+def adapt_plan(
+    plan: Plan, profile: ModelProfile | str, cluster: Cluster | str, trace: BandwidthTrace, iterations: int
+) -> AdaptRun:
+    """The adaptive controller (its default setting: each device's memory limit), fixed 1F1B, GPipe, every fixed k and
+    the oracle on `plan` under `trace`, priced on `profile` and `cluster` (the demo's Ada-Grouper step).
+
+    Raises:
+        PlanError: `plan` is not a Plan; ProfileError, ClusterError: a bad profile or cluster.
+        AdaptError: iterations below 1 or more than core.limits allows.
+    """
+    from pipeplan.adapt.compare import compare_policies
+    from pipeplan.adapt.pipeline import PipelineModel
+    from pipeplan.sim.cost.model import CostModel
+
+    check(PlanError, {"plan": (plan, PLAN)})
+    check_sources(profile, cluster)
+    pipeline = PipelineModel.from_plan(plan, CostModel.build(load_profile(profile), load_cluster(cluster)), trace)
+    return AdaptRun(compare_policies(pipeline, trace, iterations), pipeline, trace)
 
 
 def _check_trace_links(trace: BandwidthTrace, pipeline: PipelineModel, devices: int, cluster: str) -> None:

@@ -9,7 +9,6 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from pipeplan.cli import (
     adapt_cmd,
-    demo_cmd,
     plan_cmd,
     probe_cmd,
     profile_cmd,
@@ -19,6 +18,7 @@ from pipeplan.cli import (
     trace_cmd,
     train_cmd,
 )
+from pipeplan.cli.demo import demo_cmd
 from pipeplan.core.errors import PipeplanError
 
 app = typer.Typer(
@@ -55,9 +55,9 @@ def _fail(message: str, code: int = 2) -> None:
     """Print an error on stderr (first line prefixed) and exit with `code` (2: a refusal, before any work)."""
     first, *rest = message.splitlines() or [""]
     if _in_job():  # a process of torchrun or --local: the same refusal is said once for the job, not once a rank
-        from pipeplan.runtime.training.error_once import speaks
+        from pipeplan.api.local import job_speaks
 
-        if not speaks(f"error: {first}"):
+        if not job_speaks(f"error: {first}"):
             sys.exit(code)
     print(f"error: {first}", file=sys.stderr)
     for line in rest:

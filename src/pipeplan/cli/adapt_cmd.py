@@ -34,7 +34,7 @@ def adapt(
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Run the adaptive controller, fixed 1F1B, GPipe, every fixed k and the oracle under one bandwidth trace."""
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     given = parse_budget("--memory-budget", memory_budget)

@@ -1,5 +1,5 @@
 """Which options of each command name files it reads and which name files it writes (and of what kind): one
-declaration per command, read by the one output guard (cli.outputs.check_files) before the command does any work.
+declaration per command, read by the one output guard (cli.declared_files.check_files) before the command does any work.
 
 An option is named as on the command line (`--out`), an argument by its name in capitals (`NAME`, `MODULE_SPEC`).
 tests/test_cli_file_options.py walks the typer app: every option that takes text must be declared here or listed
@@ -24,7 +24,7 @@ from pipeplan.io.file_kinds import (
 )
 
 DEMO_FOLDER = FileKind("demo folder", folder=True)
-"""demo --out: a folder; the files in it are checked against the demo's manifest (cli.demo_manifest)."""
+"""demo --out: a folder; the files in it are checked against the demo's manifest (cli.demo.demo_manifest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "schedule": CommandFiles(inputs=("NAME",)),
     "simulate": CommandFiles(
         inputs=("NAME", "--plan", "--profile", "--cluster", "--bandwidth-trace"),
-        outputs={"--trace": PERFETTO, "--png": PNG},
+        outputs={"--timeline": PERFETTO, "--trace": PERFETTO, "--png": PNG},
         plans=("--plan",),
     ),
     "show profile": CommandFiles(inputs=("SPEC",)),

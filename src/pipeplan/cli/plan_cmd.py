@@ -73,7 +73,7 @@ def plan(
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
     from pipeplan.io.plan_json import write_plan
     from pipeplan.viz.plan_tables import plan_summary, stage_table
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
@@ -130,7 +130,7 @@ def compare(
     bound: bool = BOUND,
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None

@@ -33,7 +33,7 @@ def probe(
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.api.probing import check_probe_options, launch_probe, probe_model, probe_process
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_probe_options(steps, rounds, threads, optimizer, local, timeout)
     check_files()

@@ -71,8 +71,8 @@ def profile(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar and no table."),
 ) -> None:
     """Profile MODULE_SPEC at several batch sizes: per-layer forward/backward/I/W ms, bytes, FLOPs, optimizer steps."""
+    from pipeplan.cli.declared_files import check_files
     from pipeplan.cli.flags import parse_int_list
-    from pipeplan.cli.outputs import check_files
     from pipeplan.core.precision import check_profile_numerics
 
     check_profile_numerics(dtype, precision, project_to is not None, ("--dtype", "--precision"), "--project-to")

@@ -49,7 +49,7 @@ def show_cluster(
 ) -> None:
     """Devices of a cluster and the bandwidth and latency between them."""
     from pipeplan.api.arguments import load_cluster
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
     from pipeplan.viz.inventory import MATRIX_MAX_DEVICES, bandwidth_matrix_table, devices_table, link_classes_table
 
     check_files()

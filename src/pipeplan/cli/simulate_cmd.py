@@ -3,13 +3,22 @@ file (api.simulation.simulate_plan_file); print the result and write the timelin
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import typer
 
 from pipeplan.api.scheduling import ASYNCHRONOUS_NAMES, GENERATORS_TEXT, SCHEDULE_NAMES, ScheduleRun, simulate_schedule
 from pipeplan.api.simulation import simulate_plan_file
 from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, refuse_sizes_for_file
-from pipeplan.core.errors import PlanError, ScheduleError
+from pipeplan.core.errors import OutputError, PlanError, ScheduleError
 from pipeplan.viz.json_print import print_json
+
+
+class Timeline(NamedTuple):
+    """Where --timeline (or its old name --trace, which still prints "trace") writes the Perfetto timeline."""
+
+    path: str
+    word: str
 
 
 def simulate(
@@ -32,7 +41,10 @@ def simulate(
     k: int = typer.Option(1, "--k", help="Group size k for kfkb."),
     chunks: int = typer.Option(1, "--chunks", "-v", help="Chunks v per rank for interleaved-1f1b."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    trace_out: str | None = typer.Option(None, "--trace", help="Write a Perfetto/Chrome trace JSON here."),
+    timeline_out: str | None = typer.Option(
+        None, "--timeline", help="Write the timeline here as Perfetto/Chrome trace-event JSON (open in ui.perfetto.dev)."
+    ),
+    trace_out: str | None = typer.Option(None, "--trace", hidden=True, help="Deprecated: the old name of --timeline."),
     png_out: str | None = typer.Option(None, "--png", help="Write a timeline PNG here."),
     bandwidth_trace: str | None = typer.Option(None, "--bandwidth-trace", help="Bandwidth trace JSON (link factors over time)."),
     plan: str | None = typer.Option(None, "--plan", help="Simulate this plan file instead of a named schedule."),
@@ -55,10 +67,16 @@ def simulate(
         "--bwd-input": bwd_input,
         "--bwd-weight": bwd_weight,
     }
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
+    if timeline_out is not None and trace_out is not None:
+        raise OutputError(
+            f"--trace is the old name of --timeline; give one of them (got --timeline {timeline_out!r} and --trace {trace_out!r})"
+        )
     check_files()
-    record = trace_out is not None or png_out is not None
+    timeline = Timeline(timeline_out, "timeline") if timeline_out is not None else None
+    timeline = Timeline(trace_out, "trace") if trace_out is not None else timeline
+    record = timeline is not None or png_out is not None
     if plan is not None:
         given = [flag for flag, value in costs_text.items() if value is not None]
         given += [flag for flag, value in (("--stages", stages), ("--microbatches", microbatches)) if value is not None]
@@ -72,7 +90,7 @@ def simulate(
         result, run = simulate_plan_file(plan, profile, cluster, bandwidth_trace, record, batch_scaling or "auto",
                                          optimizer or "adam", check_memory=not ignore_memory,
                                          profile_batch_size=profile_batch_size, iterations=iterations)  # fmt: skip
-        report(ScheduleRun(result, f"plan {plan} ({result.schedule_name})", None, run), as_json, trace_out, png_out)
+        report(ScheduleRun(result, f"plan {plan} ({result.schedule_name})", None, run), as_json, timeline, png_out)
         return
     if name is None:
         raise ScheduleError(f"simulate needs a schedule NAME ({GENERATORS_TEXT}) or --plan FILE")
@@ -84,11 +102,12 @@ def simulate(
     refuse_sizes_for_file(name, stages, microbatches, k, chunks)
     simulated = simulate_schedule(name, stages, microbatches, costs_text, k=k, chunks=chunks, bandwidth_trace=bandwidth_trace,
                                   record=record, minibatches=minibatches, iterations=iterations)  # fmt: skip
-    report(simulated, as_json, trace_out, png_out)
+    report(simulated, as_json, timeline, png_out)
 
 
-def report(simulated: ScheduleRun, as_json: bool, trace_out: str | None, png_out: str | None) -> None:
-    """Print the result (table or JSON) and write the requested trace and PNG (each module imported only when used)."""
+def report(simulated: ScheduleRun, as_json: bool, timeline: Timeline | None, png_out: str | None) -> None:
+    """Print the result (table or JSON) and write the requested Perfetto timeline and PNG (each module imported only
+    when used)."""
     result, title, steady, run = simulated.result, simulated.title, simulated.steady, simulated.run
     if as_json:
         extra = {"pipemare": steady.to_json()} if steady is not None else {}
@@ -112,11 +131,11 @@ def report(simulated: ScheduleRun, as_json: bool, trace_out: str | None, png_out
                 f"{max(run.peak_bytes):.6g} bytes (--json lists each)"
             )
     # With --json, stdout holds exactly the JSON object; file notes go to stderr.
-    if trace_out is not None:
-        from pipeplan.viz.perfetto import write_trace
+    if timeline is not None:
+        from pipeplan.viz.perfetto import write_timeline
 
-        write_trace(result, trace_out)
-        typer.echo(f"wrote Perfetto trace {trace_out} (open in ui.perfetto.dev)", err=as_json)
+        write_timeline(result, timeline.path)
+        typer.echo(f"wrote Perfetto {timeline.word} {timeline.path} (open in ui.perfetto.dev)", err=as_json)
     if png_out is not None:
         from pipeplan.viz.gantt import render_gantt
 

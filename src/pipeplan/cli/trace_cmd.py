@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from pipeplan.core.bandwidth_trace import BandwidthTrace
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 
 trace_app = typer.Typer(
     name="trace",
@@ -47,7 +47,7 @@ def periodic(
 ) -> None:
     """Preemption that repeats: each period begins with duty x period at the slowed factor."""
     from pipeplan.api.network_traces import periodic_trace  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     _say(periodic_trace(period_ms, duty, factor, duration_ms, links=links, cluster=cluster, start_ms=start_ms, out=out), out)
@@ -66,7 +66,7 @@ def markov(
 ) -> None:
     """Seeded on/off preemption bursts (a two-state Markov process) with a random factor per burst."""
     from pipeplan.api.network_traces import markov_trace  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     trace = markov_trace(seed, mean_slow_ms, mean_fast_ms, factor_range, duration_ms, links=links, cluster=cluster, out=out)
@@ -86,7 +86,7 @@ def replay(
 ) -> None:
     """A measured throughput series replayed as factors value / nominal, clipped to [min, max]."""
     from pipeplan.api.network_traces import replay_trace  # not at the top: `pipeplan --help` imports no numpy
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
 
     check_files()
     trace = replay_trace(series, nominal, time_scale=time_scale, links=links, cluster=cluster, min_factor=min_factor,

@@ -9,8 +9,8 @@ import typer
 
 from pipeplan.api import training
 from pipeplan.api.training import SCHEDULE_NAMES, TrainFlags, TrainHooks
+from pipeplan.cli.declared_files import check_files
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, parse_budget, refuse_sizes_for_file
-from pipeplan.cli.outputs import check_files
 from pipeplan.cli.profile_cmd import parse_options
 from pipeplan.cli.train_report import report_results
 

@@ -41,9 +41,9 @@ def report_results(report: Any, trace: str | None, png: str | None, as_json: boo
 def write_timeline(report: Any, flag: str, path: str) -> None:
     """Write the measured timeline as a Perfetto trace (--trace) or a PNG (--png), whole or not at all."""
     if flag == "--trace":
-        from pipeplan.viz.perfetto import write_trace
+        from pipeplan.viz.perfetto import write_timeline
 
-        write_trace(report.timeline, path)
+        write_timeline(report.timeline, path)
     else:
         from pipeplan.viz.gantt import render_gantt
 

@@ -43,7 +43,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("Cluster", "Device"):
-        from pipeplan.core import cluster
+        from pipeplan.core.hardware import cluster
 
         return getattr(cluster, name)
     raise AttributeError(f"module 'pipeplan.core' has no attribute {name!r}")

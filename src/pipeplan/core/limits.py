@@ -102,7 +102,7 @@ MODEL_BYTES = Limit(
 TIMELINE_ACTIONS = Limit(
     1_000_000,
     "actions",
-    "a timeline (--png, --trace, pipemare's steady state) keeps every action and draws or writes each: 1,000,000 take "
+    "a timeline (--png, --timeline, pipemare's steady state) keeps every action and draws or writes each: 1,000,000 take "
     "about 25 s and 1.4 GB",
 )
 BATCH = Limit(

@@ -4,7 +4,7 @@ plan, adapt and train take) and written (`write_bandwidth_trace`, what `pipeplan
 A file is a JSON list of steps {"t_ms", "link": [a, b] | "all", "factor"}
 sorted by t_ms, or an object {"format", "generator", "steps"} (the generator:
 how `pipeplan trace` made it, read and ignored). The value is
-core.bandwidth_trace.BandwidthTrace.
+core.hardware.bandwidth_trace.BandwidthTrace.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep, check_step
 from pipeplan.core.errors import CostError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep, check_step
+from pipeplan.core.hardware.links import Link
 from pipeplan.core.limits import TRACE_STEPS
-from pipeplan.core.links import Link
 from pipeplan.io.json_fields import load_json_file
 
 TRACE_FORMAT = "pipeplan.bandwidth_trace/1"

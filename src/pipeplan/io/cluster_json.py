@@ -8,7 +8,7 @@ Note:
     Matrix form gives every ordered pair (any topology, asymmetric allowed).
     Description form (nodes x GPUs per node, one intra- and one inter-node
     rate, a shared per-node NIC, per-pair overrides) keeps that structure in
-    memory (core.links.NodeLinks: two values and the overridden pairs, not
+    memory (core.hardware.links.NodeLinks: two values and the overridden pairs, not
     n^2 entries), so 16,384 GPUs load at once and take kilobytes. An override
     sets the ordered pair a->b only; give [b, a] too for both directions.
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster, Device
-from pipeplan.core.devices import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.hardware.devices import CPU_KIND, GENERIC_KIND, canonical_kind, device_spec, speed_scale
+from pipeplan.core.hardware.links import LinkMatrix, NodeLinks
 from pipeplan.core.limits import DEVICES, MAX_BYTES, MAX_BYTES_PER_S, MAX_LATENCY_MS, MAX_SPEED, MIN_BYTES_PER_S, MIN_SPEED, Limit
-from pipeplan.core.links import LinkMatrix, NodeLinks
 from pipeplan.core.units import (
     BYTES_PER_GB,
     BYTES_PER_GIB,

@@ -4,7 +4,7 @@ Note:
     pipeplan replaces an existing file only when it is one pipeplan wrote, of
     the same kind (or an empty file, which holds nothing to lose): a JSON file
     whose "format" is `pipeplan.<kind>/N`, a PNG by its eight magic bytes, a
-    Perfetto trace by the opening pipeplan writes (`{"displayTimeUnit":"ms",
+    Perfetto timeline by the opening pipeplan writes (`{"displayTimeUnit":"ms",
     "otherData":{` ... `"traceEvents":[`). Anything else (a model's source, a
     user's notes, a trace of another tool) is refused, so a slip of `-o` can
     never destroy it. The format key is looked for in the first
@@ -28,7 +28,7 @@ SCAN_BYTES = 1 << 28
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 """The first eight bytes of every PNG file."""
 PERFETTO_OPENING = b'{"displayTimeUnit":"ms","otherData":{'
-"""How every Perfetto trace pipeplan writes begins (viz.perfetto: sorted keys, compact separators)."""
+"""How every Perfetto timeline pipeplan writes begins (viz.perfetto: sorted keys, compact separators)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ PLAN = FileKind("plan file", (".json",), json_format="pipeplan.plan/")
 PROFILE = FileKind("profile", (".json",), json_format="pipeplan.profile/")
 CLUSTER = FileKind("cluster file", (".json",), json_format="pipeplan.cluster/")
 BANDWIDTH_TRACE = FileKind("bandwidth trace", (".json",), json_format="pipeplan.bandwidth_trace/")
-PERFETTO = FileKind("Perfetto trace", (".json",), opening=PERFETTO_OPENING, contains=b'"traceEvents":[')
+PERFETTO = FileKind("Perfetto timeline", (".json",), opening=PERFETTO_OPENING, contains=b'"traceEvents":[')
 PNG = FileKind("PNG image", (".png",), opening=PNG_MAGIC)
 FOLDER = FileKind("folder", folder=True)
 GRADS_FILE = FileKind("gradients file (torch.save's zip)", (".pt",), opening=b"PK\x03\x04")

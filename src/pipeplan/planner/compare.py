@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.planner.registry import PLANNERS
+from pipeplan.planner.planners import PLANNERS
 from pipeplan.planner.request import Planner, PlanRequest, PlanResult
 
 BASELINES = ("dapple", "pipedream", "balanced")

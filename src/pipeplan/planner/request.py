@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from pipeplan.core.checks import check_positive_int
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import stage_layers
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
@@ -175,7 +175,7 @@ Progress = Callable[[str, float], None]
 """Called with (message, fraction of the current phase) while a planner works."""
 
 Planner = Callable[..., PlanResult]
-"""A planner: planner(request, progress=None) -> PlanResult (planner.registry holds them by name); pipeplan's also
+"""A planner: planner(request, progress=None) -> PlanResult (planner.planners holds them by name); pipeplan's also
 takes baselines= (planner.compare)."""
 
 

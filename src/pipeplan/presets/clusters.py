@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipeplan.core.devices import GPU_SPECS
+from pipeplan.core.hardware.devices import GPU_SPECS
 
 V100_SPEED = 1.0
 V100_PCIE_SPEED = 0.89

@@ -6,8 +6,8 @@ import difflib
 import os
 from functools import cache
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import ClusterError, PipeplanError, PlanError, ProfileError, ScheduleError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule

@@ -6,7 +6,7 @@ For each layer, each direction (forward, backward) and each batch size:
                   kernels · launch_ms)
 
 with the peak of the chosen dtype (`fp32`: the fp32 rate; `bf16`: the 16-bit
-tensor-core rate) from `pipeplan.core.devices.GPU_SPECS`. `kernels` counts the
+tensor-core rate) from `pipeplan.core.hardware.devices.GPU_SPECS`. `kernels` counts the
 operators that launch a kernel (flops.KernelCounter), so a layer at a small
 batch costs at least its launches: projected at every batch size, the times
 follow the batch size as a GPU's do, not linearly (`project_curves`).
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pipeplan.core.devices import GPU_SPECS, GpuSpec
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.hardware.devices import GPU_SPECS, GpuSpec
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, s_to_ms, us_to_ms
 from pipeplan.profiler.flops import LayerWork

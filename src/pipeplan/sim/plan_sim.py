@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.model import CostModel

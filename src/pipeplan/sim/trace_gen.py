@@ -15,9 +15,9 @@ import math
 import random
 from collections.abc import Sequence
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.errors import CostError
-from pipeplan.core.links import Link
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
+from pipeplan.core.hardware.links import Link
 
 MAX_STEPS = 1_000_000
 """More changes than this is a mistake in the parameters (a period of microseconds over hours), not a trace."""

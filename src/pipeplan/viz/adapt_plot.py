@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 
 from pipeplan.adapt.compare import AdaptComparison
 from pipeplan.adapt.pipeline import PipelineModel
-from pipeplan.core.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 
 COLORS = {"adaptive": "#0072B2", "1f1b": "#D55E00", "oracle": "#009E73"}
 """Okabe-Ito colours, as the timeline uses."""

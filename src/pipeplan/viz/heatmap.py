@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.units import bytes_per_s_to_gb_per_s
 from pipeplan.io.atomic import atomic_output
 from pipeplan.io.file_kinds import PNG

@@ -10,7 +10,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 from pipeplan.viz.tables import format_bytes, id_runs
@@ -146,7 +146,7 @@ def link_classes(cluster: Cluster) -> tuple[Counter[tuple[bool, float, float]], 
     """Ordered pairs per (same node?, bytes/s, s) link class, and the first pair (a, b) of each class."""
     import numpy as np
 
-    from pipeplan.core.links import NodeLinks
+    from pipeplan.core.hardware.links import NodeLinks
 
     classes: Counter[tuple[bool, float, float]] = Counter()
     example: dict[tuple[bool, float, float], tuple[int, int]] = {}

@@ -1,4 +1,5 @@
-"""Chrome trace event JSON of a simulated iteration; opens in ui.perfetto.dev and chrome://tracing.
+"""The timeline of a simulated iteration as Chrome trace-event JSON (a Perfetto timeline); opens in ui.perfetto.dev
+and chrome://tracing.
 
 One process per rank ("rank r"), with a "compute" thread holding one complete
 event per action (named like `2F0`) and a "send" thread holding the transfers
@@ -28,11 +29,11 @@ def _metadata(pid: int, tid: int | None, name: str, value: str | int) -> dict[st
     return event
 
 
-def trace_events(result: SimResult) -> dict[str, Any]:
-    """The trace as a JSON-ready dict `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
+def timeline_events(result: SimResult) -> dict[str, Any]:
+    """The timeline as a JSON-ready dict `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
 
     Events are sorted (metadata first, then by rank, thread, start, name), so the
-    same result gives the same trace.
+    same result gives the same timeline.
     """
     num_ranks = max(
         len(result.per_rank),
@@ -97,11 +98,11 @@ def trace_events(result: SimResult) -> dict[str, Any]:
     }
 
 
-def write_trace(result: SimResult, path: str) -> None:
-    """Write the trace of `result` to `path` as JSON (sorted keys, byte-identical for the same result), whole or not at all."""
+def write_timeline(result: SimResult, path: str) -> None:
+    """Write the timeline of `result` to `path` as JSON (sorted keys, byte-identical for the same result), whole or not at all."""
     # json.dumps runs the C encoder; json.dump to a file would use the much slower Python one.
     from pipeplan.io.atomic import write_text_atomic
     from pipeplan.io.file_kinds import PERFETTO
 
-    text = json.dumps(trace_events(result), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(timeline_events(result), sort_keys=True, separators=(",", ":"))
     write_text_atomic(path, text + "\n", PERFETTO)

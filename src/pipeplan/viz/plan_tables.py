@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.planner.bound.plan_bound import PlanBound

@@ -12,4 +12,4 @@ BASELINES: dict[str, Planner] = {
     "pipedream": guarded("pipedream", lambda request, progress: plan_pipedream(request)),
     "balanced": guarded("balanced", lambda request, progress: plan_balanced(request)),
 }
-"""name -> planner, each guarded as planner.registry's (the search seeds from them, never the reverse)."""
+"""name -> planner, each guarded as planner.planners's (the search seeds from them, never the reverse)."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.links import DenseLinks
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.hardware.links import DenseLinks
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 
 

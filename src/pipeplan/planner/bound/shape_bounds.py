@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.shared_params import first_holder_params
 from pipeplan.core.units import wire_ms
 from pipeplan.planner.bound.fill_term import fill_term

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.sim.cost.link_model import link_arrays
 
 MAX_DEVICES = 10

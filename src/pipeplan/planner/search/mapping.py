@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.links import LinkMatrix, NodeLinks
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.hardware.links import LinkMatrix, NodeLinks
 
 
 def chain_order(bandwidth: LinkMatrix, start: int, allowed: list[int] | None = None) -> list[int]:

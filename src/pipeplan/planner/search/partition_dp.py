@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import MS_PER_S
 from pipeplan.planner.search.mapping import Layout

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.search.scoring import Evaluator
 

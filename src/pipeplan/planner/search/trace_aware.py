@@ -18,8 +18,8 @@ from typing import Any
 from pipeplan.adapt.controller import AdaptiveController, ControllerConfig
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.runs import run_controller
-from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import AdaptError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.schedules.plan_schedule import plan_schedule

@@ -26,7 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.model_source import model_to_build
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from pipeplan.core.cluster import Cluster, Device
+from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.layer_profile import LayerCurve, LayerProfile
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.units import (
     bytes_per_s_to_gb_per_s,
@@ -292,8 +292,8 @@ def probe_cluster(result: ProbeResult, name: str, profile: ModelProfile | None) 
     CPU processes are kind `cpu` with speeds relative to the profile's CPU. GPUs are their kind when pipeplan knows
     it (else `generic`) with speeds on the GPU scale: the measured ratio times the profile's kind's speed.
     """
-    from pipeplan.core.cluster import Device
-    from pipeplan.core.devices import kind_of_device_name, nominal_speed, speed_scale
+    from pipeplan.core.hardware.cluster import Device
+    from pipeplan.core.hardware.devices import kind_of_device_name, nominal_speed, speed_scale
     from pipeplan.sim.cost.speeds import profile_kind
 
     kind = "cpu" if result.kind == "cpu" else (kind_of_device_name(result.kind) or "generic")

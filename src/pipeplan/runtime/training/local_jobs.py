@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 from pipeplan.io.cluster_json import cluster_to_json
 from pipeplan.io.plan_json import write_plan

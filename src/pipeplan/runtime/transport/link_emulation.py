@@ -5,7 +5,7 @@ Note:
     stamps each message with its arrival, as the simulator's transfer queue (sim.engine.transfers) times it: a transfer
     issued at t starts at max(t, the link's free time), holds the link for latency + bytes / rate, the rate being
     nominal x the trace's factor (read when the transfer starts and re-read at every step of the trace while it is
-    in flight: core.bandwidth_trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The
+    in flight: core.hardware.bandwidth_trace.finish_time, the simulator's own re-timing), and frees the link when it arrives. The
     receiver does not consume the message before that time. The sender's compute is never delayed, transfers on a
     link queue behind each other as on a wire, and compute overlaps them: what a slow network does to a pipeline.
     Times are ms on the trace's clock, which starts when the run starts (every process's clock is set at one
@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.links import Link
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.hardware.links import Link
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_to_s, s_to_ms, wire_ms
 from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links

@@ -1,6 +1,6 @@
 """A plan's stage-boundary flows, built as arrays and reduced by symmetry before any Flow object exists.
 
-The cost model (ARCHITECTURE.md, "Cost model (sim)"; core/links.py) splits a
+The cost model (ARCHITECTURE.md, "Cost model (sim)"; core/hardware/links.py) splits a
 transfer between a stage on r1 devices and one on r2 over q = min(r1, r2)
 pairs, prices it on the pipeline replica whose transfer is slowest, and slows
 cross-node flows by the NIC share the other pipeline replicas take. A stage
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.units import ms_to_s, wire_ms
 from pipeplan.sim.cost.link_model import device_nodes, flows_time, link_arrays

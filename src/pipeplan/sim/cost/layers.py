@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.core.devices import GpuSpec, device_spec
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.hardware.devices import GpuSpec, device_spec
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_per_byte, us_to_ms, wire_ms

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.links import LinkMatrix
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.hardware.links import LinkMatrix
 from pipeplan.core.units import MS_PER_S, wire_ms
 from pipeplan.sim.cost.types import Flow
 

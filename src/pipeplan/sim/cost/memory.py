@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.plan_schedule import plan_schedule

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.errors import PlanError
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import OPTIMIZER_FACTOR
 from pipeplan.core.profile import ModelProfile
 from pipeplan.sim.cost.layers import OPTIMIZER_STATE, LayerCosts

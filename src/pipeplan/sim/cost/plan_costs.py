@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from operator import attrgetter, itemgetter
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import check_order
 from pipeplan.core.errors import CostError, PlanError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.partition import splits_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.chain_view import chain_view

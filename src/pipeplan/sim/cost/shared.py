@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from pipeplan.core.cluster import Cluster
 from pipeplan.core.dag import stage_layers
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup, holding_stages

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeplan.core.cluster import Cluster
-from pipeplan.core.devices import CPU_KIND, kind_of_device_name, nominal_speed, speed_scale
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.hardware.devices import CPU_KIND, kind_of_device_name, nominal_speed, speed_scale
 from pipeplan.core.profile import ModelProfile
 
 

@@ -6,7 +6,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.types import Costs
 from pipeplan.sim.engine.program import compile_schedule

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace
 from pipeplan.core.errors import CostError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.shared import stage_exchange_ms
 from pipeplan.sim.cost.types import Costs, Flow, ring_links

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.errors import CostError, DeadlockError
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
 from pipeplan.sim.cost.types import Costs, ring_links

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pipeplan.core.bandwidth_trace import BandwidthTrace, finish_time
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.sim.cost.types import Costs
 
 NO_TRANSFER = -1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.planner.baselines.dapple.gpus import Machines
 from pipeplan.sim.cost.link_model import device_nodes, link_arrays
 

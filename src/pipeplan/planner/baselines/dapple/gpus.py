@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.sim.cost.link_model import device_nodes
 
 FRESH_FIRST = "fresh-first"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.core.cluster import Cluster
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.partition import prefix_sums
 from pipeplan.core.units import ms_per_byte
 from pipeplan.planner.baselines.layer_groups import Blocks

@@ -1,8 +1,8 @@
 """The demo's run: its steps (`STEPS`), each a function of a `DemoContext`, and `run_demo`, which `pipeplan demo`
-calls (cli.demo_cmd only parses; this module is imported when the demo runs, not at every command's start).
+calls (cli.demo.demo_cmd only parses; this module is imported when the demo runs, not at every command's start).
 
 Later features add a step rather than editing the others. The steps on real
-models live in cli.demo_steps; each calls pipeplan.api, never a command line.
+models live in cli.demo.demo_steps; each calls pipeplan.api, never a command line.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from pipeplan.cli import demo_steps
-from pipeplan.cli.demo_steps import DemoContext, DemoSizes
+from pipeplan.cli.demo import demo_steps
+from pipeplan.cli.demo.demo_steps import DemoContext, DemoSizes
 from pipeplan.viz.json_print import print_json
 from pipeplan.viz.tables import wide_console
 
@@ -39,24 +39,21 @@ CASES = (
 
 
 def compare_schedules(ctx: DemoContext) -> None:
-    """Simulate every case on the demo setting; print a comparison table; write a PNG and a trace for each."""
-    from pipeplan.schedules import make_schedule
-    from pipeplan.sim import simulate
-    from pipeplan.sim.cost.synthetic import rank_costs
+    """Simulate every case on the demo setting; print a comparison table; write a PNG and a Perfetto timeline for each."""
+    from pipeplan.api.scheduling import simulate_schedule
     from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
     from pipeplan.viz.tables import comparison_table
 
     s = ctx.setting
+    costs = {"--fwd": repr(s.fwd_ms), "--bwd": repr(s.bwd_ms), "--comm": repr(s.comm_ms), "--act-bytes": str(s.act_bytes)}
     rows = []
     for case in CASES:
-        schedule = make_schedule(case.name, s.stages, s.microbatches, k=case.k, chunks=case.chunks)
-        costs = rank_costs(schedule, s.fwd_ms, s.bwd_ms, s.comm_ms, float(s.act_bytes))
-        result = simulate(schedule, costs, record=True)
+        result = simulate_schedule(case.name, s.stages, s.microbatches, costs, k=case.k, chunks=case.chunks, record=True).result
         rows.append((case.label, result))
         png, trace = ctx.out / f"{case.name}.png", ctx.out / f"{case.name}.trace.json"
         render_gantt(result, str(png), title=f"{case.label}, p={s.stages}, m={s.microbatches}")
-        write_trace(result, str(trace))
+        write_timeline(result, str(trace))
         ctx.wrote(png, trace)
     if ctx.report is not None:
         ctx.report["schedules"] = {"setting": s.describe(), "results": [{"label": label, **r.to_json()} for label, r in rows]}
@@ -85,8 +82,8 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
     """Check --out, run every step in order, then print the JSON report or the files written (`pipeplan demo`)."""
     import time
 
-    from pipeplan.cli.demo_manifest import check_folder
-    from pipeplan.cli.outputs import check_files
+    from pipeplan.cli.declared_files import check_files
+    from pipeplan.cli.demo.demo_manifest import check_folder
 
     check_files("demo")
     check_folder(out, FILES)
@@ -109,7 +106,7 @@ def run_demo(out: str, as_json: bool, quick: bool) -> None:
                     "written": [str(path) for path in ctx.written]})  # fmt: skip
         return
     # Plain echo: rich would wrap long paths, and paths must stay copyable.
-    typer.echo(f"\nDone in {seconds:.0f} s. Wrote {len(ctx.written)} files (PNG timelines; traces open in "
-               "https://ui.perfetto.dev):")  # fmt: skip
+    typer.echo(f"\nDone in {seconds:.0f} s. Wrote {len(ctx.written)} files (PNG timelines; the .trace.json "
+               "timelines open in https://ui.perfetto.dev):")  # fmt: skip
     for path in ctx.written:
         typer.echo(f"  {path}")

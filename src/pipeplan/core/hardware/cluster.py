@@ -10,6 +10,7 @@ import numpy as np
 
 from pipeplan.core.checks import check_nonneg_float, check_nonneg_int, check_positive_float
 from pipeplan.core.errors import ClusterError
+from pipeplan.core.hardware.links import DenseLinks, LinkMatrix, NodeLinks
 from pipeplan.core.limits import (
     DEVICES,
     MAX_BYTES,
@@ -20,7 +21,6 @@ from pipeplan.core.limits import (
     MIN_SPEED,
     Limit,
 )
-from pipeplan.core.links import DenseLinks, LinkMatrix, NodeLinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class Cluster:
     """Devices with bandwidth (bytes/s) and latency (ms) for every ordered pair.
 
     `bandwidth[a][b]` (or `bandwidth[a, b]`) is the rate from a to b (0 = no
-    path; the diagonal is ignored). Both are LinkMatrix values (core.links):
+    path; the diagonal is ignored). Both are LinkMatrix values (core.hardware.links):
     nested sequences given here become a DenseLinks; described clusters of
     identical nodes keep their structure (NodeLinks). `nic_bytes_per_s`, when set, is each node's NIC rate in bytes/s per
     direction, a resource shared by all transfers leaving or entering the node.

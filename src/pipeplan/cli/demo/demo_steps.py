@@ -1,6 +1,6 @@
 """The demo's steps on real models: GPT-2 planned on two A100 servers, the whole chain on this machine, the seeds'
 other ideas, and what to try next; and what every step shares (DemoContext: where to write and print, the sizes).
-Each step calls pipeplan.api (or the library under it), never a command line."""
+Each step calls pipeplan.api, never a command line."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ class DemoContext:
 
     def wrote(self, *paths: Path) -> None:
         """Note files a step wrote in the demo's folder: listed at the end, recorded in its manifest at once."""
-        from pipeplan.cli.demo_manifest import record
+        from pipeplan.cli.demo.demo_manifest import record
 
         self.written += paths
         record(self.out, paths)
@@ -141,7 +141,6 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
     from pipeplan import api
     from pipeplan.cli.plan_cmd import print_comparison
     from pipeplan.io.profile_json import write_profile_json
-    from pipeplan.planner.compare import Comparison
     from pipeplan.viz.progress import progress_display
 
     z = ctx.sizes
@@ -169,11 +168,11 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
         run = api.compare(
             profile, z.cluster, z.global_batch, planners=["pipeplan", "dapple", "pipedream", "balanced"], progress=progress
         )
-    table = Comparison(str(path), z.cluster, profile.name, run.request, run.rows)
+    table = run.outcome(str(path), z.cluster)
     if ctx.report is not None:
         ctx.report["planners"] = {"profile": str(path), "cluster": z.cluster, "global_batch": z.global_batch, **table.to_json()}
     else:
-        print_comparison(table)
+        print_comparison(table.comparison)
     best = run.best
     if best is None:
         raise typer.Exit(1)
@@ -181,18 +180,18 @@ def gpt2_on_a100s(ctx: DemoContext) -> None:
 
 
 def best_plan_files(ctx: DemoContext) -> None:
-    """The winning plan's file, its simulated timeline as a PNG and as a Perfetto trace."""
+    """The winning plan's file, its simulated timeline as a PNG and as a Perfetto timeline."""
     from pipeplan import api
     from pipeplan.viz.gantt import render_gantt
-    from pipeplan.viz.perfetto import write_trace
+    from pipeplan.viz.perfetto import write_timeline
 
     best, z = ctx.best, ctx.sizes
-    heading(ctx, "2. The winning plan: its file, its timeline and a trace")
+    heading(ctx, "2. The winning plan: its file and its timeline, as a picture and for Perfetto")
     plan_path, png, trace = ctx.out / GPT2_PLAN, ctx.out / BEST_PNG, ctx.out / BEST_TRACE
     api.save_plan(best.plan, str(plan_path), GPT2_PROFILE, z.cluster)
     timeline = api.simulate(best.plan, ctx.best_profile, z.cluster, record=True)
     render_gantt(timeline, str(png), title=f"{best.planner}: {z.gpt2} on {z.cluster}")
-    write_trace(timeline, str(trace))
+    write_timeline(timeline, str(trace))
     ctx.wrote(plan_path, png, trace)
     p = best.plan
     say(
@@ -200,7 +199,7 @@ def best_plan_files(ctx: DemoContext) -> None:
         f"   {best.planner}: {p.schedule}, {p.num_ranks} stages x {p.pipeline_replicas} pipeline replicas, "
         f"{p.microbatches} microbatches of {p.microbatch_size}; {best.iteration_time:.1f} ms per iteration",
     )
-    say(ctx, f"   plan      {plan_path}\n   timeline  {png}\n   trace     {trace}  (open in https://ui.perfetto.dev)")
+    say(ctx, f"   plan      {plan_path}\n   picture   {png}\n   timeline  {trace}  (open in https://ui.perfetto.dev)")
     if ctx.report is not None:
         ctx.report["best_plan"] = {
             "planner": best.planner,
@@ -290,17 +289,14 @@ def chain_on_this_machine(ctx: DemoContext) -> None:
 
 def pipemare_delays(ctx: DemoContext) -> None:
     """PipeMare's asynchronous pipeline against 1F1B on one synthetic pipeline: delays, weight copies, utilization."""
-    from pipeplan.schedules import make_schedule
-    from pipeplan.schedules.pipemare import pipemare
-    from pipeplan.sim import simulate, uniform_costs
-    from pipeplan.sim.steady import steady_state
+    from pipeplan.api.scheduling import simulate_schedule
 
     p, m, fwd, bwd = 4, 4, 1.0, 2.0
     heading(ctx, "4. The seeds' other ideas. PipeMare: asynchronous pipelining, no flush")
-    stream = pipemare(p, m)
-    state = steady_state(stream, simulate(stream, uniform_costs(stream, fwd, bwd), record=True), m)
-    flushed = make_schedule("1f1b", p, m)
-    sync = simulate(flushed, uniform_costs(flushed, fwd, bwd))
+    costs = {"--fwd": repr(fwd), "--bwd": repr(bwd)}
+    state = simulate_schedule("pipemare", p, m, costs).steady
+    assert state is not None
+    sync = simulate_schedule("1f1b", p, m, costs).result
     say(
         ctx,
         f"   p={p} stages, m={m} microbatches, F={fwd:g} ms, B={bwd:g} ms. 1F1B flushes every minibatch: "
@@ -325,10 +321,8 @@ def pipemare_delays(ctx: DemoContext) -> None:
 def adaptive_k(ctx: DemoContext) -> None:
     """Ada-Grouper's controller against fixed 1F1B under a preempted network, all simulated."""
     from pipeplan import api
-    from pipeplan.adapt.compare import compare_policies
-    from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.api.network_traces import markov_trace
-    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.api.simulation import adapt_plan
     from pipeplan.viz.adapt_plot import render_adapt
 
     profile, cluster, n = "dapple/bert-48", "pcie-4x4-10g", ctx.sizes.adapt_iterations
@@ -336,10 +330,9 @@ def adaptive_k(ctx: DemoContext) -> None:
     machines = api.load_cluster(cluster)
     plan = api.plan(profile, machines, 128, microbatch_size=4, schedule="1f1b").plan
     trace = markov_trace(7, 12_000.0, 18_000.0, "0.1,0.5", 4_000.0 * n, links="inter-node", cluster=cluster)
-    model = CostModel.build(api.load_profile(profile), machines)
-    pipeline = PipelineModel.from_plan(plan, model, trace)
     with waiting(ctx, f"{n} iterations of every policy"):
-        comparison = compare_policies(pipeline, trace, n)
+        adapted = adapt_plan(plan, profile, machines, trace, n)
+    comparison, pipeline = adapted.comparison, adapted.pipeline
     png = ctx.out / ADAPT_PNG
     render_adapt(comparison, pipeline, trace, str(png), title=f"{profile} on {cluster}, inter-node links preempted")
     ctx.wrote(png)

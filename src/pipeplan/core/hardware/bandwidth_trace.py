@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeplan.core.errors import CostError
+from pipeplan.core.hardware.links import Link, is_link
 from pipeplan.core.limits import MAX_FACTOR, MIN_FACTOR, TRACE_STEPS
-from pipeplan.core.links import Link, is_link
 
 
 @dataclass(frozen=True, slots=True)
