@@ -56,3 +56,5 @@ _.master_port
 # whose second parameter test_user_data's input_name_of test reads
 _.models_on_path
 _.attention_mask
+_.pytest_configure  # tests/conftest.py: a pytest hook (the torch guard under -m "not torch")
+_.pytest_pycollect_makemodule  # tests/conftest.py: a pytest hook (torch-marked files not imported under -m "not torch")
