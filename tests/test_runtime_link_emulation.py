@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.core.cluster import Cluster, Device
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import (
     EmulatedLinks,
     LinkRate,

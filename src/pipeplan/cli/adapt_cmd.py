@@ -11,8 +11,8 @@ from pipeplan.core.errors import AdaptError
 from pipeplan.viz.json_print import print_json
 
 if TYPE_CHECKING:
-    from pipeplan.adapt.compare import AdaptComparison
     from pipeplan.adapt.decision import ControllerConfig
+    from pipeplan.adapt.fixed_baselines import AdaptComparison
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.core.plan import Plan
     from pipeplan.sim.trace import BandwidthTrace
@@ -80,8 +80,8 @@ def adapt(
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
 ) -> None:
     """Run the adaptive controller, fixed 1F1B, GPipe, every fixed k and the oracle under one bandwidth trace."""
-    from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.controller import ControllerConfig
+    from pipeplan.adapt.fixed_baselines import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.cli.outputs import check_files
     from pipeplan.presets.resolve import load_cluster, load_plan, load_profile

@@ -278,7 +278,7 @@ def pipemare_delays(ctx: DemoContext) -> None:
 def adaptive_k(ctx: DemoContext) -> None:
     """Ada-Grouper's controller against fixed 1F1B under a preempted network, all simulated."""
     from pipeplan import api
-    from pipeplan.adapt.compare import compare_policies
+    from pipeplan.adapt.fixed_baselines import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.trace_gen import markov_trace

@@ -35,8 +35,8 @@ def probe(
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
     from pipeplan.cli.outputs import check_files
     from pipeplan.core.limits import ROUNDS, THREADS, TIMEOUT_S
-    from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import check_local, check_optimizer
+    from pipeplan.runtime.rank_errors import TrainConfigError
 
     for flag, value, low, limit in (
         ("--steps", steps, 1, ROUNDS),

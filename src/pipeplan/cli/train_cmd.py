@@ -177,9 +177,9 @@ def train(
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
     from pipeplan.api.data_checks import check_user_data, user_dataset
     from pipeplan.cli.profile_cmd import parse_options
-    from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
+    from pipeplan.runtime.rank_errors import TrainConfigError
     from pipeplan.runtime.training.launch import launched_locally
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
@@ -315,7 +315,7 @@ def _run_worker(config: Any, trace: str | None, png: str | None, as_json: bool, 
     and the process leaves with its peers and exits 1.
     """
     from pipeplan.cli.train_report import report_results
-    from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.rank_errors import RuntimeFault
     from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
     from pipeplan.runtime.training.worker import train as run_training

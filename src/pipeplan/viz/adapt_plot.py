@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from pipeplan.adapt.compare import AdaptComparison
+from pipeplan.adapt.fixed_baselines import AdaptComparison
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.sim.trace import BandwidthTrace
 

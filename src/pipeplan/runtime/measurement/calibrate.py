@@ -31,7 +31,7 @@ from pipeplan.core.model_source import model_to_build
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
 from pipeplan.models.build import Model, build_model
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

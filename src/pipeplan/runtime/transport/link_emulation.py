@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipeplan.core.cluster import Cluster
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links
 from pipeplan.sim.trace import BandwidthTrace, Link, finish_time
 

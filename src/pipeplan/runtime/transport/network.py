@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
 from pipeplan.sim.trace import BandwidthTrace, read_bandwidth_trace
 

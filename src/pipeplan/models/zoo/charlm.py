@@ -16,7 +16,7 @@ from torch.nn import functional
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.models.model_spec import ModelSpec, seeded_randint
-from pipeplan.models.text import VOCAB
+from pipeplan.models.zoo.text import VOCAB
 
 
 class Embed(nn.Module):

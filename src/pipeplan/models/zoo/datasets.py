@@ -62,7 +62,7 @@ def digits() -> Dataset:
 
 def pysource(seq_len: int) -> Dataset:
     """Next-character prediction on the Python standard library's sources, windows of `seq_len` (profiler.text)."""
-    from pipeplan.models.text import VOCAB, python_corpus
+    from pipeplan.models.zoo.text import VOCAB, python_corpus
 
     (inputs, targets), (test_inputs, test_targets) = python_corpus(seq_len)
     return Dataset("pysource", inputs, targets, VOCAB, test_inputs, test_targets)
