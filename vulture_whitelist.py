@@ -23,7 +23,7 @@ _.grad_out
 
 # adapt/ is being tuned on the adapt2 branch (only its import lines change here): its row order of policies is
 # that branch's to use or drop
-from pipeplan.adapt.compare import POLICY_ORDER  # noqa: E402
+from pipeplan.adapt.fixed_baselines import POLICY_ORDER  # noqa: E402
 
 POLICY_ORDER
 
@@ -39,7 +39,7 @@ _.group_rank
 
 # Python calls a module's __dir__ (PEP 562) for dir(pipeplan), beside __getattr__'s lazy API names
 _.__dir__
-# torch.nn.Module's repr calls extra_repr (models/graph.py's traced layers)
+# torch.nn.Module's repr calls extra_repr (models/traced/graph.py's traced layers)
 _.extra_repr
 # the local job's worker is started from a code string (runtime/training/local_jobs.WORKER)
 _.worker_main

@@ -16,7 +16,7 @@ plan's traffic uses, its transfers and its data-parallel all-reduce rings (T = t
                the rate the route gives with good coverage), one series second per T, factors clipped to 0.05..1
                (0.097..1 here): coverage phases of 5-40 s become 5-40 T;
   oscillating  0.25 for T, nominal for T, and so on: a network that flips at about the control period.
-Policies (adapt.compare): the controller, fixed 1F1B, every fixed k that fits, the best fixed k in hindsight and
+Policies (adapt.fixed_baselines): the controller, fixed 1F1B, every fixed k that fits, the best fixed k in hindsight and
 the oracle (dynamic programming over the k sequence with the future known).
 
 Targets (PASS/FAIL each; --check exits 1 when one fails). "Preempted" = periodic, markov and replay.
@@ -150,11 +150,11 @@ def run_instance(job: tuple[str, int, str, int, int, bool, bool]) -> list[dict[s
 
 
 def run_trace(pipeline: Any, trace: Any, iterations: int, perturb_seed: int | None) -> dict[str, Any]:
-    """Every policy on one pipeline and trace (adapt.compare), and with `perturb_seed` the controller again with a
+    """Every policy on one pipeline and trace (adapt.fixed_baselines), and with `perturb_seed` the controller again with a
     wrong model of the pipeline and noisy observations (adaptive_traces.perturbed, noisy) against the same truth."""
     from adaptive_traces import noisy, perturbed
-    from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.controller import AdaptiveController, ControllerConfig
+    from pipeplan.adapt.fixed_baselines import compare_policies
     from pipeplan.adapt.runs import run_controller
 
     config = ControllerConfig()

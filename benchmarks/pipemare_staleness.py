@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from pipeplan.models.build import Model, build_model
-from pipeplan.models.datasets import batch_indices
+from pipeplan.models.zoo.datasets import batch_indices
 from pipeplan.runtime.execution.evaluate import held_out_scores
 from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer
 from pipeplan.runtime.options import AsyncSettings

@@ -18,8 +18,8 @@ measured / predicted is taken per round (as the machine is shared, load drifts b
 
 Case gpt2 (issue 32: the runtime as a library is no slower on a stock model): an unmodified Hugging Face
 GPT2LMHeadModel (benchmarks/stock_models.py: 4 blocks, n_embd 256, 4 heads, vocabulary 1000, 64 tokens, dropout
-0, lm_head tied to the token embedding), captured by pipeplan (torch.export, models.capture: 8 layers, wte, drop,
-h.0-h.3, ln_f, lm_head) with HF's own causal-LM loss (models.stock), global batch 32 in 8 microbatches of 4, split
+0, lm_head tied to the token embedding), captured by pipeplan (torch.export, models.traced.capture: 8 layers, wte, drop,
+h.0-h.3, ln_f, lm_head) with HF's own causal-LM loss (models.zoo.stock), global batch 32 in 8 microbatches of 4, split
 4 + 4 layers (wte .. h.1 | h.2 .. lm_head), so the tied weight lives on both processes. Both sides run the same
 captured layers: pipeplan's executor as `train` builds it (the layer graph, the per-call layer seeding, the tied
 weight's gradient all-reduced over the two copies inside the iteration, as train does), torch's PipelineStage on
@@ -163,8 +163,8 @@ def worker(case_name: str, rounds: int, warmup: int, out: str) -> None:
 
 
 def _shared_objects(model: object) -> list[object]:
-    """The parameter objects that several of model's layers hold (models.shared finds them; named after the first)."""
-    from pipeplan.models.shared import shared_parameters
+    """The parameter objects that several of model's layers hold (models.parameter_sharing finds them; named after the first)."""
+    from pipeplan.models.parameter_sharing import shared_parameters
 
     found = []
     for shared in shared_parameters(model.layers, model.layer_names):

@@ -2,7 +2,7 @@
 
 Each factory is what a user writes in their own file: it returns the transformers model as it comes, built from a
 small config (random weights, nothing downloaded), in float32 and in training mode. pipeplan captures it with
-torch.export (models.capture) and takes the sample data and loss from its config (models.stock). The MODULE_SPECs
+torch.export (models.traced.capture) and takes the sample data and loss from its config (models.zoo.stock). The MODULE_SPECs
 are `stock_models:gpt2` and `stock_models:vit`, with benchmarks/ on the import path; their keyword arguments are
 the `--opt` options.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipeplan.io.graph_txt import parse_graph
 from pipeplan.planner.baselines.downset_tables import DownsetStates
-from pipeplan.planner.baselines.pipedream_graph import LayerGraph, graph_of_model_graph
+from pipeplan.planner.baselines.pipedream_graph import PipeDreamGraph, graph_of_model_graph
 from pipeplan.planner.baselines.pipedream_planner import PipeDreamOptions, PipeDreamPlan, plan_graph, planning_states
 from pipeplan.presets.profiles import builtin_profile_text
 
@@ -65,7 +65,7 @@ def case(tag: str) -> Case:
 
 
 @functools.cache
-def graph(profile: str) -> LayerGraph:
+def graph(profile: str) -> PipeDreamGraph:
     """The input the original read: a built-in profile (nodes named by id), or the compressed inception."""
     if profile == "inception_v3_compressed":
         with gzip.open(DATA / "inception_v3_compressed-pbs-128.txt.gz", "rt") as f:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from adapt_cases import bert_plan, numbers
 from pipeplan.adapt import AdaptiveController, ControllerConfig, PipelineModel
 from pipeplan.adapt.budget import check_budget, default_budget, resolve_budget
-from pipeplan.adapt.compare import compare_policies
+from pipeplan.adapt.fixed_baselines import compare_policies
 from pipeplan.adapt.predict import fitting_ks
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.plan import MEMORY_MARGIN

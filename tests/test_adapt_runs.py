@@ -1,4 +1,4 @@
-"""adapt.runs and adapt.compare: fixed k, the controller under a trace, the oracle, and every policy side by side."""
+"""adapt.runs and adapt.fixed_baselines: fixed k, the controller under a trace, the oracle, and every policy side by side."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adapt_cases import RING_FACTOR, bert_plan, numbers, replicated_plan
 from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, PipelineModel
-from pipeplan.adapt.compare import compare_policies
+from pipeplan.adapt.fixed_baselines import compare_policies
 from pipeplan.adapt.predict import fitting_ks
 from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep

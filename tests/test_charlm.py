@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.models.build import build_model  # noqa: E402
-from pipeplan.models.charlm import charlm, next_char_cross_entropy  # noqa: E402
+from pipeplan.models.zoo.charlm import charlm, next_char_cross_entropy  # noqa: E402
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 

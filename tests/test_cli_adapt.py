@@ -113,7 +113,7 @@ def test_adapt_iterations_beyond_the_work_limit_are_refused_before_any_policy_ru
 ) -> None:
     """adapt --iterations 10,000,000: one line naming the flag and the most iterations that fit, before the controller
     is built (it generates every k's schedule) or any iteration is simulated."""
-    import pipeplan.adapt.compare as compare
+    import pipeplan.adapt.fixed_baselines as compare
 
     monkeypatch.setattr(compare, "AdaptiveController", lambda *a, **k: pytest.fail("built the controller"))
     args = ["adapt", "--plan", "plan.json", "--bandwidth-trace", "t.json", "--iterations", "10000000"]

@@ -9,7 +9,7 @@ import pytest
 
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.planner.exact import plan_exact
-from pipeplan.planner.exact.search import Search
+from pipeplan.planner.exact.search import BranchAndBound
 from pipeplan.planner.exact.symmetry import automorphisms, least_in_orbit
 from pipeplan.planner.plan_space import EXACT_SCHEDULES as SCHEDULES
 from pipeplan.planner.request import PlanRequest
@@ -79,8 +79,8 @@ def test_symmetry_rule_keeps_the_optimum_of_the_full_walk(seed: int) -> None:
     """6 layers on the ring, batch 8: the search with the group gives the same time as without it, on fewer nodes."""
     request = PlanRequest(random_profile(seed, 6), ring_cluster(seed), 8)
     classes = twin_classes(request.cluster)
-    with_group = Search(request, SCHEDULES, classes, automorphisms(request.cluster))
-    without = Search(request, SCHEDULES, classes, ())
+    with_group = BranchAndBound(request, SCHEDULES, classes, automorphisms(request.cluster))
+    without = BranchAndBound(request, SCHEDULES, classes, ())
     with_group.run()
     without.run()
     assert with_group.best_time == without.best_time

@@ -1,4 +1,4 @@
-"""Stages of a branching model (models.graph_stage): any down-set partition run stage by stage is the whole model."""
+"""Stages of a branching model (models.traced.graph_stage): any down-set partition run stage by stage is the whole model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.models.build import Model, build_model  # noqa: E402
-from pipeplan.models.graph_stage import GraphStage, pack, unpack  # noqa: E402
+from pipeplan.models.traced.graph_stage import GraphStage, pack, unpack  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -15,10 +15,10 @@ from torch import nn  # noqa: E402
 from pipeplan import api  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.models.build import Model, build_model  # noqa: E402
-from pipeplan.models.datasets import batch_indices  # noqa: E402
-from pipeplan.models.graph_stage import GraphStage  # noqa: E402
 from pipeplan.models.layer_rng import LayerSeeding, RngKey, layer_seed  # noqa: E402
 from pipeplan.models.stage import StageModule  # noqa: E402
+from pipeplan.models.traced.graph_stage import GraphStage  # noqa: E402
+from pipeplan.models.zoo.datasets import batch_indices  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -162,7 +162,7 @@ class _DropBranches(nn.Module):
 def test_graph_stages_draw_what_the_plain_graph_draws_at_every_cut(order: list[int]) -> None:
     """GraphStage: a diamond with dropout on both branches, cut into two stages at every position of two layer
     orders, gives the loss of the plain graph walk that seeds each layer by its index in the model."""
-    from pipeplan.models.graph import LayerGraph, trace_layers
+    from pipeplan.models.traced.graph import LayerGraph, trace_layers
 
     layers, names, inputs = trace_layers(_DropBranches().double(), "drop-branches")
     assert len(layers) == 7 and inputs[5] == (3, 4)  # x, a, b, drop1, drop2, add, c

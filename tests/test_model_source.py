@@ -82,8 +82,8 @@ def test_a_dataset_or_dtype_that_is_no_known_name_is_refused() -> None:
 def test_the_torch_free_name_lists_are_the_models_own() -> None:
     pytest.importorskip("torch")
     from pipeplan.models.build import DTYPES
-    from pipeplan.models.builtin import BUILTIN_SPECS
-    from pipeplan.models.datasets import DATASETS
+    from pipeplan.models.zoo.builtin import BUILTIN_SPECS
+    from pipeplan.models.zoo.datasets import DATASETS
 
     assert tuple(BUILTIN_SPECS) == BUILTIN_MODELS
     assert ("auto", *DATASETS, USER_DATA) == DATASET_NAMES

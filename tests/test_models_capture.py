@@ -1,4 +1,4 @@
-"""Capturing stock models with torch.export (models.capture, models.capture_spec): layers along the module
+"""Capturing stock models with torch.export (models.traced.capture, models.traced.capture_spec): layers along the module
 hierarchy that compute exactly what the model computes, tied weights kept as one object."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from torch import nn  # noqa: E402
 
 from hf_tiny import KINDS, SOURCE, build  # noqa: E402
 from pipeplan.core.errors import ProfileError  # noqa: E402
-from pipeplan.models.capture_nodes import BatchExpression  # noqa: E402
-from pipeplan.models.graph import GraphNet  # noqa: E402
-from pipeplan.models.shared import shared_parameters  # noqa: E402
+from pipeplan.models.parameter_sharing import shared_parameters  # noqa: E402
 from pipeplan.models.specs import spec_from_module  # noqa: E402
-from pipeplan.models.stock import call_model  # noqa: E402
+from pipeplan.models.traced.capture_nodes import BatchExpression  # noqa: E402
+from pipeplan.models.traced.graph import GraphNet  # noqa: E402
+from pipeplan.models.zoo.stock import call_model  # noqa: E402
 from runtime_cli import BOOT  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -193,8 +193,8 @@ def _write_plan(folder: Path, stages: tuple[list[str], list[str]]) -> Path:
 def _one_process_losses(kind: str, steps: int, lr: float) -> list[float]:
     """The stock model trained by a plain torch loop on train's samples: 4 microbatches of 8 per step, Adam, float64;
     the loss written out here (next-token or class cross-entropy: HF's own, which computes it in float32)."""
-    from pipeplan.models.datasets import batch_indices
-    from pipeplan.models.stock import hf_defaults
+    from pipeplan.models.zoo.datasets import batch_indices
+    from pipeplan.models.zoo.stock import hf_defaults
 
     model = build(kind, tied=False) if kind == "llama" else build(kind)
     defaults = hf_defaults(model)

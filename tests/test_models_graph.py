@@ -1,4 +1,4 @@
-"""Tracing a branching model into layers (models.graph): one layer per computing node, edges from the fx graph."""
+"""Tracing a branching model into layers (models.traced.graph): one layer per computing node, edges from the fx graph."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from torch import nn  # noqa: E402
 
 from pipeplan.core.errors import ProfileError  # noqa: E402
 from pipeplan.models.build import build_model  # noqa: E402
-from pipeplan.models.graph import live_after, run_layers, trace_layers  # noqa: E402
 from pipeplan.models.specs import resolve_module_spec  # noqa: E402
+from pipeplan.models.traced.graph import live_after, run_layers, trace_layers  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -30,7 +30,7 @@ def test_rescnn_traces_into_one_layer_per_node_with_its_diamonds() -> None:
 
 def test_the_traced_layers_compute_what_the_module_computes() -> None:
     """Running the layers by their inputs gives the traced module's own output."""
-    from pipeplan.models.rescnn import ResCNN
+    from pipeplan.models.zoo.rescnn import ResCNN
 
     torch.manual_seed(3)
     net = ResCNN(8, 4, 2)
@@ -102,7 +102,7 @@ class _TokenAndReLUTwice(nn.Module):
 def test_a_parameter_read_outside_a_module_call_belongs_to_each_layer_that_reads_it() -> None:
     """The token is the model's own Parameter, held by both layers that read it (one shared object); the buffer by
     its reader; the parameter-free ReLU called twice is two layers; the layers compute the module's output."""
-    from pipeplan.models.shared import shared_parameters
+    from pipeplan.models.parameter_sharing import shared_parameters
 
     net = _TokenAndReLUTwice()
     layers, names, inputs = trace_layers(net, "net")

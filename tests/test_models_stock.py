@@ -1,4 +1,4 @@
-"""Stock models' outputs read as one tensor, and Hugging Face models' sample data and loss (models.stock)."""
+"""Stock models' outputs read as one tensor, and Hugging Face models' sample data and loss (models.zoo.stock)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 from torch import nn  # noqa: E402
 
 from hf_tiny import build  # noqa: E402
-from pipeplan.models.stock import call_model, hf_defaults, output_tensor  # noqa: E402
+from pipeplan.models.zoo.stock import call_model, hf_defaults, output_tensor  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -56,7 +56,7 @@ def test_a_torchvision_missing_its_operators_imports_once_they_are_defined(tmp_p
     done = _python(
         """
         import torch
-        from pipeplan.models.vision_compat import prepare_torchvision, unavailable_reason
+        from pipeplan.models.zoo.vision_compat import prepare_torchvision, unavailable_reason
         assert prepare_torchvision() is None and prepare_torchvision() is None and unavailable_reason() is None
         import torchvision
         print(torchvision.__version__, hasattr(torch.ops.torchvision, "nms"), hasattr(torch.ops.torchvision, "qnms"))
@@ -79,7 +79,7 @@ def test_a_torchvision_that_cannot_import_is_absent_and_gpt2_small_still_builds(
         """
         import importlib.util
         from pipeplan.models.specs import resolve_module_spec
-        from pipeplan.models.vision_compat import unavailable_reason
+        from pipeplan.models.zoo.vision_compat import unavailable_reason
         spec = resolve_module_spec("gpt2-small", layers=1, seq_len=8)
         x = spec.sample_input(2)
         for layer in spec.layers:
@@ -119,7 +119,7 @@ def test_no_torchvision_installed_is_not_a_reason(monkeypatch: pytest.MonkeyPatc
     """Where torchvision is not installed nothing is imported or marked, and no reason is given."""
     import importlib.util
 
-    from pipeplan.models import vision_compat
+    from pipeplan.models.zoo import vision_compat
 
     monkeypatch.setattr(vision_compat, "_state", {})
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
@@ -159,7 +159,7 @@ def sample_input(batch_size):
 @pytest.fixture(scope="module")
 def torchvision() -> object:
     """The installed torchvision, made importable by prepare_torchvision; the tests skip where it cannot import."""
-    from pipeplan.models.vision_compat import prepare_torchvision
+    from pipeplan.models.zoo.vision_compat import prepare_torchvision
 
     prepare_torchvision()
     return pytest.importorskip("torchvision")

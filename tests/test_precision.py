@@ -104,8 +104,8 @@ def test_static_memory_is_the_master_weights_gradients_and_adam_state_as_the_run
     torch = pytest.importorskip("torch")
     from pipeplan import api
     from pipeplan.core.precision import MEASURED_DTYPES
+    from pipeplan.models.autocast import autocast
     from pipeplan.models.build import build_model
-    from pipeplan.models.precision import autocast
     from pipeplan.runtime.execution.memory_meter import static_bytes as measured_static
     from pipeplan.sim.cost.layers import OPTIMIZER_STATE, static_bytes
 

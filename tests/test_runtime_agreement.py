@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.io.plan_json import write_plan  # noqa: E402
 from pipeplan.models.build import build_model  # noqa: E402
-from pipeplan.models.datasets import Dataset  # noqa: E402
+from pipeplan.models.zoo.datasets import Dataset  # noqa: E402
 from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
 from pipeplan.runtime.options import AsyncSettings  # noqa: E402
 from pipeplan.runtime.training.agreement import (  # noqa: E402

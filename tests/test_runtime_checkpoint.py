@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from checkpoint_files import GLOBAL_BATCH, cli_fingerprint, fingerprint, model, rerecord, save, snapshot  # noqa: E402
 from cli_runner import run  # noqa: E402
 from pipeplan.core.errors import OutputError  # noqa: E402
-from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
+from pipeplan.runtime.rank_errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.state import manifest as records  # noqa: E402
 from pipeplan.runtime.state.checkpoint import load_rank, meta_file, prepare, rank_file, take  # noqa: E402
 from runtime_cli import run_train  # noqa: E402

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from checkpoint_files import rerecord, save, snapshot  # noqa: E402
-from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
+from pipeplan.runtime.rank_errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.state.checkpoint import prepare  # noqa: E402
 
 pytestmark = pytest.mark.torch

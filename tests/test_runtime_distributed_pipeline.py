@@ -1,4 +1,4 @@
-"""pipeplan.distribute on stock Hugging Face models (models.capture) over 2 gloo processes: an untied Llama and a
+"""pipeplan.distribute on stock Hugging Face models (models.traced.capture) over 2 gloo processes: an untied Llama and a
 GPT-2 whose tied `wte`/`lm_head` weight is split over the 2 stages train as a plain torch loop does (float64, 1e-9):
 the same losses, the same clipped global gradient norms (the tied weight counted once), the same final state."""
 

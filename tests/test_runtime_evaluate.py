@@ -11,7 +11,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
 
 from pipeplan.models.build import Model, build_model  # noqa: E402
-from pipeplan.models.datasets import Dataset  # noqa: E402
+from pipeplan.models.zoo.datasets import Dataset  # noqa: E402
 from pipeplan.runtime.execution.evaluate import held_out_scores  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 

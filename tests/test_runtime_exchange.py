@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("torch")
 
-from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.exchange import LIMIT_BYTES, check_sizes, decode, encode
 
 pytestmark = pytest.mark.torch

@@ -105,7 +105,7 @@ def worker(cases_json: str, out_dir: str) -> None:
 def reference_grads(case: dict[str, object], world: int) -> dict[str, torch.Tensor]:
     """Gradients of the unpipelined model on the same global batch (mean loss), keyed like the runtime saves them."""
     from pipeplan.models.build import build_model
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
 
     model = build_model("mlp", dict(MODULE_OPTIONS), "sample", "float64", seed=3)
     per_pipeline = sum(case["replicas"]) if case["replicas"] else int(case["stages"])

@@ -57,7 +57,7 @@ def single_process_losses(steps: int, lr: float) -> list[float]:
     import torch
 
     from pipeplan.models.build import build_model
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
     from pipeplan.runtime.execution.optim import make_optimizer
 
     model = build_model("rescnn", {"channels": "4"}, "digits")

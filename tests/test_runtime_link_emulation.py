@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.hardware.cluster import Cluster, Device
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import (
     EmulatedLinks,
     LinkRate,

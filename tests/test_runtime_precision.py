@@ -40,7 +40,7 @@ def one_process_losses(precision: str, skip: tuple[int, ...] = (), module: str =
     """The whole model in one process, as torch's mixed-precision recipe trains it: each microbatch's forward and loss
     under torch.autocast, its backward outside; fp16 scales the loss by 2^16 and unscales the gradients before Adam
     (the steps in `skip` are not taken, as after an overflow, and halve the scale); full: float32, no autocast."""
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
 
     model = build(module)
     net = model.reference()

@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch")
 
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.presets.resolve import load_schedule  # noqa: E402
-from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.execution.optim import distinct  # noqa: E402
 from pipeplan.runtime.execution.shared_grads import (  # noqa: E402
     check_asynchronous_sharing,
@@ -27,6 +26,7 @@ from pipeplan.runtime.execution.shared_grads import (  # noqa: E402
     stage_of_layers,
 )
 from pipeplan.runtime.placement import Topology  # noqa: E402
+from pipeplan.runtime.rank_errors import TrainConfigError  # noqa: E402
 from pipeplan.schedules.plan_schedule import plan_schedule  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
@@ -149,7 +149,7 @@ def _reference(folder: Path, steps: int = STEPS) -> tuple[list[float], torch.Ten
     """A plain torch loop over the user's own module: Adam on the mean loss of each global batch, float64."""
     import importlib.util
 
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
 
     spec = importlib.util.spec_from_file_location("tied_reference", folder / "tiedlm.py")
     assert spec is not None and spec.loader is not None

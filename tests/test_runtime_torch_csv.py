@@ -29,7 +29,7 @@ def _model() -> object:
 
 
 def _batch(model: object) -> tuple[torch.Tensor, torch.Tensor]:
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
 
     idx = batch_indices(len(model.dataset), GLOBAL_BATCH, 0, SEED)
     return model.dataset.inputs[idx], model.dataset.targets[idx]

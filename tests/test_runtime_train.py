@@ -132,7 +132,7 @@ def test_a_list_plan_file_with_a_replicated_stage_matches_unpipelined_gradients(
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
     from pipeplan.models.build import build_model
-    from pipeplan.models.datasets import batch_indices
+    from pipeplan.models.zoo.datasets import batch_indices
 
     order = (
         tuple(Action.parse(a) for a in ["0F0", "0F1", "0F2", "0B0", "0B1", "0F3", "0B2", "0B3"]),

@@ -10,11 +10,11 @@ from pipeplan.core.errors import PlanError  # noqa: E402
 from pipeplan.core.partition import split_evenly  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
-from pipeplan.models.datasets import batch_indices  # noqa: E402
 from pipeplan.models.stage import StageModule  # noqa: E402
-from pipeplan.runtime.errors import TrainConfigError  # noqa: E402
+from pipeplan.models.zoo.datasets import batch_indices  # noqa: E402
 from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
 from pipeplan.runtime.placement import Topology  # noqa: E402
+from pipeplan.runtime.rank_errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.state.faults import FaultInjector, InjectedFault  # noqa: E402
 from pipeplan.schedules import make_schedule  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pipeplan.core.errors import TrainConfigError  # noqa: E402
-from pipeplan.models.text import encode, python_corpus, source_files, windows  # noqa: E402
+from pipeplan.models.zoo.text import encode, python_corpus, source_files, windows  # noqa: E402
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 

@@ -11,7 +11,7 @@ import pytest
 from pipeplan.api.training import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.io.plan_json import plan_from_json
 from pipeplan.presets.resolve import load_cluster, load_profile
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.sim.cost.model import CostModel
 from test_bad_input import ADAPT_PLAN
 

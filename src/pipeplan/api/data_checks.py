@@ -46,14 +46,14 @@ def check_user_data(
         raise error(f"give --data or --dataset, not both (got --dataset {dataset} and --data {data})")
     if evaluate and data is None:
         from pipeplan.models.build import resolve_dataset
-        from pipeplan.models.datasets import eval_without_split
+        from pipeplan.models.zoo.datasets import eval_without_split
 
         if resolve_dataset(module, dataset) == "sample":
             raise error(eval_without_split(f"--module {module}'s own samples (--dataset sample)"))
     if not build or (data is None and loss is None):
         return
     from pipeplan.models.build import build_model
-    from pipeplan.models.datasets import eval_without_split
+    from pipeplan.models.zoo.datasets import eval_without_split
 
     try:
         model = build_model(module, dict(options), "auto" if data is not None else dataset, dtype, seed, data=data,

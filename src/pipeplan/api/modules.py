@@ -56,7 +56,7 @@ def profile_model(
     from pipeplan.core.hardware.devices import GPU_SPECS
     from pipeplan.core.limits import BATCH, ROUNDS, THREADS
     from pipeplan.core.precision import PRECISIONS, PROFILE_DTYPES, check_profile_numerics
-    from pipeplan.models.datasets import DATASETS
+    from pipeplan.models.zoo.datasets import DATASETS
     from pipeplan.profiler.session import profile_spec, session_batch_sizes, torch_device
 
     check(ProfileError, {

@@ -14,8 +14,8 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 
 if TYPE_CHECKING:
-    from pipeplan.adapt.compare import AdaptComparison
     from pipeplan.adapt.decision import ControllerConfig
+    from pipeplan.adapt.fixed_baselines import AdaptComparison
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
     from pipeplan.sim.engine.iterations import IterationRun
@@ -195,8 +195,8 @@ def adapt_policies(
         AdaptError: iterations < 1, a trace that touches none of the plan's links, a budget below 1F1B's peak.
         PlanError, CostError, ProfileError: the plan file, the trace or the cost model's choices, named.
     """
-    from pipeplan.adapt.compare import compare_policies
     from pipeplan.adapt.controller import ControllerConfig
+    from pipeplan.adapt.fixed_baselines import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.api.arguments import profile_of
     from pipeplan.core.errors import AdaptError
@@ -229,7 +229,7 @@ def adapt_plan(
         PlanError: `plan` is not a Plan; ProfileError, ClusterError: a bad profile or cluster.
         AdaptError: iterations below 1 or more than core.limits allows.
     """
-    from pipeplan.adapt.compare import compare_policies
+    from pipeplan.adapt.fixed_baselines import compare_policies
     from pipeplan.adapt.pipeline import PipelineModel
     from pipeplan.sim.cost.model import CostModel
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def split_ints(flag: str, text: str | None) -> tuple[int, ...] | None:
-    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.rank_errors import TrainConfigError
 
     if text is None:
         return None
@@ -42,8 +42,8 @@ def async_settings(
 ) -> AsyncSettings | None:
     """PipeMare's switches for --schedule pipemare (checked: one line naming the flag), None for other schedules,
     whose runs refuse the switches; pipemare refuses what it does not support (checkpoints, timelines, predictions)."""
-    from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.options import AsyncSettings, check_async_settings
+    from pipeplan.runtime.rank_errors import TrainConfigError
 
     given = {"--lr-reschedule": lr_reschedule, "--discrepancy-decay": discrepancy_decay, "--sync-warmup": sync_warmup or None,
              "--weight-prediction": weight_prediction or None}  # fmt: skip
@@ -109,7 +109,7 @@ def check_model_flags(module: str, options: dict[str, str], dataset: str, given_
         ProfileError, TrainConfigError: naming the flag and the value.
     """
     from pipeplan.api.arguments import check_model
-    from pipeplan.models.builtin import BUILTIN_SPECS
+    from pipeplan.models.zoo.builtin import BUILTIN_SPECS
 
     if module != given_module and module not in BUILTIN_SPECS:
         return
@@ -161,7 +161,7 @@ def refuse_asynchronous_split(
 def refuse_beside_plan(given: dict[str, object]) -> None:
     """Raise TrainConfigError for the first flag given (not None) beside --plan whose value a plan file fixes (stages,
     microbatches, batch size, k, chunks, replicas), naming it and its value."""
-    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.rank_errors import TrainConfigError
 
     for flag, value in given.items():
         if value is not None:
@@ -280,7 +280,7 @@ def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) 
     """--predict re-profiles a chain's stages: refused for a plan of a graph (a layer order, or a profile with layer
     inputs), before any process starts. (A --schedule run of a graph model is refused by its workers.)"""
     from pipeplan.presets.resolve import load_profile
-    from pipeplan.runtime.errors import TrainConfigError
+    from pipeplan.runtime.rank_errors import TrainConfigError
 
     graph = getattr(plan, "layer_order", None) is not None
     if not graph and profile is not None:

@@ -127,9 +127,9 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         PipeplanError: a bad value, naming the flag, before any process starts.
     """
     from pipeplan.api.data_checks import check_user_data, user_dataset
-    from pipeplan.runtime.errors import TrainConfigError
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
+    from pipeplan.runtime.rank_errors import TrainConfigError
     from pipeplan.runtime.training.launch import launched_locally
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
@@ -271,7 +271,7 @@ def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:
     results already computed are printed and the other files written, then one line names what was not written,
     and the process leaves with its peers and exits 1.
     """
-    from pipeplan.runtime.errors import RuntimeFault
+    from pipeplan.runtime.rank_errors import RuntimeFault
     from pipeplan.runtime.training.error_once import say_error
     from pipeplan.runtime.training.launch import finish_worker
     from pipeplan.runtime.training.worker import train as run_training

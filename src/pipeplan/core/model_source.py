@@ -19,12 +19,12 @@ BUILTIN_MODELS = (
     "mlp", "transformer", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "charlm",
     "rescnn",
 )  # fmt: skip
-"""The built-in MODULE_SPEC names (models.builtin.BUILTIN_SPECS's keys, torch-free; tests check the two agree)."""
+"""The built-in MODULE_SPEC names (models.zoo.builtin.BUILTIN_SPECS's keys, torch-free; tests check the two agree)."""
 USER_DATA = "data"
 """The dataset a source records for a model measured on the user's own samples (`--data`): the factory is not
 recorded, so the samples are never chosen by a profile; train names them again with --data."""
 DATASET_NAMES = ("auto", "digits", "pysource", "sample", USER_DATA)
-"""The datasets a source may record: auto, models.datasets.DATASETS and USER_DATA (tests check they agree)."""
+"""The datasets a source may record: auto, models.zoo.datasets.DATASETS and USER_DATA (tests check they agree)."""
 DTYPE_NAMES = ("float32", "float64")
 """The dtypes a source may record: models.build.DTYPES's keys (tests check the two agree)."""
 

@@ -125,8 +125,8 @@ def controller_runs(iterations: int, stages: int, microbatches: int, events: int
 
 
 def adapt_runs(iterations: int, stages: int, microbatches: int, events: int, changes: int) -> tuple[list[Run], float]:
-    """`adapt`'s runs (adapt.compare.compare_policies): the controller's, every fixed k and the oracle's k, each reused where
-    the trace holds still.
+    """`adapt`'s runs (adapt.fixed_baselines.compare_policies): the controller's, every fixed k and the oracle's k, each reused
+    where the trace holds still.
 
     Note: the oracle's k start where the best one ended, so its iterations of one k may overlap and a change fall
     into several of them: 2 x changes + 1 per k is an estimate there, not a bound (measured on the demo's bert-48

@@ -10,10 +10,10 @@ from torch.nn import functional
 
 from pipeplan.core.errors import ProfileError, TrainConfigError
 from pipeplan.core.model_source import USER_DATA
-from pipeplan.models.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
-from pipeplan.models.graph import GraphNet, LayerGraph, run_layers
 from pipeplan.models.model_spec import LossFn, ModelSpec, SampleFn
 from pipeplan.models.specs import resolve_module_spec, takes_option
+from pipeplan.models.traced.graph import GraphNet, LayerGraph, run_layers
+from pipeplan.models.zoo.datasets import DATASETS, Dataset, digits, pysource, sample_dataset
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -22,7 +22,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 class Model:
     """Ordered layers (identical on every process), their names, the loss and the data (`dataset.name` resolved).
 
-    `graph` (None: a chain) holds a branching model's edges and per-sample output shapes (models.graph).
+    `graph` (None: a chain) holds a branching model's edges and per-sample output shapes (models.traced.graph).
     """
 
     layers: tuple[nn.Module, ...]

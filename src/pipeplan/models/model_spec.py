@@ -25,10 +25,10 @@ class ModelSpec:
 
     `layer_names[i]` names `layers[i]` in profiles. `sample_target` and
     `loss_fn` are None when the spec defines no training loss. `layer_inputs`
-    (None: a chain) makes it a graph (models.graph): layer i is called with
+    (None: a chain) makes it a graph (models.traced.graph): layer i is called with
     the outputs of the layers `layer_inputs[i]` (earlier ones, ascending), a
     layer with none with the model's input; the last layer is the output.
-    `recapture(dtype)` (a model captured with torch.export, models.capture)
+    `recapture(dtype)` (a model captured with torch.export, models.traced.capture)
     converts the model and captures it again: an export fixes the dtypes its
     graph casts to, so `cast` re-exports rather than converting the layers.
     """
@@ -77,7 +77,7 @@ class ModelSpec:
         """The whole model as one module sharing this spec's layer objects (an unpipelined reference)."""
         if self.layer_inputs is None:
             return nn.Sequential(*self.layers)
-        from pipeplan.models.graph import GraphNet
+        from pipeplan.models.traced.graph import GraphNet
 
         return GraphNet(self.layers, self.layer_inputs)
 

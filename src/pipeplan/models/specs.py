@@ -13,14 +13,14 @@ keyword arguments and may return:
     (modules, or (name, module) pairs) whose composition is the model;
   - a module whose `blocks` or `layers` ModuleList holds all its parameters;
   - any other module that torch.fx traces: a graph, one layer per node that
-    computes (models.graph), e.g. one with branches and skip connections;
+    computes (models.traced.graph), e.g. one with branches and skip connections;
   - any other module that torch.export captures (Hugging Face transformers
     models, which fx cannot trace, go straight there): a graph, one layer per
-    module of its hierarchy (models.capture, models.capture_spec).
+    module of its hierarchy (models.traced.capture, models.traced.capture_spec).
 The sample input then comes from, in order: the returned module's
 `sample_input(batch_size)` method, a `sample_input(batch_size)` function beside
 the factory in its Python module, a transformers model's config (with its
-own sample target and loss, models.stock), or the first layer when it is an
+own sample target and loss, models.zoo.stock), or the first layer when it is an
 `nn.Linear` (a standard normal batch of `in_features`).
 """
 
@@ -60,7 +60,7 @@ def resolve_module_spec(spec: str, fallback_input: SampleFn | None = None, **opt
         ProfileError: unknown spec, import failure, unknown option, a factory that raises or returns no model
             (models.user_code.call_factory), or a factory result that is not a chain of blocks.
     """
-    from pipeplan.models.builtin import BUILTIN_SPECS
+    from pipeplan.models.zoo.builtin import BUILTIN_SPECS
 
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError(f"MODULE_SPEC must be a non-empty string, got {spec!r}")
@@ -102,7 +102,7 @@ def factory_of(spec: str) -> Callable[..., object]:
     Raises:
         ProfileError: the spec is neither a built-in nor an importable `package.module:factory`.
     """
-    from pipeplan.models.builtin import BUILTIN_SPECS
+    from pipeplan.models.zoo.builtin import BUILTIN_SPECS
 
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError(f"MODULE_SPEC must be a non-empty string, got {spec!r}")
@@ -125,7 +125,7 @@ def spec_from_module(module: nn.Module, name: str = "model", sample_input: Sampl
     Raises:
         ProfileError: when the module exposes no chain of blocks and does not trace, or gives no way to make an input.
     """
-    from pipeplan.models.stock import hf_defaults
+    from pipeplan.models.zoo.stock import hf_defaults
 
     defaults = hf_defaults(module)
     if callable(getattr(module, "sample_input", None)):
@@ -137,7 +137,7 @@ def spec_from_module(module: nn.Module, name: str = "model", sample_input: Sampl
     try:
         named = layers_of(module, name)
     except ProfileError as not_chain:
-        from pipeplan.models.capture_spec import capture
+        from pipeplan.models.traced.capture_spec import capture
 
         layers, names, inputs, recapture = capture(module, name, sample_input, str(not_chain))
         named = list(zip(names, layers, strict=True))
@@ -273,7 +273,7 @@ def module_origin(spec: str) -> str | None:
     Raises:
         ProfileError: no such module.
     """
-    from pipeplan.models.builtin import BUILTIN_SPECS
+    from pipeplan.models.zoo.builtin import BUILTIN_SPECS
 
     name = spec.strip()
     if name in BUILTIN_SPECS or ":" not in name:

@@ -45,7 +45,7 @@ def import_user_module(module_name: str, spec: str) -> object:
     Raises:
         ProfileError: the module is not found (missing_module's line), or importing it fails (its first line).
     """
-    from pipeplan.models.vision_compat import prepare_torchvision, unavailable_reason
+    from pipeplan.models.zoo.vision_compat import prepare_torchvision, unavailable_reason
 
     prepare_torchvision()  # before the user's code, which may import torchvision (or transformers, which does)
     top = module_name.partition(".")[0]

@@ -1,5 +1,5 @@
 """The user's own data and loss (`--data MODULE:FACTORY`, `--loss MODULE:FN`): imported only because the user named
-them, the samples read once into the tensors a run draws its batches from (models.datasets.Dataset).
+them, the samples read once into the tensors a run draws its batches from (models.zoo.datasets.Dataset).
 
 A data factory takes no arguments and returns a map-style dataset (a torch `Dataset` or any sequence: `len` and
 `[i]`), or a pair `(train, held_out)` of them. A sample is an `(input, target)` pair, or a dict of tensors in
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from pipeplan.core.errors import PipeplanError, TrainConfigError
-from pipeplan.models.datasets import Dataset
 from pipeplan.models.model_spec import LossFn
+from pipeplan.models.zoo.datasets import Dataset
 
 LABELS = "labels"
 """The target's key in a dict sample (Hugging Face's name)."""
@@ -36,7 +36,7 @@ FIT_SAMPLES = 2
 """Samples the fit check runs through the model (2: BatchNorm needs more than one value per channel)."""
 HELD_OUT_SALT = 999_983
 """Added to `seed * 1_000_003` for the generator of --eval-fraction's permutation (apart from the epochs' orders,
-models.datasets.batch_indices, whose generators take `seed * 1_000_003 + epoch`)."""
+models.zoo.datasets.batch_indices, whose generators take `seed * 1_000_003 + epoch`)."""
 """Samples the fit check runs through the model (2: BatchNorm needs more than one value per channel)."""
 
 

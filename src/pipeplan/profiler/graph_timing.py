@@ -1,4 +1,4 @@
-"""The profiler's pass and timing rounds for a branching model (a ModelSpec with layer_inputs, models.graph).
+"""The profiler's pass and timing rounds for a branching model (a ModelSpec with layer_inputs, models.traced.graph).
 
 As for a chain (profiler/measure.py, step 3), every layer is timed in order:
 every forward in the graph's order, then every backward in reverse, each on
@@ -18,8 +18,8 @@ from torch import nn
 
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.units import s_to_ms
-from pipeplan.models.graph import consumers, run_layers
 from pipeplan.models.stage import grad_entry
+from pipeplan.models.traced.graph import consumers, run_layers
 from pipeplan.profiler.timing import Loss
 
 

@@ -40,7 +40,7 @@ from torch import nn
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, live_cuts
-from pipeplan.models.shared import shared_parameters
+from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.specs import ModelSpec, layers_of
 from pipeplan.models.stage import grad_entry
 from pipeplan.profiler.attention import FusedAttentionMode
@@ -236,7 +236,7 @@ def measure_layers(
 
 
 def shared_groups(layers: Sequence[nn.Module], names: Sequence[str]) -> tuple[SharedGroup, ...]:
-    """The profile's groups of the parameters several layers hold (models.shared finds them: tied weights)."""
+    """The profile's groups of the parameters several layers hold (models.parameter_sharing finds them: tied weights)."""
     return tuple(SharedGroup(p.name, p.layers, float(p.nbytes)) for p in shared_parameters(layers, names))
 
 

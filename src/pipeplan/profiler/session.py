@@ -75,7 +75,7 @@ def profile_spec(module_spec: str, batch_size: int, options: dict[str, object], 
     from pipeplan.profiler.curves import profile_batch_sizes
 
     steady_cpu_allocator()  # the allocator train runs with (models.allocator)
-    from pipeplan.models.precision import autocast
+    from pipeplan.models.autocast import autocast
 
     try:
         model = build_model(module_spec, dict(texts), dataset, MEASURED_DTYPES[dtype], data=data, loss=loss)

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from pipeplan.core.units import s_to_ms
-from pipeplan.models.graph import run_layers
 from pipeplan.models.stage import LossFn, StageModule
+from pipeplan.models.traced.graph import run_layers
 
 Loss = tuple[LossFn, torch.Tensor]
 """A loss function and the batch of targets it is given with the last layer's output."""
@@ -106,7 +106,7 @@ def time_step(
 def run_chain(
     layers: Sequence[nn.Module], x: torch.Tensor, loss: Loss | None = None, inputs: Sequence[Sequence[int]] | None = None
 ) -> torch.Tensor:
-    """Compose layers on x (a graph's by their `inputs`, models.graph), then the loss when given."""
+    """Compose layers on x (a graph's by their `inputs`, models.traced.graph), then the loss when given."""
     x = run_layers(layers, inputs, x)[-1]
     return x if loss is None else loss[0](x, loss[1])
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 from pipeplan.core.limits import SEED, THREADS, TIMEOUT_S, TRAIN_BATCH
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 """What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from pipeplan.adapt.compare import AdaptComparison
+from pipeplan.adapt.fixed_baselines import AdaptComparison
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 

@@ -30,7 +30,7 @@ import numpy as np
 from pipeplan.core.downsets import StateLimitError, bits, consumer_masks, downsets, maximal
 from pipeplan.core.downsets import ancestor_masks as core_ancestor_masks
 from pipeplan.core.downsets import membership as mask_matrix
-from pipeplan.planner.baselines.pipedream_graph import LayerGraph
+from pipeplan.planner.baselines.pipedream_graph import PipeDreamGraph
 
 __all__ = [
     "DownsetStates", "StateLimitError", "ancestor_masks", "augmented_extra", "bits", "downset_states",
@@ -65,7 +65,7 @@ class DownsetStates:
         return bits(self.masks[i])
 
 
-def enumerate_downsets(dag: LayerGraph, first: int, limit: int | None = None) -> list[int]:
+def enumerate_downsets(dag: PipeDreamGraph, first: int, limit: int | None = None) -> list[int]:
     """Every down-set reachable from {first} (a source), as bitmasks in breadth-first discovery order.
 
     Raises:
@@ -74,17 +74,17 @@ def enumerate_downsets(dag: LayerGraph, first: int, limit: int | None = None) ->
     return downsets(dag.producers, ancestor_masks(dag)[first], successor_masks(dag)[first], limit, dag.name)
 
 
-def ancestor_masks(dag: LayerGraph) -> list[int]:
+def ancestor_masks(dag: PipeDreamGraph) -> list[int]:
     """Per node, a bitmask (bit i = node i) of its ancestors and itself: the down-set it generates."""
     return core_ancestor_masks(dag.producers)
 
 
-def successor_masks(dag: LayerGraph) -> list[int]:
+def successor_masks(dag: PipeDreamGraph) -> list[int]:
     """Per node, a bitmask of the nodes that consume its output."""
     return consumer_masks(dag.producers)
 
 
-def augmented_extra(dag: LayerGraph) -> list[int]:
+def augmented_extra(dag: PipeDreamGraph) -> list[int]:
     """Per node a, PipeDream's extra nodes when a is in an antichain: ancestors of a with a consumer outside a's
     ancestry (a itself excluded)."""
     anc = ancestor_masks(dag)
@@ -102,7 +102,7 @@ def augmented_extra(dag: LayerGraph) -> list[int]:
     return extra
 
 
-def downset_states(dag: LayerGraph, first: int, limit: int | None = None) -> DownsetStates:
+def downset_states(dag: PipeDreamGraph, first: int, limit: int | None = None) -> DownsetStates:
     """The reachable down-sets of `dag` from source `first`, sorted by size (then discovery), with their sums.
 
     Raises:
@@ -122,7 +122,7 @@ def downset_states(dag: LayerGraph, first: int, limit: int | None = None) -> Dow
     )
 
 
-def augmented_members(dag: LayerGraph, member: np.ndarray) -> np.ndarray:
+def augmented_members(dag: PipeDreamGraph, member: np.ndarray) -> np.ndarray:
     """Per state (a row of `member`), its augmented antichain as a bool row: the maximal nodes X of the down-set (a
     node none of whose consumers is in it) and augmented_extra of each node of X (module docstring).
 

@@ -21,7 +21,7 @@ from pipeplan.io.graph_txt import ModelGraph
 
 
 @dataclass(frozen=True, slots=True)
-class LayerGraph:
+class PipeDreamGraph:
     """Layers in a topological order with their costs for one profile batch and, per layer, its producers.
 
     `descriptions[i]` is what the original matches `Input` / `__getitem__`
@@ -54,11 +54,11 @@ class LayerGraph:
                 out[u].append(v)
         return tuple(tuple(c) for c in out)
 
-    def subgraph(self, keep: tuple[int, ...]) -> LayerGraph:
+    def subgraph(self, keep: tuple[int, ...]) -> PipeDreamGraph:
         """The graph of layers `keep` (ascending) with the edges among them, reindexed."""
         new = {old: k for k, old in enumerate(keep)}
         index = np.asarray(keep, dtype=np.int64)
-        return LayerGraph(
+        return PipeDreamGraph(
             self.name,
             self.batch_size,
             tuple(self.names[i] for i in keep),
@@ -81,16 +81,16 @@ def _graph(
     costs: list[tuple[float, float, float, float]],
     producers: list[tuple[int, ...]],
     file_rank: tuple[int, ...] | None = None,
-) -> LayerGraph:
-    """A LayerGraph from per-layer lists (costs: fwd ms, bwd ms, activation bytes, parameter bytes)."""
+) -> PipeDreamGraph:
+    """A PipeDreamGraph from per-layer lists (costs: fwd ms, bwd ms, activation bytes, parameter bytes)."""
     a = np.asarray(costs, dtype=float).reshape(len(names), 4)
     work = a[:, 0] + a[:, 1]
-    return LayerGraph(
+    return PipeDreamGraph(
         name, batch, tuple(names), tuple(descriptions), work, a[:, 0], a[:, 1], a[:, 2], a[:, 3], tuple(producers), file_rank
     )
 
 
-def graph_of_profile(profile: ModelProfile) -> LayerGraph:
+def graph_of_profile(profile: ModelProfile) -> PipeDreamGraph:
     """The DAG of a profile: its `layer_inputs` when it has them, else the chain."""
     inputs = getattr(profile, "layer_inputs", None)
     n = profile.num_layers
@@ -106,7 +106,7 @@ def graph_of_profile(profile: ModelProfile) -> LayerGraph:
     )
 
 
-def graph_of_model_graph(graph: ModelGraph) -> LayerGraph:
+def graph_of_model_graph(graph: ModelGraph) -> PipeDreamGraph:
     """The DAG of a parsed graph.txt, layers in its default order, named by node id, with their file lines."""
     order = graph.default_order()
     position = {node_id: i for i, node_id in enumerate(order)}
@@ -131,15 +131,15 @@ class PlanningGraph:
     """The graph the planner works on and how it maps back: `kept[i]` is planning node i's layer, `inputs` the
     removed Input sources, `sinks` the removed `__getitem__` sinks, `first` the planning node states start from."""
 
-    full: LayerGraph
-    graph: LayerGraph
+    full: PipeDreamGraph
+    graph: PipeDreamGraph
     kept: tuple[int, ...]
     inputs: tuple[int, ...]
     sinks: tuple[int, ...]
     first: int
 
 
-def planning_graph(full: LayerGraph) -> PlanningGraph:
+def planning_graph(full: PipeDreamGraph) -> PlanningGraph:
     """Remove Input sources, then `__getitem__` sinks, as PipeDream does (module docstring)."""
     consumers = full.consumers()
     inputs = {i for i in range(full.num_nodes) if not full.producers[i] and full.descriptions[i].startswith("Input")}

@@ -33,7 +33,7 @@ from pipeplan.planner.baselines.downset_tables import (
     range_tables,
 )
 from pipeplan.planner.baselines.pipedream_dp import LevelInputs, LevelOptions, level_dp, unwind
-from pipeplan.planner.baselines.pipedream_graph import LayerGraph, PlanningGraph, planning_graph
+from pipeplan.planner.baselines.pipedream_graph import PipeDreamGraph, PlanningGraph, planning_graph
 
 STATE_LIMIT = 8_000
 """Reachable down-sets beyond which planning is refused before any table is built: the DP is quadratic (cubic below
@@ -99,7 +99,7 @@ class PipeDreamPlan:
     num_states: int
 
 
-def planning_states(full: LayerGraph) -> tuple[PlanningGraph, DownsetStates]:
+def planning_states(full: PipeDreamGraph) -> tuple[PlanningGraph, DownsetStates]:
     """The planning graph and its states.
 
     Raises:
@@ -116,7 +116,7 @@ def planning_states(full: LayerGraph) -> tuple[PlanningGraph, DownsetStates]:
     return graph, states
 
 
-def within_states(full: LayerGraph, limit: int) -> bool:
+def within_states(full: PipeDreamGraph, limit: int) -> bool:
     """Whether `full` has at most `limit` planning states (the enumeration only: no tables, no sums)."""
     graph = planning_graph(full)
     try:
@@ -127,7 +127,7 @@ def within_states(full: LayerGraph, limit: int) -> bool:
 
 
 def plan_graph(
-    full: LayerGraph, options: PipeDreamOptions, planned: tuple[PlanningGraph, DownsetStates] | None = None
+    full: PipeDreamGraph, options: PipeDreamOptions, planned: tuple[PlanningGraph, DownsetStates] | None = None
 ) -> PipeDreamPlan:
     """PipeDream's plan of `full` (module docstring); `planned` is planning_states(full) when the caller has it.
 

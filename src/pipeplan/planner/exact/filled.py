@@ -100,7 +100,7 @@ def compute(
     parts: dict[bool, tuple[tuple[float, ...], ...]] = {}
     known: dict[bool, dict[tuple[object, ...], float]] = {}  # memos.bounds of these stages
     last, n = stages[-1], len(left) // rp
-    cap, ready = best * (1 + SLACK), last.arrive + last.fwd  # Search.beaten: a bound >= cap
+    cap, ready = best * (1 + SLACK), last.arrive + last.fwd  # BranchAndBound.beaten: a bound >= cap
     room = memos.rooms.setdefault((tuple(v[TIMES:] for v in read), m), {})  # fits' answers (memory)
     times = tuple(v[:TIMES] for v in read)  # what fill_parts reads
     for q in range(1, min(n, tables.layers - 1 - last.last) + 1):

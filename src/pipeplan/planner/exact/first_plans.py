@@ -1,7 +1,7 @@
 """Plans exact simulates before its searches, for an early incumbent: straight and even pipelines on the devices in
 a best ring's order, the suffix table's splits, and any new best plan polished (its cuts moved while faster).
-They only find plans sooner; the searches still cover every plan. These functions make the plans; Search.seed
-and Search.polish simulate them."""
+They only find plans sooner; the searches still cover every plan. These functions make the plans; BranchAndBound.seed
+and BranchAndBound.polish simulate them."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def place_all(costs: StageCosts, groups: list[tuple[int, int, tuple[int, ...]]],
 
 def moves(costs: StageCosts, stages: list[Placed], rp: int, size: int) -> Iterator[list[Placed]]:
     """The plans one move of a cut away (each cut by POLISH_STEPS layers either way, in that order), their stages
-    on the same devices, that hold one microbatch on every stage: what Search.polish tries."""
+    on the same devices, that hold one microbatch on every stage: what BranchAndBound.polish tries."""
     ends = [st.last for st in stages]
     for i, step in itertools.product(range(len(ends) - 1), POLISH_STEPS):
         end = ends[i] + step

@@ -44,7 +44,7 @@ def span_stage(
     table = tables.table(shape, free)
     left = k - r
     if stage.arrive + stage.fwd + float(table.rest[left][low + 1 : high + 2].min()) >= best * (1 + SLACK):
-        return None  # Search.beaten
+        return None  # BranchAndBound.beaten
     if filled(tables, best, [*stages, stage], m, table, free[: left * rp], rp, size, hop=False, upto=high):
         return None
     return stage

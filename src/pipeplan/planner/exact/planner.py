@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from pipeplan.core.errors import PipeplanError, PlanError
-from pipeplan.planner.exact.search import Search
+from pipeplan.planner.exact.search import BranchAndBound
 from pipeplan.planner.exact.space import search_space
 from pipeplan.planner.exact.symmetry import MAX_GROUP, automorphisms
 from pipeplan.planner.plan_space import EXACT_COVERED as COVERED
@@ -71,7 +71,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         schedules = tuple(s for s in SCHEDULES if s[0] == request.schedule)
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
-    search = Search(request, schedules, classes, group)
+    search = BranchAndBound(request, schedules, classes, group)
     search.run()
     if search.best_plan is None:
         copies = ", ".join(

@@ -80,7 +80,7 @@ def sim_key(costs: Costs) -> tuple[object, ...]:
 
 
 @dataclass(slots=True)
-class Search:
+class BranchAndBound:
     """The branch and bound over one request."""
 
     request: PlanRequest
@@ -97,7 +97,7 @@ class Search:
     limit: float = math.inf  # most nodes before Spent (a cut-short search)
     fan: float = math.inf  # most children a node searches (a cut-short search)
     order: tuple[int, ...] = field(init=False)  # the seeds' device order (first_plans.ring_order)
-    polishing: bool = False  # inside Search.polish (which finishes plans itself)
+    polishing: bool = False  # inside BranchAndBound.polish (which finishes plans itself)
 
     def __post_init__(self) -> None:
         self.tables = tables_for(self.request, self.schedules, self.classes)
@@ -124,7 +124,7 @@ class Search:
             if seen < self.best_time:
                 self.best_time, self.best_plan = seen, plan
             least = min(least, seen)
-        if least < cap and not self.polishing:  # a new best: its neighbours first (Search.polish)
+        if least < cap and not self.polishing:  # a new best: its neighbours first (BranchAndBound.polish)
             self.polishing = True
             self.polish(stages, rp, m, size, least)
             self.polishing = False

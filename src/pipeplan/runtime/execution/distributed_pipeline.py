@@ -22,28 +22,28 @@ from torch import nn
 
 from pipeplan.core.errors import PlanError, TrainConfigError
 from pipeplan.core.plan import Plan
-from pipeplan.models.graph import LayerGraph
 from pipeplan.models.model_spec import ModelSpec
 from pipeplan.models.stage import LossFn
+from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
-from pipeplan.runtime.transport.distributed import init_distributed
 from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.runtime.transport.process_group import init_distributed
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
     """The layers of `model` as the profiler measures them (a chain of blocks, or a traced graph; a stock Hugging Face
-    model captured on its own sample input, models.stock).
+    model captured on its own sample input, models.zoo.stock).
 
     Raises:
         ProfileError: the model is neither a chain of blocks nor a graph that traces.
     """
     from pipeplan.models.specs import spec_from_module
-    from pipeplan.models.stock import hf_defaults
+    from pipeplan.models.zoo.stock import hf_defaults
 
     def no_sample(batch_size: int) -> torch.Tensor:
         raise PlanError(

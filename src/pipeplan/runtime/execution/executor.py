@@ -13,18 +13,18 @@ import torch
 from torch import nn
 
 from pipeplan.core.schedule import Action
-from pipeplan.models.graph import LayerGraph
-from pipeplan.models.graph_stage import GraphStage
+from pipeplan.models.autocast import autocast
 from pipeplan.models.layer_rng import RngKey
-from pipeplan.models.precision import autocast
 from pipeplan.models.stage import LossFn, StageModule
-from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.models.traced.graph import LayerGraph
+from pipeplan.models.traced.graph_stage import GraphStage
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.execution.optim import distinct
 from pipeplan.runtime.execution.replicas import AllReduceSpan, GradSync
 from pipeplan.runtime.execution.shared_grads import SharedGradSync, shared_copies
 from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.state.faults import FaultInjector
 from pipeplan.runtime.transport.comm import Comm, TransferRecord
 from pipeplan.runtime.transport.link_emulation import Wire
@@ -75,8 +75,8 @@ class Executor:
         loss_samples: the samples one optimizer step covers (the loss of a piece of n samples is scaled by
             n / loss_samples); default the plan's global batch.
         wire: the emulated network the messages travel on (None: the real one).
-        graph: a branching model's edges and shapes (models.graph): its stages run the layers at their positions of
-            the plan's layer order as graphs, sending the packed live sets (models.graph_stage); None: a chain.
+        graph: a branching model's edges and shapes (models.traced.graph): its stages run the layers at their positions of
+            the plan's layer order as graphs, sending the packed live sets (models.traced.graph_stage); None: a chain.
         precision: what the forwards compute in (core.precision): `full`, or `bf16` / `fp16` under torch.autocast
             (the backwards run outside it, as in torch's recipe); the activations and gradients that cross stages
             travel in the dtype the layers produce.

@@ -8,7 +8,7 @@ from pipeplan.core.partition import split_evenly
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.schedule import Schedule
 from pipeplan.presets.resolve import load_schedule
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.schedules.registry import GENERATED
 
 

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.link_emulation import Wire
 
 

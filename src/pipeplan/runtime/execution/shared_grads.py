@@ -1,6 +1,6 @@
 """Shared parameters in a run: where each tied weight's copies live, and their gradients summed over every copy.
 
-A parameter held by two layers (models.shared) is one object in one process,
+A parameter held by two layers (models.parameter_sharing) is one object in one process,
 but when a plan puts those layers on stages of different processes, each
 process holds its own copy (identical at the start: every process builds the
 model from the same seed). Each copy's backward adds only its own layers' part
@@ -37,10 +37,10 @@ import torch.distributed as dist
 from torch import nn
 
 from pipeplan.core.plan import Plan
-from pipeplan.models.shared import shared_parameters
-from pipeplan.runtime.errors import RuntimeFault, TrainConfigError
+from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.runtime.execution.replicas import Launched, finish_all, launch
 from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.rank_errors import RuntimeFault, TrainConfigError
 from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.sim.cost.shared import exchange_devices
 
@@ -97,7 +97,7 @@ def stage_of_layers(plan: Plan, num_layers: int) -> list[int]:
 def shared_copies(
     layers: Sequence[nn.Module], topology: Topology, names: Sequence[str] | None = None
 ) -> tuple[tuple[SharedCopies, nn.Parameter], ...]:
-    """Every parameter several of `layers` hold (models.shared, in its order), with the stages and processes of
+    """Every parameter several of `layers` hold (models.parameter_sharing, in its order), with the stages and processes of
     `topology` holding a copy, and the parameter object itself; `names` names the layers (default: their indices)."""
     layer_names = [str(i) for i in range(len(layers))] if names is None else list(names)
     stage_of = stage_of_layers(topology.plan, len(layers))

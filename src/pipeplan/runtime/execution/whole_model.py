@@ -3,7 +3,7 @@
 Every process builds the whole model (the user's module), but trains only the
 layers of its own stages. Each entry of the model's `state_dict` (a parameter or
 a buffer) is owned by one process: the one running pipeline replica 0, replica 0
-of the stage holding the first layer that holds the tensor (models.shared's
+of the stage holding the first layer that holds the tensor (models.parameter_sharing's
 `holdings`, the one finder of tensors several layers hold: a tensor tied
 between layers, such as GPT-2's `lm_head.weight` and `wte.weight`, is owned
 once; a tensor no layer holds, by process 0). The copies elsewhere (data-parallel
@@ -23,7 +23,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
-from pipeplan.models.shared import holdings
+from pipeplan.models.parameter_sharing import holdings
 from pipeplan.runtime.placement import Role, Topology
 
 

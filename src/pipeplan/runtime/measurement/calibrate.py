@@ -32,7 +32,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.units import ms_to_s, s_to_ms
 from pipeplan.models.build import Model, build_model
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

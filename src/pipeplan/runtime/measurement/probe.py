@@ -49,7 +49,6 @@ from pipeplan.core.units import (
     s_to_ms,
     us_to_s,
 )
-from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.measurement.calibrate import (
     allreduce_of,
     build_profiled_model,
@@ -59,6 +58,7 @@ from pipeplan.runtime.measurement.calibrate import (
     run_plan,
     speed_of,
 )
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.exchange import gather_json
 
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
@@ -208,7 +208,7 @@ def probe(
 ) -> ProbeResult | None:
     """Run the probe on this process (module docstring); process 0 gets the result, the others None. `module`: the
     MODULE_SPEC the user named for the profile's model (calibrate.build_profiled_model)."""
-    from pipeplan.runtime.transport.distributed import init_distributed
+    from pipeplan.runtime.transport.process_group import init_distributed
 
     _, _, device = init_distributed(None, timeout_s)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -34,7 +34,7 @@ from torch import nn
 
 from pipeplan.core.errors import OutputError, PipeplanError
 from pipeplan.io.files import something_at
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.state import manifest as records
 from pipeplan.runtime.state.checkpoint_prepare import Expect, foreign_folder, prepare, step_dirs, verify
 from pipeplan.runtime.state.checkpoint_read import meta_name, read_rank, tensors_name

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from pipeplan.io.files import kind_of, os_reason, something_at
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.state.checkpoint_read import meta_name, read_rank, tensors_name
 from pipeplan.runtime.state.checkpoint_state import check_against
 from pipeplan.runtime.state.manifest import LATEST, Manifest, read_manifest, step_dir

@@ -32,7 +32,7 @@ import torch
 from pipeplan.core.limits import Limit
 from pipeplan.io.files import read_input_bytes
 from pipeplan.io.json_parse import parse_json
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.state.checkpoint_state import DTYPES, check_state, short, whole
 from pipeplan.runtime.state.manifest import FORMAT, LATEST, FileRecord, Manifest, file_record, step_dir
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

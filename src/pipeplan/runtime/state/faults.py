@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from pipeplan.core.schedule import Action
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 FAULT_ENV = "PIPEPLAN_FAULT"
 OVERFLOW_ENV = "PIPEPLAN_OVERFLOW"

@@ -34,7 +34,7 @@ from pipeplan.core.errors import OutputError
 from pipeplan.io.atomic import current_umask
 from pipeplan.io.files import read_input_text, something_at
 from pipeplan.io.json_parse import parse_json
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 
 FORMAT = "pipeplan.checkpoint/2"
 OLD_FORMATS = ("pipeplan.checkpoint/1", FORMAT)

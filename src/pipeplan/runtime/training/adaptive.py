@@ -31,13 +31,13 @@ from pipeplan.adapt.predict import fitting_ks
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.units import s_to_ms
-from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.execution.executor import Executor, StepRecord
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter
 from pipeplan.runtime.measurement import observations
 from pipeplan.runtime.measurement.controller_pipeline import RingTime, measured_pipeline, plan_pipeline
 from pipeplan.runtime.options import check_adaptable
 from pipeplan.runtime.placement import Topology
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.schedules.registry import make_schedule
 from pipeplan.sim.cost.model import CostModel

@@ -25,9 +25,9 @@ from torch import nn
 
 from pipeplan.core.errors import PipeplanError
 from pipeplan.models.build import Model
-from pipeplan.models.datasets import Dataset
-from pipeplan.models.shared import shared_parameters
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.models.parameter_sharing import shared_parameters
+from pipeplan.models.zoo.datasets import Dataset
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.training.train_config import TrainConfig
 from pipeplan.runtime.transport.exchange import all_gather_json
 

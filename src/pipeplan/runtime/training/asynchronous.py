@@ -53,7 +53,7 @@ from torch import nn
 
 from pipeplan.core.units import s_to_ms
 from pipeplan.models.build import Model
-from pipeplan.models.datasets import batch_indices
+from pipeplan.models.zoo.datasets import batch_indices
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.optim import RateSchedule, make_optimizer, set_rate, warm_up

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.training.worker_output import StderrRelay
 
 LOOPBACK = "127.0.0.1"

@@ -24,7 +24,7 @@ from pipeplan.core.profile import ModelProfile
 from pipeplan.io.cluster_json import cluster_to_json
 from pipeplan.io.plan_json import write_plan
 from pipeplan.io.profile_json import write_profile_json
-from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.rank_errors import RuntimeFault
 
 JOB_ENV = "PIPEPLAN_LOCAL_JOB"
 """The environment variable naming the job file a worker runs."""

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeplan.models.graph_stage import GraphStage
 from pipeplan.models.stage import StageModule
+from pipeplan.models.traced.graph_stage import GraphStage
 from pipeplan.runtime.execution.optim import distinct, make_optimizer
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.training.train_config import TrainConfig

@@ -11,7 +11,6 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import validate
 from pipeplan.models.build import Model
-from pipeplan.runtime.errors import TrainConfigError
 from pipeplan.runtime.execution.evaluate import EvalResult
 from pipeplan.runtime.execution.job import ScheduleLayout
 from pipeplan.runtime.execution.optim import RateSchedule
@@ -25,6 +24,7 @@ from pipeplan.runtime.options import (
     check_seed,
     check_train_options,
 )
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.network import NetworkSettings
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim.cost.plan_costs import layer_span

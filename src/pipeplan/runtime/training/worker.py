@@ -14,10 +14,9 @@ from pipeplan.core.errors import OutputError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.models.allocator import steady_cpu_allocator
+from pipeplan.models.autocast import autocast
 from pipeplan.models.build import Model
-from pipeplan.models.datasets import batch_indices, eval_without_split
-from pipeplan.models.precision import autocast
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.models.zoo.datasets import batch_indices, eval_without_split
 from pipeplan.runtime.execution.distributed_pipeline import DistributedPipeline
 from pipeplan.runtime.execution.evaluate import evaluation
 from pipeplan.runtime.execution.executor import Executor
@@ -39,15 +38,16 @@ from pipeplan.runtime.measurement.prediction import (
 )
 from pipeplan.runtime.measurement.timeline import build_result, gather_parts, local_part
 from pipeplan.runtime.placement import Role, Topology
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.state import checkpoint
 from pipeplan.runtime.state.faults import overflow_at
 from pipeplan.runtime.training.adaptive import AdaptiveK
 from pipeplan.runtime.training.agreement import agree
 from pipeplan.runtime.training.train_config import StepCallback, TrainConfig, TrainReport
-from pipeplan.runtime.transport.distributed import init_distributed
 from pipeplan.runtime.transport.exchange import all_gather_json, gather_json
 from pipeplan.runtime.transport.link_emulation import Wire
 from pipeplan.runtime.transport.network import make_wire, shared_origin
+from pipeplan.runtime.transport.process_group import init_distributed
 
 PROFILE_REPEATS = 7
 

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 from pipeplan.core.schedule import Action
-from pipeplan.runtime.errors import RuntimeFault
 from pipeplan.runtime.placement import Message, Role, Topology
+from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.link_emulation import Wire
 
 SHAPE_TAG = 1 << 20

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipeplan.runtime.errors import RuntimeFault
+from pipeplan.runtime.rank_errors import RuntimeFault
 
 LIMIT_BYTES = 16 << 20
 """The most bytes of one process's value (the largest exchanged, a step's measured timeline, is ~100 KB)."""

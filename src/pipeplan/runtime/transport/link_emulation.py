@@ -30,7 +30,7 @@ from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.hardware.links import Link
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_to_s, s_to_ms, wire_ms
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.sim.cost.types import ring_links
 
 

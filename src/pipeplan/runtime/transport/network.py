@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
-from pipeplan.runtime.errors import TrainConfigError
+from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeplan.core.units import ms_to_s
 from pipeplan.planner.baselines.downset_tables import DownsetStates, downset_states, mask_matrix, range_table, range_tables
-from pipeplan.planner.baselines.pipedream_graph import LayerGraph, PlanningGraph, planning_graph
+from pipeplan.planner.baselines.pipedream_graph import PipeDreamGraph, PlanningGraph, planning_graph
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class DappleModel:
         return [sorted(layers) for layers in out]
 
 
-def dapple_model(full: LayerGraph, global_batch: int, limit: int | None = None) -> DappleModel:
+def dapple_model(full: PipeDreamGraph, global_batch: int, limit: int | None = None) -> DappleModel:
     """DAPPLE's model of `full` at `global_batch` (the profile batch is the graph's).
 
     Raises:

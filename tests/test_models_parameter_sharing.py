@@ -1,4 +1,4 @@
-"""models.shared: the one finder of tensors that several layers hold, against a brute-force count by identity."""
+"""models.parameter_sharing: the one finder of tensors that several layers hold, against a brute-force count by identity."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from pipeplan.models.shared import SharedParameter, holdings, shared_parameters  # noqa: E402
+from pipeplan.models.parameter_sharing import SharedParameter, holdings, shared_parameters  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""How an exported node runs inside a captured layer (models.capture): sizes read from the batch, the layer's mode.
+"""How an exported node runs inside a captured layer (models.traced.capture): sizes read from the batch, the layer's mode.
 
 An export with a dynamic batch expresses sizes through the batch symbol
 (`s0`, `8*s0`); inside a layer `BatchExpression` evaluates one from the

@@ -11,7 +11,7 @@ from pipeplan.core.errors import TrainConfigError
 
 DATASETS = ("digits", "pysource", "sample")
 """digits: scikit-learn's 8x8 handwritten digits (1797 samples, 10 classes; every fifth held out); pysource: the
-next character of the Python standard library's sources (models.text; every tenth file held out); sample: the
+next character of the Python standard library's sources (models.zoo.text; every tenth file held out); sample: the
 MODULE_SPEC's own samples (no held-out split)."""
 
 
@@ -61,8 +61,8 @@ def digits() -> Dataset:
 
 
 def pysource(seq_len: int) -> Dataset:
-    """Next-character prediction on the Python standard library's sources, windows of `seq_len` (models.text)."""
-    from pipeplan.models.text import VOCAB, python_corpus
+    """Next-character prediction on the Python standard library's sources, windows of `seq_len` (models.zoo.text)."""
+    from pipeplan.models.zoo.text import VOCAB, python_corpus
 
     (inputs, targets), (test_inputs, test_targets) = python_corpus(seq_len)
     return Dataset("pysource", inputs, targets, VOCAB, test_inputs, test_targets)

@@ -20,11 +20,11 @@ nodes into layers by their `nn_module_stack`:
 
 Layer 0 is the layer that reads the model's input (the forward's first
 argument: token ids, pixels), so the input never crosses a cut; where several
-layers read it, layer 0 is the input itself (models.graph.InputLayer). Each
+layers read it, layer 0 is the input itself (models.traced.graph.InputLayer). Each
 layer is an `fx.GraphModule` that holds the ORIGINAL model's Parameter and buffer
 objects under their module paths, so a tied weight (GPT-2's `lm_head.weight`
 is `transformer.wte.weight`) is one object held by two layers
-(models.shared.shared_parameters finds it). Dropout, batch norm and
+(models.parameter_sharing.shared_parameters finds it). Dropout, batch norm and
 attention dropout follow each layer's `training` flag, as the model's own
 modules do.
 """
@@ -39,8 +39,8 @@ import torch
 from torch import fx, nn
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.models.capture_nodes import BatchExpression, add_while_training, follow_mode, is_size, mutates, quiet
-from pipeplan.models.graph import InputLayer
+from pipeplan.models.traced.capture_nodes import BatchExpression, add_while_training, follow_mode, is_size, mutates, quiet
+from pipeplan.models.traced.graph import InputLayer
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 _WRAPPED = "model"
@@ -181,7 +181,7 @@ class _Grouping:
         names: list[str] = []
         inputs: list[tuple[int, ...]] = []
         produced: dict[fx.Node, int] = {self.input: MODEL_INPUT}
-        if len(readers) != 1:  # several layers read the input: an input layer passes it on (models.graph)
+        if len(readers) != 1:  # several layers read the input: an input layer passes it on (models.traced.graph)
             value = self.input.meta.get("val")
             if isinstance(value, torch.Tensor) and not value.is_floating_point():
                 raise ProfileError(

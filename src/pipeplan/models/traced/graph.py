@@ -8,10 +8,10 @@ called with their outputs in that order. A call_module node owns its module;
 a parameter or buffer the forward reads outside a module call (a class token,
 a position table) belongs to the layer that reads it: that layer holds the
 model's own object, so one read by two layers is one parameter held by both
-(models.shared). A module without parameters may be called more than once
+(models.parameter_sharing). A module without parameters may be called more than once
 (one ReLU after each residual add): each call is a layer. `LayerGraph` holds the edges
 and every layer's per-sample output shape, which is what a pipeline stage
-needs to pack the tensors that cross a cut into one (models.graph_stage).
+needs to pack the tensors that cross a cut into one (models.traced.graph_stage).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A stage receives and sends ONE tensor per microbatch, as a chain's stage does,
 so the transport and the schedules do not change: the tensors that cross a
 cut (the live set after it, core.dag's rule, in position order) are each
 flattened to (batch, -1) and concatenated on dimension 1; the receiver splits
-them again by their known per-sample shapes (models.graph.LayerGraph). A
+them again by their known per-sample shapes (models.traced.graph.LayerGraph). A
 tensor made before the stage and read after it is unpacked and packed again:
 the stage forwards it. Packing and unpacking are autograd operations, so the
 gradient of the received tensor is the packed gradient of every piece.
@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.models.graph import LayerGraph
 from pipeplan.models.stage import StageModule
+from pipeplan.models.traced.graph import LayerGraph
 
 
 def pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -1,10 +1,10 @@
 """A module that is no chain of blocks, as graph layers: traced with torch.fx, else captured with torch.export.
 
-torch.fx gives one layer per computing node (models.graph) and needs no
+torch.fx gives one layer per computing node (models.traced.graph) and needs no
 sample input; it cannot trace data-dependent Python (Hugging Face models
 among them, which go straight to the export). torch.export runs the model on
 a sample batch and gives one layer per module of its hierarchy
-(models.capture). An exported graph fixes the dtypes it casts to, so a
+(models.traced.capture). An exported graph fixes the dtypes it casts to, so a
 captured model is captured again when it is converted to another dtype
 (ModelSpec.recapture).
 """
@@ -42,9 +42,9 @@ def capture(module: nn.Module, name: str, sample_input: SampleFn | None, not_cha
     Raises:
         ProfileError: neither fx nor the export can capture it; one line naming each reason and the way out.
     """
-    from pipeplan.models.capture import export_layers
-    from pipeplan.models.graph import trace_layers
-    from pipeplan.models.stock import call_model, is_transformers_model
+    from pipeplan.models.traced.capture import export_layers
+    from pipeplan.models.traced.graph import trace_layers
+    from pipeplan.models.zoo.stock import call_model, is_transformers_model
 
     if is_transformers_model(module):
         fx_reason = "torch.fx cannot trace transformers models"

@@ -1,6 +1,6 @@
 """A small character-level GPT as a MODULE_SPEC (`charlm`): embedding, causal transformer blocks, head.
 
-Made for the `pysource` dataset (models.text): (batch, seq_len) character
+Made for the `pysource` dataset (models.zoo.text): (batch, seq_len) character
 ids in, (batch, seq_len, vocab) logits out, cross-entropy of every next
 character. Layers: `embed` (character and learned position embeddings),
 `block0` .. `block{n-1}` (pre-norm nn.TransformerEncoderLayer under a causal
@@ -16,7 +16,7 @@ from torch.nn import functional
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
 from pipeplan.models.model_spec import ModelSpec, seeded_randint
-from pipeplan.models.text import VOCAB
+from pipeplan.models.zoo.text import VOCAB
 
 
 class Embed(nn.Module):

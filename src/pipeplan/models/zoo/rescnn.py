@@ -18,8 +18,8 @@ from torch.nn import functional
 
 from pipeplan.core.checks import check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.models.graph import trace_layers
 from pipeplan.models.model_spec import ModelSpec, seeded_randn
+from pipeplan.models.traced.graph import trace_layers
 
 
 class ResidualBlock(nn.Module):

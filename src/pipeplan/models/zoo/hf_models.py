@@ -79,7 +79,7 @@ def build(name: str, seq_len: int = 0, layers: int = 0, dropout: float = -1.0, s
         raise ProfileError(f"{name} option seq_len must be in 1..{positions}, got {seq_len!r}")
     if drop >= 1:
         raise ProfileError(f"{name} option dropout must be in [0, 1), got {dropout!r}")
-    from pipeplan.models.vision_compat import prepare_torchvision
+    from pipeplan.models.zoo.vision_compat import prepare_torchvision
 
     prepare_torchvision()  # transformers imports torchvision when it is installed
     try:

@@ -16,9 +16,9 @@ from torch.nn import functional
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.models.charlm import charlm
 from pipeplan.models.model_spec import ModelSpec, seeded_randn
-from pipeplan.models.rescnn import rescnn
+from pipeplan.models.zoo.charlm import charlm
+from pipeplan.models.zoo.rescnn import rescnn
 
 
 def mlp(hidden: int = 1024, blocks: int = 8, in_features: int = 0, seed: int = 0) -> ModelSpec:
@@ -81,7 +81,7 @@ def _hf(name: str) -> Callable[..., ModelSpec]:
     """A factory for a transformers-based spec that imports transformers only when called."""
 
     def factory(seq_len: int = 0, layers: int = 0, dropout: float = -1.0, seed: int = 0) -> ModelSpec:
-        from pipeplan.models import hf_models
+        from pipeplan.models.zoo import hf_models
 
         return hf_models.build(name, seq_len=seq_len, layers=layers, dropout=dropout, seed=seed)
 
