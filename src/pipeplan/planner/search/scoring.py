@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import warmup_forwards
@@ -70,7 +71,8 @@ class Evaluator:
         key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
         costs = self._costs.get(key)
         if costs is None:
-            costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
+            with phase("stage_costs"):
+                costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
             self._costs[key] = costs
         return costs
 
@@ -87,7 +89,8 @@ class Evaluator:
 
     def _time(self, plan: Plan) -> float:
         self.simulations += 1
-        return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+        with phase("simulation"):
+            return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
@@ -127,7 +130,8 @@ class Evaluator:
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
         m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
-        return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
+        with phase("rank_memory"):
+            return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
 
     def memory_excess(self, plan: Plan) -> tuple[float, int]:
         """(largest bytes over capacity on any device, its rank)."""
@@ -150,4 +154,5 @@ class Evaluator:
 
     def exact(self, plan: Plan, record: bool = True) -> SimResult:
         """The full simulation of `plan`."""
-        return simulate_plan(plan, self.model, record=record)
+        with phase("final_simulation"):
+            return simulate_plan(plan, self.model, record=record)

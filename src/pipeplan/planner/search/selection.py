@@ -47,6 +47,7 @@ import time
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress, divisors
 from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
@@ -149,7 +150,8 @@ class Search:
         taken = 0
         for plan in self.ranked(self.candidates.pool, len(self.candidates.pool), by_structure=True):
             self.progress("choosing schedules", taken / want)
-            chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            with phase("schedules"):
+                chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
             contenders += chosen
             taken += bool(chosen)
             if taken == want:
@@ -172,18 +174,22 @@ class Search:
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
             budget = self.refine_budget(plan)
-            plan = improve_placement(
-                plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
-            )
-            plan = refine_boundaries(plan, self.evaluator, budget)
+            with phase("refine"):
+                plan = improve_placement(
+                    plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
+                )
+                plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
-            refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
-            for other in self.ranked(self.resized(plan), 1):
-                refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
+            with phase("schedules"):
+                refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            with phase("refine"):
+                for other in self.ranked(self.resized(plan), 1):
+                    refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
         finalists = self.ranked(refined + contenders, FINALISTS)
         if only in ("auto", "list"):
             for plan in list(finalists):
-                finalists += self.ranked(self.with_list(plan), 1)
+                with phase("list_schedules"):
+                    finalists += self.ranked(self.with_list(plan), 1)
         # the baselines' own plans compete in the final round as they are (seed_from_baselines)
         finalists += [p for p in self.candidates.seeds.values() if self.evaluator.score(p).fits]
         if only != "auto":
@@ -259,7 +265,8 @@ def search_order(
     search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
-    search.candidates.generate()
+    with phase("candidates"):
+        search.candidates.generate()
     if not search.candidates.pool:
         raise search.nothing_fits()
     plan = search.choose()
