@@ -199,11 +199,11 @@ def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
     def planner(request: PlanRequest, progress: Progress | None = None, **options: Any) -> PlanResult:
         with planning_run() as clock, np.errstate(divide="ignore", invalid="ignore"):
             result = fn(request, progress, **options)
-        if clock is not None:  # the outermost planner: its phases (phase_clock) for plan --json's "planning"
-            result = replace(result, extra={**result.extra, "planning": clock.to_json()})
         broken = request.replication_violation(result.plan)
         if broken is not None:
             raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
+        if clock is not None:  # the outermost planner: its phases (phase_clock) for plan --json's "planning"
+            result = replace(result, extra={**result.extra, "planning": clock.to_json()})
         return result
 
     return planner
