@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import SAMPLES
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
+from pipeplan.planner.phase_clock import planning_run
 from pipeplan.schedules.registry import PLANNABLE
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.memory import GIB
@@ -135,7 +136,8 @@ class PlanResult:
 
     def to_json(self, profile_name: str, cluster_name: str, profile: ModelProfile | None = None) -> dict[str, Any]:
         """The `plan --json` object: the plan file's fields plus planner, iteration_time, memory_per_device and
-        planning_seconds (`profile` names a DAG plan's stage layers; with shared parameters, `shared_parameters`)."""
+        planning_seconds (`profile` names a DAG plan's stage layers; with shared parameters, `shared_parameters`;
+        with the planner's phases timed, `planning`: seconds, CPU seconds and peak memory per phase)."""
         from pipeplan.io.plan_json import plan_to_json
 
         obj = plan_to_json(self.plan, profile_name, cluster_name, profile)
@@ -145,6 +147,8 @@ class PlanResult:
             memory_per_device=list(self.memory_per_device),
             planning_seconds=self.planning_seconds,
         )
+        if "planning" in self.extra:
+            obj["planning"] = self.extra["planning"]
         if profile is not None and profile.shared_params:
             obj["shared_parameters"] = shared_json(self.plan, profile, self.costs)
         return obj
@@ -183,7 +187,9 @@ def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
     """`fn` as a registered planner: under numpy's errstate that lets a missing link (bandwidth 0) divide to inf
     without a warning (an infinite transfer time is the cost model's answer for "no path", not a fault), and with its
     plan checked against the request's replication rule (every planner filters its candidates; this is the net under
-    them). Keyword options (pipeplan's `baselines`) pass through to `fn`.
+    them). Keyword options (pipeplan's `baselines`) pass through to `fn`. The outermost planner call times its
+    phases (planner.phase_clock) into the result's extra["planning"]; a planner called inside it (a seed) counts as
+    its phase "seeds".
 
     Raises:
         PlanError: the planner's plan breaks the request's replication rule.
@@ -191,11 +197,13 @@ def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
 
     @functools.wraps(fn)
     def planner(request: PlanRequest, progress: Progress | None = None, **options: Any) -> PlanResult:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with planning_run() as clock, np.errstate(divide="ignore", invalid="ignore"):
             result = fn(request, progress, **options)
         broken = request.replication_violation(result.plan)
         if broken is not None:
             raise PlanError(f"planner {name!r} returned a plan against replication {request.replication!r}: {broken}")
+        if clock is not None:  # the outermost planner: its phases (phase_clock) for plan --json's "planning"
+            result = replace(result, extra={**result.extra, "planning": clock.to_json()})
         return result
 
     return planner

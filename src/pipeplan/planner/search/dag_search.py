@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pipeplan.core.dag import order_from_stages, reorder, stage_layers
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import Progress
 from pipeplan.planner.search.dag_orders import dag_orders
@@ -60,7 +61,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     except PlanError as exc:
         failure = exc
     seconds = [time.perf_counter() - started]
-    orders, states = dag_orders(request.profile, slowest_rate_bytes_per_ms(request), request.cluster.num_devices)
+    with phase("dag_orders"):
+        orders, states = dag_orders(request.profile, slowest_rate_bytes_per_ms(request), request.cluster.num_devices)
     seconds.append(time.perf_counter() - started - seconds[0])
     times: list[float | None] = [None if best is None else best.iteration_time]
     won = None
@@ -75,7 +77,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
             continue
         seconds.append(time.perf_counter() - lap)
         plan = placed(found.plan, order, request)
-        sim = simulate_plan(plan, request.model)
+        with phase("final_simulation"):
+            sim = simulate_plan(plan, request.model)
         times.append(sim.iteration_time)
         if best is None or sim.iteration_time < best.iteration_time:
             finalists = [placed(f, order, request) for f in found.extra.get("finalists", [])]

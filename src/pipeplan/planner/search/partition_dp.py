@@ -16,6 +16,7 @@ import numpy as np
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import MS_PER_S
+from pipeplan.planner.phase_clock import timed_phase
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
 from pipeplan.sim.cost.link_model import link_arrays, ring_allreduce_terms
@@ -222,6 +223,7 @@ def _ring_terms(cluster: Cluster, devs: np.ndarray) -> tuple[np.ndarray, np.ndar
     return MS_PER_S * 2 * (n - 1) / n / bandwidth, 2 * (n - 1) * slowest_latency
 
 
+@timed_phase("partition_dp")
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
     """The `keep` best partitions with replication for this layout, by the DP's estimate.
 

@@ -102,8 +102,8 @@ def improve_placement(plan: Plan, evaluator: Evaluator, max_evaluations: int = 4
             if candidate is None:
                 continue
             evaluations += 1
-            time = evaluator.score(candidate).time_ms
-            if time < best * IMPROVES:
+            # a move whose floor cannot beat the best is not simulated (it counts as an evaluation all the same)
+            if evaluator.floor(candidate) < best * IMPROVES and (time := evaluator.score(candidate).time_ms) < best * IMPROVES:
                 plan, best, improved = candidate, time, True
                 break
             if evaluations >= max_evaluations:
@@ -140,6 +140,8 @@ def refine_boundaries(plan: Plan, evaluator: Evaluator, max_evaluations: int = 4
                     if candidate is None:
                         break
                     evaluations += 1
+                    if evaluator.floor(candidate) >= best * IMPROVES:  # cannot improve: not simulated
+                        break
                     time = evaluator.score(candidate).time_ms
                     if time >= best * IMPROVES:
                         break

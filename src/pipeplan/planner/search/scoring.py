@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
+from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.time_floor import chain_floor
 from pipeplan.schedules.plan_schedule import plan_schedule
-from pipeplan.schedules.registry import INTERLEAVED, WARMUP_FAMILY, splits_backward, warmup_forwards
+from pipeplan.schedules.registry import INTERLEAVED, TABLE, WARMUP_FAMILY, splits_backward, warmup_forwards
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
@@ -42,6 +44,19 @@ class Score:
 
 INVALID = Score(float("inf"), float("inf"), -1)
 
+FLOOR_MARGIN = 1 - 1e-9
+"""Evaluator.floor's slack: the floor and the simulation add the same terms in other orders (rounding apart)."""
+
+
+def ranking_counts(plan: Plan) -> tuple[int, int]:
+    """The microbatch counts (m1, m2) of the two short runs estimate_time extrapolates from (above m1)."""
+    step = plan.num_ranks if plan.schedule in INTERLEAVED else 1
+    m1 = max(step, (RANK_MICROBATCHES // step) * step)
+    m2 = max(step, ((m1 // 2) // step) * step)
+    if m2 >= m1:  # interleaved with more than RANK_MICROBATCHES / 2 ranks: two runs one step apart
+        m1 = m2 + step
+    return m1, m2
+
 
 class Evaluator:
     """Simulates plans for one request, caching costs and scores.
@@ -70,7 +85,8 @@ class Evaluator:
         key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
         costs = self._costs.get(key)
         if costs is None:
-            costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
+            with phase("stage_costs"):
+                costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
             self._costs[key] = costs
         return costs
 
@@ -87,16 +103,13 @@ class Evaluator:
 
     def _time(self, plan: Plan) -> float:
         self.simulations += 1
-        return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+        with phase("simulation"):
+            return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
         m = plan.microbatches
-        step = plan.num_ranks if plan.schedule in INTERLEAVED else 1
-        m1 = max(step, (RANK_MICROBATCHES // step) * step)
-        m2 = max(step, ((m1 // 2) // step) * step)
-        if m2 >= m1:  # interleaved with more than RANK_MICROBATCHES / 2 ranks: two runs one step apart
-            m1 = m2 + step
+        m1, m2 = ranking_counts(plan)
         if plan.order is not None or m <= m1:
             return self._time(plan)
         t1 = self._time(dataclasses.replace(plan, microbatches=m1))
@@ -105,6 +118,27 @@ class Evaluator:
         # constant part (an all-reduce tail) still dominates would underestimate the full iteration.
         slope = max((t1 - t2) / (m1 - m2), self.busiest_rank_ms(plan))
         return t1 + (m - m1) * slope
+
+    def floor(self, plan: Plan) -> float:
+        """A time `score(plan).time_ms` cannot be below: the score when known, else time_floor.chain_floor under
+        estimate_time's runs (0.0 where it does not apply: chunk-stages, or costs the model rejects), less
+        FLOOR_MARGIN for rounding. Cheap next to a simulation: what screens a candidate before one."""
+        known = self._scores.get(plan)
+        if known is not None:
+            return known.time_ms
+        facts = TABLE.get(plan.schedule)
+        if plan.chunks != 1 or facts is None or facts.asynchronous:
+            return 0.0
+        try:
+            costs = self.costs(plan)
+            m, (m1, _) = plan.microbatches, ranking_counts(plan)
+            if plan.order is not None or m <= m1:
+                floor = chain_floor(costs, m, facts.split_backward)
+            else:  # estimate_time: t1 + (m - m1) * slope with t1 above the floor at m1 and slope >= the busiest rank
+                floor = chain_floor(costs, m1, facts.split_backward) + (m - m1) * self.busiest_rank_ms(plan)
+        except PipeplanError:
+            return 0.0
+        return floor * FLOOR_MARGIN
 
     def busiest_rank_ms(self, plan: Plan) -> float:
         """The largest compute time one microbatch puts on a rank (F + B, or F + I + W, of all its chunk-stages)."""
@@ -127,7 +161,8 @@ class Evaluator:
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
         m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
-        return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
+        with phase("rank_memory"):
+            return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
 
     def memory_excess(self, plan: Plan) -> tuple[float, int]:
         """(largest bytes over capacity on any device, its rank)."""
@@ -150,4 +185,5 @@ class Evaluator:
 
     def exact(self, plan: Plan, record: bool = True) -> SimResult:
         """The full simulation of `plan`."""
-        return simulate_plan(plan, self.model, record=record)
+        with phase("final_simulation"):
+            return simulate_plan(plan, self.model, record=record)

@@ -42,11 +42,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import math
 import time
+from collections.abc import Iterator
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
+from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.plan_space import allows_order, divisors
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import BaselineRuns, Candidates, Progress
@@ -81,8 +84,9 @@ class Search:
         self.progress = self.candidates.progress
         self.finalists: list[Plan] = []
 
-    def ranked(self, plans: list[Plan], count: int, by_structure: bool = False) -> list[Plan]:
-        """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties).
+    def ranked(self, plans: list[Plan], count: int, by_structure: bool = False, ceiling: float = math.inf) -> list[Plan]:
+        """The `count` fastest fitting plans, one per equivalence class (stable: earlier candidates win ties), those
+        not above `ceiling` (fastest_first: plans beyond the count are not simulated).
 
         Plans with the same microbatch count, layers and device sets per stage
         (e.g. 16 pipeline replicas of one device, or one stage on 16 devices)
@@ -90,15 +94,35 @@ class Search:
         alternatives. With `by_structure`, plans differing only in schedule
         are alike too (the schedule is chosen later).
         """
-        fitting = [p for p in dict.fromkeys(plans) if self.evaluator.score(p).fits]
         chosen: dict[tuple[object, ...], Plan] = {}
-        for plan in sorted(fitting, key=lambda p: self.evaluator.score(p).time_ms):
+        for plan in self.fastest_first(plans, ceiling):
             stages = tuple((s.first_layer, s.last_layer, frozenset(s.devices)) for s in plan.stages)
             schedule = () if by_structure else (plan.schedule, plan.k, plan.chunks, plan.order is None)
             chosen.setdefault((plan.microbatches, stages, schedule), plan)
             if len(chosen) == count:
                 break
         return list(chosen.values())
+
+    def fastest_first(self, plans: list[Plan], ceiling: float = math.inf) -> Iterator[Plan]:
+        """The fitting plans (duplicates once) by score, earlier ones first on ties, each simulated only when it is
+        needed: a plan waits in a heap under its floor (Evaluator.floor, never above its score) and is scored when
+        the floor comes up, so plans a consumer never reaches are never simulated. The same sequence as sorting
+        every fitting plan by its score; stops before the first plan whose floor or score is above `ceiling`."""
+        heap: list[tuple[float, int, bool]] = []
+        unique = list(dict.fromkeys(plans))
+        for i, plan in enumerate(unique):
+            heap.append((self.evaluator.floor(plan), i, False))
+        heapq.heapify(heap)
+        while heap:
+            value, i, scored = heapq.heappop(heap)
+            if value > ceiling:
+                return
+            if scored:
+                yield unique[i]
+                continue
+            score = self.evaluator.score(unique[i])
+            if score.fits:
+                heapq.heappush(heap, (score.time_ms, i, True))
 
     def with_list(self, plan: Plan) -> list[Plan]:
         """Explicit-order versions of `plan`: list scheduling under memory budgets (also capped at DAPPLE's
@@ -150,7 +174,8 @@ class Search:
         taken = 0
         for plan in self.ranked(self.candidates.pool, len(self.candidates.pool), by_structure=True):
             self.progress("choosing schedules", taken / want)
-            chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            with phase("schedules"):
+                chosen = self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
             contenders += chosen
             taken += bool(chosen)
             if taken == want:
@@ -164,7 +189,8 @@ class Search:
         limit = min(times, default=math.inf) * SEED_REFINE_MARGIN if self.candidates.large else math.inf
         for own in (False, True):
             seeds = [p for name, p in self.candidates.seeds.items() if (name == SEED_NAME) == own]
-            seed = self.ranked([v for p in seeds for v in schedule_variants(p, self.request.model, generated_only)], 1)
+            variants = [v for p in seeds for v in schedule_variants(p, self.request.model, generated_only)]
+            seed = self.ranked(variants, 1, ceiling=limit)  # one above the limit is not refined: not simulated
             # an equal time marks the same plan in another form (one pipeline of r-way stages = r pipelines)
             if seed and (t := self.evaluator.score(seed[0]).time_ms) <= limit and not any(math.isclose(t, x) for x in times):
                 best.append(seed[0])
@@ -173,18 +199,22 @@ class Search:
         for i, plan in enumerate(best):
             self.progress("refining placement and stage boundaries", i / max(1, len(best)))
             budget = self.refine_budget(plan)
-            plan = improve_placement(
-                plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
-            )
-            plan = refine_boundaries(plan, self.evaluator, budget)
+            with phase("refine"):
+                plan = improve_placement(
+                    plan, self.evaluator, budget // 2 if self.candidates.large else budget, self.candidates.twins
+                )
+                plan = refine_boundaries(plan, self.evaluator, budget)
             refined.append(plan)
-            refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
-            for other in self.ranked(self.resized(plan), 1):
-                refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
+            with phase("schedules"):
+                refined += self.ranked(schedule_variants(plan, self.request.model, generated_only), 1)
+            with phase("refine"):
+                for other in self.ranked(self.resized(plan), 1):
+                    refined += self.ranked([other, *schedule_variants(other, self.request.model, generated_only)], 1)
         finalists = self.ranked(refined + contenders, FINALISTS)
         if allows_order(only):
             for plan in list(finalists):
-                finalists += self.ranked(self.with_list(plan), 1)
+                with phase("list_schedules"):
+                    finalists += self.ranked(self.with_list(plan), 1)
         # the baselines' own plans compete in the final round as they are (seed_from_baselines)
         finalists += [p for p in self.candidates.seeds.values() if self.evaluator.score(p).fits]
         if only != "auto":
@@ -260,7 +290,8 @@ def search_order(
     search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
-    search.candidates.generate()
+    with phase("candidates"):
+        search.candidates.generate()
     if not search.candidates.pool:
         raise search.nothing_fits()
     plan = search.choose()

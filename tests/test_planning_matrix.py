@@ -1,0 +1,83 @@
+"""Tests of benchmarks/planning_matrix.py: its parsing of plan --json, its targets, its comparison, and the
+per-process CPU and memory it measures (against a child that spends known amounts)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "planning_matrix.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("planning_matrix", PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+matrix = load()
+
+
+def row(wall: float, rss: int = 2**20, time: float | None = 1.0, **key: object) -> dict[str, object]:
+    base = {"profile": "p", "cluster": "c", "batch": 256, "wall_s": wall, "cpu_s": wall, "peak_rss_bytes": rss}
+    return {**base, "iteration_time": time, "error": None, **key}
+
+
+def test_a_plan_and_a_refusal_are_parsed() -> None:
+    obj = {
+        "iteration_time": 12.5,
+        "planning_seconds": 3.0,
+        "planning": {"phases": [{"name": "simulation", "seconds": 2.0}, {"name": "refine", "seconds": 0.5}]},
+    }
+    parsed = matrix.parse_plan_output(json.dumps(obj), 0, "")
+    assert parsed == {"iteration_time": 12.5, "planning_seconds": 3.0, "slowest_phase": ["simulation", 2.0], "error": None}
+    refused = matrix.parse_plan_output("", 2, "warning\nerror: PlanError: no plan fits\n")
+    assert refused == {"iteration_time": None, "error": "error: PlanError: no plan fits"}
+
+
+def test_the_targets_are_60_s_2_gib_and_a_5_s_median() -> None:
+    assert matrix.check([row(60.0, 2 * 2**30), row(1.0), row(1.0)]) == []
+    failures = matrix.check([row(60.5), row(1.0, 2 * 2**30 + 1), row(1.0)])
+    assert len(failures) == 2 and "60.5 s > 60 s" in failures[0] and "GiB > 2 GiB" in failures[1]
+    assert matrix.check([row(5.5), row(5.5), row(1.0)]) == ["median 5.50 s > 5 s"]
+
+
+def test_compare_lists_the_instances_whose_time_changed_with_both_times() -> None:
+    base = [row(1.0, time=10.0), row(1.0, time=10.0, profile="q"), row(1.0, time=10.0, profile="r")]
+    now = [row(1.0, time=10.0), row(1.0, time=9.0, profile="q"), row(1.0, time=None, profile="r")]
+    changed = matrix.compare(now, base)
+    assert changed == [
+        "q on c at batch 256: 10.0 ms -> 9.0 ms (faster)",
+        "r on c at batch 256: 10.0 ms -> None ms (SLOWER OR LOST)",
+    ]
+
+
+@pytest.mark.slow
+def test_an_instance_is_measured_as_its_own_process() -> None:
+    # a child that holds 300 MiB and spends 0.3 s of CPU, then prints a plan's JSON
+    child = (
+        "import json, time\n"
+        "block = bytearray(300 * 2**20)\n"
+        "end = time.process_time() + 0.3\n"
+        "while time.process_time() < end: pass\n"
+        "print(json.dumps({'iteration_time': 7.0, 'planning_seconds': 0.3}))\n"
+    )
+    measured = matrix.run_instance("p", "c", 256, 60.0, [sys.executable, "-c", child])
+    assert measured["iteration_time"] == 7.0 and measured["error"] is None
+    assert measured["peak_rss_bytes"] >= 300 * 2**20
+    assert measured["cpu_s"] >= 0.3
+    assert measured["wall_s"] >= 0.3
+
+
+@pytest.mark.slow
+def test_an_instance_past_its_timeout_is_killed_and_fails_the_check() -> None:
+    measured = matrix.run_instance("p", "c", 256, 0.5, [sys.executable, "-c", "import time; time.sleep(30)"])
+    assert measured["error"] == "killed after 0.5 s" and measured["iteration_time"] is None
+    assert any("p on c at batch 256" in f for f in matrix.check([measured]))
