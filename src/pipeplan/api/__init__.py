@@ -15,16 +15,49 @@ train_setup's checks before any process starts).
 
 from __future__ import annotations
 
-from pipeplan.api.arguments import load_cluster, load_profile
-from pipeplan.api.distributed import distribute, load_plan
-from pipeplan.api.local import LocalRun, probe_local, train_local
-from pipeplan.api.modules import pipeline, profile_model, stage_modules
-from pipeplan.api.planning import PlannerComparison, compare, plan, plan_request, run_planner
-from pipeplan.api.saving import save_plan, save_profile
-from pipeplan.api.simulation import PlanDoesNotFit, simulate
+from typing import Any
+
+_HOME = {
+    "LocalRun": "local",
+    "PlanDoesNotFit": "simulation",
+    "PlannerComparison": "planning",
+    "compare": "planning",
+    "distribute": "distributed",
+    "load_cluster": "arguments",
+    "load_plan": "distributed",
+    "load_profile": "arguments",
+    "pipeline": "modules",
+    "plan": "planning",
+    "plan_request": "planning",
+    "probe_local": "local",
+    "profile_model": "modules",
+    "run_planner": "planning",
+    "save_plan": "saving",
+    "save_profile": "saving",
+    "simulate": "simulation",
+    "stage_modules": "modules",
+    "train_local": "local",
+}
+"""Each public name's module: imported when the name is first reached, so that `import pipeplan.api.scheduling`
+(the CLI's help texts) loads no more than that module."""
 
 __all__ = [
     "LocalRun", "PlanDoesNotFit", "PlannerComparison", "compare", "distribute", "load_cluster", "load_plan", "load_profile",
     "pipeline", "plan", "plan_request", "probe_local", "profile_model", "run_planner", "save_plan", "save_profile",
     "simulate", "stage_modules", "train_local",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    """A public name of the API: import its module on first use (importlib caches it)."""
+    if name in _HOME:
+        from importlib import import_module
+
+        value = getattr(import_module(f"pipeplan.api.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pipeplan.api' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])

@@ -28,6 +28,8 @@ GENERATORS_TEXT = GENERATOR_NAMES
 """SCHEDULE_NAMES as one comma-separated line."""
 PLANNABLE_TEXT = names_text(PLANNABLE)
 """The schedules a plan may run, as a sentence's list ('gpipe, 1f1b, ... or list')."""
+TRAIN_SCHEDULES_TEXT = ", ".join(n + (": asynchronous" if n in ASYNCHRONOUS else "") for n in SCHEDULES)
+"""Every schedule train runs, each asynchronous one marked, as help text."""
 
 SIZE_UNITS = {
     "": 1, "b": 1,

@@ -25,14 +25,12 @@ from pipeplan.api.train_setup import (
     split_ints,
 )
 from pipeplan.core.errors import PipeplanError
-from pipeplan.schedules.registry import ASYNCHRONOUS, SCHEDULES
 
 if TYPE_CHECKING:
     from pipeplan.core.plan import Plan
     from pipeplan.runtime.training.train_config import TrainConfig
     from pipeplan.runtime.transport.network import NetworkSettings
 
-SCHEDULE_NAMES = ", ".join(n + (": asynchronous" if n in ASYNCHRONOUS else "") for n in SCHEDULES)
 """The schedules train runs, each asynchronous one marked (the --schedule help)."""
 
 

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.api.simulation import adapt_policies
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, parse_budget
 from pipeplan.viz.json_print import print_json
 
@@ -38,6 +37,8 @@ def adapt(
 
     check_files()
     given = parse_budget("--memory-budget", memory_budget)
+    from pipeplan.api.simulation import adapt_policies
+
     ran = adapt_policies(plan, bandwidth_trace, iterations, profile=profile, cluster=cluster, switch_ms=switch_ms,
                          gain_threshold=gain_threshold, batch_scaling=batch_scaling, optimizer=optimizer,
                          profile_batch_size=profile_batch_size, memory_budget=given)  # fmt: skip

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from pipeplan.api.planning import RequestOptions, compare_outcome, plan_outcome
 from pipeplan.api.scheduling import PLANNABLE_TEXT
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, OPTIMIZER_HELP, PBS_HELP, REPLICATION_HELP, SCALING_HELP, parse_budget
 from pipeplan.core.errors import PlanError
@@ -81,6 +80,8 @@ def plan(
     check_files()
     budget = parse_budget("--memory-budget", memory_budget)
     labels = FLAGS | {"memory_budget": f"--memory-budget {memory_budget}"}
+    from pipeplan.api.planning import RequestOptions, plan_outcome
+
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
                              profile_batch_size, labels)  # fmt: skip
     with progress_display(not as_json) as progress:
@@ -135,6 +136,8 @@ def compare(
     check_files()
     names = [n.strip() for n in planners.split(",") if n.strip()] if planners is not None else None
     labels = FLAGS | {"planners": f"--planners {planners!r}"}
+    from pipeplan.api.planning import RequestOptions, compare_outcome
+
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
                              profile_batch_size, labels)  # fmt: skip
     with progress_display(not as_json) as progress:

@@ -8,7 +8,6 @@ from typing import NamedTuple
 import typer
 
 from pipeplan.api.scheduling import ASYNCHRONOUS_NAMES, GENERATORS_TEXT, SCHEDULE_NAMES, ScheduleRun, simulate_schedule
-from pipeplan.api.simulation import simulate_plan_file
 from pipeplan.cli.flags import OPTIMIZER_HELP, PBS_HELP, SCALING_HELP, refuse_sizes_for_file
 from pipeplan.core.errors import OutputError, PlanError, ScheduleError
 from pipeplan.viz.json_print import print_json
@@ -87,6 +86,8 @@ def simulate(
             raise PlanError(f"{given[0]} does not apply to --plan (the plan file sets stages, microbatches and costs)")
         if minibatches is not None:
             raise PlanError("--minibatches does not apply to --plan (it sets pipemare's minibatches)")
+        from pipeplan.api.simulation import simulate_plan_file
+
         result, run = simulate_plan_file(plan, profile, cluster, bandwidth_trace, record, batch_scaling or "auto",
                                          optimizer or "adam", check_memory=not ignore_memory,
                                          profile_batch_size=profile_batch_size, iterations=iterations)  # fmt: skip

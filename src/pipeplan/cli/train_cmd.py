@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipeplan.api import training
-from pipeplan.api.training import SCHEDULE_NAMES, TrainFlags, TrainHooks
+from pipeplan.api.scheduling import TRAIN_SCHEDULES_TEXT
 from pipeplan.cli.declared_files import check_files
 from pipeplan.cli.flags import MEMORY_BUDGET_HELP, parse_budget, refuse_sizes_for_file
 from pipeplan.cli.profile_cmd import parse_options
@@ -43,7 +42,7 @@ def train(
     schedule: str | None = typer.Option(
         None,
         "--schedule",
-        help=f"Schedule name ({SCHEDULE_NAMES}) or a schedule .csv/.json file.",
+        help=f"Schedule name ({TRAIN_SCHEDULES_TEXT}) or a schedule .csv/.json file.",
     ),
     lr_reschedule: int | None = typer.Option(
         None, "--lr-reschedule", help="pipemare: learning rate α/τ^(1-min(k/K,1)) at asynchronous step k (K >= 1)."
@@ -159,6 +158,9 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
+    from pipeplan.api import training
+    from pipeplan.api.training import TrainFlags, TrainHooks
+
     flags = TrainFlags(
         plan=plan, schedule=schedule, lr_reschedule=lr_reschedule, discrepancy_decay=discrepancy_decay,
         sync_warmup=sync_warmup, weight_prediction=weight_prediction, stages=stages, microbatches=microbatches, k=k,

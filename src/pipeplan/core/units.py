@@ -8,9 +8,10 @@ value converted here is the same float as the hand-written `x * 1000.0` it repla
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only for the type: importing units (the CLI's help) loads no numpy
+    import numpy as np
 
 MS_PER_S = 1000.0
 """Milliseconds in a second."""
@@ -27,7 +28,7 @@ BYTES_PER_GIB = float(2**30)
 BYTES_PER_MIB = float(2**20)
 """Bytes in a MiB."""
 
-Number = TypeVar("Number", float, np.ndarray)
+Number = TypeVar("Number", float, "np.ndarray")
 
 
 def s_to_ms(seconds: Number) -> Number:
