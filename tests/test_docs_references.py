@@ -42,7 +42,8 @@ def module_file(parts: tuple[str, ...]) -> Path | None:
 
 @cache
 def top_names(path: Path) -> dict[str, ast.AST]:
-    """The names a module (or a class body, by its node) defines at its top: defs, classes, assignments, imports."""
+    """The names a module (or a class body, by its node) defines at its top: defs, classes, assignments, imports, and
+    the names its `__all__` lists (pipeplan.api serves them lazily)."""
     return body_names(ast.parse(path.read_text()).body)
 
 
@@ -65,6 +66,8 @@ def body_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name):
                         names[name.id] = node
+                if isinstance(target, ast.Name) and target.id == "__all__":  # public names a module serves lazily
+                    names.update({name: node for name in ast.literal_eval(node.value)})
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names[node.target.id] = node
         elif isinstance(node, ast.Import | ast.ImportFrom):

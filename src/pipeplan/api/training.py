@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from pipeplan.runtime.training.train_config import TrainConfig
     from pipeplan.runtime.transport.network import NetworkSettings
 
-"""The schedules train runs, each asynchronous one marked (the --schedule help)."""
-
 
 @dataclass(frozen=True)
 class TrainFlags:
