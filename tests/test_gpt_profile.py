@@ -91,7 +91,7 @@ def test_the_spec_loads_wherever_a_profile_is_named() -> None:
     [
         ("gpt:layers=2,hidden=64,heads=3,seq=8,vocab=10", "heads=3 must divide hidden=64"),
         ("gpt:layers=2,hidden=64,heads=4,seq=8", "missing field.*vocab"),
-        ("gpt:layers=0,hidden=64,heads=4,seq=8,vocab=10", "layers must be a whole number >= 1, got '0'"),
+        ("gpt:layers=0,hidden=64,heads=4,seq=8,vocab=10", "layers must be a whole number >= 1, got 0"),
         ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,depth=3", "unknown field 'depth'"),
         ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,gpu=tpu", "gpu must be one of"),
         ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,gpu=L4", "no measured matmul fraction.*gpu=L4"),
@@ -115,3 +115,12 @@ def test_a_given_fraction_prices_a_gpu_without_a_measured_one() -> None:
     profile = load_profile("gpt:layers=1,hidden=64,heads=4,seq=8,vocab=10,gpu=L4,matmul_fraction=0.5")
     mlp = profile.layers[2]
     assert math.isclose(mlp.fwd_ms, 16 * 8 * 64 * 64 / (121e12 * 0.5 / 1e3), rel_tol=1e-12)
+
+
+def test_a_config_built_in_python_is_checked_as_a_spec_is() -> None:
+    """GptConfig itself refuses bad values (the spec's checks are its checks, without the spec's prefix)."""
+    with pytest.raises(ProfileError, match=r"^heads=5 must divide hidden=64"):
+        GptConfig(layers=1, hidden=64, heads=5, seq=8, vocab=10)
+    with pytest.raises(ProfileError, match=r"^micro must be a whole number >= 1, got True"):
+        GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, micro=True)
+    assert GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, gpu="h100").gpu == "H100"

@@ -53,7 +53,11 @@ _MOST = {"layers": LAYERS.value // 2 - 1, "hidden": 1 << 20, "heads": 1 << 14, "
 @dataclass(frozen=True, slots=True)
 class GptConfig:
     """A GPT model and how it runs: sizes, microbatch size `micro` (B), the GPU whose peak prices it, its precision,
-    full recomputation or none, and the matmul fraction (None: the GPU kind's measured one, presets.calibrated)."""
+    full recomputation or none, and the matmul fraction (None: the GPU kind's measured one, presets.calibrated).
+
+    Raises:
+        ProfileError: a bad field, naming it and its value (parse_gpt_spec prefixes the spec).
+    """
 
     layers: int
     hidden: int
@@ -65,6 +69,33 @@ class GptConfig:
     precision: str = "bf16"
     recompute: bool = True
     matmul_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in _INTEGER_FIELDS:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ProfileError(f"{key} must be a whole number >= 1, got {value!r}")
+            most = BATCH.value if key == "micro" else _MOST[key]
+            if value > most:
+                raise ProfileError(f"{key}={value:,} is above the most it may be, {most:,.0f}")
+        if self.hidden % self.heads:
+            raise ProfileError(f"heads={self.heads} must divide hidden={self.hidden} (each head gets hidden/heads)")
+        try:
+            object.__setattr__(self, "gpu", gpu_spec(self.gpu).name)
+        except ClusterError:  # said as a profile field
+            raise ProfileError(f"gpu must be one of {', '.join(GPU_SPECS)}, got {self.gpu!r}") from None
+        if self.precision not in _PRECISIONS:
+            raise ProfileError(f"precision must be one of {', '.join(_PRECISIONS)}, got {self.precision!r}")
+        if not isinstance(self.recompute, bool):
+            raise ProfileError(f"recompute must be 1 (full recomputation) or 0 (none), got {self.recompute!r}")
+        fraction = self.matmul_fraction
+        if fraction is not None and not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+            raise ProfileError(f"matmul_fraction must be a number in (0, 1], got {fraction!r}")
+        if fraction is None and self.gpu not in MATMUL_FRACTIONS:
+            raise ProfileError(
+                f"no measured matmul fraction is known for gpu={self.gpu}; give matmul_fraction=F (0 < F <= 1), "
+                "e.g. what `pipeplan probe` measured"
+            )
 
     @property
     def name(self) -> str:
@@ -90,11 +121,10 @@ def parse_gpt_spec(spec: str) -> GptConfig:
     """A `gpt:key=value,...` spec as a checked GptConfig; layers, hidden, heads, seq and vocab are required.
 
     Raises:
-        ProfileError: one line naming the field and its value, and what it must be.
+        ProfileError: one line naming the spec, the field and its value, and what it must be.
     """
-    body = spec.removeprefix(GPT_PREFIX)
     given: dict[str, str] = {}
-    for item in body.split(","):
+    for item in spec.removeprefix(GPT_PREFIX).split(","):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
@@ -107,55 +137,32 @@ def parse_gpt_spec(spec: str) -> GptConfig:
     missing = [k for k in ("layers", "hidden", "heads", "seq", "vocab") if k not in given]
     if missing:
         raise ProfileError(f"profile {spec!r}: missing field(s) {', '.join(missing)}")
-    numbers = {key: _integer(spec, key, given[key]) for key in _INTEGER_FIELDS if key in given}
-    if numbers["hidden"] % numbers["heads"]:
-        raise ProfileError(
-            f"profile {spec!r}: heads={numbers['heads']} must divide hidden={numbers['hidden']} (each head gets hidden/heads)"
-        )
-    gpu = _gpu(spec, given.get("gpu", "A100-80GB"))
-    precision = given.get("precision", "bf16")
-    if precision not in _PRECISIONS:
-        raise ProfileError(f"profile {spec!r}: precision must be one of {', '.join(_PRECISIONS)}, got {precision!r}")
-    recompute = given.get("recompute", "1")
-    if recompute not in ("0", "1"):
-        raise ProfileError(f"profile {spec!r}: recompute must be 1 (full recomputation) or 0 (none), got {recompute!r}")
-    fraction = _fraction(spec, given["matmul_fraction"]) if "matmul_fraction" in given else None
-    if fraction is None and gpu not in MATMUL_FRACTIONS:
-        raise ProfileError(
-            f"profile {spec!r}: no measured matmul fraction is known for gpu={gpu}; give matmul_fraction=F (0 < F <= 1), "
-            "e.g. what `pipeplan probe` measured"
-        )
-    return GptConfig(**numbers, gpu=gpu, precision=precision, recompute=recompute == "1", matmul_fraction=fraction)
-
-
-def _integer(spec: str, key: str, text: str) -> int:
-    """A field's whole number >= 1 within its bound."""
-    if not text.isdigit() or int(text) < 1:
-        raise ProfileError(f"profile {spec!r}: {key} must be a whole number >= 1, got {text!r}")
-    value = int(text)
-    most = BATCH.value if key == "micro" else _MOST[key]
-    if value > most:
-        raise ProfileError(f"profile {spec!r}: {key}={value:,} is above the most it may be, {most:,.0f}")
-    return value
-
-
-def _gpu(spec: str, text: str) -> str:
-    """A known GPU kind (core.hardware.devices), its canonical spelling."""
+    values: dict[str, object] = {key: _whole(given[key]) for key in _INTEGER_FIELDS if key in given}
+    if "gpu" in given:
+        values["gpu"] = given["gpu"]
+    if "precision" in given:
+        values["precision"] = given["precision"]
+    if "recompute" in given:
+        values["recompute"] = {"1": True, "0": False}.get(given["recompute"], given["recompute"])
+    if "matmul_fraction" in given:
+        values["matmul_fraction"] = _number(given["matmul_fraction"])
     try:
-        return gpu_spec(text).name
-    except ClusterError:  # said as a profile field
-        raise ProfileError(f"profile {spec!r}: gpu must be one of {', '.join(GPU_SPECS)}, got {text!r}") from None
+        return GptConfig(**values)  # type: ignore[arg-type]
+    except ProfileError as exc:
+        raise ProfileError(f"profile {spec!r}: {exc}") from None
 
 
-def _fraction(spec: str, text: str) -> float:
-    """A matmul fraction in (0, 1]."""
+def _whole(text: str) -> int | str:
+    """The text as an int when it is one (digits only), else the text itself, for GptConfig to refuse."""
+    return int(text) if text.isdigit() else text
+
+
+def _number(text: str) -> float | str:
+    """The text as a float when it reads as one, else the text itself, for GptConfig to refuse."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise ProfileError(f"profile {spec!r}: matmul_fraction must be a number in (0, 1], got {text!r}")
-    return value
+        return text
 
 
 def layer_flops(config: GptConfig) -> dict[str, float]:
