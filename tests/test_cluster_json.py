@@ -324,3 +324,20 @@ def test_speed_reference_follows_the_device_kinds() -> None:
     assert cluster_from_json(generic).speed_reference == "V100"
     cpus = edit(description_form(), "device", {"kind": "cpu", "memory_gb": 8})
     assert cluster_from_json(cpus).speed_reference == "cpu"
+
+
+def test_matmul_fraction_is_read_in_both_forms_and_bounded() -> None:
+    """A device's matmul_fraction reads in matrix and description form, writes back, and must be in (0, 1]."""
+    description = {
+        "format": "pipeplan.cluster/1", "name": "d", "nodes": 1, "gpus_per_node": 2,
+        "device": {"kind": "H100", "matmul_fraction": 0.5}, "intra_node_gb_per_s": 100, "latency_us": 5,
+    }  # fmt: skip
+    cluster = cluster_from_json(description)
+    assert [d.matmul_fraction for d in cluster.devices] == [0.5, 0.5]
+    matrix = cluster_to_json(cluster)
+    assert matrix["devices"][0]["matmul_fraction"] == 0.5
+    assert cluster_from_json(matrix).devices == cluster.devices
+    assert "matmul_fraction" not in cluster_to_json(cluster_from_json({**description, "device": {"kind": "H100"}}))["devices"][0]
+    for bad in (0, 1.5, "x"):
+        with pytest.raises(ClusterError, match="matmul_fraction"):
+            cluster_from_json({**description, "device": {"kind": "H100", "matmul_fraction": bad}})

@@ -238,3 +238,23 @@ def test_the_probe_s_cluster_file_is_io_s_matrix_form_of_its_rounded_values() ->
         "notes": "measured by pipeplan probe over gloo (no profile: speeds 1.0)",
     }
     assert json.dumps(cluster_json(result, "two", None), sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
+def test_matmul_fraction_is_achieved_flops_over_peak_and_reaches_the_cluster_file() -> None:
+    """2 n^3 FLOPs in t seconds over the peak (capped at 1); a GPU's measured fraction is written per device to 3
+    decimals, and a CPU (no peak) measures none."""
+    import torch
+
+    from pipeplan.runtime.measurement.probe import ProbeResult, cluster_json, matmul_fraction, measure_matmul_fraction
+
+    assert matmul_fraction(8192, 2 * 8192**3 / 250e12, 312.0) == pytest.approx(250 / 312, rel=1e-12)
+    assert matmul_fraction(8192, 1e-9, 312.0) == 1.0
+    assert measure_matmul_fraction(torch.device("cpu")) is None
+    result = ProbeResult(
+        speeds=(1.0, 1.0), bandwidth_bytes_per_s=((0.0, 300e9), (300e9, 0.0)), latency_ms=((0.0, 5e-3), (5e-3, 0.0)),
+        allreduce_bytes_per_s=None, allreduce_latency_ms=0.0, nodes=(0, 0), memory_bytes=(80 * 2**30, 80 * 2**30),
+        kind="NVIDIA H100 80GB HBM3", backend="nccl", matmul_fractions=(0.80123, None),
+    )  # fmt: skip
+    devices = cluster_json(result, "two", None)["devices"]
+    assert devices[0]["kind"] == "H100" and devices[0]["matmul_fraction"] == 0.801
+    assert "matmul_fraction" not in devices[1]

@@ -62,12 +62,14 @@ _DESCRIPTION_KEYS = (
     "message_latency_us",
     "notes",
 )
-_DEVICE_KEYS = ("kind", "memory_gb", "speed", "node")
+_DEVICE_KEYS = ("kind", "memory_gb", "speed", "node", "matmul_fraction")
 RATE = (MIN_BYTES_PER_S.scaled(BYTES_PER_GB, "GB/s"), MAX_BYTES_PER_S.scaled(BYTES_PER_GB, "GB/s"))
 """Bounds of a rate in GB/s (0, where allowed, means no link)."""
 LATENCY = (MAX_LATENCY_MS.scaled(1 / US_PER_MS, "us"),)
 MEMORY = (MAX_BYTES.scaled(BYTES_PER_GIB, "GiB"),)
 SPEED = (MIN_SPEED, MAX_SPEED)
+FRACTION = (Limit(1.0, "", "a matmul cannot reach more than its device's peak", least=False),)
+"""Bound of a device's matmul_fraction (a share of its kind's peak)."""
 
 
 def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any]:
@@ -75,10 +77,7 @@ def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any
     result: dict[str, Any] = {
         "format": CLUSTER_FORMAT,
         "name": cluster.name,
-        "devices": [
-            {"kind": d.kind, "memory_gb": _clean(bytes_to_gib(d.memory_bytes)), "speed": d.speed, "node": d.node}
-            for d in cluster.devices
-        ],
+        "devices": [_device_json(d) for d in cluster.devices],
         "bandwidth_gb_per_s": [
             [_clean(bytes_per_s_to_gb_per_s(v)) for v in row] for row in cluster.bandwidth_bytes_per_s.dense().tolist()
         ],
@@ -98,6 +97,16 @@ def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any
     if notes is not None:
         result["notes"] = notes
     return result
+
+
+def _device_json(device: Device) -> dict[str, Any]:
+    """One device of the matrix form; `matmul_fraction` only when measured."""
+    entry: dict[str, Any] = {
+        "kind": device.kind, "memory_gb": _clean(bytes_to_gib(device.memory_bytes)), "speed": device.speed, "node": device.node,
+    }  # fmt: skip
+    if device.matmul_fraction is not None:
+        entry["matmul_fraction"] = device.matmul_fraction
+    return entry
 
 
 def cluster_from_json(obj: object, source: str = "<json>") -> Cluster:
@@ -137,8 +146,8 @@ def _from_matrix_form(top: Fields) -> Cluster:
     items = top.array("devices", 1)
     DEVICES.check(ClusterError, f"{source}: field 'devices'", len(items))  # before any device is built
     for i, item in enumerate(items):
-        kind, memory_bytes, speed, node = _device_fields(item, f"{source}: devices[{i}]", has_node=True)
-        devices.append(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=node))
+        kind, memory_bytes, speed, node, fraction = _device_fields(item, f"{source}: devices[{i}]", has_node=True)
+        devices.append(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=node, matmul_fraction=fraction))
     n = len(devices)
     bandwidth = _matrix(top, "bandwidth_gb_per_s", n, gb_per_s_to_bytes_per_s, RATE)
     raw_latency = top.raw("latency_us")
@@ -162,8 +171,11 @@ def _from_description_form(top: Fields) -> Cluster:
     n = nodes * per_node
     DEVICES.check(ClusterError, f"{source}: nodes x gpus_per_node ({nodes:,} x {per_node:,})", n)  # before any is built
     template = top.raw("device")
-    kind, memory_bytes, speed, _ = _device_fields(template, f"{source}: device", has_node=False)
-    devices = tuple(Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node) for i in range(n))
+    kind, memory_bytes, speed, _, fraction = _device_fields(template, f"{source}: device", has_node=False)
+    devices = tuple(
+        Device(id=i, kind=kind, memory_bytes=memory_bytes, speed=speed, node=i // per_node, matmul_fraction=fraction)
+        for i in range(n)
+    )
     intra = gb_per_s_to_bytes_per_s(top.number("intra_node_gb_per_s", limits=RATE)) if per_node > 1 else 0.0
     inter = gb_per_s_to_bytes_per_s(top.number("inter_node_gb_per_s", limits=RATE)) if nodes > 1 else 0.0
     raw_latency = top.raw("latency_us")
@@ -215,14 +227,15 @@ def _apply_override(
         latency[(a, b)] = _latency_ms(fields.number("latency_us", limits=LATENCY))
 
 
-def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int]:
-    """(kind, memory_bytes, speed, node) of a device object; memory and speed default to the kind's, node to 0.
+def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float, float, int, float | None]:
+    """(kind, memory_bytes, speed, node, matmul_fraction) of a device object; memory and speed default to the kind's,
+    node to 0, matmul_fraction (a share of the kind's peak, in (0, 1]) to None: not measured.
 
     `generic` devices give memory_gb and speed; `cpu` devices give memory_gb (their speed defaults to 1.0,
     the CPU the profile was measured on).
     """
     fields = Fields(obj, where, ClusterError)
-    fields.check_keys(_DEVICE_KEYS if has_node else ("kind", "memory_gb", "speed"))
+    fields.check_keys(_DEVICE_KEYS if has_node else ("kind", "memory_gb", "speed", "matmul_fraction"))
     kind = canonical_kind(fields.raw("kind"), f"{where}: field 'kind'")
     spec = device_spec(kind)
     if kind in (GENERIC_KIND, CPU_KIND) or spec is None:
@@ -231,7 +244,8 @@ def _device_fields(obj: object, where: str, has_node: bool) -> tuple[str, float,
         memory_gb = fields.number("memory_gb", positive=True, default=spec.memory_gib, limits=MEMORY)
     speed = fields.number("speed", positive=True, default=None if spec is None else spec.speed, limits=SPEED)
     node = fields.integer("node", 0, default=0) if has_node else 0
-    return kind, gib_to_bytes(memory_gb), speed, node
+    fraction = fields.optional_number("matmul_fraction", positive=True, limits=FRACTION)
+    return kind, gib_to_bytes(memory_gb), speed, node, fraction
 
 
 def _matrix(

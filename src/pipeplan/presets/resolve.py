@@ -15,7 +15,9 @@ from pipeplan.io.cluster_json import cluster_from_json, read_cluster_json
 from pipeplan.io.files import check_regular, something_at
 from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
 from pipeplan.io.profile_json import read_profile_json
+from pipeplan.presets.calibrated import calibrated_cluster, is_calibrated_name
 from pipeplan.presets.clusters import CLUSTER_BUILDERS
+from pipeplan.presets.gpt_profile import GPT_PREFIX, gpt_profile, parse_gpt_spec
 from pipeplan.presets.profiles import REFERENCE_DEVICE, builtin_profile_files, builtin_profile_text
 
 
@@ -32,7 +34,8 @@ def list_clusters() -> tuple[str, ...]:
 def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfile:
     """A profile from a built-in name, a `.json` file (pipeplan.profile/1) or a graph.txt file.
 
-    A built-in may be named without its folder when that is unambiguous
+    `gpt:layers=..,hidden=..,...` is an analytic GPT profile (presets.gpt_profile: FLOP counts at a GPU's measured
+    matmul rate). A built-in may be named without its folder when that is unambiguous
     (`vgg16` is `pipedream/vgg16`). A path where something stands wins over a built-in name (a directory, a FIFO or a
     symlink loop there is reported as what it is, io.files).
 
@@ -47,6 +50,10 @@ def load_profile(spec: str, profile_batch_size: int | None = None) -> ModelProfi
     """
     if not isinstance(spec, str) or not spec:
         raise ProfileError(f"profile must be a built-in name or a file path, got {spec!r}")
+    if spec.startswith(GPT_PREFIX) and not something_at(spec):
+        profile = _gpt_profile(spec)
+        _check_batch(spec, profile, profile_batch_size)
+        return profile
     if something_at(spec):
         if spec.lower().endswith(".json"):
             profile = read_profile_json(spec)
@@ -87,7 +94,8 @@ def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: in
 
 
 def load_cluster(spec: str) -> Cluster:
-    """A cluster from a built-in name or a `.json` file (pipeplan.cluster/1, either form).
+    """A cluster from a built-in name, a calibrated preset's name (`dgx-a100-8x<N>`, `dgx-h100-8x<N>`:
+    presets.calibrated) or a `.json` file (pipeplan.cluster/1, either form).
 
     Raises:
         ClusterError: unknown name (with close matches), unreadable or bad file.
@@ -96,6 +104,8 @@ def load_cluster(spec: str) -> Cluster:
         raise ClusterError(f"cluster must be a built-in name or a file path, got {spec!r}")
     if something_at(spec):
         return read_cluster_json(spec)
+    if spec not in CLUSTER_BUILDERS and is_calibrated_name(spec):
+        return _calibrated_cluster(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
 
 
@@ -138,6 +148,18 @@ def _builtin_profile(name: str) -> ModelProfile:
     """Parse a built-in profile once per process (profiles are immutable)."""
     relative, text = builtin_profile_text(name)
     return parse_graph_txt(text, relative, name=name, reference_device=REFERENCE_DEVICE)
+
+
+@cache
+def _calibrated_cluster(name: str) -> Cluster:
+    """Build a calibrated preset once per process."""
+    return cluster_from_json(calibrated_cluster(name), f"calibrated cluster {name}")
+
+
+@cache
+def _gpt_profile(spec: str) -> ModelProfile:
+    """An analytic GPT profile once per process (its text is its whole input)."""
+    return gpt_profile(parse_gpt_spec(spec))
 
 
 @cache

@@ -25,13 +25,19 @@ from pipeplan.core.limits import (
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One accelerator: `speed` is throughput relative to the profile's reference device."""
+    """One accelerator: `speed` is throughput relative to the profile's reference device.
+
+    `matmul_fraction`, when known, is the fraction of its kind's nominal 16-bit peak (core.hardware.devices) that a
+    large bf16/fp16 matrix multiply reaches on it, as measured (a calibrated preset's published figure, or
+    `pipeplan probe` on the machine); None when not measured. An analytic profile's layers are priced at peak times it.
+    """
 
     id: int
     kind: str
     memory_bytes: float
     speed: float = 1.0
     node: int = 0
+    matmul_fraction: float | None = None
 
     def __post_init__(self) -> None:
         check_nonneg_int(ClusterError, "device id", self.id)
@@ -42,6 +48,13 @@ class Device:
         speed = check_positive_float(ClusterError, f"device {self.id} speed", self.speed, MIN_SPEED, MAX_SPEED)
         object.__setattr__(self, "speed", speed)
         check_nonneg_int(ClusterError, f"device {self.id} node", self.node)
+        if self.matmul_fraction is not None:
+            fraction = check_positive_float(ClusterError, f"device {self.id} matmul_fraction", self.matmul_fraction)
+            if fraction > 1:
+                raise ClusterError(
+                    f"device {self.id} matmul_fraction must be in (0, 1] (a share of the kind's peak), got {fraction!r}"
+                )
+            object.__setattr__(self, "matmul_fraction", fraction)
 
 
 @dataclass(frozen=True, slots=True)

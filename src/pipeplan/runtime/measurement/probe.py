@@ -14,7 +14,11 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    and middle sizes; on a loaded CPU a message costs far more than an idle
    ping-pong shows: the communication threads wait for a core while every
    core computes). Without a profile every speed is 1.0 and the
-   all-reduce is timed on gradient-like buckets of 1 to 32 MB.
+   all-reduce is timed on gradient-like buckets of 1 to 32 MB (on GPUs 1 to 256 MB: the bus bandwidth a
+   large all-reduce reaches, what nccl-tests reports).
+3. On a GPU pipeplan knows the peak of (core.hardware.devices), a large bf16 matmul is timed and its
+   achieved FLOP rate over that peak is the device's `matmul_fraction` (the share the calibrated presets
+   carry from published measurements, presets.calibrated); on a CPU there is no peak and none is written.
 Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
 bounded by the timeout: a peer that never answers is an error naming it.
 
@@ -64,6 +68,11 @@ from pipeplan.runtime.transport.exchange import gather_json
 PING_BYTES = (8, 1 << 16, 1 << 20, 1 << 22)
 """Message sizes of the ping-pongs (8 B gives the latency, the larger ones the bandwidth)."""
 ALLREDUCE_BYTES = (1 << 20, 1 << 23, 1 << 25)
+ALLREDUCE_BYTES_GPU = (1 << 20, 1 << 25, 1 << 28)
+"""On GPUs the largest message is 256 MB, where an all-reduce's bus bandwidth levels off (nccl-tests' plateau)."""
+MATMUL_SIZE = 8192
+"""n of the n x n x n bf16 matmul the probe times: large enough to reach a GPU's matmul plateau."""
+MATMUL_ROUNDS = 10
 HANG_ENV = "PIPEPLAN_PROBE_HANG"
 """Test hook: the process whose rank this names joins the group and then never answers."""
 
@@ -84,6 +93,7 @@ class ProbeResult:
     message_overhead_ms: float = 0.0
     message_latency_ms: float = 0.0
     overhead_alone_ms: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
+    matmul_fractions: tuple[float | None, ...] | None = None  # per process; None: not measured (a CPU)
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -161,7 +171,7 @@ def measure_links(device: torch.device, rounds: int, timeout_s: float) -> tuple[
 def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, float]:
     """(bus bandwidth bytes/s, per-step latency s) of the group's all-reduce as the runtime does it; (None, 0) for one process.
 
-    A least-squares line through the medians at 1, 8 and 32 MB.
+    A least-squares line through the medians at 1, 8 and 32 MB (on GPUs 1, 32 and 256 MB).
 
     The runtime sums a stage's gradients as one bucket (runtime.execution.replicas: flatten, all-reduce, copy back), so
     that is what is timed, on four gradient-like tensors: the copies are part of what a plan's all-reduce costs.
@@ -171,8 +181,9 @@ def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, 
     world = dist.get_world_size()
     if world < 2:
         return None, 0.0
+    sizes = ALLREDUCE_BYTES_GPU if device.type == "cuda" else ALLREDUCE_BYTES
     times = []
-    for nbytes in ALLREDUCE_BYTES:
+    for nbytes in sizes:
         grads = [torch.ones(nbytes // 16, dtype=torch.float32, device=device) for _ in range(4)]
         samples = []
         for _ in range(rounds):
@@ -188,8 +199,36 @@ def measure_allreduce(device: torch.device, rounds: int) -> tuple[float | None, 
     result = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(result, op=dist.ReduceOp.MAX)  # the slowest process ends the collective
     steps = 2 * (world - 1)
-    intercept, slope = fit_line([float(n) for n in ALLREDUCE_BYTES], result.tolist())
+    intercept, slope = fit_line([float(n) for n in sizes], result.tolist())
     return steps / world / slope, intercept / steps
+
+
+def matmul_fraction(n: int, seconds: float, peak_tflops: float) -> float:
+    """The share of `peak_tflops` an n x n x n matmul (2 n^3 FLOPs) taking `seconds` reached, at most 1."""
+    return min(1.0, 2.0 * n**3 / seconds / (peak_tflops * 1e12))
+
+
+def measure_matmul_fraction(device: torch.device) -> float | None:
+    """This GPU's large-matmul share of its kind's bf16 peak (the median of MATMUL_ROUNDS timed bf16 matmuls of
+    MATMUL_SIZE); None on a CPU or a GPU pipeplan has no peak for."""
+    from pipeplan.core.hardware.devices import GPU_SPECS, kind_of_device_name
+
+    if device.type != "cuda":
+        return None
+    kind = kind_of_device_name(_device_name(device))
+    if kind not in GPU_SPECS:
+        return None
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, dtype=torch.bfloat16, device=device)
+    b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, dtype=torch.bfloat16, device=device)
+    torch.matmul(a, b)  # warm-up: the library picks its kernel
+    torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(MATMUL_ROUNDS):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        torch.cuda.synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    return matmul_fraction(MATMUL_SIZE, statistics.median(samples), GPU_SPECS[kind].bf16_tflops)
 
 
 def _barrier(timeout_s: float, what: str) -> None:
@@ -234,7 +273,10 @@ def probe(
                 run_plan(plan, model, device, steps, timeout_s, optimizer, precision) for plan in pipeline_plans(profile, world)
             ]
     host = socket.gethostname()
-    mine = {"speed": speed, "host": host, "node": node_key(host), "memory": _memory_bytes(device), "device": _device_name(device)}
+    mine = {
+        "speed": speed, "host": host, "node": node_key(host), "memory": _memory_bytes(device), "device": _device_name(device),
+        "matmul": measure_matmul_fraction(device),
+    }  # fmt: skip
     everyone: list[dict[str, Any]] | None = gather_json(mine)  # str keys; numbers and strings
     if everyone is None:
         return None
@@ -252,6 +294,7 @@ def probe(
         memory_bytes=tuple(p["memory"] / (per_host[p["host"]] if kind == "cpu" else 1) for p in everyone),
         kind=kind,
         backend=dist.get_backend(),
+        matmul_fractions=tuple(p["matmul"] for p in everyone),
     )
     if pipeline_runs:
         assert profile is not None
@@ -289,6 +332,7 @@ def probe_cluster(result: ProbeResult, name: str, profile: ModelProfile | None) 
     """The probe's result as a Cluster, every value rounded as its file records it (GB/s to 4 decimals, microseconds
     to 2, 1 for the message costs, GiB to 3, speeds to 4).
 
+    A measured matmul fraction is kept to 3 decimals (a device without one has none).
     CPU processes are kind `cpu` with speeds relative to the profile's CPU. GPUs are their kind when pipeplan knows
     it (else `generic`) with speeds on the GPU scale: the measured ratio times the profile's kind's speed.
     """
@@ -301,10 +345,16 @@ def probe_cluster(result: ProbeResult, name: str, profile: ModelProfile | None) 
     if kind != "cpu" and profile is not None:
         reference = profile_kind(profile)
         scale = (nominal_speed(reference) or 1.0) if reference is not None else 1.0
+    fractions = result.matmul_fractions or (None,) * len(result.speeds)
     devices = tuple(
-        Device(i, kind, gib_to_bytes(round(bytes_to_gib(memory), 3)), round(speed * scale, 4), node)
-        for i, (speed, memory, node) in enumerate(zip(result.speeds, result.memory_bytes, result.nodes, strict=True))
-    )
+        Device(
+            i, kind, gib_to_bytes(round(bytes_to_gib(memory), 3)), round(speed * scale, 4), node,
+            None if fraction is None else round(fraction, 3),
+        )
+        for i, (speed, memory, node, fraction) in enumerate(
+            zip(result.speeds, result.memory_bytes, result.nodes, fractions, strict=True)
+        )
+    )  # fmt: skip
     n = len(devices)
 
     def rate(value: float) -> float:  # the file's GB/s, 4 decimals

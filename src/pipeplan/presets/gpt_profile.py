@@ -1,0 +1,235 @@
+"""An analytic GPT profile: a model config priced by FLOP counts at a GPU's measured matmul rate, bytes in closed form.
+
+`gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=51200` (more fields below) names one wherever a profile is
+named (presets.resolve.load_profile). Its layers are the embedding, each transformer block as two layers (its
+attention and its MLP) and the head (final layer norm, logits, loss).
+
+Note:
+    FLOPs (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+    SC'21, appendix): a transformer block's forward is 24 B s h^2 + 4 B s^2 h, here its attention
+    8 B s h^2 + 4 B s^2 h (QKV and output projections, scores and their product with the values) and its MLP
+    16 B s h^2; the logits' forward is 2 B s h V. A backward is twice its forward, and with recomputation each
+    block runs its forward once more in its backward. So an iteration is 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
+    FLOPs with recomputation and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without: the paper's formulas.
+    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction): every FLOP at the rate of a large
+    matmul, so the times are a floor (softmax, norms, element-wise work and kernel launches are not priced).
+
+    Bytes (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4):
+    16-bit activations with 1-byte dropout masks. A block saves s b h (34 + 5 a s / h): its attention
+    11 s b h + 5 a s^2 b plus its layer norm's 2 s b h, its MLP 19 s b h plus its layer norm's 2 s b h. With full
+    recomputation a block keeps only its input, 2 s b h, held by its attention layer. The embedding keeps its
+    dropout mask (s b h), the head the final norm's and the projection's inputs (2 s b h each) and the fp32
+    logits the loss reads (4 s b V). Each layer's output is one 16-bit s x b x h tensor (the head's: the loss).
+    Parameters are counted with their biases and norms; `param_bytes` is 4 bytes per parameter, the fp32 master
+    copy, so the cost model's static memory, param_bytes x (2 + Adam's 2), is mixed-precision Adam's 16 bytes per
+    parameter, and the data-parallel all-reduce moves fp32 gradients (as Megatron-LM does under bf16). The head
+    holds its own copy of the word embedding (Megatron-LM keeps one on the first and one on the last stage); the
+    all-reduce that keeps those two equal is not priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeplan.core.errors import ClusterError, ProfileError
+from pipeplan.core.hardware.devices import GPU_SPECS, gpu_spec
+from pipeplan.core.layer_profile import LayerProfile
+from pipeplan.core.limits import BATCH, LAYERS
+from pipeplan.core.profile import ModelProfile
+from pipeplan.presets.calibrated import MATMUL_FRACTIONS
+
+GPT_PREFIX = "gpt:"
+BYTES_16 = 2
+"""Bytes of one 16-bit activation element (bf16 or fp16)."""
+MASTER_BYTES = 4
+"""Bytes a parameter counts for in param_bytes: its fp32 master copy (module note)."""
+
+_INTEGER_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "micro")
+_FIELDS = (*_INTEGER_FIELDS, "gpu", "precision", "recompute", "matmul_fraction")
+_PRECISIONS = ("bf16", "fp16")
+_MOST = {"layers": LAYERS.value // 2 - 1, "hidden": 1 << 20, "heads": 1 << 14, "seq": 1 << 22, "vocab": 1 << 24}
+
+
+@dataclass(frozen=True, slots=True)
+class GptConfig:
+    """A GPT model and how it runs: sizes, microbatch size `micro` (B), the GPU whose peak prices it, its precision,
+    full recomputation or none, and the matmul fraction (None: the GPU kind's measured one, presets.calibrated).
+
+    Raises:
+        ProfileError: a bad field, naming it and its value (parse_gpt_spec prefixes the spec).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    vocab: int
+    micro: int = 1
+    gpu: str = "A100-80GB"
+    precision: str = "bf16"
+    recompute: bool = True
+    matmul_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in _INTEGER_FIELDS:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ProfileError(f"{key} must be a whole number >= 1, got {value!r}")
+            most = BATCH.value if key == "micro" else _MOST[key]
+            if value > most:
+                raise ProfileError(f"{key}={value:,} is above the most it may be, {most:,.0f}")
+        if self.hidden % self.heads:
+            raise ProfileError(f"heads={self.heads} must divide hidden={self.hidden} (each head gets hidden/heads)")
+        try:
+            object.__setattr__(self, "gpu", gpu_spec(self.gpu).name)
+        except ClusterError:  # said as a profile field
+            raise ProfileError(f"gpu must be one of {', '.join(GPU_SPECS)}, got {self.gpu!r}") from None
+        if self.precision not in _PRECISIONS:
+            raise ProfileError(f"precision must be one of {', '.join(_PRECISIONS)}, got {self.precision!r}")
+        if not isinstance(self.recompute, bool):
+            raise ProfileError(f"recompute must be 1 (full recomputation) or 0 (none), got {self.recompute!r}")
+        fraction = self.matmul_fraction
+        if fraction is not None and not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+            raise ProfileError(f"matmul_fraction must be a number in (0, 1], got {fraction!r}")
+        if fraction is None and self.gpu not in MATMUL_FRACTIONS:
+            raise ProfileError(
+                f"no measured matmul fraction is known for gpu={self.gpu}; give matmul_fraction=F (0 < F <= 1), "
+                "e.g. what `pipeplan probe` measured"
+            )
+
+    @property
+    def name(self) -> str:
+        """The spec that names this config (every field, so two configs never share a name)."""
+        fraction = "" if self.matmul_fraction is None else f",matmul_fraction={self.matmul_fraction:g}"
+        return (
+            f"gpt:layers={self.layers},hidden={self.hidden},heads={self.heads},seq={self.seq},vocab={self.vocab},"
+            f"micro={self.micro},gpu={self.gpu},precision={self.precision},recompute={int(self.recompute)}{fraction}"
+        )
+
+    def rate_flops_per_ms(self) -> float:
+        """FLOPs per millisecond: the GPU's 16-bit peak times the matmul fraction."""
+        return gpu_spec(self.gpu).bf16_tflops * 1e12 / 1e3 * self.fraction()
+
+    def fraction(self) -> float:
+        """The matmul fraction in use: the given one, else the GPU kind's measured one."""
+        if self.matmul_fraction is not None:
+            return self.matmul_fraction
+        return MATMUL_FRACTIONS[self.gpu]
+
+
+def parse_gpt_spec(spec: str) -> GptConfig:
+    """A `gpt:key=value,...` spec as a checked GptConfig; layers, hidden, heads, seq and vocab are required.
+
+    Raises:
+        ProfileError: one line naming the spec, the field and its value, and what it must be.
+    """
+    given: dict[str, str] = {}
+    for item in spec.removeprefix(GPT_PREFIX).split(","):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ProfileError(f"profile {spec!r}: {item!r} is no key=value; write e.g. gpt:layers=24,hidden=1024,...")
+        if key not in _FIELDS:
+            raise ProfileError(f"profile {spec!r}: unknown field {key!r}; the fields are {', '.join(_FIELDS)}")
+        if key in given:
+            raise ProfileError(f"profile {spec!r}: field {key!r} is given twice")
+        given[key] = value.strip()
+    missing = [k for k in ("layers", "hidden", "heads", "seq", "vocab") if k not in given]
+    if missing:
+        raise ProfileError(f"profile {spec!r}: missing field(s) {', '.join(missing)}")
+    values: dict[str, object] = {key: _whole(given[key]) for key in _INTEGER_FIELDS if key in given}
+    if "gpu" in given:
+        values["gpu"] = given["gpu"]
+    if "precision" in given:
+        values["precision"] = given["precision"]
+    if "recompute" in given:
+        values["recompute"] = {"1": True, "0": False}.get(given["recompute"], given["recompute"])
+    if "matmul_fraction" in given:
+        values["matmul_fraction"] = _number(given["matmul_fraction"])
+    try:
+        return GptConfig(**values)  # type: ignore[arg-type]
+    except ProfileError as exc:
+        raise ProfileError(f"profile {spec!r}: {exc}") from None
+
+
+def _whole(text: str) -> int | str:
+    """The text as an int when it is one (digits only), else the text itself, for GptConfig to refuse."""
+    return int(text) if text.isdigit() else text
+
+
+def _number(text: str) -> float | str:
+    """The text as a float when it reads as one, else the text itself, for GptConfig to refuse."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def layer_flops(config: GptConfig) -> dict[str, float]:
+    """Forward FLOPs of one microbatch: per layer kind (`embedding`, `attention`, `mlp`, `head`)."""
+    b, s, h, v = config.micro, config.seq, config.hidden, config.vocab
+    return {
+        "embedding": 0.0,
+        "attention": 8.0 * b * s * h * h + 4.0 * b * s * s * h,
+        "mlp": 16.0 * b * s * h * h,
+        "head": 2.0 * b * s * h * v,
+    }
+
+
+def iteration_flops(config: GptConfig) -> float:
+    """FLOPs of one microbatch's forward and backward (with the recomputed forwards): the sum over the layers."""
+    flops = layer_flops(config)
+    per_block = flops["attention"] + flops["mlp"]
+    block_passes = 4.0 if config.recompute else 3.0
+    return config.layers * per_block * block_passes + 3.0 * flops["head"]
+
+
+def tensor_parallel_role(layer_name: str) -> str:
+    """What a layer of an analytic GPT profile is, for tensor parallelism (Megatron-LM's split of each):
+
+    - `embedding`: the word and position embeddings; vocab-parallel (the word table split by rows over the group).
+    - `attention`: layer norm, then QKV (column-parallel, by heads) and the output projection (row-parallel);
+      the norm is replicated.
+    - `mlp`: layer norm, then h -> 4h (column-parallel) and 4h -> h (row-parallel); the norm is replicated.
+    - `head`: the final layer norm (replicated) and the logits (vocab-parallel, with a parallel cross-entropy).
+    """
+    role = layer_name.split(".", 1)[0]
+    if role not in ("embedding", "attention", "mlp", "head"):
+        raise ProfileError(f"layer {layer_name!r} is no layer of an analytic GPT profile")
+    return role
+
+
+def gpt_profile(config: GptConfig) -> ModelProfile:
+    """The profile of `config`: 2 l + 2 layers at batch size `micro`, priced on `gpu` (module note)."""
+    b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
+    rate = config.rate_flops_per_ms()
+    flops = layer_flops(config)
+    output = BYTES_16 * s * b * h
+    attention_saved = 2.0 * s * b * h if config.recompute else 13.0 * s * b * h + 5.0 * a * s * s * b
+    mlp_saved = 0.0 if config.recompute else 21.0 * s * b * h
+    backward_passes = 3.0 if config.recompute else 2.0  # the backward, with the recomputed forward
+    params = {
+        "embedding": v * h + s * h,
+        "attention": 4 * h * h + 4 * h + 2 * h,
+        "mlp": 8 * h * h + 5 * h + 2 * h,
+        "head": v * h + 2 * h,
+    }
+
+    def layer(name: str, kind: str, saved: float, activation: float, passes: float) -> LayerProfile:
+        return LayerProfile(
+            name=name,
+            fwd_ms=flops[kind] / rate,
+            bwd_ms=passes * flops[kind] / rate,
+            activation_bytes=activation,
+            param_bytes=float(MASTER_BYTES * params[kind]),
+            saved_bytes=saved,
+            flops=(1.0 + passes) * flops[kind],
+        )
+
+    layers = [layer("embedding", "embedding", float(s * b * h), output, 2.0)]
+    for i in range(config.layers):
+        layers.append(layer(f"attention.{i}", "attention", attention_saved, output, backward_passes))
+        layers.append(layer(f"mlp.{i}", "mlp", mlp_saved, output, backward_passes))
+    head_saved = 2.0 * s * b * h + 2.0 * s * b * h + 4.0 * s * b * v
+    layers.append(layer("head", "head", head_saved, 4.0 * b, 2.0))
+    return ModelProfile(name=config.name, batch_size=b, layers=tuple(layers), reference_device=config.gpu, measured=False)

@@ -1,0 +1,126 @@
+"""presets.gpt_profile: an analytic GPT profile's FLOPs and bytes against the papers' closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeplan.core.errors import ProfileError
+from pipeplan.presets.gpt_profile import (
+    GptConfig,
+    gpt_profile,
+    iteration_flops,
+    parse_gpt_spec,
+    tensor_parallel_role,
+)
+from pipeplan.presets.resolve import load_profile
+
+configs = st.builds(
+    GptConfig,
+    layers=st.integers(1, 8),
+    hidden=st.sampled_from([64, 128, 1024, 12288]),
+    heads=st.sampled_from([1, 2, 4, 8]),
+    seq=st.sampled_from([1, 128, 2048]),
+    vocab=st.sampled_from([1, 1000, 51200]),
+    micro=st.integers(1, 8),
+    gpu=st.sampled_from(["A100-80GB", "H100"]),
+    recompute=st.booleans(),
+)
+
+
+@given(configs)
+def test_iteration_flops_are_narayanan_et_al(config: GptConfig) -> None:
+    """One microbatch's FLOPs over every layer are 96 (with recomputation) or 72 x B s l h^2 (1 + s/6h + V/16lh)."""
+    b, s, h, v, n = config.micro, config.seq, config.hidden, config.vocab, config.layers
+    factor = 96 if config.recompute else 72
+    expected = factor * b * s * n * h * h * (1 + s / (6 * h) + v * 96 / (16 * n * h * factor))
+    profile = gpt_profile(config)
+    total = sum(layer.flops or 0.0 for layer in profile.layers)
+    assert math.isclose(total, expected, rel_tol=1e-12)
+    assert math.isclose(iteration_flops(config), expected, rel_tol=1e-12)
+
+
+@given(configs)
+def test_times_are_flops_at_the_measured_matmul_rate(config: GptConfig) -> None:
+    """Each layer's forward plus backward is its FLOPs over peak x fraction; a block's forward is 24Bsh^2 + 4Bs^2h."""
+    peak = {"A100-80GB": 312e12 * 0.859, "H100": 989e12 * 0.801}[config.gpu] / 1e3
+    profile = gpt_profile(config)
+    for layer in profile.layers:
+        assert math.isclose(layer.fwd_ms + layer.bwd_ms, (layer.flops or 0.0) / peak, rel_tol=1e-12, abs_tol=1e-300)
+    b, s, h = config.micro, config.seq, config.hidden
+    block = profile.layers[1].fwd_ms + profile.layers[2].fwd_ms
+    assert math.isclose(block, (24 * b * s * h * h + 4 * b * s * s * h) / peak, rel_tol=1e-12)
+
+
+@given(configs)
+def test_saved_bytes_are_korthikanti_et_al(config: GptConfig) -> None:
+    """A block saves s b h (34 + 5 a s / h) without recomputation and 2 s b h with it; each output is 2 s b h."""
+    b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
+    profile = gpt_profile(config)
+    block = profile.layers[1].saved_bytes + profile.layers[2].saved_bytes
+    expected = 2 * s * b * h if config.recompute else s * b * h * (34 + 5 * a * s / h)
+    assert math.isclose(block, expected, rel_tol=1e-12)
+    assert all(layer.activation_bytes == 2 * s * b * h for layer in profile.layers[:-1])
+    assert profile.layers[-1].saved_bytes == 4 * s * b * h + 4 * s * b * v
+
+
+def test_parameters_are_twelve_h_squared_per_block_and_four_bytes_each() -> None:
+    """GPT-3 175B's config counts 174.6e9 parameters (12 l h^2 + 13 l h + (V + s) h twice), at 4 bytes each."""
+    config = parse_gpt_spec("gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=51200")
+    n, h, v, s = 96, 12288, 51200, 2048
+    params = n * (12 * h * h + 13 * h) + (v * h + s * h) + (v * h + 2 * h)
+    assert gpt_profile(config).total_param_bytes == 4 * params
+    assert 174e9 < params < 176e9
+
+
+def test_the_spec_loads_wherever_a_profile_is_named() -> None:
+    """load_profile takes a gpt: spec; its layers are the embedding, attention and MLP per block, and the head."""
+    profile = load_profile("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=100,micro=2,gpu=h100,recompute=0")
+    assert [layer.name for layer in profile.layers] == ["embedding", "attention.0", "mlp.0", "attention.1", "mlp.1", "head"]
+    assert profile.batch_size == 2 and profile.reference_device == "H100" and not profile.measured
+    assert [tensor_parallel_role(layer.name) for layer in profile.layers] == [
+        "embedding", "attention", "mlp", "attention", "mlp", "head",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("gpt:layers=2,hidden=64,heads=3,seq=8,vocab=10", "heads=3 must divide hidden=64"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8", "missing field.*vocab"),
+        ("gpt:layers=0,hidden=64,heads=4,seq=8,vocab=10", "layers must be a whole number >= 1, got 0"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,depth=3", "unknown field 'depth'"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,gpu=tpu", "gpu must be one of"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,gpu=L4", "no measured matmul fraction.*gpu=L4"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,matmul_fraction=1.2", r"matmul_fraction must be a number in \(0, 1\]"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,precision=fp32", "precision must be one of bf16, fp16"),
+        ("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,recompute=yes", "recompute must be 1"),
+        ("gpt:layers=2,layers=3", "given twice"),
+        ("gpt:layers", "no key=value"),
+        ("gpt:layers=20000,hidden=64,heads=4,seq=8,vocab=10", "above the most"),
+    ],
+)
+def test_bad_fields_are_one_line_naming_field_and_value(spec: str, message: str) -> None:
+    """Every bad field is a one-line ProfileError naming it, before any profile is built."""
+    with pytest.raises(ProfileError, match=message) as caught:
+        load_profile(spec)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_given_fraction_prices_a_gpu_without_a_measured_one() -> None:
+    """gpu=L4 with matmul_fraction=0.5 prices every FLOP at half of the L4's 121 TFLOP/s."""
+    profile = load_profile("gpt:layers=1,hidden=64,heads=4,seq=8,vocab=10,gpu=L4,matmul_fraction=0.5")
+    mlp = profile.layers[2]
+    assert math.isclose(mlp.fwd_ms, 16 * 8 * 64 * 64 / (121e12 * 0.5 / 1e3), rel_tol=1e-12)
+
+
+def test_a_config_built_in_python_is_checked_as_a_spec_is() -> None:
+    """GptConfig itself refuses bad values (the spec's checks are its checks, without the spec's prefix)."""
+    with pytest.raises(ProfileError, match=r"^heads=5 must divide hidden=64"):
+        GptConfig(layers=1, hidden=64, heads=5, seq=8, vocab=10)
+    with pytest.raises(ProfileError, match=r"^micro must be a whole number >= 1, got True"):
+        GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, micro=True)
+    assert GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, gpu="h100").gpu == "H100"
