@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from models import linear_model
 from pipeplan.core.errors import PlanError
 from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.core.layer_profile import TP_KINDS
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, TensorSplit
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.memory import memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.cost.tensor_parallel import sharded_static_bytes
+from pipeplan.sim.cost.tensor_parallel import sharded_static_bytes, split_stage
 from pipeplan.sim.plan_sim import simulate_plan
 
 GB = 1e9
@@ -173,3 +174,42 @@ def test_the_stage_memo_keeps_tp_and_zero_apart() -> None:
     for plan in (base, sp, dataclasses.replace(base, zero=1)):
         assert plan_costs(plan, model, stage_memo=memo) == plan_costs(plan, model)
     assert len(memo) == 3
+
+
+def reference_split(prof: ModelProfile, first: int, last: int, t: int, sp: bool, x: float) -> tuple[float, float, float]:
+    """Plain per-layer code under linear scaling at x samples per device: (fwd ms, saved bytes, param bytes)."""
+    fwd = saved = params = 0.0
+    for i in range(first, last + 1):
+        layer, scale = prof.layers[i], x / prof.batch_size
+        split = layer.tp
+        if split is None:
+            fwd, saved, params = fwd + layer.fwd_ms * scale, saved + layer.saved_bytes * scale, params + layer.param_bytes
+            continue
+        whole = 0.0 if sp else split.whole_share
+        fwd += layer.fwd_ms * scale / t
+        saved += layer.saved_bytes * scale * (whole + (1 - whole) / t)
+        params += layer.param_bytes / t
+    return fwd, saved, params
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 1e9), st.floats(0.0, 1e8), st.sampled_from((None, *TP_KINDS))),
+             min_size=1, max_size=8),
+    st.sampled_from((2, 4, 8)), st.booleans(), st.data(),
+)  # fmt: skip
+def test_split_stage_matches_plain_per_layer_code(layers: list, t: int, sp: bool, data: st.DataObject) -> None:
+    """For any chain of split and whole layers, any span, t and sequence parallelism: the stage's forward, saved and
+    parameter bytes per device are what a plain loop over the layers gives."""
+    splits = [None if k is None else TensorSplit(k, 8) for *_, k in layers]
+    prof = ModelProfile(
+        "p", 8, tuple(LayerProfile(f"l{i}", f, 2 * f, 1e3, p, s, tp=splits[i]) for i, (f, p, s, _) in enumerate(layers))
+    )
+    first = data.draw(st.integers(0, len(layers) - 1))
+    last = data.draw(st.integers(first, len(layers) - 1))
+    r = data.draw(st.sampled_from((1, 2)))
+    work, _ = split_stage(linear_model(prof, cluster()).layers, range(first, last + 1), 8, r, 1.0, t, sp)
+    fwd, saved, params = reference_split(prof, first, last, t, sp, 8 / r)
+    assert work.fwd_ms == pytest.approx(fwd, rel=1e-12, abs=1e-12)
+    assert work.saved_bytes == pytest.approx(saved, rel=1e-12, abs=1e-6)
+    assert work.param_bytes == pytest.approx(params, rel=1e-12, abs=1e-6)
