@@ -102,8 +102,8 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     ring = stage.devices[::t] if t > 1 else stage.devices
     allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, ring, work.param_bytes)
     static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor), work.optimizer_ms
-    d = plan.data_parallel_of(s)
-    if plan.zero and d > 1:
+    d = plan.data_parallel_of(s) if plan.zero else 1
+    if d > 1:
         static, optimizer = sharded_static_bytes(work.param_bytes, model.optimizer_factor, plan.zero, d), optimizer / d
     try:
         return StageCost(
