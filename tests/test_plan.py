@@ -53,7 +53,7 @@ def test_a_tensor_parallel_stage_counts_replicas_times_tp_devices() -> None:
     assert [plan.replicas_of(s) for s in (0, 1)] == [2, 1]
     assert [plan.data_parallel_of(s) for s in (0, 1)] == [4, 2]
     assert plan.replica_devices(0, 1) == (8, 9, 10, 11) and plan.devices_per_pipeline == 8
-    assert plan.tensor_parallel and not sample_plan_2d().tensor_parallel
+    assert plan.tensor_parallel_or_sharded and not sample_plan_2d().tensor_parallel_or_sharded
 
 
 def sample_plan_2d() -> Plan:

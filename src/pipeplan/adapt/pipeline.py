@@ -127,7 +127,7 @@ class PipelineModel:
         from pipeplan.sim.cost.chain_view import chain_view
         from pipeplan.sim.cost.plan_costs import plan_costs
 
-        if plan.tensor_parallel:
+        if plan.tensor_parallel_or_sharded:
             raise AdaptError(
                 f"the controller adapts plans without tensor parallelism or sharding; this plan has "
                 f"tp {[s.tp for s in plan.stages]} and zero {plan.zero} (simulate it with `pipeplan simulate --plan`)"

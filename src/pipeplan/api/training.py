@@ -267,7 +267,7 @@ def check_runnable(plan: Plan, path: str) -> None:
     Raises:
         TrainConfigError: naming the plan, the stage's tp or the plan's zero, and the way out.
     """
-    if not plan.tensor_parallel:
+    if not plan.tensor_parallel_or_sharded:
         return
     tp = next((f"stage {s} has tp {st.tp}" for s, st in enumerate(plan.stages) if st.tp > 1), f"zero {plan.zero}")
     raise TrainConfigError(

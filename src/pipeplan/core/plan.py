@@ -276,7 +276,7 @@ class Plan:
         return sum(len(self.stages[s].devices) // self.pipeline_replicas for s in range(self.num_ranks))
 
     @property
-    def tensor_parallel(self) -> bool:
+    def tensor_parallel_or_sharded(self) -> bool:
         """Whether any stage is tensor-parallel (tp > 1) or the plan shards state (zero > 0): a 3D plan."""
         return self.zero > 0 or any(s.tp > 1 for s in self.stages)
 
