@@ -125,3 +125,16 @@ def test_ring_links_join_the_traffic_and_price_their_nominal_rate() -> None:
         PipelineModel.from_measurements(**numbers(p=2, m=4), ring_links=[[], [(0, 5), (6, 0)]])
     with pytest.raises(AdaptError, match=r"allreduce_latency_ms 2\.0 exceeds allreduce_ms 1\.0"):
         PipelineModel.from_measurements(**numbers(p=2, m=4), allreduce_ms=[1.0, 0.0], allreduce_latency_ms=[2.0, 0.0])
+
+
+def test_from_plan_refuses_a_tensor_parallel_or_sharded_plan() -> None:
+    """A plan with a tp > 1 stage or zero > 0 is refused naming both, before any costs are priced."""
+    import dataclasses
+
+    from pipeplan.core.plan import Plan, Stage
+
+    model = CostModel.build(load_profile("dapple/bert-48"), load_cluster("a100-8x2"))
+    plan = Plan((Stage(0, 49, (0, 1), tp=2),), 1, 2, 2, "1f1b")
+    for bad in (plan, dataclasses.replace(plan, stages=(Stage(0, 49, (0, 1)),), zero=1)):
+        with pytest.raises(AdaptError, match=r"without tensor parallelism or sharding; this plan has tp \[\d\] and zero \d"):
+            PipelineModel.from_plan(bad, model)

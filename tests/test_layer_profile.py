@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.layer_profile import LayerProfile
+from pipeplan.core.layer_profile import LayerProfile, TensorSplit
 
 
 def test_a_layer_curve_must_be_a_layer_curve() -> None:
@@ -55,3 +55,26 @@ def test_optimizer_steps_are_sorted_and_looked_up_by_name() -> None:
     assert lay.optimizer_ms == (("adam", 2.5), ("sgd", 1.0))
     assert lay.optimizer_step_ms("sgd") == 1.0
     assert lay.optimizer_step_ms("sgd_momentum") is None
+
+
+def test_a_tensor_split_takes_its_kinds_default_whole_share_unless_given() -> None:
+    """The share kept whole without sequence parallelism is the kind's (Korthikanti's 10 of 34 sbh per block)."""
+    assert TensorSplit("block", 32).whole_share == 10 / 34
+    assert TensorSplit("mlp", 4096, 0.5).whole_share == 0.5
+    assert TensorSplit("row", 8).whole_share == 0.0
+    assert LayerProfile("l", 1.0, 2.0, 8, 8).tp is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("conv", 4), "tp kind must be one of block, attention, mlp, vocab, row, column, got 'conv'"),
+        (("mlp", 0), "tp width must be an integer >= 1 .*got 0"),
+        (("mlp", 2.0), "tp width must be an integer >= 1 .*got 2.0"),
+        (("mlp", 8, -0.1), "tp replicated_share must be a fraction in 0..1, got -0.1"),
+    ],
+)
+def test_a_bad_tensor_split_is_refused_naming_field_and_value(args: tuple, message: str) -> None:
+    """kind, width and replicated_share are checked."""
+    with pytest.raises(ProfileError, match=message):
+        TensorSplit(*args)

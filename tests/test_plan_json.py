@@ -198,3 +198,28 @@ def test_an_adaptive_block_that_contradicts_its_plan_is_refused_naming_the_field
     obj = {**plan_to_json(sample_plan(), "p", "c"), **change}
     with pytest.raises(PlanError, match=rf"^p\.json: .*{message}"):
         plan_from_json(obj, "p.json")
+
+
+def test_tensor_parallel_stages_and_sharding_round_trip_and_defaults_are_left_out(tmp_path: Path) -> None:
+    """tp, sequence_parallel and zero are written only away from their defaults, and read back equal."""
+    plan = Plan((Stage(0, 2, (0, 1, 2, 3), tp=2, sequence_parallel=True), Stage(3, 5, (4, 5))), 1, 4, 4, "1f1b", zero=1)
+    obj = plan_to_json(plan, "p", "c")
+    assert obj["zero"] == 1 and obj["stages"][0]["tp"] == 2 and obj["stages"][0]["sequence_parallel"] is True
+    assert "tp" not in obj["stages"][1] and "sequence_parallel" not in obj["stages"][1]
+    path = tmp_path / "plan.json"
+    write_plan(plan, path, "p", "c")
+    assert read_plan(path)[0] == plan
+    plain = plan_to_json(sample_plan(), "p", "c")
+    assert "zero" not in plain and all(set(s) == {"first_layer", "last_layer", "devices"} for s in plain["stages"])
+
+
+def test_a_tp_that_does_not_divide_a_stage_is_refused_naming_the_file_and_stage() -> None:
+    """A stage whose devices are not a multiple of its tp is refused with the file, the stage and the values."""
+    obj = plan_to_json(sample_plan(), "p", "c")
+    obj["stages"][1]["tp"] = 3
+    with pytest.raises(PlanError, match=r"f.json: stages\[1\]: stage 3..5 has 2 devices, not a multiple of its tp 3"):
+        plan_from_json(obj, "f.json")
+    obj["stages"][1]["tp"] = 1
+    obj["zero"] = 5
+    with pytest.raises(PlanError, match=r"f\.json: plan zero must be 0 .*got 5"):
+        plan_from_json(obj, "f.json")

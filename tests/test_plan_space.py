@@ -15,6 +15,7 @@ from pipeplan.planner.plan_space import (
     power_of_two,
     shapes,
     shapes_with_counts,
+    tensor_degrees,
 )
 from pipeplan.planner.request import PlanRequest
 from planner_instances import random_cluster, random_profile
@@ -75,3 +76,24 @@ def test_allows_order_is_auto_or_list() -> None:
         "auto",
         "list",
     ]
+
+
+def test_tensor_degrees_are_one_without_splits_else_those_a_server_and_every_width_allow() -> None:
+    """No split layer: [1] (every current instance plans as before); with splits: t in 1, 2, 4, 8 dividing the
+    smallest server's device count and every split layer's width."""
+    import dataclasses
+
+    from pipeplan.core.hardware.cluster import Cluster, Device
+    from pipeplan.core.profile import TensorSplit
+
+    plain = _request(8, 16, None, "any")
+    assert tensor_degrees(plain) == [1]
+    widths = (16, 12)  # 8 does not divide 12
+    layers = tuple(dataclasses.replace(x, tp=TensorSplit("block", widths[i % 2])) for i, x in enumerate(plain.profile.layers))
+    profile = dataclasses.replace(plain.profile, layers=layers)
+    for per_node, expected in ((8, [1, 2, 4]), (2, [1, 2]), (6, [1, 2])):
+        devices = tuple(Device(i, "A100", 80 * 2**30, 1.0, i // per_node) for i in range(2 * per_node))
+        n = len(devices)
+        links = tuple(tuple(0.0 if a == b else 1e9 for b in range(n)) for a in range(n))
+        cluster = Cluster("c", devices, links, tuple(tuple(0.0 for _ in range(n)) for _ in range(n)))
+        assert tensor_degrees(PlanRequest(profile, cluster, 16)) == expected

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.core.profile import LayerProfile, ModelProfile, TensorSplit
 from pipeplan.io.profile_json import profile_from_json, profile_to_json, read_profile_json, write_profile_json
 from pipeplan.presets.resolve import load_profile
 
@@ -259,3 +259,38 @@ def test_a_dag_profile_keeps_its_inputs_through_both_versions(tmp_path: Path) ->
     obj["layers"][1]["inputs"] = [1]
     with pytest.raises(ProfileError, match=r"x.json: profile 'tiny' layer 1 \(l1\) names input 1, not an earlier layer"):
         profile_from_json(obj, "x.json")
+
+
+def test_a_tensor_parallel_split_round_trips_through_both_versions(tmp_path: Path) -> None:
+    """A layer's "tp" object reads into a TensorSplit and writes back as it was, in /1 and /2; a layer without one
+    writes no "tp" key (every older profile's bytes unchanged)."""
+    for obj in (small(), small_v2()):
+        obj["layers"][0]["tp"] = {"kind": "block", "width": 16}
+        obj["layers"][1]["tp"] = {"kind": "column", "width": 512, "replicated_share": 0.25}
+        profile = profile_from_json(obj, "tp.json")
+        assert profile.layers[0].tp == TensorSplit("block", 16)
+        assert profile.layers[1].tp is not None and profile.layers[1].tp.whole_share == 0.25
+        out = profile_to_json(profile)
+        assert out["layers"][0]["tp"] == {"kind": "block", "width": 16}
+        assert out["layers"][1]["tp"] == {"kind": "column", "width": 512, "replicated_share": 0.25}
+        path = tmp_path / "p.json"
+        write_profile_json(profile, path)
+        assert read_profile_json(path) == profile
+    assert all("tp" not in layer for layer in profile_to_json(profile_from_json(small()))["layers"])
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        ({"kind": "conv", "width": 4}, "layers\\[0\\]: tp kind must be one of block, .*got 'conv'"),
+        ({"kind": "mlp", "width": 0}, "layers\\[0\\]: tp: field 'width' must be an integer >= 1, got 0"),
+        ({"kind": "mlp", "width": 8, "replicated_share": 1.5}, "tp replicated_share must be a fraction in 0..1, got 1.5"),
+        ({"kind": "mlp", "width": 8, "heads": 2}, "tp: unknown field 'heads'"),
+    ],
+)
+def test_a_bad_tp_object_names_the_layer_field_and_value(tp: dict[str, Any], message: str) -> None:
+    """A bad "tp" object is refused naming the file, the layer, the field and the value."""
+    obj = small()
+    obj["layers"][0]["tp"] = tp
+    with pytest.raises(ProfileError, match=message):
+        profile_from_json(obj, "tp.json")

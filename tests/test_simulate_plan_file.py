@@ -150,3 +150,25 @@ def test_a_trace_on_a_replicated_stages_ring_slows_simulate_plan(tmp_path: Path)
         expected.collectives[0].end_ms - expected.collectives[0].start_ms - plan_costs(plan, model).stages[0].allreduce_latency_ms
     )
     assert slowed["iteration_time"] - plain["iteration_time"] == pytest.approx(work * 3 / 4, rel=1e-9)
+
+
+def test_a_3d_plan_file_simulates_like_the_library_and_a_bad_tp_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:  # fmt: skip
+    """simulate --plan on a plan with tp 2, sequence parallelism and ZeRO-1 prints simulate_plan's result; a tp that
+    does not divide a split layer's width exits 2 with one line naming the file, stage, layer and width."""
+    from pipeplan.io.cluster_json import cluster_to_json, read_cluster_json
+    from test_tensor_parallel import cluster as tp_cluster
+    from test_tensor_parallel import profile as tp_profile
+
+    write_profile_json(tp_profile(), tmp_path / "gpt.json")
+    (tmp_path / "c.json").write_text(json.dumps(cluster_to_json(tp_cluster())))
+    stages = (Stage(0, 1, (0, 1, 4, 5), tp=2, sequence_parallel=True), Stage(2, 4, (2, 3, 6, 7), tp=2, sequence_parallel=True))
+    plan = Plan(stages, 1, 4, 8, "1f1b", zero=1)
+    write_plan(plan, tmp_path / "plan.json", str(tmp_path / "gpt.json"), str(tmp_path / "c.json"))
+    expected = simulate_plan(plan, default_model(tp_profile(), read_cluster_json(tmp_path / "c.json")))
+    assert simulate_json("--plan", str(tmp_path / "plan.json")) == json.loads(json.dumps(expected.to_json()))
+    write_plan(Plan((Stage(0, 4, (0, 1, 2), tp=3),), 1, 4, 8, "1f1b"), tmp_path / "bad.json", "gpt.json", "c.json")
+    code, out, err = run(monkeypatch, capsys, "simulate", "--plan", str(tmp_path / "bad.json"))
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert "bad.json: stage 0 (layers 0..4) has tp 3, which does not divide layer 0 ('embed') tp width 32000" in err

@@ -120,12 +120,18 @@ class PipelineModel:
         """The pipeline of `plan` under `model` (sim.cost.plan_costs.plan_costs), its schedule left to the controller.
 
         Raises:
-            AdaptError: the plan interleaves chunks or runs an asynchronous schedule (no flush to switch k at).
+            AdaptError: the plan interleaves chunks, runs an asynchronous schedule (no flush to switch k at), or has
+                tensor-parallel stages or sharded state (the controller reads measurements of 2D plans only).
             PlanError: the plan does not match the profile or cluster.
         """
         from pipeplan.sim.cost.chain_view import chain_view
         from pipeplan.sim.cost.plan_costs import plan_costs
 
+        if plan.tensor_parallel_or_sharded:
+            raise AdaptError(
+                f"the controller adapts plans without tensor parallelism or sharding; this plan has "
+                f"tp {[s.tp for s in plan.stages]} and zero {plan.zero} (simulate it with `pipeplan simulate --plan`)"
+            )
         if plan.chunks != 1:
             raise AdaptError(f"the controller regroups one stage per rank; the plan interleaves v={plan.chunks} chunks")
         if plan.schedule not in SYNCHRONOUS:

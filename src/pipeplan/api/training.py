@@ -24,7 +24,7 @@ from pipeplan.api.train_setup import (
     refuse_beside_plan,
     split_ints,
 )
-from pipeplan.core.errors import PipeplanError
+from pipeplan.core.errors import PipeplanError, TrainConfigError
 
 if TYPE_CHECKING:
     from pipeplan.core.plan import Plan
@@ -168,6 +168,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         from pipeplan.presets.resolve import load_plan
 
         plan_obj, names = load_plan(plan, profile)
+        check_runnable(plan_obj, plan)
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
@@ -258,6 +259,21 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
     )  # fmt: skip
     _run_worker(config, f, hooks)
     return None
+
+
+def check_runnable(plan: Plan, path: str) -> None:
+    """Refuse a plan with tensor-parallel stages or sharded state: the runtime runs neither yet (issue 34).
+
+    Raises:
+        TrainConfigError: naming the plan, the stage's tp or the plan's zero, and the way out.
+    """
+    if not plan.tensor_parallel_or_sharded:
+        return
+    tp = next((f"stage {s} has tp {st.tp}" for s, st in enumerate(plan.stages) if st.tp > 1), f"zero {plan.zero}")
+    raise TrainConfigError(
+        f"plan {path}: {tp}, but train runs neither tensor-parallel stages nor sharded optimizer state yet; "
+        f"simulate it with `pipeplan simulate --plan {path}`, or train a plan with tp 1 and zero 0"
+    )
 
 
 def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:

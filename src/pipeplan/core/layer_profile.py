@@ -60,6 +60,56 @@ class LayerCurve:
                 raise ProfileError(f"layer {layer!r} shared_bytes[{i}] ({shared:g}) exceeds saved_bytes[{i}] ({saved:g})")
 
 
+TP_KINDS: dict[str, tuple[int, int, str, float]] = {
+    "block": (2, 2, "output", 10 / 34),
+    "attention": (1, 1, "output", 5 / 13),
+    "mlp": (1, 1, "output", 5 / 21),
+    "vocab": (1, 0, "output", 0.0),
+    "row": (1, 0, "output", 0.0),
+    "column": (0, 1, "input", 0.0),
+}
+"""How each kind of tensor-parallel layer splits (Megatron-LM, Shoeybi et al. 2019; Korthikanti et al. 2022):
+(all-reduces in the forward, all-reduces in the backward, whose bytes they carry: the layer's output activation or
+its input, the default share of its saved bytes a group keeps whole without sequence parallelism).
+
+- `block`: a transformer block (attention + MLP, each column- then row-parallel): 2 + 2 all-reduces of its output;
+  of Korthikanti's 34 sbh saved bytes per block, 10 sbh (layer-norm inputs, dropout masks, the inputs of the QKV
+  and first MLP linears) stay whole (the 5as/h score term left out: an upper bound on the whole share).
+- `attention` (13 sbh, 5 whole) and `mlp` (21 sbh, 5 whole): each half of a block with its layer norm.
+- `vocab`: a vocab-parallel embedding: the forward all-reduces its output.
+- `row` / `column`: a row-parallel linear (its forward all-reduces its output) and a column-parallel one (its
+  backward all-reduces its input's gradient; its output stays split, for a `row` layer or a parallel loss after it).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSplit:
+    """How a layer splits over a tensor-parallel group: its `kind` (a key of TP_KINDS) and `width`, the count the
+    split divides (attention heads for block/attention, the MLP's hidden size for mlp, the vocabulary for vocab, the
+    split features for row/column): a group of t devices needs t | width. `replicated_share`: the share of the
+    layer's saved bytes each device keeps whole without sequence parallelism (None: the kind's default)."""
+
+    kind: str
+    width: int
+    replicated_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in TP_KINDS:
+            raise ProfileError(f"tp kind must be one of {', '.join(TP_KINDS)}, got {self.kind!r}")
+        if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
+            raise ProfileError(f"tp width must be an integer >= 1 (what the split divides), got {self.width!r}")
+        share = self.replicated_share
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+                raise ProfileError(f"tp replicated_share must be a fraction in 0..1, got {share!r}")
+            object.__setattr__(self, "replicated_share", float(share))
+
+    @property
+    def whole_share(self) -> float:
+        """The share of the saved bytes kept whole without sequence parallelism: given, else the kind's."""
+        return TP_KINDS[self.kind][3] if self.replicated_share is None else self.replicated_share
+
+
 @dataclass(frozen=True, slots=True)
 class LayerProfile:
     """Costs of one layer for one batch of `ModelProfile.batch_size` samples on the reference device.
@@ -79,6 +129,8 @@ class LayerProfile:
     bytes less the shared bytes of every layer but its first.
     `curve` holds the batch-dependent values at every size of the profile's
     `batch_sizes` (None: measured at `batch_size` only).
+    `tp` says how the layer splits over a tensor-parallel group (TensorSplit); None: it cannot split, and a
+    tensor-parallel stage runs it whole on every device of the group (replicated).
     """
 
     name: str
@@ -94,6 +146,7 @@ class LayerProfile:
     optimizer_ms: tuple[tuple[str, float], ...] = ()
     curve: LayerCurve | None = None
     shared_bytes: float = 0.0
+    tp: TensorSplit | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -126,6 +179,8 @@ class LayerProfile:
         object.__setattr__(self, "optimizer_ms", tuple(sorted(steps)))
         if self.curve is not None and not isinstance(self.curve, LayerCurve):
             raise ProfileError(f"layer {self.name!r} curve must be a LayerCurve, got {type(self.curve).__name__}")
+        if self.tp is not None and not isinstance(self.tp, TensorSplit):
+            raise ProfileError(f"layer {self.name!r} tp must be a TensorSplit or None, got {type(self.tp).__name__}")
 
     def optimizer_step_ms(self, optimizer: str) -> float | None:
         """The measured time of one `optimizer` step over this layer's parameters, or None when not measured."""

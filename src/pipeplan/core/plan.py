@@ -22,12 +22,19 @@ class Stage:
 
     `devices` lists the stage's devices in every pipeline replica, replica-major:
     with rp pipeline replicas and r data-parallel replicas of the stage,
-    devices[t*r:(t+1)*r] serve pipeline replica t (len(devices) = r * rp).
+    devices[i*r:(i+1)*r] serve pipeline replica i (len(devices) = r * rp).
+    With a tensor-parallel degree `tp` = t > 1 every data-parallel replica is a group of t devices, listed
+    together: devices[(i*r + j)*t : (i*r + j + 1)*t] is the tensor-parallel group of data-parallel replica j in
+    pipeline replica i (len(devices) = t * r * rp; a stage's processes = replicas x t). `sequence_parallel`
+    (only with t > 1) also splits the activations a block keeps whole under plain tensor parallelism (layer norms,
+    dropout) along the sequence (Korthikanti et al. 2022).
     """
 
     first_layer: int
     last_layer: int
     devices: tuple[int, ...]
+    tp: int = 1
+    sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
         check_nonneg_int(PlanError, "stage first_layer", self.first_layer)
@@ -37,13 +44,34 @@ class Stage:
             raise PlanError(f"stage last_layer {self.last_layer} is before first_layer {self.first_layer}")
         if not isinstance(self.devices, tuple) or not self.devices:
             raise PlanError(f"stage {self.first_layer}..{self.last_layer} must have at least one device, got {self.devices!r}")
-        if _plain_device_ids(self.devices):
-            return
-        for d in self.devices:
-            check_nonneg_int(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
-            DEVICE_INDEX.check(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
-        if len(set(self.devices)) != len(self.devices):
-            raise PlanError(f"stage {self.first_layer}..{self.last_layer} lists a device twice: {self.devices}")
+        if not _plain_device_ids(self.devices):
+            for d in self.devices:
+                check_nonneg_int(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
+                DEVICE_INDEX.check(PlanError, f"stage {self.first_layer}..{self.last_layer} device", d)
+            if len(set(self.devices)) != len(self.devices):
+                raise PlanError(f"stage {self.first_layer}..{self.last_layer} lists a device twice: {self.devices}")
+        if type(self.tp) is not int or self.tp != 1 or self.sequence_parallel is not False:
+            self._check_tensor_parallel()
+
+    def _check_tensor_parallel(self) -> None:
+        """tp: an integer >= 1 dividing the device count; sequence_parallel: a bool, true only with tp > 1."""
+        where = f"stage {self.first_layer}..{self.last_layer}"
+        if type(self.tp) is not int or self.tp != 1:
+            check_positive_int(PlanError, f"{where} tp", self.tp)
+            TP_DEGREE.check(PlanError, f"{where} tp", self.tp)
+            if len(self.devices) % self.tp:
+                raise PlanError(
+                    f"{where} has {len(self.devices)} devices, not a multiple of its tp {self.tp} (each data-parallel "
+                    "replica is a tensor-parallel group of tp devices)"
+                )
+        if self.sequence_parallel is not False:
+            if self.sequence_parallel is not True:
+                raise PlanError(f"{where} sequence_parallel must be true or false, got {self.sequence_parallel!r}")
+            if self.tp == 1:
+                raise PlanError(f"{where} sequence_parallel needs tp > 1 (it splits what tensor parallelism keeps whole), got 1")
+
+
+TP_DEGREE = Limit(1024, "", "a tensor-parallel group has at most 1,024 devices")
 
 
 def _plain_device_ids(devices: tuple[object, ...]) -> bool:
@@ -97,6 +125,9 @@ class Plan:
     core.dag): `Stage.first_layer` / `last_layer` are positions in it; None
     (and the identity, stored as None) means positions are layer indices.
     `adaptive`: for a kfkb plan, the setting its runs adapt k with (None: k stays fixed).
+    `zero`: how much of each stage's state is sharded over its data-parallel group (the stage's d = devices / tp
+    copies, pipeline replicas included): 0 none, 1 the optimizer state (ZeRO-1, Megatron's distributed optimizer),
+    2 the gradients too (ZeRO-2). A stage with d = 1 shards nothing.
     """
 
     stages: tuple[Stage, ...]
@@ -109,6 +140,7 @@ class Plan:
     order: tuple[tuple[Action, ...], ...] | None = None
     layer_order: tuple[int, ...] | None = None
     adaptive: AdaptiveSetting | None = None
+    zero: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.stages, tuple) or not self.stages:
@@ -137,12 +169,24 @@ class Plan:
                 raise PlanError(
                     f"stage {i} has {len(stage.devices)} devices, not a multiple of pipeline_replicas={self.pipeline_replicas}"
                 )
-            rank_devices = self.stages[i % self.num_ranks].devices
+            if stage.tp > 1 and len(stage.devices) % (self.pipeline_replicas * stage.tp):
+                raise PlanError(
+                    f"stage {i} has {len(stage.devices)} devices, not a multiple of pipeline_replicas x tp = "
+                    f"{self.pipeline_replicas} x {stage.tp}"
+                )
+            rank_stage = self.stages[i % self.num_ranks]
+            rank_devices = rank_stage.devices
             if i >= self.num_ranks and stage.devices is not rank_devices and stage.devices != rank_devices:
                 raise PlanError(
                     f"chunk-stage {i} must run on the devices of stage {i % self.num_ranks} "
                     f"({self.stages[i % self.num_ranks].devices}), got {stage.devices}"
                 )
+            if i >= self.num_ranks and (stage.tp, stage.sequence_parallel) != (rank_stage.tp, rank_stage.sequence_parallel):
+                raise PlanError(
+                    f"chunk-stage {i} must have the tp and sequence_parallel of stage {i % self.num_ranks} "
+                    f"({rank_stage.tp}, {rank_stage.sequence_parallel}), got ({stage.tp}, {stage.sequence_parallel})"
+                )
+        self._check_zero()
         self._check_layer_order()
         self._check_adaptive()
         ranks = self.stages[: self.num_ranks]
@@ -150,6 +194,18 @@ class Plan:
             used = [d for s in ranks for d in s.devices]
             twice = sorted(d for d, n in Counter(used).items() if n > 1)
             raise PlanError(f"plan uses device(s) {twice[:10]} in two stages")
+
+    def _check_zero(self) -> None:
+        """zero: 0, 1 or 2, and sharding only where some stage has a data-parallel group to shard over."""
+        if self.zero == 0:
+            return
+        if isinstance(self.zero, bool) or self.zero not in (1, 2):
+            raise PlanError(f"plan zero must be 0 (none), 1 (optimizer state) or 2 (and gradients), got {self.zero!r}")
+        if all(self.data_parallel_of(s) == 1 for s in range(self.num_ranks)):
+            raise PlanError(
+                f"plan zero {self.zero} shards state over a stage's data-parallel replicas, but every stage has one "
+                "(d = 1): set zero 0, or replicate a stage"
+            )
 
     def _check_adaptive(self) -> None:
         """adaptive: only on a kfkb plan (the schedule whose k it changes), every k within 1..microbatches.
@@ -201,18 +257,28 @@ class Plan:
         return len(self.stages) // self.chunks
 
     def replicas_of(self, stage: int) -> int:
-        """Data-parallel replicas of `stage` within one pipeline replica."""
-        return len(self.stages[stage].devices) // self.pipeline_replicas
+        """Data-parallel replicas of `stage` within one pipeline replica (each a tensor-parallel group of tp devices)."""
+        return len(self.stages[stage].devices) // (self.pipeline_replicas * self.stages[stage].tp)
+
+    def data_parallel_of(self, stage: int) -> int:
+        """The data-parallel degree d of `stage`: its copies over all pipeline replicas (devices / tp), the group
+        its gradients are all-reduced (or its state sharded, `zero`) over."""
+        return len(self.stages[stage].devices) // self.stages[stage].tp
 
     def replica_devices(self, stage: int, replica: int = 0) -> tuple[int, ...]:
-        """The devices of `stage` that serve pipeline replica `replica`."""
-        r = self.replicas_of(stage)
-        return self.stages[stage].devices[replica * r : (replica + 1) * r]
+        """The devices of `stage` that serve pipeline replica `replica` (replicas_of x tp of them)."""
+        n = len(self.stages[stage].devices) // self.pipeline_replicas
+        return self.stages[stage].devices[replica * n : (replica + 1) * n]
 
     @property
     def devices_per_pipeline(self) -> int:
         """Devices used by one pipeline replica."""
-        return sum(self.replicas_of(s) for s in range(self.num_ranks))
+        return sum(len(self.stages[s].devices) // self.pipeline_replicas for s in range(self.num_ranks))
+
+    @property
+    def tensor_parallel_or_sharded(self) -> bool:
+        """Whether any stage is tensor-parallel (tp > 1) or the plan shards state (zero > 0): a 3D plan."""
+        return self.zero > 0 or any(s.tp > 1 for s in self.stages)
 
     @property
     def all_devices(self) -> tuple[int, ...]:

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, field_limit
+from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, TensorSplit, field_limit
 from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, LAYERS
 from pipeplan.core.shared_params import SharedGroup, check_groups, overlap_bytes
 
 __all__ = [
-    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "check_batch_sizes",
-    "field_limit", "live_cuts",
+    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "TensorSplit",
+    "check_batch_sizes", "field_limit", "live_cuts",
 ]  # fmt: skip
 
 

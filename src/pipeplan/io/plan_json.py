@@ -32,11 +32,12 @@ PLAN_KEYS = (
     "chunks",
     "order",
     "adaptive",
+    "zero",
 )
 ADAPTIVE_KEYS = ("k", "k_choices", "memory_budget_bytes")
 """The optional "adaptive" block of a kfkb plan: the first iteration's k (the plan's "k"), the k a run may pick, the
 memory budget (core.plan.AdaptiveSetting)."""
-STAGE_KEYS = ("first_layer", "last_layer", "devices", "layers")
+STAGE_KEYS = ("first_layer", "last_layer", "devices", "layers", "tp", "sequence_parallel")
 
 ProfileFor = ModelProfile | Callable[[str], ModelProfile] | None
 """What a plan reader places a DAG plan's named layers with: the profile, or a function from the plan's recorded
@@ -48,7 +49,9 @@ def plan_to_json(plan: Plan, profile_name: str, cluster_name: str, profile: Mode
 
     A plan with a layer order (core.dag) also lists each stage's `layers` by
     name, which needs `profile`; a plan without one is written as before. A plan with an adaptive setting adds
-    "adaptive": {"k", "k_choices", "memory_budget_bytes"}; one without is written as before.
+    "adaptive": {"k", "k_choices", "memory_budget_bytes"}; one without is written as before. A tensor-parallel
+    stage adds "tp" (and "sequence_parallel": true), a plan that shards state "zero"; at their defaults (tp 1, no
+    sequence parallelism, zero 0) they are left out, so every other plan is written as before.
 
     Raises:
         PlanError: the plan has a layer order and no profile is given, or the profile's layer count differs.
@@ -73,12 +76,19 @@ def plan_to_json(plan: Plan, profile_name: str, cluster_name: str, profile: Mode
             "k_choices": list(plan.adaptive.k_choices),
             "memory_budget_bytes": int(budget) if float(budget).is_integer() else budget,
         }
+    if plan.zero:
+        obj["zero"] = plan.zero
     return obj
 
 
 def _stages_to_json(plan: Plan, profile: ModelProfile | None) -> list[dict[str, Any]]:
     """The stage objects; with a layer order each names its layers (in the order the stage runs them)."""
     stages = [{"first_layer": s.first_layer, "last_layer": s.last_layer, "devices": list(s.devices)} for s in plan.stages]
+    for obj, stage in zip(stages, plan.stages, strict=True):
+        if stage.tp > 1:
+            obj["tp"] = stage.tp
+        if stage.sequence_parallel:
+            obj["sequence_parallel"] = True
     if plan.layer_order is None:
         return stages
     if profile is None or profile.num_layers != plan.num_layers:
@@ -126,7 +136,14 @@ def _stage(obj: object, where: str) -> tuple[Stage, list[str] | None]:
         for i, name in enumerate(names):
             if not isinstance(name, str) or not name:
                 raise PlanError(f"{where}: layers[{i}] must be a layer name, got {name!r}")
-    return Stage(fields.integer("first_layer", 0), fields.integer("last_layer", 0), tuple(devices)), names
+    first, last, tp = fields.integer("first_layer", 0), fields.integer("last_layer", 0), fields.integer("tp", 1, 1)
+    sequence_parallel = fields.boolean("sequence_parallel", False)
+    if tp == 1 and not sequence_parallel:
+        return Stage(first, last, tuple(devices)), names
+    try:
+        return Stage(first, last, tuple(devices), tp, sequence_parallel), names
+    except PlanError as exc:
+        raise PlanError(f"{where}: {exc}") from None
 
 
 def _layer_order(
@@ -266,6 +283,7 @@ def plan_from_json(
             order=_order(fields.raw("order"), source),
             layer_order=layer_order,
             adaptive=_adaptive(fields.obj.get("adaptive"), source, fields.integer("k", 1)),
+            zero=fields.integer("zero", 0, 0),
         )
     except PlanError as exc:
         if str(exc).startswith(source):

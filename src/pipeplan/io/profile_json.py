@@ -16,7 +16,15 @@ from typing import Any
 
 from pipeplan.core.errors import PipeplanError, ProfileError
 from pipeplan.core.limits import LAYERS, MAX_BYTES, MAX_MS, Limit
-from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, ProfileSource, check_batch_sizes, field_limit
+from pipeplan.core.profile import (
+    LayerCurve,
+    LayerProfile,
+    ModelProfile,
+    ProfileSource,
+    TensorSplit,
+    check_batch_sizes,
+    field_limit,
+)
 from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
 from pipeplan.io.profile_shared import KEY as SHARED_KEY
 from pipeplan.io.profile_shared import groups_from_json, groups_to_json
@@ -27,7 +35,10 @@ FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
 _TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes", SHARED_KEY)
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
-_LAYER_KEYS = ("name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs")
+_LAYER_KEYS = (
+    "name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs", "tp",
+)  # fmt: skip
+_TP_KEYS = ("kind", "width", "replicated_share")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 _MS = (MAX_MS,)
@@ -97,11 +108,36 @@ def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
 
 
 def _with_inputs(profile: ModelProfile, out: dict[str, Any]) -> dict[str, Any]:
-    """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG."""
+    """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG, and its
+    `tp` split when it has one (a layer without one is written as before)."""
     if profile.layer_inputs is not None:
         for layer, sources in zip(out["layers"], profile.layer_inputs, strict=True):
             layer["inputs"] = list(sources)
+    for obj, layer in zip(out["layers"], profile.layers, strict=True):
+        if layer.tp is not None:
+            obj["tp"] = _tp_to_json(layer.tp)
     return out
+
+
+def _tp_to_json(split: TensorSplit) -> dict[str, Any]:
+    """A layer's "tp" object: kind and width, and replicated_share when it is given."""
+    out: dict[str, Any] = {"kind": split.kind, "width": split.width}
+    if split.replicated_share is not None:
+        out["replicated_share"] = split.replicated_share
+    return out
+
+
+def _tp_from_json(fields: Fields) -> TensorSplit | None:
+    """A layer's "tp" object (absent or null: None, the layer cannot split)."""
+    if fields.obj.get("tp") is None:
+        return None
+    tp = Fields(fields.raw("tp"), f"{fields.where}: tp", ProfileError)
+    tp.check_keys(_TP_KEYS)
+    share = tp.optional_number("replicated_share")
+    try:
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share)
+    except ProfileError as exc:
+        raise ProfileError(f"{fields.where}: {exc}") from None
 
 
 def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
@@ -159,7 +195,8 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     value per batch size; per layer optimizer_ms ({name: ms}) and shared_bytes
     (an array; zeros when absent); threads and source ({module, options,
     dataset, dtype, precision}: dtype float32 and precision full when absent). Both: shared_parameters
-    (io.profile_shared; none when absent).
+    (io.profile_shared; none when absent); per layer tp ({kind, width, replicated_share}: how it splits over a
+    tensor-parallel group, core.layer_profile.TensorSplit; absent or null: it cannot split).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -249,6 +286,7 @@ def _layer_from_json(obj: object, where: str) -> LayerProfile:
             saved_bytes=fields.optional_number("saved_bytes", limits=_BYTES),
             flops=fields.optional_number("flops", limits=(field_limit("flops"),)),
             bytes_moved=fields.optional_number("bytes_moved", limits=_BYTES),
+            tp=_tp_from_json(fields),
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):
@@ -331,6 +369,7 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
             optimizer_ms=tuple(steps),
             curve=layer_curve,
             shared_bytes=0.0 if layer_curve.shared_bytes is None else layer_curve.shared_bytes[at],
+            tp=_tp_from_json(fields),
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):

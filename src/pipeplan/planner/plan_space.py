@@ -10,6 +10,9 @@ schedules, kfkb with k in KFKB_GROUPS. Each planner walks a part of it, written 
 - the baselines: powers of two (and the profile's batch) up to a microbatch count (baselines.rules), balanced's
   preferred order (baselines.balanced), PipeDream's multiples of its replica counts (baselines.pipedream);
 - the replicated seeds: the splits of all devices into pipelines (full_splits).
+
+Tensor parallelism (issue 34) is a dimension of the space, tensor_degrees, which no planner walks yet: every plan a
+planner makes has tp 1 and zero 0, as the baselines' papers define them.
 """
 
 from __future__ import annotations
@@ -63,6 +66,24 @@ def full_splits(devices: int, global_batch: int) -> list[tuple[int, int]]:
     """(replicas rp, devices per pipeline) splitting all `devices` into equal pipelines, rp dividing the global
     batch: devices per pipeline ascending."""
     return [(devices // width, width) for width in divisors(devices) if global_batch % (devices // width) == 0]
+
+
+TP_DEGREES = (1, 2, 4, 8)
+"""The tensor-parallel degrees t the space holds, where they fit in a server (tensor_degrees)."""
+
+
+def tensor_degrees(request: PlanRequest) -> list[int]:
+    """The tensor-parallel degrees t of the space, ascending: [1] unless the profile has a layer that splits
+    (LayerProfile.tp), else each t of TP_DEGREES that divides the smallest server's device count (a group stays on
+    one server's fast links) and every split layer's width (core.layer_profile.TensorSplit)."""
+    widths = {layer.tp.width for layer in request.profile.layers if layer.tp is not None}
+    if not widths:
+        return [1]
+    per_node: dict[int, int] = {}
+    for device in request.cluster.devices:
+        per_node[device.node] = per_node.get(device.node, 0) + 1
+    server = min(per_node.values())
+    return [t for t in TP_DEGREES if server % t == 0 and all(w % t == 0 for w in widths)]
 
 
 KFKB_GROUPS = (2, 3, 4)

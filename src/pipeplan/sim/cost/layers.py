@@ -177,6 +177,8 @@ class LayerCosts:
         kind = profile_kind(profile)
         self.spec: GpuSpec | None = device_spec(kind) if kind is not None else None
         self._arrays: dict[float, LayerArrays] = {}
+        self.split_memo: dict[Any, Any] = {}
+        """What sim.cost.tensor_parallel keeps per (t, sequence parallelism) for this profile."""
 
     # ---- per-layer values ------------------------------------------------------------------------------
     @cached_property

@@ -17,6 +17,7 @@ from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
+from pipeplan.sim.cost.tensor_parallel import check_tp_widths, group_collectives_ms, sharded_static_bytes, split_stage
 from pipeplan.sim.cost.types import Costs, StageCost
 
 
@@ -27,7 +28,7 @@ def layer_span(first: int, last: int) -> str:
 
 def check_plan_matches(plan: Plan, model: CostModel) -> None:
     """Raise PlanError when layers or devices do not exist, the plan's layer order puts a layer before one of its inputs,
-    or a microbatch cannot be split evenly over a stage's replicas."""
+    a microbatch cannot be split evenly over a stage's replicas, or a stage's tp does not divide a split layer's width."""
     profile, cluster = model.profile, model.cluster
     n, m = plan.num_layers, profile.num_layers
     if n < m:
@@ -52,6 +53,11 @@ def check_plan_matches(plan: Plan, model: CostModel) -> None:
                 f"stage {s} has {r} replicas but microbatch_size {plan.microbatch_size} is not a multiple of {r} "
                 f"(each microbatch is split evenly over a stage's replicas)"
             )
+        stage = plan.stages[s]
+        if stage.tp > 1:
+            positions = range(stage.first_layer, stage.last_layer + 1)
+            order = plan.layer_order
+            check_tp_widths(profile, s, [p if order is None else order[p] for p in positions], stage.tp)
 
 
 def device_speeds(cluster: Cluster, devices: tuple[int, ...]) -> list[float]:
@@ -71,27 +77,45 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     runs at the slowest one's speed; each holds the stage's whole weights,
     gradients and optimizer state, and its share of the microbatch's saved bytes.
     Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work).
+    A tensor-parallel stage (tp > 1) or a sharded plan (zero > 0) is priced as sim.cost.tensor_parallel says; its
+    data-parallel ring is over the first device of every group (each rank of a group has its own, alike).
     """
     stage = plan.stages[s]
     cluster = model.cluster
     r = plan.replicas_of(s)
     speed = min(device_speeds(cluster, stage.devices))
-    work = model.layers.stage(range(stage.first_layer, stage.last_layer + 1), plan.microbatch_size, r, speed)
+    layers = range(stage.first_layer, stage.last_layer + 1)
+    t = stage.tp
+    if t > 1:
+        work, traffic = split_stage(model.layers, layers, plan.microbatch_size, r, speed, t, stage.sequence_parallel)
+    else:
+        work = model.layers.stage(layers, plan.microbatch_size, r, speed)
     bwd_input, bwd_weight = work.bwd_input_ms, work.bwd_weight_ms
     if model.bwd_split is not None:
         bwd_input, bwd_weight = work.bwd_ms * model.bwd_split[0], work.bwd_ms * model.bwd_split[1]
-    allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, stage.devices, work.param_bytes)
+    fwd, bwd = work.fwd_ms, work.bwd_ms
+    if t > 1:
+        fwd_comm, bwd_comm = group_collectives_ms(cluster, stage.devices, t, traffic)
+        if bwd_input is None:  # the simulator would halve B: keep the compute's halves, the input gradient's collectives on I
+            bwd_input, bwd_weight = bwd / 2, bwd / 2
+        fwd, bwd, bwd_input = fwd + fwd_comm, bwd + bwd_comm, bwd_input + bwd_comm
+    ring = stage.devices[::t] if t > 1 else stage.devices
+    allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, ring, work.param_bytes)
+    static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor), work.optimizer_ms
+    d = plan.data_parallel_of(s) if plan.zero else 1
+    if d > 1:
+        static, optimizer = sharded_static_bytes(work.param_bytes, model.optimizer_factor, plan.zero, d), optimizer / d
     try:
         return StageCost(
-            fwd_ms=work.fwd_ms,
-            bwd_ms=work.bwd_ms,
+            fwd_ms=fwd,
+            bwd_ms=bwd,
             bwd_input_ms=bwd_input,
             bwd_weight_ms=bwd_weight,
             saved_bytes=work.saved_bytes,
-            static_bytes=static_bytes(work.param_bytes, model.optimizer_factor),
+            static_bytes=static,
             allreduce_ms=allreduce_ms,
-            optimizer_ms=work.optimizer_ms,
-            allreduce_ring=stage.devices if len(stage.devices) > 1 else (),
+            optimizer_ms=optimizer,
+            allreduce_ring=ring if len(ring) > 1 else (),
             allreduce_latency_ms=allreduce_latency_ms,
         )
     except CostError as exc:  # a derived value out of range: name the inputs it was derived from
@@ -102,8 +126,9 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
         ) from None
 
 
-StageKey = tuple[int, int, tuple[int, ...], int, int]
-"""What stage_cost depends on besides the model: first and last layer, devices, replicas, microbatch size."""
+StageKey = tuple[int, int, tuple[int, ...], int, int] | tuple[int, int, tuple[int, ...], int, int, int, bool, int]
+"""What stage_cost depends on besides the model: first and last layer, devices, replicas, microbatch size (and
+for a 3D plan, the stage's tp and sequence parallelism and the plan's zero)."""
 
 
 def plan_costs(
@@ -157,7 +182,9 @@ def plan_costs(
 def _remembered(plan: Plan, model: CostModel, s: int, memo: dict[StageKey, StageCost]) -> StageCost:
     """stage_cost of stage s, from `memo` when that stage was priced before (then stored there)."""
     stage = plan.stages[s]
-    key = (stage.first_layer, stage.last_layer, stage.devices, plan.replicas_of(s), plan.microbatch_size)
+    key: StageKey = (stage.first_layer, stage.last_layer, stage.devices, plan.replicas_of(s), plan.microbatch_size)
+    if stage.tp > 1 or plan.zero:
+        key = (*key, stage.tp, stage.sequence_parallel, plan.zero)
     cost = memo.get(key)
     if cost is None:
         cost = memo[key] = stage_cost(plan, model, s)

@@ -1,0 +1,203 @@
+"""Tensor parallelism and sharded state in the cost model: each layer's share under a group of t, the group's
+collectives, and the static bytes under ZeRO.
+
+A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the profile marks splittable
+(core.layer_profile.TensorSplit) on t devices at once, and every other layer whole on each of them (replicated):
+
+- compute (forward, backward, I, W) of a split layer: its time / t, exactly (no per-shard efficiency loss is
+  modelled: pipeplan has no measurement to base one on); a replicated layer: its whole time;
+- weights, gradients, optimizer state and the optimizer step of a split layer: / t; a replicated layer: whole;
+- saved bytes (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"): a split
+  layer keeps its kind's whole share w (TP_KINDS: 10 of 34 sbh for a block) on every device and the rest / t,
+  saved x (w + (1 - w) / t); with sequence parallelism the whole share splits along the sequence too, saved / t;
+  a replicated layer keeps all of its saved bytes;
+- collectives: each split layer all-reduces its output (or its input's gradient, TP_KINDS) over the group, the
+  counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2). With sequence parallelism each
+  all-reduce is a reduce-scatter plus an all-gather of the same bytes, which a ring moves in the same time. A ring
+  all-reduce of n bytes over the group takes 2(t-1)/t x n / (slowest link of the group) + 2(t-1) x (largest
+  latency of the group), the formula of sim.cost.link_model over the group's own links (a cluster's measured
+  all-reduce prices the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a
+  plan cannot hide a group split across servers. The forward's collectives lengthen the stage's F, the backward's
+  its B and its I (they carry the input gradient).
+
+ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d, 2 the
+gradients too; the data-parallel exchange becomes a reduce-scatter of the gradients and an all-gather of the
+parameters, which a ring moves in the time of the all-reduce it replaces, and each device steps its 1/d of the
+parameters (the step / d).
+
+Note:
+    Left out, each an approximation the tests name: the all-gather a receiving stage without sequence parallelism
+    runs after a pipeline transfer split over its group's devices (Megatron's scatter-gather; cut bytes per
+    boundary against 4 all-reduces of the same size per block), NIC sharing between the t concurrent
+    data-parallel rings of a stage (one per rank of the group, each priced alone), and a shared parameter's
+    exchange, which is priced over every device of its stages with its whole bytes (an upper bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pipeplan.core.errors import PlanError
+from pipeplan.core.layer_profile import TP_KINDS
+from pipeplan.core.profile import ModelProfile
+from pipeplan.core.shared_params import SharedGroup
+from pipeplan.core.units import wire_ms
+from pipeplan.sim.cost.layers import LayerCosts, StageWork
+from pipeplan.sim.cost.link_model import link_arrays
+
+__all__ = [
+    "TensorShares", "TensorTraffic", "check_tp_widths", "group_collectives_ms", "sharded_static_bytes", "split_stage",
+    "tensor_shares",
+]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TensorShares:
+    """Per layer (numpy arrays over the profile's layers), the share each device of a group of `t` holds or runs."""
+
+    t: int
+    compute: np.ndarray
+    params: np.ndarray
+    saved: np.ndarray
+    fwd_collectives: np.ndarray
+    bwd_collectives: np.ndarray
+    on_input: np.ndarray
+
+    def overlap_bytes(self, groups: Sequence[SharedGroup], layers: set[int]) -> float:
+        """Bytes a set of layers would count more than once under the split: per shared group with several members in
+        the set, its bytes x (the members' shares summed - the largest share); core.shared_params.overlap_bytes at
+        t = 1."""
+        extra = 0.0
+        for g in groups:
+            shares = [float(self.params[u]) for u in g.layers if u in layers]
+            if len(shares) > 1:
+                extra += (sum(shares) - max(shares)) * g.param_bytes
+        return extra
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTraffic:
+    """A stage's tensor-parallel collectives for one microbatch on one device: bytes and count of all-reduces."""
+
+    fwd_bytes: float
+    fwd_count: int
+    bwd_bytes: float
+    bwd_count: int
+
+
+def tensor_shares(profile: ModelProfile, t: int, sequence_parallel: bool) -> TensorShares:
+    """Each layer's shares under a group of t (module docstring)."""
+    n = profile.num_layers
+    compute, saved = np.ones(n), np.ones(n)
+    fwd, bwd, on_input = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    for i, layer in enumerate(profile.layers):
+        split = layer.tp
+        if split is None:
+            continue
+        compute[i] = 1.0 / t
+        whole = 0.0 if sequence_parallel else split.whole_share
+        saved[i] = whole + (1.0 - whole) / t
+        fwd[i], bwd[i] = TP_KINDS[split.kind][0], TP_KINDS[split.kind][1]
+        on_input[i] = TP_KINDS[split.kind][2] == "input"
+    return TensorShares(t, compute, compute.copy(), saved, fwd, bwd, on_input)
+
+
+def check_tp_widths(profile: ModelProfile, stage: int, layers: Sequence[int], t: int) -> None:
+    """Raise PlanError unless t divides the width of every split layer of the stage (naming the layer and width)."""
+    for i in layers:
+        split = profile.layers[i].tp
+        if split is not None and split.width % t:
+            raise PlanError(
+                f"stage {stage} (layers {layers[0]}..{layers[-1]}) has tp {t}, which does not divide layer {i} "
+                f"({profile.layers[i].name!r}) tp width {split.width} (its {split.kind} split); give tp a divisor of "
+                f"{split.width}"
+            )
+
+
+def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic: TensorTraffic) -> tuple[float, float]:
+    """(forward ms, backward ms) of a stage's collectives on its slowest group of t (consecutive `devices`).
+
+    Raises:
+        ClusterError: two neighbours of a group's ring cannot talk.
+    """
+    if t < 2 or (traffic.fwd_count == 0 and traffic.bwd_count == 0):
+        return 0.0, 0.0
+    rate, latency = link_arrays(cluster)
+    groups = np.array(devices, dtype=np.int64).reshape(-1, t)
+    src, dst = groups.ravel(), np.roll(groups, -1, axis=1).ravel()
+    rates = np.asarray(rate[src, dst], dtype=float).reshape(-1, t)
+    if not (rates > 0).all():
+        bad = int(np.argmin(rates.ravel() > 0))
+        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
+    lats = np.asarray(latency[src, dst], dtype=float).reshape(-1, t)
+    slowest, longest = rates.min(axis=1), lats.max(axis=1)
+    steps = 2 * (t - 1)
+    fwd = wire_ms(steps / t * traffic.fwd_bytes, slowest) + traffic.fwd_count * steps * longest
+    bwd = wire_ms(steps / t * traffic.bwd_bytes, slowest) + traffic.bwd_count * steps * longest
+    g = int(np.argmax(fwd + bwd))  # the slowest group (ties: the first)
+    return float(fwd[g]), float(bwd[g])
+
+
+def sharded_static_bytes(param_bytes: float, optimizer_factor: float, zero: int, d: int) -> float:
+    """A device's weights, gradients and optimizer state for `param_bytes` of its stage under ZeRO `zero` over d copies:
+    param_bytes x (1 + 1 + optimizer_factor / d) for ZeRO-1, x (1 + 1/d + optimizer_factor / d) for ZeRO-2."""
+    if zero >= 2:
+        return param_bytes * (1 + 1 / d + optimizer_factor / d)
+    return param_bytes * (2 + optimizer_factor / d)
+
+
+def split_stage(
+    costs: LayerCosts, layers: Sequence[int], microbatch_size: int, replicas: int, speed: float, t: int, sp: bool
+) -> tuple[StageWork, TensorTraffic]:
+    """LayerCosts.stage for a stage on groups of t (t > 1): per device, each layer's share of its compute, bytes and
+    optimizer step (module docstring), and the group's collectives for one microbatch."""
+    key = (t, sp)
+    shares = costs.split_memo.get(key)
+    if shares is None:
+        shares = costs.split_memo[key] = tensor_shares(costs.profile, t, sp)
+    selected = sorted(set(layers))
+    index = np.asarray(selected, dtype=np.int64)
+    arrays = costs.arrays(microbatch_size / replicas)
+    compute = shares.compute[index]
+
+    def total(values: np.ndarray | None) -> float | None:
+        return None if values is None else float((values[index] * compute).sum()) / speed
+
+    fwd, bwd = total(arrays.fwd), total(arrays.bwd)
+    assert fwd is not None and bwd is not None
+    saved_share = shares.saved[index]
+    held = float((arrays.saved[index] * saved_share).sum())
+    if index.size > 1 and arrays.shared.any():
+        inner = np.diff(index) == 1  # layers whose predecessor is in the set hold their shared input once
+        held -= float((arrays.shared[index[1:]][inner] * saved_share[1:][inner]).sum())
+    param_bytes = np.array([costs.profile.layers[i].param_bytes for i in selected])
+    params = float((param_bytes * shares.params[index]).sum())
+    if costs.profile.shared_params:
+        params -= shares.overlap_bytes(costs.profile.shared_params, set(selected))
+    optimizer = float((costs.optimizer_steps_ms[index] * shares.params[index]).sum()) / speed
+    work = StageWork(fwd, bwd, total(arrays.bwd_input), total(arrays.bwd_weight), held, params, optimizer)
+    return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas)
+
+
+def _traffic(
+    costs: LayerCosts, shares: TensorShares, selected: list[int], activation: np.ndarray, microbatch_size: int, replicas: int
+) -> TensorTraffic:
+    """The all-reduces of the split layers among `selected`: of each one's output (activation bytes per device), or of
+    its input's gradient (the bytes crossing the cut before it, / replicas; 0 for the first layer of the profile)."""
+    fwd_bytes = bwd_bytes = 0.0
+    fwd_count = bwd_count = 0
+    for i in selected:
+        f, b = int(shares.fwd_collectives[i]), int(shares.bwd_collectives[i])
+        if f == 0 and b == 0:
+            continue
+        if shares.on_input[i]:
+            nbytes = costs.cut_bytes(i - 1, microbatch_size) / replicas if i > 0 else 0.0
+        else:
+            nbytes = float(activation[i])
+        fwd_bytes, fwd_count = fwd_bytes + f * nbytes, fwd_count + f
+        bwd_bytes, bwd_count = bwd_bytes + b * nbytes, bwd_count + b
+    return TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
