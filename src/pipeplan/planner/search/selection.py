@@ -58,6 +58,7 @@ from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
+from pipeplan.planner.time_budget import BudgetSpent, fallback
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
@@ -237,6 +238,22 @@ class Search:
         self.finalists = [plan for _, _, plan in ranked]  # the full simulation's ranking (plan --bandwidth-trace)
         return ranked[0][2]
 
+    def accepts(self, plan: Plan) -> bool:
+        """Whether `plan` may be the answer: its schedule is the one asked for (any with "auto")."""
+        return self.request.schedule == "auto" or plan.schedule == self.request.schedule
+
+    def has_fallback(self) -> bool:
+        """Whether a plan to return has been scored: the time budget stops the search only then."""
+        if not self.candidates.pool:  # fitting plans only
+            return False
+        return self.request.schedule == "auto" or bool(self.evaluator.fastest_fitting(self.accepts))
+
+    def stopped_choice(self) -> Plan:
+        """The answer of a search its time budget stopped: the fastest fitting plan scored (has_fallback held)."""
+        found = self.evaluator.fastest_fitting(self.accepts)
+        self.finalists = found[:FINALISTS]
+        return found[0]
+
     def nothing_fits(self) -> PlanError:
         """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
         sizes = self.candidates.microbatch_sizes(1) or [1]
@@ -290,11 +307,15 @@ def search_order(
     search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
-    with phase("candidates"):
-        search.candidates.generate()
-    if not search.candidates.pool:
-        raise search.nothing_fits()
-    plan = search.choose()
+    try:
+        with fallback(search.has_fallback):  # a time budget (planner.time_budget) may stop it, once a plan is found
+            with phase("candidates"):
+                search.candidates.generate()
+            if not search.candidates.pool:
+                raise search.nothing_fits()
+            plan = search.choose()
+    except BudgetSpent:
+        plan = search.stopped_choice()
     result = search.evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
     return PlanResult(
