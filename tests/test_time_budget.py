@@ -82,6 +82,7 @@ def test_a_deadline_stops_only_past_its_budget_with_a_plan_to_fall_back_on_and_o
     assert deadline.to_json() == {
         "time_budget_s": 5.0,
         "stopped_early": True,
+        "stopped_after_s": 5.5,
         "phase_reached": "refine",
         "phases_open": ["other", "refine", "simulation"],
     }
@@ -156,3 +157,34 @@ def test_a_request_refuses_a_bad_budget(bad: Any) -> None:
     """time_budget_s is a finite number >= 0 or None."""
     with pytest.raises(PlanError, match="time_budget_s must be a finite number >= 0"):
         dataclasses.replace(request(), time_budget_s=bad)
+
+
+def test_on_a_dag_a_later_order_stopped_keeps_the_plan_found_and_searches_no_further_order() -> None:
+    """The branchy DAG (tests/test_dag_search.py), budgets from 1 checkpoint to the whole run's: a stopped run
+    returns a valid plan no slower than its default order's search found, one not stopped the unlimited plan; a
+    budget that runs out in a further order's search (the default one done) stops it at once, and no order after
+    it is searched."""
+    from test_dag_search import branchy, two_nodes
+
+    def planned_dag(budget: float | None) -> PlanResult:
+        with counting_clock():
+            return run_planner("pipeplan", PlanRequest(branchy(), two_nodes(), 8, time_budget_s=budget))
+
+    free = planned_dag(None)
+    orders = free.extra["layer_orders"]["orders"]
+    assert orders > 1
+    checkpoints = sum(p["entries"] for p in free.extra["planning"]["phases"])
+    later = 0
+    for budget in range(1, checkpoints + 2, max(1, checkpoints // 16)):
+        result = planned_dag(budget)
+        record = result.extra["layer_orders"]
+        if not result.extra["planning"]["stopped_early"]:
+            assert result.plan == free.plan and result.iteration_time == free.iteration_time
+            continue
+        req = PlanRequest(branchy(), two_nodes(), 8)
+        valid(result, req)
+        if record["ms"][0] is not None and len(record["ms"]) > 1:  # stopped in a further order's search
+            later += 1
+            assert result.iteration_time <= record["ms"][0]
+            assert len(record["ms"]) <= orders
+    assert later > 0

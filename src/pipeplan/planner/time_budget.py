@@ -43,21 +43,25 @@ class Deadline:
     start: float
     ready: Callable[[], bool] | None = None
     stopped: tuple[str, ...] | None = None
+    stopped_after_s: float = 0.0
 
     def check(self, phases: list[str]) -> None:
         """A checkpoint: raise BudgetSpent, recording the open `phases`, when the budget is exceeded and the search
         has a plan to fall back on (once per run: the search then finishes its plan unchecked)."""
         if self.ready is None or self.stopped is not None:
             return
-        if self.clock() - self.start > self.seconds and self.ready():
-            self.stopped = tuple(phases)
+        elapsed = self.clock() - self.start
+        if elapsed > self.seconds and self.ready():
+            self.stopped, self.stopped_after_s = tuple(phases), elapsed
             raise BudgetSpent(f"the time budget of {self.seconds:g} s ran out in phase {phases[-1] if phases else '-'}")
 
     def to_json(self) -> dict[str, Any]:
-        """{"time_budget_s", "stopped_early"} and, when it stopped, "phase_reached" (the outermost phase open but
-        the run's own "other": the search's step, e.g. "candidates" or "refine") and "phases_open" (innermost last)."""
+        """{"time_budget_s", "stopped_early"} and, when it stopped, "stopped_after_s" (on its clock), "phase_reached"
+        (the outermost phase open but the run's own "other": the search's step, e.g. "candidates" or "refine") and
+        "phases_open" (innermost last)."""
         obj: dict[str, Any] = {"time_budget_s": self.seconds, "stopped_early": self.stopped is not None}
         if self.stopped is not None:
+            obj["stopped_after_s"] = self.stopped_after_s
             obj["phase_reached"] = next((name for name in self.stopped if name != "other"), "other")
             obj["phases_open"] = list(self.stopped)
         return obj

@@ -307,14 +307,19 @@ def search_order(
     search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
+    # a time budget (planner.time_budget) may stop the search once it has a plan to return, or at once when the
+    # caller has one (`beat_ms`: a further layer order's search, whose plan only counts when faster)
+    ready = search.has_fallback if beat_ms == math.inf else lambda: True
     try:
-        with fallback(search.has_fallback):  # a time budget (planner.time_budget) may stop it, once a plan is found
+        with fallback(ready):
             with phase("candidates"):
                 search.candidates.generate()
             if not search.candidates.pool:
                 raise search.nothing_fits()
             plan = search.choose()
     except BudgetSpent:
+        if not search.has_fallback():
+            raise PlanError(f"the time budget ran out before a plan faster than {beat_ms:g} ms was found") from None
         plan = search.stopped_choice()
     result = search.evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
