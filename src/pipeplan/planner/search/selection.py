@@ -248,9 +248,16 @@ class Search:
             return False
         return self.request.schedule == "auto" or bool(self.evaluator.fastest_fitting(self.accepts))
 
-    def stopped_choice(self) -> Plan:
-        """The answer of a search its time budget stopped: the fastest fitting plan scored (has_fallback held)."""
+    def stopped_choice(self, beat_ms: float = math.inf) -> Plan:
+        """The answer of a search its time budget stopped: the fastest fitting plan scored.
+
+        Raises:
+            PlanError: none scored is faster than `beat_ms` (a further layer order's search, stopped before it found
+                one: the caller's plan stands, and no plan of this search is simulated in full).
+        """
         found = self.evaluator.fastest_fitting(self.accepts)
+        if not found or self.evaluator.score(found[0]).time_ms >= beat_ms:
+            raise PlanError(f"the time budget ran out before a plan faster than {beat_ms:g} ms was found")
         self.finalists = found[:FINALISTS]
         return found[0]
 
@@ -318,9 +325,7 @@ def search_order(
                 raise search.nothing_fits()
             plan = search.choose()
     except BudgetSpent:
-        if not search.has_fallback():
-            raise PlanError(f"the time budget ran out before a plan faster than {beat_ms:g} ms was found") from None
-        plan = search.stopped_choice()
+        plan = search.stopped_choice(beat_ms)
     result = search.evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
     return PlanResult(
