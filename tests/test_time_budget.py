@@ -107,6 +107,8 @@ def test_a_binding_budget_returns_a_valid_plan_and_says_how_far_the_search_got()
     assert planning["phase_reached"] in planning["phases_open"]
     assert planning["phases_open"][0] == "other"
     assert result.extra["simulations"] < planned(None).extra["simulations"]
+    # how far it got, in plan --json: the simulations and candidates when it stopped (the final one runs after)
+    assert planning["simulations"] == result.extra["simulations"] and planning["candidates"] >= 1
 
 
 def test_every_budget_either_stops_early_with_a_valid_plan_or_changes_nothing() -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_TIME_BUDGET_S = 50.0
@@ -36,7 +36,8 @@ class BudgetSpent(Exception):
 @dataclass(slots=True)
 class Deadline:
     """One planning run's budget: `seconds` from `start` on `clock`; `ready` (set by `fallback`) says whether the
-    search has a plan to return; `stopped` is the phases open when it stopped (None while it has not)."""
+    search has a plan to return; `stopped` is the phases open when it stopped (None while it has not), `covered` what
+    the stopped search had done (`record_coverage`)."""
 
     seconds: float
     clock: Clock
@@ -44,6 +45,7 @@ class Deadline:
     ready: Callable[[], bool] | None = None
     stopped: tuple[str, ...] | None = None
     stopped_after_s: float = 0.0
+    covered: dict[str, int] = field(default_factory=dict)
 
     def check(self, phases: list[str]) -> None:
         """A checkpoint: raise BudgetSpent, recording the open `phases`, when the budget is exceeded and the search
@@ -58,12 +60,13 @@ class Deadline:
     def to_json(self) -> dict[str, Any]:
         """{"time_budget_s", "stopped_early"} and, when it stopped, "stopped_after_s" (on its clock), "phase_reached"
         (the outermost phase open but the run's own "other": the search's step, e.g. "candidates" or "refine") and
-        "phases_open" (innermost last)."""
+        "phases_open" (innermost last), with what the search had covered (e.g. "simulations", "candidates")."""
         obj: dict[str, Any] = {"time_budget_s": self.seconds, "stopped_early": self.stopped is not None}
         if self.stopped is not None:
             obj["stopped_after_s"] = self.stopped_after_s
             obj["phase_reached"] = next((name for name in self.stopped if name != "other"), "other")
             obj["phases_open"] = list(self.stopped)
+            obj.update(self.covered)
         return obj
 
 
@@ -102,6 +105,13 @@ def fallback(ready: Callable[[], bool]) -> Iterator[None]:
         yield
     finally:
         deadline.ready = outer
+
+
+def record_coverage(**counts: int) -> None:
+    """Record on the open deadline how far its stopped search got (counts of work done: simulations, candidates)."""
+    deadline = _CURRENT.get()
+    if deadline is not None:
+        deadline.covered.update(counts)
 
 
 def budget_spent() -> bool:

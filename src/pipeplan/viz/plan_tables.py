@@ -133,8 +133,8 @@ def budget_line(row: PlanResult | PlannerFailure) -> str | None:
     if not planning.get("stopped_early"):
         return None
     where = f"phase {planning['phase_reached']} ({' > '.join(planning['phases_open'])})"
-    extra = row.extra
-    counts = f"{extra['simulations']:,} simulations, {extra['candidates']:,} candidates" if "simulations" in extra else ""
+    got = planning if "simulations" in planning else row.extra  # how far it got: the stopped search's counts
+    counts = f"{got['simulations']:,} simulations, {got['candidates']:,} candidates" if "simulations" in got else ""
     return (
         f"time budget: {row.planner}'s plan is the best found in {planning['time_budget_s']:g} s; the search stopped in "
         f"{where}{' after ' + counts if counts else ''}; give --time-budget none (or more seconds) to search it all"

@@ -58,7 +58,7 @@ from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
-from pipeplan.planner.time_budget import BudgetSpent, fallback
+from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
@@ -325,6 +325,7 @@ def search_order(
                 raise search.nothing_fits()
             plan = search.choose()
     except BudgetSpent:
+        record_coverage(simulations=search.evaluator.simulations, candidates=len(search.candidates.pool))
         plan = search.stopped_choice(beat_ms)
     result = search.evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
