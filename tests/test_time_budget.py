@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.hardware.cluster import Cluster, Device
@@ -190,3 +192,31 @@ def test_on_a_dag_a_later_order_stopped_keeps_the_plan_found_and_searches_no_fur
             assert result.iteration_time <= record["ms"][0]
             assert len(record["ms"]) <= orders
     assert later > 0
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fwd=st.lists(st.floats(0.1, 5.0), min_size=2, max_size=9),
+    devices=st.integers(1, 4),
+    fraction=st.floats(0.0, 1.2),
+)
+def test_any_budget_on_any_small_chain_stops_with_a_valid_plan_or_changes_nothing(
+    fwd: list[float], devices: int, fraction: float
+) -> None:
+    """A budget anywhere from the start to past the whole run (as a fraction of its checkpoints): stopped, the plan
+    fits and its time is its full simulation's; not stopped, the unlimited plan byte for byte."""
+    layers = tuple(LayerProfile(f"l{i}", f, 2 * f, 1e6, 1e6, 4e6) for i, f in enumerate(fwd))
+    gpus = tuple(Device(i, "gpu", 16 * GIB) for i in range(devices))
+    bandwidth = tuple(tuple(0.0 if a == b else 10e9 for b in range(devices)) for a in range(devices))
+    latency = tuple(tuple(0.0 for _ in range(devices)) for _ in range(devices))
+    cluster = Cluster(f"flat{devices}", gpus, bandwidth, latency)
+    free = run_planner("pipeplan", PlanRequest(ModelProfile("chain", 1, layers), cluster, 8))
+    checkpoints = sum(p["entries"] for p in free.extra["planning"]["phases"])
+    budget = max(0.5, round(fraction * checkpoints))
+    req = PlanRequest(ModelProfile("chain", 1, layers), cluster, 8, time_budget_s=budget)
+    with counting_clock():
+        result = run_planner("pipeplan", req)
+    if result.extra["planning"]["stopped_early"]:
+        valid(result, req)
+    else:
+        assert plan_json(result) == plan_json(free)
