@@ -7,6 +7,8 @@ Cases, each a fresh `pipeplan` process (targets from issue 31):
   D2 `show profile --json` of a 54 MB profile/2: 20,000 layers at 14 batch sizes, I/W      peak <= 10x the file
   D3 `plan` of a 5,000-layer chain on v100-8x1, global batch 256                            <= 6 s CPU
   D4 `plan` of a 20,000-layer chain on v100-8x1, global batch 256                           <= 20 s CPU (docs: "about 20 s")
+  D5 `plan --time-budget none` of the 5,000-layer chain on 8,192 H100 (1,024 nodes, described)  <= 60 s CPU (issue 36)
+  D6 `plan --time-budget none` of the 20,000-layer chain on 8,192 H100                          <= 60 s CPU (issue 36)
 The profiles are made here from a fixed seed. Times are CPU seconds (user + sys of the process, from wait4): on a
 shared machine load stretches the wall clock, not the CPU time. Cases run in turn (A B C D A B C D ...); the table
 gives medians and the load before and after. --check exits 1 when a target fails.
@@ -25,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from proc_timing import PIPEPLAN, time_cases
+from scale import h100_nodes
 
 
 def notes_profile(path: Path, notes_bytes: int) -> Path:
@@ -103,6 +106,8 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--make", str(folder)], check=True)
         notes, curves = folder / "notes.json", folder / "curves.json"
         plan = ["plan", "--cluster", "v100-8x1", "--global-batch", "256"]
+        # the whole search, not the best plan found within the default time budget: what planning deep costs
+        wide = ["plan", "--cluster", h100_nodes(1024, folder), "--global-batch", "256", "--time-budget", "none"]
         cases: list[tuple[str, str, list[str], float | None, float | None]] = [
             ("D1", f"show a {notes.stat().st_size / 1e6:.0f} MB profile (notes)",
              [*PIPEPLAN, "show", "profile", str(notes)], None, 10 * notes.stat().st_size / 2**20),
@@ -112,6 +117,10 @@ def main() -> None:
              [*PIPEPLAN, *plan, "--profile", str(folder / "c5k.json")], 6.0, None),
             ("D4", "plan a 20,000-layer chain on v100-8x1",
              [*PIPEPLAN, *plan, "--profile", str(folder / "c20k.json")], 20.0, None),
+            ("D5", "plan a 5,000-layer chain on 8,192 H100 (described)",
+             [*PIPEPLAN, *wide, "--profile", str(folder / "c5k.json")], 60.0, None),
+            ("D6", "plan a 20,000-layer chain on 8,192 H100 (described)",
+             [*PIPEPLAN, *wide, "--profile", str(folder / "c20k.json")], 60.0, None),
         ]  # fmt: skip
         cases, timings = time_cases(cases, args.cases, args.runs, args.timeout, parser.error)
     print("| case | what | CPU s (median) | min | max | wall s (median) | peak MiB (median) | target |")

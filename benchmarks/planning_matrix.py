@@ -6,9 +6,10 @@ Usage: .venv/bin/python benchmarks/planning_matrix.py [--quick] [--profiles a,b]
 Each instance is one whole `python -m pipeplan plan --profile P --cluster C --global-batch B --json` process, run
 one at a time (never in parallel: the times are the point). Per instance: wall seconds, CPU seconds (user + system)
 and peak resident memory of that process (os.wait4's rusage of the child), the plan's simulated iteration time
-(ms), its planning_seconds and its slowest planning phase (plan --json's "planning"). A planner refusal (nothing
-fits) is a row with its error, timed like the others. With --out the rows are rewritten after every instance, so a
-stopped run keeps what it measured.
+(ms), its planning_seconds, its slowest planning phase and whether plan's time budget (default 50 s) stopped the
+search (plan --json's "planning": stopped_early; such a plan is the best found in the budget, marked in the
+table). A planner refusal (nothing fits) is a row with its error, timed like the others. With --out the rows are
+rewritten after every instance, so a stopped run keeps what it measured.
 
 Targets (--check exits 1 when one fails): every instance <= 60 s wall and <= 2 GiB peak memory; the median
 instance <= 5 s wall.
@@ -50,18 +51,21 @@ def plan_command(profile: str, cluster: str, batch: int) -> list[str]:
 
 
 def parse_plan_output(stdout: str, returncode: int, stderr: str) -> dict[str, Any]:
-    """What a row keeps of a `plan --json` process's output: iteration_time (ms), planning_seconds and the slowest
-    phase (name, seconds) from a plan; error (stderr's last line) from a refusal (exit 2) or a fault."""
+    """What a row keeps of a `plan --json` process's output: iteration_time (ms), planning_seconds, the slowest
+    phase (name, seconds) and stopped_early (the time budget cut the search) from a plan; error (stderr's last line)
+    from a refusal (exit 2) or a fault."""
     if returncode != 0:
         lines = [line for line in stderr.splitlines() if line.strip()]
         return {"iteration_time": None, "error": lines[-1] if lines else f"exit code {returncode}"}
     obj = json.loads(stdout)
-    phases = obj.get("planning", {}).get("phases", [])
+    planning = obj.get("planning", {})
+    phases = planning.get("phases", [])
     slowest = max(phases, key=lambda p: p["seconds"], default=None)
     return {
         "iteration_time": obj["iteration_time"],
         "planning_seconds": obj["planning_seconds"],
         "slowest_phase": None if slowest is None else [slowest["name"], slowest["seconds"]],
+        "stopped_early": bool(planning.get("stopped_early", False)),
         "error": None,
     }
 
@@ -137,6 +141,7 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = [f"{'profile':28} {'cluster':18} {'batch':>5} {'wall s':>7} {'cpu s':>7} {'MiB':>6}  slowest phase / error"]
     for r in sorted(rows, key=lambda r: -r["wall_s"]):
         note = r.get("error") or (f"{r['slowest_phase'][0]} {r['slowest_phase'][1]:.1f} s" if r.get("slowest_phase") else "")
+        note += " (stopped by the time budget)" if r.get("stopped_early") else ""
         lines.append(
             f"{r['profile']:28} {r['cluster']:18} {r['batch']:>5} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} "
             f"{r['peak_rss_bytes'] / 2**20:6.0f}  {note}"

@@ -312,7 +312,7 @@ LIMIT_CASES: list[tuple[str, list[str], str]] = [
     ("pipemare minibatches", ["simulate", "pipemare", "-p", "4", "-m", "4", "--minibatches", "100000000"],
      "pipemare with p=4, m=4 x 100000000 minibatches too large: 3,600,000,000 actions, the limit is 1,000,000 actions"),
     ("a billion nodes", ["show", "cluster", "NODES.json"], "nodes x gpus_per_node (1,000,000,000 x 8) too large: "
-     "8,000,000,000 devices, the limit is 65,536 devices, because"),
+     "8,000,000,000 devices, the limit is 131,072 devices, because"),
     ("profile -b", ["profile", "mlp", "-b", "100000000", "-o", "p.json"],
      "--batch-size too large: 100,000,000 samples, the limit is 65,536 samples, because"),
     ("20,001 layers", [*_PLAN, "DEEP20001.json"], "field 'layers' too large: 20,001 layers, the limit is 20,000 layers"),

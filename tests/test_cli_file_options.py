@@ -18,8 +18,8 @@ NOT_FILES: dict[str, tuple[str, ...]] = {
     "simulate": ("--fwd", "--bwd", "--comm", "--act-bytes", "--bwd-input", "--bwd-weight", "--batch-scaling", "--optimizer"),
     "profile": ("--batch-sizes", "--project-to", "--dtype", "--precision", "--dataset", "--opt", "--device"),
     "probe": ("--name", "--optimizer"),
-    "plan": ("--planner", "--schedule", "--batch-scaling", "--optimizer", "--replication", "--memory-budget"),
-    "compare": ("--planners", "--schedule", "--batch-scaling", "--optimizer", "--replication"),
+    "plan": ("--planner", "--schedule", "--batch-scaling", "--optimizer", "--replication", "--memory-budget", "--time-budget"),
+    "compare": ("--planners", "--schedule", "--batch-scaling", "--optimizer", "--replication", "--time-budget"),
     "adapt": ("--batch-scaling", "--optimizer", "--memory-budget"),
     "train": (
         "--replicas",

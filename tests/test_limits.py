@@ -96,14 +96,14 @@ def test_profiles_accept_the_layer_limit_and_refuse_one_more() -> None:
 
 
 def test_clusters_accept_the_device_limit_and_refuse_one_more() -> None:
-    """65,536 devices build (in kilobytes of links); the description reader refuses 65,537 before building any."""
+    """131,072 devices build (in kilobytes of links); the description reader refuses 131,073 before building any."""
     n = int(DEVICES.value)
     nodes = np.arange(n + 1) // 8
     devices = tuple(Device(i, "V100", 2**34, 1.0, int(nodes[i])) for i in range(n + 1))
     assert Cluster("c", devices[:n], NodeLinks(nodes[:n], 1e11, 1e10), NodeLinks(nodes[:n], 1e-3, 1e-2)).num_devices == n
-    with pytest.raises(ClusterError, match="cluster 'c' too large: 65,537 devices, the limit is 65,536 devices"):
+    with pytest.raises(ClusterError, match="cluster 'c' too large: 131,073 devices, the limit is 131,072 devices"):
         Cluster("c", devices, NodeLinks(nodes, 1e11, 1e10), NodeLinks(nodes, 1e-3, 1e-2))
-    with pytest.raises(ClusterError, match=r"nodes x gpus_per_node \(65,537 x 1\) too large: 65,537 devices"):
+    with pytest.raises(ClusterError, match=r"nodes x gpus_per_node \(131,073 x 1\) too large: 131,073 devices"):
         cluster_from_json(CLUSTER | {"nodes": n + 1, "gpus_per_node": 1}, "c.json")
 
 
@@ -111,8 +111,8 @@ def test_plans_hold_indices_within_the_limits() -> None:
     """A plan's last layer, device ids, replicas and batch are bounded (a plan file of huge numbers is refused)."""
     with pytest.raises(PlanError, match="stage last_layer too large: 20,000, the limit is 19,999"):
         Stage(0, 20_000, (0,))
-    with pytest.raises(PlanError, match="device too large: 65,536, the limit is 65,535"):
-        Stage(0, 1, (65_536,))
+    with pytest.raises(PlanError, match="device too large: 131,072, the limit is 131,071"):
+        Stage(0, 1, (131_072,))
     with pytest.raises(PlanError, match=r"plan global batch \(pipeline_replicas x microbatches x microbatch_size\) too large"):
         Plan((Stage(0, 1, (0,)),), 1, 2**20, 2**11, "1f1b")
 

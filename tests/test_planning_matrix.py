@@ -37,7 +37,10 @@ def test_a_plan_and_a_refusal_are_parsed() -> None:
         "planning": {"phases": [{"name": "simulation", "seconds": 2.0}, {"name": "refine", "seconds": 0.5}]},
     }
     parsed = matrix.parse_plan_output(json.dumps(obj), 0, "")
-    assert parsed == {"iteration_time": 12.5, "planning_seconds": 3.0, "slowest_phase": ["simulation", 2.0], "error": None}
+    assert parsed == {"iteration_time": 12.5, "planning_seconds": 3.0, "slowest_phase": ["simulation", 2.0],
+                      "stopped_early": False, "error": None}  # fmt: skip
+    obj["planning"] |= {"time_budget_s": 50.0, "stopped_early": True}
+    assert matrix.parse_plan_output(json.dumps(obj), 0, "")["stopped_early"] is True
     refused = matrix.parse_plan_output("", 2, "warning\nerror: PlanError: no plan fits\n")
     assert refused == {"iteration_time": None, "error": "error: PlanError: no plan fits"}
 

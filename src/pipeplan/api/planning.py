@@ -23,6 +23,7 @@ from pipeplan.api.arguments import (
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
+from pipeplan.planner.time_budget import DEFAULT_TIME_BUDGET_S
 
 if TYPE_CHECKING:
     from pipeplan.planner.bound.plan_bound import PlanBound
@@ -44,20 +45,26 @@ def plan_request(
     optimizer: str = "adam",
     optimizer_factor: float | None = None,
     replication: str = "any",
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
 ) -> PlanRequest:
     """The planning problem every planner takes: model, cluster, global batch and the options of `pipeplan plan`.
+
+    `time_budget_s` bounds each planner run's wall time: pipeplan's search returns the best plan found in it and says
+    so in the result's extra["planning"] (planner.time_budget); 0 or None: no limit.
 
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value.
     """
-    options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication)
+    options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
+                             time_budget_s=time_budget_s)  # fmt: skip
     return request_of(profile, cluster, global_batch, options)
 
 
 @dataclass(frozen=True)
 class RequestOptions:
     """plan_request's options, with what the command line adds: the batch a graph.txt profile was measured with,
-    and `labels`, the flags that name the arguments in refusals (api.arguments.check)."""
+    and `labels`, the flags that name the arguments in refusals (api.arguments.check); `time_budget_s` (seconds per
+    planner run, 0 or None: no limit) last."""
 
     microbatch_size: int | None = None
     schedule: str = "auto"
@@ -67,6 +74,7 @@ class RequestOptions:
     replication: str = "any"
     profile_batch_size: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S
 
 
 def check_request(profile: object, cluster: object, global_batch: object, options: RequestOptions) -> None:
@@ -87,8 +95,10 @@ def check_request(profile: object, cluster: object, global_batch: object, option
     check(ProfileError, cost_arguments(o.batch_scaling, o.optimizer)
           | {"profile_batch_size": (o.profile_batch_size, Integer(1, optional=True))}, labels)  # fmt: skip
     factor = Number(0.0, limit=OPTIMIZER_FACTOR, optional=True, unit="state bytes per parameter byte")
+    budget = Number(0.0, optional=True, unit="seconds; 0 or none: no limit")
     check(PlanError, {"optimizer_factor": (o.optimizer_factor, factor),
-                      "replication": (o.replication, Choice(REPLICATION_CHOICES))}, labels)  # fmt: skip
+                      "replication": (o.replication, Choice(REPLICATION_CHOICES)),
+                      "time_budget_s": (o.time_budget_s, budget)}, labels)  # fmt: skip
 
 
 def request_of(
@@ -106,7 +116,8 @@ def request_of(
     o = options
     return PlanRequest(profile_of(profile, o.profile_batch_size), load_cluster(cluster), global_batch, o.microbatch_size,
                        o.schedule, optimizer=o.optimizer, batch_scaling=o.batch_scaling,
-                       optimizer_factor=o.optimizer_factor, replication=o.replication)  # fmt: skip
+                       optimizer_factor=o.optimizer_factor, replication=o.replication,
+                       time_budget_s=o.time_budget_s)  # fmt: skip
 
 
 def run_planner(planner: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
@@ -136,7 +147,7 @@ def plan(
     """The fastest plan that fits: stages, devices, replicas, microbatches and schedule (`pipeplan plan`).
 
     `options` are plan_request's (microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor,
-    replication). The result holds `.plan`, `.iteration_time` (ms), `.memory_per_device` and `.sim`.
+    replication, time_budget_s). The result holds `.plan`, `.iteration_time` (ms), `.memory_per_device` and `.sim`.
 
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value, or why no plan fits.
@@ -192,7 +203,8 @@ def compare(
     progress: Progress | None = None,
     **options: Any,
 ) -> PlannerComparison:
-    """Run several planners (all registered when `planners` is None) on one problem (`pipeplan compare`).
+    """Run several planners (all registered when `planners` is None) on one problem (`pipeplan compare`); a
+    time_budget_s option bounds each planner run on its own.
 
     Raises:
         PlanError: naming an unknown or repeated planner, or a bad option.

@@ -30,6 +30,12 @@ OPTIMIZER = typer.Option("adam", "--optimizer", help=OPTIMIZER_HELP)
 PROFILE_BATCH_SIZE = typer.Option(None, "--profile-batch-size", help=PBS_HELP)
 REPLICATION = typer.Option("any", "--replication", help=REPLICATION_HELP)
 BOUND = typer.Option(False, "--bound", help=BOUND_HELP)
+TIME_BUDGET_HELP = (
+    "Seconds of planning per planner run: pipeplan's search returns the best plan found in them and says how far it "
+    "got; 0 or none: no limit [50]."
+)
+"""--time-budget of plan and compare (planner.time_budget; compare: each planner run has its own)."""
+TIME_BUDGET = typer.Option(None, "--time-budget", help=TIME_BUDGET_HELP)
 OPTIMIZER_FACTOR_OPTION = typer.Option(
     None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
 )
@@ -39,7 +45,7 @@ FLAGS = {
     "global_batch": "--global-batch", "microbatch_size": "--microbatch-size", "batch_scaling": "--batch-scaling",
     "optimizer": "--optimizer", "optimizer_factor": "--optimizer-factor", "replication": "--replication",
     "profile_batch_size": "--profile-batch-size", "trace_iterations": "--trace-iterations",
-    "bandwidth_trace": "--bandwidth-trace", "adaptive": "--adaptive",
+    "bandwidth_trace": "--bandwidth-trace", "adaptive": "--adaptive", "time_budget_s": "--time-budget",
 }  # fmt: skip
 """How plan's and compare's refusals name the API's arguments (api.arguments.check's labels); the schedule keeps
 its argument's name, as PlanRequest has always said it."""
@@ -70,11 +76,12 @@ def plan(
         False, "--adaptive", help="Plan kfkb and write its adaptive setting: the start k, the k within the budget, the budget."
     ),
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
+    time_budget: str | None = TIME_BUDGET,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.declared_files import check_files
     from pipeplan.io.plan_json import write_plan
-    from pipeplan.viz.plan_tables import plan_summary, stage_table
+    from pipeplan.viz.plan_tables import budget_line, plan_summary, stage_table
     from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_files()
@@ -83,7 +90,7 @@ def plan(
     from pipeplan.api.planning import RequestOptions, plan_outcome
 
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             profile_batch_size, labels)  # fmt: skip
+                             profile_batch_size, labels, time_budget_seconds(time_budget))  # fmt: skip
     with progress_display(not as_json) as progress:
         outcome = plan_outcome(profile, cluster, global_batch, options, planner=planner, progress=progress,
                                bandwidth_trace=bandwidth_trace, trace_iterations=trace_iterations, adaptive=adaptive,
@@ -109,6 +116,8 @@ def plan(
             from pipeplan.viz.plan_tables import bound_line
 
             typer.echo(bound_line(measured))
+        if (line := budget_line(result)) is not None:
+            typer.echo(line)
     if out is not None:
         write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)
@@ -129,6 +138,7 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help='Print {"results": [one plan --json object per planner]}.'),
     png: str | None = typer.Option(None, "--png", help="Write the fastest plan's simulated timeline as a PNG."),
     bound: bool = BOUND,
+    time_budget: str | None = TIME_BUDGET,
 ) -> None:
     """Run every planner on one problem and print their plans side by side, all scored by the same simulator."""
     from pipeplan.cli.declared_files import check_files
@@ -139,7 +149,7 @@ def compare(
     from pipeplan.api.planning import RequestOptions, compare_outcome
 
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             profile_batch_size, labels)  # fmt: skip
+                             profile_batch_size, labels, time_budget_seconds(time_budget))  # fmt: skip
     with progress_display(not as_json) as progress:
         outcome = compare_outcome(profile, cluster, global_batch, options, planners=names, progress=progress, bound=bound)
     run, measured = outcome.comparison, outcome.bounds
@@ -154,7 +164,7 @@ def compare(
 
 def print_comparison(run: Comparison, measured: dict[str, PlanBound] | None = None) -> None:
     """The side-by-side table (with each plan over its class's bound when measured), its notes, each failure's reason."""
-    from pipeplan.viz.plan_tables import BOUND_NOTE, SPEEDUP_NOTE, failure_lines, planners_table
+    from pipeplan.viz.plan_tables import BOUND_NOTE, SPEEDUP_NOTE, budget_line, failure_lines, planners_table
     from pipeplan.viz.tables import print_tables
 
     title = f"{run.name} on {run.cluster}, global batch {run.request.global_batch}"
@@ -164,6 +174,24 @@ def print_comparison(run: Comparison, measured: dict[str, PlanBound] | None = No
         typer.echo(BOUND_NOTE.format(bounds=", ".join(sorted({f"{b.of} {b.bound.ms:.2f} ms" for b in measured.values()}))))
     for line in failure_lines(run.rows):
         typer.echo(line)
+    for row in run.rows:
+        if (line := budget_line(row)) is not None:
+            typer.echo(line)
+
+
+def time_budget_seconds(text: str | None) -> float | str | None:
+    """--time-budget as the API takes it: the default when not given, None for `none`, else the number (a text that
+    is none is handed on as it is, for the API's one check to refuse by the flag's name)."""
+    from pipeplan.api.planning import DEFAULT_TIME_BUDGET_S
+
+    if text is None:
+        return DEFAULT_TIME_BUDGET_S
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def draw_best(run: Comparison, best: PlanResult | None, png: str) -> None:

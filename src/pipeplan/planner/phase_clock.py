@@ -5,7 +5,8 @@ marks a phase with `with phase("simulation"):`. Phases nest and their time is ex
 the one around it, so the phases' seconds add up to the run's (the run's own code outside any marked phase counts
 as "other"). Peak memory is the process's maximum resident set (getrusage: one system call per phase change, cheap
 next to the work marked); a phase is charged with the growth of that peak while it runs. Without an open clock
-`phase` does nothing. Only clocks are read here: nothing recorded steers the search (plans do not depend on it).
+`phase` does nothing. Nothing recorded steers the search (plans do not depend on it); a run with a time budget
+(planner.time_budget) checks it at every phase change, the one way time can cut a search short.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
+
+from pipeplan.planner.time_budget import Deadline, budget_run
 
 PHASES = (
     "seeds",
@@ -68,6 +71,7 @@ class PhaseClock:
     stack: list[str] = field(default_factory=list)
     mark: tuple[float, float, int] = (0.0, 0.0, 0)
     started: tuple[float, float, int] = (0.0, 0.0, 0)
+    deadline: Deadline | None = None
 
     def _switch(self) -> None:
         """Charge the time and peak growth since the last switch to the phase on top of the stack."""
@@ -83,6 +87,8 @@ class PhaseClock:
         """Start phase `name` (one of PHASES), pausing the one running."""
         if name not in self.totals:
             raise ValueError(f"unknown planning phase {name!r}; one of {', '.join(PHASES)}")
+        if self.deadline is not None:  # the time budget's checkpoint: it may stop the search here, nothing entered
+            self.deadline.check([*self.stack, name])
         self._switch()
         self.stack.append(name)
         self.totals[name].entries += 1
@@ -94,8 +100,9 @@ class PhaseClock:
 
     def to_json(self) -> dict[str, Any]:
         """{"seconds", "cpu_seconds", "peak_rss_bytes", "phases": [{"name", "seconds", "cpu_seconds",
-        "peak_rss_growth_bytes", "entries"}, ...]}: the run's totals and each phase entered at least once, in
-        PHASES order; the phases' seconds add up to the run's."""
+        "peak_rss_growth_bytes", "entries"}, ...], "time_budget_s", "stopped_early"}: the run's totals and each phase
+        entered at least once, in PHASES order; the phases' seconds add up to the run's; the budget (None: no limit)
+        and, when it stopped the search, where (time_budget.Deadline.to_json)."""
         phases = [
             {
                 "name": name,
@@ -112,6 +119,7 @@ class PhaseClock:
             "cpu_seconds": sum(t.cpu_seconds for t in self.totals.values()),
             "peak_rss_bytes": _peak_rss(),
             "phases": phases,
+            **(self.deadline.to_json() if self.deadline else {"time_budget_s": None, "stopped_early": False}),
         }
 
 
@@ -147,19 +155,21 @@ def timed_phase(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
 
 
 @contextmanager
-def planning_run(nested: str = "seeds") -> Iterator[PhaseClock | None]:
-    """Open a clock for a planner run and yield it; inside a run already timed (a seed planner called by the
-    search), charge the whole call to phase `nested` and yield None."""
+def planning_run(nested: str = "seeds", time_budget_s: float | None = None) -> Iterator[PhaseClock | None]:
+    """Open a clock for a planner run, with its time budget (planner.time_budget; None or 0: no limit), and yield
+    it; inside a run already timed (a seed planner called by the search), charge the whole call to phase `nested`
+    under the outer run's budget and yield None."""
     clock = _CURRENT.get()
     if clock is not None:
         with phase(nested):
             yield None
         return
-    clock = PhaseClock()
-    token = _CURRENT.set(clock)
-    clock.enter("other")
-    try:
-        yield clock
-    finally:
-        clock.leave()
-        _CURRENT.reset(token)
+    with budget_run(time_budget_s) as deadline:
+        clock = PhaseClock(deadline=deadline)
+        token = _CURRENT.set(clock)
+        clock.enter("other")
+        try:
+            yield clock
+        finally:
+            clock.leave()
+            _CURRENT.reset(token)

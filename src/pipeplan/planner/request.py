@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,9 @@ class PlanRequest:
     microbatch size (sim.cost.layers). `model` is the request's cost model;
     `cluster` holds the speeds on the profile's scale (sim.cost.speeds).
     `replication` is one of REPLICATION_CHOICES; every planner honours it.
+    `time_budget_s` bounds the planner run's wall time (planner.time_budget: pipeplan's search returns the best
+    plan found when it runs out; None or 0: no limit, the default here; `plan` and `compare` default to
+    time_budget.DEFAULT_TIME_BUDGET_S).
     """
 
     profile: ModelProfile
@@ -55,6 +59,7 @@ class PlanRequest:
     optimizer: str = "adam"
     batch_scaling: str = "auto"
     replication: str = "any"
+    time_budget_s: float | None = None
     model: CostModel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -74,6 +79,9 @@ class PlanRequest:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
         if self.replication not in REPLICATION_CHOICES:
             raise PlanError(f"replication must be one of {', '.join(REPLICATION_CHOICES)}, got {self.replication!r}")
+        budget = self.time_budget_s
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 <= budget < math.inf):
+            raise PlanError(f"time_budget_s must be a finite number >= 0 (seconds; 0 or None: no limit), got {budget!r}")
         model = CostModel.build(self.profile, self.cluster, self.batch_scaling, self.optimizer, self.optimizer_factor)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "cluster", model.cluster)
@@ -188,8 +196,8 @@ def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
     without a warning (an infinite transfer time is the cost model's answer for "no path", not a fault), and with its
     plan checked against the request's replication rule (every planner filters its candidates; this is the net under
     them). Keyword options (pipeplan's `baselines`) pass through to `fn`. The outermost planner call times its
-    phases (planner.phase_clock) into the result's extra["planning"]; a planner called inside it (a seed) counts as
-    its phase "seeds".
+    phases (planner.phase_clock) into the result's extra["planning"] under the request's time budget
+    (planner.time_budget); a planner called inside it (a seed) counts as its phase "seeds".
 
     Raises:
         PlanError: the planner's plan breaks the request's replication rule.
@@ -197,7 +205,7 @@ def guarded(name: str, fn: Callable[..., PlanResult]) -> Planner:
 
     @functools.wraps(fn)
     def planner(request: PlanRequest, progress: Progress | None = None, **options: Any) -> PlanResult:
-        with planning_run() as clock, np.errstate(divide="ignore", invalid="ignore"):
+        with planning_run(time_budget_s=request.time_budget_s) as clock, np.errstate(divide="ignore", invalid="ignore"):
             result = fn(request, progress, **options)
         broken = request.replication_violation(result.plan)
         if broken is not None:

@@ -126,6 +126,21 @@ def bound_line(measured: PlanBound) -> str:
     )
 
 
+def budget_line(row: PlanResult | PlannerFailure) -> str | None:
+    """`plan` and `compare`: one line when a planner's time budget stopped its search (planner.time_budget), saying
+    the plan is the best found in the budget and how far the search got; None otherwise (or for a failure)."""
+    planning = row.extra.get("planning", {}) if isinstance(row, PlanResult) else {}
+    if not planning.get("stopped_early"):
+        return None
+    where = f"phase {planning['phase_reached']} ({' > '.join(planning['phases_open'])})"
+    got = planning if "simulations" in planning else row.extra  # how far it got: the stopped search's counts
+    counts = f"{got['simulations']:,} simulations, {got['candidates']:,} candidates" if "simulations" in got else ""
+    return (
+        f"time budget: {row.planner}'s plan is the best found in {planning['time_budget_s']:g} s; the search stopped in "
+        f"{where}{' after ' + counts if counts else ''}; give --time-budget none (or more seconds) to search it all"
+    )
+
+
 def trace_table(scores: Sequence[TraceScore]) -> Table:
     """The finalists re-scored under a bandwidth trace (`plan --bandwidth-trace`)."""
     table = Table(title="finalists under the bandwidth trace (expected = mean iteration over a run that covers it)")

@@ -14,6 +14,7 @@ from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import Progress
 from pipeplan.planner.search.dag_orders import dag_orders
+from pipeplan.planner.time_budget import budget_spent
 from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.memory import check_fits
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -46,6 +47,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     plans (the default search had them) and every (pipeline replicas, microbatch size) whose lower bound cannot
     beat the best plan so far.
 
+    Once a time budget (planner.time_budget) has stopped a search, no further order is searched.
+
     The result's extra["layer_orders"] says which states the DP ran over, how many orders were searched, which
     won (None: the default), each order's iteration ms and the seconds of: the default search, the DP, each
     further search.
@@ -61,12 +64,17 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     except PlanError as exc:
         failure = exc
     seconds = [time.perf_counter() - started]
-    with phase("dag_orders"):
-        orders, states = dag_orders(request.profile, slowest_rate_bytes_per_ms(request), request.cluster.num_devices)
+    orders: list[tuple[int, ...]] = []
+    states = "skipped: the time budget ran out"
+    if not budget_spent():  # a search its time budget stopped is the last: no further order
+        with phase("dag_orders"):
+            orders, states = dag_orders(request.profile, slowest_rate_bytes_per_ms(request), request.cluster.num_devices)
     seconds.append(time.perf_counter() - started - seconds[0])
     times: list[float | None] = [None if best is None else best.iteration_time]
     won = None
     for i, order in enumerate(orders):
+        if budget_spent():
+            break
         lap = time.perf_counter()
         try:
             beat = math.inf if best is None else best.iteration_time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipeplan.core.errors import PipeplanError
@@ -182,6 +183,12 @@ class Evaluator:
             score = INVALID
         self._scores[plan] = score
         return score
+
+    def fastest_fitting(self, accept: Callable[[Plan], bool]) -> list[Plan]:
+        """Every plan scored so far that fits and that `accept` takes, fastest first (the first scored on ties):
+        what a search stopped by its time budget (planner.time_budget) chooses from."""
+        found = [(s.time_ms, i, p) for i, (p, s) in enumerate(self._scores.items()) if s.fits and accept(p)]
+        return [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
 
     def exact(self, plan: Plan, record: bool = True) -> SimResult:
         """The full simulation of `plan`."""

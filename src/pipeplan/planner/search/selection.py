@@ -58,6 +58,7 @@ from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
+from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
@@ -237,6 +238,29 @@ class Search:
         self.finalists = [plan for _, _, plan in ranked]  # the full simulation's ranking (plan --bandwidth-trace)
         return ranked[0][2]
 
+    def accepts(self, plan: Plan) -> bool:
+        """Whether `plan` may be the answer: its schedule is the one asked for (any with "auto")."""
+        return self.request.schedule == "auto" or plan.schedule == self.request.schedule
+
+    def has_fallback(self) -> bool:
+        """Whether a plan to return has been scored: the time budget stops the search only then."""
+        if not self.candidates.pool:  # fitting plans only
+            return False
+        return self.request.schedule == "auto" or bool(self.evaluator.fastest_fitting(self.accepts))
+
+    def stopped_choice(self, beat_ms: float = math.inf) -> Plan:
+        """The answer of a search its time budget stopped: the fastest fitting plan scored.
+
+        Raises:
+            PlanError: none scored is faster than `beat_ms` (a further layer order's search, stopped before it found
+                one: the caller's plan stands, and no plan of this search is simulated in full).
+        """
+        found = self.evaluator.fastest_fitting(self.accepts)
+        if not found or self.evaluator.score(found[0]).time_ms >= beat_ms:
+            raise PlanError(f"the time budget ran out before a plan faster than {beat_ms:g} ms was found")
+        self.finalists = found[:FINALISTS]
+        return found[0]
+
     def nothing_fits(self) -> PlanError:
         """The error for an instance where no candidate fits: the most memory-friendly plan's shortfall."""
         sizes = self.candidates.microbatch_sizes(1) or [1]
@@ -290,11 +314,19 @@ def search_order(
     search = Search(request, progress, baselines)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
-    with phase("candidates"):
-        search.candidates.generate()
-    if not search.candidates.pool:
-        raise search.nothing_fits()
-    plan = search.choose()
+    # a time budget (planner.time_budget) may stop the search once it has a plan to return, or at once when the
+    # caller has one (`beat_ms`: a further layer order's search, whose plan only counts when faster)
+    ready = search.has_fallback if beat_ms == math.inf else lambda: True
+    try:
+        with fallback(ready):
+            with phase("candidates"):
+                search.candidates.generate()
+            if not search.candidates.pool:
+                raise search.nothing_fits()
+            plan = search.choose()
+    except BudgetSpent:
+        record_coverage(simulations=search.evaluator.simulations, candidates=len(search.candidates.pool))
+        plan = search.stopped_choice(beat_ms)
     result = search.evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
     return PlanResult(
