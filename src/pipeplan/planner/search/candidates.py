@@ -24,7 +24,8 @@ from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
-from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.planner.search.scoring import FLOOR_MARGIN, Evaluator
+from pipeplan.planner.search.time_floor import PassFloor
 from pipeplan.schedules.registry import INTERLEAVED, PLAIN
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_matrices
@@ -74,6 +75,8 @@ class Candidates:
         self.best_time = float("inf")
         self.with_seeds = True
         self.max_speed = max(d.speed for d in self.cluster.devices)
+        self._pass_floor: PassFloor | None = None
+        self.unbeatable = False
 
     def block_sums(self, microbatch_size: int, replicas: int) -> BlockSums:
         """Block range sums of a stage on `replicas` devices at microbatch size b (b / replicas samples each), cached."""
@@ -242,23 +245,55 @@ class Candidates:
         if result.plan.schedule != PLAIN and result.plan.chunks == 1:
             self.add(dataclasses.replace(result.plan, schedule=PLAIN, k=1, order=None))
 
+    def straight_plans(self) -> list[Plan]:
+        """The straight pipelines the pool starts from: for the first three microbatch sizes, one device per stage
+        over all devices in device order and along the first device order; with an interleaved schedule asked for,
+        also the three deepest p dividing m (interleaving needs p | m and two layers per rank)."""
+        plans = []
+        for b in self.microbatch_sizes(1)[:3]:
+            plans += [self.straight(order, b) for order in (tuple(range(self.cluster.num_devices)), self.orders[0])]
+            if self.request.schedule in INTERLEAVED:
+                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
+                plans += [self.straight(self.orders[0], b, stages=p) for p in [p for p in divisors(m) if 2 <= p <= n][-3:]]
+        return [plan for plan in plans if plan is not None]
+
+    def cannot_beat(self, plans: list[Plan]) -> bool:
+        """Whether nothing the search derives from straight `plans` can beat `best_time`: each one's PassFloor
+        (one device per stage, any microbatch size, p - 1 crossings) is at least best_time."""
+        if not plans or self.best_time == float("inf"):
+            return False
+        if self._pass_floor is None:
+            self._pass_floor = PassFloor(self.request.model, divisors(self.request.global_batch))
+        return all(self._pass_floor.at(plan.num_ranks - 1) * FLOOR_MARGIN >= self.best_time for plan in plans)
+
     def generate(self) -> None:
         """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every
-        (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity)."""
+        (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity).
+
+        Straight pipelines that cannot beat best_time (cannot_beat) wait until the DP has run: when the pool is still
+        empty then, they stay out and `unbeatable` says so (nothing this search could return beats best_time); else
+        they join the pool where they always stood, before the DP's plans (their scores, above best_time, change
+        neither best_time nor the DP's bounds: the pool and every score are as if they had been added first).
+        """
         if self.with_seeds:
             self.seed_from_baselines()
-        for b in self.microbatch_sizes(1)[:3]:
-            for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
-                plan = self.straight(order, b)
-                if plan is not None:
-                    self.add(plan)
-            if self.request.schedule in INTERLEAVED:
-                # interleaving needs p | m and two layers per rank: straight pipelines of the three deepest such p
-                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
-                for p in [p for p in divisors(m) if 2 <= p <= n][-3:]:
-                    plan = self.straight(self.orders[0], b, stages=p)
-                    if plan is not None:
-                        self.add(plan)
+        straight = self.straight_plans()
+        waiting = self.cannot_beat(straight)
+        at = len(self.pool)
+        if not waiting:
+            for plan in straight:
+                self.add(plan)
+        self.dp_pool()
+        if waiting and self.pool:
+            later = self.pool[at:]
+            del self.pool[at:]
+            for plan in straight:
+                self.add(plan)
+            self.pool += later
+        self.unbeatable = waiting and not self.pool
+
+    def dp_pool(self) -> None:
+        """The partition DP's candidates for every (rp, b) whose lower bound is below best_time."""
         counts = self.replica_counts()[::-1]
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for index, rp in enumerate(counts):

@@ -47,8 +47,9 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     beat the best plan so far.
 
     The result's extra["layer_orders"] says which states the DP ran over, how many orders were searched, which
-    won (None: the default), each order's iteration ms and the seconds of: the default search, the DP, each
-    further search.
+    won (None: the default), each order's iteration ms (None where its search found no plan, or proved that none
+    of its candidates could beat the best so far: Candidates.unbeatable) and the seconds of: the default search,
+    the DP, each further search.
 
     Raises:
         PlanError: no order gives a plan that fits (the default order's reason).
