@@ -116,15 +116,24 @@ class Candidates:
         busiest = m * b * float(per_sample.sum()) / (usable * self.max_speed)
         return max(busiest, float(per_layer.min(axis=0).sum()) / self.max_speed)
 
-    def add(self, plan: Plan) -> float:
-        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
+    def add(self, plan: Plan, score: bool = True) -> float:
+        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit.
+
+        With `score` off (a plan known not to beat best_time) each form that fits in memory joins unscored: ranking
+        the pool (Search.fastest_first) scores it only if its floor ever comes up, so it is simulated only when
+        needed (a form whose time cannot be estimated is then dropped there, as here)."""
         best = float("inf")
         variants = [plan] + [dataclasses.replace(plan, schedule="kfkb", k=k) for k in POOL_GROUPS if k < plan.microbatches]
         for variant in variants:
-            score = self.evaluator.score(variant)
-            if score.fits:
+            if not score:
+                with contextlib.suppress(PipeplanError):
+                    if self.evaluator.memory_excess(variant)[0] <= 0:  # Evaluator.score's test of fitting
+                        self.pool.append(variant)
+                continue
+            scored = self.evaluator.score(variant)
+            if scored.fits:
                 self.pool.append(variant)
-                best = min(best, score.time_ms)
+                best = min(best, scored.time_ms)
         self.best_time = min(self.best_time, best)
         return best
 
@@ -270,27 +279,20 @@ class Candidates:
         """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every
         (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity).
 
-        Straight pipelines that cannot beat best_time (cannot_beat) wait until the DP has run: when the pool is still
-        empty then, they stay out and `unbeatable` says so (nothing this search could return beats best_time); else
-        they join the pool where they always stood, before the DP's plans (their scores, above best_time, change
-        neither best_time nor the DP's bounds: the pool and every score are as if they had been added first).
+        Straight pipelines that cannot beat best_time (cannot_beat) join unscored (add): their scores, at least
+        best_time, would change neither best_time nor the DP's bounds nor the pool's ranking. When they are all the
+        pool holds, `unbeatable` says so: nothing this search could return beats best_time.
         """
         if self.with_seeds:
             self.seed_from_baselines()
         straight = self.straight_plans()
-        waiting = self.cannot_beat(straight)
-        at = len(self.pool)
-        if not waiting:
-            for plan in straight:
-                self.add(plan)
+        hopeless = self.cannot_beat(straight)
+        before = len(self.pool)
+        for plan in straight:
+            self.add(plan, score=not hopeless)
+        joined = len(self.pool) - before
         self.dp_pool()
-        if waiting and self.pool:
-            later = self.pool[at:]
-            del self.pool[at:]
-            for plan in straight:
-                self.add(plan)
-            self.pool += later
-        self.unbeatable = waiting and not self.pool
+        self.unbeatable = hopeless and len(self.pool) == joined
 
     def dp_pool(self) -> None:
         """The partition DP's candidates for every (rp, b) whose lower bound is below best_time."""
