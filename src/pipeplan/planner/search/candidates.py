@@ -24,7 +24,8 @@ from pipeplan.planner.search.mapping import Layout, device_orders
 from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
-from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.planner.search.scoring import FLOOR_MARGIN, Evaluator
+from pipeplan.planner.search.time_floor import PassFloor
 from pipeplan.schedules.registry import INTERLEAVED, PLAIN
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import link_matrices
@@ -74,6 +75,8 @@ class Candidates:
         self.best_time = float("inf")
         self.with_seeds = True
         self.max_speed = max(d.speed for d in self.cluster.devices)
+        self._pass_floor: PassFloor | None = None
+        self.unbeatable = False
 
     def block_sums(self, microbatch_size: int, replicas: int) -> BlockSums:
         """Block range sums of a stage on `replicas` devices at microbatch size b (b / replicas samples each), cached."""
@@ -113,15 +116,24 @@ class Candidates:
         busiest = m * b * float(per_sample.sum()) / (usable * self.max_speed)
         return max(busiest, float(per_layer.min(axis=0).sum()) / self.max_speed)
 
-    def add(self, plan: Plan) -> float:
-        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit."""
+    def add(self, plan: Plan, score: bool = True) -> float:
+        """Score a 1F1B candidate and its kFkB forms (POOL_GROUPS: they hide transfers), keep those that fit.
+
+        With `score` off (a plan known not to beat best_time) each form that fits in memory joins unscored: ranking
+        the pool (Search.fastest_first) scores it only if its floor ever comes up, so it is simulated only when
+        needed (a form whose time cannot be estimated is then dropped there, as here)."""
         best = float("inf")
         variants = [plan] + [dataclasses.replace(plan, schedule="kfkb", k=k) for k in POOL_GROUPS if k < plan.microbatches]
         for variant in variants:
-            score = self.evaluator.score(variant)
-            if score.fits:
+            if not score:
+                with contextlib.suppress(PipeplanError):
+                    if self.evaluator.memory_excess(variant)[0] <= 0:  # Evaluator.score's test of fitting
+                        self.pool.append(variant)
+                continue
+            scored = self.evaluator.score(variant)
+            if scored.fits:
                 self.pool.append(variant)
-                best = min(best, score.time_ms)
+                best = min(best, scored.time_ms)
         self.best_time = min(self.best_time, best)
         return best
 
@@ -242,23 +254,48 @@ class Candidates:
         if result.plan.schedule != PLAIN and result.plan.chunks == 1:
             self.add(dataclasses.replace(result.plan, schedule=PLAIN, k=1, order=None))
 
+    def straight_plans(self) -> list[Plan]:
+        """The straight pipelines the pool starts from: for the first three microbatch sizes, one device per stage
+        over all devices in device order and along the first device order; with an interleaved schedule asked for,
+        also the three deepest p dividing m (interleaving needs p | m and two layers per rank)."""
+        plans = []
+        for b in self.microbatch_sizes(1)[:3]:
+            plans += [self.straight(order, b) for order in (tuple(range(self.cluster.num_devices)), self.orders[0])]
+            if self.request.schedule in INTERLEAVED:
+                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
+                plans += [self.straight(self.orders[0], b, stages=p) for p in [p for p in divisors(m) if 2 <= p <= n][-3:]]
+        return [plan for plan in plans if plan is not None]
+
+    def cannot_beat(self, plans: list[Plan]) -> bool:
+        """Whether nothing the search derives from straight `plans` can beat `best_time`: each one's PassFloor
+        (one device per stage, any microbatch size, p - 1 crossings) is at least best_time."""
+        if not plans or self.best_time == float("inf"):
+            return False
+        if self._pass_floor is None:
+            self._pass_floor = PassFloor(self.request.model, divisors(self.request.global_batch))
+        return all(self._pass_floor.at(plan.num_ranks - 1) * FLOOR_MARGIN >= self.best_time for plan in plans)
+
     def generate(self) -> None:
         """Fill the pool: baselines' plans (unless `with_seeds` is off), straight pipelines, then the DP over every
-        (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity)."""
+        (rp, b) its bound allows (below `best_time`, which a caller may start lower than infinity).
+
+        Straight pipelines that cannot beat best_time (cannot_beat) join unscored (add): their scores, at least
+        best_time, would change neither best_time nor the DP's bounds nor the pool's ranking. When they are all the
+        pool holds, `unbeatable` says so: nothing this search could return beats best_time.
+        """
         if self.with_seeds:
             self.seed_from_baselines()
-        for b in self.microbatch_sizes(1)[:3]:
-            for order in (tuple(range(self.cluster.num_devices)), self.orders[0]):
-                plan = self.straight(order, b)
-                if plan is not None:
-                    self.add(plan)
-            if self.request.schedule in INTERLEAVED:
-                # interleaving needs p | m and two layers per rank: straight pipelines of the three deepest such p
-                m, n = self.request.global_batch // b, min(self.cluster.num_devices, self.profile.num_layers // 2)
-                for p in [p for p in divisors(m) if 2 <= p <= n][-3:]:
-                    plan = self.straight(self.orders[0], b, stages=p)
-                    if plan is not None:
-                        self.add(plan)
+        straight = self.straight_plans()
+        hopeless = self.cannot_beat(straight)
+        before = len(self.pool)
+        for plan in straight:
+            self.add(plan, score=not hopeless)
+        joined = len(self.pool) - before
+        self.dp_pool()
+        self.unbeatable = hopeless and len(self.pool) == joined
+
+    def dp_pool(self) -> None:
+        """The partition DP's candidates for every (rp, b) whose lower bound is below best_time."""
         counts = self.replica_counts()[::-1]
         seen: set[tuple[int, tuple[int, ...]]] = set()
         for index, rp in enumerate(counts):

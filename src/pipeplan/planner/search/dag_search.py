@@ -50,8 +50,9 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     Once a time budget (planner.time_budget) has stopped a search, no further order is searched.
 
     The result's extra["layer_orders"] says which states the DP ran over, how many orders were searched, which
-    won (None: the default), each order's iteration ms and the seconds of: the default search, the DP, each
-    further search.
+    won (None: the default), each order's iteration ms (None where its search found no plan, or proved that none
+    of its candidates could beat the best so far: Candidates.unbeatable) and the seconds of: the default search,
+    the DP, each further search.
 
     Raises:
         PlanError: no order gives a plan that fits (the default order's reason).

@@ -321,6 +321,8 @@ def search_order(
         with fallback(ready):
             with phase("candidates"):
                 search.candidates.generate()
+            if search.candidates.unbeatable:  # only straight pipelines, none of which (nor what it leads to) can beat beat_ms
+                raise PlanError(f"no plan along this layer order can beat {beat_ms} ms (the straight pipelines' pass floor)")
             if not search.candidates.pool:
                 raise search.nothing_fits()
             plan = search.choose()

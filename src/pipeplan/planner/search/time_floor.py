@@ -8,10 +8,21 @@ every stage below it, each backward (I) and unqueued transfer in turn, and stage
 all-reduce and its optimizer step. The rank's own work also ends with the stage's all-reduce and optimizer step.
 The floor is the largest of these over the stages: for an even deep pipeline (p - 1 + m)(F + B), the fill and
 drain included, which a busiest-rank or one-microbatch bound misses.
+
+PassFloor is the other kind: one floor for a whole family of plans (any cuts, devices, microbatch size or schedule),
+from one microbatch's pass through every layer and its stage boundaries; what tells a search that nothing it could
+derive from its straight pipelines beats a time already known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeplan.core.units import wire_ms
+from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.types import Costs, Flow
 
 
@@ -49,3 +60,43 @@ def chain_floor(costs: Costs, microbatches: int, split: bool) -> float:
         own = before + microbatches * (c.fwd_ms + whole[s]) + c.allreduce_ms + c.optimizer_ms
         best = max(best, through, own)
     return best
+
+
+class PassFloor:
+    """A floor under every plan of a family, whatever its cuts, devices, microbatch size or schedule: one microbatch's
+    pass (no bandwidth trace).
+
+    The family: one device per stage in each pipeline replica, a microbatch size among `sizes`, and at least c + 1
+    stages on c + 1 different devices in a row (`at(c)`: c crossings each way). Microbatch 0 runs every layer's
+    forward, then the part of every backward that passes the gradient on (B, or I when split: the least of the two
+    per layer), one after the other, each on a device no faster than the fastest; and it crosses c boundaries
+    forward and c back, at distinct cuts (a cut is after one layer), each no shorter than the least latency plus the
+    cut's bytes over the fastest link (one pair carries all of them with one device per stage). The iteration ends
+    no earlier than that pass: at(c) = the per-layer least over `sizes` of F + min(B, I), summed, over the fastest
+    speed, plus twice the c cheapest crossings. Straight pipelines (one device per stage, all of them) and all that
+    the search derives from one (schedules, interleaving, other devices, cuts or microbatch sizes) are such a family.
+    """
+
+    def __init__(self, model: CostModel, sizes: Sequence[int]) -> None:
+        layers, cluster = model.layers, model.cluster
+        compute = []
+        for b in sizes:
+            arrays = layers.arrays(b)
+            if model.bwd_split is not None:
+                gradient = arrays.bwd * model.bwd_split[0]
+            else:
+                gradient = arrays.bwd / 2 if arrays.bwd_input is None else arrays.bwd_input  # as StageCost halves B
+            compute.append(arrays.fwd + np.minimum(arrays.bwd, gradient))
+        speed = max(d.speed for d in cluster.devices)
+        self.compute_ms = float(np.min(compute, axis=0).sum()) / speed
+        cuts = model.profile.num_layers - 1
+        least = np.array([min(layers.cut_bytes(cut, b) for b in sizes) for cut in range(cuts)], dtype=float)
+        crossings = np.zeros(0)
+        if cluster.num_devices > 1 and cuts > 0:
+            rate, latency = link_arrays(cluster)
+            crossings = np.sort(latency.off_diagonal_min() + wire_ms(least, rate.off_diagonal_max()))
+        self.cheapest_ms = np.concatenate(([0.0], np.cumsum(crossings)))  # the c cheapest crossings, c = 0.. cuts
+
+    def at(self, crossings: int) -> float:
+        """The floor (class docstring) of a plan with `crossings` boundary crossings each way (at most every cut)."""
+        return self.compute_ms + 2 * float(self.cheapest_ms[min(crossings, len(self.cheapest_ms) - 1)])
