@@ -35,7 +35,7 @@ def test_a_well_formed_environment_is_read() -> None:
         ({"RANK": "9" * 5000}, "RANK='9999"),
         ({"WORLD_SIZE": "0", "RANK": "0"}, "WORLD_SIZE='0' must be >= 1"),
         ({"WORLD_SIZE": "x"}, "WORLD_SIZE='x' must be an integer >= 0"),
-        ({"WORLD_SIZE": "100000"}, "WORLD_SIZE too large: 100,000 devices, the limit is 65,536"),
+        ({"WORLD_SIZE": "200000"}, "WORLD_SIZE too large: 200,000 devices, the limit is 131,072"),
         ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"}, "LOCAL_RANK='3' is not below LOCAL_WORLD_SIZE='2'"),
         ({"LOCAL_RANK": "-2"}, "LOCAL_RANK='-2' must be an integer >= 0"),
         ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE='0' must be >= 1"),
