@@ -12,6 +12,7 @@ from pipeplan.planner.request import PlanRequest
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.sim.cost.memory import check_fits
 from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import random_cluster
 
 TINY = "gpt:layers=4,hidden=64,heads=4,seq=16,vocab=64"
 
@@ -76,8 +77,14 @@ def test_compare_runs_it_when_named_and_not_by_default() -> None:
     assert "megatron" not in planner_names()
 
 
-def test_another_schedule_is_one_plan_error_and_interleaved_keeps_v_2() -> None:
-    """A schedule it does not run is refused by name; asked for interleaved-1f1b it searches only v 2."""
-    with pytest.raises(PlanError, match="runs 1f1b only"):
+def test_refusals_are_one_plan_error_and_interleaved_keeps_v_2() -> None:
+    """A schedule it does not run, a grid no t p d fits (5 devices, batch 3) and a model no point holds are refused
+    by name; asked for interleaved-1f1b it searches only v 2."""
+    with pytest.raises(PlanError, match="runs 1f1b or interleaved-1f1b only, got schedule 'gpipe'"):
         plan_megatron(request(schedule="gpipe"))
+    big = load_profile("gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=51200")
+    with pytest.raises(PlanError, match=r"no t x p x d grid fits 5 devices and global batch 3"):
+        plan_megatron(PlanRequest(load_profile(TINY), random_cluster(1, 5), 3))
+    with pytest.raises(PlanError, match=r"no grid point fits \(40 tried"):
+        plan_megatron(PlanRequest(big, load_cluster("dgx-a100-8x1"), 8))
     assert plan_megatron(request(schedule="interleaved-1f1b")).plan.chunks == 2

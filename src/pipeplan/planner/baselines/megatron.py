@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import ModelProfile
-from pipeplan.planner.baselines.rules import microbatch_sizes, require_schedule
+from pipeplan.planner.baselines.rules import microbatch_sizes
 from pipeplan.planner.plan_space import divisors, tensor_degrees
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.simulated import evaluate
@@ -161,8 +161,11 @@ def plan_megatron(request: PlanRequest, zero: int = 0) -> PlanResult:
         PlanError: a schedule other than 1f1b / interleaved-1f1b was asked for, the grid is empty, or no point fits.
     """
     started = time.perf_counter()
-    if request.schedule not in ("auto", "interleaved-1f1b"):
-        require_schedule(request, "megatron", "1f1b")
+    if request.schedule not in ("auto", "1f1b", "interleaved-1f1b"):
+        raise PlanError(
+            f"planner 'megatron' runs 1f1b or interleaved-1f1b only, got schedule {request.schedule!r}; "
+            "use --planner pipeplan or exact to choose among schedules"
+        )
     points = grid(request, zero)
     if request.schedule != "auto":
         points = [g for g in points if (g.chunks > 1) == (request.schedule == "interleaved-1f1b")]
@@ -185,7 +188,8 @@ def plan_megatron(request: PlanRequest, zero: int = 0) -> PlanResult:
             best = (result.iteration_time, point, PlanResult(plan, "megatron", result, costs, memory, 0.0))
     if best is None:
         assert error is not None
-        raise PlanError(f"megatron: no grid point fits ({len(points)} tried); the first refusal: {error}")
+        first = str(error).splitlines()[0]
+        raise PlanError(f"megatron: no grid point fits ({len(points)} tried; more devices give more t x p x d points): {first}")
     _, point, found = best
     result, memory = evaluate(request, found.plan, record=True)
     extra = {"grid": point, "grid_points": len(points)}
