@@ -3,7 +3,11 @@ a brute force over its own grid."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeplan.core.errors import PlanError
 from pipeplan.planner.baselines.megatron import GridPoint, grid, megatron_plan, plan_megatron
@@ -88,3 +92,26 @@ def test_refusals_are_one_plan_error_and_interleaved_keeps_v_2() -> None:
     with pytest.raises(PlanError, match=r"no grid point fits \(40 tried"):
         plan_megatron(PlanRequest(big, load_cluster("dgx-a100-8x1"), 8))
     assert plan_megatron(request(schedule="interleaved-1f1b")).plan.chunks == 2
+
+
+@given(st.integers(1, 40), st.integers(1, 42))
+def test_stage_bounds_are_uniform_blocks_for_any_depth(blocks: int, parts: int) -> None:
+    """Any l blocks over P chunk-stages: contiguous and covering; P | l gives each l / P blocks (the embedding on the
+    first, the head on the last); otherwise, counting the embedding and head as a block each, the units per stage
+    differ by at most one; more stages than l + 2 units is a PlanError."""
+    from pipeplan.planner.baselines.megatron import stage_bounds
+
+    profile = load_profile(f"gpt:layers={blocks},hidden=64,heads=4,seq=16,vocab=64")
+    if parts > blocks + 2:
+        with pytest.raises(PlanError, match="more than the profile's"):
+            stage_bounds(profile, parts)
+        return
+    bounds = stage_bounds(profile, parts)
+    assert bounds[0][0] == 0 and bounds[-1][1] == 2 * blocks + 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(bounds))
+    sizes = [last - first + 1 for first, last in bounds]
+    units = [(size + (i == 0) + (i == parts - 1)) / 2 for i, size in enumerate(sizes)]
+    if blocks % parts == 0:
+        assert [size - (i == 0) - (i == parts - 1) for i, size in enumerate(sizes)] == [2 * blocks // parts] * parts
+    else:
+        assert all(u == int(u) for u in units) and max(units) - min(units) <= 1 and sum(units) == blocks + 2
