@@ -108,7 +108,7 @@ BAD: list[tuple[str, Callable[[], object], type[PipeplanError], str]] = [
     ("load_cluster", lambda: api.load_cluster("no-such-cluster"), ClusterError, "unknown cluster 'no-such-cluster'"),
     ("plan_request", lambda: api.plan_request(PROFILE, CLUSTER, 0), PlanError, "global_batch must be an integer >= 1, got 0"),
     ("run_planner", lambda: api.run_planner("nope", api.plan_request(PROFILE, CLUSTER, 64)), PlanError,
-     "planner must be one of balanced, dapple, exact, pipedream, pipeplan, got 'nope'"),
+     "planner must be one of balanced, dapple, exact, megatron, pipedream, pipeplan, got 'nope'"),
     ("plan", lambda: api.plan(PROFILE, CLUSTER, 256, optimizer_factor=-1.0), PlanError, "optimizer_factor must be a finite "
      "number >= 0 (state bytes per parameter byte), got -1.0"),
     ("compare", lambda: api.compare(PROFILE, CLUSTER, 256, planners=["nope"]), PlanError, "planners ['nope']: unknown "

@@ -15,6 +15,7 @@ from pipeplan.presets.gpt_profile import (
     iteration_flops,
     parse_gpt_spec,
     tensor_parallel_role,
+    tensor_splits,
 )
 from pipeplan.presets.resolve import load_profile
 
@@ -124,3 +125,49 @@ def test_a_config_built_in_python_is_checked_as_a_spec_is() -> None:
     with pytest.raises(ProfileError, match=r"^micro must be a whole number >= 1, got True"):
         GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, micro=True)
     assert GptConfig(layers=1, hidden=64, heads=4, seq=8, vocab=10, gpu="h100").gpu == "H100"
+
+
+@given(configs, st.sampled_from([1, 2, 4, 8]))
+def test_tensor_splits_are_megatron_lm_and_keep_korthikanti_bytes(config: GptConfig, t: int) -> None:
+    """Each layer splits as tensor_parallel_role says (heads, 4h, the vocabulary); without sequence parallelism a
+    device of a group of t keeps s b h (10 + 24/t + 5 a s/(h t)) of a block without recomputation (Korthikanti et
+    al. 2022, eq. 2) and the whole 2 s b h input with it; the head keeps 4 s b h + 4 s b V / t."""
+    b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
+    profile = gpt_profile(config)
+    expected = {"embedding": ("vocab", v), "attention": ("attention", a), "mlp": ("mlp", 4 * h), "head": ("column", v)}
+    for layer in profile.layers:
+        assert layer.tp is not None
+        assert (layer.tp.kind, layer.tp.width) == expected[tensor_parallel_role(layer.name)]
+    assert tensor_splits(config)["attention"] == profile.layers[1].tp
+
+    def kept(i: int) -> float:
+        layer = profile.layers[i]
+        assert layer.saved_bytes is not None and layer.tp is not None
+        share = layer.tp.whole_share
+        return layer.saved_bytes * (share + (1 - share) / t)
+
+    block = kept(1) + kept(2)
+    whole = 2 * s * b * h if config.recompute else s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    assert math.isclose(block, whole, rel_tol=1e-12)
+    assert math.isclose(kept(len(profile.layers) - 1), 4 * s * b * h + 4 * s * b * v / t, rel_tol=1e-12)
+    assert kept(0) == s * b * h
+
+
+def test_a_gpt_profile_simulates_with_tensor_parallel_stages() -> None:
+    """A gpt: profile on a dgx preset simulates at tp 2 and 4 (one stage, one group): each split layer's compute is
+    divided by t, so tp 2 is faster than tp 1 (at this small h, tp 4's all-reduces cost more than they save) and no
+    tp is faster than the tp 1 compute / t."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.presets.resolve import load_cluster
+    from pipeplan.sim.cost.model import CostModel
+    from pipeplan.sim.plan_sim import simulate_plan
+
+    profile = load_profile("gpt:layers=2,hidden=1024,heads=16,seq=512,vocab=1024")
+    model = CostModel.build(profile, load_cluster("dgx-a100-8x1"))
+    last = profile.num_layers - 1
+    times = {
+        t: simulate_plan(Plan((Stage(0, last, tuple(range(t)), tp=t),), 1, 4, 1, "1f1b"), model).iteration_time for t in (1, 2, 4)
+    }
+    compute = 4 * sum(layer.fwd_ms + layer.bwd_ms for layer in profile.layers)
+    assert times[2] < times[1]
+    assert all(times[t] >= compute / t for t in times)

@@ -190,8 +190,8 @@ def test_kfkb_runs_at_any_microbatch_count_as_k_1_to_m() -> None:
 
 
 def test_registry_holds_every_planner_by_plain_import() -> None:
-    """The registry names pipeplan, the three baselines and exact, each guarded (a missing link divides quietly)."""
-    assert list(PLANNERS) == ["pipeplan", "dapple", "pipedream", "balanced", "exact"]
+    """The registry names pipeplan, the four baselines and exact, each guarded (a missing link divides quietly)."""
+    assert list(PLANNERS) == ["pipeplan", "dapple", "pipedream", "balanced", "megatron", "exact"]
     assert PLANNERS["pipeplan"].__wrapped__ is plan_pipeplan  # type: ignore[attr-defined]
 
 

@@ -42,13 +42,40 @@ def test_the_paper_count_is_the_analytic_profile_summed_over_the_batch() -> None
     assert math.isclose(runs.megatron_flops(run), iteration_flops(config) * run.global_batch / 16, rel_tol=1e-12)
 
 
-def test_runs_needing_tensor_parallelism_get_no_number_and_the_rest_a_simulation() -> None:
-    """Every t > 1 row says "needs TP" with no prediction; the 1 x 1 x 32 row is simulated on dgx-a100-8x4."""
+def test_every_row_with_a_batch_and_vocabulary_is_simulated_on_its_dgx_preset() -> None:
+    """Each Megatron and the BLOOM row is simulated on dgx-<gpu>-8x(GPUs/8) at its reported grid; MLPerf's (no batch,
+    no vocabulary) is not. No plan beats every FLOP at the measured matmul rate, 312 x 0.859 TFLOP/s; BLOOM keeps its
+    paper's microbatch 2, the others say theirs was searched."""
     rows = {row["name"]: row for row in (runs.predict(run) for run in runs.RUNS)}
     for run in runs.RUNS:
-        if run.tp > 1:
-            assert rows[run.name]["status"] == "needs TP" and rows[run.name]["predicted_tflops_per_gpu"] is None
-    first = rows["megatron-1.7B"]
-    assert first["status"] == "simulated" and first["cluster"] == "dgx-a100-8x4"
-    # No plan beats every FLOP at the measured matmul rate: 312 x 0.859 TFLOP/s.
-    assert 0 < first["predicted_tflops_per_gpu"] <= 312 * 0.859
+        row = rows[run.name]
+        if run.vocab is None:
+            assert row["status"].startswith("incomplete") and row["predicted_tflops_per_gpu"] is None
+            continue
+        assert row["status"] == "simulated" and row["cluster"] == f"dgx-a100-8x{run.gpus // 8}"
+        assert 0 < row["predicted_tflops_per_gpu"] <= 312 * 0.859
+        assert math.isclose(row["error"], row["predicted_tflops_per_gpu"] / run.tflops_per_gpu - 1, rel_tol=1e-12)
+    assert rows["bloom-176B"]["micro"] == 2 and rows["bloom-176B"]["micro_source"] == "paper"
+    assert rows["megatron-1T"]["micro_source"].startswith("fastest fitting")
+
+
+def test_the_reported_grid_is_laid_out_by_the_megatron_baseline() -> None:
+    """The 1.7B row's iteration is the megatron baseline's plan of 1 x 1 x 32 at the row's microbatch, simulated."""
+    from pipeplan.planner.baselines.megatron import GridPoint, megatron_plan
+    from pipeplan.planner.request import PlanRequest
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.plan_sim import simulate_plan
+
+    run = runs.RUNS[0]
+    row = runs.predict(run)
+    spec = f"gpt:layers=24,hidden=2304,heads=24,seq=2048,vocab=51200,micro={row['micro']},gpu=A100-80GB"
+    request = PlanRequest(load_profile(spec), load_cluster("dgx-a100-8x4"), 512)
+    plan = megatron_plan(request, GridPoint(1, 1, 32, row["micro"]))
+    assert simulate_plan(plan, request.model).iteration_time == row["iteration_ms"]
+
+
+def test_the_geomean_error_is_the_typical_factor_off() -> None:
+    """Errors +100 % and -50 % are both a factor 2 off: the geomean is 100 %; rows without an error are skipped."""
+    rows = [{"error": 1.0}, {"error": -0.5}, {"error": None}]
+    assert math.isclose(runs.geomean_error(rows), 1.0, rel_tol=1e-12)
+    assert runs.geomean_error([{"error": None}]) is None

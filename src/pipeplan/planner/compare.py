@@ -17,6 +17,9 @@ BASELINES = ("dapple", "pipedream", "balanced")
 
 ORDER = ("pipeplan", "dapple", "pipedream", "balanced", "exact")
 """Row order of a comparison; planners registered under other names follow, sorted."""
+OPT_IN = ("megatron",)
+"""Registered planners a comparison runs only when named (`--planners megatron`): the Megatron-style grid search
+(planner.baselines.megatron) is not yet one of the BASELINES speed-ups are measured against."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,14 +35,14 @@ Row = PlanResult | PlannerFailure
 
 
 def planner_names(planners: Sequence[str] | None = None) -> list[str]:
-    """The planners to compare, in ORDER; all registered ones when `planners` is None.
+    """The planners to compare, in ORDER; all registered ones but OPT_IN when `planners` is None.
 
     Raises:
         PlanError: a name that is not registered or named twice, or no name at all.
     """
     registered = PLANNERS
     if planners is None:
-        return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in ORDER)
+        return [n for n in ORDER if n in registered] + sorted(n for n in registered if n not in (*ORDER, *OPT_IN))
     if not planners:
         raise PlanError(f"no planner named; choose among {', '.join(sorted(registered))}")
     unknown = [n for n in planners if n not in registered]

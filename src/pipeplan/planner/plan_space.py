@@ -11,8 +11,8 @@ schedules, kfkb with k in KFKB_GROUPS. Each planner walks a part of it, written 
   preferred order (baselines.balanced), PipeDream's multiples of its replica counts (baselines.pipedream);
 - the replicated seeds: the splits of all devices into pipelines (full_splits).
 
-Tensor parallelism (issue 34) is a dimension of the space, tensor_degrees, which no planner walks yet: every plan a
-planner makes has tp 1 and zero 0, as the baselines' papers define them.
+Tensor parallelism (issue 34) is a dimension of the space, tensor_degrees, which only the Megatron-style grid
+baseline walks (baselines.megatron); every plan another planner makes has tp 1 and zero 0.
 """
 
 from __future__ import annotations

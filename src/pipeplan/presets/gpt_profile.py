@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from pipeplan.core.errors import ClusterError, ProfileError
 from pipeplan.core.hardware.devices import GPU_SPECS, gpu_spec
-from pipeplan.core.layer_profile import LayerProfile
+from pipeplan.core.layer_profile import LayerProfile, TensorSplit
 from pipeplan.core.limits import BATCH, LAYERS
 from pipeplan.core.profile import ModelProfile
 from pipeplan.presets.calibrated import MATMUL_FRACTIONS
@@ -199,6 +199,33 @@ def tensor_parallel_role(layer_name: str) -> str:
     return role
 
 
+def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
+    """How each layer kind splits over a tensor-parallel group (tensor_parallel_role; core.layer_profile.TP_KINDS),
+    with the share of its saved bytes (gpt_profile) each device keeps whole without sequence parallelism:
+
+    - `embedding`: `vocab` over V rows; it saves only its dropout mask, which every device keeps whole (share 1).
+    - `attention`: `attention` over the heads. With full recomputation it saves the block's input, whole on every
+      device (share 1); without, of its 13 s b h + 5 a s^2 b bytes the norm's and the QKV linear's inputs and the
+      output dropout mask, 5 s b h, stay whole (Korthikanti et al. 2022, eq. 2: 10 s b h whole per block).
+    - `mlp`: `mlp` over the 4h hidden units; without recomputation 5 of its 21 s b h stay whole (the kind's share;
+      with recomputation it saves nothing).
+    - `head`: `column` over V (the logits split by vocabulary, a parallel cross-entropy after them): of its
+      4 s b h + 4 s b V bytes the final norm's and the projection's inputs, 4 s b h, stay whole.
+
+    Note:
+        The position embedding and the norms' parameters are split with their layer's (Megatron-LM replicates
+        them): h (s + 7) parameters per device too few, against at least 12 h^2 / t per block.
+    """
+    b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
+    attention_share = 1.0 if config.recompute else 5.0 * s * b * h / (13.0 * s * b * h + 5.0 * a * s * s * b)
+    return {
+        "embedding": TensorSplit("vocab", v, 1.0),
+        "attention": TensorSplit("attention", a, attention_share),
+        "mlp": TensorSplit("mlp", 4 * h),
+        "head": TensorSplit("column", v, h / (h + v)),
+    }
+
+
 def gpt_profile(config: GptConfig) -> ModelProfile:
     """The profile of `config`: 2 l + 2 layers at batch size `micro`, priced on `gpu` (module note)."""
     b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
@@ -215,6 +242,8 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
         "head": v * h + 2 * h,
     }
 
+    splits = tensor_splits(config)
+
     def layer(name: str, kind: str, saved: float, activation: float, passes: float) -> LayerProfile:
         return LayerProfile(
             name=name,
@@ -224,6 +253,7 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
             param_bytes=float(MASTER_BYTES * params[kind]),
             saved_bytes=saved,
             flops=(1.0 + passes) * flops[kind],
+            tp=splits[kind],
         )
 
     layers = [layer("embedding", "embedding", float(s * b * h), output, 2.0)]
