@@ -54,7 +54,8 @@ BAD: dict[str, list[list[str]]] = {
     "checkpoint_every": [["--checkpoint-every", "-1"], ["--checkpoint-every", "2"]],
     "keep_last": [["--keep-last", "-1"]],
     "resume": [["--resume"]],
-    "trace": [["--trace", "no-such-folder/t.json"], ["--trace", "."]],
+    "timeline": [["--timeline", "no-such-folder/t.json"], ["--timeline", "."]],
+    "trace_out": [["--trace", "no-such-folder/t.json"], ["--timeline", "t.json", "--trace", "u.json"]],
     "png": [["--png", "t.txt"], ["--png", "no-such-folder/t.png"]],
     "predict": [["--schedule", "pipemare", "--predict"]],
     "profile": [["--profile", "dapple/bert-48"]],
@@ -245,3 +246,19 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
                           "this run trains in float64") and len(err.splitlines()) == 1  # fmt: skip
     assert prediction_numerics("bf16.json", True, ("float32", "bf16"), say=True)
     assert capsys.readouterr().err == ""
+
+
+def test_trace_is_the_hidden_old_name_of_timeline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # fmt: skip
+    """train --trace PATH reaches the API as --timeline PATH would, and --help shows only --timeline."""
+    from pipeplan.api import training
+
+    seen: list[object] = []
+    monkeypatch.setattr(training, "train", lambda flags, *args, **kwargs: seen.append(flags.timeline) or 0)
+    for flag in ("--timeline", "--trace"):
+        code, _, err = run(monkeypatch, capsys, *BASE, flag, "t.json")
+        assert code == 0, err
+    assert seen == ["t.json", "t.json"]
+    _, out, _ = run(monkeypatch, capsys, "train", "--help")
+    assert "--timeline" in out and "--trace" not in out

@@ -90,7 +90,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("checkpoint_every",): (st.integers(2, 99), "--checkpoint-every"),
     ("keep_last",): (st.integers(1, 99), "--keep-last"),
     ("resume",): (st.just(True), "--resume"),
-    ("trace",): (st.just(True), "--trace or --png"),
+    ("timeline",): (st.just(True), "--timeline or --png"),
     ("predict",): (st.just(True), "--predict"),
     ("evaluate",): (st.just(True), "--eval"),
     ("adaptive",): (st.just(True), "--adaptive"),

@@ -67,7 +67,7 @@ class TrainFlags:
     checkpoint_every: int = 0
     keep_last: int = 0
     resume: bool = False
-    trace: str | None = None
+    timeline: str | None = None
     png: str | None = None
     predict: bool = False
     profile: str | None = None
@@ -97,7 +97,7 @@ class TrainHooks:
         check_outputs: the one output guard of the command (its outputs against its inputs).
         parse_options: --opt KEY=VALUE pairs to a dict. parse_budget: (flag, text) to bytes or None.
         refuse_sizes_for_file: (schedule, stages, microbatches, k, chunks), refusing sizes a schedule file fixes.
-        render: (report, trace, png, as_json) -> the results this process could not write.
+        render: (report, timeline, png, as_json) -> the results this process could not write.
         worker: (code, argv) each --local worker runs.
     """
 
@@ -147,7 +147,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
     run_steps = f.steps if f.steps is not None else 10
     asynchronous = async_settings(schedule, f.lr_reschedule, f.discrepancy_decay, f.sync_warmup, f.weight_prediction,
                                   None if f.epochs else run_steps,
-                                  {"--checkpoint-dir": f.checkpoint_dir, "--trace": f.trace, "--png": f.png,
+                                  {"--checkpoint-dir": f.checkpoint_dir, "--timeline": f.timeline, "--png": f.png,
                                    "--predict": f.predict or None, "--save-grads": f.save_grads,
                                    "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
                                    "--adaptive": f.adaptive or None})  # fmt: skip
@@ -249,7 +249,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         dtype=f.dtype, precision=f.precision, steps=run_steps, lr=f.lr, lr_schedule=f.lr_schedule,
         optimizer=f.optimizer, seed=f.seed, checkpoint_dir=f.checkpoint_dir,
         checkpoint_every=f.checkpoint_every, keep_last=f.keep_last, resume=f.resume, timeout_s=f.timeout,
-        trace=f.trace is not None or f.png is not None,
+        timeline=f.timeline is not None or f.png is not None,
         threads=f.threads, save_grads=f.save_grads, predict=f.predict, backend=f.backend,
         profile=profile if predicting else None, cluster=cluster if predicting else None,
         batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
@@ -293,7 +293,7 @@ def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:
         sys.stdout.flush()
         os._exit(code)
     if report is not None:
-        failures += hooks.render(report, f.trace, f.png, f.as_json)
+        failures += hooks.render(report, f.timeline, f.png, f.as_json)
     if failures:
         print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
     finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone

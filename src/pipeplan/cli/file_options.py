@@ -67,7 +67,13 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "trace replay": CommandFiles(inputs=("SERIES", "--cluster"), outputs={"--out": BANDWIDTH_TRACE}),
     "train": CommandFiles(
         inputs=("--plan", "--schedule", "--profile", "--cluster", "--bandwidth-trace"),
-        outputs={"--trace": PERFETTO, "--png": PNG, "--save-grads": GRADS_FOLDER, "--checkpoint-dir": FOLDER},
+        outputs={
+            "--timeline": PERFETTO,
+            "--trace": PERFETTO,
+            "--png": PNG,
+            "--save-grads": GRADS_FOLDER,
+            "--checkpoint-dir": FOLDER,
+        },
         plans=("--plan",),
         modules=("--module", "--data", "--loss"),
     ),

@@ -12,7 +12,7 @@ from pipeplan.core.errors import OutputError
 from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 
 
-def report_results(report: Any, trace: str | None, png: str | None, as_json: bool) -> list[str]:
+def report_results(report: Any, timeline: str | None, png: str | None, as_json: bool) -> list[str]:
     """Print the results (the JSON object, or the summary lines), then write the measured timeline's files.
 
     The results are printed before any file is written, so a file that cannot
@@ -25,7 +25,7 @@ def report_results(report: Any, trace: str | None, png: str | None, as_json: boo
 
     print_results(report, as_json)
     failures = []
-    for flag, path in (("--trace", trace), ("--png", png)):
+    for flag, path in (("--timeline", timeline), ("--png", png)):
         if report.timeline is None or not path:
             continue
         try:
@@ -33,14 +33,14 @@ def report_results(report: Any, trace: str | None, png: str | None, as_json: boo
         except (OSError, OutputError) as exc:
             failures.append(f"{flag} {path!r} not written: {write_failure(exc)}")
             continue
-        if flag == "--trace" and not as_json:
-            typer.echo(f"trace:     {trace}")
+        if flag == "--timeline" and not as_json:
+            typer.echo(f"timeline:  {timeline}")
     return failures
 
 
 def write_timeline(report: Any, flag: str, path: str) -> None:
-    """Write the measured timeline as a Perfetto trace (--trace) or a PNG (--png), whole or not at all."""
-    if flag == "--trace":
+    """Write the measured timeline as Perfetto JSON (--timeline) or a PNG (--png), whole or not at all."""
+    if flag == "--timeline":
         from pipeplan.viz.perfetto import write_timeline
 
         write_timeline(report.timeline, path)

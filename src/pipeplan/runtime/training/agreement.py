@@ -217,7 +217,8 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
                ("--batch-scaling", config.batch_scaling), ("--backend", str(config.backend or "default")),
                ("--checkpoint-dir", str(config.checkpoint_dir)), ("--checkpoint-every", str(config.checkpoint_every)),
                ("--keep-last", str(config.keep_last)), ("--resume", str(config.resume)),
-               ("--trace or --png", str(config.trace)), ("--predict", str(config.predict)), ("--eval", str(config.evaluate)),
+               ("--timeline or --png", str(config.timeline)), ("--predict", str(config.predict)),
+               ("--eval", str(config.evaluate)),
                ("--adaptive", str(config.adaptive)), ("--memory-budget", repr(config.memory_budget_bytes)),
                ("the lookahead", str(config.lookahead))]  # fmt: skip
     return tuple(fields)
