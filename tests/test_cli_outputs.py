@@ -24,6 +24,8 @@ from pipeplan.core.plan import Plan, Stage
 MODULE = "pp_guard_model"
 """The user's model module the tests write (a name no other test imports: the guard reads sys.modules first)."""
 TRAIN_OUTPUTS = {"--timeline": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+TRAIN_OLD_NAME = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+"""train's outputs with --timeline's old name."""
 TRACE_OUTPUT = {"--out": "trace.json"}
 PERIODIC = ["--period-ms", "100", "--duty", "0.5", "--factor", "0.5", "--duration-ms", "1000"]
 COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
@@ -66,7 +68,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
                                 "cluster.json"], TRAIN_OUTPUTS, ("profile.json", "cluster.json", "plan.json")),
     "train --schedule FILE": (["train", "--local", "2", "--schedule", "order.csv", "--bandwidth-trace", "bandwidth.json"],
                               TRAIN_OUTPUTS, ("order.csv", "bandwidth.json")),
-    "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OUTPUTS,
+    "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OLD_NAME,
                        (f"{MODULE}.py",)),
     "train --data": (["train", "--local", "2", "--schedule", "1f1b", "--data", f"{MODULE}:build", "--loss",
                       f"{MODULE}:build"], TRAIN_OUTPUTS, (f"{MODULE}.py",)),

@@ -1,4 +1,4 @@
-"""Tests of api.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
+"""Tests of api.train.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
 exit 2, one line printed once, before any process starts (launch_local is replaced by one that records it was called)."""
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def test_under_torchrun_the_sizes_are_checked_against_world_size(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
     """Without --local (torchrun), a process refuses sizes WORLD_SIZE cannot hold before it joins a process group."""
-    from pipeplan.api import training
+    from pipeplan.api.train import training
 
     joined: list[object] = []
     monkeypatch.setattr(training, "_run_worker", lambda *args: joined.append(args))
@@ -236,7 +236,7 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
     bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # fmt: skip
     """prediction_numerics on process 0 of a job says in one note line why there is no prediction; False."""
-    from pipeplan.api.train_setup import prediction_numerics
+    from pipeplan.api.train.train_setup import prediction_numerics
 
     monkeypatch.chdir(bf16_plan.parent)
     monkeypatch.setenv("RANK", "0")
@@ -252,7 +252,7 @@ def test_trace_is_the_hidden_old_name_of_timeline(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # fmt: skip
     """train --trace PATH reaches the API as --timeline PATH would, and --help shows only --timeline."""
-    from pipeplan.api import training
+    from pipeplan.api.train import training
 
     seen: list[object] = []
     monkeypatch.setattr(training, "train", lambda flags, *args, **kwargs: seen.append(flags.timeline) or 0)
@@ -262,3 +262,28 @@ def test_trace_is_the_hidden_old_name_of_timeline(
     assert seen == ["t.json", "t.json"]
     _, out, _ = run(monkeypatch, capsys, "train", "--help")
     assert "--timeline" in out and "--trace" not in out
+
+
+def test_a_local_worker_is_given_the_flags_as_json_not_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:  # fmt: skip
+    """train --local 2 starts its workers with api.train.training's boot and no arguments; the file FLAGS_ENV names holds
+    the flags the command line gave, without --local."""
+    from pipeplan.api.train import training
+    from pipeplan.api.train.train_flags import TrainFlags
+    from pipeplan.runtime.training import launch
+
+    seen: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def record(nprocs: int, code: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
+        seen.append((code, args, json.loads(Path(env[training.FLAGS_ENV]).read_text())))
+        return 0
+
+    monkeypatch.setattr(launch, "launch_local", record)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(monkeypatch, capsys, *BASE, "--lr", "0.25", "--timeline", "t.json")
+    assert code == 0, err
+    ((boot, args, obj),) = seen
+    assert (boot, args) == (training.WORKER_BOOT, ())
+    flags = TrainFlags.from_json(obj)
+    assert (flags.local, flags.lr, flags.timeline, flags.steps, flags.schedule) == (None, 0.25, "t.json", 1, "1f1b")

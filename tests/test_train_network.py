@@ -1,4 +1,4 @@
-"""api.training (the network part): the emulated network train checks before any process starts, priced by its
+"""api.train.training (the network part): the emulated network train checks before any process starts, priced by its
 largest message and its replicated stages' all-reduces."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.api.training import largest_message_bytes, network_for_train, stage_allreduces
+from pipeplan.api.train.training import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.io.plan_json import plan_from_json
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.runtime.rank_errors import TrainConfigError

@@ -1,15 +1,20 @@
 """`pipeplan train` wired once (the CLI maps its flags to `train` here): every check before any process starts
-(api.train_setup, runtime.options), the emulated network priced, then the --local launcher or this process's part."""
+(api.train.train_setup, runtime.options), the emulated network priced, then the --local launcher or this process's part."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeplan.api.train_setup import (
+from pipeplan.api.option_text import parse_budget, parse_options, refuse_sizes_for_file
+from pipeplan.api.train.train_flags import TrainFlags, check_train_files
+from pipeplan.api.train.train_setup import (
     adaptive_budget,
     async_settings,
     check_layout,
@@ -32,88 +37,10 @@ if TYPE_CHECKING:
     from pipeplan.runtime.transport.network import NetworkSettings
 
 
-@dataclass(frozen=True)
-class TrainFlags:
-    """The values of `pipeplan train`'s options (the CLI's flags, by the same names; docs/cli.md)."""
-
-    plan: str | None = None
-    schedule: str | None = None
-    lr_reschedule: int | None = None
-    discrepancy_decay: float | None = None
-    sync_warmup: int = 0
-    weight_prediction: bool = False
-    stages: int | None = None
-    microbatches: int | None = None
-    k: int | None = None
-    chunks: int | None = None
-    replicas: str | None = None
-    module: str | None = None
-    options: list[str] | None = None
-    dataset: str = "auto"
-    data: str | None = None
-    loss: str | None = None
-    eval_fraction: float = 0.0
-    dtype: str = "float32"
-    precision: str = "full"
-    batch_size: int | None = None
-    steps: int | None = None
-    epochs: int | None = None
-    evaluate: bool = False
-    lr: float = 0.001
-    lr_schedule: str = "constant"
-    optimizer: str = "adam"
-    seed: int = 0
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    keep_last: int = 0
-    resume: bool = False
-    timeline: str | None = None
-    png: str | None = None
-    predict: bool = False
-    profile: str | None = None
-    cluster: str | None = None
-    batch_scaling: str = "auto"
-    warmup_steps: int = 2
-    timeout: float = 300.0
-    threads: int = 1
-    bandwidth_trace: str | None = None
-    emulate_gb_per_s: float | None = None
-    adaptive: bool = False
-    memory_budget: str | None = None
-    local: int | None = None
-    backend: str | None = None
-    save_grads: str | None = None
-    as_json: bool = False
-    quiet: bool = False
-
-
-@dataclass(frozen=True)
-class TrainHooks:
-    """What the caller supplies: where lines go, the command line's own parsers and output guard, and how the
-    results are shown.
-
-    Attributes:
-        say: a note for the user (stderr). echo: a progress line (stdout).
-        check_outputs: the one output guard of the command (its outputs against its inputs).
-        parse_options: --opt KEY=VALUE pairs to a dict. parse_budget: (flag, text) to bytes or None.
-        refuse_sizes_for_file: (schedule, stages, microbatches, k, chunks), refusing sizes a schedule file fixes.
-        render: (report, timeline, png, as_json) -> the results this process could not write.
-        worker: (code, argv) each --local worker runs.
-    """
-
-    say: Callable[[str], None]
-    echo: Callable[[str], None]
-    check_outputs: Callable[[], None]
-    parse_options: Callable[[list[str]], dict[str, str]]
-    parse_budget: Callable[[str, str | None], float | None]
-    refuse_sizes_for_file: Callable[[str, int | None, int | None, int, int], None]
-    render: Callable[[Any, str | None, str | None, bool], list[str]]
-    worker: tuple[str, list[str]]
-
-
-def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
+def train(f: TrainFlags) -> int | None:
     """Check `f` once, then start --local's processes (returns their exit code) or run this process's part (a
-    torchrun or --local worker: ends the process with its peers, runtime.training.launch.finish_worker).
+    torchrun or --local worker: ends the process with its peers, runtime.training.launch.finish_worker). Notes go
+    to stderr; per-step lines and process 0's results (viz.train_report) to stdout.
 
     Returns:
         The exit code when nothing runs here (a finished run: 0) or the --local launcher's; None after this
@@ -133,7 +60,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
     if local is None:  # a worker: the launcher's variables, checked before anything reads them
         check_launch_env()
     check_seed(f.seed)
-    budget = hooks.parse_budget("--memory-budget", f.memory_budget)
+    budget = parse_budget("--memory-budget", f.memory_budget)
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
@@ -159,8 +86,8 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
                   warmup_steps=f.warmup_steps, checkpoint_every=f.checkpoint_every, checkpoint_dir=f.checkpoint_dir,
                   resume=f.resume, optimizer=f.optimizer, dtype=f.dtype, keep_last=f.keep_last,
                   lr_schedule=f.lr_schedule, batch_scaling=f.batch_scaling, backend=f.backend,
-                  batch_size=f.batch_size, precision=f.precision, check_outputs=hooks.check_outputs)  # fmt: skip
-    spec_options = hooks.parse_options(f.options or [])
+                  batch_size=f.batch_size, precision=f.precision, check_outputs=lambda: check_train_files(f))  # fmt: skip
+    spec_options = parse_options(f.options or [])
     module, dataset, adaptive = f.module, f.dataset, f.adaptive
     layout = plan_obj = links_from = plan_profile = None
     predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
@@ -180,7 +107,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
             check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, f.options is not None)
         if f.predict:
-            from pipeplan.api.train_setup import refuse_predict_for_graph
+            from pipeplan.api.train.train_setup import refuse_predict_for_graph
 
             refuse_predict_for_graph(plan, plan_obj, profile)
         adaptive = adaptive or plan_obj.adaptive is not None  # a plan's adaptive setting adapts with no other flag
@@ -194,7 +121,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         assert schedule is not None
         if adaptive:
             check_adaptable(schedule, f.chunks if f.chunks is not None else 1)
-        hooks.refuse_sizes_for_file(schedule, f.stages, f.microbatches, f.k if f.k is not None else 1,
+        refuse_sizes_for_file(schedule, f.stages, f.microbatches, f.k if f.k is not None else 1,
                                     f.chunks if f.chunks is not None else 1)  # fmt: skip
         sizes = [value if value is not None else default for value, default in
                  ((f.stages, 2), (f.microbatches, 4), (f.batch_size, 64), (f.k, 1), (f.chunks, 1))]  # fmt: skip
@@ -204,7 +131,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         if checked is not None:
             _, per_rank, copies = checked
             if copies > 1:
-                hooks.say(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                _say(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
                           f"(data parallel); --local {sum(per_rank)} runs one")  # fmt: skip
     if budget is not None and not adaptive:
         raise TrainConfigError(
@@ -225,7 +152,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
                                              (plan_obj, plan, layout), local)  # fmt: skip
         # Said once: by the launcher when nothing will start, else by process 0 of the job.
         if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
-            hooks.say(f"note: {note}")
+            _say(f"note: {note}")
         if finished:
             return 0
     emulated = f.bandwidth_trace is not None or f.emulate_gb_per_s is not None
@@ -235,12 +162,7 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
                                 plan_obj.all_devices if plan_obj else None, local, f.timeout, message,
                                 allreduces)  # fmt: skip
     if local is not None:
-        from pipeplan.runtime.training.launch import launch_local
-
-        code, argv = hooks.worker
-        return launch_local(local, code, argv, grace_s=min(f.timeout, 10.0),
-                            modules=((module or "mlp", spec_options),
-                                     *(spec for spec in (f.data, f.loss) if spec is not None)))  # fmt: skip
+        return _launch(f, local, ((module or "mlp", spec_options), *(spec for spec in (f.data, f.loss) if spec is not None)))
     from pipeplan.runtime.training.train_config import TrainConfig
 
     config = TrainConfig(
@@ -256,11 +178,49 @@ def train(f: TrainFlags, hooks: TrainHooks) -> int | None:
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
     )  # fmt: skip
-    _run_worker(config, f, hooks)
+    _run_worker(config, f)
     return None
 
 
-def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:
+WORKER_BOOT = (
+    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); "
+    "from pipeplan.api.train.training import worker_main; worker_main()"
+)
+"""How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
+(no orphan if the launcher dies), then `worker_main`, under the launcher's torchrun-like environment."""
+FLAGS_ENV = "PIPEPLAN_TRAIN_FLAGS"
+"""The environment variable naming the file of the flags a --local worker runs (TrainFlags.to_json, without --local)."""
+
+
+def _launch(f: TrainFlags, local: int, modules: Sequence[str | tuple[str, dict[str, str]]]) -> int:
+    """Start `local` workers on this machine, each given `f` (without --local) as JSON in a private temporary folder;
+    their exit code (runtime.training.launch.launch_local)."""
+    from pipeplan.runtime.training.launch import launch_local
+
+    with tempfile.TemporaryDirectory(prefix="pipeplan-train-") as folder:
+        job = Path(folder) / "flags.json"
+        job.write_text(json.dumps(dataclasses.replace(f, local=None).to_json()))
+        return launch_local(local, WORKER_BOOT, env={**os.environ, FLAGS_ENV: str(job)}, grace_s=min(f.timeout, 10.0),
+                            modules=modules)  # fmt: skip
+
+
+def worker_main() -> None:
+    """A worker of `train --local`: its part of the job the launcher's flags (FLAGS_ENV) describe."""
+    from pipeplan.api.failure import REPORTED, fail_for
+
+    try:
+        train(TrainFlags.from_json(json.loads(Path(os.environ[FLAGS_ENV]).read_text())))
+    except REPORTED as exc:
+        fail_for(exc)
+        raise
+
+
+def _say(line: str) -> None:
+    """A note for the user, on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_worker(config: TrainConfig, f: TrainFlags) -> None:
     """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang).
 
     A result file that cannot be written at the end (a full disk, a folder gone) is not such a failure: the
@@ -278,11 +238,11 @@ def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:
         if not f.quiet and not f.as_json:
             times = f"pipeline {pipeline_ms:8.2f} ms  optimizer {optimizer_ms:7.2f} ms"
             of = "" if config.epochs else f"/{config.steps}"
-            hooks.echo(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}")
+            print(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}", flush=True)
 
     failures: list[str] = []  # results this process could not write: said once at the end, the job goes on
     try:
-        report = run_training(config, on_step, on_note=lambda line: None if f.as_json else hooks.echo(line),
+        report = run_training(config, on_step, on_note=lambda line: None if f.as_json else print(line, flush=True),
                               on_write_error=failures.append)  # fmt: skip
     except Exception as exc:
         code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
@@ -293,7 +253,9 @@ def _run_worker(config: TrainConfig, f: TrainFlags, hooks: TrainHooks) -> None:
         sys.stdout.flush()
         os._exit(code)
     if report is not None:
-        failures += hooks.render(report, f.timeline, f.png, f.as_json)
+        from pipeplan.viz.train_report import report_results
+
+        failures += report_results(report, f.timeline, f.png, f.as_json, f.timeline_option)
     if failures:
         print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
     finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone

@@ -1,5 +1,5 @@
-"""What `pipeplan train` (api.training) checks and resolves before any process starts: flags' values, PipeMare's switches, the
-files a plan's step is predicted with, and the model a plan's profile was measured on."""
+"""What `pipeplan train` (api.train.training) checks and resolves before any process starts: flags' values, PipeMare's
+switches, the files a plan's step is predicted with, and the model a plan's profile was measured on."""
 
 from __future__ import annotations
 
