@@ -267,8 +267,8 @@ def test_trace_is_the_hidden_old_name_of_timeline(
 def test_a_local_worker_is_given_the_flags_as_json_not_the_command_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:  # fmt: skip
-    """train --local 2 starts its workers with api.train.training's boot and no arguments; the file FLAGS_ENV names holds
-    the flags the command line gave, without --local."""
+    """train --local 2 starts its workers with api.train.training's boot and no arguments; FLAGS_ENV in their
+    environment holds the flags the command line gave, without --local."""
     from pipeplan.api.train import training
     from pipeplan.api.train.train_flags import TrainFlags
     from pipeplan.runtime.training import launch
@@ -276,7 +276,7 @@ def test_a_local_worker_is_given_the_flags_as_json_not_the_command_line(
     seen: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
 
     def record(nprocs: int, code: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
-        seen.append((code, args, json.loads(Path(env[training.FLAGS_ENV]).read_text())))
+        seen.append((code, args, json.loads(env[training.FLAGS_ENV])))
         return 0
 
     monkeypatch.setattr(launch, "launch_local", record)

@@ -7,9 +7,7 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeplan.api.option_text import parse_budget, parse_options, refuse_sizes_for_file
@@ -189,19 +187,18 @@ WORKER_BOOT = (
 """How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
 (no orphan if the launcher dies), then `worker_main`, under the launcher's torchrun-like environment."""
 FLAGS_ENV = "PIPEPLAN_TRAIN_FLAGS"
-"""The environment variable naming the file of the flags a --local worker runs (TrainFlags.to_json, without --local)."""
+"""The environment variable holding the flags a --local worker runs, as JSON text (TrainFlags.to_json, without
+--local): a few hundred bytes, written nowhere (a launcher that may write no file still starts its workers)."""
 
 
 def _launch(f: TrainFlags, local: int, modules: Sequence[str | tuple[str, dict[str, str]]]) -> int:
-    """Start `local` workers on this machine, each given `f` (without --local) as JSON in a private temporary folder;
+    """Start `local` workers on this machine, each given `f` (without --local) as JSON in its environment (FLAGS_ENV);
     their exit code (runtime.training.launch.launch_local)."""
     from pipeplan.runtime.training.launch import launch_local
 
-    with tempfile.TemporaryDirectory(prefix="pipeplan-train-") as folder:
-        job = Path(folder) / "flags.json"
-        job.write_text(json.dumps(dataclasses.replace(f, local=None).to_json()))
-        return launch_local(local, WORKER_BOOT, env={**os.environ, FLAGS_ENV: str(job)}, grace_s=min(f.timeout, 10.0),
-                            modules=modules)  # fmt: skip
+    flags = json.dumps(dataclasses.replace(f, local=None).to_json())
+    return launch_local(local, WORKER_BOOT, env={**os.environ, FLAGS_ENV: flags}, grace_s=min(f.timeout, 10.0),
+                        modules=modules)  # fmt: skip
 
 
 def worker_main() -> None:
@@ -209,7 +206,7 @@ def worker_main() -> None:
     from pipeplan.api.failure import REPORTED, fail_for
 
     try:
-        train(TrainFlags.from_json(json.loads(Path(os.environ[FLAGS_ENV]).read_text())))
+        train(TrainFlags.from_json(json.loads(os.environ[FLAGS_ENV])))
     except REPORTED as exc:
         fail_for(exc)
         raise
