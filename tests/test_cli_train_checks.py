@@ -163,7 +163,7 @@ def test_under_torchrun_the_sizes_are_checked_against_world_size(
     from pipeplan.api.train import training
 
     joined: list[object] = []
-    monkeypatch.setattr(training, "_run_worker", lambda *args: joined.append(args))
+    monkeypatch.setattr(training, "run_part", lambda *args: joined.append(args))
     monkeypatch.setenv("WORLD_SIZE", "3")
     code, _, err = run(monkeypatch, capsys, "train", "--schedule", "1f1b", "--steps", "1")
     assert (code, joined) == (2, []) and "3 processes cannot hold whole pipelines of 2 devices" in err
@@ -224,11 +224,16 @@ def test_a_prediction_asked_in_other_numbers_is_refused_before_any_process_start
 def test_the_plans_own_profile_in_other_numbers_predicts_nothing_and_the_run_starts(
     bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
-    """The plan's own profile, not asked for, in other numbers: the job starts (its process 0 notes why nothing is
-    predicted); in the profile's own numbers it starts too."""
+    """The plan's own profile, not asked for, in other numbers: the job starts, its launcher noting once why nothing is
+    predicted (its workers run the config it built and check nothing again); in the profile's own numbers it starts
+    with no note."""
+    notes = []
     for extra in ([], ["--precision", "bf16"]):
         code, _, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", "p.json", "--steps", "1", *extra)
-        assert (code, err) == (0, ""), err
+        assert code == 0, err
+        notes.append(err)
+    assert notes[0].startswith("note: no predicted step: profile") and len(notes[0].splitlines()) == 1, notes[0]
+    assert notes[1] == ""
     assert len(launches) == 2
 
 
@@ -264,26 +269,31 @@ def test_trace_is_the_hidden_old_name_of_timeline(
     assert "--timeline" in out and "--trace" not in out
 
 
-def test_a_local_worker_is_given_the_flags_as_json_not_the_command_line(
+def test_a_local_worker_is_given_the_launcher_s_config_not_the_command_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:  # fmt: skip
-    """train --local 2 starts its workers with api.train.training's boot and no arguments; FLAGS_ENV in their
-    environment holds the flags the command line gave, without --local."""
-    from pipeplan.api.train import training
+    """train --local 2 starts its workers with api.train.training's boot and no arguments; JOB_ENV in their
+    environment holds the TrainConfig the launcher built (runtime.training.config_json) and the flags, without
+    --local."""
+    from pipeplan.api.train import train_workers
     from pipeplan.api.train.train_flags import TrainFlags
     from pipeplan.runtime.training import launch
+    from pipeplan.runtime.training.config_json import config_from_json
 
     seen: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
 
     def record(nprocs: int, code: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
-        seen.append((code, args, json.loads(env[training.FLAGS_ENV])))
+        seen.append((code, args, json.loads(env[train_workers.JOB_ENV])))
         return 0
 
     monkeypatch.setattr(launch, "launch_local", record)
     monkeypatch.chdir(tmp_path)
     code, _, err = run(monkeypatch, capsys, *BASE, "--lr", "0.25", "--timeline", "t.json")
     assert code == 0, err
-    ((boot, args, obj),) = seen
-    assert (boot, args) == (training.WORKER_BOOT, ())
-    flags = TrainFlags.from_json(obj)
+    ((boot, args, job),) = seen
+    assert (boot, args) == (train_workers.WORKER_BOOT, ())
+    flags = TrainFlags.from_json(job["flags"])  # type: ignore[arg-type]
     assert (flags.local, flags.lr, flags.timeline, flags.steps, flags.schedule) == (None, 0.25, "t.json", 1, "1f1b")
+    config = config_from_json(job["config"])  # type: ignore[arg-type]
+    assert (config.lr, config.steps, config.timeline, config.plan) == (0.25, 1, True, None)
+    assert config.layout is not None and (config.layout.name, config.layout.stages) == ("1f1b", 2)

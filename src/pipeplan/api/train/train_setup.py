@@ -310,7 +310,6 @@ def prepare_checkpoints(
     `job`: module, module_options (a dict), dataset, dtype, optimizer, seed, lr. Returns a note for the user and
     whether the run is already finished."""
     from pipeplan.runtime.state.checkpoint import prepare
-    from pipeplan.runtime.training.launch import launched_locally
 
     world = local if local is not None else os.environ.get("WORLD_SIZE", "")
     size = world if isinstance(world, int) else int(world) if world.isdigit() else None
@@ -334,8 +333,7 @@ def prepare_checkpoints(
         assert size is not None
         return resume_targets(config, size)
 
-    # the --local launcher has built the stages and checked them once; its workers check the files again
-    checks_model = size is not None and not launched_locally()
+    checks_model = size is not None  # torchrun's processes each check; --local's launcher checks once for its workers
     return prepare(
         Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields, expect=expect if checks_model else None
     )

@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeplan.api.option_text import parse_budget, parse_options, refuse_sizes_for_file
 from pipeplan.api.train.train_flags import TrainFlags, check_train_files
+from pipeplan.api.train.train_network import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.api.train.train_setup import (
     adaptive_budget,
     async_settings,
@@ -27,12 +25,10 @@ from pipeplan.api.train.train_setup import (
     refuse_beside_plan,
     split_ints,
 )
-from pipeplan.core.errors import PipeplanError
+from pipeplan.api.train.train_workers import launch, run_part
 
 if TYPE_CHECKING:
-    from pipeplan.core.plan import Plan
-    from pipeplan.runtime.training.train_config import TrainConfig
-    from pipeplan.runtime.transport.network import NetworkSettings
+    pass
 
 
 def train(f: TrainFlags) -> int | None:
@@ -51,7 +47,6 @@ def train(f: TrainFlags) -> int | None:
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
     from pipeplan.runtime.rank_errors import TrainConfigError
-    from pipeplan.runtime.training.launch import launched_locally
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
     plan, schedule, local, profile, cluster = f.plan, f.schedule, f.local, f.profile, f.cluster
@@ -99,10 +94,9 @@ def train(f: TrainFlags) -> int | None:
         links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
         explicit = profile is not None or f.predict
         plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
-        profile, cluster = prediction_inputs(profile, cluster, names, say=local is None)
-        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), say=local is None)
-        if not launched_locally():  # the --local launcher has checked the plan once for every worker
-            check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
+        profile, cluster = prediction_inputs(profile, cluster, names, say=True)
+        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), say=True)
+        check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, f.options is not None)
         if f.predict:
             from pipeplan.api.train.train_setup import refuse_predict_for_graph
@@ -148,8 +142,8 @@ def train(f: TrainFlags) -> int | None:
                "loss": f.loss, "eval_fraction": f.eval_fraction}  # fmt: skip
         note, finished = prepare_checkpoints(f.checkpoint_dir, f.resume, f.checkpoint_every, run_steps, job,
                                              (plan_obj, plan, layout), local)  # fmt: skip
-        # Said once: by the launcher when nothing will start, else by process 0 of the job.
-        if note is not None and (finished if local is not None else int(os.environ.get("RANK", "0")) == 0):
+        # Said once: by the --local launcher, else by process 0 of the job.
+        if note is not None and (local is not None or int(os.environ.get("RANK", "0")) == 0):
             _say(f"note: {note}")
         if finished:
             return 0
@@ -159,8 +153,6 @@ def train(f: TrainFlags) -> int | None:
     network = network_for_train(f.bandwidth_trace, f.emulate_gb_per_s, links_from,
                                 plan_obj.all_devices if plan_obj else None, local, f.timeout, message,
                                 allreduces)  # fmt: skip
-    if local is not None:
-        return _launch(f, local, ((module or "mlp", spec_options), *(spec for spec in (f.data, f.loss) if spec is not None)))
     from pipeplan.runtime.training.train_config import TrainConfig
 
     config = TrainConfig(
@@ -176,158 +168,12 @@ def train(f: TrainFlags) -> int | None:
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
     )  # fmt: skip
-    _run_worker(config, f)
+    if local is not None:
+        return launch(config, f, local, ((module or "mlp", spec_options), *(s for s in (f.data, f.loss) if s is not None)))
+    run_part(config, f)
     return None
-
-
-WORKER_BOOT = (
-    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); "
-    "from pipeplan.api.train.training import worker_main; worker_main()"
-)
-"""How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
-(no orphan if the launcher dies), then `worker_main`, under the launcher's torchrun-like environment."""
-FLAGS_ENV = "PIPEPLAN_TRAIN_FLAGS"
-"""The environment variable holding the flags a --local worker runs, as JSON text (TrainFlags.to_json, without
---local): a few hundred bytes, written nowhere (a launcher that may write no file still starts its workers)."""
-
-
-def _launch(f: TrainFlags, local: int, modules: Sequence[str | tuple[str, dict[str, str]]]) -> int:
-    """Start `local` workers on this machine, each given `f` (without --local) as JSON in its environment (FLAGS_ENV);
-    their exit code (runtime.training.launch.launch_local)."""
-    from pipeplan.runtime.training.launch import launch_local
-
-    flags = json.dumps(dataclasses.replace(f, local=None).to_json())
-    return launch_local(local, WORKER_BOOT, env={**os.environ, FLAGS_ENV: flags}, grace_s=min(f.timeout, 10.0),
-                        modules=modules)  # fmt: skip
-
-
-def worker_main() -> None:
-    """A worker of `train --local`: its part of the job the launcher's flags (FLAGS_ENV) describe."""
-    from pipeplan.api.failure import REPORTED, fail_for
-
-    try:
-        train(TrainFlags.from_json(json.loads(os.environ[FLAGS_ENV])))
-    except REPORTED as exc:
-        fail_for(exc)
-        raise
 
 
 def _say(line: str) -> None:
     """A note for the user, on stderr."""
     print(line, file=sys.stderr, flush=True)
-
-
-def _run_worker(config: TrainConfig, f: TrainFlags) -> None:
-    """Run this process's part; a failure prints one line naming the rank and exits non-zero at once (no hang).
-
-    A result file that cannot be written at the end (a full disk, a folder gone) is not such a failure: the
-    results already computed are printed and the other files written, then one line names what was not written,
-    and the process leaves with its peers and exits 1.
-    """
-    from pipeplan.runtime.rank_errors import RuntimeFault
-    from pipeplan.runtime.training.error_once import say_error
-    from pipeplan.runtime.training.launch import finish_worker
-    from pipeplan.runtime.training.worker import train as run_training
-
-    rank = int(os.environ.get("RANK", "0"))
-
-    def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
-        if not f.quiet and not f.as_json:
-            times = f"pipeline {pipeline_ms:8.2f} ms  optimizer {optimizer_ms:7.2f} ms"
-            of = "" if config.epochs else f"/{config.steps}"
-            print(f"step {step + 1:>5}{of}  loss {loss:.6f}  {times}", flush=True)
-
-    failures: list[str] = []  # results this process could not write: said once at the end, the job goes on
-    try:
-        report = run_training(config, on_step, on_note=lambda line: None if f.as_json else print(line, flush=True),
-                              on_write_error=failures.append)  # fmt: skip
-    except Exception as exc:
-        code = 2 if isinstance(exc, PipeplanError) and not isinstance(exc, RuntimeFault) else 1
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        prefix = "" if first.startswith("rank ") else f"rank {rank}: "
-        if not getattr(exc, "silent", False):  # silent: another rank says why (runtime.training.agreement)
-            say_error(f"error: {type(exc).__name__}: {prefix}{first}")  # once for the ranks that fail alike
-        sys.stdout.flush()
-        os._exit(code)
-    if report is not None:
-        from pipeplan.viz.train_report import report_results
-
-        failures += report_results(report, f.timeline, f.png, f.as_json, f.timeline_option)
-    if failures:
-        print(f"error: OutputError: rank {rank}: {'; '.join(failures)}", file=sys.stderr, flush=True)
-    finish_worker(1 if failures else 0)  # with the peers, in the job's final barrier: no peer is left to fail alone
-
-
-def network_for_train(
-    trace: str | None,
-    gb_per_s: float | None,
-    cluster: str | None,
-    plan_devices: Sequence[int] | None,
-    local: int | None,
-    timeout_s: float = 300.0,
-    message_bytes: float | None = None,
-    allreduces: Sequence[tuple[int, tuple[int, ...], float]] = (),
-) -> NetworkSettings | None:
-    """The emulated network, checked against the job's devices (the plan's, else one per process: --local N or
-    torchrun's WORLD_SIZE) and priced: its slowest link's lowest rate above the floor, and the largest message
-    (`message_bytes`, when known) moved within `timeout_s` (link_emulation.check_emulation_time), and each of
-    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one. A worker
-    that --local started gets the settings unchecked: its launcher checked them for the same devices (the trace file
-    is then read once more per worker, by the wire it builds, not twice).
-
-    Raises:
-        TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on, a rate
-            the run cannot finish on.
-        CostError, ClusterError: an unreadable trace or cluster.
-    """
-    from pipeplan.runtime.training.launch import launched_locally
-    from pipeplan.runtime.transport.link_emulation import check_allreduce_time, check_emulation_time
-    from pipeplan.runtime.transport.network import network_settings
-
-    settings = network_settings(trace, gb_per_s, cluster)
-    if settings is None or (local is None and launched_locally()):
-        return settings  # a --local worker: its launcher checked and priced this network once, for every worker
-    world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
-    devices = list(plan_devices) if plan_devices is not None else list(range(world))
-    if devices:
-        rates = f"--emulate-gb-per-s {gb_per_s:g}" if gb_per_s is not None else f"cluster {cluster}'s rate"
-        links = settings.links(devices)
-        check_emulation_time(links, rates, timeout_s, message_bytes)
-        check_allreduce_time(links, rates, timeout_s, allreduces)
-    else:  # a torchrun worker: each process checks the devices again when it builds its wire
-        settings.require_rate()
-        settings.read_trace()
-    return settings
-
-
-def largest_message_bytes(plan: Plan | None, profile: str | None, cluster: str | None, scaling: str) -> float | None:
-    """Bytes of the largest activation (or its gradient) one microbatch of `plan` sends across a stage boundary, from
-    its profile's cut bytes (before any split over replicated stages: an upper bound on one message), or None
-    without a plan, profile and cluster to price it with."""
-    if plan is None or profile is None or cluster is None or len(plan.stages) < 2:
-        return None
-    from pipeplan.presets.resolve import load_cluster, load_profile
-    from pipeplan.sim.cost.chain_view import chain_view
-    from pipeplan.sim.cost.model import CostModel
-
-    chain, model = chain_view(plan, CostModel.build(load_profile(profile), load_cluster(cluster), scaling))
-    return max(model.layers.cut_bytes(s.last_layer, chain.microbatch_size) for s in chain.stages[:-1])
-
-
-def stage_allreduces(
-    plan: Plan | None, profile: str | None, cluster: str | None, scaling: str
-) -> list[tuple[int, tuple[int, ...], float]]:
-    """Each replicated stage of `plan` as (stage, its devices: the all-reduce's ring, its parameters' bytes from the
-    profile), or none without a plan, profile and cluster to price them with."""
-    if plan is None or profile is None or cluster is None:
-        return []
-    from pipeplan.presets.resolve import load_cluster, load_profile
-    from pipeplan.sim.cost.chain_view import chain_view
-    from pipeplan.sim.cost.model import CostModel
-
-    chain, model = chain_view(plan, CostModel.build(load_profile(profile), load_cluster(cluster), scaling))
-    return [
-        (s, stage.devices, model.layers.stage(range(stage.first_layer, stage.last_layer + 1), 1, 1, 1.0).param_bytes)
-        for s, stage in enumerate(chain.stages)
-        if len(stage.devices) > 1
-    ]
