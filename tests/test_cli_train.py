@@ -36,11 +36,18 @@ def test_a_plan_with_an_adaptive_setting_adapts_within_its_budget_with_no_other_
 
 
 @pytest.mark.slow
-def test_local_workers_never_open_the_plan_file(tmp_path: Path) -> None:
-    """train --local 2 --plan: the launcher reads and checks the plan, then the file is removed before any worker
-    starts; the workers run the TrainConfig the launcher handed them (the plan a value in it) and train."""
+def test_local_workers_never_open_the_plan_or_the_bandwidth_trace(tmp_path: Path) -> None:
+    """train --local 2 --plan --bandwidth-trace: the launcher reads and checks both files, then they are removed
+    before any worker starts; the workers run the TrainConfig the launcher handed them (the plan and the trace's steps
+    values in it), on the emulated network, and train."""
     import subprocess
     import sys
+
+    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
+    from pipeplan.io.bandwidth_trace_json import write_bandwidth_trace
+
+    trace = tmp_path / "trace.json"
+    write_bandwidth_trace(BandwidthTrace((TraceStep(0.0, None, 0.5),)), trace, {"kind": "test"})
 
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({
@@ -50,11 +57,12 @@ def test_local_workers_never_open_the_plan_file(tmp_path: Path) -> None:
     }))  # fmt: skip
     boot = (
         "import os, pipeplan.runtime.training.launch as launch; real = launch.launch_local\n"
-        f"def gone(*args, **kwargs):\n    os.remove({str(plan)!r}); return real(*args, **kwargs)\n"
+        f"def gone(*args, **kwargs):\n    os.remove({str(plan)!r}); os.remove({str(trace)!r}); return real(*args, **kwargs)\n"
         "launch.launch_local = gone\nfrom pipeplan.cli import main; main()"
     )
-    done = subprocess.run([sys.executable, "-c", boot, "train", *TINY, "--plan", str(plan)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", boot, "train", *TINY, "--plan", str(plan),
+                           "--bandwidth-trace", str(trace), "--emulate-gb-per-s", "1"], capture_output=True,
                           text=True, timeout=600, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert not plan.exists()
-    assert len(json.loads(done.stdout)["losses"]) == 4
+    assert not plan.exists() and not trace.exists()
+    assert len(json.loads(done.stdout)["losses"]) == 4  # each wire built from the steps it was given

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.torch  # runtime.training imports torch's modules (make
 
 torch = pytest.importorskip("torch")
 
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep  # noqa: E402
 from pipeplan.core.plan import AdaptiveSetting, Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
 from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
@@ -34,6 +35,11 @@ PLANS = [
 LAYOUTS = st.builds(ScheduleLayout, st.sampled_from(["1f1b", "kfkb", "gpipe", "order.csv"]), st.integers(1, 4),
                     st.integers(1, 8), st.sampled_from([8, 64]), st.integers(1, 3), st.just(1),
                     st.none() | st.lists(st.integers(1, 3), min_size=1, max_size=4).map(tuple))  # fmt: skip
+TRACES = st.lists(
+    st.tuples(st.floats(0.0, 1e6), st.none() | st.tuples(st.integers(0, 3), st.integers(4, 7)), st.floats(0.01, 1.0)),
+    min_size=1,
+    max_size=4,
+).map(lambda rows: BandwidthTrace(tuple(TraceStep(t, link, f) for t, link, f in sorted(rows, key=lambda r: r[0]))))
 WORDS = st.text("abc/._-", min_size=1, max_size=8)
 CONFIGS = st.builds(
     TrainConfig,
@@ -49,7 +55,8 @@ CONFIGS = st.builds(
     timeline=st.booleans(),
     profile=st.none() | WORDS,
     cluster=st.none() | WORDS,
-    network=st.none() | st.builds(NetworkSettings, st.none() | WORDS, st.none() | st.floats(0.5, 100.0), st.none() | WORDS),
+    network=st.none()
+    | st.builds(NetworkSettings, st.none() | WORDS, st.none() | st.floats(0.5, 100.0), st.none() | WORDS, st.none() | TRACES),
     memory_budget_bytes=st.none() | st.floats(1.0, 1e12),
     data=st.none() | WORDS,
     eval_fraction=st.floats(0.0, 0.5),

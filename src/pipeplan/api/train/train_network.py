@@ -40,6 +40,7 @@ def network_for_train(
     settings = network_settings(trace, gb_per_s, cluster)
     if settings is None:
         return settings
+    settings = settings.loaded()  # the trace read once, here: every process of the job runs these steps
     world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
     devices = list(plan_devices) if plan_devices is not None else list(range(world))
     if devices:

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from pipeplan.io.bandwidth_trace_json import bandwidth_trace_from_json, bandwidth_trace_to_json
 from pipeplan.io.plan_json import plan_from_json, plan_to_json
 from pipeplan.io.schedule_io import schedule_from_json, schedule_to_json
 from pipeplan.runtime.execution.job import ScheduleLayout
@@ -30,9 +31,14 @@ def config_to_json(config: TrainConfig) -> dict[str, Any]:
     }  # fmt: skip
     obj["schedule"] = None if config.schedule is None else schedule_to_json(config.schedule)
     obj["module_options"] = [[key, value] for key, value in config.module_options]
-    for name in ("layout", "asynchronous", "network"):
+    for name in ("layout", "asynchronous"):
         value = getattr(config, name)
         obj[name] = None if value is None else dataclasses.asdict(value)
+    network = config.network
+    obj["network"] = None if network is None else {
+        "trace": network.trace, "gb_per_s": network.gb_per_s, "cluster": network.cluster,
+        "trace_steps": None if network.trace_steps is None else bandwidth_trace_to_json(network.trace_steps),
+    }  # fmt: skip
     return obj
 
 
@@ -60,7 +66,12 @@ def config_from_json(obj: Mapping[str, Any]) -> TrainConfig:
     if layout is not None:
         replicas = layout.get("replicas")
         values["layout"] = ScheduleLayout(**{**layout, "replicas": None if replicas is None else tuple(replicas)})
-    for name, kind in (("asynchronous", AsyncSettings), ("network", NetworkSettings)):
-        if obj.get(name) is not None:
-            values[name] = kind(**obj[name])
+    if obj.get("asynchronous") is not None:
+        values["asynchronous"] = AsyncSettings(**obj["asynchronous"])
+    network = obj.get("network")
+    if network is not None:
+        steps = network.get("trace_steps")
+        values["network"] = NetworkSettings(
+            **{**network, "trace_steps": None if steps is None else bandwidth_trace_from_json(steps)}
+        )
     return TrainConfig(**values)
