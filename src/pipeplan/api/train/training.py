@@ -28,20 +28,39 @@ from pipeplan.api.train.train_setup import (
 from pipeplan.api.train.train_workers import launch, run_part
 
 if TYPE_CHECKING:
-    pass
+    from pipeplan.runtime.training.train_config import TrainConfig
 
 
 def train(f: TrainFlags) -> int | None:
-    """Check `f` once, then start --local's processes (returns their exit code) or run this process's part (a
-    torchrun or --local worker: ends the process with its peers, runtime.training.launch.finish_worker). Notes go
-    to stderr; per-step lines and process 0's results (viz.train_report) to stdout.
+    """Check `f` once and build the job's TrainConfig (`train_config`), then start --local's processes, each given
+    that config (returns their exit code), or run this process's part (a torchrun rank: ends the process with its
+    peers, runtime.training.launch.finish_worker). Notes go to stderr; per-step lines and process 0's results
+    (viz.train_report) to stdout.
 
     Returns:
         The exit code when nothing runs here (a finished run: 0) or the --local launcher's; None after this
-        process's part (a worker that could not leave through finish_worker, e.g. under a test's stand-in).
+        process's part (a rank that could not leave through finish_worker, e.g. under a test's stand-in).
 
     Raises:
         PipeplanError: a bad value, naming the flag, before any process starts.
+    """
+    config = train_config(f)
+    if config is None:
+        return 0
+    if f.local is not None:
+        modules = ((config.module, dict(config.module_options)), *(s for s in (config.data, config.loss) if s is not None))
+        return launch(config, f, f.local, modules)
+    run_part(config, f)
+    return None
+
+
+def train_config(f: TrainFlags) -> TrainConfig | None:
+    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster and
+    bandwidth trace read and checked, the emulated network priced, a checkpoint folder prepared; None when the run
+    is already finished (a resumed run at its last step: nothing to start).
+
+    Raises:
+        PipeplanError: a bad value, naming the flag.
     """
     from pipeplan.api.data_checks import check_user_data, user_dataset
     from pipeplan.runtime.execution.job import ScheduleLayout
@@ -146,7 +165,7 @@ def train(f: TrainFlags) -> int | None:
         if note is not None and (local is not None or int(os.environ.get("RANK", "0")) == 0):
             _say(f"note: {note}")
         if finished:
-            return 0
+            return None
     emulated = f.bandwidth_trace is not None or f.emulate_gb_per_s is not None
     message = largest_message_bytes(plan_obj, profile, cluster, f.batch_scaling) if emulated else None
     allreduces = stage_allreduces(plan_obj, profile, cluster, f.batch_scaling) if emulated else []
@@ -155,7 +174,7 @@ def train(f: TrainFlags) -> int | None:
                                 allreduces)  # fmt: skip
     from pipeplan.runtime.training.train_config import TrainConfig
 
-    config = TrainConfig(
+    return TrainConfig(
         plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
         module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
         dtype=f.dtype, precision=f.precision, steps=run_steps, lr=f.lr, lr_schedule=f.lr_schedule,
@@ -168,10 +187,6 @@ def train(f: TrainFlags) -> int | None:
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
     )  # fmt: skip
-    if local is not None:
-        return launch(config, f, local, ((module or "mlp", spec_options), *(s for s in (f.data, f.loss) if s is not None)))
-    run_part(config, f)
-    return None
 
 
 def _say(line: str) -> None:
