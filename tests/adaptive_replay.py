@@ -14,7 +14,7 @@ import torch
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
-from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.execution.executor import ActionSpan, StepRecord
 from pipeplan.runtime.execution.replicas import AllReduceSpan
 from pipeplan.runtime.measurement import observations
 from pipeplan.runtime.placement import Message, Topology
@@ -22,7 +22,6 @@ from pipeplan.runtime.training.adaptive import AdaptiveK
 from pipeplan.runtime.transport.comm import TransferRecord
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks
 from pipeplan.schedules.registry import make_schedule
-from pipeplan.sim.result import ComputeSpan
 
 ORIGIN_S = 50.0
 """The run's start on the replay's clock (s)."""
@@ -53,7 +52,7 @@ def walk(
     devices = topology.devices
     position, clock = [0] * world, [start_ms] * world
     arrived: dict[Message, tuple[float, float]] = {}
-    spans: list[list[ComputeSpan]] = [[] for _ in range(world)]
+    spans: list[list[ActionSpan]] = [[] for _ in range(world)]
     moved: list[list[TransferRecord]] = [[] for _ in range(world)]
     while any(position[q] < len(topology.schedule.ranks[topology.roles[q].sched_rank]) for q in range(world)):
         progressed = False
@@ -70,7 +69,7 @@ def walk(
                     wait = max(0.0, arrived[m][1] - clock[q]) / 1000.0
                     moved[q].append(TransferRecord(m, s(ready), False, nbytes, wait, arrived[m], s(clock[q])))
                 end = ready + compute_ms[action.op]
-                spans[q].append(ComputeSpan(q, action.stage, action.op, action.microbatch, s(ready), s(end)))
+                spans[q].append(ActionSpan(q, action.stage, action.op, action.microbatch, s(ready), s(end)))
                 for m in topology.sends(role, action):
                     arrived[m] = links.transfer((devices[m.src], devices[m.dst]), nbytes, end)
                     moved[q].append(TransferRecord(m, s(end), True, nbytes))
@@ -89,7 +88,7 @@ def with_allreduces(topology: Topology, links: EmulatedLinks, records: list[Step
         members = [q for q in range(topology.world_size) if topology.roles[q].stages[0] == s]
         if len(stage.devices) < 2 or not nbytes:
             continue
-        start = max(records[q].compute[-1].end_ms for q in members) * 1000.0 - ORIGIN_S * 1000.0
+        start = max(records[q].compute[-1].end_s for q in members) * 1000.0 - ORIGIN_S * 1000.0
         end = links.ring_end(tuple(stage.devices), nbytes, start)
         span = AllReduceSpan(s, start, end, nbytes, links.ring_parts(tuple(stage.devices), nbytes)[0])
         for q in members:
@@ -115,7 +114,7 @@ def replay(plan: Plan, trace: BandwidthTrace, gb_per_s: float, iterations: int, 
         shared = torch.zeros(loop.size, dtype=torch.float64)
         ends = []
         for q, record in enumerate(records):
-            done_ms = record.compute[-1].end_ms * 1000.0 - ORIGIN_S * 1000.0
+            done_ms = record.compute[-1].end_s * 1000.0 - ORIGIN_S * 1000.0
             done_ms = max([done_ms] + [c.end_ms for c in record.collectives])
             end_ms = done_ms + 0.5  # a 0.5 ms optimizer step
             ends.append(end_ms)

@@ -209,4 +209,5 @@ def test_train_local_refuses_a_dtype_or_precision_its_profile_was_not_measured_i
     assert started == []
     with pytest.raises(RuntimeError, match="started"):
         api.train_local(plan, profile, "v100-8x1")
-    assert (started[0]["dtype"], started[0]["precision"]) == ("float32", "bf16")
+    config = started[0]["config"]
+    assert isinstance(config, dict) and (config["dtype"], config["precision"]) == ("float32", "bf16")

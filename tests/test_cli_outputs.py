@@ -23,7 +23,9 @@ from pipeplan.core.plan import Plan, Stage
 
 MODULE = "pp_guard_model"
 """The user's model module the tests write (a name no other test imports: the guard reads sys.modules first)."""
-TRAIN_OUTPUTS = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+TRAIN_OUTPUTS = {"--timeline": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+TRAIN_OLD_NAME = {"--trace": "t.json", "--png": "t.png", "--save-grads": "grads", "--checkpoint-dir": "ckpt"}
+"""train's outputs with --timeline's old name."""
 TRACE_OUTPUT = {"--out": "trace.json"}
 PERIODIC = ["--period-ms", "100", "--duty", "0.5", "--factor", "0.5", "--duration-ms", "1000"]
 COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
@@ -66,7 +68,7 @@ COMMANDS: dict[str, tuple[list[str], dict[str, str], tuple[str, ...]]] = {
                                 "cluster.json"], TRAIN_OUTPUTS, ("profile.json", "cluster.json", "plan.json")),
     "train --schedule FILE": (["train", "--local", "2", "--schedule", "order.csv", "--bandwidth-trace", "bandwidth.json"],
                               TRAIN_OUTPUTS, ("order.csv", "bandwidth.json")),
-    "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OUTPUTS,
+    "train --module": (["train", "--local", "2", "--schedule", "1f1b", "--module", f"{MODULE}:build"], TRAIN_OLD_NAME,
                        (f"{MODULE}.py",)),
     "train --data": (["train", "--local", "2", "--schedule", "1f1b", "--data", f"{MODULE}:build", "--loss",
                       f"{MODULE}:build"], TRAIN_OUTPUTS, (f"{MODULE}.py",)),
@@ -358,7 +360,7 @@ def test_a_full_disk_is_one_line_naming_the_option_and_leaves_nothing(command: s
 @pytest.mark.slow
 @pytest.mark.torch
 def test_train_s_outputs_on_a_full_disk_are_said_after_the_results(full_folder: Path) -> None:
-    """train --local 2 with --trace, --png and --save-grads on a full disk (a filled tmpfs: the ranks are other
+    """train --local 2 with --timeline, --png and --save-grads on a full disk (a filled tmpfs: the ranks are other
     processes): the results printed, each rank's line naming its options and "no space left on device", exit 1, and
     no file or temporary file left."""
     import subprocess
@@ -368,7 +370,7 @@ def test_train_s_outputs_on_a_full_disk_are_said_after_the_results(full_folder: 
         pytest.skip("the ranks are other processes: this needs a real full disk (a tmpfs)")
     fill(full_folder)
     argv = ["train", "--local", "2", "--schedule", "1f1b", "--steps", "2", "-b", "8", "-q",
-            "--trace", "full/t.json", "--png", "full/t.png", "--save-grads", "full/g"]  # fmt: skip
+            "--timeline", "full/t.json", "--png", "full/t.png", "--save-grads", "full/g"]  # fmt: skip
     done = subprocess.run([sys.executable, "-c", "from pipeplan.cli import main; main()", *argv], cwd=full_folder.parent,
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     assert done.returncode == 1, done.stderr
@@ -376,6 +378,6 @@ def test_train_s_outputs_on_a_full_disk_are_said_after_the_results(full_folder: 
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors and all("not written: no space left on device (ENOSPC)" in line for line in errors), done.stderr
     said = " ".join(errors)
-    for option in ("--trace 'full/t.json'", "--png 'full/t.png'", "--save-grads 'full/g': grads-rank-0.pt"):
+    for option in ("--timeline 'full/t.json'", "--png 'full/t.png'", "--save-grads 'full/g': grads-rank-0.pt"):
         assert option in said, done.stderr
     assert [p for p in full_folder.rglob("*") if p.is_file() and p.name != "pad"] == []

@@ -1,4 +1,4 @@
-"""Tests of api.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
+"""Tests of api.train.train_setup through cli.train_cmd: every `train` option with a bad value is refused by the launcher,
 exit 2, one line printed once, before any process starts (launch_local is replaced by one that records it was called)."""
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ BAD: dict[str, list[list[str]]] = {
     "checkpoint_every": [["--checkpoint-every", "-1"], ["--checkpoint-every", "2"]],
     "keep_last": [["--keep-last", "-1"]],
     "resume": [["--resume"]],
-    "trace": [["--trace", "no-such-folder/t.json"], ["--trace", "."]],
+    "timeline": [["--timeline", "no-such-folder/t.json"], ["--timeline", "."]],
+    "trace_out": [["--trace", "no-such-folder/t.json"], ["--timeline", "t.json", "--trace", "u.json"]],
     "png": [["--png", "t.txt"], ["--png", "no-such-folder/t.png"]],
     "predict": [["--schedule", "pipemare", "--predict"]],
     "profile": [["--profile", "dapple/bert-48"]],
@@ -159,10 +160,10 @@ def test_under_torchrun_the_sizes_are_checked_against_world_size(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
     """Without --local (torchrun), a process refuses sizes WORLD_SIZE cannot hold before it joins a process group."""
-    from pipeplan.api import training
+    from pipeplan.api.train import training
 
     joined: list[object] = []
-    monkeypatch.setattr(training, "_run_worker", lambda *args: joined.append(args))
+    monkeypatch.setattr(training, "run_part", lambda *args: joined.append(args))
     monkeypatch.setenv("WORLD_SIZE", "3")
     code, _, err = run(monkeypatch, capsys, "train", "--schedule", "1f1b", "--steps", "1")
     assert (code, joined) == (2, []) and "3 processes cannot hold whole pipelines of 2 devices" in err
@@ -223,11 +224,16 @@ def test_a_prediction_asked_in_other_numbers_is_refused_before_any_process_start
 def test_the_plans_own_profile_in_other_numbers_predicts_nothing_and_the_run_starts(
     bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]]
 ) -> None:  # fmt: skip
-    """The plan's own profile, not asked for, in other numbers: the job starts (its process 0 notes why nothing is
-    predicted); in the profile's own numbers it starts too."""
+    """The plan's own profile, not asked for, in other numbers: the job starts, its launcher noting once why nothing is
+    predicted (its workers run the config it built and check nothing again); in the profile's own numbers it starts
+    with no note."""
+    notes = []
     for extra in ([], ["--precision", "bf16"]):
         code, _, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", "p.json", "--steps", "1", *extra)
-        assert (code, err) == (0, ""), err
+        assert code == 0, err
+        notes.append(err)
+    assert notes[0].startswith("note: no predicted step: profile") and len(notes[0].splitlines()) == 1, notes[0]
+    assert notes[1] == ""
     assert len(launches) == 2
 
 
@@ -235,7 +241,7 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
     bf16_plan: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # fmt: skip
     """prediction_numerics on process 0 of a job says in one note line why there is no prediction; False."""
-    from pipeplan.api.train_setup import prediction_numerics
+    from pipeplan.api.train.train_setup import prediction_numerics
 
     monkeypatch.chdir(bf16_plan.parent)
     monkeypatch.setenv("RANK", "0")
@@ -264,3 +270,49 @@ def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
         code, out, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", str(path), "--steps", "1")
         assert (code, out, launches) == (2, "", []), err
         assert err.count("\n") == 1 and f"TrainConfigError: plan {path}: {text}, but train runs neither" in err, err
+
+
+def test_trace_is_the_hidden_old_name_of_timeline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # fmt: skip
+    """train --trace PATH reaches the API as --timeline PATH would, and --help shows only --timeline."""
+    from pipeplan.api.train import training
+
+    seen: list[object] = []
+    monkeypatch.setattr(training, "train", lambda flags, *args, **kwargs: seen.append(flags.timeline) or 0)
+    for flag in ("--timeline", "--trace"):
+        code, _, err = run(monkeypatch, capsys, *BASE, flag, "t.json")
+        assert code == 0, err
+    assert seen == ["t.json", "t.json"]
+    _, out, _ = run(monkeypatch, capsys, "train", "--help")
+    assert "--timeline" in out and "--trace" not in out
+
+
+def test_a_local_worker_is_given_the_launcher_s_config_not_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:  # fmt: skip
+    """train --local 2 starts its workers with api.train.training's boot and no arguments; JOB_ENV in their
+    environment holds the TrainConfig the launcher built (runtime.training.config_json) and the flags, without
+    --local."""
+    from pipeplan.api.train import train_workers
+    from pipeplan.api.train.train_flags import TrainFlags
+    from pipeplan.runtime.training import launch
+    from pipeplan.runtime.training.config_json import config_from_json
+
+    seen: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def record(nprocs: int, code: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
+        seen.append((code, args, json.loads(env[train_workers.JOB_ENV])))
+        return 0
+
+    monkeypatch.setattr(launch, "launch_local", record)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(monkeypatch, capsys, *BASE, "--lr", "0.25", "--timeline", "t.json")
+    assert code == 0, err
+    ((boot, args, job),) = seen
+    assert (boot, args) == (train_workers.WORKER_BOOT, ())
+    flags = TrainFlags.from_json(job["flags"])  # type: ignore[arg-type]
+    assert (flags.local, flags.lr, flags.timeline, flags.steps, flags.schedule) == (None, 0.25, "t.json", 1, "1f1b")
+    config = config_from_json(job["config"])  # type: ignore[arg-type]
+    assert (config.lr, config.steps, config.timeline, config.plan) == (0.25, 1, True, None)
+    assert config.layout is not None and (config.layout.name, config.layout.stages) == ("1f1b", 2)

@@ -132,12 +132,12 @@ def test_a_hostile_source_is_never_imported_by_any_command_or_api_call(
 ) -> None:
     """Over sources whose module, dataset or dtype names a module that marks a file when imported (options naming it
     too), with no --module or another one: probe --local, train --plan --local (a plan naming the profile),
-    probe_local, train_local, the plan's model (api.train_setup) and the probe's calibration model all refuse it before
+    probe_local, train_local, the plan's model (api.train.train_setup) and the probe's calibration model all refuse it before
     any process starts (exit 2, one line naming the profile), and nothing is ever imported (the fixture's check)."""
     torch = pytest.importorskip("torch")
     from cli_runner import run
     from pipeplan import api
-    from pipeplan.api.train_setup import model_of_profile
+    from pipeplan.api.train.train_setup import model_of_profile
     from pipeplan.runtime.measurement.calibrate import build_profiled_model
 
     name, folder = marker

@@ -8,10 +8,9 @@ import pytest
 pytest.importorskip("torch")
 
 from pipeplan.adapt import Collective
-from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.execution.executor import ActionSpan, StepRecord
 from pipeplan.runtime.execution.replicas import AllReduceSpan
 from pipeplan.runtime.measurement.observations import observation, pack, slot_size, unpack
-from pipeplan.sim.result import ComputeSpan
 
 pytestmark = pytest.mark.torch
 
@@ -20,8 +19,8 @@ ORIGIN_S = 50.0
 
 def record(process: int, stage: int, collectives: tuple[AllReduceSpan, ...]) -> StepRecord:
     """One forward and one backward of `stage` on `process`, and the given all-reduces."""
-    spans = (ComputeSpan(process, stage, "F", 0, ORIGIN_S, ORIGIN_S + 0.002),
-             ComputeSpan(process, stage, "B", 0, ORIGIN_S + 0.004, ORIGIN_S + 0.008))  # fmt: skip
+    spans = (ActionSpan(process, stage, "F", 0, ORIGIN_S, ORIGIN_S + 0.002),
+             ActionSpan(process, stage, "B", 0, ORIGIN_S + 0.004, ORIGIN_S + 0.008))  # fmt: skip
     return StepRecord(0.5, spans, (), 1, ((stage, 1),), collectives=collectives)
 
 

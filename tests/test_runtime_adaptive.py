@@ -15,11 +15,10 @@ pytest.importorskip("torch")
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.plan import Plan
-from pipeplan.runtime.execution.executor import StepRecord
+from pipeplan.runtime.execution.executor import ActionSpan, StepRecord
 from pipeplan.runtime.measurement.observations import observation, pack, slot_size, transfers, unpack
 from pipeplan.runtime.placement import Message
 from pipeplan.runtime.transport.comm import TransferRecord
-from pipeplan.sim.result import ComputeSpan
 
 pytestmark = pytest.mark.torch  # every test here needs torch (make test-fast leaves them out)
 
@@ -34,7 +33,7 @@ def message(kind: str, mb: int) -> Message:
 
 def stage_record(stage: int, received: list[TransferRecord], sent: list[TransferRecord]) -> StepRecord:
     """Two forwards of 2 ms and two backwards of 4 ms on `stage`, with the given messages (times from ORIGIN_S)."""
-    spans = [ComputeSpan(stage, stage, op, mb, ORIGIN_S + 0.010 * i, ORIGIN_S + 0.010 * i + (0.002 if op == "F" else 0.004))
+    spans = [ActionSpan(stage, stage, op, mb, ORIGIN_S + 0.010 * i, ORIGIN_S + 0.010 * i + (0.002 if op == "F" else 0.004))
              for i, (op, mb) in enumerate([("F", 0), ("F", 1), ("B", 0), ("B", 1)])]  # fmt: skip
     return StepRecord(0.5, tuple(spans), tuple(received + sent), 2, ((stage, 2),))
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep  # noqa: E402
 from pipeplan.core.plan import Plan, Stage  # noqa: E402
 from pipeplan.io.plan_json import write_plan  # noqa: E402
 from pipeplan.models.build import build_model  # noqa: E402
@@ -80,6 +81,10 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("asynchronous", "sync_warmup"): (st.integers(1, 10), "--sync-warmup"),
     ("asynchronous", "weight_prediction"): (st.just(True), "--weight-prediction"),
     ("network", "trace"): (WORDS, "--bandwidth-trace"),
+    ("network", "trace_steps"): (
+        st.floats(0.01, 1.0).map(lambda f: BandwidthTrace((TraceStep(0.0, None, f),))),
+        "--bandwidth-trace",
+    ),
     ("network", "gb_per_s"): (st.floats(0.001, 100), "--emulate-gb-per-s"),
     ("network", "cluster"): (WORDS, "the emulated links' cluster"),
     ("profile",): (WORDS, "--profile"),
@@ -90,7 +95,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("checkpoint_every",): (st.integers(2, 99), "--checkpoint-every"),
     ("keep_last",): (st.integers(1, 99), "--keep-last"),
     ("resume",): (st.just(True), "--resume"),
-    ("trace",): (st.just(True), "--trace or --png"),
+    ("timeline",): (st.just(True), "--timeline or --png"),
     ("predict",): (st.just(True), "--predict"),
     ("evaluate",): (st.just(True), "--eval"),
     ("adaptive",): (st.just(True), "--adaptive"),

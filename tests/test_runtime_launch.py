@@ -181,13 +181,13 @@ def test_a_full_disk_at_the_end_of_train_keeps_the_results_and_says_one_line(tmp
     trace = tmp_path / "t.json"
     argv = [sys.executable, "-c", BOOT, "train", "--local", "2", "--schedule", "1f1b", "-p", "2", "-m", "2", "-b", "8",
             "--steps", "2", "--opt", "hidden=8", "--opt", "blocks=1", "--no-predict", "--json",
-            "--trace", str(trace)]  # fmt: skip
+            "--timeline", str(trace)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, preexec_fn=small_files)
     assert done.returncode == 1, done.stderr
     assert len(json.loads(done.stdout)["losses"]) == 2
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
-        f"error: OutputError: rank 0: --trace {str(trace)!r} not written: no space left on device (EFBIG: file too large)"
+        f"error: OutputError: rank 0: --timeline {str(trace)!r} not written: no space left on device (EFBIG: file too large)"
     ], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -48,7 +48,7 @@ def test_zb_h1_learns_digits_and_writes_the_measured_timeline(tmp_path: Path) ->
     """A zero-bubble run learns, its trace holds every F, I and W of the last iteration, and a prediction is reported."""
     trace = tmp_path / "zb.json"
     args = ["--local", "4", "--schedule", "zb-h1", "-p", "4", "-m", "8", "--opt", "hidden=64", "--opt", "blocks=7",
-            "--steps", "50", "--batch-size", "64", "--lr", "5e-3", "--json", "--trace", str(trace), "--predict"]  # fmt: skip
+            "--steps", "50", "--batch-size", "64", "--lr", "5e-3", "--json", "--timeline", str(trace), "--predict"]  # fmt: skip
     done = run_train(args)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -84,7 +84,7 @@ BASE = ["--schedule", "1f1b", "-p", "2", "-m", "4", "--no-predict"]
         (["--local", "2", "--timeout", "inf"], "--timeout must be a finite number of seconds > 0, got inf"),
         (["--local", "2", "--keep-last", "-1"], "--keep-last must be >= 0, got -1"),
         (["--local", "2", "--png", "out.xyz"], "--png 'out.xyz' must end with .png"),
-        (["--local", "2", "--trace", "/no/such/folder/t.json"], "--trace '/no/such/folder/t.json': folder '/no/such/folder'"),
+        (["--local", "2", "--timeline", "/no/such/folder/t.json"], "--timeline '/no/such/folder/t.json': folder"),
         (["--local", "2", "--resume"], "--checkpoint-every and --resume need --checkpoint-dir"),
         (["--local", "2", "--optimizer", "lamb"], "--optimizer must be one of adam, sgd, sgd_momentum, got 'lamb'"),
     ],

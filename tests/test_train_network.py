@@ -1,4 +1,4 @@
-"""api.training (the network part): the emulated network train checks before any process starts, priced by its
+"""api.train.training (the network part): the emulated network train checks before any process starts, priced by its
 largest message and its replicated stages' all-reduces."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.api.training import largest_message_bytes, network_for_train, stage_allreduces
+from pipeplan.api.train.train_network import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.io.plan_json import plan_from_json
 from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.runtime.rank_errors import TrainConfigError
@@ -31,24 +31,6 @@ def test_network_for_train_prices_the_message_against_the_timeout() -> None:
     with pytest.raises(TrainConfigError, match=r"takes 2.5 s at 4,000,000 bytes/s, longer than --timeout 2 s"):
         network_for_train(None, 0.004, None, [0, 1], 2, 2.0, 10e6)
     assert network_for_train(None, 0.004, None, [0, 1], 2, 2.0, None) is not None
-
-
-def test_a_local_worker_takes_the_network_its_launcher_checked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
-    """A --local worker (local None, the launcher's pid in its environment) does not read the trace again: a file that
-    is gone by then is not read here (the launcher refused a missing one before starting it); elsewhere it is."""
-    from pipeplan.core.errors import CostError
-    from pipeplan.runtime.training.launch import LAUNCHER_PID
-
-    gone = str(tmp_path / "gone.json")
-    with pytest.raises(CostError, match="cannot read bandwidth trace"):
-        network_for_train(gone, 1.0, None, [0, 1], None)
-    monkeypatch.setenv(LAUNCHER_PID, "1")
-    settings = network_for_train(gone, 1.0, None, [0, 1], None)
-    assert settings is not None and (settings.trace, settings.gb_per_s) == (gone, 1.0)
-    with pytest.raises(CostError, match="cannot read bandwidth trace"):  # the launcher itself still reads it
-        network_for_train(gone, 1.0, None, [0, 1], 2)
 
 
 REPLICATED_PLAN = {**ADAPT_PLAN, "stages": [{"first_layer": 0, "last_layer": 26, "devices": [7, 9]},

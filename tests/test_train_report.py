@@ -1,4 +1,4 @@
-"""cli.train_report: what train prints at the end, here the emulated all-reduces beside the step's times."""
+"""viz.train_report: what train prints at the end, here the emulated all-reduces beside the step's times."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pipeplan.cli.train_report import print_results
 from pipeplan.runtime.training.train_config import TrainReport
 from pipeplan.schedules import make_schedule
+from pipeplan.viz.train_report import print_results
 
 pytestmark = pytest.mark.torch
 

@@ -195,12 +195,19 @@ def train_local(
     dataset = user_dataset(source.dataset, data, None, None)
     check_user_data(spec, dict(source.options), dataset, data=data, loss=loss, eval_fraction=eval_fraction,
                     evaluate=evaluate, seed=seed)  # fmt: skip
-    with job_files(profile=profile, cluster=cluster, plan=plan) as paths:
-        params = {"plan": paths["plan"], "profile": paths["profile"], "cluster": paths["cluster"], "steps": steps,
-                  "lr": lr, "optimizer": optimizer, "seed": seed, "timeout_s": timeout_s, "batch_scaling": batch_scaling,
-                  "warmup_steps": warmup_steps, "module": spec, "options": dict(source.options),
-                  "dataset": dataset, "dtype": numerics[0], "precision": numerics[1], "data": data, "loss": loss,
-                  "eval_fraction": eval_fraction, "evaluate": evaluate, "epochs": epochs}  # fmt: skip
+    from pipeplan.runtime.training.config_json import config_to_json
+    from pipeplan.runtime.training.train_config import TrainConfig
+
+    with job_files(profile=profile, cluster=cluster) as paths:
+        config = TrainConfig(
+            plan=plan, module=spec, module_options=tuple(sorted(dict(source.options).items())), dataset=dataset,
+            steps=steps, lr=lr, optimizer=optimizer, seed=seed, timeout_s=timeout_s, profile=paths["profile"],
+            cluster=paths["cluster"], batch_scaling=batch_scaling, warmup_steps=warmup_steps, dtype=numerics[0],
+            precision=numerics[1], data=data, loss=loss, eval_fraction=eval_fraction, evaluate=evaluate, epochs=epochs,
+        )  # fmt: skip
+        # the job's TrainConfig as the workers run it; the MODULE_SPECs beside it, for the launcher to find first
+        params = {"config": config_to_json(config), "module": spec, "options": dict(source.options), "data": data,
+                  "loss": loss}  # fmt: skip
         out = run_local_job("train", len(plan.all_devices), params, steps, on_progress, timeout_s=timeout_s)
     return LocalRun(out["losses"], out["step_ms"], out["measured_step_ms"], out["predicted_step_ms"],
                     out["predicted_memory_bytes"], out["measured_memory_bytes"], out["schedule"],

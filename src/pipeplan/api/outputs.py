@@ -25,7 +25,7 @@ import glob
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipeplan.core.errors import NoSpaceError, OutputError
 from pipeplan.io.atomic import non_regular_kind
@@ -146,6 +146,37 @@ def check_outputs(outputs: Sequence[Output], inputs: Mapping[str, str | None] | 
     for output in given:
         assert output.path is not None
         _WRITTEN_BY[_resolved(output.path)] = output.flag
+
+
+@dataclass(frozen=True, slots=True)
+class CommandFiles:
+    """The files one command reads and writes (cli.file_options declares every command's).
+
+    `inputs`: options whose value is a file read (or a built-in name, which names no file); `plans`: those of
+    `inputs` that are plan files, whose profile and cluster are read too; `modules`: options whose MODULE_SPEC's
+    module file (`pkg.mod:factory` -> pkg/mod.py) is imported; `outputs`: each written option and its kind.
+    """
+
+    inputs: tuple[str, ...] = ()
+    outputs: Mapping[str, FileKind] = field(default_factory=dict)
+    plans: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+
+def check_declared(declared: CommandFiles, values: Mapping[str, str | None]) -> None:
+    """The one guard of a command whose files `declared` names, with the values given (each option by its flag,
+    None when not given): its outputs against its inputs, its plans' profile and cluster and its modules' files.
+
+    Raises:
+        OutputError: as check_outputs.
+    """
+    inputs: dict[str, str | None] = {flag: values.get(flag) for flag in declared.inputs}
+    for flag in declared.plans:
+        inputs |= plan_inputs(values.get(flag), values.get("--profile"), values.get("--cluster"))
+    for flag in declared.modules:
+        inputs[f"{flag} {values.get(flag)!r} (its module file)"] = module_file(values.get(flag))
+    forget_outputs()
+    check_outputs([Output(flag, values.get(flag), kind) for flag, kind in declared.outputs.items()], inputs)
 
 
 def flag_of(path: str) -> str | None:

@@ -5,7 +5,7 @@ The guard itself (api.outputs) lives below the command line, where the API's wri
 
 from __future__ import annotations
 
-from pipeplan.api.outputs import Output, check_outputs, forget_outputs, module_file, plan_inputs
+from pipeplan.api.outputs import check_declared
 from pipeplan.cli.file_options import COMMAND_FILES
 
 
@@ -25,16 +25,9 @@ def check_files(command: str | None = None) -> None:
             names.append(node.info_name or "")
             node = node.parent
         command = " ".join(reversed(names))
-    declared = COMMAND_FILES[command]
     values: dict[str, str | None] = {}
     for param in ctx.command.params:
         key = param.opts[0] if param.param_type_name == "option" else (param.name or "").upper()
         value = ctx.params.get(param.name or "")
         values[key] = value if isinstance(value, str) else None
-    inputs: dict[str, str | None] = {flag: values.get(flag) for flag in declared.inputs}
-    for flag in declared.plans:
-        inputs |= plan_inputs(values.get(flag), values.get("--profile"), values.get("--cluster"))
-    for flag in declared.modules:
-        inputs[f"{flag} {values.get(flag)!r} (its module file)"] = module_file(values.get(flag))
-    forget_outputs()
-    check_outputs([Output(flag, values.get(flag), kind) for flag, kind in declared.outputs.items()], inputs)
+    check_declared(COMMAND_FILES[command], values)

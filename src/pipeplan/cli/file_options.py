@@ -8,14 +8,13 @@ there as naming no file, so a new file option cannot escape the guard.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 
+from pipeplan.api.outputs import CommandFiles
+from pipeplan.api.train.train_flags import TRAIN_FILES
 from pipeplan.io.file_kinds import (
     BANDWIDTH_TRACE,
     CLUSTER,
-    FOLDER,
-    GRADS_FOLDER,
     PERFETTO,
     PLAN,
     PNG,
@@ -25,21 +24,6 @@ from pipeplan.io.file_kinds import (
 
 DEMO_FOLDER = FileKind("demo folder", folder=True)
 """demo --out: a folder; the files in it are checked against the demo's manifest (cli.demo.demo_manifest)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CommandFiles:
-    """The files one command reads and writes.
-
-    `inputs`: options whose value is a file read (or a built-in name, which names no file); `plans`: those of
-    `inputs` that are plan files, whose profile and cluster are read too; `modules`: options whose MODULE_SPEC's
-    module file (`pkg.mod:factory` -> pkg/mod.py) is imported; `outputs`: each written option and its kind.
-    """
-
-    inputs: tuple[str, ...] = ()
-    outputs: Mapping[str, FileKind] = field(default_factory=dict)
-    plans: tuple[str, ...] = ()
-    modules: tuple[str, ...] = ()
 
 
 _TRACE_GENERATOR = CommandFiles(inputs=("--cluster",), outputs={"--out": BANDWIDTH_TRACE})
@@ -65,12 +49,7 @@ COMMAND_FILES: dict[str, CommandFiles] = {
     "trace periodic": _TRACE_GENERATOR,
     "trace markov": _TRACE_GENERATOR,
     "trace replay": CommandFiles(inputs=("SERIES", "--cluster"), outputs={"--out": BANDWIDTH_TRACE}),
-    "train": CommandFiles(
-        inputs=("--plan", "--schedule", "--profile", "--cluster", "--bandwidth-trace"),
-        outputs={"--trace": PERFETTO, "--png": PNG, "--save-grads": GRADS_FOLDER, "--checkpoint-dir": FOLDER},
-        plans=("--plan",),
-        modules=("--module", "--data", "--loss"),
-    ),
+    "train": replace(TRAIN_FILES, outputs={**TRAIN_FILES.outputs, "--trace": PERFETTO}),  # --trace: --timeline's old name
     "demo": CommandFiles(outputs={"--out": DEMO_FOLDER}),
 }
 """Every command's files, by its name as typed after `pipeplan`."""

@@ -9,6 +9,29 @@ import typer
 
 from pipeplan.core.units import ms_to_us
 
+PROBE_BOOT = (
+    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
+)
+"""How probe --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its
+launcher (no orphan if the launcher dies), then this same CLI, without --local, under the launcher's torchrun-like
+environment."""
+
+
+def _worker_argv(argv: list[str]) -> list[str]:
+    """This command line without `--local N` (or `--local=N`)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--local":
+            skip = True
+            continue
+        if arg.startswith("--local="):
+            continue
+        out.append(arg)
+    return out
+
 
 def probe(
     out: str = typer.Option(..., "--out", "-o", help="Write the pipeplan.cluster/1 JSON here (process 0)."),
@@ -39,9 +62,7 @@ def probe(
     check_files()
     model_profile, spec = probe_model(profile, module, threads)
     if local is not None:
-        from pipeplan.cli.train_cmd import WORKER_BOOT, _worker_argv
-
-        sys.exit(launch_probe(local, WORKER_BOOT, _worker_argv(sys.argv[1:]), timeout, model_profile, spec))
+        sys.exit(launch_probe(local, PROBE_BOOT, _worker_argv(sys.argv[1:]), timeout, model_profile, spec))
     probe_process(out, model_profile, spec, name, steps, rounds, timeout, threads, optimizer, lambda r: _report(out, r))
 
 

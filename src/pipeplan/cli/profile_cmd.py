@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from pipeplan.api.option_text import parse_options
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
 from pipeplan.viz.tables import wide_console
@@ -119,24 +120,6 @@ def profile(
 def _numbers(dtype: str, precision: str) -> str:
     """How the summary names what the profile was measured in."""
     return dtype if precision == "full" else f"{precision} autocast over {dtype}"
-
-
-def parse_options(pairs: list[str]) -> dict[str, str]:
-    """KEY=VALUE strings to a dict.
-
-    Raises:
-        ProfileError: naming a pair without `=` or an empty key, or a repeated key.
-    """
-    result: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ProfileError(f"--opt must be KEY=VALUE, got {pair!r}")
-        if key in result:
-            raise ProfileError(f"--opt {key!r} given twice")
-        result[key] = value.strip()
-    return result
 
 
 def _require_torch() -> None:

@@ -8,33 +8,8 @@ from typing import Annotated
 import typer
 
 from pipeplan.api.scheduling import TRAIN_SCHEDULES_TEXT
-from pipeplan.cli.declared_files import check_files
-from pipeplan.cli.flags import MEMORY_BUDGET_HELP, parse_budget, refuse_sizes_for_file
-from pipeplan.cli.profile_cmd import parse_options
-from pipeplan.cli.train_report import report_results
-
-WORKER_BOOT = (
-    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
-)
-"""How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
-(no orphan if the launcher dies), then this same CLI, without --local, under the launcher's torchrun-like
-environment."""
-
-
-def _worker_argv(argv: list[str]) -> list[str]:
-    """This command line without `--local N` (or `--local=N`)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--local":
-            skip = True
-            continue
-        if arg.startswith("--local="):
-            continue
-        out.append(arg)
-    return out
+from pipeplan.cli.flags import MEMORY_BUDGET_HELP
+from pipeplan.core.errors import OutputError
 
 
 def train(
@@ -113,7 +88,10 @@ def train(
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Checkpoint every N iterations (0: never)."),
     keep_last: int = typer.Option(0, "--keep-last", help="Keep only the newest N checkpoints (0: keep every one)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in --checkpoint-dir."),
-    trace: str | None = typer.Option(None, "--trace", help="Write the last iteration's measured timeline (Perfetto JSON)."),
+    timeline: str | None = typer.Option(
+        None, "--timeline", help="Write the last iteration's measured timeline (Perfetto JSON; open in ui.perfetto.dev)."
+    ),
+    trace_out: str | None = typer.Option(None, "--trace", hidden=True, help="Deprecated: the old name of --timeline."),
     png: str | None = typer.Option(None, "--png", help="Draw the last iteration's measured timeline (PNG)."),
     predict: bool = typer.Option(
         False,
@@ -158,8 +136,13 @@ def train(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-iteration lines."),
 ) -> None:
     """Train a model with pipeline parallelism: each process walks its schedule actions with torch.distributed."""
-    from pipeplan.api import training
-    from pipeplan.api.training import TrainFlags, TrainHooks
+    from pipeplan.api.train import training
+
+    if timeline is not None and trace_out is not None:
+        raise OutputError(
+            f"--trace is the old name of --timeline; give one of them (got --timeline {timeline!r} and --trace {trace_out!r})"
+        )
+    from pipeplan.api.train.train_flags import TrainFlags
 
     flags = TrainFlags(
         plan=plan, schedule=schedule, lr_reschedule=lr_reschedule, discrepancy_decay=discrepancy_decay,
@@ -168,16 +151,14 @@ def train(
         eval_fraction=eval_fraction, dtype=dtype, precision=precision, batch_size=batch_size, steps=steps,
         epochs=epochs, evaluate=evaluate, lr=lr, lr_schedule=lr_schedule, optimizer=optimizer, seed=seed,
         checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, keep_last=keep_last, resume=resume,
-        trace=trace, png=png, predict=predict, profile=profile, cluster=cluster, batch_scaling=batch_scaling,
+        timeline=timeline if timeline is not None else trace_out,
+        timeline_option="--timeline" if trace_out is None else "--trace",
+        png=png, predict=predict, profile=profile, cluster=cluster, batch_scaling=batch_scaling,
         warmup_steps=warmup_steps, timeout=timeout, threads=threads, bandwidth_trace=bandwidth_trace,
         emulate_gb_per_s=emulate_gb_per_s, adaptive=adaptive, memory_budget=memory_budget, local=local,
         backend=backend, save_grads=save_grads, as_json=as_json, quiet=quiet,
     )  # fmt: skip
-    code = training.train(flags, TrainHooks(
-        say=lambda line: typer.echo(line, err=True), echo=typer.echo, check_outputs=lambda: check_files("train"),
-        parse_options=parse_options, parse_budget=parse_budget, refuse_sizes_for_file=refuse_sizes_for_file,
-        render=report_results, worker=(WORKER_BOOT, _worker_argv(sys.argv[1:])),
-    ))  # fmt: skip
+    code = training.train(flags)
     if code is not None:
         sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
 

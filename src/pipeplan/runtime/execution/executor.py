@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -28,7 +28,18 @@ from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.state.faults import FaultInjector
 from pipeplan.runtime.transport.comm import Comm, TransferRecord
 from pipeplan.runtime.transport.link_emulation import Wire
-from pipeplan.sim.result import ComputeSpan
+
+
+class ActionSpan(NamedTuple):
+    """One compute action this process ran, timed on its perf_counter (seconds): `op` in FBIW, from start_s to end_s
+    (runtime.measurement.timeline turns it into the simulator's ComputeSpan, in ms from the run's shared origin)."""
+
+    rank: int
+    stage: int
+    op: str
+    microbatch: int
+    start_s: float
+    end_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +52,7 @@ class StepRecord:
     """
 
     loss: float
-    compute: tuple[ComputeSpan, ...]
+    compute: tuple[ActionSpan, ...]
     transfers: tuple[TransferRecord, ...]
     peak_inflight: int
     stage_peaks: tuple[tuple[int, int], ...]
@@ -207,7 +218,7 @@ class Executor:
         self.shared_sync.begin()
         self._loss = torch.zeros((), dtype=torch.float64)
         self.microbatch_losses = {}
-        spans: list[ComputeSpan] = []
+        spans: list[ActionSpan] = []
         self._busy: list[float] = []
         stage_peaks = dict.fromkeys(self.stages, 0)
         self._current = None
@@ -241,7 +252,7 @@ class Executor:
         inputs: torch.Tensor,
         targets: torch.Tensor,
         record: bool,
-        spans: list[ComputeSpan],
+        spans: list[ActionSpan],
         stage_peaks: dict[int, int],
         meter: SavedMemoryMeter | None,
     ) -> None:
@@ -256,7 +267,7 @@ class Executor:
             start = self._dispatch(action, inputs, targets)
             if record:
                 end = time.perf_counter()
-                spans.append(ComputeSpan(self.role.process, action.stage, action.op, action.microbatch, start, end))
+                spans.append(ActionSpan(self.role.process, action.stage, action.op, action.microbatch, start, end))
                 self._busy.append(end - begun - self.comm.receive_s)
             self._peak = max(self._peak, sum(st.inflight for st in self.stages.values()))
             stage_peaks[action.stage] = max(stage_peaks[action.stage], self.stages[action.stage].inflight)

@@ -113,9 +113,9 @@ def run_plan(
             continue
         ops: dict[str, float] = {}
         for span in record.compute:
-            ops[span.op] = ops.get(span.op, 0.0) + s_to_ms(span.end_ms - span.start_ms)
+            ops[span.op] = ops.get(span.op, 0.0) + s_to_ms(span.end_s - span.start_s)
         compute.append(ops)
-        last = max((span.end_ms for span in record.compute), default=t0)
+        last = max((span.end_s for span in record.compute), default=t0)
         tails.append(s_to_ms(end - last))
         totals.append(s_to_ms(done - t0))
     slowest = torch.tensor([statistics.median(tails), statistics.median(totals)], dtype=torch.float64)

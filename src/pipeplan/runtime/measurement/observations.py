@@ -62,7 +62,7 @@ def pack(
         return s_to_ms(t_s - origin_s)
 
     # what each action cost its process (compute and its own handling of messages; its spans when not recorded)
-    busy = record.busy_s or tuple(s.end_ms - s.start_ms for s in record.compute)
+    busy = record.busy_s or tuple(s.end_s - s.start_s for s in record.compute)
     fwd = [s_to_ms(b) for s, b in zip(record.compute, busy, strict=True) if s.op == "F"]
     bwd = [s_to_ms(b) for s, b in zip(record.compute, busy, strict=True) if s.op != "F"]
     rows: list[float] = []

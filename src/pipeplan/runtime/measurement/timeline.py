@@ -20,7 +20,7 @@ def local_part(record: StepRecord, origin_s: float, end_s: float) -> dict[str, A
         return s_to_ms(t - origin_s)
 
     return {
-        "compute": [list(s._replace(start_ms=rel(s.start_ms), end_ms=rel(s.end_ms))) for s in record.compute],
+        "compute": [[s.rank, s.stage, s.op, s.microbatch, rel(s.start_s), rel(s.end_s)] for s in record.compute],
         "transfers": [[list(_key(r.message)), rel(r.at_s), r.sent] for r in record.transfers],
         "peak_inflight": record.peak_inflight,
         "stage_peaks": [[stage, peak] for stage, peak in record.stage_peaks],

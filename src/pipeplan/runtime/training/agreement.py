@@ -30,6 +30,7 @@ from pipeplan.models.zoo.datasets import Dataset
 from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.training.train_config import TrainConfig
 from pipeplan.runtime.transport.exchange import all_gather_json
+from pipeplan.runtime.transport.network import NetworkSettings
 
 Field = tuple[str, str]
 """(what, value): what a rank's field is called in a message (its flag), and its value as shown."""
@@ -209,7 +210,7 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
         fields.append((what, "none" if layout is None else str(getattr(layout, name))))
     fields += [(f"--{key.replace('_', '-')}", str(value)) for key, value in _settings(config.asynchronous).items()]
     network = config.network
-    fields += [("--bandwidth-trace", "none" if network is None or network.trace is None else _file(network.trace)),
+    fields += [("--bandwidth-trace", _trace(network)),
                ("--emulate-gb-per-s", "none" if network is None else repr(network.gb_per_s)),
                ("the emulated links' cluster", "none" if network is None or network.cluster is None else _file(network.cluster)),
                ("--profile", "none" if config.profile is None else _file(config.profile)),
@@ -217,7 +218,8 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
                ("--batch-scaling", config.batch_scaling), ("--backend", str(config.backend or "default")),
                ("--checkpoint-dir", str(config.checkpoint_dir)), ("--checkpoint-every", str(config.checkpoint_every)),
                ("--keep-last", str(config.keep_last)), ("--resume", str(config.resume)),
-               ("--trace or --png", str(config.trace)), ("--predict", str(config.predict)), ("--eval", str(config.evaluate)),
+               ("--timeline or --png", str(config.timeline)), ("--predict", str(config.predict)),
+               ("--eval", str(config.evaluate)),
                ("--adaptive", str(config.adaptive)), ("--memory-budget", repr(config.memory_budget_bytes)),
                ("the lookahead", str(config.lookahead))]  # fmt: skip
     return tuple(fields)
@@ -299,6 +301,17 @@ def _settings(settings: object) -> dict[str, object]:
 
     names = [f.name for f in dataclasses.fields(AsyncSettings)]
     return {name: None if settings is None else getattr(settings, name) for name in names}
+
+
+def _trace(network: NetworkSettings | None) -> str:
+    """The bandwidth trace by content: its steps as read (NetworkSettings.loaded), else its file's bytes."""
+    if network is None or (network.trace is None and network.trace_steps is None):
+        return "none"
+    if network.trace_steps is None:
+        return _file(str(network.trace))
+    from pipeplan.io.bandwidth_trace_json import bandwidth_trace_to_json
+
+    return f"a trace with sha256 {_sha(json.dumps(bandwidth_trace_to_json(network.trace_steps)))}"
 
 
 def _file(name: str) -> str:

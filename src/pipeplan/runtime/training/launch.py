@@ -303,11 +303,6 @@ def _orphaned(launcher: int) -> None:
     os._exit(128 + int(signal.SIGTERM))
 
 
-def launched_locally() -> bool:
-    """Whether this process is a worker started by launch_local (which checked the job once before starting it)."""
-    return bool(os.environ.get(LAUNCHER_PID))
-
-
 def finish_worker(code: int = 0) -> None:
     """End a worker whose part is done: leave the process group with its peers, flush, and exit with `code` at once.
 

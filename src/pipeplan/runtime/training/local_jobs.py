@@ -1,6 +1,7 @@
 """Probe and train jobs on N local processes, started from Python (the API, the demo) rather than a command line.
 
-The launcher writes the job (what to run and its inputs, as JSON naming files) into a private temporary folder,
+The launcher writes the job (what to run and its inputs, as JSON: a train job's TrainConfig, runtime.training.
+config_json, naming its profile and cluster files) into a private temporary folder,
 starts N workers with `launch_local` (each runs `JOB_BOOT`), and reads back what process 0 wrote there: the cluster
 file of a probe, or the losses and step times of a training run. Process 0 also appends one line per finished
 step to a progress file, which `on_progress` follows while the job runs.
@@ -22,7 +23,6 @@ from pipeplan.core.errors import ClusterError, PipeplanError, ProfileError
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.profile import ModelProfile
 from pipeplan.io.cluster_json import cluster_to_json
-from pipeplan.io.plan_json import write_plan
 from pipeplan.io.profile_json import write_profile_json
 from pipeplan.runtime.rank_errors import RuntimeFault
 
@@ -83,7 +83,7 @@ def run_local_job(kind: str, nprocs: int, params: dict[str, Any], total: int, on
 
 @contextmanager
 def job_files(**values: Any) -> Iterator[dict[str, str]]:
-    """A temporary folder holding the given profile, cluster and plan as files for a job's workers (a path or a
+    """A temporary folder holding the given profile and cluster as files for a job's workers (a path or a
     built-in name is kept as given, made absolute when a file stands there).
 
     Raises:
@@ -105,9 +105,6 @@ def job_files(**values: Any) -> Iterator[dict[str, str]]:
             elif value is not None:
                 error = ProfileError if key == "profile" else ClusterError
                 raise error(f"{key} must be a {key} value, a file path or a built-in name, got {type(value).__name__}")
-        if "plan" in values:
-            write_plan(values["plan"], root / "plan.json", paths["profile"], paths["cluster"])
-            paths["plan"] = str(root / "plan.json")
         yield paths
 
 
@@ -158,21 +155,14 @@ def _probe(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
 
 
 def _train(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
-    """This process's part of a training run of a plan file; process 0 returns its losses, times and prediction."""
-    from pipeplan.presets.resolve import load_plan
-    from pipeplan.runtime.training.train_config import TrainConfig
+    """This process's part of a training run: the TrainConfig its launcher built (params["config"],
+    runtime.training.config_json); process 0 returns its losses, times and prediction."""
+    from pipeplan.runtime.training.config_json import config_from_json
     from pipeplan.runtime.training.worker import train
 
-    plan, _ = load_plan(params["plan"])
-    config = TrainConfig(
-        plan=plan, plan_path=params["plan"], module=params["module"], module_options=tuple(sorted(params["options"].items())),
-        dataset=params["dataset"], steps=params["steps"], lr=params["lr"], optimizer=params["optimizer"],
-        seed=params["seed"], timeout_s=params["timeout_s"], profile=params["profile"], cluster=params["cluster"],
-        batch_scaling=params["batch_scaling"], warmup_steps=params["warmup_steps"], dtype=params["dtype"],
-        precision=params["precision"], data=params.get("data"),
-        loss=params.get("loss"), eval_fraction=params.get("eval_fraction", 0.0), evaluate=params.get("evaluate", False),
-        epochs=params.get("epochs", 0),
-    )  # fmt: skip
+    config = config_from_json(params["config"])
+    plan = config.plan
+    assert plan is not None
 
     def on_step(step: int, loss: float, pipeline_ms: float, optimizer_ms: float) -> None:
         with progress.open("a") as out:

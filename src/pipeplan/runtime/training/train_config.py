@@ -55,7 +55,8 @@ class TrainConfig:
     resume: bool = False
     timeout_s: float = 300.0
     lookahead: int = 2
-    trace: bool = False
+    timeline: bool = False
+    """--timeline or --png: the last iteration's measured timeline recorded (on process 0)."""
     threads: int = 1
     save_grads: str | None = None
     predict: bool = False

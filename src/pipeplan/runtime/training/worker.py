@@ -126,8 +126,8 @@ def train(
     for step in range(start, total):
         idx = batch_indices(len(data), global_batch, step, config.seed)
         inputs, targets = data.inputs[idx], data.targets[idx]
-        record = (config.trace and step == total - 1) or adaptive is not None
-        if config.trace and step == total - 1:
+        record = (config.timeline and step == total - 1) or adaptive is not None
+        if config.timeline and step == total - 1:
             dist.barrier()
         k_now = adaptive.k if adaptive is not None else plan.k
         # memory at a k is the same every iteration: measured on the first iteration of each k used (a warm-up anyway)
@@ -144,7 +144,7 @@ def train(
         t2 = time.perf_counter()
         if meter is not None:
             memory_by_k[k_now] = static_bytes(params, optimizer) + meter.peak_bytes
-        if config.trace and step == total - 1:
+        if config.timeline and step == total - 1:
             last_part = local_part(result, t0, t1)
         # the loss and every process's optimizer ms (--adaptive: and what it observed), one all-reduce
         shared = torch.zeros(1 + world + (adaptive.size if adaptive is not None else 0), dtype=torch.float64)

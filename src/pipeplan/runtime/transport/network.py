@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
@@ -21,11 +21,21 @@ from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check
 @dataclass(frozen=True, slots=True)
 class NetworkSettings:
     """How to emulate the links: `gb_per_s` on every link, else `cluster`'s link rates (a file or built-in name);
-    `trace` a bandwidth trace file whose clock starts with the run."""
+    `trace` a bandwidth trace file whose clock starts with the run; `trace_steps` its steps as the launcher read them
+    (`loaded`), so that no process reads the file again (None: read from `trace` when needed)."""
 
     trace: str | None = None
     gb_per_s: float | None = None
     cluster: str | None = None
+    trace_steps: BandwidthTrace | None = None
+
+    def loaded(self) -> NetworkSettings:
+        """These settings with the trace file read once, here (its steps carried from now on).
+
+        Raises:
+            CostError: the file is missing, not JSON, or has a bad entry (naming it).
+        """
+        return self if self.trace is None or self.trace_steps is not None else replace(self, trace_steps=self.read_trace())
 
     def read_trace(self) -> BandwidthTrace | None:
         """The bandwidth trace (None without one).
@@ -33,6 +43,8 @@ class NetworkSettings:
         Raises:
             CostError: the file is missing, not JSON, or has a bad entry (naming it).
         """
+        if self.trace_steps is not None:
+            return self.trace_steps
         return None if self.trace is None else read_bandwidth_trace(self.trace)
 
     def links(self, devices: Iterable[int]) -> EmulatedLinks:

@@ -1,5 +1,5 @@
-"""What `pipeplan train` (api.training) checks and resolves before any process starts: flags' values, PipeMare's switches, the
-files a plan's step is predicted with, and the model a plan's profile was measured on."""
+"""What `pipeplan train` (api.train.training) checks and resolves before any process starts: flags' values, PipeMare's
+switches, the files a plan's step is predicted with, and the model a plan's profile was measured on."""
 
 from __future__ import annotations
 
@@ -310,7 +310,6 @@ def prepare_checkpoints(
     `job`: module, module_options (a dict), dataset, dtype, optimizer, seed, lr. Returns a note for the user and
     whether the run is already finished."""
     from pipeplan.runtime.state.checkpoint import prepare
-    from pipeplan.runtime.training.launch import launched_locally
 
     world = local if local is not None else os.environ.get("WORLD_SIZE", "")
     size = world if isinstance(world, int) else int(world) if world.isdigit() else None
@@ -334,8 +333,7 @@ def prepare_checkpoints(
         assert size is not None
         return resume_targets(config, size)
 
-    # the --local launcher has built the stages and checked them once; its workers check the files again
-    checks_model = size is not None and not launched_locally()
+    checks_model = size is not None  # torchrun's processes each check; --local's launcher checks once for its workers
     return prepare(
         Path(checkpoint_dir), resume, every > 0, steps, every=every, job=fields, expect=expect if checks_model else None
     )
@@ -362,3 +360,20 @@ def adaptive_budget(
 
     model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
     return resolve_budget(PipelineModel.from_plan(plan, model), given, name)
+
+
+def check_runnable(plan: Plan, path: str) -> None:
+    """Refuse a plan with tensor-parallel stages or sharded state: the runtime runs neither yet (issue 34).
+
+    Raises:
+        TrainConfigError: naming the plan, the stage's tp or the plan's zero, and the way out.
+    """
+    from pipeplan.core.errors import TrainConfigError
+
+    if not plan.tensor_parallel_or_sharded:
+        return
+    tp = next((f"stage {s} has tp {st.tp}" for s, st in enumerate(plan.stages) if st.tp > 1), f"zero {plan.zero}")
+    raise TrainConfigError(
+        f"plan {path}: {tp}, but train runs neither tensor-parallel stages nor sharded optimizer state yet; "
+        f"simulate it with `pipeplan simulate --plan {path}`, or train a plan with tp 1 and zero 0"
+    )

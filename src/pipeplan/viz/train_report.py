@@ -6,14 +6,20 @@ import json
 import sys
 from typing import Any
 
-import typer
-
 from pipeplan.core.errors import OutputError
 from pipeplan.core.units import bytes_per_s_to_gb_per_s, ms_to_us
 
 
-def report_results(report: Any, trace: str | None, png: str | None, as_json: bool) -> list[str]:
-    """Print the results (the JSON object, or the summary lines), then write the measured timeline's files.
+def _say(line: str) -> None:
+    """One line of the report on stdout, flushed (the job's other ranks print too)."""
+    print(line, flush=True)
+
+
+def report_results(
+    report: Any, timeline: str | None, png: str | None, as_json: bool, timeline_option: str = "--timeline"
+) -> list[str]:
+    """Print the results (the JSON object, or the summary lines), then write the measured timeline's files
+    (`timeline_option`: the name the timeline was given by, said when it cannot be written).
 
     The results are printed before any file is written, so a file that cannot
     be written (a full disk) loses nothing already computed.
@@ -25,22 +31,22 @@ def report_results(report: Any, trace: str | None, png: str | None, as_json: boo
 
     print_results(report, as_json)
     failures = []
-    for flag, path in (("--trace", trace), ("--png", png)):
+    for flag, path in ((timeline_option, timeline), ("--png", png)):
         if report.timeline is None or not path:
             continue
         try:
-            write_timeline(report, flag, path)
+            write_timeline(report, "--png" if flag == "--png" else "--timeline", path)
         except (OSError, OutputError) as exc:
             failures.append(f"{flag} {path!r} not written: {write_failure(exc)}")
             continue
-        if flag == "--trace" and not as_json:
-            typer.echo(f"trace:     {trace}")
+        if flag == timeline_option and not as_json:
+            _say(f"timeline:  {timeline}")
     return failures
 
 
 def write_timeline(report: Any, flag: str, path: str) -> None:
-    """Write the measured timeline as a Perfetto trace (--trace) or a PNG (--png), whole or not at all."""
-    if flag == "--trace":
+    """Write the measured timeline as Perfetto JSON (--timeline) or a PNG (--png), whole or not at all."""
+    if flag == "--timeline":
         from pipeplan.viz.perfetto import write_timeline
 
         write_timeline(report.timeline, path)
@@ -93,19 +99,19 @@ def print_results(report: Any, as_json: bool) -> None:
         sys.stdout.flush()
         return
     for shared in report.shared:
-        typer.echo(f"shared:    {shared.describe()}")
+        _say(f"shared:    {shared.describe()}")
     if step is not None:
         skip = min(report.warmup_steps, max(0, len(report.step_ms) - 1))
-        typer.echo(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
+        _say(f"measured:  {step:.2f} ms per step (median of steps {skip + 1}-{len(report.step_ms)}: pipeline, "
                    "all-reduce, optimizer)")  # fmt: skip
     if planned is not None and step is not None:
-        typer.echo(
+        _say(
             f"predicted: {planned.step_ms:.2f} ms per step (the plan simulated with {planned.profile} and {planned.cluster}, "
             f"before running); measured/predicted = {step / planned.step_ms:.3f}"
         )
     if predicted is not None and measured is not None:
         latency, bandwidth = report.link
-        typer.echo(
+        _say(
             f"re-profiled: {predicted:.2f} ms (simulated {report.schedule.name} with every stage profiled where it ran; "
             f"link {ms_to_us(latency):.0f} us, {bytes_per_s_to_gb_per_s(bandwidth):.2f} GB/s) "
             f"against {measured:.2f} ms of pipeline per step; "
@@ -115,7 +121,7 @@ def print_results(report: Any, as_json: bool) -> None:
         from pipeplan.viz.tables import format_bytes
 
         steps = len(a["spans_ms"])
-        typer.echo(
+        _say(
             f"all-reduce: stage {a['stage']}'s {format_bytes(a['bytes'])} over devices {a['devices']}: {a['mean_ms']:.2f} ms "
             f"per step on the emulated network (mean of {steps} step{'s' if steps != 1 else ''}), {a['nominal_ms']:.2f} "
             "ms at its nominal rates"
@@ -126,15 +132,15 @@ def print_results(report: Any, as_json: bool) -> None:
             if report.skipped_steps
             else "no step skipped"
         )
-        typer.echo(f"fp16:      loss scale {report.loss_scale:g} at the end; {skipped}")
+        _say(f"fp16:      loss scale {report.loss_scale:g} at the end; {skipped}")
     for e in report.evals:
-        typer.echo(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
+        _say(f"eval:      step {e.step} (epoch {e.epoch:.2f}): test accuracy {e.test_accuracy:.2%}, loss {e.test_loss:.4f}")
     if report.delays is not None:
-        typer.echo(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
+        _say(f"pipemare:  {report.samples_per_s:.1f} samples/s; measured delays (optimizer steps, stage 0 first) "
                    f"{report.delays}")  # fmt: skip
     if report.adaptive is not None:
         for line in adaptive_lines(report.adaptive):
-            typer.echo(line)
+            _say(line)
 
 
 def adaptive_lines(adaptive: dict[str, Any]) -> list[str]:

@@ -1,0 +1,87 @@
+"""The emulated network of a train job (--emulate-gb-per-s, --bandwidth-trace), checked against the job's devices and
+priced before any process starts: its slowest link, its largest message and its replicated stages' all-reduces."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeplan.core.plan import Plan
+    from pipeplan.runtime.transport.network import NetworkSettings
+
+
+def network_for_train(
+    trace: str | None,
+    gb_per_s: float | None,
+    cluster: str | None,
+    plan_devices: Sequence[int] | None,
+    local: int | None,
+    timeout_s: float = 300.0,
+    message_bytes: float | None = None,
+    allreduces: Sequence[tuple[int, tuple[int, ...], float]] = (),
+) -> NetworkSettings | None:
+    """The emulated network, checked against the job's devices (the plan's, else one per process: --local N or
+    torchrun's WORLD_SIZE) and priced: its slowest link's lowest rate above the floor, and the largest message
+    (`message_bytes`, when known) moved within `timeout_s` (link_emulation.check_emulation_time), and each of
+    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one. The --local
+    launcher checks them here once; its workers get them in its TrainConfig (the trace file is then read once more
+    per worker, by the wire it builds).
+
+    Raises:
+        TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on, a rate
+            the run cannot finish on.
+        CostError, ClusterError: an unreadable trace or cluster.
+    """
+    from pipeplan.runtime.transport.link_emulation import check_allreduce_time, check_emulation_time
+    from pipeplan.runtime.transport.network import network_settings
+
+    settings = network_settings(trace, gb_per_s, cluster)
+    if settings is None:
+        return settings
+    settings = settings.loaded()  # the trace read once, here: every process of the job runs these steps
+    world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
+    devices = list(plan_devices) if plan_devices is not None else list(range(world))
+    if devices:
+        rates = f"--emulate-gb-per-s {gb_per_s:g}" if gb_per_s is not None else f"cluster {cluster}'s rate"
+        links = settings.links(devices)
+        check_emulation_time(links, rates, timeout_s, message_bytes)
+        check_allreduce_time(links, rates, timeout_s, allreduces)
+    else:  # a torchrun worker: each process checks the devices again when it builds its wire
+        settings.require_rate()
+        settings.read_trace()
+    return settings
+
+
+def largest_message_bytes(plan: Plan | None, profile: str | None, cluster: str | None, scaling: str) -> float | None:
+    """Bytes of the largest activation (or its gradient) one microbatch of `plan` sends across a stage boundary, from
+    its profile's cut bytes (before any split over replicated stages: an upper bound on one message), or None
+    without a plan, profile and cluster to price it with."""
+    if plan is None or profile is None or cluster is None or len(plan.stages) < 2:
+        return None
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.chain_view import chain_view
+    from pipeplan.sim.cost.model import CostModel
+
+    chain, model = chain_view(plan, CostModel.build(load_profile(profile), load_cluster(cluster), scaling))
+    return max(model.layers.cut_bytes(s.last_layer, chain.microbatch_size) for s in chain.stages[:-1])
+
+
+def stage_allreduces(
+    plan: Plan | None, profile: str | None, cluster: str | None, scaling: str
+) -> list[tuple[int, tuple[int, ...], float]]:
+    """Each replicated stage of `plan` as (stage, its devices: the all-reduce's ring, its parameters' bytes from the
+    profile), or none without a plan, profile and cluster to price them with."""
+    if plan is None or profile is None or cluster is None:
+        return []
+    from pipeplan.presets.resolve import load_cluster, load_profile
+    from pipeplan.sim.cost.chain_view import chain_view
+    from pipeplan.sim.cost.model import CostModel
+
+    chain, model = chain_view(plan, CostModel.build(load_profile(profile), load_cluster(cluster), scaling))
+    return [
+        (s, stage.devices, model.layers.stage(range(stage.first_layer, stage.last_layer + 1), 1, 1, 1.0).param_bytes)
+        for s, stage in enumerate(chain.stages)
+        if len(stage.devices) > 1
+    ]

@@ -1,0 +1,196 @@
+"""`pipeplan train` wired once (the CLI maps its flags to `train` here): every check before any process starts
+(api.train.train_setup, runtime.options), the emulated network priced, then the --local launcher or this process's part."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from pipeplan.api.option_text import parse_budget, parse_options, refuse_sizes_for_file
+from pipeplan.api.train.train_flags import TrainFlags, check_train_files
+from pipeplan.api.train.train_network import largest_message_bytes, network_for_train, stage_allreduces
+from pipeplan.api.train.train_setup import (
+    adaptive_budget,
+    async_settings,
+    check_layout,
+    check_model_flags,
+    check_options,
+    check_plan,
+    check_runnable,
+    model_of_profile,
+    prediction_inputs,
+    prediction_numerics,
+    prepare_checkpoints,
+    refuse_asynchronous_split,
+    refuse_beside_plan,
+    split_ints,
+)
+from pipeplan.api.train.train_workers import launch, run_part
+
+if TYPE_CHECKING:
+    from pipeplan.runtime.training.train_config import TrainConfig
+
+
+def train(f: TrainFlags) -> int | None:
+    """Check `f` once and build the job's TrainConfig (`train_config`), then start --local's processes, each given
+    that config (returns their exit code), or run this process's part (a torchrun rank: ends the process with its
+    peers, runtime.training.launch.finish_worker). Notes go to stderr; per-step lines and process 0's results
+    (viz.train_report) to stdout.
+
+    Returns:
+        The exit code when nothing runs here (a finished run: 0) or the --local launcher's; None after this
+        process's part (a rank that could not leave through finish_worker, e.g. under a test's stand-in).
+
+    Raises:
+        PipeplanError: a bad value, naming the flag, before any process starts.
+    """
+    config = train_config(f)
+    if config is None:
+        return 0
+    if f.local is not None:
+        modules = ((config.module, dict(config.module_options)), *(s for s in (config.data, config.loss) if s is not None))
+        return launch(config, f, f.local, modules)
+    run_part(config, f)
+    return None
+
+
+def train_config(f: TrainFlags) -> TrainConfig | None:
+    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster and
+    bandwidth trace read and checked, the emulated network priced, a checkpoint folder prepared; None when the run
+    is already finished (a resumed run at its last step: nothing to start).
+
+    Raises:
+        PipeplanError: a bad value, naming the flag.
+    """
+    from pipeplan.api.data_checks import check_user_data, user_dataset
+    from pipeplan.runtime.execution.job import ScheduleLayout
+    from pipeplan.runtime.options import check_adaptable, check_async_precision, check_global_batch, check_seed
+    from pipeplan.runtime.rank_errors import TrainConfigError
+    from pipeplan.runtime.transport.launch_env import check_launch_env
+
+    plan, schedule, local, profile, cluster = f.plan, f.schedule, f.local, f.profile, f.cluster
+    if local is None:  # a worker: the launcher's variables, checked before anything reads them
+        check_launch_env()
+    check_seed(f.seed)
+    budget = parse_budget("--memory-budget", f.memory_budget)
+
+    if (plan is None) == (schedule is None):
+        raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
+    if plan is not None:
+        refuse_beside_plan({"--stages": f.stages, "--microbatches": f.microbatches, "--batch-size": f.batch_size,
+                            "--k": f.k, "--chunks": f.chunks, "--replicas": f.replicas})  # fmt: skip
+    if f.steps is not None and f.epochs is not None:
+        raise TrainConfigError("give --steps or --epochs, not both")
+    if f.epochs is not None and f.epochs < 1:
+        raise TrainConfigError(f"--epochs must be >= 1, got {f.epochs}")
+    run_steps = f.steps if f.steps is not None else 10
+    asynchronous = async_settings(schedule, f.lr_reschedule, f.discrepancy_decay, f.sync_warmup, f.weight_prediction,
+                                  None if f.epochs else run_steps,
+                                  {"--checkpoint-dir": f.checkpoint_dir, "--timeline": f.timeline, "--png": f.png,
+                                   "--predict": f.predict or None, "--save-grads": f.save_grads,
+                                   "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
+                                   "--adaptive": f.adaptive or None})  # fmt: skip
+    if asynchronous is not None:
+        check_async_precision(f.precision, str(schedule))
+    if plan is None and (profile is not None or cluster is not None):
+        raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
+    check_options(local=local, steps=run_steps, lr=f.lr, threads=f.threads, timeout=f.timeout,
+                  warmup_steps=f.warmup_steps, checkpoint_every=f.checkpoint_every, checkpoint_dir=f.checkpoint_dir,
+                  resume=f.resume, optimizer=f.optimizer, dtype=f.dtype, keep_last=f.keep_last,
+                  lr_schedule=f.lr_schedule, batch_scaling=f.batch_scaling, backend=f.backend,
+                  batch_size=f.batch_size, precision=f.precision, check_outputs=lambda: check_train_files(f))  # fmt: skip
+    spec_options = parse_options(f.options or [])
+    module, dataset, adaptive = f.module, f.dataset, f.adaptive
+    layout = plan_obj = links_from = plan_profile = None
+    predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
+    if plan is not None:
+        from pipeplan.presets.resolve import load_plan
+
+        plan_obj, names = load_plan(plan, profile)
+        check_runnable(plan_obj, plan)
+        check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
+        if local is not None and len(plan_obj.all_devices) != local:
+            raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
+        links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
+        explicit = profile is not None or f.predict
+        plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
+        profile, cluster = prediction_inputs(profile, cluster, names, say=True)
+        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), say=True)
+        check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
+        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, f.options is not None)
+        if f.predict:
+            from pipeplan.api.train.train_setup import refuse_predict_for_graph
+
+            refuse_predict_for_graph(plan, plan_obj, profile)
+        adaptive = adaptive or plan_obj.adaptive is not None  # a plan's adaptive setting adapts with no other flag
+        if adaptive:
+            check_adaptable(plan_obj.schedule, plan_obj.chunks)
+            setting = plan_obj.adaptive
+            named = "--memory-budget" if budget is not None or setting is None else f"plan {plan} adaptive.memory_budget_bytes"
+            given = budget if budget is not None or setting is None else setting.memory_budget_bytes
+            budget = adaptive_budget(plan_obj, given, named, (profile, cluster), f.batch_scaling, f.optimizer)
+    else:
+        assert schedule is not None
+        if adaptive:
+            check_adaptable(schedule, f.chunks if f.chunks is not None else 1)
+        refuse_sizes_for_file(schedule, f.stages, f.microbatches, f.k if f.k is not None else 1,
+                                    f.chunks if f.chunks is not None else 1)  # fmt: skip
+        sizes = [value if value is not None else default for value, default in
+                 ((f.stages, 2), (f.microbatches, 4), (f.batch_size, 64), (f.k, 1), (f.chunks, 1))]  # fmt: skip
+        layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", f.replicas),
+                                run_steps if f.epochs is None else max(f.sync_warmup, 1), f.sync_warmup)  # fmt: skip
+        checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
+        if checked is not None:
+            _, per_rank, copies = checked
+            if copies > 1:
+                _say(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                          f"(data parallel); --local {sum(per_rank)} runs one")  # fmt: skip
+    if budget is not None and not adaptive:
+        raise TrainConfigError(
+            f"--memory-budget {f.memory_budget} bounds the k of an adaptive run; give --adaptive too (or a plan with an "
+            "adaptive setting: pipeplan plan --adaptive)"
+        )
+    dataset = user_dataset(dataset, f.data, plan, plan_profile)  # a profile of your samples records the dataset `data`
+    check_model_flags("mlp" if module is None else module, spec_options, dataset, f.module)
+    # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
+    check_user_data(module or "mlp", spec_options, dataset, data=f.data, loss=f.loss, eval_fraction=f.eval_fraction,
+                    evaluate=f.evaluate, dtype=f.dtype, seed=f.seed, build=local is not None)  # fmt: skip
+    refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset, f.dtype, f.seed, f.data, f.loss))
+    if f.checkpoint_dir is not None:
+        job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto",
+               "dtype": f.dtype, "optimizer": f.optimizer, "seed": f.seed, "lr": f.lr, "data": f.data,
+               "loss": f.loss, "eval_fraction": f.eval_fraction}  # fmt: skip
+        note, finished = prepare_checkpoints(f.checkpoint_dir, f.resume, f.checkpoint_every, run_steps, job,
+                                             (plan_obj, plan, layout), local)  # fmt: skip
+        # Said once: by the --local launcher, else by process 0 of the job.
+        if note is not None and (local is not None or int(os.environ.get("RANK", "0")) == 0):
+            _say(f"note: {note}")
+        if finished:
+            return None
+    emulated = f.bandwidth_trace is not None or f.emulate_gb_per_s is not None
+    message = largest_message_bytes(plan_obj, profile, cluster, f.batch_scaling) if emulated else None
+    allreduces = stage_allreduces(plan_obj, profile, cluster, f.batch_scaling) if emulated else []
+    network = network_for_train(f.bandwidth_trace, f.emulate_gb_per_s, links_from,
+                                plan_obj.all_devices if plan_obj else None, local, f.timeout, message,
+                                allreduces)  # fmt: skip
+    from pipeplan.runtime.training.train_config import TrainConfig
+
+    return TrainConfig(
+        plan=plan_obj, plan_path=plan, layout=layout, module=module or "mlp",
+        module_options=tuple(sorted(spec_options.items())), dataset=dataset or "auto",
+        dtype=f.dtype, precision=f.precision, steps=run_steps, lr=f.lr, lr_schedule=f.lr_schedule,
+        optimizer=f.optimizer, seed=f.seed, checkpoint_dir=f.checkpoint_dir,
+        checkpoint_every=f.checkpoint_every, keep_last=f.keep_last, resume=f.resume, timeout_s=f.timeout,
+        timeline=f.timeline is not None or f.png is not None,
+        threads=f.threads, save_grads=f.save_grads, predict=f.predict, backend=f.backend,
+        profile=profile if predicting else None, cluster=cluster if predicting else None,
+        batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
+        epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
+        loss=f.loss, eval_fraction=f.eval_fraction,
+    )  # fmt: skip
+
+
+def _say(line: str) -> None:
+    """A note for the user, on stderr."""
+    print(line, file=sys.stderr, flush=True)
