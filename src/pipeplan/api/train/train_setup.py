@@ -4,7 +4,6 @@ switches, the files a plan's step is predicted with, and the model a plan's prof
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -197,11 +196,11 @@ def check_plan(
 
 
 def prediction_inputs(
-    profile: str | None, cluster: str | None, names: dict[str, str], say: bool
+    profile: str | None, cluster: str | None, names: dict[str, str], notes: list[str]
 ) -> tuple[str | None, str | None]:
     """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
-    plan's own; a plan whose own files cannot be loaded runs without a prediction, saying why (once: on process 0 of
-    the job, `say`, not in the --local launcher)."""
+    plan's own; a plan whose own files cannot be loaded runs without a prediction, and a line saying why is added to
+    `notes` (printed by the caller once every check has passed: a refusal stays one line)."""
     from pipeplan.presets.resolve import load_cluster, load_profile
 
     chosen = []
@@ -213,19 +212,18 @@ def prediction_inputs(
         try:
             loader(own)
         except PipeplanError as exc:
-            if say and int(os.environ.get("RANK", "0")) == 0:
-                print(f"note: no predicted step: {exc}", file=sys.stderr, flush=True)
+            notes.append(f"note: no predicted step: {exc}")
             return None, None
         chosen.append(own)
     return chosen[0], chosen[1]
 
 
-def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str, str], say: bool) -> bool:
+def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str, str], notes: list[str]) -> bool:
     """Whether `profile` may predict a run in `numerics` (--dtype, --precision): only when it was measured in them.
 
     A profile measured in other numbers never predicts this run (core.precision): when the user asked for that
     prediction (`explicit`: --profile or --predict) the command is refused before any process starts; the plan's own
-    profile, not asked for, gives no prediction and one note says why (on process 0, `say`).
+    profile, not asked for, gives no prediction and one line added to `notes` says why.
 
     Raises:
         ProfileError: an `explicit` profile measured in other numbers, naming both and the way out.
@@ -241,8 +239,7 @@ def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str
         return True
     if explicit:
         raise ProfileError(mismatch)
-    if say and int(os.environ.get("RANK", "0")) == 0:
-        print(f"note: no predicted step: {mismatch}", file=sys.stderr, flush=True)
+    notes.append(f"note: no predicted step: {mismatch}")
     return False
 
 

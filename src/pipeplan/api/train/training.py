@@ -103,6 +103,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
     spec_options = parse_options(f.options or [])
     module, dataset, adaptive = f.module, f.dataset, f.adaptive
     layout = plan_obj = links_from = plan_profile = None
+    notes: list[str] = []  # said once every check has passed (so that a refusal stays its one line)
     predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
     if plan is not None:
         from pipeplan.presets.resolve import load_plan
@@ -115,8 +116,8 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
         explicit = profile is not None or f.predict
         plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
-        profile, cluster = prediction_inputs(profile, cluster, names, say=True)
-        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), say=True)
+        profile, cluster = prediction_inputs(profile, cluster, names, notes)
+        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), notes)
         check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
         module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, f.options is not None)
         if f.predict:
@@ -163,10 +164,10 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
                "loss": f.loss, "eval_fraction": f.eval_fraction}  # fmt: skip
         note, finished = prepare_checkpoints(f.checkpoint_dir, f.resume, f.checkpoint_every, run_steps, job,
                                              (plan_obj, plan, layout), local)  # fmt: skip
-        # Said once: by the --local launcher, else by process 0 of the job.
-        if note is not None and (local is not None or int(os.environ.get("RANK", "0")) == 0):
-            _say(f"note: {note}")
+        if note is not None:
+            notes.append(f"note: {note}")
         if finished:
+            _say_once(notes, local)
             return None
     emulated = f.bandwidth_trace is not None or f.emulate_gb_per_s is not None
     message = largest_message_bytes(plan_obj, profile, cluster, f.batch_scaling) if emulated else None
@@ -174,6 +175,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
     network = network_for_train(f.bandwidth_trace, f.emulate_gb_per_s, links_from,
                                 plan_obj.all_devices if plan_obj else None, local, f.timeout, message,
                                 allreduces)  # fmt: skip
+    _say_once(notes, local)
     from pipeplan.runtime.training.train_config import TrainConfig
 
     return TrainConfig(
@@ -189,6 +191,14 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
     )  # fmt: skip
+
+
+def _say_once(notes: list[str], local: int | None) -> None:
+    """The notes the checks collected, said once every check has passed: by the --local launcher, else by process 0
+    of the job (under torchrun every rank builds the config)."""
+    if local is not None or int(os.environ.get("RANK", "0")) == 0:
+        for line in notes:
+            _say(line)
 
 
 def _say(line: str) -> None:
