@@ -56,9 +56,10 @@ def train(f: TrainFlags) -> int | None:
 
 
 def train_config(f: TrainFlags) -> TrainConfig | None:
-    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster and
-    bandwidth trace read and checked, the emulated network priced, a checkpoint folder prepared; None when the run
-    is already finished (a resumed run at its last step: nothing to start).
+    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster, schedule
+    file and bandwidth trace read and checked (their contents carried: TrainConfig.loaded), the emulated network
+    priced, a checkpoint folder prepared; None when the run is already finished (a resumed run at its last step:
+    nothing to start).
 
     Raises:
         PipeplanError: a bad value, naming the flag.
@@ -188,7 +189,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
-    )  # fmt: skip
+    ).loaded()  # fmt: skip  # every file read once, here: the workers are handed their contents
 
 
 def _say(line: str) -> None:
