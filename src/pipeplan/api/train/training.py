@@ -140,7 +140,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         sizes = [value if value is not None else default for value, default in
                  ((f.stages, 2), (f.microbatches, 4), (f.batch_size, 64), (f.k, 1), (f.chunks, 1))]  # fmt: skip
         layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", f.replicas),
-                                run_steps if f.epochs is None else max(f.sync_warmup, 1), f.sync_warmup)  # fmt: skip
+                                run_steps if f.epochs is None else max(f.sync_warmup, 1), f.sync_warmup).loaded()  # fmt: skip
         checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
         if checked is not None:
             _, per_rank, copies = checked
