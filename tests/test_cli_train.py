@@ -36,33 +36,54 @@ def test_a_plan_with_an_adaptive_setting_adapts_within_its_budget_with_no_other_
 
 
 @pytest.mark.slow
-def test_local_workers_never_open_the_plan_or_the_bandwidth_trace(tmp_path: Path) -> None:
-    """train --local 2 --plan --bandwidth-trace: the launcher reads and checks both files, then they are removed
-    before any worker starts; the workers run the TrainConfig the launcher handed them (the plan and the trace's steps
-    values in it), on the emulated network, and train."""
+def test_local_workers_never_open_a_user_file(tmp_path: Path) -> None:
+    """train --local 2: the launcher reads and checks every file it is given, then they are all removed before any
+    worker starts; the workers run the TrainConfig the launcher handed them (the files' contents values in it) and
+    train. One run with --plan, its profile and cluster (the step predicted from them) and a --bandwidth-trace whose
+    links take the cluster's rate (no --emulate-gb-per-s); one with a --schedule file."""
     import subprocess
     import sys
 
+    from pipeplan import api
     from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
     from pipeplan.io.bandwidth_trace_json import write_bandwidth_trace
+    from pipeplan.io.schedule_io import write_schedule_csv
+    from pipeplan.schedules import make_schedule
 
-    trace = tmp_path / "trace.json"
-    write_bandwidth_trace(BandwidthTrace((TraceStep(0.0, None, 0.5),)), trace, {"kind": "test"})
+    model = ["--opt", "hidden=16", "--opt", "blocks=4", "--dataset", "sample"]
+    profile = api.profile_model("mlp", 8, options={"hidden": 16, "blocks": 4}, dataset="sample", batch_sizes=[8],
+                                runs=1, warmup=0)  # fmt: skip
+    api.save_profile(profile, str(tmp_path / "profile.json"))
+    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
+               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
+    plan = api.plan(profile, str(tmp_path / "cluster.json"), 32, schedule="1f1b", replication="none").plan
+    api.save_plan(plan, str(tmp_path / "plan.json"), "profile.json", "cluster.json")  # names relative to the plan
+    write_bandwidth_trace(BandwidthTrace((TraceStep(0.0, None, 0.5),)), tmp_path / "trace.json", {"kind": "test"})
+    write_schedule_csv(make_schedule("1f1b", 2, 4), tmp_path / "order.csv")
 
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({
-        "format": "pipeplan.plan/1", "profile": "none.json", "cluster": "none.json", "pipeline_replicas": 1,
-        "microbatches": 4, "microbatch_size": 8, "schedule": "1f1b", "k": 1, "chunks": 1, "order": None,
-        "stages": [{"first_layer": 0, "last_layer": 1, "devices": [0]}, {"first_layer": 2, "last_layer": 3, "devices": [1]}],
-    }))  # fmt: skip
+    runs = {
+        "plan": [*model, "--plan", "plan.json", "--bandwidth-trace", "trace.json"],
+        "schedule": [*model, "--schedule", "order.csv", "--batch-size", "32", "--no-predict"],
+    }
     boot = (
         "import os, pipeplan.runtime.training.launch as launch; real = launch.launch_local\n"
-        f"def gone(*args, **kwargs):\n    os.remove({str(plan)!r}); os.remove({str(trace)!r}); return real(*args, **kwargs)\n"
+        "def gone(*args, **kwargs):\n    [os.remove(name) for name in os.listdir('.')]; return real(*args, **kwargs)\n"
         "launch.launch_local = gone\nfrom pipeplan.cli import main; main()"
     )
-    done = subprocess.run([sys.executable, "-c", boot, "train", *TINY, "--plan", str(plan),
-                           "--bandwidth-trace", str(trace), "--emulate-gb-per-s", "1"], capture_output=True,
-                          text=True, timeout=600, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert not plan.exists() and not trace.exists()
-    assert len(json.loads(done.stdout)["losses"]) == 4  # each wire built from the steps it was given
+    outs = {}
+    for name, args in runs.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for file in ("profile.json", "cluster.json", "plan.json", "trace.json", "order.csv"):
+            (folder / file).write_bytes((tmp_path / file).read_bytes())
+        done = subprocess.run([sys.executable, "-c", boot, "train", "--local", "2", "--steps", "3", "--optimizer", "sgd",
+                               "--json", *args], capture_output=True, text=True, timeout=600, check=False,
+                              cwd=folder)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert list(folder.iterdir()) == []  # every file gone before the workers started
+        outs[name] = json.loads(done.stdout)
+        assert len(outs[name]["losses"]) == 3, done.stderr
+    assert outs["plan"]["predicted_step_ms"] > 0  # predicted by process 0 from the profile and cluster it was handed
+    assert outs["schedule"]["predicted_step_ms"] is None
+    assert outs["schedule"]["schedule"] == "order"  # the file's schedule, as the launcher read it

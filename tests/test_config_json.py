@@ -1,5 +1,6 @@
 """runtime.training.config_json: a TrainConfig through its JSON text (what the --local launcher hands its workers)
-comes back equal, for plans (adaptive, with a layer order, with an order of their own) and schedule layouts."""
+comes back equal, for plans (adaptive, with a layer order, with an order of their own) and schedule layouts, with the
+files' contents it carries (TrainConfig.loaded: a profile, clusters, a schedule file's schedule, a trace's steps)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ torch = pytest.importorskip("torch")
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep  # noqa: E402
 from pipeplan.core.plan import AdaptiveSetting, Plan, Stage  # noqa: E402
 from pipeplan.core.schedule import Action  # noqa: E402
+from pipeplan.io.schedule_io import schedule_from_csv, schedule_to_csv  # noqa: E402
+from pipeplan.presets.resolve import load_cluster, load_profile  # noqa: E402
 from pipeplan.runtime.execution.job import ScheduleLayout  # noqa: E402
 from pipeplan.runtime.options import AsyncSettings  # noqa: E402
 from pipeplan.runtime.rank_errors import TrainConfigError  # noqa: E402
 from pipeplan.runtime.training.config_json import config_from_json, config_to_json  # noqa: E402
 from pipeplan.runtime.training.train_config import TrainConfig  # noqa: E402
 from pipeplan.runtime.transport.network import NetworkSettings  # noqa: E402
+from pipeplan.schedules import make_schedule  # noqa: E402
 
 STAGES = (Stage(0, 1, (0,)), Stage(2, 3, (1, 2)))
 PLANS = [
@@ -32,9 +36,18 @@ PLANS = [
          order=((Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0), Action(0, "B", 1)),
                 (Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)))),
 ]  # fmt: skip
+PROFILES = st.sampled_from([load_profile("dapple/amoeba-6-simplified"), load_profile("pipedream/alexnet")])
+CLUSTERS = st.sampled_from([load_cluster("v100-8x1"), load_cluster("hetero-a100-v100")])
+READ_SCHEDULES = st.sampled_from(
+    [  # a schedule file's schedule as the launcher read it: generated, or a CSV's
+        make_schedule("1f1b", 2, 4),
+        schedule_from_csv(schedule_to_csv(make_schedule("zb-h1", 3, 5)), "order.csv", name="order.csv"),
+    ]
+)
 LAYOUTS = st.builds(ScheduleLayout, st.sampled_from(["1f1b", "kfkb", "gpipe", "order.csv"]), st.integers(1, 4),
                     st.integers(1, 8), st.sampled_from([8, 64]), st.integers(1, 3), st.just(1),
-                    st.none() | st.lists(st.integers(1, 3), min_size=1, max_size=4).map(tuple))  # fmt: skip
+                    st.none() | st.lists(st.integers(1, 3), min_size=1, max_size=4).map(tuple),
+                    file_schedule=st.none() | READ_SCHEDULES)  # fmt: skip
 TRACES = st.lists(
     st.tuples(st.floats(0.0, 1e6), st.none() | st.tuples(st.integers(0, 3), st.integers(4, 7)), st.floats(0.01, 1.0)),
     min_size=1,
@@ -55,8 +68,17 @@ CONFIGS = st.builds(
     timeline=st.booleans(),
     profile=st.none() | WORDS,
     cluster=st.none() | WORDS,
+    profile_value=st.none() | PROFILES,
+    cluster_value=st.none() | CLUSTERS,
     network=st.none()
-    | st.builds(NetworkSettings, st.none() | WORDS, st.none() | st.floats(0.5, 100.0), st.none() | WORDS, st.none() | TRACES),
+    | st.builds(
+        NetworkSettings,
+        st.none() | WORDS,
+        st.none() | st.floats(0.5, 100.0),
+        st.none() | WORDS,
+        st.none() | TRACES,
+        st.none() | CLUSTERS,
+    ),
     memory_budget_bytes=st.none() | st.floats(1.0, 1e12),
     data=st.none() | WORDS,
     eval_fraction=st.floats(0.0, 0.5),

@@ -74,6 +74,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("layout", "k"): (st.integers(1, 8), "--k"),
     ("layout", "chunks"): (st.integers(1, 8), "--chunks"),
     ("layout", "replicas"): (st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple), "--replicas"),
+    ("layout", "file_schedule"): (st.sampled_from(["gpipe", "1f1b"]).map(lambda name: _schedule(name)), "--schedule"),
     ("layout", "minibatches"): (st.integers(1, 99), "the pipemare run's minibatches (--steps)"),
     ("layout", "sync_minibatches"): (st.integers(1, 99), "the pipemare run's synchronous minibatches (--sync-warmup)"),
     ("asynchronous", "lr_reschedule"): (st.integers(1, 99), "--lr-reschedule"),
@@ -87,8 +88,14 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ),
     ("network", "gb_per_s"): (st.floats(0.001, 100), "--emulate-gb-per-s"),
     ("network", "cluster"): (WORDS, "the emulated links' cluster"),
+    ("network", "cluster_value"): (
+        st.sampled_from(["v100-8x1", "a100-8x2"]).map(lambda n: _cluster(n)),
+        "the emulated links' cluster",
+    ),
     ("profile",): (WORDS, "--profile"),
     ("cluster",): (WORDS, "--cluster"),
+    ("profile_value",): (st.sampled_from(["pipedream/alexnet", "dapple/vgg-19"]).map(lambda n: _profile(n)), "--profile"),
+    ("cluster_value",): (st.sampled_from(["v100-8x1", "a100-8x2"]).map(lambda n: _cluster(n)), "--cluster"),
     ("batch_scaling",): (st.sampled_from(["linear", "floor", "measured"]), "--batch-scaling"),
     ("backend",): (st.sampled_from(["gloo", "nccl"] if _CUDA else ["gloo"]), "--backend"),
     ("checkpoint_dir",): (WORDS, "--checkpoint-dir"),
@@ -110,6 +117,18 @@ def _schedule(name: str) -> Any:
     from pipeplan.schedules import make_schedule
 
     return make_schedule(name, 2, 4)
+
+
+def _profile(name: str) -> Any:
+    from pipeplan.presets.resolve import load_profile
+
+    return load_profile(name)
+
+
+def _cluster(name: str) -> Any:
+    from pipeplan.presets.resolve import load_cluster
+
+    return load_cluster(name)
 
 
 def _changed(path: tuple[str, ...], value: Any) -> tuple[TrainConfig, TrainConfig]:

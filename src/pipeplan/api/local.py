@@ -204,7 +204,7 @@ def train_local(
             steps=steps, lr=lr, optimizer=optimizer, seed=seed, timeout_s=timeout_s, profile=paths["profile"],
             cluster=paths["cluster"], batch_scaling=batch_scaling, warmup_steps=warmup_steps, dtype=numerics[0],
             precision=numerics[1], data=data, loss=loss, eval_fraction=eval_fraction, evaluate=evaluate, epochs=epochs,
-        )  # fmt: skip
+        ).loaded()  # fmt: skip  # the profile and cluster read here, once: the workers are handed them
         # the job's TrainConfig as the workers run it; the MODULE_SPECs beside it, for the launcher to find first
         params = {"config": config_to_json(config), "module": spec, "options": dict(source.options), "data": data,
                   "loss": loss}  # fmt: skip

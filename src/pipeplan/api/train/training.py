@@ -56,9 +56,10 @@ def train(f: TrainFlags) -> int | None:
 
 
 def train_config(f: TrainFlags) -> TrainConfig | None:
-    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster and
-    bandwidth trace read and checked, the emulated network priced, a checkpoint folder prepared; None when the run
-    is already finished (a resumed run at its last step: nothing to start).
+    """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster, schedule
+    file and bandwidth trace read and checked (their contents carried: TrainConfig.loaded), the emulated network
+    priced, a checkpoint folder prepared; None when the run is already finished (a resumed run at its last step:
+    nothing to start).
 
     Raises:
         PipeplanError: a bad value, naming the flag.
@@ -140,7 +141,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         sizes = [value if value is not None else default for value, default in
                  ((f.stages, 2), (f.microbatches, 4), (f.batch_size, 64), (f.k, 1), (f.chunks, 1))]  # fmt: skip
         layout = ScheduleLayout(schedule, *sizes, split_ints("--replicas", f.replicas),
-                                run_steps if f.epochs is None else max(f.sync_warmup, 1), f.sync_warmup)  # fmt: skip
+                                run_steps if f.epochs is None else max(f.sync_warmup, 1), f.sync_warmup).loaded()  # fmt: skip
         checked = check_layout(layout, local)  # a bad name, size or world size fails here, once, before any start
         if checked is not None:
             _, per_rank, copies = checked
@@ -190,7 +191,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
-    )  # fmt: skip
+    ).loaded()  # fmt: skip  # every file read once, here: the workers are handed their contents
 
 
 def _say_once(notes: list[str], local: int | None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeplan.core.partition import split_evenly
 from pipeplan.core.plan import Plan, Stage
@@ -24,6 +24,7 @@ class ScheduleLayout:
     run's steps) of `microbatches` each, the first `sync_minibatches` flushed;
     its plan then has minibatches x microbatches microbatches of
     global_batch / microbatches samples, one pipeline, no replicas.
+    `file_schedule` is a schedule file's schedule as the launcher read it (`loaded`): no process reads the file again.
     """
 
     name: str
@@ -35,6 +36,7 @@ class ScheduleLayout:
     replicas: tuple[int, ...] | None = None
     minibatches: int = 1
     sync_minibatches: int = 0
+    file_schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
         from pipeplan.runtime.options import check_global_batch
@@ -48,12 +50,29 @@ class ScheduleLayout:
 
         return self.name in ASYNCHRONOUS
 
+    @property
+    def from_file(self) -> bool:
+        """True when `name` is a schedule file (.csv or .json) rather than a schedule's name."""
+        return self.name.lower().endswith((".csv", ".json"))
+
+    def loaded(self) -> ScheduleLayout:
+        """This layout with its schedule file read once, here (its schedule carried from now on).
+
+        Raises:
+            ScheduleError: a bad or missing file.
+        """
+        if not self.from_file or self.file_schedule is not None:
+            return self
+        return replace(self, file_schedule=self.schedule())
+
     def schedule(self) -> Schedule:
         """The schedule: generated from the name, or read from the file.
 
         Raises:
             ScheduleError: bad sizes or file, or a k or chunks the schedule does not take.
         """
+        if self.file_schedule is not None:
+            return self.file_schedule
         if self.asynchronous:
             from pipeplan.schedules.pipemare import pipemare
             from pipeplan.schedules.registry import check_schedule_options

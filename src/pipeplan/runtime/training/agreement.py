@@ -24,9 +24,12 @@ import torch
 from torch import nn
 
 from pipeplan.core.errors import PipeplanError
+from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.profile import ModelProfile
 from pipeplan.models.build import Model
 from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.zoo.datasets import Dataset
+from pipeplan.runtime.execution.job import ScheduleLayout
 from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.training.train_config import TrainConfig
 from pipeplan.runtime.transport.exchange import all_gather_json
@@ -43,7 +46,8 @@ LOCAL_FIELDS = {
     "warmup_steps": "only process 0's report uses it",
 }
 """TrainConfig fields that may differ between ranks, and why; every other field is compared (config_fields), a file
-(--profile, --cluster, a schedule or bandwidth trace) by its content, as the paths may differ between machines."""
+(--profile, --cluster, a schedule or bandwidth trace) by its content (as the launcher read it: TrainConfig.loaded),
+as the paths may differ between machines."""
 DATA_SAMPLES = 256
 """The first samples of the training split whose bytes the data's digest covers (with the sizes of both splits)."""
 SHOWN_CHARS = 80
@@ -202,7 +206,7 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
     else:
         fields.append(("--plan", "none"))
     layout = config.layout
-    fields.append(("--schedule", "none" if layout is None else _file(layout.name)))  # a schedule file by its content
+    fields.append(("--schedule", "none" if layout is None else _schedule_file(layout)))  # a file by its content
     for what, name in (("--stages", "stages"), ("--microbatches", "microbatches"),
                        ("--batch-size", "global_batch"), ("--k", "k"), ("--chunks", "chunks"), ("--replicas", "replicas"),
                        ("the pipemare run's minibatches (--steps)", "minibatches"),
@@ -212,9 +216,9 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
     network = config.network
     fields += [("--bandwidth-trace", _trace(network)),
                ("--emulate-gb-per-s", "none" if network is None else repr(network.gb_per_s)),
-               ("the emulated links' cluster", "none" if network is None or network.cluster is None else _file(network.cluster)),
-               ("--profile", "none" if config.profile is None else _file(config.profile)),
-               ("--cluster", "none" if config.cluster is None else _file(config.cluster)),
+               ("the emulated links' cluster", "none" if network is None else _links_cluster(network)),
+               ("--profile", _content(config.profile, config.profile_value)),
+               ("--cluster", _content(config.cluster, config.cluster_value)),
                ("--batch-scaling", config.batch_scaling), ("--backend", str(config.backend or "default")),
                ("--checkpoint-dir", str(config.checkpoint_dir)), ("--checkpoint-every", str(config.checkpoint_every)),
                ("--keep-last", str(config.keep_last)), ("--resume", str(config.resume)),
@@ -312,6 +316,33 @@ def _trace(network: NetworkSettings | None) -> str:
     from pipeplan.io.bandwidth_trace_json import bandwidth_trace_to_json
 
     return f"a trace with sha256 {_sha(json.dumps(bandwidth_trace_to_json(network.trace_steps)))}"
+
+
+def _schedule_file(layout: ScheduleLayout) -> str:
+    """A --schedule by content: the file's schedule as the launcher read it (ScheduleLayout.loaded), else `_file`."""
+    if layout.file_schedule is None:
+        return _file(layout.name)
+    from pipeplan.io.schedule_io import schedule_to_json
+
+    return f"a schedule with sha256 {_sha(json.dumps(schedule_to_json(layout.file_schedule)))}"
+
+
+def _links_cluster(network: NetworkSettings) -> str:
+    """The emulated links' cluster by content: as the launcher read it (NetworkSettings.loaded), else `_file`."""
+    if network.cluster_value is None:
+        return "none" if network.cluster is None else _file(network.cluster)
+    return _content(network.cluster, network.cluster_value)
+
+
+def _content(name: str | None, value: ModelProfile | Cluster | None) -> str:
+    """A profile or cluster by content: its value as the launcher read it (TrainConfig.loaded), else `_file`."""
+    if value is None:
+        return "none" if name is None else _file(name)
+    from pipeplan.io.cluster_json import cluster_to_json
+    from pipeplan.io.profile_json import profile_to_json
+
+    obj = profile_to_json(value) if isinstance(value, ModelProfile) else cluster_to_json(value)
+    return f"content with sha256 {_sha(json.dumps(obj, sort_keys=True))}"
 
 
 def _file(name: str) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
+from pipeplan.core.profile import ModelProfile
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import validate
 from pipeplan.models.build import Model
@@ -63,6 +65,10 @@ class TrainConfig:
     backend: str | None = None
     profile: str | None = None
     cluster: str | None = None
+    profile_value: ModelProfile | None = None
+    """The profile `profile` names, as the launcher read it (`loaded`): no process reads the file again."""
+    cluster_value: Cluster | None = None
+    """The cluster `cluster` names, as the launcher read it (`loaded`)."""
     batch_scaling: str = "auto"
     warmup_steps: int = 2
     asynchronous: AsyncSettings | None = None
@@ -97,6 +103,39 @@ class TrainConfig:
     def rates(self, total: int) -> RateSchedule:
         """The base learning rate of each of the run's `total` steps (--lr, --lr-schedule)."""
         return RateSchedule(self.lr, self.lr_schedule, total)
+
+    def loaded(self) -> TrainConfig:
+        """This config with every file it names read once, here (the launcher): the profile and cluster of a
+        prediction, the emulated links' cluster and bandwidth trace, a schedule file; their values travel with it
+        (config_json), so that no worker opens a user's file.
+
+        Raises:
+            ProfileError, ClusterError, CostError, ScheduleError: a file that does not read (naming it).
+        """
+        from pipeplan.presets.resolve import load_cluster, load_profile
+
+        profile, cluster = self.profile_value, self.cluster_value
+        return replace(
+            self,
+            profile_value=load_profile(self.profile) if profile is None and self.profile is not None else profile,
+            cluster_value=load_cluster(self.cluster) if cluster is None and self.cluster is not None else cluster,
+            layout=None if self.layout is None else self.layout.loaded(),
+            network=None if self.network is None else self.network.loaded(),
+        )
+
+    def read_profile(self) -> ModelProfile:
+        """The prediction's profile: as the launcher read it, else from `profile` (a config not `loaded`)."""
+        from pipeplan.presets.resolve import load_profile
+
+        assert self.profile is not None or self.profile_value is not None
+        return self.profile_value if self.profile_value is not None else load_profile(str(self.profile))
+
+    def read_cluster(self) -> Cluster:
+        """The prediction's cluster: as the launcher read it, else from `cluster` (a config not `loaded`)."""
+        from pipeplan.presets.resolve import load_cluster
+
+        assert self.cluster is not None or self.cluster_value is not None
+        return self.cluster_value if self.cluster_value is not None else load_cluster(str(self.cluster))
 
     def __post_init__(self) -> None:
         if (self.plan is None) == (self.layout is None):

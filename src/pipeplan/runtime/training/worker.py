@@ -209,21 +209,20 @@ def _adaptive(
     first step, from the plan's costs; k must fit the plan's devices' memory (a --schedule run: this host's) and the
     memory budget (--memory-budget or the plan's adaptive setting), the smaller of them."""
     budget = config.memory_budget_bytes
-    if config.plan is None or config.cluster is None:
+    if config.plan is None or (config.cluster is None and config.cluster_value is None):
         if budget is None:
             return AdaptiveK(plan, schedule, executor, origin, wire)
         from pipeplan.runtime.training.adaptive import memory_per_process
 
         return AdaptiveK(plan, schedule, executor, origin, wire, min(memory_per_process(), budget))
-    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.sim.cost.model import CostModel
 
-    cluster = load_cluster(config.cluster)
+    cluster = config.read_cluster()
     limit = float(cluster.devices[executor.topology.devices[dist.get_rank()]].memory_bytes)
     model = None
-    if config.profile is not None:
+    if config.profile is not None or config.profile_value is not None:
         optimizer = TRAIN_OPTIMIZERS.get(config.optimizer, config.optimizer)
-        model = CostModel.build(load_profile(config.profile), cluster, config.batch_scaling, optimizer)
+        model = CostModel.build(config.read_profile(), cluster, config.batch_scaling, optimizer)
     if budget is not None:
         limit = min(limit, budget)
     return AdaptiveK(plan, schedule, executor, origin, wire, limit if model is None or budget is not None else None, model)
@@ -265,10 +264,8 @@ def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPredi
     Raises:
         TrainConfigError: the profile's layers are not the model's (another MODULE_SPEC, options or dataset).
     """
-    from pipeplan.presets.resolve import load_cluster, load_profile
-
     assert config.profile is not None and config.cluster is not None
-    profile = load_profile(config.profile)
+    profile = config.read_profile()
     if profile.num_layers != len(model.layers):
         raise TrainConfigError(
             f"profile {config.profile} has {profile.num_layers} layers but --module {config.module} with --dataset "
@@ -279,7 +276,7 @@ def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPredi
             f"profile {config.profile} joins its layers otherwise than --module {config.module} does (its layer "
             "inputs differ): the plan was made for another model"
         )
-    return predict_plan(plan, profile, load_cluster(config.cluster), config.optimizer, config.batch_scaling,
+    return predict_plan(plan, profile, config.read_cluster(), config.optimizer, config.batch_scaling,
                         (config.profile, config.cluster))  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
+from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.io.bandwidth_trace_json import read_bandwidth_trace
 from pipeplan.runtime.rank_errors import TrainConfigError
 from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check_emulated_rate, check_trace_links
@@ -22,20 +23,35 @@ from pipeplan.runtime.transport.link_emulation import EmulatedLinks, Wire, check
 class NetworkSettings:
     """How to emulate the links: `gb_per_s` on every link, else `cluster`'s link rates (a file or built-in name);
     `trace` a bandwidth trace file whose clock starts with the run; `trace_steps` its steps as the launcher read them
-    (`loaded`), so that no process reads the file again (None: read from `trace` when needed)."""
+    (`loaded`), so that no process reads the file again (None: read from `trace` when needed); `cluster_value` the
+    cluster as the launcher read it (None: read from `cluster` when needed)."""
 
     trace: str | None = None
     gb_per_s: float | None = None
     cluster: str | None = None
     trace_steps: BandwidthTrace | None = None
+    cluster_value: Cluster | None = None
 
     def loaded(self) -> NetworkSettings:
-        """These settings with the trace file read once, here (its steps carried from now on).
+        """These settings with the trace file and the cluster read once, here (their values carried from now on).
 
         Raises:
-            CostError: the file is missing, not JSON, or has a bad entry (naming it).
+            CostError: the trace is missing, not JSON, or has a bad entry (naming it).
+            ClusterError: the cluster does not read.
         """
-        return self if self.trace is None or self.trace_steps is not None else replace(self, trace_steps=self.read_trace())
+        return replace(self, trace_steps=self.read_trace(), cluster_value=self.read_cluster())
+
+    def read_cluster(self) -> Cluster | None:
+        """The cluster that gives the links their rates (None without one).
+
+        Raises:
+            ClusterError: the cluster does not read.
+        """
+        if self.cluster_value is not None or self.cluster is None:
+            return self.cluster_value
+        from pipeplan.presets.resolve import load_cluster
+
+        return load_cluster(self.cluster)
 
     def read_trace(self) -> BandwidthTrace | None:
         """The bandwidth trace (None without one).
@@ -61,14 +77,13 @@ class NetworkSettings:
             check_trace_links(trace, ids)
         if self.gb_per_s is not None:
             return EmulatedLinks.uniform(ids, check_emulated_rate(self.gb_per_s), trace)
-        from pipeplan.presets.resolve import load_cluster
-
-        assert self.cluster is not None
-        return EmulatedLinks.from_cluster(load_cluster(self.cluster), ids, trace)
+        cluster = self.read_cluster()
+        assert cluster is not None
+        return EmulatedLinks.from_cluster(cluster, ids, trace)
 
     def require_rate(self) -> None:
         """Raise TrainConfigError when nothing gives the links a rate to emulate."""
-        if self.gb_per_s is None and self.cluster is None:
+        if self.gb_per_s is None and self.cluster is None and self.cluster_value is None:
             raise TrainConfigError(
                 f"--bandwidth-trace {self.trace} needs a rate to emulate: give --emulate-gb-per-s X (GB/s on every link), "
                 "or --plan with a cluster file that gives each link's rate"
