@@ -4,7 +4,8 @@ Usage: .venv/bin/python benchmarks/published_runs.py [--json]
 
 Each row is a published configuration (model, tensor x pipeline x data parallel degrees, batch, GPUs) with the
 throughput its authors reported and where. The harness prices each model with an analytic profile
-(pipeplan.presets.gpt_profile: FLOPs at the GPU's measured matmul rate) on the calibrated preset of its GPUs
+(pipeplan.presets.gpt_profile: FLOPs at the GPU's measured matmul rate, memory-bound operators' bytes at its
+measured HBM bandwidth) on the calibrated preset of its GPUs
 (pipeplan.presets.calibrated), simulates the run's plan and reports the predicted TFLOP/s per GPU, counted as the
 paper counts it: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) FLOPs per iteration (Narayanan et al., SC'21, with
 recomputation) over the iteration time and the GPUs. Each reported t x p x d grid is laid out as the Megatron-style baseline

@@ -13,6 +13,8 @@ from pipeplan.presets.gpt_profile import (
     GptConfig,
     gpt_profile,
     iteration_flops,
+    layer_flops,
+    memory_bound_bytes,
     parse_gpt_spec,
     tensor_parallel_role,
     tensor_splits,
@@ -44,16 +46,67 @@ def test_iteration_flops_are_narayanan_et_al(config: GptConfig) -> None:
     assert math.isclose(iteration_flops(config), expected, rel_tol=1e-12)
 
 
+HBM_BYTES_PER_MS = {"A100-80GB": 2039e9 * 0.88 / 1e3, "H100": 3350e9 / 1e3}
+"""The A100 80GB's 2,039 GB/s at its measured 88% (presets.calibrated.A100_HBM_FRACTION); the H100's nominal."""
+
+
 @given(configs)
-def test_times_are_flops_at_the_measured_matmul_rate(config: GptConfig) -> None:
-    """Each layer's forward plus backward is its FLOPs over peak x fraction; a block's forward is 24Bsh^2 + 4Bs^2h."""
+def test_times_are_flops_at_the_measured_matmul_rate_plus_bytes_at_the_hbm_rate(config: GptConfig) -> None:
+    """Each layer's forward is its FLOPs over peak x fraction plus its memory-bound bytes over the HBM rate; its
+    backward likewise (a block's with its recomputed forward's bytes); a block's forward FLOPs are 24Bsh^2 + 4Bs^2h."""
     peak = {"A100-80GB": 312e12 * 0.859, "H100": 989e12 * 0.801}[config.gpu] / 1e3
+    hbm = HBM_BYTES_PER_MS[config.gpu]
+    memory = memory_bound_bytes(config)
+    flops = layer_flops(config)
     profile = gpt_profile(config)
     for layer in profile.layers:
-        assert math.isclose(layer.fwd_ms + layer.bwd_ms, (layer.flops or 0.0) / peak, rel_tol=1e-12, abs_tol=1e-300)
+        kind = layer.name.split(".")[0]
+        fwd_bytes, bwd_bytes = memory[kind]
+        recomputed = fwd_bytes if config.recompute and kind in ("attention", "mlp") else 0.0
+        flops_ms = (layer.flops or 0.0) / peak
+        memory_ms = (fwd_bytes + bwd_bytes + recomputed) / hbm
+        assert math.isclose(layer.fwd_ms + layer.bwd_ms, flops_ms + memory_ms, rel_tol=1e-12, abs_tol=1e-300)
+        assert math.isclose(layer.fwd_ms, flops[kind] / peak + fwd_bytes / hbm, rel_tol=1e-12, abs_tol=1e-300)
     b, s, h = config.micro, config.seq, config.hidden
     block = profile.layers[1].fwd_ms + profile.layers[2].fwd_ms
-    assert math.isclose(block, (24 * b * s * h * h + 4 * b * s * s * h) / peak, rel_tol=1e-12)
+    block_bytes = memory["attention"][0] + memory["mlp"][0]
+    assert math.isclose(block, (24 * b * s * h * h + 4 * b * s * s * h) / peak + block_bytes / hbm, rel_tol=1e-12)
+
+
+def test_memory_bound_bytes_are_a_hand_count() -> None:
+    """b=2, s=3, h=4, a=2, V=5: S = 24, A = 36, L = 30 elements; each operator's bytes counted by hand (2 bytes per
+    16-bit element, 1 per mask element)."""
+    config = GptConfig(layers=1, hidden=4, heads=2, seq=3, vocab=5, micro=2)
+    s16, a16, l16 = 2 * 24, 2 * 36, 2 * 30  # one 16-bit tensor of each size, in bytes
+    s8, a8 = 24, 36  # one mask
+    norm_f, norm_b = s16 + s16, 3 * s16
+    bda_f, bda_b = 3 * s16 + s8, s8 + 2 * s16
+    residual_sum = 3 * s16
+    attention_f = norm_f + (a16 + a16) + (2 * a16 + a8) + bda_f
+    attention_b = bda_b + (a8 + 2 * a16) + 3 * a16 + norm_b + residual_sum
+    mlp_f = norm_f + (4 * s16 + 4 * s16) + bda_f
+    mlp_b = bda_b + 3 * 4 * s16 + norm_b + residual_sum
+    embedding_f = 2 * (s16 + s16) + 3 * s16 + (2 * s16 + s8)
+    embedding_b = (s8 + 2 * s16) + 2 * 3 * s16
+    head_f = norm_f + (l16 + 2 * l16) + (2 * l16 + 2 * l16)
+    head_b = (2 * l16 + 2 * l16) + (2 * l16 + l16) + norm_b
+    expected = {
+        "embedding": (embedding_f, embedding_b),
+        "attention": (attention_f, attention_b),
+        "mlp": (mlp_f, mlp_b),
+        "head": (head_f, head_b),
+    }
+    got = memory_bound_bytes(config)
+    for kind, pair in expected.items():
+        for value, want in zip(got[kind], pair, strict=True):
+            assert math.isclose(value, want, rel_tol=1e-12), kind
+    profile = gpt_profile(config)
+    hbm = HBM_BYTES_PER_MS["A100-80GB"]
+    rate = 312e12 * 0.859 / 1e3
+    mlp = profile.layers[2]
+    assert math.isclose(mlp.fwd_ms, 16 * 2 * 3 * 4 * 4 / rate + mlp_f / hbm, rel_tol=1e-12)
+    # with recomputation: the backward's FLOPs (twice the forward's) and the forward's again, bytes likewise
+    assert math.isclose(mlp.bwd_ms, 3 * 16 * 2 * 3 * 4 * 4 / rate + (mlp_b + mlp_f) / hbm, rel_tol=1e-12)
 
 
 @given(configs)
@@ -112,10 +165,12 @@ def test_bad_fields_are_one_line_naming_field_and_value(spec: str, message: str)
 
 
 def test_a_given_fraction_prices_a_gpu_without_a_measured_one() -> None:
-    """gpu=L4 with matmul_fraction=0.5 prices every FLOP at half of the L4's 121 TFLOP/s."""
+    """gpu=L4 with matmul_fraction=0.5 prices every FLOP at half of the L4's 121 TFLOP/s, its bytes at the nominal
+    HBM bandwidth (no measured fraction is known for it)."""
     profile = load_profile("gpt:layers=1,hidden=64,heads=4,seq=8,vocab=10,gpu=L4,matmul_fraction=0.5")
     mlp = profile.layers[2]
-    assert math.isclose(mlp.fwd_ms, 16 * 8 * 64 * 64 / (121e12 * 0.5 / 1e3), rel_tol=1e-12)
+    memory_ms = 27 * 8 * 64 / (300e9 / 1e3)  # the MLP's 27 bytes per s b h element (forward) at the nominal 300 GB/s
+    assert math.isclose(mlp.fwd_ms, 16 * 8 * 64 * 64 / (121e12 * 0.5 / 1e3) + memory_ms, rel_tol=1e-12)
 
 
 def test_a_config_built_in_python_is_checked_as_a_spec_is() -> None:

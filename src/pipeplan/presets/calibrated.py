@@ -50,6 +50,11 @@ A100_MATMUL_FRACTION = 0.859
 CUDA 12.1 (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison
 table", measured with its mamf-finder.py)."""
 
+A100_HBM_FRACTION = 0.88
+"""Largest HBM read bandwidth a hand-written streaming kernel reached on an A100 80GB SXM: 1.80 of 2.04 TB/s (88%),
+confirmed by Nsight Compute; the same thread cites a GTC talk where no kernel passed ~90% (NVIDIA developer forums,
+"Trouble to Reach Peak Bandwidth of A100", 2025). Prices memory-bound operators (presets.gpt_profile)."""
+
 # --- DGX H100 (8 x H100-SXM5-80GB on NVSwitch, 8 x NDR 400 Gb/s InfiniBand per node) ----------------------------
 
 H100_NVLINK_RING_GB_PER_S = 370.0
@@ -78,6 +83,10 @@ MATMUL_FRACTIONS: dict[str, float] = {
     "H100": H100_MATMUL_FRACTION,
 }
 """The measured matmul fraction of each GPU kind that has one (the A100 40GB shares the 80GB's compute)."""
+
+HBM_FRACTIONS: dict[str, float] = {"A100-80GB": A100_HBM_FRACTION}
+"""The measured achievable fraction of nominal HBM bandwidth of each GPU kind that has one (the A100 40GB's HBM2 is
+another memory; no measurement of it is at hand, so it and every other kind use the nominal bandwidth)."""
 
 _NAME = re.compile(r"dgx-(?P<gpu>a100|h100)-8x(?P<nodes>[1-9][0-9]{0,5})")
 FAMILIES = ("dgx-a100-8x<N>", "dgx-h100-8x<N>")

@@ -11,8 +11,11 @@ Note:
     16 B s h^2; the logits' forward is 2 B s h V. A backward is twice its forward, and with recomputation each
     block runs its forward once more in its backward. So an iteration is 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
     FLOPs with recomputation and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without: the paper's formulas.
-    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction): every FLOP at the rate of a large
-    matmul, so the times are a floor (softmax, norms, element-wise work and kernel launches are not priced).
+    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction), every FLOP at the rate of a large
+    matmul, plus the memory-bound operators (layer norms, softmax, GeLU, dropout, bias and residual adds, the
+    loss): the bytes each reads and writes (memory_bound_bytes) / the GPU's HBM bandwidth x its measured
+    achievable fraction (presets.calibrated.HBM_FRACTIONS; the nominal bandwidth where none is known). Kernel
+    launches are not priced (they overlap the GPU's work while the CPU runs ahead).
 
     Bytes (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4):
     16-bit activations with 1-byte dropout masks. A block saves s b h (34 + 5 a s / h): its attention
@@ -36,7 +39,7 @@ from pipeplan.core.hardware.devices import GPU_SPECS, gpu_spec
 from pipeplan.core.layer_profile import LayerProfile, TensorSplit
 from pipeplan.core.limits import BATCH, LAYERS
 from pipeplan.core.profile import ModelProfile
-from pipeplan.presets.calibrated import MATMUL_FRACTIONS
+from pipeplan.presets.calibrated import HBM_FRACTIONS, MATMUL_FRACTIONS
 
 GPT_PREFIX = "gpt:"
 BYTES_16 = 2
@@ -110,6 +113,11 @@ class GptConfig:
         """FLOPs per millisecond: the GPU's 16-bit peak times the matmul fraction."""
         return gpu_spec(self.gpu).bf16_tflops * 1e12 / 1e3 * self.fraction()
 
+    def memory_bytes_per_ms(self) -> float:
+        """Bytes per millisecond a memory-bound operator moves: the GPU's HBM bandwidth times its measured
+        achievable fraction (presets.calibrated.HBM_FRACTIONS), the nominal bandwidth where none is known."""
+        return gpu_spec(self.gpu).hbm_gb_per_s * 1e9 / 1e3 * HBM_FRACTIONS.get(self.gpu, 1.0)
+
     def fraction(self) -> float:
         """The matmul fraction in use: the given one, else the GPU kind's measured one."""
         if self.matmul_fraction is not None:
@@ -173,6 +181,43 @@ def layer_flops(config: GptConfig) -> dict[str, float]:
         "attention": 8.0 * b * s * h * h + 4.0 * b * s * s * h,
         "mlp": 16.0 * b * s * h * h,
         "head": 2.0 * b * s * h * v,
+    }
+
+
+def memory_bound_bytes(config: GptConfig) -> dict[str, tuple[float, float]]:
+    """Bytes the memory-bound operators of one microbatch read and write: per layer kind, (forward, backward).
+
+    In bytes, with S = s b h, A = a s^2 b (the attention scores, a heads) and L = s b V elements, 2 bytes per 16-bit
+    element, 1 per dropout-mask element (Korthikanti et al. 2022's tensors), each operator counted once as
+    Megatron-LM's fused kernels run it (bias + GeLU, bias + dropout + residual add, scale + mask + softmax are one
+    kernel each; the h-sized biases and norm parameters are left out). An operator's forward reads its input and
+    writes its output (and a dropout its mask); its backward reads what it saved (its input, its output for a
+    softmax, its mask for a dropout) and the incoming gradient, and writes one gradient. Terms:
+
+    - `attention` forward 11 S + 9 A: layer norm 4 S (read S, write S); scale + mask + softmax 4 A; attention
+      dropout 5 A (read, write, mask); bias + dropout + residual add 7 S (read the output and the residual, write,
+      mask). Backward 17 S + 11 A: bias + dropout + add 5 S (mask, gradient, write); dropout 5 A; softmax 6 A;
+      layer norm 6 S; the sum of the residual's and the norm's gradients 6 S (read two, write one).
+    - `mlp` forward 27 S: layer norm 4 S; bias + GeLU 16 S (read 4 S, write 4 S); bias + dropout + add 7 S.
+      Backward 41 S: bias + dropout + add 5 S; bias + GeLU 24 S (its saved 4 S input, the 4 S gradient, write
+      4 S); layer norm 6 S; the residual's gradient sum 6 S.
+    - `embedding` forward 19 S: the word and the position lookups 8 S (each reads its rows and writes them); their
+      sum 6 S; dropout 5 S. Backward 17 S: dropout 5 S; each table's scatter-add of the gradient 6 S (read the
+      gradient, read and write the rows).
+    - `head` forward 4 S + 14 L: the final layer norm 4 S; the logits' cast to fp32 6 L (read 2, write 4 bytes
+      per element); softmax and cross-entropy 8 L (read the fp32 logits, write the fp32 softmax it keeps).
+      Backward 6 S + 14 L: the loss's gradient 8 L (read the softmax, write an fp32 gradient); its cast back to
+      16-bit 6 L; the final layer norm 6 S.
+
+    With recomputation a block's backward also reruns its forward (gpt_profile adds those bytes again).
+    """
+    b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
+    big_s, big_a, big_l = float(s * b * h), float(a * s * s * b), float(s * b * v)
+    return {
+        "embedding": (19.0 * big_s, 17.0 * big_s),
+        "attention": (11.0 * big_s + 9.0 * big_a, 17.0 * big_s + 11.0 * big_a),
+        "mlp": (27.0 * big_s, 41.0 * big_s),
+        "head": (4.0 * big_s + 14.0 * big_l, 6.0 * big_s + 14.0 * big_l),
     }
 
 
@@ -243,12 +288,17 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
     }
 
     splits = tensor_splits(config)
+    memory = memory_bound_bytes(config)
+    bandwidth = config.memory_bytes_per_ms()
 
     def layer(name: str, kind: str, saved: float, activation: float, passes: float) -> LayerProfile:
+        fwd_bytes, bwd_bytes = memory[kind]
+        if passes == 3.0:  # the recomputed forward
+            bwd_bytes += fwd_bytes
         return LayerProfile(
             name=name,
-            fwd_ms=flops[kind] / rate,
-            bwd_ms=passes * flops[kind] / rate,
+            fwd_ms=flops[kind] / rate + fwd_bytes / bandwidth,
+            bwd_ms=passes * flops[kind] / rate + bwd_bytes / bandwidth,
             activation_bytes=activation,
             param_bytes=float(MASTER_BYTES * params[kind]),
             saved_bytes=saved,
