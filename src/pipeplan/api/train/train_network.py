@@ -25,22 +25,24 @@ def network_for_train(
     """The emulated network, checked against the job's devices (the plan's, else one per process: --local N or
     torchrun's WORLD_SIZE) and priced: its slowest link's lowest rate above the floor, and the largest message
     (`message_bytes`, when known) moved within `timeout_s` (link_emulation.check_emulation_time), and each of
-    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one. The --local
-    launcher checks them here once; its workers get them in its TrainConfig (the trace file is then read once more
-    per worker, by the wire it builds).
+    `allreduces` (stage_allreduces) on its ring as well (check_allreduce_time). None for the real one. The trace and
+    the cluster are read here, once (NetworkSettings.loaded): the --local launcher's workers get them in its
+    TrainConfig and open no file.
 
     Raises:
         TrainConfigError: no rate to emulate, a bad rate, a trace naming a device the job does not run on, a rate
             the run cannot finish on.
         CostError, ClusterError: an unreadable trace or cluster.
     """
-    from pipeplan.runtime.transport.link_emulation import check_allreduce_time, check_emulation_time
-    from pipeplan.runtime.transport.network import network_settings
+    if trace is None and gb_per_s is None:
+        return None
+    from pipeplan.runtime.transport.link_emulation import check_allreduce_time, check_emulated_rate, check_emulation_time
+    from pipeplan.runtime.transport.network import NetworkSettings
 
-    settings = network_settings(trace, gb_per_s, cluster)
-    if settings is None:
-        return settings
-    settings = settings.loaded()  # the trace read once, here: every process of the job runs these steps
+    if gb_per_s is not None:
+        check_emulated_rate(gb_per_s)
+    # the trace read once, here: every process of the job runs these steps
+    settings = NetworkSettings(trace, gb_per_s, None if gb_per_s is not None else cluster).loaded()
     world = local if local is not None else int(os.environ.get("WORLD_SIZE", "0"))
     devices = list(plan_devices) if plan_devices is not None else list(range(world))
     if devices:

@@ -90,15 +90,6 @@ class NetworkSettings:
             )
 
 
-def network_settings(trace: str | None, gb_per_s: float | None, cluster: str | None) -> NetworkSettings | None:
-    """The emulation `train` was asked for: None (the real network) unless --bandwidth-trace or --emulate-gb-per-s."""
-    if trace is None and gb_per_s is None:
-        return None
-    if gb_per_s is not None:
-        check_emulated_rate(gb_per_s)
-    return NetworkSettings(trace, gb_per_s, None if gb_per_s is not None else cluster)
-
-
 def make_wire(settings: NetworkSettings, devices: tuple[int, ...]) -> Wire:
     """This process's end of the emulated network for a job whose process i runs devices[i]; its clock is set by
     `shared_origin` when the run starts."""
