@@ -20,12 +20,11 @@ from pipeplan.core.profile import (
     LayerCurve,
     LayerProfile,
     ModelProfile,
-    ProfileSource,
-    TensorSplit,
     check_batch_sizes,
     field_limit,
 )
 from pipeplan.io.json_fields import Fields, check_number, load_json_file, short
+from pipeplan.io.profile_fields import source_from_json, source_to_json, tp_from_json, tp_to_json
 from pipeplan.io.profile_shared import KEY as SHARED_KEY
 from pipeplan.io.profile_shared import groups_from_json, groups_to_json
 
@@ -38,9 +37,7 @@ _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = (
     "name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs", "tp",
 )  # fmt: skip
-_TP_KEYS = ("kind", "width", "replicated_share")
 _LAYER_KEYS_2 = (*_LAYER_KEYS, "bwd_input_ms", "bwd_weight_ms", "optimizer_ms", "shared_bytes")
-_SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 _MS = (MAX_MS,)
 _BYTES = (MAX_BYTES,)
 
@@ -72,7 +69,7 @@ def profile_to_json(profile: ModelProfile) -> dict[str, Any]:
         "reference_device": profile.reference_device,
         "measured": profile.measured,
         "threads": profile.threads,
-        "source": None if profile.source is None else _source_to_json(profile.source),
+        "source": None if profile.source is None else source_to_json(profile.source),
         "cut_bytes": [[_whole(c) for c in curve] for curve in cut_curves],
         "layers": [_layer_to_json_2(layer) for layer in profile.layers],
     }
@@ -115,29 +112,8 @@ def _with_inputs(profile: ModelProfile, out: dict[str, Any]) -> dict[str, Any]:
             layer["inputs"] = list(sources)
     for obj, layer in zip(out["layers"], profile.layers, strict=True):
         if layer.tp is not None:
-            obj["tp"] = _tp_to_json(layer.tp)
+            obj["tp"] = tp_to_json(layer.tp)
     return out
-
-
-def _tp_to_json(split: TensorSplit) -> dict[str, Any]:
-    """A layer's "tp" object: kind and width, and replicated_share when it is given."""
-    out: dict[str, Any] = {"kind": split.kind, "width": split.width}
-    if split.replicated_share is not None:
-        out["replicated_share"] = split.replicated_share
-    return out
-
-
-def _tp_from_json(fields: Fields) -> TensorSplit | None:
-    """A layer's "tp" object (absent or null: None, the layer cannot split)."""
-    if fields.obj.get("tp") is None:
-        return None
-    tp = Fields(fields.raw("tp"), f"{fields.where}: tp", ProfileError)
-    tp.check_keys(_TP_KEYS)
-    share = tp.optional_number("replicated_share")
-    try:
-        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share)
-    except ProfileError as exc:
-        raise ProfileError(f"{fields.where}: {exc}") from None
 
 
 def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
@@ -169,16 +145,6 @@ def _layer_to_json_2(layer: LayerProfile) -> dict[str, Any]:
         "flops": None if layer.flops is None else _whole(layer.flops),
         "bytes_moved": None if layer.bytes_moved is None else _whole(layer.bytes_moved),
         **shared,
-    }
-
-
-def _source_to_json(source: ProfileSource) -> dict[str, Any]:
-    return {
-        "module": source.module,
-        "options": dict(source.options),
-        "dataset": source.dataset,
-        "dtype": source.dtype,
-        "precision": source.precision,
     }
 
 
@@ -286,7 +252,7 @@ def _layer_from_json(obj: object, where: str) -> LayerProfile:
             saved_bytes=fields.optional_number("saved_bytes", limits=_BYTES),
             flops=fields.optional_number("flops", limits=(field_limit("flops"),)),
             bytes_moved=fields.optional_number("bytes_moved", limits=_BYTES),
-            tp=_tp_from_json(fields),
+            tp=tp_from_json(fields),
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):
@@ -323,7 +289,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         batch_sizes=tuple(sizes),
         cut_curves=cut_curves,
         threads=threads,
-        source=_source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
+        source=source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
         layer_inputs=_inputs(raw_layers, source),
         shared_params=groups_from_json(top, len(layers)),
     )
@@ -369,7 +335,7 @@ def _layer_from_json_2(obj: object, where: str, sizes: int, at: int) -> LayerPro
             optimizer_ms=tuple(steps),
             curve=layer_curve,
             shared_bytes=0.0 if layer_curve.shared_bytes is None else layer_curve.shared_bytes[at],
-            tp=_tp_from_json(fields),
+            tp=tp_from_json(fields),
         )
     except PipeplanError as exc:
         if isinstance(exc, ProfileError) and str(exc).startswith(where):
@@ -383,28 +349,6 @@ def _numbers(value: object, where: str, count: int, limits: tuple[Limit, ...]) -
     if not isinstance(value, list) or len(value) != count:
         raise ProfileError(f"{where} must be an array of {count} numbers (one per batch size), got {short(value)}")
     return tuple(check_number(v, f"{where}[{i}]", ProfileError, limits=limits) for i, v in enumerate(value))
-
-
-def _source_from_json(obj: object, where: str) -> ProfileSource:
-    """The model source of a version 2 file."""
-    fields = Fields(obj, where, ProfileError)
-    fields.check_keys(_SOURCE_KEYS)
-    options = Fields(fields.obj.get("options") or {}, f"{where}: options", ProfileError).obj
-    pairs = []
-    for key in sorted(options):
-        if not isinstance(options[key], str):
-            raise ProfileError(f"{where}: options[{key!r}] must be a string, got {short(options[key])}")
-        pairs.append((key, options[key]))
-    try:
-        return ProfileSource(
-            module=fields.string("module"),
-            options=tuple(pairs),
-            dataset=fields.string("dataset", default="auto"),
-            dtype=fields.string("dtype", default="float32"),
-            precision=fields.string("precision", default="full"),
-        )
-    except ProfileError as exc:
-        raise ProfileError(f"{where}: {exc}") from None
 
 
 def read_profile_json(path: str | os.PathLike[str]) -> ModelProfile:

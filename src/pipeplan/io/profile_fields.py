@@ -1,0 +1,67 @@
+"""The nested objects of pipeplan's profile format (io.profile_json): a version 2 file's model source, and a layer's
+"tp" object (how it splits over a tensor-parallel group)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeplan.core.errors import ProfileError
+from pipeplan.core.profile import ProfileSource, TensorSplit
+from pipeplan.io.json_fields import Fields, short
+
+_TP_KEYS = ("kind", "width", "replicated_share")
+_SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
+
+
+def tp_to_json(split: TensorSplit) -> dict[str, Any]:
+    """A layer's "tp" object: kind and width, and replicated_share when it is given."""
+    out: dict[str, Any] = {"kind": split.kind, "width": split.width}
+    if split.replicated_share is not None:
+        out["replicated_share"] = split.replicated_share
+    return out
+
+
+def tp_from_json(fields: Fields) -> TensorSplit | None:
+    """A layer's "tp" object (absent or null: None, the layer cannot split)."""
+    if fields.obj.get("tp") is None:
+        return None
+    tp = Fields(fields.raw("tp"), f"{fields.where}: tp", ProfileError)
+    tp.check_keys(_TP_KEYS)
+    share = tp.optional_number("replicated_share")
+    try:
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share)
+    except ProfileError as exc:
+        raise ProfileError(f"{fields.where}: {exc}") from None
+
+
+def source_to_json(source: ProfileSource) -> dict[str, Any]:
+    """The model source of a version 2 file: module, options, dataset, dtype, precision."""
+    return {
+        "module": source.module,
+        "options": dict(source.options),
+        "dataset": source.dataset,
+        "dtype": source.dtype,
+        "precision": source.precision,
+    }
+
+
+def source_from_json(obj: object, where: str) -> ProfileSource:
+    """The model source of a version 2 file."""
+    fields = Fields(obj, where, ProfileError)
+    fields.check_keys(_SOURCE_KEYS)
+    options = Fields(fields.obj.get("options") or {}, f"{where}: options", ProfileError).obj
+    pairs = []
+    for key in sorted(options):
+        if not isinstance(options[key], str):
+            raise ProfileError(f"{where}: options[{key!r}] must be a string, got {short(options[key])}")
+        pairs.append((key, options[key]))
+    try:
+        return ProfileSource(
+            module=fields.string("module"),
+            options=tuple(pairs),
+            dataset=fields.string("dataset", default="auto"),
+            dtype=fields.string("dtype", default="float32"),
+            precision=fields.string("precision", default="full"),
+        )
+    except ProfileError as exc:
+        raise ProfileError(f"{where}: {exc}") from None
