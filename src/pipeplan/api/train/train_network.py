@@ -52,7 +52,6 @@ def network_for_train(
         check_allreduce_time(links, rates, timeout_s, allreduces)
     else:  # a torchrun worker: each process checks the devices again when it builds its wire
         settings.require_rate()
-        settings.read_trace()
     return settings
 
 
