@@ -146,8 +146,8 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         if checked is not None:
             _, per_rank, copies = checked
             if copies > 1:
-                _say(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
-                          f"(data parallel); --local {sum(per_rank)} runs one")  # fmt: skip
+                notes.append(f"note: {local} processes hold {copies} copies of the {sum(per_rank)}-device pipeline "
+                             f"(data parallel); --local {sum(per_rank)} runs one")  # fmt: skip
     if budget is not None and not adaptive:
         raise TrainConfigError(
             f"--memory-budget {f.memory_budget} bounds the k of an adaptive run; give --adaptive too (or a plan with an "
@@ -199,9 +199,4 @@ def _say_once(notes: list[str], local: int | None) -> None:
     of the job (under torchrun every rank builds the config)."""
     if local is not None or int(os.environ.get("RANK", "0")) == 0:
         for line in notes:
-            _say(line)
-
-
-def _say(line: str) -> None:
-    """A note for the user, on stderr."""
-    print(line, file=sys.stderr, flush=True)
+            print(line, file=sys.stderr, flush=True)
