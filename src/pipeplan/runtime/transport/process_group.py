@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 from datetime import timedelta
 
 import torch
@@ -24,6 +26,21 @@ def init_distributed(backend: str | None, timeout_s: float) -> tuple[int, int, t
         if chosen == "nccl":
             torch.cuda.set_device(launched.local_rank or 0)
         dist.init_process_group(chosen, timeout=timedelta(seconds=timeout_s))
+        atexit.register(_leave_group)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     return rank, world, device
+
+
+def _leave_group() -> None:
+    """At interpreter exit, destroy the group pipeplan created, if the script has not already.
+
+    A user's torchrun script that ends without `destroy_process_group` leaves
+    gloo's threads running into the C++ static destructors: about one 2-rank
+    run in twenty then ended in `terminate called without an active exception`
+    and SIGABRT after a successful job (2 of 40 in a loop; 0 of 60 with the
+    group destroyed first).
+    """
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):  # a peer already gone: the process is exiting anyway
+            dist.destroy_process_group()
