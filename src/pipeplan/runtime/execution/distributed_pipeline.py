@@ -27,6 +27,7 @@ from pipeplan.models.stage import LossFn
 from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
+from pipeplan.runtime.execution.tp_layers import check_tensor_parallel, tensor_parallel_layers
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.link_emulation import Wire
@@ -98,9 +99,11 @@ class DistributedPipeline:
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
-        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
+        check_tensor_parallel(self.plan, layers, None, graph is not None, topology.schedule.split_backward)
+        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s)
+        self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
                                  precision=precision, scaler=scaler, seed=seed)  # fmt: skip
-        self.whole = WholeModel(model, layers, topology, self.role, device)
+        self.whole = WholeModel(model, layers, topology, self.role, device, self.tensor_parallel)
 
     @property
     def stages(self) -> tuple[int, ...]:

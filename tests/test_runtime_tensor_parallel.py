@@ -1,0 +1,116 @@
+"""Tensor-parallel stages (runtime.execution.tp_layers, models.tp_block) over 4 gloo processes: charlm (the zoo's GPT-like
+model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
+the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
+stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+TOLERANCE = 1e-9
+STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
+CASES = {
+    "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
+}
+"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
+
+MODEL = """
+import torch
+from pipeplan.models.zoo.charlm import charlm, next_char_cross_entropy
+
+def build():
+    spec = charlm(d_model=WIDTH, heads=HEADS, layers=2, seq_len=SEQ, dropout=0.0, seed=5)
+    return torch.nn.Sequential(*spec.layers).double()
+
+def batches():
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(STEPS):
+        yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
+"""
+
+SCRIPT = """
+import json, sys
+import torch
+import pipeplan
+from pipeplan.core.plan import Plan, Stage
+
+out = {}
+for case, stages in json.loads(sys.argv[1]).items():
+    model = build()
+    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, "1f1b")
+    pipe = pipeplan.distribute(model, plan, next_char_cross_entropy)
+    optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
+    log = []
+    for ids, labels in batches():
+        optimizer.zero_grad()
+        loss = pipe.step(ids, labels)
+        norm = pipe.clip_grad_norm_(MAX_NORM)
+        optimizer.step()
+        log.append([loss, norm])
+    state = pipe.state_dict()
+    if pipe.rank == 0:
+        torch.save(state, f"{case}.pt")
+    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank],
+                 "split": sorted(pipe.tensor_parallel.blocks),
+                 "rows": [b.qkv.weight.to_local().shape[0] for _, b in pipe.tensor_parallel.blocks.values()]}
+json.dump(out, open(f"rank-{pipe.rank}.json", "w"))
+"""
+
+CONSTANTS = f"STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = {STEPS}, {BATCH}, {SEQ}, {WIDTH}, {HEADS}, {MAX_NORM}, {LR}\n"
+
+
+def _plain() -> tuple[nn.Module, list[list[float]]]:
+    """The same training as a plain torch loop over the whole model in this process: its losses and norms."""
+    space: dict[str, object] = {}
+    exec(CONSTANTS + MODEL, space)  # the test's own model code, shared with the workers
+    model = space["build"]()  # type: ignore[operator]
+    loss_fn = space["next_char_cross_entropy"]
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    log = []
+    for ids, labels in space["batches"]():  # type: ignore[operator]
+        optimizer.zero_grad()
+        loss = loss_fn(model(ids), labels)  # type: ignore[operator]
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        log.append([float(loss.detach()), float(norm)])
+    return model, log
+
+
+def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
+    """TP 2 x PP 2, and TP 2 then 2 data-parallel replicas, on 4 processes: the losses and clipped norms of 3 SGD steps
+    and the final state_dict equal the plain loop's to 1e-9, with the blocks split on their stages' processes."""
+    from pipeplan.runtime.training.launch import launch_local
+
+    script = tmp_path / "script.py"
+    script.write_text(CONSTANTS + MODEL + SCRIPT)
+    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+    assert launch_local(4, code, [json.dumps(CASES)], cwd=str(tmp_path), timeout_s=600) == 0
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
+    model, want = _plain()
+    assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
+    assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
+    assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
+    assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
+    assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
+    for case in CASES:
+        for rank in ranks:
+            got = rank[case]["log"]
+            assert len(got) == STEPS
+            for (loss, norm), (want_loss, want_norm) in zip(got, want, strict=True):
+                assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (case, got, want)
+        saved = torch.load(tmp_path / f"{case}.pt")
+        assert list(saved) == list(model.state_dict())
+        for key, value in model.state_dict().items():
+            assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), (case, key)
