@@ -114,3 +114,83 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
         assert list(saved) == list(model.state_dict())
         for key, value in model.state_dict().items():
             assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), (case, key)
+
+
+OPTIONS = {"d_model": 16, "heads": 4, "layers": 2, "seq_len": 8}
+"""charlm's options in train's runs (its own dataset: pysource)."""
+
+
+def _plan_file(tmp_path: Path, name: str, stages: list[tuple[int, int, tuple[int, ...], int, bool]], zero: int = 0) -> str:
+    """A plan file of `stages` (first, last, devices, tp, sequence_parallel): 4 microbatches of 2, 1f1b."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.plan_json import write_plan
+
+    plan = Plan(tuple(Stage(a, b, d, tp, sp) for a, b, d, tp, sp in stages), 1, 4, 2, "1f1b", zero=zero)
+    path = tmp_path / name
+    write_plan(plan, path, "charlm", "local")
+    return str(path)
+
+
+def _train_args(plan: str, local: int, *extra: str, heads: int = OPTIONS["heads"]) -> list[str]:
+    """train's flags for charlm (OPTIONS, with `heads`) in float64 with plain SGD, 3 steps."""
+    opts = [x for key, value in (OPTIONS | {"heads": heads}).items() for x in ("--opt", f"{key}={value}")]
+    return ["--local", str(local), "--plan", plan, "--module", "charlm", *opts, "--dtype", "float64", "--optimizer", "sgd",
+            "--lr", str(LR), "--steps", "3", "--no-predict", *extra]  # fmt: skip
+
+
+def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tmp_path: Path) -> None:
+    """`train --plan` with 2 stages of tp 2 on `--local 4` (float64, SGD): its 3 losses equal a plain torch loop's on
+    the same batches to 1e-9."""
+    from runtime_cli import run_train
+
+    from pipeplan.models.build import build_model
+    from pipeplan.models.zoo.datasets import batch_indices
+
+    plan = _plan_file(tmp_path, "plan.json", [(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)])
+    done = run_train([*_train_args(plan, 4), "--json"], timeout=600)
+    assert done.returncode == 0, done.stderr
+    losses = json.loads(done.stdout)["losses"]
+
+    model = build_model("charlm", dict(OPTIONS), "auto", "float64", seed=0)
+    whole = nn.Sequential(*model.layers)
+    optimizer = torch.optim.SGD(whole.parameters(), lr=LR)
+    want = []
+    for step in range(3):
+        idx = batch_indices(len(model.dataset), 8, step, 0)
+        optimizer.zero_grad()
+        loss = model.loss_fn(whole(model.dataset.inputs[idx]), model.dataset.targets[idx])
+        loss.backward()
+        optimizer.step()
+        want.append(float(loss.detach()))
+    assert len(losses) == 3 and all(abs(a - b) <= TOLERANCE for a, b in zip(losses, want, strict=True)), (losses, want)
+
+
+@pytest.mark.parametrize(
+    ("stages", "zero", "extra", "message"),
+    [
+        ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["heads=1"],
+         "stage 0 (layers 0..1) has tp 2, which does not divide layer block0's 1 attention heads"),
+        ([(0, 0, (0, 1), 2, False), (1, 3, (2,), 1, False)], 0, [],
+         "stage 0 (layers 0..0) has tp 2 but none of its layers is a transformer block"),
+        ([(0, 1, (0, 1), 2, True), (2, 3, (2, 3), 2, False)], 0, [],
+         "stage 0 has sequence_parallel true, which the runtime does not run yet"),
+        ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 1, [], "plan zero 1: the runtime does not shard"),
+        ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["--eval"],
+         "stage 0 has tp 2, and train runs tensor-parallel stages without --eval yet"),
+    ],
+)  # fmt: skip
+def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_line(
+    tmp_path: Path, stages: list[tuple[int, int, tuple[int, ...], int, bool]], zero: int, extra: list[str], message: str
+) -> None:
+    """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
+    flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
+    from runtime_cli import run_train
+
+    plan = _plan_file(tmp_path, "plan.json", stages, zero)
+    heads = [int(x.split("=")[1]) for x in extra if x.startswith("heads=")]
+    flags = [x for x in extra if not x.startswith("heads=")]
+    args = _train_args(plan, len({d for stage in stages for d in stage[2]}), *flags, heads=heads[0] if heads else 4)
+    done = run_train(args, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0], done.stderr

@@ -180,12 +180,15 @@ def start_pipeline(
     checked against the plan by the caller): what pipeplan.distribute returns.
 
     Raises:
-        PlanError: an asynchronous schedule, or a plan on another number of devices than the job's processes.
+        PlanError: an asynchronous schedule, a plan on another number of devices than the job's processes, or
+            tensor-parallel stages the runtime does not run (runtime.execution.tp_layers.check_tensor_parallel).
         TrainConfigError: not started by torchrun or a launcher setting its variables.
     """
     if plan.schedule in ASYNCHRONOUS:
         raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
     schedule = plan_schedule(plan)
+    graphed = spec.layer_inputs is not None
+    check_tensor_parallel(plan, spec.layers, spec.layer_names, graphed, schedule.split_backward)  # before the group
     try:
         rank, world, device = init_distributed(backend, timeout_s)
     except TrainConfigError as exc:

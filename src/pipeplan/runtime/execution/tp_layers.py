@@ -30,6 +30,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of
+from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
 
 SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
@@ -38,22 +39,18 @@ SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParal
 
 def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: bool, split: bool) -> None:
     """What the runtime runs of a plan's tensor-parallel stages, checked on the model before any process group:
-    a chain (no graph) walked with whole backwards (`split` false), each tp > 1 stage holding at least one
-    transformer block that its tp divides (heads and MLP hidden size), and neither sequence parallelism nor
-    sharded optimizer state. `names`: the layers' names for a message (None: their indices).
+    the plan's own limits (runtime.options.check_tensor_parallel_plan), a chain (no graph) walked with whole
+    backwards (`split` false), each tp > 1 stage holding at least one transformer block that its tp divides (heads
+    and MLP hidden size). `names`: the layers' names for a message (None: their indices).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
     """
+    check_tensor_parallel_plan(plan, PlanError)
     tp_stages = [(s, st) for s, st in enumerate(plan.stages) if st.tp > 1]
     if not tp_stages:
         return
-    if plan.zero:
-        raise PlanError(f"plan zero {plan.zero}: the runtime does not shard optimizer state yet; set zero 0 to run it")
     s, first = tp_stages[0]
-    if any(st.sequence_parallel for _, st in tp_stages):
-        s = next(i for i, st in tp_stages if st.sequence_parallel)
-        raise PlanError(f"stage {s} has sequence_parallel true, which the runtime does not run yet: set it false")
     if graph:
         raise PlanError(f"stage {s} has tp {first.tp} but the model is a graph: the runtime splits the blocks of a chain")
     if split:
