@@ -14,6 +14,8 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
+from runtime_cli import run_train  # noqa: E402
+
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 TOLERANCE = 1e-9
@@ -141,8 +143,6 @@ def _train_args(plan: str, local: int, *extra: str, heads: int = OPTIONS["heads"
 def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tmp_path: Path) -> None:
     """`train --plan` with 2 stages of tp 2 on `--local 4` (float64, SGD): its 3 losses equal a plain torch loop's on
     the same batches to 1e-9."""
-    from runtime_cli import run_train
-
     from pipeplan.models.build import build_model
     from pipeplan.models.zoo.datasets import batch_indices
 
@@ -184,8 +184,6 @@ def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_lin
 ) -> None:
     """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
     flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
-    from runtime_cli import run_train
-
     plan = _plan_file(tmp_path, "plan.json", stages, zero)
     heads = [int(x.split("=")[1]) for x in extra if x.startswith("heads=")]
     flags = [x for x in extra if not x.startswith("heads=")]

@@ -130,8 +130,8 @@ class GradSync:
 
     Every process must construct it (new_group is collective), in the same order. On a tensor-parallel stage each
     TP rank's copies form their own group (they hold the same shard). Gradients are summed, not averaged: each
-    stage's loss is already scaled by 1 / global batch, so the sum is the gradient of the global mean loss. On an emulated network (`wire`) each
-    stage's all-reduce is a ring over the stage's devices as the plan lists them.
+    stage's loss is already scaled by 1 / global batch, so the sum is the gradient of the global mean loss. On an
+    emulated network (`wire`) each stage's all-reduce is a ring over the stage's devices as the plan lists them.
     """
 
     def __init__(self, topology: Topology, role: Role, timeout_s: float, wire: Wire | None = None) -> None:
