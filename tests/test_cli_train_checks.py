@@ -263,10 +263,14 @@ def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
     from pipeplan.io.plan_json import write_plan
 
     plans = {
-        "tp.json": (Plan((Stage(0, 2, (0, 1), tp=2),), 1, 2, 2, "1f1b"),
-                    "stage 0 (layers 0..2) has tp 2 but none of its layers is a transformer block the runtime splits"),
-        "zero.json": (Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=1),
-                      "plan zero 1: the runtime does not shard optimizer state yet; set zero 0"),
+        "tp.json": (
+            Plan((Stage(0, 2, (0, 1), tp=2),), 1, 2, 2, "1f1b"),
+            "stage 0 (layers 0..2) has tp 2 but none of its layers is a transformer block the runtime splits",
+        ),
+        "zero.json": (
+            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=1),
+            "plan zero 1: the runtime does not shard optimizer state yet; set zero 0",
+        ),
     }
     for name, (plan, text) in plans.items():
         path = tmp_path / name
