@@ -1,7 +1,8 @@
 """Tensor-parallel stages (runtime.execution.tp_layers, models.tp_block) over 4 gloo processes: charlm (the zoo's GPT-like
 model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
 the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
-stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce)."""
+stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), and one stage
+of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
 CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
     "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
+    "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
 }
 """Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
 
@@ -90,8 +92,9 @@ def _plain() -> tuple[nn.Module, list[list[float]]]:
 
 
 def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
-    """TP 2 x PP 2, and TP 2 then 2 data-parallel replicas, on 4 processes: the losses and clipped norms of 3 SGD steps
-    and the final state_dict equal the plain loop's to 1e-9, with the blocks split on their stages' processes."""
+    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
+    clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
+    their stages' processes."""
     from pipeplan.runtime.training.launch import launch_local
 
     script = tmp_path / "script.py"
@@ -105,6 +108,8 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
     assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
     assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
+    assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
+    assert [r["dp2_of_tp2"]["split"] for r in ranks] == [[1, 2]] * 4
     assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
     for case in CASES:
         for rank in ranks:

@@ -78,10 +78,9 @@ class WholeModel:
             if param.requires_grad and index is not None and stage_of[index] in own and id(param) not in dense:
                 self.counted.append(param)
         # a tensor-parallel stage: its split blocks' weights in place of the model's dense blocks (tp_layers)
-        split = [p for block in blocks for p in block.parameters() if p.requires_grad] if own else []
-        self.counted = self.tensor_parallel.counted(self.counted + split)
-        self.trained = split
-        """The split blocks' weights, which the model's parameters do not hold (clipped beside them)."""
+        self.trained = [p for block in blocks for p in block.parameters() if p.requires_grad]
+        """The split blocks' weights, which the model's parameters do not hold (clipped beside them, on every copy)."""
+        self.counted = self.tensor_parallel.counted(self.counted + (self.trained if own else []))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state, every entry from its owner (a collective: every process calls it, gets it all).
