@@ -48,6 +48,8 @@ class WholeModel:
         topology: the plan on the job's processes.
         role: this process's role.
         device: where the collective tensors travel (the process group's device).
+        tensor_parallel: this process's split blocks (runtime.execution.tp_layers): trained in place of the model's
+            dense blocks, gathered into them for `state_dict`, sharded from them after `load_state_dict`.
     """
 
     def __init__(
