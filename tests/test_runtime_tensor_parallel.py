@@ -2,7 +2,8 @@
 model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
 the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
 stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), and one stage
-of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies)."""
+of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies); `train --plan` with
+tp 2 stages, and what train refuses of a tensor-parallel plan."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
+from cli_runner import run  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = pytest.mark.torch
 
 TOLERANCE = 1e-9
 STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
@@ -91,6 +93,7 @@ def _plain() -> tuple[nn.Module, list[list[float]]]:
     return model, log
 
 
+@pytest.mark.slow
 def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
     """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
     clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
@@ -145,6 +148,7 @@ def _train_args(plan: str, local: int, *extra: str, heads: int = OPTIONS["heads"
             "--lr", str(LR), "--steps", "3", "--no-predict", *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tmp_path: Path) -> None:
     """`train --plan` with 2 stages of tp 2 on `--local 4` (float64, SGD): its 3 losses equal a plain torch loop's on
     the same batches to 1e-9."""
@@ -185,15 +189,26 @@ def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tm
     ],
 )  # fmt: skip
 def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_line(
-    tmp_path: Path, stages: list[tuple[int, int, tuple[int, ...], int, bool]], zero: int, extra: list[str], message: str
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    stages: list[tuple[int, int, tuple[int, ...], int, bool]],
+    zero: int,
+    extra: list[str],
+    message: str,
 ) -> None:
     """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
     flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
+    from pipeplan.runtime.training import launch
+
+    started: list[int] = []
+    monkeypatch.setattr(launch, "launch_local", lambda nprocs, *args, **kwargs: started.append(nprocs) or 0)
+    monkeypatch.chdir(tmp_path)
     plan = _plan_file(tmp_path, "plan.json", stages, zero)
     heads = [int(x.split("=")[1]) for x in extra if x.startswith("heads=")]
     flags = [x for x in extra if not x.startswith("heads=")]
     args = _train_args(plan, len({d for stage in stages for d in stage[2]}), *flags, heads=heads[0] if heads else 4)
-    done = run_train(args, timeout=120)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0], done.stderr
+    code, out, err = run(monkeypatch, capsys, "train", *args)
+    assert (code, out, started) == (2, "", []), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0], err
