@@ -257,20 +257,27 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
 def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]], tmp_path: Path
 ) -> None:  # fmt: skip
-    """A plan with a tp > 1 stage, or with zero > 0, gets one line naming the stage's tp (or zero) and the way out."""
+    """A plan whose tp > 1 stage holds no transformer block (mlp's layers), or with zero > 0, gets one line naming the
+    stage's tp (or zero) and the way out: the runtime splits blocks and does not shard optimizer state."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
 
     plans = {
-        "tp.json": (Plan((Stage(0, 2, (0, 1), tp=2),), 1, 2, 2, "1f1b"), "stage 0 has tp 2"),
-        "zero.json": (Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=1), "zero 1"),
+        "tp.json": (
+            Plan((Stage(0, 2, (0, 1), tp=2),), 1, 2, 2, "1f1b"),
+            "stage 0 (layers 0..2) has tp 2 but none of its layers is a transformer block the runtime splits",
+        ),
+        "zero.json": (
+            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=1),
+            "plan zero 1: the runtime does not shard optimizer state yet; set zero 0",
+        ),
     }
     for name, (plan, text) in plans.items():
         path = tmp_path / name
         write_plan(plan, path, "mlp-3", "cpu-2")
         code, out, err = run(monkeypatch, capsys, "train", "--local", "2", "--plan", str(path), "--steps", "1")
         assert (code, out, launches) == (2, "", []), err
-        assert err.count("\n") == 1 and f"TrainConfigError: plan {path}: {text}, but train runs neither" in err, err
+        assert err.count("\n") == 1 and f"TrainConfigError: plan {path}: {text}" in err, err
 
 
 def test_trace_is_the_hidden_old_name_of_timeline(

@@ -7,8 +7,11 @@ import math
 import os
 from dataclasses import dataclass
 
+from pipeplan.core.errors import PipeplanError
 from pipeplan.core.limits import SEED, THREADS, TIMEOUT_S, TRAIN_BATCH
+from pipeplan.core.plan import Plan
 from pipeplan.runtime.rank_errors import TrainConfigError
+from pipeplan.schedules.registry import ASYNCHRONOUS
 
 OPTIMIZERS = ("adam", "sgd", "sgd_momentum")
 """What train steps with: Adam, plain SGD, SGD with momentum 0.9 (the names a profile times its steps under)."""
@@ -211,3 +214,26 @@ def check_async_precision(precision: str, schedule: str) -> None:
             f"--precision fp16 scales the loss and skips overflowing steps on every rank; --schedule {schedule} steps "
             "inside its schedule: give --precision bf16 (no loss scale) or a synchronous schedule"
         )
+
+
+def check_tensor_parallel_plan(plan: Plan, error: type[PipeplanError], where: str = "") -> None:
+    """What the runtime runs of a 3D plan, from the plan alone: no sharded optimizer state (zero 0), no sequence
+    parallelism, and tensor-parallel stages only on a synchronous schedule without an adaptive setting (the
+    asynchronous and adaptive runs build their stages otherwise). `where` prefixes the message (e.g. the plan's file).
+
+    Raises:
+        error: one line naming the field and its value, and the way out.
+    """
+    if plan.zero:
+        raise error(f"{where}plan zero {plan.zero}: the runtime does not shard optimizer state yet; set zero 0 to run it")
+    tp = next(((s, st) for s, st in enumerate(plan.stages) if st.tp > 1), None)
+    if tp is None:
+        return
+    s, stage = tp
+    parallel = next((i for i, st in enumerate(plan.stages) if st.sequence_parallel), None)
+    if parallel is not None:
+        raise error(f"{where}stage {parallel} has sequence_parallel true, which the runtime does not run yet: set it false")
+    if plan.schedule in ASYNCHRONOUS or plan.adaptive is not None:
+        what = f"schedule {plan.schedule!r}" if plan.schedule in ASYNCHRONOUS else "an adaptive setting"
+        raise error(f"{where}stage {s} has tp {stage.tp} and the plan {what}: the runtime runs tensor-parallel stages "
+                    "on a synchronous schedule with a fixed k; give the plan 1f1b, gpipe or kfkb without adaptive")  # fmt: skip

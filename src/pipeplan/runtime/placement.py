@@ -12,6 +12,12 @@ Note:
     replica exactly the samples both hold, so any pair of replica counts
     works (DAPPLE's split/concat); with equal counts this is the cost model's
     replica-t-to-replica-t pairing.
+
+    A tensor-parallel stage (tp = t > 1) runs each replica on t processes, its TP ranks 0..t-1, which all hold the
+    replica's samples whole: a block's row-parallel all-reduce leaves its output (and a column-parallel one's input
+    gradient) replicated over the group. So TP rank j of the receiving stage takes each piece from TP rank j mod t'
+    of the sending stage (t' its tp): with equal tp, rank j to rank j over parallel links and no broadcast inside
+    the group; from tp 2 to tp 1 only rank 0 sends; from tp 1 to tp 2 the one sender sends to both.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pipeplan.core.schedule import Action, Schedule
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """What one process runs: schedule rank, pipeline replica, data-parallel replica and its stages."""
+    """What one process runs: schedule rank, pipeline replica, data-parallel replica and its stages; on a
+    tensor-parallel stage also its TP rank in its replica's group of `tp` processes."""
 
     process: int
     sched_rank: int
@@ -35,6 +42,8 @@ class Role:
     replica: int
     replicas: int
     stages: tuple[int, ...]
+    tp_rank: int = 0
+    tp: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +117,14 @@ class Topology:
         """Data-parallel replicas of `stage` within one pipeline replica."""
         return self.plan.replicas_of(self.schedule.stage_to_rank[stage])
 
-    def process(self, stage: int, pipeline_replica: int, replica: int) -> int:
-        """The process running `replica` of `stage` in `pipeline_replica`."""
-        device = self.plan.replica_devices(self.schedule.stage_to_rank[stage], pipeline_replica)[replica]
+    def tp(self, stage: int) -> int:
+        """The tensor-parallel degree of `stage` (its schedule rank's)."""
+        return self.plan.stages[self.schedule.stage_to_rank[stage]].tp
+
+    def process(self, stage: int, pipeline_replica: int, replica: int, tp_rank: int = 0) -> int:
+        """The process running TP rank `tp_rank` of `replica` of `stage` in `pipeline_replica`."""
+        rank = self.schedule.stage_to_rank[stage]
+        device = self.plan.replica_devices(rank, pipeline_replica)[replica * self.plan.stages[rank].tp + tp_rank]
         return self.process_of[device]
 
     @cached_property
@@ -118,16 +132,26 @@ class Topology:
         """The role of every process, indexed by process."""
         found: dict[int, Role] = {}
         for r in range(self.plan.num_ranks):
-            reps = self.plan.replicas_of(r)
+            reps, tp = self.plan.replicas_of(r), self.plan.stages[r].tp
             for i, device in enumerate(self.plan.stages[r].devices):
-                t, j = divmod(i, reps)
+                group, k = divmod(i, tp)
+                t, j = divmod(group, reps)
                 p = self.process_of[device]
-                found[p] = Role(p, r, t, j, reps, self.schedule.stages_of(r))
+                found[p] = Role(p, r, t, j, reps, self.schedule.stages_of(r), k, tp)
         return tuple(found[p] for p in range(self.world_size))
 
-    def stage_group(self, sched_rank: int) -> tuple[int, ...]:
-        """Processes that hold a copy of schedule rank `sched_rank`'s weights (they all-reduce gradients)."""
-        return tuple(sorted(self.process_of[d] for d in self.plan.stages[sched_rank].devices))
+    def stage_group(self, sched_rank: int, tp_rank: int = 0) -> tuple[int, ...]:
+        """Processes that hold a copy of schedule rank `sched_rank`'s weights (they all-reduce gradients): on a
+        tensor-parallel stage, those of TP rank `tp_rank` (each holds the same shard)."""
+        stage = self.plan.stages[sched_rank]
+        return tuple(sorted(self.process_of[d] for d in stage.devices[tp_rank :: stage.tp]))
+
+    def tp_groups(self, sched_rank: int) -> tuple[tuple[int, ...], ...]:
+        """The tensor-parallel groups of schedule rank `sched_rank`: each replica's processes in TP-rank order (one
+        group of one process each when its tp is 1)."""
+        stage = self.plan.stages[sched_rank]
+        devices = stage.devices
+        return tuple(tuple(self.process_of[d] for d in devices[i : i + stage.tp]) for i in range(0, len(devices), stage.tp))
 
     def sample_range(self, role: Role, microbatch: int, stage: int) -> tuple[int, int]:
         """[lo, hi) in the global batch of the samples `role` handles for `microbatch` on `stage`."""
@@ -144,17 +168,19 @@ class Topology:
         src_ranges, dst_ranges = (up, down) if kind == "act" else (down, up)
         src_stage, dst_stage = (boundary, boundary + 1) if kind == "act" else (boundary + 1, boundary)
         out = []
-        if sending:
-            pairs = [(role.replica, k) for k in range(len(dst_ranges))]
+        src_tp, dst_tp = self.tp(src_stage), self.tp(dst_stage)
+        if sending:  # TP rank i sends to every receiving TP rank j with j mod src_tp == i (module docstring)
+            pairs = [(role.replica, k, role.tp_rank, t) for k in range(len(dst_ranges))
+                     for t in range(role.tp_rank, dst_tp, src_tp)]  # fmt: skip
         else:
-            pairs = [(j, role.replica) for j in range(len(src_ranges))]
-        for j, k in pairs:
+            pairs = [(j, role.replica, role.tp_rank % src_tp, role.tp_rank) for j in range(len(src_ranges))]
+        for j, k, src_rank, dst_rank in pairs:
             lo = max(src_ranges[j][0], dst_ranges[k][0])
             hi = min(src_ranges[j][1], dst_ranges[k][1])
             if lo >= hi:
                 continue
-            src = self.process(src_stage, role.pipeline_replica, j)
-            dst = self.process(dst_stage, role.pipeline_replica, k)
+            src = self.process(src_stage, role.pipeline_replica, j, src_rank)
+            dst = self.process(dst_stage, role.pipeline_replica, k, dst_rank)
             src_lo, dst_lo = src_ranges[j][0], dst_ranges[k][0]
             out.append(Message(kind, boundary, microbatch, src, dst, lo - src_lo, hi - src_lo, lo - dst_lo))
         return out

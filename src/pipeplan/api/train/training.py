@@ -18,6 +18,7 @@ from pipeplan.api.train.train_setup import (
     check_options,
     check_plan,
     check_runnable,
+    check_split_model,
     model_of_profile,
     prediction_inputs,
     prediction_numerics,
@@ -110,7 +111,10 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         from pipeplan.presets.resolve import load_plan
 
         plan_obj, names = load_plan(plan, profile)
-        check_runnable(plan_obj, plan)
+        check_runnable(plan_obj, plan, {"--checkpoint-dir": f.checkpoint_dir, "--save-grads": f.save_grads,
+                                        "--eval": f.evaluate, "--predict": f.predict, "--adaptive": f.adaptive,
+                                        "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
+                                        "--precision": f.precision})  # fmt: skip
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
@@ -159,6 +163,8 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
     check_user_data(module or "mlp", spec_options, dataset, data=f.data, loss=f.loss, eval_fraction=f.eval_fraction,
                     evaluate=f.evaluate, dtype=f.dtype, seed=f.seed, build=local is not None)  # fmt: skip
     refuse_asynchronous_split(layout, local, (module or "mlp", spec_options, dataset, f.dtype, f.seed, f.data, f.loss))
+    if plan_obj is not None and local is not None:  # a torchrun rank's worker checks its own model (tp_layers)
+        check_split_model(plan_obj, plan, (module or "mlp", spec_options, dataset, f.dtype, f.seed, f.data, f.loss))
     if f.checkpoint_dir is not None:
         job = {"module": module or "mlp", "module_options": spec_options, "dataset": dataset or "auto",
                "dtype": f.dtype, "optimizer": f.optimizer, "seed": f.seed, "lr": f.lr, "data": f.data,

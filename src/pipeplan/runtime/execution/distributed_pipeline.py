@@ -27,6 +27,7 @@ from pipeplan.models.stage import LossFn
 from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
+from pipeplan.runtime.execution.tp_layers import check_tensor_parallel, tensor_parallel_layers
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
 from pipeplan.runtime.transport.link_emulation import Wire
@@ -98,9 +99,11 @@ class DistributedPipeline:
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
-        self.executor = Executor(topology, self.role, layers, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
+        check_tensor_parallel(self.plan, layers, None, graph is not None, topology.schedule.split_backward)
+        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s)
+        self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
                                  precision=precision, scaler=scaler, seed=seed)  # fmt: skip
-        self.whole = WholeModel(model, layers, topology, self.role, device)
+        self.whole = WholeModel(model, layers, topology, self.role, device, self.tensor_parallel)
 
     @property
     def stages(self) -> tuple[int, ...]:
@@ -177,12 +180,15 @@ def start_pipeline(
     checked against the plan by the caller): what pipeplan.distribute returns.
 
     Raises:
-        PlanError: an asynchronous schedule, or a plan on another number of devices than the job's processes.
+        PlanError: an asynchronous schedule, a plan on another number of devices than the job's processes, or
+            tensor-parallel stages the runtime does not run (runtime.execution.tp_layers.check_tensor_parallel).
         TrainConfigError: not started by torchrun or a launcher setting its variables.
     """
     if plan.schedule in ASYNCHRONOUS:
         raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
     schedule = plan_schedule(plan)
+    graphed = spec.layer_inputs is not None
+    check_tensor_parallel(plan, spec.layers, spec.layer_names, graphed, schedule.split_backward)  # before the group
     try:
         rank, world, device = init_distributed(backend, timeout_s)
     except TrainConfigError as exc:

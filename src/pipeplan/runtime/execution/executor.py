@@ -297,7 +297,8 @@ class Executor:
                 out = stage.forward(mb, x, target, self.loss_fn, scale, key)
             if stage.is_last:
                 value = out.detach().to("cpu", torch.float64)
-                self._loss += value
+                if self.role.tp_rank == 0:  # a tensor-parallel stage's other TP ranks hold copies of the same loss
+                    self._loss += value
                 self.microbatch_losses[mb] = float(value)
             else:
                 self.comm.send(action, out)

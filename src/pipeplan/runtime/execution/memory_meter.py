@@ -22,6 +22,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from pipeplan.profiler.saved import SavedTensorHooks
+from pipeplan.runtime.execution.replicas import local_tensor
 
 
 class SavedMemoryMeter(SavedTensorHooks):
@@ -50,12 +51,13 @@ class SavedMemoryMeter(SavedTensorHooks):
 
 
 def static_bytes(params: Iterable[torch.Tensor], optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the parameters, their gradients and the optimizer's state tensors, each storage once."""
+    """Bytes of the parameters, their gradients and the optimizer's state tensors, each storage once (a DTensor's:
+    its local shard's)."""
     seen: dict[int, int] = {}
 
     def add(tensor: object) -> None:
         if isinstance(tensor, torch.Tensor) and tensor.numel():
-            storage = tensor.untyped_storage()
+            storage = local_tensor(tensor).untyped_storage()  # a tensor-parallel weight: this process's shard
             seen.setdefault(StorageWeakRef(storage).cdata, storage.nbytes())
 
     for p in params:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.distributed.tensor import DTensor
 
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.rank_errors import RuntimeFault
@@ -70,6 +71,15 @@ class Launched:
     timing: RingTiming | None = None
 
 
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of `tensor`: a DTensor's local shard (a tensor-parallel weight or its gradient, whose
+    storage it shares), else the tensor itself."""
+    if isinstance(tensor, DTensor):
+        with torch.no_grad():
+            return tensor.to_local()
+    return tensor
+
+
 def flat_bucket(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     """One flat tensor holding every gradient (the bucket one all-reduce sums)."""
     return _flatten_dense_tensors(list(grads))
@@ -78,9 +88,10 @@ def flat_bucket(grads: Sequence[torch.Tensor]) -> torch.Tensor:
 def launch(params: Sequence[torch.Tensor], group: Any, what: str, wire: Wire | None, ring: tuple[int, ...]) -> Launched:
     """Start the all-reduce (sum) of `params`' gradients (a missing one as zeros) in one flat bucket on `group`,
     without waiting; on an emulated network (`wire`) time it as a ring over `ring`'s devices."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    for p, g in zip(params, grads, strict=True):
-        p.grad = g
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [local_tensor(p.grad) for p in params if p.grad is not None]
     bucket = flat_bucket(grads)
     work = dist.all_reduce(bucket, group=group, async_op=True)
     nbytes = bucket.numel() * bucket.element_size()
@@ -117,10 +128,10 @@ def scatter_back(bucket: torch.Tensor, grads: Sequence[torch.Tensor]) -> None:
 class GradSync:
     """All-reduce (sum) of a process's stage gradients over every copy of its stage.
 
-    Every process must construct it (new_group is collective), in the same order.
-    Gradients are summed, not averaged: each stage's loss is already scaled by
-    1 / global batch, so the sum is the gradient of the global mean loss. On an emulated network (`wire`) each
-    stage's all-reduce is a ring over the stage's devices as the plan lists them.
+    Every process must construct it (new_group is collective), in the same order. On a tensor-parallel stage each
+    TP rank's copies form their own group (they hold the same shard). Gradients are summed, not averaged: each
+    stage's loss is already scaled by 1 / global batch, so the sum is the gradient of the global mean loss. On an
+    emulated network (`wire`) each stage's all-reduce is a ring over the stage's devices as the plan lists them.
     """
 
     def __init__(self, topology: Topology, role: Role, timeout_s: float, wire: Wire | None = None) -> None:
@@ -130,11 +141,12 @@ class GradSync:
         self.wire = wire
         self.plan = topology.plan
         for r in range(topology.plan.num_ranks):
-            members = topology.stage_group(r)
-            if len(members) > 1:
-                group = dist.new_group(list(members), timeout=self.timeout)
-                if r == role.sched_rank:
-                    self.group, self.members = group, members
+            for k in range(topology.plan.stages[r].tp):
+                members = topology.stage_group(r, k)
+                if len(members) > 1:
+                    group = dist.new_group(list(members), timeout=self.timeout)
+                    if (r, k) == (role.sched_rank, role.tp_rank):
+                        self.group, self.members = group, members
         self._pending: list[tuple[Launched, int]] = []
 
     @property

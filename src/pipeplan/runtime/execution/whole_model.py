@@ -24,6 +24,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.models.parameter_sharing import holdings
+from pipeplan.runtime.execution.replicas import local_tensor
+from pipeplan.runtime.execution.tp_layers import TensorParallel
 from pipeplan.runtime.placement import Role, Topology
 
 
@@ -46,13 +48,24 @@ class WholeModel:
         topology: the plan on the job's processes.
         role: this process's role.
         device: where the collective tensors travel (the process group's device).
+        tensor_parallel: this process's split blocks (runtime.execution.tp_layers): trained in place of the model's
+            dense blocks, gathered into them for `state_dict`, sharded from them after `load_state_dict`.
     """
 
     def __init__(
-        self, model: nn.Module, layers: Sequence[nn.Module], topology: Topology, role: Role, device: torch.device
+        self,
+        model: nn.Module,
+        layers: Sequence[nn.Module],
+        topology: Topology,
+        role: Role,
+        device: torch.device,
+        tensor_parallel: TensorParallel | None = None,
     ) -> None:
         self.model = model
         self.device = device
+        self.tensor_parallel = tensor_parallel or TensorParallel()
+        blocks = [block for _, block in self.tensor_parallel.blocks.values()]
+        dense = {id(p) for block, _ in self.tensor_parallel.blocks.values() for p in block.parameters()}
         stage_of = layer_stages(topology.plan, len(layers))
         first_layer = {key: holding.layers[0] for key, holding in holdings(layers, buffers=True).items()}
         self.owner: dict[str, int] = {}
@@ -64,14 +77,19 @@ class WholeModel:
         """The parameters whose gradients this process adds to the global norm: each trained one exactly once."""
         for param in model.parameters():  # unique by identity
             index = first_layer.get(id(param))
-            if param.requires_grad and index is not None and stage_of[index] in own:
+            if param.requires_grad and index is not None and stage_of[index] in own and id(param) not in dense:
                 self.counted.append(param)
+        # a tensor-parallel stage: its split blocks' weights in place of the model's dense blocks (tp_layers)
+        self.trained = [p for block in blocks for p in block.parameters() if p.requires_grad]
+        """The split blocks' weights, which the model's parameters do not hold (clipped beside them, on every copy)."""
+        self.counted = self.tensor_parallel.counted(self.counted + (self.trained if own else []))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's state, every entry from its owner (a collective: every process calls it, gets it all).
 
         The keys and order are the model's own `state_dict`'s; the values are detached CPU copies.
         """
+        self.tensor_parallel.write_dense()  # the split blocks' shards gathered into the model's blocks
         local = self.model.state_dict()
         out: dict[str, torch.Tensor] = {}
         groups: dict[tuple[int, torch.dtype], list[str]] = {}
@@ -111,12 +129,13 @@ class WholeModel:
                 got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise PlanError(f"state[{key!r}] is {got} but the model's is {tuple(tensor.shape)}: the state is another model's")
         self.model.load_state_dict(state)
+        self.tensor_parallel.read_dense()
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
         """Scale every gradient of this process by min(1, max_norm / (total + 1e-6)), `total` the norm of the whole
         model's gradient (each parameter once, over every stage): torch.nn.utils.clip_grad_norm_'s rule. A
         collective; returns the total norm on every process."""
-        grads = [p.grad.detach() for p in self.counted if p.grad is not None]
+        grads = [local_tensor(p.grad.detach()) for p in self.counted if p.grad is not None]
         norms = [torch.linalg.vector_norm(g, norm_type).to(torch.float64) for g in grads]
         if math.isinf(norm_type):
             part = torch.stack(norms).max() if norms else torch.zeros((), dtype=torch.float64)
@@ -131,7 +150,7 @@ class WholeModel:
         scale = min(1.0, max_norm / (norm + 1e-6))
         if scale < 1.0:
             seen: set[int] = set()
-            for p in self.model.parameters():
+            for p in [*self.model.parameters(), *self.trained]:
                 if p.grad is not None and id(p) not in seen:
                     seen.add(id(p))
                     p.grad.detach().mul_(scale)

@@ -1,0 +1,155 @@
+"""A transformer block split Megatron-style over a tensor-parallel group: the zoo's nn.TransformerEncoderLayer
+(`transformer`, and charlm's causal blocks) as plain Linear layers the runtime shards with DTensor.
+
+`SplitBlock` computes what the encoder layer computes (pre- or post-norm; self-attention, then the MLP), from four
+Linear layers: `qkv` (column-parallel: each TP rank holds its heads' query, key and value rows), `out` (row-parallel:
+its output all-reduced), `up` (column-parallel) and `down` (row-parallel). Its forward works on whatever the sharding
+leaves it: `heads // tp` heads and `ffn // tp` hidden units (Shoeybi et al. 2019, Megatron-LM, Figure 3). The norms,
+and the biases of `out` and `down`, are replicated.
+
+Note:
+    The encoder layer's fused in-projection lists all query rows, then all key rows, then all value rows; a
+    column-parallel split of that would hand TP rank 0 only queries. `qkv_rows` reorders the rows so that rank i's
+    contiguous slice is its heads' [q_i; k_i; v_i] (Megatron's layout): one column-parallel linear, one all-reduce
+    of its input's gradient in the backward. The encoder layer stays the model's dense copy: `write_dense` puts the
+    trained weights back into it in its own layout, `from_layer` reads them from it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from pipeplan.core.errors import PlanError
+
+
+def encoder_of(layer: nn.Module) -> tuple[nn.TransformerEncoderLayer, bool] | None:
+    """The encoder layer a model layer is (the `transformer` spec's blocks) or wraps alone (charlm's CausalBlock:
+    causal), with whether it attends causally; None for any other layer (it runs replicated on a TP stage)."""
+    from pipeplan.models.zoo.charlm import CausalBlock
+
+    if type(layer) is nn.TransformerEncoderLayer:
+        return layer, False
+    if type(layer) is CausalBlock and type(layer.layer) is nn.TransformerEncoderLayer:
+        return layer.layer, True
+    return None
+
+
+def check_split(layer: nn.Module, name: str, tp: int, where: str) -> None:
+    """That encoder layer `layer` splits over `tp` ranks: tp divides its heads and its MLP's hidden size, and its
+    attention is a plain self-attention (query, key and value of the model's width, with biases).
+
+    Raises:
+        PlanError: one line naming the layer, its heads or hidden size and the tp.
+    """
+    found = encoder_of(layer)
+    assert found is not None
+    attention = found[0].self_attn
+    if not attention._qkv_same_embed_dim or attention.in_proj_bias is None or attention.bias_k is not None:
+        raise PlanError(f"{where} has tp {tp} but layer {name}'s attention has other key/value widths or no biases: "
+                        "train it with tp 1")  # fmt: skip
+    heads, hidden = attention.num_heads, found[0].linear1.out_features
+    for what, count in (("attention heads", heads), ("MLP hidden size", hidden)):
+        if count % tp:
+            raise PlanError(
+                f"{where} has tp {tp}, which does not divide layer {name}'s {count} {what}: give the stage a tp "
+                f"that divides both {heads} heads and {hidden} hidden units"
+            )
+
+
+def qkv_rows(width: int, tp: int) -> torch.Tensor:
+    """The rows of the encoder layer's in-projection (q, then k, then v, `width` rows each) in SplitBlock's order:
+    TP rank i's contiguous slice holds its q, k and v rows (module docstring)."""
+    part = width // tp
+    return torch.cat([torch.arange(i * part, (i + 1) * part) + j * width for i in range(tp) for j in range(3)])
+
+
+class SplitBlock(nn.Module):
+    """An encoder layer's computation from column- and row-parallel Linear layers (module docstring); before the
+    runtime shards it (tp ranks given), it computes the layer whole."""
+
+    def __init__(self, layer: nn.TransformerEncoderLayer, causal: bool, tp: int) -> None:
+        super().__init__()
+        attention = layer.self_attn
+        width = attention.embed_dim
+        self.tp, self.causal, self.heads, self.norm_first = tp, causal, attention.num_heads, layer.norm_first
+        self.head_dim = width // attention.num_heads
+        self.attention_dropout = attention.dropout
+        like = {"dtype": attention.in_proj_weight.dtype, "device": attention.in_proj_weight.device}
+        self.qkv = nn.Linear(width, 3 * width, **like)
+        self.out = nn.Linear(width, width, **like)
+        self.up = nn.Linear(width, layer.linear1.out_features, **like)
+        self.down = nn.Linear(layer.linear1.out_features, width, **like)
+        self.norm1, self.norm2 = copy.deepcopy(layer.norm1), copy.deepcopy(layer.norm2)
+        self.dropout, self.dropout1, self.dropout2 = layer.dropout, layer.dropout1, layer.dropout2
+        self.activation = layer.activation
+        self.read_dense(layer)
+
+    def _pairs(self, layer: nn.TransformerEncoderLayer) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
+        """(this block's tensor, the encoder layer's, whether its rows are the in-projection's) for every weight."""
+        attention = layer.self_attn
+        return [
+            (self.qkv.weight, attention.in_proj_weight, True), (self.qkv.bias, attention.in_proj_bias, True),
+            (self.out.weight, attention.out_proj.weight, False), (self.out.bias, attention.out_proj.bias, False),
+            (self.up.weight, layer.linear1.weight, False), (self.up.bias, layer.linear1.bias, False),
+            (self.down.weight, layer.linear2.weight, False), (self.down.bias, layer.linear2.bias, False),
+            *zip(self.norm1.parameters(), layer.norm1.parameters(), [False] * 2, strict=False),
+            *zip(self.norm2.parameters(), layer.norm2.parameters(), [False] * 2, strict=False),
+        ]  # fmt: skip
+
+    @torch.no_grad()
+    def read_dense(
+        self, layer: nn.TransformerEncoderLayer, place: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+    ) -> None:
+        """Take the encoder layer's weights: `place(mine, whole)` puts a whole tensor into one of this block's
+        (sharded: its part); default a copy."""
+        rows = qkv_rows(self.qkv.in_features, self.tp)
+        for mine, dense, reordered in self._pairs(layer):
+            whole = dense[rows] if reordered else dense
+            if place is None:
+                mine.copy_(whole)
+            else:
+                place(mine, whole)
+
+    @torch.no_grad()
+    def write_dense(self, layer: nn.TransformerEncoderLayer, whole: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Put this block's weights back into the encoder layer in its layout; `whole(mine)` is a tensor of this
+        block gathered whole (a collective over the TP group for a sharded one: every TP rank calls this)."""
+        rows = qkv_rows(self.qkv.in_features, self.tp)
+        for mine, dense, reordered in self._pairs(layer):
+            full = whole(mine)
+            if reordered:
+                dense[rows] = full
+            else:
+                dense.copy_(full)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x))
+            return x + self._mlp(self.norm2(x))
+        x = self.norm1(x + self._attend(x))
+        return self.norm2(x + self._mlp(x))
+
+    def _attend(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention over this rank's heads (all of them before sharding: qkv's output width says which)."""
+        batch, seq = x.shape[0], x.shape[1]
+        qkv = self.qkv(x)
+        heads = qkv.shape[-1] // (3 * self.head_dim)
+        q, k, v = self._qkv(qkv, batch, seq, heads)
+        p = self.attention_dropout if self.training else 0.0
+        y = functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
+        return self.dropout1(self.out(y.transpose(1, 2).reshape(batch, seq, heads * self.head_dim)))
+
+    def _qkv(self, qkv: torch.Tensor, batch: int, seq: int, heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query, key and value (batch, heads, seq, head_dim) from qkv's output: per TP rank held, [q; k; v]."""
+        groups = self.tp if heads == self.heads else 1  # unsharded: tp groups of [q_i; k_i; v_i]; sharded: one
+        parts = qkv.view(batch, seq, groups, 3, heads // groups, self.head_dim)
+        q, k, v = (parts[:, :, :, j].reshape(batch, seq, heads, self.head_dim).transpose(1, 2) for j in range(3))
+        return q, k, v
+
+    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout2(self.down(self.dropout(self.activation(self.up(x)))))

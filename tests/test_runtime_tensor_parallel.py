@@ -1,0 +1,214 @@
+"""Tensor-parallel stages (runtime.execution.tp_layers, models.tp_block) over 4 gloo processes: charlm (the zoo's GPT-like
+model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
+the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
+stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), and one stage
+of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies); `train --plan` with
+tp 2 stages, and what train refuses of a tensor-parallel plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from cli_runner import run  # noqa: E402
+from runtime_cli import run_train  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TOLERANCE = 1e-9
+STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
+CASES = {
+    "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
+    "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
+}
+"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
+
+MODEL = """
+import torch
+from pipeplan.models.zoo.charlm import charlm, next_char_cross_entropy
+
+def build():
+    spec = charlm(d_model=WIDTH, heads=HEADS, layers=2, seq_len=SEQ, dropout=0.0, seed=5)
+    return torch.nn.Sequential(*spec.layers).double()
+
+def batches():
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(STEPS):
+        yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
+"""
+
+SCRIPT = """
+import json, sys
+import torch
+import pipeplan
+from pipeplan.core.plan import Plan, Stage
+
+out = {}
+for case, stages in json.loads(sys.argv[1]).items():
+    model = build()
+    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, "1f1b")
+    pipe = pipeplan.distribute(model, plan, next_char_cross_entropy)
+    optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
+    log = []
+    for ids, labels in batches():
+        optimizer.zero_grad()
+        loss = pipe.step(ids, labels)
+        norm = pipe.clip_grad_norm_(MAX_NORM)
+        optimizer.step()
+        log.append([loss, norm])
+    state = pipe.state_dict()
+    if pipe.rank == 0:
+        torch.save(state, f"{case}.pt")
+    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank],
+                 "split": sorted(pipe.tensor_parallel.blocks),
+                 "rows": [b.qkv.weight.to_local().shape[0] for _, b in pipe.tensor_parallel.blocks.values()]}
+json.dump(out, open(f"rank-{pipe.rank}.json", "w"))
+"""
+
+CONSTANTS = f"STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = {STEPS}, {BATCH}, {SEQ}, {WIDTH}, {HEADS}, {MAX_NORM}, {LR}\n"
+
+
+def _plain() -> tuple[nn.Module, list[list[float]]]:
+    """The same training as a plain torch loop over the whole model in this process: its losses and norms."""
+    space: dict[str, object] = {}
+    exec(CONSTANTS + MODEL, space)  # the test's own model code, shared with the workers
+    model = space["build"]()  # type: ignore[operator]
+    loss_fn = space["next_char_cross_entropy"]
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    log = []
+    for ids, labels in space["batches"]():  # type: ignore[operator]
+        optimizer.zero_grad()
+        loss = loss_fn(model(ids), labels)  # type: ignore[operator]
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        optimizer.step()
+        log.append([float(loss.detach()), float(norm)])
+    return model, log
+
+
+@pytest.mark.slow
+def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
+    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
+    clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
+    their stages' processes."""
+    from pipeplan.runtime.training.launch import launch_local
+
+    script = tmp_path / "script.py"
+    script.write_text(CONSTANTS + MODEL + SCRIPT)
+    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+    assert launch_local(4, code, [json.dumps(CASES)], cwd=str(tmp_path), timeout_s=600) == 0
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
+    model, want = _plain()
+    assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
+    assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
+    assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
+    assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
+    assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
+    assert [r["dp2_of_tp2"]["split"] for r in ranks] == [[1, 2]] * 4
+    assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
+    for case in CASES:
+        for rank in ranks:
+            got = rank[case]["log"]
+            assert len(got) == STEPS
+            for (loss, norm), (want_loss, want_norm) in zip(got, want, strict=True):
+                assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (case, got, want)
+        saved = torch.load(tmp_path / f"{case}.pt")
+        assert list(saved) == list(model.state_dict())
+        for key, value in model.state_dict().items():
+            assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), (case, key)
+
+
+OPTIONS = {"d_model": 16, "heads": 4, "layers": 2, "seq_len": 8}
+"""charlm's options in train's runs (its own dataset: pysource)."""
+
+
+def _plan_file(tmp_path: Path, name: str, stages: list[tuple[int, int, tuple[int, ...], int, bool]], zero: int = 0) -> str:
+    """A plan file of `stages` (first, last, devices, tp, sequence_parallel): 4 microbatches of 2, 1f1b."""
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.io.plan_json import write_plan
+
+    plan = Plan(tuple(Stage(a, b, d, tp, sp) for a, b, d, tp, sp in stages), 1, 4, 2, "1f1b", zero=zero)
+    path = tmp_path / name
+    write_plan(plan, path, "charlm", "local")
+    return str(path)
+
+
+def _train_args(plan: str, local: int, *extra: str, heads: int = OPTIONS["heads"]) -> list[str]:
+    """train's flags for charlm (OPTIONS, with `heads`) in float64 with plain SGD, 3 steps."""
+    opts = [x for key, value in (OPTIONS | {"heads": heads}).items() for x in ("--opt", f"{key}={value}")]
+    return ["--local", str(local), "--plan", plan, "--module", "charlm", *opts, "--dtype", "float64", "--optimizer", "sgd",
+            "--lr", str(LR), "--steps", "3", "--no-predict", *extra]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tmp_path: Path) -> None:
+    """`train --plan` with 2 stages of tp 2 on `--local 4` (float64, SGD): its 3 losses equal a plain torch loop's on
+    the same batches to 1e-9."""
+    from pipeplan.models.build import build_model
+    from pipeplan.models.zoo.datasets import batch_indices
+
+    plan = _plan_file(tmp_path, "plan.json", [(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)])
+    done = run_train([*_train_args(plan, 4), "--json"], timeout=600)
+    assert done.returncode == 0, done.stderr
+    losses = json.loads(done.stdout)["losses"]
+
+    model = build_model("charlm", dict(OPTIONS), "auto", "float64", seed=0)
+    whole = nn.Sequential(*model.layers)
+    optimizer = torch.optim.SGD(whole.parameters(), lr=LR)
+    want = []
+    for step in range(3):
+        idx = batch_indices(len(model.dataset), 8, step, 0)
+        optimizer.zero_grad()
+        loss = model.loss_fn(whole(model.dataset.inputs[idx]), model.dataset.targets[idx])
+        loss.backward()
+        optimizer.step()
+        want.append(float(loss.detach()))
+    assert len(losses) == 3 and all(abs(a - b) <= TOLERANCE for a, b in zip(losses, want, strict=True)), (losses, want)
+
+
+@pytest.mark.parametrize(
+    ("stages", "zero", "extra", "message"),
+    [
+        ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["heads=1"],
+         "stage 0 (layers 0..1) has tp 2, which does not divide layer block0's 1 attention heads"),
+        ([(0, 0, (0, 1), 2, False), (1, 3, (2,), 1, False)], 0, [],
+         "stage 0 (layers 0..0) has tp 2 but none of its layers is a transformer block"),
+        ([(0, 1, (0, 1), 2, True), (2, 3, (2, 3), 2, False)], 0, [],
+         "stage 0 has sequence_parallel true, which the runtime does not run yet"),
+        ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 1, [], "plan zero 1: the runtime does not shard"),
+        ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["--eval"],
+         "stage 0 has tp 2, and train runs tensor-parallel stages without --eval yet"),
+    ],
+)  # fmt: skip
+def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    stages: list[tuple[int, int, tuple[int, ...], int, bool]],
+    zero: int,
+    extra: list[str],
+    message: str,
+) -> None:
+    """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
+    flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
+    from pipeplan.runtime.training import launch
+
+    started: list[int] = []
+    monkeypatch.setattr(launch, "launch_local", lambda nprocs, *args, **kwargs: started.append(nprocs) or 0)
+    monkeypatch.chdir(tmp_path)
+    plan = _plan_file(tmp_path, "plan.json", stages, zero)
+    heads = [int(x.split("=")[1]) for x in extra if x.startswith("heads=")]
+    flags = [x for x in extra if not x.startswith("heads=")]
+    args = _train_args(plan, len({d for stage in stages for d in stage[2]}), *flags, heads=heads[0] if heads else 4)
+    code, out, err = run(monkeypatch, capsys, "train", *args)
+    assert (code, out, started) == (2, "", []), err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0], err
