@@ -212,3 +212,22 @@ def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_lin
     assert (code, out, started) == (2, "", []), err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: TrainConfigError: ") and message in lines[0], err
+
+
+def test_a_weight_tied_over_a_tensor_parallel_stage_is_refused_before_any_process() -> None:
+    """An embedding and a head sharing one weight, with a tp 2 stage holding either: one PlanError naming the stage,
+    the parameter and its holders; the same model with the tp 2 stage holding only the block is not refused."""
+    from pipeplan.core.errors import PlanError
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.runtime.execution.tp_layers import check_tensor_parallel
+
+    embed, head = nn.Embedding(10, WIDTH), nn.Linear(WIDTH, 10, bias=False)
+    head.weight = embed.weight
+    block = nn.TransformerEncoderLayer(WIDTH, HEADS, 2 * WIDTH, dropout=0.0, batch_first=True)
+    layers, names = [embed, block, head], ["embed", "block", "head"]
+    tied = Plan((Stage(0, 1, (0, 1), tp=2), Stage(2, 2, (2,))), 1, 2, 2, "1f1b")
+    with pytest.raises(PlanError, match=r"stage 0 has tp 2 and holds 'embed.weight', a parameter tied over layers embed, "
+                       r"head: .* untie it, or give that stage tp 1"):  # fmt: skip
+        check_tensor_parallel(tied, layers, names, graph=False, split=False)
+    apart = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1, 2), tp=2), Stage(2, 2, (3,))), 1, 2, 2, "1f1b")
+    check_tensor_parallel(apart, layers, names, graph=False, split=False)

@@ -29,6 +29,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
+from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of
 from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
@@ -65,6 +66,21 @@ def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequen
                             "splits (nn.TransformerEncoderLayer): give it tp 1")  # fmt: skip
         for i in blocks:
             check_split(layers[i], str(i) if names is None else names[i], stage.tp, where)
+    _check_no_tied_weight(plan, layers, names, order)
+
+
+def _check_no_tied_weight(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, order: Sequence[int]) -> None:
+    """A parameter held by several layers (a tied embedding and head) must not touch a tp > 1 stage: its gradient
+    sum over the holders does not yet follow TP ranks, so it is refused rather than run wrong."""
+    labels = [str(i) for i in range(len(layers))] if names is None else list(names)
+    stage_of = {layer: s for s, st in enumerate(plan.stages) for layer in order[st.first_layer : st.last_layer + 1]}
+    for shared in shared_parameters(layers, labels):
+        on_tp = [stage_of[i] for i in shared.layers if plan.stages[stage_of[i]].tp > 1]
+        if on_tp:
+            held = ", ".join(labels[i] for i in shared.layers)
+            raise PlanError(f"stage {on_tp[0]} has tp {plan.stages[on_tp[0]].tp} and holds {shared.name!r}, a "
+                            f"parameter tied over layers {held}: the runtime does not run a tied weight on a "
+                            "tensor-parallel stage yet; untie it, or give that stage tp 1")  # fmt: skip
 
 
 @dataclass
