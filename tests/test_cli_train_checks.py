@@ -242,15 +242,16 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
 ) -> None:  # fmt: skip
     """prediction_numerics adds one note line saying why there is no prediction (said by train once every check
     passed); False."""
+    from pipeplan.api.train.train_inputs import read_profile
     from pipeplan.api.train.train_setup import prediction_numerics
 
     monkeypatch.chdir(bf16_plan.parent)
     notes: list[str] = []
-    assert not prediction_numerics("bf16.json", False, ("float64", "full"), notes)
+    assert not prediction_numerics(read_profile("bf16.json"), False, ("float64", "full"), notes)
     assert len(notes) == 1 and len(notes[0].splitlines()) == 1, notes
     assert notes[0].startswith("note: no predicted step: profile bf16.json was measured in bf16 autocast over float32, "
                                "but this run trains in float64"), notes  # fmt: skip
-    assert prediction_numerics("bf16.json", True, ("float32", "bf16"), notes)
+    assert prediction_numerics(read_profile("bf16.json"), True, ("float32", "bf16"), notes)
     assert len(notes) == 1 and capsys.readouterr().err == ""
 
 

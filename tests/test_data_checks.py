@@ -65,6 +65,9 @@ def test_a_profile_of_your_data_needs_data_again() -> None:
     assert user_dataset("digits", None, "p.json", None) == "digits"
     with pytest.raises(TrainConfigError, match=r"plan p.json's profile prof.json was measured on your own samples"):
         user_dataset("data", None, "p.json", "prof.json")
+    with pytest.raises(TrainConfigError, match=r"plan p.json's profile prof.json was measured on your own samples"):
+        user_dataset(None, None, "p.json", "prof.json", "data")  # the dataset the profile records
+    assert user_dataset(None, None, "p.json", "prof.json", "digits") == "auto"
 
 
 @pytest.mark.torch

@@ -137,6 +137,7 @@ def test_a_hostile_source_is_never_imported_by_any_command_or_api_call(
     torch = pytest.importorskip("torch")
     from cli_runner import run
     from pipeplan import api
+    from pipeplan.api.train.train_inputs import read_profile
     from pipeplan.api.train.train_setup import model_of_profile
     from pipeplan.runtime.measurement.calibrate import build_profiled_model
 
@@ -154,7 +155,7 @@ def test_a_hostile_source_is_never_imported_by_any_command_or_api_call(
         flags = [] if user is None else ["--module", user]
         calls = [
             lambda: model_to_build(source, user, str(path), "--module"),
-            lambda: model_of_profile(str(path), user, {}, None, False),
+            lambda: model_of_profile(read_profile(str(path)), user, {}, None, False),
             lambda: build_profiled_model(_profile(source), torch.device("cpu"), user),
             lambda: api.probe_local(2, str(path), rounds=1, module=user),
             lambda: api.train_local(plan, str(path), "v100-8x2-25g", steps=1, module=user),

@@ -66,26 +66,18 @@ def check_user_data(
         raise error(eval_without_split(f"--data {data}"))
 
 
-def user_dataset(dataset: str | None, data: str | None, plan: str | None, profile: str | None) -> str:
+def user_dataset(
+    dataset: str | None, data: str | None, plan: str | None, profile: str | None, recorded: str | None = None
+) -> str:
     """The --dataset a run builds with: `auto` beside --data; a plan's profile measured on the user's own samples
-    (its source records the dataset `data`) needs --data again, as a profile never records the factory.
-
-    `profile` (a path or a name) is read for its source; one that cannot be read is left to the later checks.
+    (`recorded`: the dataset its source records, as its reader read it, is `data`) needs --data again, as a profile
+    never records the factory. `profile` names it in the message.
 
     Raises:
         TrainConfigError: naming the plan, its profile and --data.
     """
     from pipeplan.core.model_source import USER_DATA
 
-    recorded = None
-    if profile is not None:
-        from pipeplan.presets.resolve import load_profile
-
-        try:
-            source = load_profile(profile).source
-        except PipeplanError:
-            source = None
-        recorded = None if source is None else source.dataset
     if data is None and USER_DATA in (dataset, recorded):
         raise TrainConfigError(
             f"plan {plan}'s profile {profile} was measured on your own samples (--data), which a profile does not "

@@ -68,8 +68,9 @@ def probe_local(
     """
     from pipeplan.core.limits import ROUNDS
     from pipeplan.io.cluster_json import cluster_from_json
+    from pipeplan.io.profile_json import profile_to_json
     from pipeplan.runtime.options import OPTIMIZERS
-    from pipeplan.runtime.training.local_jobs import job_files, run_local_job
+    from pipeplan.runtime.training.local_jobs import run_local_job
 
     check(ProfileError, {"profile": (profile, Instance(PROFILE.types, PROFILE.what, named=True, optional=True))})
     check(TrainConfigError, {"nprocs": (nprocs, Integer(1)), "steps": (steps, Integer(1, ROUNDS)),
@@ -78,17 +79,17 @@ def probe_local(
                              "timeout_s": (timeout_s, TIMEOUT), "on_progress": (on_progress, PROGRESS),
                              "module": (module, Text(optional=True))})  # fmt: skip
     _check_job(nprocs, optimizer)
-    with job_files(profile=profile) as paths:
-        spec, options = None, {}
-        if profile is not None:
-            measured = load_profile(paths["profile"])
-            spec = _model_of(measured, profile, module)
-            options = dict(measured.source.options) if measured.source is not None else {}
-        elif module is not None:
-            raise TrainConfigError(f"module names the model of a profile; give profile too, or leave module out (got {module!r})")
-        params = {"profile": paths.get("profile"), "steps": steps, "rounds": rounds, "timeout_s": timeout_s,
-                  "optimizer": optimizer, "threads": 1, "name": name, "module": spec, "options": options}  # fmt: skip
-        obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
+    spec, options, measured = None, {}, None
+    if profile is not None:
+        measured = load_profile(profile)  # read once, here: the workers are handed its value
+        spec = _model_of(measured, profile, module)
+        options = dict(measured.source.options) if measured.source is not None else {}
+    elif module is not None:
+        raise TrainConfigError(f"module names the model of a profile; give profile too, or leave module out (got {module!r})")
+    params = {"profile": None if measured is None else profile_to_json(measured), "steps": steps, "rounds": rounds,
+              "timeout_s": timeout_s, "optimizer": optimizer, "threads": 1, "name": name, "module": spec,
+              "options": options}  # fmt: skip
+    obj = run_local_job("probe", nprocs, params, 1, on_progress, timeout_s=timeout_s * 10)
     cluster = cluster_from_json(obj, f"probe of {nprocs} local processes")
     if out is not None:
         import json

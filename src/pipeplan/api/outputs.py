@@ -163,16 +163,20 @@ class CommandFiles:
     modules: tuple[str, ...] = ()
 
 
-def check_declared(declared: CommandFiles, values: Mapping[str, str | None]) -> None:
+def check_declared(
+    declared: CommandFiles, values: Mapping[str, str | None], plan_names: Mapping[str, dict[str, str]] | None = None
+) -> None:
     """The one guard of a command whose files `declared` names, with the values given (each option by its flag,
     None when not given): its outputs against its inputs, its plans' profile and cluster and its modules' files.
+    `plan_names`: by flag, what a plan the command has already read names (plan_inputs reads it no more).
 
     Raises:
         OutputError: as check_outputs.
     """
     inputs: dict[str, str | None] = {flag: values.get(flag) for flag in declared.inputs}
     for flag in declared.plans:
-        inputs |= plan_inputs(values.get(flag), values.get("--profile"), values.get("--cluster"))
+        names = None if plan_names is None else plan_names.get(flag)
+        inputs |= plan_inputs(values.get(flag), values.get("--profile"), values.get("--cluster"), names)
     for flag in declared.modules:
         inputs[f"{flag} {values.get(flag)!r} (its module file)"] = module_file(values.get(flag))
     forget_outputs()
@@ -185,32 +189,40 @@ def flag_of(path: str) -> str | None:
     return _WRITTEN_BY.get(resolved) or _WRITTEN_BY.get(os.path.dirname(resolved))
 
 
-def no_space_line(exc: BaseException) -> str | None:
+def no_space_line(exc: BaseException, flag: str | None = None) -> str | None:
     """The one line a full disk while writing an output gives (`NoSpaceError: --png 'a.png' not written: no space
-    left on device ...`, naming the option), or None when `exc` is not a full disk."""
+    left on device ...`, naming the option: `flag`, else the one the guard saw give the path), or None when `exc` is
+    not a full disk."""
     from pipeplan.io.atomic import no_space
 
     full = exc if isinstance(exc, NoSpaceError) else no_space(exc, getattr(exc, "filename", None) or "?")
     if full is None:
         return None
-    flag = flag_of(full.path)
+    flag = flag or flag_of(full.path)
     return f"{type(full).__name__}: {flag + ' ' if flag else ''}{full}"
 
 
-def plan_inputs(plan: str | None, profile: str | None, cluster: str | None) -> dict[str, str | None]:
+def plan_inputs(
+    plan: str | None, profile: str | None, cluster: str | None, names: dict[str, str] | None = None
+) -> dict[str, str | None]:
     """The inputs of a command run on plan file `plan`: the plan, and the profile and cluster it names where
     --profile or --cluster does not replace them (resolved as read_plan resolves them); a plan that cannot be read
-    names none here."""
+    names none here. `names`: what the plan names as the command read it ({}: it could not), not read again here."""
     inputs: dict[str, str | None] = {"--plan": plan, "--profile": profile, "--cluster": cluster}
-    if plan is None or (profile is not None and cluster is not None) or not os.path.isfile(plan):
-        return inputs  # a pipe is read once, by the command itself
-    from pipeplan.core.errors import PipeplanError
-    from pipeplan.presets.resolve import load_plan
+    if plan is None or (profile is not None and cluster is not None):
+        return inputs
+    if names is None:
+        if not os.path.isfile(plan):
+            return inputs  # a pipe is read once, by the command itself
+        from pipeplan.core.errors import PipeplanError
+        from pipeplan.presets.resolve import load_plan
 
-    try:
-        _, names = load_plan(plan, profile)
-    except (PipeplanError, OSError, UnicodeDecodeError):
-        return inputs  # reading it again fails the command, with this error, before anything is written
+        try:
+            _, names = load_plan(plan, profile)
+        except (PipeplanError, OSError, UnicodeDecodeError):
+            return inputs  # reading it again fails the command, with this error, before anything is written
+    if not names:
+        return inputs
     if profile is None:
         inputs[f"profile of the plan {plan}"] = names.get("profile")
     if cluster is None:

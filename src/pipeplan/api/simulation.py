@@ -146,13 +146,8 @@ def simulate_plan_file(
         bandwidth.check_devices(machines.num_devices, f"cluster {cluster}")
     else:
         bandwidth = None
-    try:
-        result = simulate(the_plan, model_profile, machines, batch_scaling=scaling, optimizer=optimizer,
-                          bandwidth_trace=bandwidth, record=record, check_memory=check_memory)  # fmt: skip
-    except PlanDoesNotFit as exc:
-        raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
-    except PlanError as exc:
-        raise PlanError(f"{plan_path}: {exc}") from None
+    result = simulate_read_plan(the_plan, plan_path, model_profile, machines, scaling, optimizer, bandwidth=bandwidth,
+                                record=record, check_memory=check_memory, remedy=remedy)  # fmt: skip
     run = None
     if iterations is not None:
         from pipeplan.schedules.plan_schedule import plan_schedule
@@ -163,6 +158,35 @@ def simulate_plan_file(
         model = CostModel.build(model_profile, machines, scaling, optimizer)
         run = simulate_iterations(plan_schedule(the_plan), plan_costs(the_plan, model, bandwidth), bandwidth, iterations)
     return result, run
+
+
+def simulate_read_plan(
+    plan: Plan,
+    plan_path: str,
+    profile: ModelProfile,
+    cluster: Cluster,
+    scaling: str,
+    optimizer: str,
+    *,
+    bandwidth: BandwidthTrace | None = None,
+    record: bool = False,
+    check_memory: bool = True,
+    remedy: str = "--ignore-memory simulates it anyway",
+) -> SimResult:
+    """Plan file `plan_path`'s `plan`, already read with its profile and cluster, checked against them and simulated
+    (simulate_plan_file's checks and simulation; `train --plan` runs it on the values its launcher read).
+
+    Raises:
+        PlanError: naming the plan file; also when the plan needs more memory than a device has (unless not
+            `check_memory`), its message ended by `remedy`.
+    """
+    try:
+        return simulate(plan, profile, cluster, batch_scaling=scaling, optimizer=optimizer, bandwidth_trace=bandwidth,
+                        record=record, check_memory=check_memory)  # fmt: skip
+    except PlanDoesNotFit as exc:
+        raise PlanError(f"plan {plan_path} does not fit: {exc}; {remedy}") from None
+    except PlanError as exc:
+        raise PlanError(f"{plan_path}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -3,34 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import typer
-
-from pipeplan.core.units import ms_to_us
-
-PROBE_BOOT = (
-    "from pipeplan.runtime.training.launch import watch_launcher; watch_launcher(); from pipeplan.cli import main; main()"
-)
-"""How probe --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its
-launcher (no orphan if the launcher dies), then this same CLI, without --local, under the launcher's torchrun-like
-environment."""
-
-
-def _worker_argv(argv: list[str]) -> list[str]:
-    """This command line without `--local N` (or `--local=N`)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-            continue
-        if arg == "--local":
-            skip = True
-            continue
-        if arg.startswith("--local="):
-            continue
-        out.append(arg)
-    return out
 
 
 def probe(
@@ -55,27 +29,14 @@ def probe(
     threads: int = typer.Option(1, "--threads", help="CPU threads per process (train's default is 1)."),
 ) -> None:
     """Measure device speeds (against a profile), point-to-point latency and bandwidth of every pair, and all-reduce."""
-    from pipeplan.api.probing import check_probe_options, launch_probe, probe_model, probe_process
+    from pipeplan.api.probing import probe_job, run_probe
     from pipeplan.cli.declared_files import check_files
 
-    check_probe_options(steps, rounds, threads, optimizer, local, timeout)
-    check_files()
-    model_profile, spec = probe_model(profile, module, threads)
+    # checked once, here: --local's workers are handed this job (its profile as a value) and parse no command line
+    job = probe_job(out, profile, module, (steps, rounds, threads, timeout), optimizer, local, name, check_files)
+    code = run_probe(job, local, typer.echo)
     if local is not None:
-        sys.exit(launch_probe(local, PROBE_BOOT, _worker_argv(sys.argv[1:]), timeout, model_profile, spec))
-    probe_process(out, model_profile, spec, name, steps, rounds, timeout, threads, optimizer, lambda r: _report(out, r))
-
-
-def _report(out: str, result: Any) -> None:
-    """Process 0's lines: the file written, the devices and their speeds, and the message costs when fitted."""
-    speeds = ", ".join(f"{s:.3f}" for s in result.speeds)
-    typer.echo(f"wrote cluster {out}: {len(result.speeds)} {result.kind} device(s), speeds {speeds}")
-    if result.message_overhead_ms or result.message_latency_ms or result.overhead_alone_ms:
-        typer.echo(
-            f"message costs: overhead {ms_to_us(result.message_overhead_ms):.0f} us + latency "
-            f"{ms_to_us(result.message_latency_ms):.0f} us (fitted alone, the overhead would be "
-            f"{ms_to_us(result.overhead_alone_ms):.0f} us)"
-        )
+        sys.exit(code)  # not typer.Exit: main() runs click with standalone_mode=False, which turns Exit into a return value
 
 
 def register(app: typer.Typer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Callable
 from functools import cache
 
 from pipeplan.core.errors import ClusterError, PipeplanError, PlanError, ProfileError, ScheduleError
@@ -109,11 +110,17 @@ def load_cluster(spec: str) -> Cluster:
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
 
 
-def load_plan(path: str, profile: str | None = None, profile_batch_size: int | None = None) -> tuple[Plan, dict[str, str]]:
+def load_plan(
+    path: str,
+    profile: str | None = None,
+    profile_batch_size: int | None = None,
+    read_profile: Callable[[str], ModelProfile] | None = None,
+) -> tuple[Plan, dict[str, str]]:
     """A plan file read (io.plan_json.read_plan) and its schedule's k and chunks checked against the schedule table.
 
     A DAG plan (stages that name their layers) is placed with `profile`
-    (a name or a path; None: the one the plan records), loaded only then.
+    (a name or a path; None: the one the plan records), loaded only then, by `read_profile` when given (a caller
+    that reads each file once hands its reader: api.train.train_inputs), else by load_profile.
 
     Raises:
         PlanError: unreadable file, a bad field, or a k or chunks the schedule does not take (naming the file).
@@ -122,7 +129,8 @@ def load_plan(path: str, profile: str | None = None, profile_batch_size: int | N
     from pipeplan.io.plan_json import read_plan
     from pipeplan.schedules.registry import check_schedule_options
 
-    plan, names = read_plan(path, lambda recorded: load_profile(profile or recorded, profile_batch_size))
+    read = read_profile or (lambda spec: load_profile(spec, profile_batch_size))
+    plan, names = read_plan(path, lambda recorded: read(profile or recorded))
     try:
         check_schedule_options(plan.schedule, plan.microbatches, plan.k, plan.chunks)
     except ScheduleError as exc:

@@ -96,18 +96,20 @@ class TrainFlags:
         return cls(**dict(obj))
 
 
-def check_train_files(flags: TrainFlags) -> None:
+def check_train_files(flags: TrainFlags, plan_names: dict[str, str] | None = None) -> None:
     """The output guard of a train job (api.outputs.check_declared over TRAIN_FILES): its outputs against its inputs,
-    before any work.
+    before any work. `plan_names`: what --plan names as the launcher read it (api.train.train_inputs; {}: it could
+    not be read), so the guard does not read it again.
 
     Raises:
         OutputError: naming the flag, the path and what is wrong.
     """
+    read = None if plan_names is None else {"--plan": plan_names}
     declared = (*TRAIN_FILES.inputs, *TRAIN_FILES.outputs, *TRAIN_FILES.modules)
     values = {flag: getattr(flags, flag[2:].replace("-", "_")) for flag in declared}
     if flags.timeline_option != "--timeline":  # named as given
         values[flags.timeline_option] = values.pop("--timeline")
         outputs = {flags.timeline_option if flag == "--timeline" else flag: kind for flag, kind in TRAIN_FILES.outputs.items()}
-        check_declared(dataclasses.replace(TRAIN_FILES, outputs=outputs), values)
+        check_declared(dataclasses.replace(TRAIN_FILES, outputs=outputs), values, read)
         return
-    check_declared(TRAIN_FILES, values)
+    check_declared(TRAIN_FILES, values, read)

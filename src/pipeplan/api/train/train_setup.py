@@ -8,11 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeplan.core.errors import PipeplanError
 from pipeplan.schedules.registry import ASYNCHRONOUS
 
 if TYPE_CHECKING:
+    from pipeplan.api.train.train_inputs import Loaded, PlanInputs
+    from pipeplan.core.hardware.cluster import Cluster
     from pipeplan.core.plan import Plan
+    from pipeplan.core.profile import ModelProfile
     from pipeplan.core.schedule import Schedule
     from pipeplan.runtime.execution.job import ScheduleLayout
     from pipeplan.runtime.options import AsyncSettings
@@ -171,13 +173,14 @@ def refuse_beside_plan(given: dict[str, object]) -> None:
 
 
 def check_plan(
-    plan: str,
-    profile: str | None,
-    cluster: str | None,
+    path: str,
+    plan: Plan,
+    files: tuple[ModelProfile | None, Cluster | None],
     costs: tuple[str, str],
 ) -> None:
-    """Everything `simulate --plan` checks, with the same code (api.simulation.simulate_plan_file): the plan against its profile
-    and cluster (layers, devices, replicas, schedule) and whether each device holds its stages (`optimizer`'s state).
+    """Everything `simulate --plan` checks, with the same code (api.simulation.simulate_read_plan): plan file `path`'s
+    `plan` against its profile and cluster (`files`, as the launcher read them: layers, devices, replicas, schedule)
+    and whether each device holds its stages (`optimizer`'s state).
 
     Without a profile and a cluster (the plan's own cannot be loaded and none was given) there is nothing to check
     against; the workers still check the plan against the model they build.
@@ -185,41 +188,42 @@ def check_plan(
     Raises:
         PlanError: as `simulate --plan` would say it.
     """
+    profile, cluster = files
     if profile is None or cluster is None:
         return
-    from pipeplan.api.simulation import simulate_plan_file
+    from pipeplan.api.simulation import simulate_read_plan
 
     batch_scaling, optimizer = costs
-    simulate_plan_file(plan, profile, cluster, None, False, batch_scaling, optimizer,
+    simulate_read_plan(plan, path, profile, cluster, batch_scaling, optimizer,
                        remedy="train would run out of memory; make a plan that fits (pipeplan plan), or name the "
                        "machines it runs on with --cluster")  # fmt: skip
 
 
 def prediction_inputs(
-    profile: str | None, cluster: str | None, names: dict[str, str], notes: list[str]
-) -> tuple[str | None, str | None]:
-    """The profile and cluster to predict the plan's step with: --profile/--cluster (which must load), else the
-    plan's own; a plan whose own files cannot be loaded runs without a prediction, and a line saying why is added to
-    `notes` (printed by the caller once every check has passed: a refusal stays one line)."""
-    from pipeplan.presets.resolve import load_cluster, load_profile
+    inputs: PlanInputs, given: tuple[bool, bool], notes: list[str]
+) -> tuple[Loaded[ModelProfile], Loaded[Cluster]] | None:
+    """The profile and cluster to predict the plan's step with, as the launcher read them (`inputs`): --profile/
+    --cluster (`given`: which must load), else the plan's own; a plan whose own files cannot be loaded runs without a
+    prediction (None), and a line saying why is added to `notes` (printed by the caller once every check has passed:
+    a refusal stays one line).
 
-    chosen = []
-    for given, own, loader in ((profile, names["profile"], load_profile), (cluster, names["cluster"], load_cluster)):
-        if given is not None:
-            loader(given)  # a given file or name must load: a PipeplanError ends the command here, exit 2
-            chosen.append(given)
-            continue
-        try:
-            loader(own)
-        except PipeplanError as exc:
-            notes.append(f"note: no predicted step: {exc}")
-            return None, None
-        chosen.append(own)
-    return chosen[0], chosen[1]
+    Raises:
+        ProfileError, ClusterError: a given profile or cluster that does not load.
+    """
+    for read, was_given in zip((inputs.profile, inputs.cluster), given, strict=True):
+        if was_given:
+            read.get()  # a given file or name must load: a PipeplanError ends the command here, exit 2
+        elif read.error is not None:
+            notes.append(f"note: no predicted step: {read.error}")
+            return None
+    return inputs.profile, inputs.cluster
 
 
-def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str, str], notes: list[str]) -> bool:
-    """Whether `profile` may predict a run in `numerics` (--dtype, --precision): only when it was measured in them.
+def prediction_numerics(
+    profile: Loaded[ModelProfile] | None, explicit: bool, numerics: tuple[str, str], notes: list[str]
+) -> bool:
+    """Whether `profile` (as read) may predict a run in `numerics` (--dtype, --precision): only when it was measured in
+    them.
 
     A profile measured in other numbers never predicts this run (core.precision): when the user asked for that
     prediction (`explicit`: --profile or --predict) the command is refused before any process starts; the plan's own
@@ -232,9 +236,8 @@ def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str
         return False
     from pipeplan.core.errors import ProfileError
     from pipeplan.core.precision import prediction_mismatch
-    from pipeplan.presets.resolve import load_profile
 
-    mismatch = prediction_mismatch(profile, load_profile(profile).numerics, numerics)
+    mismatch = prediction_mismatch(profile.spec, profile.get().numerics, numerics)
     if mismatch is None:
         return True
     if explicit:
@@ -244,9 +247,13 @@ def prediction_numerics(profile: str | None, explicit: bool, numerics: tuple[str
 
 
 def model_of_profile(
-    profile: str | None, module: str | None, options: dict[str, str], dataset: str | None, options_given: bool
+    profile: Loaded[ModelProfile] | None,
+    module: str | None,
+    options: dict[str, str],
+    dataset: str | None,
+    options_given: bool,
 ) -> tuple[str | None, dict[str, str], str | None]:
-    """--module, --opt and --dataset, each taken from the plan's profile (its recorded source) when not given.
+    """--module, --opt and --dataset, each taken from the plan's profile (as read: its recorded source) when not given.
 
     The profile's module is taken only when it is a built-in name; a `pkg.module:factory` it records runs only when
     --module names it too, and a --module other than the recorded one is refused (core.model_source). A profile that
@@ -258,33 +265,23 @@ def model_of_profile(
     if profile is None:
         return module, options, dataset
     from pipeplan.core.model_source import model_to_build
-    from pipeplan.presets.resolve import load_profile
 
-    try:
-        source = load_profile(profile).source
-    except PipeplanError:
-        return module, options, dataset
+    source = None if profile.value is None else profile.value.source
     if source is None:
         return module, options, dataset
     return (
-        model_to_build(source, module, profile, "--module"),
+        model_to_build(source, module, profile.spec, "--module"),
         options if options_given else dict(source.options),
         dataset or source.dataset,
     )
 
 
-def refuse_predict_for_graph(plan_path: str, plan: object, profile: str | None) -> None:
-    """--predict re-profiles a chain's stages: refused for a plan of a graph (a layer order, or a profile with layer
-    inputs), before any process starts. (A --schedule run of a graph model is refused by its workers.)"""
-    from pipeplan.presets.resolve import load_profile
+def refuse_predict_for_graph(plan_path: str, plan: Plan, profile: ModelProfile | None) -> None:
+    """--predict re-profiles a chain's stages: refused for a plan of a graph (a layer order, or a profile, as read,
+    with layer inputs), before any process starts. (A --schedule run of a graph model is refused by its workers.)"""
     from pipeplan.runtime.rank_errors import TrainConfigError
 
-    graph = getattr(plan, "layer_order", None) is not None
-    if not graph and profile is not None:
-        try:
-            graph = load_profile(profile).layer_inputs is not None
-        except PipeplanError:
-            graph = False
+    graph = plan.layer_order is not None or (profile is not None and profile.layer_inputs is not None)
     if graph:
         raise TrainConfigError(
             f"--predict re-profiles a chain's stages; plan {plan_path} is a graph's (its stages are sets of layers): "
@@ -337,10 +334,15 @@ def prepare_checkpoints(
 
 
 def adaptive_budget(
-    plan: Plan, given: float | None, name: str, files: tuple[str | None, str | None], batch_scaling: str, optimizer: str
+    plan: Plan,
+    given: float | None,
+    name: str,
+    files: tuple[ModelProfile | None, Cluster | None],
+    batch_scaling: str,
+    optimizer: str,
 ) -> float | None:
     """The memory budget of `train --plan` with --adaptive (or a plan's adaptive setting), checked before any process
-    starts against the plan's 1F1B peak under its profile and cluster (`files`; adapt.budget.resolve_budget: `given`,
+    starts against the plan's 1F1B peak under its profile and cluster (`files`, as read; adapt.budget.resolve_budget: `given`,
     named `name`, else the device memory less the margin, never below 1F1B's peak). Without a profile and cluster
     `given` is returned unchecked (the controller checks it against the measured peaks).
 
@@ -352,10 +354,9 @@ def adaptive_budget(
         return given
     from pipeplan.adapt.budget import resolve_budget
     from pipeplan.adapt.pipeline import PipelineModel
-    from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.sim.cost.model import CostModel
 
-    model = CostModel.build(load_profile(profile), load_cluster(cluster), batch_scaling, optimizer)
+    model = CostModel.build(profile, cluster, batch_scaling, optimizer)
     return resolve_budget(PipelineModel.from_plan(plan, model), given, name)
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from pipeplan.api.option_text import parse_budget, parse_options, refuse_sizes_for_file
 from pipeplan.api.train.train_flags import TrainFlags, check_train_files
+from pipeplan.api.train.train_inputs import read_plan_inputs
 from pipeplan.api.train.train_network import largest_message_bytes, network_for_train, stage_allreduces
 from pipeplan.api.train.train_setup import (
     adaptive_budget,
@@ -30,6 +31,8 @@ from pipeplan.api.train.train_setup import (
 from pipeplan.api.train.train_workers import launch, run_part
 
 if TYPE_CHECKING:
+    from pipeplan.core.hardware.cluster import Cluster
+    from pipeplan.core.profile import ModelProfile
     from pipeplan.runtime.training.train_config import TrainConfig
 
 
@@ -58,7 +61,8 @@ def train(f: TrainFlags) -> int | None:
 
 def train_config(f: TrainFlags) -> TrainConfig | None:
     """The one function from train's flags to its TrainConfig: every flag checked, the plan, profile, cluster, schedule
-    file and bandwidth trace read and checked (their contents carried: TrainConfig.loaded), the emulated network
+    file and bandwidth trace each read once and checked (api.train.train_inputs; their contents carried to the
+    workers: TrainConfig.loaded), the emulated network
     priced, a checkpoint folder prepared; None when the run is already finished (a resumed run at its last step:
     nothing to start).
 
@@ -97,20 +101,25 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         check_async_precision(f.precision, str(schedule))
     if plan is None and (profile is not None or cluster is not None):
         raise TrainConfigError("--profile and --cluster predict a plan's step; they need --plan")
+    # the plan, its profile and cluster, each read once, here; an error is said below, in its turn
+    plan_read = None if plan is None else read_plan_inputs(plan, profile, cluster)
+    read_names = None if plan_read is None else {} if plan_read.value is None else plan_read.value.names
     check_options(local=local, steps=run_steps, lr=f.lr, threads=f.threads, timeout=f.timeout,
                   warmup_steps=f.warmup_steps, checkpoint_every=f.checkpoint_every, checkpoint_dir=f.checkpoint_dir,
                   resume=f.resume, optimizer=f.optimizer, dtype=f.dtype, keep_last=f.keep_last,
                   lr_schedule=f.lr_schedule, batch_scaling=f.batch_scaling, backend=f.backend,
-                  batch_size=f.batch_size, precision=f.precision, check_outputs=lambda: check_train_files(f))  # fmt: skip
+                  batch_size=f.batch_size, precision=f.precision,
+                  check_outputs=lambda: check_train_files(f, read_names))  # fmt: skip
     spec_options = parse_options(f.options or [])
     module, dataset, adaptive = f.module, f.dataset, f.adaptive
-    layout = plan_obj = links_from = plan_profile = None
+    layout = plan_obj = links = plan_profile = None
+    values: tuple[ModelProfile | None, Cluster | None] = (None, None)  # what the step is predicted with, as read
     notes: list[str] = []  # said once every check has passed (so that a refusal stays its one line)
     predicting = False  # whether the plan's step is predicted from a profile (measured in this run's numbers)
     if plan is not None:
-        from pipeplan.presets.resolve import load_plan
-
-        plan_obj, names = load_plan(plan, profile)
+        assert plan_read is not None
+        inputs = plan_read.get()
+        plan_obj = inputs.plan
         check_runnable(plan_obj, plan, {"--checkpoint-dir": f.checkpoint_dir, "--save-grads": f.save_grads,
                                         "--eval": f.evaluate, "--predict": f.predict, "--adaptive": f.adaptive,
                                         "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
@@ -118,24 +127,27 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
-        links_from = cluster or names["cluster"]  # an emulated network's rates: the plan's cluster even unpredicted
+        links = inputs.cluster  # an emulated network's rates: the plan's cluster even unpredicted
         explicit = profile is not None or f.predict
-        plan_profile = profile or names["profile"]  # what the plan was made from, even when it cannot predict
-        profile, cluster = prediction_inputs(profile, cluster, names, notes)
-        predicting = prediction_numerics(profile, explicit, (f.dtype, f.precision), notes)
-        check_plan(plan, profile, cluster, (f.batch_scaling, f.optimizer))
-        module, spec_options, dataset = model_of_profile(profile, module, spec_options, dataset, f.options is not None)
+        plan_profile = inputs.profile  # what the plan was made from, even when it cannot predict
+        chosen = prediction_inputs(inputs, (profile is not None, cluster is not None), notes)
+        profile_read = None if chosen is None else chosen[0]
+        profile, cluster = (None, None) if chosen is None else (chosen[0].spec, chosen[1].spec)
+        values = (None, None) if chosen is None else (chosen[0].get(), chosen[1].get())
+        predicting = prediction_numerics(profile_read, explicit, (f.dtype, f.precision), notes)
+        check_plan(plan, plan_obj, values, (f.batch_scaling, f.optimizer))
+        module, spec_options, dataset = model_of_profile(profile_read, module, spec_options, dataset, f.options is not None)
         if f.predict:
             from pipeplan.api.train.train_setup import refuse_predict_for_graph
 
-            refuse_predict_for_graph(plan, plan_obj, profile)
+            refuse_predict_for_graph(plan, plan_obj, values[0])
         adaptive = adaptive or plan_obj.adaptive is not None  # a plan's adaptive setting adapts with no other flag
         if adaptive:
             check_adaptable(plan_obj.schedule, plan_obj.chunks)
             setting = plan_obj.adaptive
             named = "--memory-budget" if budget is not None or setting is None else f"plan {plan} adaptive.memory_budget_bytes"
             given = budget if budget is not None or setting is None else setting.memory_budget_bytes
-            budget = adaptive_budget(plan_obj, given, named, (profile, cluster), f.batch_scaling, f.optimizer)
+            budget = adaptive_budget(plan_obj, given, named, values, f.batch_scaling, f.optimizer)
     else:
         assert schedule is not None
         if adaptive:
@@ -157,7 +169,10 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
             f"--memory-budget {f.memory_budget} bounds the k of an adaptive run; give --adaptive too (or a plan with an "
             "adaptive setting: pipeplan plan --adaptive)"
         )
-    dataset = user_dataset(dataset, f.data, plan, plan_profile)  # a profile of your samples records the dataset `data`
+    recorded = None if plan_profile is None or plan_profile.value is None else plan_profile.value.source
+    # a profile of your samples records the dataset `data`
+    dataset = user_dataset(dataset, f.data, plan, None if plan_profile is None else plan_profile.spec,
+                           None if recorded is None else recorded.dataset)  # fmt: skip
     check_model_flags("mlp" if module is None else module, spec_options, dataset, f.module)
     # --eval, --data and --loss before any process starts: the launcher runs one batch through the model and the loss
     check_user_data(module or "mlp", spec_options, dataset, data=f.data, loss=f.loss, eval_fraction=f.eval_fraction,
@@ -177,9 +192,10 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
             _say_once(notes, local)
             return None
     emulated = f.bandwidth_trace is not None or f.emulate_gb_per_s is not None
-    message = largest_message_bytes(plan_obj, profile, cluster, f.batch_scaling) if emulated else None
-    allreduces = stage_allreduces(plan_obj, profile, cluster, f.batch_scaling) if emulated else []
-    network = network_for_train(f.bandwidth_trace, f.emulate_gb_per_s, links_from,
+    priced = (plan_obj, *values, f.batch_scaling)
+    message = largest_message_bytes(*priced) if emulated else None
+    allreduces = stage_allreduces(*priced) if emulated else []
+    network = network_for_train(f.bandwidth_trace, f.emulate_gb_per_s, links,
                                 plan_obj.all_devices if plan_obj else None, local, f.timeout, message,
                                 allreduces)  # fmt: skip
     _say_once(notes, local)
@@ -194,10 +210,11 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         timeline=f.timeline is not None or f.png is not None,
         threads=f.threads, save_grads=f.save_grads, predict=f.predict, backend=f.backend,
         profile=profile if predicting else None, cluster=cluster if predicting else None,
+        profile_value=values[0] if predicting else None, cluster_value=values[1] if predicting else None,
         batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
-    ).loaded()  # fmt: skip  # every file read once, here: the workers are handed their contents
+    ).loaded()  # fmt: skip  # a schedule file read once, here; the workers are handed every file's contents
 
 
 def _say_once(notes: list[str], local: int | None) -> None:

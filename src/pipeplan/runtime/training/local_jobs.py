@@ -140,14 +140,16 @@ def worker_main() -> None:
 
 
 def _probe(params: dict[str, Any], progress: Path) -> dict[str, Any] | None:
-    """This process's part of a probe; process 0 returns the cluster's JSON object."""
+    """This process's part of a probe; process 0 returns the cluster's JSON object. The profile is the launcher's
+    value (params["profile"], a profile file's object): no file is read here."""
     import torch
 
-    from pipeplan.presets.resolve import load_profile
+    from pipeplan.io.profile_json import profile_from_json
     from pipeplan.runtime.measurement.probe import cluster_json, probe
 
     torch.set_num_threads(params["threads"])
-    profile = load_profile(params["profile"]) if params["profile"] is not None else None
+    given = params["profile"]
+    profile = None if given is None else profile_from_json(given, "the job's profile")
     result = probe(profile, params["steps"], params["rounds"], params["timeout_s"], params["optimizer"], params["module"])
     if result is None:
         return None
