@@ -300,9 +300,9 @@ def test_trace_is_the_hidden_old_name_of_timeline(
 def test_a_local_worker_is_given_the_launcher_s_config_not_the_command_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:  # fmt: skip
-    """train --local 2 starts its workers with api.train.training's boot and no arguments; JOB_ENV in their
-    environment holds the TrainConfig the launcher built (runtime.training.config_json) and the flags, without
-    --local."""
+    """train --local 2 starts its workers with api.train.training's boot and no arguments; the job it leaves in
+    the rendezvous store (launch_local's `job`) holds the TrainConfig the launcher built (runtime.training.config_json)
+    and the flags, without --local."""
     from pipeplan.api.train import train_workers
     from pipeplan.api.train.train_flags import TrainFlags
     from pipeplan.runtime.training import launch
@@ -310,8 +310,8 @@ def test_a_local_worker_is_given_the_launcher_s_config_not_the_command_line(
 
     seen: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
 
-    def record(nprocs: int, code: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
-        seen.append((code, args, json.loads(env[train_workers.JOB_ENV])))
+    def record(nprocs: int, code: str, *args: object, job: bytes, **kwargs: object) -> int:
+        seen.append((code, args, json.loads(job)))
         return 0
 
     monkeypatch.setattr(launch, "launch_local", record)

@@ -321,3 +321,21 @@ def test_a_ctrl_c_during_an_api_local_job_stops_it_in_one_line_and_reaches_the_c
         assert not [pid for pid in workers if _alive(pid)]
     finally:
         _reap(job)
+
+
+@pytest.mark.slow
+def test_a_job_larger_than_an_environment_variable_reaches_every_worker(tmp_path: Path) -> None:
+    """launch_local's `job` (here 400 KB, over Linux's 128 KiB cap on one environment string, which a job carrying
+    a 1,251-layer profile exceeds) reaches each worker whole through the rendezvous store (read_job)."""
+    job = bytes(range(256)) * 1600
+    code = (
+        "import hashlib, os, sys\n"
+        "from pipeplan.runtime.training.launch import read_job\n"
+        "data = read_job()\n"
+        "open(os.path.join(sys.argv[1], os.environ['RANK']), 'w').write(f'{len(data)} {hashlib.sha256(data).hexdigest()}')\n"
+    )
+    assert launch_local(2, code, [str(tmp_path)], job=job, timeout_s=120) == 0
+    import hashlib
+
+    want = f"{len(job)} {hashlib.sha256(job).hexdigest()}"
+    assert [(tmp_path / str(r)).read_text() for r in range(2)] == [want, want]

@@ -55,8 +55,8 @@ def test_the_launcher_opens_each_file_once(
 
     started: list[dict[str, object]] = []
 
-    def record(nprocs: int, boot: str, *args: object, env: dict[str, str], **kwargs: object) -> int:
-        started.append(json.loads(env["PIPEPLAN_TRAIN_JOB"])["config"])
+    def record(nprocs: int, boot: str, *args: object, job: bytes, **kwargs: object) -> int:
+        started.append(json.loads(job)["config"])
         return 0
 
     monkeypatch.setattr(launch, "launch_local", record)

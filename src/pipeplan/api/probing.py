@@ -27,8 +27,6 @@ PROBE_BOOT = (
 )
 """How probe --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its
 launcher (no orphan if the launcher dies), then `worker_main`, under the launcher's torchrun-like environment."""
-JOB_ENV = "PIPEPLAN_PROBE_JOB"
-"""The environment variable holding the ProbeJob a --local worker runs, as JSON text (ProbeJob.to_json)."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,8 @@ def probe_model(profile: str | None, module: str | None, threads: int) -> tuple[
 
 
 def launch_probe(local: int, job: ProbeJob) -> int:
-    """Start `local` workers here, each given `job` as JSON in its environment (JOB_ENV); their exit code.
+    """Start `local` workers here, each given `job` as JSON in the launcher's rendezvous store (launch_local's
+    `job`: no file, and not the environment, whose strings Linux caps at 128 KiB); their exit code.
 
     The profile's model module is checked importable before any worker starts (runtime.training.launch).
     """
@@ -165,19 +164,20 @@ def launch_probe(local: int, job: ProbeJob) -> int:
 
     source = None if job.profile is None else job.profile.source
     modules = () if job.module is None or source is None else ((job.module, dict(source.options)),)
-    env = {**os.environ, JOB_ENV: json.dumps(job.to_json())}
-    return launch_local(local, PROBE_BOOT, env=env, grace_s=min(job.timeout_s, 10.0), modules=modules)
+    text = json.dumps(job.to_json()).encode()
+    return launch_local(local, PROBE_BOOT, grace_s=min(job.timeout_s, 10.0), modules=modules, job=text)
 
 
 def worker_main() -> None:
-    """A worker of `probe --local`: its part of the job the launcher built and checked (JOB_ENV); only the launcher's
+    """A worker of `probe --local`: its part of the job the launcher built and checked (launch.read_job); only the launcher's
     variables are checked here."""
     from pipeplan.api.failure import REPORTED, fail_for
+    from pipeplan.runtime.training.launch import read_job
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
     try:
         check_launch_env()
-        job = ProbeJob.from_json(json.loads(os.environ[JOB_ENV]))
+        job = ProbeJob.from_json(json.loads(read_job()))
     except REPORTED as exc:
         fail_for(exc)
         raise

@@ -22,33 +22,31 @@ WORKER_BOOT = (
 )
 """How --local starts each worker (after launch.PRELUDE: the launcher's import path): first the watch on its launcher
 (no orphan if the launcher dies), then `worker_main`, under the launcher's torchrun-like environment."""
-JOB_ENV = "PIPEPLAN_TRAIN_JOB"
-"""The environment variable holding the job a --local worker runs, as JSON text: {"config": the launcher's
-TrainConfig (runtime.training.config_json), "flags": its flags (what process 0 prints and writes at the end)};
-written nowhere (a launcher that may write no file still starts its workers)."""
 
 
 def launch(config: TrainConfig, f: TrainFlags, local: int, modules: Sequence[str | tuple[str, dict[str, str]]]) -> int:
     """Start `local` workers on this machine, each given the job the launcher built and checked (`config`, and `f`
-    without --local) as JSON in its environment (JOB_ENV); their exit code (runtime.training.launch.launch_local)."""
+    without --local) as JSON in the launcher's rendezvous store: {"config": its TrainConfig
+    (runtime.training.config_json), "flags": its flags (what process 0 prints and writes at the end)}; written to no
+    file and not in the environment (runtime.training.launch.launch_local's `job`); their exit code."""
     from pipeplan.runtime.training.config_json import config_to_json
     from pipeplan.runtime.training.launch import launch_local
 
     job = json.dumps({"config": config_to_json(config), "flags": dataclasses.replace(f, local=None).to_json()})
-    return launch_local(local, WORKER_BOOT, env={**os.environ, JOB_ENV: job}, grace_s=min(f.timeout, 10.0),
-                        modules=modules)  # fmt: skip
+    return launch_local(local, WORKER_BOOT, grace_s=min(f.timeout, 10.0), modules=modules, job=job.encode())
 
 
 def worker_main() -> None:
-    """A worker of `train --local`: its part of the job the launcher built (JOB_ENV), its files not read again and
+    """A worker of `train --local`: its part of the job the launcher built (launch.read_job), its files not read again and
     its flags not checked again (the launcher did both); only the launcher's variables are checked here."""
     from pipeplan.api.failure import REPORTED, fail_for
     from pipeplan.runtime.training.config_json import config_from_json
+    from pipeplan.runtime.training.launch import read_job
     from pipeplan.runtime.transport.launch_env import check_launch_env
 
     try:
         check_launch_env()
-        job = json.loads(os.environ[JOB_ENV])
+        job = json.loads(read_job())
         run_part(config_from_json(job["config"]), TrainFlags.from_json(job["flags"]))
     except REPORTED as exc:
         fail_for(exc)

@@ -57,6 +57,8 @@ PRELUDE = (
 )
 """What every worker runs first: os and sys are loaded before any code runs, so the path is set before the first
 import that searches it."""
+JOB_KEY = "pipeplan/job"
+"""The rendezvous store's key under which launch_local leaves the job its workers read (`read_job`)."""
 PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal this process receives when its parent dies."""
 WATCH_INTERVAL_S = 0.5
@@ -123,6 +125,7 @@ def launch_local(
     cwd: str | None = None,
     on_poll: Callable[[], None] | None = None,
     modules: Sequence[str | tuple[str, Mapping[str, object]]] = (),
+    job: bytes | None = None,
 ) -> int:
     """Run Python `code` with `args` as `nprocs` local workers; return 0 when all succeed, else the first failure's
     code (non-zero), or 128 + a signal's number when the launcher was stopped by it.
@@ -139,6 +142,8 @@ def launch_local(
             the path the workers are given leads them to the same files; a (spec, options) pair also has its
             factory called here once (models.user_code.check_factory), so that a factory that raises or returns no
             model is refused in one line before any worker starts.
+        job: bytes every worker reads with `read_job`, held in the rendezvous store (not in the environment, whose
+            strings Linux caps at 128 KiB each: a job carrying a 1,251-layer profile is 413 KB; nor in a file).
 
     Raises:
         TrainConfigError: nprocs below 1.
@@ -160,6 +165,8 @@ def launch_local(
     argv = [sys.executable, "-P", "-c", PRELUDE + code, *args]
     base = {**(os.environ if env is None else env), WORKER_PATH: os.pathsep.join(worker_path())}
     store = TCPStore(LOOPBACK, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=300))
+    if job is not None:
+        store.set(JOB_KEY, job)
     main_thread = threading.current_thread() is threading.main_thread()  # only there may a handler be set
     previous = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, signal.SIGINT)} if main_thread else {}
     procs: list[subprocess.Popen[bytes]] = []
@@ -189,6 +196,16 @@ def launch_local(
             if handler is not None:  # None: a handler set outside Python, which cannot be put back
                 signal.signal(stop, handler)
         del store
+
+
+def read_job() -> bytes:
+    """In a worker of launch_local: the `job` its launcher left in the rendezvous store (MASTER_ADDR/MASTER_PORT,
+    which transport.launch_env has checked)."""
+    from torch.distributed import TCPStore
+
+    client = TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                      timeout=timedelta(seconds=60))  # fmt: skip
+    return client.get(JOB_KEY)
 
 
 @contextlib.contextmanager
