@@ -141,6 +141,24 @@ def budget_line(row: PlanResult | PlannerFailure) -> str | None:
     )
 
 
+def tensor_line(result: PlanResult) -> str:
+    """`plan`: one line on pipeplan's 3D search (planner.search.tensor_grid): the plan's t x p x d, its ZeRO stage and
+    why, sequence parallelism, and the times of the best plain (t = 1) plan and the Megatron-style grid."""
+    info, plan = result.extra["tensor"], result.plan
+    stage = plan.stages[0]
+    d = plan.data_parallel_of(0)
+
+    def ms(value: float | None) -> str:
+        return "none fits" if value is None else f"{value:.4g} ms"
+
+    flat = ms(result.extra.get("flat_ms")) if result.extra.get("flat_searched") else "not searched (t or zero forced)"
+    return (
+        f"3D: t x p x d = {stage.tp} x {plan.num_ranks} x {d}, zero {plan.zero}, sequence parallel "
+        f"{'on' if stage.sequence_parallel else 'off'}; best 3D plan's zero: {info['zero_reason']}; best t = 1 plan "
+        f"{flat}, Megatron-style grid {ms(info['megatron_ms'])}"
+    )
+
+
 def trace_table(scores: Sequence[TraceScore]) -> Table:
     """The finalists re-scored under a bandwidth trace (`plan --bandwidth-trace`)."""
     table = Table(title="finalists under the bandwidth trace (expected = mean iteration over a run that covers it)")
