@@ -17,8 +17,9 @@ schedule, time simulated):
    1f1b, gpipe, zb-h1 and interleaved-1f1b at v in CHUNKS (m a multiple of p). In the cost model sharding and
    sequence parallelism cost no time and save memory (sim.cost.tensor_parallel), so among equal times the plan
    scored first wins: sharding and sequence parallelism off, zero before 1 before 2.
-3. the FINALISTS fastest variants and the Megatron-style baseline's best grid point (baselines.megatron) are
-   simulated in full; the fastest wins (the first on ties), so the search is never slower than that grid.
+3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
+   Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first on ties), so the search is never slower than
+   that grid.
 
 The request's forced degree (PlanRequest.tensor_parallel) and ZeRO stage (PlanRequest.zero) fix those dimensions.
 """
@@ -44,6 +45,8 @@ FINALISTS = 4
 """How many of the fastest variants are simulated in full."""
 CHUNKS = (2, 4)
 """The model chunks per rank v interleaved-1f1b is tried with."""
+REFINE_SCORES = 64
+"""The most plans one finalist's cut refinement scores (refine_cuts)."""
 SCHEDULES = ("1f1b", "gpipe", "zb-h1")
 """The one-chunk schedules step 2 tries, 1f1b first."""
 
@@ -166,7 +169,40 @@ def tensor_candidates(request: PlanRequest, evaluator: Evaluator) -> list[Plan]:
     of_plan = {plan: s for s in shapes(request) if (plan := frugal(request, s)) is not None}
     best_shapes = [of_plan[plan] for plan in ranked(evaluator, list(of_plan), SHAPES)]
     plans = [plan for s in best_shapes for plan in variants(request, s)]
-    return ranked(evaluator, plans, FINALISTS)
+    refined = [refine_cuts(evaluator, plan) for plan in ranked(evaluator, plans, FINALISTS)]
+    return ranked(evaluator, list(dict.fromkeys(refined)), FINALISTS)
+
+
+def shift(plan: Plan, c: int, delta: int) -> Plan | None:
+    """`plan` with the cut between chunk-stages c and c + 1 moved by `delta` layers (None: a chunk would be empty)."""
+    left, right = plan.stages[c], plan.stages[c + 1]
+    last = left.last_layer + delta
+    if last < left.first_layer or last + 1 > right.last_layer:
+        return None
+    stages = list(plan.stages)
+    stages[c] = dataclasses.replace(left, last_layer=last)
+    stages[c + 1] = dataclasses.replace(right, first_layer=last + 1)
+    return dataclasses.replace(plan, stages=tuple(stages))
+
+
+def refine_cuts(evaluator: Evaluator, plan: Plan) -> Plan:
+    """Hill-climb the cuts: move each one layer either way while the score improves (the first improvement taken, in
+    cut order), at most REFINE_SCORES plans scored. Balancing compute alone misses what the simulator prices
+    besides it (transfers, the all-reduces' overlap with the drain, memory)."""
+    best, best_ms, scored = plan, evaluator.score(plan).time_ms, 0
+    improved = True
+    while improved and scored < REFINE_SCORES:
+        improved = False
+        for c in range(len(best.stages) - 1):
+            for delta in (-1, 1):
+                moved = shift(best, c, delta)
+                if moved is None or scored >= REFINE_SCORES:
+                    continue
+                scored += 1
+                score = evaluator.score(moved)
+                if score.fits and score.time_ms < best_ms:
+                    best, best_ms, improved = moved, score.time_ms, True
+    return best
 
 
 def plan_tensor(request: PlanRequest) -> PlanResult:
