@@ -118,7 +118,7 @@ def test_plan_refuses_bad_tensor_and_zero_options_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, args: tuple[str, ...], says: str
 ) -> None:
     out_file = tmp_path / "plan.json"
-    code, out, err = run(
+    code, _, err = run(
         monkeypatch, capsys, "plan", "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2", "--global-batch", "16",
         "--out", str(out_file), *args,
     )  # fmt: skip

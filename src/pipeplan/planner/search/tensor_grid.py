@@ -18,8 +18,8 @@ schedule, time simulated):
    sequence parallelism cost no time and save memory (sim.cost.tensor_parallel), so among equal times the plan
    scored first wins: sharding and sequence parallelism off, zero before 1 before 2.
 3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
-   Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first on ties), so the search is never slower than
-   that grid.
+   Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first
+   on ties), so the search is never slower than that grid.
 
 The request's forced degree (PlanRequest.tensor_parallel) and ZeRO stage (PlanRequest.zero) fix those dimensions.
 """
