@@ -12,11 +12,12 @@ schedule, time simulated):
    "none"), p at most the profile's layers, b every divisor of g / d (the request's b when it sets one), each as its
    most memory-frugal plan: 1F1B, stages balanced by their per-device compute under t (core.partition.solve_scaled),
    sequence parallelism on where t > 1 and ZeRO-2 where d > 1. Memory decides which shapes fit.
-2. variants of the SHAPES fastest shapes that fit: sequence parallelism off and on, ZeRO 0, 1 and 2 (each only
-   where it applies), balanced or Megatron-LM's uniform stages (baselines.megatron.stage_bounds), and the schedules
-   1f1b, gpipe, zb-h1 and interleaved-1f1b at v in CHUNKS (m a multiple of p). In the cost model sharding and
-   sequence parallelism cost no time and save memory (sim.cost.tensor_parallel), so among equal times the plan
-   scored first wins: sharding and sequence parallelism off, zero before 1 before 2.
+2. variants of the SHAPES fastest shapes that fit: ZeRO 0, 1 and 2 (each only where it applies), balanced or
+   Megatron-LM's uniform stages (baselines.megatron.stage_bounds), and the schedules 1f1b, gpipe, zb-h1 and
+   interleaved-1f1b at v in CHUNKS (m a multiple of p), each with sequence parallelism off, or on where only that
+   fits: the cost model prices it no time, only less memory (sim.cost.tensor_parallel). ZeRO 1 and 2 cost no
+   exchange time there and split the optimizer step, so among equal times the plan scored first wins (zero 1
+   before 2).
 3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
    Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first
    on ties), so the search is never slower than that grid.
@@ -48,6 +49,8 @@ CHUNKS = (2, 4)
 REFINE_SCORES = 64
 """The most plans one finalist's cut refinement scores (refine_cuts)."""
 SCHEDULES = ("1f1b", "gpipe", "zb-h1")
+SEQUENCE_PARALLEL = (False, True)
+"""Sequence parallelism off, then on (t > 1 only): a plan takes the first that fits (variants, first_fitting)."""
 """The one-chunk schedules step 2 tries, 1f1b first."""
 
 
@@ -135,23 +138,35 @@ def frugal(request: PlanRequest, shape: Shape) -> Plan | None:
     return grid_plan(request, shape, bounds, schedule, True, max(zero_stages(request, shape.d)))
 
 
-def variants(request: PlanRequest, shape: Shape) -> Iterator[Plan]:
-    """Step 2's plans of a shape, in the order ties are kept (module note)."""
+def variants(request: PlanRequest, shape: Shape) -> Iterator[tuple[Plan, ...]]:
+    """Step 2's plans of a shape, in the order ties are kept (module note), each as its sequence-parallel options:
+    off, then on (t > 1), which price the same time and differ in memory only (first_fitting keeps one)."""
     m = request.global_batch // (shape.d * shape.b)
     layouts: list[tuple[str, int]] = [(s, 1) for s in SCHEDULES]
     if shape.p > 1 and m % shape.p == 0:
         layouts += [("interleaved-1f1b", v) for v in CHUNKS]
     if request.schedule != "auto":
         layouts = [x for x in layouts if x[0] == request.schedule]
-    for sp in (False, True) if shape.t > 1 else (False,):
-        for zero in zero_stages(request, shape.d):
-            for schedule, v in layouts:
-                parts = shape.p * v
-                cuts = dict.fromkeys(
-                    x for x in (balanced_bounds(request, shape.t, shape.b, parts), uniform_bounds(request, parts)) if x
-                )
-                for bounds in cuts:
-                    yield grid_plan(request, shape, bounds, schedule, sp, zero)
+    for zero in zero_stages(request, shape.d):
+        for schedule, v in layouts:
+            parts = shape.p * v
+            cuts = dict.fromkeys(
+                x for x in (balanced_bounds(request, shape.t, shape.b, parts), uniform_bounds(request, parts)) if x
+            )
+            for bounds in cuts:
+                options = SEQUENCE_PARALLEL if shape.t > 1 else (False,)
+                yield tuple(grid_plan(request, shape, bounds, schedule, sp, zero) for sp in options)
+
+
+def first_fitting(evaluator: Evaluator, options: tuple[Plan, ...]) -> Plan | None:
+    """The first of `options` that fits memory (no simulation), None when none does."""
+    for plan in options:
+        try:
+            if evaluator.memory_excess(plan)[0] <= 0:
+                return plan
+        except PipeplanError:
+            continue
+    return None
 
 
 def ranked(evaluator: Evaluator, plans: list[Plan], count: int) -> list[Plan]:
@@ -168,7 +183,8 @@ def tensor_candidates(request: PlanRequest, evaluator: Evaluator) -> list[Plan]:
     """Steps 1 and 2 (module note): the FINALISTS fastest plans of the 3D space that fit, fastest first."""
     of_plan = {plan: s for s in shapes(request) if (plan := frugal(request, s)) is not None}
     best_shapes = [of_plan[plan] for plan in ranked(evaluator, list(of_plan), SHAPES)]
-    plans = [plan for s in best_shapes for plan in variants(request, s)]
+    fitting = (first_fitting(evaluator, options) for s in best_shapes for options in variants(request, s))
+    plans = [plan for plan in fitting if plan is not None]
     refined = [refine_cuts(evaluator, plan) for plan in ranked(evaluator, plans, FINALISTS)]
     return ranked(evaluator, list(dict.fromkeys(refined)), FINALISTS)
 
