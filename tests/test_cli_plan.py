@@ -98,3 +98,64 @@ def test_plan_bandwidth_trace_writes_the_setting_when_its_plan_is_kfkb_and_none_
     assert kfkb.adaptive is not None and kfkb.k in kfkb.adaptive.k_choices
     auto, _ = read_plan(tmp_path / "a.json")
     assert auto.schedule == "interleaved-1f1b" and auto.adaptive is None
+
+
+TP_PROFILE = "gpt:layers=2,hidden=256,heads=16,seq=128,vocab=1024"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--tensor-parallel", "3"), "tensor_parallel 3 does not divide layer"),
+        (("--tensor-parallel", "0"), "--tensor-parallel must be an integer >= 1"),
+        (("--zero", "1", "--replication", "none"), "zero 1 shards state"),
+        (("--zero", "1", "--tensor-parallel", "16"), "no plan can have two"),
+        (("--zero", "3"), "--zero too large"),
+        (("--tensor-parallel", "2", "--planner", "dapple"), "planner 'dapple' plans tp 1 and zero 0 only"),
+    ],
+)
+def test_plan_refuses_bad_tensor_and_zero_options_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    out_file = tmp_path / "plan.json"
+    code, _, err = run(
+        monkeypatch, capsys, "plan", "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2", "--global-batch", "16",
+        "--out", str(out_file), *args,
+    )  # fmt: skip
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err and err.startswith("error: PlanError")
+    assert not out_file.exists()
+
+
+def test_plan_with_tensor_parallelism_across_servers_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        monkeypatch, capsys, "plan", "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2", "--global-batch", "16",
+        "--tensor-parallel", "16", "--json",
+    )  # fmt: skip
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["stages"][0]["tp"] == 16
+    assert any("span servers" in note for note in obj["notes"])
+    assert obj["tensor_search"]["flat_searched"] is False
+
+
+def test_a_plan_file_whose_tp_does_not_divide_the_heads_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.json"
+    code, _, _ = run(
+        monkeypatch, capsys, "plan", "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2", "--global-batch", "16",
+        "--tensor-parallel", "4", "--out", str(path),
+    )  # fmt: skip
+    assert code == 0
+    obj = json.loads(path.read_text())
+    for stage in obj["stages"]:
+        stage["tp"] = 3
+        stage["devices"] = stage["devices"][: 3 * (len(stage["devices"]) // 4)]
+    obj["zero"] = 0
+    path.write_text(json.dumps(obj))
+    code, _, err = run(monkeypatch, capsys, "simulate", "--plan", str(path), "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "does not divide" in err

@@ -83,3 +83,24 @@ def test_compare_bound_adds_a_column(monkeypatch: pytest.MonkeyPatch, capsys: py
     results = json.loads(out)["results"]
     assert [("lower_bound" in r) for r in results] == [True, True, False]
     assert all(r["lower_bound"]["gap"] >= 1 for r in results[:2])
+
+
+def test_a_plan_with_tensor_parallelism_or_sharding_gets_no_proof() -> None:
+    """The bounds cover t = 1 plans without sharding: a 3D plan is measured against the every-plan bound under the
+    FLAT_ONLY class, and `plan --bound` says it proves nothing about it; the same plan at t = 1 keeps its class."""
+    import dataclasses
+
+    from pipeplan.api.planning import plan_request
+    from pipeplan.planner.bound.plan_bound import FLAT_ONLY
+    from pipeplan.viz.plan_tables import bound_line
+
+    request = plan_request("gpt:layers=2,hidden=256,heads=8,seq=128,vocab=1024", "dgx-a100-8x1", 8, time_budget_s=None)
+    flat = Plan((Stage(0, 2, (0, 1, 2, 3)), Stage(3, 5, (4, 5, 6, 7))), 1, 2, 4, "1f1b")
+    bounds = Bounds(request)
+    assert bounds.of(flat, 1.0).of in (EVERY_PLAN, ONE_STAGE)
+    split = dataclasses.replace(flat, stages=tuple(dataclasses.replace(s, tp=2) for s in flat.stages))
+    sharded = dataclasses.replace(flat, zero=1)
+    for plan in (split, sharded):
+        measured = bounds.of(plan, 1.0)
+        assert measured.of == FLAT_ONLY and measured.bound == bounds.every_plan()
+        assert "proves nothing" in bound_line(measured)

@@ -88,6 +88,7 @@ def test_tensor_degrees_are_one_without_splits_else_those_a_server_and_every_wid
 
     plain = _request(8, 16, None, "any")
     assert tensor_degrees(plain) == [1]
+    assert tensor_degrees(dataclasses.replace(plain, tensor_parallel=1)) == [1]
     widths = (16, 12)  # 8 does not divide 12
     layers = tuple(dataclasses.replace(x, tp=TensorSplit("block", widths[i % 2])) for i, x in enumerate(plain.profile.layers))
     profile = dataclasses.replace(plain.profile, layers=layers)
@@ -97,3 +98,5 @@ def test_tensor_degrees_are_one_without_splits_else_those_a_server_and_every_wid
         links = tuple(tuple(0.0 if a == b else 1e9 for b in range(n)) for a in range(n))
         cluster = Cluster("c", devices, links, tuple(tuple(0.0 for _ in range(n)) for _ in range(n)))
         assert tensor_degrees(PlanRequest(profile, cluster, 16)) == expected
+        # a forced degree is the only one, even past a server (the plan then notes it): 4 divides both widths
+        assert tensor_degrees(PlanRequest(profile, cluster, 16, tensor_parallel=4)) == [4]

@@ -22,6 +22,7 @@ from pipeplan.api.arguments import (
 )
 from pipeplan.core.errors import PlanError, ProfileError
 from pipeplan.core.hardware.cluster import Cluster
+from pipeplan.core.limits import Limit
 from pipeplan.core.profile import ModelProfile
 from pipeplan.planner.time_budget import DEFAULT_TIME_BUDGET_S
 
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from pipeplan.planner.search.trace_aware import TraceScore
 
 Progress = Callable[[str, float], None]
+ZERO_STAGES = Limit(2, "", "the ZeRO stages are 0 (none), 1 (optimizer state) and 2 (and gradients)")
+"""The most a request's `zero` may ask for."""
 
 
 def plan_request(
@@ -46,17 +49,20 @@ def plan_request(
     optimizer_factor: float | None = None,
     replication: str = "any",
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
+    tensor_parallel: int | None = None,
+    zero: int | None = None,
 ) -> PlanRequest:
     """The planning problem every planner takes: model, cluster, global batch and the options of `pipeplan plan`.
 
     `time_budget_s` bounds each planner run's wall time: pipeplan's search returns the best plan found in it and says
-    so in the result's extra["planning"] (planner.time_budget); 0 or None: no limit.
+    so in the result's extra["planning"] (planner.time_budget); 0 or None: no limit. `tensor_parallel` forces the
+    tensor-parallel degree t and `zero` the ZeRO stage (PlanRequest; None: the planner chooses).
 
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value.
     """
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             time_budget_s=time_budget_s)  # fmt: skip
+                             time_budget_s=time_budget_s, tensor_parallel=tensor_parallel, zero=zero)  # fmt: skip
     return request_of(profile, cluster, global_batch, options)
 
 
@@ -64,7 +70,7 @@ def plan_request(
 class RequestOptions:
     """plan_request's options, with what the command line adds: the batch a graph.txt profile was measured with,
     and `labels`, the flags that name the arguments in refusals (api.arguments.check); `time_budget_s` (seconds per
-    planner run, 0 or None: no limit) last."""
+    planner run, 0 or None: no limit), then the forced tensor-parallel degree and ZeRO stage (None: chosen)."""
 
     microbatch_size: int | None = None
     schedule: str = "auto"
@@ -75,6 +81,8 @@ class RequestOptions:
     profile_batch_size: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S
+    tensor_parallel: int | None = None
+    zero: int | None = None
 
 
 def check_request(profile: object, cluster: object, global_batch: object, options: RequestOptions) -> None:
@@ -85,6 +93,7 @@ def check_request(profile: object, cluster: object, global_batch: object, option
         PlanError, ProfileError, ClusterError: naming the bad argument (by its label) and its value.
     """
     from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
+    from pipeplan.core.plan import TP_DEGREE
     from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES
 
     o, labels = options, options.labels
@@ -98,7 +107,9 @@ def check_request(profile: object, cluster: object, global_batch: object, option
     budget = Number(0.0, optional=True, unit="seconds; 0 or none: no limit")
     check(PlanError, {"optimizer_factor": (o.optimizer_factor, factor),
                       "replication": (o.replication, Choice(REPLICATION_CHOICES)),
-                      "time_budget_s": (o.time_budget_s, budget)}, labels)  # fmt: skip
+                      "time_budget_s": (o.time_budget_s, budget),
+                      "tensor_parallel": (o.tensor_parallel, Integer(1, TP_DEGREE, optional=True)),
+                      "zero": (o.zero, Integer(0, ZERO_STAGES, optional=True))}, labels)  # fmt: skip
 
 
 def request_of(
@@ -117,7 +128,7 @@ def request_of(
     return PlanRequest(profile_of(profile, o.profile_batch_size), load_cluster(cluster), global_batch, o.microbatch_size,
                        o.schedule, optimizer=o.optimizer, batch_scaling=o.batch_scaling,
                        optimizer_factor=o.optimizer_factor, replication=o.replication,
-                       time_budget_s=o.time_budget_s)  # fmt: skip
+                       time_budget_s=o.time_budget_s, tensor_parallel=o.tensor_parallel, zero=o.zero)  # fmt: skip
 
 
 def run_planner(planner: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:

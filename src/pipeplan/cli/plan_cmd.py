@@ -36,6 +36,15 @@ TIME_BUDGET_HELP = (
 )
 """--time-budget of plan and compare (planner.time_budget; compare: each planner run has its own)."""
 TIME_BUDGET = typer.Option(None, "--time-budget", help=TIME_BUDGET_HELP)
+TENSOR_PARALLEL = typer.Option(
+    None,
+    "--tensor-parallel",
+    help="Force every stage's tensor-parallel degree t (it must divide the heads and hidden size) [the planner's "
+    "choice; pipeplan and megatron only].",
+)
+ZERO = typer.Option(
+    None, "--zero", help="Force the ZeRO stage: 0 none, 1 optimizer state, 2 and gradients [the planner's choice]."
+)
 OPTIMIZER_FACTOR_OPTION = typer.Option(
     None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
 )
@@ -46,6 +55,7 @@ FLAGS = {
     "optimizer": "--optimizer", "optimizer_factor": "--optimizer-factor", "replication": "--replication",
     "profile_batch_size": "--profile-batch-size", "trace_iterations": "--trace-iterations",
     "bandwidth_trace": "--bandwidth-trace", "adaptive": "--adaptive", "time_budget_s": "--time-budget",
+    "tensor_parallel": "--tensor-parallel", "zero": "--zero",
 }  # fmt: skip
 """How plan's and compare's refusals name the API's arguments (api.arguments.check's labels); the schedule keeps
 its argument's name, as PlanRequest has always said it."""
@@ -77,6 +87,8 @@ def plan(
     ),
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
     time_budget: str | None = TIME_BUDGET,
+    tensor_parallel: int | None = TENSOR_PARALLEL,
+    zero: int | None = ZERO,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.declared_files import check_files
@@ -90,7 +102,7 @@ def plan(
     from pipeplan.api.planning import RequestOptions, plan_outcome
 
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             profile_batch_size, labels, time_budget_seconds(time_budget))  # fmt: skip
+                             profile_batch_size, labels, time_budget_seconds(time_budget), tensor_parallel, zero)  # fmt: skip
     with progress_display(not as_json) as progress:
         outcome = plan_outcome(profile, cluster, global_batch, options, planner=planner, progress=progress,
                                bandwidth_trace=bandwidth_trace, trace_iterations=trace_iterations, adaptive=adaptive,
@@ -118,6 +130,12 @@ def plan(
             typer.echo(bound_line(measured))
         if (line := budget_line(result)) is not None:
             typer.echo(line)
+        if "tensor" in result.extra:
+            from pipeplan.viz.plan_tables import tensor_line
+
+            typer.echo(tensor_line(result))
+        for note in result.extra.get("notes", []):
+            typer.echo(f"note: {note}")
     if out is not None:
         write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)

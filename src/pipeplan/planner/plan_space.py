@@ -11,8 +11,9 @@ schedules, kfkb with k in KFKB_GROUPS. Each planner walks a part of it, written 
   preferred order (baselines.balanced), PipeDream's multiples of its replica counts (baselines.pipedream);
 - the replicated seeds: the splits of all devices into pipelines (full_splits).
 
-Tensor parallelism (issue 34) is a dimension of the space, tensor_degrees, which only the Megatron-style grid
-baseline walks (baselines.megatron); every plan another planner makes has tp 1 and zero 0.
+Tensor parallelism (issue 34) is a dimension of the space, tensor_degrees, with the ZeRO stages 0..2: the
+Megatron-style grid baseline (baselines.megatron) and pipeplan's search on profiles with split layers
+(search.tensor_grid) walk it; every plan the other planners make has tp 1 and zero 0.
 """
 
 from __future__ import annotations
@@ -75,7 +76,11 @@ TP_DEGREES = (1, 2, 4, 8)
 def tensor_degrees(request: PlanRequest) -> list[int]:
     """The tensor-parallel degrees t of the space, ascending: [1] unless the profile has a layer that splits
     (LayerProfile.tp), else each t of TP_DEGREES that divides the smallest server's device count (a group stays on
-    one server's fast links) and every split layer's width (core.layer_profile.TensorSplit)."""
+    one server's fast links) and every split layer's width (core.layer_profile.TensorSplit); only the request's
+    forced degree when it sets one (PlanRequest.tensor_parallel, checked against the widths there; a group may then
+    span servers, which the plan's notes say: planner.search.tensor_grid.cross_server_notes)."""
+    if request.tensor_parallel is not None:
+        return [request.tensor_parallel]
     widths = {layer.tp.width for layer in request.profile.layers if layer.tp is not None}
     if not widths:
         return [1]

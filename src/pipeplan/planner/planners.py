@@ -14,6 +14,8 @@ PLANNERS: dict[str, Planner] = {
     "exact": guarded("exact", lambda request, progress: plan_exact(request)),
 }
 """name -> planner(request, progress=None); pipeplan's search reports progress, the others take none."""
+TENSOR_PLANNERS = ("pipeplan", "megatron")
+"""The planners that search tensor parallelism and sharding, so honour a request's forced tensor_parallel / zero."""
 
 
 def run_planner(name: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
@@ -25,4 +27,10 @@ def run_planner(name: str, request: PlanRequest, progress: Progress | None = Non
     planner = PLANNERS.get(name)
     if planner is None:
         raise PlanError(f"unknown planner {name!r}; choose one of {', '.join(sorted(PLANNERS))}")
+    forced = [f"{k} {v}" for k, v in (("tensor_parallel", request.tensor_parallel), ("zero", request.zero)) if v]
+    if forced and name not in TENSOR_PLANNERS:
+        raise PlanError(
+            f"planner {name!r} plans tp 1 and zero 0 only, got {' and '.join(forced)}; use --planner "
+            f"{' or '.join(TENSOR_PLANNERS)}, or drop them"
+        )
     return planner(request, progress)

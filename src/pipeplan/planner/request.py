@@ -48,6 +48,11 @@ class PlanRequest:
     `time_budget_s` bounds the planner run's wall time (planner.time_budget: pipeplan's search returns the best
     plan found when it runs out; None or 0: no limit, the default here; `plan` and `compare` default to
     time_budget.DEFAULT_TIME_BUDGET_S).
+    `tensor_parallel` forces every stage's tensor-parallel degree t (None: the planner chooses among
+    planner.plan_space.tensor_degrees); it must divide every split layer's width (heads, hidden size, vocabulary),
+    and may exceed a server (the plan then notes the groups that span servers). `zero` forces the ZeRO stage 0, 1 or
+    2 (None: the planner chooses); sharding needs a data-parallel group, so it is refused where no plan can have one.
+    Only planners that search the 3D space honour them: pipeplan (on profiles with split layers) and megatron.
     """
 
     profile: ModelProfile
@@ -60,6 +65,8 @@ class PlanRequest:
     batch_scaling: str = "auto"
     replication: str = "any"
     time_budget_s: float | None = None
+    tensor_parallel: int | None = None
+    zero: int | None = None
     model: CostModel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -82,11 +89,55 @@ class PlanRequest:
         budget = self.time_budget_s
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 <= budget < math.inf):
             raise PlanError(f"time_budget_s must be a finite number >= 0 (seconds; 0 or None: no limit), got {budget!r}")
+        self._check_tensor()
         model = CostModel.build(self.profile, self.cluster, self.batch_scaling, self.optimizer, self.optimizer_factor)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "cluster", model.cluster)
         object.__setattr__(self, "optimizer_factor", model.optimizer_factor)
         self._check_shared()
+
+    def _check_tensor(self) -> None:
+        """Refuse a forced tensor-parallel degree the profile or cluster cannot take, and sharding with no replica to
+        shard over (one line each, naming the field, its value and the way out)."""
+        t, zero = self.tensor_parallel, self.zero
+        if t is not None:
+            check_positive_int(PlanError, "tensor_parallel", t)
+            split = [(i, layer) for i, layer in enumerate(self.profile.layers) if layer.tp is not None]
+            if t > 1 and not split:
+                raise PlanError(
+                    f"tensor_parallel {t}: profile {self.profile.name!r} has no layer that splits over a tensor-parallel "
+                    "group (no layer has a tp split); drop the tensor-parallel degree or use a profile with tp splits "
+                    "(e.g. gpt:layers=..)"
+                )
+            for i, layer in split:
+                assert layer.tp is not None
+                if layer.tp.width % t:
+                    widths = math.gcd(*(x.tp.width for _, x in split if x.tp is not None))
+                    raise PlanError(
+                        f"tensor_parallel {t} does not divide layer {i} ({layer.name!r}) tp width {layer.tp.width} "
+                        f"(its {layer.tp.kind} split: heads, hidden size or vocabulary); give a divisor of {widths}"
+                    )
+            if t > self.cluster.num_devices:
+                raise PlanError(
+                    f"tensor_parallel {t} needs {t} devices per group, cluster {self.cluster.name!r} has "
+                    f"{self.cluster.num_devices}; give at most {self.cluster.num_devices}"
+                )
+        if zero is not None:
+            if isinstance(zero, bool) or zero not in (0, 1, 2):
+                raise PlanError(f"zero must be 0 (none), 1 (optimizer state) or 2 (and gradients), got {zero!r}")
+            group = t or 1
+            if zero > 0 and (self.replication == "none" or self.global_batch < 2 or self.cluster.num_devices < 2 * group):
+                why = (
+                    "replication 'none' allows one copy of each stage"
+                    if self.replication == "none"
+                    else f"global batch {self.global_batch} cannot be split over copies"
+                    if self.global_batch < 2
+                    else f"{self.cluster.num_devices} devices leave room for one copy of a {group}-device stage"
+                )
+                raise PlanError(
+                    f"zero {zero} shards state over a stage's data-parallel replicas, but no plan can have two: {why}; "
+                    "give zero 0, or more devices or a larger global batch"
+                )
 
     def _check_shared(self) -> None:
         """Refuse a shared parameter no device can hold: every stage holding one of its layers keeps a whole copy
@@ -157,6 +208,10 @@ class PlanResult:
         )
         if "planning" in self.extra:
             obj["planning"] = self.extra["planning"]
+        if "tensor" in self.extra:  # pipeplan's 3D search (planner.search.tensor_grid): what it chose and why
+            obj["tensor_search"] = {**self.extra["tensor"], "flat_ms": self.extra.get("flat_ms"),
+                                    "flat_searched": self.extra.get("flat_searched")}  # fmt: skip
+            obj["notes"] = list(self.extra.get("notes", []))
         if profile is not None and profile.shared_params:
             obj["shared_parameters"] = shared_json(self.plan, profile, self.costs)
         return obj

@@ -9,7 +9,7 @@ from rich.table import Table
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
-from pipeplan.planner.bound.plan_bound import PlanBound
+from pipeplan.planner.bound.plan_bound import FLAT_ONLY, PlanBound
 from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
 from pipeplan.planner.request import PlanResult
 from pipeplan.planner.search.trace_aware import TraceScore
@@ -119,6 +119,12 @@ def planners_table(
 def bound_line(measured: PlanBound) -> str:
     """`plan --bound`: the proven lower bound of the plan's class, where it binds, and the plan's time over it."""
     b = measured.bound
+    if measured.of == FLAT_ONLY:
+        return (
+            f"lower bound over {measured.of}: {format_ms(b.ms)} ms (binding term {b.term}); this plan has tensor "
+            f"parallelism or sharding, which no bound of planner.bound covers, so it proves nothing about it (the plan "
+            f"is {measured.gap:.3f}x it)"
+        )
     return (
         f"proven lower bound over {measured.of}: {format_ms(b.ms)} ms (binding term {b.term} at {b.pipelines} "
         f"pipeline(s) x microbatch {b.microbatch_size}); this plan is {measured.gap:.3f}x it: no plan of its class is "
@@ -138,6 +144,24 @@ def budget_line(row: PlanResult | PlannerFailure) -> str | None:
     return (
         f"time budget: {row.planner}'s plan is the best found in {planning['time_budget_s']:g} s; the search stopped in "
         f"{where}{' after ' + counts if counts else ''}; give --time-budget none (or more seconds) to search it all"
+    )
+
+
+def tensor_line(result: PlanResult) -> str:
+    """`plan`: one line on pipeplan's 3D search (planner.search.tensor_grid): the plan's t x p x d, its ZeRO stage and
+    why, sequence parallelism, and the times of the best plain (t = 1) plan and the Megatron-style grid."""
+    info, plan = result.extra["tensor"], result.plan
+    stage = plan.stages[0]
+    d = plan.data_parallel_of(0)
+
+    def ms(value: float | None) -> str:
+        return "none fits" if value is None else f"{value:.4g} ms"
+
+    flat = ms(result.extra.get("flat_ms")) if result.extra.get("flat_searched") else "not searched (t or zero forced)"
+    return (
+        f"3D: t x p x d = {stage.tp} x {plan.num_ranks} x {d}, zero {plan.zero}, sequence parallel "
+        f"{'on' if stage.sequence_parallel else 'off'}; best 3D plan's zero: {info['zero_reason']}; best t = 1 plan "
+        f"{flat}, Megatron-style grid {ms(info['megatron_ms'])}"
     )
 
 

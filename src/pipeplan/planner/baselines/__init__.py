@@ -13,6 +13,6 @@ BASELINES: dict[str, Planner] = {
     "dapple": guarded("dapple", lambda request, progress: plan_dapple(request)),
     "pipedream": guarded("pipedream", lambda request, progress: plan_pipedream(request)),
     "balanced": guarded("balanced", lambda request, progress: plan_balanced(request)),
-    "megatron": guarded("megatron", lambda request, progress: plan_megatron(request)),
+    "megatron": guarded("megatron", lambda request, progress: plan_megatron(request, request.zero or 0)),
 }
 """name -> planner, each guarded as planner.planners's (the search seeds from them, never the reverse)."""

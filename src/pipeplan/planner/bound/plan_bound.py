@@ -25,6 +25,9 @@ from pipeplan.planner.request import PlanRequest
 
 EVERY_PLAN = "every plan"
 ONE_STAGE = "plans of one stage per rank"
+FLAT_ONLY = "plans with tp 1 and no sharding"
+"""The class a plan with tensor parallelism or ZeRO is measured against: the every-plan bound, which covers t = 1
+plans without sharding only (its terms price a stage's layers whole on each device), so it is no proof for the plan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,10 @@ class Bounds:
         return self._stages
 
     def of(self, plan: Plan, plan_ms: float) -> PlanBound:
-        """`plan` (simulated at `plan_ms`) against the bound of its class."""
+        """`plan` (simulated at `plan_ms`) against the bound of its class (FLAT_ONLY for a plan with tensor
+        parallelism or sharding: no bound covers those)."""
+        if plan.zero or any(s.tp > 1 for s in plan.stages):
+            return PlanBound(plan_ms, self.every_plan(), FLAT_ONLY)
         if self.one_stage_class(plan):
             return PlanBound(plan_ms, self.one_stage(), ONE_STAGE)
         return PlanBound(plan_ms, self.every_plan(), EVERY_PLAN)

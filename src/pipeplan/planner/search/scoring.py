@@ -82,8 +82,8 @@ class Evaluator:
         self.simulations = 0
 
     def costs(self, plan: Plan) -> Costs:
-        """plan_costs, cached by what they depend on (stages, replicas, microbatch size)."""
-        key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size)
+        """plan_costs, cached by what they depend on (stages, replicas, microbatch size, ZeRO stage)."""
+        key = (plan.stages, plan.pipeline_replicas, plan.microbatch_size, plan.zero)
         costs = self._costs.get(key)
         if costs is None:
             with phase("stage_costs"):

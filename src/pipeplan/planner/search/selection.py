@@ -45,7 +45,7 @@ import functools
 import heapq
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pipeplan.core.errors import PlanError, ScheduleTooLargeError
 from pipeplan.core.plan import Plan
@@ -58,6 +58,7 @@ from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
+from pipeplan.planner.search.tensor_grid import has_tensor_layers, plan_tensor
 from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
@@ -365,4 +366,36 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None, baseli
     from pipeplan.planner.search.dag_search import plan_over_orders
 
     search = search_order if baselines is None else functools.partial(search_order, baselines=baselines)
-    return plan_over_orders(request, search, progress)
+    if not has_tensor_layers(request):
+        return plan_over_orders(request, search, progress)
+    return with_tensor_parallelism(request, lambda: plan_over_orders(request, search, progress))
+
+
+def with_tensor_parallelism(request: PlanRequest, plain: Callable[[], PlanResult]) -> PlanResult:
+    """On a profile with split layers: the faster of the plain search's plan (tp 1, zero 0; run unless the request
+    forces t > 1 or sharding) and the 3D search's (search.tensor_grid), the plain one on ties; extra["tensor"] says
+    what the 3D search chose, extra["notes"] what a user must read (tensor-parallel groups across servers).
+
+    Raises:
+        PlanError: neither search found a plan that fits (the 3D search's reason).
+    """
+    started = time.perf_counter()
+    flat: PlanResult | None = None
+    if (request.tensor_parallel or 1) == 1 and not request.zero:
+        try:
+            flat = plain()
+        except PlanError:
+            flat = None  # no plan fits at t = 1 without sharding: the 3D space decides
+    try:
+        grid = plan_tensor(request)
+    except PlanError:
+        if flat is None:
+            raise
+        return flat
+    best = grid if flat is None or grid.iteration_time < flat.iteration_time else flat
+    info = grid.extra["tensor"]
+    notes = list(info["notes"]) if best is grid else []
+    searched = (request.tensor_parallel or 1) == 1 and not request.zero
+    flat_ms = None if flat is None else flat.iteration_time
+    extra = {**best.extra, "tensor": info, "flat_ms": flat_ms, "flat_searched": searched, "notes": notes}
+    return dataclasses.replace(best, extra=extra, planning_seconds=time.perf_counter() - started)
