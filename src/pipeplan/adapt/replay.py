@@ -71,15 +71,13 @@ class ProcessReplay:
         self._views.append(view)
         timeline = self.timeline
         held = len(timeline.bounds())
-        if (
-            held < max(2, cfg.replay_window // 2)
-            or 2 * sum(v == "lately" for v in self._views) < len(self._views)
-            or timeline.straddled(cfg.change_ratio) < cfg.replay_straddled
-            or timeline.straddled(cfg.change_ratio, 2) < 1
-        ):
+        if held < max(2, cfg.replay_window // 2) or 2 * sum(v == "lately" for v in self._views) < len(self._views):
             self._held = None
             return None, False
         if self._held is None and self._credit < 2 * held:
+            return None, False  # no replay held nor payable: the straddle test could change nothing, so it is not read
+        if timeline.straddled(cfg.change_ratio) < cfg.replay_straddled or timeline.straddled(cfg.change_ratio, 2) < 1:
+            self._held = None
             return None, False
         if self._held is None or current not in self._held or self._credit >= 2 * held:
             self._held = self._replay(current, state_best, held, compute)
