@@ -8,6 +8,7 @@ from adapt_cases import RING_FACTOR, bert_plan, numbers, replicated_plan
 from pipeplan.adapt import AdaptiveController, ControllerConfig, IterationObservation, PipelineModel, Transfer
 from pipeplan.adapt.estimate import LinkEstimator, wire_samples
 from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.adapt.replay import ProcessReplay
 from pipeplan.adapt.runs import run_controller
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
@@ -277,3 +278,59 @@ def test_a_mixed_estimate_must_beat_the_measured_forecast_error() -> None:
         expected += weight * (abs(d.predicted_ms[d.k] - 100.0) / 100.0 - expected)
     assert controller.time_error == pytest.approx(expected) and controller.time_error > 0.02
     assert controller.decisions[-1].view == "lately" and controller._band(1, 2) == controller.time_error
+
+
+def test_replay_constants_are_checked() -> None:
+    """The replay's window, straddle count and budget are refused out of range, naming the field and the value."""
+    with pytest.raises(AdaptError, match=r"controller replay_window must be an integer >= 2, got 1"):
+        ControllerConfig(replay_window=1)
+    with pytest.raises(AdaptError, match=r"controller replay_straddled must be an integer >= 1, got 0"):
+        ControllerConfig(replay_straddled=0)
+    with pytest.raises(AdaptError, match=r"controller replay_budget must be a finite number > 0, got 0"):
+        ControllerConfig(replay_budget=0)
+
+
+def test_a_replayed_run_under_a_constant_rate_is_one_iteration_of_that_rate() -> None:
+    """Under a trace that holds every link at 0.5 from 0, k run back to back over 2.5 iterations' length takes, per
+    iteration, exactly the simulator's one iteration at 0.5 (the last half iteration counted by its share)."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    trace = BandwidthTrace(tuple(TraceStep(0.0, link, 0.5) for link in pipeline.traffic_links))
+    for k in (1, 2, 4):
+        one = simulate(schedules[k], pipeline.costs, trace, record=False).iteration_time
+        assert predictor.replayed_run(k, trace, 0.0, 2.5 * one) == pytest.approx(one, rel=1e-12)
+
+
+def _flipping(index: int, k: int) -> IterationObservation:
+    """An iteration of 180 ms whose links moved 1 MB at 1 GB/s in their first four transfers and at 0.05 of it in the
+    last four (one every 20 ms)."""
+    links = ((1, 2), (2, 1))
+    transfers = []
+    for link in links:
+        for i in range(8):
+            start = 180.0 * index + 20 * i
+            transfers.append(Transfer(link, 1e6, start, start + (1.0 if i < 4 else 20.0)))
+    return IterationObservation(index, k, 180.0, transfers=tuple(transfers), start_ms=180.0 * index)
+
+
+def test_inside_iteration_changes_hold_a_replay_of_the_window() -> None:
+    """Every iteration straddles a change and "lately" decides: the controller holds a replay and scores it against
+    the views' forecast; a replay paid in full holds, for each candidate, k run back to back over the window's length
+    under its timeline replayed (Predictor.replayed_run, to the bit)."""
+    config = ControllerConfig(initial_k=1, replay_window=4, replay_budget=0.5)
+    controller = AdaptiveController.from_measurements(config, **numbers(p=4, m=16))
+    for i in range(10):
+        controller.step(_flipping(i, controller.k))
+    assert controller.decisions[-1].view == "lately"
+    assert controller.replay.compared >= 1
+    replay = ProcessReplay(ControllerConfig(replay_window=4, replay_budget=1e3), controller.predictor, 0.5)
+    for i in range(4):
+        observation = _flipping(i, 1)
+        replay.observe(wire_samples(controller.pipeline, observation.transfers), observation.start_ms, observation.end_ms)
+        held, decides = replay.predict("lately", 1, 1, 10.0, None)
+    assert held is not None and not decides  # nothing scored yet
+    trace, length = replay.timeline.replay(3)
+    assert length == 720.0
+    for k, value in held.items():
+        assert value == controller.predictor.replayed_run(k, trace, 0.0, length, None)

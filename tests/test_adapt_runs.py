@@ -203,3 +203,26 @@ def test_a_wrong_model_runs_against_the_truth() -> None:
     fixed = run_fixed("k=1", 1, controller.predictor.schedules[1], truth, None, 3)
     assert run.run.iteration_ms == pytest.approx(fixed.iteration_ms) and seen == [0, 1]
     assert controller.decisions[0].predicted_ms[1] > fixed.iteration_ms[0]
+
+
+def test_the_replay_never_looks_ahead() -> None:
+    """A network that flips inside iterations (1.0 and 0.05 in turn, each 0.6 of an idle iteration) until t and
+    differently after: the controller replays its window before t (a decision says so), and every decision for an
+    iteration that starts before t is the same under both traces."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    links = pipeline.traffic_links
+    schedules, _ = fitting_ks(pipeline)
+    idle = simulate(schedules[1], pipeline.costs, None, record=False).iteration_time
+    flips = [(0.6 * idle * i, 0.05 if i % 2 else 1.0) for i in range(1, 400)]
+    config = ControllerConfig(initial_k=1, replay_window=4, replay_budget=0.5)
+    run_a = run_controller(AdaptiveController(pipeline, config), BandwidthTrace(_steps(flips, links)), 40)
+    cut = run_a.run.start_ms[25] + 1.0  # inside iteration 25
+    trace_b = BandwidthTrace(_steps([(t, f) for t, f in flips if t < cut] + [(cut, 0.3)], links))
+    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, 40)
+    early = sum(1 for s in run_a.run.start_ms if s < cut)
+    assert early == 26
+    decided_a = [d for d in run_a.decisions if d.iteration < early]
+    assert decided_a == [d for d in run_b.decisions if d.iteration < early]
+    assert any("replayed" in d.reason for d in decided_a)
+    assert run_a.run.start_ms[:early] == run_b.run.start_ms[:early]
+    assert run_a.run.iteration_ms != run_b.run.iteration_ms

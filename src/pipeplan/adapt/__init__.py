@@ -39,7 +39,9 @@ Modules: observation (Transfer, IterationObservation), pipeline
 (PipelineModel: costs at nominal bandwidth, memory, bytes per link),
 estimate (link rates, stage compute), predict (T(k) and memory by
 simulation, the budgeted search), decision (ControllerConfig, Decision),
-controller (AdaptiveController); for the simulator's side: runs (fixed k,
+rate_timeline and replay (T(k) under the last iterations' measured rates
+replayed, for a network that changes inside iterations), controller
+(AdaptiveController); for the simulator's side: runs (fixed k,
 the controller fed by simulated events, the oracle) and compare (every
 policy side by side, `pipeplan adapt`).
 """

@@ -14,6 +14,7 @@ from pipeplan.adapt.estimate import ComputeEstimator, LinkEstimator, SegmentEsti
 from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
+from pipeplan.adapt.replay import ProcessReplay
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
@@ -73,6 +74,9 @@ class AdaptiveController:
         }
         self.forecast_error = dict.fromkeys(self.views, 0.0)
         self._error_weight = 1.0 - 2.0 ** (-1.0 / self.config.long_half_life)
+        self.replay = ProcessReplay(self.config, self.predictor, self._error_weight)
+        self._state_predicted: dict[int, float] = {}  # the last decision's T(k) under the views (time_error's forecast)
+        self._replaying = False  # the decision predicts with the replayed window (adapt.replay)
         self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
         self.decisions: list[Decision] = []
         self._evaluated: tuple[Any, ...] | None = None  # (view, both views' factors, stage times, predictions) of the last
@@ -130,16 +134,20 @@ class AdaptiveController:
                 self.forecast_error[view] = (1 - w) * self.forecast_error[view] + w * error
         for estimator in self.views.values():
             estimator.add_iteration(samples, observation.end_ms, observation.iteration_ms)
+        self.replay.observe(samples, observation.start_ms, observation.end_ms)
         self.compute.add_iteration(observation.stage_fwd_ms, observation.stage_bwd_ms)
         self._iteration_ms = observation.iteration_ms
 
     def budget(self) -> int:
         """Simulations the next decision may run (ControllerConfig.decision_budget)."""
+        return max(2, int(self._share()))
+
+    def _share(self) -> float:
+        """decision_budget's worth of simulations of the last iteration (unrounded)."""
         reference = self._iteration_ms or self.predictor.time(self.k, {}, self._compute())
         p, m = self.pipeline.num_stages, self.pipeline.microbatches
         events = 2 * p * m + 2 * (p - 1) * m
-        share = self.config.decision_budget * reference * self.config.simulated_events_per_ms / events
-        return max(2, int(share))
+        return self.config.decision_budget * reference * self.config.simulated_events_per_ms / events
 
     def step(self, observation: IterationObservation) -> Decision:
         """observe(observation), then decide the k of iteration observation.index + 1."""
@@ -152,9 +160,11 @@ class AdaptiveController:
     def _decide(self, iteration: int, first: bool = False) -> Decision:
         started = time.perf_counter()
         ran = self.decisions[-1] if self.decisions else None
-        if not first and ran is not None and self._iteration_ms > 0 and ran.k in ran.predicted_ms:
-            miss = abs(ran.predicted_ms[ran.k] - self._iteration_ms) / self._iteration_ms
+        forecast = self._state_predicted
+        if not first and ran is not None and self._iteration_ms > 0 and ran.k in forecast:
+            miss = abs(forecast[ran.k] - self._iteration_ms) / self._iteration_ms
             self.time_error += self._error_weight * (miss - self.time_error)
+            self.replay.score(ran.k, forecast[ran.k], self._iteration_ms)
         factors = {view: estimator.factors() for view, estimator in self.views.items()}
         view = min(self.forecast_error, key=lambda v: (self.forecast_error[v], v != "now"))
         compute = self._compute()
@@ -169,15 +179,25 @@ class AdaptiveController:
             predicted = self.predictor.search(key, (current, self._best), self.budget(), guide)
         else:
             predicted = last[1]  # type: ignore[index]
-        best = min(predicted, key=lambda k: (predicted[k], k))
-        self._mixed = view == "lately"
+        self._state_predicted = state_predicted = predicted
+        best = state_best = min(predicted, key=lambda k: (predicted[k], k))
+        replayed, self._replaying = (None, False) if first else self.replay.predict(view, current, best, self._share(), compute)
+        if self._replaying:
+            predicted = replayed  # type: ignore[assignment]
+            best = min(predicted, key=lambda k: (predicted[k], k))
+            view_text = f"the last {len(self.replay.timeline.bounds())} iterations' measured rates replayed"
+        self._mixed = view == "lately" and not self._replaying
         target = min(k for k in predicted if self._near(k, best, predicted))  # the least memory among the near ones
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
+        if self._replaying:
+            seen = view_text
         if first and self.config.initial_k is not None:
             chosen, reason = current, f"start: k={current} as configured (k={best} is the fastest at nominal bandwidth)"
         elif first:
             near = "" if target == best else f", near the fastest k={best} with less memory"
             chosen, reason = target, f"start: k={target} is the fastest at nominal bandwidth ({predicted[target]:.4g} ms{near})"
+        elif self._replaying and not self._near(current, best, predicted):
+            chosen, reason = self._pays_replayed(current, target, predicted, seen)
         elif not evaluated and self._near(current, best, predicted):
             chosen = current
             reason = (
@@ -195,12 +215,29 @@ class AdaptiveController:
         else:
             chosen, reason = self._pays(current, target, predicted, factors[view], seen)
         if evaluated:
-            self._best = best
-            self._evaluated = (state, predicted)
+            self._best = state_best
+            self._evaluated = (state, state_predicted)
         if first and self.config.initial_k is not None:
             self._evaluated = None  # the configured k was not chosen by this evaluation: evaluate again next time
         before = chosen if first else current
         return self._log(iteration, before, chosen, reason, view, factors[view], predicted, started, evaluated)
+
+    def _pays_replayed(self, current: int, target: int, predicted: dict[int, float], seen: str) -> tuple[int, str]:
+        """Switch to `target` when what it saves over the replayed window's length (the regime is expected to last
+        as long as it has been seen) beats switch_ms."""
+        start, end = self.replay.timeline.span_ms()
+        gain = predicted[current] - predicted[target]
+        saved = (end - start) * gain / predicted[current]
+        if saved <= self.config.switch_ms:
+            return current, (
+                f"stay: k={target} would take {predicted[target]:.4g} ms against {predicted[current]:.4g} ms under {seen}; "
+                f"over the window's {end - start:.4g} ms it saves {saved:.4g} ms, not more than the switch's "
+                f"{self.config.switch_ms:g} ms"
+            )
+        return target, (
+            f"switch: k={current} -> {target}, predicted {predicted[current]:.4g} -> {predicted[target]:.4g} ms "
+            f"({-gain / predicted[current]:+.1%}) under {seen}; saves {saved:.4g} ms over the window's {end - start:.4g} ms"
+        )
 
     def _near(self, k: int, best: int, predicted: dict[int, float]) -> bool:
         """True when k is as good as the fastest: within gain_threshold of it, or within memory_gain when the

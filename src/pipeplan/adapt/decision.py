@@ -25,6 +25,19 @@ class ControllerConfig:
     a switch pays only when it also pays on the network the state returns to, while one that holds still makes
     even a costly switch pay.
 
+    A network that changes inside iterations (adapt.replay): T(k) at one average rate is not what a rate that is
+    nominal for part of an iteration and 0.05 for the rest does to a schedule. So the controller also rebuilds each
+    link's measured rate over the last `replay_window` iterations from the transfers' and all-reduces' spans
+    (adapt.rate_timeline: a span's nominal / measured wire ms over its wire time, the change half-way through the gap
+    between two spans) and, in a regime where the view "lately" decided at least half of the last replay_window / 2
+    decisions and at least `replay_straddled` of the window's iterations (one of the last two among them) held a
+    change beyond `change_ratio`, predicts T(k) as the mean iteration of k run back to back under that timeline
+    replayed as a bandwidth trace (the expected iteration under the recent rate process, not at its mean rate). The
+    replayed T(k) decides only while its forecast error of the k run has been smaller than the views' over the same
+    iterations (after two of them), so a process that drifts over many iterations keeps the per-state forecast; it
+    switches when the gain over the window's length beats `switch_ms`, with the same bands (not widened by the
+    forecast error).
+
     gain_threshold: the band (a fraction of the fastest k's T) within which predicted times count as equal, so the
         smaller k is taken and the current k kept: what separates a gain from a prediction's error. When the view
         "lately" decides (the network flips faster than the view "now" forecasts it, so T(k) is predicted at a mix
@@ -60,6 +73,12 @@ class ControllerConfig:
         k simulated within a few decisions).
     simulated_events_per_ms: the simulator's speed the budget assumes (a count, not a clock, so every rank fed
         the same observations decides alike; BENCHMARKS.md reports the decision time it gives).
+    replay_window, replay_straddled: the replay's window (iterations, >= 2) and how many of its iterations must
+        hold a rate change (>= 1).
+    replay_budget: the share of an iteration the replay may spend simulating, on average: each decision adds
+        replay_budget x (last iteration ms) x simulated_events_per_ms / events per simulation to a credit, a
+        simulation under the replayed trace costs adapt.replay.TRACED_COST of them, and a replay runs when the
+        credit pays two candidates (the current k first) over the window; between replays the last one's T(k) holds.
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
     initial_k: the k of the first iteration (None: the best k at nominal bandwidth).
     memory_budget_bytes: the most any device may hold at any candidate k (None: each device's memory limit).
@@ -86,6 +105,9 @@ class ControllerConfig:
     confirm: int = 2
     segment_half_life: float = 2.0
     guide_factors: tuple[float, ...] = (0.6, 0.35, 0.2, 0.1)
+    replay_window: int = 12
+    replay_straddled: int = 2
+    replay_budget: float = 0.002
 
     def __post_init__(self) -> None:
         for name in ("gain_threshold", "switch_ms"):
@@ -94,8 +116,10 @@ class ControllerConfig:
                 raise AdaptError(f"controller {name} must be a finite number >= 0, got {value!r}")
         if not (isinstance(self.change_ratio, (int, float)) and math.isfinite(self.change_ratio) and self.change_ratio > 1):
             raise AdaptError(f"controller change_ratio must be a finite number > 1, got {self.change_ratio!r}")
-        if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or self.confirm < 1:
-            raise AdaptError(f"controller confirm must be an integer >= 1, got {self.confirm!r}")
+        for name, least in (("confirm", 1), ("replay_window", 2), ("replay_straddled", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise AdaptError(f"controller {name} must be an integer >= {least}, got {value!r}")
         for f in self.guide_factors:
             if not (isinstance(f, (int, float)) and math.isfinite(f) and 0 < f <= 1):
                 raise AdaptError(f"controller guide_factors must lie in (0, 1], got {f!r}")
@@ -110,6 +134,7 @@ class ControllerConfig:
             "reevaluate_change",
             "decision_budget",
             "simulated_events_per_ms",
+            "replay_budget",
         ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -122,7 +147,8 @@ class Decision:
 
     `iteration`: the iteration that runs with `k`; `view`: the estimate the prediction used ("now": since the
     latest change point, "lately": long half-life); `factors` / `bandwidth_gb_per_s`: each measured link's rate
-    under that view (as a factor of nominal, and in GB/s); `predicted_ms`: T(k) of every candidate simulated under it;
+    under that view (as a factor of nominal, and in GB/s); `predicted_ms`: T(k) of every candidate simulated under
+    it (when the reason names the replayed window, adapt.replay: T(k) of the candidates replayed under it);
     `forecast_error`: each view's mean error (|log| of the factor ratio) against what the following iterations
     measured; `peak_bytes`: each candidate's largest
     per-device peak; `memory_limit_bytes`: the smallest device limit; `evaluated`: False when the estimates had

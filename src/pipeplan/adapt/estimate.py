@@ -164,7 +164,8 @@ class SegmentEstimator:
     """
 
     def __init__(self, change_ratio: float, half_life: float, confirm: int = 2) -> None:
-        self._tolerance = math.log(change_ratio)
+        self._high = change_ratio  # a factor within [1 / change_ratio, change_ratio] of another agrees with it
+        self._low = 1.0 / change_ratio
         self._decay = 2.0 ** (-1.0 / half_life)
         self._confirm = confirm
         self._segment: dict[Link, list[float]] = {}  # [nominal ms, measured ms] summed over the segment
@@ -203,10 +204,9 @@ class SegmentEstimator:
             self._segment[link] = [nominal, measured]
             self._began_ms[link] = t_end
             return
-        x = math.log(nominal / measured)
-        tolerance = self._tolerance
+        high, low = self._high, self._low  # ratio tests, no logarithm per transfer
         pending = self._pending.get(link)
-        if abs(x - math.log(segment[0] / segment[1])) <= tolerance:
+        if low * segment[0] * measured <= nominal * segment[1] <= high * segment[0] * measured:
             if pending is not None:
                 segment[0] += pending[0]
                 segment[1] += pending[1]
@@ -214,7 +214,7 @@ class SegmentEstimator:
             segment[0] += nominal
             segment[1] += measured
             return
-        if pending is not None and abs(x - math.log(pending[0] / pending[1])) <= tolerance:
+        if pending is not None and low * pending[0] * measured <= nominal * pending[1] <= high * pending[0] * measured:
             pending[0] += nominal
             pending[1] += measured
             pending[2] += 1

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
+from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.schedules.kfkb import kfkb
 from pipeplan.sim.cost.memory import order_peak_activation
@@ -127,6 +128,23 @@ class Predictor:
         if len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
         return result.iteration_time
+
+    def replayed_run(
+        self, k: int, trace: BandwidthTrace, start_ms: float, length_ms: float, compute: Compute | None = None
+    ) -> float:
+        """The mean iteration ms of kFkB with this k run back to back under `trace` over [start_ms, start_ms +
+        length_ms]: length_ms over the iterations done in it, the last one counted by the share of it inside (so
+        the end of the span cuts no iteration short); not memoized."""
+        costs = self.pipeline.costs if compute is None else self.pipeline.with_compute(*compute)
+        t = start_ms
+        end = start_ms + length_ms
+        done = 0.0
+        while t < end:
+            self.simulations += 1
+            took = simulate(self.schedules[k], costs, trace, record=False, offset_ms=t, program=self.programs[k]).iteration_time
+            done += min(1.0, (end - t) / took)
+            t += took
+        return length_ms / done
 
     def seed_guide(self, factors: Sequence[float]) -> None:
         """Simulate every candidate with all links at each of `factors` (and nominal): the landscape `ranked` reads."""
