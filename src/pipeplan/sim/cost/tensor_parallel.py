@@ -15,9 +15,10 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
   counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2). With sequence parallelism each
   all-reduce is a reduce-scatter plus an all-gather of the same bytes, which a ring moves in the same time. A ring
   all-reduce of n bytes over the group takes 2(t-1)/t x n / (slowest link of the group) + 2(t-1) x (largest
-  latency of the group), the formula of sim.cost.link_model over the group's own links (a cluster's measured
-  all-reduce prices the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a
-  plan cannot hide a group split across servers. The forward's collectives lengthen the stage's F, the backward's
+  latency of the group), the formula of sim.cost.link_model over the group's own links (read by
+  sim.cost.link_model.ring_group_links, as the data-parallel ring's are; a cluster's measured all-reduce prices
+  the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a plan cannot hide a
+  group split across servers. The forward's collectives lengthen the stage's F, the backward's
   its B and its I (they carry the input gradient).
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d, 2 the
@@ -47,7 +48,7 @@ from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.layers import LayerCosts, StageWork
-from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.link_model import ring_group_links
 
 __all__ = [
     "TensorShares", "TensorTraffic", "check_tp_widths", "group_collectives_ms", "sharded_static_bytes", "split_stage",
@@ -126,15 +127,7 @@ def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic
     """
     if t < 2 or (traffic.fwd_count == 0 and traffic.bwd_count == 0):
         return 0.0, 0.0
-    rate, latency = link_arrays(cluster)
-    groups = np.array(devices, dtype=np.int64).reshape(-1, t)
-    src, dst = groups.ravel(), np.roll(groups, -1, axis=1).ravel()
-    rates = np.asarray(rate[src, dst], dtype=float).reshape(-1, t)
-    if not (rates > 0).all():
-        bad = int(np.argmin(rates.ravel() > 0))
-        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    lats = np.asarray(latency[src, dst], dtype=float).reshape(-1, t)
-    slowest, longest = rates.min(axis=1), lats.max(axis=1)
+    slowest, longest = ring_group_links(cluster, np.array(devices, dtype=np.int64).reshape(-1, t))
     steps = 2 * (t - 1)
     fwd = wire_ms(steps / t * traffic.fwd_bytes, slowest) + traffic.fwd_count * steps * longest
     bwd = wire_ms(steps / t * traffic.bwd_bytes, slowest) + traffic.bwd_count * steps * longest
