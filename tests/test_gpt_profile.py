@@ -208,6 +208,28 @@ def test_tensor_splits_are_megatron_lm_and_keep_korthikanti_bytes(config: GptCon
     assert kept(0) == s * b * h
 
 
+@given(configs)
+def test_whole_shares_are_the_replicated_operators_time_over_the_layers(config: GptConfig) -> None:
+    """Without sequence parallelism each rank runs whole: a block half's layer norm and bias + dropout + add (11 S
+    bytes forward; 17 S backward with the residual's gradient sum, 28 S with the rerun forward), the head's final
+    norm (4 S, 6 S), all of the embedding; each share is those bytes at the HBM rate over the layer's time
+    (S = 2 bytes x s b h counted as the module counts it). A recomputed block half reruns its forward's collectives."""
+    hbm = HBM_BYTES_PER_MS[config.gpu]
+    big_s = float(config.seq * config.micro * config.hidden)
+    block_bwd = (28.0 if config.recompute else 17.0) * big_s
+    expected = {"attention": (11.0 * big_s, block_bwd), "mlp": (11.0 * big_s, block_bwd), "head": (4.0 * big_s, 6.0 * big_s)}
+    for layer in gpt_profile(config).layers:
+        kind = layer.name.split(".")[0]
+        assert layer.tp is not None
+        if kind == "embedding":
+            assert (layer.tp.whole_fwd, layer.tp.whole_bwd, layer.tp.recomputed) == (1.0, 1.0, False)
+            continue
+        fwd, bwd = expected[kind]
+        assert math.isclose(layer.tp.whole_fwd, fwd / hbm / layer.fwd_ms, rel_tol=1e-12)
+        assert math.isclose(layer.tp.whole_bwd, bwd / hbm / layer.bwd_ms, rel_tol=1e-12)
+        assert layer.tp.recomputed == (config.recompute and kind != "head")
+
+
 def test_a_gpt_profile_simulates_with_tensor_parallel_stages() -> None:
     """A gpt: profile on a dgx preset simulates at tp 2 and 4 (one stage, one group): each split layer's compute is
     divided by t, so tp 2 is faster than tp 1 (at this small h, tp 4's all-reduces cost more than they save) and no

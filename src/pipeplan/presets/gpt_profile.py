@@ -257,24 +257,60 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     - `head`: `column` over V (the logits split by vocabulary, a parallel cross-entropy after them): of its
       4 s b h + 4 s b V bytes the final norm's and the projection's inputs, 4 s b h, stay whole.
 
+    and the share of its forward and backward time every device runs whole without sequence parallelism
+    (TensorSplit.whole_fwd / whole_bwd: whole_bytes / the layer's time): the memory-bound operators on the
+    s x b x h tensors (memory_bound_bytes), which Megatron-LM runs replicated on every rank of the group:
+
+    - `attention` and `mlp`: the layer norm (4 S forward, 6 S backward) and the bias + dropout + residual add (7 S,
+      5 S), with the residual's gradient sum (6 S) in the backward: 11 S forward, 17 S backward, plus the 11 S of
+      the rerun forward under recomputation (recomputed: the rerun forward's all-reduce runs again too). The
+      attention scores' operators (split by heads) and the MLP's bias + GeLU (split over 4h) divide by t.
+    - `embedding`: all of it (its lookups, sum and dropout write whole s x b x h tensors on every device).
+    - `head`: the final layer norm (4 S forward, 6 S backward); the fp32 logits and the loss split by vocabulary.
+
     Note:
         The position embedding and the norms' parameters are split with their layer's (Megatron-LM replicates
         them): h (s + 7) parameters per device too few, against at least 12 h^2 / t per block.
     """
     b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
     attention_share = 1.0 if config.recompute else 5.0 * s * b * h / (13.0 * s * b * h + 5.0 * a * s * s * b)
+    big_s = float(s * b * h)
+    rerun = 11.0 * big_s if config.recompute else 0.0
+    whole = {"attention": (11.0 * big_s, 17.0 * big_s + rerun), "mlp": (11.0 * big_s, 17.0 * big_s + rerun)}
+    whole["head"] = (4.0 * big_s, 6.0 * big_s)
+    shares = {kind: _whole_shares(config, kind, fwd, bwd) for kind, (fwd, bwd) in whole.items()}
+    rec = config.recompute
     return {
-        "embedding": TensorSplit("vocab", v, 1.0),
-        "attention": TensorSplit("attention", a, attention_share),
-        "mlp": TensorSplit("mlp", 4 * h),
-        "head": TensorSplit("column", v, h / (h + v)),
+        "embedding": TensorSplit("vocab", v, 1.0, 1.0, 1.0),
+        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec),
+        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec),
+        "head": TensorSplit("column", v, h / (h + v), *shares["head"]),
     }
+
+
+def layer_times(config: GptConfig, kind: str) -> tuple[float, float]:
+    """(forward ms, backward ms) of one layer of `kind` at batch `micro`: FLOPs at the matmul rate plus the
+    memory-bound bytes at the HBM rate, a block's backward with its rerun forward under recomputation."""
+    flops = layer_flops(config)[kind]
+    fwd_bytes, bwd_bytes = memory_bound_bytes(config)[kind]
+    passes = 3.0 if config.recompute and kind in ("attention", "mlp") else 2.0
+    if passes == 3.0:  # the recomputed forward
+        bwd_bytes += fwd_bytes
+    rate, bandwidth = config.rate_flops_per_ms(), config.memory_bytes_per_ms()
+    return flops / rate + fwd_bytes / bandwidth, passes * flops / rate + bwd_bytes / bandwidth
+
+
+def _whole_shares(config: GptConfig, kind: str, fwd_bytes: float, bwd_bytes: float) -> tuple[float, float]:
+    """(whole_fwd, whole_bwd) of a layer kind: the time of `fwd_bytes` / `bwd_bytes` at the HBM rate over the layer's
+    forward / backward time (layer_times)."""
+    fwd_ms, bwd_ms = layer_times(config, kind)
+    bandwidth = config.memory_bytes_per_ms()
+    return min(1.0, fwd_bytes / bandwidth / fwd_ms), min(1.0, bwd_bytes / bandwidth / bwd_ms)
 
 
 def gpt_profile(config: GptConfig) -> ModelProfile:
     """The profile of `config`: 2 l + 2 layers at batch size `micro`, priced on `gpu` (module note)."""
     b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
-    rate = config.rate_flops_per_ms()
     flops = layer_flops(config)
     output = BYTES_16 * s * b * h
     attention_saved = 2.0 * s * b * h if config.recompute else 13.0 * s * b * h + 5.0 * a * s * s * b
@@ -288,17 +324,13 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
     }
 
     splits = tensor_splits(config)
-    memory = memory_bound_bytes(config)
-    bandwidth = config.memory_bytes_per_ms()
 
     def layer(name: str, kind: str, saved: float, activation: float, passes: float) -> LayerProfile:
-        fwd_bytes, bwd_bytes = memory[kind]
-        if passes == 3.0:  # the recomputed forward
-            bwd_bytes += fwd_bytes
+        fwd_ms, bwd_ms = layer_times(config, kind)
         return LayerProfile(
             name=name,
-            fwd_ms=flops[kind] / rate + fwd_bytes / bandwidth,
-            bwd_ms=passes * flops[kind] / rate + bwd_bytes / bandwidth,
+            fwd_ms=fwd_ms,
+            bwd_ms=bwd_ms,
             activation_bytes=activation,
             param_bytes=float(MASTER_BYTES * params[kind]),
             saved_bytes=saved,

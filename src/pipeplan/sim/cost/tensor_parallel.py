@@ -5,14 +5,19 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
 (core.layer_profile.TensorSplit) on t devices at once, and every other layer whole on each of them (replicated):
 
 - compute (forward, backward, I, W) of a split layer: its time / t, exactly (no per-shard efficiency loss is
-  modelled: pipeplan has no measurement to base one on); a replicated layer: its whole time;
+  modelled: pipeplan has no measurement to base one on), except the share its split names as run whole on every
+  device without sequence parallelism (TensorSplit.whole_fwd for the forward, whole_bwd for the backward and its
+  I and W: Megatron-LM's layer norms, dropouts and residual adds), time x (w + (1 - w) / t); with sequence
+  parallelism that work splits along the sequence too, time / t; a replicated layer: its whole time;
 - weights, gradients, optimizer state and the optimizer step of a split layer: / t; a replicated layer: whole;
 - saved bytes (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"): a split
   layer keeps its kind's whole share w (TP_KINDS: 10 of 34 sbh for a block) on every device and the rest / t,
   saved x (w + (1 - w) / t); with sequence parallelism the whole share splits along the sequence too, saved / t;
   a replicated layer keeps all of its saved bytes;
 - collectives: each split layer all-reduces its output (or its input's gradient, TP_KINDS) over the group, the
-  counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2). With sequence parallelism each
+  counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2), the backward's count plus the
+  forward's when the split says the layer is recomputed (TensorSplit.recomputed: its backward reruns its forward,
+  collectives included). With sequence parallelism each
   all-reduce is a reduce-scatter plus an all-gather of the same bytes, which a ring moves in the same time. A ring
   all-reduce of n bytes over the group takes 2(t-1)/t x n / (slowest link of the group) + 2(t-1) x (largest
   latency of the group), the formula of sim.cost.link_model over the group's own links (read by
@@ -67,6 +72,7 @@ class TensorShares:
     fwd_collectives: np.ndarray
     bwd_collectives: np.ndarray
     on_input: np.ndarray
+    bwd_compute: np.ndarray
 
     def overlap_bytes(self, groups: Sequence[SharedGroup], layers: set[int]) -> float:
         """Bytes a set of layers would count more than once under the split: per shared group with several members in
@@ -91,20 +97,26 @@ class TensorTraffic:
 
 
 def tensor_shares(profile: ModelProfile, t: int, sequence_parallel: bool) -> TensorShares:
-    """Each layer's shares under a group of t (module docstring)."""
+    """Each layer's shares under a group of t (module docstring): `compute` of its forward, `bwd_compute` of its
+    backward (and I and W), `params`, `saved`, and its collectives."""
     n = profile.num_layers
-    compute, saved = np.ones(n), np.ones(n)
+    compute, bwd_compute, params, saved = np.ones(n), np.ones(n), np.ones(n), np.ones(n)
     fwd, bwd, on_input = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     for i, layer in enumerate(profile.layers):
         split = layer.tp
         if split is None:
             continue
-        compute[i] = 1.0 / t
+        params[i] = 1.0 / t
+        whole_fwd, whole_bwd = (0.0, 0.0) if sequence_parallel else (split.whole_fwd, split.whole_bwd)
+        compute[i] = whole_fwd + (1.0 - whole_fwd) / t
+        bwd_compute[i] = whole_bwd + (1.0 - whole_bwd) / t
         whole = 0.0 if sequence_parallel else split.whole_share
         saved[i] = whole + (1.0 - whole) / t
         fwd[i], bwd[i] = TP_KINDS[split.kind][0], TP_KINDS[split.kind][1]
+        if split.recomputed:
+            bwd[i] += fwd[i]
         on_input[i] = TP_KINDS[split.kind][2] == "input"
-    return TensorShares(t, compute, compute.copy(), saved, fwd, bwd, on_input)
+    return TensorShares(t, compute, params, saved, fwd, bwd, on_input, bwd_compute)
 
 
 def check_tp_widths(profile: ModelProfile, stage: int, layers: Sequence[int], t: int) -> None:
@@ -155,12 +167,12 @@ def split_stage(
     selected = sorted(set(layers))
     index = np.asarray(selected, dtype=np.int64)
     arrays = costs.arrays(microbatch_size / replicas)
-    compute = shares.compute[index]
+    compute, bwd_compute = shares.compute[index], shares.bwd_compute[index]
 
-    def total(values: np.ndarray | None) -> float | None:
-        return None if values is None else float((values[index] * compute).sum()) / speed
+    def total(values: np.ndarray | None, share: np.ndarray) -> float | None:
+        return None if values is None else float((values[index] * share).sum()) / speed
 
-    fwd, bwd = total(arrays.fwd), total(arrays.bwd)
+    fwd, bwd = total(arrays.fwd, compute), total(arrays.bwd, bwd_compute)
     assert fwd is not None and bwd is not None
     saved_share = shares.saved[index]
     held = float((arrays.saved[index] * saved_share).sum())
@@ -172,7 +184,8 @@ def split_stage(
     if costs.profile.shared_params:
         params -= shares.overlap_bytes(costs.profile.shared_params, set(selected))
     optimizer = float((costs.optimizer_steps_ms[index] * shares.params[index]).sum()) / speed
-    work = StageWork(fwd, bwd, total(arrays.bwd_input), total(arrays.bwd_weight), held, params, optimizer)
+    bwd_input, bwd_weight = total(arrays.bwd_input, bwd_compute), total(arrays.bwd_weight, bwd_compute)
+    work = StageWork(fwd, bwd, bwd_input, bwd_weight, held, params, optimizer)
     return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas)
 
 
