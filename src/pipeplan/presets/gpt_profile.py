@@ -11,11 +11,16 @@ Note:
     16 B s h^2; the logits' forward is 2 B s h V. A backward is twice its forward, and with recomputation each
     block runs its forward once more in its backward. So an iteration is 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
     FLOPs with recomputation and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without: the paper's formulas.
-    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction), every FLOP at the rate of a large
-    matmul, plus the memory-bound operators (layer norms, softmax, GeLU, dropout, bias and residual adds, the
-    loss): the bytes each reads and writes (memory_bound_bytes) / the GPU's HBM bandwidth x its measured
-    achievable fraction (presets.calibrated.HBM_FRACTIONS; the nominal bandwidth where none is known). Kernel
-    launches are not priced (they overlap the GPU's work while the CPU runs ahead).
+    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction), the linear layers' FLOPs at the rate
+    of a large matmul, plus the memory-bound operators (layer norms, softmax, GeLU, dropout, bias and residual adds,
+    the loss): the bytes each reads and writes (memory_bound_bytes) / the GPU's HBM bandwidth x its measured
+    achievable fraction (presets.calibrated.HBM_FRACTIONS; the nominal bandwidth where none is known). The
+    attention scores' batched matmuls (Q K^T and the probabilities times V, and the four of their backward), whose
+    inner dimension is one head's h / a, are priced at the roofline (Williams, Waterman and Patterson, "Roofline",
+    CACM 2009): each the larger of its FLOPs at the matmul rate and its bytes at the HBM rate (attention_core_ms),
+    as a head of h / a below the GPU's rate / bandwidth (about 149 FLOP per byte on an A100) leaves them bound by
+    the a s^2 b scores they write or read. Kernel launches are not priced (they overlap the GPU's work while the
+    CPU runs ahead).
 
     Bytes (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4):
     16-bit activations with 1-byte dropout masks. A block saves s b h (34 + 5 a s / h): its attention
@@ -288,15 +293,31 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     }
 
 
+def attention_core_ms(config: GptConfig) -> float:
+    """One of the attention scores' batched matmuls of one microbatch at the roofline (module note): max(FLOPs /
+    matmul rate, bytes / HBM rate), FLOPs 2 b s^2 h (all heads) and bytes 4 S + 2 A (S = s b h, A = a s^2 b, 16-bit:
+    two s x b x h operands read or written and one a x s x s x b scores tensor). The forward runs two (Q K^T, then
+    the probabilities times V), the backward four (the gradients of both operands of each)."""
+    b, s, h, a = config.micro, config.seq, config.hidden, config.heads
+    flops = 2.0 * b * s * s * h
+    nbytes = 4.0 * s * b * h + 2.0 * a * s * s * b
+    return max(flops / config.rate_flops_per_ms(), nbytes / config.memory_bytes_per_ms())
+
+
 def layer_times(config: GptConfig, kind: str) -> tuple[float, float]:
-    """(forward ms, backward ms) of one layer of `kind` at batch `micro`: FLOPs at the matmul rate plus the
-    memory-bound bytes at the HBM rate, a block's backward with its rerun forward under recomputation."""
+    """(forward ms, backward ms) of one layer of `kind` at batch `micro`: the linear layers' FLOPs at the matmul rate,
+    the attention scores' matmuls at the roofline (attention_core_ms: 2 forward, 4 backward) and the memory-bound
+    bytes at the HBM rate, a block's backward with its rerun forward under recomputation."""
+    b, s, h = config.micro, config.seq, config.hidden
     flops = layer_flops(config)[kind]
     fwd_bytes, bwd_bytes = memory_bound_bytes(config)[kind]
     passes = 3.0 if config.recompute and kind in ("attention", "mlp") else 2.0
     if passes == 3.0:  # the recomputed forward
         bwd_bytes += fwd_bytes
     rate, bandwidth = config.rate_flops_per_ms(), config.memory_bytes_per_ms()
+    if kind == "attention":  # the projections at the matmul rate, the scores' matmuls at the roofline
+        linear, core = 8.0 * b * s * h * h, attention_core_ms(config)
+        return linear / rate + 2.0 * core + fwd_bytes / bandwidth, passes * (linear / rate + 2.0 * core) + bwd_bytes / bandwidth
     return flops / rate + fwd_bytes / bandwidth, passes * flops / rate + bwd_bytes / bandwidth
 
 
