@@ -100,3 +100,12 @@ def test_the_geomean_error_is_the_typical_factor_off() -> None:
     rows = [{"error": 1.0}, {"error": -0.5}, {"error": None}]
     assert math.isclose(runs.geomean_error(rows), 1.0, rel_tol=1e-12)
     assert runs.geomean_error([{"error": None}]) is None
+
+
+def test_a_what_if_matmul_fraction_prices_the_profile_at_that_rate() -> None:
+    """--matmul-fraction F names the profile with matmul_fraction=F (the GPU's measured one otherwise): the 1.7B's
+    iteration (one data-parallel step of 16 samples, no pipeline) is longer at 0.5 than at the measured 0.859."""
+    run = runs.RUNS[0]
+    assert runs._spec(run, 16).endswith("precision=fp16")
+    assert runs._spec(run, 16, 0.5).endswith("precision=fp16,matmul_fraction=0.5")
+    assert runs.predict(run, 0.5)["iteration_ms"] > runs.predict(run)["iteration_ms"]
