@@ -133,7 +133,7 @@ def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[fl
 def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
     """(bytes/s, ms) of a ring over devices: its slowest link and largest latency (ring_group_links), or the measured
     collective's at the ring's share of its nodes' NICs (measured_ring_share)."""
-    rates, latencies = ring_group_links(cluster, np.array(devices, dtype=np.int64).reshape(1, -1))
+    rates, latencies = ring_group_links(cluster, np.array([devices], dtype=np.int64))
     if cluster.allreduce_bytes_per_s is not None:
         return cluster.allreduce_bytes_per_s * measured_ring_share(cluster, devices), cluster.allreduce_latency_ms
     return float(rates[0]), float(latencies[0])
@@ -152,12 +152,11 @@ def ring_group_links(cluster: Cluster, groups: np.ndarray) -> tuple[np.ndarray, 
     rate, latency = link_arrays(cluster)
     src = np.asarray(groups, dtype=np.int64)
     dst = np.roll(src, -1, axis=1)
-    rates = np.asarray(rate[src.ravel(), dst.ravel()], dtype=float).reshape(src.shape)
+    rates = rate[src, dst]
     if not (rates > 0).all():
         bad = int(np.argmin(rates.ravel() > 0))
         cluster.require_link(int(src.ravel()[bad]), int(dst.ravel()[bad]))  # raises, naming the pair
-    lats = np.asarray(latency[src.ravel(), dst.ravel()], dtype=float).reshape(src.shape)
-    return rates.min(axis=1), lats.max(axis=1)
+    return rates.min(axis=1), latency[src, dst].max(axis=1)
 
 
 def measured_ring_share(cluster: Cluster, devices: tuple[int, ...]) -> float:
