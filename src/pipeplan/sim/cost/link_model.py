@@ -170,9 +170,22 @@ def measured_ring_share(cluster: Cluster, devices: tuple[int, ...]) -> float:
     the data-parallel ring of one tensor-parallel rank: one NIC's rate; the t rings of a group of t run at once,
     each on its own NICs). The node the ring holds least of sets the rate, as its slowest link would.
     """
-    nodes = device_nodes(cluster)
-    ring_nodes, held = np.unique(nodes[np.asarray(devices, dtype=np.int64)], return_counts=True)
+    ring_nodes, held = np.unique(device_nodes(cluster)[np.asarray(devices, dtype=np.int64)], return_counts=True)
     if ring_nodes.size < 2:
         return 1.0
-    per_node = np.bincount(nodes)[ring_nodes]
-    return float((held / per_node).min())
+    return float((held / _node_sizes(cluster)[ring_nodes]).min())
+
+
+_SIZES: dict[int, tuple[Cluster, np.ndarray]] = {}
+
+
+def _node_sizes(cluster: Cluster) -> np.ndarray:
+    """Devices per node (indexed by node id), cached for the last few clusters (as device_nodes)."""
+    cached = _SIZES.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    if len(_SIZES) >= 4:
+        _SIZES.pop(next(iter(_SIZES)))
+    sizes = np.bincount(device_nodes(cluster))
+    _SIZES[id(cluster)] = (cluster, sizes)
+    return sizes
