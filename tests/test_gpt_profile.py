@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pipeplan.core.errors import ProfileError
 from pipeplan.presets.gpt_profile import (
     GptConfig,
+    attention_core_ms,
     gpt_profile,
     iteration_flops,
     layer_flops,
@@ -52,25 +53,42 @@ HBM_BYTES_PER_MS = {"A100-80GB": 2039e9 * 0.88 / 1e3, "H100": 3350e9 / 1e3}
 
 @given(configs)
 def test_times_are_flops_at_the_measured_matmul_rate_plus_bytes_at_the_hbm_rate(config: GptConfig) -> None:
-    """Each layer's forward is its FLOPs over peak x fraction plus its memory-bound bytes over the HBM rate; its
-    backward likewise (a block's with its recomputed forward's bytes); a block's forward FLOPs are 24Bsh^2 + 4Bs^2h."""
+    """Each layer's forward is its linear FLOPs over peak x fraction plus its memory-bound bytes over the HBM rate,
+    the attention's two score matmuls each at the roofline max(2 B s^2 h / rate, (4 s B h + 2 a s^2 B) / HBM rate);
+    its backward likewise with twice the FLOPs and four score matmuls (a block's with its recomputed forward)."""
     peak = {"A100-80GB": 312e12 * 0.859, "H100": 989e12 * 0.801}[config.gpu] / 1e3
     hbm = HBM_BYTES_PER_MS[config.gpu]
     memory = memory_bound_bytes(config)
     flops = layer_flops(config)
     profile = gpt_profile(config)
+    b, s, h, a = config.micro, config.seq, config.hidden, config.heads
+    core = max(2 * b * s * s * h / peak, (4 * s * b * h + 2 * a * s * s * b) / hbm)
     for layer in profile.layers:
         kind = layer.name.split(".")[0]
         fwd_bytes, bwd_bytes = memory[kind]
-        recomputed = fwd_bytes if config.recompute and kind in ("attention", "mlp") else 0.0
-        flops_ms = (layer.flops or 0.0) / peak
-        memory_ms = (fwd_bytes + bwd_bytes + recomputed) / hbm
-        assert math.isclose(layer.fwd_ms + layer.bwd_ms, flops_ms + memory_ms, rel_tol=1e-12, abs_tol=1e-300)
-        assert math.isclose(layer.fwd_ms, flops[kind] / peak + fwd_bytes / hbm, rel_tol=1e-12, abs_tol=1e-300)
-    b, s, h = config.micro, config.seq, config.hidden
+        passes = 3 if config.recompute and kind in ("attention", "mlp") else 2
+        recomputed = fwd_bytes if passes == 3 else 0.0
+        linear = 8 * b * s * h * h if kind == "attention" else flops[kind]
+        scores = 2 * core if kind == "attention" else 0.0
+        fwd = linear / peak + scores + fwd_bytes / hbm
+        bwd = passes * (linear / peak + scores) + (bwd_bytes + recomputed) / hbm
+        assert math.isclose(layer.fwd_ms, fwd, rel_tol=1e-12, abs_tol=1e-300)
+        assert math.isclose(layer.bwd_ms, bwd, rel_tol=1e-12, abs_tol=1e-300)
+        assert layer.flops == (1 + passes) * flops[kind]
     block = profile.layers[1].fwd_ms + profile.layers[2].fwd_ms
     block_bytes = memory["attention"][0] + memory["mlp"][0]
-    assert math.isclose(block, (24 * b * s * h * h + 4 * b * s * s * h) / peak + block_bytes / hbm, rel_tol=1e-12)
+    assert math.isclose(block, 24 * b * s * h * h / peak + 2 * core + block_bytes / hbm, rel_tol=1e-12)
+
+
+def test_the_score_matmuls_are_memory_bound_below_the_ridge_and_flops_bound_above() -> None:
+    """On an A100 80GB (268.0 TFLOP/s, 1.794 TB/s: a ridge of 149.4 FLOP per byte) a head of h / a = 96 (the 1.7B:
+    h 2304, a 24) leaves Q K^T bound by its scores' bytes; a head of 256 is bound by its FLOPs."""
+    narrow = GptConfig(layers=1, hidden=2304, heads=24, seq=2048, vocab=51200, micro=1)
+    b, s, h, a = 1, 2048, 2304, 24
+    rate, hbm = 312e12 * 0.859 / 1e3, 2039e9 * 0.88 / 1e3
+    assert attention_core_ms(narrow) == (4 * s * b * h + 2 * a * s * s * b) / hbm > 2 * b * s * s * h / rate
+    wide = GptConfig(layers=1, hidden=2048, heads=8, seq=2048, vocab=51200, micro=1)
+    assert attention_core_ms(wide) == 2 * 2048 * 2048 * 2048 / rate
 
 
 def test_memory_bound_bytes_are_a_hand_count() -> None:
@@ -206,6 +224,28 @@ def test_tensor_splits_are_megatron_lm_and_keep_korthikanti_bytes(config: GptCon
     assert math.isclose(block, whole, rel_tol=1e-12)
     assert math.isclose(kept(len(profile.layers) - 1), 4 * s * b * h + 4 * s * b * v / t, rel_tol=1e-12)
     assert kept(0) == s * b * h
+
+
+@given(configs)
+def test_whole_shares_are_the_replicated_operators_time_over_the_layers(config: GptConfig) -> None:
+    """Without sequence parallelism each rank runs whole: a block half's layer norm and bias + dropout + add (11 S
+    bytes forward; 17 S backward with the residual's gradient sum, 28 S with the rerun forward), the head's final
+    norm (4 S, 6 S), all of the embedding; each share is those bytes at the HBM rate over the layer's time
+    (S = 2 bytes x s b h counted as the module counts it). A recomputed block half reruns its forward's collectives."""
+    hbm = HBM_BYTES_PER_MS[config.gpu]
+    big_s = float(config.seq * config.micro * config.hidden)
+    block_bwd = (28.0 if config.recompute else 17.0) * big_s
+    expected = {"attention": (11.0 * big_s, block_bwd), "mlp": (11.0 * big_s, block_bwd), "head": (4.0 * big_s, 6.0 * big_s)}
+    for layer in gpt_profile(config).layers:
+        kind = layer.name.split(".")[0]
+        assert layer.tp is not None
+        if kind == "embedding":
+            assert (layer.tp.whole_fwd, layer.tp.whole_bwd, layer.tp.recomputed) == (1.0, 1.0, False)
+            continue
+        fwd, bwd = expected[kind]
+        assert math.isclose(layer.tp.whole_fwd, fwd / hbm / layer.fwd_ms, rel_tol=1e-12)
+        assert math.isclose(layer.tp.whole_bwd, bwd / hbm / layer.bwd_ms, rel_tol=1e-12)
+        assert layer.tp.recomputed == (config.recompute and kind != "head")
 
 
 def test_a_gpt_profile_simulates_with_tensor_parallel_stages() -> None:

@@ -72,9 +72,12 @@ def test_a_tensor_split_takes_its_kinds_default_whole_share_unless_given() -> No
         (("mlp", 0), "tp width must be an integer >= 1 .*got 0"),
         (("mlp", 2.0), "tp width must be an integer >= 1 .*got 2.0"),
         (("mlp", 8, -0.1), "tp replicated_share must be a fraction in 0..1, got -0.1"),
+        (("mlp", 8, None, 1.5), "tp whole_fwd must be a fraction in 0..1, got 1.5"),
+        (("mlp", 8, None, 0.0, True), "tp whole_bwd must be a fraction in 0..1, got True"),
+        (("mlp", 8, None, 0.0, 0.0, 1), "tp recomputed must be true or false, got 1"),
     ],
 )
 def test_a_bad_tensor_split_is_refused_naming_field_and_value(args: tuple, message: str) -> None:
-    """kind, width and replicated_share are checked."""
+    """kind, width, replicated_share, whole_fwd, whole_bwd and recomputed are checked."""
     with pytest.raises(ProfileError, match=message):
         TensorSplit(*args)

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeplan.core.errors import ClusterError
 from pipeplan.core.hardware.cluster import Cluster, Device
+from pipeplan.presets.resolve import load_cluster
 from pipeplan.sim.cost.flow_sets import boundary_flows, transfer_ms
-from pipeplan.sim.cost.link_model import pair_ms, ring_allreduce_ms, ring_allreduce_terms
+from pipeplan.sim.cost.link_model import (
+    measured_ring_share,
+    pair_ms,
+    ring_allreduce_ms,
+    ring_allreduce_terms,
+    ring_group_links,
+)  # fmt: skip
+from pipeplan.sim.cost.tensor_parallel import TensorTraffic, group_collectives_ms
 
 GB = 1e9
 
@@ -174,3 +183,43 @@ def test_message_latency_adds_to_every_pair_but_not_to_a_device_itself() -> None
     # the ring's latency is a message's too (the cluster measured no all-reduce of its own)
     base = ring_allreduce_ms(cluster(), (0, 1), 1e9)
     assert ring_allreduce_ms(c, (0, 1), 1e9) == pytest.approx(base + 2 * 2.0)
+
+
+def test_ring_group_links_gives_each_rings_slowest_link_and_largest_latency() -> None:
+    """Row by row: ring (0, 1, 2, 3) meets 10 GB/s and 10 us across nodes; (2, 3) its 50 GB/s, 3 us link and
+    3 -> 2's 100 GB/s, 1 us (the slowest and the largest); (0, 1) 100 GB/s, 1 us."""
+    c = cluster()
+    rates, latencies = ring_group_links(c, np.array([[0, 1, 2, 3]]))
+    assert (rates.tolist(), latencies.tolist()) == ([10 * GB], [1e-2])
+    rates, latencies = ring_group_links(c, np.array([[2, 3], [0, 1]]))
+    assert (rates.tolist(), latencies.tolist()) == ([50 * GB, 100 * GB], [3e-3, 1e-3])
+    with pytest.raises(ClusterError, match=r"bandwidth\[2\]\[3\] is 0 but devices 2 and 3 must talk"):
+        ring_group_links(without_link(c, 2, 3), np.array([[0, 1], [2, 3]]))
+
+
+def test_tensor_parallel_groups_are_priced_on_the_shared_ring_links() -> None:
+    """group_collectives_ms over groups (0, 1) and (2, 3): 2(t-1)/t x bytes / slowest + count x 2(t-1) x latency of
+    the slower group, whose links come from ring_group_links (the same as the data-parallel ring's)."""
+    traffic = TensorTraffic(fwd_bytes=3e9, fwd_count=2, bwd_bytes=5e9, bwd_count=3)
+    fwd, bwd = group_collectives_ms(cluster(), (0, 1, 2, 3), 2, traffic)
+    assert fwd == 3e9 / (50 * GB) * 1000 + 2 * 2 * 3e-3
+    assert bwd == 5e9 / (50 * GB) * 1000 + 3 * 2 * 3e-3
+
+
+def test_a_measured_allreduce_is_shared_by_the_rings_holding_part_of_each_node() -> None:
+    """Across nodes a ring gets (its devices on a node / the node's devices) of the measured bus bandwidth, the
+    smallest over its nodes; on one node all of it. On 4 DGX A100 (192 GB/s measured across nodes): a ring of one
+    GPU per node (a tensor-parallel rank's data-parallel ring at t = 8) runs at one NIC's 24 GB/s."""
+    c = dataclasses.replace(cluster(), allreduce_bytes_per_s=20 * GB, allreduce_latency_ms=7e-3)
+    assert measured_ring_share(c, (0, 1, 2, 3)) == 1.0
+    assert measured_ring_share(c, (0, 1)) == 1.0
+    assert measured_ring_share(c, (0, 2)) == 0.5
+    assert measured_ring_share(c, (0, 1, 2)) == 0.5
+    assert ring_allreduce_ms(c, (0, 2), 4e9) == 4e9 / (0.5 * 20 * GB) * 1000 + 2 * 7e-3
+    dgx = load_cluster("dgx-a100-8x4")
+    assert dgx.allreduce_bytes_per_s == 192e9
+    assert measured_ring_share(dgx, (0, 8, 16, 24)) == 1 / 8
+    assert ring_allreduce_terms(dgx, (0, 8, 16, 24))[0] == 1000 * 2 * 3 / 4 / (192e9 / 8)
+    assert measured_ring_share(dgx, tuple(range(0, 32, 2))) == 0.5
+    assert measured_ring_share(dgx, tuple(range(32))) == 1.0
+    assert measured_ring_share(dgx, tuple(range(8))) == 1.0

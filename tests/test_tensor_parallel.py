@@ -72,6 +72,22 @@ def test_a_one_stage_tp2_plan_takes_compute_over_two_plus_its_ring_collectives()
     assert simulate_plan(plan, model).iteration_time == pytest.approx(m * (fwd + bwd), rel=1e-12)
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_a_splits_whole_work_runs_on_every_device_and_a_recomputed_forwards_collectives_rerun(sp: bool) -> None:
+    """A block whose split says 1/4 of its forward and 1/2 of its backward run whole (norms, residual adds) and that
+    it is recomputed, on one group of t = 4: F = 8 (1/4 + (3/4)/4) + 2 all-reduces of its output, B = 24 (1/2 +
+    (1/2)/4) + 2 + 2 (the rerun forward's); with sequence parallelism the whole work splits too: 8/4 and 24/4."""
+    split = TensorSplit("block", 16, None, 0.25, 0.5, True)
+    prof = ModelProfile("one", 8, (LayerProfile("block", 8.0, 24.0, 4e6, 4e8, 34e6, tp=split),), "A100")
+    plan = Plan((Stage(0, 0, (0, 1, 2, 3), tp=4, sequence_parallel=sp),), 1, 2, 8, "1f1b")
+    cost = plan_costs(plan, linear_model(prof, cluster(), optimizer="sgd")).stages[0]
+    fwd = 8.0 / 4 if sp else 8.0 * (0.25 + 0.75 / 4)
+    bwd = 24.0 / 4 if sp else 24.0 * (0.5 + 0.5 / 4)
+    assert cost.fwd_ms == pytest.approx(fwd + ring_ms(4, 2 * 4e6, 2), rel=1e-12)
+    assert cost.bwd_ms == pytest.approx(bwd + ring_ms(4, 4 * 4e6, 4), rel=1e-12)
+    assert cost.static_bytes == pytest.approx(4e8 / 4 * 2, rel=1e-12)  # weights and SGD's gradients / t, unchanged
+
+
 def test_weights_and_activations_divide_as_korthikanti_says() -> None:
     """Per device: split layers' weights, gradients and Adam state / t, the norm's whole; saved bytes: a block keeps
     10/34 whole and the rest / t, the norm all of it; with sequence parallelism every split layer's saved bytes / t."""
@@ -176,40 +192,46 @@ def test_the_stage_memo_keeps_tp_and_zero_apart() -> None:
     assert len(memo) == 3
 
 
-def reference_split(prof: ModelProfile, first: int, last: int, t: int, sp: bool, x: float) -> tuple[float, float, float]:
-    """Plain per-layer code under linear scaling at x samples per device: (fwd ms, saved bytes, param bytes)."""
-    fwd = saved = params = 0.0
+def reference_split(prof: ModelProfile, first: int, last: int, t: int, sp: bool, x: float) -> tuple[float, float, float, float]:
+    """Plain per-layer code under linear scaling at x samples per device: (fwd ms, bwd ms, saved bytes, param bytes)."""
+    fwd = bwd = saved = params = 0.0
     for i in range(first, last + 1):
         layer, scale = prof.layers[i], x / prof.batch_size
         split = layer.tp
         if split is None:
-            fwd, saved, params = fwd + layer.fwd_ms * scale, saved + layer.saved_bytes * scale, params + layer.param_bytes
+            fwd, bwd = fwd + layer.fwd_ms * scale, bwd + layer.bwd_ms * scale
+            saved, params = saved + layer.saved_bytes * scale, params + layer.param_bytes
             continue
         whole = 0.0 if sp else split.whole_share
-        fwd += layer.fwd_ms * scale / t
+        whole_fwd, whole_bwd = (0.0, 0.0) if sp else (split.whole_fwd, split.whole_bwd)
+        fwd += layer.fwd_ms * scale * (whole_fwd + (1 - whole_fwd) / t)
+        bwd += layer.bwd_ms * scale * (whole_bwd + (1 - whole_bwd) / t)
         saved += layer.saved_bytes * scale * (whole + (1 - whole) / t)
         params += layer.param_bytes / t
-    return fwd, saved, params
+    return fwd, bwd, saved, params
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 1e9), st.floats(0.0, 1e8), st.sampled_from((None, *TP_KINDS))),
+    st.lists(st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 1e9), st.floats(0.0, 1e8), st.sampled_from((None, *TP_KINDS)),
+                       st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
              min_size=1, max_size=8),
     st.sampled_from((2, 4, 8)), st.booleans(), st.data(),
 )  # fmt: skip
 def test_split_stage_matches_plain_per_layer_code(layers: list, t: int, sp: bool, data: st.DataObject) -> None:
     """For any chain of split and whole layers, any span, t and sequence parallelism: the stage's forward, saved and
-    parameter bytes per device are what a plain loop over the layers gives."""
-    splits = [None if k is None else TensorSplit(k, 8) for *_, k in layers]
+    parameter bytes per device are what a plain loop over the layers gives, whatever share of each split layer's
+    forward and backward runs whole."""
+    splits = [None if k is None else TensorSplit(k, 8, None, wf, wb) for *_, k, wf, wb in layers]
     prof = ModelProfile(
-        "p", 8, tuple(LayerProfile(f"l{i}", f, 2 * f, 1e3, p, s, tp=splits[i]) for i, (f, p, s, _) in enumerate(layers))
+        "p", 8, tuple(LayerProfile(f"l{i}", f, 2 * f, 1e3, p, s, tp=splits[i]) for i, (f, p, s, *_) in enumerate(layers))
     )
     first = data.draw(st.integers(0, len(layers) - 1))
     last = data.draw(st.integers(first, len(layers) - 1))
     r = data.draw(st.sampled_from((1, 2)))
     work, _ = split_stage(linear_model(prof, cluster()).layers, range(first, last + 1), 8, r, 1.0, t, sp)
-    fwd, saved, params = reference_split(prof, first, last, t, sp, 8 / r)
+    fwd, bwd, saved, params = reference_split(prof, first, last, t, sp, 8 / r)
     assert work.fwd_ms == pytest.approx(fwd, rel=1e-12, abs=1e-12)
+    assert work.bwd_ms == pytest.approx(bwd, rel=1e-12, abs=1e-12)
     assert work.saved_bytes == pytest.approx(saved, rel=1e-12, abs=1e-6)
     assert work.param_bytes == pytest.approx(params, rel=1e-12, abs=1e-6)

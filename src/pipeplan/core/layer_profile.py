@@ -87,11 +87,20 @@ class TensorSplit:
     """How a layer splits over a tensor-parallel group: its `kind` (a key of TP_KINDS) and `width`, the count the
     split divides (attention heads for block/attention, the MLP's hidden size for mlp, the vocabulary for vocab, the
     split features for row/column): a group of t devices needs t | width. `replicated_share`: the share of the
-    layer's saved bytes each device keeps whole without sequence parallelism (None: the kind's default)."""
+    layer's saved bytes each device keeps whole without sequence parallelism (None: the kind's default).
+
+    `whole_fwd` / `whole_bwd`: the share of the layer's forward / backward time that every device of the group runs
+    whole without sequence parallelism (Megatron-LM's layer norms, dropouts and residual adds on the s x b x h
+    tensors, which the split leaves replicated; with sequence parallelism they split along the sequence), 0 by
+    default: all of it divides by t. `recomputed`: the layer's backward reruns its forward (full activation
+    recomputation), so the forward's collectives run once more in the backward."""
 
     kind: str
     width: int
     replicated_share: float | None = None
+    whole_fwd: float = 0.0
+    whole_bwd: float = 0.0
+    recomputed: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in TP_KINDS:
@@ -103,6 +112,13 @@ class TensorSplit:
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
                 raise ProfileError(f"tp replicated_share must be a fraction in 0..1, got {share!r}")
             object.__setattr__(self, "replicated_share", float(share))
+        for field in ("whole_fwd", "whole_bwd"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ProfileError(f"tp {field} must be a fraction in 0..1, got {value!r}")
+            object.__setattr__(self, field, float(value))
+        if not isinstance(self.recomputed, bool):
+            raise ProfileError(f"tp recomputed must be true or false, got {self.recomputed!r}")
 
     @property
     def whole_share(self) -> float:

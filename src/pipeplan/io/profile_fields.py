@@ -9,15 +9,22 @@ from pipeplan.core.errors import ProfileError
 from pipeplan.core.profile import ProfileSource, TensorSplit
 from pipeplan.io.json_fields import Fields, short
 
-_TP_KEYS = ("kind", "width", "replicated_share")
+_TP_KEYS = ("kind", "width", "replicated_share", "whole_fwd", "whole_bwd", "recomputed")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 
 
 def tp_to_json(split: TensorSplit) -> dict[str, Any]:
-    """A layer's "tp" object: kind and width, and replicated_share when it is given."""
+    """A layer's "tp" object: kind and width, and replicated_share, whole_fwd, whole_bwd and recomputed when they are
+    not their defaults (a split without them is written as before)."""
     out: dict[str, Any] = {"kind": split.kind, "width": split.width}
     if split.replicated_share is not None:
         out["replicated_share"] = split.replicated_share
+    if split.whole_fwd:
+        out["whole_fwd"] = split.whole_fwd
+    if split.whole_bwd:
+        out["whole_bwd"] = split.whole_bwd
+    if split.recomputed:
+        out["recomputed"] = True
     return out
 
 
@@ -28,8 +35,10 @@ def tp_from_json(fields: Fields) -> TensorSplit | None:
     tp = Fields(fields.raw("tp"), f"{fields.where}: tp", ProfileError)
     tp.check_keys(_TP_KEYS)
     share = tp.optional_number("replicated_share")
+    whole_fwd, whole_bwd = tp.number("whole_fwd", default=0.0), tp.number("whole_bwd", default=0.0)
+    recomputed = tp.boolean("recomputed", False)
     try:
-        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share)
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed)
     except ProfileError as exc:
         raise ProfileError(f"{fields.where}: {exc}") from None
 

@@ -11,11 +11,16 @@ Note:
     16 B s h^2; the logits' forward is 2 B s h V. A backward is twice its forward, and with recomputation each
     block runs its forward once more in its backward. So an iteration is 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
     FLOPs with recomputation and 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without: the paper's formulas.
-    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction), every FLOP at the rate of a large
-    matmul, plus the memory-bound operators (layer norms, softmax, GeLU, dropout, bias and residual adds, the
-    loss): the bytes each reads and writes (memory_bound_bytes) / the GPU's HBM bandwidth x its measured
-    achievable fraction (presets.calibrated.HBM_FRACTIONS; the nominal bandwidth where none is known). Kernel
-    launches are not priced (they overlap the GPU's work while the CPU runs ahead).
+    Times are FLOPs / (the GPU's 16-bit peak x its measured matmul fraction), the linear layers' FLOPs at the rate
+    of a large matmul, plus the memory-bound operators (layer norms, softmax, GeLU, dropout, bias and residual adds,
+    the loss): the bytes each reads and writes (memory_bound_bytes) / the GPU's HBM bandwidth x its measured
+    achievable fraction (presets.calibrated.HBM_FRACTIONS; the nominal bandwidth where none is known). The
+    attention scores' batched matmuls (Q K^T and the probabilities times V, and the four of their backward), whose
+    inner dimension is one head's h / a, are priced at the roofline (Williams, Waterman and Patterson, "Roofline",
+    CACM 2009): each the larger of its FLOPs at the matmul rate and its bytes at the HBM rate (attention_core_ms),
+    as a head of h / a below the GPU's rate / bandwidth (about 149 FLOP per byte on an A100) leaves them bound by
+    the a s^2 b scores they write or read. Kernel launches are not priced (they overlap the GPU's work while the
+    CPU runs ahead).
 
     Bytes (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022, section 4):
     16-bit activations with 1-byte dropout masks. A block saves s b h (34 + 5 a s / h): its attention
@@ -257,24 +262,76 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     - `head`: `column` over V (the logits split by vocabulary, a parallel cross-entropy after them): of its
       4 s b h + 4 s b V bytes the final norm's and the projection's inputs, 4 s b h, stay whole.
 
+    and the share of its forward and backward time every device runs whole without sequence parallelism
+    (TensorSplit.whole_fwd / whole_bwd: whole_bytes / the layer's time): the memory-bound operators on the
+    s x b x h tensors (memory_bound_bytes), which Megatron-LM runs replicated on every rank of the group:
+
+    - `attention` and `mlp`: the layer norm (4 S forward, 6 S backward) and the bias + dropout + residual add (7 S,
+      5 S), with the residual's gradient sum (6 S) in the backward: 11 S forward, 17 S backward, plus the 11 S of
+      the rerun forward under recomputation (recomputed: the rerun forward's all-reduce runs again too). The
+      attention scores' operators (split by heads) and the MLP's bias + GeLU (split over 4h) divide by t.
+    - `embedding`: all of it (its lookups, sum and dropout write whole s x b x h tensors on every device).
+    - `head`: the final layer norm (4 S forward, 6 S backward); the fp32 logits and the loss split by vocabulary.
+
     Note:
         The position embedding and the norms' parameters are split with their layer's (Megatron-LM replicates
         them): h (s + 7) parameters per device too few, against at least 12 h^2 / t per block.
     """
     b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
     attention_share = 1.0 if config.recompute else 5.0 * s * b * h / (13.0 * s * b * h + 5.0 * a * s * s * b)
+    big_s = float(s * b * h)
+    rerun = 11.0 * big_s if config.recompute else 0.0
+    whole = {"attention": (11.0 * big_s, 17.0 * big_s + rerun), "mlp": (11.0 * big_s, 17.0 * big_s + rerun)}
+    whole["head"] = (4.0 * big_s, 6.0 * big_s)
+    shares = {kind: _whole_shares(config, kind, fwd, bwd) for kind, (fwd, bwd) in whole.items()}
+    rec = config.recompute
     return {
-        "embedding": TensorSplit("vocab", v, 1.0),
-        "attention": TensorSplit("attention", a, attention_share),
-        "mlp": TensorSplit("mlp", 4 * h),
-        "head": TensorSplit("column", v, h / (h + v)),
+        "embedding": TensorSplit("vocab", v, 1.0, 1.0, 1.0),
+        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec),
+        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec),
+        "head": TensorSplit("column", v, h / (h + v), *shares["head"]),
     }
+
+
+def attention_core_ms(config: GptConfig) -> float:
+    """One of the attention scores' batched matmuls of one microbatch at the roofline (module note): max(FLOPs /
+    matmul rate, bytes / HBM rate), FLOPs 2 b s^2 h (all heads) and bytes 4 S + 2 A (S = s b h, A = a s^2 b, 16-bit:
+    two s x b x h operands read or written and one a x s x s x b scores tensor). The forward runs two (Q K^T, then
+    the probabilities times V), the backward four (the gradients of both operands of each)."""
+    b, s, h, a = config.micro, config.seq, config.hidden, config.heads
+    flops = 2.0 * b * s * s * h
+    nbytes = 4.0 * s * b * h + 2.0 * a * s * s * b
+    return max(flops / config.rate_flops_per_ms(), nbytes / config.memory_bytes_per_ms())
+
+
+def layer_times(config: GptConfig, kind: str) -> tuple[float, float]:
+    """(forward ms, backward ms) of one layer of `kind` at batch `micro`: the linear layers' FLOPs at the matmul rate,
+    the attention scores' matmuls at the roofline (attention_core_ms: 2 forward, 4 backward) and the memory-bound
+    bytes at the HBM rate, a block's backward with its rerun forward under recomputation."""
+    b, s, h = config.micro, config.seq, config.hidden
+    flops = layer_flops(config)[kind]
+    fwd_bytes, bwd_bytes = memory_bound_bytes(config)[kind]
+    passes = 3.0 if config.recompute and kind in ("attention", "mlp") else 2.0
+    if passes == 3.0:  # the recomputed forward
+        bwd_bytes += fwd_bytes
+    rate, bandwidth = config.rate_flops_per_ms(), config.memory_bytes_per_ms()
+    if kind == "attention":  # the projections at the matmul rate, the scores' matmuls at the roofline
+        linear, core = 8.0 * b * s * h * h, attention_core_ms(config)
+        return linear / rate + 2.0 * core + fwd_bytes / bandwidth, passes * (linear / rate + 2.0 * core) + bwd_bytes / bandwidth
+    return flops / rate + fwd_bytes / bandwidth, passes * flops / rate + bwd_bytes / bandwidth
+
+
+def _whole_shares(config: GptConfig, kind: str, fwd_bytes: float, bwd_bytes: float) -> tuple[float, float]:
+    """(whole_fwd, whole_bwd) of a layer kind: the time of `fwd_bytes` / `bwd_bytes` at the HBM rate over the layer's
+    forward / backward time (layer_times)."""
+    fwd_ms, bwd_ms = layer_times(config, kind)
+    bandwidth = config.memory_bytes_per_ms()
+    return min(1.0, fwd_bytes / bandwidth / fwd_ms), min(1.0, bwd_bytes / bandwidth / bwd_ms)
 
 
 def gpt_profile(config: GptConfig) -> ModelProfile:
     """The profile of `config`: 2 l + 2 layers at batch size `micro`, priced on `gpu` (module note)."""
     b, s, h, a, v = config.micro, config.seq, config.hidden, config.heads, config.vocab
-    rate = config.rate_flops_per_ms()
     flops = layer_flops(config)
     output = BYTES_16 * s * b * h
     attention_saved = 2.0 * s * b * h if config.recompute else 13.0 * s * b * h + 5.0 * a * s * s * b
@@ -288,17 +345,13 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
     }
 
     splits = tensor_splits(config)
-    memory = memory_bound_bytes(config)
-    bandwidth = config.memory_bytes_per_ms()
 
     def layer(name: str, kind: str, saved: float, activation: float, passes: float) -> LayerProfile:
-        fwd_bytes, bwd_bytes = memory[kind]
-        if passes == 3.0:  # the recomputed forward
-            bwd_bytes += fwd_bytes
+        fwd_ms, bwd_ms = layer_times(config, kind)
         return LayerProfile(
             name=name,
-            fwd_ms=flops[kind] / rate + fwd_bytes / bandwidth,
-            bwd_ms=passes * flops[kind] / rate + bwd_bytes / bandwidth,
+            fwd_ms=fwd_ms,
+            bwd_ms=bwd_ms,
             activation_bytes=activation,
             param_bytes=float(MASTER_BYTES * params[kind]),
             saved_bytes=saved,

@@ -10,8 +10,10 @@ The one place these formulas live (ARCHITECTURE.md, "Cost model (sim)"):
   link on the ring) + 2(k-1) * (largest latency on the ring), or the same
   with the cluster's measured all-reduce bus bandwidth and latency; its
   links are the ring's ordered pairs (each device to the next, the last to
-  the first: sim.cost.types.ring_links), the same with a measured rate. Only the ring all-reduce is
-  modelled: a tree all-reduce would use other links and other times.
+  the first: sim.cost.types.ring_links, read by ring_group_links), the same with a measured rate (the
+  cluster's measured all-reduce bus bandwidth, at the ring's share of its nodes' NICs across nodes:
+  measured_ring_share). Only the ring all-reduce is modelled: a tree all-reduce would use other links and
+  other times.
 Planners that estimate costs (partition DP, exact's bounds, list scheduling)
 take these functions or their array forms from here.
 """
@@ -89,7 +91,8 @@ def ring_allreduce_ms(cluster: Cluster, devices: tuple[int, ...], nbytes: float)
 
     2(n-1)/n * nbytes / (min bandwidth on the ring) + 2(n-1) * latency, with
     the largest latency on the ring; with a measured all-reduce on the
-    cluster, its bus bandwidth and latency instead; 0 for a single device.
+    cluster, its bus bandwidth (at the ring's share of its nodes' NICs,
+    measured_ring_share) and latency instead; 0 for a single device.
 
     Raises:
         ClusterError: two neighbours on the ring cannot talk.
@@ -128,14 +131,61 @@ def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[fl
 
 
 def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
-    """(bytes/s, ms) of a ring over devices: its slowest link and largest latency, or the measured collective's."""
+    """(bytes/s, ms) of a ring over devices: its slowest link and largest latency (ring_group_links), or the measured
+    collective's at the ring's share of its nodes' NICs (measured_ring_share)."""
+    rates, latencies = ring_group_links(cluster, np.array([devices], dtype=np.int64))
+    if cluster.allreduce_bytes_per_s is not None:
+        return cluster.allreduce_bytes_per_s * measured_ring_share(cluster, devices), cluster.allreduce_latency_ms
+    return float(rates[0]), float(latencies[0])
+
+
+def ring_group_links(cluster: Cluster, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per ring (each row of `groups`, a ring in its row's order, the last device back to the first): its slowest
+    link's effective rate (bytes/s, NIC-capped: link_arrays) and its largest latency (ms), as two arrays.
+
+    The one place a ring's links are read: the data-parallel ring (ring_allreduce_ms) and a stage's tensor-parallel
+    groups (sim.cost.tensor_parallel.group_collectives_ms) both take them from here.
+
+    Raises:
+        ClusterError: two neighbours of a ring cannot talk (naming the first such pair, row by row).
+    """
     rate, latency = link_arrays(cluster)
-    src = np.array(devices)
-    dst = np.roll(src, -1)
+    src = np.asarray(groups, dtype=np.int64)
+    dst = np.roll(src, -1, axis=1)
     rates = rate[src, dst]
     if not (rates > 0).all():
-        bad = int(np.argmin(rates > 0))
-        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    if cluster.allreduce_bytes_per_s is not None:
-        return cluster.allreduce_bytes_per_s, cluster.allreduce_latency_ms
-    return float(rates.min()), float(latency[src, dst].max())
+        bad = int(np.argmin(rates.ravel() > 0))
+        cluster.require_link(int(src.ravel()[bad]), int(dst.ravel()[bad]))  # raises, naming the pair
+    return rates.min(axis=1), latency[src, dst].max(axis=1)
+
+
+def measured_ring_share(cluster: Cluster, devices: tuple[int, ...]) -> float:
+    """The share of a cluster's measured all-reduce bus bandwidth a ring over `devices` gets: 1 on one node; across
+    nodes, the smallest share of a node's devices the ring holds, min over its nodes of (ring devices on the node /
+    devices on the node).
+
+    A measured cross-node all-reduce (Cluster.allreduce_bytes_per_s, presets.calibrated) is a ring over every
+    device of each node, which NCCL runs one channel per NIC, so its bus bandwidth is the node's NICs together. A
+    ring holding k of a node's g devices uses the k devices' own NICs: k / g of that bandwidth (one GPU per node,
+    the data-parallel ring of one tensor-parallel rank: one NIC's rate; the t rings of a group of t run at once,
+    each on its own NICs). The node the ring holds least of sets the rate, as its slowest link would.
+    """
+    ring_nodes, held = np.unique(device_nodes(cluster)[np.asarray(devices, dtype=np.int64)], return_counts=True)
+    if ring_nodes.size < 2:
+        return 1.0
+    return float((held / _node_sizes(cluster)[ring_nodes]).min())
+
+
+_SIZES: dict[int, tuple[Cluster, np.ndarray]] = {}
+
+
+def _node_sizes(cluster: Cluster) -> np.ndarray:
+    """Devices per node (indexed by node id), cached for the last few clusters (as device_nodes)."""
+    cached = _SIZES.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    if len(_SIZES) >= 4:
+        _SIZES.pop(next(iter(_SIZES)))
+    sizes = np.bincount(device_nodes(cluster))
+    _SIZES[id(cluster)] = (cluster, sizes)
+    return sizes

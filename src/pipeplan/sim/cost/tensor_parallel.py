@@ -5,19 +5,25 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
 (core.layer_profile.TensorSplit) on t devices at once, and every other layer whole on each of them (replicated):
 
 - compute (forward, backward, I, W) of a split layer: its time / t, exactly (no per-shard efficiency loss is
-  modelled: pipeplan has no measurement to base one on); a replicated layer: its whole time;
+  modelled: pipeplan has no measurement to base one on), except the share its split names as run whole on every
+  device without sequence parallelism (TensorSplit.whole_fwd for the forward, whole_bwd for the backward and its
+  I and W: Megatron-LM's layer norms, dropouts and residual adds), time x (w + (1 - w) / t); with sequence
+  parallelism that work splits along the sequence too, time / t; a replicated layer: its whole time;
 - weights, gradients, optimizer state and the optimizer step of a split layer: / t; a replicated layer: whole;
 - saved bytes (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"): a split
   layer keeps its kind's whole share w (TP_KINDS: 10 of 34 sbh for a block) on every device and the rest / t,
   saved x (w + (1 - w) / t); with sequence parallelism the whole share splits along the sequence too, saved / t;
   a replicated layer keeps all of its saved bytes;
 - collectives: each split layer all-reduces its output (or its input's gradient, TP_KINDS) over the group, the
-  counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2). With sequence parallelism each
+  counts of TP_KINDS per forward and backward (a Megatron block: 2 and 2), the backward's count plus the
+  forward's when the split says the layer is recomputed (TensorSplit.recomputed: its backward reruns its forward,
+  collectives included). With sequence parallelism each
   all-reduce is a reduce-scatter plus an all-gather of the same bytes, which a ring moves in the same time. A ring
   all-reduce of n bytes over the group takes 2(t-1)/t x n / (slowest link of the group) + 2(t-1) x (largest
-  latency of the group), the formula of sim.cost.link_model over the group's own links (a cluster's measured
-  all-reduce prices the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a
-  plan cannot hide a group split across servers. The forward's collectives lengthen the stage's F, the backward's
+  latency of the group), the formula of sim.cost.link_model over the group's own links (read by
+  sim.cost.link_model.ring_group_links, as the data-parallel ring's are; a cluster's measured all-reduce prices
+  the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a plan cannot hide a
+  group split across servers. The forward's collectives lengthen the stage's F, the backward's
   its B and its I (they carry the input gradient).
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d, 2 the
@@ -47,7 +53,7 @@ from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.layers import LayerCosts, StageWork
-from pipeplan.sim.cost.link_model import link_arrays
+from pipeplan.sim.cost.link_model import ring_group_links
 
 __all__ = [
     "TensorShares", "TensorTraffic", "check_tp_widths", "group_collectives_ms", "sharded_static_bytes", "split_stage",
@@ -66,6 +72,7 @@ class TensorShares:
     fwd_collectives: np.ndarray
     bwd_collectives: np.ndarray
     on_input: np.ndarray
+    bwd_compute: np.ndarray
 
     def overlap_bytes(self, groups: Sequence[SharedGroup], layers: set[int]) -> float:
         """Bytes a set of layers would count more than once under the split: per shared group with several members in
@@ -90,20 +97,26 @@ class TensorTraffic:
 
 
 def tensor_shares(profile: ModelProfile, t: int, sequence_parallel: bool) -> TensorShares:
-    """Each layer's shares under a group of t (module docstring)."""
+    """Each layer's shares under a group of t (module docstring): `compute` of its forward, `bwd_compute` of its
+    backward (and I and W), `params`, `saved`, and its collectives."""
     n = profile.num_layers
-    compute, saved = np.ones(n), np.ones(n)
+    compute, bwd_compute, params, saved = np.ones(n), np.ones(n), np.ones(n), np.ones(n)
     fwd, bwd, on_input = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     for i, layer in enumerate(profile.layers):
         split = layer.tp
         if split is None:
             continue
-        compute[i] = 1.0 / t
+        params[i] = 1.0 / t
+        whole_fwd, whole_bwd = (0.0, 0.0) if sequence_parallel else (split.whole_fwd, split.whole_bwd)
+        compute[i] = whole_fwd + (1.0 - whole_fwd) / t
+        bwd_compute[i] = whole_bwd + (1.0 - whole_bwd) / t
         whole = 0.0 if sequence_parallel else split.whole_share
         saved[i] = whole + (1.0 - whole) / t
         fwd[i], bwd[i] = TP_KINDS[split.kind][0], TP_KINDS[split.kind][1]
+        if split.recomputed:
+            bwd[i] += fwd[i]
         on_input[i] = TP_KINDS[split.kind][2] == "input"
-    return TensorShares(t, compute, compute.copy(), saved, fwd, bwd, on_input)
+    return TensorShares(t, compute, params, saved, fwd, bwd, on_input, bwd_compute)
 
 
 def check_tp_widths(profile: ModelProfile, stage: int, layers: Sequence[int], t: int) -> None:
@@ -126,15 +139,7 @@ def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic
     """
     if t < 2 or (traffic.fwd_count == 0 and traffic.bwd_count == 0):
         return 0.0, 0.0
-    rate, latency = link_arrays(cluster)
-    groups = np.array(devices, dtype=np.int64).reshape(-1, t)
-    src, dst = groups.ravel(), np.roll(groups, -1, axis=1).ravel()
-    rates = np.asarray(rate[src, dst], dtype=float).reshape(-1, t)
-    if not (rates > 0).all():
-        bad = int(np.argmin(rates.ravel() > 0))
-        cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
-    lats = np.asarray(latency[src, dst], dtype=float).reshape(-1, t)
-    slowest, longest = rates.min(axis=1), lats.max(axis=1)
+    slowest, longest = ring_group_links(cluster, np.array(devices, dtype=np.int64).reshape(-1, t))
     steps = 2 * (t - 1)
     fwd = wire_ms(steps / t * traffic.fwd_bytes, slowest) + traffic.fwd_count * steps * longest
     bwd = wire_ms(steps / t * traffic.bwd_bytes, slowest) + traffic.bwd_count * steps * longest
@@ -162,12 +167,12 @@ def split_stage(
     selected = sorted(set(layers))
     index = np.asarray(selected, dtype=np.int64)
     arrays = costs.arrays(microbatch_size / replicas)
-    compute = shares.compute[index]
+    compute, bwd_compute = shares.compute[index], shares.bwd_compute[index]
 
-    def total(values: np.ndarray | None) -> float | None:
-        return None if values is None else float((values[index] * compute).sum()) / speed
+    def total(values: np.ndarray | None, share: np.ndarray) -> float | None:
+        return None if values is None else float((values[index] * share).sum()) / speed
 
-    fwd, bwd = total(arrays.fwd), total(arrays.bwd)
+    fwd, bwd = total(arrays.fwd, compute), total(arrays.bwd, bwd_compute)
     assert fwd is not None and bwd is not None
     saved_share = shares.saved[index]
     held = float((arrays.saved[index] * saved_share).sum())
@@ -179,7 +184,8 @@ def split_stage(
     if costs.profile.shared_params:
         params -= shares.overlap_bytes(costs.profile.shared_params, set(selected))
     optimizer = float((costs.optimizer_steps_ms[index] * shares.params[index]).sum()) / speed
-    work = StageWork(fwd, bwd, total(arrays.bwd_input), total(arrays.bwd_weight), held, params, optimizer)
+    bwd_input, bwd_weight = total(arrays.bwd_input, bwd_compute), total(arrays.bwd_weight, bwd_compute)
+    work = StageWork(fwd, bwd, bwd_input, bwd_weight, held, params, optimizer)
     return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas)
 
 
