@@ -3,8 +3,10 @@ changing no simulated time."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
+from collections.abc import Collection
 
 import numpy as np
 import pytest
@@ -16,9 +18,13 @@ from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
+from pipeplan.planner.planners import run_planner
+from pipeplan.planner.request import PlanRequest
+from pipeplan.presets.resolve import load_cluster, load_profile
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
-from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost import plan_costs as plan_costs_module
+from pipeplan.sim.cost.flow_sets import REDUCE_FROM, FlowMemo, _flows, _representatives, plan_flows, transfer_pairs
 from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.cost.types import Costs, Flow
 
@@ -171,3 +177,119 @@ def test_flows_on_traced_links_are_kept() -> None:
     assert slowed == simulate(schedule, Costs(costs.stages, forward, backward), trace=trace).iteration_time
     assert slowed > simulate(schedule, costs).iteration_time
     assert np.isfinite(slowed)
+
+
+def plain_plan_flows(
+    plan: Plan,
+    cluster: Cluster,
+    cut_bytes: list[float],
+    keep_links: Collection[tuple[int, int]] = (),
+    reduce_from: int = REDUCE_FROM,
+) -> tuple[tuple[tuple[Flow, ...], ...], tuple[tuple[Flow, ...], ...]]:
+    """plan_flows as it was before FlowMemo: every transfer built anew, the reduction run on every plan of at least
+    `reduce_from` flows (no shortcut for one flow per boundary). The reference the memo and the shortcut must equal."""
+    count = len(plan.stages) - 1
+    arrays = [transfer_pairs(plan, cluster, s, s + 1, cut_bytes[s]) for s in range(count)]
+    arrays += [transfer_pairs(plan, cluster, s + 1, s, cut_bytes[s]) for s in range(count)]
+    total = sum(len(a.src) for a in arrays)
+    kept = _representatives(arrays, cluster, keep_links) if total and total >= reduce_from else None
+    out, start = [], 0
+    for pairs in arrays:
+        end = start + len(pairs.src)
+        chosen = np.arange(len(pairs.src)) if kept is None else np.flatnonzero(kept[start:end])
+        out.append(_flows(cluster, pairs, chosen))
+        start = end
+    return tuple(out[:count]), tuple(out[count:])
+
+
+def moved(rng: random.Random, plan: Plan, cluster: Cluster) -> Plan:
+    """`plan` with one boundary shifted or two stages' devices swapped (what a search tries next), when it can."""
+    stages = list(plan.stages)
+    s = rng.randrange(len(stages) - 1)
+    a, b = stages[s], stages[s + 1]
+    if rng.random() < 0.5 and a.last_layer > a.first_layer:
+        stages[s], stages[s + 1] = (
+            Stage(a.first_layer, a.last_layer - 1, a.devices),
+            Stage(b.first_layer - 1, b.last_layer, b.devices),
+        )
+    elif len(a.devices) == len(b.devices):
+        stages[s], stages[s + 1] = Stage(a.first_layer, a.last_layer, b.devices), Stage(b.first_layer, b.last_layer, a.devices)
+    return dataclasses.replace(plan, stages=tuple(stages))
+
+
+@pytest.mark.slow
+@given(st.integers(1, 5), st.integers(1, 4), st.randoms(use_true_random=False), st.sampled_from((0, 8, REDUCE_FROM)))
+@settings(max_examples=80, deadline=None)
+def test_a_memo_gives_the_plain_flows_over_a_walk_of_plans(
+    nodes: int, per_node: int, rng: random.Random, reduce_from: int
+) -> None:
+    """Plans one move apart priced with one FlowMemo (the memo serves most transfers) give the same flows, equal
+    field by field, as the plain build, with and without the reduction, with a traced link or none."""
+    cluster = random_cluster(rng, nodes, per_node)
+    plan = random_plan(rng, cluster)
+    if plan is None:
+        return
+    model = linear_model(profile(8), cluster)
+    memo = FlowMemo(cluster)
+    keep = {(plan.stages[0].devices[0], plan.stages[1].devices[0])} if rng.random() < 0.3 else set()
+    for _ in range(6):
+        cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
+        expected = plain_plan_flows(plan, cluster, cuts, keep, reduce_from)
+        assert plan_flows(plan, cluster, cuts, keep, reduce_from, memo=memo) == expected
+        assert plan_flows(plan, cluster, cuts, keep, reduce_from) == expected
+        plan = moved(rng, plan, cluster)
+    assert len(memo) >= 2 * (len(plan.stages) - 1)
+
+
+def test_a_memo_for_another_cluster_is_not_read() -> None:
+    """A FlowMemo of one cluster holds nothing a plan on another (same shape, other links) may take."""
+    plan = Plan((Stage(0, 3, (0, 1)), Stage(4, 7, (2, 3))), 1, 4, 64, "1f1b")
+    fast, slow = two_level(2, 2, None), two_level(1, 4, None)
+    memo = FlowMemo(fast)
+    plan_flows(plan, fast, [1e6], memo=memo)
+    assert plan_flows(plan, slow, [1e6], memo=memo) == plain_plan_flows(plan, slow, [1e6]) != plain_plan_flows(plan, fast, [1e6])
+    assert len(memo) == 2
+
+
+def test_one_flow_per_boundary_keeps_every_flow() -> None:
+    """A straight pipeline of 40 stages (78 flows, above REDUCE_FROM, one per boundary) keeps all: the shortcut
+    gives what the reduction gives."""
+    cluster = two_level(5, 8, 20 * GB)
+    plan = Plan(tuple(Stage(s, s, (s,)) for s in range(40)), 1, 4, 64, "1f1b")
+    cuts = [1e6 + s for s in range(39)]
+    forward, backward = plan_flows(plan, cluster, cuts)
+    assert sum(map(len, forward + backward)) == 78 >= REDUCE_FROM
+    assert (forward, backward) == plain_plan_flows(plan, cluster, cuts)
+
+
+SEARCHED = [("pipedream/resnet50", "a100-8x2", 2048), ("dapple/amoeba-18", "hetero-a100-v100", 256)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "cluster_name", "batch"), SEARCHED)
+def test_the_search_on_shared_profiles_prices_the_plain_flows(
+    monkeypatch: pytest.MonkeyPatch, name: str, cluster_name: str, batch: int
+) -> None:
+    """pipeplan's search on shared profiles and presets: every plan it prices gets, through its Evaluator's memo,
+    exactly the flows the plain build gives (so the plan is the one the plain build chooses); the memo is read."""
+    seen = {"plans": 0, "served": 0}
+
+    def checked(
+        plan: Plan,
+        cluster: Cluster,
+        cut_bytes: list[float],
+        keep: Collection[tuple[int, int]] = (),
+        reduce_from: int = REDUCE_FROM,
+        memo: FlowMemo | None = None,
+    ) -> object:
+        before = 0 if memo is None else len(memo)
+        got = plan_flows(plan, cluster, cut_bytes, keep, reduce_from, memo)
+        assert got == plain_plan_flows(plan, cluster, cut_bytes, keep, reduce_from)
+        seen["plans"] += 1
+        seen["served"] += memo is not None and len(memo) - before < 2 * (len(plan.stages) - 1)
+        return got
+
+    monkeypatch.setattr(plan_costs_module, "plan_flows", checked)
+    request = PlanRequest(load_profile(name), load_cluster(cluster_name), batch)
+    run_planner("pipeplan", request)
+    assert seen["plans"] > 10 and seen["served"] > 0

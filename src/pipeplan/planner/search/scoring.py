@@ -15,6 +15,7 @@ from pipeplan.planner.search.time_floor import chain_floor
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import INTERLEAVED, TABLE, WARMUP_FAMILY, splits_backward, warmup_forwards
 from pipeplan.sim import simulate
+from pipeplan.sim.cost.flow_sets import FlowMemo
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
 from pipeplan.sim.cost.types import Costs, StageCost
@@ -77,6 +78,7 @@ class Evaluator:
         self.cluster = request.cluster
         self._costs: dict[tuple[object, ...], Costs] = {}
         self._stage_costs: dict[StageKey, StageCost] = {}
+        self._flows = FlowMemo(request.cluster)
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
         self.simulations = 0
@@ -87,7 +89,7 @@ class Evaluator:
         costs = self._costs.get(key)
         if costs is None:
             with phase("stage_costs"):
-                costs = plan_costs(plan, self.model, stage_memo=self._stage_costs)
+                costs = plan_costs(plan, self.model, stage_memo=self._stage_costs, flow_memo=self._flows)
             self._costs[key] = costs
         return costs
 

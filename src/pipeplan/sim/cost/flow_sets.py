@@ -12,6 +12,12 @@ every flow of a boundary is requested at the same time, so a dropped copy
 would start and end exactly when its kept twin does: transfer times, and so
 every simulated time, are unchanged (tests/test_flow_sets.py checks it).
 Flows on links a bandwidth trace names are never merged.
+
+A search prices thousands of plans that share most of their stage boundaries (a boundary shifted, two stages'
+devices swapped, another schedule): a FlowMemo handed to `plan_flows` keeps each transfer's pair arrays and Flow
+objects by what they depend on (both stages' devices, the pipeline replicas, the bytes), so a plan builds only the
+transfers no plan before it had. What a transfer gives depends on nothing else, so the flows are the same objects
+with the same values (tests/test_flow_sets.py compares them with the plain build on the shared profiles' searches).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ REDUCE_FROM = 64
 """Plans with fewer flows than this are left as they are (nothing to gain)."""
 
 Boundaries = tuple[tuple[Flow, ...], ...]
+
+TransferKey = tuple[tuple[int, ...], tuple[int, ...], int, float]
+"""What one transfer's flows depend on besides the cluster: the sending and the receiving stage's devices, the
+plan's pipeline replicas and the bytes moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,29 +152,79 @@ def _share_nics(
     return np.where(slowed, wire_ms(nbytes, shared_rate), work_ms)
 
 
+class FlowMemo:
+    """The transfers one cluster's plans have built so far (a planner's Evaluator keeps one for its search).
+
+    Per TransferKey: its PairArrays (transfer_pairs), its Flow objects when all its pairs are kept, and those of
+    each subset the reduction kept. Only used by `plan_flows` for plans on `cluster` (the very object).
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._pairs: dict[TransferKey, PairArrays] = {}
+        self._flows: dict[tuple[TransferKey, bytes | None], tuple[Flow, ...]] = {}
+
+    def pairs(self, plan: Plan, src_stage: int, dst_stage: int, nbytes: float) -> tuple[TransferKey, PairArrays]:
+        """(key, transfer_pairs) of the src->dst transfer of `plan`, built once per key."""
+        key = (plan.stages[src_stage].devices, plan.stages[dst_stage].devices, plan.pipeline_replicas, nbytes)
+        pairs = self._pairs.get(key)
+        if pairs is None:
+            pairs = self._pairs[key] = transfer_pairs(plan, self.cluster, src_stage, dst_stage, nbytes)
+        return key, pairs
+
+    def flows(self, key: TransferKey, pairs: PairArrays, chosen: np.ndarray | None) -> tuple[Flow, ...]:
+        """_flows of the chosen pairs (None: all of them), built once per key and choice."""
+        entry = (key, None if chosen is None else chosen.tobytes())
+        flows = self._flows.get(entry)
+        if flows is None:
+            flows = self._flows[entry] = _flows(self.cluster, pairs, np.arange(len(pairs.src)) if chosen is None else chosen)
+        return flows
+
+    def __len__(self) -> int:
+        """How many transfers are kept."""
+        return len(self._pairs)
+
+
 def plan_flows(
     plan: Plan,
     cluster: Cluster,
     cut_bytes: list[float],
     keep_links: Collection[tuple[int, int]] = (),
     reduce_from: int = REDUCE_FROM,
+    memo: FlowMemo | None = None,
 ) -> tuple[Boundaries, Boundaries]:
     """(forward, backward) flows of every stage boundary; `cut_bytes[s]` is what crosses boundary s per microbatch.
 
     With at least `reduce_from` flows in all, copies of a group of flows are dropped (see the module note); flows
-    on `keep_links` (the links a bandwidth trace names) stay, each group that holds one kept whole.
+    on `keep_links` (the links a bandwidth trace names) stay, each group that holds one kept whole. With a `memo`
+    for `cluster`, transfers it holds are taken from it and new ones stored there (the same flows).
     """
     count = len(plan.stages) - 1
-    arrays = [transfer_pairs(plan, cluster, s, s + 1, cut_bytes[s]) for s in range(count)]
-    arrays += [transfer_pairs(plan, cluster, s + 1, s, cut_bytes[s]) for s in range(count)]
+    ends = [(s, s + 1) for s in range(count)] + [(s + 1, s) for s in range(count)]
+    nbytes = [cut_bytes[s] for s in range(count)] * 2
+    use = memo if memo is not None and memo.cluster is cluster else None
+    if use is None:
+        keys: list[TransferKey | None] = [None] * len(ends)
+        arrays = [transfer_pairs(plan, cluster, a, b, n) for (a, b), n in zip(ends, nbytes, strict=True)]
+    else:
+        built = [use.pairs(plan, a, b, n) for (a, b), n in zip(ends, nbytes, strict=True)]
+        keys, arrays = [key for key, _ in built], [pairs for _, pairs in built]
     total = sum(len(a.src) for a in arrays)
-    kept = _representatives(arrays, cluster, keep_links) if total and total >= reduce_from else None
+    # two groups of one kind hold flows of one boundary, so with at most one flow per boundary every group is the
+    # only one of its kind and nothing could be dropped (a straight pipeline, or replicas one device each)
+    reducible = total and total >= reduce_from and max(len(a.src) for a in arrays) > 1
+    kept = _representatives(arrays, cluster, keep_links) if reducible else None
     boundaries: list[tuple[Flow, ...]] = []
     start = 0
-    for pairs in arrays:
+    for key, pairs in zip(keys, arrays, strict=True):
         end = start + len(pairs.src)
-        chosen = np.arange(len(pairs.src)) if kept is None else np.flatnonzero(kept[start:end])
-        boundaries.append(_flows(cluster, pairs, chosen))
+        chosen = None if kept is None else np.flatnonzero(kept[start:end])
+        if chosen is not None and len(chosen) == len(pairs.src):
+            chosen = None  # all of them
+        if use is None or key is None:
+            boundaries.append(_flows(cluster, pairs, np.arange(len(pairs.src)) if chosen is None else chosen))
+        else:
+            boundaries.append(use.flows(key, pairs, chosen))
         start = end
     return tuple(boundaries[:count]), tuple(boundaries[count:])
 

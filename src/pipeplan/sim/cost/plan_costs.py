@@ -12,7 +12,7 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.partition import splits_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.chain_view import chain_view
-from pipeplan.sim.cost.flow_sets import plan_flows
+from pipeplan.sim.cost.flow_sets import FlowMemo, plan_flows
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
@@ -132,7 +132,11 @@ for a 3D plan, the stage's tp and sequence parallelism and the plan's zero)."""
 
 
 def plan_costs(
-    plan: Plan, model: CostModel, trace: BandwidthTrace | None = None, stage_memo: dict[StageKey, StageCost] | None = None
+    plan: Plan,
+    model: CostModel,
+    trace: BandwidthTrace | None = None,
+    stage_memo: dict[StageKey, StageCost] | None = None,
+    flow_memo: FlowMemo | None = None,
 ) -> Costs:
     """The simulator's costs for one pipeline replica of `plan`.
 
@@ -143,6 +147,8 @@ def plan_costs(
             kept one by one; sim/cost/flow_sets.py drops only copies that would run exactly alike).
         stage_memo: stage costs already computed with `model` (a planner's Evaluator keeps one): read and filled
             here, as most stages recur from plan to plan in a search (a stage on 8,192 devices costs ~0.3 ms).
+        flow_memo: the transfers already built on `model`'s cluster (sim.cost.flow_sets.FlowMemo; an Evaluator
+            keeps one): most stage boundaries recur from plan to plan as well.
 
     Returns:
         Costs with per-stage compute, memory, all-reduce and optimizer step,
@@ -170,7 +176,7 @@ def plan_costs(
     stages = [stage_cost(plan, model, s) if memo is None else _remembered(plan, model, s, memo) for s in range(len(plan.stages))]
     cuts = [model.layers.cut_bytes(plan.stages[s].last_layer, plan.microbatch_size) for s in range(len(plan.stages) - 1)]
     keep = () if trace is None else {step.link for step in trace.steps if step.link is not None}
-    flows = plan_flows(plan, model.cluster, cuts, keep)
+    flows = plan_flows(plan, model.cluster, cuts, keep, memo=flow_memo)
     forward, backward = list(flows[0]), list(flows[1])
     overhead = model.cluster.message_overhead_ms
     if overhead > 0:
