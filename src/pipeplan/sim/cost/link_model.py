@@ -20,6 +20,9 @@ take these functions or their array forms from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 
 from pipeplan.core.hardware.cluster import Cluster
@@ -27,7 +30,25 @@ from pipeplan.core.hardware.links import LinkMatrix
 from pipeplan.core.units import MS_PER_S, wire_ms
 from pipeplan.sim.cost.types import Flow
 
-_LINKS: dict[int, tuple[Cluster, LinkMatrix, LinkMatrix]] = {}
+_KEEP = 4
+"""Clusters each per-cluster cache below holds (the last ones asked for)."""
+T = TypeVar("T")
+_LINKS: dict[int, tuple[Cluster, tuple[LinkMatrix, LinkMatrix]]] = {}
+_NODES: dict[int, tuple[Cluster, np.ndarray]] = {}
+_SIZES: dict[int, tuple[Cluster, np.ndarray]] = {}
+
+
+def _per_cluster(store: dict[int, tuple[Cluster, T]], cluster: Cluster, build: Callable[[Cluster], T]) -> T:
+    """`build(cluster)`, kept in `store` for the last _KEEP clusters; an entry holds its cluster, so the cluster's id
+    cannot be reused by another while it is cached."""
+    cached = store.get(id(cluster))
+    if cached is not None and cached[0] is cluster:
+        return cached[1]
+    value = build(cluster)
+    if len(store) >= _KEEP:
+        store.pop(next(iter(store)))
+    store[id(cluster)] = (cluster, value)
+    return value
 
 
 def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
@@ -37,15 +58,13 @@ def link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
     the cluster's own values (unused: a device does not send to itself). Both index like numpy arrays
     (`rate[src, dst]` with integer arrays) and keep a described cluster's structure (no n x n array).
     """
-    cached = _LINKS.get(id(cluster))
-    if cached is not None and cached[0] is cluster:
-        return cached[1], cached[2]
+    return _per_cluster(_LINKS, cluster, _link_arrays)
+
+
+def _link_arrays(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
     nodes = device_nodes(cluster)
     rate = cluster.bandwidth_bytes_per_s.transformed(nodes, cluster.nic_bytes_per_s, 0.0, None)
     latency = cluster.latency_ms.transformed(nodes, None, cluster.message_latency_ms, None)
-    if len(_LINKS) >= 4:
-        _LINKS.pop(next(iter(_LINKS)))
-    _LINKS[id(cluster)] = (cluster, rate, latency)  # holds the cluster, so its id cannot be reused while cached
     return rate, latency
 
 
@@ -55,19 +74,9 @@ def link_matrices(cluster: Cluster) -> tuple[LinkMatrix, LinkMatrix]:
     return rate.transformed(device_nodes(cluster), None, 0.0, np.inf), latency
 
 
-_NODES: dict[int, tuple[Cluster, np.ndarray]] = {}
-
-
 def device_nodes(cluster: Cluster) -> np.ndarray:
     """Each device's node as an int array, cached for the last few clusters (as link_arrays)."""
-    cached = _NODES.get(id(cluster))
-    if cached is not None and cached[0] is cluster:
-        return cached[1]
-    if len(_NODES) >= 4:
-        _NODES.pop(next(iter(_NODES)))
-    nodes = np.array([d.node for d in cluster.devices], dtype=np.int64)
-    _NODES[id(cluster)] = (cluster, nodes)
-    return nodes
+    return _per_cluster(_NODES, cluster, lambda c: np.array([d.node for d in c.devices], dtype=np.int64))
 
 
 def pair_ms(cluster: Cluster, src: int, dst: int, nbytes: float) -> float:
@@ -176,16 +185,6 @@ def measured_ring_share(cluster: Cluster, devices: tuple[int, ...]) -> float:
     return float((held / _node_sizes(cluster)[ring_nodes]).min())
 
 
-_SIZES: dict[int, tuple[Cluster, np.ndarray]] = {}
-
-
 def _node_sizes(cluster: Cluster) -> np.ndarray:
     """Devices per node (indexed by node id), cached for the last few clusters (as device_nodes)."""
-    cached = _SIZES.get(id(cluster))
-    if cached is not None and cached[0] is cluster:
-        return cached[1]
-    if len(_SIZES) >= 4:
-        _SIZES.pop(next(iter(_SIZES)))
-    sizes = np.bincount(device_nodes(cluster))
-    _SIZES[id(cluster)] = (cluster, sizes)
-    return sizes
+    return _per_cluster(_SIZES, cluster, lambda c: np.bincount(device_nodes(c)))
