@@ -18,8 +18,6 @@ from pipeplan.api.train.train_setup import (
     check_model_flags,
     check_options,
     check_plan,
-    check_runnable,
-    check_split_model,
     model_of_profile,
     prediction_inputs,
     prediction_numerics,
@@ -28,6 +26,7 @@ from pipeplan.api.train.train_setup import (
     refuse_beside_plan,
     split_ints,
 )
+from pipeplan.api.train.train_tensor import check_runnable, check_split_model
 from pipeplan.api.train.train_workers import launch, run_part
 
 if TYPE_CHECKING:
