@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from train_job import write_mlp_job
+
 pytestmark = pytest.mark.torch  # trains (make test-fast leaves it out)
 
 TINY = ["--local", "2", "--steps", "4", "--opt", "hidden=16", "--opt", "blocks=4", "--dataset", "sample", "--dtype",
@@ -44,22 +46,11 @@ def test_local_workers_never_open_a_user_file(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from pipeplan import api
-    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
-    from pipeplan.io.bandwidth_trace_json import write_bandwidth_trace
     from pipeplan.io.schedule_io import write_schedule_csv
     from pipeplan.schedules import make_schedule
 
     model = ["--opt", "hidden=16", "--opt", "blocks=4", "--dataset", "sample"]
-    profile = api.profile_model("mlp", 8, options={"hidden": 16, "blocks": 4}, dataset="sample", batch_sizes=[8],
-                                runs=1, warmup=0)  # fmt: skip
-    api.save_profile(profile, str(tmp_path / "profile.json"))
-    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
-               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
-    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
-    plan = api.plan(profile, str(tmp_path / "cluster.json"), 32, schedule="1f1b", replication="none").plan
-    api.save_plan(plan, str(tmp_path / "plan.json"), "profile.json", "cluster.json")  # names relative to the plan
-    write_bandwidth_trace(BandwidthTrace((TraceStep(0.0, None, 0.5),)), tmp_path / "trace.json", {"kind": "test"})
+    write_mlp_job(tmp_path)
     write_schedule_csv(make_schedule("1f1b", 2, 4), tmp_path / "order.csv")
 
     runs = {

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from train_job import write_mlp_job
+
 pytestmark = pytest.mark.torch  # the launcher checks the model (one batch through it) before it would start workers
 
 FILES = ("plan.json", "profile.json", "cluster.json", "trace.json")
@@ -18,19 +20,7 @@ FILES = ("plan.json", "profile.json", "cluster.json", "trace.json")
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     """A plan of a tiny mlp on two CPUs, its profile and cluster (recorded in the plan beside it) and a trace."""
-    from pipeplan import api
-    from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
-    from pipeplan.io.bandwidth_trace_json import write_bandwidth_trace
-
-    profile = api.profile_model("mlp", 8, options={"hidden": 16, "blocks": 4}, dataset="sample", batch_sizes=[8],
-                                runs=1, warmup=0)  # fmt: skip
-    api.save_profile(profile, str(tmp_path / "profile.json"))
-    cluster = {"format": "pipeplan.cluster/1", "name": "two-cpus", "devices": [{"kind": "cpu", "memory_gb": 4}] * 2,
-               "bandwidth_gb_per_s": [[0, 1], [1, 0]], "latency_us": [[0, 10], [10, 0]]}  # fmt: skip
-    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
-    plan = api.plan(profile, str(tmp_path / "cluster.json"), 32, schedule="1f1b", replication="none").plan
-    api.save_plan(plan, str(tmp_path / "plan.json"), "profile.json", "cluster.json")
-    write_bandwidth_trace(BandwidthTrace((TraceStep(0.0, None, 0.5),)), tmp_path / "trace.json", {"kind": "test"})
+    write_mlp_job(tmp_path)
     return tmp_path
 
 
