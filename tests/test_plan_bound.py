@@ -85,13 +85,15 @@ def test_compare_bound_adds_a_column(monkeypatch: pytest.MonkeyPatch, capsys: py
     assert all(r["lower_bound"]["gap"] >= 1 for r in results[:2])
 
 
-def test_a_plan_with_tensor_parallelism_or_sharding_gets_no_proof() -> None:
-    """The bounds cover t = 1 plans without sharding: a 3D plan is measured against the every-plan bound under the
-    FLAT_ONLY class, and `plan --bound` says it proves nothing about it; the same plan at t = 1 keeps its class."""
+def test_a_plan_with_tensor_parallelism_or_sharding_is_measured_against_the_3d_bound() -> None:
+    """The every-plan and one-stage bounds price a stage's layers whole on each device: a 3D plan is measured against
+    planner.bound.tensor_bound's bound under the EVERY_3D class, and `plan --bound` states it; the same plan at t = 1
+    keeps its class."""
     import dataclasses
 
     from pipeplan.api.planning import plan_request
-    from pipeplan.planner.bound.plan_bound import FLAT_ONLY
+    from pipeplan.planner.bound.plan_bound import EVERY_3D
+    from pipeplan.planner.bound.tensor_bound import tensor_lower_bound
     from pipeplan.viz.plan_tables import bound_line
 
     request = plan_request("gpt:layers=2,hidden=256,heads=8,seq=128,vocab=1024", "dgx-a100-8x1", 8, time_budget_s=None)
@@ -101,6 +103,7 @@ def test_a_plan_with_tensor_parallelism_or_sharding_gets_no_proof() -> None:
     split = dataclasses.replace(flat, stages=tuple(dataclasses.replace(s, tp=2) for s in flat.stages))
     sharded = dataclasses.replace(flat, zero=1)
     for plan in (split, sharded):
-        measured = bounds.of(plan, 1.0)
-        assert measured.of == FLAT_ONLY and measured.bound == bounds.every_plan()
-        assert "proves nothing" in bound_line(measured)
+        ms = simulate_plan(plan, request.model).iteration_time
+        measured = bounds.of(plan, ms)
+        assert measured.of == EVERY_3D and measured.bound == tensor_lower_bound(request)
+        assert measured.gap >= 1 and f"proven lower bound over {EVERY_3D}" in bound_line(measured)

@@ -9,7 +9,7 @@ from rich.table import Table
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
-from pipeplan.planner.bound.plan_bound import FLAT_ONLY, PlanBound
+from pipeplan.planner.bound.plan_bound import PlanBound
 from pipeplan.planner.compare import BASELINES, PlannerFailure, best_baseline, speedup
 from pipeplan.planner.request import PlanResult
 from pipeplan.planner.search.trace_aware import TraceScore
@@ -119,12 +119,6 @@ def planners_table(
 def bound_line(measured: PlanBound) -> str:
     """`plan --bound`: the proven lower bound of the plan's class, where it binds, and the plan's time over it."""
     b = measured.bound
-    if measured.of == FLAT_ONLY:
-        return (
-            f"lower bound over {measured.of}: {format_ms(b.ms)} ms (binding term {b.term}); this plan has tensor "
-            f"parallelism or sharding, which no bound of planner.bound covers, so it proves nothing about it (the plan "
-            f"is {measured.gap:.3f}x it)"
-        )
     return (
         f"proven lower bound over {measured.of}: {format_ms(b.ms)} ms (binding term {b.term} at {b.pipelines} "
         f"pipeline(s) x microbatch {b.microbatch_size}); this plan is {measured.gap:.3f}x it: no plan of its class is "

@@ -1,16 +1,20 @@
 """The proven lower bound a plan is measured against: the bound of its plan's class (`plan --bound`, `compare --bound`).
 
-Two bounds hold for a request (planner.bound.shape_bounds's docstring gives each term's argument):
+Three bounds hold for a request (planner.bound.shape_bounds's and planner.bound.tensor_bound's docstrings give each
+term's argument):
 
-- every plan: `lower_bound(request)`, for every plan the simulator scores (interleaved and chunked `list` plans,
-  any layer order of a DAG profile);
+- every plan: `lower_bound(request)`, for every plan with tp 1 and no sharding the simulator scores (interleaved and
+  chunked `list` plans, any layer order of a DAG profile);
 - one stage per rank: `stage_bound_over_orders(request)`, for plans whose ranks each run one stage contiguous in
   the profile's layer order or in one of the DAG orders pipeplan's search plans on (planner.bound.over_orders); it adds
-  the stage DP's term, so it is the tighter of the two where it applies.
+  the stage DP's term, so it is the tighter of the two where it applies;
+- every plan, tensor-parallel and sharded included: `tensor_lower_bound(request)`, the loosest (compute and path
+  only), the class of a plan with a stage of tp > 1 or zero > 0.
 
-A plan's class is the second when it has one chunk per rank and its layer order is one of those orders, else the
-first. Its gap is its time over its class's bound: 1.0 would prove it optimal; a gap of 1.08 says no plan of its
-class is more than 8 % faster (benchmarks/bound_gap.py reports this over the planner-quality instances).
+A plan's class is the third when it has tensor parallelism or sharding, the second when it has one chunk per rank and
+its layer order is one of those orders, else the first. Its gap is its time over its class's bound: 1.0 would prove
+it optimal; a gap of 1.08 says no plan of its class is more than 8 % faster (benchmarks/bound_gap.py reports this over
+the planner-quality instances).
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ from typing import Any
 from pipeplan.core.plan import Plan
 from pipeplan.planner.bound.over_orders import search_orders, stage_bound_over_orders
 from pipeplan.planner.bound.shape_bounds import LowerBound, lower_bound
+from pipeplan.planner.bound.tensor_bound import tensor_lower_bound
 from pipeplan.planner.request import PlanRequest
 
 EVERY_PLAN = "every plan"
 ONE_STAGE = "plans of one stage per rank"
-FLAT_ONLY = "plans with tp 1 and no sharding"
-"""The class a plan with tensor parallelism or ZeRO is measured against: the every-plan bound, which covers t = 1
-plans without sharding only (its terms price a stage's layers whole on each device), so it is no proof for the plan."""
+EVERY_3D = "every plan, tensor-parallel and sharded included"
+"""The class a plan with tensor parallelism or ZeRO is measured against: planner.bound.tensor_bound's bound, looser
+than the every-plan bound (which prices a stage's layers whole on each device, so covers t = 1 plans without
+sharding only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +42,7 @@ class PlanBound:
 
     plan_ms: float
     bound: LowerBound
-    of: str  # EVERY_PLAN or ONE_STAGE: the plans the bound holds for
+    of: str  # EVERY_PLAN, ONE_STAGE or EVERY_3D: the plans the bound holds for
 
     @property
     def gap(self) -> float:
@@ -62,6 +68,7 @@ class Bounds:
     request: PlanRequest
     _every: LowerBound | None = field(default=None, init=False)
     _stages: LowerBound | None = field(default=None, init=False)
+    _tensor: LowerBound | None = field(default=None, init=False)
     _orders: list[tuple[int, ...] | None] | None = field(default=None, init=False)
 
     def one_stage_class(self, plan: Plan) -> bool:
@@ -84,11 +91,17 @@ class Bounds:
             self._stages = stage_bound_over_orders(self.request)
         return self._stages
 
+    def every_3d_plan(self) -> LowerBound:
+        """The bound over every plan, tensor-parallel and sharded included."""
+        if self._tensor is None:
+            self._tensor = tensor_lower_bound(self.request)
+        return self._tensor
+
     def of(self, plan: Plan, plan_ms: float) -> PlanBound:
-        """`plan` (simulated at `plan_ms`) against the bound of its class (FLAT_ONLY for a plan with tensor
-        parallelism or sharding: no bound covers those)."""
+        """`plan` (simulated at `plan_ms`) against the bound of its class (EVERY_3D for a plan with tensor
+        parallelism or sharding)."""
         if plan.zero or any(s.tp > 1 for s in plan.stages):
-            return PlanBound(plan_ms, self.every_plan(), FLAT_ONLY)
+            return PlanBound(plan_ms, self.every_3d_plan(), EVERY_3D)
         if self.one_stage_class(plan):
             return PlanBound(plan_ms, self.one_stage(), ONE_STAGE)
         return PlanBound(plan_ms, self.every_plan(), EVERY_PLAN)

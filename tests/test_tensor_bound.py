@@ -1,0 +1,111 @@
+"""The proven lower bound over every plan, tensor-parallel and sharded included (planner.bound.tensor_bound): no plan
+of a brute-force walk over t, stage replicas, pipeline copies, microbatch size, ZeRO, sequence parallelism, schedule,
+cut and device order simulates below it, and it is never above the t = 1 bound it loosens."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from pipeplan.api.planning import plan_request
+from pipeplan.core.errors import PipeplanError
+from pipeplan.core.plan import Plan, Stage
+from pipeplan.planner.bound.plan_bound import EVERY_3D, Bounds
+from pipeplan.planner.bound.shape_bounds import lower_bound
+from pipeplan.planner.bound.tensor_bound import path_shares, tensor_lower_bound
+from pipeplan.planner.planners import run_planner
+from pipeplan.planner.request import PlanRequest
+from pipeplan.sim.cost.memory import check_fits
+from pipeplan.sim.plan_sim import simulate_plan
+
+TINY = "gpt:layers=1,hidden=64,heads=8,seq=32,vocab=64"
+TWO = "gpt:layers=2,hidden=128,heads=8,seq=64,vocab=256"
+BIG = "gpt:layers=1,hidden=4096,heads=32,seq=2048,vocab=1024"
+"""One block whose compute dwarfs its collectives: at one microbatch a group of 8 runs near 1/8 of the path."""
+SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("interleaved-1f1b", 2))
+
+
+def _cuts(layers: int, parts: int) -> list[list[tuple[int, int]]]:
+    """Every split of `layers` layers into `parts` contiguous non-empty chunks."""
+    out = []
+    for inner in itertools.combinations(range(1, layers), parts - 1):
+        edges = [0, *inner, layers]
+        out.append([(edges[i], edges[i + 1] - 1) for i in range(parts)])
+    return out
+
+
+def _plans(request: PlanRequest, order: list[int]) -> list[Plan]:
+    """Every plan of p equal-width stages (each on rp x r groups of t devices taken from `order`), every b, ZeRO stage,
+    sequence parallelism, schedule and cut, that fits in memory."""
+    n, g, layers = request.cluster.num_devices, request.global_batch, request.profile.num_layers
+    plans = []
+    for t, r, p, rp in itertools.product((1, 2, 4, 8), (1, 2), (1, 2, 4), (1, 2, 4)):
+        width = t * r * rp
+        if width * p > n or g % rp or p > layers:
+            continue
+        groups = [tuple(order[s * width : (s + 1) * width]) for s in range(p)]
+        for b in (x for x in range(1, g // rp + 1) if (g // rp) % x == 0 and x % r == 0):
+            m = g // (rp * b)
+            for zero, sp, (schedule, v) in itertools.product((0, 1, 2), (False, True), SCHEDULES):
+                if (zero and r * rp == 1) or (sp and t == 1) or (v > 1 and (p == 1 or m % p)) or p * v > layers:
+                    continue
+                for cut in _cuts(layers, p * v):
+                    stages = tuple(Stage(a, z, groups[c % p], tp=t, sequence_parallel=sp) for c, (a, z) in enumerate(cut))
+                    plan = Plan(stages, rp, m, b, schedule, chunks=v, zero=zero)
+                    try:
+                        check_fits(plan, request.model)
+                    except PipeplanError:
+                        continue
+                    plans.append(plan)
+    return plans
+
+
+@pytest.mark.parametrize(
+    ("profile", "cluster", "global_batch", "seed"),
+    [
+        (TINY, "dgx-a100-8x1", 8, 0),
+        (TWO, "dgx-a100-8x1", 4, 1),
+        (TWO, "dgx-a100-8x2", 16, 2),
+        (TINY, "a100-8x2", 8, 3),
+        (BIG, "dgx-a100-8x1", 1, 4),
+        (BIG, "dgx-a100-8x1", 2, 5),
+    ],
+)
+def test_no_plan_simulates_below_the_bound(profile: str, cluster: str, global_batch: int, seed: int) -> None:
+    request = plan_request(profile, cluster, global_batch, time_budget_s=None)
+    bound = tensor_lower_bound(request)
+    assert 0 < bound.ms < math.inf
+    order = list(range(request.cluster.num_devices))
+    random.Random(seed).shuffle(order)  # groups on any devices, not only a server's neighbours
+    plans = _plans(request, order) + _plans(request, sorted(order))
+    assert len(plans) > 100
+    times = [simulate_plan(plan, request.model).iteration_time for plan in plans]
+    assert min(times) >= bound.ms * (1 - 1e-12)
+
+    assert any(plan.zero or plan.stages[0].tp > 1 for plan in plans)
+
+
+def test_the_path_share_is_the_largest_degree_a_width_allows() -> None:
+    request = plan_request(TINY, "dgx-a100-8x1", 8, time_budget_s=None)
+    widths = [layer.tp.width if layer.tp is not None else None for layer in request.profile.layers]
+    expected = [1.0 if w is None else 1.0 / max(t for t in range(1, 9) if w % t == 0) for w in widths]
+    assert path_shares(request).tolist() == expected
+
+
+@pytest.mark.parametrize("profile", [TWO, "dapple/bert-24"])
+def test_it_never_exceeds_the_flat_bound(profile: str) -> None:
+    # the same compute and path terms with the layers' shares of a group and the optimizer over every copy: looser
+    request = plan_request(profile, "dgx-a100-8x1", 16, time_budget_s=None)
+    assert tensor_lower_bound(request).ms <= lower_bound(request).ms * (1 + 1e-12)
+
+
+def test_pipeplan_s_3d_plan_is_measured_against_it() -> None:
+    request = plan_request("gpt:layers=24,hidden=2048,heads=16,seq=2048,vocab=51200", "dgx-a100-8x1", 8, time_budget_s=None)
+    result = run_planner("pipeplan", request)
+    measured = Bounds(request).of(result.plan, result.iteration_time)
+    if result.plan.zero or any(s.tp > 1 for s in result.plan.stages):
+        assert measured.of == EVERY_3D
+    assert measured.gap >= 1 - 1e-12
