@@ -68,7 +68,7 @@ def _plans(request: PlanRequest, order: list[int]) -> list[Plan]:
     [
         (TINY, "dgx-a100-8x1", 8, 0),
         (TWO, "dgx-a100-8x1", 4, 1),
-        (TWO, "dgx-a100-8x2", 16, 2),
+        pytest.param(TWO, "dgx-a100-8x2", 4, 2, marks=pytest.mark.slow),
         (TINY, "a100-8x2", 8, 3),
         (BIG, "dgx-a100-8x1", 1, 4),
         (BIG, "dgx-a100-8x1", 2, 5),
