@@ -6,12 +6,13 @@ For each row of benchmarks/published_runs.py with a global batch and a vocabular
 BLOOM-176B), on the calibrated preset of its GPUs and its GPU count: the Megatron-style baseline's best grid point
 (planner.baselines.megatron.plan_megatron: t x p x d, uniform stages, 1F1B or interleaved, no ZeRO) and pipeplan's
 3D search (planner.search.tensor_grid.plan_tensor, which `plan` runs beside its t = 1 search and keeps the faster),
-each simulated in full. Reported: both times, the speed-up, the winning grid and the gap to a work floor.
+each simulated in full. Reported: both times, the speed-up, the winning grid, and the gap to two floors:
 
-The floor holds for every plan of the 3D space: every layer's forward and backward for the whole global batch at
-its cheapest per-sample microbatch size among the divisors of the batch, spread evenly over all devices
-(tensor parallelism divides a split layer's time by t on t devices: the same device-time). planner.bound's lower
-bound covers t = 1 plans only (its terms price a stage's layers whole on each device), so it is not used here.
+- the proven lower bound over every plan, tensor-parallel and sharded included (planner.bound.tensor_bound: compute
+  with the optimizer step, and one microbatch's path, at every shape);
+- a work floor, looser: every layer's forward and backward for the whole global batch at its cheapest per-sample
+  microbatch size among the divisors of the batch, spread evenly over all devices (tensor parallelism divides a split
+  layer's time by t on t devices: the same device-time).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipeplan.api.planning import plan_request
 from pipeplan.planner.baselines.megatron import plan_megatron
+from pipeplan.planner.bound.tensor_bound import tensor_lower_bound
 from pipeplan.planner.plan_space import divisors
 from pipeplan.planner.search.tensor_grid import plan_tensor
 from published_runs import RUNS, PublishedRun, _cluster_name, _spec
@@ -50,6 +52,9 @@ def row(run: PublishedRun) -> dict[str, object]:
     ours_cpu = time.process_time() - started
     plan, point = ours.plan, grid.extra["grid"]
     floor = work_floor(request)
+    started = time.process_time()
+    bound = tensor_lower_bound(request)
+    bound_cpu = time.process_time() - started
     return {
         "run": run.name,
         "gpus": run.gpus,
@@ -62,7 +67,10 @@ def row(run: PublishedRun) -> dict[str, object]:
         "speedup": grid.iteration_time / ours.iteration_time,
         "floor_ms": floor,
         "gap": ours.iteration_time / floor,
-        "cpu_s": {"megatron": round(grid_cpu, 2), "pipeplan_3d": round(ours_cpu, 2)},
+        "bound_ms": bound.ms,
+        "bound_term": bound.term,
+        "bound_gap": ours.iteration_time / bound.ms,
+        "cpu_s": {"megatron": round(grid_cpu, 2), "pipeplan_3d": round(ours_cpu, 2), "bound": round(bound_cpu, 2)},
     }
 
 
@@ -80,8 +88,9 @@ def main() -> int:
             r = rows[-1]
             print(
                 f"| {r['run']} | {r['gpus']} | {r['published_grid']} | {r['megatron_grid']} | {r['megatron_ms']:.1f} | "
-                f"{r['pipeplan_grid']} | {r['pipeplan_ms']:.1f} | {r['speedup']:.3f} | {r['gap']:.3f} | "
-                f"{r['cpu_s']['megatron']} / {r['cpu_s']['pipeplan_3d']} |",
+                f"{r['pipeplan_grid']} | {r['pipeplan_ms']:.1f} | {r['speedup']:.3f} | {r['bound_ms']:.1f} | "
+                f"{r['bound_gap']:.3f} | {r['gap']:.3f} | {r['cpu_s']['megatron']} / {r['cpu_s']['pipeplan_3d']} / "
+                f"{r['cpu_s']['bound']} |",
                 flush=True,
             )
     if args.json:
