@@ -220,3 +220,31 @@ def test_any_budget_on_any_small_chain_stops_with_a_valid_plan_or_changes_nothin
         valid(result, req)
     else:
         assert plan_json(result) == plan_json(free)
+
+
+def test_on_a_profile_with_tensor_splits_the_3d_search_is_budgeted_too() -> None:
+    """The plain search takes half the budget left and the 3D search the rest: every budget from 0 to past both
+    searches' checkpoints either stops one of them with a valid plan, recorded (the 3D search's own stop in
+    extra["tensor"]["stopped_early"], and in "later_stops" after the plain search's), or gives the unlimited plan."""
+    from pipeplan.api.planning import plan_request
+
+    def planned_3d(budget: float | None) -> PlanResult:
+        req = plan_request("gpt:layers=2,hidden=64,heads=8,seq=32,vocab=64", "dgx-a100-8x1", 8, time_budget_s=budget)
+        with counting_clock():
+            return run_planner("pipeplan", req)
+
+    req = plan_request("gpt:layers=2,hidden=64,heads=8,seq=32,vocab=64", "dgx-a100-8x1", 8, time_budget_s=None)
+    free = planned_3d(None)
+    reference = json.dumps(dataclasses.asdict(free.plan), sort_keys=True)
+    checkpoints = sum(p["entries"] for p in free.extra["planning"]["phases"])
+    seen = set()
+    for budget in sorted({*range(1, 40, 3), *range(40, checkpoints + 3, max(1, checkpoints // 10))}):
+        result = planned_3d(budget)
+        planning, tensor = result.extra["planning"], result.extra["tensor"]
+        if planning["stopped_early"]:
+            valid(result, req)
+            seen.add(("tensor" if tensor["stopped_early"] else "plain", "later_stops" in planning))
+            assert ("later_stops" in planning) == (tensor["stopped_early"] and planning["phase_reached"] != "tensor")
+        else:
+            assert not tensor["stopped_early"] and json.dumps(dataclasses.asdict(result.plan), sort_keys=True) == reference
+    assert ("tensor", True) in seen and ("plain", False) in seen

@@ -46,6 +46,7 @@ class Deadline:
     stopped: tuple[str, ...] | None = None
     stopped_after_s: float = 0.0
     covered: dict[str, int] = field(default_factory=dict)
+    later_stops: list[str] = field(default_factory=list)
 
     def check(self, phases: list[str]) -> None:
         """A checkpoint: raise BudgetSpent, recording the open `phases`, when the budget is exceeded and the search
@@ -60,13 +61,16 @@ class Deadline:
     def to_json(self) -> dict[str, Any]:
         """{"time_budget_s", "stopped_early"} and, when it stopped, "stopped_after_s" (on its clock), "phase_reached"
         (the outermost phase open but the run's own "other": the search's step, e.g. "candidates" or "refine") and
-        "phases_open" (innermost last), with what the search had covered (e.g. "simulations", "candidates")."""
+        "phases_open" (innermost last), with what the search had covered (e.g. "simulations", "candidates"); and
+        "later_stops", the searches a re-armed budget stopped after the first (`budget_rearmed`)."""
         obj: dict[str, Any] = {"time_budget_s": self.seconds, "stopped_early": self.stopped is not None}
         if self.stopped is not None:
             obj["stopped_after_s"] = self.stopped_after_s
             obj["phase_reached"] = next((name for name in self.stopped if name != "other"), "other")
             obj["phases_open"] = list(self.stopped)
             obj.update(self.covered)
+        if self.later_stops:
+            obj["later_stops"] = list(self.later_stops)
         return obj
 
 
@@ -105,6 +109,42 @@ def fallback(ready: Callable[[], bool]) -> Iterator[None]:
         yield
     finally:
         deadline.ready = outer
+
+
+@contextmanager
+def budget_share(fraction: float) -> Iterator[None]:
+    """Inside, the open deadline allows only `fraction` of the seconds it has left (a search that another follows in
+    the same run leaves the rest to it); without an open deadline, or once it has stopped, nothing."""
+    deadline = _CURRENT.get()
+    if deadline is None or deadline.stopped is not None:
+        yield
+        return
+    full = deadline.seconds
+    elapsed = deadline.clock() - deadline.start
+    deadline.seconds = min(full, elapsed + fraction * max(full - elapsed, 0.0))
+    try:
+        yield
+    finally:
+        deadline.seconds = full
+
+
+@contextmanager
+def budget_rearmed(name: str) -> Iterator[None]:
+    """Inside, a deadline that stopped an earlier search of the run checks again, so the search `name` that follows
+    it stops at its first checkpoint with a fallback rather than running unchecked; the first stop stays the one
+    to_json reports, a later one is listed by `name` in "later_stops"."""
+    deadline = _CURRENT.get()
+    if deadline is None or deadline.stopped is None:
+        yield
+        return
+    first = (deadline.stopped, deadline.stopped_after_s, dict(deadline.covered))
+    deadline.stopped = None
+    try:
+        yield
+    finally:
+        if deadline.stopped is not None:
+            deadline.later_stops.append(name)
+        deadline.stopped, deadline.stopped_after_s, deadline.covered = first
 
 
 def record_coverage(**counts: int) -> None:

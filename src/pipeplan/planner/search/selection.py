@@ -59,7 +59,7 @@ from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES
 from pipeplan.planner.search.tensor_grid import has_tensor_layers, plan_tensor
-from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
+from pipeplan.planner.time_budget import BudgetSpent, budget_rearmed, budget_share, fallback, record_coverage
 from pipeplan.schedules.one_f_one_b import one_f_one_b
 from pipeplan.schedules.registry import MAX_ACTIONS, PLAIN
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
@@ -70,6 +70,9 @@ FINALISTS = 4
 LIST_MAX_ACTIONS = 200_000
 REFINE_ACTIONS = 400_000
 SEED_REFINE_MARGIN = 1.2
+PLAIN_SHARE = 0.5
+"""On a profile with split layers, the share of the time budget left that the plain (t = 1) search may take; the 3D
+search that follows gets the rest (with_tensor_parallelism)."""
 SCHEDULE_NEEDS = {
     "interleaved-1f1b": "p >= 2 ranks of 2 or more layers each, with m a multiple of p per pipeline",
 }
@@ -374,7 +377,9 @@ def plan_pipeplan(request: PlanRequest, progress: Progress | None = None, baseli
 def with_tensor_parallelism(request: PlanRequest, plain: Callable[[], PlanResult]) -> PlanResult:
     """On a profile with split layers: the faster of the plain search's plan (tp 1, zero 0; run unless the request
     forces t > 1 or sharding) and the 3D search's (search.tensor_grid), the plain one on ties; extra["tensor"] says
-    what the 3D search chose, extra["notes"] what a user must read (tensor-parallel groups across servers).
+    what the 3D search chose, extra["notes"] what a user must read (tensor-parallel groups across servers). Under a
+    time budget the plain search may take PLAIN_SHARE of it and the 3D search the rest, each stopping at its first
+    checkpoint past its share once it has a plan to return.
 
     Raises:
         PlanError: neither search found a plan that fits (the 3D search's reason).
@@ -383,11 +388,13 @@ def with_tensor_parallelism(request: PlanRequest, plain: Callable[[], PlanResult
     flat: PlanResult | None = None
     if (request.tensor_parallel or 1) == 1 and not request.zero:
         try:
-            flat = plain()
+            with budget_share(PLAIN_SHARE):
+                flat = plain()
         except PlanError:
             flat = None  # no plan fits at t = 1 without sharding: the 3D space decides
     try:
-        grid = plan_tensor(request)
+        with budget_rearmed("tensor_search"):
+            grid = plan_tensor(request, has_fallback=flat is not None)
     except PlanError:
         if flat is None:
             raise

@@ -38,6 +38,7 @@ from pipeplan.planner.baselines.megatron import plan_megatron, server_order, sta
 from pipeplan.planner.plan_space import divisors, tensor_degrees
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.scoring import Evaluator
+from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
 
 SHAPES = 6
@@ -179,13 +180,22 @@ def ranked(evaluator: Evaluator, plans: list[Plan], count: int) -> list[Plan]:
     return [plan for _, _, plan in sorted(scored, key=lambda x: (x[0], x[1]))[:count]]
 
 
-def tensor_candidates(request: PlanRequest, evaluator: Evaluator) -> list[Plan]:
-    """Steps 1 and 2 (module note): the FINALISTS fastest plans of the 3D space that fit, fastest first."""
+def tensor_candidates(request: PlanRequest, evaluator: Evaluator, seen: list[Plan] | None = None) -> list[Plan]:
+    """Steps 1 to 3's cuts (module note): the FINALISTS fastest plans of the 3D space that fit, fastest first. Each
+    plan found that fits is appended to `seen` as it is found (what a search the time budget stops still has)."""
+    seen = [] if seen is None else seen
     of_plan = {plan: s for s in shapes(request) if (plan := frugal(request, s)) is not None}
-    best_shapes = [of_plan[plan] for plan in ranked(evaluator, list(of_plan), SHAPES)]
-    fitting = (first_fitting(evaluator, options) for s in best_shapes for options in variants(request, s))
-    plans = [plan for plan in fitting if plan is not None]
-    refined = [refine_cuts(evaluator, plan) for plan in ranked(evaluator, plans, FINALISTS)]
+    best = ranked(evaluator, list(of_plan), SHAPES)
+    seen += best
+    plans = []
+    for options in (options for plan in best for options in variants(request, of_plan[plan])):
+        if (plan := first_fitting(evaluator, options)) is not None:
+            plans.append(plan)
+            seen.append(plan)
+    refined = []
+    for plan in ranked(evaluator, plans, FINALISTS):
+        refined.append(refine_cuts(evaluator, plan))
+        seen.append(refined[-1])
     return ranked(evaluator, list(dict.fromkeys(refined)), FINALISTS)
 
 
@@ -221,23 +231,36 @@ def refine_cuts(evaluator: Evaluator, plan: Plan) -> Plan:
     return best
 
 
-def plan_tensor(request: PlanRequest) -> PlanResult:
+def plan_tensor(request: PlanRequest, has_fallback: bool = False) -> PlanResult:
     """The fastest plan of the 3D space (module note), simulated in full, with extra["tensor"] saying what was
-    chosen and why.
+    chosen and why. Under a time budget (planner.time_budget) the search stops at its first checkpoint past it once
+    it has a plan to return: the Megatron-style grid's best point, or, with `has_fallback`, the caller's (the plain
+    search's plan); the fastest of what it had found is then simulated in full (extra["tensor"]["stopped_early"]).
 
     Raises:
         PlanError: no plan of the space fits (the Megatron-style grid's refusal, naming the first misfit).
     """
     started = time.perf_counter()
     evaluator = Evaluator(request)
-    finalists = tensor_candidates(request, evaluator)
     try:
-        grid = plan_megatron(request, request.zero or 0)
-        finalists.append(grid.plan)
+        grid: PlanResult | None = plan_megatron(request, request.zero or 0)
+        refusal = None
     except PipeplanError as exc:
-        grid = None
-        if not finalists:
-            raise PlanError(f"no plan with tensor parallelism fits: {str(exc).splitlines()[0]}") from exc
+        grid, refusal = None, exc
+    seen: list[Plan] = []
+    stopped = False
+    with fallback(lambda: has_fallback or grid is not None):
+        try:
+            finalists = tensor_candidates(request, evaluator, seen)
+        except BudgetSpent:
+            stopped = True
+            record_coverage(simulations=evaluator.simulations, candidates=len(seen))
+            finalists = ranked(evaluator, list(dict.fromkeys(seen)), FINALISTS)
+    if grid is not None:
+        finalists.append(grid.plan)
+    elif not finalists:
+        assert refusal is not None
+        raise PlanError(f"no plan with tensor parallelism fits: {str(refusal).splitlines()[0]}") from refusal
     best: tuple[float, int, Plan] | None = None
     for i, plan in enumerate(finalists):
         try:
@@ -252,7 +275,7 @@ def plan_tensor(request: PlanRequest) -> PlanResult:
     result = evaluator.exact(plan)
     memory = check_fits(plan, request.model, result)
     extra = {
-        "tensor": tensor_choice(request, plan, grid),
+        "tensor": {**tensor_choice(request, plan, grid), "stopped_early": stopped},
         "simulations": evaluator.simulations,
     }
     return PlanResult(plan, "pipeplan", result, evaluator.costs(plan), memory, time.perf_counter() - started, extra)
