@@ -7,9 +7,9 @@ PipeDream (Narayanan et al., SOSP'19, Table 2: speed-up over data parallelism at
 minibatch). Each row's configuration is the one PipeDream's artifact ran (msr-fiddle/pipedream, runtime/*/
 driver_configs/*_<n>pipedream.yml and models/<model>/gpus=<n>/*_conf.json: 4-GPU servers v401-v407, Cluster-A):
 
-- VGG-16 and AlexNet, "15-1": the convolutions (through the flatten) replicated on 15 GPUs, the classifier (from
-  the first Linear; models/vgg16/gpus=16/stage1.py) on the 16th; per-GPU minibatch 64 (VGG-16) and 256 (AlexNet,
-  synthetic data). Simulated as that plan run synchronously: 15 x minibatch samples per iteration in 16
+- VGG-16 and AlexNet, "15-1": the convolutions (through the flatten, and AlexNet's dropout after it) replicated on
+  15 GPUs, the classifier from the first Linear on the 16th (models/vgg16/gpus=16/stage1.py, models/alexnet/gpus=16/
+  stage0.py); per-GPU minibatch 64 (VGG-16) and 256 (AlexNet, synthetic data). Simulated as that plan run synchronously: 15 x minibatch samples per iteration in 16
   microbatches, 1F1B, the replicated stage's all-reduce once per iteration (as PipeDream's replicas synchronise
   once per round of 15 minibatches).
 - GNMT-16 (`gnmt_large`) and GNMT-8 (`gnmt`): "Straight" pipelines (gnmt_large/gpus=16/mp_conf.json: 14 stages of
@@ -74,9 +74,9 @@ ROWS: tuple[PipeDreamRow, ...] = (
                  "the abstract's 'up to 5.3x'"),
     PipeDreamRow("VGG-16", "pipedream/vgg16", "2x8 (B)", "p3-v100-8x2", 64, "15-1", 2.98, 34,
                  "the paper's (the artifact's configurations are Cluster-A's)", "not checked"),
-    PipeDreamRow("AlexNet", "pipedream/alexnet", "4x4 (A)", "nc-v100-4x4", 256, "15-1", 4.92, 16,
+    PipeDreamRow("AlexNet", "pipedream/alexnet", "4x4 (A)", "nc-v100-4x4", 256, "15-1", 4.92, 17,
                  PIPEDREAM_ARTIFACT.format(kind="image_classification", name="alexnet", gpus=16), "not checked"),
-    PipeDreamRow("AlexNet", "pipedream/alexnet", "2x8 (B)", "p3-v100-8x2", 256, "15-1", 2.04, 16,
+    PipeDreamRow("AlexNet", "pipedream/alexnet", "2x8 (B)", "p3-v100-8x2", 256, "15-1", 2.04, 17,
                  "the paper's (the artifact's configurations are Cluster-A's)", "not checked"),
     PipeDreamRow("GNMT-16", "pipedream/gnmt_large", "4x4 (A)", "nc-v100-4x4", 64, "Straight", 2.34, None,
                  PIPEDREAM_ARTIFACT.format(kind="translation", name="gnmt_large", gpus=16), "not checked"),
