@@ -9,9 +9,9 @@ driver_configs/*_<n>pipedream.yml and models/<model>/gpus=<n>/*_conf.json: 4-GPU
 
 - VGG-16 and AlexNet, "15-1": the convolutions (through the flatten, and AlexNet's dropout after it) replicated on
   15 GPUs, the classifier from the first Linear on the 16th (models/vgg16/gpus=16/stage1.py, models/alexnet/gpus=16/
-  stage0.py); per-GPU minibatch 64 (VGG-16) and 256 (AlexNet, synthetic data). Simulated as that plan run synchronously: 15 x minibatch samples per iteration in 16
-  microbatches, 1F1B, the replicated stage's all-reduce once per iteration (as PipeDream's replicas synchronise
-  once per round of 15 minibatches).
+  stage0.py); per-GPU minibatch 64 (VGG-16) and 256 (AlexNet, synthetic data). Simulated as that plan run
+  synchronously: 15 x minibatch samples per iteration in 16 microbatches, 1F1B, the replicated stage's all-reduce
+  once per iteration (as PipeDream's replicas synchronise once per round of 15 minibatches).
 - GNMT-16 (`gnmt_large`) and GNMT-8 (`gnmt`): "Straight" pipelines (gnmt_large/gpus=16/mp_conf.json: 14 stages of
   one GPU); their layer split is in 14 stage files not read here, so these rows take the pipedream baseline's plan
   (planner.baselines.pipedream: the original planner's partition, run as synchronous 1F1B) on the same cluster.

@@ -46,14 +46,15 @@ A100_HDR_NIC_GB_PER_S = 24.0
 (NVIDIA/nccl-tests issue #119, 2022). Line rate: 25 GB/s."""
 
 A100_MATMUL_FRACTION = 0.737
-"""Sustained fp16 matmul rate measured on an A100 80GB: 230 of 312 TFLOP/s (73.7%), an 8192 x 8192 x 8192 `a @ b`
-timed as the median of a loop run for at least 3 s (torch.utils.benchmark blocked_autorange, min_run_time=3)
+"""Sustained fp16 matmul rate measured on an A100 80GB: 230 of 312 TFLOP/s (73.7%), an 8192 x 8192 x 8192 `a @ b` timed
+as the median of a loop run for at least 3 s (torch.utils.benchmark blocked_autorange, min_run_time=3)
 (mli/transformers-benchmarks, README.md "Micro-Benchmarking Summary", measured with its micro_bench.ipynb; the
-README's setup is NVIDIA's PyTorch 22.07 container, the A100 run's own software versions are not stated). The short-burst best shape is higher (A100_MATMUL_BURST_FRACTION); a training
-step keeps the GPU under load for seconds, and the sustained rate is the one such a step sees: the burst finder's
-author calls the power-saturated sustained rate (MSMF) the one that "matches real training throughput"
-(stas00/ml-engineering, compute/accelerator/benchmarks/README.md), and publishes it only for newer GPUs (H200:
-702.9 sustained against 828.0 burst TFLOP/s)."""
+README's setup is NVIDIA's PyTorch 22.07 container, the A100 run's own software versions are not stated). The
+short-burst best shape is higher (A100_MATMUL_BURST_FRACTION); a training step keeps the GPU under load for seconds,
+and the sustained rate is the one such a step sees: the burst finder's author calls the power-saturated sustained rate
+(MSMF) the one that "matches real training throughput" (stas00/ml-engineering,
+compute/accelerator/benchmarks/README.md), and publishes it only for newer GPUs (H200: 702.9 sustained against 828.0
+burst TFLOP/s)."""
 
 A100_MATMUL_BURST_FRACTION = 0.859
 """Largest bf16 matmul throughput found on an A100 SXM in a short burst: 267.9 of 312 TFLOP/s (85.9%), shape
