@@ -73,3 +73,11 @@ def test_calibrated_presets_round_trip_and_stay_out_of_the_fixed_list() -> None:
     assert again.devices == cluster.devices
     assert again.allreduce_bytes_per_s == cluster.allreduce_bytes_per_s
     assert not any(name.startswith("dgx-") for name in list_clusters())
+
+
+def test_a_one_node_h100_ring_all_reduces_at_nvlink_sharps_bus_bandwidth() -> None:
+    """A ring over dgx-h100-8x1's 8 GPUs: 2 x 7 / 8 x S / 476 GB/s + 14 x 5 us, the closed form to 1e-12."""
+    cluster = load_cluster("dgx-h100-8x1")
+    size = 2.5e9
+    expected = 2 * 7 / 8 * size / 476e9 * 1e3 + 14 * 5e-3
+    assert math.isclose(ring_allreduce_ms(cluster, tuple(range(8)), size), expected, rel_tol=1e-12)

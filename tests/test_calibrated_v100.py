@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from cli_runner import run
 from pipeplan.core.errors import ClusterError
 from pipeplan.io.cluster_json import cluster_from_json, cluster_to_json
 from pipeplan.presets import calibrated_v100
@@ -75,3 +76,15 @@ def test_v100_presets_round_trip_and_stay_out_of_the_fixed_list() -> None:
         again = cluster_from_json(cluster_to_json(cluster))
         assert again.devices == cluster.devices and again.nic_bytes_per_s == cluster.nic_bytes_per_s
     assert not any(calibrated_v100.is_v100_name(name) for name in list_clusters())
+
+
+def test_the_cli_refuses_a_bad_v100_name_in_one_line_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`pipeplan show cluster p3-v100-4x2`: exit 2, one line on stderr naming the name and the three families."""
+    code, out, err = run(monkeypatch, capsys, "show", "cluster", "p3-v100-4x2")
+    assert code == 2 and out == ""
+    assert err == (
+        "error: ClusterError: unknown calibrated cluster 'p3-v100-4x2': the V100 calibrated presets are p3-v100-8x<N>, "
+        "nc-v100-4x<N>, eth-v100-1x<N> (N servers, N >= 1, e.g. p3-v100-8x2)\n"
+    )
