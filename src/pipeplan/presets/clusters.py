@@ -97,7 +97,7 @@ def _uniform(n: int, value: float) -> list[list[float]]:
     return [[0.0 if a == b else value for b in range(n)] for a in range(n)]
 
 
-def _join_nodes(
+def join_nodes(
     name: str,
     nodes: list[tuple[dict[str, Any], list[list[float]], list[list[float]]]],
     inter_gb_per_s: float,
@@ -179,12 +179,12 @@ def _description(
 
 def v100_8x1() -> dict[str, Any]:
     """One DGX-1 with 8 V100s: non-uniform NVLink (2 links, 1 link, or none via the host)."""
-    return _join_nodes("v100-8x1", [_dgx1_node()], 0.0, 0.0, None, "one DGX-1V, 8 x V100 SXM2 16GB, hybrid cube-mesh NVLink")
+    return join_nodes("v100-8x1", [_dgx1_node()], 0.0, 0.0, None, "one DGX-1V, 8 x V100 SXM2 16GB, hybrid cube-mesh NVLink")
 
 
 def v100_8x2_25g() -> dict[str, Any]:
     """Two DGX-1 servers joined by one 25 Gb/s Ethernet NIC each (DAPPLE's hierarchical setting)."""
-    return _join_nodes(
+    return join_nodes(
         "v100-8x2-25g",
         [_dgx1_node(), _dgx1_node()],
         ETH_25G_GB_PER_S,
@@ -248,7 +248,7 @@ def pcie_4x4_10g() -> dict[str, Any]:
 
 def hetero_a100_v100() -> dict[str, Any]:
     """One DGX A100 (node 0) and one DGX-1V (node 1), joined by 100 Gb/s EDR InfiniBand."""
-    return _join_nodes(
+    return join_nodes(
         "hetero-a100-v100",
         [_dgx_a100_node(), _dgx1_node()],
         IB_EDR_GB_PER_S,

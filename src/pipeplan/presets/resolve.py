@@ -17,6 +17,7 @@ from pipeplan.io.files import check_regular, something_at
 from pipeplan.io.graph_txt import parse_graph_txt, read_graph_txt
 from pipeplan.io.profile_json import read_profile_json
 from pipeplan.presets.calibrated import calibrated_cluster, is_calibrated_name
+from pipeplan.presets.calibrated_v100 import is_v100_name, v100_cluster
 from pipeplan.presets.clusters import CLUSTER_BUILDERS
 from pipeplan.presets.gpt_profile import GPT_PREFIX, gpt_profile, parse_gpt_spec
 from pipeplan.presets.profiles import REFERENCE_DEVICE, builtin_profile_files, builtin_profile_text
@@ -96,7 +97,8 @@ def load_schedule(spec: str, stages: int | None, microbatches: int | None, k: in
 
 def load_cluster(spec: str) -> Cluster:
     """A cluster from a built-in name, a calibrated preset's name (`dgx-a100-8x<N>`, `dgx-h100-8x<N>`:
-    presets.calibrated) or a `.json` file (pipeplan.cluster/1, either form).
+    presets.calibrated; `p3-v100-8x<N>`, `nc-v100-4x<N>`, `eth-v100-1x<N>`: presets.calibrated_v100) or a `.json`
+    file (pipeplan.cluster/1, either form).
 
     Raises:
         ClusterError: unknown name (with close matches), unreadable or bad file.
@@ -105,7 +107,7 @@ def load_cluster(spec: str) -> Cluster:
         raise ClusterError(f"cluster must be a built-in name or a file path, got {spec!r}")
     if something_at(spec):
         return read_cluster_json(spec)
-    if spec not in CLUSTER_BUILDERS and is_calibrated_name(spec):
+    if spec not in CLUSTER_BUILDERS and (is_calibrated_name(spec) or is_v100_name(spec)):
         return _calibrated_cluster(spec)
     return _builtin_cluster(_resolve(spec, list_clusters(), "cluster", ClusterError))
 
@@ -161,7 +163,8 @@ def _builtin_profile(name: str) -> ModelProfile:
 @cache
 def _calibrated_cluster(name: str) -> Cluster:
     """Build a calibrated preset once per process."""
-    return cluster_from_json(calibrated_cluster(name), f"calibrated cluster {name}")
+    built = v100_cluster(name) if is_v100_name(name) else calibrated_cluster(name)
+    return cluster_from_json(built, f"calibrated cluster {name}")
 
 
 @cache
