@@ -260,3 +260,27 @@ def test_train_refuses_sharded_gradients_in_one_line(
     assert (code, out, started) == (2, "", []), err
     assert err == (f"error: TrainConfigError: plan {plan}: plan zero 2 shards gradients too, which the runtime does not "
                    "run yet: set zero 1 (the optimizer state sharded, the gradients whole) or zero 0\n")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_a_zero_1_run_resumes_as_the_run_goes_on(tmp_path: Path) -> None:
+    """`train --plan` with zero 1 (Adam, 2 replicas of stage 0): 2 steps checkpointed, then resumed to 4, give the
+    last 2 losses of 4 steps run straight (to 1e-12): each process's checkpoint holds its stages' optimizer state
+    gathered whole (shaped as the parameters), and loads its slice back."""
+    plan = _plan_file(tmp_path, 1)
+    straight = run_train([*_train_args(plan), "--steps", "4", "--json"], timeout=600)
+    assert straight.returncode == 0, straight.stderr
+    folder = str(tmp_path / "ckpt")
+    first = run_train([*_train_args(plan), "--steps", "2", "--checkpoint-dir", folder, "--checkpoint-every", "2"], timeout=600)
+    assert first.returncode == 0, first.stderr
+    from pipeplan.runtime.state.checkpoint import rank_file
+
+    saved = torch.load(rank_file(tmp_path / "ckpt", 2, 0), weights_only=False)
+    stage = saved["stages"][0]
+    assert [tuple(s["exp_avg"].shape) for _, s in sorted(saved["optimizer"]["state"].items())] == [
+        tuple(t.shape) for t in stage.values()
+    ]
+    resumed = run_train([*_train_args(plan), "--steps", "4", "--checkpoint-dir", folder, "--resume", "--json"], timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    want, got = json.loads(straight.stdout)["losses"], json.loads(resumed.stdout)["losses"]
+    assert len(got) == 2 and all(abs(a - b) <= 1e-12 for a, b in zip(got, want[2:], strict=True)), (got, want)

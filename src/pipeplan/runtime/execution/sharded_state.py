@@ -38,7 +38,9 @@ MakeOptimizer = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
 @dataclass
 class Bucket:
     """One dtype's trained parameters laid end to end (`total` elements) and this process's slice [lo, hi) of
-    them, held as `shard` (the tensor its inner optimizer steps); `chunk` = ceil(total / d), every slice's padded size."""
+    them, held as `shard` (the tensor its inner optimizer steps, filled from the parameters at each step and emptied
+    after it: between steps a process holds its slice's state and nothing more); `chunk` = ceil(total / d), every
+    slice's padded size."""
 
     params: list[torch.Tensor]
     total: int
@@ -56,6 +58,14 @@ class Bucket:
             if lo < hi:
                 yield p, lo - offset, lo - self.lo, hi - lo
             offset += n
+
+    def hold(self) -> None:
+        """Give `shard` its slice's storage (filled by the caller)."""
+        self.shard.set_(torch.empty(self.hi - self.lo, dtype=self.shard.dtype, device=self.shard.device))
+
+    def release(self) -> None:
+        """Empty `shard` (the same tensor, which keys the optimizer's state, without storage)."""
+        self.shard.set_(torch.empty(0, dtype=self.shard.dtype, device=self.shard.device))
 
 
 def bucket(params: Sequence[torch.Tensor], index: int, size: int) -> Bucket:
@@ -93,6 +103,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.buckets = [bucket(ps, index, size) for _, ps in sorted(by_dtype.items(), key=lambda item: str(item[0]))]
         self.inner = make([b.shard for b in self.buckets])
         check_elementwise(type(self.inner))
+        for b in self.buckets:
+            b.release()
         hyper = {k: v for k, v in self.inner.param_groups[0].items() if k != "params"}
         super().__init__([{"params": list(params), **hyper}], dict(self.inner.defaults))
         self.state = self.inner.state  # type: ignore[assignment]  # what this process holds: its slices' state
@@ -107,6 +119,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if key != "params":
                 self.inner.param_groups[0][key] = value
         for b in self.buckets:
+            b.hold()
             grad = torch.zeros_like(b.shard)
             for p, at, start, n in b.pieces():
                 b.shard[start : start + n].copy_(local_tensor(p).reshape(-1)[at : at + n])
@@ -117,6 +130,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for b in self.buckets:
             b.shard.grad = None
             whole = self._gather(b, b.shard)
+            b.release()
             offset = 0
             for p in b.params:
                 local = local_tensor(p)
