@@ -284,3 +284,24 @@ def test_a_checkpoint_of_a_zero_1_run_resumes_as_the_run_goes_on(tmp_path: Path)
     assert resumed.returncode == 0, resumed.stderr
     want, got = json.loads(straight.stdout)["losses"], json.loads(resumed.stdout)["losses"]
     assert len(got) == 2 and all(abs(a - b) <= 1e-12 for a, b in zip(got, want[2:], strict=True)), (got, want)
+
+
+def test_what_the_runtime_does_not_run_of_sharding_is_refused_in_one_line() -> None:
+    """zero 2 (gradients sharded) and zero 1 on an asynchronous schedule: one PlanError each from the runtime's plan
+    check, naming the field and the way out; pipeplan.distribute raises it before joining any process group."""
+    import pipeplan
+    from pipeplan.core.errors import PlanError
+    from pipeplan.core.plan import Plan, Stage
+    from pipeplan.runtime.options import check_tensor_parallel_plan
+
+    stages = (Stage(0, 2, (0, 1)), Stage(3, 4, (2,)))
+    with pytest.raises(PlanError, match=r"^plan zero 2 shards gradients too, which the runtime does not run yet: set "
+                       r"zero 1 \(the optimizer state sharded, the gradients whole\) or zero 0$"):  # fmt: skip
+        check_tensor_parallel_plan(Plan(stages, 1, 2, 2, "1f1b", zero=2), PlanError)
+    with pytest.raises(PlanError, match=r"^plan zero 1 and schedule 'pipemare': the runtime shards optimizer state on "
+                       r"a synchronous schedule; give the plan 1f1b, gpipe or kfkb, or zero 0$"):  # fmt: skip
+        check_tensor_parallel_plan(Plan(stages, 1, 2, 2, "pipemare", zero=1), PlanError)
+    check_tensor_parallel_plan(Plan(stages, 1, 2, 2, "1f1b", zero=1), PlanError)
+    model = nn.Sequential(nn.Linear(6, 7), nn.Tanh(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 3))
+    with pytest.raises(PlanError, match=r"^plan zero 2 shards gradients too"):
+        pipeplan.distribute(model, Plan(stages, 1, 2, 2, "1f1b", zero=2), nn.functional.cross_entropy)
