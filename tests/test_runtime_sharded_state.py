@@ -15,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 from cli_runner import run  # noqa: E402
@@ -169,20 +171,26 @@ def _slice(total: int, size: int, index: int) -> int:
     return max(0, min(total, (index + 1) * chunk) - min(total, index * chunk))
 
 
-def test_slices_cover_every_element_once() -> None:
-    """A bucket's slices over 1..6 processes, for parameters of 1..40 elements: disjoint, in order, each at most
-    ceil(n / d) long, together [0, n)."""
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=5), st.integers(1, 8))
+def test_slices_cover_every_element_once(sizes: list[int], d: int) -> None:
+    """A bucket's d slices of parameters of any sizes: in order, each at most ceil(n / d) long, their pieces
+    together [0, n) once (n the parameters' elements)."""
     from pipeplan.runtime.execution.sharded_state import bucket
 
-    for sizes in ([1], [3, 5], [7, 1, 12], [40]):
-        params = [torch.zeros(n, dtype=torch.float64) for n in sizes]
-        total = sum(sizes)
-        for d in range(1, 7):
-            cuts = [bucket(params, i, d) for i in range(d)]
-            assert cuts[0].lo == 0 and cuts[-1].hi == total
-            assert all(a.hi == b.lo for a, b in itertools.pairwise(cuts))
-            assert all(c.hi - c.lo <= math.ceil(total / d) and c.shard.numel() == c.hi - c.lo for c in cuts)
-            assert sum(n for c in cuts for _, _, _, n in c.pieces()) == total
+    params = [torch.zeros(n, dtype=torch.float64) for n in sizes]
+    total = sum(sizes)
+    cuts = [bucket(params, i, d) for i in range(d)]
+    assert cuts[0].lo == 0 and cuts[-1].hi == total
+    assert all(a.hi == b.lo for a, b in itertools.pairwise(cuts))
+    assert all(c.hi - c.lo <= math.ceil(total / d) and c.shard.numel() == c.hi - c.lo for c in cuts)
+    covered = []
+    for c in cuts:
+        for p, at, start, n in c.pieces():
+            first = sum(sizes[: next(i for i, q in enumerate(params) if q is p)])
+            assert c.lo + start == first + at
+            covered.extend(range(first + at, first + at + n))
+    assert covered == list(range(total))
 
 
 def test_an_optimizer_whose_state_does_not_shard_by_element_is_refused_in_one_line() -> None:
@@ -305,3 +313,17 @@ def test_what_the_runtime_does_not_run_of_sharding_is_refused_in_one_line() -> N
     model = nn.Sequential(nn.Linear(6, 7), nn.Tanh(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 3))
     with pytest.raises(PlanError, match=r"^plan zero 2 shards gradients too"):
         pipeplan.distribute(model, Plan(stages, 1, 2, 2, "1f1b", zero=2), nn.functional.cross_entropy)
+
+
+def test_a_sharded_optimizer_refuses_a_second_parameter_group() -> None:
+    """add_param_group after construction (its slices are cut then): one PlanError; the one group holds every
+    parameter, with the inner optimizer's settings; its state is its slice's (empty before a step)."""
+    from pipeplan.core.errors import PlanError
+    from pipeplan.runtime.execution.sharded_state import ShardedOptimizer
+
+    params = [nn.Parameter(torch.zeros(5, dtype=torch.float64)), nn.Parameter(torch.zeros(3, dtype=torch.float64))]
+    optimizer = ShardedOptimizer(lambda ps: torch.optim.Adam(ps, lr=0.25), params, None, 1, 2)
+    assert [len(g["params"]) for g in optimizer.param_groups] == [2] and optimizer.param_groups[0]["lr"] == 0.25
+    assert [(b.lo, b.hi, b.shard.numel()) for b in optimizer.buckets] == [(4, 8, 0)] and not optimizer.state
+    with pytest.raises(PlanError, match=r"^a sharded optimizer holds one parameter group"):
+        optimizer.add_param_group({"params": [nn.Parameter(torch.zeros(2, dtype=torch.float64))]})

@@ -109,6 +109,17 @@ class ShardedOptimizer(torch.optim.Optimizer):
         super().__init__([{"params": list(params), **hyper}], dict(self.inner.defaults))
         self.state = self.inner.state  # type: ignore[assignment]  # what this process holds: its slices' state
 
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """The one group of the whole parameters (made by the constructor); a further group is refused.
+
+        Raises:
+            PlanError: a group added after the constructor's.
+        """
+        if self.param_groups:
+            raise PlanError("a sharded optimizer holds one parameter group (this process's parameters, sliced at its "
+                            "construction): build it with every parameter, through DistributedPipeline.optimizer")  # fmt: skip
+        super().add_param_group(param_group)
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """Step this process's slices with the parameters' (all-reduced) gradients, then all-gather every slice
