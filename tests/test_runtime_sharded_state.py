@@ -211,32 +211,35 @@ OPTIONS = {"d_model": 16, "heads": 4, "layers": 2, "seq_len": 8}
 """charlm's options in train's runs (its own dataset: pysource)."""
 
 
-def _plan_file(tmp_path: Path, zero: int, schedule: str = "1f1b") -> str:
-    """charlm's 4 layers on 3 processes, zero `zero`: embedding and block 0 on 2 replicas, the rest on one."""
+def _plan_file(tmp_path: Path, zero: int, tp: int = 1) -> str:
+    """charlm's 4 layers, zero `zero`: tp 1: embedding and block 0 on 2 replicas, the rest on one (3 processes);
+    tp 2: every layer on 2 replicas of a TP group of 2 (4 processes)."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
 
-    plan = Plan((Stage(0, 1, (0, 1)), Stage(2, 3, (2,))), 1, 4, 2, schedule, zero=zero)
-    path = tmp_path / f"plan-{zero}.json"
+    stages = (Stage(0, 1, (0, 1)), Stage(2, 3, (2,))) if tp == 1 else (Stage(0, 3, (0, 1, 2, 3), tp=tp),)
+    plan = Plan(stages, 1, 4, 2, "1f1b", zero=zero)
+    path = tmp_path / f"plan-{zero}-{tp}.json"
     write_plan(plan, path, "charlm", "local")
     return str(path)
 
 
-def _train_args(plan: str, *extra: str) -> list[str]:
-    """train's flags for charlm (OPTIONS) in float64 with Adam, 3 steps, on 3 local processes."""
+def _train_args(plan: str, *extra: str, local: int = 3) -> list[str]:
+    """train's flags for charlm (OPTIONS) in float64 with Adam, 3 steps, on `local` local processes."""
     opts = [x for key, value in OPTIONS.items() for x in ("--opt", f"{key}={value}")]
-    return ["--local", "3", "--plan", plan, "--module", "charlm", *opts, "--dtype", "float64", "--optimizer", "adam",
+    return ["--local", str(local), "--plan", plan, "--module", "charlm", *opts, "--dtype", "float64", "--optimizer", "adam",
             "--lr", str(LR), "--steps", "3", "--no-predict", *extra]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_train_runs_a_plan_with_zero_1_as_the_plain_loop(tmp_path: Path) -> None:
-    """`train --plan` with zero 1 (a stage of 2 replicas, Adam, float64) on `--local 3`: its 3 losses equal a plain
-    torch loop's on the same batches to 1e-9."""
+@pytest.mark.parametrize("tp", [1, 2])
+def test_train_runs_a_plan_with_zero_1_as_the_plain_loop(tmp_path: Path, tp: int) -> None:
+    """`train --plan` with zero 1 (Adam, float64): a stage of 2 replicas beside one of 1 on `--local 3`, and 2
+    replicas of a tp 2 stage on `--local 4`: its 3 losses equal a plain torch loop's on the same batches to 1e-9."""
     from pipeplan.models.build import build_model
     from pipeplan.models.zoo.datasets import batch_indices
 
-    done = run_train([*_train_args(_plan_file(tmp_path, 1)), "--json"], timeout=600)
+    done = run_train([*_train_args(_plan_file(tmp_path, 1, tp), local=3 if tp == 1 else 4), "--json"], timeout=600)
     assert done.returncode == 0, done.stderr
     losses = json.loads(done.stdout)["losses"]
     model = build_model("charlm", dict(OPTIONS), "auto", "float64", seed=0)
