@@ -258,8 +258,8 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
 def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]], tmp_path: Path
 ) -> None:  # fmt: skip
-    """A plan whose tp > 1 stage holds no transformer block (mlp's layers), or with zero > 0, gets one line naming the
-    stage's tp (or zero) and the way out: the runtime splits blocks and does not shard optimizer state."""
+    """A plan whose tp > 1 stage holds no transformer block (mlp's layers), or with zero 2, gets one line naming the
+    stage's tp (or zero) and the way out: the runtime splits blocks and shards optimizer state, not gradients."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
 
@@ -269,8 +269,8 @@ def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
             "stage 0 (layers 0..2) has tp 2 but none of its layers is a transformer block the runtime splits",
         ),
         "zero.json": (
-            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=1),
-            "plan zero 1: the runtime does not shard optimizer state yet; set zero 0",
+            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=2),
+            "plan zero 2 shards gradients too, which the runtime does not run yet: set zero 1",
         ),
     }
     for name, (plan, text) in plans.items():

@@ -183,7 +183,7 @@ def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tm
          "stage 0 (layers 0..0) has tp 2 but none of its layers is a transformer block"),
         ([(0, 1, (0, 1), 2, True), (2, 3, (2, 3), 2, False)], 0, [],
          "stage 0 has sequence_parallel true, which the runtime does not run yet"),
-        ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 1, [], "plan zero 1: the runtime does not shard"),
+        ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 2, [], "plan zero 2 shards gradients too"),
         ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["--eval"],
          "stage 0 has tp 2, and train runs tensor-parallel stages without --eval yet"),
     ],

@@ -46,7 +46,8 @@ def distribute(
     seed: int = 0,
 ) -> DistributedPipeline:
     """This process's part of `plan` on your model, in a script started by `torchrun --nproc-per-node N` (N the
-    plan's devices): `.parameters()` for your optimizer, `.step(inputs, targets)` on each global batch (the mean loss,
+    plan's devices): `.parameters()` for your optimizer (or `.optimizer(torch.optim.Adam, lr=...)`: its state sharded
+    under a plan's zero 1), `.step(inputs, targets)` on each global batch (the mean loss,
     on every process), `.clip_grad_norm_(max_norm)`, `.state_dict()` / `.load_state_dict(state)` of the whole model.
 
     Every process builds the same `model` (an nn.Module: a chain of blocks, a graph that traces, or a stock Hugging

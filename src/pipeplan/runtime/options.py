@@ -217,15 +217,20 @@ def check_async_precision(precision: str, schedule: str) -> None:
 
 
 def check_tensor_parallel_plan(plan: Plan, error: type[PipeplanError], where: str = "") -> None:
-    """What the runtime runs of a 3D plan, from the plan alone: no sharded optimizer state (zero 0), no sequence
-    parallelism, and tensor-parallel stages only on a synchronous schedule without an adaptive setting (the
+    """What the runtime runs of a 3D plan, from the plan alone: optimizer state sharded (zero 1) but not gradients
+    (zero 2), on a synchronous schedule (an asynchronous one steps each stage's own optimizers inside itself); no
+    sequence parallelism, and tensor-parallel stages only on a synchronous schedule without an adaptive setting (the
     asynchronous and adaptive runs build their stages otherwise). `where` prefixes the message (e.g. the plan's file).
 
     Raises:
         error: one line naming the field and its value, and the way out.
     """
-    if plan.zero:
-        raise error(f"{where}plan zero {plan.zero}: the runtime does not shard optimizer state yet; set zero 0 to run it")
+    if plan.zero == 2:
+        raise error(f"{where}plan zero 2 shards gradients too, which the runtime does not run yet: set zero 1 (the "
+                    "optimizer state sharded, the gradients whole) or zero 0")  # fmt: skip
+    if plan.zero and plan.schedule in ASYNCHRONOUS:
+        raise error(f"{where}plan zero {plan.zero} and schedule {plan.schedule!r}: the runtime shards optimizer state "
+                    "on a synchronous schedule; give the plan 1f1b, gpipe or kfkb, or zero 0")  # fmt: skip
     tp = next(((s, st) for s, st in enumerate(plan.stages) if st.tp > 1), None)
     if tp is None:
         return

@@ -6,7 +6,8 @@ process. Each builds the whole model, keeps the layers of its own stages
 (models.specs.spec_from_module: the chain or graph the profiler measured) and
 walks its actions of the plan's schedule with the runtime's Executor, the code
 `pipeplan train` runs: the same messages, the same gradient all-reduce between
-replicas. The user's optimizer steps `parameters()`; the loss, the gradient
+replicas. The user's optimizer steps `parameters()` (`optimizer(cls, ...)` builds it, its state sharded under a
+plan's zero 1: runtime.execution.sharded_state); the loss, the gradient
 norm and the model's state are collectives that every process calls and that
 give every process the same answer (runtime.execution.whole_model).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,6 +29,7 @@ from pipeplan.models.stage import LossFn
 from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
+from pipeplan.runtime.execution.sharded_state import check_elementwise, plan_optimizer
 from pipeplan.runtime.execution.tp_layers import check_tensor_parallel, tensor_parallel_layers
 from pipeplan.runtime.execution.whole_model import WholeModel
 from pipeplan.runtime.placement import Topology
@@ -128,6 +131,25 @@ class DistributedPipeline:
     def parameters(self) -> list[nn.Parameter]:
         """This process's trained parameters (its stages', each once: Executor.parameters), for the user's optimizer."""
         return self.executor.parameters()
+
+    def optimizer(self, optimizer_class: type[torch.optim.Optimizer], **options: Any) -> torch.optim.Optimizer:
+        """`optimizer_class(self.parameters(), **options)`; under a plan with zero 1, its state sharded over each
+        stage's data-parallel group (runtime.execution.sharded_state: SGD, Adam or AdamW), its `state_dict()`
+        whole (a collective). An optimizer built over `parameters()` by hand trains the same, unsharded.
+
+        Raises:
+            PlanError: `optimizer_class` is no torch optimizer, or (zero 1) not one whose state shards by element.
+        """
+        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+            got = getattr(optimizer_class, "__name__", type(optimizer_class).__name__)
+            raise PlanError(f"optimizer_class must be a torch.optim.Optimizer class (e.g. torch.optim.Adam), got {got!r:.60}")
+        if self.plan.zero:
+            check_elementwise(optimizer_class)
+
+        def make(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+            return optimizer_class(params, **options)
+
+        return plan_optimizer(make, self.parameters(), self.executor.sync, self.plan.zero)
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor) -> float:
         """One iteration of the plan's schedule on a global batch (every process passes the same one; each takes its

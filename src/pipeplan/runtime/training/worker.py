@@ -23,6 +23,7 @@ from pipeplan.runtime.execution.executor import Executor
 from pipeplan.runtime.execution.loss_scale import LossScaler
 from pipeplan.runtime.execution.memory_meter import SavedMemoryMeter, static_bytes
 from pipeplan.runtime.execution.optim import make_optimizer
+from pipeplan.runtime.execution.sharded_state import plan_optimizer
 from pipeplan.runtime.execution.shared_grads import shared_copies
 from pipeplan.runtime.measurement.allreduces import gather_allreduces, span_row
 from pipeplan.runtime.measurement.prediction import (
@@ -98,7 +99,8 @@ def train(
                                seed=config.seed)  # fmt: skip
     executor = pipe.executor
     params = pipe.parameters()
-    optimizer = make_optimizer(config.optimizer, params, config.lr)
+    # a plan's zero 1: the state sharded over each stage's data-parallel group (runtime.execution.sharded_state)
+    optimizer = plan_optimizer(lambda ps: make_optimizer(config.optimizer, ps, config.lr), params, executor.sync, plan.zero)
     root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     fingerprint = config.fingerprint(plan, schedule, world)
     start = 0
