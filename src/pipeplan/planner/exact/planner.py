@@ -16,10 +16,12 @@ from pipeplan.core.errors import PipeplanError, PlanError
 from pipeplan.planner.exact.search import BranchAndBound
 from pipeplan.planner.exact.space import search_space
 from pipeplan.planner.exact.symmetry import MAX_GROUP, automorphisms
+from pipeplan.planner.exact.tensor_space import best_tensor_plan
 from pipeplan.planner.plan_space import EXACT_COVERED as COVERED
 from pipeplan.planner.plan_space import EXACT_SCHEDULES as SCHEDULES
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.refine import twin_classes
+from pipeplan.planner.search.tensor_grid import has_tensor_layers
 from pipeplan.planner.simulated import evaluate
 from pipeplan.schedules.registry import names_text
 from pipeplan.sim.cost.layers import static_bytes
@@ -48,7 +50,9 @@ def device_orders(classes: tuple[int, ...], limit: int) -> int:
 
 
 def plan_exact(request: PlanRequest) -> PlanResult:
-    """The plan with the smallest simulated iteration time over exact's space (exact.space's docstring).
+    """The plan with the smallest simulated iteration time over exact's space (exact.space's docstring); on a profile
+    with tensor-parallel splits, or a forced ZeRO stage, the faster of that and the best 3D plan (exact.tensor_space;
+    the t = 1 plan on ties).
 
     Raises:
         PlanError: the instance is too large, the schedule is not one the
@@ -72,8 +76,14 @@ def plan_exact(request: PlanRequest) -> PlanResult:
     else:
         raise PlanError(f"planner 'exact' covers {names_text(COVERED, 'and')}, got schedule {request.schedule!r}")
     search = BranchAndBound(request, schedules, classes, group)
-    search.run()
-    if search.best_plan is None:
+    three_d = has_tensor_layers(request) or request.zero is not None
+    if not three_d or ((request.tensor_parallel or 1) == 1 and not request.zero):
+        search.run()  # the t = 1 plans without sharding (a forced t > 1 or ZeRO stage leaves only the 3D space)
+    best = search.best_plan
+    tensor = best_tensor_plan(request) if three_d else None
+    if tensor is not None and (best is None or tensor[1] < evaluate(request, best)[0].iteration_time):
+        best = tensor[0]
+    if best is None:
         copies = ", ".join(
             f"{g.name!r} {static_bytes(g.param_bytes, request.model.optimizer_factor) / GIB:.2f} GiB"
             for g in request.profile.shared_params
@@ -84,7 +94,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
             f"{request.cluster.name} (global batch {request.global_batch}){note}; try more devices or a smaller batch"
         )
     try:
-        result, memory = evaluate(request, search.best_plan, record=True)
+        result, memory = evaluate(request, best, record=True)
     except PipeplanError as exc:  # the search checked memory the same way; this would be a bug
         raise PlanError(f"planner 'exact' chose a plan that does not fit: {exc}") from exc
     extra = {
@@ -93,5 +103,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         "shapes_searched": search.shapes_searched,
         "search_space": space,
     }
-    costs = plan_costs(search.best_plan, request.model)
-    return PlanResult(search.best_plan, "exact", result, costs, memory, time.perf_counter() - started, extra)
+    if tensor is not None:
+        extra["tensor_plans_simulated"] = tensor[2]
+    costs = plan_costs(best, request.model)
+    return PlanResult(best, "exact", result, costs, memory, time.perf_counter() - started, extra)
