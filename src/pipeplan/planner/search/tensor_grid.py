@@ -15,7 +15,10 @@ schedule, time simulated):
 2. variants of the SHAPES fastest shapes that fit: ZeRO 0, 1 and 2 (each only where it applies), balanced or
    Megatron-LM's uniform stages (baselines.megatron.stage_bounds), and the schedules 1f1b, gpipe, zb-h1 and
    interleaved-1f1b at v in CHUNKS (m a multiple of p), each with sequence parallelism off, or on where only that
-   fits: the cost model prices it no time, only less memory (sim.cost.tensor_parallel). ZeRO 1 and 2 cost no
+   fits: `train` does not run sequence parallelism yet, so a plan it can run comes first. The cost model prices
+   sequence parallelism faster where a split layer has work every rank runs whole without it (TensorSplit.whole_fwd,
+   whole_bwd, split t ways with it; sim.cost.tensor_parallel): `exact` (planner.exact.tensor_space), which scores
+   both, finds plans 4-6 % faster on a 4096-wide block (tests/test_tensor_space.py). ZeRO 1 and 2 cost no
    exchange time there and split the optimizer step, so among equal times the plan scored first wins (zero 1
    before 2).
 3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
@@ -51,7 +54,8 @@ REFINE_SCORES = 64
 """The most plans one finalist's cut refinement scores (refine_cuts)."""
 SCHEDULES = ("1f1b", "gpipe", "zb-h1")
 SEQUENCE_PARALLEL = (False, True)
-"""Sequence parallelism off, then on (t > 1 only): a plan takes the first that fits (variants, first_fitting)."""
+"""Sequence parallelism off, then on (t > 1 only): a plan takes the first that fits (variants, first_fitting), so
+a plan `train` runs comes first (module note)."""
 """The one-chunk schedules step 2 tries, 1f1b first."""
 
 
