@@ -73,6 +73,10 @@ ALLREDUCE_BYTES_GPU = (1 << 20, 1 << 25, 1 << 28)
 MATMUL_SIZE = 8192
 """n of the n x n x n bf16 matmul the probe times: large enough to reach a GPU's matmul plateau."""
 MATMUL_ROUNDS = 10
+MATMUL_SECONDS = 3.0
+"""How long the probe keeps a GPU multiplying, in rounds of MATMUL_ROUNDS matmuls: the rate it reports is the median
+round of the second half, the sustained rate once clocks and power settle (the calibrated presets' A100 figure was
+measured so: presets.calibrated.A100_MATMUL_FRACTION), not a short burst's."""
 HANG_ENV = "PIPEPLAN_PROBE_HANG"
 """Test hook: the process whose rank this names joins the group and then never answers."""
 
@@ -209,8 +213,9 @@ def matmul_fraction(n: int, seconds: float, peak_tflops: float) -> float:
 
 
 def measure_matmul_fraction(device: torch.device) -> float | None:
-    """This GPU's large-matmul share of its kind's bf16 peak (the median of MATMUL_ROUNDS timed bf16 matmuls of
-    MATMUL_SIZE); None on a CPU or a GPU pipeplan has no peak for."""
+    """This GPU's sustained large-matmul share of its kind's bf16 peak (MATMUL_SECONDS of rounds of MATMUL_ROUNDS
+    bf16 matmuls of MATMUL_SIZE, the median round of the second half); None on a CPU or a GPU pipeplan has no peak
+    for."""
     from pipeplan.core.hardware.devices import GPU_SPECS, kind_of_device_name
 
     if device.type != "cuda":
@@ -222,13 +227,15 @@ def measure_matmul_fraction(device: torch.device) -> float | None:
     b = torch.randn(MATMUL_SIZE, MATMUL_SIZE, dtype=torch.bfloat16, device=device)
     torch.matmul(a, b)  # warm-up: the library picks its kernel
     torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(MATMUL_ROUNDS):
+    samples: list[float] = []
+    started = time.perf_counter()
+    while len(samples) < 2 or time.perf_counter() - started < MATMUL_SECONDS:
         t0 = time.perf_counter()
-        torch.matmul(a, b)
+        for _ in range(MATMUL_ROUNDS):
+            torch.matmul(a, b)
         torch.cuda.synchronize(device)
-        samples.append(time.perf_counter() - t0)
-    return matmul_fraction(MATMUL_SIZE, statistics.median(samples), GPU_SPECS[kind].bf16_tflops)
+        samples.append((time.perf_counter() - t0) / MATMUL_ROUNDS)
+    return matmul_fraction(MATMUL_SIZE, statistics.median(samples[len(samples) // 2 :]), GPU_SPECS[kind].bf16_tflops)
 
 
 def _barrier(timeout_s: float, what: str) -> None:
