@@ -43,6 +43,13 @@ Issue 35's acceptance, checked on whatever ran:
   H3 the controller's peak memory never over the budget (ControllerConfig.memory_budget_bytes, else the limit);
   H4 its peak memory <= 1.2 x the best fixed k's unless it is more than 5 % faster than that k (every run);
   P1 >= 90 % of the oracle on every run with the perturbed model.
+Every ratio is of whole runs (the total time of the iterations). A replayed log ends at its last sample and the
+replay holds that sample's value after it, a network the log never measured; at 250 ms per bin on pcie-4x4-10g the
+runs outlast their log (xlnet-36's ferry log ends at 178.8 s, 1F1B's run at 370 s), so a policy a little behind
+meets the held value for more of its run. Such runs are also reported over the log's span (log_span_ms, work_rate:
+each policy's iterations per ms up to the log's last sample, the iteration in progress counted by its elapsed
+share; every policy and every log family alike, the generated families have no end), with H1 and H2 judged again
+on that measure beside the whole-run verdicts.
 
 Part 2, planning for the network you will have (plan --bandwidth-trace): for each profile and preset, pipeplan's
 plan on the idle network (any schedule) against the finalist with the least expected time under a Markov trace on
@@ -142,16 +149,42 @@ def run_instance(job: tuple[str, int, str, int, int, bool, bool]) -> list[dict[s
         else:
             trace = held_out_trace(name, result.iteration_time, slow_ms, links, seed, iterations)
         pipeline = PipelineModel.from_plan(plan, model, trace)
-        row = run_trace(pipeline, trace, iterations, seed if perturbed else None)
+        row = run_trace(pipeline, trace, iterations, seed if perturbed else None, log_span_ms(name, trace))
         plan_text = f"{plan.num_ranks}x{plan.pipeline_replicas} m={plan.microbatches}x{plan.microbatch_size}"
         rows.append({"profile": profile, "cluster": cluster, "trace": name, "held_out": name not in TRACES,
                      "plan": plan_text, "idle_1f1b_ms": result.iteration_time, "links": len(links), **row})  # fmt: skip
     return rows
 
 
-def run_trace(pipeline: Any, trace: Any, iterations: int, perturb_seed: int | None) -> dict[str, Any]:
+LOGS = ("replay", "replay-250ms", "bus-1s", "bus-250ms", "ferry-1s", "ferry-250ms")
+"""The families that replay a measured log: the network is recorded up to the log's last sample only."""
+
+
+def log_span_ms(name: str, trace: Any) -> float | None:
+    """Where the recorded network ends: the time of a replayed log's last sample (after it the replay holds that
+    sample's value forever, a network the log never measured); None for the generated families (defined at every
+    time: periodic, markov, oscillating and flip are generated past every run, drift holds its floor by definition)."""
+    return trace.end_ms if name in LOGS else None
+
+
+def work_rate(run: Any, span_ms: float | None) -> float:
+    """Iterations per ms over [0, min(span_ms, the run's end)]: the run's iterations over its total time when it ends
+    inside the span (or there is none), else the iterations done by span_ms (the one in progress counted by its share
+    of time elapsed) over span_ms."""
+    if span_ms is None or run.total_ms <= span_ms:
+        return len(run.iteration_ms) / run.total_ms
+    done = sum(min(1.0, max(0.0, (span_ms - s) / d)) for s, d in zip(run.start_ms, run.iteration_ms, strict=True))
+    return done / span_ms
+
+
+def run_trace(
+    pipeline: Any, trace: Any, iterations: int, perturb_seed: int | None, span_ms: float | None = None
+) -> dict[str, Any]:
     """Every policy on one pipeline and trace (adapt.fixed_baselines), and with `perturb_seed` the controller again with a
-    wrong model of the pipeline and noisy observations (adaptive_traces.perturbed, noisy) against the same truth."""
+    wrong model of the pipeline and noisy observations (adaptive_traces.perturbed, noisy) against the same truth.
+
+    Every ratio is of whole runs (total time of `iterations`); with `span_ms` (a replayed log's end, log_span_ms) the
+    "_span" ratios are of work_rate over the log's span, every policy measured alike."""
     from adaptive_traces import noisy, perturbed
     from pipeplan.adapt.controller import AdaptiveController, ControllerConfig
     from pipeplan.adapt.fixed_baselines import compare_policies
@@ -184,6 +217,10 @@ def run_trace(pipeline: Any, trace: Any, iterations: int, perturb_seed: int | No
         "decision_cpu_share": statistics.mean(comparison.decision_cpu_ms) / mean_iteration,
         "decision_max_share": max(comparison.decision_ms) / mean_iteration,
         "seconds": seconds,
+        "log_span_ms": span_ms,
+        "past_span": span_ms is not None and max(run.total_ms for run in p.values()) > span_ms,
+        "vs_oracle_span": work_rate(adaptive, span_ms) / work_rate(p["oracle"], span_ms),
+        "vs_best_static_span": work_rate(adaptive, span_ms) / max(work_rate(r, span_ms) for r in comparison.fixed.values()),
     }
     if perturb_seed is not None:
         wrong = AdaptiveController(perturbed(pipeline, perturb_seed), config)
@@ -191,6 +228,7 @@ def run_trace(pipeline: Any, trace: Any, iterations: int, perturb_seed: int | No
         row["perturbed_vs_oracle"] = p["oracle"].total_ms / run.run.total_ms
         row["perturbed_vs_best_static"] = best.total_ms / run.run.total_ms
         row["perturbed_forecast_error"] = forecast_error(run.decisions, run.run.iteration_ms)
+        row["perturbed_vs_oracle_span"] = work_rate(run.run, span_ms) / work_rate(p["oracle"], span_ms)
     return row
 
 
@@ -277,6 +315,25 @@ def judge_acceptance(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
                 _worst(worst, "vs_best_static"),
             )
         )
+    logs = [r for r in held if r.get("past_span")]
+    if logs:  # the same targets with each replayed log's runs measured over the log's recorded span (log_span_ms)
+        spans = [r for r in held if "vs_oracle_span" in r]
+        worst = min(spans, key=lambda r: r["vs_oracle_span"])
+        verdicts.append(
+            (
+                f"H1 over each log's span ({len(logs)} runs outlast their log)",
+                worst["vs_oracle_span"] >= TARGET_ORACLE,
+                _worst(worst, "vs_oracle_span"),
+            )
+        )
+        worst = min(spans, key=lambda r: r["vs_best_static_span"])
+        verdicts.append(
+            (
+                "H2 over each log's span",
+                worst["vs_best_static_span"] >= TARGET_BEST_STATIC,
+                _worst(worst, "vs_best_static_span"),
+            )
+        )
     over = [r for r in rows if not r["within_budget"]]
     verdicts.append(("H3 never over the memory budget", not over, f"{len(over)} runs over"))
     heavy = [r for r in rows if r["peak_vs_best_static"] > TARGET_PEAK and r["vs_best_static"] <= 1 + TARGET_PEAK_GAIN]
@@ -324,6 +381,17 @@ def print_tables(rows: list[dict[str, Any]], planning: list[dict[str, Any]]) -> 
                 f"{r['switches']} ({r['oracle_switches']}) | {','.join(map(str, r['k_used']))} | "
                 f"{r['peak_vs_best_static']:.2f} | {r['forecast_error']:.1%} |{more} "
                 f"{r['decision_cpu_share']:.2%} / {r['decision_mean_share']:.2%} / {r['decision_max_share']:.2%} |"
+            )
+    past = [r for r in rows if r.get("past_span")]
+    if past:
+        print("\nRuns that outlast their replayed log (log_span_ms), whole run -> over the log's span:\n")
+        print("| profile | cluster | trace | log ends (ms) | vs oracle | vs best fixed k | perturbed vs oracle |")
+        print("|---|---|---|---|---|---|---|")
+        for r in past:
+            wrong = f"{r['perturbed_vs_oracle']:.3f} -> {r['perturbed_vs_oracle_span']:.3f}" if "perturbed_vs_oracle" in r else ""
+            print(
+                f"| {r['profile']} | {r['cluster']} | {r['trace']} | {r['log_span_ms']:.0f} | {r['vs_oracle']:.3f} -> "
+                f"{r['vs_oracle_span']:.3f} | {r['vs_best_static']:.3f} -> {r['vs_best_static_span']:.3f} | {wrong} |"
             )
     preempted = [r["speedup_1f1b"] for r in rows if r["trace"] in PREEMPTED]
     inside = sum(PUBLISHED[0] <= s <= PUBLISHED[1] for s in preempted)
