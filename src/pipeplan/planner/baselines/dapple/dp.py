@@ -25,6 +25,7 @@ in hash order).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,8 +53,7 @@ class DappleStage:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Cell:
+class _Cell(NamedTuple):  # a tuple: the DP makes one per kept (state, level, GPU set), often millions
     time: float
     split: tuple[int, int, int] | None  # (k, m of the prefix, prefix GPU set)
     units: int
@@ -132,6 +132,7 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
     payload = 2.0 * model.cut_bytes
     for m in range(levels.done, p):
         times: dict[int, np.ndarray] = {}  # per GPU set taken at level m, each state's cell time so far
+        seeded = {key for j in range(states) for key in cells[j][m]}  # the first stage's sets (Fresh First)
         for mp in range(1, 2 if straight else m + 1):
             prefix = m - mp
             if prefix not in gathered:  # the prefix level is complete: gather it once
@@ -149,7 +150,7 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
                 # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs)
                 moves = _moves(machines, rates, level, np.array(of_set), [gpus for gpus, _ in options])
                 base = np.maximum(level.times[of_set], moves * payload)
-                _step(levels, m, mp, rows / (mp * rp), base, takens, options, times)
+                _step(levels, m, mp, rows / (mp * rp), base, takens, options, times, seeded)
         levels.done = max(levels.done, m + 1)
 
 
@@ -158,7 +159,7 @@ CHUNK_VALUES = 1 << 21
 
 
 def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, takens: list[int],
-          options: list[tuple[int, tuple[int, ...]]], times: dict[int, np.ndarray]) -> None:  # fmt: skip
+          options: list[tuple[int, tuple[int, ...]]], times: dict[int, np.ndarray], seeded: set[int]) -> None:  # fmt: skip
     """Level m's cells from a last stage of mp GPUs per replica: pair q (prefix set takens[q], placement options[q])
     offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]).
 
@@ -197,24 +198,31 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
     before = np.empty((len(set_keys), states))
     for s, key in enumerate(set_keys):
         now = times.get(key)
-        if now is None:  # the first stage's cells (Fresh First) may hold this set already
-            now = times[key] = np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)])
+        if now is None:  # a set no pair reached yet at level m: only the first stage's cells may hold it
+            now = (
+                np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)]) if key in seeded else np.inf
+            )
         before[s] = now
     kept = group_min < before
+    # the kept cells, state by state, a state's new sets in the order of their first finite pair
+    js, ss = np.nonzero(kept.T)
+    order = np.lexsort((first_finite[ss, js], js))
+    js, ss = js[order], ss[order]
+    qs = first_min[ss, js]
+    made = zip(js.tolist(), ss.tolist(), qs.tolist(), group_min[ss, js].tolist(), at[qs, js].tolist(), strict=True)
+    for j, s, q, v, k in made:
+        cells[j][m][set_keys[s]] = _Cell(v, (k, m - mp, takens[q]), mp, options[q][1])
+    np.copyto(before, group_min, where=kept)
+    for s in np.flatnonzero(kept.any(axis=1)).tolist():
+        times[set_keys[s]] = before[s].copy()
+    # best[j][m]: of the smallest kept time, the set whose first pair reaching it comes first
+    offered = np.where(kept, group_min, np.inf)
+    smallest = offered.min(axis=0)
+    first = np.argmin(np.where(kept & (offered == smallest), first_min, never), axis=0)
     for j in np.flatnonzero(kept.any(axis=0)).tolist():
-        row = cells[j][m]
-        winners = np.flatnonzero(kept[:, j])
-        for s in winners[np.argsort(first_finite[winners, j], kind="stable")].tolist():
-            q = int(first_min[s, j])
-            v = float(group_min[s, j])
-            times[set_keys[s]][j] = v
-            row[set_keys[s]] = _Cell(v, (int(at[q, j]), m - mp, takens[q]), mp, options[q][1])
-        values = group_min[winners, j]
-        smallest = float(values.min())
         top = best[j][m]
-        if top is None or smallest < top.time:
-            s = int(winners[np.flatnonzero(values == smallest)][np.argmin(first_min[winners[values == smallest], j])])
-            best[j][m] = row[set_keys[s]]
+        if top is None or smallest[j] < top.time:
+            best[j][m] = cells[j][m][set_keys[int(first[j])]]
 
 
 @dataclass(frozen=True, slots=True)
