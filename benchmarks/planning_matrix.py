@@ -1,7 +1,7 @@
 """Planning time and memory: every shared profile x every preset cluster x global batch 256 and 2048 (issue 36).
 
 Usage: .venv/bin/python benchmarks/planning_matrix.py [--quick] [--profiles a,b] [--clusters c,d] [--batches 256,2048]
-       [--out results.json] [--check] [--compare BASE.json] [--timeout 600]
+       [--out results.json] [--check] [--compare BASE.json] [--timeout 600] [--time-budget S|none] [--src DIR]
 
 Each instance is one whole `python -m pipeplan plan --profile P --cluster C --global-batch B --json` process, run
 one at a time (never in parallel: the times are the point). Per instance: wall seconds, CPU seconds (user + system)
@@ -17,6 +17,10 @@ instance <= 5 s wall.
 --compare BASE.json: the instances of BASE (an earlier --out) whose simulated iteration time changed, with both
 times (a plan change must make the time no worse; issue 36's acceptance).
 
+--time-budget none: every instance runs its whole search (on a loaded machine the default budget of wall clock cuts
+searches short, so their CPU seconds and plans are not the code's); --src DIR: run another tree's sources (a
+before/after pair from one harness).
+
 --quick: 2 profiles x 2 clusters x global batch 256 (a smoke run of the harness, minutes on a loaded machine).
 Run the whole matrix only on a quiet machine (416 processes; about an hour at today's speeds):
     PYTHONPATH=src .venv/bin/python benchmarks/planning_matrix.py --out planning_matrix.json --check
@@ -25,6 +29,7 @@ Run the whole matrix only on a quiet machine (416 processes; about an hour at to
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -42,18 +47,22 @@ MAX_SECONDS = 60.0
 MAX_BYTES = 2 * 2**30
 MEDIAN_SECONDS = 5.0
 SRC = Path(__file__).resolve().parent.parent / "src"
+TIMING_FIELDS = ("planning", "planning_seconds")
+"""What plan --json holds besides the plan: how long planning took (left out of plan_sha256)."""
 
 
-def plan_command(profile: str, cluster: str, batch: int) -> list[str]:
-    """The `plan --json` process of one instance."""
+def plan_command(profile: str, cluster: str, batch: int, time_budget: str | None = None) -> list[str]:
+    """The `plan --json` process of one instance (`time_budget`: plan's --time-budget, S or none; None: its default)."""
+    budget = [] if time_budget is None else ["--time-budget", time_budget]
     return [sys.executable, "-m", "pipeplan", "plan", "--profile", profile, "--cluster", cluster,
-            "--global-batch", str(batch), "--json"]  # fmt: skip
+            "--global-batch", str(batch), "--json", *budget]  # fmt: skip
 
 
 def parse_plan_output(stdout: str, returncode: int, stderr: str) -> dict[str, Any]:
-    """What a row keeps of a `plan --json` process's output: iteration_time (ms), planning_seconds, the slowest
-    phase (name, seconds) and stopped_early (the time budget cut the search) from a plan; error (stderr's last line)
-    from a refusal (exit 2) or a fault."""
+    """What a row keeps of a `plan --json` process's output: iteration_time (ms), plan_sha256 (of the JSON without
+    TIMING_FIELDS, keys sorted: equal digests are the same plan), planning_seconds, the slowest phase (name,
+    seconds) and stopped_early (the time budget cut the search) from a plan; error (stderr's last line) from a
+    refusal (exit 2) or a fault."""
     if returncode != 0:
         lines = [line for line in stderr.splitlines() if line.strip()]
         return {"iteration_time": None, "error": lines[-1] if lines else f"exit code {returncode}"}
@@ -61,8 +70,10 @@ def parse_plan_output(stdout: str, returncode: int, stderr: str) -> dict[str, An
     planning = obj.get("planning", {})
     phases = planning.get("phases", [])
     slowest = max(phases, key=lambda p: p["seconds"], default=None)
+    plan = {k: v for k, v in obj.items() if k not in TIMING_FIELDS}
     return {
         "iteration_time": obj["iteration_time"],
+        "plan_sha256": hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest(),
         "planning_seconds": obj["planning_seconds"],
         "slowest_phase": None if slowest is None else [slowest["name"], slowest["seconds"]],
         "stopped_early": bool(planning.get("stopped_early", False)),
@@ -70,11 +81,13 @@ def parse_plan_output(stdout: str, returncode: int, stderr: str) -> dict[str, An
     }
 
 
-def run_instance(profile: str, cluster: str, batch: int, timeout: float, command: list[str] | None = None) -> dict[str, Any]:
+def run_instance(profile: str, cluster: str, batch: int, timeout: float, command: list[str] | None = None,
+                 src: Path = SRC) -> dict[str, Any]:  # fmt: skip
     """Plan one instance in its own process: wall, CPU (user + system) and peak RSS of that process, and its plan.
 
-    `command` replaces the plan command (tests). A process past `timeout` seconds is killed and its row says so."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}
+    `command` replaces the plan command (tests); `src` is the pipeplan sources it runs (first on PYTHONPATH). A
+    process past `timeout` seconds is killed and its row says so."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     row: dict[str, Any] = {"profile": profile, "cluster": cluster, "batch": batch}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
@@ -124,15 +137,20 @@ def check(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def compare(rows: list[dict[str, Any]], base: list[dict[str, Any]]) -> list[str]:
-    """Instances in both whose simulated iteration time differs (or that plan in one and not the other)."""
-    before = {(r["profile"], r["cluster"], r["batch"]): r.get("iteration_time") for r in base}
+    """Instances in both whose simulated iteration time differs (or that plan in one and not the other), and those
+    of equal time whose plans differ (where both rows have plan_sha256)."""
+    before = {(r["profile"], r["cluster"], r["batch"]): r for r in base}
     changed = []
     for r in rows:
         key = (r["profile"], r["cluster"], r["batch"])
-        if key in before and before[key] != r.get("iteration_time"):
-            old, new = before[key], r.get("iteration_time")
+        if key not in before:
+            continue
+        old, new = before[key].get("iteration_time"), r.get("iteration_time")
+        if old != new:
             verdict = "faster" if old is not None and new is not None and new < old else "SLOWER OR LOST"
             changed.append(f"{key[0]} on {key[1]} at batch {key[2]}: {old} ms -> {new} ms ({verdict})")
+        elif None not in (digest := before[key].get("plan_sha256"), r.get("plan_sha256")) and digest != r["plan_sha256"]:
+            changed.append(f"{key[0]} on {key[1]} at batch {key[2]}: {old} ms, another plan of the same time")
     return changed
 
 
@@ -149,7 +167,8 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
     if rows:
         lines.append(
             f"{len(rows)} instances: median wall {statistics.median(r['wall_s'] for r in rows):.2f} s, max wall "
-            f"{max(r['wall_s'] for r in rows):.2f} s, max memory {max(r['peak_rss_bytes'] for r in rows) / 2**30:.2f} GiB"
+            f"{max(r['wall_s'] for r in rows):.2f} s, median CPU {statistics.median(r['cpu_s'] for r in rows):.2f} s, "
+            f"max CPU {max(r['cpu_s'] for r in rows):.2f} s, max memory {max(r['peak_rss_bytes'] for r in rows) / 2**30:.2f} GiB"
         )
     return lines
 
@@ -164,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a target fails")
     parser.add_argument("--compare", default=None, help="an earlier --out: list instances whose time changed")
     parser.add_argument("--timeout", type=float, default=600.0, help="kill an instance after this many seconds")
+    parser.add_argument("--time-budget", default=None, help="plan's --time-budget (S or none; default: plan's own)")
+    parser.add_argument("--src", default=str(SRC), help="the pipeplan sources to run (default: this checkout's src)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(SRC))
     from pipeplan.presets.resolve import list_clusters, list_profiles
@@ -175,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     for cluster in clusters:
         for profile in profiles:
             for batch in batches:
-                rows.append(run_instance(profile, cluster, batch, args.timeout))
+                command = plan_command(profile, cluster, batch, args.time_budget)
+                rows.append(run_instance(profile, cluster, batch, args.timeout, command, Path(args.src)))
                 print(f"{profile} {cluster} {batch}: {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
                 if args.out:
                     Path(args.out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
@@ -183,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if args.compare:
         changed = compare(rows, json.loads(Path(args.compare).read_text())["rows"])
-        print(f"{len(changed)} instance(s) with another simulated time than {args.compare}")
+        print(f"{len(changed)} instance(s) with another simulated time or plan than {args.compare}")
         print("\n".join(changed))
     if args.check:
         failures = check(rows)

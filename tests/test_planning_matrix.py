@@ -3,6 +3,7 @@ per-process CPU and memory it measures (against a child that spends known amount
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -37,8 +38,9 @@ def test_a_plan_and_a_refusal_are_parsed() -> None:
         "planning": {"phases": [{"name": "simulation", "seconds": 2.0}, {"name": "refine", "seconds": 0.5}]},
     }
     parsed = matrix.parse_plan_output(json.dumps(obj), 0, "")
-    assert parsed == {"iteration_time": 12.5, "planning_seconds": 3.0, "slowest_phase": ["simulation", 2.0],
-                      "stopped_early": False, "error": None}  # fmt: skip
+    digest = hashlib.sha256(b'{"iteration_time": 12.5}').hexdigest()  # the plan without its planning times
+    assert parsed == {"iteration_time": 12.5, "plan_sha256": digest, "planning_seconds": 3.0,
+                      "slowest_phase": ["simulation", 2.0], "stopped_early": False, "error": None}  # fmt: skip
     obj["planning"] |= {"time_budget_s": 50.0, "stopped_early": True}
     assert matrix.parse_plan_output(json.dumps(obj), 0, "")["stopped_early"] is True
     refused = matrix.parse_plan_output("", 2, "warning\nerror: PlanError: no plan fits\n")
@@ -60,6 +62,17 @@ def test_compare_lists_the_instances_whose_time_changed_with_both_times() -> Non
         "q on c at batch 256: 10.0 ms -> 9.0 ms (faster)",
         "r on c at batch 256: 10.0 ms -> None ms (SLOWER OR LOST)",
     ]
+
+
+def test_compare_lists_another_plan_of_the_same_time_where_both_rows_have_digests() -> None:
+    base = [row(1.0, plan_sha256="a"), row(1.0, profile="q", plan_sha256="a"), row(1.0, profile="r")]
+    now = [row(1.0, plan_sha256="a"), row(1.0, profile="q", plan_sha256="b"), row(1.0, profile="r", plan_sha256="b")]
+    assert matrix.compare(now, base) == ["q on c at batch 256: 1.0 ms, another plan of the same time"]
+
+
+def test_the_plan_command_passes_a_time_budget_only_when_given() -> None:
+    assert "--time-budget" not in matrix.plan_command("p", "c", 256)
+    assert matrix.plan_command("p", "c", 256, "none")[-2:] == ["--time-budget", "none"]
 
 
 @pytest.mark.slow

@@ -25,10 +25,11 @@ in hash order).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from pipeplan.planner.baselines.dapple.comm_times import LinkRates, transfer_s
+from pipeplan.planner.baselines.dapple.comm_times import LinkRates
 from pipeplan.planner.baselines.dapple.gpus import FRESH_FIRST, Machines, place, replica_placements
 from pipeplan.planner.baselines.dapple.planning_model import DappleModel
 
@@ -52,8 +53,7 @@ class DappleStage:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class _Cell:
+class _Cell(NamedTuple):  # a tuple: the DP makes one per kept (state, level, GPU set), often millions
     time: float
     split: tuple[int, int, int] | None  # (k, m of the prefix, prefix GPU set)
     units: int
@@ -77,8 +77,7 @@ class Levels:
     seeded: int = 0  # levels given their first-stage cells
     done: int = 1  # levels complete (level 0 holds first-stage cells only)
     placed: dict[tuple[int, int], dict[int, tuple[int, ...]]] = field(default_factory=dict)
-    moves: dict[tuple[int, int], float] = field(default_factory=dict)
-    gathered: dict[int, dict[int, tuple[np.ndarray, np.ndarray, list[int]]]] = field(default_factory=dict)
+    gathered: dict[int, _Level] = field(default_factory=dict)
 
     def grow(self, levels: int) -> None:
         """Room for `levels` levels in every state's row (rows already longer stay as they are)."""
@@ -125,59 +124,158 @@ def dp_sets(
 
 def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int, rp: int, straight: bool,
                 levels: Levels) -> None:  # fmt: skip
-    """Fill every (j, m >= 1) cell of the levels not done yet below p, all j at once per (m, m', prefix GPU set,
-    placement)."""
+    """Fill every (j, m >= 1) cell of the levels not done yet below p: per (m, m'), every (prefix GPU set,
+    placement) pair and every state at once (_step)."""
     states = model.count
-    cells, best, placed, moves, gathered = levels.cells, levels.best, levels.placed, levels.moves, levels.gathered
+    cells, placed, gathered = levels.cells, levels.placed, levels.gathered
     rows = model.table_s[1:, :]  # rows[k, j]: compute of the states after k up to j
     payload = 2.0 * model.cut_bytes
     for m in range(levels.done, p):
         times: dict[int, np.ndarray] = {}  # per GPU set taken at level m, each state's cell time so far
+        seeded = {key for j in range(states) for key in cells[j][m]}  # the first stage's sets (Fresh First)
         for mp in range(1, 2 if straight else m + 1):
             prefix = m - mp
             if prefix not in gathered:  # the prefix level is complete: gather it once
-                gathered[prefix] = _gather(cells, prefix, states)
-            stage = rows / (mp * rp)
-            for taken, (before, last_ids, lasts) in gathered[prefix].items():
-                live = np.flatnonzero(np.isfinite(before))
+                gathered[prefix] = _gather(cells, prefix, states, machines)
+            level = gathered[prefix]
+            takens, options, of_set = [], [], []
+            for t, taken in enumerate(level.sets):
                 if (taken, mp) not in placed:
                     placed[taken, mp] = replica_placements(machines, taken, mp, rp)
-                for gpus, parts in placed[taken, mp].items():
-                    per_last = np.array([_move(moves, machines, rates, last, gpus) for last in lasts])
-                    base = np.maximum(before[live], per_last[last_ids[live]] * payload[live])
-                    value = np.maximum(base[:, None], stage[live])
-                    at = np.argmin(value, axis=0)
-                    low = value[at, np.arange(states)]
-                    key = taken | gpus
-                    now = times.get(key)
-                    if now is None:  # the first stage's cells (Fresh First) may hold this set already
-                        now = times[key] = np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)])
-                    for j in np.flatnonzero(low < now).tolist():
-                        v = float(low[j])
-                        now[j] = v
-                        cell = _Cell(v, (int(live[at[j]]), prefix, taken), mp, parts)
-                        cells[j][m][key] = cell
-                        top = best[j][m]
-                        if top is None or v < top.time:
-                            best[j][m] = cell
+                here = placed[taken, mp]
+                takens.extend([taken] * len(here))
+                options.extend(here.items())
+                of_set.extend([t] * len(here))
+            if options:
+                # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs)
+                moves = _moves(machines, rates, level, np.array(of_set), [gpus for gpus, _ in options])
+                base = np.maximum(level.times[of_set], moves * payload)
+                _step(levels, m, mp, rows / (mp * rp), base, takens, options, times, seeded)
         levels.done = max(levels.done, m + 1)
 
 
-def _gather(cells: list[list[dict[int, _Cell]]], prefix: int,
-            states: int) -> dict[int, tuple[np.ndarray, np.ndarray, list[int]]]:  # fmt: skip
-    """Per GPU set taken at level `prefix`: each state's cell time (inf: none), the index of its last stage's GPUs
-    in the list of distinct ones, and that list."""
-    out: dict[int, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+CHUNK_VALUES = 1 << 21
+"""_step's pairs x states x states block, in float64 values (16 MiB)."""
+
+
+def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, takens: list[int],
+          options: list[tuple[int, tuple[int, ...]]], times: dict[int, np.ndarray], seeded: set[int]) -> None:  # fmt: skip
+    """Level m's cells from a last stage of mp GPUs per replica: pair q (prefix set takens[q], placement options[q])
+    offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]).
+
+    The same cells as visiting the pairs in order and each state, keeping a cell when strictly better than its
+    set's (GPU set takens[q] | placement) cell so far: per (set, j) the first pair reaching the set's minimum,
+    kept where below the cell it had; a set new to a state's dict enters it in the order of its first pair with a
+    finite time (where the visit would insert it); best[j][m] the first pair, in pair order, of the smallest kept
+    time, where below the best so far.
+    """
+    cells, best = levels.cells, levels.best
+    pairs, states = base.shape
+    low = np.empty((pairs, states))
+    at = np.empty((pairs, states), dtype=np.int64)
+    step = max(1, CHUNK_VALUES // (states * states))
+    by_end = np.ascontiguousarray(stage.T)  # (j, k)
+    for a in range(0, pairs, step):
+        value = np.maximum(base[a : a + step, None, :], by_end)  # (pair, j, k); inf where A[k] has no cell
+        at[a : a + step] = np.argmin(value, axis=2)
+        low[a : a + step] = np.min(value, axis=2)
+    keys = [taken | gpus for taken, (gpus, _) in zip(takens, options, strict=True)]
+    ids: dict[int, int] = {}
+    kid = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
+    order = np.argsort(kid, kind="stable")  # pairs grouped by set, in pair order within a set
+    sorted_low = low[order]
+    starts = np.flatnonzero(np.r_[True, kid[order][1:] != kid[order][:-1]])
+    group_min = np.minimum.reduceat(sorted_low, starts, axis=0)  # (set, j)
+    index = np.broadcast_to(order[:, None], (pairs, states))
+    never = np.int64(pairs)
+    first_min = np.minimum.reduceat(
+        np.where(sorted_low == group_min[np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, pairs]))], index, never),
+        starts,
+        axis=0,
+    )
+    first_finite = np.minimum.reduceat(np.where(np.isfinite(sorted_low), index, never), starts, axis=0)
+    set_keys = list(ids)
+    before = np.empty((len(set_keys), states))
+    for s, key in enumerate(set_keys):
+        now = times.get(key)
+        if now is None:  # a set no pair reached yet at level m: only the first stage's cells may hold it
+            now = (
+                np.array([c.time if (c := cells[j][m].get(key)) else np.inf for j in range(states)]) if key in seeded else np.inf
+            )
+        before[s] = now
+    kept = group_min < before
+    # the kept cells, state by state, a state's new sets in the order of their first finite pair
+    js, ss = np.nonzero(kept.T)
+    order = np.lexsort((first_finite[ss, js], js))
+    js, ss = js[order], ss[order]
+    qs = first_min[ss, js]
+    made = zip(js.tolist(), ss.tolist(), qs.tolist(), group_min[ss, js].tolist(), at[qs, js].tolist(), strict=True)
+    for j, s, q, v, k in made:
+        cells[j][m][set_keys[s]] = _Cell(v, (k, m - mp, takens[q]), mp, options[q][1])
+    np.copyto(before, group_min, where=kept)
+    for s in np.flatnonzero(kept.any(axis=1)).tolist():
+        times[set_keys[s]] = before[s].copy()
+    # best[j][m]: of the smallest kept time, the set whose first pair reaching it comes first
+    offered = np.where(kept, group_min, np.inf)
+    smallest = offered.min(axis=0)
+    first = np.argmin(np.where(kept & (offered == smallest), first_min, never), axis=0)
+    for j in np.flatnonzero(kept.any(axis=0)).tolist():
+        top = best[j][m]
+        if top is None or smallest[j] < top.time:
+            best[j][m] = cells[j][m][set_keys[int(first[j])]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    """A complete level's cells by GPU set taken: the sets (in first-cell order), per set and state the cell time
+    (inf: none), and of that cell's last stage's GPUs the count and the count on each machine (0: no cell)."""
+
+    sets: list[int]
+    times: np.ndarray  # (set, state)
+    senders: np.ndarray  # (set, state)
+    on_machine: np.ndarray  # (set, state, machine)
+
+
+def _gather(cells: list[list[dict[int, _Cell]]], prefix: int, states: int, machines: Machines) -> _Level:
+    """Level `prefix` as a _Level."""
+    index: dict[int, int] = {}
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    masks = machines.masks
+    counts: dict[int, list[int]] = {}
     for k in range(states):
         for taken, cell in cells[k][prefix].items():
-            if taken not in out:
-                out[taken] = (np.full(states, np.inf), np.zeros(states, dtype=np.int64), [])
-            times, ids, lasts = out[taken]
+            if taken not in index:
+                index[taken] = len(rows)
+                rows.append(
+                    (np.full(states, np.inf), np.zeros(states, dtype=np.int64), np.zeros((states, len(masks)), dtype=np.int64))
+                )
+            times, senders, on = rows[index[taken]]
             last = cell.parts[0] if len(cell.parts) == 1 else _union(cell.parts)
-            if last not in lasts:
-                lasts.append(last)
             times[k] = cell.time
-            ids[k] = lasts.index(last)
+            senders[k] = last.bit_count()
+            if last not in counts:
+                counts[last] = [(last & mask).bit_count() for mask in masks]
+            on[k] = counts[last]
+    return _Level(list(index), np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
+
+
+def _moves(machines: Machines, rates: LinkRates, level: _Level, of_set: np.ndarray, receivers: list[int]) -> np.ndarray:
+    """transfer_s of one byte (pair, state): from the last stage's GPUs of the state's cell in the pair's prefix set
+    into the pair's GPUs, as transfer_s computes it (the same operations, so the same floats); 0 where no cell.
+
+    Receivers on one machine h pay remote_p2p for the senders' share off h, else local; receivers spread over
+    machines pay remote_collective (senders and receivers together span machines too)."""
+    home = np.array([machines.machine_of(g.bit_length() - 1) if machines.within_one(g) else -1 for g in receivers])
+    senders = level.senders[of_set]  # (pair, state)
+    local = home >= 0
+    on_home = np.zeros_like(senders)
+    on_home[local] = np.take_along_axis(level.on_machine[of_set[local]], home[local][:, None, None], axis=2)[:, :, 0]
+    remote = senders - on_home
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p2p = 1.0 / senders * remote / rates.remote_p2p
+    out = np.where(remote > 0, p2p, 1.0 / rates.local)
+    out[~local] = 1.0 / rates.remote_collective
+    out[senders == 0] = 0.0
     return out
 
 
@@ -186,14 +284,6 @@ def _union(parts: tuple[int, ...]) -> int:
     for part in parts:
         out |= part
     return out
-
-
-def _move(cache: dict[tuple[int, int], float], machines: Machines, rates: LinkRates, src: int, dst: int) -> float:
-    """transfer_s of one byte from GPU set src to dst, cached."""
-    value = cache.get((src, dst))
-    if value is None:
-        value = cache[src, dst] = transfer_s(machines, rates, src, dst, 1.0)
-    return value
 
 
 def _unwind(cells: list[list[dict[int, _Cell]]], cell: _Cell, j: int) -> list[DappleStage]:

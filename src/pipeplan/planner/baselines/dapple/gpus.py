@@ -40,12 +40,19 @@ class Machines:
         starts = (0, *self.ends[:-1])
         owner = np.repeat(np.arange(len(self.ends)), np.diff((0, *self.ends)))
         object.__setattr__(self, "_starts", starts)
-        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_owner", tuple(owner.tolist()))  # Python ints: machine_of is on hot paths
+        masks = tuple(((1 << (b - a)) - 1) << a for a, b in zip(starts, self.ends, strict=True))
+        object.__setattr__(self, "_masks", masks)
 
     @property
     def gpus(self) -> int:
         """Number of GPUs."""
         return self.ends[-1]
+
+    @property
+    def masks(self) -> tuple[int, ...]:
+        """Each machine's GPUs as a bitmask, machine after machine."""
+        return self._masks  # type: ignore[attr-defined,no-any-return]
 
     @property
     def largest(self) -> int:
@@ -58,7 +65,7 @@ class Machines:
 
     def machine_of(self, gpu: int) -> int:
         """The machine holding `gpu`."""
-        return int(self._owner[gpu])  # type: ignore[attr-defined]
+        return self._owner[gpu]  # type: ignore[attr-defined,no-any-return]
 
     def within_one(self, gpus: int) -> bool:
         """True when the GPUs of bitmask `gpus` (non-empty) lie on one machine (HPGO decides by lowest and highest)."""
@@ -91,26 +98,33 @@ def machines_of(cluster: Cluster) -> tuple[Machines, tuple[int, ...]]:
 
 def place(machines: Machines, taken: int, need: int, policy: str) -> int | None:
     """The GPUs (bitmask) `policy` gives `need` more GPUs when `taken` are in use; None if it cannot."""
-    count = len(machines.ends)
-    free = [[g for g in machines.span(i) if not taken >> g & 1] for i in range(count)]
+    free = [mask & ~taken for mask in machines.masks]
     picked, left = 0, need
     if policy == SCATTER_FIRST:
-        if sum(len(f) for f in free) < need:
+        if sum(f.bit_count() for f in free) < need:
             return None
-        cursor = [0] * count
-        while left:
+        while left:  # one round: the lowest free GPU of each machine that has one, machine after machine
             for i, f in enumerate(free):
-                if left and cursor[i] < len(f):
-                    picked |= 1 << f[cursor[i]]
-                    cursor[i] += 1
+                if left and f:
+                    low = f & -f
+                    picked |= low
+                    free[i] = f ^ low
                     left -= 1
         return picked
     want_fresh = policy == FRESH_FIRST
-    for i, f in enumerate(free):
-        if left and (len(f) == len(machines.span(i))) == want_fresh:
-            for g in f[:left]:
-                picked |= 1 << g
-            left -= len(f[:left])
+    for f, mask in zip(free, machines.masks, strict=True):
+        if not left:
+            break
+        if (f == mask) == want_fresh:
+            if f.bit_count() <= left:
+                picked |= f
+                left -= f.bit_count()
+            else:  # the lowest `left` free GPUs of this machine
+                while left:
+                    low = f & -f
+                    picked |= low
+                    f ^= low
+                    left -= 1
     return picked if left == 0 else None
 
 
