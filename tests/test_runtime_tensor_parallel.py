@@ -56,6 +56,7 @@ for case, stages in json.loads(sys.argv[1]).items():
     plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, "1f1b")
     pipe = pipeplan.distribute(model, plan, next_char_cross_entropy)
     optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
+    start = pipe.state_dict()
     log = []
     for ids, labels in batches():
         optimizer.zero_grad()
@@ -66,7 +67,12 @@ for case, stages in json.loads(sys.argv[1]).items():
     state = pipe.state_dict()
     if pipe.rank == 0:
         torch.save(state, f"{case}.pt")
-    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank],
+    pipe.load_state_dict(start)  # into the freed blocks' shards: the state read back is the one loaded
+    again = pipe.state_dict()
+    reload = max(float((again[key] - start[key]).abs().max()) for key in start)
+    mine = {id(p): p for p in [*model.parameters(), *pipe.parameters()]}.values()
+    held = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in mine if not p.is_meta)
+    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank], "held": held, "reload": reload,
                  "split": sorted(pipe.tensor_parallel.blocks),
                  "rows": [b.qkv.weight.to_local().shape[0] for _, b in pipe.tensor_parallel.blocks.values()]}
 json.dump(out, open(f"rank-{pipe.rank}.json", "w"))
@@ -93,11 +99,19 @@ def _plain() -> tuple[nn.Module, list[list[float]]]:
     return model, log
 
 
+def _block_elements(model: nn.Module, tp: int) -> int:
+    """The elements of one TP rank's share of charlm's block (closed form): qkv, up and their biases column-split,
+    out and down row-split (their biases whole), the two norms whole."""
+    width, ffn = WIDTH, model[1].layer.linear1.out_features
+    return (3 * width * width + 3 * width + ffn * width + ffn + width * width + width * ffn) // tp + 2 * width + 4 * width
+
+
 @pytest.mark.slow
 def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
     """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
     clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
-    their stages' processes."""
+    their stages' processes, whose dense copies are freed (a process holds the model's parameters less its split
+    blocks, plus its shards of them); a state loaded into the shards is the state read back."""
     from pipeplan.runtime.training.launch import launch_local
 
     script = tmp_path / "script.py"
@@ -114,6 +128,12 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
     assert [r["dp2_of_tp2"]["split"] for r in ranks] == [[1, 2]] * 4
     assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
+    total = sum(p.numel() for p in model.parameters())
+    for case in CASES:  # a split block's dense copy is freed: a process holds the model less it, plus its shard
+        for rank in ranks:
+            blocks = len(rank[case]["split"])
+            assert rank[case]["reload"] == 0.0, case
+            assert rank[case]["held"] == total - blocks * (_block_elements(model, 1) - _block_elements(model, 2)), case
     for case in CASES:
         for rank in ranks:
             got = rank[case]["log"]

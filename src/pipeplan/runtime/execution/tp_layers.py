@@ -6,8 +6,10 @@ collective: every process creates all of them, in the plan's order), and, on a T
 (models.tp_block) for each of its stages' transformer blocks, sharded over its group's mesh. The executor runs the
 returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its input and
 its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model prices
-layers that do not split). The model's own blocks stay its dense copy: `TensorParallel.write_dense` gathers the
-trained shards into them (for state_dict), `read_dense` shards them again (after load_state_dict).
+layers that do not split). Once a block is sharded, the model's own block on that process is freed: each of its
+parameters keeps its identity, shape and dtype but moves to the meta device (torch.utils.swap_tensors), so a TP
+rank holds only its shard. `TensorParallel.dense_values` gathers the trained shards whole in the model's layout
+(for state_dict), `read_dense` shards a state's values again (after load_state_dict).
 
 Note:
     The gradient norm counts each parameter once: a sharded one's local shard on every TP rank of the owning
@@ -16,7 +18,7 @@ Note:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -97,15 +99,24 @@ class TensorParallel:
         global norm: a sharded one's local shard everywhere, a replicated one on TP rank 0 only."""
         return [p for p in params if _sharded(p) or (self.tp_rank == 0 and not _sharded(p))]
 
-    def write_dense(self) -> None:
-        """Gather every block's shards into the model's dense block (collective over each TP group)."""
-        for dense, block in self.blocks.values():
-            block.write_dense(dense, _whole)
+    def dense_values(self) -> dict[int, torch.Tensor]:
+        """id of each freed parameter of the model's blocks -> its trained value, gathered whole from the shards
+        (collective over each TP group: every TP rank calls it)."""
+        return {id(dense): full for layer, block in self.blocks.values() for dense, full in block.dense_values(layer, _whole)}
 
-    def read_dense(self) -> None:
-        """Shard the model's dense blocks into the split ones again (each TP rank takes its part)."""
+    def read_dense(self, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Shard whole values into the split blocks (each TP rank takes its part); `value(param)`: the whole value
+        of one of the model's (freed) block parameters."""
         for dense, block in self.blocks.values():
-            block.read_dense(dense, _place)
+            block.read_dense(dense, _place, value)
+
+
+def free_dense(module: nn.Module) -> None:
+    """Free `module`'s parameters in place: each keeps its identity, shape, dtype and requires_grad (the model's
+    modules and state_dict keys still name it) but now lives on the meta device, holding no storage."""
+    for param in list(module.parameters()):
+        if not param.is_meta:
+            torch.utils.swap_tensors(param, nn.Parameter(torch.empty_like(param, device="meta"), param.requires_grad))
 
 
 def _sharded(param: torch.Tensor) -> bool:
@@ -162,4 +173,5 @@ def tensor_parallel_layers(
             block.train(layers[i].training)
             out[i] = parallelize_module(block, held.mesh, dict(SPLITS))
             held.blocks[i] = (dense, block)
+            free_dense(dense)  # the block's shards hold its weights now: the dense copy goes
     return out, held
