@@ -52,6 +52,6 @@ def check_split_model(plan: Plan, path: str, model: tuple[str, dict[str, str], s
     built = build_model(module, dict(options), dataset, dtype, seed, data=data, loss=loss)
     split = plan_schedule(plan).split_backward
     try:
-        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph is not None, split)
+        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph, split)
     except PlanError as exc:
         raise TrainConfigError(f"plan {path}: {exc}") from None
