@@ -1,8 +1,9 @@
 """Tensor-parallel stages (runtime.execution.tp_layers, models.tp_block) over 4 gloo processes: charlm (the zoo's GPT-like
 model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
 the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
-stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), and one stage
-of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies); `train --plan` with
+stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), one stage
+of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies), and a TP 2 stage
+with no block (its layers run whole on both TP ranks); a stock Hugging Face Llama on TP 2 x PP 2; `train --plan` with
 tp 2 stages, and what train refuses of a tensor-parallel plan."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
     "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
     "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
+    "tp2_without_block": [[0, 0, [0, 1], 2], [1, 3, [2, 3], 2]],
 }
 """Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
 
@@ -112,10 +114,10 @@ def _block_elements(model: nn.Module, tp: int) -> int:
 
 @pytest.mark.slow
 def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
-    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
-    clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
-    their stages' processes, whose dense copies are freed (a process holds the model's parameters less its split
-    blocks, plus its shards of them); a state loaded into the shards is the state read back."""
+    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, 2 replicas of TP 2, and a TP 2 stage of no block, on 4
+    processes: the losses and clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9,
+    with the blocks split on their stages' processes, whose dense copies are freed (a process holds the model's
+    parameters less its split blocks, plus its shards of them); a state loaded into the shards is read back."""
     from pipeplan.runtime.training.launch import launch_local
 
     script = tmp_path / "script.py"
@@ -131,6 +133,7 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
     assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
     assert [r["dp2_of_tp2"]["split"] for r in ranks] == [[1, 2]] * 4
+    assert [r["tp2_without_block"]["split"] for r in ranks] == [[], [], [1, 2], [1, 2]]  # the embedding runs whole
     assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
     total = sum(p.numel() for p in model.parameters())
     for case in CASES:  # a split block's dense copy is freed: a process holds the model less it, plus its shard
@@ -260,8 +263,6 @@ def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tm
     [
         ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["heads=1"],
          "stage 0 (layers 0..1) has tp 2, which does not divide layer block0's 1 attention heads"),
-        ([(0, 0, (0, 1), 2, False), (1, 3, (2,), 1, False)], 0, [],
-         "stage 0 (layers 0..0) has tp 2 but none of its layers is a transformer block"),
         ([(0, 1, (0, 1), 2, True), (2, 3, (2, 3), 2, False)], 0, [],
          "stage 0 has sequence_parallel true, which the runtime does not run yet"),
         ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 1, [], "plan zero 1: the runtime does not shard"),
@@ -278,8 +279,8 @@ def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_lin
     extra: list[str],
     message: str,
 ) -> None:
-    """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
-    flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
+    """A tp that does not divide a block's heads, sequence parallelism, sharded state and a flag the runtime does
+    not run beside tp: exit 2, one line naming it, before any process starts."""
     from pipeplan.runtime.training import launch
 
     started: list[int] = []

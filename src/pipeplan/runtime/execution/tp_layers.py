@@ -51,11 +51,11 @@ def check_tensor_parallel(
     plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: LayerGraph | None, split: bool
 ) -> None:
     """What the runtime runs of a plan's tensor-parallel stages, checked on the model before any process group:
-    the plan's own limits (runtime.options.check_tensor_parallel_plan), whole backwards (`split` false), each tp > 1
-    stage holding at least one transformer block that its tp divides (heads, key/value heads and MLP hidden size):
-    a zoo encoder layer (models.tp_block) or a captured Llama-style block (models.traced.split_graph, run split on a
-    sample of its input, `graph`'s shapes, in this process). `names`: the layers' names for a message (None: their
-    indices).
+    the plan's own limits (runtime.options.check_tensor_parallel_plan), whole backwards (`split` false), and each
+    transformer block of a tp > 1 stage one its tp divides (heads, key/value heads and MLP hidden size; a stage
+    without one runs its layers replicated on every TP rank): a zoo encoder layer (models.tp_block) or a captured
+    Llama-style block (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this
+    process). `names`: the layers' names for a message (None: their indices).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
@@ -72,11 +72,7 @@ def check_tensor_parallel(
     for s, stage in tp_stages:
         where = f"stage {s} (layers {stage.first_layer}..{stage.last_layer})"
         blocks = [i for i in order[stage.first_layer : stage.last_layer + 1] if splits(layers[i])]
-        if not blocks:
-            raise PlanError(f"{where} has tp {stage.tp} but none of its layers is a transformer block the runtime "
-                            "splits (nn.TransformerEncoderLayer, or a captured Llama-style decoder layer): give it "
-                            "tp 1")  # fmt: skip
-        for i in blocks:
+        for i in blocks:  # a stage with none runs every layer whole on each TP rank, as the cost model prices it
             name = str(i) if names is None else names[i]
             if encoder_of(layers[i]) is not None:
                 check_split(layers[i], name, stage.tp, where)
