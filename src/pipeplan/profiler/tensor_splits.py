@@ -19,6 +19,7 @@ Note:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import torch
@@ -40,14 +41,14 @@ def layer_splits(
     """Each layer's split (module docstring), None where it does not split; `inputs`: each layer's measured input."""
     if shared_parameters(layers, names):
         return (None,) * len(layers)
-    checked: dict[type, int | None] = {}
+    checked: dict[str, int | None] = {}
     return tuple(_split(layer, name, x, checked) for layer, name, x in zip(layers, names, inputs, strict=True))
 
 
 def _split(
-    layer: nn.Module, name: str, x: torch.Tensor | tuple[torch.Tensor, ...], checked: dict[type, int | None]
+    layer: nn.Module, name: str, x: torch.Tensor | tuple[torch.Tensor, ...], checked: dict[str, int | None]
 ) -> TensorSplit | None:
-    """One layer's split; `checked`: the degree a captured block of the same graph code passed (run once each)."""
+    """One layer's split; `checked`: graph code -> the width its check gave (blocks of the same code run once)."""
     found = encoder_of(layer)
     if found is not None:
         encoder = found[0]
@@ -64,10 +65,19 @@ def _split(
     if not isinstance(sample, torch.Tensor) or sample.is_meta:
         return TensorSplit("block", width)  # nothing runs on the meta device: train checks it before it starts
     assert isinstance(layer, fx.GraphModule)
-    key = type(layer)  # one generated class per captured graph code
+    key = f"{width}:{_code(layer)}"
     if key not in checked:
         checked[key] = _passing(layer, name, sample[:2], width)
     return None if checked[key] is None else TensorSplit("block", checked[key])
+
+
+def _code(layer: fx.GraphModule) -> str:
+    """The layer's generated code with its inputs renamed: a model's blocks share it (their attribute paths are
+    their own; only the input takes the name of the layer before's output)."""
+    code = layer.code
+    for i, node in enumerate(n for n in layer.graph.nodes if n.op == "placeholder"):
+        code = re.sub(rf"\b{re.escape(node.name)}\b", f"input_{i}", code)
+    return code
 
 
 def _passing(layer: fx.GraphModule, name: str, sample: torch.Tensor, width: int) -> int | None:
