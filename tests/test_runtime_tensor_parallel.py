@@ -26,11 +26,13 @@ TOLERANCE = 1e-9
 STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
 CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2xpp2_zb-h1": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
     "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
     "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
     "tp2_without_block": [[0, 0, [0, 1], 2], [1, 3, [2, 3], 2]],
 }
-"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
+"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head);
+its schedule 1f1b, or the one after "_" in its name (zb-h1: the backward split into I and W)."""
 
 MODEL = """
 import torch
@@ -58,7 +60,8 @@ from pipeplan.core.plan import Plan, Stage
 out = {}
 for case, stages in json.loads(sys.argv[1]).items():
     model = build()
-    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, "1f1b")
+    schedule = case.split("_")[1] if "_zb" in case else "1f1b"
+    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, schedule)
     pipe = pipeplan.distribute(model, plan, loss_fn)
     optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
     start = pipe.state_dict()
@@ -129,6 +132,7 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
     assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
     assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2xpp2_zb-h1"]["split"] for r in ranks] == [[1], [1], [2], [2]]
     assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
     assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
     assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
@@ -175,15 +179,16 @@ def batches():
         yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
 """
 LLAMA_CASES = {"tp2xpp2": [[0, 1, [0, 1], 2], [2, 4, [2, 3], 2]]}
-"""A Llama's 5 captured layers (embed_tokens, layers.0, layers.1, norm, lm_head) on TP 2 x PP 2."""
+LLAMA_CASES["tp2xpp2_zb-h1"] = LLAMA_CASES["tp2xpp2"]
+"""A Llama's 5 captured layers (embed_tokens, layers.0, layers.1, norm, lm_head) on TP 2 x PP 2, 1f1b and zb-h1."""
 
 
 @pytest.mark.slow
 def test_a_stock_llama_split_over_four_processes_trains_as_the_plain_loop(tmp_path: Path) -> None:
     """A Hugging Face LlamaForCausalLM (4 heads, 2 key/value heads, float64, captured with torch.export) on TP 2 x
-    PP 2: its decoder layers split on their stages' processes (half the query rows each), the projections' dense
-    copies freed, and the losses, clipped norms and final state_dict of 3 SGD steps equal the model's own plain
-    loop's to 1e-9."""
+    PP 2 (1f1b, and zb-h1's I/W split for the losses and norms): its decoder layers split on their stages' processes
+    (half the query rows each), the projections' dense copies freed, and the losses, clipped norms and final
+    state_dict of 3 SGD steps equal the model's own plain loop's to 1e-9."""
     from pipeplan.runtime.training.launch import launch_local
 
     pytest.importorskip("transformers")
@@ -191,8 +196,12 @@ def test_a_stock_llama_split_over_four_processes_trains_as_the_plain_loop(tmp_pa
     script.write_text(CONSTANTS + LLAMA + SCRIPT)
     code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
     assert launch_local(4, code, [json.dumps(LLAMA_CASES)], cwd=str(tmp_path), timeout_s=600) == 0
-    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text())["tp2xpp2"] for r in range(4)]
+    every = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
     model, want = _plain(LLAMA)
+    for zero_bubble in (r["tp2xpp2_zb-h1"] for r in every):  # the backward split into I and W: the same training
+        for (loss, norm), (want_loss, want_norm) in zip(zero_bubble["log"], want, strict=True):
+            assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (zero_bubble["log"], want)
+    ranks = [r["tp2xpp2"] for r in every]
     assert any(norm > MAX_NORM for _, norm in want)
     assert [r["split"] for r in ranks] == [[1], [1], [2], [2]]
     assert [r["rows"] for r in ranks] == [[WIDTH // 2]] * 4  # half the heads' query rows
@@ -310,6 +319,6 @@ def test_a_weight_tied_over_a_tensor_parallel_stage_is_refused_before_any_proces
     tied = Plan((Stage(0, 1, (0, 1), tp=2), Stage(2, 2, (2,))), 1, 2, 2, "1f1b")
     with pytest.raises(PlanError, match=r"stage 0 has tp 2 and holds 'embed.weight', a parameter tied over layers embed, "
                        r"head: .* untie it, or give that stage tp 1"):  # fmt: skip
-        check_tensor_parallel(tied, layers, names, graph=None, split=False)
+        check_tensor_parallel(tied, layers, names, graph=None)
     apart = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1, 2), tp=2), Stage(2, 2, (3,))), 1, 2, 2, "1f1b")
-    check_tensor_parallel(apart, layers, names, graph=None, split=False)
+    check_tensor_parallel(apart, layers, names, graph=None)

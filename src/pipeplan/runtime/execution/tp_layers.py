@@ -47,15 +47,14 @@ SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParal
 """How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
-def check_tensor_parallel(
-    plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: LayerGraph | None, split: bool
-) -> None:
+def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: LayerGraph | None) -> None:
     """What the runtime runs of a plan's tensor-parallel stages, checked on the model before any process group:
-    the plan's own limits (runtime.options.check_tensor_parallel_plan), whole backwards (`split` false), and each
-    transformer block of a tp > 1 stage one its tp divides (heads, key/value heads and MLP hidden size; a stage
-    without one runs its layers replicated on every TP rank): a zoo encoder layer (models.tp_block) or a captured
-    Llama-style block (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this
-    process). `names`: the layers' names for a message (None: their indices).
+    the plan's own limits (runtime.options.check_tensor_parallel_plan), and each transformer block of a tp > 1
+    stage one its tp divides (heads, key/value heads and MLP hidden size; a stage without one runs its layers
+    replicated on every TP rank): a zoo encoder layer (models.tp_block) or a captured Llama-style block
+    (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this process). A schedule
+    with an I/W split runs too: W's gradients of a split layer need no collective but the ones I ran, in the same
+    order on every TP rank. `names`: the layers' names for a message (None: their indices).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
@@ -64,10 +63,6 @@ def check_tensor_parallel(
     tp_stages = [(s, st) for s, st in enumerate(plan.stages) if st.tp > 1]
     if not tp_stages:
         return
-    s, first = tp_stages[0]
-    if split:
-        raise PlanError(f"stage {s} has tp {first.tp}: the runtime runs tensor-parallel stages with whole backwards; "
-                        f"give the plan a schedule without an I/W split (schedule {plan.schedule!r})")  # fmt: skip
     order = plan.layer_order if plan.layer_order is not None else range(len(layers))
     for s, stage in tp_stages:
         where = f"stage {s} (layers {stage.first_layer}..{stage.last_layer})"
