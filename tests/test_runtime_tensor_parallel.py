@@ -27,12 +27,14 @@ STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
 CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
     "tp2xpp2_zb-h1": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2xpp2_interleaved-1f1b": [[0, 0, [0, 1], 2], [1, 1, [2, 3], 2], [2, 2, [0, 1], 2], [3, 3, [2, 3], 2]],
     "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
     "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
     "tp2_without_block": [[0, 0, [0, 1], 2], [1, 3, [2, 3], 2]],
 }
 """Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head);
-its schedule 1f1b, or the one after "_" in its name (zb-h1: the backward split into I and W)."""
+its schedule 1f1b, or the one after "tp2xpp2_" in its name (zb-h1: the backward split into I and W; interleaved-1f1b:
+2 chunks per process, chunk c on processes of rank c mod 2)."""
 
 MODEL = """
 import torch
@@ -60,8 +62,9 @@ from pipeplan.core.plan import Plan, Stage
 out = {}
 for case, stages in json.loads(sys.argv[1]).items():
     model = build()
-    schedule = case.split("_")[1] if "_zb" in case else "1f1b"
-    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, schedule)
+    schedule = case.split("_", 1)[1] if case.startswith("tp2xpp2_") else "1f1b"
+    chunks = 2 if schedule == "interleaved-1f1b" else 1
+    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, schedule, chunks=chunks)
     pipe = pipeplan.distribute(model, plan, loss_fn)
     optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
     start = pipe.state_dict()
@@ -133,6 +136,7 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
     assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
     assert [r["tp2xpp2_zb-h1"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2xpp2_interleaved-1f1b"]["split"] for r in ranks] == [[2], [2], [1], [1]]
     assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
     assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
     assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
