@@ -1,8 +1,9 @@
 """Tensor-parallel stages (runtime.execution.tp_layers, models.tp_block) over 4 gloo processes: charlm (the zoo's GPT-like
 model: embedding, causal nn.TransformerEncoderLayer blocks, head) trains as a plain torch loop does (float64, 1e-9):
 the same losses, the same clipped global gradient norms, the same final state_dict, for TP 2 x PP 2, and for a TP 2
-stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), and one stage
-of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies); `train --plan` with
+stage feeding a stage of 2 data-parallel replicas (TP ranks to replicas, and the replicas' all-reduce), one stage
+of 2 data-parallel replicas each a TP group of 2 (the all-reduce of each shard over its copies), and a TP 2 stage
+with no block (its layers run whole on both TP ranks); a stock Hugging Face Llama on TP 2 x PP 2; `train --plan` with
 tp 2 stages, and what train refuses of a tensor-parallel plan."""
 
 from __future__ import annotations
@@ -25,18 +26,26 @@ TOLERANCE = 1e-9
 STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
 CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2xpp2_zb-h1": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
+    "tp2xpp2_interleaved-1f1b": [[0, 0, [0, 1], 2], [1, 1, [2, 3], 2], [2, 2, [0, 1], 2], [3, 3, [2, 3], 2]],
     "tp2_then_dp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 1]],
     "dp2_of_tp2": [[0, 3, [0, 1, 2, 3], 2]],
+    "tp2_without_block": [[0, 0, [0, 1], 2], [1, 3, [2, 3], 2]],
 }
-"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head)."""
+"""Each plan's stages: (first layer, last layer, devices, tp) over charlm's 4 layers (embed, block0, block1, head);
+its schedule 1f1b, or the one after "tp2xpp2_" in its name (zb-h1: the backward split into I and W; interleaved-1f1b:
+2 chunks per process, chunk c on processes of rank c mod 2)."""
 
 MODEL = """
 import torch
-from pipeplan.models.zoo.charlm import charlm, next_char_cross_entropy
+from pipeplan.models.zoo.charlm import charlm, next_char_cross_entropy as loss_fn
 
 def build():
     spec = charlm(d_model=WIDTH, heads=HEADS, layers=2, seq_len=SEQ, dropout=0.0, seed=5)
     return torch.nn.Sequential(*spec.layers).double()
+
+def forward(model, ids):
+    return model(ids)
 
 def batches():
     generator = torch.Generator().manual_seed(3)
@@ -53,9 +62,12 @@ from pipeplan.core.plan import Plan, Stage
 out = {}
 for case, stages in json.loads(sys.argv[1]).items():
     model = build()
-    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, "1f1b")
-    pipe = pipeplan.distribute(model, plan, next_char_cross_entropy)
+    schedule = case.split("_", 1)[1] if case.startswith("tp2xpp2_") else "1f1b"
+    chunks = 2 if schedule == "interleaved-1f1b" else 1
+    plan = Plan(tuple(Stage(a, b, tuple(d), tp) for a, b, d, tp in stages), 1, 2, BATCH // 2, schedule, chunks=chunks)
+    pipe = pipeplan.distribute(model, plan, loss_fn)
     optimizer = torch.optim.SGD(pipe.parameters(), lr=LR)
+    start = pipe.state_dict()
     log = []
     for ids, labels in batches():
         optimizer.zero_grad()
@@ -66,26 +78,32 @@ for case, stages in json.loads(sys.argv[1]).items():
     state = pipe.state_dict()
     if pipe.rank == 0:
         torch.save(state, f"{case}.pt")
-    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank],
+    pipe.load_state_dict(start)  # into the freed blocks' shards: the state read back is the one loaded
+    again = pipe.state_dict()
+    reload = max(float((again[key] - start[key]).abs().max()) for key in start)
+    mine = {id(p): p for p in [*model.parameters(), *pipe.parameters()]}.values()
+    held = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in mine if not p.is_meta)
+    out[case] = {"log": log, "role": [pipe.role.sched_rank, pipe.role.replica, pipe.role.tp_rank], "held": held, "reload": reload,
                  "split": sorted(pipe.tensor_parallel.blocks),
-                 "rows": [b.qkv.weight.to_local().shape[0] for _, b in pipe.tensor_parallel.blocks.values()]}
+                 "rows": [(b.qkv if hasattr(b, "qkv") else b.self_attn.q_proj).weight.to_local().shape[0]
+                          for _, b in pipe.tensor_parallel.blocks.values()]}
 json.dump(out, open(f"rank-{pipe.rank}.json", "w"))
 """
 
 CONSTANTS = f"STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = {STEPS}, {BATCH}, {SEQ}, {WIDTH}, {HEADS}, {MAX_NORM}, {LR}\n"
 
 
-def _plain() -> tuple[nn.Module, list[list[float]]]:
+def _plain(code: str = MODEL) -> tuple[nn.Module, list[list[float]]]:
     """The same training as a plain torch loop over the whole model in this process: its losses and norms."""
     space: dict[str, object] = {}
-    exec(CONSTANTS + MODEL, space)  # the test's own model code, shared with the workers
+    exec(CONSTANTS + code, space)  # the test's own model code, shared with the workers
     model = space["build"]()  # type: ignore[operator]
-    loss_fn = space["next_char_cross_entropy"]
+    loss_fn, forward = space["loss_fn"], space["forward"]
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     log = []
     for ids, labels in space["batches"]():  # type: ignore[operator]
         optimizer.zero_grad()
-        loss = loss_fn(model(ids), labels)  # type: ignore[operator]
+        loss = loss_fn(forward(model, ids), labels)  # type: ignore[operator]
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
         optimizer.step()
@@ -93,11 +111,19 @@ def _plain() -> tuple[nn.Module, list[list[float]]]:
     return model, log
 
 
+def _block_elements(model: nn.Module, tp: int) -> int:
+    """The elements of one TP rank's share of charlm's block (closed form): qkv, up and their biases column-split,
+    out and down row-split (their biases whole), the two norms whole."""
+    width, ffn = WIDTH, model[1].layer.linear1.out_features
+    return (3 * width * width + 3 * width + ffn * width + ffn + width * width + width * ffn) // tp + 2 * width + 4 * width
+
+
 @pytest.mark.slow
 def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_path: Path) -> None:
-    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, and 2 replicas of TP 2, on 4 processes: the losses and
-    clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9, with the blocks split on
-    their stages' processes."""
+    """TP 2 x PP 2, TP 2 then 2 data-parallel replicas, 2 replicas of TP 2, and a TP 2 stage of no block, on 4
+    processes: the losses and clipped norms of 3 SGD steps and the final state_dict equal the plain loop's to 1e-9,
+    with the blocks split on their stages' processes, whose dense copies are freed (a process holds the model's
+    parameters less its split blocks, plus its shards of them); a state loaded into the shards is read back."""
     from pipeplan.runtime.training.launch import launch_local
 
     script = tmp_path / "script.py"
@@ -109,11 +135,20 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
     assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
     assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2xpp2_zb-h1"]["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["tp2xpp2_interleaved-1f1b"]["split"] for r in ranks] == [[2], [2], [1], [1]]
     assert [r["tp2_then_dp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
     assert [r["tp2_then_dp2"]["split"] for r in ranks] == [[1], [1], [], []]
     assert [r["dp2_of_tp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
     assert [r["dp2_of_tp2"]["split"] for r in ranks] == [[1, 2]] * 4
+    assert [r["tp2_without_block"]["split"] for r in ranks] == [[], [], [1, 2], [1, 2]]  # the embedding runs whole
     assert [r["tp2xpp2"]["rows"] for r in ranks] == [[3 * WIDTH // 2]] * 4  # each TP rank holds half the q, k, v rows
+    total = sum(p.numel() for p in model.parameters())
+    for case in CASES:  # a split block's dense copy is freed: a process holds the model less it, plus its shard
+        for rank in ranks:
+            blocks = len(rank[case]["split"])
+            assert rank[case]["reload"] == 0.0, case
+            assert rank[case]["held"] == total - blocks * (_block_elements(model, 1) - _block_elements(model, 2)), case
     for case in CASES:
         for rank in ranks:
             got = rank[case]["log"]
@@ -124,6 +159,68 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
         assert list(saved) == list(model.state_dict())
         for key, value in model.state_dict().items():
             assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), (case, key)
+
+
+LLAMA = """
+import torch
+import transformers
+from pipeplan.models.zoo.stock import causal_lm_loss as loss_fn
+
+def build():
+    torch.manual_seed(5)
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS,
+                                      num_key_value_heads=HEADS // 2, intermediate_size=2 * WIDTH,
+                                      max_position_embeddings=SEQ, tie_word_embeddings=False, bos_token_id=0,
+                                      eos_token_id=0, pad_token_id=0)
+    return transformers.LlamaForCausalLM(config).double()
+
+def forward(model, ids):
+    return model(ids).logits
+
+def batches():
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(STEPS):
+        yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
+"""
+LLAMA_CASES = {"tp2xpp2": [[0, 1, [0, 1], 2], [2, 4, [2, 3], 2]]}
+LLAMA_CASES["tp2xpp2_zb-h1"] = LLAMA_CASES["tp2xpp2"]
+"""A Llama's 5 captured layers (embed_tokens, layers.0, layers.1, norm, lm_head) on TP 2 x PP 2, 1f1b and zb-h1."""
+
+
+@pytest.mark.slow
+def test_a_stock_llama_split_over_four_processes_trains_as_the_plain_loop(tmp_path: Path) -> None:
+    """A Hugging Face LlamaForCausalLM (4 heads, 2 key/value heads, float64, captured with torch.export) on TP 2 x
+    PP 2 (1f1b, and zb-h1's I/W split for the losses and norms): its decoder layers split on their stages' processes
+    (half the query rows each), the projections' dense copies freed, and the losses, clipped norms and final
+    state_dict of 3 SGD steps equal the model's own plain loop's to 1e-9."""
+    from pipeplan.runtime.training.launch import launch_local
+
+    pytest.importorskip("transformers")
+    script = tmp_path / "script.py"
+    script.write_text(CONSTANTS + LLAMA + SCRIPT)
+    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
+    assert launch_local(4, code, [json.dumps(LLAMA_CASES)], cwd=str(tmp_path), timeout_s=600) == 0
+    every = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
+    model, want = _plain(LLAMA)
+    for zero_bubble in (r["tp2xpp2_zb-h1"] for r in every):  # the backward split into I and W: the same training
+        for (loss, norm), (want_loss, want_norm) in zip(zero_bubble["log"], want, strict=True):
+            assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (zero_bubble["log"], want)
+    ranks = [r["tp2xpp2"] for r in every]
+    assert any(norm > MAX_NORM for _, norm in want)
+    assert [r["split"] for r in ranks] == [[1], [1], [2], [2]]
+    assert [r["rows"] for r in ranks] == [[WIDTH // 2]] * 4  # half the heads' query rows
+    total = sum(p.numel() for p in model.parameters())
+    block = model.model.layers[0]
+    sharded = sum(p.numel() for p in [*block.self_attn.parameters(), *block.mlp.parameters()])  # the projections
+    assert [r["held"] for r in ranks] == [total - sharded // 2] * 4
+    for rank in ranks:
+        assert rank["reload"] == 0.0
+        for (loss, norm), (want_loss, want_norm) in zip(rank["log"], want, strict=True):
+            assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (rank["log"], want)
+    saved = torch.load(tmp_path / "tp2xpp2.pt")
+    assert list(saved) == list(model.state_dict())
+    for key, value in model.state_dict().items():
+        assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), key
 
 
 OPTIONS = {"d_model": 16, "heads": 4, "layers": 2, "seq_len": 8}
@@ -179,8 +276,6 @@ def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tm
     [
         ([(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)], 0, ["heads=1"],
          "stage 0 (layers 0..1) has tp 2, which does not divide layer block0's 1 attention heads"),
-        ([(0, 0, (0, 1), 2, False), (1, 3, (2,), 1, False)], 0, [],
-         "stage 0 (layers 0..0) has tp 2 but none of its layers is a transformer block"),
         ([(0, 1, (0, 1), 2, True), (2, 3, (2, 3), 2, False)], 0, [],
          "stage 0 has sequence_parallel true, which the runtime does not run yet"),
         ([(0, 1, (0, 1), 1, False), (2, 3, (2,), 1, False)], 2, [], "plan zero 2 shards gradients too"),
@@ -197,8 +292,8 @@ def test_train_refuses_what_it_does_not_run_of_a_tensor_parallel_plan_in_one_lin
     extra: list[str],
     message: str,
 ) -> None:
-    """A tp that does not divide a block's heads, a tp stage with no block, sequence parallelism, sharded state and a
-    flag the runtime does not run beside tp: exit 2, one line naming it, before any process starts."""
+    """A tp that does not divide a block's heads, sequence parallelism, sharded state and a flag the runtime does
+    not run beside tp: exit 2, one line naming it, before any process starts."""
     from pipeplan.runtime.training import launch
 
     started: list[int] = []
@@ -228,6 +323,6 @@ def test_a_weight_tied_over_a_tensor_parallel_stage_is_refused_before_any_proces
     tied = Plan((Stage(0, 1, (0, 1), tp=2), Stage(2, 2, (2,))), 1, 2, 2, "1f1b")
     with pytest.raises(PlanError, match=r"stage 0 has tp 2 and holds 'embed.weight', a parameter tied over layers embed, "
                        r"head: .* untie it, or give that stage tp 1"):  # fmt: skip
-        check_tensor_parallel(tied, layers, names, graph=False, split=False)
+        check_tensor_parallel(tied, layers, names, graph=None)
     apart = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1, 2), tp=2), Stage(2, 2, (3,))), 1, 2, 2, "1f1b")
-    check_tensor_parallel(apart, layers, names, graph=False, split=False)
+    check_tensor_parallel(apart, layers, names, graph=None)

@@ -11,8 +11,9 @@ Note:
     The encoder layer's fused in-projection lists all query rows, then all key rows, then all value rows; a
     column-parallel split of that would hand TP rank 0 only queries. `qkv_rows` reorders the rows so that rank i's
     contiguous slice is its heads' [q_i; k_i; v_i] (Megatron's layout): one column-parallel linear, one all-reduce
-    of its input's gradient in the backward. The encoder layer stays the model's dense copy: `write_dense` puts the
-    trained weights back into it in its own layout, `from_layer` reads them from it.
+    of its input's gradient in the backward. `read_dense` takes the encoder layer's weights in its own layout,
+    `dense_values` gives them back in it (the runtime frees the encoder layer's own storage once it is split:
+    runtime.execution.tp_layers).
 """
 
 from __future__ import annotations
@@ -103,29 +104,47 @@ class SplitBlock(nn.Module):
 
     @torch.no_grad()
     def read_dense(
-        self, layer: nn.TransformerEncoderLayer, place: Callable[[torch.Tensor, torch.Tensor], None] | None = None
+        self,
+        layer: nn.TransformerEncoderLayer,
+        place: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+        value: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         """Take the encoder layer's weights: `place(mine, whole)` puts a whole tensor into one of this block's
-        (sharded: its part); default a copy."""
+        (sharded: its part), default a copy; `value(dense)` is the whole value of one of the layer's parameters
+        (default: the parameter itself; a freed one, on the meta device, takes its value from a state_dict)."""
         rows = qkv_rows(self.qkv.in_features, self.tp)
         for mine, dense, reordered in self._pairs(layer):
-            whole = dense[rows] if reordered else dense
+            given = dense if value is None else value(dense)
+            whole = given[rows] if reordered else given
             if place is None:
                 mine.copy_(whole)
             else:
                 place(mine, whole)
 
     @torch.no_grad()
-    def write_dense(self, layer: nn.TransformerEncoderLayer, whole: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Put this block's weights back into the encoder layer in its layout; `whole(mine)` is a tensor of this
-        block gathered whole (a collective over the TP group for a sharded one: every TP rank calls this)."""
+    def dense_values(
+        self, layer: nn.TransformerEncoderLayer, whole: Callable[[torch.Tensor], torch.Tensor]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(the encoder layer's parameter, this block's value of it in the layer's layout) for each parameter;
+        `whole(mine)` is a tensor of this block gathered whole (a collective over the TP group for a sharded one:
+        every TP rank calls this)."""
         rows = qkv_rows(self.qkv.in_features, self.tp)
+        out = []
         for mine, dense, reordered in self._pairs(layer):
             full = whole(mine)
             if reordered:
-                dense[rows] = full
-            else:
-                dense.copy_(full)
+                ordered = torch.empty_like(full)
+                ordered[rows] = full
+                full = ordered
+            out.append((dense, full))
+        return out
+
+    @torch.no_grad()
+    def write_dense(self, layer: nn.TransformerEncoderLayer, whole: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Put this block's weights back into the encoder layer in its layout (`dense_values`; the layer's
+        parameters must hold storage, not be freed)."""
+        for dense, full in self.dense_values(layer, whole):
+            dense.copy_(full)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.norm_first:

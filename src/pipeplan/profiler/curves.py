@@ -138,6 +138,7 @@ def assemble(
                 optimizer_ms=tuple(sorted(steps[i].items())),
                 curve=curve,
                 shared_bytes=0.0 if curve.shared_bytes is None else curve.shared_bytes[-1],
+                tp=size.tp,
             )
         )
     per_size = [m.cuts([float(layer.curve.activation_bytes[k]) for layer in layers]) for k, m in enumerate(measured)]  # type: ignore[union-attr]

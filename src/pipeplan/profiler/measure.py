@@ -39,6 +39,7 @@ from torch import nn
 
 from pipeplan.core.checks import check_nonneg_int, check_positive_int
 from pipeplan.core.errors import ProfileError
+from pipeplan.core.layer_profile import TensorSplit
 from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, live_cuts
 from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.specs import ModelSpec, layers_of
@@ -48,6 +49,7 @@ from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_
 from pipeplan.profiler.graph_timing import GraphTimer, graph_inputs
 from pipeplan.profiler.norms import single_value_norms
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
+from pipeplan.profiler.tensor_splits import layer_splits
 from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
 SampleInput = torch.Tensor | Callable[[int], torch.Tensor]
@@ -58,7 +60,8 @@ class LayerSizes:
     """What one layer holds and does for one batch, independent of timing.
 
     `shared_bytes`: the part of `saved_bytes` that is the layer's input, saved by the layer before as its output
-    too (core.profile.LayerProfile)."""
+    too (core.profile.LayerProfile). `tp`: how the runtime splits it over a tensor-parallel group
+    (profiler.tensor_splits), None: it does not."""
 
     name: str
     activation_bytes: int
@@ -66,6 +69,7 @@ class LayerSizes:
     saved_bytes: int
     work: LayerWork
     shared_bytes: int = 0
+    tp: TensorSplit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ class Measurement:
                 bwd_input_ms=self.bwd_input_ms[i] if split else None,  # type: ignore[index]
                 bwd_weight_ms=self.bwd_weight_ms[i] if split else None,  # type: ignore[index]
                 shared_bytes=s.shared_bytes,
+                tp=s.tp,
             )
             for i, s in enumerate(self.layers)
         )
@@ -198,6 +203,7 @@ def measure_layers(
             output_saved = out_saved
             grads.append(grad)
             advance(f"counting {layer_name}")
+        sizes = [replace(size, tp=tp) for size, tp in zip(sizes, layer_splits(layers, names, inputs), strict=True)]
         timer: ChainTimer | GraphTimer
         if graph is None:
             timer = ChainTimer(layers, inputs[0], grads[-1], sync, split, loss)  # type: ignore[arg-type]

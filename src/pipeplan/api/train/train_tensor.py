@@ -46,12 +46,10 @@ def check_split_model(plan: Plan, path: str, model: tuple[str, dict[str, str], s
     from pipeplan.models.build import build_model
     from pipeplan.runtime.execution.tp_layers import check_tensor_parallel
     from pipeplan.runtime.rank_errors import TrainConfigError
-    from pipeplan.schedules.plan_schedule import plan_schedule
 
     module, options, dataset, dtype, seed, data, loss = model
     built = build_model(module, dict(options), dataset, dtype, seed, data=data, loss=loss)
-    split = plan_schedule(plan).split_backward
     try:
-        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph is not None, split)
+        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph)
     except PlanError as exc:
         raise TrainConfigError(f"plan {path}: {exc}") from None

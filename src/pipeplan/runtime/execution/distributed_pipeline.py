@@ -102,8 +102,9 @@ class DistributedPipeline:
         self.plan = topology.plan
         self.topology = topology
         self.role = topology.roles[rank]
-        check_tensor_parallel(self.plan, layers, None, graph is not None, topology.schedule.split_backward)
+        check_tensor_parallel(self.plan, layers, None, graph)
         run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s)
+        self.tensor_parallel.free_dense([model, *layers])  # its shards hold those weights now
         self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
                                  precision=precision, scaler=scaler, seed=seed)  # fmt: skip
         self.whole = WholeModel(model, layers, topology, self.role, device, self.tensor_parallel)
@@ -209,16 +210,15 @@ def start_pipeline(
     if plan.schedule in ASYNCHRONOUS:
         raise PlanError(f"plan schedule {plan.schedule!r} steps inside its schedule (no flush): run it with pipeplan train")
     schedule = plan_schedule(plan)
-    graphed = spec.layer_inputs is not None
-    check_tensor_parallel(plan, spec.layers, spec.layer_names, graphed, schedule.split_backward)  # before the group
-    try:
-        rank, world, device = init_distributed(backend, timeout_s)
-    except TrainConfigError as exc:
-        raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
     layers = list(spec.layers)
     graph = None
     if spec.layer_inputs is not None:
         graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
+    check_tensor_parallel(plan, spec.layers, spec.layer_names, graph)  # before the group
+    try:
+        rank, world, device = init_distributed(backend, timeout_s)
+    except TrainConfigError as exc:
+        raise TrainConfigError(str(exc).replace("pipeplan train must run", "pipeplan.distribute must run", 1)) from None
     # torch.export fixes every dimension but the batch's: the shape one sample must have (one line, before any work)
     sample = spec.sample_input(2) if spec.recapture is not None else None
     shape = tuple(sample.shape[1:]) if isinstance(sample, torch.Tensor) else None

@@ -3,11 +3,17 @@ DTensor (ColwiseParallel / RowwiseParallel) and its other layers run whole on ev
 
 Every process of the job builds the whole model, then this: one process group per TP group (new_group is
 collective: every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
-(models.tp_block) for each of its stages' transformer blocks, sharded over its group's mesh. The executor runs the
+(models.tp_block) for each of its stages' zoo transformer blocks, sharded over its group's mesh, and a split graph
+(models.traced.split_graph) for each captured Llama-style block: its projections DTensor shards on the mesh, read
+through their local parts, Megatron's f and g all-reduces over the group (_Enter, _Leave). The executor runs the
 returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its input and
 its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model prices
-layers that do not split). The model's own blocks stay its dense copy: `TensorParallel.write_dense` gathers the
-trained shards into them (for state_dict), `read_dense` shards them again (after load_state_dict).
+layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on that
+process: each such parameter is replaced, in the model and its layers, by one of the same shape and dtype on the
+meta device (not swapped in place: a captured model's parameters are weakly referenced by the export's fake-tensor
+caches, which torch.utils.swap_tensors refuses), so a TP rank holds only its shard. `TensorParallel.dense_values`
+gathers the trained shards whole in the model's layout (for state_dict), `read_dense` shards a state's values again
+(after load_state_dict).
 
 Note:
     The gradient norm counts each parameter once: a sharded one's local shard on every TP rank of the owning
@@ -16,21 +22,24 @@ Note:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import fx, nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of
+from pipeplan.models.traced.graph import LayerGraph
+from pipeplan.models.traced.split_graph import GraphBlock, check_split_graph, graph_block, split_layer
 from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
 
@@ -38,11 +47,14 @@ SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParal
 """How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
-def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: bool, split: bool) -> None:
+def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: LayerGraph | None) -> None:
     """What the runtime runs of a plan's tensor-parallel stages, checked on the model before any process group:
-    the plan's own limits (runtime.options.check_tensor_parallel_plan), a chain (no graph) walked with whole
-    backwards (`split` false), each tp > 1 stage holding at least one transformer block that its tp divides (heads
-    and MLP hidden size). `names`: the layers' names for a message (None: their indices).
+    the plan's own limits (runtime.options.check_tensor_parallel_plan), and each transformer block of a tp > 1
+    stage one its tp divides (heads, key/value heads and MLP hidden size; a stage without one runs its layers
+    replicated on every TP rank): a zoo encoder layer (models.tp_block) or a captured Llama-style block
+    (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this process). A schedule
+    with an I/W split runs too: W's gradients of a split layer need no collective but the ones I ran, in the same
+    order on every TP rank. `names`: the layers' names for a message (None: their indices).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
@@ -51,22 +63,36 @@ def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequen
     tp_stages = [(s, st) for s, st in enumerate(plan.stages) if st.tp > 1]
     if not tp_stages:
         return
-    s, first = tp_stages[0]
-    if graph:
-        raise PlanError(f"stage {s} has tp {first.tp} but the model is a graph: the runtime splits the blocks of a chain")
-    if split:
-        raise PlanError(f"stage {s} has tp {first.tp}: the runtime runs tensor-parallel stages with whole backwards; "
-                        f"give the plan a schedule without an I/W split (schedule {plan.schedule!r})")  # fmt: skip
     order = plan.layer_order if plan.layer_order is not None else range(len(layers))
     for s, stage in tp_stages:
         where = f"stage {s} (layers {stage.first_layer}..{stage.last_layer})"
-        blocks = [i for i in order[stage.first_layer : stage.last_layer + 1] if encoder_of(layers[i]) is not None]
-        if not blocks:
-            raise PlanError(f"{where} has tp {stage.tp} but none of its layers is a transformer block the runtime "
-                            "splits (nn.TransformerEncoderLayer): give it tp 1")  # fmt: skip
-        for i in blocks:
-            check_split(layers[i], str(i) if names is None else names[i], stage.tp, where)
+        blocks = [i for i in order[stage.first_layer : stage.last_layer + 1] if splits(layers[i])]
+        for i in blocks:  # a stage with none runs every layer whole on each TP rank, as the cost model prices it
+            name = str(i) if names is None else names[i]
+            if encoder_of(layers[i]) is not None:
+                check_split(layers[i], name, stage.tp, where)
+            else:
+                check_split_graph(layers[i], name, stage.tp, where, _sample(layers[i], i, name, graph, where))
     _check_no_tied_weight(plan, layers, names, order)
+
+
+def splits(layer: nn.Module) -> bool:
+    """Whether the runtime splits `layer` on a tensor-parallel stage (a zoo encoder layer, or a captured
+    Llama-style block); every other layer runs replicated."""
+    return encoder_of(layer) is not None or graph_block(layer) is not None
+
+
+def _sample(layer: nn.Module, i: int, name: str, graph: LayerGraph | None, where: str) -> torch.Tensor:
+    """A batch of 2 of captured block i's one input (its source's per-sample shape and dtype), seeded."""
+    sources = graph.inputs[i] if graph is not None else ()
+    if len(sources) != 1:
+        raise PlanError(f"{where} has tp > 1 and layer {name} reads {len(sources)} layers' outputs: the runtime splits "
+                        "a captured block of one input; give the stage tp 1")  # fmt: skip
+    assert graph is not None
+    source = sources[0]
+    device = next((p.device for p in layer.parameters() if not p.is_meta), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn((2, *graph.shapes[source]), generator=generator, dtype=graph.dtypes[source]).to(device)
 
 
 def _check_no_tied_weight(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, order: Sequence[int]) -> None:
@@ -88,7 +114,10 @@ class TensorParallel:
     """This process's tensor-parallel blocks: layer index -> (the model's dense block, its SplitBlock), and its
     TP rank (0 when it runs no TP stage)."""
 
-    blocks: dict[int, tuple[nn.TransformerEncoderLayer, SplitBlock]] = field(default_factory=dict)
+    blocks: dict[int, tuple[nn.Module, nn.Module]] = field(default_factory=dict)
+    """layer index -> (the model's layer, freed; the module run in its place: a SplitBlock, or a split graph)"""
+    graphs: dict[int, GraphBlock] = field(default_factory=dict)
+    """The captured blocks among `blocks`: their projections (models.traced.split_graph)."""
     tp_rank: int = 0
     mesh: DeviceMesh | None = None
 
@@ -97,15 +126,50 @@ class TensorParallel:
         global norm: a sharded one's local shard everywhere, a replicated one on TP rank 0 only."""
         return [p for p in params if _sharded(p) or (self.tp_rank == 0 and not _sharded(p))]
 
-    def write_dense(self) -> None:
-        """Gather every block's shards into the model's dense block (collective over each TP group)."""
-        for dense, block in self.blocks.values():
-            block.write_dense(dense, _whole)
+    def dense_values(self) -> dict[int, torch.Tensor]:
+        """id of each freed parameter of the model's blocks -> its trained value, gathered whole from the shards
+        (collective over each TP group: every TP rank calls it)."""
+        return {id(dense): full for i in self.blocks for dense, full in self.dense_pairs(i, _whole)}
 
-    def read_dense(self) -> None:
-        """Shard the model's dense blocks into the split ones again (each TP rank takes its part)."""
-        for dense, block in self.blocks.values():
-            block.read_dense(dense, _place)
+    def dense_pairs(self, i: int, whole: Callable[[torch.Tensor], torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(the model's parameter, the split module's value of it, `whole(mine)` in the model's layout) for each
+        parameter of layer i that the split module holds in its own tensors (a collective for a sharded one)."""
+        dense, block = self.blocks[i]
+        if i not in self.graphs:
+            assert isinstance(block, SplitBlock)
+            return block.dense_values(dense, whole)
+        paths = [path for path, _ in self.graphs[i].split_tensors()]
+        return [(dense.get_parameter(path), whole(block.get_parameter(path))) for path in paths]
+
+    def dense_params(self, i: int) -> list[torch.Tensor]:
+        """The parameters of the model's layer i whose values the split module holds in its own tensors (all of a
+        SplitBlock's, a split graph's projections; its norms are the layer's own objects)."""
+        dense, _ = self.blocks[i]
+        if i not in self.graphs:
+            return list(dense.parameters())
+        return [dense.get_parameter(path) for path, _ in self.graphs[i].split_tensors()]
+
+    @torch.no_grad()
+    def read_dense(self, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Shard whole values into the split blocks (each TP rank takes its part); `value(param)`: the whole value
+        of one of the model's (freed) block parameters."""
+        for i, (dense, block) in self.blocks.items():
+            if i not in self.graphs:
+                assert isinstance(block, SplitBlock)
+                block.read_dense(dense, _place, value)
+            for path, _ in self.graphs[i].split_tensors() if i in self.graphs else ():
+                _place(block.get_parameter(path), value(dense.get_parameter(path)))
+
+    def free_dense(self, roots: Sequence[nn.Module]) -> None:
+        """Free the model's parameters that the split modules hold (`dense_params`): in every module under `roots`
+        (the model, its layers) each is replaced by a parameter of the same shape, dtype and requires_grad on the
+        meta device, holding no storage; the originals go with their last reference."""
+        meta = {id(p): p for i in self.blocks for p in self.dense_params(i) if not p.is_meta}
+        made = {key: nn.Parameter(torch.empty_like(p, device="meta"), p.requires_grad) for key, p in meta.items()}
+        for module in {id(m): m for root in roots for m in root.modules()}.values():
+            for name, param in module._parameters.items():
+                if param is not None and id(param) in made:
+                    module._parameters[name] = made[id(param)]
 
 
 def _sharded(param: torch.Tensor) -> bool:
@@ -131,7 +195,8 @@ def tensor_parallel_layers(
     layers: Sequence[nn.Module], topology: Topology, role: Role, device: torch.device, timeout_s: float
 ) -> tuple[list[nn.Module], TensorParallel]:
     """The layers this process runs (its TP stages' blocks split and sharded; every other layer the model's own)
-    and what it holds of them. A collective: every process of the job calls it (it creates the TP groups).
+    and what it holds of them. A collective: every process of the job calls it (it creates the TP groups). The
+    caller frees the dense copies (`TensorParallel.free_dense`), in the model and its layers.
 
     The caller has checked the plan against the model (`check_tensor_parallel`)."""
     plan = topology.plan
@@ -154,12 +219,72 @@ def tensor_parallel_layers(
         stage = plan.stages[s]
         for i in order[stage.first_layer : stage.last_layer + 1]:
             found = encoder_of(layers[i])
-            if found is None:
+            if found is not None:
+                dense, causal = found
+                dense.to(device)
+                block = SplitBlock(dense, causal, stage.tp).to(device)
+                block.train(layers[i].training)
+                out[i] = parallelize_module(block, held.mesh, dict(SPLITS))
+                held.blocks[i] = (dense, block)
+            elif (captured := graph_block(layers[i])) is not None:
+                out[i] = _split_graph(layers[i], captured, stage.tp, held.mesh, mine, device)
+                held.blocks[i], held.graphs[i] = (layers[i], out[i]), captured
+            else:
                 continue
-            dense, causal = found
-            dense.to(device)
-            block = SplitBlock(dense, causal, stage.tp).to(device)
-            block.train(layers[i].training)
-            out[i] = parallelize_module(block, held.mesh, dict(SPLITS))
-            held.blocks[i] = (dense, block)
     return out, held
+
+
+def _split_graph(
+    layer: nn.Module, captured: GraphBlock, tp: int, mesh: DeviceMesh, group: dist.ProcessGroup, device: torch.device
+) -> nn.Module:
+    """A captured block split over its TP group: its projections sharded as DTensors on `mesh`, Megatron's f and g
+    as all-reduces over `group` (models.traced.split_graph)."""
+
+    def shard(dense: torch.Tensor, dim: int) -> nn.Parameter:
+        part = distribute_tensor(dense.detach().to(device), mesh, [Shard(dim)], src_data_rank=None)
+        return nn.Parameter(part, requires_grad=dense.requires_grad)
+
+    assert isinstance(layer, fx.GraphModule)
+    split = split_layer(layer, captured, tp, shard)
+    split.tp_enter, split.tp_leave = _Collective(_Enter, group), _Collective(_Leave, group)
+    return split
+
+
+class _Enter(torch.autograd.Function):
+    """Megatron's f: the identity forward, the input's gradient all-reduced over the TP group."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        summed = grad.contiguous().clone()
+        dist.all_reduce(summed, group=ctx.group)
+        return summed, None
+
+
+class _Leave(torch.autograd.Function):
+    """Megatron's g: the TP ranks' partial outputs all-reduced, the gradient passed as it is."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        summed = x.contiguous().clone()
+        dist.all_reduce(summed, group=group)
+        return summed
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class _Collective(nn.Module):
+    """One of a split graph's collectives (_Enter or _Leave) over its TP group, as the module the graph calls."""
+
+    def __init__(self, function: type[torch.autograd.Function], group: dist.ProcessGroup) -> None:
+        super().__init__()
+        self.function, self.group = function, group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.function.apply(x, self.group)

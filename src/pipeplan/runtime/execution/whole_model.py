@@ -49,7 +49,8 @@ class WholeModel:
         role: this process's role.
         device: where the collective tensors travel (the process group's device).
         tensor_parallel: this process's split blocks (runtime.execution.tp_layers): trained in place of the model's
-            dense blocks, gathered into them for `state_dict`, sharded from them after `load_state_dict`.
+            dense blocks, whose parameters this process has freed (on the meta device); their entries are gathered
+            from the shards for `state_dict`, and `load_state_dict` shards a state's values into them.
     """
 
     def __init__(
@@ -89,8 +90,8 @@ class WholeModel:
 
         The keys and order are the model's own `state_dict`'s; the values are detached CPU copies.
         """
-        self.tensor_parallel.write_dense()  # the split blocks' shards gathered into the model's blocks
-        local = self.model.state_dict()
+        gathered = self.tensor_parallel.dense_values()  # the split blocks' shards, whole, for the freed blocks
+        local = {key: gathered.get(id(t), t).detach() for key, t in self.model.state_dict(keep_vars=True).items()}
         out: dict[str, torch.Tensor] = {}
         groups: dict[tuple[int, torch.dtype], list[str]] = {}
         for key, tensor in local.items():
@@ -128,8 +129,11 @@ class WholeModel:
             if not isinstance(value, torch.Tensor) or value.shape != tensor.shape:
                 got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
                 raise PlanError(f"state[{key!r}] is {got} but the model's is {tuple(tensor.shape)}: the state is another model's")
-        self.model.load_state_dict(state)
-        self.tensor_parallel.read_dense()
+        held = self.model.state_dict(keep_vars=True)
+        key_of = {id(tensor): key for key, tensor in held.items()}
+        freed = {key for key, tensor in held.items() if tensor.is_meta}  # a split block's: its shards take the value
+        self.model.load_state_dict({key: value for key, value in state.items() if key not in freed}, strict=not freed)
+        self.tensor_parallel.read_dense(lambda dense: state[key_of[id(dense)]])
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
         """Scale every gradient of this process by min(1, max_norm / (total + 1e-6)), `total` the norm of the whole

@@ -1,0 +1,280 @@
+"""A captured Llama-style block (models.traced.capture) split Megatron-style over a tensor-parallel group.
+
+A captured layer is a graph of aten ops over the stock model's own Parameters. It is a block this module splits
+when its graph calls `aten.linear` on the weights named `self_attn.{q,k,v,o}_proj` and `mlp.{gate,up,down}_proj`
+(Hugging Face's Llama, Mistral, Qwen2 decoder layers), once each, and each of q, k and v is viewed as
+(batch, seq, -1, head_dim). `split_layer` copies the graph with:
+
+  - q, k, v, gate and up column-parallel (each TP rank holds rows of its heads and hidden units), o and down
+    row-parallel (each TP rank holds the matching columns; a bias is added once, after the sum);
+  - an `enter` module on the input of each column-parallel linear (Megatron's f: identity forward, all-reduce of the
+    gradient) and a `leave` module on the output of each row-parallel one (Megatron's g: all-reduce forward,
+    identity backward); both are identities here, the runtime puts its collectives in
+    (runtime.execution.tp_layers);
+  - the head counts the export fixed as numbers divided by t: where a size list between q/k/v and o (with no -1 in
+    it) holds the heads or key/value heads at dimension 1, or their width at its last dimension (the copies of
+    each key/value head, `repeat_kv`). Recent transformers view heads as -1, so the rest follows the weights.
+
+Note:
+    The rewrite of fixed head counts is a rule, not a proof: `check_split_graph` runs the split on a sample in one
+    process (every TP rank's shards, each `leave` given the dense value so the rest of the block runs as the dense
+    one) and requires the TP ranks' partial outputs of o and down to sum to the dense ones. A block whose graph
+    fixes its heads elsewhere fails that check and is refused, never run wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import fx, nn
+
+from pipeplan.core.errors import PlanError
+
+COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+ROW = ("o_proj", "down_proj")
+ATTENTION = ("q_proj", "k_proj", "v_proj")
+_SIZED = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten.expand.default,
+          torch.ops.aten._unsafe_view.default)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GraphBlock:
+    """A captured block's projections (name -> the attribute path of its weight, of its bias or None) and sizes."""
+
+    weights: dict[str, str]
+    biases: dict[str, str | None]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+    def dim(self, name: str) -> int:
+        """The weight dimension a projection splits along: 0 (rows) column-parallel, 1 (columns) row-parallel."""
+        return 0 if name in COLUMN else 1
+
+    def split_tensors(self) -> list[tuple[str, int]]:
+        """(attribute path, dimension split) of every tensor that is sharded: weights, and column-parallel biases."""
+        out = [(self.weights[name], self.dim(name)) for name in (*COLUMN, *ROW)]
+        return out + [(self.biases[name], 0) for name in COLUMN if self.biases[name] is not None]  # type: ignore[misc]
+
+
+def _linears(graph: fx.Graph) -> dict[str, list[fx.Node]]:
+    """Projection name -> the aten.linear nodes of `graph` whose weight is that projection's."""
+    found: dict[str, list[fx.Node]] = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.linear.default:
+            weight = node.args[1]
+            if isinstance(weight, fx.Node) and weight.op == "get_attr" and str(weight.target).endswith(".weight"):
+                parts = str(weight.target).split(".")
+                if len(parts) >= 3 and f"{parts[-3]}.{parts[-2]}" in _NAMES:
+                    found.setdefault(parts[-2], []).append(node)
+    return found
+
+
+_NAMES = {f"self_attn.{n}" for n in (*ATTENTION, "o_proj")} | {f"mlp.{n}" for n in ("gate_proj", "up_proj", "down_proj")}
+
+
+def graph_block(layer: nn.Module) -> GraphBlock | None:
+    """The projections and sizes of a captured Llama-style block (module docstring); None for any other layer."""
+    if not isinstance(layer, fx.GraphModule):
+        return None
+    found = _linears(layer.graph)
+    if sorted(found) != sorted((*COLUMN, *ROW)) or any(len(nodes) != 1 for nodes in found.values()):
+        return None
+    nodes = {name: found[name][0] for name in found}
+    head_dim = _head_dim(nodes["q_proj"])
+    if head_dim is None or any(_head_dim(nodes[n]) != head_dim for n in ATTENTION):
+        return None
+    weights = {name: str(node.args[1].target) for name, node in nodes.items()}  # type: ignore[union-attr]
+    biases = {name: _bias(node) for name, node in nodes.items()}
+    rows = {name: layer.get_parameter(path).shape[0] for name, path in weights.items()}
+    if rows["q_proj"] % head_dim or rows["k_proj"] % head_dim or rows["k_proj"] != rows["v_proj"]:
+        return None
+    return GraphBlock(weights, biases, rows["q_proj"] // head_dim, rows["k_proj"] // head_dim, head_dim, rows["gate_proj"])
+
+
+def _head_dim(linear: fx.Node) -> int | None:
+    """head_dim when the linear's one user views it as (batch, seq, -1, head_dim)."""
+    users = list(linear.users)
+    if len(users) != 1 or users[0].target not in _SIZED[:2]:
+        return None
+    sizes = users[0].args[1]
+    if not isinstance(sizes, (list, tuple)) or len(sizes) != 4 or sizes[2] != -1 or not isinstance(sizes[3], int):
+        return None
+    return sizes[3]
+
+
+def _bias(linear: fx.Node) -> str | None:
+    """The attribute path of a linear node's bias (None: no bias)."""
+    bias = linear.args[2] if len(linear.args) > 2 else linear.kwargs.get("bias")
+    return str(bias.target) if isinstance(bias, fx.Node) and bias.op == "get_attr" else None
+
+
+class Identity(nn.Module):
+    """Where a split block's collectives go (module docstring): the identity until the runtime replaces it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded parameter's local part (a DTensor's `to_local`, differentiable), else the tensor."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None else tensor
+
+
+def split_layer(
+    layer: fx.GraphModule, block: GraphBlock, tp: int, shard: Callable[[torch.Tensor, int], nn.Parameter]
+) -> fx.GraphModule:
+    """`layer`'s graph split over `tp` ranks (module docstring): its sharded tensors are `shard(dense, dim)` (this
+    TP rank's part of the dense parameter along dim), every other parameter and buffer the layer's own object."""
+    graph = copy.deepcopy(layer.graph)
+    found = {name: nodes[0] for name, nodes in _linears(graph).items()}
+    region = _between(graph, [found[n] for n in ATTENTION], found["o_proj"])
+    for node in graph.nodes:  # the heads the export fixed as numbers, in the attention between q/k/v and o
+        if node in region and node.op == "call_function" and node.target in _SIZED:
+            node.args = (node.args[0], _local_sizes(node.args[1], block, tp), *node.args[2:])
+    entered: dict[fx.Node, fx.Node] = {}
+    for name in COLUMN:
+        linear = found[name]
+        source = linear.args[0]
+        assert isinstance(source, fx.Node)
+        if source not in entered:
+            with graph.inserting_after(source):
+                entered[source] = graph.call_module("tp_enter", (source,))
+        linear.args = (entered[source], *linear.args[1:])
+    for name in ROW:
+        linear = found[name]
+        with graph.inserting_after(linear):
+            left = graph.call_module("tp_leave", (linear,))
+        linear.replace_all_uses_with(left, delete_user_cb=lambda user, left=left: user is not left)
+        if _bias(linear) is not None:  # a row-parallel bias is added once, to the sum
+            bias = linear.args[2]
+            linear.args = linear.args[:2]
+            with graph.inserting_after(left):
+                added = graph.call_function(torch.ops.aten.add.Tensor, (left, bias))
+            left.replace_all_uses_with(added, delete_user_cb=lambda user, added=added: user is not added)
+    for node in list(graph.nodes):  # a sharded tensor is read through its local part
+        if node.op == "get_attr" and any(node.target == path for path, _ in block.split_tensors()):
+            with graph.inserting_after(node):
+                part = graph.call_function(local, (node,))
+            node.replace_all_uses_with(part, delete_user_cb=lambda user, part=part: user is not part)
+    attrs: dict[str, object] = {"tp_enter": Identity(), "tp_leave": Identity()}
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module") and node.target not in attrs:
+            attrs[node.target] = _attribute(layer, str(node.target))
+    for path, dim in block.split_tensors():
+        attrs[path] = shard(layer.get_parameter(path), dim)
+    out = fx.GraphModule(attrs, graph, class_name="SplitLayer")
+    out.recompile()
+    out.train(layer.training)
+    return out
+
+
+def _attribute(module: nn.Module, path: str) -> object:
+    """The object at a dotted attribute path of `module`."""
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _between(graph: fx.Graph, starts: list[fx.Node], end: fx.Node) -> set[fx.Node]:
+    """The nodes on a path from any of `starts` to `end` (their descendants that `end` depends on)."""
+    below: set[fx.Node] = set()
+    todo = list(starts)
+    while todo:
+        node = todo.pop()
+        for user in node.users:
+            if user not in below:
+                below.add(user)
+                todo.append(user)
+    above: set[fx.Node] = set()
+    todo = [end]
+    while todo:
+        node = todo.pop()
+        for arg in node.all_input_nodes:
+            if arg not in above:
+                above.add(arg)
+                todo.append(arg)
+    return below & above
+
+
+def _local_sizes(sizes: object, block: GraphBlock, tp: int) -> object:
+    """A size list of the attention with its fixed head counts divided by tp (module docstring)."""
+    if not isinstance(sizes, (list, tuple)) or -1 in sizes or len(sizes) < 3:
+        return sizes
+    out = list(sizes)
+    if isinstance(out[1], int) and out[1] in (block.heads, block.kv_heads):
+        out[1] //= tp
+    elif isinstance(out[-1], int) and out[-1] in (block.heads * block.head_dim, block.kv_heads * block.head_dim):
+        out[-1] //= tp
+    return type(sizes)(out)
+
+
+def check_split_graph(layer: fx.GraphModule, name: str, tp: int, where: str, sample: torch.Tensor) -> None:
+    """That the captured block `layer` splits over `tp` ranks: tp divides its heads, key/value heads and MLP
+    hidden size, and on `sample` (a batch of the block's input) its TP ranks' partial outputs of o and down sum to
+    the dense block's (module docstring's Note).
+
+    Raises:
+        PlanError: one line naming the layer, the count or the check that fails, and the tp.
+    """
+    block = graph_block(layer)
+    assert block is not None
+    counts = (("attention heads", block.heads), ("key/value heads", block.kv_heads), ("MLP hidden size", block.hidden))
+    for what, count in counts:
+        if count % tp:
+            raise PlanError(f"{where} has tp {tp}, which does not divide layer {name}'s {count} {what}: give the stage "
+                            f"a tp that divides {block.heads} heads, {block.kv_heads} key/value heads and "
+                            f"{block.hidden} hidden units")  # fmt: skip
+    mode = layer.training
+    layer.eval()
+    try:
+        with torch.no_grad():
+            dense = split_layer(layer, block, 1, lambda t, _: nn.Parameter(t.detach().clone()))
+            dense.tp_leave = _Record([])
+            dense(sample)
+            partials = [_Replay(dense.tp_leave.values) for _ in range(tp)]
+            for rank, replay in enumerate(partials):
+                part = split_layer(layer, block, tp, lambda t, d, r=rank: nn.Parameter(t.detach().chunk(tp, d)[r].clone()))
+                part.tp_leave = replay
+                part(sample)
+    except RuntimeError as exc:
+        raise PlanError(f"{where} has tp {tp} but layer {name}'s captured graph does not run split ({str(exc)[:120]}): "
+                        "train it with tp 1") from None  # fmt: skip
+    finally:
+        layer.train(mode)
+    for j, want in enumerate(dense.tp_leave.values):
+        got = sum(replay.seen[j] for replay in partials)
+        scale = (float(want.abs().max()) or 1.0) * 1e4 * torch.finfo(want.dtype).eps  # sums in another order
+        if not isinstance(got, torch.Tensor) or float((got - want).abs().max()) > scale:
+            raise PlanError(f"{where} has tp {tp} but layer {name}'s captured graph fixes its heads where the split "
+                            "cannot follow (its TP ranks' parts do not sum to the block): train it with tp 1")  # fmt: skip
+
+
+class _Record(nn.Module):
+    """The dense block's `leave`: keeps each value passing (the o and down outputs, in order)."""
+
+    def __init__(self, values: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.values = values
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.values.append(x)
+        return x
+
+
+class _Replay(nn.Module):
+    """A TP rank's `leave` in the check: keeps its partial value, passes the dense one on."""
+
+    def __init__(self, values: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.values = values
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(x)
+        return self.values[len(self.seen) - 1]
