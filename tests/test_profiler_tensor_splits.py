@@ -100,16 +100,16 @@ def test_a_captured_llama_is_marked_and_not_when_its_split_does_not_follow(user:
 def test_a_marked_profile_plans_tensor_parallel_stages_train_runs(
     user: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: str, options: list[str]
 ) -> None:
-    """profile (float64) -> plan on 4 CPUs of one server at tp 2 (forced: the measured times decide whether tp wins)
-    and ZeRO 0 (the runtime does not shard state yet) -> train --plan: the plan has tp 2 stages (its stages, cuts
-    and schedule the planner's), and train's every check passes (exit 0, its launcher called with 4 processes)."""
+    """profile (float64) -> plan on 4 CPUs of one server at tp 2 (forced: the measured times decide whether tp wins),
+    its ZeRO stage the planner's -> train --plan: the plan has tp 2 stages (its stages, cuts, schedule and sharding
+    the planner's), and train's every check passes (exit 0, its launcher called with 4 processes)."""
     from pipeplan.runtime.training import launch
 
     code, _, err = run(monkeypatch, capsys, "profile", module, *options, "-b", "4", "--batch-sizes", "2,4", "--runs", "1",
                        "--warmup", "0", "--dtype", "float64", "-o", "profile.json", "-q")  # fmt: skip
     assert code == 0, err
     code, _, err = run(monkeypatch, capsys, "plan", "--profile", "profile.json", "--cluster", "cpus-4.json",
-                       "--global-batch", "8", "--tensor-parallel", "2", "--zero", "0", "--out", "plan.json")  # fmt: skip
+                       "--global-batch", "8", "--tensor-parallel", "2", "--out", "plan.json")  # fmt: skip
     assert code == 0, err
     plan = json.loads((user / "plan.json").read_text())
     assert max(stage.get("tp", 1) for stage in plan["stages"]) == 2, plan
