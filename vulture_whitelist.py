@@ -59,3 +59,4 @@ _.attention_mask
 _.pytest_configure  # tests/conftest.py: a pytest hook (the torch guard under -m "not torch")
 _.pytest_pycollect_makemodule  # tests/conftest.py: a pytest hook (torch-marked files not imported under -m "not torch")
 _.percent_of_peak  # benchmarks/published_runs.py: a PublishedRun field, read through asdict in --json rows
+_.tp_enter  # runtime/execution/tp_layers.py: a split block's submodule its fx graph calls by name (split_graph)
