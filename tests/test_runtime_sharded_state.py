@@ -20,6 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 from cli_runner import run  # noqa: E402
+from plain_loops import charlm_losses  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -236,23 +237,10 @@ def _train_args(plan: str, *extra: str, local: int = 3) -> list[str]:
 def test_train_runs_a_plan_with_zero_1_as_the_plain_loop(tmp_path: Path, tp: int) -> None:
     """`train --plan` with zero 1 (Adam, float64): a stage of 2 replicas beside one of 1 on `--local 3`, and 2
     replicas of a tp 2 stage on `--local 4`: its 3 losses equal a plain torch loop's on the same batches to 1e-9."""
-    from pipeplan.models.build import build_model
-    from pipeplan.models.zoo.datasets import batch_indices
-
     done = run_train([*_train_args(_plan_file(tmp_path, 1, tp), local=3 if tp == 1 else 4), "--json"], timeout=600)
     assert done.returncode == 0, done.stderr
     losses = json.loads(done.stdout)["losses"]
-    model = build_model("charlm", dict(OPTIONS), "auto", "float64", seed=0)
-    whole = nn.Sequential(*model.layers)
-    optimizer = torch.optim.Adam(whole.parameters(), lr=LR)
-    want = []
-    for step in range(3):
-        idx = batch_indices(len(model.dataset), 8, step, 0)
-        optimizer.zero_grad()
-        loss = model.loss_fn(whole(model.dataset.inputs[idx]), model.dataset.targets[idx])
-        loss.backward()
-        optimizer.step()
-        want.append(float(loss.detach()))
+    want = charlm_losses(OPTIONS, lambda params: torch.optim.Adam(params, lr=LR))
     assert len(losses) == 3 and all(abs(a - b) <= TOLERANCE for a, b in zip(losses, want, strict=True)), (losses, want)
 
 

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from cli_runner import run  # noqa: E402
+from plain_loops import charlm_losses  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -249,25 +250,12 @@ def _train_args(plan: str, local: int, *extra: str, heads: int = OPTIONS["heads"
 def test_train_runs_a_plan_file_with_tensor_parallel_stages_as_the_plain_loop(tmp_path: Path) -> None:
     """`train --plan` with 2 stages of tp 2 on `--local 4` (float64, SGD): its 3 losses equal a plain torch loop's on
     the same batches to 1e-9."""
-    from pipeplan.models.build import build_model
-    from pipeplan.models.zoo.datasets import batch_indices
-
     plan = _plan_file(tmp_path, "plan.json", [(0, 1, (0, 1), 2, False), (2, 3, (2, 3), 2, False)])
     done = run_train([*_train_args(plan, 4), "--json"], timeout=600)
     assert done.returncode == 0, done.stderr
     losses = json.loads(done.stdout)["losses"]
 
-    model = build_model("charlm", dict(OPTIONS), "auto", "float64", seed=0)
-    whole = nn.Sequential(*model.layers)
-    optimizer = torch.optim.SGD(whole.parameters(), lr=LR)
-    want = []
-    for step in range(3):
-        idx = batch_indices(len(model.dataset), 8, step, 0)
-        optimizer.zero_grad()
-        loss = model.loss_fn(whole(model.dataset.inputs[idx]), model.dataset.targets[idx])
-        loss.backward()
-        optimizer.step()
-        want.append(float(loss.detach()))
+    want = charlm_losses(OPTIONS, lambda params: torch.optim.SGD(params, lr=LR))
     assert len(losses) == 3 and all(abs(a - b) <= TOLERANCE for a, b in zip(losses, want, strict=True)), (losses, want)
 
 
