@@ -105,3 +105,14 @@ def fuzz_request(seed: int, large: bool = False) -> PlanRequest:
         size = None
     schedule = rng.choice(["auto"] * 6 + ["1f1b", "gpipe", "zb-h1", "kfkb", "interleaved-1f1b", "list"])
     return PlanRequest(profile, cluster, batch, size, schedule)
+
+
+def every_cut(layers: int, parts: int) -> list[list[tuple[int, int]]]:
+    """Every split of `layers` layers into `parts` contiguous non-empty chunks, as (first, last) pairs."""
+    import itertools
+
+    out = []
+    for inner in itertools.combinations(range(1, layers), parts - 1):
+        edges = [0, *inner, layers]
+        out.append([(edges[i], edges[i + 1] - 1) for i in range(parts)])
+    return out

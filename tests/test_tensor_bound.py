@@ -20,21 +20,13 @@ from pipeplan.planner.planners import run_planner
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.memory import check_fits
 from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import every_cut
 
 TINY = "gpt:layers=1,hidden=64,heads=8,seq=32,vocab=64"
 TWO = "gpt:layers=2,hidden=128,heads=8,seq=64,vocab=256"
 BIG = "gpt:layers=1,hidden=4096,heads=32,seq=2048,vocab=1024"
 """One block whose compute dwarfs its collectives: at one microbatch a group of 8 runs near 1/8 of the path."""
 SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("interleaved-1f1b", 2))
-
-
-def _cuts(layers: int, parts: int) -> list[list[tuple[int, int]]]:
-    """Every split of `layers` layers into `parts` contiguous non-empty chunks."""
-    out = []
-    for inner in itertools.combinations(range(1, layers), parts - 1):
-        edges = [0, *inner, layers]
-        out.append([(edges[i], edges[i + 1] - 1) for i in range(parts)])
-    return out
 
 
 def _plans(request: PlanRequest, order: list[int]) -> list[Plan]:
@@ -52,7 +44,7 @@ def _plans(request: PlanRequest, order: list[int]) -> list[Plan]:
             for zero, sp, (schedule, v) in itertools.product((0, 1, 2), (False, True), SCHEDULES):
                 if (zero and r * rp == 1) or (sp and t == 1) or (v > 1 and (p == 1 or m % p)) or p * v > layers:
                     continue
-                for cut in _cuts(layers, p * v):
+                for cut in every_cut(layers, p * v):
                     stages = tuple(Stage(a, z, groups[c % p], tp=t, sequence_parallel=sp) for c, (a, z) in enumerate(cut))
                     plan = Plan(stages, rp, m, b, schedule, chunks=v, zero=zero)
                     try:

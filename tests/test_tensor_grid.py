@@ -16,19 +16,11 @@ from pipeplan.planner.search import tensor_grid
 from pipeplan.planner.search.tensor_grid import cross_server_notes, plan_tensor
 from pipeplan.sim.cost.memory import check_fits, memory_per_device
 from pipeplan.sim.plan_sim import simulate_plan
+from planner_instances import every_cut
 
 TINY = "gpt:layers=1,hidden=64,heads=8,seq=32,vocab=64"
 """Four layers (embedding, attention.0, mlp.0, head), every one splittable by 1, 2, 4 and 8."""
 CHUNK_SCHEDULES = (("1f1b", 1), ("gpipe", 1), ("zb-h1", 1), ("interleaved-1f1b", 2), ("interleaved-1f1b", 4))
-
-
-def _cuts(layers: int, parts: int) -> list[list[tuple[int, int]]]:
-    """Every split of `layers` layers into `parts` contiguous non-empty chunks."""
-    out = []
-    for inner in itertools.combinations(range(1, layers), parts - 1):
-        edges = [0, *inner, layers]
-        out.append([(edges[i], edges[i + 1] - 1) for i in range(parts)])
-    return out
 
 
 def _brute_force(request) -> float:  # type: ignore[no-untyped-def]
@@ -50,7 +42,7 @@ def _brute_force(request) -> float:  # type: ignore[no-untyped-def]
                 for zero, sp, (schedule, v) in itertools.product((0, 1, 2), (False, True), CHUNK_SCHEDULES):
                     if (zero and d == 1) or (sp and t == 1) or (v > 1 and (p == 1 or m % p)) or p * v > layers:
                         continue
-                    for cut in _cuts(layers, p * v):
+                    for cut in every_cut(layers, p * v):
                         stages = tuple(Stage(a, z, groups[c % p], tp=t, sequence_parallel=sp) for c, (a, z) in enumerate(cut))
                         plan = Plan(stages, d, m, b, schedule, chunks=v, zero=zero)
                         try:
