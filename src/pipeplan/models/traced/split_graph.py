@@ -25,7 +25,7 @@ Note:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -183,23 +183,21 @@ def _attribute(module: nn.Module, path: str) -> object:
 
 def _between(graph: fx.Graph, starts: list[fx.Node], end: fx.Node) -> set[fx.Node]:
     """The nodes on a path from any of `starts` to `end` (their descendants that `end` depends on)."""
-    below: set[fx.Node] = set()
+    below = _reached(starts, lambda node: node.users)
+    above = _reached([end], lambda node: node.all_input_nodes)
+    return below & above
+
+
+def _reached(starts: Iterable[fx.Node], step: Callable[[fx.Node], Iterable[fx.Node]]) -> set[fx.Node]:
+    """The nodes reached from `starts` by one or more `step`s (users: descendants; inputs: ancestors)."""
+    reached: set[fx.Node] = set()
     todo = list(starts)
     while todo:
-        node = todo.pop()
-        for user in node.users:
-            if user not in below:
-                below.add(user)
-                todo.append(user)
-    above: set[fx.Node] = set()
-    todo = [end]
-    while todo:
-        node = todo.pop()
-        for arg in node.all_input_nodes:
-            if arg not in above:
-                above.add(arg)
-                todo.append(arg)
-    return below & above
+        for nxt in step(todo.pop()):
+            if nxt not in reached:
+                reached.add(nxt)
+                todo.append(nxt)
+    return reached
 
 
 def _local_sizes(sizes: object, block: GraphBlock, tp: int) -> object:

@@ -81,7 +81,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         search.run()  # the t = 1 plans without sharding (a forced t > 1 or ZeRO stage leaves only the 3D space)
     best = search.best_plan
     tensor = best_tensor_plan(request) if three_d else None
-    if tensor is not None and (best is None or tensor[1] < evaluate(request, best)[0].iteration_time):
+    if tensor is not None and tensor[1] < search.best_time:  # the t = 1 plan's simulated time (inf: none fits)
         best = tensor[0]
     if best is None:
         copies = ", ".join(
