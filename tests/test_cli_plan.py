@@ -113,6 +113,7 @@ TP_PROFILE = "gpt:layers=2,hidden=256,heads=16,seq=128,vocab=1024"
         (("--zero", "3"), "--zero too large"),
         (("--tensor-parallel", "2", "--planner", "dapple"), "planner 'dapple' plans tp 1 and zero 0 only"),
         (("--sequence-parallel", "yes"), "--sequence-parallel must be one of auto, on, off"),
+        (("--sequence-parallel", "on", "--planner", "megatron"), "planner 'megatron' plans no sequence parallelism"),
     ],
 )
 def test_plan_refuses_bad_tensor_and_zero_options_in_one_line(
