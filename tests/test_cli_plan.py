@@ -112,6 +112,8 @@ TP_PROFILE = "gpt:layers=2,hidden=256,heads=16,seq=128,vocab=1024"
         (("--zero", "1", "--tensor-parallel", "16"), "no plan can have two"),
         (("--zero", "3"), "--zero too large"),
         (("--tensor-parallel", "2", "--planner", "dapple"), "planner 'dapple' plans tp 1 and zero 0 only"),
+        (("--sequence-parallel", "yes"), "--sequence-parallel must be one of auto, on, off"),
+        (("--sequence-parallel", "on", "--planner", "megatron"), "planner 'megatron' plans no sequence parallelism"),
     ],
 )
 def test_plan_refuses_bad_tensor_and_zero_options_in_one_line(
@@ -139,6 +141,22 @@ def test_plan_with_tensor_parallelism_across_servers_says_so(
     assert obj["stages"][0]["tp"] == 16
     assert any("span servers" in note for note in obj["notes"])
     assert obj["tensor_search"]["flat_searched"] is False
+
+
+def test_plan_sequence_parallel_on_and_off_are_written_in_the_plan_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`plan --sequence-parallel on` (off) writes sequence_parallel true on every stage of its forced tp 4 (leaves it
+    out: false)."""
+    for setting, want in (("on", True), ("off", False)):
+        path = tmp_path / f"{setting}.json"
+        code, _, err = run(
+            monkeypatch, capsys, "plan", "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2", "--global-batch", "16",
+            "--tensor-parallel", "4", "--sequence-parallel", setting, "--out", str(path),
+        )  # fmt: skip
+        assert code == 0, err
+        stages = json.loads(path.read_text())["stages"]
+        assert [(stage["tp"], stage.get("sequence_parallel", False)) for stage in stages] == [(4, want)] * len(stages)
 
 
 def test_a_plan_file_whose_tp_does_not_divide_the_heads_is_refused(

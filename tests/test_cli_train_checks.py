@@ -258,16 +258,18 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
 def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]], tmp_path: Path
 ) -> None:  # fmt: skip
-    """A plan whose tp > 1 stage runs sequence parallel, or with zero 2, gets one line naming the stage's setting (or
-    zero) and the way out: the runtime does not run sequence parallelism nor shard gradients. (A tp stage with no
-    transformer block, as mlp's, runs its layers whole on each TP rank: tests/test_runtime_tensor_parallel.)"""
+    """A plan whose tp > 1 stage (sequence-parallel or not) has an asynchronous schedule, or with zero 2, gets one
+    line naming the stage's setting (or zero) and the way out: the runtime runs tensor-parallel stages on synchronous
+    schedules only and does not shard gradients. (A tp stage with no transformer block, as mlp's, runs its layers
+    whole on each TP rank, sequence-parallel or not: tests/test_runtime_tensor_parallel.)"""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
 
     plans = {
         "tp.json": (
-            Plan((Stage(0, 2, (0, 1), tp=2, sequence_parallel=True),), 1, 2, 2, "1f1b"),
-            "stage 0 has sequence_parallel true, which the runtime does not run yet: set it false",
+            Plan((Stage(0, 2, (0, 1), tp=2, sequence_parallel=True),), 1, 2, 2, "pipemare"),
+            "stage 0 has tp 2 and the plan schedule 'pipemare': the runtime runs tensor-parallel stages on a synchronous "
+            "schedule with a fixed k; give the plan 1f1b, gpipe or kfkb without adaptive",
         ),
         "zero.json": (
             Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=2),

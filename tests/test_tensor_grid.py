@@ -109,6 +109,47 @@ def test_a_forced_zero_is_kept() -> None:
     assert result.extra["flat_searched"] is False
 
 
+WIDE = "gpt:layers=1,hidden=4096,heads=32,seq=2048,vocab=1024"
+"""A 4096-wide block on 8 A100s at global batch 2: sequence parallelism prices faster (its norms and residual adds,
+run whole on every TP rank without it, split t ways with it)."""
+
+
+def test_sequence_parallelism_is_chosen_by_the_cost_model_or_as_the_request_forces_it() -> None:
+    """auto takes sequence parallelism where it prices faster: its plan is exact's over the 3D space (to 1e-12),
+    faster than the best without it; on and off force it on every tp > 1 stage or none, in the 3D search and in
+    exact's space alike."""
+    from pipeplan.planner.exact.tensor_space import best_tensor_plan
+
+    found = {}
+    for setting in ("auto", "on", "off"):
+        request = plan_request(WIDE, "dgx-a100-8x1", 2, sequence_parallel=setting, time_budget_s=None)
+        result = plan_tensor(request)
+        exact = best_tensor_plan(request)
+        assert exact is not None
+        found[setting] = result.iteration_time, {st.sequence_parallel for st in result.plan.stages if st.tp > 1}
+        if setting != "auto":
+            assert {st.sequence_parallel for st in exact[0].stages if st.tp > 1} <= {setting == "on"}
+        assert result.iteration_time == pytest.approx(exact[1], rel=1e-12, abs=0), setting
+    assert found["auto"] == (found["on"][0], {True}) and found["off"][1] == {False}
+    assert found["auto"][0] < found["off"][0] * (1 - 0.04)  # 7.17 against 7.61 ms
+
+
+def test_sequence_parallelism_that_prices_the_same_is_left_off() -> None:
+    """With no work a TP rank runs whole (every split's whole_fwd and whole_bwd 0), sequence parallelism changes
+    memory only: auto keeps it off, at the time of the plan with it on."""
+    profile = plan_request(WIDE, "dgx-a100-8x1", 2).profile
+    level = tuple(
+        dataclasses.replace(x, tp=None if x.tp is None else dataclasses.replace(x.tp, whole_fwd=0.0, whole_bwd=0.0))
+        for x in profile.layers
+    )
+    flat = dataclasses.replace(profile, layers=level)
+    auto, on = (
+        plan_tensor(plan_request(flat, "dgx-a100-8x1", 2, sequence_parallel=s, time_budget_s=None)) for s in ("auto", "on")
+    )
+    assert auto.plan.stages[0].tp > 1 and not any(st.sequence_parallel for st in auto.plan.stages)
+    assert auto.iteration_time == pytest.approx(on.iteration_time, rel=1e-12, abs=0)
+
+
 @pytest.mark.slow
 def test_70b_on_1024_h100s_fits_with_tp_pp_dp_and_sharding_chosen() -> None:
     # Llama-2-70B-like (80 blocks, hidden 8192, 64 heads, sequence 4096, vocabulary 32,000; GQA not modelled: every

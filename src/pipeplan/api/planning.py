@@ -51,18 +51,21 @@ def plan_request(
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
     tensor_parallel: int | None = None,
     zero: int | None = None,
+    sequence_parallel: str = "auto",
 ) -> PlanRequest:
     """The planning problem every planner takes: model, cluster, global batch and the options of `pipeplan plan`.
 
     `time_budget_s` bounds each planner run's wall time: pipeplan's search returns the best plan found in it and says
     so in the result's extra["planning"] (planner.time_budget); 0 or None: no limit. `tensor_parallel` forces the
-    tensor-parallel degree t and `zero` the ZeRO stage (PlanRequest; None: the planner chooses).
+    tensor-parallel degree t and `zero` the ZeRO stage (PlanRequest; None: the planner chooses); `sequence_parallel`
+    is auto (the faster by the cost model), on or off for stages with t > 1.
 
     Raises:
         PlanError, ProfileError, ClusterError: naming the bad argument and its value.
     """
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             time_budget_s=time_budget_s, tensor_parallel=tensor_parallel, zero=zero)  # fmt: skip
+                             time_budget_s=time_budget_s, tensor_parallel=tensor_parallel, zero=zero,
+                             sequence_parallel=sequence_parallel)  # fmt: skip
     return request_of(profile, cluster, global_batch, options)
 
 
@@ -70,7 +73,8 @@ def plan_request(
 class RequestOptions:
     """plan_request's options, with what the command line adds: the batch a graph.txt profile was measured with,
     and `labels`, the flags that name the arguments in refusals (api.arguments.check); `time_budget_s` (seconds per
-    planner run, 0 or None: no limit), then the forced tensor-parallel degree and ZeRO stage (None: chosen)."""
+    planner run, 0 or None: no limit), then the forced tensor-parallel degree and ZeRO stage (None: chosen), and
+    sequence parallelism (auto, on, off)."""
 
     microbatch_size: int | None = None
     schedule: str = "auto"
@@ -83,6 +87,7 @@ class RequestOptions:
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S
     tensor_parallel: int | None = None
     zero: int | None = None
+    sequence_parallel: str = "auto"
 
 
 def check_request(profile: object, cluster: object, global_batch: object, options: RequestOptions) -> None:
@@ -94,7 +99,7 @@ def check_request(profile: object, cluster: object, global_batch: object, option
     """
     from pipeplan.core.limits import OPTIMIZER_FACTOR, SAMPLES
     from pipeplan.core.plan import TP_DEGREE
-    from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES
+    from pipeplan.planner.request import REPLICATION_CHOICES, SCHEDULE_CHOICES, SEQUENCE_PARALLEL_CHOICES
 
     o, labels = options, options.labels
     check_sources(profile, cluster)
@@ -109,7 +114,8 @@ def check_request(profile: object, cluster: object, global_batch: object, option
                       "replication": (o.replication, Choice(REPLICATION_CHOICES)),
                       "time_budget_s": (o.time_budget_s, budget),
                       "tensor_parallel": (o.tensor_parallel, Integer(1, TP_DEGREE, optional=True)),
-                      "zero": (o.zero, Integer(0, ZERO_STAGES, optional=True))}, labels)  # fmt: skip
+                      "zero": (o.zero, Integer(0, ZERO_STAGES, optional=True)),
+                      "sequence_parallel": (o.sequence_parallel, Choice(SEQUENCE_PARALLEL_CHOICES))}, labels)  # fmt: skip
 
 
 def request_of(
@@ -128,7 +134,8 @@ def request_of(
     return PlanRequest(profile_of(profile, o.profile_batch_size), load_cluster(cluster), global_batch, o.microbatch_size,
                        o.schedule, optimizer=o.optimizer, batch_scaling=o.batch_scaling,
                        optimizer_factor=o.optimizer_factor, replication=o.replication,
-                       time_budget_s=o.time_budget_s, tensor_parallel=o.tensor_parallel, zero=o.zero)  # fmt: skip
+                       time_budget_s=o.time_budget_s, tensor_parallel=o.tensor_parallel, zero=o.zero,
+                       sequence_parallel=o.sequence_parallel)  # fmt: skip
 
 
 def run_planner(planner: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:

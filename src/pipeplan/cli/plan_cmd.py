@@ -45,6 +45,12 @@ TENSOR_PARALLEL = typer.Option(
 ZERO = typer.Option(
     None, "--zero", help="Force the ZeRO stage: 0 none, 1 optimizer state, 2 and gradients [the planner's choice]."
 )
+SEQUENCE_PARALLEL = typer.Option(
+    "auto",
+    "--sequence-parallel",
+    help="Sequence parallelism on stages with tp > 1: auto (the faster by the cost model, off on ties), on, off "
+    "[auto; pipeplan and exact].",
+)
 OPTIMIZER_FACTOR_OPTION = typer.Option(
     None, "--optimizer-factor", help="Optimizer state bytes per parameter byte [the optimizer's own: adam 2, sgd 0]."
 )
@@ -55,7 +61,7 @@ FLAGS = {
     "optimizer": "--optimizer", "optimizer_factor": "--optimizer-factor", "replication": "--replication",
     "profile_batch_size": "--profile-batch-size", "trace_iterations": "--trace-iterations",
     "bandwidth_trace": "--bandwidth-trace", "adaptive": "--adaptive", "time_budget_s": "--time-budget",
-    "tensor_parallel": "--tensor-parallel", "zero": "--zero",
+    "tensor_parallel": "--tensor-parallel", "zero": "--zero", "sequence_parallel": "--sequence-parallel",
 }  # fmt: skip
 """How plan's and compare's refusals name the API's arguments (api.arguments.check's labels); the schedule keeps
 its argument's name, as PlanRequest has always said it."""
@@ -89,6 +95,7 @@ def plan(
     time_budget: str | None = TIME_BUDGET,
     tensor_parallel: int | None = TENSOR_PARALLEL,
     zero: int | None = ZERO,
+    sequence_parallel: str = SEQUENCE_PARALLEL,
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.declared_files import check_files
@@ -102,7 +109,8 @@ def plan(
     from pipeplan.api.planning import RequestOptions, plan_outcome
 
     options = RequestOptions(microbatch_size, schedule, batch_scaling, optimizer, optimizer_factor, replication,
-                             profile_batch_size, labels, time_budget_seconds(time_budget), tensor_parallel, zero)  # fmt: skip
+                             profile_batch_size, labels, time_budget_seconds(time_budget), tensor_parallel, zero,
+                             sequence_parallel)  # fmt: skip
     with progress_display(not as_json) as progress:
         outcome = plan_outcome(profile, cluster, global_batch, options, planner=planner, progress=progress,
                                bandwidth_trace=bandwidth_trace, trace_iterations=trace_iterations, adaptive=adaptive,

@@ -7,6 +7,11 @@ its output all-reduced), `up` (column-parallel) and `down` (row-parallel). Its f
 leaves it: `heads // tp` heads and `ffn // tp` hidden units (Shoeybi et al. 2019, Megatron-LM, Figure 3). The norms,
 and the biases of `out` and `down`, are replicated.
 
+With sequence parallelism (Korthikanti et al. 2022) the runtime sets three hooks, each the identity here: `enter`
+(a whole input to this rank's share of the sequence), `reduce` (the row-parallel outputs' partial sums reduce-scattered
+along the sequence) and `leave` (the sequence gathered whole again); the norms, dropouts and residual adds then run
+on the sequence share, and the forward reads the sequence length from qkv's output (gathered whole by the sharding).
+
 Note:
     The encoder layer's fused in-projection lists all query rows, then all key rows, then all value rows; a
     column-parallel split of that would hand TP rank 0 only queries. `qkv_rows` reorders the rows so that rank i's
@@ -88,6 +93,9 @@ class SplitBlock(nn.Module):
         self.norm1, self.norm2 = copy.deepcopy(layer.norm1), copy.deepcopy(layer.norm2)
         self.dropout, self.dropout1, self.dropout2 = layer.dropout, layer.dropout1, layer.dropout2
         self.activation = layer.activation
+        self.enter: nn.Module = nn.Identity()
+        self.reduce: nn.Module = nn.Identity()
+        self.leave: nn.Module = nn.Identity()
         self.read_dense(layer)
 
     def _pairs(self, layer: nn.TransformerEncoderLayer) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
@@ -147,21 +155,24 @@ class SplitBlock(nn.Module):
             dense.copy_(full)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.enter(x)
         if self.norm_first:
             x = x + self._attend(self.norm1(x))
-            return x + self._mlp(self.norm2(x))
-        x = self.norm1(x + self._attend(x))
-        return self.norm2(x + self._mlp(x))
+            x = x + self._mlp(self.norm2(x))
+        else:
+            x = self.norm1(x + self._attend(x))
+            x = self.norm2(x + self._mlp(x))
+        return self.leave(x)
 
     def _attend(self, x: torch.Tensor) -> torch.Tensor:
         """Self-attention over this rank's heads (all of them before sharding: qkv's output width says which)."""
-        batch, seq = x.shape[0], x.shape[1]
         qkv = self.qkv(x)
+        batch, seq = qkv.shape[0], qkv.shape[1]  # the whole sequence (with sequence parallelism, x holds a share)
         heads = qkv.shape[-1] // (3 * self.head_dim)
         q, k, v = self._qkv(qkv, batch, seq, heads)
         p = self.attention_dropout if self.training else 0.0
         y = functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=self.causal)
-        return self.dropout1(self.out(y.transpose(1, 2).reshape(batch, seq, heads * self.head_dim)))
+        return self.dropout1(self.reduce(self.out(y.transpose(1, 2).reshape(batch, seq, heads * self.head_dim))))
 
     def _qkv(self, qkv: torch.Tensor, batch: int, seq: int, heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Query, key and value (batch, heads, seq, head_dim) from qkv's output: per TP rank held, [q; k; v]."""
@@ -171,4 +182,4 @@ class SplitBlock(nn.Module):
         return q, k, v
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout2(self.down(self.dropout(self.activation(self.up(x)))))
+        return self.dropout2(self.reduce(self.down(self.dropout(self.activation(self.up(x))))))

@@ -16,6 +16,9 @@ PLANNERS: dict[str, Planner] = {
 """name -> planner(request, progress=None); pipeplan's search reports progress, the others take none."""
 TENSOR_PLANNERS = ("pipeplan", "megatron")
 """The planners that search tensor parallelism and sharding, so honour a request's forced tensor_parallel / zero."""
+SEQUENCE_PLANNERS = ("pipeplan", "exact")
+"""The planners that plan sequence parallelism, so honour a request's sequence_parallel "on" (every other plans none,
+so "off" holds for it; the Megatron-style grid has none, as its paper)."""
 
 
 def run_planner(name: str, request: PlanRequest, progress: Progress | None = None) -> PlanResult:
@@ -32,5 +35,10 @@ def run_planner(name: str, request: PlanRequest, progress: Progress | None = Non
         raise PlanError(
             f"planner {name!r} plans tp 1 and zero 0 only, got {' and '.join(forced)}; use --planner "
             f"{' or '.join(TENSOR_PLANNERS)}, or drop them"
+        )
+    if request.sequence_parallel == "on" and name not in SEQUENCE_PLANNERS:
+        raise PlanError(
+            f"planner {name!r} plans no sequence parallelism, got sequence_parallel on; use --planner "
+            f"{' or '.join(SEQUENCE_PLANNERS)}, or drop it"
         )
     return planner(request, progress)

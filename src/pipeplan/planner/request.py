@@ -27,6 +27,9 @@ from pipeplan.sim.result import SimResult
 
 SCHEDULE_CHOICES = ("auto", *PLANNABLE)
 """What a request may ask for: auto (the planner chooses) or one schedule a plan may run (schedules.registry)."""
+SEQUENCE_PARALLEL_CHOICES = ("auto", "on", "off")
+"""Sequence parallelism on a plan's tensor-parallel stages: the faster of on and off by the cost model (auto; off on
+ties), always, or never."""
 REPLICATION_CHOICES = ("any", "pipelines", "none")
 """What a plan may replicate: anything (stages over several devices, whole pipelines), only whole pipelines (every
 stage on one device per pipeline replica: pipeline x data parallelism), or nothing (one pipeline, one device per
@@ -52,7 +55,10 @@ class PlanRequest:
     planner.plan_space.tensor_degrees); it must divide every split layer's width (heads, hidden size, vocabulary),
     and may exceed a server (the plan then notes the groups that span servers). `zero` forces the ZeRO stage 0, 1 or
     2 (None: the planner chooses); sharding needs a data-parallel group, so it is refused where no plan can have one.
-    Only planners that search the 3D space honour them: pipeplan (on profiles with split layers) and megatron.
+    `sequence_parallel` (SEQUENCE_PARALLEL_CHOICES) says whether a stage with t > 1 runs sequence parallelism: auto,
+    the faster by the cost model (off on ties), on or off. Only planners that search the 3D space honour them:
+    pipeplan (on profiles with split layers) and megatron (t and zero; its grid has no sequence parallelism), and
+    exact.
     """
 
     profile: ModelProfile
@@ -67,6 +73,7 @@ class PlanRequest:
     time_budget_s: float | None = None
     tensor_parallel: int | None = None
     zero: int | None = None
+    sequence_parallel: str = "auto"
     model: CostModel = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +91,10 @@ class PlanRequest:
                 raise PlanError(f"global_batch {self.global_batch} is not a multiple of microbatch_size {self.microbatch_size}")
         if self.schedule not in SCHEDULE_CHOICES:
             raise PlanError(f"schedule must be one of {', '.join(SCHEDULE_CHOICES)}, got {self.schedule!r}")
+        if self.sequence_parallel not in SEQUENCE_PARALLEL_CHOICES:
+            raise PlanError(
+                f"sequence_parallel must be one of {', '.join(SEQUENCE_PARALLEL_CHOICES)}, got {self.sequence_parallel!r}"
+            )
         if self.replication not in REPLICATION_CHOICES:
             raise PlanError(f"replication must be one of {', '.join(REPLICATION_CHOICES)}, got {self.replication!r}")
         budget = self.time_budget_s

@@ -218,8 +218,8 @@ def check_async_precision(precision: str, schedule: str) -> None:
 
 def check_tensor_parallel_plan(plan: Plan, error: type[PipeplanError], where: str = "") -> None:
     """What the runtime runs of a 3D plan, from the plan alone: optimizer state sharded (zero 1) but not gradients
-    (zero 2), on a synchronous schedule (an asynchronous one steps each stage's own optimizers inside itself); no
-    sequence parallelism, and tensor-parallel stages only on a synchronous schedule without an adaptive setting (the
+    (zero 2), on a synchronous schedule (an asynchronous one steps each stage's own optimizers inside itself); and
+    tensor-parallel stages (sequence-parallel ones too) only on a synchronous schedule without an adaptive setting (the
     asynchronous and adaptive runs build their stages otherwise). `where` prefixes the message (e.g. the plan's file).
 
     Raises:
@@ -235,9 +235,6 @@ def check_tensor_parallel_plan(plan: Plan, error: type[PipeplanError], where: st
     if tp is None:
         return
     s, stage = tp
-    parallel = next((i for i, st in enumerate(plan.stages) if st.sequence_parallel), None)
-    if parallel is not None:
-        raise error(f"{where}stage {parallel} has sequence_parallel true, which the runtime does not run yet: set it false")
     if plan.schedule in ASYNCHRONOUS or plan.adaptive is not None:
         what = f"schedule {plan.schedule!r}" if plan.schedule in ASYNCHRONOUS else "an adaptive setting"
         raise error(f"{where}stage {s} has tp {stage.tp} and the plan {what}: the runtime runs tensor-parallel stages "

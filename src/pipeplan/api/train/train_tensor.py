@@ -35,7 +35,8 @@ def check_runnable(plan: Plan, path: str, flags: dict[str, object]) -> None:
 def check_split_model(plan: Plan, path: str, model: tuple[str, dict[str, str], str, str, int, str | None, str | None]) -> None:
     """The model of a plan with tensor-parallel stages against them, before any process starts: built here as the
     workers will (`model`: module, options, dataset, dtype, seed, --data, --loss), its stages checked by
-    runtime.execution.tp_layers.check_tensor_parallel (blocks to split, a tp dividing their heads and hidden size).
+    runtime.execution.tp_layers.check_tensor_parallel (blocks to split, a tp dividing their heads and hidden size,
+    and a sequence-parallel stage's sequence length: on two samples of the data).
 
     Raises:
         TrainConfigError: naming the plan, the stage and the layer, and the way out.
@@ -50,6 +51,6 @@ def check_split_model(plan: Plan, path: str, model: tuple[str, dict[str, str], s
     module, options, dataset, dtype, seed, data, loss = model
     built = build_model(module, dict(options), dataset, dtype, seed, data=data, loss=loss)
     try:
-        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph)
+        check_tensor_parallel(plan, built.layers, built.layer_names, built.graph, built.batch(2))
     except PlanError as exc:
         raise TrainConfigError(f"plan {path}: {exc}") from None

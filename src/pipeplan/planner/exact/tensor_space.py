@@ -5,12 +5,12 @@ without sharding (planner.exact.planner: every device order up to twins, by bran
 this space, found by simulating every one of its plans in full: every tensor-parallel degree t of
 planner.plan_space.tensor_degrees, p pipeline ranks and d = N / (t p) copies (d dividing the global batch; 1 under
 replication "none"), every microbatch size b, every ZeRO stage (planner.search.tensor_grid.zero_stages), sequence
-parallelism off and on (t > 1), the schedules exact covers (1f1b, zb-h1, kfkb k = 2..4 with k < m, gpipe) and
-interleaved-1f1b at v in tensor_grid.CHUNKS (m a multiple of p), and every contiguous cut of the layers into p v
-stages, on the devices in server order (baselines.megatron.server_order: the tensor-parallel rank fastest, then the
-copy, then the stage, as tensor_grid places them). Plans with t = 1 and ZeRO 0 are left to the t = 1 search, whose
-space holds every device order. So the space holds pipeplan's 3D search's (tensor_grid) and the Megatron-style
-grid's plans, and exact's plan is never slower than either.
+parallelism off and on (t > 1; only one where the request forces it), the schedules exact covers (1f1b, zb-h1, kfkb
+k = 2..4 with k < m, gpipe) and interleaved-1f1b at v in tensor_grid.CHUNKS (m a multiple of p), and every
+contiguous cut of the layers into p v stages, on the devices in server order (baselines.megatron.server_order: the
+tensor-parallel rank fastest, then the copy, then the stage, as tensor_grid places them). Plans with t = 1 and ZeRO
+0 are left to the t = 1 search, whose space holds every device order. So the space holds pipeplan's 3D search's
+(tensor_grid) and the Megatron-style grid's plans, and exact's plan is never slower than either.
 
 Ties: the first plan found in the order above wins (t, p, b ascending, then ZeRO, sequence parallelism, schedule, cut).
 A space of more than MAX_PLANS plans is refused before any simulation (`count_plans`).
@@ -27,7 +27,7 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.baselines.megatron import server_order
 from pipeplan.planner.plan_space import EXACT_SCHEDULES, divisors, microbatch_sizes, tensor_degrees
 from pipeplan.planner.request import PlanRequest
-from pipeplan.planner.search.tensor_grid import CHUNKS, zero_stages
+from pipeplan.planner.search.tensor_grid import CHUNKS, sequence_options, zero_stages
 from pipeplan.planner.simulated import evaluate
 
 MAX_PLANS = 20_000
@@ -59,8 +59,9 @@ def shapes(request: PlanRequest) -> Iterator[tuple[int, int, int, int, int]]:
 
 
 def options(request: PlanRequest, t: int, d: int) -> list[tuple[int, bool]]:
-    """(ZeRO stage, sequence parallelism) of a shape, t = 1 without sharding left out (the t = 1 search's)."""
-    sp = (False, True) if t > 1 else (False,)
+    """(ZeRO stage, sequence parallelism) of a shape, t = 1 without sharding left out (the t = 1 search's); sequence
+    parallelism as the request allows it (tensor_grid.sequence_options)."""
+    sp = sequence_options(request, t)
     return [(z, s) for z in zero_stages(request, d) for s in sp if t > 1 or z > 0]
 
 

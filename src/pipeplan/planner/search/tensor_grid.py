@@ -11,16 +11,18 @@ schedule, time simulated):
 1. shapes: every (t, p, d, b) with t p d = the device count (d dividing the global batch; d = 1 under replication
    "none"), p at most the profile's layers, b every divisor of g / d (the request's b when it sets one), each as its
    most memory-frugal plan: 1F1B, stages balanced by their per-device compute under t (core.partition.solve_scaled),
-   sequence parallelism on where t > 1 and ZeRO-2 where d > 1. Memory decides which shapes fit.
+   sequence parallelism on where t > 1 (unless the request says off) and ZeRO-2 where d > 1. Memory decides which
+   shapes fit.
 2. variants of the SHAPES fastest shapes that fit: ZeRO 0, 1 and 2 (each only where it applies), balanced or
    Megatron-LM's uniform stages (baselines.megatron.stage_bounds), and the schedules 1f1b, gpipe, zb-h1 and
-   interleaved-1f1b at v in CHUNKS (m a multiple of p), each with sequence parallelism off, or on where only that
-   fits: `train` does not run sequence parallelism yet, so a plan it can run comes first. The cost model prices
-   sequence parallelism faster where a split layer has work every rank runs whole without it (TensorSplit.whole_fwd,
-   whole_bwd, split t ways with it; sim.cost.tensor_parallel): `exact` (planner.exact.tensor_space), which scores
-   both, finds plans 4-6 % faster on a 4096-wide block (tests/test_tensor_space.py). ZeRO 1 and 2 cost no
-   exchange time there and split the optimizer step, so among equal times the plan scored first wins (zero 1
-   before 2).
+   interleaved-1f1b at v in CHUNKS (m a multiple of p), each with sequence parallelism as the request says
+   (PlanRequest.sequence_parallel, `sequence_options`): auto scores both where t > 1 and keeps the faster that fits,
+   off on ties (`fastest_fitting`). The cost model prices sequence parallelism faster where a split layer has work
+   every rank runs whole without it (TensorSplit.whole_fwd, whole_bwd, split t ways with it;
+   sim.cost.tensor_parallel): 4-6 % on a 4096-wide block, as `exact` (planner.exact.tensor_space) finds too
+   (tests/test_tensor_space.py); `train` runs it on the zoo's blocks (runtime.execution.sequence_parallel). ZeRO 1
+   and 2 cost no exchange time there and split the optimizer step, so among equal times the plan scored first wins
+   (zero 1 before 2).
 3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
    Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first
    on ties), so the search is never slower than that grid.
@@ -53,9 +55,6 @@ CHUNKS = (2, 4)
 REFINE_SCORES = 64
 """The most plans one finalist's cut refinement scores (refine_cuts)."""
 SCHEDULES = ("1f1b", "gpipe", "zb-h1")
-SEQUENCE_PARALLEL = (False, True)
-"""Sequence parallelism off, then on (t > 1 only): a plan takes the first that fits (variants, first_fitting), so
-a plan `train` runs comes first (module note)."""
 """The one-chunk schedules step 2 tries, 1f1b first."""
 
 
@@ -67,6 +66,14 @@ class Shape:
     p: int
     d: int
     b: int
+
+
+def sequence_options(request: PlanRequest, t: int) -> tuple[bool, ...]:
+    """Sequence parallelism a plan with tensor-parallel degree t may take, in the order ties are kept: none at t = 1;
+    else the request's (PlanRequest.sequence_parallel): auto off then on, on, off."""
+    if t == 1 or request.sequence_parallel == "off":
+        return (False,)
+    return (True,) if request.sequence_parallel == "on" else (False, True)
 
 
 def has_tensor_layers(request: PlanRequest) -> bool:
@@ -140,12 +147,13 @@ def frugal(request: PlanRequest, shape: Shape) -> Plan | None:
     if bounds is None:
         return None
     schedule = request.schedule if request.schedule in SCHEDULES else "1f1b"
-    return grid_plan(request, shape, bounds, schedule, True, max(zero_stages(request, shape.d)))
+    sp = sequence_options(request, shape.t)[-1]  # the lighter where the request leaves it open
+    return grid_plan(request, shape, bounds, schedule, sp, max(zero_stages(request, shape.d)))
 
 
 def variants(request: PlanRequest, shape: Shape) -> Iterator[tuple[Plan, ...]]:
-    """Step 2's plans of a shape, in the order ties are kept (module note), each as its sequence-parallel options:
-    off, then on (t > 1), which price the same time and differ in memory only (first_fitting keeps one)."""
+    """Step 2's plans of a shape, in the order ties are kept (module note), each as its sequence-parallel options
+    (`sequence_options`; fastest_fitting keeps one)."""
     m = request.global_batch // (shape.d * shape.b)
     layouts: list[tuple[str, int]] = [(s, 1) for s in SCHEDULES]
     if shape.p > 1 and m % shape.p == 0:
@@ -159,19 +167,25 @@ def variants(request: PlanRequest, shape: Shape) -> Iterator[tuple[Plan, ...]]:
                 x for x in (balanced_bounds(request, shape.t, shape.b, parts), uniform_bounds(request, parts)) if x
             )
             for bounds in cuts:
-                options = SEQUENCE_PARALLEL if shape.t > 1 else (False,)
+                options = sequence_options(request, shape.t)
                 yield tuple(grid_plan(request, shape, bounds, schedule, sp, zero) for sp in options)
 
 
-def first_fitting(evaluator: Evaluator, options: tuple[Plan, ...]) -> Plan | None:
-    """The first of `options` that fits memory (no simulation), None when none does."""
+def fastest_fitting(evaluator: Evaluator, options: tuple[Plan, ...]) -> Plan | None:
+    """Of `options`, the one that fits memory (no simulation); of several, the fastest by the evaluator's score, the
+    first on ties; None when none fits."""
+    fitting = []
     for plan in options:
         try:
             if evaluator.memory_excess(plan)[0] <= 0:
-                return plan
+                fitting.append(plan)
         except PipeplanError:
             continue
-    return None
+    if len(fitting) < 2:
+        return fitting[0] if fitting else None
+    scored = [(evaluator.score(plan), i, plan) for i, plan in enumerate(fitting)]
+    timed = [(score.time_ms, i, plan) for score, i, plan in scored if score.fits]
+    return min(timed, key=lambda x: (x[0], x[1]))[2] if timed else fitting[0]
 
 
 def ranked(evaluator: Evaluator, plans: list[Plan], count: int) -> list[Plan]:
@@ -193,7 +207,7 @@ def tensor_candidates(request: PlanRequest, evaluator: Evaluator, seen: list[Pla
     seen += best
     plans = []
     for options in (options for plan in best for options in variants(request, of_plan[plan])):
-        if (plan := first_fitting(evaluator, options)) is not None:
+        if (plan := fastest_fitting(evaluator, options)) is not None:
             plans.append(plan)
             seen.append(plan)
     refined = []

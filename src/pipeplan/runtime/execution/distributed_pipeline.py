@@ -103,7 +103,7 @@ class DistributedPipeline:
         self.topology = topology
         self.role = topology.roles[rank]
         check_tensor_parallel(self.plan, layers, None, graph)
-        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s)
+        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s, graph is None)
         self.tensor_parallel.free_dense([model, *layers])  # its shards hold those weights now
         self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
                                  precision=precision, scaler=scaler, seed=seed)  # fmt: skip
@@ -214,7 +214,7 @@ def start_pipeline(
     graph = None
     if spec.layer_inputs is not None:
         graph = LayerGraph.measure(layers, spec.layer_inputs, spec.layer_names, spec.sample_input(2))
-    check_tensor_parallel(plan, spec.layers, spec.layer_names, graph)  # before the group
+    check_tensor_parallel(plan, spec.layers, spec.layer_names, graph)  # before the group (sequence lengths: each step's)
     try:
         rank, world, device = init_distributed(backend, timeout_s)
     except TrainConfigError as exc:

@@ -5,7 +5,9 @@ Every process of the job builds the whole model, then this: one process group pe
 collective: every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
 (models.tp_block) for each of its stages' zoo transformer blocks, sharded over its group's mesh, and a split graph
 (models.traced.split_graph) for each captured Llama-style block: its projections DTensor shards on the mesh, read
-through their local parts, Megatron's f and g all-reduces over the group (_Enter, _Leave). The executor runs the
+through their local parts, Megatron's f and g all-reduces over the group (_Enter, _Leave); on a stage with
+sequence_parallel true, its zoo blocks run sequence-parallel (runtime.execution.sequence_parallel: a chain's run of
+consecutive blocks passes its sequence shares between them, whole tensors at its ends). The executor runs the
 returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its input and
 its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model prices
 layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on that
@@ -40,6 +42,8 @@ from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of
 from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.models.traced.split_graph import GraphBlock, check_split_graph, graph_block, split_layer
+from pipeplan.runtime.execution.sequence_parallel import SEQUENCE_DIM, sequence_parallel
+from pipeplan.runtime.execution.sequence_parallel import SPLITS as SEQUENCE_SPLITS
 from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
 
@@ -47,14 +51,23 @@ SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParal
 """How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
-def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequence[str] | None, graph: LayerGraph | None) -> None:
+def check_tensor_parallel(
+    plan: Plan,
+    layers: Sequence[nn.Module],
+    names: Sequence[str] | None,
+    graph: LayerGraph | None,
+    sample: torch.Tensor | None = None,
+) -> None:
     """What the runtime runs of a plan's tensor-parallel stages, checked on the model before any process group:
     the plan's own limits (runtime.options.check_tensor_parallel_plan), and each transformer block of a tp > 1
     stage one its tp divides (heads, key/value heads and MLP hidden size; a stage without one runs its layers
     replicated on every TP rank): a zoo encoder layer (models.tp_block) or a captured Llama-style block
     (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this process). A schedule
     with an I/W split runs too: W's gradients of a split layer need no collective but the ones I ran, in the same
-    order on every TP rank. `names`: the layers' names for a message (None: their indices).
+    order on every TP rank. `names`: the layers' names for a message (None: their indices). A stage with
+    sequence_parallel true runs it on its zoo blocks (runtime.execution.sequence_parallel), whose sequence length
+    (read from `sample`, a batch of the model's input, run through a chain's layers up to its last such block; from
+    `graph`'s shapes for a graph) its tp must divide; a captured block runs without it (refused).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
@@ -64,6 +77,7 @@ def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequen
     if not tp_stages:
         return
     order = plan.layer_order if plan.layer_order is not None else range(len(layers))
+    sequenced: dict[int, tuple[str, int]] = {}  # a sequence-parallel block -> (its stage's words, its tp)
     for s, stage in tp_stages:
         where = f"stage {s} (layers {stage.first_layer}..{stage.last_layer})"
         blocks = [i for i in order[stage.first_layer : stage.last_layer + 1] if splits(layers[i])]
@@ -73,7 +87,56 @@ def check_tensor_parallel(plan: Plan, layers: Sequence[nn.Module], names: Sequen
                 check_split(layers[i], name, stage.tp, where)
             else:
                 check_split_graph(layers[i], name, stage.tp, where, _sample(layers[i], i, name, graph, where))
+            if stage.sequence_parallel:
+                _check_sequenced(layers[i], name, where)
+                sequenced[i] = (where, stage.tp)
+    if sequenced:
+        _check_sequence_lengths(layers, names, graph, sample, sequenced)
     _check_no_tied_weight(plan, layers, names, order)
+
+
+def _check_sequenced(layer: nn.Module, name: str, where: str) -> None:
+    """A block a sequence-parallel stage splits: a zoo encoder layer with LayerNorms (a captured Llama-style block
+    runs split without sequence parallelism: models.traced.split_graph has no sequence-sharded form yet)."""
+    found = encoder_of(layer)
+    if found is None:
+        raise PlanError(f"{where} has sequence_parallel true and layer {name} is a captured block, which the runtime "
+                        "splits without sequence parallelism: give that stage sequence_parallel false")  # fmt: skip
+    if type(found[0].norm1) is not nn.LayerNorm or type(found[0].norm2) is not nn.LayerNorm:
+        raise PlanError(f"{where} has sequence_parallel true and layer {name}'s norms are no LayerNorms: give that "
+                        "stage sequence_parallel false")  # fmt: skip
+
+
+@torch.no_grad()
+def _check_sequence_lengths(
+    layers: Sequence[nn.Module],
+    names: Sequence[str] | None,
+    graph: LayerGraph | None,
+    sample: torch.Tensor | None,
+    sequenced: dict[int, tuple[str, int]],
+) -> None:
+    """Each sequence-parallel block's tp divides its input's sequence length (dimension 1, batch first): the
+    graph's per-sample shape of its input, or a chain's `sample` run through the layers before it (None: unchecked
+    here; the block's first forward checks it)."""
+    lengths: dict[int, int] = {}
+    if graph is not None:
+        for i in sequenced:
+            shape = graph.shapes[graph.inputs[i][0]] if len(graph.inputs[i]) == 1 else ()
+            if shape:
+                lengths[i] = int(shape[0])
+    elif sample is not None:
+        x = sample
+        for i in range(max(sequenced) + 1):
+            if i in sequenced and x.dim() >= 2:
+                lengths[i] = int(x.shape[SEQUENCE_DIM])
+            x = layers[i](x)
+    for i, length in sorted(lengths.items()):
+        where, tp = sequenced[i]
+        if length % tp:
+            name = str(i) if names is None else names[i]
+            raise PlanError(f"{where} has sequence_parallel true and tp {tp}, which does not divide layer {name}'s "
+                            f"sequence length {length}: give that stage sequence_parallel false, or a tp dividing "
+                            f"{length}")  # fmt: skip
 
 
 def splits(layer: nn.Module) -> bool:
@@ -192,11 +255,18 @@ def _place(mine: torch.Tensor, whole: torch.Tensor) -> None:
 
 
 def tensor_parallel_layers(
-    layers: Sequence[nn.Module], topology: Topology, role: Role, device: torch.device, timeout_s: float
+    layers: Sequence[nn.Module],
+    topology: Topology,
+    role: Role,
+    device: torch.device,
+    timeout_s: float,
+    chain: bool = True,
 ) -> tuple[list[nn.Module], TensorParallel]:
-    """The layers this process runs (its TP stages' blocks split and sharded; every other layer the model's own)
-    and what it holds of them. A collective: every process of the job calls it (it creates the TP groups). The
-    caller frees the dense copies (`TensorParallel.free_dense`), in the model and its layers.
+    """The layers this process runs (its TP stages' blocks split and sharded, sequence-parallel on a stage with
+    sequence_parallel true; every other layer the model's own) and what it holds of them. A collective: every
+    process of the job calls it (it creates the TP groups). The caller frees the dense copies
+    (`TensorParallel.free_dense`), in the model and its layers. `chain`: the stage's layers run in order, each on
+    the one before's output (not a graph's live sets), so consecutive sequence-parallel blocks pass their shares.
 
     The caller has checked the plan against the model (`check_tensor_parallel`)."""
     plan = topology.plan
@@ -217,14 +287,20 @@ def tensor_parallel_layers(
     order = plan.layer_order if plan.layer_order is not None else range(len(layers))
     for s in role.stages:
         stage = plan.stages[s]
-        for i in order[stage.first_layer : stage.last_layer + 1]:
+        mine_layers = list(order[stage.first_layer : stage.last_layer + 1])
+        zoo = [encoder_of(layers[i]) is not None for i in mine_layers]
+        for j, i in enumerate(mine_layers):
             found = encoder_of(layers[i])
             if found is not None:
                 dense, causal = found
                 dense.to(device)
                 block = SplitBlock(dense, causal, stage.tp).to(device)
                 block.train(layers[i].training)
-                out[i] = parallelize_module(block, held.mesh, dict(SPLITS))
+                if stage.sequence_parallel:  # a chain's run of blocks stays sequence-sharded between them
+                    enter = not chain or j == 0 or not zoo[j - 1]
+                    leave = not chain or j == len(mine_layers) - 1 or not zoo[j + 1]
+                    sequence_parallel(block, mine, enter, leave)
+                out[i] = parallelize_module(block, held.mesh, dict(SEQUENCE_SPLITS if stage.sequence_parallel else SPLITS))
                 held.blocks[i] = (dense, block)
             elif (captured := graph_block(layers[i])) is not None:
                 out[i] = _split_graph(layers[i], captured, stage.tp, held.mesh, mine, device)

@@ -35,8 +35,11 @@ Note:
     Left out, each an approximation the tests name: the all-gather a receiving stage without sequence parallelism
     runs after a pipeline transfer split over its group's devices (Megatron's scatter-gather; cut bytes per
     boundary against 4 all-reduces of the same size per block), NIC sharing between the t concurrent
-    data-parallel rings of a stage (one per rank of the group, each priced alone), and a shared parameter's
-    exchange, which is priced over every device of its stages with its whole bytes (an upper bound).
+    data-parallel rings of a stage (one per rank of the group, each priced alone), a shared parameter's
+    exchange, which is priced over every device of its stages with its whole bytes (an upper bound), and, with
+    sequence parallelism, what the runtime runs beside each block's collectives (runtime.execution.sequence_parallel,
+    which sends whole tensors between stages, as priced here): one all-gather of the activation where a stage's run
+    of split blocks ends (forward) and one where it starts (backward), and the norms' gradient all-reduce.
 """
 
 from __future__ import annotations
