@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +13,8 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile
+from pipeplan.presets.gpt_profile import GptConfig, gpt_profile
+from pipeplan.presets.resolve import load_cluster
 from pipeplan.schedules.registry import make_schedule
 from pipeplan.sim.cost.held import peak_held
 from pipeplan.sim.cost.memory import (
@@ -22,6 +26,9 @@ from pipeplan.sim.cost.memory import (
     per_device,
     result_memory,
 )
+from pipeplan.sim.cost.model import CostModel
+from pipeplan.sim.cost.plan_costs import plan_costs
+from pipeplan.sim.cost.tensor_parallel import sharded_static_bytes
 from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = float(2**30)
@@ -166,3 +173,63 @@ def test_memory_from_a_result_must_have_the_plan_ranks() -> None:
     assert result_memory(one_rank, result) == (result.per_rank[0].peak_memory_bytes,)
     with pytest.raises(PlanError, match=r"simulation result has 1 ranks but the plan has 2"):
         memory_per_device(PLAN, model, result)
+
+
+def gpt_model(recompute: bool, micro: int = 1) -> tuple[CostModel, GptConfig]:
+    """A small analytic GPT (presets.gpt_profile: 4 blocks, h 256, a 8, s 128, V 1024) on two DGX H100 servers."""
+    config = GptConfig(layers=4, hidden=256, heads=8, seq=128, vocab=1024, micro=micro, gpu="H100", recompute=recompute)
+    return CostModel.build(gpt_profile(config), load_cluster("dgx-h100-8x2")), config
+
+
+def gpt_parameters(config: GptConfig) -> int:
+    """Its parameters counted by hand: 12 h^2 + 13 h per block, V h + s h in the embedding, V h + 2 h in the head."""
+    h, v, s = config.hidden, config.vocab, config.seq
+    return config.layers * (12 * h * h + 13 * h) + v * h + s * h + v * h + 2 * h
+
+
+@pytest.mark.parametrize("d", [2, 4, 8])
+def test_zero_shards_the_master_copy_of_a_mixed_precision_profile(d: int) -> None:
+    """A mixed-precision profile (16-bit weights and gradients over a 32-bit master copy) holds, per parameter, 16
+    bytes unsharded, 4 + 12/d under ZeRO-1 and 2 + 14/d under ZeRO-2 (Rajbhandari et al., "ZeRO", SC'20: 31.4 and
+    16.6 GB for 7.5B parameters on 64 copies); a profile whose weights are the master keeps 16, 8 + 8/d, 4 + 12/d."""
+    model, config = gpt_model(recompute=True)
+    assert model.profile.master_copy
+    psi = gpt_parameters(config)
+    plan = Plan((Stage(0, model.profile.num_layers - 1, tuple(range(d))),), 1, 1, d, "1f1b")
+    per_parameter = {z: 16.0 if z == 0 else 4 + 12 / d if z == 1 else 2 + 14 / d for z in (0, 1, 2)}
+    for zero, expected in per_parameter.items():
+        static = plan_costs(dataclasses.replace(plan, zero=zero), model).stages[0].static_bytes
+        assert static == pytest.approx(expected * psi, rel=1e-12)
+    plain = CostModel.build(dataclasses.replace(model.profile, master_copy=False), model.cluster)
+    for zero, expected in {0: 16.0, 1: 8 + 8 / d, 2: 4 + 12 / d}.items():
+        static = plan_costs(dataclasses.replace(plan, zero=zero), plain).stages[0].static_bytes
+        assert static == pytest.approx(expected * psi, rel=1e-12)
+    # the 7.5B model of ZeRO's Figure 1 on 64 copies, to the figure's 0.1 GB
+    for zero, published in ((1, 31.4), (2, 16.6)):
+        formula = sharded_static_bytes(4 * 7.5e9, 2.0, zero, 64, master_copy=True)
+        assert round(formula / 1e9, 1) == published
+
+
+@pytest.mark.parametrize(("t", "sp"), [(1, False), (2, False), (4, False), (2, True), (8, True)])
+def test_the_first_stage_of_1f1b_holds_korthikanti_bytes_for_p_microbatches(t: int, sp: bool) -> None:
+    """Without recomputation, rank 0 of a 1F1B pipeline of p stages (the embedding and l/p blocks on stage 0) holds p
+    microbatches' saved bytes: per block s b h (10 + 24/t + 5 a s/(h t)) without sequence parallelism and
+    s b h (34 + 5 a s/h) / t with it (Korthikanti et al. 2022, Table 2; t = 1: s b h (34 + 5 a s/h)), plus the
+    embedding's dropout mask s b h (split by t under sequence parallelism), over its static 16 bytes per parameter
+    of the stage's share (1/t of each split layer)."""
+    model, config = gpt_model(recompute=False, micro=2)
+    b, s, h, a, v, layers = config.micro, config.seq, config.hidden, config.heads, config.vocab, config.layers
+    p = 2
+    per_stage = layers // p
+    first_last = 2 * per_stage  # the embedding is layer 0, each block two layers
+    devices = tuple(range(p * t))
+    stages = (
+        Stage(0, first_last, devices[:t], tp=t, sequence_parallel=sp),
+        Stage(first_last + 1, model.profile.num_layers - 1, devices[t:], tp=t, sequence_parallel=sp),
+    )
+    plan = Plan(stages, 1, 4, b, "1f1b")
+    block = s * b * h * (34 + 5 * a * s / h) / t if sp else s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    mask = s * b * h / t if sp else s * b * h
+    params = v * h + s * h + per_stage * (12 * h * h + 13 * h)  # all of it splits over the group
+    expected = 16 * params / t + p * (per_stage * block + mask)
+    assert memory_per_device(plan, model)[0] == pytest.approx(expected, rel=1e-12)

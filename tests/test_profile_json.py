@@ -297,3 +297,23 @@ def test_a_bad_tp_object_names_the_layer_field_and_value(tp: dict[str, Any], mes
     obj["layers"][0]["tp"] = tp
     with pytest.raises(ProfileError, match=message):
         profile_from_json(obj, "tp.json")
+
+
+def test_master_copy_round_trips_through_both_versions_and_is_written_only_when_true(tmp_path: Path) -> None:
+    """ "master_copy": true reads into ModelProfile.master_copy and writes back in /1 and /2; a profile without it
+    writes no key (every older profile's bytes unchanged); a value that is no boolean names the field."""
+    for obj in (small(), small_v2()):
+        assert "master_copy" not in profile_to_json(profile_from_json(obj))
+        obj["master_copy"] = True
+        profile = profile_from_json(obj, "mixed.json")
+        assert profile.master_copy
+        assert profile_to_json(profile)["master_copy"] is True
+        path = tmp_path / "p.json"
+        write_profile_json(profile, path)
+        assert read_profile_json(path) == profile
+        obj["master_copy"] = 1
+        with pytest.raises(ProfileError, match=r"bad\.json: field 'master_copy' must be true or false, got 1"):
+            profile_from_json(obj, "bad.json")
+    with pytest.raises(ProfileError, match="profile 'x' master_copy must be true or false, got 'yes'"):
+        ModelProfile("x", 1, (LayerProfile("l", 1.0, 1.0, 1.0, 1.0),), master_copy="yes")  # type: ignore[arg-type]
+    assert load_profile("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=16").master_copy

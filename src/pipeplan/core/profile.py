@@ -100,6 +100,13 @@ class ModelProfile:
     of a DAG are those of its live sets (core.dag).
     `shared_params` lists the parameters several layers hold (core.shared_params): each
     layer's param_bytes counts them, and a set of layers holds each once.
+    `master_copy` says how the parameters are held. False: the weights are the master copy, as the runtime trains
+    them (float32 or float64 weights and gradients). True: mixed precision as ZeRO and Megatron-LM hold it, a
+    16-bit working copy of the weights and of their gradients on the device and a 32-bit master copy of the
+    weights with the optimizer's state; `param_bytes` then counts the master copy (4 bytes per parameter), so a
+    device holds per parameter byte 1/2 (16-bit weights) + 1/2 (16-bit gradients) + 1 (master) + the optimizer's
+    state, the same 2 + optimizer factor as without, and ZeRO shards the master copy with the optimizer's state
+    (sim.cost.tensor_parallel.sharded_static_bytes).
     """
 
     name: str
@@ -114,6 +121,7 @@ class ModelProfile:
     source: ProfileSource | None = None
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
     shared_params: tuple[SharedGroup, ...] = ()
+    master_copy: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -146,6 +154,8 @@ class ModelProfile:
             raise ProfileError(f"profile {self.name!r} source must be a ProfileSource, got {type(self.source).__name__}")
         self._check_curves()
         check_groups(self.shared_params, [(x.name, x.param_bytes) for x in self.layers], f"profile {self.name!r}")
+        if not isinstance(self.master_copy, bool):
+            raise ProfileError(f"profile {self.name!r} master_copy must be true or false, got {self.master_copy!r}")
 
     def _check_inputs(self) -> None:
         """layer_inputs: one ascending tuple of earlier layer indices per layer; a chain's stored as None."""

@@ -32,7 +32,9 @@ PROFILE_FORMAT = "pipeplan.profile/1"
 PROFILE_FORMAT_2 = "pipeplan.profile/2"
 FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
-_TOP_KEYS = ("format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes", SHARED_KEY)
+_TOP_KEYS = (
+    "format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes", SHARED_KEY, "master_copy",
+)  # fmt: skip
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = (
     "name", "fwd_ms", "bwd_ms", "activation_bytes", "param_bytes", "saved_bytes", "flops", "bytes_moved", "inputs", "tp",
@@ -105,8 +107,11 @@ def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
 
 
 def _with_inputs(profile: ModelProfile, out: dict[str, Any]) -> dict[str, Any]:
-    """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG, and its
-    `tp` split when it has one (a layer without one is written as before)."""
+    """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG, its
+    `tp` split when it has one (a layer without one is written as before), and `master_copy` when it is true (a
+    profile without one is written as before)."""
+    if profile.master_copy:
+        out["master_copy"] = True
     if profile.layer_inputs is not None:
         for layer, sources in zip(out["layers"], profile.layer_inputs, strict=True):
             layer["inputs"] = list(sources)
@@ -162,7 +167,8 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     (an array; zeros when absent); threads and source ({module, options,
     dataset, dtype, precision}: dtype float32 and precision full when absent). Both: shared_parameters
     (io.profile_shared; none when absent); per layer tp ({kind, width, replicated_share}: how it splits over a
-    tensor-parallel group, core.layer_profile.TensorSplit; absent or null: it cannot split).
+    tensor-parallel group, core.layer_profile.TensorSplit; absent or null: it cannot split); master_copy (false when
+    absent: core.profile.ModelProfile.master_copy).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -193,6 +199,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         measured=top.boolean("measured", True),
         layer_inputs=_inputs(raw_layers, source),
         shared_params=groups_from_json(top, len(layers)),
+        master_copy=top.boolean("master_copy", False),
     )
 
 
@@ -292,6 +299,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         source=source_from_json(top.raw("source"), f"{source}: source") if top.has("source") else None,
         layer_inputs=_inputs(raw_layers, source),
         shared_params=groups_from_json(top, len(layers)),
+        master_copy=top.boolean("master_copy", False),
     )
 
 

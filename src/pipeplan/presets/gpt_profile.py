@@ -29,8 +29,13 @@ Note:
     dropout mask (s b h), the head the final norm's and the projection's inputs (2 s b h each) and the fp32
     logits the loss reads (4 s b V). Each layer's output is one 16-bit s x b x h tensor (the head's: the loss).
     Parameters are counted with their biases and norms; `param_bytes` is 4 bytes per parameter, the fp32 master
-    copy, so the cost model's static memory, param_bytes x (2 + Adam's 2), is mixed-precision Adam's 16 bytes per
-    parameter, and the data-parallel all-reduce moves fp32 gradients (as Megatron-LM does under bf16). The head
+    copy, and the profile says so (core.profile.ModelProfile.master_copy): a device holds 16-bit weights (2 bytes)
+    and gradients (2), and the master copy (4) with Adam's two moments (8), mixed-precision Adam's 16 bytes per
+    parameter (Rajbhandari et al., "ZeRO", SC'20, section 3.1), the cost model's param_bytes x (2 + Adam's 2); the
+    distributed optimizer (ZeRO-1) shards the master copy with the moments, 4 + 12/d bytes, ZeRO-2 the gradients
+    too, 2 + 14/d. Megatron-LM under bf16 keeps its gradients in fp32 (18 bytes, 6 + 12/d with its distributed
+    optimizer, Megatron-LM docs/source/distrib_optimizer.md): 2 bytes per parameter more than counted here. The
+    data-parallel all-reduce moves fp32 gradients (as Megatron-LM does under bf16). The head
     holds its own copy of the word embedding (Megatron-LM keeps one on the first and one on the last stage); the
     all-reduce that keeps those two equal is not priced.
 """
@@ -365,4 +370,6 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
         layers.append(layer(f"mlp.{i}", "mlp", mlp_saved, output, backward_passes))
     head_saved = 2.0 * s * b * h + 2.0 * s * b * h + 4.0 * s * b * v
     layers.append(layer("head", "head", head_saved, 4.0 * b, 2.0))
-    return ModelProfile(name=config.name, batch_size=b, layers=tuple(layers), reference_device=config.gpu, measured=False)
+    return ModelProfile(
+        name=config.name, batch_size=b, layers=tuple(layers), reference_device=config.gpu, measured=False, master_copy=True
+    )

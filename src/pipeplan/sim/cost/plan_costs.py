@@ -104,7 +104,8 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor), work.optimizer_ms
     d = plan.data_parallel_of(s) if plan.zero else 1
     if d > 1:
-        static, optimizer = sharded_static_bytes(work.param_bytes, model.optimizer_factor, plan.zero, d), optimizer / d
+        zero_static = sharded_static_bytes(work.param_bytes, model.optimizer_factor, plan.zero, d, model.profile.master_copy)
+        static, optimizer = zero_static, optimizer / d
     try:
         return StageCost(
             fwd_ms=fwd,
