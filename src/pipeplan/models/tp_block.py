@@ -23,9 +23,14 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn import functional
 
 from pipeplan.core.errors import PlanError
+
+SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
+"""How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
 def encoder_of(layer: nn.Module) -> tuple[nn.TransformerEncoderLayer, bool] | None:
@@ -172,3 +177,16 @@ class SplitBlock(nn.Module):
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout2(self.down(self.dropout(self.activation(self.up(x)))))
+
+
+def shard_block(
+    dense: nn.TransformerEncoderLayer, causal: bool, tp: int, mesh: DeviceMesh, device: torch.device, training: bool
+) -> SplitBlock:
+    """The SplitBlock of encoder layer `dense` on `device`, sharded over `mesh` (SPLITS) in `training` mode: what a
+    TP rank runs in its place (runtime.execution.tp_layers) and what the profiler times at each tp
+    (profiler.split_timing)."""
+    dense.to(device)
+    block = SplitBlock(dense, causal, tp).to(device)
+    block.train(training)
+    parallelize_module(block, mesh, dict(SPLITS))
+    return block
