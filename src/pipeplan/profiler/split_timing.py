@@ -9,8 +9,9 @@ divides its width, it times the block as a TP rank runs it: the runtime's own sp
 what runtime.execution.tp_layers runs), in the profiler's timing rounds (profiler.timing.ChainTimer: the chain in
 order, the other layers dense as a TP stage runs them replicated), with this process as rank 0 of a group of t.
 
-The group is torch's `fake` process group: one process is rank 0 of t, and every collective returns at once
-without moving data. The shapes, the dispatch and the code are a TP rank's; the collectives' own time is not in it
+The group is torch's `fake` process group (torch.testing._internal.distributed.fake_pg registers it: torch's own
+tool for running one rank of a distributed program alone): one process is rank 0 of t, and every collective
+returns at once without moving data. The shapes, the dispatch and the code are a TP rank's; the collectives' own time is not in it
 (it is the cluster's, priced from what `pipeplan probe` measures: runtime.measurement.tp_collectives). The values
 the block computes are wrong (nothing is summed), which timing does not read.
 
@@ -83,6 +84,8 @@ def _time_at(
     """Median (forward ms, backward ms) of every chosen layer split over a fake group of t, in timing rounds of the
     whole chain."""
     device = x0.device
+    from torch.testing._internal.distributed import fake_pg  # noqa: F401 (registers the `fake` backend with c10d)
+
     dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=t)
     timer = None
     try:
