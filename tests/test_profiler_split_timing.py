@@ -64,11 +64,24 @@ def test_nothing_is_timed_without_a_marked_block_or_beside_an_existing_process_g
     """time_splits gives None for a chain with no split, and for a marked chain in a process that has a group."""
     layers = chain()
     x, grad = torch.randint(0, 10, (2, 5)), torch.randn(2, 5, 10)
-    none = (None, None, None)
-    assert split_timing.time_splits(layers, none, x, grad, lambda: None, None, 1, 1) is None
+    none, dense = (None, None, None), ([1.0] * 3, [2.0] * 3)
+    assert split_timing.time_splits(layers, none, x, grad, lambda: None, None, 1, 1, dense) is None
     marked = (None, TensorSplit("block", 4), None)
     dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        assert split_timing.time_splits(layers, marked, x, grad, lambda: None, None, 1, 1) is None
+        assert split_timing.time_splits(layers, marked, x, grad, lambda: None, None, 1, 1, dense) is None
     finally:
         dist.destroy_process_group()
+
+
+def test_a_split_time_is_the_profiles_dense_time_times_the_measured_ratio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the split over dense ratios fixed (forward 1.5 at t = 2 and 1.25 at t = 4, backward 2 and 3), the
+    profile's timed values are its own dense medians times them, exactly."""
+    fixed = {2: (1.5, 2.0), 4: (1.25, 3.0)}
+    monkeypatch.setattr(split_timing, "_ratios", lambda layers, chosen, t, *rest: {1: fixed[t]})
+    profile = measure_layers(chain(), torch.randint(0, 10, (2, 5)), 2, runs=2, warmup=0, whole=False).to_profile("m")
+    block = profile.layers[1]
+    assert block.tp is not None
+    assert [(x.tp, x.fwd_ms, x.bwd_ms) for x in block.tp.timed] == [
+        (t, (block.fwd_ms * f,), (block.bwd_ms * b,)) for t, (f, b) in fixed.items()
+    ]

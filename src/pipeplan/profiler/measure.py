@@ -230,7 +230,8 @@ def measure_layers(
             timer.close()
         split_ms = None
         if graph is None and rounds:
-            split_ms = time_splits(layers, [s.tp for s in sizes], inputs[0], grads[-1], sync, loss, warmup, runs)  # type: ignore[arg-type]
+            dense = ([median(x) for x in timer.samples["F"]], [median(x) for x in timer.samples["B"]])
+            split_ms = time_splits(layers, [s.tp for s in sizes], inputs[0], grads[-1], sync, loss, warmup, runs, dense)  # type: ignore[arg-type]
     medians = {key: tuple(median(s) for s in samples) for key, samples in timer.samples.items()}
     return Measurement(
         device=_device_name(device),

@@ -8,6 +8,9 @@ every zoo encoder block (models.tp_block) the profiler marks, and every t up to 
 divides its width, it times the block as a TP rank runs it: the runtime's own split (models.tp_block.shard_block,
 what runtime.execution.tp_layers runs), in the profiler's timing rounds (profiler.timing.ChainTimer: the chain in
 order, the other layers dense as a TP stage runs them replicated), with this process as rank 0 of a group of t.
+Each round runs the chain dense and then split, back to back; the block's split time is its dense time (the
+profile's median) times the median over rounds of split / dense, a ratio that holds while a loaded machine's
+speed drifts between the profile's rounds and these.
 
 The group is torch's `fake` process group (torch.testing._internal.distributed.fake_pg registers it: torch's own
 tool for running one rank of a distributed program alone): one process is rank 0 of t, and every collective
@@ -55,22 +58,24 @@ def time_splits(
     loss: Loss | None,
     warmup: int,
     runs: int,
+    dense: tuple[Sequence[float], Sequence[float]],
 ) -> tuple[LayerTimes, ...] | None:
     """Each layer's split times (module docstring), () for a layer not timed; None when nothing was (no block to
-    time, no rounds, or this process has a process group already)."""
+    time, no rounds, or this process has a process group already). `dense`: every layer's measured (forward,
+    backward) medians; a split time is the dense one times the median ratio of split to dense (_ratios)."""
     wanted = [degrees(split, layer) for split, layer in zip(splits, layers, strict=True)]
     every = sorted({t for ts in wanted for t in ts})
     if not every or runs == 0 or dist.is_initialized():
         return None
     found: list[list[tuple[int, float, float]]] = [[] for _ in layers]
     for t in every:
-        medians = _time_at(layers, [t in ts for ts in wanted], t, x0, last_grad, sync, loss, warmup, runs)
-        for i, (fwd, bwd) in medians.items():
-            found[i].append((t, fwd, bwd))
+        ratios = _ratios(layers, [t in ts for ts in wanted], t, x0, last_grad, sync, loss, warmup, runs)
+        for i, (fwd, bwd) in ratios.items():
+            found[i].append((t, dense[0][i] * fwd, dense[1][i] * bwd))
     return tuple(tuple(times) for times in found)
 
 
-def _time_at(
+def _ratios(
     layers: Sequence[nn.Module],
     chosen: Sequence[bool],
     t: int,
@@ -81,27 +86,35 @@ def _time_at(
     warmup: int,
     runs: int,
 ) -> dict[int, tuple[float, float]]:
-    """Median (forward ms, backward ms) of every chosen layer split over a fake group of t, in timing rounds of the
-    whole chain."""
+    """Per chosen layer, the median over rounds of (forward, backward) split over a fake group of t / dense. Each
+    round times the whole chain dense, then with the chosen layers split, back to back: a ratio of two times taken
+    a moment apart holds on a machine whose load drifts, which two medians taken minutes apart do not."""
     device = x0.device
     from torch.testing._internal.distributed import fake_pg  # noqa: F401 (registers the `fake` backend with c10d)
 
     dist.init_process_group("fake", store=dist.HashStore(), rank=0, world_size=t)
-    timer = None
+    timers: list[ChainTimer] = []
     try:
         mesh = DeviceMesh(device.type, list(range(t)))
         run: list[nn.Module] = []
         for layer, split in zip(layers, chosen, strict=True):
             found = encoder_of(layer) if split else None
             run.append(layer if found is None else shard_block(found[0], found[1], t, mesh, device, layer.training))
-        timer = ChainTimer(run, x0, last_grad, sync, False, loss)
+        timers = [ChainTimer(layers, x0, last_grad, sync, False, loss), ChainTimer(run, x0, last_grad, sync, False, loss)]
         for r in range(warmup + runs):
-            timer.round(keep=r >= warmup)
+            for timer in timers:
+                timer.round(keep=r >= warmup)
     finally:
-        if timer is not None:
+        for timer in timers:
             timer.close()
         dist.destroy_process_group()
-    return {i: (median(timer.samples["F"][i]), median(timer.samples["B"][i])) for i, split in enumerate(chosen) if split}
+    dense, split = timers[0].samples, timers[1].samples
+
+    def ratio(op: str, i: int) -> float:
+        pairs = [(s, d) for s, d in zip(split[op][i], dense[op][i], strict=True) if d > 0]
+        return median([s / d for s, d in pairs]) if pairs else 0.0
+
+    return {i: (ratio("F", i), ratio("B", i)) for i, split_it in enumerate(chosen) if split_it}
 
 
 def timed_split(split: TensorSplit | None, per_size: Sequence[LayerTimes]) -> TensorSplit | None:
