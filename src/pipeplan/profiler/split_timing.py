@@ -9,8 +9,8 @@ divides its width, it times the block as a TP rank runs it: the runtime's own sp
 what runtime.execution.tp_layers runs), in the profiler's timing rounds (profiler.timing.ChainTimer: the chain in
 order, the other layers dense as a TP stage runs them replicated), with this process as rank 0 of a group of t.
 Each round runs the chain dense and then split, back to back; the block's split time is its dense time (the
-profile's median) times the median over rounds of split / dense, a ratio that holds while a loaded machine's
-speed drifts between the profile's rounds and these.
+profile's median) times the ratio of the fastest split round to the fastest dense round (_ratios): a ratio that
+holds while a loaded machine's speed drifts between the profile's rounds and these, and its spikes come and go.
 
 The group is torch's `fake` process group (torch.testing._internal.distributed.fake_pg registers it: torch's own
 tool for running one rank of a distributed program alone): one process is rank 0 of t, and every collective
@@ -36,7 +36,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from pipeplan.core.layer_profile import SplitTiming, TensorSplit
 from pipeplan.models.tp_block import encoder_of, shard_block
 from pipeplan.profiler.tensor_splits import MAX_CHECKED
-from pipeplan.profiler.timing import ChainTimer, Loss, median
+from pipeplan.profiler.timing import ChainTimer, Loss
 
 LayerTimes = tuple[tuple[int, float, float], ...]
 """One layer's split times at one batch size: (t, forward ms, backward ms) per degree, ascending t."""
@@ -62,7 +62,7 @@ def time_splits(
 ) -> tuple[LayerTimes, ...] | None:
     """Each layer's split times (module docstring), () for a layer not timed; None when nothing was (no block to
     time, no rounds, or this process has a process group already). `dense`: every layer's measured (forward,
-    backward) medians; a split time is the dense one times the median ratio of split to dense (_ratios)."""
+    backward) medians; a split time is the dense one times the ratio of split to dense (_ratios)."""
     wanted = [degrees(split, layer) for split, layer in zip(splits, layers, strict=True)]
     every = sorted({t for ts in wanted for t in ts})
     if not every or runs == 0 or dist.is_initialized():
@@ -86,9 +86,10 @@ def _ratios(
     warmup: int,
     runs: int,
 ) -> dict[int, tuple[float, float]]:
-    """Per chosen layer, the median over rounds of (forward, backward) split over a fake group of t / dense. Each
-    round times the whole chain dense, then with the chosen layers split, back to back: a ratio of two times taken
-    a moment apart holds on a machine whose load drifts, which two medians taken minutes apart do not."""
+    """Per chosen layer, (forward, backward) split over a fake group of t / dense: the fastest round of each. Each
+    round times the whole chain dense, then with the chosen layers split, back to back, so both see the same
+    machine; the fastest rounds are the ones another process did not interrupt (noise only adds time), so their
+    ratio is the split's own cost on a loaded machine too, where a ratio of medians takes the load's spikes in."""
     device = x0.device
     from torch.testing._internal.distributed import fake_pg  # noqa: F401 (registers the `fake` backend with c10d)
 
@@ -111,8 +112,8 @@ def _ratios(
     dense, split = timers[0].samples, timers[1].samples
 
     def ratio(op: str, i: int) -> float:
-        pairs = [(s, d) for s, d in zip(split[op][i], dense[op][i], strict=True) if d > 0]
-        return median([s / d for s, d in pairs]) if pairs else 0.0
+        fastest = min(dense[op][i], default=0.0)
+        return min(split[op][i]) / fastest if fastest > 0 else 0.0
 
     return {i: (ratio("F", i), ratio("B", i)) for i, split_it in enumerate(chosen) if split_it}
 
