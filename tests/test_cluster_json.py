@@ -341,3 +341,21 @@ def test_matmul_fraction_is_read_in_both_forms_and_bounded() -> None:
     for bad in (0, 1.5, "x"):
         with pytest.raises(ClusterError, match="matmul_fraction"):
             cluster_from_json({**description, "device": {"kind": "H100", "matmul_fraction": bad}})
+
+
+@pytest.mark.parametrize("form", [matrix_form, description_form])
+def test_a_measured_tp_allreduce_round_trips_and_is_absent_by_default(form: Any) -> None:
+    """`tp_allreduce: {gb_per_s, latency_us}` (probe's fit at TP's small messages) sets the cluster's TP all-reduce in
+    either form and is written back unchanged; without it the cluster has none and writes none; a bad one names the
+    field."""
+    obj = form()
+    obj["tp_allreduce"] = {"gb_per_s": 0.25, "latency_us": 310.5}
+    cluster = cluster_from_json(obj)
+    assert cluster.tp_allreduce_bytes_per_s == 0.25e9
+    assert cluster.tp_allreduce_latency_ms == pytest.approx(0.3105)
+    assert cluster_to_json(cluster)["tp_allreduce"] == {"gb_per_s": 0.25, "latency_us": 310.5}
+    plain = cluster_from_json(form())
+    assert (plain.tp_allreduce_bytes_per_s, plain.tp_allreduce_latency_ms) == (None, 0.0)
+    assert "tp_allreduce" not in cluster_to_json(plain)
+    with pytest.raises(ClusterError, match=r"c\.json: tp_allreduce: field 'gb_per_s' must be a finite number > 0, got 0"):
+        cluster_from_json(edit(form(), "tp_allreduce", {"gb_per_s": 0}), "c.json")

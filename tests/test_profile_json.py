@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import LayerProfile, ModelProfile, TensorSplit
+from pipeplan.core.profile import LayerProfile, ModelProfile, SplitTiming, TensorSplit
 from pipeplan.io.profile_json import profile_from_json, profile_to_json, read_profile_json, write_profile_json
 from pipeplan.presets.resolve import load_profile
 
@@ -317,3 +317,51 @@ def test_master_copy_round_trips_through_both_versions_and_is_written_only_when_
     with pytest.raises(ProfileError, match="profile 'x' master_copy must be true or false, got 'yes'"):
         ModelProfile("x", 1, (LayerProfile("l", 1.0, 1.0, 1.0, 1.0),), master_copy="yes")  # type: ignore[arg-type]
     assert load_profile("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=16").master_copy
+
+
+def test_a_splits_timed_degrees_round_trip_one_value_per_batch_size(tmp_path: Path) -> None:
+    """A "tp" object's "timed" list (the profiler's split times) reads into SplitTiming values, one per batch size
+    (one in /1, three in /2), and writes back as it was; a "tp" object without it (every profile written before)
+    reads with no timings and writes no "timed" key."""
+    for obj, values in ((small(), 1), (small_v2(), 3)):
+        timed = [
+            {"tp": 2, "fwd_ms": [1.0 + k for k in range(values)], "bwd_ms": [2.0 + k for k in range(values)]},
+            {"tp": 4, "fwd_ms": [0.75] * values, "bwd_ms": [1.25] * values},
+        ]
+        obj["layers"][0]["tp"] = {"kind": "block", "width": 8, "timed": timed}
+        obj["layers"][1]["tp"] = {"kind": "block", "width": 8}
+        profile = profile_from_json(obj, "tp.json")
+        split = profile.layers[0].tp
+        assert split is not None
+        assert split.timed == (
+            SplitTiming(2, tuple(1.0 + k for k in range(values)), tuple(2.0 + k for k in range(values))),
+            SplitTiming(4, (0.75,) * values, (1.25,) * values),
+        )
+        assert split.timing(4) == split.timed[1] and split.timing(8) is None
+        assert profile.layers[1].tp == TensorSplit("block", 8) and profile.layers[1].tp.timed == ()
+        out = profile_to_json(profile)
+        assert out["layers"][0]["tp"]["timed"] == timed and "timed" not in out["layers"][1]["tp"]
+        write_profile_json(profile, tmp_path / "p.json")
+        assert read_profile_json(tmp_path / "p.json") == profile
+
+
+@pytest.mark.parametrize(
+    ("timed", "message"),
+    [
+        ([{"tp": 3, "fwd_ms": [1.0], "bwd_ms": [1.0]}], "tp timed names tp 3, which does not divide the split's width 8"),
+        ([{"tp": 1, "fwd_ms": [1.0], "bwd_ms": [1.0]}], "timed\\[0\\]: field 'tp' must be an integer >= 2, got 1"),
+        ([{"tp": 2, "fwd_ms": [1.0], "bwd_ms": [-1]}], "timed\\[0\\]: bwd_ms\\[0\\] must be a finite number >= 0, got -1"),
+        (
+            [{"tp": 2, "fwd_ms": [1.0, 2.0], "bwd_ms": [1.0, 2.0]}],
+            "tp timed at tp 2 has 2 values, not one per batch size \\(1\\)",
+        ),
+        ([{"tp": 4, "fwd_ms": [1.0], "bwd_ms": [1.0]}, {"tp": 2, "fwd_ms": [1.0], "bwd_ms": [1.0]}], "ascending without repeats"),
+        ([{"tp": 2, "fwd_ms": [1.0], "bwd_ms": [1.0], "t": 2}], "timed\\[0\\]: unknown field 't'"),
+    ],
+)
+def test_a_bad_timed_list_names_the_layer_field_and_value(timed: list[dict[str, Any]], message: str) -> None:
+    """A bad "timed" list is refused naming the file, the layer, the entry and the value."""
+    obj = small()
+    obj["layers"][0]["tp"] = {"kind": "block", "width": 8, "timed": timed}
+    with pytest.raises(ProfileError, match=message):
+        profile_from_json(obj, "tp.json")

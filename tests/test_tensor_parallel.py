@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import linear_model
+from models import default_model, linear_model
 from pipeplan.core.errors import PlanError
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.layer_profile import TP_KINDS
 from pipeplan.core.plan import Plan, Stage
-from pipeplan.core.profile import LayerProfile, ModelProfile, SharedGroup, TensorSplit
+from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, SharedGroup, SplitTiming, TensorSplit
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.memory import memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
@@ -235,3 +236,62 @@ def test_split_stage_matches_plain_per_layer_code(layers: list, t: int, sp: bool
     assert work.bwd_ms == pytest.approx(bwd, rel=1e-12, abs=1e-12)
     assert work.saved_bytes == pytest.approx(saved, rel=1e-12, abs=1e-6)
     assert work.param_bytes == pytest.approx(params, rel=1e-12, abs=1e-6)
+
+
+def timed_profile(timed: tuple[SplitTiming, ...]) -> ModelProfile:
+    """profile() with block0's split carrying `timed` (its measured time on one device of a group)."""
+    base = profile()
+    block = base.layers[1]
+    assert block.tp is not None
+    split = dataclasses.replace(block.tp, timed=timed)
+    return dataclasses.replace(base, layers=(base.layers[0], dataclasses.replace(block, tp=split), *base.layers[2:]))
+
+
+@pytest.mark.parametrize("microbatch", [8, 4])
+def test_a_block_timed_at_t_is_priced_at_its_measured_share_and_other_degrees_by_the_formula(microbatch: int) -> None:
+    """block0 measured at t = 2 (fwd 6, bwd 10 against its dense 8 and 16: shares 3/4 and 5/8): a t = 2 stage runs
+    it in 6 x b/8 and 10 x b/8 (linear scaling), the other split layers / 2; at t = 4, not measured, 8 / 4."""
+    model = linear_model(timed_profile((SplitTiming(2, (6.0,), (10.0,)),)), cluster(), optimizer="sgd")
+    scale = microbatch / 8
+    work, _ = split_stage(model.layers, range(5), microbatch, 1, 1.0, 2, False)
+    assert work.fwd_ms == pytest.approx(((1.0 + 8.0 + 3.0) / 2 + 0.5 + 6.0) * scale, rel=1e-12)
+    assert work.bwd_ms == pytest.approx(((2.0 + 16.0 + 6.0) / 2 + 1.0 + 10.0) * scale, rel=1e-12)
+    work4, _ = split_stage(model.layers, range(5), microbatch, 1, 1.0, 4, False)
+    assert work4.fwd_ms == pytest.approx(((1.0 + 8.0 + 8.0 + 3.0) / 4 + 0.5) * scale, rel=1e-12)
+    plan = Plan((Stage(0, 4, (0, 1), tp=2),), 1, 4, microbatch, "1f1b")
+    fwd = ((1.0 + 8.0 + 3.0) / 2 + 0.5 + 6.0) * scale + ring_ms(2, 5 * 4e6 * scale, 5)
+    assert plan_costs(plan, model).stages[0].fwd_ms == pytest.approx(fwd, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("samples", "dense", "share"), [(2, 2.0, 1.5), (4, 4.0, 1.25), (8, 8.0, 0.75), (16, 16.0, 0.75), (1, 2.0, 1.5)]
+)
+def test_a_measured_share_is_interpolated_between_sizes_and_held_beyond(samples: int, dense: float, share: float) -> None:
+    """A block measured at sizes 2 and 8 (dense fwd 2 and 8 ms, split at t = 2 3 and 6 ms: shares 1.5 and 0.75): at x
+    samples its time is the dense time at x (sim.cost.layers' measured curve: extended segments, never below its
+    smallest) times the share interpolated linearly in x, held at 1.5 below 2 and 0.75 above 8."""
+    curve = LayerCurve((2.0, 8.0), (4.0, 16.0), (1e3, 4e3), (1e3, 4e3))
+    split = TensorSplit("block", 4, timed=(SplitTiming(2, (3.0, 6.0), (4.0, 8.0)),))
+    layer = LayerProfile("block", 8.0, 16.0, 4e3, 1e6, 4e3, curve=curve, tp=split)
+    prof = ModelProfile("timed", 8, (layer,), "A100", (), batch_sizes=(2, 8), cut_curves=())
+    model = default_model(prof, cluster())
+    work, _ = split_stage(model.layers, [0], samples, 1, 1.0, 2, False)
+    assert work.fwd_ms == pytest.approx(dense * share, rel=1e-12)
+    bwd_share = np.interp(samples, [2, 8], [1.0, 0.5])
+    assert work.bwd_ms == pytest.approx(2 * dense * bwd_share, rel=1e-12)
+
+
+def test_a_measured_tp_allreduce_replaces_the_groups_links_on_a_node_and_the_slower_across() -> None:
+    """A cluster carrying the TP all-reduce's fit (1 GB/s, 0.3 ms per step): a group on one node prices its 5
+    all-reduces with it. With a fit faster than the links between nodes (100 GB/s, 1 us), a group on one node takes
+    the fit, a group across nodes the slower of each: its links' INTER rate and latency."""
+    measured = dataclasses.replace(cluster(), tp_allreduce_bytes_per_s=1 * GB, tp_allreduce_latency_ms=0.3)
+    model = linear_model(profile(), measured, optimizer="sgd")
+    compute = (1.0 + 8.0 + 8.0 + 3.0) / 2 + 0.5
+    inside = plan_costs(Plan((Stage(0, 4, (0, 1), tp=2),), 1, 1, 8, "1f1b"), model).stages[0]
+    assert inside.fwd_ms == pytest.approx(compute + ring_ms(2, 5 * 4e6, 5, 1 * GB, 0.3), rel=1e-12)
+    slow = dataclasses.replace(cluster(), tp_allreduce_bytes_per_s=100 * GB, tp_allreduce_latency_ms=1e-3)
+    across = plan_costs(Plan((Stage(0, 4, (3, 4), tp=2),), 1, 1, 8, "1f1b"), linear_model(profile(), slow)).stages[0]
+    assert across.fwd_ms == pytest.approx(compute + ring_ms(2, 5 * 4e6, 5, INTER, INTER_MS), rel=1e-12)
+    fast_inside = plan_costs(Plan((Stage(0, 4, (0, 1), tp=2),), 1, 1, 8, "1f1b"), linear_model(profile(), slow)).stages[0]
+    assert fast_inside.fwd_ms == pytest.approx(compute + ring_ms(2, 5 * 4e6, 5, 100 * GB, 1e-3), rel=1e-12)

@@ -196,6 +196,11 @@ def probe_lines(out: str, result: Any) -> list[str]:
             f"{ms_to_us(result.message_latency_ms):.0f} us (fitted alone, the overhead would be "
             f"{ms_to_us(result.overhead_alone_ms):.0f} us)"
         )
+    if result.tp_allreduce_bytes_per_s is not None:
+        lines.append(
+            f"tensor-parallel all-reduce: {ms_to_us(result.tp_allreduce_latency_ms):.0f} us per ring step + "
+            f"{result.tp_allreduce_bytes_per_s / 1e9:.3f} GB/s bus bandwidth"
+        )
     return lines
 
 

@@ -3,6 +3,7 @@ with the bounds a layer's values are held to."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float
@@ -83,6 +84,32 @@ its input, the default share of its saved bytes a group keeps whole without sequ
 
 
 @dataclass(frozen=True, slots=True)
+class SplitTiming:
+    """A split layer's measured time on one device of a tensor-parallel group of `tp`, as the runtime runs it (its
+    sharded modules and their dispatch; the group's collectives are priced apart): `fwd_ms` and `bwd_ms` at each of
+    the profile's batch sizes, in order (profiler.split_timing)."""
+
+    tp: int
+    fwd_ms: tuple[float, ...]
+    bwd_ms: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 2:
+            raise ProfileError(f"tp timed tp must be an integer >= 2 (a group's size), got {self.tp!r}")
+        for field in ("fwd_ms", "bwd_ms"):
+            values = getattr(self, field)
+            if not isinstance(values, tuple) or not values:
+                raise ProfileError(f"tp timed {field} at tp {self.tp} must be a non-empty list of ms, got {values!r}")
+            checked = tuple(
+                check_nonneg_float(ProfileError, f"tp timed {field}[{i}] at tp {self.tp}", v, BLOCK_MS)
+                for i, v in enumerate(values)
+            )
+            object.__setattr__(self, field, checked)
+        if len(self.fwd_ms) != len(self.bwd_ms):
+            raise ProfileError(f"tp timed at tp {self.tp} has {len(self.fwd_ms)} fwd_ms but {len(self.bwd_ms)} bwd_ms values")
+
+
+@dataclass(frozen=True, slots=True)
 class TensorSplit:
     """How a layer splits over a tensor-parallel group: its `kind` (a key of TP_KINDS) and `width`, the count the
     split divides (attention heads for block/attention, the MLP's hidden size for mlp, the vocabulary for vocab, the
@@ -93,7 +120,9 @@ class TensorSplit:
     whole without sequence parallelism (Megatron-LM's layer norms, dropouts and residual adds on the s x b x h
     tensors, which the split leaves replicated; with sequence parallelism they split along the sequence), 0 by
     default: all of it divides by t. `recomputed`: the layer's backward reruns its forward (full activation
-    recomputation), so the forward's collectives run once more in the backward."""
+    recomputation), so the forward's collectives run once more in the backward. `timed`: the layer's measured time
+    on one device of a group at each tp it was run split at (SplitTiming, ascending tp, each dividing `width`; the
+    cost model uses it in place of the shares above: sim.cost.tensor_parallel), empty when not measured."""
 
     kind: str
     width: int
@@ -101,6 +130,7 @@ class TensorSplit:
     whole_fwd: float = 0.0
     whole_bwd: float = 0.0
     recomputed: bool = False
+    timed: tuple[SplitTiming, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in TP_KINDS:
@@ -119,6 +149,25 @@ class TensorSplit:
             object.__setattr__(self, field, float(value))
         if not isinstance(self.recomputed, bool):
             raise ProfileError(f"tp recomputed must be true or false, got {self.recomputed!r}")
+        self._check_timed()
+
+    def _check_timed(self) -> None:
+        """`timed`: SplitTiming values at ascending degrees that divide the width, all at the same number of sizes."""
+        if not isinstance(self.timed, tuple) or not all(isinstance(x, SplitTiming) for x in self.timed):
+            raise ProfileError(f"tp timed must be a tuple of SplitTiming values, got {self.timed!r}")
+        degrees = [x.tp for x in self.timed]
+        if any(a >= b for a, b in itertools.pairwise(degrees)):
+            raise ProfileError(f"tp timed degrees must be ascending without repeats, got {degrees}")
+        for x in self.timed:
+            if self.width % x.tp:
+                raise ProfileError(f"tp timed names tp {x.tp}, which does not divide the split's width {self.width}")
+        if len({len(x.fwd_ms) for x in self.timed}) > 1:
+            counts = [len(x.fwd_ms) for x in self.timed]
+            raise ProfileError(f"tp timed entries must each have one value per batch size, got {counts} values")
+
+    def timing(self, t: int) -> SplitTiming | None:
+        """The layer's measured times at tp `t`, None when it was not run split at t."""
+        return next((x for x in self.timed if x.tp == t), None)
 
     @property
     def whole_share(self) -> float:

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 from pipeplan.core.checks import check_nonneg_float, check_positive_int
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, TensorSplit, field_limit
+from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, SplitTiming, TensorSplit, field_limit
 from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, LAYERS
 from pipeplan.core.shared_params import SharedGroup, check_groups, overlap_bytes
 
 __all__ = [
-    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "TensorSplit",
+    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "SplitTiming",
+    "TensorSplit",
     "check_batch_sizes", "field_limit", "live_cuts",
 ]  # fmt: skip
 
@@ -153,6 +154,13 @@ class ModelProfile:
         if self.source is not None and not isinstance(self.source, ProfileSource):
             raise ProfileError(f"profile {self.name!r} source must be a ProfileSource, got {type(self.source).__name__}")
         self._check_curves()
+        for layer in self.layers:
+            for timing in () if layer.tp is None else layer.tp.timed:
+                if len(timing.fwd_ms) != len(self.sizes):
+                    raise ProfileError(
+                        f"profile {self.name!r} layer {layer.name!r} tp timed at tp {timing.tp} has "
+                        f"{len(timing.fwd_ms)} values, not one per batch size ({len(self.sizes)})"
+                    )
         check_groups(self.shared_params, [(x.name, x.param_bytes) for x in self.layers], f"profile {self.name!r}")
         if not isinstance(self.master_copy, bool):
             raise ProfileError(f"profile {self.name!r} master_copy must be true or false, got {self.master_copy!r}")

@@ -44,7 +44,7 @@ CLUSTER_FORMAT = "pipeplan.cluster/1"
 
 _MATRIX_KEYS = (
     "format", "name", "devices", "bandwidth_gb_per_s", "latency_us", "nic_gb_per_s", "allreduce", "message_overhead_us",
-    "message_latency_us", "notes",
+    "message_latency_us", "tp_allreduce", "notes",
 )  # fmt: skip
 _DESCRIPTION_KEYS = (
     "format",
@@ -60,6 +60,7 @@ _DESCRIPTION_KEYS = (
     "allreduce",
     "message_overhead_us",
     "message_latency_us",
+    "tp_allreduce",
     "notes",
 )
 _DEVICE_KEYS = ("kind", "memory_gb", "speed", "node", "matmul_fraction")
@@ -89,6 +90,11 @@ def cluster_to_json(cluster: Cluster, notes: str | None = None) -> dict[str, Any
         result["allreduce"] = {
             "gb_per_s": _clean(bytes_per_s_to_gb_per_s(cluster.allreduce_bytes_per_s)),
             "latency_us": _clean(ms_to_us(cluster.allreduce_latency_ms)),
+        }
+    if cluster.tp_allreduce_bytes_per_s is not None:
+        result["tp_allreduce"] = {
+            "gb_per_s": _clean(bytes_per_s_to_gb_per_s(cluster.tp_allreduce_bytes_per_s)),
+            "latency_us": _clean(ms_to_us(cluster.tp_allreduce_latency_ms)),
         }
     if cluster.message_overhead_ms > 0:
         result["message_overhead_us"] = _clean(ms_to_us(cluster.message_overhead_ms))
@@ -306,22 +312,30 @@ def _cluster(
             f"{source}: devices mix kind {CPU_KIND!r} with GPU kinds; their speeds are on different scales "
             "(a CPU's is relative to the CPU a profile was measured on, a GPU's to a V100): describe them as two clusters"
         )
-    allreduce_bw, allreduce_lat = None, 0.0
-    if top.has("allreduce"):
-        fields = Fields(top.raw("allreduce"), f"{source}: allreduce", ClusterError)
-        fields.check_keys(("gb_per_s", "latency_us"))
-        allreduce_bw = gb_per_s_to_bytes_per_s(fields.number("gb_per_s", positive=True, limits=RATE))
-        allreduce_lat = _latency_ms(fields.number("latency_us", default=0.0, limits=LATENCY))
+    allreduce_bw, allreduce_lat = _collective(top, "allreduce")
+    tp_bw, tp_lat = _collective(top, "tp_allreduce")
     overhead = _latency_ms(top.number("message_overhead_us", default=0.0, limits=LATENCY))
     message_latency = _latency_ms(top.number("message_latency_us", default=0.0, limits=LATENCY))
     try:
         return Cluster(
             name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_ms=latency, nic_bytes_per_s=nic,
             speed_reference=scales.pop(), allreduce_bytes_per_s=allreduce_bw, allreduce_latency_ms=allreduce_lat,
-            message_overhead_ms=overhead, message_latency_ms=message_latency,
+            message_overhead_ms=overhead, message_latency_ms=message_latency, tp_allreduce_bytes_per_s=tp_bw,
+            tp_allreduce_latency_ms=tp_lat,
         )  # fmt: skip
     except ClusterError as exc:
         raise ClusterError(f"{source}: {exc}") from None
+
+
+def _collective(top: Fields, key: str) -> tuple[float | None, float]:
+    """A measured collective's {gb_per_s, latency_us} (`allreduce`: the data-parallel all-reduce; `tp_allreduce`:
+    a tensor-parallel group's, at its small messages) as (bytes/s, ms per ring step); (None, 0) when absent."""
+    if not top.has(key):
+        return None, 0.0
+    fields = Fields(top.raw(key), f"{top.where}: {key}", ClusterError)
+    fields.check_keys(("gb_per_s", "latency_us"))
+    rate = gb_per_s_to_bytes_per_s(fields.number("gb_per_s", positive=True, limits=RATE))
+    return rate, _latency_ms(fields.number("latency_us", default=0.0, limits=LATENCY))
 
 
 def _latency_ms(us: float) -> float:

@@ -6,16 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.profile import ProfileSource, TensorSplit
-from pipeplan.io.json_fields import Fields, short
+from pipeplan.core.limits import MAX_MS
+from pipeplan.core.profile import ProfileSource, SplitTiming, TensorSplit
+from pipeplan.io.json_fields import Fields, check_number, short
 
-_TP_KEYS = ("kind", "width", "replicated_share", "whole_fwd", "whole_bwd", "recomputed")
+_TP_KEYS = ("kind", "width", "replicated_share", "whole_fwd", "whole_bwd", "recomputed", "timed")
+_TIMED_KEYS = ("tp", "fwd_ms", "bwd_ms")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 
 
 def tp_to_json(split: TensorSplit) -> dict[str, Any]:
-    """A layer's "tp" object: kind and width, and replicated_share, whole_fwd, whole_bwd and recomputed when they are
-    not their defaults (a split without them is written as before)."""
+    """A layer's "tp" object: kind and width, and replicated_share, whole_fwd, whole_bwd, recomputed and timed when
+    they are not their defaults (a split without them is written as before). `timed`: a list of {tp, fwd_ms, bwd_ms},
+    each time an array with one value per batch size of the profile (one in a version 1 file)."""
     out: dict[str, Any] = {"kind": split.kind, "width": split.width}
     if split.replicated_share is not None:
         out["replicated_share"] = split.replicated_share
@@ -25,6 +28,8 @@ def tp_to_json(split: TensorSplit) -> dict[str, Any]:
         out["whole_bwd"] = split.whole_bwd
     if split.recomputed:
         out["recomputed"] = True
+    if split.timed:
+        out["timed"] = [{"tp": x.tp, "fwd_ms": list(x.fwd_ms), "bwd_ms": list(x.bwd_ms)} for x in split.timed]
     return out
 
 
@@ -37,10 +42,31 @@ def tp_from_json(fields: Fields) -> TensorSplit | None:
     share = tp.optional_number("replicated_share")
     whole_fwd, whole_bwd = tp.number("whole_fwd", default=0.0), tp.number("whole_bwd", default=0.0)
     recomputed = tp.boolean("recomputed", False)
+    timed = _timed(tp) if tp.has("timed") else ()
     try:
-        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed)
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed, timed)
     except ProfileError as exc:
         raise ProfileError(f"{fields.where}: {exc}") from None
+
+
+def _timed(tp: Fields) -> tuple[SplitTiming, ...]:
+    """The "timed" list of a "tp" object: {tp, fwd_ms, bwd_ms} per degree (io.profile_fields.tp_to_json)."""
+    out = []
+    for i, item in enumerate(tp.array("timed")):
+        entry = Fields(item, f"{tp.where}: timed[{i}]", ProfileError)
+        entry.check_keys(_TIMED_KEYS)
+        times = {
+            key: tuple(
+                check_number(v, f"{entry.where}: {key}[{j}]", ProfileError, limits=(MAX_MS,))
+                for j, v in enumerate(entry.array(key, 1))
+            )
+            for key in ("fwd_ms", "bwd_ms")
+        }
+        try:
+            out.append(SplitTiming(entry.integer("tp", 2), times["fwd_ms"], times["bwd_ms"]))
+        except ProfileError as exc:
+            raise ProfileError(f"{entry.where}: {exc}") from None
+    return tuple(out)
 
 
 def source_to_json(source: ProfileSource) -> dict[str, Any]:

@@ -28,9 +28,14 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 from torch.nn import functional
 
 from pipeplan.core.errors import PlanError
+
+SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
+"""How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
 def encoder_of(layer: nn.Module) -> tuple[nn.TransformerEncoderLayer, bool] | None:
@@ -183,3 +188,26 @@ class SplitBlock(nn.Module):
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout2(self.reduce(self.down(self.dropout(self.activation(self.up(x))))))
+
+
+def shard_block(
+    dense: nn.TransformerEncoderLayer,
+    causal: bool,
+    tp: int,
+    mesh: DeviceMesh,
+    device: torch.device,
+    training: bool,
+    prepare: Callable[[SplitBlock], None] | None = None,
+    splits: dict[str, ParallelStyle] | None = None,
+) -> SplitBlock:
+    """The SplitBlock of encoder layer `dense` on `device`, sharded over `mesh` (`splits`, default SPLITS) in
+    `training` mode: what a TP rank runs in its place (runtime.execution.tp_layers) and what the profiler times at
+    each tp (profiler.split_timing). `prepare(block)` runs before the sharding (sequence parallelism's hooks:
+    runtime.execution.sequence_parallel)."""
+    dense.to(device)
+    block = SplitBlock(dense, causal, tp).to(device)
+    block.train(training)
+    if prepare is not None:
+        prepare(block)
+    parallelize_module(block, mesh, dict(SPLITS if splits is None else splits))
+    return block

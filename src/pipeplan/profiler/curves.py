@@ -22,6 +22,7 @@ from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, Profil
 from pipeplan.core.units import s_to_ms
 from pipeplan.models.specs import ModelSpec
 from pipeplan.profiler.measure import Measurement, measure_layers
+from pipeplan.profiler.split_timing import timed_split
 
 OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=1e-12),
@@ -113,6 +114,7 @@ def assemble(
     layers = []
     split = all(m.bwd_input_ms is not None and m.bwd_weight_ms is not None for m in measured)
     shared = any(size.shared_bytes for m in measured for size in m.layers)
+    timed = all(m.split_ms is not None for m in measured)
     for i, size in enumerate(top.layers):
         curve = LayerCurve(
             fwd_ms=tuple(m.fwd_ms[i] for m in measured),
@@ -138,7 +140,7 @@ def assemble(
                 optimizer_ms=tuple(sorted(steps[i].items())),
                 curve=curve,
                 shared_bytes=0.0 if curve.shared_bytes is None else curve.shared_bytes[-1],
-                tp=size.tp,
+                tp=size.tp if not timed else timed_split(size.tp, [m.split_ms[i] for m in measured]),  # type: ignore[index]
             )
         )
     per_size = [m.cuts([float(layer.curve.activation_bytes[k]) for layer in layers]) for k, m in enumerate(measured)]  # type: ignore[union-attr]

@@ -49,6 +49,7 @@ from pipeplan.profiler.flops import KernelCounter, LayerWork, bytes_moved, flop_
 from pipeplan.profiler.graph_timing import GraphTimer, graph_inputs
 from pipeplan.profiler.norms import single_value_norms
 from pipeplan.profiler.saved import SavedTensorMeter, param_bytes, tensor_bytes
+from pipeplan.profiler.split_timing import LayerTimes, time_splits, timed_split
 from pipeplan.profiler.tensor_splits import layer_splits
 from pipeplan.profiler.timing import ChainTimer, Loss, median, run_chain, time_step
 
@@ -75,7 +76,8 @@ class LayerSizes:
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """Everything measured about a chain at one batch size: per-layer sizes and median times (I and W when split),
-    the whole chain's median times, and the parameters several layers hold (`shared`)."""
+    the whole chain's median times, the parameters several layers hold (`shared`), and each marked block's times
+    split over a tensor-parallel group (`split_ms`, profiler.split_timing; None: not timed)."""
 
     device: str
     batch_size: int
@@ -88,6 +90,7 @@ class Measurement:
     bwd_weight_ms: tuple[float, ...] | None = None
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
     shared: tuple[SharedGroup, ...] = ()
+    split_ms: tuple[LayerTimes, ...] | None = None
 
     def cuts(self, values: Sequence[float]) -> tuple[float, ...]:
         """Each cut's bytes from per-layer output bytes: a chain's cut i is layer i's output, a graph's the live set
@@ -112,7 +115,7 @@ class Measurement:
                 bwd_input_ms=self.bwd_input_ms[i] if split else None,  # type: ignore[index]
                 bwd_weight_ms=self.bwd_weight_ms[i] if split else None,  # type: ignore[index]
                 shared_bytes=s.shared_bytes,
-                tp=s.tp,
+                tp=s.tp if self.split_ms is None else timed_split(s.tp, [self.split_ms[i]]),
             )
             for i, s in enumerate(self.layers)
         )
@@ -225,6 +228,10 @@ def measure_layers(
                 advance(f"timing round {r + 1}/{rounds}")
         finally:
             timer.close()
+        split_ms = None
+        if graph is None and rounds:
+            dense = ([median(x) for x in timer.samples["F"]], [median(x) for x in timer.samples["B"]])
+            split_ms = time_splits(layers, [s.tp for s in sizes], inputs[0], grads[-1], sync, loss, warmup, runs, dense)  # type: ignore[arg-type]
     medians = {key: tuple(median(s) for s in samples) for key, samples in timer.samples.items()}
     return Measurement(
         device=_device_name(device),
@@ -238,6 +245,7 @@ def measure_layers(
         bwd_weight_ms=medians["W"] if split else None,
         layer_inputs=graph,
         shared=shared_groups(layers, names),
+        split_ms=split_ms,
     )
 
 

@@ -77,6 +77,10 @@ class Cluster:
     what every message between two devices takes beyond the link's measured
     latency (the scheduling of communication threads while every core
     computes); both as `pipeplan probe` fits them, 0 when unknown.
+    `tp_allreduce_bytes_per_s` (bytes/s) and `tp_allreduce_latency_ms` (ms per ring step), when measured, price a
+    tensor-parallel group's all-reduces in place of its links' (sim.cost.tensor_parallel.group_collectives_ms): the
+    bus bandwidth and per-step latency of the collective at the small messages TP sends (activations of one
+    microbatch), as `pipeplan probe` fits them (runtime.measurement.tp_collectives); None and 0 when unknown.
     """
 
     name: str
@@ -89,6 +93,8 @@ class Cluster:
     allreduce_latency_ms: float = 0.0
     message_overhead_ms: float = 0.0
     message_latency_ms: float = 0.0
+    tp_allreduce_bytes_per_s: float | None = None
+    tp_allreduce_latency_ms: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.devices)
@@ -105,9 +111,10 @@ class Cluster:
             check_positive_float(ClusterError, f"cluster {self.name!r} nic_bytes_per_s", self.nic_bytes_per_s, **rate)
         if self.speed_reference is not None and (not isinstance(self.speed_reference, str) or not self.speed_reference):
             raise ClusterError(f"cluster {self.name!r} speed_reference must be a device kind, got {self.speed_reference!r}")
-        if self.allreduce_bytes_per_s is not None:
-            check_positive_float(ClusterError, f"cluster {self.name!r} allreduce_bytes_per_s", self.allreduce_bytes_per_s, **rate)
-        for field in ("allreduce_latency_ms", "message_overhead_ms", "message_latency_ms"):
+        for field in ("allreduce_bytes_per_s", "tp_allreduce_bytes_per_s"):
+            if getattr(self, field) is not None:
+                check_positive_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), **rate)
+        for field in ("allreduce_latency_ms", "message_overhead_ms", "message_latency_ms", "tp_allreduce_latency_ms"):
             check_nonneg_float(ClusterError, f"cluster {self.name!r} {field}", getattr(self, field), MAX_LATENCY_MS)
 
     @property

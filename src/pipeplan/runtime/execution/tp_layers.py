@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,21 +35,17 @@ import torch.distributed as dist
 from torch import fx, nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.models.parameter_sharing import shared_parameters
-from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of
+from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of, shard_block
 from pipeplan.models.traced.graph import LayerGraph
 from pipeplan.models.traced.split_graph import GraphBlock, check_split_graph, graph_block, split_layer
 from pipeplan.runtime.execution.sequence_parallel import SEQUENCE_DIM, sequence_parallel
 from pipeplan.runtime.execution.sequence_parallel import SPLITS as SEQUENCE_SPLITS
 from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
-
-SPLITS = {"qkv": ColwiseParallel(), "out": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
-"""How SplitBlock's Linear layers shard: Megatron's column-then-row pairs (one all-reduce each in the forward)."""
 
 
 def check_tensor_parallel(
@@ -293,15 +290,14 @@ def tensor_parallel_layers(
             found = encoder_of(layers[i])
             if found is not None:
                 dense, causal = found
-                dense.to(device)
-                block = SplitBlock(dense, causal, stage.tp).to(device)
-                block.train(layers[i].training)
+                prepare = None
                 if stage.sequence_parallel:  # a chain's run of blocks stays sequence-sharded between them
                     enter = not chain or j == 0 or not zoo[j - 1]
                     leave = not chain or j == len(mine_layers) - 1 or not zoo[j + 1]
-                    sequence_parallel(block, mine, enter, leave)
-                out[i] = parallelize_module(block, held.mesh, dict(SEQUENCE_SPLITS if stage.sequence_parallel else SPLITS))
-                held.blocks[i] = (dense, block)
+                    prepare = partial(sequence_parallel, group=mine, enter=enter, leave=leave)
+                splits = SEQUENCE_SPLITS if stage.sequence_parallel else None
+                out[i] = shard_block(dense, causal, stage.tp, held.mesh, device, layers[i].training, prepare, splits)
+                held.blocks[i] = (dense, out[i])
             elif (captured := graph_block(layers[i])) is not None:
                 out[i] = _split_graph(layers[i], captured, stage.tp, held.mesh, mine, device)
                 held.blocks[i], held.graphs[i] = (layers[i], out[i]), captured

@@ -16,7 +16,9 @@ Every process of the job (under torchrun, or `--local N`) takes part:
    core computes). Without a profile every speed is 1.0 and the
    all-reduce is timed on gradient-like buckets of 1 to 32 MB (on GPUs 1 to 256 MB: the bus bandwidth a
    large all-reduce reaches, what nccl-tests reports).
-3. On a GPU pipeplan knows the peak of (core.hardware.devices), a large bf16 matmul is timed and its
+3. Tensor parallelism's all-reduce at its small messages, fitted as a ring's latency and bus bandwidth
+   (runtime.measurement.tp_collectives).
+4. On a GPU pipeplan knows the peak of (core.hardware.devices), a large bf16 matmul is timed and its
    achieved FLOP rate over that peak is the device's `matmul_fraction` (the share the calibrated presets
    carry from published measurements, presets.calibrated); on a CPU there is no peak and none is written.
 Process 0 writes a `pipeplan.cluster/1` file in matrix form. Every wait is
@@ -62,6 +64,7 @@ from pipeplan.runtime.measurement.calibrate import (
     run_plan,
     speed_of,
 )
+from pipeplan.runtime.measurement.tp_collectives import fit_tp_allreduce, measure_tp_allreduce, tp_message_bytes
 from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.exchange import gather_json
 
@@ -98,6 +101,8 @@ class ProbeResult:
     message_latency_ms: float = 0.0
     overhead_alone_ms: float = 0.0  # the one-cost fit (latency 0) on the same runs, reported beside the two-cost fit
     matmul_fractions: tuple[float | None, ...] | None = None  # per process; None: not measured (a CPU)
+    tp_allreduce_bytes_per_s: float | None = None  # the TP all-reduce's fit (tp_collectives); None: one process
+    tp_allreduce_latency_ms: float = 0.0
 
 
 def fit_line(sizes: list[float], seconds: list[float]) -> tuple[float, float]:
@@ -263,6 +268,8 @@ def probe(
             time.sleep(3600)
     _barrier(timeout_s, "every process reaching the start of the probe (a peer never answered)")
     bandwidth, latency = measure_links(device, rounds, timeout_s) if world > 1 else ([[0.0]], [[0.0]])
+    tp_points = measure_tp_allreduce(device, rounds, tp_message_bytes(profile), timeout_s) if world > 1 else []
+    tp_rate, tp_latency = fit_tp_allreduce(tp_points) if tp_points else (None, 0.0)
     speed, pipeline_runs = 1.0, []
     if profile is None:
         allreduce_bw, allreduce_lat = measure_allreduce(device, rounds)
@@ -302,6 +309,8 @@ def probe(
         kind=kind,
         backend=dist.get_backend(),
         matmul_fractions=tuple(p["matmul"] for p in everyone),
+        tp_allreduce_bytes_per_s=tp_rate,
+        tp_allreduce_latency_ms=s_to_ms(tp_latency),
     )
     if pipeline_runs:
         assert profile is not None
@@ -372,13 +381,15 @@ def probe_cluster(result: ProbeResult, name: str, profile: ModelProfile | None) 
 
     bandwidth = [[rate(result.bandwidth_bytes_per_s[a][b]) if a != b else 0.0 for b in range(n)] for a in range(n)]
     latency_ms = [[latency(result.latency_ms[a][b], 2) if a != b else 0.0 for b in range(n)] for a in range(n)]
-    allreduce = result.allreduce_bytes_per_s
+    allreduce, tp = result.allreduce_bytes_per_s, result.tp_allreduce_bytes_per_s
     return Cluster(
         name=name, devices=devices, bandwidth_bytes_per_s=bandwidth, latency_ms=latency_ms, speed_reference=speed_scale(kind),
         allreduce_bytes_per_s=None if allreduce is None else rate(allreduce),
         allreduce_latency_ms=latency(result.allreduce_latency_ms, 2) if allreduce is not None else 0.0,
         message_overhead_ms=latency(result.message_overhead_ms, 1) if result.message_overhead_ms > 0 else 0.0,
         message_latency_ms=latency(result.message_latency_ms, 1) if result.message_latency_ms > 0 else 0.0,
+        tp_allreduce_bytes_per_s=None if tp is None else rate(tp),
+        tp_allreduce_latency_ms=latency(result.tp_allreduce_latency_ms, 2) if tp is not None else 0.0,
     )  # fmt: skip
 
 

@@ -5,10 +5,15 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
 (core.layer_profile.TensorSplit) on t devices at once, and every other layer whole on each of them (replicated):
 
 - compute (forward, backward, I, W) of a split layer: its time / t, exactly (no per-shard efficiency loss is
-  modelled: pipeplan has no measurement to base one on), except the share its split names as run whole on every
+  modelled without a measurement), except the share its split names as run whole on every
   device without sequence parallelism (TensorSplit.whole_fwd for the forward, whole_bwd for the backward and its
   I and W: Megatron-LM's layer norms, dropouts and residual adds), time x (w + (1 - w) / t); with sequence
-  parallelism that work splits along the sequence too, time / t; a replicated layer: its whole time;
+  parallelism that work splits along the sequence too, time / t; a replicated layer: its whole time. A layer the
+  profiler ran split at t (TensorSplit.timed: its time on one device of the group, with the split's dispatch,
+  profiler.split_timing) takes the measured share instead: at each measured size, its split time over its dense
+  time, interpolated linearly in the number of samples between sizes and held at the end values beyond them
+  (numpy.interp), times its dense time at that number (the backward's share for B, I and W); with or without
+  sequence parallelism (the profiler marks whole_fwd = whole_bwd = 0: the formula is the same for both);
 - weights, gradients, optimizer state and the optimizer step of a split layer: / t; a replicated layer: whole;
 - saved bytes (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"): a split
   layer keeps its kind's whole share w (TP_KINDS: 10 of 34 sbh for a block) on every device and the rest / t,
@@ -22,9 +27,12 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
   all-reduce of n bytes over the group takes 2(t-1)/t x n / (slowest link of the group) + 2(t-1) x (largest
   latency of the group), the formula of sim.cost.link_model over the group's own links (read by
   sim.cost.link_model.ring_group_links, as the data-parallel ring's are; a cluster's measured all-reduce prices
-  the data-parallel ring, not this one); a stage's groups are priced at the slowest one, so a plan cannot hide a
-  group split across servers. The forward's collectives lengthen the stage's F, the backward's
-  its B and its I (they carry the input gradient).
+  the data-parallel ring, not this one), or, when the cluster carries the measured all-reduce at TP's small
+  messages (Cluster.tp_allreduce_bytes_per_s and tp_allreduce_latency_ms, what `pipeplan probe` fits: on gloo a
+  call's fixed cost is hundreds of microseconds, several link latencies), the same formula with its bus bandwidth
+  and per-step latency: in place of the links' for a group on one node, the slower of the two for a group across
+  nodes; a stage's groups are priced at the slowest one, so a plan cannot hide a group split across servers.
+  The forward's collectives lengthen the stage's F, the backward's its B and its I (they carry the input gradient).
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d (with the
 32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy), 2 the
@@ -57,11 +65,11 @@ from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.layers import LayerCosts, StageWork
-from pipeplan.sim.cost.link_model import ring_group_links
+from pipeplan.sim.cost.link_model import device_nodes, ring_group_links
 
 __all__ = [
-    "TensorShares", "TensorTraffic", "check_tp_widths", "group_collectives_ms", "sharded_static_bytes", "split_stage",
-    "tensor_shares",
+    "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "sharded_static_bytes",
+    "split_stage", "tensor_shares",
 ]  # fmt: skip
 
 
@@ -143,7 +151,14 @@ def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic
     """
     if t < 2 or (traffic.fwd_count == 0 and traffic.bwd_count == 0):
         return 0.0, 0.0
-    slowest, longest = ring_group_links(cluster, np.array(devices, dtype=np.int64).reshape(-1, t))
+    groups = np.array(devices, dtype=np.int64).reshape(-1, t)
+    slowest, longest = ring_group_links(cluster, groups)
+    if cluster.tp_allreduce_bytes_per_s is not None:
+        nodes = device_nodes(cluster)[groups]
+        across = (nodes != nodes[:, :1]).any(axis=1)
+        rate, latency = cluster.tp_allreduce_bytes_per_s, cluster.tp_allreduce_latency_ms
+        slowest = np.where(across, np.minimum(slowest, rate), rate)
+        longest = np.where(across, np.maximum(longest, latency), latency)
     steps = 2 * (t - 1)
     fwd = wire_ms(steps / t * traffic.fwd_bytes, slowest) + traffic.fwd_count * steps * longest
     bwd = wire_ms(steps / t * traffic.bwd_bytes, slowest) + traffic.bwd_count * steps * longest
@@ -176,8 +191,9 @@ def split_stage(
         shares = costs.split_memo[key] = tensor_shares(costs.profile, t, sp)
     selected = sorted(set(layers))
     index = np.asarray(selected, dtype=np.int64)
-    arrays = costs.arrays(microbatch_size / replicas)
-    compute, bwd_compute = shares.compute[index], shares.bwd_compute[index]
+    samples = microbatch_size / replicas
+    arrays = costs.arrays(samples)
+    compute, bwd_compute = (share[index] for share in compute_shares(costs, shares, samples))
 
     def total(values: np.ndarray | None, share: np.ndarray) -> float | None:
         return None if values is None else float((values[index] * share).sum()) / speed
@@ -197,6 +213,39 @@ def split_stage(
     bwd_input, bwd_weight = total(arrays.bwd_input, bwd_compute), total(arrays.bwd_weight, bwd_compute)
     work = StageWork(fwd, bwd, bwd_input, bwd_weight, held, params, optimizer)
     return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas)
+
+
+def compute_shares(costs: LayerCosts, shares: TensorShares, samples: float) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) share of every layer's time that one device of a group of shares.t runs for `samples`
+    samples: `shares`' formula, and a measured share for every layer timed at that t (module docstring)."""
+    key = ("timed", id(shares), samples)  # shares live in split_memo as long as costs: their ids stay theirs
+    found = costs.split_memo.get(key)
+    if found is not None and found[0] is shares:
+        return found[1]
+    sizes = np.asarray(costs.profile.sizes, dtype=float)
+    fwd, bwd = shares.compute, shares.bwd_compute
+    for i, layer in enumerate(costs.profile.layers):
+        timing = None if layer.tp is None else layer.tp.timing(shares.t)
+        if timing is None:
+            continue
+        curve = layer.curve
+        dense_fwd = np.asarray(curve.fwd_ms if curve is not None else (layer.fwd_ms,), dtype=float)
+        dense_bwd = np.asarray(curve.bwd_ms if curve is not None else (layer.bwd_ms,), dtype=float)
+        if fwd is shares.compute:
+            fwd, bwd = fwd.copy(), bwd.copy()
+        fwd[i] = _measured_share(sizes, np.asarray(timing.fwd_ms), dense_fwd, samples, fwd[i])
+        bwd[i] = _measured_share(sizes, np.asarray(timing.bwd_ms), dense_bwd, samples, bwd[i])
+    costs.split_memo[key] = (shares, (fwd, bwd))
+    return fwd, bwd
+
+
+def _measured_share(sizes: np.ndarray, split: np.ndarray, dense: np.ndarray, samples: float, otherwise: float) -> float:
+    """split / dense at the sizes where dense > 0, interpolated at `samples` (numpy.interp: held beyond the ends);
+    `otherwise` when no size has a dense time."""
+    timed = dense > 0
+    if not timed.any():
+        return otherwise
+    return float(np.interp(samples, sizes[timed], split[timed] / dense[timed]))
 
 
 def _traffic(
