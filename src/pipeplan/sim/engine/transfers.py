@@ -16,6 +16,9 @@ GENERAL = -2
 CompiledFlow = tuple[tuple[int, ...], tuple[tuple[float, ...], tuple[float, ...]] | None, float, float]
 """(resource ids, trace segments of its link or None, latency ms, work ms)."""
 
+PlainFlow = tuple[tuple[int, ...], float, float]
+"""(resource ids, latency ms, work ms) of a flow no trace step touches."""
+
 
 class TransferTable:
     """Per boundary transfer (activations 0..S-2, then gradients S-1..2S-3): a fast form or the list of flows.
@@ -31,6 +34,8 @@ class TransferTable:
     (transfer, flow index, start, end) of every flow `run` times (the fast form
     is not logged: its one flow's times are the transfer's). `offset_ms` is where time 0 of the iteration
     lies on the trace's clock (an iteration that starts later in a run sees the trace from there).
+    `plain[b]` is a GENERAL transfer's flows as PlainFlows when no trace touches any of them (else None): what the
+    event loops time inline, as `run` would, while nothing is logged (`plain_flows`).
     """
 
     def __init__(
@@ -44,6 +49,7 @@ class TransferTable:
         self.fast_resource: list[int] = []
         self.fast_ms: list[float] = []
         self.flows: list[list[CompiledFlow]] = []
+        self.plain: list[tuple[PlainFlow, ...] | None] = []
         for b, flows in enumerate(boundaries):
             producer = s2r[b] if b < last else s2r[b - last + 1]
             compiled: list[CompiledFlow] = []
@@ -63,10 +69,17 @@ class TransferTable:
             else:
                 self.fast_resource.append(GENERAL)
                 self.fast_ms.append(0.0)
+            untraced = all(segments is None for _, segments, _, _ in compiled)
+            plain = tuple((rids, latency, work) for rids, _, latency, work in compiled)
+            self.plain.append(plain if untraced and self.fast_resource[-1] == GENERAL else None)
         self.free = [0.0] * len(resource_ids)
         self.offset_ms = offset_ms
         self.flow_log: list[tuple[int, int, float, float]] | None = None  # set to a list to log (transfer, flow, start, end)
         self.single_producer = all(len(ranks) == 1 for ranks in producers.values())
+
+    def plain_flows(self) -> list[tuple[PlainFlow, ...] | None]:
+        """`plain`, or all None while `flow_log` is set (`run` logs every flow it times)."""
+        return self.plain if self.flow_log is None else [None] * len(self.plain)
 
     def gradient(self, boundary: int) -> int:
         """The transfer index of the gradient crossing `boundary` (from stage boundary+1 back to stage boundary)."""
