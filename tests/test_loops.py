@@ -11,7 +11,7 @@ from pipeplan.schedules import make_schedule
 from pipeplan.sim import Costs, Flow, StageCost, simulate
 from pipeplan.sim.engine.loops import plain_run
 from pipeplan.sim.engine.simulator import simulate_in_time_order
-from pipeplan.sim.engine.transfers import GENERAL, TransferTable
+from pipeplan.sim.engine.transfers import GENERAL, TransferTable, fresh_table
 
 RESOURCES = ("nic:0:out", "nic:1:in", "switch", "pair:a", "pair:b")
 TIMES = st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0, 1.7, 3.0])
@@ -88,3 +88,17 @@ def test_a_logging_table_has_no_plain_flows() -> None:
     assert table.plain_flows() == [(((0, 1), 0.0, 2.0), ((2, 1), 0.5, 1.0)), None]  # the gradient moves nothing
     table.flow_log = []
     assert table.plain_flows() == [None, None]
+
+
+def test_a_fresh_table_is_a_new_queue_on_the_same_compiled_flows() -> None:
+    """fresh_table reuses the compiled flows of the same costs object but starts every resource free again."""
+    flows = (Flow(("pair:0->1", "nic"), (0, 1), 0.1, 2.0), Flow(("pair:0->1b", "nic"), (0, 1), 0.5, 1.0))
+    costs = Costs((StageCost(1.0, 1.0),) * 2, (flows,), ((),))
+    first = fresh_table((0, 1), costs, None)
+    assert first.run(0, 0.0) == (0.0, 3.6)  # the second flow waits for the nic: [2.1, 3.6]
+    second = fresh_table((0, 1), costs, None)
+    assert second is not first and second.flows is first.flows and second.free == [0.0, 0.0, 0.0]
+    assert second.run(0, 0.0) == (0.0, 3.6) and first.free == [2.1, 3.6, 3.6]
+    equal = Costs(costs.stages, costs.forward, costs.backward)  # another object: compiled again, the same numbers
+    third = fresh_table((0, 1), equal, None)
+    assert third.flows is not first.flows and third.flows == first.flows

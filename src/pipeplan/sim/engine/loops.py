@@ -43,11 +43,12 @@ class Outcome:
         self.delivered: list[list[float]] = [[] for _ in range(ranks)]
 
 
-def run_dataflow(program: Program, durations: list[float], table: TransferTable) -> Outcome:
+def run_dataflow(program: Program, durations: list[float], table: TransferTable, times: bool = True) -> Outcome:
     """Run each rank as far as its inputs allow, resuming a blocked rank when its input arrives.
 
     Both loops time a transfer of one flow on one resource inline (`table.fast_resource`), one of several flows or
-    resources without a trace by plain_run, and the rest by `table.run`.
+    resources without a trace by plain_run, and the rest by `table.run`; with `times` off they leave the Outcome's
+    per-action times empty (only a timeline reads them).
 
     Note: valid when every resource has one requesting rank (`table.single_producer`):
     a rank's actions finish in time order, so the requests on its resources
@@ -64,8 +65,8 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
     fast_resource, fast_ms, resource_free, general = table.fast_resource, table.fast_ms, table.free, table.run
     plain = table.plain_flows()
     runnable = list(range(ranks - 1, -1, -1))
-    times = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
-    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in times]
+    lists = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
+    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in lists]
     while runnable:
         rank = runnable.pop()
         rank_code = code[rank]
@@ -82,8 +83,9 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
             if start < rank_free:
                 start = rank_free
             end = start + durations[column]
-            add_start(start)
-            add_end(end)
+            if times:
+                add_start(start)
+                add_end(end)
             if out != NO_SLOT:
                 if boundary < 0:
                     delivered = end
@@ -104,8 +106,9 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
                             sent, delivered = general(boundary, end)
                         else:
                             sent, delivered = plain_run(flows, end, resource_free)
-                    add_sent(sent)
-                    add_delivered(delivered)
+                    if times:
+                        add_sent(sent)
+                        add_delivered(delivered)
                 ready[out] = delivered
                 if waiting[consumer] == out:
                     waiting[consumer] = NO_SLOT
@@ -122,7 +125,7 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
     return result
 
 
-def run_events(program: Program, durations: list[float], table: TransferTable) -> Outcome:
+def run_events(program: Program, durations: list[float], table: TransferTable, times: bool = True) -> Outcome:
     """Visit compute completions in global time order (a heap of (end, sequence, rank)).
 
     Note: a transfer's end is known the moment its producer finishes, because
@@ -143,8 +146,8 @@ def run_events(program: Program, durations: list[float], table: TransferTable) -
     fast_resource, fast_ms, resource_free, general = table.fast_resource, table.fast_ms, table.free, table.run
     plain = table.plain_flows()
     lengths = [len(rank_code) for rank_code in code]
-    times = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
-    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in times]
+    lists = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
+    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in lists]
     heap: list[tuple[float, int, int]] = []
     seq = 0
     for rank in range(ranks):
@@ -164,9 +167,10 @@ def run_events(program: Program, durations: list[float], table: TransferTable) -
         i = pos[rank]
         rank_code = code[rank]
         _, _, out, boundary, consumer, extra, _, _, _ = rank_code[i]
-        add_start, add_end, add_sent, add_delivered = adders[rank]
-        add_start(began[rank])
-        add_end(end)
+        if times:
+            add_start, add_end, add_sent, add_delivered = adders[rank]
+            add_start(began[rank])
+            add_end(end)
         if out != NO_SLOT:
             if boundary < 0:
                 delivered = end
@@ -187,8 +191,9 @@ def run_events(program: Program, durations: list[float], table: TransferTable) -
                         sent, delivered = general(boundary, end)
                     else:
                         sent, delivered = plain_run(flows, end, resource_free)
-                add_sent(sent)
-                add_delivered(delivered)
+                if times:
+                    add_sent(sent)
+                    add_delivered(delivered)
             ready[out] = delivered
             if waiting[consumer] == out:  # begin(consumer, free[consumer])
                 t = delivered

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import OrderedDict
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.sim.cost.types import Costs
@@ -114,3 +116,32 @@ class TransferTable:
             first = min(first, start)
             last = max(last, end)
         return first, last
+
+
+_TABLES: OrderedDict[tuple[int, tuple[int, ...]], tuple[Costs, TransferTable]] = OrderedDict()
+TABLE_CACHE_SIZE = 8
+"""Compiled transfer tables remembered by fresh_table: a planner simulates one stage costs under dozens of schedules
+(kfkb's k, gpipe, 1f1b, zb-h1) in a row."""
+
+
+def fresh_table(
+    stage_to_rank: tuple[int, ...], costs: Costs, trace: BandwidthTrace | None, offset_ms: float = 0.0
+) -> TransferTable:
+    """TransferTable(stage_to_rank, costs, trace, offset_ms) with every resource free and no log; without a trace, a
+    copy of the one compiled for the same `costs` object and stage placement when it is among the last
+    TABLE_CACHE_SIZE (its flow lists are shared, never changed; `free` is its own)."""
+    if trace is not None:
+        return TransferTable(stage_to_rank, costs, trace, offset_ms)
+    key = (id(costs), stage_to_rank)
+    hit = _TABLES.get(key)
+    if hit is None or hit[0] is not costs:
+        hit = (costs, TransferTable(stage_to_rank, costs, None))  # held: the id stays this costs' while cached
+        _TABLES[key] = hit
+        if len(_TABLES) > TABLE_CACHE_SIZE:
+            _TABLES.popitem(last=False)
+    else:
+        _TABLES.move_to_end(key)
+    table = copy.copy(hit[1])
+    table.free = [0.0] * len(table.free)
+    table.offset_ms = offset_ms
+    return table
