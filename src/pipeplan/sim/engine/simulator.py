@@ -39,7 +39,7 @@ def simulate(
         offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
             the result stays relative to the iteration's start.
         program: `schedule` compiled (sim.engine.program.compile_schedule) by a caller that simulates it many times
-            (the adaptive controller); None compiles it here, remembering the last few.
+            (the adaptive controller); None compiles it here (program_for remembers the most recently used).
 
     Raises:
         CostError: costs cover a different number of stages than the schedule.
