@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models import linear_model
+from pipeplan.core.errors import ScheduleError
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
@@ -95,3 +96,19 @@ def test_rank_memory_closed_forms_equal_the_generated_orders(p: int, m: int, k: 
     plan = Plan(tuple(Stage(i, i, (i,)) for i in range(p)), 1, m, 1, schedule, k=min(k, m) if schedule == "kfkb" else 1)
     full = rank_memory(plan, evaluator.costs(plan), plan_schedule(plan))
     assert evaluator.rank_memory(plan) == pytest.approx(full, rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [RANK_MICROBATCHES // 2 + 1, RANK_MICROBATCHES, RANK_MICROBATCHES + 5])
+def test_a_kfkb_group_above_a_short_run_is_refused_before_any_simulation(k: int) -> None:
+    """m > RANK_MICROBATCHES ranks from runs at m1 = 48 and m2 = 24; kfkb with k > m2 cannot run at m2 (its schedule is
+    refused, plan_schedule), so the plan is INVALID, as before, and neither run is simulated (the m1 run was)."""
+    profile, cluster = setup(4, 4)
+    m = 4 * RANK_MICROBATCHES
+    evaluator = Evaluator(PlanRequest(profile, cluster, m))
+    plan = dataclasses.replace(straight(4, m), schedule="kfkb", k=k)
+    with pytest.raises(ScheduleError):
+        plan_schedule(dataclasses.replace(plan, microbatches=RANK_MICROBATCHES // 2))
+    assert not evaluator.score(plan).fits and evaluator.score(plan).time_ms == float("inf")
+    assert evaluator.simulations == 0
+    fitting = dataclasses.replace(plan, k=RANK_MICROBATCHES // 2)  # k = m2 runs (as gpipe at m2): two runs
+    assert evaluator.score(fitting).fits and evaluator.simulations == 2

@@ -110,13 +110,19 @@ class Evaluator:
             return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
 
     def estimate_time(self, plan: Plan) -> float:
-        """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders)."""
+        """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders).
+
+        Raises:
+            ScheduleError: a run's schedule is refused (kfkb with k above m2 or m1), before either run is simulated.
+        """
         m = plan.microbatches
         m1, m2 = ranking_counts(plan)
         if plan.order is not None or m <= m1:
             return self._time(plan)
-        t1 = self._time(dataclasses.replace(plan, microbatches=m1))
-        t2 = self._time(dataclasses.replace(plan, microbatches=m2))
+        short, shorter = dataclasses.replace(plan, microbatches=m1), dataclasses.replace(plan, microbatches=m2)
+        self.schedule(shorter)  # refused (kfkb's k above m2) before the run at m1 is spent on a plan that cannot rank
+        t1 = self._time(short)
+        t2 = self._time(shorter)
         # Each extra microbatch costs at least the busiest rank's compute for it: a slope measured while a
         # constant part (an all-reduce tail) still dominates would underestimate the full iteration.
         slope = max((t1 - t2) / (m1 - m2), self.busiest_rank_ms(plan))

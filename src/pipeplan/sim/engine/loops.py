@@ -16,7 +16,7 @@ from itertools import compress, repeat
 from operator import add, itemgetter, le, ne
 
 from pipeplan.sim.engine.program import NO_SLOT, Program
-from pipeplan.sim.engine.transfers import NO_TRANSFER, TransferTable
+from pipeplan.sim.engine.transfers import NO_TRANSFER, PlainFlow, TransferTable
 from pipeplan.sim.result import ComputeSpan, TransferSpan
 
 INF = math.inf
@@ -43,8 +43,12 @@ class Outcome:
         self.delivered: list[list[float]] = [[] for _ in range(ranks)]
 
 
-def run_dataflow(program: Program, durations: list[float], table: TransferTable) -> Outcome:
+def run_dataflow(program: Program, durations: list[float], table: TransferTable, times: bool = True) -> Outcome:
     """Run each rank as far as its inputs allow, resuming a blocked rank when its input arrives.
+
+    Both loops time a transfer of one flow on one resource inline (`table.fast_resource`), one of several flows or
+    resources without a trace by plain_run, and the rest by `table.run`; with `times` off they leave the Outcome's
+    per-action times empty (only a timeline reads them).
 
     Note: valid when every resource has one requesting rank (`table.single_producer`):
     a rank's actions finish in time order, so the requests on its resources
@@ -59,9 +63,10 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
     ready = ready_table(program)
     waiting = [NO_SLOT] * ranks
     fast_resource, fast_ms, resource_free, general = table.fast_resource, table.fast_ms, table.free, table.run
+    plain = table.plain_flows()
     runnable = list(range(ranks - 1, -1, -1))
-    times = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
-    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in times]
+    lists = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
+    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in lists]
     while runnable:
         rank = runnable.pop()
         rank_code = code[rank]
@@ -78,8 +83,9 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
             if start < rank_free:
                 start = rank_free
             end = start + durations[column]
-            add_start(start)
-            add_end(end)
+            if times:
+                add_start(start)
+                add_end(end)
             if out != NO_SLOT:
                 if boundary < 0:
                     delivered = end
@@ -95,9 +101,14 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
                         sent = INF
                         delivered = end
                     else:
-                        sent, delivered = general(boundary, end)
-                    add_sent(sent)
-                    add_delivered(delivered)
+                        flows = plain[boundary]
+                        if flows is None:
+                            sent, delivered = general(boundary, end)
+                        else:
+                            sent, delivered = plain_run(flows, end, resource_free)
+                    if times:
+                        add_sent(sent)
+                        add_delivered(delivered)
                 ready[out] = delivered
                 if waiting[consumer] == out:
                     waiting[consumer] = NO_SLOT
@@ -114,14 +125,15 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable)
     return result
 
 
-def run_events(program: Program, durations: list[float], table: TransferTable) -> Outcome:
+def run_events(program: Program, durations: list[float], table: TransferTable, times: bool = True) -> Outcome:
     """Visit compute completions in global time order (a heap of (end, sequence, rank)).
 
     Note: a transfer's end is known the moment its producer finishes, because
     flows are served first-come first-served in request order and the heap
     pops completions in time order (ties by push order). So the consumer's
     start = max(its rank free, delivery) is fixed then, and one heap event per
-    compute action suffices.
+    compute action suffices. An action is pushed when its rank is free and its input known ("begin", written out
+    at its two places: a call per action cost a third of the loop).
     """
     code = program.code
     stages = program.num_stages
@@ -132,31 +144,33 @@ def run_events(program: Program, durations: list[float], table: TransferTable) -
     waiting = [NO_SLOT] * ranks
     began = [0.0] * ranks
     fast_resource, fast_ms, resource_free, general = table.fast_resource, table.fast_ms, table.free, table.run
+    plain = table.plain_flows()
+    lengths = [len(rank_code) for rank_code in code]
+    lists = zip(result.starts, result.ends, result.sent, result.delivered, strict=True)
+    adders = [(s.append, e.append, x.append, d.append) for s, e, x, d in lists]
     heap: list[tuple[float, int, int]] = []
     seq = 0
-
-    def begin(rank: int, not_before: float) -> None:
-        nonlocal seq
-        instr = code[rank][pos[rank]]
-        t = ready[instr[1]]
-        if t == INF:
-            waiting[rank] = instr[1]
-            return
-        if t < not_before:
-            t = not_before
-        began[rank] = t
-        heappush(heap, (t + durations[instr[0]], seq, rank))
-        seq += 1
-
     for rank in range(ranks):
-        if code[rank]:
-            begin(rank, 0.0)
+        if lengths[rank]:  # begin(rank, 0.0)
+            column, dep = code[rank][0][:2]
+            t = ready[dep]
+            if t == INF:
+                waiting[rank] = dep
+                continue
+            if t < 0.0:
+                t = 0.0
+            began[rank] = t
+            heappush(heap, (t + durations[column], seq, rank))
+            seq += 1
     while heap:
         end, _, rank = heappop(heap)
         i = pos[rank]
-        _, _, out, boundary, consumer, extra, _, _, _ = code[rank][i]
-        result.starts[rank].append(began[rank])
-        result.ends[rank].append(end)
+        rank_code = code[rank]
+        _, _, out, boundary, consumer, extra, _, _, _ = rank_code[i]
+        if times:
+            add_start, add_end, add_sent, add_delivered = adders[rank]
+            add_start(began[rank])
+            add_end(end)
         if out != NO_SLOT:
             if boundary < 0:
                 delivered = end
@@ -172,23 +186,63 @@ def run_events(program: Program, durations: list[float], table: TransferTable) -
                     sent = INF
                     delivered = end
                 else:
-                    sent, delivered = general(boundary, end)
-                result.sent[rank].append(sent)
-                result.delivered[rank].append(delivered)
+                    flows = plain[boundary]
+                    if flows is None:
+                        sent, delivered = general(boundary, end)
+                    else:
+                        sent, delivered = plain_run(flows, end, resource_free)
+                if times:
+                    add_sent(sent)
+                    add_delivered(delivered)
             ready[out] = delivered
-            if waiting[consumer] == out:
-                waiting[consumer] = NO_SLOT
-                begin(consumer, free[consumer])
+            if waiting[consumer] == out:  # begin(consumer, free[consumer])
+                t = delivered
+                if t != INF:
+                    waiting[consumer] = NO_SLOT
+                    if t < free[consumer]:
+                        t = free[consumer]
+                    began[consumer] = t
+                    heappush(heap, (t + durations[code[consumer][pos[consumer]][0]], seq, consumer))
+                    seq += 1
         if extra:
             if extra > 0:
                 ready[extra - 1] = end
             else:
                 backward_end[-extra - 1] = end
         free[rank] = end
-        pos[rank] = i + 1
-        if i + 1 < len(code[rank]):
-            begin(rank, end)
+        i += 1
+        pos[rank] = i
+        if i < lengths[rank]:  # begin(rank, end)
+            column, dep = rank_code[i][:2]
+            t = ready[dep]
+            if t == INF:
+                waiting[rank] = dep
+                continue
+            if t < end:
+                t = end
+            began[rank] = t
+            heappush(heap, (t + durations[column], seq, rank))
+            seq += 1
     return result
+
+
+def plain_run(flows: tuple[PlainFlow, ...], request: float, resource_free: list[float]) -> tuple[float, float]:
+    """TransferTable.run of flows without a trace, nothing logged: (first flow start, last flow end)."""
+    sent = INF
+    delivered = request
+    for rids, latency, work in flows:
+        start = request
+        for r in rids:
+            if resource_free[r] > start:
+                start = resource_free[r]
+        finish = start + latency + work
+        for r in rids:
+            resource_free[r] = finish
+        if start < sent:
+            sent = start
+        if finish > delivered:
+            delivered = finish
+    return sent, delivered
 
 
 def ready_table(program: Program) -> list[float]:

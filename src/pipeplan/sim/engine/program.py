@@ -129,27 +129,54 @@ def compile_schedule(schedule: Schedule) -> Program:
     )
 
 
-_PROGRAMS: OrderedDict[int, Program] = OrderedDict()
-_PROGRAM_CACHE_SIZE = 4
+PROGRAM_CACHE_ACTIONS = 600_000
+"""The most actions the compiled schedules remembered by program_for hold together (about 100 MB of instructions):
+a planner scores the same few hundred short schedules (one per p, m, k) under thousands of stage costs, and compiling
+them again was a sixth of its simulation time. The last PROGRAM_CACHE_MIN are kept whatever their size."""
+PROGRAM_CACHE_MIN = 4
+
+
+class _ProgramCache:
+    """Compiled schedules by the id of their (held, so still living) schedule, least recently used dropped first."""
+
+    def __init__(self) -> None:
+        self.programs: OrderedDict[int, Program] = OrderedDict()
+        self.actions = 0
+
+    def get(self, schedule: Schedule) -> Program:
+        key = id(schedule)
+        program = self.programs.get(key)
+        if program is not None:  # it holds its schedule, so no other object has that id
+            self.programs.move_to_end(key)
+            return program
+        program = compile_schedule(schedule)
+        self.programs[key] = program
+        self.actions += _actions(program)
+        while len(self.programs) > PROGRAM_CACHE_MIN and self.actions > PROGRAM_CACHE_ACTIONS:
+            self.actions -= _actions(self.programs.popitem(last=False)[1])
+        return program
+
+    def clear(self) -> None:
+        self.programs.clear()
+        self.actions = 0
+
+
+_PROGRAMS = _ProgramCache()
 
 
 def program_for(schedule: Schedule) -> Program:
-    """The compiled form of `schedule`, reused while the same object is simulated again (planner searches)."""
-    key = id(schedule)
-    program = _PROGRAMS.get(key)
-    if program is not None and program.schedule is schedule:
-        _PROGRAMS.move_to_end(key)
-        return program
-    program = compile_schedule(schedule)
-    _PROGRAMS[key] = program  # holds the schedule, so its id cannot be reused while cached
-    if len(_PROGRAMS) > _PROGRAM_CACHE_SIZE:
-        _PROGRAMS.popitem(last=False)
-    return program
+    """The compiled form of `schedule`, reused while the same object is simulated again (planner searches): the most
+    recently used ones are remembered, up to PROGRAM_CACHE_ACTIONS actions in all (at least PROGRAM_CACHE_MIN)."""
+    return _PROGRAMS.get(schedule)
 
 
 def forget_programs() -> None:
     """Drop every cached compiled schedule (benchmarks time cold runs with this)."""
     _PROGRAMS.clear()
+
+
+def _actions(program: Program) -> int:
+    return sum(map(len, program.code))
 
 
 def _mark_last_backwards(instrs: list[Instr], stages_here: int) -> None:

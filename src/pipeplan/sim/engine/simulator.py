@@ -13,7 +13,7 @@ from pipeplan.sim.cost.types import Costs, ring_links
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.lower_bound import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
-from pipeplan.sim.engine.transfers import TransferTable
+from pipeplan.sim.engine.transfers import fresh_table
 from pipeplan.sim.result import CollectiveSpan, ExchangeSpan, FlowSpan, RankStats, SimResult
 
 
@@ -39,7 +39,7 @@ def simulate(
         offset_ms: where the iteration starts on the trace's clock (a later iteration of a run); every time in
             the result stays relative to the iteration's start.
         program: `schedule` compiled (sim.engine.program.compile_schedule) by a caller that simulates it many times
-            (the adaptive controller); None compiles it here, remembering the last few.
+            (the adaptive controller); None compiles it here (program_for remembers the most recently used).
 
     Raises:
         CostError: costs cover a different number of stages than the schedule.
@@ -95,11 +95,11 @@ def _simulate(
     durations: list[float] = []
     for c in costs.stages:
         durations += [c.fwd_ms, c.bwd_ms, c.bwd_input_ms, c.bwd_weight_ms, c.optimizer_ms]  # type: ignore[list-item]
-    table = TransferTable(schedule.stage_to_rank, costs, trace, offset_ms)
+    table = fresh_table(schedule.stage_to_rank, costs, trace, offset_ms)
     if record:
         table.flow_log = []
     run = preferred if table.single_producer else run_events
-    outcome = run(program, durations, table)
+    outcome = run(program, durations, table, record)
     stuck = [r for r, code in enumerate(program.code) if outcome.pos[r] < len(code)]
     if stuck:
         grid = waiting_grid(schedule, outcome.pos)

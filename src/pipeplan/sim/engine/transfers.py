@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+from collections import OrderedDict
 
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.sim.cost.types import Costs
@@ -15,6 +17,9 @@ GENERAL = -2
 
 CompiledFlow = tuple[tuple[int, ...], tuple[tuple[float, ...], tuple[float, ...]] | None, float, float]
 """(resource ids, trace segments of its link or None, latency ms, work ms)."""
+
+PlainFlow = tuple[tuple[int, ...], float, float]
+"""(resource ids, latency ms, work ms) of a flow no trace step touches."""
 
 
 class TransferTable:
@@ -31,6 +36,8 @@ class TransferTable:
     (transfer, flow index, start, end) of every flow `run` times (the fast form
     is not logged: its one flow's times are the transfer's). `offset_ms` is where time 0 of the iteration
     lies on the trace's clock (an iteration that starts later in a run sees the trace from there).
+    `plain[b]` is a GENERAL transfer's flows as PlainFlows when no trace touches any of them (else None): what the
+    event loops time inline, as `run` would, while nothing is logged (`plain_flows`).
     """
 
     def __init__(
@@ -44,6 +51,7 @@ class TransferTable:
         self.fast_resource: list[int] = []
         self.fast_ms: list[float] = []
         self.flows: list[list[CompiledFlow]] = []
+        self.plain: list[tuple[PlainFlow, ...] | None] = []
         for b, flows in enumerate(boundaries):
             producer = s2r[b] if b < last else s2r[b - last + 1]
             compiled: list[CompiledFlow] = []
@@ -63,10 +71,17 @@ class TransferTable:
             else:
                 self.fast_resource.append(GENERAL)
                 self.fast_ms.append(0.0)
+            untraced = all(segments is None for _, segments, _, _ in compiled)
+            plain = tuple((rids, latency, work) for rids, _, latency, work in compiled)
+            self.plain.append(plain if untraced and self.fast_resource[-1] == GENERAL else None)
         self.free = [0.0] * len(resource_ids)
         self.offset_ms = offset_ms
         self.flow_log: list[tuple[int, int, float, float]] | None = None  # set to a list to log (transfer, flow, start, end)
         self.single_producer = all(len(ranks) == 1 for ranks in producers.values())
+
+    def plain_flows(self) -> list[tuple[PlainFlow, ...] | None]:
+        """`plain`, or all None while `flow_log` is set (`run` logs every flow it times)."""
+        return self.plain if self.flow_log is None else [None] * len(self.plain)
 
     def gradient(self, boundary: int) -> int:
         """The transfer index of the gradient crossing `boundary` (from stage boundary+1 back to stage boundary)."""
@@ -101,3 +116,32 @@ class TransferTable:
             first = min(first, start)
             last = max(last, end)
         return first, last
+
+
+_TABLES: OrderedDict[tuple[int, tuple[int, ...]], tuple[Costs, TransferTable]] = OrderedDict()
+TABLE_CACHE_SIZE = 8
+"""Compiled transfer tables remembered by fresh_table: a planner simulates one stage costs under dozens of schedules
+(kfkb's k, gpipe, 1f1b, zb-h1) in a row."""
+
+
+def fresh_table(
+    stage_to_rank: tuple[int, ...], costs: Costs, trace: BandwidthTrace | None, offset_ms: float = 0.0
+) -> TransferTable:
+    """TransferTable(stage_to_rank, costs, trace, offset_ms) with every resource free and no log; without a trace, a
+    copy of the one compiled for the same `costs` object and stage placement when it is among the last
+    TABLE_CACHE_SIZE (its flow lists are shared, never changed; `free` is its own)."""
+    if trace is not None:
+        return TransferTable(stage_to_rank, costs, trace, offset_ms)
+    key = (id(costs), stage_to_rank)
+    hit = _TABLES.get(key)
+    if hit is None or hit[0] is not costs:
+        hit = (costs, TransferTable(stage_to_rank, costs, None))  # held: the id stays this costs' while cached
+        _TABLES[key] = hit
+        if len(_TABLES) > TABLE_CACHE_SIZE:
+            _TABLES.popitem(last=False)
+    else:
+        _TABLES.move_to_end(key)
+    table = copy.copy(hit[1])
+    table.free = [0.0] * len(table.free)
+    table.offset_ms = offset_ms
+    return table
