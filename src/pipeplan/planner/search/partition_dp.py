@@ -293,6 +293,7 @@ def solve_tables(
     choice_rho = np.zeros(shape, dtype=np.int64)
     value[0, nb, 0] = 0.0
     filled[0, nb, 0] = 0.0
+    first_rows, later_units = np.arange(I_BLOCK)[:, None], np.arange(k_units + 1)[None, :]
     for cnt in range(1, max_stages + 1):
         support = _support(value[cnt - 1])
         if support is None:
@@ -315,7 +316,7 @@ def solve_tables(
                 if least_room[i0:i1, j0:hi].min() < inflight:
                     np.putmask(obj, room[i0:i1, j0:hi, k0:k1] < inflight, INF)
                 j_best = np.argmin(obj, axis=1)  # (i - i0, k' - k0)
-                obj_best = obj.min(axis=1)
+                obj_best = obj[first_rows[: i1 - i0], j_best, later_units[:, : k1 - k0]]
                 better = obj_best < best[i0:i1, rho + k0 : rho + k1]
                 if not better.any():
                     continue
