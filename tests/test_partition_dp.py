@@ -152,16 +152,20 @@ def drawn_tables(draw: st.DrawFn) -> tuple[Tables, tuple[tuple[int, int], ...], 
 
 
 @settings(max_examples=150, deadline=None)
-@given(drawn_tables(), st.integers(1, 5))
+@given(drawn_tables(), st.integers(1, 5), st.sampled_from([1, 3, partition_module.I_BLOCK]))
 def test_windowed_recurrence_equals_the_whole_table_one(
-    case: tuple[Tables, tuple[tuple[int, int], ...], int, int, int], keep: int
+    case: tuple[Tables, tuple[tuple[int, int], ...], int, int, int], keep: int, block: int
 ) -> None:
-    """solve_tables (only the cells the previous stage count reached, first blocks a slice at a time) returns the
+    """solve_tables (only the cells the previous stage count reached, first blocks `block` at a time) returns the
     same solutions, stages and estimates as the plain recurrence over whole tables, on tables with many ties."""
     tables, blocks, k_units, max_stages, m = case
-    assert solve_tables(tables, blocks, k_units, max_stages, m, keep) == plain_solutions(
-        tables, blocks, k_units, max_stages, m, keep
-    )
+    saved = partition_module.I_BLOCK
+    try:
+        partition_module.I_BLOCK = block
+        got = solve_tables(tables, blocks, k_units, max_stages, m, keep)
+    finally:
+        partition_module.I_BLOCK = saved
+    assert got == plain_solutions(tables, blocks, k_units, max_stages, m, keep)
 
 
 @pytest.mark.parametrize("case", [*CASES, ("pipedream/resnet101", "h100-8x4", 256, 8)], ids=lambda c: f"{c[0]}-{c[1]}")

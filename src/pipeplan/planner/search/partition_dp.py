@@ -130,7 +130,7 @@ class DpInputs:
         return next(iter(self.sums.values())).blocks
 
 
-I_BLOCK = 16
+I_BLOCK = 32
 """The DP's step takes first blocks i this many at a time, each with only the last blocks j >= i (the rest is inf)."""
 
 CHUNK_ENTRIES = 1 << 20
