@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import pipeplan.planner.search.partition_dp as partition_module
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.candidates import MAX_STAGES, Candidates
 from pipeplan.planner.search.mapping import Layout
-from pipeplan.planner.search.partition_dp import DpInputs, DpSolution, partition_dp
+from pipeplan.planner.search.partition_dp import DpInputs, DpSolution, DpStage, Tables, partition_dp, solve_tables
 from pipeplan.presets.resolve import load_cluster, load_profile
 
 CASES = [
@@ -78,3 +82,106 @@ def test_devices_too_small_for_any_stage_give_no_solution() -> None:
     tiny = dataclasses.replace(cluster, devices=tuple(dataclasses.replace(d, memory_bytes=1e6) for d in cluster.devices))
     solutions, _, _ = dp_run("dapple/bert-48", tiny, 64, 8)
     assert solutions == []
+
+
+def plain_solutions(
+    tables: Tables, blocks: tuple[tuple[int, int], ...], k_units: int, max_stages: int, m: int, keep: int
+) -> list[DpSolution]:
+    """The recurrence as it was before the windowed step: every (i, j, k') cell of every stage count at once, masks
+    applied to the whole table (the reference solve_tables must equal, ties included)."""
+    nb = len(blocks)
+    shape = (max_stages + 1, nb + 1, k_units + 1)
+    value, filled = np.full(shape, np.inf), np.full(shape, np.inf)
+    choice_j = np.full(shape, -1, dtype=np.int64)
+    choice_rho = np.zeros(shape, dtype=np.int64)
+    value[0, nb, 0] = filled[0, nb, 0] = 0.0
+    rows = np.arange(nb)[:, None]
+    for cnt in range(1, max_stages + 1):
+        if not np.isfinite(value[cnt - 1]).any():
+            break
+        best = value[cnt] + filled[cnt]
+        for rho, (u, fill, room, _) in tables.items():
+            positions = k_units - rho + 1
+            obj = np.maximum(value[cnt - 1][None, 1:, :positions], u) + filled[cnt - 1][None, 1:, :positions] + fill
+            obj[room < min(cnt, m)] = np.inf
+            j_best = np.argmin(obj, axis=1)
+            obj_best = obj[rows, j_best, np.arange(positions)[None, :]]
+            better = obj_best < best[:nb, rho : rho + positions]
+            idx_i, idx_k = np.nonzero(better)
+            idx_j = j_best[idx_i, idx_k]
+            value[cnt, idx_i, idx_k + rho] = np.maximum(value[cnt - 1, idx_j + 1, idx_k], u[idx_i, idx_j, idx_k])
+            filled[cnt, idx_i, idx_k + rho] = filled[cnt - 1, idx_j + 1, idx_k] + fill[idx_i, idx_j, idx_k]
+            choice_j[cnt, idx_i, idx_k + rho] = idx_j
+            choice_rho[cnt, idx_i, idx_k + rho] = rho
+            best[idx_i, idx_k + rho] = obj_best[idx_i, idx_k]
+    total = value[:, 0, :] + filled[:, 0, :]
+    flat = sorted(
+        (float(total[c, k]), c, k) for c in range(1, max_stages + 1) for k in range(1, k_units + 1) if total[c, k] < np.inf
+    )
+    out = []
+    for estimate, cnt, k in flat[:keep]:
+        stages, i = [], 0
+        while cnt > 0:
+            j, rho = int(choice_j[cnt, i, k]), int(choice_rho[cnt, i, k])
+            stages.append(DpStage(blocks[i][0], blocks[j][1], k - rho, rho))
+            i, k, cnt = j + 1, k - rho, cnt - 1
+        out.append(DpSolution(tuple(stages), estimate))
+    return out
+
+
+@st.composite
+def drawn_tables(draw: st.DrawFn) -> tuple[Tables, tuple[tuple[int, int], ...], int, int, int]:
+    """Stage tables of 1-20 blocks and 1-12 units, costs from a few distinct values (many ties), room from -1 to 5
+    microbatches or unlimited, some cells inf; widths in a drawn order."""
+    nb = draw(st.integers(1, 20))
+    k_units = draw(st.integers(1, 12))
+    widths = draw(st.lists(st.integers(1, k_units), min_size=1, max_size=4, unique=True))
+    m = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    upper = np.triu(np.ones((nb, nb), dtype=bool))[:, :, None]
+    tables: Tables = {}
+    for rho in widths:
+        shape = (nb, nb, k_units - rho + 1)
+        u = rng.choice([1.0, 2.0, 3.0, np.inf], size=shape, p=[0.35, 0.3, 0.3, 0.05])
+        fill = rng.choice([0.5, 1.0, 1.5], size=shape)
+        u, fill = np.where(upper, u, np.inf), np.where(upper, fill, np.inf)  # inf work where j < i
+        room = rng.choice([-1.0, 0.5, 1.0, 2.5, 4.0, 5.0, np.inf], size=shape)
+        tables[rho] = (u, fill, room, np.where(upper[:, :, 0], room.min(axis=2), np.inf))
+    blocks = tuple((2 * i, 2 * i + 1) for i in range(nb))
+    return tables, blocks, k_units, min(nb, k_units, draw(st.integers(1, 32))), m
+
+
+@settings(max_examples=150, deadline=None)
+@given(drawn_tables(), st.integers(1, 5), st.sampled_from([1, 3, partition_module.I_BLOCK]))
+def test_windowed_recurrence_equals_the_whole_table_one(
+    case: tuple[Tables, tuple[tuple[int, int], ...], int, int, int], keep: int, block: int
+) -> None:
+    """solve_tables (only the cells the previous stage count reached, first blocks `block` at a time) returns the
+    same solutions, stages and estimates as the plain recurrence over whole tables, on tables with many ties."""
+    tables, blocks, k_units, max_stages, m = case
+    saved = partition_module.I_BLOCK
+    try:
+        partition_module.I_BLOCK = block
+        got = solve_tables(tables, blocks, k_units, max_stages, m, keep)
+    finally:
+        partition_module.I_BLOCK = saved
+    assert got == plain_solutions(tables, blocks, k_units, max_stages, m, keep)
+
+
+@pytest.mark.parametrize("case", [*CASES, ("pipedream/resnet101", "h100-8x4", 256, 8)], ids=lambda c: f"{c[0]}-{c[1]}")
+def test_windowed_recurrence_equals_the_whole_table_one_on_real_tables(
+    case: tuple[str, str, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the tables partition_dp builds for real profiles (both all-reduce estimates), the same solutions."""
+    seen: list[tuple[object, ...]] = []
+
+    def recording(*args: object) -> list[DpSolution]:
+        seen.append(args)
+        return solve_tables(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(partition_module, "solve_tables", recording)
+    solutions, layout, inputs = dp_run(*case)
+    hidden = partition_module.partition_dp(dataclasses.replace(inputs, hide_allreduce=True), layout, keep=4)
+    assert len(seen) == 2 and solutions
+    for args, got in zip(seen, (solutions, hidden), strict=True):
+        assert got == plain_solutions(*args)  # type: ignore[arg-type]

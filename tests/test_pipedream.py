@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipedream_cases import case, graph
 from pipeplan.core.errors import PlanError
@@ -167,3 +169,91 @@ def test_more_states_than_the_limit_are_refused_before_any_table(monkeypatch: py
     profile = profile_from_json({"name": "deep", "batch_size": 1, "layers": layers})
     with pytest.raises(PlanError, match=r"more than 8,000 reachable down-sets .* use --planner pipeplan"):
         plan_pipedream(PlanRequest(profile, load_cluster("v100-8x1"), 8))
+
+
+@st.composite
+def downset_inputs(draw: st.DrawFn) -> LevelInputs:
+    """Level tables of a random DAG of 1-5 nodes: its non-empty down-sets as states (by size), node costs from a few
+    values (ties), rows where a state's down-set is not inside the column's set left undefined (inf / 0)."""
+    nodes = draw(st.integers(1, 5))
+    edges = [(a, b) for b in range(nodes) for a in range(b) if draw(st.booleans())]
+    masks = [s for s in range(1, 1 << nodes) if all(s >> a & 1 for a, b in edges if s >> b & 1)]
+    masks.sort(key=lambda s: (bin(s).count("1"), s))
+    work = [draw(st.sampled_from([0.5, 1.0, 2.0])) for _ in range(nodes)]
+    params = [draw(st.sampled_from([0.0, 1e6, 5e6])) for _ in range(nodes)]
+    acts = [draw(st.sampled_from([0.0, 2e6])) for _ in range(nodes)]
+    count = len(masks)
+    preds = [
+        np.array([k for k in range(count) if masks[k] != masks[j] and masks[k] & ~masks[j] == 0], dtype=np.int64)
+        for j in range(count)
+    ]
+    compute = np.full((count + 1, count), np.inf)
+    act, par = np.zeros((count + 1, count)), np.zeros((count + 1, count))
+    for j in range(count):
+        for r in [0, *(k + 1 for k in preds[j])]:
+            nodes_in = [i for i in range(nodes) if (masks[j] & ~(masks[r - 1] if r else 0)) >> i & 1]
+            compute[r, j] = sum(work[i] for i in nodes_in)
+            par[r, j] = sum(params[i] for i in nodes_in)
+            act[r, j] = sum(acts[i] for i in nodes_in)
+    cut = np.array([draw(st.sampled_from([0.0, 1e6, 3e6])) for _ in range(count)])
+    return LevelInputs(compute, act, par, cut, preds)
+
+
+def plain_level(t: LevelInputs, opt: LevelOptions) -> np.ndarray:
+    """The module docstring's recurrence cell by cell: every (row, column, m) over every split k and count m',
+    with the module's own stage costs (last_stage_ms, _memory_mask) and single stages (single_stage_ms)."""
+    rows = 1 if opt.final else t.compute_ms.shape[0]
+    n = opt.units
+    time = pipedream_dp.single_stage_ms(t, opt, slice(0, rows), slice(None))
+    for j, ks in enumerate(t.preds):
+        if len(ks) and n > 1:
+            stage = pipedream_dp.last_stage_ms(t, opt, ks, j)
+            for r in range(rows):
+                for m in range(1, n):
+                    top = 1 if opt.straight else m
+                    mask = pipedream_dp._memory_mask(t, opt, ks, j, m, top)
+                    best = time[r, j, m]
+                    for x, k in enumerate(ks):
+                        for mp in range(1, top + 1):
+                            cost = np.inf if mask[x, mp - 1] else stage[x, mp - 1]
+                            best = min(best, max(time[r, k, m - mp], cost))
+                    time[r, j, m] = best
+        if opt.fewer:
+            time[:, j, :] = np.minimum.accumulate(time[:, j, :], axis=1)
+    return time
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    downset_inputs(),
+    st.integers(1, 5),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, 1.0]),
+    st.sampled_from([None, 3e6, 2e7]),
+    st.sampled_from([None, frozenset({1, 2}), frozenset({1, 3})]),
+    st.booleans(),
+)
+def test_level_dp_over_named_pairs_equals_the_plain_recurrence(
+    inputs: LevelInputs,
+    units: int,
+    final: bool,
+    straight: bool,
+    fewer: bool,
+    compression: float | None,
+    memory: float | None,
+    allowed: frozenset[int] | None,
+    search: bool,
+) -> None:
+    """level_dp (below the top level: only the (row, split) pairs whose row names a node set of the split, then the
+    least per row) equals the recurrence evaluated cell by cell, bit for bit, with every switch, and with the binary
+    search or the listed counts standing in for the scan (BRUTE_UNITS lowered)."""
+    opt = LevelOptions(units, 1e9, 2, final, straight, fewer, compression, memory, allowed)
+    saved = pipedream_dp.BRUTE_UNITS
+    try:
+        pipedream_dp.BRUTE_UNITS = 0 if search else saved
+        got = level_dp(inputs, opt)
+    finally:
+        pipedream_dp.BRUTE_UNITS = saved
+    assert np.array_equal(got, plain_level(inputs, opt))

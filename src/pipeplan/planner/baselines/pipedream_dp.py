@@ -42,6 +42,7 @@ Note:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -131,59 +132,104 @@ def single_stage_ms(t: LevelInputs, opt: LevelOptions, rows: slice, cols: slice)
 
 
 def level_dp(t: LevelInputs, opt: LevelOptions) -> np.ndarray:
-    """A[r, j, m] of the module docstring in ms (inf: no plan), shape (rows, states, N)."""
+    """A[r, j, m] of the module docstring in ms (inf: no plan), shape (rows, states, N).
+
+    Below the top level a column's candidates are (row r, split k) pairs, and only those where r names a node set
+    of k (r = 0 or D_{r-1} inside D_k) can be finite: every other A[r, k] is inf. They are taken alone (a few in ten
+    on a branching graph), each pair's best over m', then the least per row: the same minimum of the same floats.
+    """
     rows = 1 if opt.final else t.compute_ms.shape[0]
     n = opt.units
     time = single_stage_ms(t, opt, slice(0, rows), slice(None))
-    fast = n > BRUTE_UNITS and opt.memory_bytes is None and opt.allowed is None
-    few = n > BRUTE_UNITS and opt.memory_bytes is None and opt.allowed is not None
+    split_of = _split_rule(opt)
+    named = None if opt.final else _named(t.preds, rows)
     for j in range(t.compute_ms.shape[1]):
         ks = t.preds[j]
         if len(ks) and n > 1:
-            live = np.zeros(1, dtype=np.int64) if opt.final else np.concatenate(([0], ks + 1))
             stage = last_stage_ms(t, opt, ks, j)
-            prefix = time[np.ix_(live, ks, np.arange(n))]  # (live, ks, x): the first stages on x+1 units
-            if fast:
-                split = _splits_fast(prefix, stage, opt.straight)
-            elif few:
-                split = _splits_listed(prefix, stage, np.flatnonzero(~opt.banned()) + 1)
+            if named is None:
+                live = np.zeros(1, dtype=np.int64)
+                prefix = time[np.ix_(live, ks, np.arange(n))]  # (live, ks, x): the first stages on x+1 units
+                split = split_of(t, opt, prefix, stage, ks, j).min(axis=1)
             else:
-                split = _splits_brute(t, opt, prefix, stage, ks, j)
-            best = np.minimum(time[live, j, 1:], split)
-            time[live, j, 1:] = best
+                live = np.concatenate(([0], ks + 1))
+                at_row, at_k = np.nonzero(named[np.ix_(live, ks)])  # by row, then k
+                flat = time.reshape(-1, n)  # row r, state k at r * states + k
+                prefix = np.take(flat, live[at_row] * time.shape[1] + ks[at_k], axis=0)[None, :, :]  # (1, pairs, x)
+                split = _least_per_row(split_of(t, opt, prefix, stage[at_k], ks[at_k], j)[0], at_row, len(live))
+            time[live, j, 1:] = np.minimum(time[live, j, 1:], split)
         if opt.fewer:
             time[:, j, :] = np.minimum.accumulate(time[:, j, :], axis=1)
     return time
 
 
-def _splits_brute(t: LevelInputs, opt: LevelOptions, prefix: np.ndarray, stage: np.ndarray, ks: np.ndarray, j: int) -> np.ndarray:
-    """min over k, m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 by scanning m': shape (live, N-1)."""
-    n = opt.units
-    out = np.full((prefix.shape[0], n - 1), np.inf)
-    for m in range(1, n):
-        top = 1 if opt.straight else m
-        cost = np.where(_memory_mask(t, opt, ks, j, m, top), np.inf, stage[:, :top])
-        before = prefix[:, :, m - 1 :: -1][:, :, :top] if m - 1 >= 0 else prefix[:, :, :0]
-        out[:, m - 1] = np.maximum(before, cost[None, :, :]).min(axis=(1, 2))
+def _named(preds: list[np.ndarray], rows: int) -> np.ndarray:
+    """[r, k]: row r names a node set of state k (r = 0, or state r-1 a proper subset of state k)."""
+    named = np.zeros((rows, len(preds)), dtype=bool)
+    named[0] = True
+    for k, below in enumerate(preds):
+        named[below + 1, k] = True
+    return named
+
+
+def _least_per_row(values: np.ndarray, at_row: np.ndarray, rows: int) -> np.ndarray:
+    """The least of `values` (pairs, N-1) per row index of `at_row` (sorted), inf for a row with no pair."""
+    counts = np.bincount(at_row, minlength=rows)
+    out = np.full((rows, values.shape[1]), np.inf)
+    has = counts > 0
+    if has.any():
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        out[has] = np.minimum.reduceat(values, starts[has], axis=0)
     return out
 
 
+SplitRule = Callable[[LevelInputs, LevelOptions, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+"""min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 per (row, candidate k): (prefix (live, ks, N),
+stage (ks, N), ks, j) -> (live, ks, N-1)."""
+
+
+def _split_rule(opt: LevelOptions) -> SplitRule:
+    """The level's way to the split minimum: the binary search (many units, no memory rule, any counts), the listed
+    counts (many units, limited counts) or the scan (module docstring)."""
+    if opt.units > BRUTE_UNITS and opt.memory_bytes is None:
+        if opt.allowed is None:
+            return lambda t, o, prefix, stage, ks, j: _splits_fast(prefix, stage, o.straight)
+        counts = np.flatnonzero(~opt.banned()) + 1
+        return lambda t, o, prefix, stage, ks, j: _splits_listed(prefix, stage, counts)
+    return _splits_brute
+
+
+def _splits_brute(t: LevelInputs, opt: LevelOptions, prefix: np.ndarray, stage: np.ndarray, ks: np.ndarray, j: int) -> np.ndarray:
+    """min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 by scanning m': shape (live, ks, N-1)."""
+    n = opt.units
+    first = np.ascontiguousarray(np.moveaxis(prefix, 2, 0))  # [x, live, ks]: each unit count's cells in a row
+    out = np.full((n - 1, *prefix.shape[:2]), np.inf)
+    pair = np.empty(prefix.shape[:2])
+    for m in range(1, n):
+        top = 1 if opt.straight else m
+        cost = np.ascontiguousarray(np.where(_memory_mask(t, opt, ks, j, m, top), np.inf, stage[:, :top]).T)
+        best = out[m - 1]
+        for mp in range(1, top + 1):  # the first stages on m - m' + 1 units, index m - m'
+            np.minimum(best, np.maximum(first[m - mp], cost[mp - 1], out=pair), out=best)
+    return np.moveaxis(out, 0, 2)
+
+
 def _splits_listed(prefix: np.ndarray, stage: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The same minimum without the memory rule, scanning only the unit counts m' in `counts`: shape (live, N-1)."""
-    live, _, n = prefix.shape
-    out = np.full((live, n - 1), np.inf)
+    """The same minimum without the memory rule, scanning only the unit counts m' in `counts`: shape (live, ks, N-1)."""
+    live, nk, n = prefix.shape
+    out = np.full((live, nk, n - 1), np.inf)
     for mp in counts:
         if mp >= n:
             break
         # cells m = mp..N-1 take the first stages on m - mp + 1 units (index m - mp)
-        cand = np.maximum(prefix[:, :, : n - mp], stage[None, :, mp - 1 : mp]).min(axis=1)
-        out[:, mp - 1 :] = np.minimum(out[:, mp - 1 :], cand)
+        cand = np.maximum(prefix[:, :, : n - mp], stage[None, :, mp - 1 : mp])
+        out[:, :, mp - 1 :] = np.minimum(out[:, :, mp - 1 :], cand)
     return out
 
 
 def _splits_fast(prefix: np.ndarray, stage: np.ndarray, straight: bool) -> np.ndarray:
     """The same minimum as _splits_brute without the memory rule, by a binary search over m' >= 2 (module
-    docstring): shape (live, N-1)."""
+    docstring): shape (live, ks, N-1)."""
     live, nk, n = prefix.shape
     m = np.arange(1, n)  # the cell's m; the last stage takes m' in 1..m, the rest x = m - m'
     out = np.maximum(prefix[:, :, m - 1], stage[None, :, 0:1])  # m' = 1
@@ -210,7 +256,7 @@ def _splits_fast(prefix: np.ndarray, stage: np.ndarray, straight: bool) -> np.nd
         two_plus = np.where(has, at, np.inf)
         two_plus = np.where((cross - 1 >= 2) & (cross - 1 <= mm), np.minimum(two_plus, before), two_plus)
         out = np.minimum(out, np.where(mm >= 2, two_plus, np.inf))
-    return out.min(axis=1)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

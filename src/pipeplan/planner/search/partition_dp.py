@@ -130,6 +130,9 @@ class DpInputs:
         return next(iter(self.sums.values())).blocks
 
 
+I_BLOCK = 32
+"""The DP's step takes first blocks i this many at a time, each with only the last blocks j >= i (the rest is inf)."""
+
 CHUNK_ENTRIES = 1 << 20
 """Placement arrays are built this many (position, device) entries at a time, which bounds their memory."""
 
@@ -223,6 +226,11 @@ def _ring_terms(cluster: Cluster, devs: np.ndarray) -> tuple[np.ndarray, np.ndar
     return MS_PER_S * 2 * (n - 1) / n / bandwidth, 2 * (n - 1) * slowest_latency
 
 
+Tables = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+"""Per stage width rho (units): u, fill and room of a stage of blocks i..j whose later stages use k' units ([i, j, k'],
+inf work where j < i), and the least room over k' of each (i, j) (inf where j < i)."""
+
+
 @timed_phase("partition_dp")
 def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolution]:
     """The `keep` best partitions with replication for this layout, by the DP's estimate.
@@ -240,7 +248,7 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
     k_units = layout.units
     m = inp.microbatches
     max_stages = min(inp.max_stages, nb, k_units)
-    tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    tables: Tables = {}
     for rho in inp.unit_choices:
         if rho > k_units:
             continue
@@ -267,8 +275,17 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
         with np.errstate(divide="ignore", invalid="ignore"):
             room = (arr["memory"][None, None, :] - static[:, :, None]) / act
         room = np.where(static[:, :, None] > arr["memory"][None, None, :], -1.0, np.nan_to_num(room, nan=INF, posinf=INF))
-        tables[rho] = (u, t + 2 * c, room)
+        least_room = np.where(np.triu(np.ones((nb, nb), dtype=bool)), room.min(axis=2), INF)  # over j >= i
+        tables[rho] = (u, t + 2 * c, room, least_room)
+    return solve_tables(tables, inp.blocks, k_units, max_stages, m, keep)
 
+
+def solve_tables(
+    tables: Tables, blocks: tuple[tuple[int, int], ...], k_units: int, max_stages: int, m: int, keep: int
+) -> list[DpSolution]:
+    """partition_dp's recurrence over its stage tables (`tables`, one per width rho, in the order tried: an earlier
+    width wins a tie), then the `keep` best (estimate, stage count, units) and their stages."""
+    nb = len(blocks)
     shape = (max_stages + 1, nb + 1, k_units + 1)
     value = np.full(shape, INF)  # max part
     filled = np.full(shape, INF)  # fill part
@@ -276,41 +293,72 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
     choice_rho = np.zeros(shape, dtype=np.int64)
     value[0, nb, 0] = 0.0
     filled[0, nb, 0] = 0.0
-    rows = np.arange(nb)[:, None]
+    first_rows, later_units = np.arange(I_BLOCK)[:, None], np.arange(k_units + 1)[None, :]
     for cnt in range(1, max_stages + 1):
-        if not np.isfinite(value[cnt - 1]).any():
+        support = _support(value[cnt - 1])
+        if support is None:
             break
         best = value[cnt] + filled[cnt]
         inflight = min(cnt, m)
-        for rho, (u, fill, room) in tables.items():
-            positions = k_units - rho + 1
-            prev_v = value[cnt - 1][1:, :positions]  # [j+1, k'] for j in 0..nb-1
-            prev_f = filled[cnt - 1][1:, :positions]
-            obj = np.maximum(prev_v[None, :, :], u)
-            obj += prev_f[None, :, :]
-            obj += fill
-            obj[room < inflight] = INF
-            j_best = np.argmin(obj, axis=1)  # (i, k')
-            cols = np.arange(positions)[None, :]
-            obj_best = obj[rows, j_best, cols]
-            target = best[:nb, rho : rho + positions]
-            better = obj_best < target
-            if not better.any():
+        for rho, (u, fill, room, least_room) in tables.items():
+            window = _window(support, k_units - rho + 1)
+            if window is None:
                 continue
-            idx_i, idx_k = np.nonzero(better)
-            idx_j = j_best[idx_i, idx_k]
-            value[cnt, idx_i, idx_k + rho] = np.maximum(value[cnt - 1, idx_j + 1, idx_k], u[idx_i, idx_j, idx_k])
-            filled[cnt, idx_i, idx_k + rho] = filled[cnt - 1, idx_j + 1, idx_k] + fill[idx_i, idx_j, idx_k]
-            choice_j[cnt, idx_i, idx_k + rho] = idx_j
-            choice_rho[cnt, idx_i, idx_k + rho] = rho
-            best[idx_i, idx_k + rho] = obj_best[idx_i, idx_k]
+            lo, hi, k0, k1 = window
+            # only suffixes the previous count reached: stage i..j with lo <= j < hi (i <= j: inf work otherwise),
+            # later stages on k' in [k0, k1) units; every cell left out is inf, so argmin's first minimum is the same
+            for i0 in range(0, hi, I_BLOCK):
+                i1 = min(hi, i0 + I_BLOCK)
+                j0 = max(lo, i0)
+                obj = np.maximum(value[cnt - 1][None, j0 + 1 : hi + 1, k0:k1], u[i0:i1, j0:hi, k0:k1])
+                obj += filled[cnt - 1][None, j0 + 1 : hi + 1, k0:k1]
+                obj += fill[i0:i1, j0:hi, k0:k1]
+                if least_room[i0:i1, j0:hi].min() < inflight:
+                    np.putmask(obj, room[i0:i1, j0:hi, k0:k1] < inflight, INF)
+                j_best = np.argmin(obj, axis=1)  # (i - i0, k' - k0)
+                obj_best = obj[first_rows[: i1 - i0], j_best, later_units[:, : k1 - k0]]
+                better = obj_best < best[i0:i1, rho + k0 : rho + k1]
+                if not better.any():
+                    continue
+                idx_i, idx_k = np.nonzero(better)
+                idx_j = j_best[idx_i, idx_k] + j0
+                obj_kept = obj_best[idx_i, idx_k]
+                idx_i += i0
+                idx_k += k0
+                value[cnt, idx_i, idx_k + rho] = np.maximum(value[cnt - 1, idx_j + 1, idx_k], u[idx_i, idx_j, idx_k])
+                filled[cnt, idx_i, idx_k + rho] = filled[cnt - 1, idx_j + 1, idx_k] + fill[idx_i, idx_j, idx_k]
+                choice_j[cnt, idx_i, idx_k + rho] = idx_j
+                choice_rho[cnt, idx_i, idx_k + rho] = rho
+                best[idx_i, idx_k + rho] = obj_kept
     total = value[:, 0, :] + filled[:, 0, :]
     flat = [(float(total[c, k]), c, k) for c in range(1, max_stages + 1) for k in range(1, k_units + 1) if total[c, k] < INF]
     flat.sort()
     solutions = []
     for estimate, cnt, k in flat[:keep]:
-        solutions.append(DpSolution(_reconstruct(choice_j, choice_rho, inp.blocks, cnt, k), estimate))
+        solutions.append(DpSolution(_reconstruct(choice_j, choice_rho, blocks, cnt, k), estimate))
     return solutions
+
+
+def _support(value: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(first, last) suffix start x and (first, last) units k' where `value` (one stage count's [x, k']) has a finite
+    cell; None when it has none."""
+    finite = np.isfinite(value)
+    if not finite.any():
+        return None
+    xs = np.flatnonzero(finite.any(axis=1))
+    ks = np.flatnonzero(finite.any(axis=0))
+    return int(xs[0]), int(xs[-1]), int(ks[0]), int(ks[-1])
+
+
+def _window(support: tuple[int, int, int, int], positions: int) -> tuple[int, int, int, int] | None:
+    """The cells a stage count's step can reach from `support` (the previous count's, _support): last block j in
+    [lo, hi) (suffix x = j + 1 >= 1) and later units k' in [k0, k1) below `positions`; None when there are none."""
+    x0, x1, ka, kb = support
+    lo, hi = max(x0, 1) - 1, x1
+    k0, k1 = ka, min(kb + 1, positions)
+    if hi <= lo or k1 <= k0:
+        return None
+    return lo, hi, k0, k1
 
 
 def _reconstruct(
