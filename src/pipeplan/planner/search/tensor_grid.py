@@ -46,7 +46,7 @@ from pipeplan.planner.search.scoring import Evaluator
 from pipeplan.planner.time_budget import BudgetSpent, fallback, record_coverage
 from pipeplan.sim.cost.memory import GIB, check_fits, memory_per_device
 
-SHAPES = 6
+SHAPES = 8
 """How many of the fastest (t, p, d, b) shapes step 2 varies."""
 FINALISTS = 4
 """How many of the fastest variants are simulated in full."""
