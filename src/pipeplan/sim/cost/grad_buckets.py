@@ -9,8 +9,9 @@ first that holds parameters, over the stage's whole backward). The simulator pla
 last backward task (sim.engine.simulator).
 
 Note:
-    The same fraction places a bucket in a split stage's last W task (zero-bubble schedules): the profile's
-    per-layer backward times stand in for the weight-gradient times' proportions.
+    A split stage's (zero-bubble schedules) last task is a W, which accumulates the weight gradients by hand
+    (models.stage.StageModule.backward_weight) where no gradient hook sees them: the runtime launches its buckets
+    right after W, one after another, and the simulator starts them there too.
 """
 
 from __future__ import annotations

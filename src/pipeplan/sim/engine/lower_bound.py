@@ -98,12 +98,12 @@ def _fastest_ring(total_ms: float, latency_ms: float, ring: tuple[int, ...], tra
 
 def _allreduce_tail(cost: StageCost, split: bool, trace: BandwidthTrace | None) -> float:
     """The least time a stage's all-reduce runs past its last backward. Unbucketed: its fastest ring time. Bucketed
-    (sim.engine.simulator.bucket_spans): bucket k is ready (1 - f_k) x the last task (W when split, else B) before
+    (sim.engine.simulator.bucket_spans): bucket k is ready (1 - f_k) x the last task (B; none for a split W) before
     that task ends and the buckets from k on run one after another, so the tail is at least the largest over k of
     their fastest times summed less that lead (the last bucket, f = 1, keeps it positive)."""
     if not cost.allreduce_buckets:
         return _fastest_ring(cost.allreduce_ms, cost.allreduce_latency_ms, cost.allreduce_ring, trace)
-    task = (cost.bwd_weight_ms or 0.0) if split else cost.bwd_ms
+    task = 0.0 if split else cost.bwd_ms  # a split stage's buckets all start at its W's end (simulator)
     tail = 0.0
     after = 0.0  # the fastest times of the buckets from k on
     for bucket in reversed(cost.allreduce_buckets):

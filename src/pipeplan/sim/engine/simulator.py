@@ -178,8 +178,10 @@ def ring_end(
 
 
 def _last_backward_ms(cost: StageCost, split: bool) -> float:
-    """How long a stage's last backward task runs: its W (a split stage's) or its B."""
-    return (cost.bwd_weight_ms or 0.0) if split else cost.bwd_ms
+    """The part of a stage's last backward task its buckets' readiness is placed in: its B; 0 for a split stage's W,
+    whose weight gradients are accumulated by hand (models.stage.StageModule.backward_weight), where no gradient
+    hook sees them: its buckets all start at W's end (sim.cost.grad_buckets)."""
+    return 0.0 if split else cost.bwd_ms
 
 
 def bucket_spans(
