@@ -538,6 +538,10 @@ NETWORK_CASES: list[tuple[str, list[str], str]] = [
     ("negative factor", [*KFKB, "--emulate-gb-per-s", "1", "--bandwidth-trace", "NEGATIVE"], "factor must be"),
     ("zero emulated rate", [*KFKB, "--emulate-gb-per-s", "0"], "--emulate-gb-per-s must be a finite number of GB/s > 0"),
     ("NaN emulated rate", [*KFKB, "--emulate-gb-per-s", "nan"], "--emulate-gb-per-s must be a finite number"),
+    ("zero bucket size", [*KFKB, "--allreduce-bucket-mb", "0"], "--allreduce-bucket-mb must be a number of MiB > 0"),
+    ("NaN bucket size", [*KFKB, "--allreduce-bucket-mb", "nan"], "--allreduce-bucket-mb must be a number of MiB > 0"),
+    ("buckets with pipemare", [*KFKB[:4], "pipemare", *KFKB[5:], "--allreduce-bucket-mb", "25"],
+     "--allreduce-bucket-mb is not supported with --schedule pipemare"),
 ]  # fmt: skip
 
 

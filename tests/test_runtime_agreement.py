@@ -107,6 +107,7 @@ CHANGES: dict[tuple[str, ...], tuple[st.SearchStrategy[Any], str]] = {
     ("evaluate",): (st.just(True), "--eval"),
     ("adaptive",): (st.just(True), "--adaptive"),
     ("memory_budget_bytes",): (st.floats(1.0, 1e12), "--memory-budget"),
+    ("allreduce_bucket_bytes",): (st.floats(1.0, 1e12), "--allreduce-bucket-mb"),
     ("lookahead",): (st.integers(0, 1) | st.integers(3, 9), "the lookahead"),
 }
 LOCAL_CHANGES: dict[str, Any] = {"plan_path": "elsewhere/plan.json", "threads": 7, "timeout_s": 9.0, "save_grads": "g",

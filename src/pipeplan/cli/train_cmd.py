@@ -124,6 +124,12 @@ def train(
         "adapts without it.",
     ),
     memory_budget: str | None = typer.Option(None, "--memory-budget", help=MEMORY_BUDGET_HELP),
+    allreduce_bucket_mb: float | None = typer.Option(
+        None,
+        "--allreduce-bucket-mb",
+        help="All-reduce a replicated stage's gradients in buckets of X MiB during its last backward, as PyTorch DDP "
+        "(its default: 25), and predict the step so; default: one all-reduce after the backward.",
+    ),
     local: int | None = typer.Option(None, "--local", help="Start N processes on this machine (loopback) instead of torchrun."),
     backend: str | None = typer.Option(None, "--backend", help="gloo or nccl (default: nccl when CUDA is available)."),
     save_grads: str | None = typer.Option(
@@ -155,8 +161,9 @@ def train(
         timeline_option="--timeline" if trace_out is None else "--trace",
         png=png, predict=predict, profile=profile, cluster=cluster, batch_scaling=batch_scaling,
         warmup_steps=warmup_steps, timeout=timeout, threads=threads, bandwidth_trace=bandwidth_trace,
-        emulate_gb_per_s=emulate_gb_per_s, adaptive=adaptive, memory_budget=memory_budget, local=local,
-        backend=backend, save_grads=save_grads, as_json=as_json, quiet=quiet,
+        emulate_gb_per_s=emulate_gb_per_s, adaptive=adaptive, memory_budget=memory_budget,
+        allreduce_bucket_mb=allreduce_bucket_mb, local=local, backend=backend, save_grads=save_grads, as_json=as_json,
+        quiet=quiet,
     )  # fmt: skip
     code = training.train(flags)
     if code is not None:

@@ -55,7 +55,8 @@ class ExchangeSpan(NamedTuple):
 
 class CollectiveSpan(NamedTuple):
     """The data-parallel all-reduce of one (chunk-)stage's gradients: from its last backward until the ring ends
-    (its latency, then its work at the slowest ring link's rate under a trace)."""
+    (its latency, then its work at the slowest ring link's rate under a trace); a bucketed all-reduce
+    (StageCost.allreduce_buckets) has one span per bucket, in ring order."""
 
     stage: int
     start_ms: float

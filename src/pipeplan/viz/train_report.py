@@ -121,8 +121,11 @@ def print_results(report: Any, as_json: bool) -> None:
         from pipeplan.viz.tables import format_bytes
 
         steps = len(a["spans_ms"])
+        buckets = int(a.get("buckets", 1))
+        cut = f" in {buckets} buckets (first start to last end)" if buckets > 1 else ""
         _say(
-            f"all-reduce: stage {a['stage']}'s {format_bytes(a['bytes'])} over devices {a['devices']}: {a['mean_ms']:.2f} ms "
+            f"all-reduce: stage {a['stage']}'s {format_bytes(a['bytes'])} over devices {a['devices']}{cut}: "
+            f"{a['mean_ms']:.2f} ms "
             f"per step on the emulated network (mean of {steps} step{'s' if steps != 1 else ''}), {a['nominal_ms']:.2f} "
             "ms at its nominal rates"
         )

@@ -72,6 +72,7 @@ class TrainFlags:
     emulate_gb_per_s: float | None = None
     adaptive: bool = False
     memory_budget: str | None = None
+    allreduce_bucket_mb: float | None = None
     local: int | None = None
     backend: str | None = None
     save_grads: str | None = None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -79,6 +80,16 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         check_launch_env()
     check_seed(f.seed)
     budget = parse_budget("--memory-budget", f.memory_budget)
+    bucket_mb = f.allreduce_bucket_mb
+    if bucket_mb is not None and (isinstance(bucket_mb, bool) or not 0 < bucket_mb < math.inf):
+        raise TrainConfigError(
+            f"--allreduce-bucket-mb must be a number of MiB > 0 (PyTorch DDP's default is 25), got {bucket_mb}; "
+            "leave it out to all-reduce after the backward"
+        )
+    if bucket_mb is not None and f.adaptive:
+        raise TrainConfigError(
+            "--allreduce-bucket-mb buckets the all-reduce, which --adaptive's controller prices unbucketed: give one of them"
+        )
 
     if (plan is None) == (schedule is None):
         raise TrainConfigError("give --plan FILE or --schedule NAME (one of them)")
@@ -95,7 +106,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
                                   {"--checkpoint-dir": f.checkpoint_dir, "--timeline": f.timeline, "--png": f.png,
                                    "--predict": f.predict or None, "--save-grads": f.save_grads,
                                    "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
-                                   "--adaptive": f.adaptive or None})  # fmt: skip
+                                   "--adaptive": f.adaptive or None, "--allreduce-bucket-mb": bucket_mb})  # fmt: skip
     if asynchronous is not None:
         check_async_precision(f.precision, str(schedule))
     if plan is None and (profile is not None or cluster is not None):
@@ -122,7 +133,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         check_runnable(plan_obj, plan, {"--checkpoint-dir": f.checkpoint_dir, "--save-grads": f.save_grads,
                                         "--eval": f.evaluate, "--predict": f.predict, "--adaptive": f.adaptive,
                                         "--bandwidth-trace": f.bandwidth_trace, "--emulate-gb-per-s": f.emulate_gb_per_s,
-                                        "--precision": f.precision})  # fmt: skip
+                                        "--precision": f.precision, "--allreduce-bucket-mb": bucket_mb})  # fmt: skip
         check_global_batch(plan_obj.global_batch, f"plan {plan} global batch")
         if local is not None and len(plan_obj.all_devices) != local:
             raise TrainConfigError(f"plan {plan} uses {len(plan_obj.all_devices)} devices but --local starts {local} processes")
@@ -213,6 +224,7 @@ def train_config(f: TrainFlags) -> TrainConfig | None:
         batch_scaling=f.batch_scaling, warmup_steps=f.warmup_steps, asynchronous=asynchronous, evaluate=f.evaluate,
         epochs=f.epochs or 0, network=network, adaptive=adaptive, memory_budget_bytes=budget, data=f.data,
         loss=f.loss, eval_fraction=f.eval_fraction,
+        allreduce_bucket_bytes=None if bucket_mb is None else float(bucket_mb) * 2**20,
     ).loaded()  # fmt: skip  # a schedule file read once, here; the workers are handed every file's contents
 
 

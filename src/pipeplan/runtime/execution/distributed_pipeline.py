@@ -76,6 +76,8 @@ class DistributedPipeline:
         timeout_s: bound on every wait for a peer.
         lookahead: actions ahead whose receives are posted early.
         wire: the emulated network the messages travel on (None: the real one).
+        bucket_bytes: all-reduce replicated stages' gradients in buckets of this many bytes during their last
+            backward (runtime.execution.replicas); None: after it, in one.
     """
 
     def __init__(
@@ -94,6 +96,7 @@ class DistributedPipeline:
         scaler: LossScaler | None = None,
         seed: int = 0,
         sample_shape: tuple[int, ...] | None = None,
+        bucket_bytes: float | None = None,
     ) -> None:
         self.rank, self.world_size, self.device = rank, topology.world_size, device
         self.sample_shape = sample_shape
@@ -106,7 +109,7 @@ class DistributedPipeline:
         run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s, graph is None)
         self.tensor_parallel.free_dense([model, *layers])  # its shards hold those weights now
         self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
-                                 precision=precision, scaler=scaler, seed=seed)  # fmt: skip
+                                 precision=precision, scaler=scaler, seed=seed, bucket_bytes=bucket_bytes)  # fmt: skip
         self.whole = WholeModel(model, layers, topology, self.role, device, self.tensor_parallel)
 
     @property

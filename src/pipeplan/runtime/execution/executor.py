@@ -92,6 +92,8 @@ class Executor:
             (the backwards run outside it, as in torch's recipe); the activations and gradients that cross stages
             travel in the dtype the layers produce.
         scaler: fp16's loss scale: the backward of each microbatch's loss starts from its scale instead of 1.
+        bucket_bytes: all-reduce each replicated stage's gradients in buckets of this many bytes during its last
+            backward task, as PyTorch DDP does (runtime.execution.replicas); None: in one flat bucket after it.
         seed: the run's seed. Every forward seeds each layer call from (seed, step, the microbatch's first sample in
             its step's global batch, the layer's index; models.layer_rng), so the random numbers a layer draws do not
             depend on the plan. Row i of `run`'s inputs is sample i mod `loss_samples` of step `step_index` +
@@ -115,6 +117,7 @@ class Executor:
         precision: str = "full",
         scaler: LossScaler | None = None,
         seed: int = 0,
+        bucket_bytes: float | None = None,
     ) -> None:
         self.topology = topology
         self.precision = precision
@@ -149,8 +152,10 @@ class Executor:
         self.wire = wire
         self._comms: dict[tuple[tuple[Action, ...], ...], Comm] = {}
         self.use(topology)
-        self.sync = GradSync(topology, role, timeout_s, wire)
+        self.sync = GradSync(topology, role, timeout_s, wire, bucket_bytes)
         self._shared_sync(layers, timeout_s)
+        for s, st in sorted(self.stages.items()):
+            self.sync.use_buckets(s, list(st.module.children()), self._plain[s])
         self.step_index = 0
         self._loss = torch.zeros((), dtype=torch.float64)
         self._peak = 0  # most microbatches in flight on this process in the current iteration
@@ -215,6 +220,7 @@ class Executor:
         for p in self.parameters():
             p.grad = None
         self.comm.begin_step(record)
+        self.sync.begin()
         self.shared_sync.begin()
         self._loss = torch.zeros((), dtype=torch.float64)
         self.microbatch_losses = {}
@@ -264,6 +270,8 @@ class Executor:
             begun = time.perf_counter()
             self.comm.receive_s = 0.0
             self.comm.prefetch(i)
+            if self._last_backward.get(action.stage) == i:
+                self.sync.arm(action.stage)
             start = self._dispatch(action, inputs, targets)
             if record:
                 end = time.perf_counter()

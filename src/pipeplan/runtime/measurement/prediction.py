@@ -187,14 +187,23 @@ TRAIN_OPTIMIZERS = {"adam": "adam", "sgd": "sgd"}
 
 
 def predict_plan(
-    plan: Plan, profile: ModelProfile, cluster: Cluster, optimizer: str, scaling: str, names: tuple[str, str]
+    plan: Plan,
+    profile: ModelProfile,
+    cluster: Cluster,
+    optimizer: str,
+    scaling: str,
+    names: tuple[str, str],
+    bucket_bytes: float | None = None,
 ) -> PlanPrediction:
-    """Simulate `plan` with the profile and cluster it was made for (module docstring).
+    """Simulate `plan` with the profile and cluster it was made for (module docstring); with `bucket_bytes` each
+    replicated stage's all-reduce in DDP's buckets, as the run makes it (CostModel.allreduce_bucket_bytes).
 
     Raises:
         PlanError, ProfileError, ClusterError: the plan does not match the profile or cluster, or a bad scaling.
     """
-    model = CostModel.build(profile, cluster, scaling, TRAIN_OPTIMIZERS.get(optimizer, optimizer))
+    model = CostModel.build(
+        profile, cluster, scaling, TRAIN_OPTIMIZERS.get(optimizer, optimizer), allreduce_bucket_bytes=bucket_bytes
+    )
     result = simulate_plan(plan, model, record=False)
     memory = memory_per_device(plan, model, result)
     return PlanPrediction(result, tuple(memory[d] for d in plan.all_devices), *names)

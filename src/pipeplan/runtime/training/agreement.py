@@ -225,6 +225,7 @@ def config_fields(config: TrainConfig) -> tuple[Field, ...]:
                ("--timeline or --png", str(config.timeline)), ("--predict", str(config.predict)),
                ("--eval", str(config.evaluate)),
                ("--adaptive", str(config.adaptive)), ("--memory-budget", repr(config.memory_budget_bytes)),
+               ("--allreduce-bucket-mb", repr(config.allreduce_bucket_bytes)),
                ("the lookahead", str(config.lookahead))]  # fmt: skip
     return tuple(fields)
 

@@ -79,6 +79,10 @@ class TrainConfig:
     memory_budget_bytes: float | None = None
     """--adaptive: the most any process may hold at any k (--memory-budget, or the plan's adaptive setting); None: its
     device's memory (the plan's cluster), else this host's memory per process."""
+    allreduce_bucket_bytes: float | None = None
+    """--allreduce-bucket-mb in bytes: replicated stages all-reduce their gradients in buckets of this size during
+    their last backward, as PyTorch DDP (runtime.execution.replicas), and the prediction prices them so; None: in
+    one flat bucket after it."""
     data: str | None = None
     loss: str | None = None
     eval_fraction: float = 0.0

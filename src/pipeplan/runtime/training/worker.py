@@ -96,7 +96,7 @@ def train(
     # the library's object (pipeplan.distribute's), built from this job's parts: train is its first user
     pipe = DistributedPipeline(model.reference(), model.layers, model.graph, topology, rank, model.loss_fn, device,
                                config.timeout_s, config.lookahead, wire, config.precision, scaler,
-                               seed=config.seed)  # fmt: skip
+                               seed=config.seed, bucket_bytes=config.allreduce_bucket_bytes)  # fmt: skip
     executor = pipe.executor
     params = pipe.parameters()
     # a plan's zero 1: the state sharded over each stage's data-parallel group (runtime.execution.sharded_state)
@@ -279,7 +279,7 @@ def _plan_prediction(config: TrainConfig, plan: Plan, model: Model) -> PlanPredi
             "inputs differ): the plan was made for another model"
         )
     return predict_plan(plan, profile, config.read_cluster(), config.optimizer, config.batch_scaling,
-                        (config.profile, config.cluster))  # fmt: skip
+                        (config.profile, config.cluster), config.allreduce_bucket_bytes)  # fmt: skip
 
 
 def _is_chain(inputs: tuple[tuple[int, ...], ...] | None) -> bool:

@@ -10,6 +10,7 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import OPTIMIZER_FACTOR
 from pipeplan.core.profile import ModelProfile
+from pipeplan.sim.cost.grad_buckets import check_bucket_bytes
 from pipeplan.sim.cost.layers import OPTIMIZER_STATE, LayerCosts
 from pipeplan.sim.cost.speeds import on_profile_scale
 
@@ -22,7 +23,15 @@ class CostModel:
     answers every question about layer times and bytes. `optimizer_factor`
     is optimizer state per parameter byte (memory); `bwd_split`, when set,
     overrides the zero-bubble split of every stage's backward with fractions
-    (input, weight).
+    (input, weight). `allreduce_bucket_bytes`, when set, prices each replicated
+    stage's gradient all-reduce as DDP runs it, in buckets of that many bytes
+    overlapping the last microbatch's backward (sim.cost.grad_buckets); None
+    (the default): one all-reduce after the stage's last backward.
+
+    Note: the planners' closed-form floors (planner.bound, planner.search) price
+    the unbucketed all-reduce and are built from requests, which never set the
+    option: it serves the callers that simulate a given plan (the seeds' DP
+    baseline, benchmarks/seed_tables.py).
     """
 
     profile: ModelProfile
@@ -30,6 +39,7 @@ class CostModel:
     layers: LayerCosts
     optimizer_factor: float
     bwd_split: tuple[float, float] | None = None
+    allreduce_bucket_bytes: float | None = None
 
     @classmethod
     def build(
@@ -40,20 +50,22 @@ class CostModel:
         optimizer: str = "adam",
         optimizer_factor: float | None = None,
         bwd_split: tuple[float, float] | None = None,
+        allreduce_bucket_bytes: float | None = None,
     ) -> CostModel:
         """The cost model of `profile` on `cluster` (optimizer_factor None: the optimizer's own state).
 
         Raises:
             ProfileError: unknown scaling or optimizer, or a scaling the profile cannot give.
             ClusterError: profile and cluster speeds on different scales (a CPU profile on GPUs).
-            PlanError: a bad optimizer_factor or bwd_split.
+            PlanError: a bad optimizer_factor, bwd_split or allreduce_bucket_bytes.
         """
         layers = LayerCosts(profile, scaling, optimizer)
         factor = OPTIMIZER_STATE[optimizer] if optimizer_factor is None else optimizer_factor
         check_nonneg_float(PlanError, "optimizer_factor", factor, OPTIMIZER_FACTOR)
         if bwd_split is not None and (len(bwd_split) != 2 or not all(math.isfinite(f) and f >= 0 for f in bwd_split)):
             raise PlanError(f"bwd_split must be two fractions >= 0 (input, weight), got {bwd_split!r}")
-        return cls(profile, on_profile_scale(cluster, profile), layers, float(factor), bwd_split)
+        buckets = check_bucket_bytes(allreduce_bucket_bytes)
+        return cls(profile, on_profile_scale(cluster, profile), layers, float(factor), bwd_split, buckets)
 
     @property
     def scaling(self) -> str:

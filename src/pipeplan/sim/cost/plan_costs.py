@@ -13,12 +13,13 @@ from pipeplan.core.partition import splits_evenly
 from pipeplan.core.plan import Plan
 from pipeplan.sim.cost.chain_view import chain_view
 from pipeplan.sim.cost.flow_sets import FlowMemo, plan_flows
+from pipeplan.sim.cost.grad_buckets import stage_buckets
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
 from pipeplan.sim.cost.tensor_parallel import check_tp_widths, group_collectives_ms, sharded_static_bytes, split_stage
-from pipeplan.sim.cost.types import Costs, StageCost
+from pipeplan.sim.cost.types import Costs, GradBucket, StageCost
 
 
 def layer_span(first: int, last: int) -> str:
@@ -76,7 +77,8 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     Every device of the stage (all its replicas, in every pipeline replica)
     runs at the slowest one's speed; each holds the stage's whole weights,
     gradients and optimizer state, and its share of the microbatch's saved bytes.
-    Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work).
+    Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work),
+    in buckets overlapping the backward when the model asks (CostModel.allreduce_bucket_bytes, sim.cost.grad_buckets).
     A tensor-parallel stage (tp > 1) or a sharded plan (zero > 0) is priced as sim.cost.tensor_parallel says; its
     data-parallel ring is over the first device of every group (each rank of a group has its own, alike).
     """
@@ -101,6 +103,12 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
         fwd, bwd, bwd_input = fwd + fwd_comm, bwd + bwd_comm, bwd_input + bwd_comm
     ring = stage.devices[::t] if t > 1 else stage.devices
     allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, ring, work.param_bytes)
+    buckets: tuple[GradBucket, ...] = ()
+    if model.allreduce_bucket_bytes is not None:
+        samples = plan.microbatch_size / r
+        buckets = stage_buckets(model.layers, layers, samples, cluster, ring, work.param_bytes, model.allreduce_bucket_bytes)
+        allreduce_ms = sum((b.allreduce_ms for b in buckets), 0.0)
+        allreduce_latency_ms = min(allreduce_ms, sum((b.latency_ms for b in buckets), 0.0))
     static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor), work.optimizer_ms
     d = plan.data_parallel_of(s) if plan.zero else 1
     if d > 1:
@@ -118,6 +126,7 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
             optimizer_ms=optimizer,
             allreduce_ring=ring if len(ring) > 1 else (),
             allreduce_latency_ms=allreduce_latency_ms,
+            allreduce_buckets=buckets,
         )
     except CostError as exc:  # a derived value out of range: name the inputs it was derived from
         raise CostError(

@@ -43,6 +43,25 @@ class Flow:
 
 
 @dataclass(frozen=True, slots=True)
+class GradBucket:
+    """One bucket of a stage's gradient all-reduce (sim.cost.grad_buckets): the fraction of the stage's last
+    backward task done when its gradients are final, its ring time and that time's fixed part (a trace stretches the
+    rest, as a whole all-reduce's: StageCost)."""
+
+    ready_fraction: float
+    allreduce_ms: float
+    latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_nonneg_float(CostError, "bucket allreduce_ms", self.allreduce_ms)
+        check_nonneg_float(CostError, "bucket latency_ms", self.latency_ms)
+        if not 0.0 <= self.ready_fraction <= 1.0:
+            raise CostError(f"bucket ready_fraction must be in [0, 1], got {self.ready_fraction!r}")
+        if self.latency_ms > self.allreduce_ms:
+            raise CostError(f"bucket latency_ms {self.latency_ms!r} exceeds its allreduce_ms {self.allreduce_ms!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class StageCost:
     """Compute time and memory of one stage for one microbatch.
 
@@ -56,7 +75,9 @@ class StageCost:
     ordered pairs are `allreduce_links` (each device to the next, the last back to the first; none for one
     device), and `allreduce_latency_ms` is the fixed part of `allreduce_ms`; the rest (`allreduce_work_ms`) is
     the bytes over the ring's slowest rate, which a bandwidth trace stretches by 1 / the slowest ring link's
-    factor (sim.engine.simulator).
+    factor (sim.engine.simulator). `allreduce_buckets` (empty: none) cut the all-reduce into buckets in the order
+    they go over the ring, each starting once the stage's last backward task has passed its layers and the bucket
+    before it has ended (DDP's overlap, sim.cost.grad_buckets); `allreduce_ms` is then their total.
     """
 
     fwd_ms: float
@@ -69,8 +90,13 @@ class StageCost:
     optimizer_ms: float = 0.0
     allreduce_ring: tuple[int, ...] = ()
     allreduce_latency_ms: float = 0.0
+    allreduce_buckets: tuple[GradBucket, ...] = ()
 
     def __post_init__(self) -> None:
+        buckets = self.allreduce_buckets
+        if buckets and any(a.ready_fraction > b.ready_fraction for a, b in itertools.pairwise(buckets)):
+            fractions = [b.ready_fraction for b in self.allreduce_buckets]
+            raise CostError(f"allreduce_buckets must be ready in order (non-decreasing ready_fraction), got {fractions}")
         for field in ("fwd_ms", "bwd_ms", "saved_bytes", "static_bytes", "allreduce_ms", "optimizer_ms", "allreduce_latency_ms"):
             check_nonneg_float(CostError, field, getattr(self, field))
         if self.allreduce_latency_ms > self.allreduce_ms:

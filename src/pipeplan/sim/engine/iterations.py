@@ -124,11 +124,14 @@ def iteration_events(schedule: Schedule, costs: Costs) -> int:
 
 
 def allreduce_durations(result: SimResult, stages: int) -> tuple[float, ...]:
-    """Each stage's all-reduce in `result`, end - start (0 for a stage without one)."""
-    out = [0.0] * stages
+    """Each stage's all-reduce in `result`, its last span's end - its first span's start (a bucketed all-reduce has
+    one span per bucket; 0 for a stage without one)."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
     for span in result.collectives:
-        out[span.stage] = span.end_ms - span.start_ms
-    return tuple(out)
+        first[span.stage] = min(first.get(span.stage, span.start_ms), span.start_ms)
+        last[span.stage] = max(last.get(span.stage, span.end_ms), span.end_ms)
+    return tuple(last[s] - first[s] if s in first else 0.0 for s in range(stages))
 
 
 def peak_bytes(result: SimResult) -> float:

@@ -8,7 +8,7 @@ from pipeplan.core.errors import CostError
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.schedule import Schedule
 from pipeplan.sim.cost.shared import stage_exchange_ms
-from pipeplan.sim.cost.types import Costs, Flow, ring_links
+from pipeplan.sim.cost.types import Costs, Flow, StageCost, ring_links
 from pipeplan.sim.engine.program import program_for
 
 
@@ -20,7 +20,8 @@ def lower_bound(schedule: Schedule, costs: Costs, trace: BandwidthTrace | None =
     backward, whose all-reduce follows) plus its optimizer step, and (2) per
     stage s: one microbatch's path through every forward and transfer, the
     backwards from the last stage down to s (I for split stages, then W of s),
-    s's all-reduce and its rank's optimizer step. Transfers count
+    s's all-reduce (a bucketed one: what of it must run past the last backward, _allreduce_tail) and its rank's
+    optimizer step. Transfers count
     their unqueued duration, at the fastest rate `trace` ever gives their link; an all-reduce (and a shared
     parameter's exchange) its latency plus its work at the fastest rate its ring ever runs at (a factor may
     exceed 1: core.limits.MAX_FACTOR).
@@ -54,8 +55,7 @@ def bound_from_parts(
     # after its last backward a stage waits for its all-reduce and for the exchange of every shared parameter it holds
     exchange = stage_exchange_ms(costs.shared, len(stages)) if trace is None else _fastest_exchanges(costs, trace)
     tails = [
-        max(_fastest_ring(c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace), exchange[s])
-        + optimizer[schedule.stage_to_rank[s]]
+        max(_allreduce_tail(c, s in split_stages, trace), exchange[s]) + optimizer[schedule.stage_to_rank[s]]
         for s, c in enumerate(stages)
     ]
     best = 0.0
@@ -94,6 +94,22 @@ def _fastest_ring(total_ms: float, latency_ms: float, ring: tuple[int, ...], tra
     if trace.ring_segments(links) is None:
         return total_ms
     return latency_ms + (total_ms - latency_ms) / trace.ring_max_factor(links)
+
+
+def _allreduce_tail(cost: StageCost, split: bool, trace: BandwidthTrace | None) -> float:
+    """The least time a stage's all-reduce runs past its last backward. Unbucketed: its fastest ring time. Bucketed
+    (sim.engine.simulator.bucket_spans): bucket k is ready (1 - f_k) x the last task (B; none for a split W) before
+    that task ends and the buckets from k on run one after another, so the tail is at least the largest over k of
+    their fastest times summed less that lead (the last bucket, f = 1, keeps it positive)."""
+    if not cost.allreduce_buckets:
+        return _fastest_ring(cost.allreduce_ms, cost.allreduce_latency_ms, cost.allreduce_ring, trace)
+    task = 0.0 if split else cost.bwd_ms  # a split stage's buckets all start at its W's end (simulator)
+    tail = 0.0
+    after = 0.0  # the fastest times of the buckets from k on
+    for bucket in reversed(cost.allreduce_buckets):
+        after += _fastest_ring(bucket.allreduce_ms, bucket.latency_ms, cost.allreduce_ring, trace)
+        tail = max(tail, after - (1.0 - bucket.ready_fraction) * task)
+    return tail
 
 
 def _fastest_exchanges(costs: Costs, trace: BandwidthTrace) -> list[float]:

@@ -9,7 +9,7 @@ from pipeplan.core.errors import CostError, DeadlockError
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, finish_time
 from pipeplan.core.schedule import Schedule
 from pipeplan.core.validate import waiting_grid
-from pipeplan.sim.cost.types import Costs, ring_links
+from pipeplan.sim.cost.types import Costs, StageCost, ring_links
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.lower_bound import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
@@ -113,6 +113,12 @@ def _simulate(
         start = outcome.backward_end[s]
         if start >= 0:
             rank = schedule.stage_to_rank[s]
+            if c.allreduce_buckets:
+                last_task_ms = _last_backward_ms(c, s in program.split_stages)
+                spans = bucket_spans(s, c, start, last_task_ms, trace, offset_ms)
+                collectives += spans
+                ready[rank] = max(ready[rank], spans[-1].end_ms)
+                continue
             end = ring_end(start, c.allreduce_ms, c.allreduce_latency_ms, c.allreduce_ring, trace, offset_ms)
             ready[rank] = max(ready[rank], end)
             if c.allreduce_ms > 0:
@@ -169,6 +175,34 @@ def ring_end(
     if offset_ms:
         return finish_time(*segments, offset_ms + start_ms + latency_ms, work) - offset_ms
     return finish_time(*segments, start_ms + latency_ms, work)
+
+
+def _last_backward_ms(cost: StageCost, split: bool) -> float:
+    """The part of a stage's last backward task its buckets' readiness is placed in: its B; 0 for a split stage's W,
+    whose weight gradients are accumulated by hand (models.stage.StageModule.backward_weight), where no gradient
+    hook sees them: its buckets all start at W's end (sim.cost.grad_buckets)."""
+    return 0.0 if split else cost.bwd_ms
+
+
+def bucket_spans(
+    stage: int,
+    cost: StageCost,
+    backward_end_ms: float,
+    last_task_ms: float,
+    trace: BandwidthTrace | None,
+    offset_ms: float,
+) -> list[CollectiveSpan]:
+    """The spans of a stage's bucketed all-reduce (StageCost.allreduce_buckets) whose last backward task of
+    `last_task_ms` ends at `backward_end_ms`: bucket k starts at the later of its ready time (the task's start +
+    its ready_fraction x the task) and the end of bucket k - 1, and runs as a ring all-reduce (ring_end)."""
+    begin = backward_end_ms - last_task_ms
+    previous = begin
+    spans = []
+    for bucket in cost.allreduce_buckets:
+        start = max(begin + bucket.ready_fraction * last_task_ms, previous)
+        previous = ring_end(start, bucket.allreduce_ms, bucket.latency_ms, cost.allreduce_ring, trace, offset_ms)
+        spans.append(CollectiveSpan(stage, start, previous))
+    return spans
 
 
 def shared_spans(
