@@ -18,7 +18,16 @@ NOT_FILES: dict[str, tuple[str, ...]] = {
     "simulate": ("--fwd", "--bwd", "--comm", "--act-bytes", "--bwd-input", "--bwd-weight", "--batch-scaling", "--optimizer"),
     "profile": ("--batch-sizes", "--project-to", "--dtype", "--precision", "--dataset", "--opt", "--device"),
     "probe": ("--name", "--optimizer"),
-    "plan": ("--planner", "--schedule", "--batch-scaling", "--optimizer", "--replication", "--memory-budget", "--time-budget"),
+    "plan": (
+        "--planner",
+        "--schedule",
+        "--batch-scaling",
+        "--optimizer",
+        "--replication",
+        "--memory-budget",
+        "--time-budget",
+        "--sequence-parallel",
+    ),
     "compare": ("--planners", "--schedule", "--batch-scaling", "--optimizer", "--replication", "--time-budget"),
     "adapt": ("--batch-scaling", "--optimizer", "--memory-budget"),
     "train": (

@@ -66,6 +66,7 @@ BAD: dict[str, list[list[str]]] = {
     "threads": [["--threads", "0"], ["--threads", "100000"]],
     "bandwidth_trace": [["--bandwidth-trace", "no-such-trace.json"]],
     "emulate_gb_per_s": [["--emulate-gb-per-s", "-1"], ["--emulate-gb-per-s", "nan"]],
+    "allreduce_bucket_mb": [["--allreduce-bucket-mb", "0"], ["--allreduce-bucket-mb", "nan"], ["--allreduce-bucket-mb", "-25"]],
     "adaptive": [["--adaptive"]],
     "memory_budget": [["--memory-budget", "lots"], ["--memory-budget", "0"], ["--memory-budget", "1GiB"],
                       ["--schedule", "kfkb", "--adaptive", "--memory-budget", "-1"]],

@@ -247,4 +247,7 @@ def test_on_a_profile_with_tensor_splits_the_3d_search_is_budgeted_too() -> None
             assert ("later_stops" in planning) == (tensor["stopped_early"] and planning["phase_reached"] != "tensor")
         else:
             assert not tensor["stopped_early"] and json.dumps(dataclasses.asdict(result.plan), sort_keys=True) == reference
-    assert ("tensor", True) in seen and ("plain", False) in seen
+    # both searches stopped somewhere: the plain one at its share, the 3D one after it (later_stops); whether a
+    # budget also exists that stops only one of them depends on the two searches' relative checkpoint counts
+    assert ("tensor", True) in seen
+    assert all(outcome in {("tensor", True), ("plain", False), ("tensor", False)} for outcome in seen)
