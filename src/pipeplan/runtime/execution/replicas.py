@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 from pipeplan.runtime.placement import Role, Topology
 from pipeplan.runtime.rank_errors import RuntimeFault
 from pipeplan.runtime.transport.link_emulation import Wire
+from pipeplan.sim.cost.grad_buckets import fill_buckets
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,25 +157,18 @@ def scatter_back(bucket: torch.Tensor, grads: Sequence[torch.Tensor]) -> None:
 def layer_buckets(layers: Sequence[nn.Module], params: Sequence[torch.Tensor], bucket_bytes: float) -> list[list[torch.Tensor]]:
     """`params` (a stage's trained parameters) cut as sim.cost.grad_buckets.fill_buckets cuts its layers: layer by
     layer from the last, each bucket taking layers until it holds `bucket_bytes` or more (a parameter two layers
-    hold goes with the later); parameters no layer holds make a last bucket of their own."""
+    hold goes with the later); parameters no layer holds (or only layers holding no bytes) make a last bucket of
+    their own."""
     wanted = {id(p) for p in params}
     seen: set[int] = set()
-    buckets: list[list[torch.Tensor]] = []
-    current: list[torch.Tensor] = []
-    held = 0
-    for layer in reversed(layers):
-        own = [p for p in layer.parameters() if id(p) in wanted and id(p) not in seen]
-        if not own:
-            continue
-        seen.update(id(p) for p in own)
-        current += own
-        held += sum(local_tensor(p).numel() * local_tensor(p).element_size() for p in own)
-        if held >= bucket_bytes:
-            buckets.append(current)
-            current, held = [], 0
-    if current:
-        buckets.append(current)
-    rest = [p for p in params if id(p) not in seen]
+    owned: list[list[torch.Tensor]] = [[] for _ in layers]
+    for position in range(len(layers) - 1, -1, -1):  # from the last: a parameter two layers hold goes with the later
+        owned[position] = [p for p in layers[position].parameters() if id(p) in wanted and id(p) not in seen]
+        seen.update(id(p) for p in owned[position])
+    sizes = [float(sum(local_tensor(p).numel() * local_tensor(p).element_size() for p in own)) for own in owned]
+    buckets = [[p for position in bucket for p in owned[position]] for bucket in fill_buckets(sizes, bucket_bytes)]
+    placed = {id(p) for bucket in buckets for p in bucket}
+    rest = [p for p in params if id(p) not in placed]
     if rest:
         buckets.append(rest)
     return buckets
