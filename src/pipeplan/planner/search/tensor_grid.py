@@ -183,9 +183,8 @@ def fastest_fitting(evaluator: Evaluator, options: tuple[Plan, ...]) -> Plan | N
             continue
     if len(fitting) < 2:
         return fitting[0] if fitting else None
-    scored = [(evaluator.score(plan), i, plan) for i, plan in enumerate(fitting)]
-    timed = [(score.time_ms, i, plan) for score, i, plan in scored if score.fits]
-    return min(timed, key=lambda x: (x[0], x[1]))[2] if timed else fitting[0]
+    fastest = ranked(evaluator, fitting, 1)
+    return fastest[0] if fastest else fitting[0]
 
 
 def ranked(evaluator: Evaluator, plans: list[Plan], count: int) -> list[Plan]:
