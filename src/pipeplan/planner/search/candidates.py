@@ -21,7 +21,7 @@ from pipeplan.planner.plan_space import allows_order, divisors, microbatch_sizes
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
-from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, Placements, block_sums, partition_dp_each
+from pipeplan.planner.search.partition_dp import BlockSums, DpCache, DpInputs, block_sums, partition_dp_each
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.scoring import FLOOR_MARGIN, Evaluator
@@ -67,7 +67,7 @@ class Candidates:
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
         self.layer_costs = request.model.layers
         self._sums: dict[tuple[float, int], BlockSums] = {}
-        self._placements: Placements = {}  # the DP's placement arrays per (layout, stage width), for every (rp, b)
+        self._dp_cache = DpCache()  # the DP's placement arrays and solutions, for every (rp, b) and layout
         self.pool: list[Plan] = []
         self.seeds: dict[str, Plan] = {}
         self.seed_times: dict[str, float] = {}
@@ -171,7 +171,7 @@ class Candidates:
         for order in orders:
             for replica_major in (True, False) if rp > 1 else (True,):
                 layout = Layout(order, rp, n, unit, replica_major)
-                each = partition_dp_each(inputs, layout, hides, keep=3, placements=self._placements)
+                each = partition_dp_each(inputs, layout, hides, keep=3, cache=self._dp_cache)
                 solutions = [sol for variant in each for sol in variant]
                 for solution in solutions:
                     stages = tuple(

@@ -9,7 +9,7 @@ positions, so unused devices are the tail of the order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -138,8 +138,20 @@ Tables = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 inf work where j < i), and the least room over k' of each (i, j) (inf where j < i)."""
 
 Placements = dict[tuple[Layout, int], dict[str, np.ndarray]]
-"""placement_arrays by (layout, stage width rho), for one cluster and its link matrices: a caller that runs the DP
-over several microbatch sizes and all-reduce estimates on the same layouts builds each once."""
+"""placement_arrays by (layout, stage width rho), for one cluster and its link matrices."""
+
+
+@dataclass(frozen=True, slots=True)
+class DpCache:
+    """What partition_dp_each keeps across the calls of one caller on one cluster, link matrices, blocks and
+    optimizer: placement arrays per (layout, width), and the solutions per everything the tables are made of.
+
+    Two layouts whose stages see the same speeds, memory, rings and links (a device order and its mirror image on a
+    symmetric cluster) have the same tables, so the same solutions (stages in units and blocks, estimates): the
+    second is looked up. `solved` keys hold the ids of the block sums, which its values keep alive."""
+
+    placements: Placements = field(default_factory=dict)
+    solved: dict[tuple[object, ...], tuple[list[list[DpSolution]], tuple[BlockSums, ...]]] = field(default_factory=dict)
 
 
 @timed_phase("partition_dp")
@@ -155,26 +167,36 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
     weights, gradients and optimizer state plus min(stages after, m)
     microbatches of activations must fit the smallest device of the stage.
     """
-    return _solve_each(inp, layout, (inp.hide_allreduce,), keep, None)[0]
+    return _solve_each(inp, layout, (inp.hide_allreduce,), keep, DpCache())[0]
 
 
 @timed_phase("partition_dp")
 def partition_dp_each(
-    inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int = 4, placements: Placements | None = None
+    inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int = 4, cache: DpCache | None = None
 ) -> list[list[DpSolution]]:
     """partition_dp's solutions with `hide_allreduce` set to each of `hides` in turn (inp's own setting is not
     read), from one build of what the estimates share: the same lists as one partition_dp call per setting.
-    `placements`: a cache of placement arrays kept by the caller across calls on the same cluster (Placements)."""
-    return _solve_each(inp, layout, hides, keep, placements)
+    `cache`: kept by the caller across calls on the same cluster, link matrices, blocks and optimizer (DpCache)."""
+    return _solve_each(inp, layout, hides, keep, DpCache() if cache is None else cache)
 
 
-def _solve_each(
-    inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int, placements: Placements | None
-) -> list[list[DpSolution]]:
-    """The solutions per setting of `hides` (partition_dp_each)."""
-    max_stages = min(inp.max_stages, len(inp.blocks), layout.units)
-    tables = stage_tables(inp, layout, hides, {} if placements is None else placements)
-    return [solve_tables(t, inp.blocks, layout.units, max_stages, inp.microbatches, keep) for t in tables]
+def _solve_each(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int, cache: DpCache) -> list[list[DpSolution]]:
+    """The solutions per setting of `hides` (partition_dp_each), looked up in `cache` when its tables were built."""
+    widths = [rho for rho in inp.unit_choices if rho <= layout.units]
+    for rho in widths:
+        if (layout, rho) not in cache.placements:
+            cache.placements[(layout, rho)] = placement_arrays(inp.cluster, inp.bandwidth, inp.latency, layout, rho)
+    sums = tuple(inp.sums[rho * layout.unit] for rho in widths)
+    placed = b"".join(a.tobytes() for rho in widths for a in cache.placements[(layout, rho)].values())
+    key = (tuple(map(id, sums)), tuple(widths), layout.unit, layout.units, inp.microbatches, inp.max_stages,
+           inp.optimizer_factor, hides, keep, placed)  # fmt: skip
+    found = cache.solved.get(key)
+    if found is None:
+        max_stages = min(inp.max_stages, len(inp.blocks), layout.units)
+        tables = stage_tables(inp, layout, hides, cache.placements)
+        solved = [solve_tables(t, inp.blocks, layout.units, max_stages, inp.microbatches, keep) for t in tables]
+        found = cache.solved[key] = (solved, sums)
+    return [list(solutions) for solutions in found[0]]
 
 
 def stage_tables(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], placements: Placements) -> list[Tables]:
@@ -241,6 +263,7 @@ def solve_tables(
             break
         best = value[cnt] + filled[cnt]
         inflight = min(cnt, m)
+        rows = 1 if cnt == max_stages else nb  # the last count's suffixes of blocks 1.. are never extended
         for rho, (u, fill, room, least_room) in tables.items():
             window = _window(support, k_units - rho + 1)
             if window is None:
@@ -248,8 +271,8 @@ def solve_tables(
             lo, hi, k0, k1 = window
             # only suffixes the previous count reached: stage i..j with lo <= j < hi (i <= j: inf work otherwise),
             # later stages on k' in [k0, k1) units; every cell left out is inf, so argmin's first minimum is the same
-            for i0 in range(0, hi, I_BLOCK):
-                i1 = min(hi, i0 + I_BLOCK)
+            for i0 in range(0, min(hi, rows), I_BLOCK):
+                i1 = min(hi, rows, i0 + I_BLOCK)
                 j0 = max(lo, i0)
                 obj = np.maximum(value[cnt - 1][None, j0 + 1 : hi + 1, k0:k1], u[i0:i1, j0:hi, k0:k1])
                 obj += filled[cnt - 1][None, j0 + 1 : hi + 1, k0:k1]
