@@ -16,7 +16,16 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.candidates import MAX_STAGES, Candidates
 from pipeplan.planner.search.mapping import Layout
-from pipeplan.planner.search.partition_dp import DpInputs, DpSolution, DpStage, Tables, partition_dp, solve_tables
+from pipeplan.planner.search.partition_dp import (
+    DpCache,
+    DpInputs,
+    DpSolution,
+    DpStage,
+    Tables,
+    partition_dp,
+    partition_dp_each,
+    solve_tables,
+)
 from pipeplan.presets.resolve import load_cluster, load_profile
 
 CASES = [
@@ -185,3 +194,61 @@ def test_windowed_recurrence_equals_the_whole_table_one_on_real_tables(
     assert len(seen) == 2 and solutions
     for args, got in zip(seen, (solutions, hidden), strict=True):
         assert got == plain_solutions(*args)  # type: ignore[arg-type]
+
+
+EACH_CASES = [*CASES, ("pipedream/resnet101", "h100-8x4", 256, 8)]
+
+
+@pytest.mark.parametrize("case", EACH_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_both_estimates_at_once_equal_one_run_per_estimate(case: tuple[str, str, int, int]) -> None:
+    """partition_dp_each (one build of the shared tables for both all-reduce estimates) returns, per estimate, what
+    a partition_dp run with that hide_allreduce returns, in the order asked."""
+    _, layout, inputs = dp_run(*case)
+    for hides in [(False, True), (True, False), (True,)]:
+        got = partition_dp_each(inputs, layout, hides, keep=3)
+        want = [partition_dp(dataclasses.replace(inputs, hide_allreduce=h), layout, keep=3) for h in hides]
+        assert got == want and all(want)
+
+
+@pytest.mark.parametrize("case", [("pipedream/resnet50", "v100-8x2-25g", 256), ("dapple/bert-48", "pcie-4x4-10g", 2048)])
+def test_a_shared_cache_returns_what_fresh_runs_return_on_every_layout(case: tuple[str, str, int]) -> None:
+    """With one DpCache over every (pipeline replicas, microbatch size) and layout the search tries, every answer
+    equals a run without a cache; mirror-image orders on these symmetric clusters are answered from the cache
+    (fewer solved entries than calls)."""
+    profile, cluster, batch = case
+    cand = Candidates(PlanRequest(load_profile(profile), load_cluster(cluster), batch))
+    cache, calls = DpCache(), 0
+    for rp in cand.replica_counts()[:3]:
+        for b in cand.microbatch_sizes(rp)[:3]:
+            unit, _, choices = cand.units(rp, b)
+            if not choices:
+                continue
+            sums = {rho * unit: cand.block_sums(b, rho * unit) for rho in choices}
+            m = batch // (rp * b)
+            inputs = DpInputs(sums, cand.cluster, cand.bandwidth, cand.latency, m, cand.request.model.optimizer_factor,
+                              choices, MAX_STAGES)  # fmt: skip
+            n = cand.cluster.num_devices // rp
+            for order in cand.orders:
+                for major in (True, False) if rp > 1 else (True,):
+                    layout = Layout(order, rp, n, unit, major)
+                    calls += 1
+                    got = partition_dp_each(inputs, layout, (False, True), keep=3, cache=cache)
+                    assert got == partition_dp_each(inputs, layout, (False, True), keep=3)
+    assert len(cache.solved) < calls
+
+
+def test_the_cache_tells_layouts_apart_whose_links_differ() -> None:
+    """Two layouts whose stages see different links (the chain order and the order alternating between the two
+    nodes) are solved separately: the cache does not hand one the other's solutions."""
+    cand = Candidates(PlanRequest(load_profile("dapple/gnmt-16"), load_cluster("v100-8x2-25g"), 128, 16))
+    unit, _, choices = cand.units(1, 16)
+    sums = {rho * unit: cand.block_sums(16, rho * unit) for rho in choices}
+    inputs = DpInputs(sums, cand.cluster, cand.bandwidth, cand.latency, 8, cand.request.model.optimizer_factor, choices,
+                      MAX_STAGES)  # fmt: skip
+    chain = cand.orders[0]
+    mixed = tuple(itertools.chain.from_iterable(zip(chain[:8], chain[8:], strict=True)))
+    cache = DpCache()
+    for order in (chain, mixed):
+        layout = Layout(order, 1, 16, unit, True)
+        assert partition_dp_each(inputs, layout, (False,), cache=cache) == partition_dp_each(inputs, layout, (False,))
+    assert len(cache.solved) == 2

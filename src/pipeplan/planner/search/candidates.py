@@ -21,7 +21,7 @@ from pipeplan.planner.plan_space import allows_order, divisors, microbatch_sizes
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.blocks import MAX_BLOCKS, make_blocks
 from pipeplan.planner.search.mapping import Layout, device_orders
-from pipeplan.planner.search.partition_dp import BlockSums, DpInputs, block_sums, partition_dp
+from pipeplan.planner.search.partition_dp import BlockSums, DpCache, DpInputs, block_sums, partition_dp_each
 from pipeplan.planner.search.refine import twin_classes
 from pipeplan.planner.search.replicated.seeds import SEED_NAME, plan_replicated
 from pipeplan.planner.search.scoring import FLOOR_MARGIN, Evaluator
@@ -67,6 +67,7 @@ class Candidates:
         self.blocks = make_blocks(self.profile, MAX_BLOCKS_LARGE if self.large else MAX_BLOCKS)
         self.layer_costs = request.model.layers
         self._sums: dict[tuple[float, int], BlockSums] = {}
+        self._dp_cache = DpCache()  # the DP's placement arrays and solutions, for every (rp, b) and layout
         self.pool: list[Plan] = []
         self.seeds: dict[str, Plan] = {}
         self.seed_times: dict[str, float] = {}
@@ -165,12 +166,13 @@ class Candidates:
         )  # fmt: skip
         orders = self.orders[:1] if self.large else self.orders
         # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
-        variants = (inputs,) if self.large else (inputs, dataclasses.replace(inputs, hide_allreduce=True))
+        hides = (False,) if self.large else (False, True)
         best = float("inf")
         for order in orders:
             for replica_major in (True, False) if rp > 1 else (True,):
                 layout = Layout(order, rp, n, unit, replica_major)
-                solutions = [sol for variant in variants for sol in partition_dp(variant, layout, keep=3)]
+                each = partition_dp_each(inputs, layout, hides, keep=3, cache=self._dp_cache)
+                solutions = [sol for variant in each for sol in variant]
                 for solution in solutions:
                     stages = tuple(
                         Stage(st.first_layer, st.last_layer, layout.devices(st.first_unit, st.units)) for st in solution.stages

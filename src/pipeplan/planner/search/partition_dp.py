@@ -9,7 +9,7 @@ positions, so unused devices are the tail of the order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -17,9 +17,9 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import MS_PER_S
 from pipeplan.planner.phase_clock import timed_phase
+from pipeplan.planner.search.dp_placement import placement_arrays
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
-from pipeplan.sim.cost.link_model import link_arrays, ring_allreduce_terms
 
 INF = np.inf
 
@@ -133,102 +133,25 @@ class DpInputs:
 I_BLOCK = 32
 """The DP's step takes first blocks i this many at a time, each with only the last blocks j >= i (the rest is inf)."""
 
-CHUNK_ENTRIES = 1 << 20
-"""Placement arrays are built this many (position, device) entries at a time, which bounds their memory."""
-
-
-def _placement_arrays(inp: DpInputs, layout: Layout, rho: int) -> dict[str, np.ndarray]:
-    """Per first unit a of a stage of `rho` units: min speed, min memory, ring all-reduce terms, outgoing link.
-
-    The stage at unit a runs on layout.devices(a, rho); its outgoing transfer goes to a stage assumed to have as
-    many replicas, just below it in the order (device i of the one paired with device i of the other). All
-    positions at once, as index arrays, a chunk of CHUNK_ENTRIES at a time.
-    """
-    positions = layout.units - rho + 1
-    r = rho * layout.unit
-    order = np.asarray(layout.order, dtype=np.int64)
-    devices_all = inp.cluster.devices
-    device_speed = np.array([d.speed for d in devices_all], dtype=float)
-    device_memory = np.array([d.memory_bytes for d in devices_all], dtype=float)
-    speed = np.empty(positions)
-    memory = np.empty(positions)
-    ring_factor = np.zeros(positions)  # all-reduce ms per param byte
-    ring_fixed = np.zeros(positions)
-    out_rate = np.full(positions, INF)
-    out_latency = np.zeros(positions)
-    width = r * layout.replicas
-    step = max(1, CHUNK_ENTRIES // width)
-    for lo in range(0, positions, step):
-        first = np.arange(lo, min(positions, lo + step))
-        devs = order[_stage_indices(layout, first, r)]  # [a, i] = layout.devices(a, rho)[i]
-        speed[first] = device_speed[devs].min(axis=1)
-        memory[first] = device_memory[devs].min(axis=1)
-        if width > 1:
-            ring_factor[first], ring_fixed[first] = _ring_terms(inp.cluster, devs)
-        below = first > 0
-        if below.any():
-            src = devs[below]
-            dst = order[_below_indices(layout, first[below], r)]
-            rate = np.minimum(inp.bandwidth[src, dst], inp.bandwidth[dst, src]).min(axis=1)
-            out_rate[first[below]] = np.where(rate > 0, rate * r, 0.0)
-            latency = np.maximum(inp.latency[src, dst].max(axis=1), inp.latency[dst, src].max(axis=1))
-            out_latency[first[below]] = latency
-    return {
-        "speed": speed,
-        "memory": memory,
-        "ring_factor": ring_factor,
-        "ring_fixed": ring_fixed,
-        "out_rate": out_rate,
-        "out_latency": out_latency,
-    }
-
-
-def _stage_indices(layout: Layout, first_units: np.ndarray, r: int) -> np.ndarray:
-    """Indices into layout.order of the devices of a stage of r positions at each unit of `first_units`, in
-    Layout.devices's order (one row per stage)."""
-    start = first_units * layout.unit
-    if layout.replica_major:
-        within = (np.arange(layout.replicas)[:, None] * layout.per_pipeline + np.arange(r)[None, :]).ravel()
-        return start[:, None] + within[None, :]
-    return start[:, None] * layout.replicas + np.arange(r * layout.replicas)[None, :]
-
-
-def _below_indices(layout: Layout, first_units: np.ndarray, r: int) -> np.ndarray:
-    """Indices into layout.order of the stage just below each stage of `first_units` (r positions per pipeline
-    replica, clipped at the stage's first position), replica-major: the destinations of its outgoing transfer."""
-    top = first_units * layout.unit
-    low = np.maximum(0, top - r)
-    position = np.minimum(low[:, None] + np.arange(r)[None, :], top[:, None] - 1)[:, None, :]  # [a, 1, i]
-    replica = np.arange(layout.replicas)[None, :, None]
-    if layout.replica_major:
-        index = replica * layout.per_pipeline + position
-    else:
-        unit_first = (position // layout.unit) * layout.unit
-        index = unit_first * layout.replicas + replica * layout.unit + (position - unit_first)
-    return index.reshape(len(first_units), -1)
-
-
-def _ring_terms(cluster: Cluster, devs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ring_allreduce_terms of every row of `devs` (each a ring in the given order), as arrays."""
-    rate, latency = link_arrays(cluster)
-    nxt = np.roll(devs, -1, axis=1)
-    rates = rate[devs, nxt]
-    if not (rates > 0).all():
-        for row in devs:  # raises, naming the first pair that cannot talk
-            ring_allreduce_terms(cluster, tuple(int(d) for d in row))
-    n = devs.shape[1]
-    if cluster.allreduce_bytes_per_s is not None:
-        bandwidth = np.full(len(devs), cluster.allreduce_bytes_per_s)
-        slowest_latency = np.full(len(devs), cluster.allreduce_latency_ms)
-    else:
-        bandwidth = rates.min(axis=1)
-        slowest_latency = latency[devs, nxt].max(axis=1)
-    return MS_PER_S * 2 * (n - 1) / n / bandwidth, 2 * (n - 1) * slowest_latency
-
-
 Tables = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 """Per stage width rho (units): u, fill and room of a stage of blocks i..j whose later stages use k' units ([i, j, k'],
 inf work where j < i), and the least room over k' of each (i, j) (inf where j < i)."""
+
+Placements = dict[tuple[Layout, int], dict[str, np.ndarray]]
+"""placement_arrays by (layout, stage width rho), for one cluster and its link matrices."""
+
+
+@dataclass(frozen=True, slots=True)
+class DpCache:
+    """What partition_dp_each keeps across the calls of one caller on one cluster, link matrices, blocks and
+    optimizer: placement arrays per (layout, width), and the solutions per everything the tables are made of.
+
+    Two layouts whose stages see the same speeds, memory, rings and links (a device order and its mirror image on a
+    symmetric cluster) have the same tables, so the same solutions (stages in units and blocks, estimates): the
+    second is looked up. `solved` keys hold the ids of the block sums, which its values keep alive."""
+
+    placements: Placements = field(default_factory=dict)
+    solved: dict[tuple[object, ...], tuple[list[list[DpSolution]], tuple[BlockSums, ...]]] = field(default_factory=dict)
 
 
 @timed_phase("partition_dp")
@@ -244,15 +167,52 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
     weights, gradients and optimizer state plus min(stages after, m)
     microbatches of activations must fit the smallest device of the stage.
     """
+    return _solve_each(inp, layout, (inp.hide_allreduce,), keep, DpCache())[0]
+
+
+@timed_phase("partition_dp")
+def partition_dp_each(
+    inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int = 4, cache: DpCache | None = None
+) -> list[list[DpSolution]]:
+    """partition_dp's solutions with `hide_allreduce` set to each of `hides` in turn (inp's own setting is not
+    read), from one build of what the estimates share: the same lists as one partition_dp call per setting.
+    `cache`: kept by the caller across calls on the same cluster, link matrices, blocks and optimizer (DpCache)."""
+    return _solve_each(inp, layout, hides, keep, DpCache() if cache is None else cache)
+
+
+def _solve_each(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: int, cache: DpCache) -> list[list[DpSolution]]:
+    """The solutions per setting of `hides` (partition_dp_each), looked up in `cache` when its tables were built."""
+    widths = [rho for rho in inp.unit_choices if rho <= layout.units]
+    for rho in widths:
+        if (layout, rho) not in cache.placements:
+            cache.placements[(layout, rho)] = placement_arrays(inp.cluster, inp.bandwidth, inp.latency, layout, rho)
+    sums = tuple(inp.sums[rho * layout.unit] for rho in widths)
+    placed = b"".join(a.tobytes() for rho in widths for a in cache.placements[(layout, rho)].values())
+    key = (tuple(map(id, sums)), tuple(widths), layout.unit, layout.units, inp.microbatches, inp.max_stages,
+           inp.optimizer_factor, hides, keep, placed)  # fmt: skip
+    found = cache.solved.get(key)
+    if found is None:
+        max_stages = min(inp.max_stages, len(inp.blocks), layout.units)
+        tables = stage_tables(inp, layout, hides, cache.placements)
+        solved = [solve_tables(t, inp.blocks, layout.units, max_stages, inp.microbatches, keep) for t in tables]
+        found = cache.solved[key] = (solved, sums)
+    return [list(solutions) for solutions in found[0]]
+
+
+def stage_tables(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], placements: Placements) -> list[Tables]:
+    """The DP's stage tables (Tables) with the all-reduce hidden or not per entry of `hides`; everything but the
+    all-reduce's exposed part (u) is computed once and shared by all of them."""
     nb = len(inp.blocks)
     k_units = layout.units
     m = inp.microbatches
-    max_stages = min(inp.max_stages, nb, k_units)
-    tables: Tables = {}
+    upper = np.triu(np.ones((nb, nb), dtype=bool))
+    tables: list[Tables] = [{} for _ in hides]
     for rho in inp.unit_choices:
         if rho > k_units:
             continue
-        arr = _placement_arrays(inp, layout, rho)
+        arr = placements.get((layout, rho))
+        if arr is None:
+            arr = placements[(layout, rho)] = placement_arrays(inp.cluster, inp.bandwidth, inp.latency, layout, rho)
         sums = inp.sums[rho * layout.unit]  # costs at b / r samples per device
         static = static_bytes(sums.param_bytes, inp.optimizer_factor)
         speed = arr["speed"][None, None, :]
@@ -263,21 +223,24 @@ def partition_dp(inp: DpInputs, layout: Layout, keep: int = 4) -> list[DpSolutio
             c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
         c = np.nan_to_num(c, nan=INF)
         ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
-        # the all-reduce starts after the stage's last backward and hides behind the backwards still to
-        # run on the stages before it (estimated as if they had this stage's replicas and speed)
-        drain = sums.bwd_before_ms[:, None, None] / speed
-        exposed = np.maximum(ar - drain, 0.0) if inp.hide_allreduce else ar
-        exposed = exposed + sums.optimizer_ms[:, :, None] / speed  # the optimizer step follows the all-reduce
+        optimizer = sums.optimizer_ms[:, :, None] / speed  # the optimizer step follows the all-reduce
         cycle = np.maximum(t, c)
-        u = (m - 1) * cycle + exposed if m > 1 else np.where(np.isfinite(cycle), exposed, INF)
+        busy = (m - 1) * cycle if m > 1 else None
         # the most microbatches whose activations fit beside the weights (negative: not even the weights)
         act = sums.saved_bytes[:, :, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             room = (arr["memory"][None, None, :] - static[:, :, None]) / act
         room = np.where(static[:, :, None] > arr["memory"][None, None, :], -1.0, np.nan_to_num(room, nan=INF, posinf=INF))
-        least_room = np.where(np.triu(np.ones((nb, nb), dtype=bool)), room.min(axis=2), INF)  # over j >= i
-        tables[rho] = (u, t + 2 * c, room, least_room)
-    return solve_tables(tables, inp.blocks, k_units, max_stages, m, keep)
+        least_room = np.where(upper, room.min(axis=2), INF)  # over j >= i
+        fill = t + 2 * c
+        for table, hide in zip(tables, hides, strict=True):
+            # the all-reduce starts after the stage's last backward and hides behind the backwards still to
+            # run on the stages before it (estimated as if they had this stage's replicas and speed)
+            exposed = np.maximum(ar - sums.bwd_before_ms[:, None, None] / speed, 0.0) if hide else ar
+            exposed = exposed + optimizer
+            u = busy + exposed if busy is not None else np.where(np.isfinite(cycle), exposed, INF)
+            table[rho] = (u, fill, room, least_room)
+    return tables
 
 
 def solve_tables(
@@ -300,6 +263,7 @@ def solve_tables(
             break
         best = value[cnt] + filled[cnt]
         inflight = min(cnt, m)
+        rows = 1 if cnt == max_stages else nb  # the last count's suffixes of blocks 1.. are never extended
         for rho, (u, fill, room, least_room) in tables.items():
             window = _window(support, k_units - rho + 1)
             if window is None:
@@ -307,8 +271,8 @@ def solve_tables(
             lo, hi, k0, k1 = window
             # only suffixes the previous count reached: stage i..j with lo <= j < hi (i <= j: inf work otherwise),
             # later stages on k' in [k0, k1) units; every cell left out is inf, so argmin's first minimum is the same
-            for i0 in range(0, hi, I_BLOCK):
-                i1 = min(hi, i0 + I_BLOCK)
+            for i0 in range(0, min(hi, rows), I_BLOCK):
+                i1 = min(hi, rows, i0 + I_BLOCK)
                 j0 = max(lo, i0)
                 obj = np.maximum(value[cnt - 1][None, j0 + 1 : hi + 1, k0:k1], u[i0:i1, j0:hi, k0:k1])
                 obj += filled[cnt - 1][None, j0 + 1 : hi + 1, k0:k1]
