@@ -131,12 +131,13 @@ def test_sequence_parallelism_is_chosen_by_the_cost_model_or_as_the_request_forc
             assert {st.sequence_parallel for st in exact[0].stages if st.tp > 1} <= {setting == "on"}
         assert result.iteration_time == pytest.approx(exact[1], rel=1e-12, abs=0), setting
     assert found["auto"] == (found["on"][0], {True}) and found["off"][1] == {False}
-    assert found["auto"][0] < found["off"][0] * (1 - 0.04)  # 7.17 against 7.61 ms
+    assert found["auto"][0] < found["off"][0] * (1 - 0.02)  # 7.44 against 7.61 ms (its boundary gathers and norm
+    # all-reduces priced; 7.17 without them)
 
 
-def test_sequence_parallelism_that_prices_the_same_is_left_off() -> None:
-    """With no work a TP rank runs whole (every split's whole_fwd and whole_bwd 0), sequence parallelism changes
-    memory only: auto keeps it off, at the time of the plan with it on."""
+def test_sequence_parallelism_that_only_adds_collectives_is_left_off() -> None:
+    """With no work a TP rank runs whole (every split's whole_fwd and whole_bwd 0), sequence parallelism saves memory
+    and adds only collectives (its boundary gathers, its norms' all-reduces): auto keeps it off, faster than on."""
     profile = plan_request(WIDE, "dgx-a100-8x1", 2).profile
     level = tuple(
         dataclasses.replace(x, tp=None if x.tp is None else dataclasses.replace(x.tp, whole_fwd=0.0, whole_bwd=0.0))
@@ -147,7 +148,7 @@ def test_sequence_parallelism_that_prices_the_same_is_left_off() -> None:
         plan_tensor(plan_request(flat, "dgx-a100-8x1", 2, sequence_parallel=s, time_budget_s=None)) for s in ("auto", "on")
     )
     assert auto.plan.stages[0].tp > 1 and not any(st.sequence_parallel for st in auto.plan.stages)
-    assert auto.iteration_time == pytest.approx(on.iteration_time, rel=1e-12, abs=0)
+    assert auto.iteration_time < on.iteration_time
 
 
 @pytest.mark.slow

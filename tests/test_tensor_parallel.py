@@ -59,6 +59,11 @@ def ring_ms(t: int, nbytes: float, count: int, rate: float = INTRA, latency: flo
     return 2 * (t - 1) / t * nbytes / rate * 1000 + count * 2 * (t - 1) * latency
 
 
+def gather_ms(t: int, nbytes: float, rate: float = INTRA, latency: float = INTRA_MS) -> float:
+    """A ring all-gather over t devices of a whole nbytes: (t-1)/t nbytes / rate + (t-1) latency."""
+    return (t - 1) / t * nbytes / rate * 1000 + (t - 1) * latency
+
+
 def test_a_one_stage_tp2_plan_takes_compute_over_two_plus_its_ring_collectives() -> None:
     """Iteration of a one-stage t=2 plan = m (F + B), F and B by hand: split layers / 2, the norm whole, and the
     vocab (1 fwd), blocks (2 + 2) and head (1 bwd, its input: the cut before it) all-reduces on the ring of 2."""
@@ -84,9 +89,34 @@ def test_a_splits_whole_work_runs_on_every_device_and_a_recomputed_forwards_coll
     cost = plan_costs(plan, linear_model(prof, cluster(), optimizer="sgd")).stages[0]
     fwd = 8.0 / 4 if sp else 8.0 * (0.25 + 0.75 / 4)
     bwd = 24.0 / 4 if sp else 24.0 * (0.5 + 0.5 / 4)
-    assert cost.fwd_ms == pytest.approx(fwd + ring_ms(4, 2 * 4e6, 2), rel=1e-12)
-    assert cost.bwd_ms == pytest.approx(bwd + ring_ms(4, 4 * 4e6, 4), rel=1e-12)
+    # with sequence parallelism: the gather of its output where its run ends, rerun in the backward (recomputed), no
+    # input gradient to gather before the first layer, and its two norms' gradient all-reduces (latency only)
+    fwd_sp = gather_ms(4, 4e6) if sp else 0.0
+    bwd_sp = gather_ms(4, 4e6) + 2 * 2 * 3 * INTRA_MS if sp else 0.0
+    assert cost.fwd_ms == pytest.approx(fwd + ring_ms(4, 2 * 4e6, 2) + fwd_sp, rel=1e-12)
+    assert cost.bwd_ms == pytest.approx(bwd + ring_ms(4, 4 * 4e6, 4) + bwd_sp, rel=1e-12)
     assert cost.static_bytes == pytest.approx(4e8 / 4 * 2, rel=1e-12)  # weights and SGD's gradients / t, unchanged
+
+
+@pytest.mark.parametrize(("first", "t"), [(0, 2), (1, 2), (3, 4), (0, 4)])
+def test_sequence_parallelism_adds_each_runs_boundary_gathers_and_its_norms_all_reduces(first: int, t: int) -> None:
+    """A stage from layer `first` to the head of the toy GPT (after a one-device stage when first > 0), with and
+    without sequence parallelism (the blocks' whole shares are 0, so compute is the same): the difference is, per run
+    of consecutive blocks (block0 and block1, split by the norm), an all-gather of its output in the forward and of
+    its input's gradient (the cut before it) in the backward, and two norm all-reduces per block in the backward, each
+    ring over the group by hand."""
+    devices = tuple(range(t))
+    before = (Stage(0, first - 1, (t,)),) if first else ()
+    plain = Plan((*before, Stage(first, 4, devices, tp=t)), 1, 2, 8, "1f1b")
+    sp = Plan((*before, Stage(first, 4, devices, tp=t, sequence_parallel=True)), 1, 2, 8, "1f1b")
+    model = linear_model(profile(), cluster(), optimizer="sgd")
+    a, b = plan_costs(plain, model).stages[-1], plan_costs(sp, model).stages[-1]
+    blocks = [i for i in (1, 3) if i >= first]
+    fwd = sum(gather_ms(t, LAYERS[i][3]) for i in blocks)
+    bwd = sum(gather_ms(t, CUTS[i - 1]) + 2 * 2 * (t - 1) * INTRA_MS for i in blocks)
+    assert b.fwd_ms - a.fwd_ms == pytest.approx(fwd, rel=1e-12)
+    assert b.bwd_ms - a.bwd_ms == pytest.approx(bwd, rel=1e-12)
+    assert b.bwd_input_ms - a.bwd_input_ms == pytest.approx(bwd, rel=1e-12)
 
 
 def test_weights_and_activations_divide_as_korthikanti_says() -> None:

@@ -24,8 +24,9 @@ schedule, time simulated):
    and 2 cost no exchange time there and split the optimizer step, so among equal times the plan scored first wins
    (zero 1 before 2).
 3. the FINALISTS fastest variants, each with its cuts hill-climbed one layer at a time (refine_cuts), and the
-   Megatron-style baseline's best grid point (baselines.megatron) are simulated in full; the fastest wins (the first
-   on ties), so the search is never slower than that grid.
+   Megatron-style baseline's best grid point (baselines.megatron), with and without sequence parallelism as the
+   request allows (grid_variants), are simulated in full; the fastest wins (the first on ties), so the search is
+   never slower than that grid unless the request forces sequence parallelism on.
 
 The request's forced degree (PlanRequest.tensor_parallel) and ZeRO stage (PlanRequest.zero) fix those dimensions.
 """
@@ -74,6 +75,17 @@ def sequence_options(request: PlanRequest, t: int) -> tuple[bool, ...]:
     if t == 1 or request.sequence_parallel == "off":
         return (False,)
     return (True,) if request.sequence_parallel == "on" else (False, True)
+
+
+def grid_variants(request: PlanRequest, plan: Plan) -> list[Plan]:
+    """The Megatron-style grid's point with the sequence parallelism the request allows its tensor-parallel stages
+    (sequence_options, in its order: auto gives the point as the grid plans it, without, then with), so a forced
+    `on` is honoured by every finalist."""
+    t = max(stage.tp for stage in plan.stages)
+    return [
+        dataclasses.replace(plan, stages=tuple(dataclasses.replace(x, sequence_parallel=sp and x.tp > 1) for x in plan.stages))
+        for sp in sequence_options(request, t)
+    ]
 
 
 def has_tensor_layers(request: PlanRequest) -> bool:
@@ -274,7 +286,7 @@ def plan_tensor(request: PlanRequest, has_fallback: bool = False) -> PlanResult:
             record_coverage(simulations=evaluator.simulations, candidates=len(seen))
             finalists = ranked(evaluator, list(dict.fromkeys(seen)), FINALISTS)
     if grid is not None:
-        finalists.append(grid.plan)
+        finalists.extend(grid_variants(request, grid.plan))
     elif not finalists:
         assert refusal is not None
         raise PlanError(f"no plan with tensor parallelism fits: {str(refusal).splitlines()[0]}") from refusal

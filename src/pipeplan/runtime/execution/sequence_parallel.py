@@ -17,7 +17,7 @@ Note:
     activation each way, which a ring moves in the time of the two all-reduces they replace, as
     sim.cost.tensor_parallel prices them): one all-gather of the activation where a run of blocks ends (forward)
     and one where it starts (backward), and one all-reduce of each norm's weight and bias gradients (2 x width
-    elements) per block and microbatch; the cost model leaves these out (its module docstring, Note).
+    elements) per block and microbatch; the cost model prices them (sim.cost.tensor_parallel, the norms' latency only).
 """
 
 from __future__ import annotations

@@ -45,10 +45,18 @@ Note:
     runs after a pipeline transfer split over its group's devices (Megatron's scatter-gather; cut bytes per
     boundary against 4 all-reduces of the same size per block), NIC sharing between the t concurrent
     data-parallel rings of a stage (one per rank of the group, each priced alone), a shared parameter's
-    exchange, which is priced over every device of its stages with its whole bytes (an upper bound), and, with
-    sequence parallelism, what the runtime runs beside each block's collectives (runtime.execution.sequence_parallel,
-    which sends whole tensors between stages, as priced here): one all-gather of the activation where a stage's run
-    of split blocks ends (forward) and one where it starts (backward), and the norms' gradient all-reduce.
+    exchange, which is priced over every device of its stages with its whole bytes (an upper bound), and the bytes
+    of the norms' gradient all-reduces under sequence parallelism (4 x hidden elements per block against the
+    block's b x s x hidden activation in each of its all-reduces; their latency is priced).
+
+With sequence parallelism a stage also runs what runtime.execution.sequence_parallel adds to each block's
+collectives (it sends whole tensors between stages, as priced here), over the same ring: where a run of consecutive
+sequence-split layers (SEQUENCE_KINDS) of the stage ends, an all-gather of the last one's output in the forward; where
+it starts, an all-gather of the gradient of its input in the backward (nothing before the profile's first layer);
+and in the backward, per layer and microbatch, one all-reduce of each of its norms' weight gradients
+(SEQUENCE_NORMS: two per block). An all-gather of n bytes over t devices is (t-1)/t x n / rate + (t-1) x latency,
+half a ring all-reduce of n: TensorTraffic counts it as an all-reduce of n/2 bytes and half a latency count. A
+recomputed layer (TensorSplit.recomputed) reruns its forward's gather in the backward, as its other collectives.
 """
 
 from __future__ import annotations
@@ -66,6 +74,11 @@ from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.layers import LayerCosts, StageWork
 from pipeplan.sim.cost.link_model import device_nodes, ring_group_links
+
+SEQUENCE_NORMS = {"block": 2, "attention": 1, "mlp": 1}
+"""The tensor-parallel kinds sequence parallelism splits along the sequence (their norms, dropouts and residual adds,
+TP_KINDS' whole share) and their norms, each of whose weight gradients is all-reduced over the group per microbatch
+under sequence parallelism (runtime.execution.sequence_parallel.SummedNorm): a block has two, its halves one each."""
 
 __all__ = [
     "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "sharded_static_bytes",
@@ -100,12 +113,13 @@ class TensorShares:
 
 @dataclass(frozen=True, slots=True)
 class TensorTraffic:
-    """A stage's tensor-parallel collectives for one microbatch on one device: bytes and count of all-reduces."""
+    """A stage's tensor-parallel collectives for one microbatch on one device: bytes and count of all-reduces (an
+    all-gather of n bytes counts as an all-reduce of n/2 bytes and half a count: module docstring)."""
 
     fwd_bytes: float
-    fwd_count: int
+    fwd_count: float
     bwd_bytes: float
-    bwd_count: int
+    bwd_count: float
 
 
 def tensor_shares(profile: ModelProfile, t: int, sequence_parallel: bool) -> TensorShares:
@@ -212,7 +226,7 @@ def split_stage(
     optimizer = float((costs.optimizer_steps_ms[index] * shares.params[index]).sum()) / speed
     bwd_input, bwd_weight = total(arrays.bwd_input, bwd_compute), total(arrays.bwd_weight, bwd_compute)
     work = StageWork(fwd, bwd, bwd_input, bwd_weight, held, params, optimizer)
-    return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas)
+    return work, _traffic(costs, shares, selected, arrays.activation, microbatch_size, replicas, sp)
 
 
 def compute_shares(costs: LayerCosts, shares: TensorShares, samples: float) -> tuple[np.ndarray, np.ndarray]:
@@ -249,10 +263,17 @@ def _measured_share(sizes: np.ndarray, split: np.ndarray, dense: np.ndarray, sam
 
 
 def _traffic(
-    costs: LayerCosts, shares: TensorShares, selected: list[int], activation: np.ndarray, microbatch_size: int, replicas: int
+    costs: LayerCosts,
+    shares: TensorShares,
+    selected: list[int],
+    activation: np.ndarray,
+    microbatch_size: int,
+    replicas: int,
+    sp: bool,
 ) -> TensorTraffic:
     """The all-reduces of the split layers among `selected`: of each one's output (activation bytes per device), or of
-    its input's gradient (the bytes crossing the cut before it, / replicas; 0 for the first layer of the profile)."""
+    its input's gradient (the bytes crossing the cut before it, / replicas; 0 for the first layer of the profile);
+    with sequence parallelism (`sp`), its boundary gathers and norm all-reduces too (`_sequence_traffic`)."""
     fwd_bytes = bwd_bytes = 0.0
     fwd_count = bwd_count = 0
     for i in selected:
@@ -265,4 +286,41 @@ def _traffic(
             nbytes = float(activation[i])
         fwd_bytes, fwd_count = fwd_bytes + f * nbytes, fwd_count + f
         bwd_bytes, bwd_count = bwd_bytes + b * nbytes, bwd_count + b
+    traffic = TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
+    return _sequence_traffic(costs, selected, activation, microbatch_size, replicas, traffic) if sp else traffic
+
+
+def _sequence_traffic(
+    costs: LayerCosts,
+    selected: list[int],
+    activation: np.ndarray,
+    microbatch_size: int,
+    replicas: int,
+    traffic: TensorTraffic,
+) -> TensorTraffic:
+    """`traffic` plus what sequence parallelism adds (module docstring): per run of consecutive SEQUENCE_NORMS layers
+    among `selected`, the all-gather of its last output (forward; again in the backward if that layer is recomputed)
+    and of its input's gradient (backward), each as half an all-reduce; and each such layer's norm all-reduces
+    (backward, latency only)."""
+    fwd_bytes, fwd_count, bwd_bytes, bwd_count = traffic.fwd_bytes, traffic.fwd_count, traffic.bwd_bytes, traffic.bwd_count
+    layers = costs.profile.layers
+    runs: list[list[int]] = []
+    for i in selected:
+        split = layers[i].tp
+        if split is None or split.kind not in SEQUENCE_NORMS:
+            continue
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+        bwd_count += SEQUENCE_NORMS[split.kind]
+    for run in runs:
+        first, last = run[0], run[-1]
+        out = float(activation[last]) / 2
+        fwd_bytes, fwd_count = fwd_bytes + out, fwd_count + 0.5
+        split = layers[last].tp
+        if split is not None and split.recomputed:
+            bwd_bytes, bwd_count = bwd_bytes + out, bwd_count + 0.5
+        if first > 0:
+            bwd_bytes, bwd_count = bwd_bytes + costs.cut_bytes(first - 1, microbatch_size) / replicas / 2, bwd_count + 0.5
     return TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
