@@ -97,3 +97,15 @@ def test_an_instance_past_its_timeout_is_killed_and_fails_the_check() -> None:
     measured = matrix.run_instance("p", "c", 256, 0.5, [sys.executable, "-c", "import time; time.sleep(30)"])
     assert measured["error"] == "killed after 0.5 s" and measured["iteration_time"] is None
     assert any("p on c at batch 256" in f for f in matrix.check([measured]))
+
+
+def test_the_sources_are_byte_compiled_before_the_first_instance(tmp_path: Path) -> None:
+    """compile_sources writes each module's bytecode where an import looks for it (importlib.util.cache_from_source),
+    so the instances' processes load bytecode even where PYTHONDONTWRITEBYTECODE is set."""
+    module = tmp_path / "pkg" / "mod.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 1\n")
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    assert not cached.exists()
+    matrix.compile_sources(tmp_path)
+    assert cached.is_file() and cached.stat().st_size > 0
