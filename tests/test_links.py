@@ -223,3 +223,28 @@ def test_a_measured_allreduce_is_shared_by_the_rings_holding_part_of_each_node()
     assert measured_ring_share(dgx, tuple(range(0, 32, 2))) == 0.5
     assert measured_ring_share(dgx, tuple(range(32))) == 1.0
     assert measured_ring_share(dgx, tuple(range(8))) == 1.0
+
+
+@given(st.lists(st.permutations(range(4)), min_size=1, max_size=12), st.lists(st.integers(2, 4), min_size=12, max_size=12))
+def test_a_ring_priced_again_is_priced_as_the_first_time_from_the_dense_links(orders: list[list[int]], sizes: list[int]) -> None:
+    """Rings priced in any sequence, repeats included (link_model keeps each ring's links per cluster), each equal the
+    closed form over the dense link matrices: 2(n-1)/n bytes / (its slowest link) + 2(n-1) x its largest latency."""
+    c = cluster(nic=5 * GB)
+    rate = np.array(c.bandwidth_bytes_per_s, dtype=float)
+    nodes = np.array([d.node for d in c.devices])
+    rate = np.where(nodes[:, None] != nodes[None, :], np.minimum(rate, 5 * GB), rate)
+    latency = np.array(c.latency_ms, dtype=float)
+    for order, n in zip(orders * 2, sizes * 2, strict=False):
+        ring = tuple(order[:n])
+        links = list(zip(ring, ring[1:] + ring[:1], strict=True))
+        slowest, largest = min(rate[a, b] for a, b in links), max(latency[a, b] for a, b in links)
+        want = 2 * (n - 1) / n * 4e9 / slowest * 1000 + 2 * (n - 1) * largest
+        assert ring_allreduce_ms(c, ring, 4e9) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_ring_over_a_dead_link_is_refused_every_time_it_is_priced() -> None:
+    """A refused ring is not kept: pricing it again raises again, naming the pair."""
+    c = without_link(cluster(), 2, 3)
+    for _ in range(2):
+        with pytest.raises(ClusterError, match=r"2.*3"):
+            ring_allreduce_ms(c, (0, 1, 2, 3), 4e9)

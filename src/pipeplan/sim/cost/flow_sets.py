@@ -54,36 +54,87 @@ class PairArrays:
     work_ms: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class _PairLinks:
+    """The links of q sender/receiver pairs, whatever they carry: the moved pairs' ends, whether each crosses NICs,
+    latency (ms), pair bandwidth and effective rate (bytes/s)."""
+
+    q: int
+    src: np.ndarray
+    dst: np.ndarray
+    nic: np.ndarray
+    latency_ms: np.ndarray
+    raw: np.ndarray
+    rate: np.ndarray
+
+    def priced(self, nbytes: float) -> PairArrays:
+        """The pairs carrying nbytes / q each."""
+        work_ms = wire_ms(nbytes / self.q, self.rate) if self.q else np.zeros(0)
+        return PairArrays(self.src, self.dst, self.nic, self.latency_ms, work_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class _Geometry:
+    """What a transfer's flows depend on besides its bytes: each pipeline replica's q sending and receiving devices
+    (rows of src_all, dst_all), with several replicas their pairs' rates and latencies (to find the slowest), and the
+    links of each replica's pairs once one was the slowest (`links`, by replica)."""
+
+    src_all: np.ndarray
+    dst_all: np.ndarray
+    rates: np.ndarray | None
+    latencies: np.ndarray | None
+    links: dict[int, _PairLinks]
+
+
+def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _Geometry:
+    """The src->dst transfer's _Geometry: replica t of the smaller side with replica t of the larger."""
+    rp = plan.pipeline_replicas
+    src_all = np.array(plan.stages[src_stage].devices, dtype=np.int64).reshape(rp, -1)
+    dst_all = np.array(plan.stages[dst_stage].devices, dtype=np.int64).reshape(rp, -1)
+    q = min(src_all.shape[1], dst_all.shape[1])
+    src_all, dst_all = src_all[:, :q], dst_all[:, :q]
+    rates = latencies = None
+    if rp > 1:
+        rate, latency = link_arrays(cluster)
+        rates, latencies = rate.values(src_all, dst_all), latency.values(src_all, dst_all)
+    return _Geometry(src_all, dst_all, rates, latencies, {})
+
+
+def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArrays:
+    """transfer_pairs of a transfer of `nbytes` with this geometry (the same arrays for the same arguments)."""
+    src_all, dst_all = geometry.src_all, geometry.dst_all
+    rp, q = src_all.shape
+    best = 0
+    if geometry.rates is not None and geometry.latencies is not None:
+        with np.errstate(divide="ignore"):
+            pair_ms = geometry.latencies + wire_ms(nbytes / q, geometry.rates)
+            times = np.where(src_all == dst_all, 0.0, pair_ms)
+        best = int(np.argmax(times.max(axis=1)))
+    links = geometry.links.get(best)
+    if links is None:
+        links = geometry.links[best] = _pair_links(cluster, src_all[best], dst_all[best])
+    pairs = links.priced(nbytes)
+    if rp > 1 and cluster.nic_bytes_per_s is not None:
+        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, links.raw, links.rate, cluster.nic_bytes_per_s)
+        pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
+    return pairs
+
+
 def transfer_pairs(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int, nbytes: float) -> PairArrays:
     """The flows of the src->dst transfer of `nbytes` on the pipeline replica where it is slowest (ties: the lowest).
 
     Raises:
         ClusterError: two devices that must talk have zero bandwidth.
     """
-    rp = plan.pipeline_replicas
-    src_all = np.array(plan.stages[src_stage].devices, dtype=np.int64).reshape(rp, -1)
-    dst_all = np.array(plan.stages[dst_stage].devices, dtype=np.int64).reshape(rp, -1)
-    q = min(src_all.shape[1], dst_all.shape[1])  # replica t of the smaller side with replica t of the larger
-    src_all, dst_all = src_all[:, :q], dst_all[:, :q]
-    best = 0
-    if rp > 1:
-        rate, latency = link_arrays(cluster)
-        with np.errstate(divide="ignore"):
-            pair_ms = latency.values(src_all, dst_all) + wire_ms(nbytes / q, rate.values(src_all, dst_all))
-            times = np.where(src_all == dst_all, 0.0, pair_ms)
-        best = int(np.argmax(times.max(axis=1)))
-    pairs, raw, rate = _pairs(cluster, src_all[best], dst_all[best], nbytes)
-    if rp > 1 and cluster.nic_bytes_per_s is not None:
-        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, raw, rate, cluster.nic_bytes_per_s)
-        pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
-    return pairs
+    return _transfer(cluster, _geometry(plan, cluster, src_stage, dst_stage), nbytes)
 
 
-def _pairs(
-    cluster: Cluster, senders: np.ndarray, receivers: np.ndarray, nbytes: float
-) -> tuple[PairArrays, np.ndarray, np.ndarray]:
-    """(flows, pair bandwidth, effective rate) of nbytes split evenly over the equally long senders and receivers,
-    pair t carrying nbytes / len(senders); pairs on one device need no flow."""
+def _pair_links(cluster: Cluster, senders: np.ndarray, receivers: np.ndarray) -> _PairLinks:
+    """_PairLinks of the equally long senders and receivers; pairs on one device need no flow.
+
+    Raises:
+        ClusterError: two devices that must talk have zero bandwidth.
+    """
     moved = senders != receivers
     src, dst = senders[moved], receivers[moved]
     nodes = device_nodes(cluster)
@@ -95,8 +146,16 @@ def _pairs(
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
     latency_ms = cluster.latency_ms.values(src, dst) + cluster.message_latency_ms
-    work_ms = wire_ms(nbytes / len(senders), rate) if len(senders) else np.zeros(0)
-    return PairArrays(src, dst, nic, latency_ms, work_ms), raw, rate
+    return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate)
+
+
+def _pairs(
+    cluster: Cluster, senders: np.ndarray, receivers: np.ndarray, nbytes: float
+) -> tuple[PairArrays, np.ndarray, np.ndarray]:
+    """(flows, pair bandwidth, effective rate) of nbytes split evenly over the equally long senders and receivers,
+    pair t carrying nbytes / len(senders); pairs on one device need no flow."""
+    links = _pair_links(cluster, senders, receivers)
+    return links.priced(nbytes), links.raw, links.rate
 
 
 def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
@@ -156,12 +215,15 @@ class FlowMemo:
     """The transfers one cluster's plans have built so far (a planner's Evaluator keeps one for its search).
 
     Per TransferKey: its PairArrays (transfer_pairs), its Flow objects when all its pairs are kept, and those of
-    each subset the reduction kept. Only used by `plan_flows` for plans on `cluster` (the very object).
+    each subset the reduction kept; per pair of stages' devices and pipeline replicas, the links its pairs use,
+    whatever bytes they carry (a boundary moved to another layer keeps its devices). Only used by `plan_flows` for
+    plans on `cluster` (the very object).
     """
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._pairs: dict[TransferKey, PairArrays] = {}
+        self._geometries: dict[tuple[tuple[int, ...], tuple[int, ...], int], _Geometry] = {}
         self._flows: dict[tuple[TransferKey, bytes | None], tuple[Flow, ...]] = {}
 
     def pairs(self, plan: Plan, src_stage: int, dst_stage: int, nbytes: float) -> tuple[TransferKey, PairArrays]:
@@ -169,7 +231,11 @@ class FlowMemo:
         key = (plan.stages[src_stage].devices, plan.stages[dst_stage].devices, plan.pipeline_replicas, nbytes)
         pairs = self._pairs.get(key)
         if pairs is None:
-            pairs = self._pairs[key] = transfer_pairs(plan, self.cluster, src_stage, dst_stage, nbytes)
+            ends = key[:3]
+            geometry = self._geometries.get(ends)
+            if geometry is None:
+                geometry = self._geometries[ends] = _geometry(plan, self.cluster, src_stage, dst_stage)
+            pairs = self._pairs[key] = _transfer(self.cluster, geometry, nbytes)
         return key, pairs
 
     def flows(self, key: TransferKey, pairs: PairArrays, chosen: np.ndarray | None) -> tuple[Flow, ...]:

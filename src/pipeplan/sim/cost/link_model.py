@@ -36,6 +36,9 @@ T = TypeVar("T")
 _LINKS: dict[int, tuple[Cluster, tuple[LinkMatrix, LinkMatrix]]] = {}
 _NODES: dict[int, tuple[Cluster, np.ndarray]] = {}
 _SIZES: dict[int, tuple[Cluster, np.ndarray]] = {}
+_RINGS: dict[int, tuple[Cluster, dict[tuple[int, ...], tuple[float, float]]]] = {}
+_RINGS_KEPT = 1 << 16
+"""Rings _ring_links keeps per cluster before it starts again (a bound on the memory of a long search)."""
 
 
 def _per_cluster(store: dict[int, tuple[Cluster, T]], cluster: Cluster, build: Callable[[Cluster], T]) -> T:
@@ -141,11 +144,21 @@ def ring_allreduce_terms(cluster: Cluster, devices: tuple[int, ...]) -> tuple[fl
 
 def _ring_links(cluster: Cluster, devices: tuple[int, ...]) -> tuple[float, float]:
     """(bytes/s, ms) of a ring over devices: its slowest link and largest latency (ring_group_links), or the measured
-    collective's at the ring's share of its nodes' NICs (measured_ring_share)."""
+    collective's at the ring's share of its nodes' NICs (measured_ring_share). Kept per cluster (the last _KEEP) and
+    ring, up to _RINGS_KEPT rings each: a search prices the same data-parallel rings under many stages."""
+    known = _per_cluster(_RINGS, cluster, lambda c: {})
+    found = known.get(devices)
+    if found is not None:
+        return found
     rates, latencies = ring_group_links(cluster, np.array([devices], dtype=np.int64))
     if cluster.allreduce_bytes_per_s is not None:
-        return cluster.allreduce_bytes_per_s * measured_ring_share(cluster, devices), cluster.allreduce_latency_ms
-    return float(rates[0]), float(latencies[0])
+        found = cluster.allreduce_bytes_per_s * measured_ring_share(cluster, devices), cluster.allreduce_latency_ms
+    else:
+        found = float(rates[0]), float(latencies[0])
+    if len(known) >= _RINGS_KEPT:
+        known.clear()
+    known[devices] = found
+    return found
 
 
 def ring_group_links(cluster: Cluster, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,11 +174,11 @@ def ring_group_links(cluster: Cluster, groups: np.ndarray) -> tuple[np.ndarray, 
     rate, latency = link_arrays(cluster)
     src = np.asarray(groups, dtype=np.int64)
     dst = np.roll(src, -1, axis=1)
-    rates = rate[src, dst]
+    rates = rate.values(src, dst)  # device ids a plan holds: valid, no index checks
     if not (rates > 0).all():
         bad = int(np.argmin(rates.ravel() > 0))
         cluster.require_link(int(src.ravel()[bad]), int(dst.ravel()[bad]))  # raises, naming the pair
-    return rates.min(axis=1), latency[src, dst].max(axis=1)
+    return rates.min(axis=1), latency.values(src, dst).max(axis=1)
 
 
 def measured_ring_share(cluster: Cluster, devices: tuple[int, ...]) -> float:
