@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from adaptive import TARGET_ORACLE, TARGET_PEAK, TARGET_PEAK_GAIN, ITERATIONS, cross_node_links, make_trace, plan_instance
+from adaptive import ITERATIONS, TARGET_ORACLE, TARGET_PEAK, TARGET_PEAK_GAIN, cross_node_links, make_trace, plan_instance
 
 
 def main() -> None:
