@@ -21,6 +21,14 @@ ways: one ring all-reduce of all gradients per iteration after the backward (no 
 PyTorch DDP (PipeDream's DP baseline) runs it, in 25 MiB buckets filled in reverse layer order, each all-reduced once
 the backward has passed its layers, one after another (sim.cost.grad_buckets: `DDP`; `exposed` is the part of DDP's
 iteration its all-reduce runs past the backward). Speed-up = DP's time per sample over the pipeline's.
+`@line` is the speed-up with DP's all-reduce at the NIC's line rate (LINE_RATE_GB_PER_S), the smallest any DP rate can
+give; `!` marks a row whose implied DP bus bandwidth is above the line rate: no DP all-reduce rate closes it.
+Checked in the artifact (msr-fiddle/pipedream, runtime/*/driver_configs): every DP run uses NCCL
+(`distributed_backend: 'nccl'`, e.g. vgg16_16dp.yml, gnmt_12dp.yml) and every PipeDream run Gloo (vgg16_16pipedream.yml,
+gnmt_12pipedream.yml); GNMT-8's PipeDream run on 12 GPUs is 10 one-GPU stages on ranks 0-9 (models/gnmt/gpus=12/
+mp_conf.json; two of the twelve idle); the runtime's GNMT-8 has two unshared 32320 x 1024 embeddings (models/gnmt/
+gpus=1/gnmt.py), so the profile's 775 MB of gradients is the DP all-reduce's size (the profiler's own default shares
+them: profiler/translation/train.py `share_embedding: True`, which is not what the runtime trained).
 The published speed-ups were typed from the paper's Table 2 (time to accuracy, which for these rows the paper
 reports as close to the per-epoch speed-up); only VGG-16's 5.28x is checked, against the stored
 abstract's "up to 5.3x"; the others could not be checked against a stored copy of the table. `implied DP busbw` is
@@ -51,6 +59,11 @@ DAPPLE_MODELS = ("dapple/vgg-19", "dapple/gnmt-16", "dapple/bert-48", "dapple/xl
 DAPPLE_CLUSTERS = ("p3-v100-8x2", "eth-v100-1x16")
 DAPPLE_BATCH = 2048
 DAPPLE_UP_TO = 3.23
+LINE_RATE_GB_PER_S = {"nc-v100-": 10 / 8, "p3-v100-": 25 / 8}
+"""The servers' NIC at line rate, GB/s: Cluster-A's 10 Gb/s and Cluster-B's 25 Gb/s (PipeDream's Table 1, as typed in
+presets.calibrated_v100). A ring all-reduce across servers moves 2 (n - 1) / n x S over each NIC, so its bus bandwidth
+cannot pass the line rate: a published speed-up whose implied DP bus bandwidth is above it cannot be closed by any DP
+all-reduce rate, and its error lies on the pipeline side (or in the paper's time-to-accuracy)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's default bucket (bucket_cap_mb 25): the DDP columns' all-reduce (sim.cost.grad_buckets)."""
 
@@ -168,10 +181,14 @@ def pipedream_row(row: PipeDreamRow) -> dict[str, object]:
     implied_allreduce = row.published * pipe["ms_per_sample"] * dp["samples"] - dp["rest_ms"]  # type: ignore[operator]
     busbw = cluster.link_bandwidth(0, cluster.num_devices - 1) / 1e9
     implied = busbw * dp["allreduce_ms"] / implied_allreduce if implied_allreduce > 0 else math.inf
+    line = next(rate for prefix, rate in LINE_RATE_GB_PER_S.items() if row.cluster.startswith(prefix))
+    # DP with its all-reduce at the NIC's line rate: the smallest speed-up any DP all-reduce rate can give.
+    at_line = (dp["rest_ms"] + dp["allreduce_ms"] * busbw / line) / dp["samples"] / pipe["ms_per_sample"]  # type: ignore[operator]
     out.update(status="simulated", simulated=speedup, error=speedup / row.published - 1, plan=pipe["plan"],
                dp_ms_per_sample=dp["ms_per_sample"], pipeline_ms_per_sample=pipe["ms_per_sample"],
                dp_allreduce_share=dp["allreduce_ms"] / (dp["allreduce_ms"] + dp["rest_ms"]),
-               preset_busbw_gb_per_s=busbw, implied_dp_busbw_gb_per_s=implied, ddp_simulated=ddp_speedup,
+               preset_busbw_gb_per_s=busbw, implied_dp_busbw_gb_per_s=implied, line_rate_gb_per_s=line,
+               line_rate_speedup=at_line, closable_by_dp_rate=implied <= line, ddp_simulated=ddp_speedup,
                ddp_error=ddp_speedup / row.published - 1, ddp_ms_per_sample=ddp["ms_per_sample"],
                ddp_exposed_share=ddp["exposed_ms"] / (ddp["ms_per_sample"] * ddp["samples"]))  # fmt: skip
     return out
@@ -223,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PipeDream: speed-up over data parallelism ({PIPEDREAM}; configurations from the artifact)")
     print(f"{'model':<8} {'servers':<8} {'preset':<12} {'b':>4} {'config':<9} {'plan':<26} {'published':>9} "
           f"{'simulated':>9} {'error':>6} {'DP a-r':>6} {'busbw':>6} {'implied':>7} {'DDP':>7} {'error':>6} "
-          f"{'exposed':>7}  checked")  # fmt: skip
+          f"{'exposed':>7} {'@line':>6}  checked")  # fmt: skip
     for row in rows:
         if row["simulated"] is None:
             print(f"{row['model']:<8} {row['servers']:<8} {row['cluster']:<12} {row['status']}")
@@ -232,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['plan']:<26} {row['published']:>8.2f}x {row['simulated']:>8.2f}x {row['error']:>+6.0%} "
               f"{row['dp_allreduce_share']:>6.0%} {row['preset_busbw_gb_per_s']:>6.2f} "
               f"{row['implied_dp_busbw_gb_per_s']:>7.2f} {row['ddp_simulated']:>6.2f}x {row['ddp_error']:>+6.0%} "
-              f"{row['ddp_exposed_share']:>7.0%}  {row['checked']}")  # fmt: skip
+              f"{row['ddp_exposed_share']:>7.0%} {row['line_rate_speedup']:>5.2f}{'' if row['closable_by_dp_rate'] else '!'}  "
+              f"{row['checked']}")  # fmt: skip
     if geomean is not None:
         print(
             f"geomean error (exp(mean |log(simulated / published)|) - 1): {geomean:.1%} with DP's all-reduce after "

@@ -54,6 +54,11 @@ def test_speed_up_is_dp_time_per_sample_over_the_pipelines_and_the_implied_rate_
     allreduce = dp["allreduce_ms"] * out["preset_busbw_gb_per_s"] / out["implied_dp_busbw_gb_per_s"]
     implied_speedup = (dp["rest_ms"] + allreduce) / dp["samples"] / pipe["ms_per_sample"]
     assert math.isclose(implied_speedup, row.published, rel_tol=1e-12)
+    # Cluster-A's 10 Gb/s NIC at line rate: DP's all-reduce time scaled by preset / line rate, the rest held.
+    assert out["line_rate_gb_per_s"] == 1.25
+    at_line = (dp["rest_ms"] + dp["allreduce_ms"] * out["preset_busbw_gb_per_s"] / 1.25) / dp["samples"]
+    assert math.isclose(out["line_rate_speedup"], at_line / pipe["ms_per_sample"], rel_tol=1e-12)
+    assert out["closable_by_dp_rate"] == (out["implied_dp_busbw_gb_per_s"] <= 1.25)
 
 
 def test_quick_mode_prints_both_tables(capsys: object) -> None:
