@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -177,3 +180,22 @@ def test_a_plan_file_whose_tp_does_not_divide_the_heads_is_refused(
     code, _, err = run(monkeypatch, capsys, "simulate", "--plan", str(path), "--profile", TP_PROFILE, "--cluster", "dgx-a100-8x2")
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "does not divide" in err
+
+
+def test_plan_json_imports_neither_rich_nor_the_tables() -> None:
+    """`plan --json` prints JSON only, so its process never loads rich or the plan tables (start-up, issue 36)."""
+    code = (
+        "import sys\n"
+        "from pipeplan.cli import main\n"
+        "try:\n"
+        "    main(['plan', '--profile', 'pipedream/alexnet', '--cluster', 'v100-8x1', '--global-batch', '64', '--json'])\n"
+        "except SystemExit as stop:\n"
+        "    assert not stop.code, stop.code\n"
+        "loaded = [m for m in ('rich', 'pipeplan.viz.tables', 'pipeplan.viz.plan_tables') if m in sys.modules]\n"
+        "print('LOADED', *loaded, file=sys.stderr)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(done.stdout)["format"] == "pipeplan.plan/1"
+    assert done.stderr.split("LOADED")[-1].split() == []

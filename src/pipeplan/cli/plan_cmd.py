@@ -99,9 +99,6 @@ def plan(
 ) -> None:
     """Find the fastest plan that fits in memory: stages, devices, replicas, microbatches and schedule."""
     from pipeplan.cli.declared_files import check_files
-    from pipeplan.io.plan_json import write_plan
-    from pipeplan.viz.plan_tables import budget_line, plan_summary, stage_table
-    from pipeplan.viz.tables import METRICS_NOTE, print_tables
 
     check_files()
     budget = parse_budget("--memory-budget", memory_budget)
@@ -120,6 +117,10 @@ def plan(
     if as_json:
         print_json(outcome.to_json(profile, cluster))
     else:
+        # The tables (and rich's) load only when printed: --json never needs them (process start-up, issue 36).
+        from pipeplan.viz.plan_tables import budget_line, plan_summary, stage_table
+        from pipeplan.viz.tables import METRICS_NOTE, print_tables
+
         print_tables(plan_summary(result, model, request.cluster, request.model), stage_table(result))
         typer.echo(METRICS_NOTE)
         if result.plan.adaptive is not None:
@@ -145,6 +146,8 @@ def plan(
         for note in result.extra.get("notes", []):
             typer.echo(f"note: {note}")
     if out is not None:
+        from pipeplan.io.plan_json import write_plan
+
         write_plan(result.plan, out, profile, cluster, profile=model)
         typer.echo(f"wrote plan {out}", err=as_json)
 

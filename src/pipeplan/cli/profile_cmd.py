@@ -10,7 +10,6 @@ import typer
 from pipeplan.api.option_text import parse_options
 from pipeplan.core.errors import ProfileError
 from pipeplan.core.limits import BATCH, ROUNDS, THREADS
-from pipeplan.viz.tables import wide_console
 
 
 def profile(
@@ -107,6 +106,7 @@ def profile(
     if quiet:
         return
     from pipeplan.viz.inventory import profile_layers_table, profile_summary
+    from pipeplan.viz.tables import wide_console
 
     console = wide_console()
     console.print(profile_summary(result))

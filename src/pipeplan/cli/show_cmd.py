@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from pipeplan.viz.json_print import print_json
-from pipeplan.viz.tables import wide_console
 
 show_app = typer.Typer(
     name="show",
@@ -36,6 +35,8 @@ def show_profile(
 
         print_json(profile_to_json(profile), compact=True)
         return
+    from pipeplan.viz.tables import wide_console  # rich loads only when a table prints
+
     console = wide_console()
     console.print(profile_summary(profile))
     print_profile_layers(console, profile)
@@ -63,6 +64,8 @@ def show_cluster(
 
         print_json(cluster_to_json(cluster), compact=True)
         return
+    from pipeplan.viz.tables import wide_console  # rich loads only when a table prints
+
     console = wide_console()
     console.print(devices_table(cluster))
     console.print(link_classes_table(cluster))
@@ -82,6 +85,8 @@ def show_profiles(as_json: bool = typer.Option(False, "--json", help="Print the 
     if as_json:
         print_json({"profiles": rows}, compact=True)
         return
+    from pipeplan.viz.tables import wide_console  # rich loads only when a table prints
+
     wide_console(100).print(profiles_list_table(rows))
 
 
@@ -95,6 +100,8 @@ def show_clusters(as_json: bool = typer.Option(False, "--json", help="Print the 
     if as_json:
         print_json({"clusters": rows}, compact=True)
         return
+    from pipeplan.viz.tables import wide_console  # rich loads only when a table prints
+
     wide_console(140).print(clusters_list_table(rows))
 
 
