@@ -259,9 +259,9 @@ def test_a_worker_notes_once_why_the_plans_own_profile_predicts_nothing(
 def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], launches: list[list[str]], tmp_path: Path
 ) -> None:  # fmt: skip
-    """A plan whose tp > 1 stage (sequence-parallel or not) has an asynchronous schedule, or with zero 2, gets one
-    line naming the stage's setting (or zero) and the way out: the runtime runs tensor-parallel stages on synchronous
-    schedules only and does not shard gradients. (A tp stage with no transformer block, as mlp's, runs its layers
+    """A plan whose tp > 1 stage (sequence-parallel or not) has an asynchronous schedule, or with zero 2 on one, gets
+    one line naming the stage's setting (or zero) and the way out: the runtime runs tensor-parallel stages and
+    sharded state on synchronous schedules only. (A tp stage with no transformer block, as mlp's, runs its layers
     whole on each TP rank, sequence-parallel or not: tests/test_runtime_tensor_parallel.)"""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.io.plan_json import write_plan
@@ -273,8 +273,8 @@ def test_a_tensor_parallel_or_sharded_plan_is_refused_before_any_process_starts(
             "schedule with a fixed k; give the plan 1f1b, gpipe or kfkb without adaptive",
         ),
         "zero.json": (
-            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "1f1b", zero=2),
-            "plan zero 2 shards gradients too, which the runtime does not run yet: set zero 1",
+            Plan((Stage(0, 2, (0, 1)),), 1, 2, 2, "pipemare", zero=2),
+            "plan zero 2 and schedule 'pipemare': the runtime shards optimizer state on a synchronous schedule",
         ),
     }
     for name, (plan, text) in plans.items():

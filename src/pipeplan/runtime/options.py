@@ -217,17 +217,14 @@ def check_async_precision(precision: str, schedule: str) -> None:
 
 
 def check_tensor_parallel_plan(plan: Plan, error: type[PipeplanError], where: str = "") -> None:
-    """What the runtime runs of a 3D plan, from the plan alone: optimizer state sharded (zero 1) but not gradients
-    (zero 2), on a synchronous schedule (an asynchronous one steps each stage's own optimizers inside itself); and
+    """What the runtime runs of a 3D plan, from the plan alone: optimizer state sharded (zero 1) and gradients too
+    (zero 2) on a synchronous schedule (an asynchronous one steps each stage's own optimizers inside itself); and
     tensor-parallel stages (sequence-parallel ones too) only on a synchronous schedule without an adaptive setting (the
     asynchronous and adaptive runs build their stages otherwise). `where` prefixes the message (e.g. the plan's file).
 
     Raises:
         error: one line naming the field and its value, and the way out.
     """
-    if plan.zero == 2:
-        raise error(f"{where}plan zero 2 shards gradients too, which the runtime does not run yet: set zero 1 (the "
-                    "optimizer state sharded, the gradients whole) or zero 0")  # fmt: skip
     if plan.zero and plan.schedule in ASYNCHRONOUS:
         raise error(f"{where}plan zero {plan.zero} and schedule {plan.schedule!r}: the runtime shards optimizer state "
                     "on a synchronous schedule; give the plan 1f1b, gpipe or kfkb, or zero 0")  # fmt: skip

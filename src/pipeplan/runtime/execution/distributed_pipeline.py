@@ -139,7 +139,9 @@ class DistributedPipeline:
     def optimizer(self, optimizer_class: type[torch.optim.Optimizer], **options: Any) -> torch.optim.Optimizer:
         """`optimizer_class(self.parameters(), **options)`; under a plan with zero 1, its state sharded over each
         stage's data-parallel group (runtime.execution.sharded_state: SGD, Adam or AdamW), its `state_dict()`
-        whole (a collective). An optimizer built over `parameters()` by hand trains the same, unsharded.
+        whole (a collective); under zero 2 its step also reduce-scatters the gradients (the pipeline's step leaves
+        each copy's own sums). An optimizer built over `parameters()` by hand trains the same, unsharded, at zero 0
+        or 1 only (at zero 2 it would step unsummed gradients).
 
         Raises:
             PlanError: `optimizer_class` is no torch optimizer, or (zero 1) not one whose state shards by element.
@@ -185,7 +187,14 @@ class DistributedPipeline:
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
         """Clip the whole model's gradient to norm `max_norm` as torch.nn.utils.clip_grad_norm_ does over all of its
-        parameters; returns the norm before clipping on every process."""
+        parameters; returns the norm before clipping on every process.
+
+        Raises:
+            PlanError: a plan with zero 2 (the gradients are summed over the copies only inside the optimizer's step).
+        """
+        if self.plan.zero >= 2:
+            raise PlanError("clip_grad_norm_ needs the summed gradients, which a plan with zero 2 has only inside the "
+                            "sharded optimizer's step (reduce-scattered there): clip with zero 1 or 0")  # fmt: skip
         _check_number("max_norm", max_norm, 0.0)
         _check_number("norm_type", norm_type, 0.0, allow_inf=True, above=True)
         return self.whole.clip_grad_norm_(float(max_norm), float(norm_type))

@@ -224,7 +224,7 @@ class GradSync:
     def use_buckets(self, stage: int, layers: Sequence[nn.Module], params: Sequence[torch.Tensor]) -> None:
         """All-reduce local `stage`'s `params` in buckets of its `layers` (in position order) from hooks during its
         last backward task; nothing without `bucket_bytes` or without copies of the stage."""
-        if self.group is None or self.bucket_bytes is None or not params:
+        if self.group is None or self.bucket_bytes is None or not params or self.plan.zero >= 2:
             return
         state = StageBuckets(layer_buckets(layers, params, self.bucket_bytes))
         for k, bucket in enumerate(state.buckets):
@@ -265,8 +265,8 @@ class GradSync:
     def start(self, stage: int, params: Sequence[torch.Tensor]) -> None:
         """After local `stage`'s last backward task: launch the all-reduce of `params`' gradients (one flat bucket)
         without waiting, or, bucketed, the buckets its hooks did not launch."""
-        if self.group is None or not params:
-            return
+        if self.group is None or not params or self.plan.zero >= 2:
+            return  # zero 2: the sharded optimizer's step reduce-scatters them (runtime.execution.sharded_state)
         state = self._buckets.get(stage)
         if state is not None:
             self._launch_ready(stage, state, everything=True)

@@ -1,4 +1,5 @@
-"""Optimizer state sharded over a stage's data-parallel group (a plan's zero 1): each copy steps one slice.
+"""Optimizer state (a plan's zero 1) and gradients (zero 2) sharded over a stage's data-parallel group: each copy
+steps one slice.
 
 After the gradient all-reduce (runtime.execution.replicas.GradSync) every copy of a stage holds the same summed
 gradients. A ShardedOptimizer lays this process's trained parameters (a tensor-parallel weight: its local shard) end
@@ -13,6 +14,14 @@ Note:
     (a collective over the group), so a checkpoint does not depend on the sharding; `load_state_dict()` keeps this
     process's slice of such a state. The gradient norm (whole_model.WholeModel.clip_grad_norm_) is unchanged: the
     gradients stay whole on every copy (zero 1 shards the optimizer's state, not the gradients).
+
+    zero 2: GradSync does not all-reduce the stage's gradients; each copy accumulates its own microbatches' gradients
+    whole through the iteration (torch's accumulation into .grad), and the step reduce-scatters them once, per dtype
+    (one flat tensor padded to d x ceil(n / d)), keeps its slice and frees the whole gradients: between steps a copy
+    holds n / d gradient elements and n / d of state; during the backward it holds the whole gradient as zero 1
+    does (no bucketed reduce-scatter during the backward), so zero 2's saving here is between steps and at the
+    update, not at the backward's peak. A gradient norm needs the summed gradients: clip_grad_norm_ under zero 2 is
+    refused (distributed_pipeline.DistributedPipeline.clip_grad_norm_).
 """
 
 from __future__ import annotations
@@ -89,13 +98,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
         params: this process's parameters, in the same order on every process of the group.
         group: the data-parallel group (every member holds the same parameters and, at each step, gradients).
         index: this process's position in the group; `size`: the group's processes.
+        reduce: zero 2: the gradients are this process's own sums (not all-reduced); the step reduce-scatters them
+            over the group, keeps this process's slice and frees the whole gradients (module docstring).
 
     Raises:
         PlanError: `make` builds an optimizer that is not elementwise.
     """
 
-    def __init__(self, make: MakeOptimizer, params: Sequence[torch.Tensor], group: Any, index: int, size: int) -> None:
-        self.group, self.index, self.size = group, index, size
+    def __init__(
+        self, make: MakeOptimizer, params: Sequence[torch.Tensor], group: Any, index: int, size: int, reduce: bool = False
+    ) -> None:
+        self.group, self.index, self.size, self.reduce = group, index, size, reduce
+        self.grad_held = 0  # elements of gradient this process held at its last step's update (zero 2: its slices)
         trained = [p for p in params if p.requires_grad]
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for p in trained:
@@ -129,14 +143,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for key, value in self.param_groups[0].items():
             if key != "params":
                 self.inner.param_groups[0][key] = value
+        self.grad_held = 0
         for b in self.buckets:
             b.hold()
-            grad = torch.zeros_like(b.shard)
             for p, at, start, n in b.pieces():
                 b.shard[start : start + n].copy_(local_tensor(p).reshape(-1)[at : at + n])
-                if p.grad is not None:
-                    grad[start : start + n].copy_(local_tensor(p.grad).reshape(-1)[at : at + n])
-            b.shard.grad = grad
+            b.shard.grad = self._reduced(b) if self.reduce else self._own(b)
+            self.grad_held += b.shard.grad.numel()
         self.inner.step()
         for b in self.buckets:
             b.shard.grad = None
@@ -148,6 +161,29 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 local.copy_(whole[offset : offset + local.numel()].view_as(local))
                 offset += local.numel()
         return None
+
+    def _own(self, b: Bucket) -> torch.Tensor:
+        """This process's slice of `b`'s (all-reduced) gradients."""
+        grad = torch.zeros_like(b.shard)
+        for p, at, start, n in b.pieces():
+            if p.grad is not None:
+                grad[start : start + n].copy_(local_tensor(p.grad).reshape(-1)[at : at + n])
+        return grad
+
+    def _reduced(self, b: Bucket) -> torch.Tensor:
+        """zero 2: `b`'s gradients (this process's sums) laid end to end, padded to d slices, reduce-scattered over
+        the group: this process's slice of the sum over every copy; the whole gradients are freed (set to None)."""
+        flat = torch.zeros(b.chunk * self.size, dtype=b.shard.dtype, device=b.shard.device)
+        offset = 0
+        for p in b.params:
+            n = local_tensor(p).numel()
+            if p.grad is not None:
+                flat[offset : offset + n].copy_(local_tensor(p.grad).reshape(-1))
+                p.grad = None
+            offset += n
+        out = torch.empty(b.chunk, dtype=flat.dtype, device=flat.device)
+        dist.reduce_scatter_tensor(out, flat, group=self.group)
+        return out[: b.hi - b.lo].clone()
 
     def _gather(self, b: Bucket, part: torch.Tensor) -> torch.Tensor:
         """Every process's slice of `b` (`part`: this one's, shaped as its shard) laid end to end: total elements."""
@@ -230,4 +266,5 @@ def plan_optimizer(make: MakeOptimizer, params: Sequence[torch.Tensor], sync: Gr
     one copy (`sync` has no group), else its state sharded over the stage's data-parallel group."""
     if zero == 0 or sync.group is None:
         return make(list(params))
-    return ShardedOptimizer(make, params, sync.group, sync.members.index(dist.get_rank()), len(sync.members))
+    index = sync.members.index(dist.get_rank())
+    return ShardedOptimizer(make, params, sync.group, index, len(sync.members), reduce=zero >= 2)
