@@ -356,6 +356,8 @@ def test_what_the_runtime_does_not_run_of_sharding_is_refused_in_one_line() -> N
     check_tensor_parallel_plan(Plan(stages, 1, 2, 2, "1f1b", zero=2), PlanError)
     model = nn.Sequential(nn.Linear(6, 7), nn.Tanh(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 3))
     with pytest.raises(PlanError, match=r"^plan zero 2 and schedule 'pipemare'"):
+        check_tensor_parallel_plan(Plan(stages, 1, 2, 2, "pipemare", zero=2), PlanError)
+    with pytest.raises(PlanError, match=r"^plan schedule 'pipemare' steps inside its schedule"):  # distribute's first check
         pipeplan.distribute(model, Plan(stages, 1, 2, 2, "pipemare", zero=2), nn.functional.cross_entropy)
 
 
