@@ -149,20 +149,11 @@ def _pair_links(cluster: Cluster, senders: np.ndarray, receivers: np.ndarray) ->
     return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate)
 
 
-def _pairs(
-    cluster: Cluster, senders: np.ndarray, receivers: np.ndarray, nbytes: float
-) -> tuple[PairArrays, np.ndarray, np.ndarray]:
-    """(flows, pair bandwidth, effective rate) of nbytes split evenly over the equally long senders and receivers,
-    pair t carrying nbytes / len(senders); pairs on one device need no flow."""
-    links = _pair_links(cluster, senders, receivers)
-    return links.priced(nbytes), links.raw, links.rate
-
-
 def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
     """Flows of one transfer of `nbytes` between two stages' devices: q = min(len) pairs, replica t of the smaller
     side with replica t of the larger in device order, each carrying nbytes / q; pairs on one device need no flow."""
     q = min(len(senders), len(receivers))
-    pairs, _, _ = _pairs(cluster, np.array(senders[:q], dtype=np.int64), np.array(receivers[:q], dtype=np.int64), nbytes)
+    pairs = _pair_links(cluster, np.array(senders[:q], dtype=np.int64), np.array(receivers[:q], dtype=np.int64)).priced(nbytes)
     return _flows(cluster, pairs, np.arange(len(pairs.src)))
 
 

@@ -51,8 +51,8 @@ Note:
 
 With sequence parallelism a stage also runs what runtime.execution.sequence_parallel adds to each block's
 collectives (it sends whole tensors between stages, as priced here), over the same ring: where a run of consecutive
-sequence-split layers (SEQUENCE_KINDS) of the stage ends, an all-gather of the last one's output in the forward; where
-it starts, an all-gather of the gradient of its input in the backward (nothing before the profile's first layer);
+sequence-split layers (the kinds of SEQUENCE_NORMS) of the stage ends, an all-gather of the last one's output in the
+forward; where it starts, an all-gather of the gradient of its input in the backward (nothing before the profile's first layer);
 and in the backward, per layer and microbatch, one all-reduce of each of its norms' weight gradients
 (SEQUENCE_NORMS: two per block). An all-gather of n bytes over t devices is (t-1)/t x n / rate + (t-1) x latency,
 half a ring all-reduce of n: TensorTraffic counts it as an all-reduce of n/2 bytes and half a latency count. A
