@@ -53,7 +53,7 @@ def _sync(layers: list[nn.Module], bucket_bytes: float, launched: list[dict[str,
     sync = GradSync.__new__(GradSync)
     sync.bucket_bytes, sync._buckets, sync._pending = bucket_bytes, {}, []
     sync.group, sync.members, sync.wire = object(), (0, 1), None  # type: ignore[assignment]
-    sync.plan = type("P", (), {"stages": [type("S", (), {"devices": (0, 1)})()]})()  # type: ignore[assignment]
+    sync.plan = type("P", (), {"zero": 0, "stages": [type("S", (), {"devices": (0, 1)})()]})()  # type: ignore[assignment]
     sync.use_buckets(0, layers, [p for layer in layers for p in layer.parameters()])
     return sync
 
