@@ -13,13 +13,19 @@ when its graph calls `aten.linear` on the weights named `self_attn.{q,k,v,o}_pro
     (runtime.execution.tp_layers);
   - the head counts the export fixed as numbers divided by t: where a size list between q/k/v and o (with no -1 in
     it) holds the heads or key/value heads at dimension 1, or their width at its last dimension (the copies of
-    each key/value head, `repeat_kv`). Recent transformers view heads as -1, so the rest follows the weights.
+    each key/value head, `repeat_kv`). Recent transformers view heads as -1, so the rest follows the weights;
+  - with `sequence` (sequence parallelism), SEQUENCE_HOOKS: `sp_scatter` on the block's input (where a TP rank takes
+    its share of the sequence), `sp_gather` on its output (where it gathers the shares whole), `sp_summed` on each
+    read of a parameter that is not sharded (a norm's weight: its gradient summed over the group); the runtime puts
+    the sequence's gathers and reduce-scatters in `enter` and `leave`. The attention's sizes and positions stay the
+    whole sequence's: rotary tables and the causal mask act on the gathered q, k and v.
 
 Note:
     The rewrite of fixed head counts is a rule, not a proof: `check_split_graph` runs the split on a sample in one
     process (every TP rank's shards, each `leave` given the dense value so the rest of the block runs as the dense
     one) and requires the TP ranks' partial outputs of o and down to sum to the dense ones. A block whose graph
-    fixes its heads elsewhere fails that check and is refused, never run wrong.
+    fixes its heads elsewhere fails that check and is refused, never run wrong. Likewise `check_sequence_graph` runs
+    each TP rank's share of the sequence against the dense block before sequence parallelism is run.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sequence parallelism on a tensor-parallel stage's zoo blocks (Korthikanti et al. 2022, "Reducing Activation
+"""Sequence parallelism on a tensor-parallel stage's blocks (Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", section 4.2.2): a SplitBlock (models.tp_block) whose norms, dropouts and
 residual adds run on this TP rank's share of the sequence (dimension 1, batch first).
 
@@ -11,6 +11,11 @@ input (`_Scatter`: backward an all-gather), the last gathers its output whole (`
 gradient, whole and the same on every TP rank), so every other layer and every transfer between stages sees whole
 tensors, as without sequence parallelism. The norms' weight gradients, each rank's sum over its share of the
 sequence, are all-reduced over the group in the backward (`SummedNorm`), so every TP rank holds the whole gradient.
+
+A captured Llama-style block (models.traced.split_graph, split with its sequence hooks) runs the same way
+(`sequence_graph`): `_GatherShares` before its column-parallel linears (all-gather; backward a reduce-scatter),
+`_ReduceScatter` after its row-parallel ones, `SummedParameter` on each read of its RMSNorm weights (and any other
+parameter not sharded), `_Scatter` / `_Gather` where a run of blocks starts / ends.
 
 Note:
     What this adds to Megatron's per-block collectives (two all-gathers and two reduce-scatters of the block's

@@ -1,21 +1,22 @@
 """Tensor-parallel stages: each TP group of a stage with tp > 1 as a DeviceMesh, its transformer blocks sharded with
 DTensor (ColwiseParallel / RowwiseParallel) and its other layers run whole on every TP rank.
 
-Every process of the job builds the whole model, then this: one process group per TP group (new_group is
-collective: every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
+Every process of the job builds the whole model, then this: one process group per TP group (new_group is collective:
+every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
 (models.tp_block) for each of its stages' zoo transformer blocks, sharded over its group's mesh, and a split graph
 (models.traced.split_graph) for each captured Llama-style block: its projections DTensor shards on the mesh, read
 through their local parts, Megatron's f and g all-reduces over the group (_Enter, _Leave); on a stage with
-sequence_parallel true, its zoo blocks run sequence-parallel (runtime.execution.sequence_parallel: a chain's run of
-consecutive blocks passes its sequence shares between them, whole tensors at its ends). The executor runs the
-returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its input and
-its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model prices
-layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on that
-process: each such parameter is replaced, in the model and its layers, by one of the same shape and dtype on the
-meta device (not swapped in place: a captured model's parameters are weakly referenced by the export's fake-tensor
-caches, which torch.utils.swap_tensors refuses), so a TP rank holds only its shard. `TensorParallel.dense_values`
-gathers the trained shards whole in the model's layout (for state_dict), `read_dense` shards a state's values again
-(after load_state_dict).
+sequence_parallel true, its blocks run sequence-parallel (runtime.execution.sequence_parallel; a captured block
+through its split graph's sequence hooks, `sequence_graph`): a run of consecutive blocks passes its sequence shares
+between them, whole tensors at its ends, so a stage sends and receives whole activations (`_passes`). The executor
+runs the returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its
+input and its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model
+prices layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on
+that process: each such parameter is replaced, in the model and its layers, by one of the same shape and dtype on
+the meta device (not swapped in place: a captured model's parameters are weakly referenced by the export's
+fake-tensor caches, which torch.utils.swap_tensors refuses), so a TP rank holds only its shard.
+`TensorParallel.dense_values` gathers the trained shards whole in the model's layout (for state_dict), `read_dense`
+shards a state's values again (after load_state_dict).
 
 Note:
     The gradient norm counts each parameter once: a sharded one's local shard on every TP rank of the owning
@@ -68,9 +69,11 @@ def check_tensor_parallel(
     (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this process). A schedule
     with an I/W split runs too: W's gradients of a split layer need no collective but the ones I ran, in the same
     order on every TP rank. `names`: the layers' names for a message (None: their indices). A stage with
-    sequence_parallel true runs it on its zoo blocks (runtime.execution.sequence_parallel), whose sequence length
+    sequence_parallel true runs it on its blocks (runtime.execution.sequence_parallel), whose sequence length
     (read from `sample`, a batch of the model's input, run through a chain's layers up to its last such block; from
-    `graph`'s shapes for a graph) its tp must divide; a captured block runs without it (refused).
+    `graph`'s shapes for a graph) its tp must divide; a zoo block's norms must be LayerNorms, and a captured block
+    must compute its share of the sequence position by position outside its attention (models.traced.split_graph's
+    check_sequence_graph, on the same sample as its split's check).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
