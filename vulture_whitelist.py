@@ -60,3 +60,7 @@ _.pytest_configure  # tests/conftest.py: a pytest hook (the torch guard under -m
 _.pytest_pycollect_makemodule  # tests/conftest.py: a pytest hook (torch-marked files not imported under -m "not torch")
 _.percent_of_peak  # benchmarks/published_runs.py: a PublishedRun field, read through asdict in --json rows
 _.tp_enter  # runtime/execution/tp_layers.py: a split block's submodule its fx graph calls by name (split_graph)
+_.sp_scatter  # runtime/execution/sequence_parallel.py: a split graph's sequence hooks, called by name (split_graph)
+_.sp_gather  # the same
+_.sp_summed  # the same
+_.post_attention_layernorm  # tests/test_runtime_sequence_parallel_captured.py: a stock Llama's norm replaced before capture

@@ -109,3 +109,20 @@ def test_a_split_whose_parts_do_not_sum_to_the_block_is_refused(llama: list[nn.M
     monkeypatch.setattr(split_graph, "split_layer", first_shard)
     with pytest.raises(PlanError, match="captured graph fixes its heads where the split cannot follow"):
         check_split_graph(llama[1], "model.layers.0", 2, "stage 0", _sample())
+
+
+def test_the_sequence_hooks_compute_the_layer_and_sum_only_the_norm_weights(llama: list[nn.Module]) -> None:
+    """split_layer with its sequence hooks at tp 1 (every hook the identity) gives the layer's output to 1e-12; its
+    `sp_summed` reads exactly the two RMSNorm weights (the only parameters not sharded); and the stock layer passes
+    check_sequence_graph at tp 2 and 4 (each TP rank's share of the 8 positions computes its share of the block)."""
+    layer = llama[1]
+    block = graph_block(layer)
+    assert block is not None
+    split = split_layer(layer, block, 1, lambda t, _: nn.Parameter(t.detach().clone()), sequence=True)
+    torch.testing.assert_close(split(_sample()), layer(_sample()), rtol=0, atol=1e-12)
+    summed = [node.args[0].target for node in split.graph.nodes if node.op == "call_module" and node.target == "sp_summed"]
+    assert sorted(summed) == ["input_layernorm.weight", "post_attention_layernorm.weight"]
+    hooks = [node.target for node in split.graph.nodes if node.op == "call_module" and node.target != "sp_summed"]
+    assert hooks == ["sp_scatter", "tp_enter", "tp_leave", "tp_enter", "tp_leave", "sp_gather"]
+    for tp in (2, 4):
+        split_graph.check_sequence_graph(layer, "model.layers.0", tp, "stage 0", _sample())

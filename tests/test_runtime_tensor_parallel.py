@@ -355,30 +355,3 @@ def test_a_weight_tied_over_a_tensor_parallel_stage_is_refused_before_any_proces
         check_tensor_parallel(tied, layers, names, graph=None)
     apart = Plan((Stage(0, 0, (0,)), Stage(1, 1, (1, 2), tp=2), Stage(2, 2, (3,))), 1, 2, 2, "1f1b")
     check_tensor_parallel(apart, layers, names, graph=None)
-
-
-@pytest.mark.slow
-def test_sequence_parallelism_on_a_captured_llama_block_is_refused_before_any_process() -> None:
-    """A stock Llama's decoder layer on a tp 2 stage with sequence_parallel true (the split graph runs without it):
-    one PlanError naming the stage, the layer and the way out; the same stage without it passes the check."""
-    pytest.importorskip("transformers")
-    from pipeplan.core.errors import PlanError
-    from pipeplan.core.plan import Plan, Stage
-    from pipeplan.models.traced.capture_spec import capture
-    from pipeplan.models.traced.graph import LayerGraph
-    from pipeplan.runtime.execution.tp_layers import check_tensor_parallel
-
-    space: dict[str, object] = {}
-    exec(CONSTANTS + LLAMA, space)
-    sample = lambda b: torch.randint(0, 96, (b, SEQ))  # noqa: E731
-    layers, names, inputs, _ = capture(space["build"](), "llama", sample, "not a chain")  # type: ignore[operator]
-    graph = LayerGraph.measure(list(layers), inputs, names, sample(2))
-    for sp in (True, False):
-        plan = Plan((Stage(0, 1, (0, 1), 2, sp), Stage(2, 4, (2, 3), 2)), 1, 2, 2, "1f1b")
-        if not sp:
-            check_tensor_parallel(plan, layers, names, graph)
-            continue
-        with pytest.raises(PlanError, match=r"^stage 0 \(layers 0..1\) has sequence_parallel true and layer "
-                           r"model.layers.0 is a captured block, which the runtime splits without sequence "
-                           r"parallelism: give that stage sequence_parallel false$"):  # fmt: skip
-            check_tensor_parallel(plan, layers, names, graph)

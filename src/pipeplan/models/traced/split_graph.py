@@ -13,13 +13,19 @@ when its graph calls `aten.linear` on the weights named `self_attn.{q,k,v,o}_pro
     (runtime.execution.tp_layers);
   - the head counts the export fixed as numbers divided by t: where a size list between q/k/v and o (with no -1 in
     it) holds the heads or key/value heads at dimension 1, or their width at its last dimension (the copies of
-    each key/value head, `repeat_kv`). Recent transformers view heads as -1, so the rest follows the weights.
+    each key/value head, `repeat_kv`). Recent transformers view heads as -1, so the rest follows the weights;
+  - with `sequence` (sequence parallelism), SEQUENCE_HOOKS: `sp_scatter` on the block's input (where a TP rank takes
+    its share of the sequence), `sp_gather` on its output (where it gathers the shares whole), `sp_summed` on each
+    read of a parameter that is not sharded (a norm's weight: its gradient summed over the group); the runtime puts
+    the sequence's gathers and reduce-scatters in `enter` and `leave`. The attention's sizes and positions stay the
+    whole sequence's: rotary tables and the causal mask act on the gathered q, k and v.
 
 Note:
     The rewrite of fixed head counts is a rule, not a proof: `check_split_graph` runs the split on a sample in one
     process (every TP rank's shards, each `leave` given the dense value so the rest of the block runs as the dense
     one) and requires the TP ranks' partial outputs of o and down to sum to the dense ones. A block whose graph
-    fixes its heads elsewhere fails that check and is refused, never run wrong.
+    fixes its heads elsewhere fails that check and is refused, never run wrong. Likewise `check_sequence_graph` runs
+    each TP rank's share of the sequence against the dense block before sequence parallelism is run.
 """
 
 from __future__ import annotations
@@ -127,10 +133,15 @@ def local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def split_layer(
-    layer: fx.GraphModule, block: GraphBlock, tp: int, shard: Callable[[torch.Tensor, int], nn.Parameter]
+    layer: fx.GraphModule,
+    block: GraphBlock,
+    tp: int,
+    shard: Callable[[torch.Tensor, int], nn.Parameter],
+    sequence: bool = False,
 ) -> fx.GraphModule:
     """`layer`'s graph split over `tp` ranks (module docstring): its sharded tensors are `shard(dense, dim)` (this
-    TP rank's part of the dense parameter along dim), every other parameter and buffer the layer's own object."""
+    TP rank's part of the dense parameter along dim), every other parameter and buffer the layer's own object.
+    `sequence`: with the sequence-parallel hooks too (module docstring), identities until the runtime fills them."""
     graph = copy.deepcopy(layer.graph)
     found = {name: nodes[0] for name, nodes in _linears(graph).items()}
     region = _between(graph, [found[n] for n in ATTENTION], found["o_proj"])
@@ -163,6 +174,9 @@ def split_layer(
                 part = graph.call_function(local, (node,))
             node.replace_all_uses_with(part, delete_user_cb=lambda user, part=part: user is not part)
     attrs: dict[str, object] = {"tp_enter": Identity(), "tp_leave": Identity()}
+    if sequence:
+        _sequence_hooks(layer, graph, block)
+        attrs.update({hook: Identity() for hook in SEQUENCE_HOOKS})
     for node in graph.nodes:
         if node.op in ("get_attr", "call_module") and node.target not in attrs:
             attrs[node.target] = _attribute(layer, str(node.target))
@@ -172,6 +186,34 @@ def split_layer(
     out.recompile()
     out.train(layer.training)
     return out
+
+
+SEQUENCE_HOOKS = ("sp_scatter", "sp_gather", "sp_summed")
+"""A sequence-parallel split's extra modules (module docstring): on the block's input, on its output, and on each
+read of a parameter that is not sharded."""
+
+
+def _sequence_hooks(layer: fx.GraphModule, graph: fx.Graph, block: GraphBlock) -> None:
+    """Put SEQUENCE_HOOKS into a split graph: `sp_scatter` on its one input, `sp_gather` on its output, `sp_summed`
+    on each read of a trainable parameter that is not sharded (a norm's weight, a row-parallel bias)."""
+    (source,) = [node for node in graph.nodes if node.op == "placeholder"]
+    with graph.inserting_after(source):
+        share = graph.call_module("sp_scatter", (source,))
+    source.replace_all_uses_with(share, delete_user_cb=lambda user: user is not share)
+    output = next(node for node in graph.nodes if node.op == "output")
+    result = output.args[0]
+    assert isinstance(result, fx.Node)
+    with graph.inserting_before(output):
+        output.args = (graph.call_module("sp_gather", (result,)),)
+    sharded = {path for path, _ in block.split_tensors()}
+    for node in list(graph.nodes):
+        if node.op != "get_attr" or node.target in sharded:
+            continue
+        param = _attribute(layer, str(node.target))
+        if isinstance(param, nn.Parameter) and param.requires_grad:
+            with graph.inserting_after(node):
+                summed = graph.call_module("sp_summed", (node,))
+            node.replace_all_uses_with(summed, delete_user_cb=lambda user, summed=summed: user is not summed)
 
 
 def _attribute(module: nn.Module, path: str) -> object:
@@ -251,6 +293,66 @@ def check_split_graph(layer: fx.GraphModule, name: str, tp: int, where: str, sam
         if not isinstance(got, torch.Tensor) or float((got - want).abs().max()) > scale:
             raise PlanError(f"{where} has tp {tp} but layer {name}'s captured graph fixes its heads where the split "
                             "cannot follow (its TP ranks' parts do not sum to the block): train it with tp 1")  # fmt: skip
+
+
+def check_sequence_graph(layer: fx.GraphModule, name: str, tp: int, where: str, sample: torch.Tensor) -> None:
+    """That the captured block `layer` runs sequence-parallel over `tp` ranks: on `sample` (a batch of its input),
+    each TP rank given its share of the sequence, the dense values where the gathers bring them (before q/k/v and
+    gate/up) and its share of the dense values where the reduce-scatters do (after o and down) computes its share of
+    the dense block's output and of each gathered input: what runs on the share (the norms, residual adds) works
+    position by position. The heads' split is `check_split_graph`'s; a graph that passes both runs as the dense one.
+    A tp that does not divide the sample's sequence length is the caller's to refuse (nothing is checked here).
+
+    Raises:
+        PlanError: one line naming the stage, the layer and the way out.
+    """
+    block = graph_block(layer)
+    assert block is not None
+    if sample.dim() < 2 or sample.shape[1] % tp:
+        return
+    whole = lambda t, _: nn.Parameter(t.detach().clone())  # noqa: E731
+    mode = layer.training
+    layer.eval()
+    try:
+        with torch.no_grad():
+            dense = split_layer(layer, block, 1, whole, sequence=True)
+            dense.tp_enter, dense.tp_leave = _Record([]), _Record([])
+            want = dense(sample)
+            pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for rank in range(tp):
+                part = split_layer(layer, block, 1, whole, sequence=True)
+                part.sp_scatter = _Share(tp, rank)
+                part.tp_enter = _Replay(dense.tp_enter.values)
+                part.tp_leave = _Replay([_share(v, tp, rank) for v in dense.tp_leave.values])
+                pairs.append((part(sample), _share(want, tp, rank)))
+                pairs += [(got, _share(v, tp, rank)) for got, v in zip(part.tp_enter.seen, dense.tp_enter.values, strict=True)]
+    except RuntimeError as exc:
+        raise PlanError(f"{where} has sequence_parallel true but layer {name}'s captured graph does not run on a share "
+                        f"of the sequence ({str(exc)[:120]}): give that stage sequence_parallel false") from None  # fmt: skip
+    finally:
+        layer.train(mode)
+    for got, want_share in pairs:
+        scale = (float(want_share.abs().max()) or 1.0) * 1e4 * torch.finfo(want_share.dtype).eps
+        if got.shape != want_share.shape or float((got - want_share).abs().max()) > scale:
+            raise PlanError(f"{where} has sequence_parallel true but layer {name}'s captured graph mixes positions "
+                            "outside its attention (its TP ranks' sequence shares do not compute the block's): give "
+                            "that stage sequence_parallel false")  # fmt: skip
+
+
+def _share(x: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    """TP rank `rank`'s contiguous share of `x` along the sequence (dimension 1, batch first), as the runtime takes it."""
+    return x.chunk(tp, dim=1)[rank]
+
+
+class _Share(nn.Module):
+    """A TP rank's `sp_scatter` in the check: its share of the block's input."""
+
+    def __init__(self, tp: int, rank: int) -> None:
+        super().__init__()
+        self.tp, self.rank = tp, rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _share(x, self.tp, self.rank)
 
 
 class _Record(nn.Module):

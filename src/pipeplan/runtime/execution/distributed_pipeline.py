@@ -106,7 +106,7 @@ class DistributedPipeline:
         self.topology = topology
         self.role = topology.roles[rank]
         check_tensor_parallel(self.plan, layers, None, graph)
-        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s, graph is None)
+        run, self.tensor_parallel = tensor_parallel_layers(layers, topology, self.role, device, timeout_s, graph)
         self.tensor_parallel.free_dense([model, *layers])  # its shards hold those weights now
         self.executor = Executor(topology, self.role, run, loss_fn, device, timeout_s, lookahead, wire=wire, graph=graph,
                                  precision=precision, scaler=scaler, seed=seed, bucket_bytes=bucket_bytes)  # fmt: skip

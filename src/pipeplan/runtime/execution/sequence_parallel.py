@@ -1,4 +1,4 @@
-"""Sequence parallelism on a tensor-parallel stage's zoo blocks (Korthikanti et al. 2022, "Reducing Activation
+"""Sequence parallelism on a tensor-parallel stage's blocks (Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", section 4.2.2): a SplitBlock (models.tp_block) whose norms, dropouts and
 residual adds run on this TP rank's share of the sequence (dimension 1, batch first).
 
@@ -11,6 +11,11 @@ input (`_Scatter`: backward an all-gather), the last gathers its output whole (`
 gradient, whole and the same on every TP rank), so every other layer and every transfer between stages sees whole
 tensors, as without sequence parallelism. The norms' weight gradients, each rank's sum over its share of the
 sequence, are all-reduced over the group in the backward (`SummedNorm`), so every TP rank holds the whole gradient.
+
+A captured Llama-style block (models.traced.split_graph, split with its sequence hooks) runs the same way
+(`sequence_graph`): `_GatherShares` before its column-parallel linears (all-gather; backward a reduce-scatter),
+`_ReduceScatter` after its row-parallel ones, `SummedParameter` on each read of its RMSNorm weights (and any other
+parameter not sharded), `_Scatter` / `_Gather` where a run of blocks starts / ends.
 
 Note:
     What this adds to Megatron's per-block collectives (two all-gathers and two reduce-scatters of the block's
@@ -26,7 +31,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import fx, nn
 from torch.distributed.tensor import Partial, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.nn import functional
@@ -133,6 +138,20 @@ class _ReduceScatter(torch.autograd.Function):
         return _all_gather(grad, ctx.group), None
 
 
+class _GatherShares(torch.autograd.Function):
+    """The shares gathered whole before a captured block's column-parallel linears; backward: the TP ranks' partial
+    gradients reduce-scattered along the sequence (DTensor's Shard(1) input of ColwiseParallel, for a split graph)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group = group
+        return _all_gather(x, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return _reduce_scatter(grad, ctx.group), None
+
+
 class _SummedGrad(torch.autograd.Function):
     """The identity on a norm's parameters; backward: their gradients all-reduced over the group (one call)."""
 
@@ -174,6 +193,30 @@ class SummedNorm(nn.LayerNorm):
         weight = params[0] if self.weight is not None else None
         bias = params[-1] if self.bias is not None else None
         return functional.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+
+
+class SummedParameter(nn.Module):
+    """A split graph's `sp_summed`: the parameter it reads, its gradient summed over the TP group in the backward."""
+
+    def __init__(self, group: dist.ProcessGroup) -> None:
+        super().__init__()
+        self.group = group
+
+    def forward(self, param: torch.Tensor) -> torch.Tensor:
+        return _SummedGrad.apply(self.group, param)[0] if torch.is_grad_enabled() else param
+
+
+def sequence_graph(split: fx.GraphModule, group: dist.ProcessGroup, enter: bool, leave: bool) -> None:
+    """Make a captured block's split graph (models.traced.split_graph, made with its sequence hooks) run
+    sequence-parallel over `group`: the sequence gathered before its column-parallel linears and reduce-scattered
+    after its row-parallel ones, its other parameters' gradients summed, and, where a run of sequence-parallel blocks
+    starts (`enter`) or ends (`leave`), the input's share taken and the output gathered whole."""
+    split.tp_enter, split.tp_leave = Collective(_GatherShares, group), Collective(_ReduceScatter, group)
+    split.sp_summed = SummedParameter(group)
+    if enter:
+        split.sp_scatter = Collective(_Scatter, group)
+    if leave:
+        split.sp_gather = Collective(_Gather, group)
 
 
 class Collective(nn.Module):

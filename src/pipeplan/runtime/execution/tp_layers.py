@@ -1,21 +1,22 @@
 """Tensor-parallel stages: each TP group of a stage with tp > 1 as a DeviceMesh, its transformer blocks sharded with
 DTensor (ColwiseParallel / RowwiseParallel) and its other layers run whole on every TP rank.
 
-Every process of the job builds the whole model, then this: one process group per TP group (new_group is
-collective: every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
+Every process of the job builds the whole model, then this: one process group per TP group (new_group is collective:
+every process creates all of them, in the plan's order), and, on a TP stage's process, a SplitBlock
 (models.tp_block) for each of its stages' zoo transformer blocks, sharded over its group's mesh, and a split graph
 (models.traced.split_graph) for each captured Llama-style block: its projections DTensor shards on the mesh, read
 through their local parts, Megatron's f and g all-reduces over the group (_Enter, _Leave); on a stage with
-sequence_parallel true, its zoo blocks run sequence-parallel (runtime.execution.sequence_parallel: a chain's run of
-consecutive blocks passes its sequence shares between them, whole tensors at its ends). The executor runs the
-returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its input and
-its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model prices
-layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on that
-process: each such parameter is replaced, in the model and its layers, by one of the same shape and dtype on the
-meta device (not swapped in place: a captured model's parameters are weakly referenced by the export's fake-tensor
-caches, which torch.utils.swap_tensors refuses), so a TP rank holds only its shard. `TensorParallel.dense_values`
-gathers the trained shards whole in the model's layout (for state_dict), `read_dense` shards a state's values again
-(after load_state_dict).
+sequence_parallel true, its blocks run sequence-parallel (runtime.execution.sequence_parallel; a captured block
+through its split graph's sequence hooks, `sequence_graph`): a run of consecutive blocks passes its sequence shares
+between them, whole tensors at its ends, so a stage sends and receives whole activations (`_passes`). The executor
+runs the returned layers. A layer that is no transformer block (an embedding, a head, a norm) runs replicated: its
+input and its output's gradient are whole on every TP rank, so its gradients are the same on each (as the cost model
+prices layers that do not split). Once a block is sharded, the model's own copy of what the shards hold is freed on
+that process: each such parameter is replaced, in the model and its layers, by one of the same shape and dtype on
+the meta device (not swapped in place: a captured model's parameters are weakly referenced by the export's
+fake-tensor caches, which torch.utils.swap_tensors refuses), so a TP rank holds only its shard.
+`TensorParallel.dense_values` gathers the trained shards whole in the model's layout (for state_dict), `read_dense`
+shards a state's values again (after load_state_dict).
 
 Note:
     The gradient norm counts each parameter once: a sharded one's local shard on every TP rank of the owning
@@ -40,9 +41,15 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.plan import Plan
 from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.tp_block import SplitBlock, check_split, encoder_of, shard_block
-from pipeplan.models.traced.graph import LayerGraph
-from pipeplan.models.traced.split_graph import GraphBlock, check_split_graph, graph_block, split_layer
-from pipeplan.runtime.execution.sequence_parallel import SEQUENCE_DIM, sequence_parallel
+from pipeplan.models.traced.graph import LayerGraph, consumers
+from pipeplan.models.traced.split_graph import (
+    GraphBlock,
+    check_sequence_graph,
+    check_split_graph,
+    graph_block,
+    split_layer,
+)
+from pipeplan.runtime.execution.sequence_parallel import SEQUENCE_DIM, sequence_graph, sequence_parallel
 from pipeplan.runtime.execution.sequence_parallel import SPLITS as SEQUENCE_SPLITS
 from pipeplan.runtime.options import check_tensor_parallel_plan
 from pipeplan.runtime.placement import Role, Topology
@@ -62,9 +69,11 @@ def check_tensor_parallel(
     (models.traced.split_graph, run split on a sample of its input, `graph`'s shapes, in this process). A schedule
     with an I/W split runs too: W's gradients of a split layer need no collective but the ones I ran, in the same
     order on every TP rank. `names`: the layers' names for a message (None: their indices). A stage with
-    sequence_parallel true runs it on its zoo blocks (runtime.execution.sequence_parallel), whose sequence length
+    sequence_parallel true runs it on its blocks (runtime.execution.sequence_parallel), whose sequence length
     (read from `sample`, a batch of the model's input, run through a chain's layers up to its last such block; from
-    `graph`'s shapes for a graph) its tp must divide; a captured block runs without it (refused).
+    `graph`'s shapes for a graph) its tp must divide; a zoo block's norms must be LayerNorms, and a captured block
+    must compute its share of the sequence position by position outside its attention (models.traced.split_graph's
+    check_sequence_graph, on the same sample as its split's check).
 
     Raises:
         PlanError: one line naming the stage, the layer or the setting, and the way out.
@@ -80,25 +89,29 @@ def check_tensor_parallel(
         blocks = [i for i in order[stage.first_layer : stage.last_layer + 1] if splits(layers[i])]
         for i in blocks:  # a stage with none runs every layer whole on each TP rank, as the cost model prices it
             name = str(i) if names is None else names[i]
+            taken = None
             if encoder_of(layers[i]) is not None:
                 check_split(layers[i], name, stage.tp, where)
             else:
-                check_split_graph(layers[i], name, stage.tp, where, _sample(layers[i], i, name, graph, where))
+                taken = _sample(layers[i], i, name, graph, where)
+                check_split_graph(layers[i], name, stage.tp, where, taken)
             if stage.sequence_parallel:
-                _check_sequenced(layers[i], name, where)
+                _check_sequenced(layers[i], name, where, stage.tp, taken)
                 sequenced[i] = (where, stage.tp)
     if sequenced:
         _check_sequence_lengths(layers, names, graph, sample, sequenced)
     _check_no_tied_weight(plan, layers, names, order)
 
 
-def _check_sequenced(layer: nn.Module, name: str, where: str) -> None:
-    """A block a sequence-parallel stage splits: a zoo encoder layer with LayerNorms (a captured Llama-style block
-    runs split without sequence parallelism: models.traced.split_graph has no sequence-sharded form yet)."""
+def _check_sequenced(layer: nn.Module, name: str, where: str, tp: int, sample: torch.Tensor | None) -> None:
+    """A block a sequence-parallel stage splits: a zoo encoder layer with LayerNorms, or a captured Llama-style
+    block whose graph runs on a share of the sequence (models.traced.split_graph.check_sequence_graph, on `sample`,
+    a batch of its input)."""
     found = encoder_of(layer)
     if found is None:
-        raise PlanError(f"{where} has sequence_parallel true and layer {name} is a captured block, which the runtime "
-                        "splits without sequence parallelism: give that stage sequence_parallel false")  # fmt: skip
+        assert isinstance(layer, fx.GraphModule) and sample is not None
+        check_sequence_graph(layer, name, tp, where, sample)
+        return
     if type(found[0].norm1) is not nn.LayerNorm or type(found[0].norm2) is not nn.LayerNorm:
         raise PlanError(f"{where} has sequence_parallel true and layer {name}'s norms are no LayerNorms: give that "
                         "stage sequence_parallel false")  # fmt: skip
@@ -257,13 +270,13 @@ def tensor_parallel_layers(
     role: Role,
     device: torch.device,
     timeout_s: float,
-    chain: bool = True,
+    graph: LayerGraph | None = None,
 ) -> tuple[list[nn.Module], TensorParallel]:
     """The layers this process runs (its TP stages' blocks split and sharded, sequence-parallel on a stage with
     sequence_parallel true; every other layer the model's own) and what it holds of them. A collective: every
     process of the job calls it (it creates the TP groups). The caller frees the dense copies
-    (`TensorParallel.free_dense`), in the model and its layers. `chain`: the stage's layers run in order, each on
-    the one before's output (not a graph's live sets), so consecutive sequence-parallel blocks pass their shares.
+    (`TensorParallel.free_dense`), in the model and its layers. `graph`: the model's layer graph (None: a chain,
+    each layer on the one before's output); consecutive sequence-parallel blocks pass their shares (`_passes`).
 
     The caller has checked the plan against the model (`check_tensor_parallel`)."""
     plan = topology.plan
@@ -285,40 +298,56 @@ def tensor_parallel_layers(
     for s in role.stages:
         stage = plan.stages[s]
         mine_layers = list(order[stage.first_layer : stage.last_layer + 1])
-        zoo = [encoder_of(layers[i]) is not None for i in mine_layers]
         for j, i in enumerate(mine_layers):
+            ends: tuple[bool, bool] | None = None  # a sequence-parallel block: (takes its share, gathers its output)
+            if stage.sequence_parallel:
+                before, after = mine_layers[j - 1] if j else None, mine_layers[j + 1] if j + 1 < len(mine_layers) else None
+                ends = not _passes(layers, graph, before, i), not _passes(layers, graph, i, after)
             found = encoder_of(layers[i])
             if found is not None:
                 dense, causal = found
-                prepare = None
-                if stage.sequence_parallel:  # a chain's run of blocks stays sequence-sharded between them
-                    enter = not chain or j == 0 or not zoo[j - 1]
-                    leave = not chain or j == len(mine_layers) - 1 or not zoo[j + 1]
-                    prepare = partial(sequence_parallel, group=mine, enter=enter, leave=leave)
+                prepare = partial(sequence_parallel, group=mine, enter=ends[0], leave=ends[1]) if ends else None
                 splits = SEQUENCE_SPLITS if stage.sequence_parallel else None
                 out[i] = shard_block(dense, causal, stage.tp, held.mesh, device, layers[i].training, prepare, splits)
                 held.blocks[i] = (dense, out[i])
             elif (captured := graph_block(layers[i])) is not None:
-                out[i] = _split_graph(layers[i], captured, stage.tp, held.mesh, mine, device)
+                out[i] = _split_graph(layers[i], captured, stage.tp, held.mesh, mine, device, ends)
                 held.blocks[i], held.graphs[i] = (layers[i], out[i]), captured
-            else:
-                continue
     return out, held
 
 
+def _passes(layers: Sequence[nn.Module], graph: LayerGraph | None, before: int | None, after: int | None) -> bool:
+    """Whether block `before` hands its output to block `after` (the next on the same stage) as sequence shares:
+    both split, and `after` the only reader of `before`'s output and `before` its only input (a chain: always)."""
+    if before is None or after is None or not splits(layers[before]) or not splits(layers[after]):
+        return False
+    return graph is None or (tuple(graph.inputs[after]) == (before,) and list(consumers(graph.inputs)[before]) == [after])
+
+
 def _split_graph(
-    layer: nn.Module, captured: GraphBlock, tp: int, mesh: DeviceMesh, group: dist.ProcessGroup, device: torch.device
+    layer: nn.Module,
+    captured: GraphBlock,
+    tp: int,
+    mesh: DeviceMesh,
+    group: dist.ProcessGroup,
+    device: torch.device,
+    ends: tuple[bool, bool] | None,
 ) -> nn.Module:
     """A captured block split over its TP group: its projections sharded as DTensors on `mesh`, Megatron's f and g
-    as all-reduces over `group` (models.traced.split_graph)."""
+    as all-reduces over `group` (models.traced.split_graph); `ends` (sequence parallelism: whether it takes its
+    input's share, whether it gathers its output): the sequence's gathers and reduce-scatters in their place
+    (runtime.execution.sequence_parallel.sequence_graph)."""
 
     def shard(dense: torch.Tensor, dim: int) -> nn.Parameter:
         part = distribute_tensor(dense.detach().to(device), mesh, [Shard(dim)], src_data_rank=None)
         return nn.Parameter(part, requires_grad=dense.requires_grad)
 
     assert isinstance(layer, fx.GraphModule)
-    split = split_layer(layer, captured, tp, shard)
-    split.tp_enter, split.tp_leave = _Collective(_Enter, group), _Collective(_Leave, group)
+    split = split_layer(layer, captured, tp, shard, sequence=ends is not None)
+    if ends is None:
+        split.tp_enter, split.tp_leave = _Collective(_Enter, group), _Collective(_Leave, group)
+    else:
+        sequence_graph(split, group, *ends)
     return split
 
 
