@@ -35,8 +35,8 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
   The forward's collectives lengthen the stage's F, the backward's its B and its I (they carry the input gradient).
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d (with the
-32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy), 2 the
-gradients too; the data-parallel exchange becomes a reduce-scatter of the gradients and an all-gather of the
+32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy, and any
+fp32 copy of its gradients), 2 the gradients too (sim.cost.holding prices each layout); the data-parallel exchange becomes a reduce-scatter of the gradients and an all-gather of the
 parameters, which a ring moves in the time of the all-reduce it replaces, and each device steps its 1/d of the
 parameters (the step / d).
 
@@ -81,8 +81,8 @@ TP_KINDS' whole share) and their norms, each of whose weight gradients is all-re
 under sequence parallelism (runtime.execution.sequence_parallel.SummedNorm): a block has two, its halves one each."""
 
 __all__ = [
-    "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "sharded_static_bytes",
-    "split_stage", "tensor_shares",
+    "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "split_stage",
+    "tensor_shares",
 ]  # fmt: skip
 
 
@@ -178,20 +178,6 @@ def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic
     bwd = wire_ms(steps / t * traffic.bwd_bytes, slowest) + traffic.bwd_count * steps * longest
     g = int(np.argmax(fwd + bwd))  # the slowest group (ties: the first)
     return float(fwd[g]), float(bwd[g])
-
-
-def sharded_static_bytes(param_bytes: float, optimizer_factor: float, zero: int, d: int, master_copy: bool = False) -> float:
-    """A device's weights, gradients and optimizer state for `param_bytes` of its stage under ZeRO `zero` over d copies.
-
-    Weights the master copy (core.profile.ModelProfile.master_copy False): param_bytes x (1 + 1 + f / d) for
-    ZeRO-1, x (1 + 1/d + f / d) for ZeRO-2 (f = optimizer_factor). 16-bit weights and gradients over a master copy
-    (True; param_bytes counts the master): the master is optimizer state, x (1/2 + 1/2 + (1 + f) / d) for ZeRO-1,
-    x (1/2 + (1/2 + 1 + f) / d) for ZeRO-2: with Adam, 4 + 12/d and 2 + 14/d bytes per parameter, Rajbhandari et
-    al., "ZeRO", SC'20, section 5 (Figure 1: a 7.5B model on 64 copies, 31.4 GB and 16.6 GB)."""
-    weights, grads, master = (0.5, 0.5, 1.0) if master_copy else (1.0, 1.0, 0.0)
-    if zero >= 2:
-        return param_bytes * (weights + (grads + master + optimizer_factor) / d)
-    return param_bytes * (weights + grads + (master + optimizer_factor) / d)
 
 
 def split_stage(
