@@ -17,6 +17,7 @@ from pipeplan.presets.gpt_profile import GptConfig, gpt_profile
 from pipeplan.presets.resolve import load_cluster
 from pipeplan.schedules.registry import make_schedule
 from pipeplan.sim.cost.held import peak_held
+from pipeplan.sim.cost.holding import Holding
 from pipeplan.sim.cost.memory import (
     check_fits,
     fit_error,
@@ -28,7 +29,6 @@ from pipeplan.sim.cost.memory import (
 )
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.cost.holding import Holding
 from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = float(2**30)

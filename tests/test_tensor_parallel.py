@@ -16,10 +16,10 @@ from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.layer_profile import TP_KINDS
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, SharedGroup, SplitTiming, TensorSplit
+from pipeplan.sim.cost.holding import PLAIN
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.memory import memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.cost.holding import PLAIN
 from pipeplan.sim.cost.tensor_parallel import split_stage
 from pipeplan.sim.plan_sim import simulate_plan
 

@@ -374,6 +374,11 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
     head_saved = 2.0 * s * b * h + 2.0 * s * b * h + 4.0 * s * b * v
     layers.append(layer("head", "head", head_saved, 4.0 * b, 2.0))
     return ModelProfile(
-        name=config.name, batch_size=b, layers=tuple(layers), reference_device=config.gpu, measured=False, master_copy=True,
+        name=config.name,
+        batch_size=b,
+        layers=tuple(layers),
+        reference_device=config.gpu,
+        measured=False,
+        master_copy=True,
         main_grads=MAIN_GRADS_OF[config.precision],
     )

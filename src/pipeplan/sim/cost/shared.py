@@ -87,5 +87,6 @@ def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float, stag
         if not any(s in stages for s in holders):
             continue
         held = f"stage {holders[0]}" if len(holders) == 1 else f"stages {', '.join(map(str, holders))}, a copy each"
-        parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor, holding(profile)) / 2**30:.2f} GiB on {held}")
+        need = static_bytes(g.param_bytes, optimizer_factor, holding(profile))
+        parts.append(f"{g.name!r} takes {need / 2**30:.2f} GiB on {held}")
     return f" (shared parameters: {'; '.join(parts)})" if parts else ""

@@ -36,9 +36,9 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d (with the
 32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy, and any
-fp32 copy of its gradients), 2 the gradients too (sim.cost.holding prices each layout); the data-parallel exchange becomes a reduce-scatter of the gradients and an all-gather of the
-parameters, which a ring moves in the time of the all-reduce it replaces, and each device steps its 1/d of the
-parameters (the step / d).
+fp32 copy of its gradients), 2 the gradients too (sim.cost.holding prices each layout); the data-parallel exchange
+becomes a reduce-scatter of the gradients and an all-gather of the parameters, which a ring moves in the time of
+the all-reduce it replaces, and each device steps its 1/d of the parameters (the step / d).
 
 Note:
     Left out, each an approximation the tests name: the all-gather a receiving stage without sequence parallelism
