@@ -319,6 +319,31 @@ def test_master_copy_round_trips_through_both_versions_and_is_written_only_when_
     assert load_profile("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=16").master_copy
 
 
+def test_main_grads_round_trips_and_is_written_only_when_not_the_default(tmp_path: Path) -> None:
+    """ "main_grads" reads into ModelProfile.main_grads and writes back in /1 and /2 when it is not "weights" (a
+    profile without it writes no key); an unknown value, a non-string or one without a master copy names the file,
+    the field and the value (one line)."""
+    for obj in (small(), small_v2()):
+        obj["master_copy"] = True
+        assert "main_grads" not in profile_to_json(profile_from_json(obj))
+        for value in ("fp32", "fp32_copy"):
+            obj["main_grads"] = value
+            profile = profile_from_json(obj, "m.json")
+            assert profile.main_grads == value and profile_to_json(profile)["main_grads"] == value
+            path = tmp_path / "p.json"
+            write_profile_json(profile, path)
+            assert read_profile_json(path) == profile
+        for bad, message in (("fp64", "main_grads must be one of 'weights', 'fp32', 'fp32_copy', got 'fp64'"),
+                             (32, "field 'main_grads' must be a non-empty string, got 32")):  # fmt: skip
+            obj["main_grads"] = bad
+            with pytest.raises(ProfileError, match=rf"bad\.json: .*{message}") as caught:
+                profile_from_json(obj, "bad.json")
+            assert "\n" not in str(caught.value)
+        obj["master_copy"], obj["main_grads"] = False, "fp32"
+        with pytest.raises(ProfileError, match=r"bad\.json: profile .* main_grads 'fp32' needs master_copy true"):
+            profile_from_json(obj, "bad.json")
+
+
 def test_a_splits_timed_degrees_round_trip_one_value_per_batch_size(tmp_path: Path) -> None:
     """A "tp" object's "timed" list (the profiler's split times) reads into SplitTiming values, one per batch size
     (one in /1, three in /2), and writes back as it was; a "tp" object without it (every profile written before)
