@@ -266,11 +266,12 @@ def test_a_tensor_parallel_split_round_trips_through_both_versions(tmp_path: Pat
     writes no "tp" key (every older profile's bytes unchanged)."""
     for obj in (small(), small_v2()):
         obj["layers"][0]["tp"] = {"kind": "block", "width": 16}
-        tp = {"kind": "column", "width": 512, "replicated_share": 0.25, "whole_fwd": 0.125, "whole_bwd": 0.5, "recomputed": True}
+        tp = {"kind": "column", "width": 512, "replicated_share": 0.25, "whole_fwd": 0.125, "whole_bwd": 0.5, "recomputed": True,
+              "norm_bytes": 8192}  # fmt: skip
         obj["layers"][1]["tp"] = dict(tp)
         profile = profile_from_json(obj, "tp.json")
         assert profile.layers[0].tp == TensorSplit("block", 16)
-        assert profile.layers[1].tp == TensorSplit("column", 512, 0.25, 0.125, 0.5, True)
+        assert profile.layers[1].tp == TensorSplit("column", 512, 0.25, 0.125, 0.5, True, norm_bytes=8192.0)
         out = profile_to_json(profile)
         assert out["layers"][0]["tp"] == {"kind": "block", "width": 16}
         assert out["layers"][1]["tp"] == tp
@@ -289,6 +290,8 @@ def test_a_tensor_parallel_split_round_trips_through_both_versions(tmp_path: Pat
         ({"kind": "mlp", "width": 8, "heads": 2}, "tp: unknown field 'heads'"),
         ({"kind": "mlp", "width": 8, "whole_fwd": 2}, "tp whole_fwd must be a fraction in 0..1, got 2"),
         ({"kind": "mlp", "width": 8, "recomputed": 1}, "tp: field 'recomputed' must be true or false, got 1"),
+        ({"kind": "mlp", "width": 8, "norm_bytes": -1}, "tp: field 'norm_bytes' must be a finite number >= 0, got -1"),
+        ({"kind": "mlp", "width": 8, "norm_bytes": "8"}, "tp: field 'norm_bytes' must be a finite number >= 0, got \"8\""),
     ],
 )
 def test_a_bad_tp_object_names_the_layer_field_and_value(tp: dict[str, Any], message: str) -> None:

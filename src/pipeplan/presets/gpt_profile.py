@@ -281,6 +281,9 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     - `embedding`: all of it (its lookups, sum and dropout write whole s x b x h tensors on every device).
     - `head`: the final layer norm (4 S forward, 6 S backward); the fp32 logits and the loss split by vocabulary.
 
+    `attention` and `mlp` name their layer norm's 2 h parameters (TensorSplit.norm_bytes, 4 bytes each as param_bytes
+    count them), whose gradients sequence parallelism all-reduces over the group.
+
     Note:
         The position embedding and the norms' parameters are split with their layer's (Megatron-LM replicates
         them): h (s + 7) parameters per device too few, against at least 12 h^2 / t per block.
@@ -293,10 +296,11 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     whole["head"] = (4.0 * big_s, 6.0 * big_s)
     shares = {kind: _whole_shares(config, kind, fwd, bwd) for kind, (fwd, bwd) in whole.items()}
     rec = config.recompute
+    norm = 2.0 * h * MASTER_BYTES  # its layer norm's weight and bias (sequence parallelism all-reduces their gradients)
     return {
         "embedding": TensorSplit("vocab", v, 1.0, 1.0, 1.0),
-        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec),
-        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec),
+        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec, norm_bytes=norm),
+        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec, norm_bytes=norm),
         "head": TensorSplit("column", v, h / (h + v), *shares["head"]),
     }
 
