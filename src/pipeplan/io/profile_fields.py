@@ -47,9 +47,7 @@ def tp_from_json(fields: Fields) -> TensorSplit | None:
     timed = _timed(tp) if tp.has("timed") else ()
     norm_bytes = tp.number("norm_bytes", default=0.0, limits=(MAX_BYTES,))
     try:
-        return TensorSplit(
-            tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed, timed, norm_bytes
-        )
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed, timed, norm_bytes)
     except ProfileError as exc:
         raise ProfileError(f"{fields.where}: {exc}") from None
 
