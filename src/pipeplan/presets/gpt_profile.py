@@ -32,7 +32,7 @@ Note:
     copy, and the profile says so (core.profile.ModelProfile.master_copy), with its gradients as Megatron-LM holds
     them (MAIN_GRADS_OF, ModelProfile.main_grads; NVIDIA/Megatron-LM docs/source/distrib_optimizer.md): under bf16 a
     device holds 16-bit weights (2 bytes), fp32 gradients (4), the master copy (4) and Adam's two moments (8),
-    18 bytes per parameter, 6 + 12/d with the distributed optimizer (ZeRO-1), 4 + 16/d under ZeRO-2, and the
+    18 bytes per parameter, 6 + 12/d with the distributed optimizer (ZeRO-1), 2 + 16/d under ZeRO-2, and the
     data-parallel exchange moves the fp32 gradients; under fp16 its gradients are 16-bit (2), reduced in 16 bits,
     and copied to fp32 (4) for the update, 20 bytes per parameter, 4 + 16/d and 2 + 18/d (sim.cost.holding). The head
     holds its own copy of the word embedding (Megatron-LM keeps one on the first and one on the last stage); the
