@@ -42,17 +42,17 @@ PLAN_70B = "gpt:layers=80,hidden=8192,heads=64,seq=4096,vocab=32000,gpu=H100"
 """The 70B test's profile (tests/test_tensor_grid.py): Llama-2-70B-like, multi-head attention, FFN 4h."""
 
 
-def _static_per_parameter(spec: str, zero: int, d: int, master_copy: bool = True) -> float:
+def _static_per_parameter(spec: str, zero: int, d: int, layout: tuple[bool, str] | None = None) -> float:
     """Bytes per parameter pipeplan's cost model holds for the whole model on one stage over d copies at ZeRO `zero`
-    (the profile's own master_copy unless set to False: the weights are the master, the fp32 layout)."""
+    (the profile's own layout unless `layout` gives its (master_copy, main_grads): sim.cost.holding)."""
     from pipeplan.core.plan import Plan, Stage
     from pipeplan.presets.resolve import load_cluster, load_profile
     from pipeplan.sim.cost.model import CostModel
     from pipeplan.sim.cost.plan_costs import plan_costs
 
     profile = load_profile(spec)
-    if not master_copy:
-        profile = dataclasses.replace(profile, master_copy=False)
+    if layout is not None:
+        profile = dataclasses.replace(profile, master_copy=layout[0], main_grads=layout[1])
     model = CostModel.build(profile, load_cluster(f"dgx-h100-8x{max(1, d // 8)}"))
     plan = Plan((Stage(0, profile.num_layers - 1, tuple(range(d))),), 1, 1, d, "1f1b", zero=zero if d > 1 else 0)
     parameters = sum(layer.param_bytes for layer in profile.layers) / 4  # param_bytes: 4 bytes per parameter
@@ -64,18 +64,20 @@ def state_rows() -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     psi, d = 7.5e9, 64
     figure = (("baseline (no sharding)", 0, 120.0), ("P_os (ZeRO-1)", 1, 31.4), ("P_os+g (ZeRO-2)", 2, 16.6))
-    for label, zero, published in figure:
-        predicted = _static_per_parameter(SEVEN_B, zero, d) * psi / 1e9
-        rows.append(_row(ZERO_PAPER, f"7.5B on 64 copies, {label}", "GB", published, predicted, f"zero {zero}"))
+    for label, zero, published in figure:  # ZeRO's count: 16-bit gradients (main_grads "weights")
+        predicted = _static_per_parameter(SEVEN_B, zero, d, (True, "weights")) * psi / 1e9
+        rows.append(
+            _row(ZERO_PAPER, f"7.5B on 64 copies, {label}", "GB", published, predicted, f"zero {zero}, main_grads weights")
+        )
     rows.append(_row(ZERO_PAPER, "7.5B on 64 copies, P_os+g+p (ZeRO-3)", "GB", 1.9, None,
                      skipped="pipeplan shards optimizer state (zero 1) and gradients (zero 2), never the weights"))  # fmt: skip
-    layouts = (
-        ("bf16 param, fp32 grads", 18.0, (6.0, 12.0), True),
-        ("fp16 param, fp16 grads", 20.0, (4.0, 16.0), True),
-        ("fp32 param, fp32 grads", 16.0, (8.0, 8.0), False),
+    layouts = (  # the gpt: profile's own layout under bf16 (fp32) and under fp16 (fp32_copy)
+        ("bf16 param, fp32 grads", 18.0, (6.0, 12.0), (True, "fp32")),
+        ("fp16 param, fp16 grads", 20.0, (4.0, 16.0), (True, "fp32_copy")),
+        ("fp32 param, fp32 grads", 16.0, (8.0, 8.0), (False, "weights")),
     )
     for label, plain, (kept, sharded), master in layouts:
-        how = "master_copy" if master else "weights are the master"
+        how = f"main_grads {master[1]}" if master[0] else "weights are the master"
         unsharded = _static_per_parameter(SEVEN_B, 0, 1, master)
         rows.append(_row(MEGATRON_DOC, f"{label}, non-distributed", "B/param", plain, unsharded, how))
         for copies in (8, 64):

@@ -182,6 +182,33 @@ def test_a_plan_file_whose_tp_does_not_divide_the_heads_is_refused(
     assert len(err.strip().splitlines()) == 1 and "does not divide" in err
 
 
+@pytest.mark.parametrize(
+    ("where", "value", "says"),
+    [
+        ("main_grads", "fp64", "main_grads must be one of 'weights', 'fp32', 'fp32_copy', got 'fp64'"),
+        ("main_grads", -1, "field 'main_grads' must be a non-empty string, got -1"),
+        ("norm_bytes", -8, "tp: field 'norm_bytes' must be a finite number >= 0, got -8"),
+    ],
+)
+def test_a_profile_file_with_a_bad_gradient_layout_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str, value: object, says: str
+) -> None:
+    """A gpt: profile written out, with a bad main_grads (unknown, no string) or a negative norm_bytes on its first
+    split layer: `plan` says so in one line and exits 2."""
+    from pipeplan.io.profile_json import profile_to_json
+
+    obj = profile_to_json(load_profile(TP_PROFILE))
+    if where == "main_grads":
+        obj["main_grads"] = value
+    else:
+        next(layer for layer in obj["layers"] if "norm_bytes" in layer.get("tp", {}))["tp"]["norm_bytes"] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(obj))
+    code, _, err = run(monkeypatch, capsys, "plan", "--profile", str(path), "--cluster", "dgx-a100-8x2", "--global-batch", "16")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err and err.startswith("error: ProfileError")
+
+
 def test_plan_json_imports_neither_rich_nor_the_tables() -> None:
     """`plan --json` prints JSON only, so its process never loads rich or the plan tables (start-up, issue 36)."""
     code = (

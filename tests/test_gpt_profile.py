@@ -266,3 +266,12 @@ def test_a_gpt_profile_simulates_with_tensor_parallel_stages() -> None:
     compute = 4 * sum(layer.fwd_ms + layer.bwd_ms for layer in profile.layers)
     assert times[2] < times[1]
     assert all(times[t] >= compute / t for t in times)
+
+
+@pytest.mark.parametrize("hidden", [64, 1024, 12288])
+def test_attention_and_mlp_name_their_layer_norms_bytes(hidden: int) -> None:
+    """Each attention and MLP layer names its layer norm's weight and bias, 2 h parameters of 4 bytes (what sequence
+    parallelism all-reduces per norm); the embedding and head split name none."""
+    splits = tensor_splits(GptConfig(layers=2, hidden=hidden, heads=8, seq=16, vocab=32))
+    assert splits["attention"].norm_bytes == splits["mlp"].norm_bytes == 8 * hidden
+    assert splits["embedding"].norm_bytes == splits["head"].norm_bytes == 0.0

@@ -266,11 +266,12 @@ def test_a_tensor_parallel_split_round_trips_through_both_versions(tmp_path: Pat
     writes no "tp" key (every older profile's bytes unchanged)."""
     for obj in (small(), small_v2()):
         obj["layers"][0]["tp"] = {"kind": "block", "width": 16}
-        tp = {"kind": "column", "width": 512, "replicated_share": 0.25, "whole_fwd": 0.125, "whole_bwd": 0.5, "recomputed": True}
+        tp = {"kind": "column", "width": 512, "replicated_share": 0.25, "whole_fwd": 0.125, "whole_bwd": 0.5, "recomputed": True,
+              "norm_bytes": 8192}  # fmt: skip
         obj["layers"][1]["tp"] = dict(tp)
         profile = profile_from_json(obj, "tp.json")
         assert profile.layers[0].tp == TensorSplit("block", 16)
-        assert profile.layers[1].tp == TensorSplit("column", 512, 0.25, 0.125, 0.5, True)
+        assert profile.layers[1].tp == TensorSplit("column", 512, 0.25, 0.125, 0.5, True, norm_bytes=8192.0)
         out = profile_to_json(profile)
         assert out["layers"][0]["tp"] == {"kind": "block", "width": 16}
         assert out["layers"][1]["tp"] == tp
@@ -289,6 +290,8 @@ def test_a_tensor_parallel_split_round_trips_through_both_versions(tmp_path: Pat
         ({"kind": "mlp", "width": 8, "heads": 2}, "tp: unknown field 'heads'"),
         ({"kind": "mlp", "width": 8, "whole_fwd": 2}, "tp whole_fwd must be a fraction in 0..1, got 2"),
         ({"kind": "mlp", "width": 8, "recomputed": 1}, "tp: field 'recomputed' must be true or false, got 1"),
+        ({"kind": "mlp", "width": 8, "norm_bytes": -1}, "tp: field 'norm_bytes' must be a finite number >= 0, got -1"),
+        ({"kind": "mlp", "width": 8, "norm_bytes": "8"}, "tp: field 'norm_bytes' must be a finite number >= 0, got \"8\""),
     ],
 )
 def test_a_bad_tp_object_names_the_layer_field_and_value(tp: dict[str, Any], message: str) -> None:
@@ -317,6 +320,31 @@ def test_master_copy_round_trips_through_both_versions_and_is_written_only_when_
     with pytest.raises(ProfileError, match="profile 'x' master_copy must be true or false, got 'yes'"):
         ModelProfile("x", 1, (LayerProfile("l", 1.0, 1.0, 1.0, 1.0),), master_copy="yes")  # type: ignore[arg-type]
     assert load_profile("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=16").master_copy
+
+
+def test_main_grads_round_trips_and_is_written_only_when_not_the_default(tmp_path: Path) -> None:
+    """ "main_grads" reads into ModelProfile.main_grads and writes back in /1 and /2 when it is not "weights" (a
+    profile without it writes no key); an unknown value, a non-string or one without a master copy names the file,
+    the field and the value (one line)."""
+    for obj in (small(), small_v2()):
+        obj["master_copy"] = True
+        assert "main_grads" not in profile_to_json(profile_from_json(obj))
+        for value in ("fp32", "fp32_copy"):
+            obj["main_grads"] = value
+            profile = profile_from_json(obj, "m.json")
+            assert profile.main_grads == value and profile_to_json(profile)["main_grads"] == value
+            path = tmp_path / "p.json"
+            write_profile_json(profile, path)
+            assert read_profile_json(path) == profile
+        for bad, message in (("fp64", "main_grads must be one of 'weights', 'fp32', 'fp32_copy', got 'fp64'"),
+                             (32, "field 'main_grads' must be a non-empty string, got 32")):  # fmt: skip
+            obj["main_grads"] = bad
+            with pytest.raises(ProfileError, match=rf"bad\.json: .*{message}") as caught:
+                profile_from_json(obj, "bad.json")
+            assert "\n" not in str(caught.value)
+        obj["master_copy"], obj["main_grads"] = False, "fp32"
+        with pytest.raises(ProfileError, match=r"bad\.json: profile .* main_grads 'fp32' needs master_copy true"):
+            profile_from_json(obj, "bad.json")
 
 
 def test_a_splits_timed_degrees_round_trip_one_value_per_batch_size(tmp_path: Path) -> None:

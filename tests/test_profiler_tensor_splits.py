@@ -47,13 +47,16 @@ def _splits(layers: list[nn.Module], x: torch.Tensor) -> tuple[TensorSplit | Non
 
 def test_zoo_encoder_layers_are_blocks_of_the_gcd_of_heads_and_hidden_and_nothing_else_is() -> None:
     """An embedding, two encoder layers (6 heads, 64 hidden units: t | 2) and a head: the layers are block 2, the
-    others None; an encoder layer of 4 heads and 32 hidden units is block 4."""
+    others None; an encoder layer of 4 heads and 32 hidden units is block 4. Each names its norms' bytes: a weight and
+    a bias of 24 float32 values (what sequence parallelism all-reduces)."""
     embed, head = nn.Embedding(10, 24), nn.Linear(24, 10)
     blocks = [nn.TransformerEncoderLayer(24, 6, 64, dropout=0.0, batch_first=True) for _ in range(2)]
     ids = torch.randint(0, 10, (2, 5))
-    assert _splits([embed, *blocks, head], ids) == (None, TensorSplit("block", 2), TensorSplit("block", 2), None)
+    norm = 2 * 24 * 4
+    block2 = TensorSplit("block", 2, norm_bytes=norm)
+    assert _splits([embed, *blocks, head], ids) == (None, block2, block2, None)
     four = nn.TransformerEncoderLayer(24, 4, 32, dropout=0.0, batch_first=True)
-    assert _splits([four], torch.randn(2, 5, 24)) == (TensorSplit("block", 4),)
+    assert _splits([four], torch.randn(2, 5, 24)) == (TensorSplit("block", 4, norm_bytes=norm),)
 
 
 def test_a_model_with_a_tied_weight_marks_nothing() -> None:

@@ -39,16 +39,19 @@ def test_zero_figure_1_is_met_to_its_rounding_and_zero_3_is_skipped() -> None:
     assert three["predicted"] is None and "never the weights" in three["skipped"]
 
 
-def test_megatron_layouts_fp32_is_exact_and_16_bit_misses_only_the_fp32_gradients() -> None:
-    """Megatron-LM's fp32 layout (16, 8 + 8/d) is pipeplan's exactly; its bf16 layout with fp32 gradients (18,
-    6 + 12/d) is pipeplan's mixed layout (16, 4 + 12/d) plus 2 bytes per parameter: the fp32 gradient's extra half."""
+def test_megatron_layouts_are_met_exactly() -> None:
+    """Megatron-LM's three layouts without and with its distributed optimizer at d 8 and 64 are pipeplan's: fp32
+    16 / 8 + 8/d (weights are the master), bf16 18 / 6 + 12/d (main_grads fp32), fp16 20 / 4 + 16/d (fp32_copy),
+    each by its closed form."""
     rows = [row for row in bench.state_rows() if row["source"] == bench.MEGATRON_DOC]
     assert len(rows) == 9
+    forms = {"fp32": (16, 8, 8), "bf16": (18, 6, 12), "fp16": (20, 4, 16)}
     for row in rows:
-        if row["name"].startswith("fp32"):
-            assert math.isclose(row["predicted"], row["published"], rel_tol=1e-12)
-        elif row["name"].startswith("bf16"):
-            assert math.isclose(row["published"] - row["predicted"], 2.0, rel_tol=1e-12)
+        plain, kept, sharded = forms[row["name"][:4]]
+        d = int(row["name"].rsplit(" ", 1)[1]) if ", d " in row["name"] else None
+        closed = plain if d is None else kept + sharded / d
+        assert math.isclose(row["predicted"], closed, rel_tol=1e-12)
+        assert math.isclose(row["published"], closed, rel_tol=1e-12)
 
 
 def test_korthikanti_rows_are_the_same_formula_to_1e_12() -> None:

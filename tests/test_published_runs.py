@@ -82,7 +82,8 @@ def test_every_row_with_a_batch_and_vocabulary_is_simulated_on_its_dgx_preset() 
 
 
 def test_the_reported_grid_is_laid_out_by_the_megatron_baseline() -> None:
-    """The 1.7B row's iteration is the megatron baseline's plan of 1 x 1 x 32 at the row's microbatch, simulated."""
+    """The 1.7B row's iteration is the megatron baseline's plan of 1 x 1 x 32 at the row's microbatch, simulated (on
+    the row's fp16 profile: its gradients all-reduced in 16 bits)."""
     from pipeplan.planner.baselines.megatron import GridPoint, megatron_plan
     from pipeplan.planner.request import PlanRequest
     from pipeplan.presets.resolve import load_cluster, load_profile
@@ -90,7 +91,8 @@ def test_the_reported_grid_is_laid_out_by_the_megatron_baseline() -> None:
 
     run = runs.RUNS[0]
     row = runs.predict(run)
-    spec = f"gpt:layers=24,hidden=2304,heads=24,seq=2048,vocab=51200,micro={row['micro']},gpu=A100-80GB"
+    assert run.precision == "fp16"
+    spec = f"gpt:layers=24,hidden=2304,heads=24,seq=2048,vocab=51200,micro={row['micro']},gpu=A100-80GB,precision=fp16"
     request = PlanRequest(load_profile(spec), load_cluster("dgx-a100-8x4"), 512)
     plan = megatron_plan(request, GridPoint(1, 1, 32, row["micro"]))
     assert simulate_plan(plan, request.model).iteration_time == row["iteration_ms"]

@@ -16,10 +16,11 @@ from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.layer_profile import TP_KINDS
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerCurve, LayerProfile, ModelProfile, SharedGroup, SplitTiming, TensorSplit
+from pipeplan.sim.cost.holding import PLAIN
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.memory import memory_per_device
 from pipeplan.sim.cost.plan_costs import plan_costs
-from pipeplan.sim.cost.tensor_parallel import sharded_static_bytes, split_stage
+from pipeplan.sim.cost.tensor_parallel import split_stage
 from pipeplan.sim.plan_sim import simulate_plan
 
 GB = 1e9
@@ -165,9 +166,9 @@ def test_zero_shards_optimizer_state_then_gradients_over_the_data_parallel_copie
 @settings(max_examples=40, deadline=None)
 @given(st.floats(1.0, 1e12), st.floats(0.0, 16.0), st.integers(1, 64))
 def test_sharded_static_bytes_is_the_closed_form(param_bytes: float, factor: float, d: int) -> None:
-    """ZeRO-1: P (2 + f/d); ZeRO-2: P (1 + 1/d + f/d); never more than unsharded P (2 + f)."""
-    one = sharded_static_bytes(param_bytes, factor, 1, d)
-    two = sharded_static_bytes(param_bytes, factor, 2, d)
+    """Weights that are the master: ZeRO-1 P (2 + f/d); ZeRO-2 P (1 + 1/d + f/d); never more than unsharded P (2 + f)."""
+    one = PLAIN.sharded(param_bytes, factor, 1, d)
+    two = PLAIN.sharded(param_bytes, factor, 2, d)
     assert one == pytest.approx(param_bytes * (2 + factor / d), rel=1e-12)
     assert two == pytest.approx(param_bytes * (1 + 1 / d + factor / d), rel=1e-12)
     assert two <= one * (1 + 1e-12) <= param_bytes * (2 + factor) * (1 + 1e-12)

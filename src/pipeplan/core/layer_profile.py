@@ -122,7 +122,10 @@ class TensorSplit:
     default: all of it divides by t. `recomputed`: the layer's backward reruns its forward (full activation
     recomputation), so the forward's collectives run once more in the backward. `timed`: the layer's measured time
     on one device of a group at each tp it was run split at (SplitTiming, ascending tp, each dividing `width`; the
-    cost model uses it in place of the shares above: sim.cost.tensor_parallel), empty when not measured."""
+    cost model uses it in place of the shares above: sim.cost.tensor_parallel), empty when not measured.
+    `norm_bytes`: the parameter bytes (the profile's param_bytes unit) of each of the layer's norms whose weight
+    gradients sequence parallelism all-reduces over the group per microbatch (sim.cost.sequence_traffic.SEQUENCE_NORMS:
+    a block has two, its attention or MLP one); 0 (the default): unknown, those all-reduces priced at their latency."""
 
     kind: str
     width: int
@@ -131,6 +134,7 @@ class TensorSplit:
     whole_bwd: float = 0.0
     recomputed: bool = False
     timed: tuple[SplitTiming, ...] = ()
+    norm_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in TP_KINDS:
@@ -149,6 +153,7 @@ class TensorSplit:
             object.__setattr__(self, field, float(value))
         if not isinstance(self.recomputed, bool):
             raise ProfileError(f"tp recomputed must be true or false, got {self.recomputed!r}")
+        object.__setattr__(self, "norm_bytes", check_nonneg_float(ProfileError, "tp norm_bytes", self.norm_bytes, MAX_BYTES))
         self._check_timed()
 
     def _check_timed(self) -> None:

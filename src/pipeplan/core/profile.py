@@ -20,9 +20,13 @@ from pipeplan.core.layer_profile import CURVE_FIELDS, LayerCurve, LayerProfile, 
 from pipeplan.core.limits import BATCH, BATCH_SIZES, BLOCK_BYTES, LAYERS
 from pipeplan.core.shared_params import SharedGroup, check_groups, overlap_bytes
 
+MAIN_GRADS = ("weights", "fp32", "fp32_copy")
+"""ModelProfile.main_grads: the gradients in the working weights' dtype, in fp32 beside 16-bit weights, or 16-bit
+with an fp32 copy for the update."""
+
 __all__ = [
-    "CURVE_FIELDS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup", "SplitTiming",
-    "TensorSplit",
+    "CURVE_FIELDS", "MAIN_GRADS", "LayerCurve", "LayerProfile", "ModelProfile", "ProfileSource", "SharedGroup",
+    "SplitTiming", "TensorSplit",
     "check_batch_sizes", "field_limit", "live_cuts",
 ]  # fmt: skip
 
@@ -107,7 +111,13 @@ class ModelProfile:
     weights with the optimizer's state; `param_bytes` then counts the master copy (4 bytes per parameter), so a
     device holds per parameter byte 1/2 (16-bit weights) + 1/2 (16-bit gradients) + 1 (master) + the optimizer's
     state, the same 2 + optimizer factor as without, and ZeRO shards the master copy with the optimizer's state
-    (sim.cost.tensor_parallel.sharded_static_bytes).
+    (sim.cost.holding.Holding.sharded).
+    `main_grads` says which gradients the update reads (MAIN_GRADS): "weights" (the default), gradients in the
+    working weights' dtype (16-bit under master_copy: ZeRO's layout); under master_copy also "fp32", gradients
+    accumulated and reduced in 32 bits beside the 16-bit weights (Megatron-LM's main grads under bf16: 18 bytes per
+    parameter with Adam, and the data-parallel exchange moves 4 bytes per parameter, not 2), or "fp32_copy", 16-bit
+    gradients reduced in 16 bits and copied to fp32 for the update, a copy sharded with the optimizer's state
+    (Megatron-LM under fp16: 20 bytes per parameter). sim.cost.holding prices each.
     """
 
     name: str
@@ -123,6 +133,7 @@ class ModelProfile:
     layer_inputs: tuple[tuple[int, ...], ...] | None = None
     shared_params: tuple[SharedGroup, ...] = ()
     master_copy: bool = False
+    main_grads: str = "weights"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -164,6 +175,15 @@ class ModelProfile:
         check_groups(self.shared_params, [(x.name, x.param_bytes) for x in self.layers], f"profile {self.name!r}")
         if not isinstance(self.master_copy, bool):
             raise ProfileError(f"profile {self.name!r} master_copy must be true or false, got {self.master_copy!r}")
+        if self.main_grads not in MAIN_GRADS:
+            raise ProfileError(
+                f"profile {self.name!r} main_grads must be one of {', '.join(map(repr, MAIN_GRADS))}, got {self.main_grads!r}"
+            )
+        if self.main_grads != "weights" and not self.master_copy:
+            raise ProfileError(
+                f"profile {self.name!r} main_grads {self.main_grads!r} needs master_copy true (without a master copy "
+                "the gradients have the weights' dtype)"
+            )
 
     def _check_inputs(self) -> None:
         """layer_inputs: one ascending tuple of earlier layer indices per layer; a chain's stored as None."""

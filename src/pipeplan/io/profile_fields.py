@@ -6,17 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from pipeplan.core.errors import ProfileError
-from pipeplan.core.limits import MAX_MS
+from pipeplan.core.limits import MAX_BYTES, MAX_MS
 from pipeplan.core.profile import ProfileSource, SplitTiming, TensorSplit
 from pipeplan.io.json_fields import Fields, check_number, short
 
-_TP_KEYS = ("kind", "width", "replicated_share", "whole_fwd", "whole_bwd", "recomputed", "timed")
+_TP_KEYS = ("kind", "width", "replicated_share", "whole_fwd", "whole_bwd", "recomputed", "timed", "norm_bytes")
 _TIMED_KEYS = ("tp", "fwd_ms", "bwd_ms")
 _SOURCE_KEYS = ("module", "options", "dataset", "dtype", "precision")
 
 
 def tp_to_json(split: TensorSplit) -> dict[str, Any]:
-    """A layer's "tp" object: kind and width, and replicated_share, whole_fwd, whole_bwd, recomputed and timed when
+    """A layer's "tp" object: kind and width, and replicated_share, whole_fwd, whole_bwd, recomputed, timed and norm_bytes when
     they are not their defaults (a split without them is written as before). `timed`: a list of {tp, fwd_ms, bwd_ms},
     each time an array with one value per batch size of the profile (one in a version 1 file)."""
     out: dict[str, Any] = {"kind": split.kind, "width": split.width}
@@ -30,6 +30,8 @@ def tp_to_json(split: TensorSplit) -> dict[str, Any]:
         out["recomputed"] = True
     if split.timed:
         out["timed"] = [{"tp": x.tp, "fwd_ms": list(x.fwd_ms), "bwd_ms": list(x.bwd_ms)} for x in split.timed]
+    if split.norm_bytes:
+        out["norm_bytes"] = int(split.norm_bytes) if split.norm_bytes.is_integer() else split.norm_bytes
     return out
 
 
@@ -43,8 +45,9 @@ def tp_from_json(fields: Fields) -> TensorSplit | None:
     whole_fwd, whole_bwd = tp.number("whole_fwd", default=0.0), tp.number("whole_bwd", default=0.0)
     recomputed = tp.boolean("recomputed", False)
     timed = _timed(tp) if tp.has("timed") else ()
+    norm_bytes = tp.number("norm_bytes", default=0.0, limits=(MAX_BYTES,))
     try:
-        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed, timed)
+        return TensorSplit(tp.string("kind"), tp.integer("width", 1), share, whole_fwd, whole_bwd, recomputed, timed, norm_bytes)
     except ProfileError as exc:
         raise ProfileError(f"{fields.where}: {exc}") from None
 

@@ -34,6 +34,7 @@ FORMATS = (PROFILE_FORMAT, PROFILE_FORMAT_2)
 
 _TOP_KEYS = (
     "format", "name", "batch_size", "reference_device", "measured", "cut_bytes", "layers", "notes", SHARED_KEY, "master_copy",
+    "main_grads",
 )  # fmt: skip
 _TOP_KEYS_2 = (*_TOP_KEYS, "batch_sizes", "threads", "source")
 _LAYER_KEYS = (
@@ -108,10 +109,12 @@ def _to_json_1(profile: ModelProfile) -> dict[str, Any]:
 
 def _with_inputs(profile: ModelProfile, out: dict[str, Any]) -> dict[str, Any]:
     """`out` with each layer's `inputs` (the indices of the layers it consumes) when the profile is a DAG, its
-    `tp` split when it has one (a layer without one is written as before), and `master_copy` when it is true (a
-    profile without one is written as before)."""
+    `tp` split when it has one (a layer without one is written as before), `master_copy` when it is true and
+    `main_grads` when it is not "weights" (a profile without them is written as before)."""
     if profile.master_copy:
         out["master_copy"] = True
+    if profile.main_grads != "weights":
+        out["main_grads"] = profile.main_grads
     if profile.layer_inputs is not None:
         for layer, sources in zip(out["layers"], profile.layer_inputs, strict=True):
             layer["inputs"] = list(sources)
@@ -168,7 +171,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
     dataset, dtype, precision}: dtype float32 and precision full when absent). Both: shared_parameters
     (io.profile_shared; none when absent); per layer tp ({kind, width, replicated_share}: how it splits over a
     tensor-parallel group, core.layer_profile.TensorSplit; absent or null: it cannot split); master_copy (false when
-    absent: core.profile.ModelProfile.master_copy).
+    absent: core.profile.ModelProfile.master_copy); main_grads ("weights" when absent, or "fp32": ModelProfile.main_grads).
 
     Raises:
         ProfileError: naming source, field and value.
@@ -200,6 +203,7 @@ def profile_from_json(obj: object, source: str = "<json>") -> ModelProfile:
         layer_inputs=_inputs(raw_layers, source),
         shared_params=groups_from_json(top, len(layers)),
         master_copy=top.boolean("master_copy", False),
+        main_grads=top.string("main_grads", default="weights"),
     )
 
 
@@ -300,6 +304,7 @@ def _from_json_2(top: Fields) -> ModelProfile:
         layer_inputs=_inputs(raw_layers, source),
         shared_params=groups_from_json(top, len(layers)),
         master_copy=top.boolean("master_copy", False),
+        main_grads=top.string("main_grads", default="weights"),
     )
 
 

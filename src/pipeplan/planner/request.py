@@ -155,7 +155,7 @@ class PlanRequest:
         with its gradient and optimizer state, however the layers are split."""
         largest = max(d.memory_bytes for d in self.cluster.devices)
         for g in self.profile.shared_params:
-            need = static_bytes(g.param_bytes, self.model.optimizer_factor)
+            need = static_bytes(g.param_bytes, self.model.optimizer_factor, self.model.holding)
             if need > largest:
                 raise PlanError(
                     f"no plan fits in memory: shared parameter {g.name!r} of {self.profile.name} ({g.param_bytes / GIB:.2f} "

@@ -29,13 +29,12 @@ Note:
     dropout mask (s b h), the head the final norm's and the projection's inputs (2 s b h each) and the fp32
     logits the loss reads (4 s b V). Each layer's output is one 16-bit s x b x h tensor (the head's: the loss).
     Parameters are counted with their biases and norms; `param_bytes` is 4 bytes per parameter, the fp32 master
-    copy, and the profile says so (core.profile.ModelProfile.master_copy): a device holds 16-bit weights (2 bytes)
-    and gradients (2), and the master copy (4) with Adam's two moments (8), mixed-precision Adam's 16 bytes per
-    parameter (Rajbhandari et al., "ZeRO", SC'20, section 3.1), the cost model's param_bytes x (2 + Adam's 2); the
-    distributed optimizer (ZeRO-1) shards the master copy with the moments, 4 + 12/d bytes, ZeRO-2 the gradients
-    too, 2 + 14/d. Megatron-LM under bf16 keeps its gradients in fp32 (18 bytes, 6 + 12/d with its distributed
-    optimizer, Megatron-LM docs/source/distrib_optimizer.md): 2 bytes per parameter more than counted here. The
-    data-parallel all-reduce moves fp32 gradients (as Megatron-LM does under bf16). The head
+    copy, and the profile says so (core.profile.ModelProfile.master_copy), with its gradients as Megatron-LM holds
+    them (MAIN_GRADS_OF, ModelProfile.main_grads; NVIDIA/Megatron-LM docs/source/distrib_optimizer.md): under bf16 a
+    device holds 16-bit weights (2 bytes), fp32 gradients (4), the master copy (4) and Adam's two moments (8),
+    18 bytes per parameter, 6 + 12/d with the distributed optimizer (ZeRO-1), 2 + 16/d under ZeRO-2, and the
+    data-parallel exchange moves the fp32 gradients; under fp16 its gradients are 16-bit (2), reduced in 16 bits,
+    and copied to fp32 (4) for the update, 20 bytes per parameter, 4 + 16/d and 2 + 18/d (sim.cost.holding). The head
     holds its own copy of the word embedding (Megatron-LM keeps one on the first and one on the last stage); the
     all-reduce that keeps those two equal is not priced.
 """
@@ -60,6 +59,10 @@ MASTER_BYTES = 4
 _INTEGER_FIELDS = ("layers", "hidden", "heads", "seq", "vocab", "micro")
 _FIELDS = (*_INTEGER_FIELDS, "gpu", "precision", "recompute", "matmul_fraction")
 _PRECISIONS = ("bf16", "fp16")
+MAIN_GRADS_OF = {"bf16": "fp32", "fp16": "fp32_copy"}
+"""The gradients Megatron-LM's update reads under each precision (core.profile.ModelProfile.main_grads): fp32 ones
+accumulated and all-reduced in fp32 under bf16 (it forces accumulate_allreduce_grads_in_fp32), 16-bit ones reduced
+in 16 bits and copied to fp32 main grads under fp16 (its default)."""
 _MOST = {"layers": LAYERS.value // 2 - 1, "hidden": 1 << 20, "heads": 1 << 14, "seq": 1 << 22, "vocab": 1 << 24}
 
 
@@ -278,6 +281,9 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     - `embedding`: all of it (its lookups, sum and dropout write whole s x b x h tensors on every device).
     - `head`: the final layer norm (4 S forward, 6 S backward); the fp32 logits and the loss split by vocabulary.
 
+    `attention` and `mlp` name their layer norm's 2 h parameters (TensorSplit.norm_bytes, 4 bytes each as param_bytes
+    count them), whose gradients sequence parallelism all-reduces over the group.
+
     Note:
         The position embedding and the norms' parameters are split with their layer's (Megatron-LM replicates
         them): h (s + 7) parameters per device too few, against at least 12 h^2 / t per block.
@@ -290,10 +296,11 @@ def tensor_splits(config: GptConfig) -> dict[str, TensorSplit]:
     whole["head"] = (4.0 * big_s, 6.0 * big_s)
     shares = {kind: _whole_shares(config, kind, fwd, bwd) for kind, (fwd, bwd) in whole.items()}
     rec = config.recompute
+    norm = 2.0 * h * MASTER_BYTES  # its layer norm's weight and bias (sequence parallelism all-reduces their gradients)
     return {
         "embedding": TensorSplit("vocab", v, 1.0, 1.0, 1.0),
-        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec),
-        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec),
+        "attention": TensorSplit("attention", a, attention_share, *shares["attention"], recomputed=rec, norm_bytes=norm),
+        "mlp": TensorSplit("mlp", 4 * h, None, *shares["mlp"], recomputed=rec, norm_bytes=norm),
         "head": TensorSplit("column", v, h / (h + v), *shares["head"]),
     }
 
@@ -371,5 +378,11 @@ def gpt_profile(config: GptConfig) -> ModelProfile:
     head_saved = 2.0 * s * b * h + 2.0 * s * b * h + 4.0 * s * b * v
     layers.append(layer("head", "head", head_saved, 4.0 * b, 2.0))
     return ModelProfile(
-        name=config.name, batch_size=b, layers=tuple(layers), reference_device=config.gpu, measured=False, master_copy=True
+        name=config.name,
+        batch_size=b,
+        layers=tuple(layers),
+        reference_device=config.gpu,
+        measured=False,
+        master_copy=True,
+        main_grads=MAIN_GRADS_OF[config.precision],
     )

@@ -26,6 +26,7 @@ Note:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
@@ -132,4 +133,4 @@ def timed_split(split: TensorSplit | None, per_size: Sequence[LayerTimes]) -> Te
         )
         for t in common
     )
-    return TensorSplit(split.kind, split.width, split.replicated_share, split.whole_fwd, split.whole_bwd, split.recomputed, timed)
+    return dataclasses.replace(split, timed=timed)

@@ -13,7 +13,9 @@ Note:
     stage one tp, and train refuses a tied weight on a stage with tp > 1 (runtime.execution.tp_layers), so a marked
     profile would yield plans train cannot run; the planner then keeps to tp 1. Other layers (embeddings, norms,
     heads, GPT-2's fused Conv1D attention, which the runtime does not split) are not marked: they run replicated.
-    A marked block's whole_fwd and whole_bwd are left at 0 (its norms and residual adds priced as split too).
+    A marked block's whole_fwd and whole_bwd are left at 0 (its norms and residual adds priced as split too). A zoo
+    encoder layer names its norm's parameter bytes (TensorSplit.norm_bytes: sequence parallelism all-reduces their
+    gradients); a captured block's are left at 0 (those all-reduces priced at their latency).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def _split(
             check_split(layer, name, 1, "profile")  # plain self-attention with biases, as SplitBlock needs
         except PlanError:
             return None
-        return TensorSplit("block", math.gcd(encoder.self_attn.num_heads, encoder.linear1.out_features))
+        norm = sum(p.numel() * p.element_size() for p in encoder.norm1.parameters())  # SP all-reduces its gradients
+        return TensorSplit("block", math.gcd(encoder.self_attn.num_heads, encoder.linear1.out_features), norm_bytes=norm)
     block = graph_block(layer)
     if block is None:
         return None

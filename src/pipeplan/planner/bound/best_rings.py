@@ -73,8 +73,9 @@ class Rings:
         return tuple((k, self.rate[k], self.latency.get(k, -1.0)) for k in sorted(self.rate))
 
     def allreduce_ms(self, nbytes: np.ndarray, devices: int) -> np.ndarray:
-        """A bound on the ring all-reduce of `nbytes` (an array) over any `devices` devices of the cluster (ms)."""
+        """A bound on the ring all-reduce of the gradients of `nbytes` parameter bytes (an array; x ShapeBounds.grads)
+        over any `devices` devices of the cluster (ms)."""
         if devices not in self.rate or devices not in self.latency:
             return self.bounds.allreduce_ms(nbytes, devices)
         k = devices
-        return wire_ms(2 * (k - 1) / k * nbytes, self.rate[k]) + 2 * (k - 1) * self.latency[k]
+        return wire_ms(2 * (k - 1) / k * (nbytes * self.bounds.grads), self.rate[k]) + 2 * (k - 1) * self.latency[k]

@@ -116,7 +116,8 @@ class ShapeBounds:
         self.params = np.array(
             first_holder_params([layer.param_bytes for layer in profile.layers], profile.shared_params), dtype=float
         )
-        self.static = static_bytes(self.params, model.optimizer_factor)
+        self.static = static_bytes(self.params, model.optimizer_factor, model.holding)
+        self.grads = model.holding.grads  # gradient bytes the all-reduce moves per parameter byte (sim.cost.holding)
         self.optimizer = self.layers.optimizer_steps_ms.copy()
         self.split = model.bwd_split
         self.node_size = cluster.num_devices
@@ -154,7 +155,8 @@ class ShapeBounds:
         return fwd, np.minimum(bwd, inp + wgt), np.minimum(inp, bwd)
 
     def allreduce_ms(self, nbytes: np.ndarray, devices: int, across: bool = False) -> np.ndarray:
-        """The least ring all-reduce of `nbytes` over `devices` devices on this cluster (ms): the fastest link and least
+        """The least ring all-reduce of the gradients of `nbytes` parameter bytes (x self.grads) over `devices`
+        devices on this cluster (ms): the fastest link and least
         latency, or, for more devices than the largest node holds, the fastest link and least latency between nodes
         (a ring over two nodes has a link between them, and the ring's time follows its slowest link); `across`: a
         ring known to span two nodes."""
@@ -163,7 +165,7 @@ class ShapeBounds:
         k = devices
         inside = k <= self.node_size and not (across and self.node_size < self.request.cluster.num_devices)
         rate, latency = (self.rate, self.latency) if inside else (self.rate_across, self.latency_across)
-        return wire_ms(2 * (k - 1) / k * nbytes, rate) + 2 * (k - 1) * latency
+        return wire_ms(2 * (k - 1) / k * (nbytes * self.grads), rate) + 2 * (k - 1) * latency
 
     def fits(self, rp: int) -> bool:
         """Whether n = N // rp devices can hold every layer's static bytes once, and each layer fits one device."""

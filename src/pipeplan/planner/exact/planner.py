@@ -85,7 +85,7 @@ def plan_exact(request: PlanRequest) -> PlanResult:
         best = tensor[0]
     if best is None:
         copies = ", ".join(
-            f"{g.name!r} {static_bytes(g.param_bytes, request.model.optimizer_factor) / GIB:.2f} GiB"
+            f"{g.name!r} {static_bytes(g.param_bytes, request.model.optimizer_factor, request.model.holding) / GIB:.2f} GiB"
             for g in request.profile.shared_params
         )
         note = f" (a device holding a layer of a shared parameter keeps a whole copy: {copies})" if copies else ""

@@ -109,7 +109,8 @@ class StageCosts:
         cluster = self.request.cluster
         work = self.work(first, last, size, len(devices) // rp, min(cluster.devices[d].speed for d in devices))
         memory = min(cluster.devices[d].memory_bytes for d in devices)
-        got = self.bases[key] = self.stage(first, last, devices, work, self.allreduce(devices, work.param_bytes), memory)
+        grads = work.param_bytes * self.request.model.holding.grads  # plan_costs' gradient bytes, the same float
+        got = self.bases[key] = self.stage(first, last, devices, work, self.allreduce(devices, grads), memory)
         return got
 
     def stage(self, first: int, last: int, devices: tuple[int, ...], work: StageWork, ring_ms: float, memory: float) -> Placed:
@@ -125,7 +126,7 @@ class StageCosts:
             inp=inp,
             wgt=wgt,
             allreduce=ring_ms + work.optimizer_ms,
-            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor),
+            static=static_bytes(work.param_bytes, self.request.model.optimizer_factor, self.request.model.holding),
             act=work.saved_bytes,
             memory=memory,
             arrive=0.0,

@@ -163,6 +163,7 @@ class Candidates:
         sums = {rho * unit: self.block_sums(b, rho * unit) for rho in choices}
         inputs = DpInputs(
             sums, self.cluster, self.bandwidth, self.latency, m, self.request.model.optimizer_factor, choices, MAX_STAGES,
+            holding=self.request.model.holding,
         )  # fmt: skip
         orders = self.orders[:1] if self.large else self.orders
         # two estimates of the all-reduce: fully exposed, and hidden behind the earlier stages' backwards
@@ -186,9 +187,9 @@ class Candidates:
         count = min(len(layers), len(order), stages or len(order))
         arrays = self.layer_costs.arrays(b)
         if by_memory:
-            factor = self.request.model.optimizer_factor
+            factor, held = self.request.model.optimizer_factor, self.request.model.holding
             work = [
-                static_bytes(x.param_bytes, factor) + saved * count
+                static_bytes(x.param_bytes, factor, held) + saved * count
                 for x, saved in zip(layers, arrays.saved.tolist(), strict=True)
             ]
             factors = [self.cluster.devices[d].memory_bytes for d in order[:count]]

@@ -19,6 +19,7 @@ from pipeplan.core.units import MS_PER_S
 from pipeplan.planner.phase_clock import timed_phase
 from pipeplan.planner.search.dp_placement import placement_arrays
 from pipeplan.planner.search.mapping import Layout
+from pipeplan.sim.cost.holding import PLAIN, Holding
 from pipeplan.sim.cost.layers import LayerCosts, static_bytes
 
 INF = np.inf
@@ -123,6 +124,7 @@ class DpInputs:
     unit_choices: tuple[int, ...]
     max_stages: int
     hide_allreduce: bool = False
+    holding: Holding = PLAIN
 
     @property
     def blocks(self) -> tuple[tuple[int, int], ...]:
@@ -189,7 +191,7 @@ def _solve_each(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], keep: in
     sums = tuple(inp.sums[rho * layout.unit] for rho in widths)
     placed = b"".join(a.tobytes() for rho in widths for a in cache.placements[(layout, rho)].values())
     key = (tuple(map(id, sums)), tuple(widths), layout.unit, layout.units, inp.microbatches, inp.max_stages,
-           inp.optimizer_factor, hides, keep, placed)  # fmt: skip
+           inp.optimizer_factor, inp.holding, hides, keep, placed)  # fmt: skip
     found = cache.solved.get(key)
     if found is None:
         max_stages = min(inp.max_stages, len(inp.blocks), layout.units)
@@ -214,7 +216,7 @@ def stage_tables(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], placeme
         if arr is None:
             arr = placements[(layout, rho)] = placement_arrays(inp.cluster, inp.bandwidth, inp.latency, layout, rho)
         sums = inp.sums[rho * layout.unit]  # costs at b / r samples per device
-        static = static_bytes(sums.param_bytes, inp.optimizer_factor)
+        static = static_bytes(sums.param_bytes, inp.optimizer_factor, inp.holding)
         speed = arr["speed"][None, None, :]
         t = sums.work_ms[:, :, None] / speed
         rate = arr["out_rate"][None, None, :]
@@ -222,7 +224,8 @@ def stage_tables(inp: DpInputs, layout: Layout, hides: tuple[bool, ...], placeme
             moved = MS_PER_S * sums.cut_after[None, :, None] / rate
             c = np.where(rate == INF, 0.0, arr["out_latency"][None, None, :] + moved)
         c = np.nan_to_num(c, nan=INF)
-        ar = sums.param_bytes[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
+        grads = sums.param_bytes * inp.holding.grads  # the gradients the ring moves (sim.cost.holding)
+        ar = grads[:, :, None] * arr["ring_factor"][None, None, :] + arr["ring_fixed"][None, None, :]
         optimizer = sums.optimizer_ms[:, :, None] / speed  # the optimizer step follows the all-reduce
         cycle = np.maximum(t, c)
         busy = (m - 1) * cycle if m > 1 else None

@@ -49,6 +49,7 @@ from pipeplan.core.hardware.devices import GpuSpec, device_spec
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import overlap_bytes
 from pipeplan.core.units import gb_per_s_to_bytes_per_s, ms_per_byte, us_to_ms, wire_ms
+from pipeplan.sim.cost.holding import PLAIN, Holding
 from pipeplan.sim.cost.speeds import profile_kind
 
 SCALINGS = ("auto", "measured", "floor", "linear")
@@ -58,15 +59,17 @@ OPTIMIZER_STATE = {"adam": 2.0, "sgd": 0.0, "sgd_momentum": 1.0}
 """Optimizer state per parameter byte (Adam: two moments; SGD with momentum: one buffer)."""
 
 
-def static_factor(optimizer_factor: float) -> float:
-    """Bytes a device holds per parameter byte of its stage: the weights, their gradients and the optimizer's state."""
-    return 2 + optimizer_factor
+def static_factor(optimizer_factor: float, held: Holding = PLAIN) -> float:
+    """Bytes a device holds per parameter byte of its stage: the weights, their gradients, the master copy and the
+    optimizer's state as `held` says (sim.cost.holding; PLAIN: 2 + optimizer_factor)."""
+    return held.factor(optimizer_factor)
 
 
-def static_bytes(param_bytes: Any, optimizer_factor: float) -> Any:
-    """The static memory of `param_bytes` (a number or an array): param_bytes x (2 + optimizer_factor), THE formula
-    every planner and the cost model use (ARCHITECTURE.md, "Memory per device")."""
-    return param_bytes * static_factor(optimizer_factor)
+def static_bytes(param_bytes: Any, optimizer_factor: float, held: Holding = PLAIN) -> Any:
+    """The static memory of `param_bytes` (a number or an array) without ZeRO: param_bytes x static_factor, THE
+    formula every planner and the cost model use (ARCHITECTURE.md, "Memory per device"); `held` from
+    sim.cost.holding.holding(profile) (CostModel.holding)."""
+    return param_bytes * static_factor(optimizer_factor, held)
 
 
 OPTIMIZER_TRAFFIC = {"adam": 7.0, "sgd": 3.0, "sgd_momentum": 5.0}

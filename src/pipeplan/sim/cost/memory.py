@@ -101,7 +101,8 @@ def result_memory(plan: Plan, result: SimResult) -> tuple[float, ...]:
 def memory_per_device(plan: Plan, model: CostModel, result: SimResult | None = None) -> tuple[float, ...]:
     """Peak bytes on every cluster device (0 for devices the plan leaves unused).
 
-    param_bytes_s * (2 + optimizer_factor) for every (chunk-)stage on the device,
+    Every (chunk-)stage's static bytes on the device (param_bytes_s x static_factor, or its ZeRO share:
+    sim.cost.holding),
     plus the peak of in-flight microbatches' saved bytes (per replica).
 
     Args:

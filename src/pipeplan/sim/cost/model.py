@@ -11,6 +11,7 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.limits import OPTIMIZER_FACTOR
 from pipeplan.core.profile import ModelProfile
 from pipeplan.sim.cost.grad_buckets import check_bucket_bytes
+from pipeplan.sim.cost.holding import Holding, holding
 from pipeplan.sim.cost.layers import OPTIMIZER_STATE, LayerCosts
 from pipeplan.sim.cost.speeds import on_profile_scale
 
@@ -66,6 +67,11 @@ class CostModel:
             raise PlanError(f"bwd_split must be two fractions >= 0 (input, weight), got {bwd_split!r}")
         buckets = check_bucket_bytes(allreduce_bucket_bytes)
         return cls(profile, on_profile_scale(cluster, profile), layers, float(factor), bwd_split, buckets)
+
+    @property
+    def holding(self) -> Holding:
+        """How a device holds the profile's parameters (sim.cost.holding): static bytes and gradient traffic."""
+        return holding(self.profile)
 
     @property
     def scaling(self) -> str:

@@ -18,7 +18,7 @@ from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.model import CostModel
 from pipeplan.sim.cost.shared import shared_exchanges
-from pipeplan.sim.cost.tensor_parallel import check_tp_widths, group_collectives_ms, sharded_static_bytes, split_stage
+from pipeplan.sim.cost.tensor_parallel import check_tp_widths, group_collectives_ms, split_stage
 from pipeplan.sim.cost.types import Costs, GradBucket, StageCost
 
 
@@ -77,7 +77,8 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
     Every device of the stage (all its replicas, in every pipeline replica)
     runs at the slowest one's speed; each holds the stage's whole weights,
     gradients and optimizer state, and its share of the microbatch's saved bytes.
-    Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work),
+    Its all-reduce is a ring over the stage's devices in their order (link_model: its links, latency and work) of
+    its gradients in the dtype they are reduced in (sim.cost.holding: param_bytes x Holding.grads),
     in buckets overlapping the backward when the model asks (CostModel.allreduce_bucket_bytes, sim.cost.grad_buckets).
     A tensor-parallel stage (tp > 1) or a sharded plan (zero > 0) is priced as sim.cost.tensor_parallel says; its
     data-parallel ring is over the first device of every group (each rank of a group has its own, alike).
@@ -102,18 +103,19 @@ def stage_cost(plan: Plan, model: CostModel, s: int) -> StageCost:
             bwd_input, bwd_weight = bwd / 2, bwd / 2
         fwd, bwd, bwd_input = fwd + fwd_comm, bwd + bwd_comm, bwd_input + bwd_comm
     ring = stage.devices[::t] if t > 1 else stage.devices
-    allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, ring, work.param_bytes)
+    held = model.holding
+    grad_bytes = work.param_bytes * held.grads  # the gradients the exchange moves, in the dtype they are reduced in
+    allreduce_ms, allreduce_latency_ms = ring_allreduce_parts(cluster, ring, grad_bytes)
     buckets: tuple[GradBucket, ...] = ()
     if model.allreduce_bucket_bytes is not None:
         samples = plan.microbatch_size / r
-        buckets = stage_buckets(model.layers, layers, samples, cluster, ring, work.param_bytes, model.allreduce_bucket_bytes)
+        buckets = stage_buckets(model.layers, layers, samples, cluster, ring, grad_bytes, model.allreduce_bucket_bytes)
         allreduce_ms = sum((b.allreduce_ms for b in buckets), 0.0)
         allreduce_latency_ms = min(allreduce_ms, sum((b.latency_ms for b in buckets), 0.0))
-    static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor), work.optimizer_ms
+    static, optimizer = static_bytes(work.param_bytes, model.optimizer_factor, held), work.optimizer_ms
     d = plan.data_parallel_of(s) if plan.zero else 1
     if d > 1:
-        zero_static = sharded_static_bytes(work.param_bytes, model.optimizer_factor, plan.zero, d, model.profile.master_copy)
-        static, optimizer = zero_static, optimizer / d
+        static, optimizer = held.sharded(work.param_bytes, model.optimizer_factor, plan.zero, d), optimizer / d
     try:
         return StageCost(
             fwd_ms=fwd,
@@ -191,7 +193,7 @@ def plan_costs(
     overhead = model.cluster.message_overhead_ms
     if overhead > 0:
         charge_messages(stages, forward, backward, overhead)
-    shared = shared_exchanges(plan, model.cluster, model.profile.shared_params)
+    shared = shared_exchanges(plan, model.cluster, model.profile.shared_params, model.holding.grads)
     return Costs(tuple(stages), tuple(forward), tuple(backward), shared)
 
 

@@ -19,6 +19,7 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.profile import ModelProfile
 from pipeplan.core.shared_params import SharedGroup, holding_stages
+from pipeplan.sim.cost.holding import holding
 from pipeplan.sim.cost.layers import static_bytes
 from pipeplan.sim.cost.link_model import ring_allreduce_parts
 from pipeplan.sim.cost.types import SharedExchange
@@ -42,8 +43,11 @@ def stage_of_layers(plan: Plan) -> list[int]:
     return out
 
 
-def shared_exchanges(plan: Plan, cluster: Cluster, groups: tuple[SharedGroup, ...]) -> tuple[SharedExchange, ...]:
-    """The exchange of every group whose layers are on two or more stages of the chain plan `plan`.
+def shared_exchanges(
+    plan: Plan, cluster: Cluster, groups: tuple[SharedGroup, ...], grads: float = 1.0
+) -> tuple[SharedExchange, ...]:
+    """The exchange of every group whose layers are on two or more stages of the chain plan `plan`: its gradients,
+    `grads` bytes per parameter byte (sim.cost.holding.Holding.grads).
 
     Raises:
         ClusterError: two neighbours on the ring cannot talk.
@@ -56,7 +60,7 @@ def shared_exchanges(plan: Plan, cluster: Cluster, groups: tuple[SharedGroup, ..
         stages = holding_stages(g, where)
         if len(stages) > 1:
             devices = exchange_devices(plan, stages)
-            total, latency = ring_allreduce_parts(cluster, devices, g.param_bytes)
+            total, latency = ring_allreduce_parts(cluster, devices, g.param_bytes * grads)
             out.append(SharedExchange(g.name, g.param_bytes, stages, len(devices), total, devices, latency))
     return tuple(out)
 
@@ -83,5 +87,6 @@ def copies_note(plan: Plan, profile: ModelProfile, optimizer_factor: float, stag
         if not any(s in stages for s in holders):
             continue
         held = f"stage {holders[0]}" if len(holders) == 1 else f"stages {', '.join(map(str, holders))}, a copy each"
-        parts.append(f"{g.name!r} takes {static_bytes(g.param_bytes, optimizer_factor) / 2**30:.2f} GiB on {held}")
+        need = static_bytes(g.param_bytes, optimizer_factor, holding(profile))
+        parts.append(f"{g.name!r} takes {need / 2**30:.2f} GiB on {held}")
     return f" (shared parameters: {'; '.join(parts)})" if parts else ""

@@ -35,28 +35,21 @@ A stage with tensor-parallel degree t (core.plan.Stage.tp) runs every layer the 
   The forward's collectives lengthen the stage's F, the backward's its B and its I (they carry the input gradient).
 
 ZeRO (core.plan.Plan.zero) over a stage's d = devices / t copies: 1 divides the optimizer state by d (with the
-32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy), 2 the
-gradients too; the data-parallel exchange becomes a reduce-scatter of the gradients and an all-gather of the
-parameters, which a ring moves in the time of the all-reduce it replaces, and each device steps its 1/d of the
-parameters (the step / d).
+32-bit master copy of a mixed-precision profile's 16-bit weights, core.profile.ModelProfile.master_copy, and any
+fp32 copy of its gradients), 2 the gradients too (sim.cost.holding prices each layout); the data-parallel exchange
+becomes a reduce-scatter of the gradients and an all-gather of the parameters, which a ring moves in the time of
+the all-reduce it replaces, and each device steps its 1/d of the parameters (the step / d).
 
 Note:
     Left out, each an approximation the tests name: the all-gather a receiving stage without sequence parallelism
     runs after a pipeline transfer split over its group's devices (Megatron's scatter-gather; cut bytes per
     boundary against 4 all-reduces of the same size per block), NIC sharing between the t concurrent
     data-parallel rings of a stage (one per rank of the group, each priced alone), a shared parameter's
-    exchange, which is priced over every device of its stages with its whole bytes (an upper bound), and the bytes
-    of the norms' gradient all-reduces under sequence parallelism (4 x hidden elements per block against the
-    block's b x s x hidden activation in each of its all-reduces; their latency is priced).
+    exchange, which is priced over every device of its stages with its whole bytes (an upper bound).
 
-With sequence parallelism a stage also runs what runtime.execution.sequence_parallel adds to each block's
-collectives (it sends whole tensors between stages, as priced here), over the same ring: where a run of consecutive
-sequence-split layers (the kinds of SEQUENCE_NORMS) of the stage ends, an all-gather of the last one's output in the
-forward; where it starts, an all-gather of the gradient of its input in the backward (nothing before the profile's first layer);
-and in the backward, per layer and microbatch, one all-reduce of each of its norms' weight gradients
-(SEQUENCE_NORMS: two per block). An all-gather of n bytes over t devices is (t-1)/t x n / rate + (t-1) x latency,
-half a ring all-reduce of n: TensorTraffic counts it as an all-reduce of n/2 bytes and half a latency count. A
-recomputed layer (TensorSplit.recomputed) reruns its forward's gather in the backward, as its other collectives.
+With sequence parallelism a stage also runs the boundary all-gathers and norm all-reduces sim.cost.sequence_traffic
+prices, over the same ring (TensorTraffic counts an all-gather of n bytes as an all-reduce of n/2 bytes and half a
+latency count).
 """
 
 from __future__ import annotations
@@ -74,15 +67,11 @@ from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.layers import LayerCosts, StageWork
 from pipeplan.sim.cost.link_model import device_nodes, ring_group_links
-
-SEQUENCE_NORMS = {"block": 2, "attention": 1, "mlp": 1}
-"""The tensor-parallel kinds sequence parallelism splits along the sequence (their norms, dropouts and residual adds,
-TP_KINDS' whole share) and their norms, each of whose weight gradients is all-reduced over the group per microbatch
-under sequence parallelism (runtime.execution.sequence_parallel.SummedNorm): a block has two, its halves one each."""
+from pipeplan.sim.cost.sequence_traffic import sequence_traffic
 
 __all__ = [
-    "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "sharded_static_bytes",
-    "split_stage", "tensor_shares",
+    "TensorShares", "TensorTraffic", "check_tp_widths", "compute_shares", "group_collectives_ms", "split_stage",
+    "tensor_shares",
 ]  # fmt: skip
 
 
@@ -180,20 +169,6 @@ def group_collectives_ms(cluster: Any, devices: tuple[int, ...], t: int, traffic
     return float(fwd[g]), float(bwd[g])
 
 
-def sharded_static_bytes(param_bytes: float, optimizer_factor: float, zero: int, d: int, master_copy: bool = False) -> float:
-    """A device's weights, gradients and optimizer state for `param_bytes` of its stage under ZeRO `zero` over d copies.
-
-    Weights the master copy (core.profile.ModelProfile.master_copy False): param_bytes x (1 + 1 + f / d) for
-    ZeRO-1, x (1 + 1/d + f / d) for ZeRO-2 (f = optimizer_factor). 16-bit weights and gradients over a master copy
-    (True; param_bytes counts the master): the master is optimizer state, x (1/2 + 1/2 + (1 + f) / d) for ZeRO-1,
-    x (1/2 + (1/2 + 1 + f) / d) for ZeRO-2: with Adam, 4 + 12/d and 2 + 14/d bytes per parameter, Rajbhandari et
-    al., "ZeRO", SC'20, section 5 (Figure 1: a 7.5B model on 64 copies, 31.4 GB and 16.6 GB)."""
-    weights, grads, master = (0.5, 0.5, 1.0) if master_copy else (1.0, 1.0, 0.0)
-    if zero >= 2:
-        return param_bytes * (weights + (grads + master + optimizer_factor) / d)
-    return param_bytes * (weights + grads + (master + optimizer_factor) / d)
-
-
 def split_stage(
     costs: LayerCosts, layers: Sequence[int], microbatch_size: int, replicas: int, speed: float, t: int, sp: bool
 ) -> tuple[StageWork, TensorTraffic]:
@@ -273,7 +248,7 @@ def _traffic(
 ) -> TensorTraffic:
     """The all-reduces of the split layers among `selected`: of each one's output (activation bytes per device), or of
     its input's gradient (the bytes crossing the cut before it, / replicas; 0 for the first layer of the profile);
-    with sequence parallelism (`sp`), its boundary gathers and norm all-reduces too (`_sequence_traffic`)."""
+    with sequence parallelism (`sp`), its boundary gathers and norm all-reduces too (sim.cost.sequence_traffic)."""
     fwd_bytes = bwd_bytes = 0.0
     fwd_count = bwd_count = 0
     for i in selected:
@@ -286,41 +261,8 @@ def _traffic(
             nbytes = float(activation[i])
         fwd_bytes, fwd_count = fwd_bytes + f * nbytes, fwd_count + f
         bwd_bytes, bwd_count = bwd_bytes + b * nbytes, bwd_count + b
-    traffic = TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
-    return _sequence_traffic(costs, selected, activation, microbatch_size, replicas, traffic) if sp else traffic
-
-
-def _sequence_traffic(
-    costs: LayerCosts,
-    selected: list[int],
-    activation: np.ndarray,
-    microbatch_size: int,
-    replicas: int,
-    traffic: TensorTraffic,
-) -> TensorTraffic:
-    """`traffic` plus what sequence parallelism adds (module docstring): per run of consecutive SEQUENCE_NORMS layers
-    among `selected`, the all-gather of its last output (forward; again in the backward if that layer is recomputed)
-    and of its input's gradient (backward), each as half an all-reduce; and each such layer's norm all-reduces
-    (backward, latency only)."""
-    fwd_bytes, fwd_count, bwd_bytes, bwd_count = traffic.fwd_bytes, traffic.fwd_count, traffic.bwd_bytes, traffic.bwd_count
-    layers = costs.profile.layers
-    runs: list[list[int]] = []
-    for i in selected:
-        split = layers[i].tp
-        if split is None or split.kind not in SEQUENCE_NORMS:
-            continue
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-        bwd_count += SEQUENCE_NORMS[split.kind]
-    for run in runs:
-        first, last = run[0], run[-1]
-        out = float(activation[last]) / 2
-        fwd_bytes, fwd_count = fwd_bytes + out, fwd_count + 0.5
-        split = layers[last].tp
-        if split is not None and split.recomputed:
-            bwd_bytes, bwd_count = bwd_bytes + out, bwd_count + 0.5
-        if first > 0:
-            bwd_bytes, bwd_count = bwd_bytes + costs.cut_bytes(first - 1, microbatch_size) / replicas / 2, bwd_count + 0.5
-    return TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
+    if not sp:
+        return TensorTraffic(fwd_bytes, fwd_count, bwd_bytes, bwd_count)
+    return TensorTraffic(
+        *sequence_traffic(costs, selected, activation, microbatch_size, replicas, (fwd_bytes, fwd_count, bwd_bytes, bwd_count))
+    )

@@ -17,6 +17,7 @@ from pipeplan.core.partition import prefix_sums
 from pipeplan.core.units import ms_per_byte
 from pipeplan.planner.baselines.layer_groups import Blocks
 from pipeplan.planner.search.replicated.placing import FRESH_FIRST, POLICIES, allocate_replicas
+from pipeplan.sim.cost.holding import PLAIN, Holding
 from pipeplan.sim.cost.layers import static_factor
 from pipeplan.sim.cost.link_model import link_matrices
 
@@ -33,7 +34,7 @@ class ReplicaSearch:
     with the microbatch size alike, so the DP's choice does not depend on it).
     """
 
-    def __init__(self, blocks: Blocks, cluster: Cluster, optimizer_factor: float) -> None:
+    def __init__(self, blocks: Blocks, cluster: Cluster, optimizer_factor: float, held: Holding = PLAIN) -> None:
         self.blocks = blocks
         self.profile = blocks.profile
         self.cluster = cluster
@@ -53,7 +54,8 @@ class ReplicaSearch:
         self._fwd = prefix_sums(layer.fwd_ms for layer in self.profile.layers)
         self._bwd = prefix_sums(layer.bwd_ms for layer in self.profile.layers)
         self._params = prefix_sums(layer.param_bytes for layer in self.profile.layers)
-        self._static = static_factor(optimizer_factor)
+        self._static = static_factor(optimizer_factor, held)
+        self.grads = held.grads  # gradient bytes the all-reduce moves per parameter byte (sim.cost.holding)
         self._speed = np.asarray([d.speed for d in cluster.devices])
         self._memory = np.asarray([d.memory_bytes for d in cluster.devices])
         rates, latency = link_matrices(cluster)
@@ -210,7 +212,7 @@ class ReplicaSearch:
         if n < 2:
             return np.zeros(len(ends))
         weights = np.asarray(self._params[ends.start + 1 : ends.stop + 1]) - self._params[first]
-        return 2.0 * weights * (n - 1) / (n * self.slowest_bytes_per_ms(devices))
+        return 2.0 * (weights * self.grads) * (n - 1) / (n * self.slowest_bytes_per_ms(devices))
 
     def best_pipeline(self, gpus: int, replicas: int, counts: Sequence[int], batches: float) -> StagePlan | None:
         """Layers over exactly `gpus` GPUs per pipeline replica, minimizing the slowest block; None if none fits.

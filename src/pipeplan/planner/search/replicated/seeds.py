@@ -151,7 +151,8 @@ def latency_of(model: CostModel, search: ReplicaSearch, candidate: Candidate, mi
         f, b = stage_times(model, search, first, last, devices, candidate.replicas, microbatch_size)
         fwd.append(f)
         bwd.append(b)
-        allreduce.append(ring_allreduce_ms(search.params(first, last), len(devices), search.slowest_bytes_per_ms(devices)))
+        grads = search.params(first, last) * search.grads
+        allreduce.append(ring_allreduce_ms(grads, len(devices), search.slowest_bytes_per_ms(devices)))
         prev = (first, last, devices)
     return latency(fwd, bwd, allreduce, microbatches)[0]
 
@@ -211,7 +212,8 @@ def plan_replicated(request: PlanRequest) -> PlanResult:
     """
     started = time.perf_counter()
     require_schedule(request, SEED_NAME, "1f1b")
-    search = ReplicaSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, request.model.optimizer_factor)
+    model = request.model
+    search = ReplicaSearch(merge_layers(request.profile, MAX_BLOCKS), request.cluster, model.optimizer_factor, model.holding)
     found = candidates(search, request.global_batch, request.replication)
     if not found:
         raise PlanError(
