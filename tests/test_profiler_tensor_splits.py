@@ -84,14 +84,16 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.slow
 def test_a_captured_llama_is_marked_and_not_when_its_split_does_not_follow(user: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The captured Llama's decoder layers are block 2 (gcd of 4 heads, 2 key/value heads, 24 hidden units), its
-    embedding, norm and head None; with the head-count rewrite broken its blocks fail the split check and are not
+    embedding, norm and head None; each block's norm_bytes is one RMSNorm weight (16 float64 elements: the two norms'
+    weights are the only parameters no TP rank shards, which sequence parallelism all-reduces); with the head-count
+    rewrite broken its blocks fail the split check and are not
     marked."""
     from pipeplan.models.build import build_model
 
     built = build_model("my_llama:llama", {}, "auto", "float64", 0)
     spec = built.chain_spec()
     marks = [layer.tp for layer in measure_layers(spec, None, 2, runs=0, whole=False).to_profile("llama").layers]
-    assert marks == [None, TensorSplit("block", 2), TensorSplit("block", 2), None, None]
+    assert marks == [None, TensorSplit("block", 2, norm_bytes=16 * 8), TensorSplit("block", 2, norm_bytes=16 * 8), None, None]
     monkeypatch.setattr(split_graph, "_local_sizes", lambda sizes, block, tp: sizes)
     marks = [layer.tp for layer in measure_layers(spec, None, 2, runs=0, whole=False).to_profile("llama").layers]
     assert marks == [None] * 5

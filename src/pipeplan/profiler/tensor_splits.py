@@ -15,7 +15,7 @@ Note:
     heads, GPT-2's fused Conv1D attention, which the runtime does not split) are not marked: they run replicated.
     A marked block's whole_fwd and whole_bwd are left at 0 (its norms and residual adds priced as split too). A zoo
     encoder layer names its norm's parameter bytes (TensorSplit.norm_bytes: sequence parallelism all-reduces their
-    gradients); a captured block's are left at 0 (those all-reduces priced at their latency).
+    gradients); a captured block names the bytes of its parameters no rank shards (its norms' weights), per norm.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pipeplan.core.errors import PlanError
 from pipeplan.core.layer_profile import TensorSplit
 from pipeplan.models.parameter_sharing import shared_parameters
 from pipeplan.models.tp_block import check_split, encoder_of
-from pipeplan.models.traced.split_graph import check_split_graph, graph_block
+from pipeplan.models.traced.split_graph import GraphBlock, check_split_graph, graph_block
+from pipeplan.sim.cost.sequence_traffic import SEQUENCE_NORMS
 
 MAX_CHECKED = 8
 """The largest tp a captured block is run split at while profiling (each check runs the block tp + 1 times)."""
@@ -65,13 +66,23 @@ def _split(
         return None
     width = math.gcd(block.heads, block.kv_heads, block.hidden)
     sample = x[0] if isinstance(x, tuple) and len(x) == 1 else x
+    norm = _summed_bytes(layer, block)
     if not isinstance(sample, torch.Tensor) or sample.is_meta:
-        return TensorSplit("block", width)  # nothing runs on the meta device: train checks it before it starts
+        return TensorSplit("block", width, norm_bytes=norm)  # nothing runs on the meta device: train checks it later
     assert isinstance(layer, fx.GraphModule)
     key = f"{width}:{_code(layer)}"
     if key not in checked:
         checked[key] = _passing(layer, name, sample[:2], width)
-    return None if checked[key] is None else TensorSplit("block", checked[key])
+    return None if checked[key] is None else TensorSplit("block", checked[key], norm_bytes=norm)
+
+
+def _summed_bytes(layer: nn.Module, block: GraphBlock) -> float:
+    """What sequence parallelism all-reduces per norm of a captured block: the bytes of its trainable parameters that
+    no TP rank shards (split_graph's `sp_summed`: a Llama block's two RMSNorm weights), spread over the
+    SEQUENCE_NORMS["block"] norms the cost model counts, so that the priced bytes are the summed ones."""
+    sharded = {path for path, _ in block.split_tensors()}
+    total = sum(p.numel() * p.element_size() for path, p in layer.named_parameters() if p.requires_grad and path not in sharded)
+    return total / SEQUENCE_NORMS["block"]
 
 
 def _code(layer: fx.GraphModule) -> str:

@@ -12,7 +12,7 @@ collectives (it sends whole tensors between stages, as priced here), over the gr
   two per block, runtime.execution.sequence_parallel.SummedNorm): TensorSplit.norm_bytes each (the norm's weight
   and bias in the profile's param_bytes unit) x the gradient bytes per parameter byte the profile holds
   (sim.cost.holding.Holding.grads: 1 for fp32 gradients, 1/2 for 16-bit ones). A split without norm_bytes (0: a
-  profile written before, or a captured block's) prices them at their latency only. Megatron-LM all-reduces these
+  profile written before) prices them at their latency only. Megatron-LM all-reduces these
   gradients once per iteration, after the last microbatch; the runtime (and so this model) once per microbatch.
 """
 
