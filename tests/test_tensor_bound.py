@@ -4,9 +4,12 @@ cut and device order simulates below it, and it is never above the t = 1 bound i
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +17,8 @@ from pipeplan.api.planning import plan_request
 from pipeplan.core.errors import PipeplanError
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.planner.bound.plan_bound import EVERY_3D, Bounds
-from pipeplan.planner.bound.shape_bounds import lower_bound
-from pipeplan.planner.bound.tensor_bound import path_shares, tensor_lower_bound
+from pipeplan.planner.bound.shape_bounds import ShapeBounds, lower_bound
+from pipeplan.planner.bound.tensor_bound import path_shares, shape_counts, tensor_lower_bound
 from pipeplan.planner.planners import run_planner
 from pipeplan.planner.request import PlanRequest
 from pipeplan.sim.cost.memory import check_fits
@@ -101,3 +104,24 @@ def test_pipeplan_s_3d_plan_is_measured_against_it() -> None:
     if result.plan.zero or any(s.tp > 1 for s in result.plan.stages):
         assert measured.of == EVERY_3D
     assert measured.gap >= 1 - 1e-12
+
+
+def test_a_pipeline_need_hold_only_the_working_weights(tmp_path: Path) -> None:
+    """16 devices of 215 kB each and a bf16 gpt profile (241,408 parameter bytes, counted as the fp32 master copy):
+    no device holds the master's bytes, but 16 pipeline copies of one device under ZeRO-2 fit (each holds half of them
+    as bf16 working weights, the rest sharded 16 ways): the bound counts that shape and is below that plan's time."""
+    n = 16
+    cluster = {"format": "pipeplan.cluster/1", "name": "tight-16", "devices": [{"kind": "a100", "memory_gb": 215e3 / 2**30}] * n,
+               "bandwidth_gb_per_s": [[0 if i == j else 100 for j in range(n)] for i in range(n)],
+               "latency_us": [[0 if i == j else 5 for j in range(n)] for i in range(n)]}  # fmt: skip
+    (tmp_path / "tight.json").write_text(json.dumps(cluster))
+    request = plan_request(TINY, str(tmp_path / "tight.json"), n, time_budget_s=None)
+    weights = sum(layer.param_bytes for layer in request.profile.layers)
+    assert weights == 241408.0 > request.cluster.devices[0].memory_bytes
+    plan = Plan((Stage(0, request.profile.num_layers - 1, tuple(range(n))),), n, 1, 1, "1f1b", zero=2)
+    check_fits(plan, request.model)  # 0.5 + (1 + 1 + 2) / 16 of the bytes, and one sample's activations
+    with pytest.raises(PipeplanError):
+        check_fits(dataclasses.replace(plan, zero=1), request.model)
+    bounds = ShapeBounds(request)
+    assert shape_counts(bounds, n)
+    assert tensor_lower_bound(request).ms <= simulate_plan(plan, request.model).iteration_time * (1 + 1e-12)

@@ -19,8 +19,10 @@ the larger of:
    Joint, as shape_bounds's: one width per layer serves both, so for every w in [0, 1] the larger of the two is at
    least sum_i min_r (w a_i(r) + (1 - w) p_i(r)).
 
-A shape counts when a pipeline's devices can hold every layer's weights once (ZeRO 1 and 2 shard gradients and
-optimizer state, never weights: a pipeline holds each weight at least once, split or not). The bound is the least,
+A shape counts when a pipeline's devices can hold every layer's working weights once (ZeRO 1 and 2 shard gradients,
+master copy and optimizer state, never the working weights: a pipeline holds each weight at least once, split or not).
+Those are sim.cost.holding.Holding.weights per parameter byte: the whole of it for a profile without a master copy,
+half for 16-bit weights beside an fp32 master copy (the profile's param_bytes count the master's 4 bytes). The bound is the least,
 over the shapes, of the larger of the two. It holds for t = 1 plans too, where shape_bounds's tighter bound is used
 (planner.bound.plan_bound picks a plan's class).
 """
@@ -66,15 +68,21 @@ def tensor_terms(bounds: ShapeBounds, shares: np.ndarray, rp: int, b: int) -> tu
     return max(float(area.min(axis=0).sum()), joint), float(path.min(axis=0).sum())
 
 
+def shape_counts(bounds: ShapeBounds, rp: int) -> bool:
+    """Whether the devices of one of rp pipeline copies can hold the model's working weights once (module docstring)."""
+    request = bounds.request
+    weights = float(bounds.params.sum()) * request.model.holding.weights
+    return weights <= bounds.memory_prefix[request.cluster.num_devices // rp]
+
+
 def tensor_lower_bound(request: PlanRequest) -> LowerBound:
     """The least iteration time (ms) any plan of `request` can simulate to, with tensor parallelism and ZeRO in the
     space (module docstring); inf when no pipeline can hold the model's weights."""
     bounds = ShapeBounds(request)
     shares = path_shares(request)
-    weights = float(bounds.params.sum())
     best = LowerBound(math.inf, 0, 0, "memory", (math.inf,) * len(TERMS))
     for rp, b in shapes(request):
-        if weights > bounds.memory_prefix[request.cluster.num_devices // rp]:
+        if not shape_counts(bounds, rp):
             continue
         terms = tensor_terms(bounds, shares, rp, b)
         value = max(terms)
