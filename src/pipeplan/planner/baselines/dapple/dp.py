@@ -171,14 +171,7 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
     """
     cells, best = levels.cells, levels.best
     pairs, states = base.shape
-    low = np.empty((pairs, states))
-    at = np.empty((pairs, states), dtype=np.int64)
-    step = max(1, CHUNK_VALUES // (states * states))
-    by_end = np.ascontiguousarray(stage.T)  # (j, k)
-    for a in range(0, pairs, step):
-        value = np.maximum(base[a : a + step, None, :], by_end)  # (pair, j, k); inf where A[k] has no cell
-        at[a : a + step] = np.argmin(value, axis=2)
-        low[a : a + step] = np.min(value, axis=2)
+    low, at = _least_splits(base, stage)
     keys = [taken | gpus for taken, (gpus, _) in zip(takens, options, strict=True)]
     ids: dict[int, int] = {}
     kid = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
@@ -223,6 +216,38 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
         top = best[j][m]
         if top is None or smallest[j] < top.time:
             best[j][m] = cells[j][m][set_keys[int(first[j])]]
+
+
+END_BLOCK = 8
+"""_least_splits takes the states j this many at a time, over the splits k below the block's last finite one."""
+
+
+def _least_splits(base: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """low[q, j] = min over k of max(base[q, k], stage[k, j]) and at[q, j] its first k (0 where every k is inf).
+
+    A split k past the last finite stage[k, j] of a block of states j offers inf to each of them, so it is left
+    out: it can be neither the least value nor, where all are inf, the first k (0). On a chain (stage[k, j]
+    finite for k < j only) that halves the (pair, j, k) values; the floats and the first k are argmin's over all k.
+    """
+    pairs, states = base.shape
+    low = np.empty((pairs, states))
+    at = np.zeros((pairs, states), dtype=np.int64)
+    finite = np.isfinite(stage)
+    reach = np.where(finite.any(axis=0), states - np.argmax(finite[::-1], axis=0), 0)  # per j: 1 + last finite k
+    by_end = np.ascontiguousarray(stage.T)  # (j, k)
+    for j0 in range(0, states, END_BLOCK):
+        j1 = min(states, j0 + END_BLOCK)
+        width = int(reach[j0:j1].max())
+        if width == 0:
+            low[:, j0:j1] = np.inf
+            continue
+        step = max(1, CHUNK_VALUES // ((j1 - j0) * width))
+        for a in range(0, pairs, step):
+            value = np.maximum(base[a : a + step, None, :width], by_end[None, j0:j1, :width])  # (pair, j, k)
+            first = np.argmin(value, axis=2)
+            at[a : a + step, j0:j1] = first
+            low[a : a + step, j0:j1] = np.take_along_axis(value, first[:, :, None], axis=2)[:, :, 0]
+    return low, at
 
 
 @dataclass(frozen=True, slots=True)
