@@ -147,10 +147,14 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
                 options.extend(here.items())
                 of_set.extend([t] * len(here))
             if options:
-                # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs)
-                moves = _moves(machines, rates, level, np.array(of_set), [gpus for gpus, _ in options])
-                base = np.maximum(level.times[of_set], moves * payload)
-                _step(levels, m, mp, rows / (mp * rp), base, takens, options, times, seeded)
+                # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs),
+                # a function of (prefix set, receiving machine or -1): computed once per distinct such key
+                sets = np.array(of_set)
+                home = _homes(machines, [gpus for gpus, _ in options])
+                _, once, alike = np.unique(sets * (len(machines.ends) + 1) + home + 1, return_index=True, return_inverse=True)
+                moves = _moves(rates, level, sets[once], home[once])
+                base = np.maximum(level.times[sets[once]], moves * payload)
+                _step(levels, m, mp, rows / (mp * rp), (base, alike.reshape(-1)), takens, options, times, seeded)
         levels.done = max(levels.done, m + 1)
 
 
@@ -158,10 +162,11 @@ CHUNK_VALUES = 1 << 21
 """_step's pairs x states x states block, in float64 values (16 MiB)."""
 
 
-def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, takens: list[int],
+def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, bases: tuple[np.ndarray, np.ndarray], takens: list[int],
           options: list[tuple[int, tuple[int, ...]]], times: dict[int, np.ndarray], seeded: set[int]) -> None:  # fmt: skip
     """Level m's cells from a last stage of mp GPUs per replica: pair q (prefix set takens[q], placement options[q])
-    offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]).
+    offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]), where
+    `bases` holds the distinct rows of base and each pair's row among them.
 
     The same cells as visiting the pairs in order and each state, keeping a cell when strictly better than its
     set's (GPU set takens[q] | placement) cell so far: per (set, j) the first pair reaching the set's minimum,
@@ -170,8 +175,10 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
     time, where below the best so far.
     """
     cells, best = levels.cells, levels.best
-    pairs, states = base.shape
-    low, at = _least_splits(base, stage)
+    distinct, row = bases
+    low, at = _least_splits(distinct, stage)
+    low, at = low[row], at[row]
+    pairs, states = low.shape
     keys = [taken | gpus for taken, (gpus, _) in zip(takens, options, strict=True)]
     ids: dict[int, int] = {}
     kid = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
@@ -284,13 +291,18 @@ def _gather(cells: list[list[dict[int, _Cell]]], prefix: int, states: int, machi
     return _Level(list(index), np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
 
 
-def _moves(machines: Machines, rates: LinkRates, level: _Level, of_set: np.ndarray, receivers: list[int]) -> np.ndarray:
+def _homes(machines: Machines, receivers: list[int]) -> np.ndarray:
+    """The machine holding each receiving GPU set, -1 where it spans machines."""
+    return np.array([machines.machine_of(g.bit_length() - 1) if machines.within_one(g) else -1 for g in receivers])
+
+
+def _moves(rates: LinkRates, level: _Level, of_set: np.ndarray, home: np.ndarray) -> np.ndarray:
     """transfer_s of one byte (pair, state): from the last stage's GPUs of the state's cell in the pair's prefix set
-    into the pair's GPUs, as transfer_s computes it (the same operations, so the same floats); 0 where no cell.
+    into the pair's GPUs, on machine `home` (-1: spread over machines), as transfer_s computes it (the same
+    operations, so the same floats); 0 where no cell.
 
     Receivers on one machine h pay remote_p2p for the senders' share off h, else local; receivers spread over
     machines pay remote_collective (senders and receivers together span machines too)."""
-    home = np.array([machines.machine_of(g.bit_length() - 1) if machines.within_one(g) else -1 for g in receivers])
     senders = level.senders[of_set]  # (pair, state)
     local = home >= 0
     on_home = np.zeros_like(senders)
