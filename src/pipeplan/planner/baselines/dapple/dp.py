@@ -210,8 +210,9 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, bases: tuple[np.nd
     js, ss = js[order], ss[order]
     qs = first_min[ss, js]
     made = zip(js.tolist(), ss.tolist(), qs.tolist(), group_min[ss, js].tolist(), at[qs, js].tolist(), strict=True)
+    make, prefix = tuple.__new__, m - mp  # _Cell(...) without NamedTuple's Python-level __new__: the same tuple
     for j, s, q, v, k in made:
-        cells[j][m][set_keys[s]] = _Cell(v, (k, m - mp, takens[q]), mp, options[q][1])
+        cells[j][m][set_keys[s]] = make(_Cell, (v, (k, prefix, takens[q]), mp, options[q][1]))
     np.copyto(before, group_min, where=kept)
     for s in np.flatnonzero(kept.any(axis=1)).tolist():
         times[set_keys[s]] = before[s].copy()
