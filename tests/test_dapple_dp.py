@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeplan.planner.baselines.dapple.comm_times import HPGO_RATES, LinkRates, transfer_s
-from pipeplan.planner.baselines.dapple.dp import DappleStage, _Cell, _unwind, dp_sets
+from pipeplan.planner.baselines.dapple.dp import DappleStage, _Cell, _least_splits, _unwind, dp_sets
 from pipeplan.planner.baselines.dapple.gpus import FRESH_FIRST, POLICIES, SCATTER_FIRST, Machines, place
 from pipeplan.planner.baselines.dapple.planning_model import DappleModel, dapple_model
 from pipeplan.planner.baselines.pipedream_graph import _graph
@@ -140,3 +140,33 @@ def test_bitmask_policies_equal_the_list_policies(sizes: list[int], taken: int, 
     machines = Machines(tuple(np.cumsum(sizes).tolist()))
     taken &= (1 << machines.gpus) - 1
     assert place(machines, taken, need, policy) == plain_place(machines, taken, need, policy)
+
+
+def plain_least_splits(base: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair q and state j, every split k in order: the least max(base[q, k], stage[k, j]) and its first k."""
+    pairs, states = base.shape
+    low = np.full((pairs, states), np.inf)
+    at = np.zeros((pairs, states), dtype=np.int64)
+    for q in range(pairs):
+        for j in range(states):
+            for k in range(states):
+                value = max(base[q, k], stage[k, j])
+                if value < low[q, j]:
+                    low[q, j], at[q, j] = value, k
+    return low, at
+
+
+@settings(max_examples=80, deadline=None)
+@given(pairs=st.integers(1, 5), states=st.integers(1, 20), chain=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_least_splits_equal_the_scan_of_every_split(pairs: int, states: int, chain: bool, seed: int) -> None:
+    """_least_splits (a block of states over the splits up to its last finite one) gives the least value and the
+    first split reaching it of a scan of every split, bit for bit, ties and all-inf states included: on chains
+    (stage finite below the diagonal only) and on any pattern of inf."""
+    rng = np.random.default_rng(seed)
+    base = rng.choice([1.0, 2.0, 3.0, np.inf], size=(pairs, states))
+    stage = rng.choice([0.5, 2.0, 3.0, np.inf], size=(states, states))
+    if chain:
+        stage[np.tril_indices(states)] = np.inf  # stage[k, j] for k < j only
+    low, at = _least_splits(base, stage)
+    want_low, want_at = plain_least_splits(base, stage)
+    assert np.array_equal(low, want_low) and np.array_equal(at, want_at)

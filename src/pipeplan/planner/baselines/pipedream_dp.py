@@ -137,30 +137,34 @@ def level_dp(t: LevelInputs, opt: LevelOptions) -> np.ndarray:
     Below the top level a column's candidates are (row r, split k) pairs, and only those where r names a node set
     of k (r = 0 or D_{r-1} inside D_k) can be finite: every other A[r, k] is inf. They are taken alone (a few in ten
     on a branching graph), each pair's best over m', then the least per row: the same minimum of the same floats.
+    The table is kept unit count first (m, row, state) while it fills, so that a column's first stages on x+1
+    units are one contiguous gather per x; it is turned to (row, state, m) once at the end.
     """
     rows = 1 if opt.final else t.compute_ms.shape[0]
     n = opt.units
-    time = single_stage_ms(t, opt, slice(0, rows), slice(None))
+    states = t.compute_ms.shape[1]
+    by_units = np.ascontiguousarray(np.moveaxis(single_stage_ms(t, opt, slice(0, rows), slice(None)), 2, 0))
+    flat = by_units.reshape(n, -1)  # [x, r * states + k]
     split_of = _split_rule(opt)
     named = None if opt.final else _named(t.preds, rows)
-    for j in range(t.compute_ms.shape[1]):
+    for j in range(states):
         ks = t.preds[j]
         if len(ks) and n > 1:
             stage = last_stage_ms(t, opt, ks, j)
             if named is None:
                 live = np.zeros(1, dtype=np.int64)
-                prefix = time[np.ix_(live, ks, np.arange(n))]  # (live, ks, x): the first stages on x+1 units
-                split = split_of(t, opt, prefix, stage, ks, j).min(axis=1)
+                at_k = np.arange(len(ks))
+                first = flat[:, ks]  # [x, k]: the first stages on x+1 units
+                split = split_of(t, opt, first, stage, at_k, ks, j).min(axis=1)[:, None]
             else:
                 live = np.concatenate(([0], ks + 1))
                 at_row, at_k = np.nonzero(named[np.ix_(live, ks)])  # by row, then k
-                flat = time.reshape(-1, n)  # row r, state k at r * states + k
-                prefix = np.take(flat, live[at_row] * time.shape[1] + ks[at_k], axis=0)[None, :, :]  # (1, pairs, x)
-                split = _least_per_row(split_of(t, opt, prefix, stage[at_k], ks[at_k], j)[0], at_row, len(live))
-            time[live, j, 1:] = np.minimum(time[live, j, 1:], split)
+                first = np.take(flat, live[at_row] * states + ks[at_k], axis=1)  # [x, pair]
+                split = _least_per_row(split_of(t, opt, first, stage, at_k, ks, j), at_row, len(live))
+            by_units[1:, live, j] = np.minimum(by_units[1:, live, j], split)
         if opt.fewer:
-            time[:, j, :] = np.minimum.accumulate(time[:, j, :], axis=1)
-    return time
+            by_units[:, :, j] = np.minimum.accumulate(by_units[:, :, j], axis=0)
+    return np.ascontiguousarray(np.moveaxis(by_units, 0, 2))
 
 
 def _named(preds: list[np.ndarray], rows: int) -> np.ndarray:
@@ -173,19 +177,19 @@ def _named(preds: list[np.ndarray], rows: int) -> np.ndarray:
 
 
 def _least_per_row(values: np.ndarray, at_row: np.ndarray, rows: int) -> np.ndarray:
-    """The least of `values` (pairs, N-1) per row index of `at_row` (sorted), inf for a row with no pair."""
+    """The least of `values` (N-1, pairs) per row index of `at_row` (sorted), inf for a row with no pair: (N-1, rows)."""
     counts = np.bincount(at_row, minlength=rows)
-    out = np.full((rows, values.shape[1]), np.inf)
+    out = np.full((values.shape[0], rows), np.inf)
     has = counts > 0
     if has.any():
         starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        out[has] = np.minimum.reduceat(values, starts[has], axis=0)
+        out[:, has] = np.minimum.reduceat(values, starts[has], axis=1)
     return out
 
 
-SplitRule = Callable[[LevelInputs, LevelOptions, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
-"""min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 per (row, candidate k): (prefix (live, ks, N),
-stage (ks, N), ks, j) -> (live, ks, N-1)."""
+SplitRule = Callable[[LevelInputs, LevelOptions, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+"""min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 per (row, candidate k) pair: (first (N, pairs):
+the pair's first stages on x+1 units, stage (ks, N), at_k (pairs): the pair's index into ks, ks, j) -> (N-1, pairs)."""
 
 
 def _split_rule(opt: LevelOptions) -> SplitRule:
@@ -193,25 +197,33 @@ def _split_rule(opt: LevelOptions) -> SplitRule:
     counts (many units, limited counts) or the scan (module docstring)."""
     if opt.units > BRUTE_UNITS and opt.memory_bytes is None:
         if opt.allowed is None:
-            return lambda t, o, prefix, stage, ks, j: _splits_fast(prefix, stage, o.straight)
+            return lambda t, o, first, stage, at_k, ks, j: _splits_fast(first.T[None], stage[at_k], o.straight)[0].T
         counts = np.flatnonzero(~opt.banned()) + 1
-        return lambda t, o, prefix, stage, ks, j: _splits_listed(prefix, stage, counts)
+        return lambda t, o, first, stage, at_k, ks, j: _splits_listed(first.T[None], stage[at_k], counts)[0].T
     return _splits_brute
 
 
-def _splits_brute(t: LevelInputs, opt: LevelOptions, prefix: np.ndarray, stage: np.ndarray, ks: np.ndarray, j: int) -> np.ndarray:
-    """min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 by scanning m': shape (live, ks, N-1)."""
+def _splits_brute(
+    t: LevelInputs, opt: LevelOptions, first: np.ndarray, stage: np.ndarray, at_k: np.ndarray, ks: np.ndarray, j: int
+) -> np.ndarray:
+    """min over m' of max(A[r, k, m-m'], L(k+1, j, m')) for m = 1..N-1 by scanning m': shape (N-1, pairs).
+
+    Each unit count's row of costs is gathered per pair once per level of the memory rule: once for the whole
+    scan without it (the rule depends on m), else once per m."""
     n = opt.units
-    first = np.ascontiguousarray(np.moveaxis(prefix, 2, 0))  # [x, live, ks]: each unit count's cells in a row
-    out = np.full((n - 1, *prefix.shape[:2]), np.inf)
-    pair = np.empty(prefix.shape[:2])
+    out = np.full((n - 1, first.shape[1]), np.inf)
+    pair = np.empty(first.shape[1])
+    every = None if opt.memory_bytes is not None else np.take(stage.T, at_k, axis=1)  # [m' - 1, pair]
     for m in range(1, n):
         top = 1 if opt.straight else m
-        cost = np.ascontiguousarray(np.where(_memory_mask(t, opt, ks, j, m, top), np.inf, stage[:, :top]).T)
+        if every is not None:
+            cost = every
+        else:
+            cost = np.take(np.where(_memory_mask(t, opt, ks, j, m, top), np.inf, stage[:, :top]).T, at_k, axis=1)
         best = out[m - 1]
         for mp in range(1, top + 1):  # the first stages on m - m' + 1 units, index m - m'
             np.minimum(best, np.maximum(first[m - mp], cost[mp - 1], out=pair), out=best)
-    return np.moveaxis(out, 0, 2)
+    return out
 
 
 def _splits_listed(prefix: np.ndarray, stage: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -147,10 +147,14 @@ def _recurrence(model: DappleModel, machines: Machines, rates: LinkRates, p: int
                 options.extend(here.items())
                 of_set.extend([t] * len(here))
             if options:
-                # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs)
-                moves = _moves(machines, rates, level, np.array(of_set), [gpus for gpus, _ in options])
-                base = np.maximum(level.times[of_set], moves * payload)
-                _step(levels, m, mp, rows / (mp * rp), base, takens, options, times, seeded)
+                # base[q, k]: max(A[k] of pair q's prefix set, the transfer from its last stage's GPUs into q's GPUs),
+                # a function of (prefix set, receiving machine or -1): computed once per distinct such key
+                sets = np.array(of_set)
+                home = _homes(machines, [gpus for gpus, _ in options])
+                _, once, alike = np.unique(sets * (len(machines.ends) + 1) + home + 1, return_index=True, return_inverse=True)
+                moves = _moves(rates, level, sets[once], home[once])
+                base = np.maximum(level.times[sets[once]], moves * payload)
+                _step(levels, m, mp, rows / (mp * rp), (base, alike.reshape(-1)), takens, options, times, seeded)
         levels.done = max(levels.done, m + 1)
 
 
@@ -158,10 +162,11 @@ CHUNK_VALUES = 1 << 21
 """_step's pairs x states x states block, in float64 values (16 MiB)."""
 
 
-def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, takens: list[int],
+def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, bases: tuple[np.ndarray, np.ndarray], takens: list[int],
           options: list[tuple[int, tuple[int, ...]]], times: dict[int, np.ndarray], seeded: set[int]) -> None:  # fmt: skip
     """Level m's cells from a last stage of mp GPUs per replica: pair q (prefix set takens[q], placement options[q])
-    offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]).
+    offers state j low[q, j] = min over k of max(base[q, k], stage[k, j]) (the first such k: at[q, j]), where
+    `bases` holds the distinct rows of base and each pair's row among them.
 
     The same cells as visiting the pairs in order and each state, keeping a cell when strictly better than its
     set's (GPU set takens[q] | placement) cell so far: per (set, j) the first pair reaching the set's minimum,
@@ -170,15 +175,10 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
     time, where below the best so far.
     """
     cells, best = levels.cells, levels.best
-    pairs, states = base.shape
-    low = np.empty((pairs, states))
-    at = np.empty((pairs, states), dtype=np.int64)
-    step = max(1, CHUNK_VALUES // (states * states))
-    by_end = np.ascontiguousarray(stage.T)  # (j, k)
-    for a in range(0, pairs, step):
-        value = np.maximum(base[a : a + step, None, :], by_end)  # (pair, j, k); inf where A[k] has no cell
-        at[a : a + step] = np.argmin(value, axis=2)
-        low[a : a + step] = np.min(value, axis=2)
+    distinct, row = bases
+    low, at = _least_splits(distinct, stage)
+    low, at = low[row], at[row]
+    pairs, states = low.shape
     keys = [taken | gpus for taken, (gpus, _) in zip(takens, options, strict=True)]
     ids: dict[int, int] = {}
     kid = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
@@ -210,8 +210,9 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
     js, ss = js[order], ss[order]
     qs = first_min[ss, js]
     made = zip(js.tolist(), ss.tolist(), qs.tolist(), group_min[ss, js].tolist(), at[qs, js].tolist(), strict=True)
+    make, prefix = tuple.__new__, m - mp  # _Cell(...) without NamedTuple's Python-level __new__: the same tuple
     for j, s, q, v, k in made:
-        cells[j][m][set_keys[s]] = _Cell(v, (k, m - mp, takens[q]), mp, options[q][1])
+        cells[j][m][set_keys[s]] = make(_Cell, (v, (k, prefix, takens[q]), mp, options[q][1]))
     np.copyto(before, group_min, where=kept)
     for s in np.flatnonzero(kept.any(axis=1)).tolist():
         times[set_keys[s]] = before[s].copy()
@@ -223,6 +224,38 @@ def _step(levels: Levels, m: int, mp: int, stage: np.ndarray, base: np.ndarray, 
         top = best[j][m]
         if top is None or smallest[j] < top.time:
             best[j][m] = cells[j][m][set_keys[int(first[j])]]
+
+
+END_BLOCK = 8
+"""_least_splits takes the states j this many at a time, over the splits k below the block's last finite one."""
+
+
+def _least_splits(base: np.ndarray, stage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """low[q, j] = min over k of max(base[q, k], stage[k, j]) and at[q, j] its first k (0 where every k is inf).
+
+    A split k past the last finite stage[k, j] of a block of states j offers inf to each of them, so it is left
+    out: it can be neither the least value nor, where all are inf, the first k (0). On a chain (stage[k, j]
+    finite for k < j only) that halves the (pair, j, k) values; the floats and the first k are argmin's over all k.
+    """
+    pairs, states = base.shape
+    low = np.empty((pairs, states))
+    at = np.zeros((pairs, states), dtype=np.int64)
+    finite = np.isfinite(stage)
+    reach = np.where(finite.any(axis=0), states - np.argmax(finite[::-1], axis=0), 0)  # per j: 1 + last finite k
+    by_end = np.ascontiguousarray(stage.T)  # (j, k)
+    for j0 in range(0, states, END_BLOCK):
+        j1 = min(states, j0 + END_BLOCK)
+        width = int(reach[j0:j1].max())
+        if width == 0:
+            low[:, j0:j1] = np.inf
+            continue
+        step = max(1, CHUNK_VALUES // ((j1 - j0) * width))
+        for a in range(0, pairs, step):
+            value = np.maximum(base[a : a + step, None, :width], by_end[None, j0:j1, :width])  # (pair, j, k)
+            first = np.argmin(value, axis=2)
+            at[a : a + step, j0:j1] = first
+            low[a : a + step, j0:j1] = np.take_along_axis(value, first[:, :, None], axis=2)[:, :, 0]
+    return low, at
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,13 +292,18 @@ def _gather(cells: list[list[dict[int, _Cell]]], prefix: int, states: int, machi
     return _Level(list(index), np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
 
 
-def _moves(machines: Machines, rates: LinkRates, level: _Level, of_set: np.ndarray, receivers: list[int]) -> np.ndarray:
+def _homes(machines: Machines, receivers: list[int]) -> np.ndarray:
+    """The machine holding each receiving GPU set, -1 where it spans machines."""
+    return np.array([machines.machine_of(g.bit_length() - 1) if machines.within_one(g) else -1 for g in receivers])
+
+
+def _moves(rates: LinkRates, level: _Level, of_set: np.ndarray, home: np.ndarray) -> np.ndarray:
     """transfer_s of one byte (pair, state): from the last stage's GPUs of the state's cell in the pair's prefix set
-    into the pair's GPUs, as transfer_s computes it (the same operations, so the same floats); 0 where no cell.
+    into the pair's GPUs, on machine `home` (-1: spread over machines), as transfer_s computes it (the same
+    operations, so the same floats); 0 where no cell.
 
     Receivers on one machine h pay remote_p2p for the senders' share off h, else local; receivers spread over
     machines pay remote_collective (senders and receivers together span machines too)."""
-    home = np.array([machines.machine_of(g.bit_length() - 1) if machines.within_one(g) else -1 for g in receivers])
     senders = level.senders[of_set]  # (pair, state)
     local = home >= 0
     on_home = np.zeros_like(senders)
