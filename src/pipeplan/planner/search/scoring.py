@@ -19,6 +19,7 @@ from pipeplan.sim.cost.flow_sets import FlowMemo
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
 from pipeplan.sim.cost.types import Costs, StageCost
+from pipeplan.sim.engine.timing_key import TimingKey, timing_key
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
 
@@ -81,6 +82,8 @@ class Evaluator:
         self._flows = FlowMemo(request.cluster)
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
+        self._timing_keys: dict[int, tuple[Costs, TimingKey]] = {}
+        self._times: dict[tuple[tuple[object, ...], TimingKey], float] = {}
         self.simulations = 0
 
     def costs(self, plan: Plan) -> Costs:
@@ -105,9 +108,24 @@ class Evaluator:
         return schedule
 
     def _time(self, plan: Plan) -> float:
-        self.simulations += 1
+        """The simulated iteration time of `plan`; one simulation per schedule and costs' timing_key (placements that
+        only rename devices and resources, e.g. swaps of devices that are not twins, simulate to the same time)."""
         with phase("simulation"):
-            return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+            costs = self.costs(plan)
+            if plan.order is not None:
+                self.simulations += 1
+                return simulate(self.schedule(plan), costs, record=False).iteration_time
+            known = self._timing_keys.get(id(costs))
+            if known is None or known[0] is not costs:
+                known = (costs, timing_key(costs))  # held: the id stays this costs' while it is a key
+                self._timing_keys[id(costs)] = known
+            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), known[1])
+            time = self._times.get(key)
+            if time is None:
+                self.simulations += 1
+                time = simulate(self.schedule(plan), costs, record=False).iteration_time
+                self._times[key] = time
+            return time
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders).
