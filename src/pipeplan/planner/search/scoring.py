@@ -14,11 +14,11 @@ from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.time_floor import chain_floor
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import INTERLEAVED, TABLE, WARMUP_FAMILY, splits_backward, warmup_forwards
-from pipeplan.sim import simulate
 from pipeplan.sim.cost.flow_sets import FlowMemo
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
 from pipeplan.sim.cost.types import Costs, StageCost
+from pipeplan.sim.engine.simulator import iteration_time
 from pipeplan.sim.engine.timing_key import TimingKey, timing_key
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
@@ -82,8 +82,11 @@ class Evaluator:
         self._flows = FlowMemo(request.cluster)
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
-        self._timing_keys: dict[int, tuple[Costs, TimingKey]] = {}
-        self._times: dict[tuple[tuple[object, ...], TimingKey], float] = {}
+        self._classes: dict[int, tuple[Costs, int, int]] = {}
+        self._timing_ids: dict[TimingKey, int] = {}
+        self._memory_ids: dict[tuple[tuple[float, float], ...], int] = {}
+        self._times: dict[tuple[tuple[object, ...], int], float] = {}
+        self._memories: dict[tuple[tuple[object, ...], int], tuple[float, ...]] = {}
         self.simulations = 0
 
     def costs(self, plan: Plan) -> Costs:
@@ -114,18 +117,26 @@ class Evaluator:
             costs = self.costs(plan)
             if plan.order is not None:
                 self.simulations += 1
-                return simulate(self.schedule(plan), costs, record=False).iteration_time
-            known = self._timing_keys.get(id(costs))
-            if known is None or known[0] is not costs:
-                known = (costs, timing_key(costs))  # held: the id stays this costs' while it is a key
-                self._timing_keys[id(costs)] = known
-            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), known[1])
+                return iteration_time(self.schedule(plan), costs)
+            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), self._classes_of(costs)[0])
             time = self._times.get(key)
             if time is None:
                 self.simulations += 1
-                time = simulate(self.schedule(plan), costs, record=False).iteration_time
+                time = iteration_time(self.schedule(plan), costs)
                 self._times[key] = time
             return time
+
+    def _classes_of(self, costs: Costs) -> tuple[int, int]:
+        """(timing class, memory class) of `costs`: costs with one timing_key simulate to one time under a schedule,
+        costs with the same static and saved bytes per stage hold the same bytes per rank (numbered as first seen)."""
+        known = self._classes.get(id(costs))
+        if known is None or known[0] is not costs:
+            timing = self._timing_ids.setdefault(timing_key(costs), len(self._timing_ids))
+            memory_key = tuple((c.static_bytes, c.saved_bytes) for c in costs.stages)
+            memory = self._memory_ids.setdefault(memory_key, len(self._memory_ids))
+            known = (costs, timing, memory)  # held: the id stays this costs' while it is a key
+            self._classes[id(costs)] = known
+        return known[1], known[2]
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders).
@@ -188,8 +199,17 @@ class Evaluator:
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
         m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
+        costs = self.costs(plan)
         with phase("rank_memory"):
-            return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
+            if plan.order is not None:
+                return rank_memory(plan, costs, self.schedule(plan))
+            # the bytes per rank read only the schedule (so p and its stages' ranks) and each stage's bytes
+            key = ((plan.schedule, plan.num_ranks, m, plan.k, plan.chunks), self._classes_of(costs)[1])
+            held = self._memories.get(key)
+            if held is None:
+                held = rank_memory(plan, costs, self.schedule(dataclasses.replace(plan, microbatches=m)))
+                self._memories[key] = held
+            return held
 
     def memory_excess(self, plan: Plan) -> tuple[float, int]:
         """(largest bytes over capacity on any device, its rank)."""
