@@ -11,7 +11,7 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest
-from pipeplan.planner.search.time_floor import chain_floor
+from pipeplan.planner.search.time_floor import chain_floor, resource_floor
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import INTERLEAVED, TABLE, WARMUP_FAMILY, splits_backward, warmup_forwards
 from pipeplan.sim.cost.flow_sets import FlowMemo
@@ -170,10 +170,10 @@ class Evaluator:
         try:
             costs = self.costs(plan)
             m, (m1, _) = plan.microbatches, ranking_counts(plan)
-            if plan.order is not None or m <= m1:
-                floor = chain_floor(costs, m, facts.split_backward)
-            else:  # estimate_time: t1 + (m - m1) * slope with t1 above the floor at m1 and slope >= the busiest rank
-                floor = chain_floor(costs, m1, facts.split_backward) + (m - m1) * self.busiest_rank_ms(plan)
+            run = m if plan.order is not None or m <= m1 else m1
+            floor = max(chain_floor(costs, run, facts.split_backward), resource_floor(costs, run, facts.split_backward))
+            if run < m:  # estimate_time: t1 + (m - m1) * slope with t1 above the floor at m1 and slope >= the busiest rank
+                floor += (m - m1) * self.busiest_rank_ms(plan)
         except PipeplanError:
             return 0.0
         return floor * FLOOR_MARGIN
