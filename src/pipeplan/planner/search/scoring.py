@@ -82,11 +82,10 @@ class Evaluator:
         self._flows = FlowMemo(request.cluster)
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
-        self._classes: dict[int, tuple[Costs, int, int]] = {}
+        self._classes: dict[int, tuple[Costs, int]] = {}
         self._timing_ids: dict[TimingKey, int] = {}
-        self._memory_ids: dict[tuple[tuple[float, float], ...], int] = {}
         self._times: dict[tuple[tuple[object, ...], int], float] = {}
-        self._memories: dict[tuple[tuple[object, ...], int], tuple[float, ...]] = {}
+        self._memories: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.simulations = 0
 
     def costs(self, plan: Plan) -> Costs:
@@ -118,7 +117,7 @@ class Evaluator:
             if plan.order is not None:
                 self.simulations += 1
                 return iteration_time(self.schedule(plan), costs)
-            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), self._classes_of(costs)[0])
+            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), self._timing_class(costs))
             time = self._times.get(key)
             if time is None:
                 self.simulations += 1
@@ -126,17 +125,14 @@ class Evaluator:
                 self._times[key] = time
             return time
 
-    def _classes_of(self, costs: Costs) -> tuple[int, int]:
-        """(timing class, memory class) of `costs`: costs with one timing_key simulate to one time under a schedule,
-        costs with the same static and saved bytes per stage hold the same bytes per rank (numbered as first seen)."""
+    def _timing_class(self, costs: Costs) -> int:
+        """The timing class of `costs` (numbered as first seen): costs with one timing_key simulate to one time under
+        a schedule. Computed once per costs, when it is first simulated."""
         known = self._classes.get(id(costs))
         if known is None or known[0] is not costs:
-            timing = self._timing_ids.setdefault(timing_key(costs), len(self._timing_ids))
-            memory_key = tuple((c.static_bytes, c.saved_bytes) for c in costs.stages)
-            memory = self._memory_ids.setdefault(memory_key, len(self._memory_ids))
-            known = (costs, timing, memory)  # held: the id stays this costs' while it is a key
+            known = (costs, self._timing_ids.setdefault(timing_key(costs), len(self._timing_ids)))  # held: its id stays
             self._classes[id(costs)] = known
-        return known[1], known[2]
+        return known[1]
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders).
@@ -204,7 +200,8 @@ class Evaluator:
             if plan.order is not None:
                 return rank_memory(plan, costs, self.schedule(plan))
             # the bytes per rank read only the schedule (so p and its stages' ranks) and each stage's bytes
-            key = ((plan.schedule, plan.num_ranks, m, plan.k, plan.chunks), self._classes_of(costs)[1])
+            stage_bytes = ((c.static_bytes, c.saved_bytes) for c in costs.stages)
+            key = (plan.schedule, plan.num_ranks, m, plan.k, plan.chunks, *stage_bytes)
             held = self._memories.get(key)
             if held is None:
                 held = rank_memory(plan, costs, self.schedule(dataclasses.replace(plan, microbatches=m)))
