@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.request import PlanRequest
 from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator
 from pipeplan.schedules.plan_schedule import plan_schedule
+from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import rank_memory
 from pipeplan.sim.plan_sim import simulate_plan
 
@@ -112,3 +114,27 @@ def test_a_kfkb_group_above_a_short_run_is_refused_before_any_simulation(k: int)
     assert evaluator.simulations == 0
     fitting = dataclasses.replace(plan, k=RANK_MICROBATCHES // 2)  # k = m2 runs (as gpipe at m2): two runs
     assert evaluator.score(fitting).fits and evaluator.simulations == 2
+
+
+def test_placements_that_rename_devices_share_one_simulation_and_keep_their_times() -> None:
+    """Every order of 4 devices for a 4-stage plan (1f1b, and zb-h1, whose memory is read off its order): on a
+    cluster of two speeds of links, each score and each rank's bytes equal a direct simulation and rank_memory of
+    that plan's own costs; on a flat cluster every order is the same run, simulated once per schedule."""
+    profile, flat = setup(4, 4)
+    fast, slow = 100e9, 10e9
+    mixed_bw = tuple(tuple(0.0 if a == b else (fast if (a + b) % 3 else slow) for b in range(4)) for a in range(4))
+    mixed = dataclasses.replace(flat, bandwidth_bytes_per_s=mixed_bw)
+    for cluster, runs in ((mixed, None), (flat, 2)):
+        evaluator = Evaluator(PlanRequest(profile, cluster, 8))
+        times = set()
+        for order, schedule in itertools.product(itertools.permutations(range(4)), ("1f1b", "zb-h1")):
+            plan = Plan(tuple(Stage(i, i, (d,)) for i, d in enumerate(order)), 1, 8, 1, schedule)
+            costs = evaluator.costs(plan)
+            direct = simulate(plan_schedule(plan), costs, record=False).iteration_time
+            assert evaluator.score(plan).time_ms == direct
+            assert evaluator.rank_memory(plan) == rank_memory(plan, costs, plan_schedule(plan))
+            times.add(direct)
+        if runs is not None:
+            assert evaluator.simulations == runs
+        else:
+            assert len(times) > 2  # the orders differ, so the test compares more than one run per schedule

@@ -1,6 +1,8 @@
 """Tests of planner.search.time_floor and Evaluator.floor: never above the evaluator's time, on random plans of every
 schedule the floor covers (short runs simulated in full, long ones extrapolated); tight on an even pipeline. PassFloor:
-never above the simulation of any plan of its family; exact for one microbatch through an even chain."""
+never above the simulation of any plan of its family; exact for one microbatch through an even chain. resource_floor:
+never above a simulation with queueing transfers, exact on one link; screening with the floors never changes what the
+local searches and the ranking choose."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.plan_space import divisors
 from pipeplan.planner.request import PlanRequest
+from pipeplan.planner.search.refine import improve_placement, refine_boundaries, twin_classes
 from pipeplan.planner.search.schedule_choice import interleave
 from pipeplan.planner.search.scoring import FLOOR_MARGIN, Evaluator
-from pipeplan.planner.search.time_floor import PassFloor, chain_floor
+from pipeplan.planner.search.selection import Search
+from pipeplan.planner.search.time_floor import PassFloor, chain_floor, resource_floor
+from pipeplan.schedules import make_schedule
 from pipeplan.schedules.one_f_one_b import one_f_one_b
-from pipeplan.sim import simulate
+from pipeplan.sim import Costs, Flow, StageCost, simulate
 from pipeplan.sim.cost.synthetic import uniform_costs
+from pipeplan.sim.cost.types import GradBucket
 from pipeplan.sim.plan_sim import simulate_plan
 
 GIB = 2**30
@@ -170,3 +176,136 @@ def test_the_pass_floor_is_exact_for_one_microbatch_through_an_even_chain() -> N
     assert PassFloor(unsplit.model, [1]).at(3) == pytest.approx(4 * 2.0 + 2 * 3 * 1.1, rel=1e-12)
     zero_bubble = simulate_plan(dataclasses.replace(plan, schedule="zb-h1"), unsplit.model).iteration_time
     assert zero_bubble == pytest.approx(PassFloor(unsplit.model, [1]).at(3) + 1.0, rel=1e-12)  # and stage 0's W
+
+
+SHARED = ("nic:0:out", "nic:1:in", "pair:a", "pair:b")
+TIMES = st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0, 1.7, 3.0])
+
+
+@st.composite
+def shared_costs(draw: st.DrawFn, stages: int) -> Costs:
+    """Random stage costs (split or halved backwards, bucketed or plain all-reduces, optimizer steps) and transfers of
+    0-2 flows on 1-2 resources of a small pool, so that transfers of both directions and of several boundaries queue
+    on one resource."""
+
+    def flows(src: int, dst: int) -> tuple[Flow, ...]:
+        out = []
+        for _ in range(draw(st.integers(0, 2))):
+            resources = tuple(draw(st.lists(st.sampled_from(SHARED), min_size=1, max_size=2, unique=True)))
+            out.append(Flow(resources, (src, dst), draw(TIMES), draw(TIMES)))
+        return tuple(out)
+
+    def stage() -> StageCost:
+        allreduce = draw(TIMES)
+        buckets = (GradBucket(0.5, allreduce / 2), GradBucket(1.0, allreduce / 2)) if draw(st.booleans()) else ()
+        split = draw(st.sampled_from([None, 0.0, 0.5, 1.0]))
+        bwd = draw(TIMES)
+        return StageCost(
+            draw(TIMES),
+            bwd,
+            bwd_input_ms=None if split is None else bwd * split,
+            allreduce_ms=allreduce,
+            optimizer_ms=draw(TIMES),
+            allreduce_buckets=buckets,
+        )
+
+    return Costs(
+        tuple(stage() for _ in range(stages)),
+        tuple(flows(b, b + 1) for b in range(stages - 1)),
+        tuple(flows(b + 1, b) for b in range(stages - 1)),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    p=st.integers(1, 4), m=st.integers(1, 9), name=st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1", "early"]), data=st.data()
+)
+def test_the_resource_floor_is_never_above_a_simulated_iteration(p: int, m: int, name: str, data: st.DataObject) -> None:
+    """Transfers queueing on shared resources (both event loops), every schedule the floor covers (an explicit order:
+    1F1B with DAPPLE's early backward): resource_floor, and the larger of it and chain_floor, less FLOOR_MARGIN, is
+    at most the simulated iteration (the simulator is the reference)."""
+    if name == "early":
+        schedule = one_f_one_b(p, m, extra_warmup=True)
+    else:
+        schedule = make_schedule(name, p, m, k=min(2, m) if name == "kfkb" else 1)
+    split = name == "zb-h1"
+    costs = data.draw(shared_costs(p))
+    time = simulate(schedule, costs, record=False).iteration_time
+    assert resource_floor(costs, m, split) * FLOOR_MARGIN <= time
+    assert max(resource_floor(costs, m, split), chain_floor(costs, m, split)) * FLOOR_MARGIN <= time
+
+
+@pytest.mark.parametrize("m", [2, 5, 12])
+def test_the_resource_floor_is_exact_where_one_link_carries_everything(m: int) -> None:
+    """Stage 0 of F = 0.5, B = 0.25, stage 1 of no compute, and a single resource both directions use, 2 ms each way:
+    GPipe sends the m activations back to back from stage 0's first forward on, then the m gradients, and stage 0's
+    last backward follows the last: 0.5 + 4m + 0.25, what the floor counts (chain_floor counts each way once)."""
+    link = "pair:x"
+    costs = Costs(
+        (StageCost(0.5, 0.25), StageCost(0.0, 0.0)),
+        ((Flow((link,), (0, 1), 0.0, 2.0),),),
+        ((Flow((link,), (1, 0), 0.0, 2.0),),),
+    )
+    schedule = make_schedule("gpipe", 2, m)
+    assert simulate(schedule, costs).iteration_time == pytest.approx(0.5 + 4 * m + 0.25, rel=1e-12)
+    assert resource_floor(costs, m, split=False) == pytest.approx(0.5 + 4 * m + 0.25, rel=1e-12)
+    assert chain_floor(costs, m, split=False) < 0.5 + 4 * m + 0.25
+
+
+class Unscreened(Evaluator):
+    """An evaluator that screens nothing: every floor is 0, so every plan a search reaches is simulated."""
+
+    def floor(self, plan: Plan) -> float:
+        return 0.0
+
+
+@st.composite
+def node_instances(draw: st.DrawFn) -> PlanRequest:
+    """A small random model on 2 nodes of 2 devices whose NICs the replicas of a plan share (nic_bytes_per_s)."""
+    layers = draw(st.integers(3, 6))
+    times = st.floats(0.1, 3.0)
+    profile = ModelProfile(
+        "r",
+        1,
+        tuple(
+            LayerProfile(f"l{i}", draw(times), draw(times), draw(st.sampled_from([1e6, 2e7, 8e7])), 1e6, 1e6)
+            for i in range(layers)
+        ),
+    )
+    devices = tuple(Device(i, "gpu", 80 * GIB, node=i // 2) for i in range(4))
+    rate = st.sampled_from([2e9, 25e9, 100e9])
+    bandwidth = tuple(tuple(0.0 if a == b else (draw(rate) if a // 2 == b // 2 else 3e9) for b in range(4)) for a in range(4))
+    latency = tuple(tuple(0.0 if a == b else 1e-3 for b in range(4)) for a in range(4))
+    cluster = Cluster("nodes", devices, bandwidth, latency, nic_bytes_per_s=draw(st.sampled_from([1e9, 4e9])))
+    return PlanRequest(profile, cluster, draw(st.sampled_from([8, 16, 64])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(node_instances(), st.data())
+def test_screening_never_changes_what_the_local_searches_and_the_ranking_choose(
+    request: PlanRequest, data: st.DataObject
+) -> None:
+    """Random plans on shared NICs: improve_placement and refine_boundaries end at the same plan, and ranked returns
+    the same plans in the same order, with the floors (chain and resource) as with none (every move simulated)."""
+    layers = request.profile.num_layers
+    plans = []
+    for _ in range(data.draw(st.integers(2, 6))):
+        rp = data.draw(st.sampled_from([1, 2]))
+        p = data.draw(st.integers(1, min(layers, 4 // rp)))
+        cuts = sorted(data.draw(st.lists(st.integers(0, layers - 2), min_size=p - 1, max_size=p - 1, unique=True)))
+        bounds = [-1, *cuts, layers - 1]
+        order = data.draw(st.permutations(range(4)))
+        stages = tuple(Stage(bounds[i] + 1, bounds[i + 1], tuple(order[i * rp : (i + 1) * rp])) for i in range(p))
+        b = data.draw(st.sampled_from([1, 2]))
+        m = request.global_batch // (rp * b)
+        schedule = data.draw(st.sampled_from(["gpipe", "1f1b", "kfkb", "zb-h1"]))
+        plans.append(Plan(stages, rp, m, b, schedule, k=min(2, m) if schedule == "kfkb" else 1))
+    screened, unscreened = Search(request), Search(request)
+    unscreened.evaluator = Unscreened(request)
+    assert screened.ranked(plans, len(plans)) == unscreened.ranked(plans, len(plans))
+    for plan in plans:
+        for search in (screened, unscreened):
+            search.twins = twin_classes(request.cluster)
+        moved = improve_placement(plan, screened.evaluator, 60, screened.twins)
+        assert moved == improve_placement(plan, unscreened.evaluator, 60, unscreened.twins)
+        assert refine_boundaries(moved, screened.evaluator, 60) == refine_boundaries(moved, unscreened.evaluator, 60)

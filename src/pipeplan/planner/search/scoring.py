@@ -11,14 +11,15 @@ from pipeplan.core.plan import Plan
 from pipeplan.core.schedule import Schedule
 from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest
-from pipeplan.planner.search.time_floor import chain_floor
+from pipeplan.planner.search.time_floor import chain_floor, resource_floor
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.schedules.registry import INTERLEAVED, TABLE, WARMUP_FAMILY, splits_backward, warmup_forwards
-from pipeplan.sim import simulate
 from pipeplan.sim.cost.flow_sets import FlowMemo
 from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
 from pipeplan.sim.cost.types import Costs, StageCost
+from pipeplan.sim.engine.simulator import iteration_time
+from pipeplan.sim.engine.timing_key import TimingKey, timing_key
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
 
@@ -81,6 +82,10 @@ class Evaluator:
         self._flows = FlowMemo(request.cluster)
         self._scores: dict[Plan, Score] = {}
         self._schedules: dict[tuple[object, ...], Schedule] = {}
+        self._classes: dict[int, tuple[Costs, int]] = {}
+        self._timing_ids: dict[TimingKey, int] = {}
+        self._times: dict[tuple[tuple[object, ...], int], float] = {}
+        self._memories: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.simulations = 0
 
     def costs(self, plan: Plan) -> Costs:
@@ -105,9 +110,29 @@ class Evaluator:
         return schedule
 
     def _time(self, plan: Plan) -> float:
-        self.simulations += 1
+        """The simulated iteration time of `plan`; one simulation per schedule and costs' timing_key (placements that
+        only rename devices and resources, e.g. swaps of devices that are not twins, simulate to the same time)."""
         with phase("simulation"):
-            return simulate(self.schedule(plan), self.costs(plan), record=False).iteration_time
+            costs = self.costs(plan)
+            if plan.order is not None:
+                self.simulations += 1
+                return iteration_time(self.schedule(plan), costs)
+            key = ((plan.schedule, plan.num_ranks, plan.microbatches, plan.k, plan.chunks), self._timing_class(costs))
+            time = self._times.get(key)
+            if time is None:
+                self.simulations += 1
+                time = iteration_time(self.schedule(plan), costs)
+                self._times[key] = time
+            return time
+
+    def _timing_class(self, costs: Costs) -> int:
+        """The timing class of `costs` (numbered as first seen): costs with one timing_key simulate to one time under
+        a schedule. Computed once per costs, when it is first simulated."""
+        known = self._classes.get(id(costs))
+        if known is None or known[0] is not costs:
+            known = (costs, self._timing_ids.setdefault(timing_key(costs), len(self._timing_ids)))  # held: its id stays
+            self._classes[id(costs)] = known
+        return known[1]
 
     def estimate_time(self, plan: Plan) -> float:
         """Iteration time in ms; extrapolated from shorter runs when m is large (not for explicit orders).
@@ -141,10 +166,10 @@ class Evaluator:
         try:
             costs = self.costs(plan)
             m, (m1, _) = plan.microbatches, ranking_counts(plan)
-            if plan.order is not None or m <= m1:
-                floor = chain_floor(costs, m, facts.split_backward)
-            else:  # estimate_time: t1 + (m - m1) * slope with t1 above the floor at m1 and slope >= the busiest rank
-                floor = chain_floor(costs, m1, facts.split_backward) + (m - m1) * self.busiest_rank_ms(plan)
+            run = m if plan.order is not None or m <= m1 else m1
+            floor = max(chain_floor(costs, run, facts.split_backward), resource_floor(costs, run, facts.split_backward))
+            if run < m:  # estimate_time: t1 + (m - m1) * slope with t1 above the floor at m1 and slope >= the busiest rank
+                floor += (m - m1) * self.busiest_rank_ms(plan)
         except PipeplanError:
             return 0.0
         return floor * FLOOR_MARGIN
@@ -170,8 +195,18 @@ class Evaluator:
         # in-flight peaks of the generated schedules saturate by this count (a multiple of p)
         saturate = 2 * plan.num_ranks * (plan.k * plan.chunks + 1)
         m = plan.microbatches if plan.order is not None or plan.microbatches <= saturate else saturate
+        costs = self.costs(plan)
         with phase("rank_memory"):
-            return rank_memory(plan, self.costs(plan), self.schedule(dataclasses.replace(plan, microbatches=m)))
+            if plan.order is not None:
+                return rank_memory(plan, costs, self.schedule(plan))
+            # the bytes per rank read only the schedule (so p and its stages' ranks) and each stage's bytes
+            stage_bytes = ((c.static_bytes, c.saved_bytes) for c in costs.stages)
+            key = (plan.schedule, plan.num_ranks, m, plan.k, plan.chunks, *stage_bytes)
+            held = self._memories.get(key)
+            if held is None:
+                held = rank_memory(plan, costs, self.schedule(dataclasses.replace(plan, microbatches=m)))
+                self._memories[key] = held
+            return held
 
     def memory_excess(self, plan: Plan) -> tuple[float, int]:
         """(largest bytes over capacity on any device, its rank)."""

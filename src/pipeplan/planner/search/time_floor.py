@@ -5,7 +5,8 @@ Stage s cannot start before the first activation reaches it (before_s: the forwa
 stages in front); after that its rank runs all m forwards and m backwards one after the other. So its last backward
 (I, for a split backward) ends no earlier than before_s + m (F_s + B_s); that microbatch's gradient then passes
 every stage below it, each backward (I) and unqueued transfer in turn, and stage 0 ends with its W (split), its
-all-reduce and its optimizer step. The rank's own work also ends with the stage's all-reduce and optimizer step.
+all-reduce and its optimizer step. The rank's own work also ends with the stage's all-reduce and optimizer step
+(a bucketed all-reduce counts 0 in both: its buckets may overlap the backward).
 The floor is the largest of these over the stages: for an even deep pipeline (p - 1 + m)(F + B), the fill and
 drain included, which a busiest-rank or one-microbatch bound misses.
 
@@ -23,12 +24,18 @@ import numpy as np
 from pipeplan.core.units import wire_ms
 from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.model import CostModel
-from pipeplan.sim.cost.types import Costs, Flow
+from pipeplan.sim.cost.types import Costs, Flow, StageCost
 
 
 def unqueued_ms(flows: tuple[Flow, ...]) -> float:
     """A transfer's duration with every resource free: its slowest flow's latency and work."""
     return max((f.latency_ms + f.work_ms for f in flows), default=0.0)
+
+
+def after_backward_ms(cost: StageCost) -> float:
+    """The part of a stage's all-reduce sure to run after its last backward: all of it, or none when bucketed (its
+    buckets may run while the backward does, sim.engine.simulator.bucket_spans)."""
+    return 0.0 if cost.allreduce_buckets else cost.allreduce_ms
 
 
 def chain_floor(costs: Costs, microbatches: int, split: bool) -> float:
@@ -48,7 +55,7 @@ def chain_floor(costs: Costs, microbatches: int, split: bool) -> float:
             whole.append(c.bwd_ms)
     first = stages[0]
     w0 = whole[0] - chain[0]
-    tail0 = w0 + first.allreduce_ms + first.optimizer_ms
+    tail0 = w0 + after_backward_ms(first) + first.optimizer_ms
     best = 0.0
     before = 0.0  # the first activation's arrival at stage s
     down = 0.0  # a gradient's path from stage s down to the end of stage 0's backward
@@ -57,7 +64,7 @@ def chain_floor(costs: Costs, microbatches: int, split: bool) -> float:
             before += stages[s - 1].fwd_ms + unqueued_ms(costs.forward[s - 1])
             down += chain[s - 1] + unqueued_ms(costs.backward[s - 1])
         through = before + microbatches * (c.fwd_ms + chain[s]) + down + tail0
-        own = before + microbatches * (c.fwd_ms + whole[s]) + c.allreduce_ms + c.optimizer_ms
+        own = before + microbatches * (c.fwd_ms + whole[s]) + after_backward_ms(c) + c.optimizer_ms
         best = max(best, through, own)
     return best
 
@@ -100,3 +107,38 @@ class PassFloor:
     def at(self, crossings: int) -> float:
         """The floor (class docstring) of a plan with `crossings` boundary crossings each way (at most every cut)."""
         return self.compute_ms + 2 * float(self.cheapest_ms[min(crossings, len(self.cheapest_ms) - 1)])
+
+
+def resource_floor(costs: Costs, microbatches: int, split: bool) -> float:
+    """A floor from the links' queues (one stage per rank, no bandwidth trace): a flow holds all its resources until
+    it ends, first come first served, so the flows on one resource run one after another. Each of the m microbatches
+    sends every transfer once, so a resource is busy at least m x the latency and work of every flow on it. It can
+    start no earlier than the first forward's end on the first stage that sends over it, and the transfer that ends
+    last on it still leaves its receiving stage t a backward (B, or I), the gradient's path down to stage 0, and stage
+    0's W, its all-reduce (none when bucketed: buckets may overlap the backward) and its optimizer step. 0.0 without
+    transfers."""
+    stages = costs.stages
+    chain = [(c.bwd_ms / 2 if c.bwd_input_ms is None else c.bwd_input_ms) if split else c.bwd_ms for c in stages]
+    first = stages[0]
+    w0 = ((first.bwd_ms / 2 if first.bwd_weight_ms is None else first.bwd_weight_ms) if split else 0.0) or 0.0
+    tail0 = w0 + after_backward_ms(first) + first.optimizer_ms
+    released: list[float] = []  # per stage s: the end of its first forward, at the earliest
+    after: list[float] = []  # per stage t: what must run once a transfer into it has ended
+    before = down = 0.0
+    for s, c in enumerate(stages):
+        if s > 0:
+            before += stages[s - 1].fwd_ms + unqueued_ms(costs.forward[s - 1])
+            down += chain[s - 1] + unqueued_ms(costs.backward[s - 1])
+        released.append(before + c.fwd_ms)
+        after.append(chain[s] + down + tail0)
+    busy: dict[str, float] = {}
+    start: dict[str, float] = {}
+    end: dict[str, float] = {}
+    for b in range(len(stages) - 1):  # both directions of boundary b: sent once stage b's first forward has ended
+        for flows, receiver in ((costs.forward[b], b + 1), (costs.backward[b], b)):
+            for f in flows:
+                for r in f.resources:
+                    busy[r] = busy.get(r, 0.0) + (f.latency_ms + f.work_ms)
+                    start[r] = min(start.get(r, released[b]), released[b])
+                    end[r] = min(end.get(r, after[receiver]), after[receiver])
+    return max((start[r] + microbatches * busy[r] + end[r] for r in busy), default=0.0)

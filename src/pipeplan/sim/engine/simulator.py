@@ -13,7 +13,7 @@ from pipeplan.sim.cost.types import Costs, StageCost, ring_links
 from pipeplan.sim.engine.loops import Outcome, run_dataflow, run_events, timeline
 from pipeplan.sim.engine.lower_bound import bound_from_parts, rank_optimizer_ms
 from pipeplan.sim.engine.program import Program, peak_saved_bytes, program_for
-from pipeplan.sim.engine.transfers import fresh_table
+from pipeplan.sim.engine.transfers import TransferTable, fresh_table
 from pipeplan.sim.result import CollectiveSpan, ExchangeSpan, FlowSpan, RankStats, SimResult
 
 
@@ -79,7 +79,50 @@ def _without_gc(
             gc.enable()
 
 
-def _simulate(
+def iteration_time(schedule: Schedule, costs: Costs) -> float:
+    """`simulate(schedule, costs, record=False).iteration_time` without the rest of the result (memory, busy and idle
+    times, the lower bound): what a planner ranks by. The same run and tails as simulate, so the same float.
+
+    Raises:
+        as simulate.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(schedule, costs, None, False, run_dataflow, 0.0, None).iteration
+    finally:
+        if collecting:
+            gc.enable()
+
+
+class _Run:
+    """What the event loop and the tails after it leave: the compiled program, the transfer table, the loop's
+    outcome, the collectives' and exchanges' spans, each rank's optimizer step and the iteration's end."""
+
+    __slots__ = ("collectives", "durations", "exchanges", "iteration", "optimizer", "outcome", "program", "table")
+
+    def __init__(
+        self,
+        program: Program,
+        durations: list[float],
+        table: TransferTable,
+        outcome: Outcome,
+        collectives: list[CollectiveSpan],
+        exchanges: tuple[ExchangeSpan, ...],
+        optimizer: list[float],
+        iteration: float,
+    ) -> None:
+        self.program = program
+        self.durations = durations
+        self.table = table
+        self.outcome = outcome
+        self.collectives = collectives
+        self.exchanges = exchanges
+        self.optimizer = optimizer
+        self.iteration = iteration
+
+
+def _run(
     schedule: Schedule,
     costs: Costs,
     trace: BandwidthTrace | None,
@@ -87,7 +130,7 @@ def _simulate(
     preferred: Callable[..., Outcome],
     offset_ms: float,
     program: Program | None,
-) -> SimResult:
+) -> _Run:
     if len(costs.stages) != schedule.num_stages:
         raise CostError(f"costs cover {len(costs.stages)} stages but schedule {schedule.name!r} has {schedule.num_stages} stages")
     if program is None or program.schedule is not schedule:
@@ -130,6 +173,20 @@ def _simulate(
             ready[rank] = max(ready[rank], span.end_ms)
     optimizer = rank_optimizer_ms(schedule, costs, program.stages_with_u)
     iteration = max((ready[r] + optimizer[r] for r in range(len(ready))), default=0.0)
+    return _Run(program, durations, table, outcome, collectives, exchanges, optimizer, iteration)
+
+
+def _simulate(
+    schedule: Schedule,
+    costs: Costs,
+    trace: BandwidthTrace | None,
+    record: bool,
+    preferred: Callable[..., Outcome],
+    offset_ms: float,
+    program: Program | None,
+) -> SimResult:
+    run = _run(schedule, costs, trace, record, preferred, offset_ms, program)
+    program, durations, optimizer, iteration = run.program, run.durations, run.optimizer, run.iteration
     compute = [sum((durations[col] * n for col, n in cols.items()), 0.0) for cols in program.columns]
     # a rank's busy time is its actions and its optimizer step: both are work only it can do
     busy = [c + optimizer[r] for r, c in enumerate(compute)]
@@ -148,11 +205,11 @@ def _simulate(
         bubble,
         tuple(per_rank),
         program.stage_peak_inflight,
-        *(timeline(program, outcome) if record else ((), ())),
+        *(timeline(program, run.outcome) if record else ((), ())),
         schedule.name,
-        flow_spans(costs, table.flow_log) if record else (),
-        exchanges,
-        tuple(collectives),
+        flow_spans(costs, run.table.flow_log) if record else (),
+        run.exchanges,
+        tuple(run.collectives),
     )
 
 
