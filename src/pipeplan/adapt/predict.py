@@ -208,6 +208,8 @@ class Predictor:
             order = [first[0], *guide[:2], *first[1:]]
         for k in [*order, *self._recalled(key), *self._ladder]:
             visit(k)
+        if not found:  # no budget and nothing memoized in this state
+            return found
         best = None
         while best != (best := min(found, key=lambda k: (found[k], k))):
             for k in (best - 1, best + 1, best - 2, best + 2):
