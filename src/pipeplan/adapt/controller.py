@@ -193,7 +193,7 @@ class AdaptiveController:
             view_text = f"the last {len(self.replay.timeline.bounds())} iterations' measured rates replayed"
         expected = None
         if not first and not self._replaying and self.config.markov_horizon > 0:
-            expected = self._expected(current, factors["now"], compute)
+            expected = self._expected(current, factors["now"], compute, state_predicted if view == "now" else None)
         if expected is not None:
             predicted, weights = expected
             best = min(predicted, key=lambda k: (predicted[k], k))
@@ -255,11 +255,16 @@ class AdaptiveController:
         )
 
     def _expected(
-        self, current: int, now: dict[Link, float], compute: tuple[Sequence[float], Sequence[float]] | None
+        self,
+        current: int,
+        now: dict[Link, float],
+        compute: tuple[Sequence[float], Sequence[float]] | None,
+        searched: dict[int, float] | None,
     ) -> tuple[dict[int, float], dict[int, float]] | None:
         """T(k) expected over the states the chain (adapt.transitions) says the next markov_horizon iterations see,
         each state's T(k) simulated at its representative factors (the current state at the "now" view's), for the
-        k predicted in every state with weight; None until markov_departures transitions left the current state."""
+        k predicted in every state with weight; None until markov_departures transitions left the current state.
+        `searched`: the decision's own predictions when they are the "now" view's (the current state's T(k))."""
         chain = self.chain
         state = chain.current
         if state is None or chain.departures(state) < self.config.markov_departures:
@@ -271,13 +276,14 @@ class AdaptiveController:
         found: dict[int, float] | None = None
         expected: dict[int, float] = {}
         for s in sorted(weights, key=lambda x: (x != state, -weights[x], x)):
-            factors = now if s == state else chain.representative(s)
-            key = self.predictor.key(factors, compute)
-            if found is None:  # the current state: what the views' search left of the budget
+            if s != state:  # another state: its T(k) as last predicted there (memoized), no simulation
+                times = self.predictor.known(self.predictor.key(chain.representative(s), compute))
+            elif searched is not None:
+                times = searched
+            else:  # the current state at the "now" view: what the views' search left of the budget
                 budget = max(0, self.budget() - (self.predictor.simulations - self._simulated))
-                times = self.predictor.search(key, (current, self._best), budget, self.predictor.ranked(factors))
-            else:  # another state: its T(k) as last predicted there (memoized), no simulation
-                times = self.predictor.search(key, (current,), 0)
+                key = self.predictor.key(now, compute)
+                times = self.predictor.search(key, (current, self._best), budget, self.predictor.ranked(now))
             if not times:
                 return None
             found = times if found is None else {k: v for k, v in found.items() if k in times}

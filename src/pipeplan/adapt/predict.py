@@ -129,6 +129,17 @@ class Predictor:
             self._memo.popitem(last=False)
         return result.iteration_time
 
+    def known(self, key: Key) -> dict[int, float]:
+        """The memoized predictions of the candidates in the rounded state `key` (no simulation, no search)."""
+        memo = self._memo
+        found = {}
+        for k in self.schedules:
+            value = memo.get((k, key))
+            if value is not None:
+                memo.move_to_end((k, key))
+                found[k] = value
+        return found
+
     def replayed_run(
         self, k: int, trace: BandwidthTrace, start_ms: float, length_ms: float, compute: Compute | None = None
     ) -> float:
