@@ -365,3 +365,16 @@ def test_next_states_constants_are_checked() -> None:
         ControllerConfig(markov_horizon=-1)
     with pytest.raises(AdaptError, match=r"controller markov_departures must be an integer >= 1, got 0"):
         ControllerConfig(markov_departures=0)
+
+
+def test_known_reads_only_the_memoized_predictions_of_a_state() -> None:
+    """Predictor.known: the k already predicted in a rounded state, to the bit, without simulating."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    schedules, _ = fitting_ks(pipeline)
+    predictor = Predictor(pipeline, schedules)
+    slow = {(1, 2): 0.3, (2, 1): 0.3}
+    values = {k: predictor.time(k, slow) for k in (1, 3)}
+    spent = predictor.simulations
+    assert predictor.known(predictor.key(slow)) == values
+    assert predictor.known(predictor.key({(1, 2): 0.5})) == {}
+    assert predictor.simulations == spent
