@@ -283,7 +283,10 @@ class AdaptiveController:
             else:  # the current state at the "now" view: what the views' search left of the budget
                 budget = max(0, self.budget() - (self.predictor.simulations - self._simulated))
                 key = self.predictor.key(now, compute)
-                times = self.predictor.search(key, (current, self._best), budget, self.predictor.ranked(now))
+                if budget > 0:
+                    times = self.predictor.search(key, (current, self._best), budget, self.predictor.ranked(now))
+                else:
+                    times = self.predictor.known(key)
             if not times:
                 return None
             found = times if found is None else {k: v for k, v in found.items() if k in times}
