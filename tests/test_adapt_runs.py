@@ -226,3 +226,26 @@ def test_the_replay_never_looks_ahead() -> None:
     assert any("replayed" in d.reason for d in decided_a)
     assert run_a.run.start_ms[:early] == run_b.run.start_ms[:early]
     assert run_a.run.iteration_ms != run_b.run.iteration_ms
+
+
+def test_the_next_states_never_look_ahead() -> None:
+    """A network slow (0.05) and nominal in turn, each phase 3 idle iterations, until t and nominal after: the
+    controller predicts over its next states before t (a decision says so), and every decision for an iteration
+    that starts before t is the same under both traces (the chain counts only boundaries already passed)."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    links = pipeline.traffic_links
+    schedules, _ = fitting_ks(pipeline)
+    idle = simulate(schedules[1], pipeline.costs, None, record=False).iteration_time
+    flips = [(3.0 * idle * i, 0.05 if i % 2 else 1.0) for i in range(1, 200)]
+    config = ControllerConfig(initial_k=1, markov_horizon=2)
+    run_a = run_controller(AdaptiveController(pipeline, config), BandwidthTrace(_steps(flips, links)), 30)
+    cut = run_a.run.start_ms[20] + 1.0  # inside iteration 20
+    trace_b = BandwidthTrace(_steps([(t, f) for t, f in flips if t < cut] + [(cut, 1.0)], links))
+    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, 30)
+    early = sum(1 for s in run_a.run.start_ms if s < cut)
+    assert early == 21
+    decided_a = [d for d in run_a.decisions if d.iteration < early]
+    assert decided_a == [d for d in run_b.decisions if d.iteration < early]
+    assert any("expected states" in d.reason for d in decided_a)
+    assert run_a.run.start_ms[:early] == run_b.run.start_ms[:early]
+    assert run_a.run.iteration_ms != run_b.run.iteration_ms

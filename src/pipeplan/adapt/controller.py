@@ -15,6 +15,7 @@ from pipeplan.adapt.observation import IterationObservation, Link
 from pipeplan.adapt.pipeline import PipelineModel
 from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.adapt.replay import ProcessReplay
+from pipeplan.adapt.transitions import StateChain
 from pipeplan.core.errors import AdaptError
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace
 from pipeplan.core.plan import Plan
@@ -75,6 +76,7 @@ class AdaptiveController:
         self.forecast_error = dict.fromkeys(self.views, 0.0)
         self._error_weight = 1.0 - 2.0 ** (-1.0 / self.config.long_half_life)
         self.replay = ProcessReplay(self.config, self.predictor, self._error_weight)
+        self.chain = StateChain(cfg.change_ratio)
         self._state_predicted: dict[int, float] = {}  # the last decision's T(k) under the views (time_error's forecast)
         self._replaying = False  # the decision predicts with the replayed window (adapt.replay)
         self.compute = ComputeEstimator([c.fwd_ms for c in stages], [c.bwd_ms for c in stages], self.config.short_half_life)
@@ -86,6 +88,7 @@ class AdaptiveController:
         if self.k not in schedules:
             raise AdaptError(f"initial_k {self.k} is not a candidate (k that fit memory: 1..{self.k_max})")
         self._best = self.k  # the best k of the last evaluation: searched first next time
+        self._simulated = 0  # the predictor's simulations when the decision began (the budget's count)
         self._mixed = False  # the decision predicts with "lately", a mix of states: its gains must beat time_error
         self._decide(0, first=True)
 
@@ -135,6 +138,7 @@ class AdaptiveController:
         for estimator in self.views.values():
             estimator.add_iteration(samples, observation.end_ms, observation.iteration_ms)
         self.replay.observe(samples, observation.start_ms, observation.end_ms)
+        self.chain.observe(self.views["now"].factors())
         self.compute.add_iteration(observation.stage_fwd_ms, observation.stage_bwd_ms)
         self._iteration_ms = observation.iteration_ms
 
@@ -159,6 +163,7 @@ class AdaptiveController:
 
     def _decide(self, iteration: int, first: bool = False) -> Decision:
         started = time.perf_counter()
+        self._simulated = self.predictor.simulations
         ran = self.decisions[-1] if self.decisions else None
         forecast = self._state_predicted
         if not first and ran is not None and self._iteration_ms > 0 and ran.k in forecast:
@@ -186,11 +191,19 @@ class AdaptiveController:
             predicted = replayed  # type: ignore[assignment]
             best = min(predicted, key=lambda k: (predicted[k], k))
             view_text = f"the last {len(self.replay.timeline.bounds())} iterations' measured rates replayed"
-        self._mixed = view == "lately" and not self._replaying
+        expected = None
+        if not first and not self._replaying and self.config.markov_horizon > 0:
+            expected = self._expected(current, factors["now"], compute, state_predicted if view == "now" else None)
+        if expected is not None:
+            predicted, weights = expected
+            best = min(predicted, key=lambda k: (predicted[k], k))
+        self._mixed = view == "lately" and not self._replaying and expected is None
         target = min(k for k in predicted if self._near(k, best, predicted))  # the least memory among the near ones
         seen = f"the network as measured {view} ({_links_text(self.pipeline, factors[view])})"
         if self._replaying:
             seen = view_text
+        if expected is not None:
+            seen = f"the next iterations' expected states ({_weights_text(self.pipeline, self.chain, weights)})"
         if first and self.config.initial_k is not None:
             chosen, reason = current, f"start: k={current} as configured (k={best} is the fastest at nominal bandwidth)"
         elif first:
@@ -198,6 +211,8 @@ class AdaptiveController:
             chosen, reason = target, f"start: k={target} is the fastest at nominal bandwidth ({predicted[target]:.4g} ms{near})"
         elif self._replaying and not self._near(current, best, predicted):
             chosen, reason = self._pays_replayed(current, target, predicted, seen)
+        elif expected is not None:
+            chosen, reason = self._pays_expected(current, best, target, predicted, seen)
         elif not evaluated and self._near(current, best, predicted):
             chosen = current
             reason = (
@@ -237,6 +252,67 @@ class AdaptiveController:
         return target, (
             f"switch: k={current} -> {target}, predicted {predicted[current]:.4g} -> {predicted[target]:.4g} ms "
             f"({-gain / predicted[current]:+.1%}) under {seen}; saves {saved:.4g} ms over the window's {end - start:.4g} ms"
+        )
+
+    def _expected(
+        self,
+        current: int,
+        now: dict[Link, float],
+        compute: tuple[Sequence[float], Sequence[float]] | None,
+        searched: dict[int, float] | None,
+    ) -> tuple[dict[int, float], dict[int, float]] | None:
+        """T(k) expected over the states the chain (adapt.transitions) says the next markov_horizon iterations see,
+        each state's T(k) simulated at its representative factors (the current state at the "now" view's), for the
+        k predicted in every state with weight; None until markov_departures transitions left the current state.
+        `searched`: the decision's own predictions when they are the "now" view's (the current state's T(k))."""
+        chain = self.chain
+        state = chain.current
+        if state is None or chain.departures(state) < self.config.markov_departures:
+            return None
+        weights = {s: w for s, w in chain.next_weights(self.config.markov_horizon).items() if w >= 0.02}
+        if set(weights) == {state}:
+            return None
+        total = sum(weights.values())
+        found: dict[int, float] | None = None
+        expected: dict[int, float] = {}
+        for s in sorted(weights, key=lambda x: (x != state, -weights[x], x)):
+            if s != state:  # another state: its T(k) as last predicted there (memoized), no simulation
+                times = self.predictor.known(self.predictor.key(chain.representative(s), compute))
+            elif searched is not None:
+                times = searched
+            else:  # the current state at the "now" view: what the views' search left of the budget
+                budget = max(0, self.budget() - (self.predictor.simulations - self._simulated))
+                key = self.predictor.key(now, compute)
+                if budget > 0:
+                    times = self.predictor.search(key, (current, self._best), budget, self.predictor.ranked(now))
+                else:
+                    times = self.predictor.known(key)
+            if not times:
+                return None
+            found = times if found is None else {k: v for k, v in found.items() if k in times}
+            for k in found:
+                expected[k] = expected.get(k, 0.0) + weights[s] / total * times[k]
+        if not found or current not in found:
+            return None
+        return {k: expected[k] for k in found}, weights
+
+    def _pays_expected(self, current: int, best: int, target: int, predicted: dict[int, float], seen: str) -> tuple[int, str]:
+        """Switch to `target` when the current k is not within the band of the expected fastest and the expected
+        gain of one iteration beats switch_ms."""
+        if self._near(current, best, predicted):
+            return current, (
+                f"stay: k={current} ({predicted[current]:.4g} ms) is within {self._band(current, best):.0%} of the "
+                f"fastest k={best} ({predicted[best]:.4g} ms) expected over {seen}"
+            )
+        gain = predicted[current] - predicted[target]
+        if gain <= self.config.switch_ms:
+            return current, (
+                f"stay: k={target} would save {gain:.4g} ms expected over {seen}, not more than the switch's "
+                f"{self.config.switch_ms:g} ms"
+            )
+        return target, (
+            f"switch: k={current} -> {target}, expected {predicted[current]:.4g} -> {predicted[target]:.4g} ms "
+            f"({-gain / predicted[current]:+.1%}) over {seen}"
         )
 
     def _near(self, k: int, best: int, predicted: dict[int, float]) -> bool:
@@ -356,6 +432,12 @@ def _links_text(pipeline: PipelineModel, factors: dict[Link, float]) -> str:
     link = min(slow, key=lambda x: factors[x])
     rate = factors[link] * pipeline.nominal_gb_per_s(link)
     return f"link {link[0]}->{link[1]} {rate:.3g} GB/s ({factors[link]:.2f} x nominal)"
+
+
+def _weights_text(pipeline: PipelineModel, chain: StateChain, weights: dict[int, float]) -> str:
+    """Each expected state as 'share x <its slowest link>', heaviest first."""
+    order = sorted(weights, key=lambda s: (-weights[s], s))
+    return "; ".join(f"{weights[s]:.0%} {_links_text(pipeline, chain.representative(s))}" for s in order)
 
 
 def _no_fit(pipeline: PipelineModel, peaks: tuple[float, ...]) -> str:

@@ -79,6 +79,17 @@ class ControllerConfig:
         replay_budget x (last iteration ms) x simulated_events_per_ms / events per simulation to a credit, a
         simulation under the replayed trace costs adapt.replay.TRACED_COST of them, and a replay runs when the
         credit pays two candidates (the current k first) over the window; between replays the last one's T(k) holds.
+    markov_horizon, markov_departures: the next states (adapt.transitions): the controller keeps the network's
+        states at iteration boundaries (the view "now"'s factors, a state per set of factors within change_ratio of
+        each other) and counts how often each followed each. Once `markov_departures` transitions left the current
+        state and the next `markov_horizon` boundaries are expected elsewhere with any weight (the mean of the
+        rows of P, ..., P^h, P with a prior of one stay per state), T(k) is the mean over those states of each
+        one's T(k) (the current state's at the view "now", another's as last predicted there, memoized: no
+        simulation beyond the decision's budget), for the k predicted in every such state: a network that flips
+        every iteration or two is met with the k best over both states, not the one best in the state just seen.
+        The switch is then taken when the current k is outside the band of the expected fastest and the expected
+        gain of one iteration beats switch_ms (no dwell: the expectation holds the states that follow), unless the
+        replay decides. markov_horizon 0: off.
     k_choices: the k the controller may pick (None: every k from 1 to m that fits memory).
     initial_k: the k of the first iteration (None: the best k at nominal bandwidth).
     memory_budget_bytes: the most any device may hold at any candidate k (None: each device's memory limit).
@@ -108,6 +119,8 @@ class ControllerConfig:
     replay_window: int = 12
     replay_straddled: int = 2
     replay_budget: float = 0.002
+    markov_horizon: int = 2
+    markov_departures: int = 2
 
     def __post_init__(self) -> None:
         for name in ("gain_threshold", "switch_ms"):
@@ -116,7 +129,14 @@ class ControllerConfig:
                 raise AdaptError(f"controller {name} must be a finite number >= 0, got {value!r}")
         if not (isinstance(self.change_ratio, (int, float)) and math.isfinite(self.change_ratio) and self.change_ratio > 1):
             raise AdaptError(f"controller change_ratio must be a finite number > 1, got {self.change_ratio!r}")
-        for name, least in (("confirm", 1), ("replay_window", 2), ("replay_straddled", 1)):
+        integers = (
+            ("confirm", 1),
+            ("replay_window", 2),
+            ("replay_straddled", 1),
+            ("markov_horizon", 0),
+            ("markov_departures", 1),
+        )
+        for name, least in integers:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise AdaptError(f"controller {name} must be an integer >= {least}, got {value!r}")

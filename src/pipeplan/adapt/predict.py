@@ -129,6 +129,17 @@ class Predictor:
             self._memo.popitem(last=False)
         return result.iteration_time
 
+    def known(self, key: Key) -> dict[int, float]:
+        """The memoized predictions of the candidates in the rounded state `key` (no simulation, no search)."""
+        memo = self._memo
+        found = {}
+        for k in self.schedules:
+            value = memo.get((k, key))
+            if value is not None:
+                memo.move_to_end((k, key))
+                found[k] = value
+        return found
+
     def replayed_run(
         self, k: int, trace: BandwidthTrace, start_ms: float, length_ms: float, compute: Compute | None = None
     ) -> float:
@@ -208,6 +219,8 @@ class Predictor:
             order = [first[0], *guide[:2], *first[1:]]
         for k in [*order, *self._recalled(key), *self._ladder]:
             visit(k)
+        if not found:  # no budget and nothing memoized in this state
+            return found
         best = None
         while best != (best := min(found, key=lambda k: (found[k], k))):
             for k in (best - 1, best + 1, best - 2, best + 2):
