@@ -46,7 +46,8 @@ def test_a_block_is_timed_split_by_the_runtimes_code_at_every_degree_its_width_a
     assert block is not None and [x.tp for x in block.timed] == [2, 4]
     assert all(len(x.fwd_ms) == 1 and x.fwd_ms[0] > 0 and x.bwd_ms[0] > 0 for x in block.timed)
     assert profile.layers[0].tp is None and profile.layers[2].tp is None
-    assert block == TensorSplit("block", 4, timed=block.timed)
+    # norm_bytes: one LayerNorm's weight and bias, 24 float32 elements each (what sequence parallelism all-reduces)
+    assert block == TensorSplit("block", 4, timed=block.timed, norm_bytes=2 * 24 * 4)
     assert not dist.is_initialized()  # the fake group is gone again
 
 
