@@ -22,22 +22,73 @@ pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_torch_thread")]
 F32 = 4
 
 
-def test_mlp_layer_times_sum_to_the_whole_model_time() -> None:
-    """Per-layer F+B medians of an 8×1024 MLP at batch 32 add up to the whole model's F+B median within 15%.
+class _Clock:
+    """A stand-in for the profiler's `time` module: it moves only when a _Tick layer runs."""
 
-    The machine is shared, so a measurement hit by a burst of load is repeated (at most 3 times); a systematic
-    error (e.g. per-layer overhead or a missed backward) fails every attempt.
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _Tick(torch.autograd.Function):
+    """Identity whose forward advances the clock by `f` seconds and whose backward by `b`."""
+
+    @staticmethod
+    def forward(ctx, x, clock, f, b):  # type: ignore[no-untyped-def]
+        clock.now += f
+        ctx.clock, ctx.b = clock, b
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[no-untyped-def]
+        ctx.clock.now += ctx.b
+        return grad, None, None, None
+
+
+class _TimedLinear(nn.Module):
+    def __init__(self, clock: _Clock, f: float, b: float) -> None:
+        super().__init__()
+        self.linear, self.clock, self.f, self.b = nn.Linear(4, 4), clock, f, b
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Tick.apply(self.linear(x), self.clock, self.f, self.b)
+
+
+def test_each_layer_is_charged_its_own_forward_and_backward_and_the_whole_their_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a clock that moves only inside the layers, layer i's F and B medians are exactly its own costs and the
+    whole chain's are their sums.
+
+    Layer i's forward takes (i + 1)/1024 s and its backward 2(i + 1)/1024 s (dyadic: the clock's sums are exact),
+    so F_i = (i + 1)·1000/1024 ms and B_i = 2·F_i. A missed backward, a layer charged its neighbour's time, or
+    per-layer overhead moves some figure; wall-clock noise cannot (a real machine's per-layer and whole-model
+    times differ by cache effects, which is fidelity's subject, not a unit test's).
     """
+    from pipeplan.profiler import timing
+
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    n = 5
+    model = nn.Sequential(*(_TimedLinear(clock, (i + 1) / 1024, 2 * (i + 1) / 1024) for i in range(n)))
+    m = measure_layers(model, torch.randn(3, 4), 3, runs=4, warmup=1)
+    fwd = [(i + 1) / 1024 * 1000 for i in range(n)]
+    assert list(m.fwd_ms) == fwd
+    assert list(m.bwd_ms) == [2 * f for f in fwd]
+    assert m.whole_fwd_ms == sum(range(1, n + 1)) / 1024 * 1000
+    assert m.whole_bwd_ms == 2 * sum(range(1, n + 1)) / 1024 * 1000
+
+
+def test_mlp_layers_are_timed_on_a_real_clock() -> None:
+    """An 8×1024 MLP at batch 32, timed for real: every layer's F and B is positive and the layers' sum is the
+    whole model's within a factor of 2 (a missed backward alone reads about 1/3; the exact accounting is checked
+    on a stand-in clock above)."""
     spec = resolve_module_spec("mlp", hidden=1024, blocks=8)
-    ratios = []
-    for _ in range(3):
-        m = measure_layers(spec, None, 32, runs=15, warmup=4)
-        layers_ms = sum(m.fwd_ms) + sum(m.bwd_ms)
-        whole_ms = m.whole_fwd_ms + m.whole_bwd_ms
-        ratios.append(layers_ms / whole_ms)
-        if abs(ratios[-1] - 1) <= 0.15:
-            break
-    assert abs(ratios[-1] - 1) <= 0.15, ratios
+    m = measure_layers(spec, None, 32, runs=5, warmup=2)
+    ratio = (sum(m.fwd_ms) + sum(m.bwd_ms)) / (m.whole_fwd_ms + m.whole_bwd_ms)
+    assert 0.5 <= ratio <= 2.0, ratio
     assert all(f > 0 for f in m.fwd_ms) and all(b > 0 for b in m.bwd_ms)
 
 
