@@ -7,7 +7,6 @@ positions)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,29 +16,11 @@ transformers = pytest.importorskip("transformers")
 
 from torch import nn  # noqa: E402
 
+from tp_runs import LLAMA, MAX_NORM, SEQ, STEPS, WIDTH, launch_script, model_space, plain_loop  # noqa: E402
+
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 TOLERANCE = 1e-12
-STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
-CONSTANTS = f"STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = {STEPS}, {BATCH}, {SEQ}, {WIDTH}, {HEADS}, {MAX_NORM}, {LR}\n"
-LLAMA = """
-import torch
-import transformers
-from pipeplan.models.zoo.stock import causal_lm_loss as loss_fn
-
-def build():
-    torch.manual_seed(5)
-    config = transformers.LlamaConfig(vocab_size=96, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS,
-                                      num_key_value_heads=HEADS // 2, intermediate_size=2 * WIDTH,
-                                      max_position_embeddings=SEQ, tie_word_embeddings=False, bos_token_id=0,
-                                      eos_token_id=0, pad_token_id=0)
-    return transformers.LlamaForCausalLM(config).double()
-
-def batches():
-    generator = torch.Generator().manual_seed(3)
-    for _ in range(STEPS):
-        yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
-"""
 SCRIPT = """
 import json, sys
 import torch
@@ -76,36 +57,12 @@ captured layers (embed_tokens, layers.0, layers.1, norm, lm_head): a block on ea
 input and gathers its output), and both blocks on one stage of 2 replicas of TP 2 (layers.0 passes its shares on)."""
 
 
-def _plain() -> tuple[nn.Module, list[list[float]]]:
-    """The same training as a plain torch loop over the whole stock model in this process: its losses and norms."""
-    space: dict[str, object] = {}
-    exec(CONSTANTS + LLAMA, space)  # the test's own model code, shared with the workers
-    model = space["build"]()  # type: ignore[operator]
-    loss_fn = space["loss_fn"]
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    log = []
-    for ids, labels in space["batches"]():  # type: ignore[operator]
-        optimizer.zero_grad()
-        loss = loss_fn(model(ids).logits, labels)  # type: ignore[operator]
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        optimizer.step()
-        log.append([float(loss.detach()), float(norm)])
-    return model, log
-
-
 def test_a_stock_llama_sequence_parallel_over_four_processes_trains_as_the_plain_loop(tmp_path: Path) -> None:
     """TP 2 x PP 2 (1f1b, zb-h1) and 2 replicas of TP 2 with sequence_parallel true: the decoder layers take their
     shares and gather their outputs where a run of blocks starts and ends, and the losses and clipped global norms of
     3 SGD steps equal the plain loop's to 1e-12 on every process, the final state_dict to 1e-12 too."""
-    from pipeplan.runtime.training.launch import launch_local
-
-    script = tmp_path / "script.py"
-    script.write_text(CONSTANTS + LLAMA + SCRIPT)
-    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
-    assert launch_local(4, code, [json.dumps(CASES)], cwd=str(tmp_path), timeout_s=900) == 0
-    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
-    model, want = _plain()
+    ranks = launch_script(tmp_path, 4, LLAMA + SCRIPT, CASES, timeout_s=900)
+    model, want = plain_loop(LLAMA)
     assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
     both = ["Collective", "Collective"]
     assert [r["sp-tp2xpp2"]["ends"] for r in ranks] == [[both]] * 4
@@ -143,8 +100,7 @@ def test_a_captured_block_whose_norm_mixes_positions_is_refused_before_any_proce
     from pipeplan.models.traced.graph import LayerGraph
     from pipeplan.runtime.execution.tp_layers import check_tensor_parallel
 
-    space: dict[str, object] = {}
-    exec(CONSTANTS + LLAMA, space)
+    space = model_space(LLAMA)
     sample = lambda b: torch.randint(0, 96, (b, SEQ))  # noqa: E731
     for mixed in (False, True):
         model = space["build"]()  # type: ignore[operator]

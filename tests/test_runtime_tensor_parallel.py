@@ -20,11 +20,11 @@ from torch import nn  # noqa: E402
 from cli_runner import run  # noqa: E402
 from plain_loops import charlm_losses  # noqa: E402
 from runtime_cli import run_train  # noqa: E402
+from tp_runs import HEADS, LLAMA, LR, MAX_NORM, STEPS, WIDTH, launch_script, plain_loop  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 TOLERANCE = 1e-9
-STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = 3, 4, 8, 16, 4, 0.3, 0.5
 CASES = {
     "tp2xpp2": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
     "tp2xpp2_zb-h1": [[0, 1, [0, 1], 2], [2, 3, [2, 3], 2]],
@@ -99,26 +99,6 @@ for case, stages in json.loads(sys.argv[1]).items():
 json.dump(out, open(f"rank-{pipe.rank}.json", "w"))
 """
 
-CONSTANTS = f"STEPS, BATCH, SEQ, WIDTH, HEADS, MAX_NORM, LR = {STEPS}, {BATCH}, {SEQ}, {WIDTH}, {HEADS}, {MAX_NORM}, {LR}\n"
-
-
-def _plain(code: str = MODEL) -> tuple[nn.Module, list[list[float]]]:
-    """The same training as a plain torch loop over the whole model in this process: its losses and norms."""
-    space: dict[str, object] = {}
-    exec(CONSTANTS + code, space)  # the test's own model code, shared with the workers
-    model = space["build"]()  # type: ignore[operator]
-    loss_fn, forward = space["loss_fn"], space["forward"]
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    log = []
-    for ids, labels in space["batches"]():  # type: ignore[operator]
-        optimizer.zero_grad()
-        loss = loss_fn(forward(model, ids), labels)  # type: ignore[operator]
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        optimizer.step()
-        log.append([float(loss.detach()), float(norm)])
-    return model, log
-
 
 def _block_elements(model: nn.Module, tp: int) -> int:
     """The elements of one TP rank's share of charlm's block (closed form): qkv, up and their biases column-split,
@@ -135,14 +115,8 @@ def test_tensor_parallel_stages_over_four_processes_train_as_the_plain_loop(tmp_
     state_dict equal the plain loop's to 1e-9,
     with the blocks split on their stages' processes, whose dense copies are freed (a process holds the model's
     parameters less its split blocks, plus its shards of them); a state loaded into the shards is read back."""
-    from pipeplan.runtime.training.launch import launch_local
-
-    script = tmp_path / "script.py"
-    script.write_text(CONSTANTS + MODEL + SCRIPT)
-    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
-    assert launch_local(4, code, [json.dumps(CASES)], cwd=str(tmp_path), timeout_s=600) == 0
-    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
-    model, want = _plain()
+    ranks = launch_script(tmp_path, 4, MODEL + SCRIPT, CASES)
+    model, want = plain_loop(MODEL)
     assert any(norm > MAX_NORM for _, norm in want)  # the clipping acts
     assert [r["tp2xpp2"]["role"] for r in ranks] == [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 0, 1]]
     assert [r["tp2xpp2"]["split"] for r in ranks] == [[1], [1], [2], [2]]
@@ -185,15 +159,8 @@ def test_one_sequence_parallel_stage_over_two_processes_trains_as_the_plain_loop
     """charlm whole on one stage of tp 2 with sequence parallelism, on 2 processes: its two blocks pass their
     sequence shares between them (block0 shards its input, block1 gathers its output), and the losses and clipped
     norms of 3 SGD steps equal the plain loop's to 1e-12, the final state_dict to 1e-9."""
-    from pipeplan.runtime.training.launch import launch_local
-
-    script = tmp_path / "script.py"
-    script.write_text(CONSTANTS + MODEL + SCRIPT)
-    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
-    cases = {"sp-tp2": [[0, 3, [0, 1], 2, True]]}
-    assert launch_local(2, code, [json.dumps(cases)], cwd=str(tmp_path), timeout_s=600) == 0
-    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text())["sp-tp2"] for r in range(2)]
-    model, want = _plain()
+    ranks = [r["sp-tp2"] for r in launch_script(tmp_path, 2, MODEL + SCRIPT, {"sp-tp2": [[0, 3, [0, 1], 2, True]]})]
+    model, want = plain_loop(MODEL)
     assert [r["ends"] for r in ranks] == [[["Collective", "Identity"], ["Identity", "Collective"]]] * 2
     for rank in ranks:
         for (loss, norm), (want_loss, want_norm) in zip(rank["log"], want, strict=True):
@@ -203,27 +170,6 @@ def test_one_sequence_parallel_stage_over_two_processes_trains_as_the_plain_loop
         assert torch.allclose(saved[key], value, rtol=0, atol=TOLERANCE), key
 
 
-LLAMA = """
-import torch
-import transformers
-from pipeplan.models.zoo.stock import causal_lm_loss as loss_fn
-
-def build():
-    torch.manual_seed(5)
-    config = transformers.LlamaConfig(vocab_size=96, hidden_size=WIDTH, num_hidden_layers=2, num_attention_heads=HEADS,
-                                      num_key_value_heads=HEADS // 2, intermediate_size=2 * WIDTH,
-                                      max_position_embeddings=SEQ, tie_word_embeddings=False, bos_token_id=0,
-                                      eos_token_id=0, pad_token_id=0)
-    return transformers.LlamaForCausalLM(config).double()
-
-def forward(model, ids):
-    return model(ids).logits
-
-def batches():
-    generator = torch.Generator().manual_seed(3)
-    for _ in range(STEPS):
-        yield torch.randint(0, 96, (BATCH, SEQ), generator=generator), torch.randint(0, 96, (BATCH, SEQ), generator=generator)
-"""
 LLAMA_CASES = {"tp2xpp2": [[0, 1, [0, 1], 2], [2, 4, [2, 3], 2]]}
 LLAMA_CASES["tp2xpp2_zb-h1"] = LLAMA_CASES["tp2xpp2"]
 """A Llama's 5 captured layers (embed_tokens, layers.0, layers.1, norm, lm_head) on TP 2 x PP 2, 1f1b and zb-h1."""
@@ -235,15 +181,9 @@ def test_a_stock_llama_split_over_four_processes_trains_as_the_plain_loop(tmp_pa
     PP 2 (1f1b, and zb-h1's I/W split for the losses and norms): its decoder layers split on their stages' processes
     (half the query rows each), the projections' dense copies freed, and the losses, clipped norms and final
     state_dict of 3 SGD steps equal the model's own plain loop's to 1e-9."""
-    from pipeplan.runtime.training.launch import launch_local
-
     pytest.importorskip("transformers")
-    script = tmp_path / "script.py"
-    script.write_text(CONSTANTS + LLAMA + SCRIPT)
-    code = f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')"
-    assert launch_local(4, code, [json.dumps(LLAMA_CASES)], cwd=str(tmp_path), timeout_s=600) == 0
-    every = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(4)]
-    model, want = _plain(LLAMA)
+    every = launch_script(tmp_path, 4, LLAMA + SCRIPT, LLAMA_CASES)
+    model, want = plain_loop(LLAMA)
     for zero_bubble in (r["tp2xpp2_zb-h1"] for r in every):  # the backward split into I and W: the same training
         for (loss, norm), (want_loss, want_norm) in zip(zero_bubble["log"], want, strict=True):
             assert abs(loss - want_loss) <= TOLERANCE and abs(norm - want_norm) <= TOLERANCE, (zero_bubble["log"], want)
