@@ -9,6 +9,7 @@ The row is built as adaptive.py builds it (its plan, links, trace family and the
   - the greedy policy that knows the next iteration's network: each iteration the k that ends it first from where
     the last one ended. With switch_ms 0 it is the oracle (an iteration that starts later never ends earlier, so the
     earliest end of every iteration is the best start of the next): the oracle's gain is one iteration of look-ahead;
+    and the same one iteration late (the k that was fastest for the iteration that just ended, known exactly);
   - the controller's regret per iteration: its iteration's time minus the fastest k's from the same start (summed
     inside the log's span and past it), with --per-iteration each iteration's k, time, best k and the decision;
   - policies that know the present exactly and nothing after it: every link's true factor `delay` ms before each
@@ -91,17 +92,20 @@ class Row:
         """Every traffic link's true factor at t_ms."""
         return {link: self.trace.factor_at(link, t_ms) for link in self.pipeline.traffic_links}
 
-    def greedy(self) -> Any:
-        """Each iteration the k that ends it first from where the last one ended (the next iteration's network known)."""
+    def greedy(self, first_k: int | None = None) -> Any:
+        """Each iteration the k that ends it first from where the last one ended (the next iteration's network known);
+        with first_k, one iteration late: first_k, then each iteration the k that would have ended the one before it
+        first from that one's start (the last iteration's network known exactly once it ended, nothing after)."""
         from pipeplan.adapt.runs import PolicyRun
 
         t, starts, times, ks = 0.0, [], [], []
-        for _ in range(ITERATIONS):
-            k, ms = self.fastest(t)
+        for i in range(ITERATIONS):
+            late = first_k is not None and i == 0
+            k = first_k if late else self.fastest(t if first_k is None else starts[-1])[0]
             starts.append(t)
-            times.append(ms)
+            times.append(self.time(k, t))
             ks.append(k)
-            t += ms
+            t += times[-1]
         return PolicyRun(tuple(starts), tuple(times), (0.0,) * len(ks), "greedy", tuple(ks))
 
     def run(self, first_k: int, choose: Callable[[float], Factors], band: float) -> Any:
@@ -152,6 +156,11 @@ def main() -> None:
     row = Row(pipeline, trace, args.k_max)
     greedy = row.greedy()
     print(f"greedy with the next iteration's network known: {greedy.total_ms:.0f} ms, vs oracle {versus(greedy)}")
+    late = row.greedy(ctl.k[0])
+    print(
+        f"one iteration late (each iteration the k fastest in the one before it): vs oracle {versus(late)}, "
+        f"{late.switches} switches"
+    )
     inside = past = 0.0
     for i, (start, ms, k) in enumerate(zip(ctl.start_ms, ctl.iteration_ms, ctl.k, strict=True)):
         best_k, best_ms = row.fastest(start) if k <= args.k_max else (k, ms)
