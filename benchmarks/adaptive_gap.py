@@ -34,6 +34,13 @@ from adaptive import CLUSTERS, ITERATIONS, PROFILES, TRACES, cross_node_links, l
 Factors = Mapping[tuple[int, int], float]
 
 
+def row_job(profile: str, cluster: str) -> tuple[int, int]:
+    """(seed, microbatch size) of the instance in adaptive.py's job list (its seed is 7 + the job's index)."""
+    pairs = [(p, b, c) for p, b in PROFILES for c in CLUSTERS]
+    index = next(i for i, (p, _, c) in enumerate(pairs) if p == profile and c == cluster)
+    return 7 + index, pairs[index][1]
+
+
 def build_row(profile: str, cluster: str, name: str) -> tuple[Any, Any]:
     """(pipeline, trace) of adaptive.py's row: its instance, links and trace, seeded as its job list seeds it."""
     from adaptive_traces import FLIP_SLOW, held_out_trace
@@ -42,9 +49,7 @@ def build_row(profile: str, cluster: str, name: str) -> tuple[Any, Any]:
     from pipeplan.schedules.kfkb import kfkb
     from pipeplan.sim.engine.simulator import simulate
 
-    pairs = [(p, b, c) for p, b in PROFILES for c in CLUSTERS]
-    index = next(i for i, (p, _, c) in enumerate(pairs) if p == profile and c == cluster)
-    seed, batch = 7 + index, pairs[index][1]
+    seed, batch = row_job(profile, cluster)
     request, result = plan_instance(profile, batch, cluster)
     idle = PipelineModel.from_plan(result.plan, request.model)
     links = cross_node_links(idle, request.model.cluster)
