@@ -75,6 +75,20 @@ def test_oracle_equals_the_best_sequence_found_by_brute_force() -> None:
     assert oracle.total_ms == pytest.approx(best)
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_without_a_switch_cost_the_oracle_is_the_greedy_that_sees_one_iteration_ahead(seed: int) -> None:
+    """switch_ms 0: the DP's total equals a plain loop that runs, each iteration, the k that ends it first from where
+    the last one ended (an iteration that starts later never ends earlier): the oracle's whole edge is knowing the
+    next iteration's network (benchmarks/adaptive_gap.py)."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    trace = markov_trace(seed, 30.0, 40.0, (0.05, 0.5), 2000.0, [(1, 2), (2, 1)])
+    schedules = {k: make_schedule("kfkb", 4, 8, k=k) for k in (1, 2, 4, 8)}
+    t = 0.0
+    for _ in range(12):
+        t += min(simulate(s, pipeline.costs, trace, record=False, offset_ms=t).iteration_time for s in schedules.values())
+    assert run_oracle(schedules, pipeline, trace, 12, 0.0).total_ms == pytest.approx(t, rel=1e-12)
+
+
 def test_switch_cost_delays_the_next_iteration() -> None:
     """A controller that switches pays switch_ms before the next iteration starts."""
     pipeline = PipelineModel.from_measurements(**numbers(p=4, m=16))
