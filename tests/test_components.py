@@ -1,4 +1,4 @@
-"""sim.cost.components: connected components against a breadth-first search over adjacency lists."""
+"""sim.components: connected components against a breadth-first search over adjacency lists."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from pipeplan.sim.cost.components import component_labels
+from pipeplan.sim.components import component_labels
 
 
 def reference_labels(count: int, a: list[int], b: list[int]) -> list[int]:

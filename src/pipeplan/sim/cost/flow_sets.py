@@ -30,7 +30,7 @@ import numpy as np
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.units import ms_to_s, wire_ms
-from pipeplan.sim.cost.components import component_labels
+from pipeplan.sim.components import component_labels
 from pipeplan.sim.cost.link_model import device_nodes, flows_time, link_arrays
 from pipeplan.sim.cost.types import Flow
 
