@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models import linear_model
+from pipeplan.core.dag import reorder
 from pipeplan.core.errors import ScheduleError
 from pipeplan.core.hardware.cluster import Cluster, Device
 from pipeplan.core.plan import Plan, Stage
 from pipeplan.core.profile import LayerProfile, ModelProfile
 from pipeplan.planner.request import PlanRequest
-from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES, Evaluator, SharedMemos
 from pipeplan.schedules.plan_schedule import plan_schedule
 from pipeplan.sim import simulate
 from pipeplan.sim.cost.memory import rank_memory
@@ -138,3 +139,35 @@ def test_placements_that_rename_devices_share_one_simulation_and_keep_their_time
             assert evaluator.simulations == runs
         else:
             assert len(times) > 2  # the orders differ, so the test compares more than one run per schedule
+
+
+def test_an_evaluator_sharing_another_orders_memos_scores_as_a_fresh_one() -> None:
+    """A DAG profile's search over another layer order shares the default search's model-free memos (transfers,
+    schedules, memory, simulated times): every score on the reordered profile equals that of an evaluator of its
+    own (and a direct simulation of the plan's own costs), with fewer simulations; its costs stay its model's."""
+    spec = [("in", 1.0, 1e6, ()), ("x", 0.5, 4e6, (0,)), ("y1", 3.0, 2e6, (0,)), ("y2", 3.0, 2e6, (2,)), ("z", 0.5, 1e6, (1, 3))]
+    layers = tuple(LayerProfile(name, ms, 2 * ms, act, 1e6) for name, ms, act, _ in spec)
+    profile = ModelProfile("branchy", 8, layers, layer_inputs=tuple(inputs for *_, inputs in spec))
+    _, cluster = setup(4, 1)
+    default = Evaluator(PlanRequest(profile, cluster, 8))
+    reordered = PlanRequest(reorder(profile, (0, 2, 1, 3, 4)), cluster, 8)
+    shared, own = Evaluator(reordered), Evaluator(reordered)
+    memos = SharedMemos()
+    memos.join(default)
+    memos.join(shared)
+    plans = [
+        Plan((Stage(0, cut - 1, first), Stage(cut, 4, second)), 1, m, 2, schedule, k=2 if schedule == "kfkb" else 1)
+        for cut, m, schedule in itertools.product(range(1, 5), (2, 4, 64), ("1f1b", "gpipe", "kfkb"))
+        for first, second in (((0,), (1,)), ((2,), (3,)), ((1, 3), (0, 2)))
+    ]
+    for plan in plans:  # the default order's search runs first and fills the memos
+        default.score(plan)
+    for plan in plans:
+        score, costs = shared.score(plan), own.costs(plan)
+        assert shared.costs(plan) == costs and score == own.score(plan)
+        if score.fits and plan.microbatches <= RANK_MICROBATCHES:
+            assert score.time_ms == simulate(plan_schedule(plan), costs, record=False).iteration_time
+    assert any(shared.costs(plan) != default.costs(plan) for plan in plans)  # the orders price some plans apart
+    assert 0 < shared.simulations < own.simulations
+    with pytest.raises(ValueError, match="different clusters"):
+        Evaluator(PlanRequest(profile, setup(2, 1)[1], 8)).share_memos(default)

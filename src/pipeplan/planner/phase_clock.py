@@ -3,8 +3,8 @@
 A planner run opens one `PhaseClock` (request.guarded does, for every registered planner); code anywhere below it
 marks a phase with `with phase("simulation"):`. Phases nest and their time is exclusive: entering a phase pauses
 the one around it, so the phases' seconds add up to the run's (the run's own code outside any marked phase counts
-as "other"). Peak memory is the process's maximum resident set (getrusage: one system call per phase change, cheap
-next to the work marked); a phase is charged with the growth of that peak while it runs. Without an open clock
+as "other"). CPU time and peak memory (the process's maximum resident set) come from one getrusage call per phase
+change, cheap next to the work marked; a phase is charged with the growth of that peak while it runs. Without an open clock
 `phase` does nothing. Nothing recorded steers the search (plans do not depend on it); a run with a time budget
 (planner.time_budget) checks it at every phase change, the one way time can cut a search short.
 """
@@ -55,6 +55,13 @@ def _peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * _RSS_UNIT
 
 
+def _now() -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS bytes): the CPU time (user + system, as time.process_time counts it) and
+    the peak from one getrusage call, the one system call a phase change makes besides the wall clock."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), usage.ru_utime + usage.ru_stime, int(usage.ru_maxrss) * _RSS_UNIT
+
+
 @dataclass(slots=True)
 class _Totals:
     seconds: float = 0.0
@@ -75,7 +82,7 @@ class PhaseClock:
 
     def _switch(self) -> None:
         """Charge the time and peak growth since the last switch to the phase on top of the stack."""
-        now = (time.perf_counter(), time.process_time(), _peak_rss())
+        now = _now()
         if self.stack:
             totals = self.totals[self.stack[-1]]
             totals.seconds += now[0] - self.mark[0]

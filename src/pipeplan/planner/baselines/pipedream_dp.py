@@ -214,6 +214,8 @@ def _splits_brute(
     out = np.full((n - 1, first.shape[1]), np.inf)
     pair = np.empty(first.shape[1])
     every = None if opt.memory_bytes is not None else np.take(stage.T, at_k, axis=1)  # [m' - 1, pair]
+    # a banned m' (last_stage_ms: inf in every pair) is a candidate of inf, which never lowers the minimum
+    counts = np.flatnonzero(~opt.banned()[: n - 1]) + 1
     for m in range(1, n):
         top = 1 if opt.straight else m
         if every is not None:
@@ -221,7 +223,7 @@ def _splits_brute(
         else:
             cost = np.take(np.where(_memory_mask(t, opt, ks, j, m, top), np.inf, stage[:, :top]).T, at_k, axis=1)
         best = out[m - 1]
-        for mp in range(1, top + 1):  # the first stages on m - m' + 1 units, index m - m'
+        for mp in counts[counts <= top].tolist():  # the first stages on m - m' + 1 units, index m - m'
             np.minimum(best, np.maximum(first[m - mp], cost[mp - 1], out=pair), out=best)
     return out
 

@@ -14,6 +14,7 @@ from pipeplan.planner.phase_clock import phase
 from pipeplan.planner.request import PlanRequest, PlanResult
 from pipeplan.planner.search.candidates import Progress
 from pipeplan.planner.search.dag_orders import dag_orders
+from pipeplan.planner.search.scoring import SharedMemos
 from pipeplan.planner.time_budget import budget_spent
 from pipeplan.sim.cost.link_model import link_arrays
 from pipeplan.sim.cost.memory import check_fits
@@ -21,7 +22,7 @@ from pipeplan.sim.cost.plan_costs import plan_costs
 from pipeplan.sim.plan_sim import simulate_plan
 
 Search = Callable[..., PlanResult]
-"""search(request, progress, beat_ms, seeds): selection.search_order."""
+"""search(request, progress, beat_ms, seeds, memos=...): selection.search_order."""
 
 
 def slowest_rate_bytes_per_ms(request: PlanRequest) -> float:
@@ -60,8 +61,9 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
     started = time.perf_counter()
     failure: PlanError | None = None
     best: PlanResult | None = None
+    memos = SharedMemos()  # every order's search prices transfers and simulates timing classes alike
     try:
-        best = search(request, progress)
+        best = search(request, progress, memos=memos)
     except PlanError as exc:
         failure = exc
     seconds = [time.perf_counter() - started]
@@ -79,7 +81,8 @@ def plan_over_orders(request: PlanRequest, search: Search, progress: Progress | 
         lap = time.perf_counter()
         try:
             beat = math.inf if best is None else best.iteration_time
-            found = search(dataclasses.replace(request, profile=reorder(request.profile, order)), progress, beat, False)
+            reordered = dataclasses.replace(request, profile=reorder(request.profile, order))
+            found = search(reordered, progress, beat, False, memos=memos)
         except PlanError:
             times.append(None)
             seconds.append(time.perf_counter() - lap)

@@ -237,3 +237,40 @@ class Evaluator:
         """The full simulation of `plan`."""
         with phase("final_simulation"):
             return simulate_plan(plan, self.model, record=record)
+
+    def share_memos(self, other: Evaluator) -> None:
+        """Use `other`'s memos of what does not depend on the model, from now on, together with it: a search of
+        another layer order of the same profile on the same cluster (dag_search) meets many of the same transfers,
+        schedules and timing classes. Each memo is keyed by what it reads: transfers by their devices and bytes,
+        schedules by (schedule, p, m, k, chunks), memory by the schedule and the stages' bytes, simulated times by
+        the schedule and the costs' timing class (timing_key: all a simulation reads of its costs), so a value
+        found by either search is the value the other would compute. Every attribute but the model's own (MODEL_OWN:
+        costs, stage costs, scores, which read the model's layer order) is shared, so a memo added later is too.
+
+        Raises:
+            ValueError: `other` plans on another cluster.
+        """
+        if other.cluster is not self.cluster:
+            raise ValueError("share_memos: the evaluators plan on different clusters")
+        for name, value in vars(other).items():
+            if name not in MODEL_OWN:
+                setattr(self, name, value)
+
+
+MODEL_OWN = frozenset({"request", "model", "profile", "cluster", "_costs", "_stage_costs", "_scores", "_classes", "simulations"})
+"""The Evaluator attributes that depend on the request's model (or count its own work): never shared (share_memos)."""
+
+
+class SharedMemos:
+    """The model-free memos of one planning run's searches over several layer orders: the first search's evaluator
+    keeps them, every later one shares them (Evaluator.share_memos)."""
+
+    def __init__(self) -> None:
+        self._first: Evaluator | None = None
+
+    def join(self, evaluator: Evaluator) -> None:
+        """Keep `evaluator`'s memos (the first to join) or share the first's with it."""
+        if self._first is None:
+            self._first = evaluator
+        else:
+            evaluator.share_memos(self._first)

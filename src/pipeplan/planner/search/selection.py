@@ -57,7 +57,7 @@ from pipeplan.planner.search.list_schedule import list_plan, memory_budgets
 from pipeplan.planner.search.refine import improve_placement, refine_boundaries
 from pipeplan.planner.search.replicated.seeds import SEED_NAME
 from pipeplan.planner.search.schedule_choice import schedule_variants
-from pipeplan.planner.search.scoring import RANK_MICROBATCHES
+from pipeplan.planner.search.scoring import RANK_MICROBATCHES, SharedMemos
 from pipeplan.planner.search.tensor_grid import has_tensor_layers, plan_tensor
 from pipeplan.planner.time_budget import BudgetSpent, budget_rearmed, budget_share, fallback, record_coverage
 from pipeplan.schedules.one_f_one_b import one_f_one_b
@@ -303,12 +303,14 @@ def search_order(
     beat_ms: float = math.inf,
     seeds: bool = True,
     baselines: BaselineRuns | None = None,
+    memos: SharedMemos | None = None,
 ) -> PlanResult:
     """pipeplan's search (module docstring) over the request's profile as the chain it is stored in.
 
     `beat_ms` (a plan already found elsewhere) lets the partition DP skip every (rp, b) whose lower bound cannot
     beat it; `seeds` off leaves out the baselines' plans (the search on the default order had them); `baselines`
-    are baseline runs on `request` already done (compare's), taken as seeds instead of planning them again.
+    are baseline runs on `request` already done (compare's), taken as seeds instead of planning them again; `memos`
+    are the model-free memos of the run's searches over other layer orders (dag_search), which this one joins.
 
     Raises:
         PlanError: no plan fits in memory (naming the stage, device and shortfall, with a remedy); with `beat_ms`,
@@ -316,6 +318,8 @@ def search_order(
     """
     started = time.perf_counter()
     search = Search(request, progress, baselines)
+    if memos is not None:
+        memos.join(search.evaluator)
     search.candidates.best_time = beat_ms
     search.candidates.with_seeds = seeds
     # a time budget (planner.time_budget) may stop the search once it has a plan to return, or at once when the

@@ -30,6 +30,7 @@ import numpy as np
 from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.plan import Plan
 from pipeplan.core.units import ms_to_s, wire_ms
+from pipeplan.sim.components import component_labels
 from pipeplan.sim.cost.link_model import device_nodes, flows_time, link_arrays
 from pipeplan.sim.cost.types import Flow
 
@@ -315,9 +316,6 @@ def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Col
     flow by flow in order, they have the same boundary, latency and work and use their own resources in the same
     pattern (each resource numbered by its first use inside the group).
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     n = cluster.num_devices
     nodes = device_nodes(cluster)
     size = int(nodes.max()) + 1
@@ -336,8 +334,7 @@ def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Col
     occ_flow = np.repeat(np.arange(flows), 3).reshape(flows, 3)[present]
     occ_res = slot_res[present]  # flow-major, slot order: occurrence order is first-use order
     resources = pairs + 2 * size
-    graph = coo_matrix((np.ones(len(occ_flow)), (occ_flow, flows + occ_res)), shape=(flows + resources, flows + resources))
-    _, label = connected_components(graph, directed=False)
+    label = component_labels(flows + resources, occ_flow, flows + occ_res)  # a group's label: its first flow
     group = label[:flows]
     # number each resource by its first use inside its group
     used, first = np.unique(occ_res, return_index=True)
