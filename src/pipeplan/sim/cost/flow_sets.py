@@ -23,7 +23,7 @@ with the same values (tests/test_flow_sets.py compares them with the plain build
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,6 +84,8 @@ class _Geometry:
     rates: np.ndarray | None
     latencies: np.ndarray | None
     links: dict[int, _PairLinks]
+    shares: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    """Per replica as in `links`: _nic_shares of its pairs (None: no flow is slowed), whatever bytes they carry."""
 
 
 def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _Geometry:
@@ -97,6 +99,10 @@ def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _
     if rp > 1:
         rate, latency = link_arrays(cluster)
         rates, latencies = rate.values(src_all, dst_all), latency.values(src_all, dst_all)
+        moved = src_all != dst_all
+        if (moved == moved[0]).all() and (rates == rates[0]).all() and (latencies == latencies[0]).all():
+            # every replica's pairs alike: their times are equal floats whatever the bytes, and argmax picks the first
+            rates = latencies = None
     return _Geometry(src_all, dst_all, rates, latencies, {})
 
 
@@ -115,8 +121,12 @@ def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArray
         links = geometry.links[best] = _pair_links(cluster, src_all[best], dst_all[best])
     pairs = links.priced(nbytes)
     if rp > 1 and cluster.nic_bytes_per_s is not None:
-        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, links.raw, links.rate, cluster.nic_bytes_per_s)
-        pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
+        if best in geometry.shares:
+            shares = geometry.shares[best]
+        else:
+            shares = geometry.shares[best] = _nic_shares(device_nodes(cluster), src_all, dst_all, links, cluster.nic_bytes_per_s)
+        if shares is not None:
+            pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, _shared_work(pairs.work_ms, links.rate, shares))
     return pairs
 
 
@@ -162,17 +172,11 @@ def transfer_ms(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int
     return flows_time(boundary_flows(cluster, senders, receivers, nbytes))
 
 
-def _share_nics(
-    nodes: np.ndarray,
-    src_all: np.ndarray,
-    dst_all: np.ndarray,
-    pairs: PairArrays,
-    raw: np.ndarray,
-    rate: np.ndarray,
-    nic_rate: float,
-) -> np.ndarray:
-    """Work (ms) of the simulated replica's flows, cross-node ones slowed by the NIC share the other pipeline
-    replicas take.
+def _nic_shares(
+    nodes: np.ndarray, src_all: np.ndarray, dst_all: np.ndarray, links: _PairLinks, nic_rate: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(slowed, shared rate) of the simulated replica's flows: which cross-node flows the NIC share the other pipeline
+    replicas take slows, and the rate each then gets (bytes/s); None when none is slowed. Independent of the bytes.
 
     Note:
         Only one pipeline replica is simulated, but the replicas run in
@@ -188,17 +192,22 @@ def _share_nics(
     crossing = (src_all != dst_all) & (src_nodes != dst_nodes)
     out_load = np.bincount(src_nodes[crossing], minlength=size)
     in_load = np.bincount(dst_nodes[crossing], minlength=size)
-    nic, work_ms = pairs.nic, pairs.work_ms
-    a_nodes, b_nodes = nodes[pairs.src], nodes[pairs.dst]
+    nic = links.nic
+    a_nodes, b_nodes = nodes[links.src], nodes[links.dst]
     own_out = np.bincount(a_nodes[nic], minlength=size)  # this replica's own crossing flows per NIC (they queue on it)
     own_in = np.bincount(b_nodes[nic], minlength=size)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.maximum(out_load[a_nodes] / own_out[a_nodes], in_load[b_nodes] / own_in[b_nodes])
     slowed = nic & (factor > 1.0)
     if not slowed.any():
-        return work_ms
+        return None
+    return slowed, np.minimum(links.raw, nic_rate / np.where(slowed, factor, 1.0))
+
+
+def _shared_work(work_ms: np.ndarray, rate: np.ndarray, shares: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Work (ms) of the simulated replica's flows with the slowed ones (_nic_shares) at their shared rate."""
+    slowed, shared_rate = shares
     nbytes = ms_to_s(work_ms) * rate
-    shared_rate = np.minimum(raw, nic_rate / np.where(slowed, factor, 1.0))
     return np.where(slowed, wire_ms(nbytes, shared_rate), work_ms)
 
 
