@@ -86,6 +86,10 @@ class _Geometry:
     links: dict[int, _PairLinks]
     shares: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
     """Per replica as in `links`: _nic_shares of its pairs (None: no flow is slowed), whatever bytes they carry."""
+    same: np.ndarray | None = None
+    """With several replicas told apart: src_all == dst_all (pairs on one device take no time)."""
+    linked: bool = True
+    """With several replicas told apart: every rate is above 0 (no division by zero to silence)."""
 
 
 def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _Geometry:
@@ -103,6 +107,8 @@ def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _
         if (moved == moved[0]).all() and (rates == rates[0]).all() and (latencies == latencies[0]).all():
             # every replica's pairs alike: their times are equal floats whatever the bytes, and argmax picks the first
             rates = latencies = None
+        else:
+            return _Geometry(src_all, dst_all, rates, latencies, {}, {}, ~moved, bool((rates > 0).all()))
     return _Geometry(src_all, dst_all, rates, latencies, {})
 
 
@@ -112,10 +118,12 @@ def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArray
     rp, q = src_all.shape
     best = 0
     if geometry.rates is not None and geometry.latencies is not None:
-        with np.errstate(divide="ignore"):
-            pair_ms = geometry.latencies + wire_ms(nbytes / q, geometry.rates)
-            times = np.where(src_all == dst_all, 0.0, pair_ms)
-        best = int(np.argmax(times.max(axis=1)))
+        if geometry.linked:
+            times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
+        else:
+            with np.errstate(divide="ignore"):
+                times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
+        best = int(times.max(axis=1).argmax())
     links = geometry.links.get(best)
     if links is None:
         links = geometry.links[best] = _pair_links(cluster, src_all[best], dst_all[best])
