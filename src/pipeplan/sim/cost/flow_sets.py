@@ -52,6 +52,12 @@ class PairArrays:
     nic: np.ndarray
     latency_ms: np.ndarray
     work_ms: np.ndarray
+    heads: list[FlowHead | None] | None = None
+    """Per pair, what its Flow holds besides its work once built (filled by _flows; the links' own list)."""
+
+
+FlowHead = tuple[tuple[str, ...], tuple[int, int], float]
+"""A flow's resources, link and latency: all of a Flow but its work, the part a transfer's bytes do not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +72,13 @@ class _PairLinks:
     latency_ms: np.ndarray
     raw: np.ndarray
     rate: np.ndarray
+    heads: list[FlowHead | None]
+    """Per pair, its Flow's head (FlowHead) once a transfer over these links built that flow (None before)."""
 
     def priced(self, nbytes: float) -> PairArrays:
         """The pairs carrying nbytes / q each."""
         work_ms = wire_ms(nbytes / self.q, self.rate) if self.q else np.zeros(0)
-        return PairArrays(self.src, self.dst, self.nic, self.latency_ms, work_ms)
+        return PairArrays(self.src, self.dst, self.nic, self.latency_ms, work_ms, self.heads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +142,8 @@ def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArray
         else:
             shares = geometry.shares[best] = _nic_shares(device_nodes(cluster), src_all, dst_all, links, cluster.nic_bytes_per_s)
         if shares is not None:
-            pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, _shared_work(pairs.work_ms, links.rate, shares))
+            work_ms = _shared_work(pairs.work_ms, links.rate, shares)
+            pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms, pairs.heads)
     return pairs
 
 
@@ -164,7 +173,7 @@ def _pair_links(cluster: Cluster, senders: np.ndarray, receivers: np.ndarray) ->
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
     latency_ms = cluster.latency_ms.values(src, dst) + cluster.message_latency_ms
-    return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate)
+    return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate, [None] * len(src))
 
 
 def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
@@ -304,25 +313,32 @@ def plan_flows(
 
 
 def _flows(cluster: Cluster, pairs: PairArrays, chosen: np.ndarray) -> tuple[Flow, ...]:
-    """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs."""
-    nodes = device_nodes(cluster)
-    senders, receivers = pairs.src[chosen], pairs.dst[chosen]
-    out: list[Flow] = []
-    for src, dst, nic, latency, work, src_node, dst_node in zip(
-        senders.tolist(),
-        receivers.tolist(),
-        pairs.nic[chosen].tolist(),
-        pairs.latency_ms[chosen].tolist(),
-        pairs.work_ms[chosen].tolist(),
-        nodes[senders].tolist(),  # only the chosen pairs' nodes: a cluster may have 65,536 devices
-        nodes[receivers].tolist(),
-        strict=True,
-    ):
-        resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
-        if nic:
-            resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
-        out.append(Flow(resources, (src, dst), latency, work))
-    return tuple(out)
+    """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs. The
+    pairs' heads (resources, link, latency) are built once per links and kept there (`pairs.heads`): the transfers
+    over one pair of stages' devices differ only in their work."""
+    heads = pairs.heads if pairs.heads is not None else [None] * len(pairs.src)
+    index = chosen.tolist()
+    missing = [i for i in index if heads[i] is None]
+    if missing:
+        nodes = device_nodes(cluster)
+        senders, receivers = pairs.src[missing], pairs.dst[missing]
+        for i, src, dst, nic, latency, src_node, dst_node in zip(
+            missing,
+            senders.tolist(),
+            receivers.tolist(),
+            pairs.nic[missing].tolist(),
+            pairs.latency_ms[missing].tolist(),
+            nodes[senders].tolist(),  # only these pairs' nodes: a cluster may have 65,536 devices
+            nodes[receivers].tolist(),
+            strict=True,
+        ):
+            resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
+            if nic:
+                resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
+            heads[i] = (resources, (src, dst), latency)
+    built = [head for i in index if (head := heads[i]) is not None]  # every one, now
+    works = pairs.work_ms[chosen].tolist()
+    return tuple(Flow(resources, link, latency, work) for (resources, link, latency), work in zip(built, works, strict=True))
 
 
 def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Collection[tuple[int, int]]) -> np.ndarray:
