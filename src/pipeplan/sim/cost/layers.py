@@ -121,7 +121,7 @@ class LayerArrays:
         return held
 
 
-_STAGES_KEPT = 1 << 18
+_STAGES_KEPT = 1 << 16
 """LayerCosts.stage keeps at most this many ranges' costs (then starts over): a bound on its memory."""
 
 
