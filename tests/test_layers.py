@@ -540,3 +540,18 @@ def test_optimizer_and_parameter_sums_are_the_plain_loops_bit_for_bit(
         for i in sorted(chosen):
             expected += profile.layers[i].param_bytes
         assert costs.stage(chosen, 4).param_bytes == expected
+
+
+@pytest.mark.parametrize("scaling", ["floor", "linear", "measured"])
+def test_a_kept_range_costs_what_its_layers_cost_fresh(scaling: str) -> None:
+    """stage keeps a range's costs: asked again (and after other ranges, sizes, replicas and speeds), a range gives
+    the values its layers give as a list, which is never kept (the same arithmetic, so equal floats)."""
+    profile = curve_profile() if scaling == "measured" else one_size(split=True)
+    costs = LayerCosts(profile, scaling)
+    n = profile.num_layers
+    spans = [(a, b) for a in range(n) for b in range(a + 1, n + 1)]
+    asks = [(a, b, size, r, speed) for a, b in spans for size, r, speed in ((4, 1, 1.0), (8, 2, 0.7))]
+    first = [costs.stage(range(a, b), size, r, speed) for a, b, size, r, speed in asks]
+    again = [costs.stage(range(a, b), size, r, speed) for a, b, size, r, speed in reversed(asks)][::-1]
+    fresh = [costs.stage(list(range(a, b)), size, r, speed) for a, b, size, r, speed in asks]
+    assert first == again == fresh

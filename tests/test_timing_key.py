@@ -12,7 +12,7 @@ from pipeplan.core.schedule import Schedule
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import Costs, Flow, StageCost, simulate
 from pipeplan.sim.cost.types import GradBucket, SharedExchange
-from pipeplan.sim.engine.timing_key import timing_key
+from pipeplan.sim.engine.timing_key import TimingKeys, timing_key
 
 RESOURCES = ("nic:0:out", "nic:1:in", "switch", "pair:a", "pair:b", "pair:c")
 TIMES = st.sampled_from([0.0, 0.1, 0.25, 0.3, 1.0, 1.7, 3.0])
@@ -155,3 +155,23 @@ def test_the_key_holds_times_and_shared_resources_and_leaves_out_bytes() -> None
     assert timing_key(slower) != timing_key(base)
     assert timing_key(later) != timing_key(base)
     assert timing_key(heavier) == timing_key(base)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.integers(2, 3), data=st.data())
+def test_compact_keys_are_equal_exactly_when_the_keys_are(p: int, data: st.DataObject) -> None:
+    """TimingKeys.key against timing_key on drawn costs, their renamings and perturbations, and costs that reuse
+    another's flows tuples in other places (its per-tuple memory must not leak across costs): equal compact keys
+    exactly when timing_key's are equal, through one TimingKeys as a search keeps it."""
+    keys = TimingKeys()
+    names = dict(zip(RESOURCES, data.draw(st.permutations([f"r{i}" for i in range(len(RESOURCES))])), strict=True))
+    pool: list[Costs] = []
+    for schedule in _schedules(p):
+        costs = _costs(data, schedule.num_stages)
+        pool += [costs, _renamed(costs, names), *(_perturbed(costs, w) for w in range(9))]
+        swapped = dataclasses.replace(costs, forward=costs.backward, backward=costs.forward)  # the same tuples, elsewhere
+        pool.append(swapped)
+    for a in pool:
+        for b in pool:
+            if len(a.stages) == len(b.stages):
+                assert (keys.key(a) == keys.key(b)) == (timing_key(a) == timing_key(b))

@@ -19,7 +19,7 @@ from pipeplan.sim.cost.memory import memory_excess, rank_memory
 from pipeplan.sim.cost.plan_costs import StageKey, plan_costs
 from pipeplan.sim.cost.types import Costs, StageCost
 from pipeplan.sim.engine.simulator import iteration_time
-from pipeplan.sim.engine.timing_key import TimingKey, timing_key
+from pipeplan.sim.engine.timing_key import TimingKey, TimingKeys
 from pipeplan.sim.plan_sim import simulate_plan
 from pipeplan.sim.result import SimResult
 
@@ -84,6 +84,7 @@ class Evaluator:
         self._schedules: dict[tuple[object, ...], Schedule] = {}
         self._classes: dict[int, tuple[Costs, int]] = {}
         self._timing_ids: dict[TimingKey, int] = {}
+        self._timing_keys = TimingKeys()
         self._times: dict[tuple[tuple[object, ...], int], float] = {}
         self._memories: dict[tuple[object, ...], tuple[float, ...]] = {}
         self.simulations = 0
@@ -130,7 +131,8 @@ class Evaluator:
         a schedule. Computed once per costs, when it is first simulated."""
         known = self._classes.get(id(costs))
         if known is None or known[0] is not costs:
-            known = (costs, self._timing_ids.setdefault(timing_key(costs), len(self._timing_ids)))  # held: its id stays
+            key = self._timing_keys.key(costs)
+            known = (costs, self._timing_ids.setdefault(key, len(self._timing_ids)))  # held: its id stays
             self._classes[id(costs)] = known
         return known[1]
 

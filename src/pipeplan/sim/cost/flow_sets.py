@@ -23,7 +23,7 @@ with the same values (tests/test_flow_sets.py compares them with the plain build
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,12 @@ class PairArrays:
     nic: np.ndarray
     latency_ms: np.ndarray
     work_ms: np.ndarray
+    heads: list[FlowHead | None] | None = None
+    """Per pair, what its Flow holds besides its work once built (filled by _flows; the links' own list)."""
+
+
+FlowHead = tuple[tuple[str, ...], tuple[int, int], float]
+"""A flow's resources, link and latency: all of a Flow but its work, the part a transfer's bytes do not change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +73,13 @@ class _PairLinks:
     latency_ms: np.ndarray
     raw: np.ndarray
     rate: np.ndarray
+    heads: list[FlowHead | None]
+    """Per pair, its Flow's head (FlowHead) once a transfer over these links built that flow (None before)."""
 
     def priced(self, nbytes: float) -> PairArrays:
         """The pairs carrying nbytes / q each."""
         work_ms = wire_ms(nbytes / self.q, self.rate) if self.q else np.zeros(0)
-        return PairArrays(self.src, self.dst, self.nic, self.latency_ms, work_ms)
+        return PairArrays(self.src, self.dst, self.nic, self.latency_ms, work_ms, self.heads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,12 @@ class _Geometry:
     rates: np.ndarray | None
     latencies: np.ndarray | None
     links: dict[int, _PairLinks]
+    shares: dict[int, tuple[np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    """Per replica as in `links`: _nic_shares of its pairs (None: no flow is slowed), whatever bytes they carry."""
+    same: np.ndarray | None = None
+    """With several replicas told apart: src_all == dst_all (pairs on one device take no time)."""
+    linked: bool = True
+    """With several replicas told apart: every rate is above 0 (no division by zero to silence)."""
 
 
 def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _Geometry:
@@ -98,6 +112,12 @@ def _geometry(plan: Plan, cluster: Cluster, src_stage: int, dst_stage: int) -> _
     if rp > 1:
         rate, latency = link_arrays(cluster)
         rates, latencies = rate.values(src_all, dst_all), latency.values(src_all, dst_all)
+        moved = src_all != dst_all
+        if (moved == moved[0]).all() and (rates == rates[0]).all() and (latencies == latencies[0]).all():
+            # every replica's pairs alike: their times are equal floats whatever the bytes, and argmax picks the first
+            rates = latencies = None
+        else:
+            return _Geometry(src_all, dst_all, rates, latencies, {}, {}, ~moved, bool((rates > 0).all()))
     return _Geometry(src_all, dst_all, rates, latencies, {})
 
 
@@ -107,17 +127,24 @@ def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArray
     rp, q = src_all.shape
     best = 0
     if geometry.rates is not None and geometry.latencies is not None:
-        with np.errstate(divide="ignore"):
-            pair_ms = geometry.latencies + wire_ms(nbytes / q, geometry.rates)
-            times = np.where(src_all == dst_all, 0.0, pair_ms)
-        best = int(np.argmax(times.max(axis=1)))
+        if geometry.linked:
+            times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
+        else:
+            with np.errstate(divide="ignore"):
+                times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
+        best = int(times.max(axis=1).argmax())
     links = geometry.links.get(best)
     if links is None:
         links = geometry.links[best] = _pair_links(cluster, src_all[best], dst_all[best])
     pairs = links.priced(nbytes)
     if rp > 1 and cluster.nic_bytes_per_s is not None:
-        work_ms = _share_nics(device_nodes(cluster), src_all, dst_all, pairs, links.raw, links.rate, cluster.nic_bytes_per_s)
-        pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms)
+        if best in geometry.shares:
+            shares = geometry.shares[best]
+        else:
+            shares = geometry.shares[best] = _nic_shares(device_nodes(cluster), src_all, dst_all, links, cluster.nic_bytes_per_s)
+        if shares is not None:
+            work_ms = _shared_work(pairs.work_ms, links.rate, shares)
+            pairs = PairArrays(pairs.src, pairs.dst, pairs.nic, pairs.latency_ms, work_ms, pairs.heads)
     return pairs
 
 
@@ -147,7 +174,7 @@ def _pair_links(cluster: Cluster, senders: np.ndarray, receivers: np.ndarray) ->
         bad = int(np.argmin(rate > 0))
         cluster.require_link(int(src[bad]), int(dst[bad]))  # raises, naming the pair
     latency_ms = cluster.latency_ms.values(src, dst) + cluster.message_latency_ms
-    return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate)
+    return _PairLinks(len(senders), src, dst, nic, latency_ms, raw, rate, [None] * len(src))
 
 
 def boundary_flows(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int, ...], nbytes: float) -> tuple[Flow, ...]:
@@ -163,17 +190,11 @@ def transfer_ms(cluster: Cluster, senders: tuple[int, ...], receivers: tuple[int
     return flows_time(boundary_flows(cluster, senders, receivers, nbytes))
 
 
-def _share_nics(
-    nodes: np.ndarray,
-    src_all: np.ndarray,
-    dst_all: np.ndarray,
-    pairs: PairArrays,
-    raw: np.ndarray,
-    rate: np.ndarray,
-    nic_rate: float,
-) -> np.ndarray:
-    """Work (ms) of the simulated replica's flows, cross-node ones slowed by the NIC share the other pipeline
-    replicas take.
+def _nic_shares(
+    nodes: np.ndarray, src_all: np.ndarray, dst_all: np.ndarray, links: _PairLinks, nic_rate: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(slowed, shared rate) of the simulated replica's flows: which cross-node flows the NIC share the other pipeline
+    replicas take slows, and the rate each then gets (bytes/s); None when none is slowed. Independent of the bytes.
 
     Note:
         Only one pipeline replica is simulated, but the replicas run in
@@ -189,17 +210,22 @@ def _share_nics(
     crossing = (src_all != dst_all) & (src_nodes != dst_nodes)
     out_load = np.bincount(src_nodes[crossing], minlength=size)
     in_load = np.bincount(dst_nodes[crossing], minlength=size)
-    nic, work_ms = pairs.nic, pairs.work_ms
-    a_nodes, b_nodes = nodes[pairs.src], nodes[pairs.dst]
+    nic = links.nic
+    a_nodes, b_nodes = nodes[links.src], nodes[links.dst]
     own_out = np.bincount(a_nodes[nic], minlength=size)  # this replica's own crossing flows per NIC (they queue on it)
     own_in = np.bincount(b_nodes[nic], minlength=size)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.maximum(out_load[a_nodes] / own_out[a_nodes], in_load[b_nodes] / own_in[b_nodes])
     slowed = nic & (factor > 1.0)
     if not slowed.any():
-        return work_ms
+        return None
+    return slowed, np.minimum(links.raw, nic_rate / np.where(slowed, factor, 1.0))
+
+
+def _shared_work(work_ms: np.ndarray, rate: np.ndarray, shares: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Work (ms) of the simulated replica's flows with the slowed ones (_nic_shares) at their shared rate."""
+    slowed, shared_rate = shares
     nbytes = ms_to_s(work_ms) * rate
-    shared_rate = np.minimum(raw, nic_rate / np.where(slowed, factor, 1.0))
     return np.where(slowed, wire_ms(nbytes, shared_rate), work_ms)
 
 
@@ -288,25 +314,32 @@ def plan_flows(
 
 
 def _flows(cluster: Cluster, pairs: PairArrays, chosen: np.ndarray) -> tuple[Flow, ...]:
-    """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs."""
-    nodes = device_nodes(cluster)
-    senders, receivers = pairs.src[chosen], pairs.dst[chosen]
-    out: list[Flow] = []
-    for src, dst, nic, latency, work, src_node, dst_node in zip(
-        senders.tolist(),
-        receivers.tolist(),
-        pairs.nic[chosen].tolist(),
-        pairs.latency_ms[chosen].tolist(),
-        pairs.work_ms[chosen].tolist(),
-        nodes[senders].tolist(),  # only the chosen pairs' nodes: a cluster may have 65,536 devices
-        nodes[receivers].tolist(),
-        strict=True,
-    ):
-        resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
-        if nic:
-            resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
-        out.append(Flow(resources, (src, dst), latency, work))
-    return tuple(out)
+    """Flow objects of the chosen pairs, in order: the ordered pair's resource and, across nodes, both NICs. The
+    pairs' heads (resources, link, latency) are built once per links and kept there (`pairs.heads`): the transfers
+    over one pair of stages' devices differ only in their work."""
+    heads = pairs.heads if pairs.heads is not None else [None] * len(pairs.src)
+    index = chosen.tolist()
+    missing = [i for i in index if heads[i] is None]
+    if missing:
+        nodes = device_nodes(cluster)
+        senders, receivers = pairs.src[missing], pairs.dst[missing]
+        for i, src, dst, nic, latency, src_node, dst_node in zip(
+            missing,
+            senders.tolist(),
+            receivers.tolist(),
+            pairs.nic[missing].tolist(),
+            pairs.latency_ms[missing].tolist(),
+            nodes[senders].tolist(),  # only these pairs' nodes: a cluster may have 65,536 devices
+            nodes[receivers].tolist(),
+            strict=True,
+        ):
+            resources: tuple[str, ...] = (f"pair:{src}->{dst}",)
+            if nic:
+                resources += (f"nic_out:{src_node}", f"nic_in:{dst_node}")
+            heads[i] = (resources, (src, dst), latency)
+    built = [head for i in index if (head := heads[i]) is not None]  # every one, now
+    works = pairs.work_ms[chosen].tolist()
+    return tuple(Flow(resources, link, latency, work) for (resources, link, latency), work in zip(built, works, strict=True))
 
 
 def _representatives(arrays: list[PairArrays], cluster: Cluster, keep_links: Collection[tuple[int, int]]) -> np.ndarray:

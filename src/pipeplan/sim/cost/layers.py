@@ -121,6 +121,10 @@ class LayerArrays:
         return held
 
 
+_STAGES_KEPT = 1 << 16
+"""LayerCosts.stage keeps at most this many ranges' costs (then starts over): a bound on its memory."""
+
+
 def check_scaling(scaling: str) -> str:
     """Return scaling if it is one of SCALINGS, else raise ProfileError naming the value."""
     if scaling not in SCALINGS:
@@ -180,6 +184,7 @@ class LayerCosts:
         kind = profile_kind(profile)
         self.spec: GpuSpec | None = device_spec(kind) if kind is not None else None
         self._arrays: dict[float, LayerArrays] = {}
+        self._stages: dict[tuple[int, int, int, int, float], StageWork] = {}
         self.split_memo: dict[Any, Any] = {}
         """What sim.cost.tensor_parallel keeps per (t, sequence parallelism) for this profile."""
 
@@ -287,7 +292,20 @@ class LayerCosts:
     # ---- the questions the rest of pipeplan asks ------------------------------------------------------
     def stage(self, layers: Sequence[int], microbatch_size: int, replicas: int = 1, speed: float = 1.0) -> StageWork:
         """Costs of `layers` (a range or any set of layer indices) for one microbatch of `microbatch_size` samples,
-        split evenly over `replicas` devices of relative `speed`: per device, ms and bytes."""
+        split evenly over `replicas` devices of relative `speed`: per device, ms and bytes. A range's costs are kept
+        (up to _STAGES_KEPT): a search prices each layer range on many devices."""
+        if type(layers) is range and layers.step == 1:
+            key = (layers.start, layers.stop, microbatch_size, replicas, speed)
+            work = self._stages.get(key)
+            if work is None:
+                if len(self._stages) >= _STAGES_KEPT:
+                    self._stages.clear()
+                work = self._stages[key] = self._stage(layers, microbatch_size, replicas, speed)
+            return work
+        return self._stage(layers, microbatch_size, replicas, speed)
+
+    def _stage(self, layers: Sequence[int], microbatch_size: int, replicas: int, speed: float) -> StageWork:
+        """stage, computed."""
         selected = sorted(set(layers))
         profile_layers = self.profile.layers
         params = _in_order_sum(self._reference["params"], selected)  # type: ignore[arg-type]
