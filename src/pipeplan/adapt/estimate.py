@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from operator import attrgetter
 
 from pipeplan.adapt.observation import Collective, Link, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
@@ -32,7 +33,7 @@ def wire_samples(pipeline: PipelineModel, transfers: Sequence[Transfer]) -> list
     samples: list[Sample] = []
     link: Link | None = None
     per_byte = latency = free = 0.0
-    for t in sorted(transfers, key=_order):
+    for t in sorted(transfers, key=_ORDER):
         if t.link != link:
             link = t.link
             if link not in rates:
@@ -73,8 +74,8 @@ def collective_samples(pipeline: PipelineModel, collectives: Sequence[Collective
     return samples
 
 
-def _order(t: Transfer) -> tuple[Link, float, float]:
-    return (t.link, t.start_ms, t.end_ms)
+_ORDER = attrgetter("link", "start_ms", "end_ms")
+"""A transfer's place in wire_samples' reading order: by link, then start, then end."""
 
 
 class LinkEstimator:

@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from operator import sub
 
 from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
@@ -15,7 +16,7 @@ from pipeplan.schedules.kfkb import kfkb
 from pipeplan.sim.cost.memory import order_peak_activation
 from pipeplan.sim.cost.types import Costs, Flow, SharedExchange, StageCost
 from pipeplan.sim.engine.program import Program, compile_schedule
-from pipeplan.sim.engine.simulator import simulate
+from pipeplan.sim.engine.simulator import iteration_time, simulate
 
 Compute = tuple[Sequence[float], Sequence[float]]
 """Per-stage forward and backward ms of one microbatch."""
@@ -123,11 +124,11 @@ class Predictor:
             self._memo.move_to_end(memo_key)
             return cached
         self.simulations += 1
-        result = simulate(self.schedules[k], self._costs_for(key), record=False, program=self.programs[k])
-        self._memo[memo_key] = result.iteration_time
+        value = iteration_time(self.schedules[k], self._costs_for(key), self.programs[k])  # simulate's, time only
+        self._memo[memo_key] = value
         if len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
-        return result.iteration_time
+        return value
 
     def known(self, key: Key) -> dict[int, float]:
         """The memoized predictions of the candidates in the rounded state `key` (no simulation, no search)."""
@@ -239,11 +240,12 @@ class Predictor:
         if not self._best_at:
             return []
         rates, times = key
+        mine = None if times is None else _zeroed(times)
 
-        def distance(other: Key) -> float:
-            far = sum(abs(a - b) for a, b in zip(rates, other[0], strict=True))
-            if times is not None and other[1] is not None:
-                far += sum(abs((a or 0) - (b or 0)) for a, b in zip(times, other[1], strict=True))
+        def distance(other: Key) -> int:  # sums of ints: exact in any order
+            far = sum(map(abs, map(sub, rates, other[0])))
+            if mine is not None and other[1] is not None:
+                far += sum(map(abs, map(sub, mine, _zeroed(other[1]))))
             return far
 
         nearest = min(self._best_at, key=distance)
@@ -272,6 +274,11 @@ class Predictor:
         if len(self._costs) > 64:
             self._costs.popitem(last=False)
         return costs
+
+
+def _zeroed(times: tuple[int | None, ...]) -> tuple[int, ...]:
+    """A key's stage times with None (a stage time of 0) as index 0, for distances (the same tuple when none is)."""
+    return times if None not in times else tuple(x or 0 for x in times)  # type: ignore[return-value]
 
 
 def _ring_factor(links: tuple[Link, ...], factor: Mapping[Link, float]) -> float:
