@@ -207,11 +207,14 @@ class SegmentEstimator:
         for sample in samples:
             link, nominal, measured, _ = sample
             segment = segments.get(link)  # the common case inline (_add's first test): agrees, nothing pending
-            if segment is not None and link not in pending:
-                if low * segment[0] * measured <= nominal * segment[1] <= high * segment[0] * measured:
-                    segment[0] += nominal
-                    segment[1] += measured
-                    continue
+            if (
+                segment is not None
+                and link not in pending
+                and low * segment[0] * measured <= nominal * segment[1] <= high * segment[0] * measured
+            ):
+                segment[0] += nominal
+                segment[1] += measured
+                continue
             add(*sample)
         self._now_ms = max(self._now_ms, end_ms)
 
