@@ -23,6 +23,8 @@ Compute = tuple[Sequence[float], Sequence[float]]
 Key = tuple[tuple[int, ...], tuple[int | None, ...] | None]
 """A prediction's rounded state: link factors and stage times as indices on the rounding grid."""
 
+SCALED_SIZE = 1 << 16
+"""Flows at a link factor remembered by _costs_for (most links keep their factor from one state to the next)."""
 MEMO_SIZE = 4096
 RECALL_SIZE = 256
 """States whose best k a search remembers (to try first in a nearby state)."""
@@ -97,6 +99,8 @@ class Predictor:
         self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
         self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
         self._costs: OrderedDict[Key, Costs] = OrderedDict()
+        self._with_compute: dict[tuple[int | None, ...], Costs] = {}  # stage times' index -> the costs with them
+        self._scaled: dict[tuple[int, int, int, int], Flow] = {}  # a flow at a link factor's index (_costs_for)
         self._guide: list[tuple[float, dict[int, float]]] = []  # (log factor, T(k)) with every link at that factor
 
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
@@ -257,23 +261,48 @@ class Predictor:
             return cached
         rates, times = key
         grid = 1.0 + self.step
-        factor = dict(zip(self.pipeline.traffic_links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
-        base = self.pipeline.costs
-        if times is not None:
-            values = [0.0 if q is None else grid**q for q in times]  # type: ignore[attr-defined]
-            p = self.pipeline.num_stages
-            base = self.pipeline.with_compute(values[:p], values[p:])
+        links = self.pipeline.traffic_links
+        factor = dict(zip(links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
+        index = dict(zip(links, rates, strict=True))
+        base = self._computed(times)
+        made = self._scaled  # (direction, boundary, flow, its link's grid index) -> the flow at that factor
 
-        def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
-            return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
+        def scaled(direction: int, boundary: int, flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+            out = []
+            for i, f in enumerate(flows):
+                at = (direction, boundary, i, index[f.link])
+                flow = made.get(at)
+                if flow is None:
+                    flow = made[at] = Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link])
+                out.append(flow)
+            return tuple(out)
 
+        if len(made) > SCALED_SIZE:
+            made.clear()
         stages = tuple(_ring_scaled(c, factor) for c in base.stages)
         shared = tuple(_exchange_scaled(x, factor) for x in base.shared)
-        costs = Costs(stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)), shared)
+        forward = tuple(scaled(0, b, flows) for b, flows in enumerate(base.forward))
+        backward = tuple(scaled(1, b, flows) for b, flows in enumerate(base.backward))
+        costs = Costs(stages, forward, backward, shared)
         self._costs[key] = costs
         if len(self._costs) > 64:
             self._costs.popitem(last=False)
         return costs
+
+    def _computed(self, times: tuple[int | None, ...] | None) -> Costs:
+        """The pipeline's costs with the stage times of a key (None: the model's), the last few remembered."""
+        if times is None:
+            return self.pipeline.costs
+        cached = self._with_compute.get(times)
+        if cached is not None:
+            return cached
+        grid = 1.0 + self.step
+        values = [0.0 if q is None else grid**q for q in times]
+        p = self.pipeline.num_stages
+        base = self._with_compute[times] = self.pipeline.with_compute(values[:p], values[p:])
+        if len(self._with_compute) > 8:
+            self._with_compute.pop(next(iter(self._with_compute)))
+        return base
 
 
 def _zeroed(times: tuple[int | None, ...]) -> tuple[int, ...]:
