@@ -6,6 +6,7 @@ import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from operator import sub
 
 from pipeplan.adapt.observation import Link
@@ -94,6 +95,7 @@ class Predictor:
         self.schedules = dict(schedules)
         self.programs: dict[int, Program] = {k: compile_schedule(s) for k, s in self.schedules.items()}
         self.step = step
+        self._log_grid = math.log1p(step)
         self.simulations = 0
         self._ladder = ladder(list(self.schedules))
         self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
@@ -106,10 +108,12 @@ class Predictor:
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
         """The rounded state a prediction depends on: the factors of every link its traffic uses (transfers and
         all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's)."""
-        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.traffic_links)
+        log, grid = math.log, self._log_grid  # quantize's expression, inline: the same indices
+        links = self.pipeline.traffic_links
+        rates = tuple(round(log(f) / grid) for f in map(factors.get, links, repeat(1.0)))
         if compute is None:
             return (rates, None)
-        return (rates, tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part))
+        return (rates, tuple(None if x <= 0 else round(log(x) / grid) for part in compute for x in part))
 
     def times(self, factors: Mapping[Link, float], compute: Compute | None = None) -> dict[int, float]:
         """Predicted iteration ms of every candidate k (links absent from `factors` run at nominal rate)."""
