@@ -76,11 +76,6 @@ def ladder(ks: Sequence[int]) -> list[int]:
     return [*rungs, max(ks)]
 
 
-def quantize(value: float, step: float) -> int:
-    """The index of value on a logarithmic grid of ratio 1 + step (0 for a value of 1)."""
-    return round(math.log(value) / math.log1p(step))
-
-
 class Predictor:
     """Simulates one iteration of kFkB for every candidate k under given link factors and stage compute.
 
@@ -107,8 +102,10 @@ class Predictor:
 
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
         """The rounded state a prediction depends on: the factors of every link its traffic uses (transfers and
-        all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's)."""
-        log, grid = math.log, self._log_grid  # quantize's expression, inline: the same indices
+        all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's), each as
+        its index on a logarithmic grid of ratio 1 + step, round(log(x) / log1p(step)) (0 for 1; None for a stage
+        time of 0)."""
+        log, grid = math.log, self._log_grid
         links = self.pipeline.traffic_links
         rates = tuple(round(log(f) / grid) for f in map(factors.get, links, repeat(1.0)))
         if compute is None:
