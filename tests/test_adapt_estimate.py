@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from adapt_cases import numbers
-from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, IterationObservation, PipelineModel
-from pipeplan.adapt.estimate import SegmentEstimator, collective_samples
+from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, IterationObservation, PipelineModel, Transfer
+from pipeplan.adapt.estimate import LinkEstimator, SegmentEstimator, collective_samples, wire_samples
 from pipeplan.adapt.predict import Predictor, fitting_ks
 from pipeplan.core.errors import AdaptError
 
@@ -117,3 +120,48 @@ def test_a_collective_estimates_its_rings_links_that_no_transfer_uses() -> None:
     controller = AdaptiveController(pipeline)
     controller.observe(IterationObservation(0, 1, 30.0, collectives=(Collective(0, 10.0, 19.0),)))
     assert controller.views["now"].factors() == {(0, 5): pytest.approx(0.5), (5, 0): pytest.approx(0.5)}
+
+
+def _wire_reference(pipeline: PipelineModel, transfers: list[Transfer]) -> list[tuple]:
+    """wire_samples by a plain loop: links in order, each link's transfers by (start, end), first-come first-served."""
+    out = []
+    for link in sorted({t.link for t in transfers}):
+        per_byte, latency = pipeline.wire_rates[link]
+        free = -math.inf
+        for t in sorted((t for t in transfers if t.link == link), key=lambda t: (t.start_ms, t.end_ms)):
+            start = max(t.start_ms, free)
+            free = max(free, t.end_ms)
+            if t.nbytes * per_byte > 0 and t.end_ms - start - latency > 0:
+                out.append((link, t.nbytes * per_byte, t.end_ms - start - latency, t.end_ms))
+    return out
+
+
+def test_wire_samples_of_shuffled_links_and_the_link_estimate_of_interleaved_samples() -> None:
+    """Transfers of three links in shuffled order, some queued, some tied: the samples of a plain loop, in its order;
+    LinkEstimator's sums over interleaved links' samples are a plain loop's, to the bit."""
+    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
+    rng = random.Random(5)
+    transfers = [
+        Transfer(link, rng.choice([0.0, 1e6, 2e6]), start, start + rng.uniform(0.5, 4.0))
+        for link in ((0, 1), (1, 2), (2, 3))
+        for start in (rng.choice([0.0, 1.0, 2.5, 2.5, 7.0]) for _ in range(12))
+    ]
+    rng.shuffle(transfers)
+    samples = wire_samples(pipeline, transfers)
+    assert samples == _wire_reference(pipeline, transfers)
+    rng.shuffle(samples)  # links interleaved, as collectives' samples after transfers' may be
+    estimator = LinkEstimator(half_life=2.0)
+    estimator.add_iteration(samples, 20.0, 10.0)
+    per_ms = math.log(2.0) / 2.0 / 10.0
+    sums: dict[tuple[int, int], list[float]] = {}
+    for link, nominal, measured, end in samples:
+        weight = math.exp(-(20.0 - end) * per_ms) if end < 20.0 else 1.0
+        acc = sums.setdefault(link, [0.0, 0.0])
+        acc[0] += weight * nominal
+        acc[1] += weight * measured
+    assert estimator.factors() == {link: n / m for link, (n, m) in sums.items()}
+    measured = {link: [0.0, 0.0] for link in sums}
+    for link, nominal, wire, _ in samples:
+        measured[link][0] += nominal
+        measured[link][1] += wire
+    assert LinkEstimator.of(samples) == {link: n / m for link, (n, m) in measured.items()}

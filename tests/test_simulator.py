@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import Costs, Flow, StageCost, simulate
 from pipeplan.sim.cost.types import GradBucket, SharedExchange
+from pipeplan.sim.engine.program import compile_schedule
 from pipeplan.sim.engine.simulator import iteration_time
 
 RESOURCES = ("nic:0:out", "nic:1:in", "switch", "pair:a")
@@ -53,6 +54,8 @@ def test_iteration_time_is_simulates(name: str, p: int, m: int, data: st.DataObj
         shared,
     )
     assert iteration_time(schedule, costs) == simulate(schedule, costs, record=False).iteration_time
+    program = compile_schedule(schedule)  # a caller's compiled program (the adaptive controller's): the same float
+    assert iteration_time(schedule, costs, program) == simulate(schedule, costs, record=False).iteration_time
 
 
 @pytest.mark.parametrize(("p", "m"), [(1, 1), (2, 3), (4, 8), (3, 7)])

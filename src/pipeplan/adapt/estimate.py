@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import groupby
+from operator import attrgetter, itemgetter
 
 from pipeplan.adapt.observation import Collective, Link, Transfer
 from pipeplan.adapt.pipeline import PipelineModel
@@ -30,22 +32,28 @@ def wire_samples(pipeline: PipelineModel, transfers: Sequence[Transfer]) -> list
     """
     rates = pipeline.wire_rates
     samples: list[Sample] = []
-    link: Link | None = None
-    per_byte = latency = free = 0.0
-    for t in sorted(transfers, key=_order):
-        if t.link != link:
-            link = t.link
-            if link not in rates:
-                pipeline.nominal_ms(link, 0.0)  # raises, naming the pipeline's links
-            per_byte, latency = rates[link]
-            free = -math.inf
-        start = t.start_ms if t.start_ms > free else free
-        if t.end_ms > free:
-            free = t.end_ms
-        measured = t.end_ms - start - latency
-        nominal = t.nbytes * per_byte
-        if nominal > 0 and measured > 0:
-            samples.append((link, nominal, measured, t.end_ms))
+    append = samples.append
+    on_link: dict[Link, list[Transfer]] = {}  # each link's transfers in the given order: sorted by link, then by time
+    for t in transfers:
+        queue = on_link.get(t.link)
+        if queue is None:
+            on_link[t.link] = [t]
+        else:
+            queue.append(t)
+    for link in sorted(on_link):
+        if link not in rates:
+            pipeline.nominal_ms(link, 0.0)  # raises, naming the pipeline's links
+        per_byte, latency = rates[link]
+        free = -math.inf
+        for t in sorted(on_link[link], key=_TIMES):  # stable, as one sort by (link, start, end) is
+            end = t.end_ms
+            start = t.start_ms if t.start_ms > free else free
+            if end > free:
+                free = end
+            measured = end - start - latency
+            nominal = t.nbytes * per_byte
+            if nominal > 0 and measured > 0:
+                append((link, nominal, measured, end))
     return samples
 
 
@@ -73,8 +81,11 @@ def collective_samples(pipeline: PipelineModel, collectives: Sequence[Collective
     return samples
 
 
-def _order(t: Transfer) -> tuple[Link, float, float]:
-    return (t.link, t.start_ms, t.end_ms)
+_LINK = itemgetter(0)
+"""A sample's link (wire_samples gives each link's samples in one run)."""
+
+_TIMES = attrgetter("start_ms", "end_ms")
+"""A transfer's place among its link's in wire_samples' reading order: by start, then end."""
 
 
 class LinkEstimator:
@@ -101,19 +112,29 @@ class LinkEstimator:
             measured_sum[link] *= decay
         per_ms = rate / iteration_ms
         exp = math.exp
-        for link, nominal, measured, t_end in samples:
-            weight = exp(-(end_ms - t_end) * per_ms) if t_end < end_ms else 1.0
-            nominal_sum[link] = nominal_sum.get(link, 0.0) + weight * nominal
-            measured_sum[link] = measured_sum.get(link, 0.0) + weight * measured
+        for link, run in groupby(samples, key=_LINK):  # a link's samples in their order: the same sums, one lookup a run
+            nominal_total = nominal_sum.get(link, 0.0)
+            measured_total = measured_sum.get(link, 0.0)
+            for _, nominal, measured, t_end in run:
+                weight = exp(-(end_ms - t_end) * per_ms) if t_end < end_ms else 1.0
+                nominal_total += weight * nominal
+                measured_total += weight * measured
+            nominal_sum[link] = nominal_total
+            measured_sum[link] = measured_total
 
     @staticmethod
     def of(samples: Sequence[Sample]) -> dict[Link, float]:
         """Each link's factor over these samples alone, unweighted (what one iteration measured)."""
         nominal: dict[Link, float] = {}
         measured: dict[Link, float] = {}
-        for link, n, m, _ in samples:
-            nominal[link] = nominal.get(link, 0.0) + n
-            measured[link] = measured.get(link, 0.0) + m
+        for link, run in groupby(samples, key=_LINK):
+            nominal_total = nominal.get(link, 0.0)
+            measured_total = measured.get(link, 0.0)
+            for _, n, m, _ in run:
+                nominal_total += n
+                measured_total += m
+            nominal[link] = nominal_total
+            measured[link] = measured_total
         return {link: min(MAX_FACTOR, max(MIN_FACTOR, nominal[link] / m)) for link, m in measured.items()}
 
     def factors(self) -> dict[Link, float]:
@@ -181,8 +202,20 @@ class SegmentEstimator:
         for sums in self._segment.values():
             sums[0] *= decay
             sums[1] *= decay
-        for link, nominal, measured, t_end in samples:
-            self._add(link, nominal, measured, t_end)
+        segments, pending, add = self._segment, self._pending, self._add
+        high, low = self._high, self._low
+        for sample in samples:
+            link, nominal, measured, _ = sample
+            segment = segments.get(link)  # the common case inline (_add's first test): agrees, nothing pending
+            if (
+                segment is not None
+                and link not in pending
+                and low * segment[0] * measured <= nominal * segment[1] <= high * segment[0] * measured
+            ):
+                segment[0] += nominal
+                segment[1] += measured
+                continue
+            add(*sample)
         self._now_ms = max(self._now_ms, end_ms)
 
     def age_ms(self) -> float:

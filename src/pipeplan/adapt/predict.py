@@ -6,6 +6,8 @@ import dataclasses
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import sub
 
 from pipeplan.adapt.observation import Link
 from pipeplan.adapt.pipeline import PipelineModel
@@ -15,13 +17,15 @@ from pipeplan.schedules.kfkb import kfkb
 from pipeplan.sim.cost.memory import order_peak_activation
 from pipeplan.sim.cost.types import Costs, Flow, SharedExchange, StageCost
 from pipeplan.sim.engine.program import Program, compile_schedule
-from pipeplan.sim.engine.simulator import simulate
+from pipeplan.sim.engine.simulator import iteration_time, simulate
 
 Compute = tuple[Sequence[float], Sequence[float]]
 """Per-stage forward and backward ms of one microbatch."""
 Key = tuple[tuple[int, ...], tuple[int | None, ...] | None]
 """A prediction's rounded state: link factors and stage times as indices on the rounding grid."""
 
+SCALED_SIZE = 1 << 16
+"""Flows at a link factor remembered by _costs_for (most links keep their factor from one state to the next)."""
 MEMO_SIZE = 4096
 RECALL_SIZE = 256
 """States whose best k a search remembers (to try first in a nearby state)."""
@@ -72,11 +76,6 @@ def ladder(ks: Sequence[int]) -> list[int]:
     return [*rungs, max(ks)]
 
 
-def quantize(value: float, step: float) -> int:
-    """The index of value on a logarithmic grid of ratio 1 + step (0 for a value of 1)."""
-    return round(math.log(value) / math.log1p(step))
-
-
 class Predictor:
     """Simulates one iteration of kFkB for every candidate k under given link factors and stage compute.
 
@@ -91,20 +90,27 @@ class Predictor:
         self.schedules = dict(schedules)
         self.programs: dict[int, Program] = {k: compile_schedule(s) for k, s in self.schedules.items()}
         self.step = step
+        self._log_grid = math.log1p(step)
         self.simulations = 0
         self._ladder = ladder(list(self.schedules))
         self._best_at: OrderedDict[Key, int] = OrderedDict()  # the best k a search found in each state
         self._memo: OrderedDict[tuple[int, Key], float] = OrderedDict()
         self._costs: OrderedDict[Key, Costs] = OrderedDict()
+        self._with_compute: dict[tuple[int | None, ...], Costs] = {}  # stage times' index -> the costs with them
+        self._scaled: dict[tuple[int, int, int, int], Flow] = {}  # a flow at a link factor's index (_costs_for)
         self._guide: list[tuple[float, dict[int, float]]] = []  # (log factor, T(k)) with every link at that factor
 
     def key(self, factors: Mapping[Link, float], compute: Compute | None = None) -> Key:
         """The rounded state a prediction depends on: the factors of every link its traffic uses (transfers and
-        all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's)."""
-        rates = tuple(quantize(factors.get(link, 1.0), self.step) for link in self.pipeline.traffic_links)
+        all-reduce rings, PipelineModel.traffic_links; absent: nominal) and stage times (None: the model's), each as
+        its index on a logarithmic grid of ratio 1 + step, round(log(x) / log1p(step)) (0 for 1; None for a stage
+        time of 0)."""
+        log, grid = math.log, self._log_grid
+        links = self.pipeline.traffic_links
+        rates = tuple(round(log(f) / grid) for f in map(factors.get, links, repeat(1.0)))
         if compute is None:
             return (rates, None)
-        return (rates, tuple(None if x <= 0 else quantize(x, self.step) for part in compute for x in part))
+        return (rates, tuple(None if x <= 0 else round(log(x) / grid) for part in compute for x in part))
 
     def times(self, factors: Mapping[Link, float], compute: Compute | None = None) -> dict[int, float]:
         """Predicted iteration ms of every candidate k (links absent from `factors` run at nominal rate)."""
@@ -123,11 +129,11 @@ class Predictor:
             self._memo.move_to_end(memo_key)
             return cached
         self.simulations += 1
-        result = simulate(self.schedules[k], self._costs_for(key), record=False, program=self.programs[k])
-        self._memo[memo_key] = result.iteration_time
+        value = iteration_time(self.schedules[k], self._costs_for(key), self.programs[k])  # simulate's, time only
+        self._memo[memo_key] = value
         if len(self._memo) > MEMO_SIZE:
             self._memo.popitem(last=False)
-        return result.iteration_time
+        return value
 
     def known(self, key: Key) -> dict[int, float]:
         """The memoized predictions of the candidates in the rounded state `key` (no simulation, no search)."""
@@ -239,11 +245,12 @@ class Predictor:
         if not self._best_at:
             return []
         rates, times = key
+        mine = None if times is None else _zeroed(times)
 
-        def distance(other: Key) -> float:
-            far = sum(abs(a - b) for a, b in zip(rates, other[0], strict=True))
-            if times is not None and other[1] is not None:
-                far += sum(abs((a or 0) - (b or 0)) for a, b in zip(times, other[1], strict=True))
+        def distance(other: Key) -> int:  # sums of ints: exact in any order
+            far = sum(map(abs, map(sub, rates, other[0])))
+            if mine is not None and other[1] is not None:
+                far += sum(map(abs, map(sub, mine, _zeroed(other[1]))))
             return far
 
         nearest = min(self._best_at, key=distance)
@@ -255,23 +262,53 @@ class Predictor:
             return cached
         rates, times = key
         grid = 1.0 + self.step
-        factor = dict(zip(self.pipeline.traffic_links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
-        base = self.pipeline.costs
-        if times is not None:
-            values = [0.0 if q is None else grid**q for q in times]  # type: ignore[attr-defined]
-            p = self.pipeline.num_stages
-            base = self.pipeline.with_compute(values[:p], values[p:])
+        links = self.pipeline.traffic_links
+        factor = dict(zip(links, (grid**q for q in rates), strict=True))  # type: ignore[attr-defined]
+        index = dict(zip(links, rates, strict=True))
+        base = self._computed(times)
+        made = self._scaled  # (direction, boundary, flow, its link's grid index) -> the flow at that factor
 
-        def scaled(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
-            return tuple(Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link]) for f in flows)
+        def scaled(direction: int, boundary: int, flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+            out = []
+            for i, f in enumerate(flows):
+                at = (direction, boundary, i, index[f.link])
+                flow = made.get(at)
+                if flow is None:
+                    flow = made[at] = Flow(f.resources, f.link, f.latency_ms, f.work_ms / factor[f.link])
+                out.append(flow)
+            return tuple(out)
 
+        if len(made) > SCALED_SIZE:
+            made.clear()
         stages = tuple(_ring_scaled(c, factor) for c in base.stages)
         shared = tuple(_exchange_scaled(x, factor) for x in base.shared)
-        costs = Costs(stages, tuple(map(scaled, base.forward)), tuple(map(scaled, base.backward)), shared)
+        forward = tuple(scaled(0, b, flows) for b, flows in enumerate(base.forward))
+        backward = tuple(scaled(1, b, flows) for b, flows in enumerate(base.backward))
+        costs = Costs(stages, forward, backward, shared)
         self._costs[key] = costs
         if len(self._costs) > 64:
             self._costs.popitem(last=False)
         return costs
+
+    def _computed(self, times: tuple[int | None, ...] | None) -> Costs:
+        """The pipeline's costs with the stage times of a key (None: the model's), the last few remembered."""
+        if times is None:
+            return self.pipeline.costs
+        cached = self._with_compute.get(times)
+        if cached is not None:
+            return cached
+        grid = 1.0 + self.step
+        values = [0.0 if q is None else grid**q for q in times]
+        p = self.pipeline.num_stages
+        base = self._with_compute[times] = self.pipeline.with_compute(values[:p], values[p:])
+        if len(self._with_compute) > 8:
+            self._with_compute.pop(next(iter(self._with_compute)))
+        return base
+
+
+def _zeroed(times: tuple[int | None, ...]) -> tuple[int, ...]:
+    """A key's stage times with None (a stage time of 0) as index 0, for distances (the same tuple when none is)."""
+    return times if None not in times else tuple(x or 0 for x in times)  # type: ignore[return-value]
 
 
 def _ring_factor(links: tuple[Link, ...], factor: Mapping[Link, float]) -> float:

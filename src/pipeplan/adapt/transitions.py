@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import repeat
+from operator import truediv
 
 from pipeplan.adapt.observation import Link
 
@@ -95,9 +97,11 @@ class StateChain:
         link of a state's first-seen factors; None when none is."""
         limit = self._log_ratio + 1e-12
         nearest, distance = None, math.inf
+        log = math.log
         for state, rep in self._states.items():
-            links = rep.keys() | factors.keys()
-            far = max((abs(math.log(factors.get(link, 1.0) / rep.get(link, 1.0))) for link in links), default=0.0)
+            links = rep.keys() | factors.keys()  # the largest term, whatever the order: the same float
+            ratios = map(truediv, map(factors.get, links, repeat(1.0)), map(rep.get, links, repeat(1.0)))
+            far = max(map(abs, map(log, ratios)), default=0.0)
             if far <= limit and far < distance:
                 nearest, distance = state, far
         return nearest

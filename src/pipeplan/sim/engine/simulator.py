@@ -79,9 +79,10 @@ def _without_gc(
             gc.enable()
 
 
-def iteration_time(schedule: Schedule, costs: Costs) -> float:
-    """`simulate(schedule, costs, record=False).iteration_time` without the rest of the result (memory, busy and idle
-    times, the lower bound): what a planner ranks by. The same run and tails as simulate, so the same float.
+def iteration_time(schedule: Schedule, costs: Costs, program: Program | None = None) -> float:
+    """`simulate(schedule, costs, record=False, program=program).iteration_time` without the rest of the result
+    (memory, busy and idle times, the lower bound): what a planner ranks by and the adaptive controller predicts
+    with. The same run and tails as simulate, so the same float.
 
     Raises:
         as simulate.
@@ -89,7 +90,7 @@ def iteration_time(schedule: Schedule, costs: Costs) -> float:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _run(schedule, costs, None, False, run_dataflow, 0.0, None).iteration
+        return _run(schedule, costs, None, False, run_dataflow, 0.0, program).iteration
     finally:
         if collecting:
             gc.enable()
