@@ -47,8 +47,8 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable,
     """Run each rank as far as its inputs allow, resuming a blocked rank when its input arrives.
 
     Both loops time a transfer of one flow on one resource inline (`table.fast_resource`), one of several flows or
-    resources without a trace by plain_run's steps (written out inline), and the rest by `table.run`; with `times`
-    off they leave the Outcome's per-action times empty (only a timeline reads them).
+    resources without a trace by plain_run, and the rest by `table.run`; with `times` off they leave the Outcome's
+    per-action times empty (only a timeline reads them).
 
     Note: valid when every resource has one requesting rank (`table.single_producer`):
     a rank's actions finish in time order, so the requests on its resources
@@ -104,21 +104,8 @@ def run_dataflow(program: Program, durations: list[float], table: TransferTable,
                         flows = plain[boundary]
                         if flows is None:
                             sent, delivered = general(boundary, end)
-                        else:  # plain_run inline: a call per transfer cost a fifth of the loop
-                            sent = INF
-                            delivered = end
-                            for rids, latency, work in flows:
-                                flow_start = end
-                                for res in rids:
-                                    if resource_free[res] > flow_start:
-                                        flow_start = resource_free[res]
-                                flow_end = flow_start + latency + work
-                                for res in rids:
-                                    resource_free[res] = flow_end
-                                if flow_start < sent:
-                                    sent = flow_start
-                                if flow_end > delivered:
-                                    delivered = flow_end
+                        else:
+                            sent, delivered = plain_run(flows, end, resource_free)
                     if times:
                         add_sent(sent)
                         add_delivered(delivered)
@@ -202,21 +189,8 @@ def run_events(program: Program, durations: list[float], table: TransferTable, t
                     flows = plain[boundary]
                     if flows is None:
                         sent, delivered = general(boundary, end)
-                    else:  # plain_run inline: a call per transfer cost a fifth of the loop
-                        sent = INF
-                        delivered = end
-                        for rids, latency, work in flows:
-                            flow_start = end
-                            for res in rids:
-                                if resource_free[res] > flow_start:
-                                    flow_start = resource_free[res]
-                            flow_end = flow_start + latency + work
-                            for res in rids:
-                                resource_free[res] = flow_end
-                            if flow_start < sent:
-                                sent = flow_start
-                            if flow_end > delivered:
-                                delivered = flow_end
+                    else:
+                        sent, delivered = plain_run(flows, end, resource_free)
                 if times:
                     add_sent(sent)
                     add_delivered(delivered)
