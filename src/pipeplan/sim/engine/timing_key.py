@@ -18,7 +18,14 @@ TimingKey = tuple[object, ...]
 def timing_key(costs: Costs) -> TimingKey:
     """The parts of `costs` that `simulate(schedule, costs, trace=None)`'s iteration time depends on, resources named
     by their TransferTable ids; links, rings and bytes left out (a trace reads the first two, memory the last)."""
-    stages = tuple(
+    ids: dict[str, int] = {}
+    transfers = tuple(_flows(flows, ids) for flows in costs.forward + costs.backward)
+    return (_stages(costs), transfers, _shared(costs))
+
+
+def _stages(costs: Costs) -> tuple[object, ...]:
+    """Each stage's times (and its all-reduce buckets'), as a key's first part."""
+    return tuple(
         (
             c.fwd_ms,
             c.bwd_ms,
@@ -30,10 +37,11 @@ def timing_key(costs: Costs) -> TimingKey:
         )
         for c in costs.stages
     )
-    ids: dict[str, int] = {}
-    transfers = tuple(_flows(flows, ids) for flows in costs.forward + costs.backward)
-    shared = tuple((x.stages, x.exchange_ms) for x in costs.shared)
-    return (stages, transfers, shared)
+
+
+def _shared(costs: Costs) -> tuple[object, ...]:
+    """Each shared parameter's stages and exchange time, as a key's last part."""
+    return tuple((x.stages, x.exchange_ms) for x in costs.shared)
 
 
 def _flows(flows: tuple[Flow, ...], ids: dict[str, int]) -> tuple[tuple[tuple[int, ...], float, float], ...]:
@@ -57,25 +65,12 @@ class TimingKeys:
 
     def key(self, costs: Costs) -> TimingKey:
         """The compact timing_key of `costs`."""
-        stages = tuple(
-            (
-                c.fwd_ms,
-                c.bwd_ms,
-                c.bwd_input_ms,
-                c.bwd_weight_ms,
-                c.optimizer_ms,
-                c.allreduce_ms,
-                tuple((b.ready_fraction, b.allreduce_ms) for b in c.allreduce_buckets),
-            )
-            for c in costs.stages
-        )
         ids: dict[str, int] = {}
         transfers = []
         for flows in costs.forward + costs.backward:
             shape, names = self._shape(flows)
             transfers.append((shape, tuple([ids.setdefault(name, len(ids)) for name in names])))
-        shared = tuple((x.stages, x.exchange_ms) for x in costs.shared)
-        return (stages, tuple(transfers), shared)
+        return (_stages(costs), tuple(transfers), _shared(costs))
 
     def _shape(self, flows: tuple[Flow, ...]) -> tuple[int, tuple[str, ...]]:
         """(shape number, resource names in first-use order) of one transfer's flows."""
