@@ -24,6 +24,8 @@ def check_nonneg_int(error: type[PipeplanError], field: str, value: object) -> i
 
 def check_nonneg_float(error: type[PipeplanError], field: str, value: object, most: Limit | None = None) -> float:
     """Return value as float if it is a finite number >= 0 (and within `most`), else raise naming field and value."""
+    if most is None and type(value) is float and 0.0 <= value < math.inf:  # the common case first: a search checks thousands
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise error(f"{field} must be a number >= 0, got {value!r}")
     if isinstance(value, int) and value > 1e300:  # float() of it would overflow

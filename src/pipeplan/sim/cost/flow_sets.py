@@ -23,6 +23,7 @@ with the same values (tests/test_flow_sets.py compares them with the plain build
 from __future__ import annotations
 
 from collections.abc import Collection
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,11 +128,8 @@ def _transfer(cluster: Cluster, geometry: _Geometry, nbytes: float) -> PairArray
     rp, q = src_all.shape
     best = 0
     if geometry.rates is not None and geometry.latencies is not None:
-        if geometry.linked:
+        with nullcontext() if geometry.linked else np.errstate(divide="ignore"):  # a rate of 0: no division warning
             times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
-        else:
-            with np.errstate(divide="ignore"):
-                times = np.where(geometry.same, 0.0, geometry.latencies + wire_ms(nbytes / q, geometry.rates))
         best = int(times.max(axis=1).argmax())
     links = geometry.links.get(best)
     if links is None:

@@ -98,9 +98,7 @@ class StageCost:
             fractions = [b.ready_fraction for b in self.allreduce_buckets]
             raise CostError(f"allreduce_buckets must be ready in order (non-decreasing ready_fraction), got {fractions}")
         for field in ("fwd_ms", "bwd_ms", "saved_bytes", "static_bytes", "allreduce_ms", "optimizer_ms", "allreduce_latency_ms"):
-            value = getattr(self, field)
-            if type(value) is not float or not 0.0 <= value < math.inf:  # fast path: a search builds thousands
-                check_nonneg_float(CostError, field, value)
+            check_nonneg_float(CostError, field, getattr(self, field))
         if self.allreduce_latency_ms > self.allreduce_ms:
             raise CostError(
                 f"allreduce_latency_ms {self.allreduce_latency_ms!r} exceeds allreduce_ms {self.allreduce_ms!r} "
@@ -113,10 +111,8 @@ class StageCost:
             object.__setattr__(self, "bwd_input_ms", max(0.0, self.bwd_ms - self.bwd_weight_ms))
         elif self.bwd_weight_ms is None:
             object.__setattr__(self, "bwd_weight_ms", max(0.0, self.bwd_ms - self.bwd_input_ms))
-        for field in ("bwd_input_ms", "bwd_weight_ms"):
-            value = getattr(self, field)
-            if type(value) is not float or not 0.0 <= value < math.inf:
-                check_nonneg_float(CostError, field, value)
+        check_nonneg_float(CostError, "bwd_input_ms", self.bwd_input_ms)
+        check_nonneg_float(CostError, "bwd_weight_ms", self.bwd_weight_ms)
 
     @property
     def allreduce_links(self) -> tuple[tuple[int, int], ...]:
