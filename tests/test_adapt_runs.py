@@ -12,7 +12,7 @@ from adapt_cases import RING_FACTOR, bert_plan, numbers, replicated_plan
 from pipeplan.adapt import AdaptiveController, Collective, ControllerConfig, PipelineModel
 from pipeplan.adapt.fixed_baselines import compare_policies
 from pipeplan.adapt.predict import fitting_ks
-from pipeplan.adapt.runs import observe_result, run_controller, run_fixed, run_oracle
+from pipeplan.adapt.runs import ControllerRun, observe_result, run_controller, run_fixed, run_oracle
 from pipeplan.core.hardware.bandwidth_trace import BandwidthTrace, TraceStep
 from pipeplan.schedules import make_schedule
 from pipeplan.sim import simulate
@@ -219,21 +219,30 @@ def test_a_wrong_model_runs_against_the_truth() -> None:
     assert controller.decisions[0].predicted_ms[1] > fixed.iteration_ms[0]
 
 
-def test_the_replay_never_looks_ahead() -> None:
-    """A network that flips inside iterations (1.0 and 0.05 in turn, each 0.6 of an idle iteration) until t and
-    differently after: the controller replays its window before t (a decision says so), and every decision for an
-    iteration that starts before t is the same under both traces."""
+def _cut_runs(
+    config: ControllerConfig, phase_idle: float, phases: int, iterations: int, cut_in: int, after: float
+) -> tuple[ControllerRun, ControllerRun, int]:
+    """The controller of `config` run twice on one 4-stage pipeline: under a network slow (0.05) and nominal in turn,
+    each phase `phase_idle` idle 1F1B iterations long, and under the same trace cut 1 ms into iteration `cut_in` of
+    the first run, `after` from there. Both runs, and how many of the first run's iterations start before the cut."""
     pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
     links = pipeline.traffic_links
     schedules, _ = fitting_ks(pipeline)
     idle = simulate(schedules[1], pipeline.costs, None, record=False).iteration_time
-    flips = [(0.6 * idle * i, 0.05 if i % 2 else 1.0) for i in range(1, 400)]
+    flips = [(phase_idle * idle * i, 0.05 if i % 2 else 1.0) for i in range(1, phases)]
+    run_a = run_controller(AdaptiveController(pipeline, config), BandwidthTrace(_steps(flips, links)), iterations)
+    cut = run_a.run.start_ms[cut_in] + 1.0
+    trace_b = BandwidthTrace(_steps([(t, f) for t, f in flips if t < cut] + [(cut, after)], links))
+    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, iterations)
+    return run_a, run_b, sum(1 for s in run_a.run.start_ms if s < cut)
+
+
+def test_the_replay_never_looks_ahead() -> None:
+    """A network that flips inside iterations (1.0 and 0.05 in turn, each 0.6 of an idle iteration) until t and
+    differently after: the controller replays its window before t (a decision says so), and every decision for an
+    iteration that starts before t is the same under both traces."""
     config = ControllerConfig(initial_k=1, replay_window=4, replay_budget=0.5)
-    run_a = run_controller(AdaptiveController(pipeline, config), BandwidthTrace(_steps(flips, links)), 40)
-    cut = run_a.run.start_ms[25] + 1.0  # inside iteration 25
-    trace_b = BandwidthTrace(_steps([(t, f) for t, f in flips if t < cut] + [(cut, 0.3)], links))
-    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, 40)
-    early = sum(1 for s in run_a.run.start_ms if s < cut)
+    run_a, run_b, early = _cut_runs(config, phase_idle=0.6, phases=400, iterations=40, cut_in=25, after=0.3)
     assert early == 26
     decided_a = [d for d in run_a.decisions if d.iteration < early]
     assert decided_a == [d for d in run_b.decisions if d.iteration < early]
@@ -246,17 +255,8 @@ def test_the_next_states_never_look_ahead() -> None:
     """A network slow (0.05) and nominal in turn, each phase 3 idle iterations, until t and nominal after: the
     controller predicts over its next states before t (a decision says so), and every decision for an iteration
     that starts before t is the same under both traces (the chain counts only boundaries already passed)."""
-    pipeline = PipelineModel.from_measurements(**numbers(p=4, m=8))
-    links = pipeline.traffic_links
-    schedules, _ = fitting_ks(pipeline)
-    idle = simulate(schedules[1], pipeline.costs, None, record=False).iteration_time
-    flips = [(3.0 * idle * i, 0.05 if i % 2 else 1.0) for i in range(1, 200)]
     config = ControllerConfig(initial_k=1, markov_horizon=2)
-    run_a = run_controller(AdaptiveController(pipeline, config), BandwidthTrace(_steps(flips, links)), 30)
-    cut = run_a.run.start_ms[20] + 1.0  # inside iteration 20
-    trace_b = BandwidthTrace(_steps([(t, f) for t, f in flips if t < cut] + [(cut, 1.0)], links))
-    run_b = run_controller(AdaptiveController(pipeline, config), trace_b, 30)
-    early = sum(1 for s in run_a.run.start_ms if s < cut)
+    run_a, run_b, early = _cut_runs(config, phase_idle=3.0, phases=200, iterations=30, cut_in=20, after=1.0)
     assert early == 21
     decided_a = [d for d in run_a.decisions if d.iteration < early]
     assert decided_a == [d for d in run_b.decisions if d.iteration < early]
