@@ -106,12 +106,15 @@ def compare_one(job: tuple[Instance, str, str, float, float | None]) -> dict[str
 
 def verdicts(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """(slower, not compared): the instances where this tree's plan is slower than the base's plan under this tree's
-    costs, with both times; and those the base did not plan (timeout, refusal) or this tree did not."""
+    costs, with both times, or where the base planned and this tree found no plan; and those the base did not plan
+    (timeout, refusal)."""
     slower, missing = [], []
     for r in rows:
         name = f"{r['profile']} on {r['cluster']} at batch {r['batch']}"
-        if "ratio" not in r:
-            missing.append(f"{name}: {r['status'] if r['status'] != 'ok' else 'this tree did not plan it'}")
+        if r["status"] != "ok":
+            missing.append(f"{name}: {r['status']}")
+        elif r["plan_ms"] is None:
+            slower.append(f"{name}: base's plan {r['base_ms']} ms, this tree found no plan")
         elif r["plan_ms"] > r["base_ms"]:
             slower.append(f"{name}: base's plan {r['base_ms']} ms, this tree's {r['plan_ms']} ms")
     return slower, missing
