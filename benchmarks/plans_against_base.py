@@ -2,7 +2,7 @@
 same as today or better in simulated time on every instance").
 
 Usage: .venv/bin/python benchmarks/plans_against_base.py [--base-rev REV | --base-src DIR] [--matrix ROWS.json]
-       [--quick] [--profiles a,b] [--clusters c,d] [--batches 256,2048] [--workers 1] [--timeout 200]
+       [--quick | --all] [--profiles a,b] [--clusters c,d] [--batches 256,2048] [--workers 1] [--timeout 200]
        [--out rows.json] [--resume] [--check]
 
 Per instance (a shared profile x a preset x a global batch, planning_matrix.py's matrix): the base's `plan --out`
@@ -17,7 +17,8 @@ instance is listed, not compared.
 The base: --base-rev (default 77066f9, main when issue 36 was filed) exported by `git archive` into a temporary
 directory, or --base-src, a directory holding its `pipeplan` package. Instances run in a seeded random order, so a
 run stopped early (--out is rewritten after every instance) is a representative sample; --resume skips the
-instances --out already holds. --quick (the default without --profiles/--clusters): planning_matrix.py's quick set.
+instances --out already holds. --quick (the default without --all, --profiles or --clusters): planning_matrix.py's
+quick set; --all: every shared profile x every preset x global batch 256 and 2048, the whole matrix.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def instances(args: argparse.Namespace) -> list[Instance]:
     sys.path.insert(0, str(SRC))
     from pipeplan.presets.resolve import list_clusters, list_profiles
 
-    quick = args.quick or not (args.profiles or args.clusters)
+    quick = args.quick or not (args.all or args.profiles or args.clusters)
     profiles = args.profiles.split(",") if args.profiles else list(QUICK_PROFILES if quick else list_profiles())
     clusters = args.clusters.split(",") if args.clusters else list(QUICK_CLUSTERS if quick else list_clusters())
     batches = [int(b) for b in args.batches.split(",")] if args.batches else ([256] if quick else list(BATCHES))
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-src", default=None, help="the base's sources (a directory), instead of --base-rev")
     parser.add_argument("--matrix", default=None, help="this tree's plan times: a planning_matrix.py --out")
     parser.add_argument("--quick", action="store_true", help="planning_matrix.py's quick set (default without lists)")
+    parser.add_argument("--all", action="store_true", help="the whole matrix: every profile, preset and batch")
     parser.add_argument("--profiles", default=None, help="comma-separated profile names")
     parser.add_argument("--clusters", default=None, help="comma-separated cluster presets")
     parser.add_argument("--batches", default=None, help="comma-separated global batches (default: 256,2048)")
