@@ -33,7 +33,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from io import BytesIO
 from multiprocessing import Pool
 from pathlib import Path
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = json.loads(Path(args.out).read_text())["rows"]
     done = {(r["profile"], r["cluster"], r["batch"]) for r in rows}
     todo = [i for i in instances(args) if i not in done]
-    with exported(args.base_rev) if args.base_src is None else _given(Path(args.base_src)) as base:
+    with exported(args.base_rev) if args.base_src is None else nullcontext(Path(args.base_src)) as base:
         jobs = [(i, str(base), str(SRC), args.timeout, known.get(i)) for i in todo]
         with Pool(args.workers) as pool:
             for row in pool.imap(compare_one, jobs):
@@ -181,11 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     for line in missing:
         print(f"not compared: {line}")
     return 1 if args.check and slower else 0
-
-
-@contextmanager
-def _given(src: Path) -> Iterator[Path]:
-    yield src
 
 
 if __name__ == "__main__":
