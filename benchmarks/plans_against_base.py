@@ -39,7 +39,7 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
-from planning_matrix import BATCHES, QUICK_CLUSTERS, QUICK_PROFILES, SRC, run_instance
+from planning_matrix import BATCHES, QUICK_CLUSTERS, QUICK_PROFILES, SRC, plan_command, run_instance
 
 BASE_REV = "77066f9"
 ROOT = SRC.parent
@@ -70,17 +70,13 @@ def base_plan_time(instance: Instance, base: Path, src: Path, timeout: float) ->
     profile, cluster, batch = instance
     with tempfile.TemporaryDirectory() as directory:
         plan = str(Path(directory) / "plan.json")
-        command = [sys.executable, "-m", "pipeplan", "plan", "--profile", profile, "--cluster", cluster,
-                   "--global-batch", str(batch), "--out", plan]  # fmt: skip
-        before = os.times()
-        try:
-            made = subprocess.run(command, env=_env(base), capture_output=True, text=True, timeout=timeout, cwd=directory)
-        except subprocess.TimeoutExpired:
+        command = [*plan_command(profile, cluster, batch), "--out", plan]
+        made = run_instance(profile, cluster, batch, timeout, command, base)  # the matrix's measured process
+        cpu = made["cpu_s"]
+        if (made["error"] or "").startswith("killed after"):
             return {"status": f"base past {timeout:g} s"}
-        after = os.times()
-        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-        if made.returncode != 0:
-            return {"status": f"base refused: {_last_line(made.stderr)}", "base_cpu_s": cpu}
+        if made["error"] is not None:
+            return {"status": f"base refused: {made['error'][:300]}", "base_cpu_s": cpu}
         command = [sys.executable, "-m", "pipeplan", "simulate", "--plan", plan, "--profile", profile, "--cluster",
                    cluster, "--json"]  # fmt: skip
         priced = subprocess.run(command, env=_env(src), capture_output=True, text=True, cwd=directory)
