@@ -12,6 +12,10 @@ search (plan --json's "planning": stopped_early; such a plan is the best found i
 table). A planner refusal (nothing fits) is a row with its error, timed like the others. With --out the rows are
 rewritten after every instance, so a stopped run keeps what it measured.
 
+The host reference (REFERENCE_CODE, a fixed Python and NumPy workload independent of pipeplan) runs as its own
+process before the first instance and after each cluster's; --out keeps its times ("reference") and the summary
+gives the median instance in units of it, which compares runs made on different hosts or days.
+
 Targets (--check exits 1 when one fails): every instance <= 60 s wall and <= 2 GiB peak memory; the median
 instance <= 5 s wall.
 
@@ -40,6 +44,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proc_timing import Timing, run_once
 
 BATCHES = (256, 2048)
 QUICK_PROFILES = ("dapple/bert-48", "pipedream/resnet50")
@@ -119,6 +127,43 @@ def run_instance(profile: str, cluster: str, batch: int, timeout: float, command
     else:
         row.update(parse_plan_output(stdout, proc.returncode, stderr))
     return row
+
+
+REFERENCE_CODE = """
+import numpy as np
+table = {}
+for i in range(400_000):
+    key = (i % 977, i % 13)
+    table[key] = table.get(key, 0) + i
+cube = np.arange(64 * 64 * 16, dtype=float).reshape(64, 64, 16) % 97.0
+for _ in range(1_500):
+    cube[0, 0, 0] = float(np.maximum(cube, cube[::-1]).argmin(axis=1).sum() % 7)
+"""
+"""The host reference: a fixed workload of the kinds planning does (dicts and tuples in Python, small NumPy arrays),
+independent of pipeplan's code. Its CPU seconds, timed beside the instances, say how fast this host ran that day:
+instance time / reference time compares runs made on different hosts or days (this host's speed moves by 15-70 %
+between sessions)."""
+
+
+def time_reference(after: int, timeout: float = 120.0) -> dict[str, Any]:
+    """One run of REFERENCE_CODE as its own process (proc_timing.run_once), after `after` instances: its wall and CPU
+    seconds."""
+    timing = Timing("host reference", [sys.executable, "-c", REFERENCE_CODE])
+    run_once(timing, timeout)
+    if timing.timed_out or timing.codes != [0]:
+        raise RuntimeError(f"the host reference failed: {'timed out' if timing.timed_out else f'exit {timing.codes}'}")
+    return {"after_instances": after, "wall_s": timing.wall_s[0], "cpu_s": timing.cpu_s[0]}
+
+
+def reference_line(rows: list[dict[str, Any]], reference: list[dict[str, Any]]) -> str:
+    """The host reference's median CPU seconds and the median instance in units of it (comparable across hosts)."""
+    ref = statistics.median(r["cpu_s"] for r in reference)
+    cpu, wall = (statistics.median(r[k] for r in rows) for k in ("cpu_s", "wall_s"))
+    spread = f"{min(r['cpu_s'] for r in reference):.3f}-{max(r['cpu_s'] for r in reference):.3f}"
+    return (
+        f"host reference: median {ref:.3f} CPU s over {len(reference)} runs ({spread}); median instance "
+        f"{cpu / ref:.2f} references of CPU, {wall / ref:.2f} of wall"
+    )
 
 
 def check(rows: list[dict[str, Any]]) -> list[str]:
@@ -203,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batches.split(",")] if args.batches else ([256] if args.quick else list(BATCHES))
     compile_sources(Path(args.src))
     rows: list[dict[str, Any]] = []
+    reference = [time_reference(0)]  # the host reference: before the first instance and after each cluster's
     for cluster in clusters:
         for profile in profiles:
             for batch in batches:
@@ -210,8 +256,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(run_instance(profile, cluster, batch, args.timeout, command, Path(args.src)))
                 print(f"{profile} {cluster} {batch}: {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
                 if args.out:
-                    Path(args.out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+                    Path(args.out).write_text(json.dumps({"rows": rows, "reference": reference}, indent=1) + "\n")
+        reference.append(time_reference(len(rows)))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rows": rows, "reference": reference}, indent=1) + "\n")
     print("\n".join(summary_lines(rows)))
+    if rows:
+        print(reference_line(rows, reference))
     status = 0
     if args.compare:
         changed = compare(rows, json.loads(Path(args.compare).read_text())["rows"])

@@ -109,3 +109,17 @@ def test_the_sources_are_byte_compiled_before_the_first_instance(tmp_path: Path)
     assert not cached.exists()
     matrix.compile_sources(tmp_path)
     assert cached.is_file() and cached.stat().st_size > 0
+
+
+def test_the_median_instance_is_given_in_units_of_the_host_reference() -> None:
+    rows = [row(2.0), row(4.0), row(9.0)]  # cpu_s = wall_s: medians 4.0 s
+    reference = [{"after_instances": n, "wall_s": 1.0, "cpu_s": cpu} for n, cpu in ((0, 0.5), (3, 2.0), (3, 0.8))]
+    assert matrix.reference_line(rows, reference) == (
+        "host reference: median 0.800 CPU s over 3 runs (0.500-2.000); median instance 5.00 references of CPU, 5.00 of wall"
+    )
+
+
+@pytest.mark.slow
+def test_the_host_reference_runs_as_its_own_process() -> None:
+    measured = matrix.time_reference(7)
+    assert measured["after_instances"] == 7 and measured["cpu_s"] > 0.0 and measured["wall_s"] > 0.0
