@@ -141,8 +141,8 @@ for _ in range(1_500):
 """
 """The host reference: a fixed workload of the kinds planning does (dicts and tuples in Python, small NumPy arrays),
 independent of pipeplan's code. Its CPU seconds, timed beside the instances, say how fast this host ran that day:
-instance time / reference time compares runs made on different hosts or days (this host's speed moves by 15-70 %
-between sessions)."""
+instance time / reference time compares runs made on different hosts or days. Between the quiet runs of 2026-11-29
+the same plans took from 0.69x to 1.16x the CPU seconds of another run (BENCHMARKS.md, issue 36)."""
 
 
 def time_reference(after: int, timeout: float = 120.0) -> dict[str, Any]:
