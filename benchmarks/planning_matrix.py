@@ -249,17 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     compile_sources(Path(args.src))
     rows: list[dict[str, Any]] = []
     reference = [time_reference(0)]  # the host reference: before the first instance and after each cluster's
+
+    def save() -> None:
+        if args.out:
+            Path(args.out).write_text(json.dumps({"rows": rows, "reference": reference}, indent=1) + "\n")
+
     for cluster in clusters:
         for profile in profiles:
             for batch in batches:
                 command = plan_command(profile, cluster, batch, args.time_budget)
                 rows.append(run_instance(profile, cluster, batch, args.timeout, command, Path(args.src)))
                 print(f"{profile} {cluster} {batch}: {rows[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
-                if args.out:
-                    Path(args.out).write_text(json.dumps({"rows": rows, "reference": reference}, indent=1) + "\n")
+                save()
         reference.append(time_reference(len(rows)))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "reference": reference}, indent=1) + "\n")
+        save()
     print("\n".join(summary_lines(rows)))
     if rows:
         print(reference_line(rows, reference))

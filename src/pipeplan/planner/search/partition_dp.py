@@ -17,6 +17,7 @@ from pipeplan.core.hardware.cluster import Cluster
 from pipeplan.core.shared_params import SharedGroup
 from pipeplan.core.units import MS_PER_S
 from pipeplan.planner.phase_clock import timed_phase
+from pipeplan.planner.search.blocks import MAX_BLOCKS
 from pipeplan.planner.search.dp_placement import placement_arrays
 from pipeplan.planner.search.mapping import Layout
 from pipeplan.sim.cost.holding import PLAIN, Holding
@@ -132,10 +133,10 @@ class DpInputs:
         return next(iter(self.sums.values())).blocks
 
 
-I_BLOCK = 64
+I_BLOCK = MAX_BLOCKS
 """The DP's step takes first blocks i this many at a time, each with only the last blocks j >= i (the rest is inf).
-As many as search.blocks.MAX_BLOCKS: one step per (count, width) is about 5 % faster than two of 32 (fewer NumPy
-calls outweigh the cells below the diagonal), and the solutions are the same for any block (tests)."""
+All of them (search.blocks.MAX_BLOCKS, 64): one step per (count, width) is about 5 % faster than two of 32 (fewer
+NumPy calls outweigh the cells below the diagonal), and the solutions are the same for any block (tests)."""
 
 Tables = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 """Per stage width rho (units): u, fill and room of a stage of blocks i..j whose later stages use k' units ([i, j, k'],
